@@ -1,0 +1,102 @@
+# dptrain: plain make. `make` builds; `make demo`, `make test`, `make bench` also install the
+# Debian packages that are missing (scripts/deps.sh). CUDA parts are built when nvcc is found.
+
+CC       ?= gcc
+BUILD    := build
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -fopenmp \
+            -Iinclude -I/usr/include/x86_64-linux-gnu -MMD -MP
+LDLIBS   := -lopenblas -lz -lm -fopenmp -lpthread
+
+# ---- CUDA auto-detection: nvcc, cuBLAS, cuDNN, NCCL
+CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda /usr/local/cuda-*))
+NVCC      := $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
+HAVE_CUDNN := $(if $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h),yes,no)
+HAVE_NCCL  := $(if $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),yes,no)
+
+LIB_SRCS := $(wildcard runtime/*.c layers/*.c optim/*.c data/*.c models/*.c)
+CU_SRCS  := $(wildcard runtime/*.cu layers/*.cu optim/*.cu)
+ifneq ($(NVCC),)
+ifneq ($(CU_SRCS),)
+  CUDA_ON  := yes
+  CFLAGS   += -DDPT_CUDA=1 -I$(CUDA_HOME)/include
+  NVFLAGS  := -O2 -std=c++17 -Iinclude -I$(CUDA_HOME)/include -DDPT_CUDA=1 \
+              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
+              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
+              -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lstdc++
+endif
+endif
+
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(CUDA_ON),$(CU_SRCS:%.cu=$(BUILD)/%.cu.o))
+LIB      := $(BUILD)/libdpt.a
+TEST_SRCS  := $(wildcard tests/test_*.c)
+TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/doc_example
+BENCH_SRCS := $(wildcard bench/bench_*.c)
+BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all deps demo test bench tests benches clean format compile_commands summary
+all: summary train tests benches
+
+summary:
+	@echo "dptrain build: cc=$(CC) | openblas, zlib, openmp | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no) cudnn=$(HAVE_CUDNN) nccl=$(HAVE_NCCL)"
+
+deps:
+	@scripts/deps.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	./train configs/fmnist_mlp.ini
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@tests/run.sh $(BUILD)/tests
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@bench/run.sh $(BUILD)/bench
+
+tests: $(TEST_BINS)
+benches: $(BENCH_BINS)
+
+train: train.c $(LIB)
+	$(CC) $(CFLAGS) -I. -o $@ train.c $(LIB) $(LDLIBS)
+
+$(LIB): $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/%.c tests/testutil.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I. -o $@ $< $(LIB) $(LDLIBS) -lcmocka
+
+# The C program in docs/writing-a-model.md is extracted and built so the doc cannot rot.
+$(BUILD)/tests/doc_example.c: docs/writing-a-model.md
+	@mkdir -p $(dir $@)
+	awk '/^```c$$/{on=1;next} /^```$$/{on=0} on' $< > $@
+
+$(BUILD)/tests/doc_example: $(BUILD)/tests/doc_example.c $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I. -o $@ $< $(LIB) $(LDLIBS)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
+
+compile_commands:
+	$(MAKE) clean && bear -- $(MAKE) all
+
+clean:
+	rm -rf $(BUILD) train
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,171 @@
+/* idx.c: MNIST / Fashion-MNIST IDX files, read through zlib (gzip or raw, decided by the
+ * content). Header: 0x0000 magic, type byte 0x08 (ubyte), ndim byte, ndim big-endian u32 dims. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "dpt.h"
+#include "../runtime/error.h"
+
+#define IDX_HINT "HINT: install the Fashion-MNIST files with 'make deps' (Debian package " \
+                 "dataset-fashion-mnist) or point [data] dir at a folder holding them"
+
+typedef struct idx_file {
+    int ndim;
+    int64_t dims[4];
+    int64_t count; /* product of dims */
+    uint8_t *data;
+} idx_file;
+
+static bool gz_fail(dpt_error *err, gzFile gz, const char *path, const char *what)
+{
+    int code = 0;
+    const char *msg = gzerror(gz, &code);
+    return dpt_errorf(err, "%s: %s (%s)\nHINT: the file is truncated or corrupt; re-install it or "
+                           "download it again", path, what, code == Z_ERRNO ? strerror(errno) : msg);
+}
+
+/* Read exactly n bytes; false if the stream ends early or is corrupt. */
+static bool read_exact(gzFile gz, void *buf, int64_t n, int64_t *got)
+{
+    uint8_t *p = buf;
+    *got = 0;
+    while (*got < n) {
+        int64_t chunk = n - *got > (1 << 30) ? (1 << 30) : n - *got;
+        int r = gzread(gz, p + *got, (unsigned)chunk);
+        if (r <= 0) return false;
+        *got += r;
+    }
+    return true;
+}
+
+static bool idx_read(const char *path, int want_ndim, idx_file *out, dpt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    gzFile gz = gzopen(path, "rb");
+    if (!gz)
+        return dpt_errorf(err, "cannot open data file %s: %s\n" IDX_HINT, path,
+                          errno ? strerror(errno) : "out of memory");
+    bool ok = false;
+    uint8_t header[4], dimbuf[16];
+    int64_t got;
+    if (!read_exact(gz, header, 4, &got)) {
+        int code;
+        gzerror(gz, &code);
+        if (code != Z_OK && code != Z_BUF_ERROR) gz_fail(err, gz, path, "cannot read the IDX header");
+        else dpt_errorf(err, "%s: file too short for an IDX header (%lld bytes)\n" IDX_HINT, path, (long long)got);
+        goto close;
+    }
+    if (header[0] != 0 || header[1] != 0 || header[2] != 0x08 || header[3] != want_ndim) {
+        dpt_errorf(err, "%s: wrong IDX magic %02x %02x %02x %02x: expected 00 00 08 %02x (unsigned "
+                        "bytes, %d dimensions: %s)\nHINT: check that [data] names an IDX %s file",
+                   path, header[0], header[1], header[2], header[3], want_ndim, want_ndim,
+                   want_ndim == 3 ? "images" : "labels", want_ndim == 3 ? "image" : "label");
+        goto close;
+    }
+    if (!read_exact(gz, dimbuf, 4 * want_ndim, &got)) {
+        dpt_errorf(err, "%s: file ends inside the IDX header\n" IDX_HINT, path);
+        goto close;
+    }
+    out->ndim = want_ndim;
+    out->count = 1;
+    for (int d = 0; d < want_ndim; d++) {
+        uint32_t v = (uint32_t)dimbuf[4 * d] << 24 | (uint32_t)dimbuf[4 * d + 1] << 16 |
+                     (uint32_t)dimbuf[4 * d + 2] << 8 | dimbuf[4 * d + 3];
+        if (v == 0 || v > (1u << 28)) {
+            dpt_errorf(err, "%s: IDX dimension %d is %u, not a plausible size", path, d, v);
+            goto close;
+        }
+        out->dims[d] = v;
+        out->count *= v;
+    }
+    if (out->count > ((int64_t)1 << 36)) {
+        dpt_errorf(err, "%s: IDX header claims %lld bytes of data", path, (long long)out->count);
+        goto close;
+    }
+    out->data = malloc((size_t)out->count);
+    if (!out->data) {
+        dpt_errorf(err, "%s: out of memory for %lld bytes", path, (long long)out->count);
+        goto close;
+    }
+    if (!read_exact(gz, out->data, out->count, &got)) {
+        int code;
+        gzerror(gz, &code);
+        if (code != Z_OK && code != Z_BUF_ERROR) gz_fail(err, gz, path, "cannot decompress the data");
+        else dpt_errorf(err, "%s: the header promises %lld bytes of data but the file holds %lld\n"
+                             "HINT: the file is truncated; re-install or download it again",
+                        path, (long long)out->count, (long long)got);
+        goto free_data;
+    }
+    uint8_t extra;
+    int r = gzread(gz, &extra, 1);
+    if (r > 0) {
+        dpt_errorf(err, "%s: the file holds more than the %lld data bytes its header promises\n"
+                        "HINT: the file is not a valid IDX file", path, (long long)out->count);
+        goto free_data;
+    }
+    if (r < 0) { /* e.g. a bad CRC in the gzip trailer, seen only at the end of the stream */
+        gz_fail(err, gz, path, "corrupt gzip stream");
+        goto free_data;
+    }
+    ok = true;
+    goto close;
+free_data:
+    free(out->data);
+    out->data = NULL;
+close:
+    gzclose(gz);
+    return ok;
+}
+
+dpt_dataset *dpt_idx_load(const char *images_path, const char *labels_path, dpt_error *err)
+{
+    idx_file images, labels;
+    if (!idx_read(images_path, 3, &images, err)) return NULL;
+    if (!idx_read(labels_path, 1, &labels, err)) {
+        free(images.data);
+        return NULL;
+    }
+    dpt_dataset *ds = NULL;
+    if (images.dims[0] != labels.dims[0]) {
+        dpt_errorf(err, "%s holds %lld images but %s holds %lld labels\nHINT: the two files must "
+                        "come from the same split (train or t10k)", images_path,
+                   (long long)images.dims[0], labels_path, (long long)labels.dims[0]);
+        goto fail;
+    }
+    int max_label = 0;
+    for (int64_t i = 0; i < labels.count; i++)
+        if (labels.data[i] > max_label) max_label = labels.data[i];
+    if (max_label > 254) {
+        dpt_errorf(err, "%s: label %d is not a class index", labels_path, max_label);
+        goto fail;
+    }
+    ds = calloc(1, sizeof *ds);
+    if (!ds) dpt_fatal("out of host memory for a dataset");
+    ds->n = images.dims[0];
+    ds->c = 1;
+    ds->h = images.dims[1];
+    ds->w = images.dims[2];
+    ds->images = images.data;
+    ds->labels = malloc((size_t)ds->n * sizeof *ds->labels);
+    if (!ds->labels) dpt_fatal("out of host memory for labels");
+    for (int64_t i = 0; i < ds->n; i++) ds->labels[i] = labels.data[i];
+    /* MNIST-style sets have 10 classes; a subset may not show the largest one. */
+    ds->num_classes = max_label + 1 > 10 ? max_label + 1 : 10;
+    snprintf(ds->name, sizeof ds->name, "idx");
+    free(labels.data);
+    return ds;
+fail:
+    free(images.data);
+    free(labels.data);
+    return NULL;
+}
+
+void dpt_dataset_free(dpt_dataset *ds)
+{
+    if (!ds) return;
+    free(ds->images);
+    free(ds->labels);
+    free(ds);
+}

@@ -1,0 +1,276 @@
+/* dpt.h: the public C API of dptrain. A model is written against this header only.
+ *
+ * Ownership in one paragraph: tensors made with dpt_tensor_new() are persistent and are
+ * freed by the caller with dpt_tensor_free(). Tensors returned by ops (dpt_linear,
+ * dpt_relu, ...) are temporaries owned by the context's tape; they live until
+ * dpt_tape_clear(), which a training loop calls once per step. Parameters belong to
+ * their model and are freed with it.
+ *
+ * Gradient convention: every backward function ADDS into .grad (+=). Gradients of
+ * parameters therefore accumulate across backward calls until dpt_model_zero_grad().
+ */
+#ifndef DPT_H
+#define DPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DPT_VERSION "0.1.0"
+#define DPT_MAX_DIMS 6
+
+/* ---------------------------------------------------------------- errors */
+
+/* A user-facing error: what went wrong (naming the file/line/key/value) and a HINT line. */
+typedef struct dpt_error {
+    char msg[1536];
+} dpt_error;
+
+/* Fill err (may be NULL) with a printf-style message; always returns false. */
+bool dpt_errorf(dpt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---------------------------------------------------------------- context */
+
+typedef enum dpt_device_kind { DPT_DEVICE_CPU = 0, DPT_DEVICE_CUDA = 1, DPT_DEVICE_KIND_COUNT } dpt_device_kind;
+
+typedef struct dpt_device {
+    dpt_device_kind kind;
+    int index;
+} dpt_device;
+
+/* The one object that carries a rank's state: device, allocator, tape, RNG, threads. */
+typedef struct dpt_ctx dpt_ctx;
+
+typedef struct dpt_ctx_options {
+    dpt_device device;
+    int threads;   /* CPU threads for BLAS and kernels; 0 = all cores */
+    uint64_t seed; /* seeds parameter init and dropout */
+} dpt_ctx_options;
+
+/* Create a context; NULL with err filled if the device cannot be used. */
+dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err);
+void dpt_ctx_free(dpt_ctx *ctx);
+/* Threads actually used by this context's kernels. */
+int dpt_ctx_threads(const dpt_ctx *ctx);
+dpt_device dpt_ctx_device(const dpt_ctx *ctx);
+
+/* Caching-allocator statistics of the context's device, in bytes. */
+typedef struct dpt_mem_stats {
+    size_t allocated;      /* handed out and not yet returned */
+    size_t reserved;       /* allocated + cached in free lists */
+    size_t peak_allocated; /* high-water mark of allocated */
+    uint64_t system_allocs; /* calls to the system allocator (steady state: constant) */
+} dpt_mem_stats;
+dpt_mem_stats dpt_ctx_mem_stats(const dpt_ctx *ctx);
+
+/* ---------------------------------------------------------------- tensors */
+
+typedef struct dpt_tensor dpt_tensor;
+
+/* A persistent zero-filled f32 tensor of the given shape; free with dpt_tensor_free(). */
+dpt_tensor *dpt_tensor_new(dpt_ctx *ctx, int ndim, const int64_t *shape);
+void dpt_tensor_free(dpt_tensor *t);
+int dpt_tensor_ndim(const dpt_tensor *t);
+int64_t dpt_tensor_dim(const dpt_tensor *t, int axis); /* negative axis counts from the end */
+int64_t dpt_tensor_numel(const dpt_tensor *t);
+const char *dpt_tensor_name(const dpt_tensor *t);
+/* Pointer to the first element (host memory for CPU tensors). */
+float *dpt_tensor_data(dpt_tensor *t);
+/* The gradient tensor, or NULL when none has been accumulated. */
+dpt_tensor *dpt_tensor_grad(dpt_tensor *t);
+/* Copy n = numel floats between host memory and the tensor (any device). */
+void dpt_tensor_copy_from_host(dpt_tensor *t, const float *src);
+void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst);
+/* The value of a one-element tensor. */
+float dpt_tensor_item(const dpt_tensor *t);
+
+/* ---------------------------------------------------------------- autograd */
+
+/* Turn recording off (evaluation) or on; returns the previous setting. */
+bool dpt_set_grad_enabled(dpt_ctx *ctx, bool enabled);
+bool dpt_grad_enabled(const dpt_ctx *ctx);
+/* Run backward from a one-element loss: d(loss)/d(loss) = 1, walk the tape in reverse. */
+void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss);
+/* Drop the tape and every temporary tensor; call once per step after the optimizer. */
+void dpt_tape_clear(dpt_ctx *ctx);
+
+/* Fires once per parameter per backward, as soon as its gradient is final (the last use
+ * of the parameter in forward order has run its backward). The DDP reducer listens here. */
+typedef void (*dpt_grad_ready_hook)(dpt_tensor *param, int param_index, void *user);
+void dpt_set_grad_ready_hook(dpt_ctx *ctx, dpt_grad_ready_hook hook, void *user);
+
+/* ---------------------------------------------------------------- ops (return temporaries) */
+
+dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);        /* same shape */
+dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);        /* same shape */
+dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha);
+dpt_tensor *dpt_sum(dpt_ctx *ctx, dpt_tensor *x);                       /* -> (1) */
+dpt_tensor *dpt_mean(dpt_ctx *ctx, dpt_tensor *x);                      /* -> (1) */
+/* (M, K) x (K, N) -> (M, N); a or b may be dpt_transpose() views (no copy). */
+dpt_tensor *dpt_matmul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
+dpt_tensor *dpt_transpose(dpt_ctx *ctx, dpt_tensor *x);                 /* 2-D view */
+/* A view with a new shape of the same numel; one dim may be -1. */
+dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape);
+dpt_tensor *dpt_flatten(dpt_ctx *ctx, dpt_tensor *x);                   /* (B, ...) -> (B, prod) */
+dpt_tensor *dpt_relu(dpt_ctx *ctx, dpt_tensor *x);
+dpt_tensor *dpt_gelu(dpt_ctx *ctx, dpt_tensor *x);                      /* tanh approximation */
+dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x);                   /* over the last dim */
+/* Mean softmax cross-entropy of logits (B, C) against labels[B] in [0, C); numerically
+ * stable (log-sum-exp). label_smoothing in [0, 1) as in torch.nn.CrossEntropyLoss. */
+dpt_tensor *dpt_cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels,
+                              float label_smoothing);
+/* Number of rows whose arg-max equals the label (no gradient). */
+int64_t dpt_count_correct(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels);
+
+/* ---------------------------------------------------------------- models and layers */
+
+typedef struct dpt_model dpt_model;
+/* A model's forward: input batch -> logits, recorded on ctx's tape. */
+typedef dpt_tensor *(*dpt_forward_fn)(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x);
+
+dpt_model *dpt_model_new(dpt_ctx *ctx, const char *name, dpt_forward_fn forward);
+void dpt_model_free(dpt_model *model);
+const char *dpt_model_name(const dpt_model *model);
+/* Zeroed memory that lives as long as the model (for layer structs, model state). */
+void *dpt_model_alloc(dpt_model *model, size_t bytes);
+/* The model's own state pointer (set once by the builder). */
+void dpt_model_set_state(dpt_model *model, void *state);
+void *dpt_model_state(const dpt_model *model);
+/* Register a trainable parameter (zero-filled, gradient allocated); order is creation order. */
+dpt_tensor *dpt_model_param(dpt_model *model, const char *name, int ndim, const int64_t *shape);
+/* Register a non-trainable buffer (e.g. running statistics), saved in checkpoints. */
+dpt_tensor *dpt_model_buffer(dpt_model *model, const char *name, int ndim, const int64_t *shape);
+int dpt_model_num_params(const dpt_model *model);
+dpt_tensor *dpt_model_param_at(const dpt_model *model, int index);
+int dpt_model_num_buffers(const dpt_model *model);
+dpt_tensor *dpt_model_buffer_at(const dpt_model *model, int index);
+int64_t dpt_model_param_count(const dpt_model *model); /* total scalars */
+dpt_tensor *dpt_model_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x);
+void dpt_model_zero_grad(dpt_model *model);
+void dpt_model_set_training(dpt_model *model, bool training);
+bool dpt_model_training(const dpt_model *model);
+/* A one-line description, e.g. "784-256-256-10 relu", set by the builder. */
+void dpt_model_set_summary(dpt_model *model, const char *summary);
+const char *dpt_model_summary(const dpt_model *model);
+
+/* Fill a tensor from U(-bound, bound) with the context's RNG (PyTorch's default Linear init
+ * uses bound = 1/sqrt(fan_in)). */
+void dpt_init_uniform(dpt_ctx *ctx, dpt_tensor *t, float bound);
+/* Fill from N(0, std^2) (Kaiming normal: std = sqrt(2 / fan)). */
+void dpt_init_normal(dpt_ctx *ctx, dpt_tensor *t, float std);
+void dpt_init_constant(dpt_tensor *t, float value);
+
+/* Fully connected layer: y = x W^T + b, W (out, in), b (out). */
+typedef struct dpt_linear dpt_linear;
+dpt_linear *dpt_linear_new(dpt_model *model, const char *name, int64_t in_features,
+                           int64_t out_features, bool bias);
+dpt_tensor *dpt_linear_forward(dpt_ctx *ctx, dpt_linear *layer, dpt_tensor *x); /* (B, in) -> (B, out) */
+
+/* ---------------------------------------------------------------- optimizers */
+
+typedef struct dpt_optim dpt_optim;
+/* torch.optim.SGD semantics: weight decay added to the gradient, momentum buffer started
+ * from the first gradient, Nesterov optional. */
+dpt_optim *dpt_sgd_new(dpt_model *model, float lr, float momentum, float dampening,
+                       float weight_decay, bool nesterov);
+/* torch.optim.AdamW semantics: decoupled weight decay p -= lr*wd*p, bias-corrected moments. */
+dpt_optim *dpt_adamw_new(dpt_model *model, float lr, float beta1, float beta2, float eps,
+                         float weight_decay);
+void dpt_optim_step(dpt_ctx *ctx, dpt_optim *optim);
+void dpt_optim_set_lr(dpt_optim *optim, float lr);
+float dpt_optim_lr(const dpt_optim *optim);
+const char *dpt_optim_name(const dpt_optim *optim);
+void dpt_optim_free(dpt_optim *optim);
+
+/* ---------------------------------------------------------------- data */
+
+/* Images (n, c, h, w) as bytes and labels as int32, in memory. */
+typedef struct dpt_dataset {
+    int64_t n, c, h, w;
+    uint8_t *images; /* n*c*h*w bytes */
+    int32_t *labels; /* n */
+    int num_classes;
+    char name[64];
+} dpt_dataset;
+
+/* Read an IDX image file and its label file (gzip or raw; decided by content, not name).
+ * Validates magic numbers, dimensions, sizes and that the counts agree. */
+dpt_dataset *dpt_idx_load(const char *images_path, const char *labels_path, dpt_error *err);
+void dpt_dataset_free(dpt_dataset *ds);
+
+typedef struct dpt_loader_options {
+    int64_t batch;      /* per rank */
+    bool shuffle;       /* a new permutation each epoch, from seed and epoch */
+    bool drop_last;     /* drop the last partial batch */
+    uint64_t seed;
+    int rank, world_size; /* this rank takes every world_size-th sample of the permutation */
+    float mean, std;    /* x = (byte / 255 - mean) / std */
+    int64_t limit;      /* use only the first `limit` samples (0 = all) */
+} dpt_loader_options;
+
+typedef struct dpt_loader dpt_loader;
+typedef struct dpt_batch {
+    dpt_tensor *x;          /* (B, C, H, W) owned by the loader, reused each batch */
+    const int32_t *labels;  /* B */
+    int64_t size;           /* B (the last batch may be smaller when drop_last = false) */
+} dpt_batch;
+
+dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader_options *opt);
+void dpt_loader_free(dpt_loader *loader);
+void dpt_loader_start_epoch(dpt_loader *loader, int epoch);
+/* Fill the next batch of this epoch; false when the epoch is over. */
+bool dpt_loader_next(dpt_loader *loader, dpt_batch *batch);
+int64_t dpt_loader_num_batches(const dpt_loader *loader);
+int64_t dpt_loader_num_samples(const dpt_loader *loader); /* this rank's samples per epoch */
+
+/* Loss and accuracy of a model over every batch of a loader, without recording a tape. */
+typedef struct dpt_eval_result {
+    double loss;     /* mean cross-entropy */
+    double accuracy; /* fraction correct */
+    int64_t samples;
+} dpt_eval_result;
+dpt_eval_result dpt_evaluate(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader);
+
+/* ---------------------------------------------------------------- config */
+
+typedef struct dpt_config dpt_config;
+/* Parse an INI file against the schema; NULL with err naming the file, line and key. */
+dpt_config *dpt_config_load(const char *path, dpt_error *err);
+/* A config with every key at its default (no file). */
+dpt_config *dpt_config_defaults(void);
+/* Apply "section.key=value" (the --set flag); false with err on an unknown key or bad value. */
+bool dpt_config_set(dpt_config *cfg, const char *assignment, dpt_error *err);
+void dpt_config_free(dpt_config *cfg);
+int64_t dpt_config_int(const dpt_config *cfg, const char *section, const char *key);
+double dpt_config_float(const dpt_config *cfg, const char *section, const char *key);
+bool dpt_config_bool(const dpt_config *cfg, const char *section, const char *key);
+const char *dpt_config_str(const dpt_config *cfg, const char *section, const char *key);
+/* An int list value ("256,256"): returns the count, fills up to max values. */
+int dpt_config_int_list(const dpt_config *cfg, const char *section, const char *key,
+                        int64_t *values, int max);
+/* Where a key's value came from: "file:line", "--set ..." or "default" (for error messages). */
+const char *dpt_config_where(const dpt_config *cfg, const char *section, const char *key);
+/* Print the resolved config (defaults filled in) as INI. */
+void dpt_config_print(const dpt_config *cfg, FILE *out);
+/* FNV-1a hash of the resolved config; ranks and checkpoints compare it. */
+uint64_t dpt_config_hash(const dpt_config *cfg);
+/* Print the reference of every section and key as Markdown (docs/config.md). */
+void dpt_config_print_reference(FILE *out);
+
+/* ---------------------------------------------------------------- model registry */
+
+/* Build the model named by [model] name for inputs (c, h, w) and num_classes. */
+dpt_model *dpt_model_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
+                           int num_classes, dpt_error *err);
+/* Build the optimizer named by [optim] name. */
+dpt_optim *dpt_optim_build(dpt_model *model, const dpt_config *cfg, dpt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPT_H */

@@ -1,0 +1,62 @@
+/* activation.c: relu, gelu (tanh approximation) and softmax over the last dimension. */
+#include "../runtime/autograd.h"
+#include "../runtime/ctx.h"
+#include "../runtime/error.h"
+
+static void require_contiguous(const char *op, const dpt_tensor *t)
+{
+    char buf[96];
+    if (!dpt_tensor_is_contiguous(t))
+        dpt_fatal("%s needs a contiguous tensor, got a strided view of shape %s", op,
+                  dpt_shape_str(t, buf, sizeof buf));
+}
+
+static void relu_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    /* The output decides the mask (y > 0 <=> x > 0), so x need not be kept. */
+    const dpt_tensor *y = node->out;
+    ctx->be->relu_bwd(ctx, y->data, y->grad->data, dpt_grad_acc(ctx, node->in[0])->data, y->numel);
+}
+
+dpt_tensor *dpt_relu(dpt_ctx *ctx, dpt_tensor *x)
+{
+    require_contiguous("relu", x);
+    dpt_tensor *y = dpt_temp_like(ctx, x);
+    ctx->be->relu_fwd(ctx, x->data, y->data, x->numel);
+    dpt_tape_record(ctx, "relu", relu_backward, y, 1, &x);
+    return y;
+}
+
+static void gelu_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    dpt_tensor *x = node->in[0];
+    ctx->be->gelu_bwd(ctx, x->data, node->out->grad->data, dpt_grad_acc(ctx, x)->data, x->numel);
+}
+
+dpt_tensor *dpt_gelu(dpt_ctx *ctx, dpt_tensor *x)
+{
+    require_contiguous("gelu", x);
+    dpt_tensor *y = dpt_temp_like(ctx, x);
+    ctx->be->gelu_fwd(ctx, x->data, y->data, x->numel);
+    dpt_tape_record(ctx, "gelu", gelu_backward, y, 1, &x);
+    return y;
+}
+
+static void softmax_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    const dpt_tensor *y = node->out;
+    int64_t cols = y->shape[y->ndim - 1];
+    ctx->be->softmax_bwd(ctx, y->data, y->grad->data, dpt_grad_acc(ctx, node->in[0])->data,
+                         y->numel / cols, cols);
+}
+
+dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x)
+{
+    require_contiguous("softmax", x);
+    DPT_ASSERT(x->ndim >= 1 && x->shape[x->ndim - 1] > 0, "softmax over an empty dimension");
+    dpt_tensor *y = dpt_temp_like(ctx, x);
+    int64_t cols = x->shape[x->ndim - 1];
+    ctx->be->softmax_fwd(ctx, x->data, y->data, x->numel / cols, cols);
+    dpt_tape_record(ctx, "softmax", softmax_backward, y, 1, &x);
+    return y;
+}

@@ -1,0 +1,72 @@
+/* linear.c: fully connected layer y = x W^T + b; GEMMs read W transposed in place. */
+#include <math.h>
+#include <stdio.h>
+
+#include "../runtime/autograd.h"
+#include "../runtime/ctx.h"
+#include "../runtime/error.h"
+
+struct dpt_linear {
+    char name[64];
+    int64_t in_features, out_features;
+    dpt_tensor *weight; /* (out, in) */
+    dpt_tensor *bias;   /* (out) or NULL */
+};
+
+dpt_linear *dpt_linear_new(dpt_model *model, const char *name, int64_t in_features,
+                           int64_t out_features, bool bias)
+{
+    if (in_features <= 0 || out_features <= 0)
+        dpt_fatal("linear layer %s: features must be positive, got in=%lld out=%lld", name,
+                  (long long)in_features, (long long)out_features);
+    dpt_linear *layer = dpt_model_alloc(model, sizeof *layer);
+    snprintf(layer->name, sizeof layer->name, "%s", name);
+    layer->in_features = in_features;
+    layer->out_features = out_features;
+    char pname[96];
+    snprintf(pname, sizeof pname, "%s.weight", name);
+    layer->weight = dpt_model_param(model, pname, 2, (int64_t[]){out_features, in_features});
+    /* torch.nn.Linear's default: kaiming_uniform(a=sqrt(5)) = U(+-1/sqrt(in)), bias likewise. */
+    float bound = 1.0f / sqrtf((float)in_features);
+    dpt_init_uniform(layer->weight->ctx, layer->weight, bound);
+    if (bias) {
+        snprintf(pname, sizeof pname, "%s.bias", name);
+        layer->bias = dpt_model_param(model, pname, 1, (int64_t[]){out_features});
+        dpt_init_uniform(layer->bias->ctx, layer->bias, bound);
+    }
+    return layer;
+}
+
+static void linear_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    const dpt_linear *layer = node->layer;
+    dpt_tensor *x = node->in[0], *w = node->in[1], *b = node->in[2];
+    const dpt_tensor *dy = node->out->grad; /* (B, out) */
+    int64_t batch = x->shape[0], in = layer->in_features, out = layer->out_features;
+    if (dpt_wants_grad(x)) /* dx (B, in) += dy (B, out) W (out, in) */
+        ctx->be->gemm(ctx, false, false, batch, in, out, 1.0f, dy->data, out, w->data, in, 1.0f,
+                      dpt_grad_acc(ctx, x)->data, in);
+    if (dpt_wants_grad(w)) /* dW (out, in) += dy^T (out, B) x (B, in) */
+        ctx->be->gemm(ctx, true, false, out, in, batch, 1.0f, dy->data, out, x->data, in, 1.0f,
+                      dpt_grad_acc(ctx, w)->data, in);
+    if (dpt_wants_grad(b)) ctx->be->bias_grad(ctx, dy->data, dpt_grad_acc(ctx, b)->data, batch, out);
+}
+
+dpt_tensor *dpt_linear_forward(dpt_ctx *ctx, dpt_linear *layer, dpt_tensor *x)
+{
+    char buf[96];
+    if (x->ndim != 2 || x->shape[1] != layer->in_features || !dpt_tensor_is_contiguous(x))
+        dpt_fatal("linear layer %s expects a contiguous (batch, %lld) input, got %s%s\n"
+                  "HINT: flatten image batches with dpt_flatten() first",
+                  layer->name, (long long)layer->in_features, dpt_shape_str(x, buf, sizeof buf),
+                  dpt_tensor_is_contiguous(x) ? "" : " (strided view)");
+    int64_t batch = x->shape[0], in = layer->in_features, out = layer->out_features;
+    dpt_tensor *y = dpt_temp(ctx, 2, (int64_t[]){batch, out});
+    ctx->be->gemm(ctx, false, true, batch, out, in, 1.0f, x->data, in, layer->weight->data, in,
+                  0.0f, y->data, out);
+    if (layer->bias) ctx->be->bias_add(ctx, y->data, layer->bias->data, batch, out);
+    dpt_node *node = dpt_tape_record(ctx, "linear", linear_backward, y, 3,
+                                     (dpt_tensor *[]){x, layer->weight, layer->bias});
+    if (node) node->layer = layer;
+    return y;
+}

@@ -1,0 +1,57 @@
+/* mlp.c: a multi-layer perceptron: flatten -> [linear -> activation]* -> linear (logits). */
+#include <stdio.h>
+#include <string.h>
+
+#include "dpt.h"
+#include "registry.h"
+
+#define MLP_MAX_LAYERS 33
+
+typedef struct mlp {
+    int nlayers;
+    dpt_linear *layers[MLP_MAX_LAYERS];
+    bool gelu;
+} mlp;
+
+static dpt_tensor *mlp_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
+{
+    mlp *net = dpt_model_state(model);
+    dpt_tensor *h = dpt_flatten(ctx, x); /* (B, C*H*W) */
+    for (int i = 0; i < net->nlayers; i++) {
+        h = dpt_linear_forward(ctx, net->layers[i], h);
+        if (i + 1 < net->nlayers) h = net->gelu ? dpt_gelu(ctx, h) : dpt_relu(ctx, h);
+    }
+    return h; /* (B, classes) */
+}
+
+dpt_model *dpt_mlp_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
+                         int num_classes, dpt_error *err)
+{
+    int64_t hidden[MLP_MAX_LAYERS];
+    int nhidden = dpt_config_int_list(cfg, "model", "hidden", hidden, MLP_MAX_LAYERS - 1);
+    if (nhidden > MLP_MAX_LAYERS - 1) {
+        dpt_errorf(err, "%s: [model] hidden lists %d layers; mlp supports at most %d",
+                   dpt_config_where(cfg, "model", "hidden"), nhidden, MLP_MAX_LAYERS - 1);
+        return NULL;
+    }
+    dpt_model *model = dpt_model_new(ctx, "mlp", mlp_forward);
+    mlp *net = dpt_model_alloc(model, sizeof *net);
+    dpt_model_set_state(model, net);
+    net->gelu = strcmp(dpt_config_str(cfg, "model", "activation"), "gelu") == 0;
+    int64_t in = c * h * w;
+    char summary[256];
+    int used = snprintf(summary, sizeof summary, "%lld", (long long)in);
+    for (int i = 0; i <= nhidden; i++) {
+        int64_t out = i < nhidden ? hidden[i] : num_classes;
+        char name[32];
+        snprintf(name, sizeof name, "fc%d", i + 1);
+        net->layers[net->nlayers++] = dpt_linear_new(model, name, in, out, true);
+        if (used < (int)sizeof summary)
+            used += snprintf(summary + used, sizeof summary - (size_t)used, "-%lld", (long long)out);
+        in = out;
+    }
+    if (used < (int)sizeof summary)
+        snprintf(summary + used, sizeof summary - (size_t)used, " %s", net->gelu ? "gelu" : "relu");
+    dpt_model_set_summary(model, summary);
+    return model;
+}

@@ -1,0 +1,67 @@
+/* optim.c: what every optimizer shares, and building one from [optim]. */
+#include "optim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/error.h"
+#include "../runtime/tensor.h"
+
+dpt_optim *dpt_optim_alloc(const dpt_optim_ops *ops, dpt_model *model, float lr, int nstate)
+{
+    DPT_ASSERT(nstate <= DPT_OPTIM_MAX_STATE, "%d state tensors", nstate);
+    dpt_optim *o = calloc(1, sizeof *o);
+    if (!o) dpt_fatal("out of host memory for an optimizer");
+    o->ops = ops;
+    o->model = model;
+    o->lr = lr;
+    o->nstate = nstate;
+    int n = dpt_model_num_params(model);
+    o->state = calloc((size_t)(n * nstate) + 1, sizeof *o->state);
+    if (!o->state) dpt_fatal("out of host memory for optimizer state");
+    for (int i = 0; i < n; i++) {
+        dpt_tensor *p = dpt_model_param_at(model, i);
+        for (int s = 0; s < nstate; s++) {
+            dpt_tensor *t = dpt_tensor_new(p->ctx, p->ndim, p->shape);
+            snprintf(t->name, sizeof t->name, "%.48s.%s%d", p->name, ops->name, s);
+            o->state[i * nstate + s] = t;
+        }
+    }
+    return o;
+}
+
+void dpt_optim_step(dpt_ctx *ctx, dpt_optim *optim)
+{
+    optim->ops->step(ctx, optim);
+    optim->steps++;
+}
+
+void dpt_optim_set_lr(dpt_optim *optim, float lr) { optim->lr = lr; }
+float dpt_optim_lr(const dpt_optim *optim) { return optim->lr; }
+const char *dpt_optim_name(const dpt_optim *optim) { return optim->ops->name; }
+
+void dpt_optim_free(dpt_optim *optim)
+{
+    if (!optim) return;
+    int n = dpt_model_num_params(optim->model) * optim->nstate;
+    for (int i = 0; i < n; i++) dpt_tensor_free(optim->state[i]);
+    free(optim->state);
+    free(optim);
+}
+
+dpt_optim *dpt_optim_build(dpt_model *model, const dpt_config *cfg, dpt_error *err)
+{
+    const char *name = dpt_config_str(cfg, "optim", "name");
+    float lr = (float)dpt_config_float(cfg, "optim", "lr");
+    float wd = (float)dpt_config_float(cfg, "optim", "weight_decay");
+    if (strcmp(name, "sgd") == 0)
+        return dpt_sgd_new(model, lr, (float)dpt_config_float(cfg, "optim", "momentum"),
+                           (float)dpt_config_float(cfg, "optim", "dampening"), wd,
+                           dpt_config_bool(cfg, "optim", "nesterov"));
+    if (strcmp(name, "adamw") == 0)
+        return dpt_adamw_new(model, lr, (float)dpt_config_float(cfg, "optim", "beta1"),
+                             (float)dpt_config_float(cfg, "optim", "beta2"),
+                             (float)dpt_config_float(cfg, "optim", "eps"), wd);
+    dpt_errorf(err, "[optim] name = %s: unknown optimizer\nHINT: use sgd or adamw", name);
+    return NULL;
+}

@@ -1,0 +1,119 @@
+/* autograd.c: recording the tape, running backward, and the gradient-ready hook. */
+#include "autograd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctx.h"
+#include "error.h"
+
+dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward, dpt_tensor *out,
+                          int n_in, dpt_tensor *const *in)
+{
+    DPT_ASSERT(n_in <= DPT_NODE_MAX_IN, "%s has %d inputs", op, n_in);
+    if (!ctx->grad_enabled) return NULL;
+    bool any = false;
+    for (int i = 0; i < n_in; i++) any |= dpt_wants_grad(in[i]);
+    if (!any) return NULL;
+    DPT_ASSERT(!ctx->tape_consumed, "%s recorded after backward without dpt_tape_clear()", op);
+    if (ctx->nnodes == ctx->cap_nodes) {
+        ctx->cap_nodes = ctx->cap_nodes ? 2 * ctx->cap_nodes : 128;
+        ctx->nodes = realloc(ctx->nodes, (size_t)ctx->cap_nodes * sizeof *ctx->nodes);
+        if (!ctx->nodes) dpt_fatal("out of host memory growing the tape");
+    }
+    dpt_node *node = &ctx->nodes[ctx->nnodes++];
+    memset(node, 0, sizeof *node);
+    node->op = op;
+    node->backward = backward;
+    node->out = out;
+    node->n_in = n_in;
+    for (int i = 0; i < n_in; i++) node->in[i] = in[i];
+    out->requires_grad = true;
+    return node;
+}
+
+dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t)
+{
+    if (!t->grad) {
+        DPT_ASSERT(!t->is_param, "parameter %s has no gradient buffer", t->name);
+        t->grad = dpt_temp_zeros(ctx, t->ndim, t->shape);
+    }
+    return t->grad;
+}
+
+void *dpt_tape_scratch(dpt_ctx *ctx, size_t bytes)
+{
+    if (ctx->nscratch == ctx->cap_scratch) {
+        ctx->cap_scratch = ctx->cap_scratch ? 2 * ctx->cap_scratch : 16;
+        ctx->scratch = realloc(ctx->scratch, (size_t)ctx->cap_scratch * sizeof *ctx->scratch);
+        if (!ctx->scratch) dpt_fatal("out of host memory growing tape scratch");
+    }
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) dpt_fatal("out of host memory for %zu bytes of tape scratch", bytes);
+    ctx->scratch[ctx->nscratch++] = p;
+    return p;
+}
+
+static bool is_reported_param(const dpt_tensor *t) { return t && t->is_param && t->requires_grad; }
+
+void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
+{
+    DPT_ASSERT(loss->numel == 1, "backward from a tensor of %lld elements; reduce it to a scalar",
+               (long long)loss->numel);
+    DPT_ASSERT(!ctx->tape_consumed, "backward twice on one tape; call dpt_tape_clear() between");
+    ctx->tape_consumed = true;
+    if (!loss->requires_grad) return; /* nothing on the tape depends on a parameter */
+
+    /* A parameter's gradient is final once every node that read it has run backward: count
+     * the reads, then count down while walking the tape in reverse. */
+    for (int n = 0; n < ctx->nnodes; n++)
+        for (int i = 0; i < ctx->nodes[n].n_in; i++)
+            if (is_reported_param(ctx->nodes[n].in[i])) ctx->nodes[n].in[i]->pending_uses = 0;
+    for (int n = 0; n < ctx->nnodes; n++)
+        for (int i = 0; i < ctx->nodes[n].n_in; i++)
+            if (is_reported_param(ctx->nodes[n].in[i])) ctx->nodes[n].in[i]->pending_uses++;
+
+    dpt_tensor *seed = dpt_grad_acc(ctx, loss);
+    float one = 1.0f, current;
+    ctx->be->copy_d2h(ctx, &current, seed->data, sizeof current);
+    one += current;
+    ctx->be->copy_h2d(ctx, seed->data, &one, sizeof one);
+
+    for (int n = ctx->nnodes - 1; n >= 0; n--) {
+        dpt_node *node = &ctx->nodes[n];
+        if (node->out->grad) node->backward(ctx, node);
+        for (int i = node->n_in - 1; i >= 0; i--) {
+            dpt_tensor *t = node->in[i];
+            if (!is_reported_param(t)) continue;
+            if (--t->pending_uses == 0 && ctx->grad_ready_hook)
+                ctx->grad_ready_hook(t, t->param_index, ctx->grad_ready_user);
+        }
+    }
+}
+
+void dpt_tape_clear(dpt_ctx *ctx)
+{
+    /* A temporary's gradient is a temporary too, freed by this same loop. */
+    for (int i = 0; i < ctx->ntemps; i++) ctx->temps[i]->grad = NULL;
+    for (int i = 0; i < ctx->ntemps; i++) dpt_tensor_free(ctx->temps[i]);
+    for (int i = 0; i < ctx->nscratch; i++) free(ctx->scratch[i]);
+    ctx->ntemps = 0;
+    ctx->nscratch = 0;
+    ctx->nnodes = 0;
+    ctx->tape_consumed = false;
+}
+
+bool dpt_set_grad_enabled(dpt_ctx *ctx, bool enabled)
+{
+    bool previous = ctx->grad_enabled;
+    ctx->grad_enabled = enabled;
+    return previous;
+}
+
+bool dpt_grad_enabled(const dpt_ctx *ctx) { return ctx->grad_enabled; }
+
+void dpt_set_grad_ready_hook(dpt_ctx *ctx, dpt_grad_ready_hook hook, void *user)
+{
+    ctx->grad_ready_hook = hook;
+    ctx->grad_ready_user = user;
+}

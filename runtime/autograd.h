@@ -1,0 +1,38 @@
+/* autograd.h: the tape. Ops record a node per output in forward; dpt_backward() walks the
+ * nodes in reverse and each node's backward ADDS (+=) into its inputs' gradients. */
+#ifndef DPT_AUTOGRAD_H
+#define DPT_AUTOGRAD_H
+
+#include "dpt.h"
+#include "tensor.h"
+
+#define DPT_NODE_MAX_IN 4
+
+typedef struct dpt_node dpt_node;
+typedef void (*dpt_backward_fn)(dpt_ctx *ctx, dpt_node *node);
+
+struct dpt_node {
+    const char *op;
+    dpt_backward_fn backward;
+    dpt_tensor *out;
+    dpt_tensor *in[DPT_NODE_MAX_IN];
+    int n_in;
+    dpt_tensor *saved[2]; /* extra tensors kept for backward (e.g. softmax probabilities) */
+    const void *layer;    /* the layer's own settings, when the op needs them */
+    void *scratch;        /* tape-lifetime host memory (e.g. a copy of the labels) */
+    float f[4];
+    int64_t i[4];
+};
+
+/* Record a node producing `out` from inputs (NULL entries allowed) when recording is on and
+ * some input requires a gradient; returns NULL (nothing recorded) otherwise. */
+dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward, dpt_tensor *out,
+                          int n_in, dpt_tensor *const *in);
+/* The gradient of t, zero-filled on first use (a temporary unless t is a parameter). */
+dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t);
+/* Host memory that lives until dpt_tape_clear(). */
+void *dpt_tape_scratch(dpt_ctx *ctx, size_t bytes);
+/* Should `t` receive a gradient in this backward? */
+static inline bool dpt_wants_grad(const dpt_tensor *t) { return t && t->requires_grad; }
+
+#endif

@@ -1,0 +1,482 @@
+/* config.c: the INI parser and the schema of every section and key dptrain knows. The same
+ * table validates files, answers the typed getters, fills defaults and prints docs/config.md. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpt.h"
+#include "error.h"
+
+typedef enum key_type { T_INT, T_FLOAT, T_BOOL, T_STRING, T_ENUM, T_INT_LIST, T_TYPE_COUNT } key_type;
+
+static const char *const type_names[] = {"int", "float", "bool", "string", "enum", "int list"};
+_Static_assert(sizeof type_names / sizeof type_names[0] == T_TYPE_COUNT, "type_names");
+
+typedef struct schema_key {
+    const char *section, *key;
+    key_type type;
+    const char *def;
+    double min, max;     /* numbers and list elements; ignored when min > max */
+    const char *choices; /* T_ENUM: "a|b|c" */
+    const char *help;
+} schema_key;
+
+#define NO_RANGE 1, 0
+
+static const schema_key schema[] = {
+    {"model", "name", T_STRING, "mlp", NO_RANGE, NULL, "model to build, from the registry in models/ (mlp)"},
+    {"model", "hidden", T_INT_LIST, "256,256", 1, 65536, NULL, "mlp: hidden layer widths, comma separated"},
+    {"model", "activation", T_ENUM, "relu", NO_RANGE, "relu|gelu", "mlp: activation between layers"},
+
+    {"data", "source", T_ENUM, "idx", NO_RANGE, "idx", "data set format: idx (MNIST / Fashion-MNIST files, .gz or raw)"},
+    {"data", "dir", T_STRING, "/usr/share/datasets/fashion-mnist", NO_RANGE, NULL,
+     "folder holding the data files (Debian package dataset-fashion-mnist)"},
+    {"data", "train_images", T_STRING, "train-images-idx3-ubyte.gz", NO_RANGE, NULL, "training images, relative to dir"},
+    {"data", "train_labels", T_STRING, "train-labels-idx1-ubyte.gz", NO_RANGE, NULL, "training labels, relative to dir"},
+    {"data", "test_images", T_STRING, "t10k-images-idx3-ubyte.gz", NO_RANGE, NULL, "test images, relative to dir"},
+    {"data", "test_labels", T_STRING, "t10k-labels-idx1-ubyte.gz", NO_RANGE, NULL, "test labels, relative to dir"},
+    {"data", "mean", T_FLOAT, "0.2860", -1e3, 1e3, NULL, "normalisation: x = (pixel/255 - mean) / std"},
+    {"data", "std", T_FLOAT, "0.3530", 1e-6, 1e3, NULL, "normalisation standard deviation"},
+    {"data", "shuffle", T_BOOL, "true", NO_RANGE, NULL, "new permutation of the training set each epoch (from seed and epoch)"},
+    {"data", "drop_last", T_BOOL, "true", NO_RANGE, NULL, "drop the last partial training batch of an epoch"},
+    {"data", "train_limit", T_INT, "0", 0, 1e12, NULL, "use only the first N training samples (0 = all)"},
+    {"data", "test_limit", T_INT, "0", 0, 1e12, NULL, "use only the first N test samples (0 = all)"},
+
+    {"train", "epochs", T_INT, "5", 1, 1e6, NULL, "passes over the training set"},
+    {"train", "max_steps", T_INT, "0", 0, 1e12, NULL, "stop after this many optimizer steps (0 = no limit)"},
+    {"train", "batch", T_INT, "64", 1, 1 << 20, NULL, "samples per step (per rank)"},
+    {"train", "eval_batch", T_INT, "1000", 1, 1 << 20, NULL, "samples per evaluation forward pass"},
+    {"train", "seed", T_INT, "42", 0, 9.2e18, NULL, "seeds initialisation and shuffling: the same seed gives the same run"},
+    {"train", "threads", T_INT, "0", 0, 1024, NULL, "CPU threads for BLAS and kernels (0 = all cores)"},
+    {"train", "label_smoothing", T_FLOAT, "0", 0, 0.999, NULL, "cross-entropy label smoothing"},
+
+    {"optim", "name", T_ENUM, "adamw", NO_RANGE, "sgd|adamw", "optimizer"},
+    {"optim", "lr", T_FLOAT, "0.001", 0, 100, NULL, "learning rate"},
+    {"optim", "weight_decay", T_FLOAT, "0", 0, 10, NULL, "sgd: added to the gradient; adamw: decoupled"},
+    {"optim", "momentum", T_FLOAT, "0.9", 0, 0.9999, NULL, "sgd: momentum (0 = plain SGD)"},
+    {"optim", "dampening", T_FLOAT, "0", 0, 1, NULL, "sgd: momentum dampening"},
+    {"optim", "nesterov", T_BOOL, "false", NO_RANGE, NULL, "sgd: Nesterov momentum (needs dampening = 0)"},
+    {"optim", "beta1", T_FLOAT, "0.9", 0, 0.9999999, NULL, "adamw: first-moment decay"},
+    {"optim", "beta2", T_FLOAT, "0.999", 0, 0.9999999, NULL, "adamw: second-moment decay"},
+    {"optim", "eps", T_FLOAT, "1e-8", 0, 1, NULL, "adamw: denominator epsilon"},
+
+    {"log", "interval", T_INT, "100", 1, 1e9, NULL, "steps between progress lines"},
+    {"log", "metrics", T_STRING, "", NO_RANGE, NULL, "JSONL metrics file, one line per interval and per evaluation (empty = none)"},
+};
+enum { NKEYS = sizeof schema / sizeof schema[0], MAX_LIST = 32 };
+
+typedef struct cfg_value {
+    char *raw;
+    char where[320]; /* "file:line", "--set" or "default" */
+    int64_t i;
+    double f;
+    bool b;
+    int64_t list[MAX_LIST];
+    int nlist;
+} cfg_value;
+
+struct dpt_config {
+    cfg_value values[NKEYS];
+};
+
+/* ---------------------------------------------------------------- schema look-up */
+
+static int find_key(const char *section, const char *key)
+{
+    for (int k = 0; k < NKEYS; k++)
+        if (strcmp(schema[k].section, section) == 0 && strcmp(schema[k].key, key) == 0) return k;
+    return -1;
+}
+
+static bool section_exists(const char *section)
+{
+    for (int k = 0; k < NKEYS; k++)
+        if (strcmp(schema[k].section, section) == 0) return true;
+    return false;
+}
+
+static int edit_distance(const char *a, const char *b)
+{
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int d[64][64];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int sub = d[i - 1][j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+    return d[la][lb];
+}
+
+/* The nearest known section (key == NULL) or key of a section, or NULL if none is close. */
+static const char *nearest(const char *section, const char *name)
+{
+    const char *best = NULL;
+    int best_d = 4;
+    for (int k = 0; k < NKEYS; k++) {
+        const char *cand = section ? schema[k].key : schema[k].section;
+        if (section && strcmp(schema[k].section, section) != 0) continue;
+        int d = edit_distance(name, cand);
+        if (d < best_d) best_d = d, best = cand;
+    }
+    return best;
+}
+
+static void list_keys(const char *section, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < NKEYS && used < size; k++) {
+        if (section && strcmp(schema[k].section, section) != 0) continue;
+        const char *name = section ? schema[k].key : schema[k].section;
+        if (!section && k > 0 && strcmp(schema[k - 1].section, name) == 0) continue;
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "", name);
+    }
+}
+
+static bool unknown_name(dpt_error *err, const char *where, const char *section, const char *key)
+{
+    char known[512];
+    const char *near;
+    if (!section_exists(section)) {
+        near = nearest(NULL, section);
+        list_keys(NULL, known, sizeof known);
+        return dpt_errorf(err, "%s: unknown section [%s]%s%s%s\nHINT: sections are %s", where, section,
+                          near ? "; did you mean [" : "", near ? near : "", near ? "]?" : "", known);
+    }
+    near = nearest(section, key);
+    list_keys(section, known, sizeof known);
+    return dpt_errorf(err, "%s: unknown key '%s' in [%s]%s%s%s\nHINT: keys of [%s] are %s", where, key,
+                      section, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "",
+                      section, known);
+}
+
+/* ---------------------------------------------------------------- values */
+
+static bool parse_int(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_double(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) return false;
+    *out = v;
+    return true;
+}
+
+static bool check_range(dpt_error *err, const char *where, const schema_key *sk, const char *raw, double v)
+{
+    if (sk->min <= sk->max && (v < sk->min || v > sk->max))
+        return dpt_errorf(err, "%s: [%s] %s = %s: out of range, must be between %g and %g\nHINT: %s",
+                          where, sk->section, sk->key, raw, sk->min, sk->max, sk->help);
+    return true;
+}
+
+static bool set_value(dpt_error *err, const char *where, int k, const char *raw, cfg_value *v)
+{
+    const schema_key *sk = &schema[k];
+    cfg_value parsed = {0};
+    switch (sk->type) {
+    case T_INT:
+        if (!parse_int(raw, &parsed.i))
+            return dpt_errorf(err, "%s: [%s] %s = %s: expected an integer\nHINT: %s", where,
+                              sk->section, sk->key, raw, sk->help);
+        if (!check_range(err, where, sk, raw, (double)parsed.i)) return false;
+        break;
+    case T_FLOAT:
+        if (!parse_double(raw, &parsed.f))
+            return dpt_errorf(err, "%s: [%s] %s = %s: expected a number\nHINT: %s", where,
+                              sk->section, sk->key, raw, sk->help);
+        if (!check_range(err, where, sk, raw, parsed.f)) return false;
+        break;
+    case T_BOOL:
+        if (!strcmp(raw, "true") || !strcmp(raw, "yes") || !strcmp(raw, "on") || !strcmp(raw, "1"))
+            parsed.b = true;
+        else if (!strcmp(raw, "false") || !strcmp(raw, "no") || !strcmp(raw, "off") || !strcmp(raw, "0"))
+            parsed.b = false;
+        else
+            return dpt_errorf(err, "%s: [%s] %s = %s: expected true or false\nHINT: %s", where,
+                              sk->section, sk->key, raw, sk->help);
+        break;
+    case T_ENUM: {
+        bool ok = false;
+        size_t len = strlen(raw);
+        for (const char *c = sk->choices; c && *c;) {
+            const char *bar = strchr(c, '|');
+            size_t n = bar ? (size_t)(bar - c) : strlen(c);
+            if (n == len && strncmp(c, raw, n) == 0) ok = true;
+            c = bar ? bar + 1 : c + n;
+        }
+        if (!ok)
+            return dpt_errorf(err, "%s: [%s] %s = %s: not one of %s\nHINT: %s", where, sk->section,
+                              sk->key, raw, sk->choices, sk->help);
+        break;
+    }
+    case T_INT_LIST: {
+        char *copy = strdup(raw), *save = NULL;
+        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            while (isspace((unsigned char)*tok)) tok++;
+            char *end = tok + strlen(tok);
+            while (end > tok && isspace((unsigned char)end[-1])) *--end = '\0';
+            int64_t x;
+            if (parsed.nlist == MAX_LIST || !parse_int(tok, &x) ||
+                !check_range(NULL, where, sk, tok, (double)x)) {
+                free(copy);
+                return dpt_errorf(err, "%s: [%s] %s = %s: expected up to %d comma-separated integers "
+                                  "between %g and %g\nHINT: %s", where, sk->section, sk->key, raw,
+                                  MAX_LIST, sk->min, sk->max, sk->help);
+            }
+            parsed.list[parsed.nlist++] = x;
+        }
+        free(copy);
+        break;
+    }
+    case T_STRING:
+    case T_TYPE_COUNT: break;
+    }
+    parsed.raw = strdup(raw);
+    if (!parsed.raw) dpt_fatal("out of host memory in the config parser");
+    snprintf(parsed.where, sizeof parsed.where, "%s", where);
+    free(v->raw);
+    *v = parsed;
+    return true;
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+dpt_config *dpt_config_defaults(void)
+{
+    dpt_config *cfg = calloc(1, sizeof *cfg);
+    if (!cfg) dpt_fatal("out of host memory for a config");
+    for (int k = 0; k < NKEYS; k++) {
+        dpt_error err;
+        if (!set_value(&err, "default", k, schema[k].def, &cfg->values[k]))
+            dpt_fatal("bad default in the config schema: %s", err.msg);
+    }
+    return cfg;
+}
+
+void dpt_config_free(dpt_config *cfg)
+{
+    if (!cfg) return;
+    for (int k = 0; k < NKEYS; k++) free(cfg->values[k].raw);
+    free(cfg);
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    char *end = s + strlen(s);
+    while (end > s && isspace((unsigned char)end[-1])) *--end = '\0';
+    return s;
+}
+
+/* Cut a comment: '#' or ';' at the start, or after whitespace; not inside quotes. */
+static void strip_comment(char *s)
+{
+    bool quoted = false;
+    for (char *p = s; *p; p++) {
+        if (*p == '"') quoted = !quoted;
+        if (!quoted && (*p == '#' || *p == ';') && (p == s || isspace((unsigned char)p[-1]))) {
+            *p = '\0';
+            return;
+        }
+    }
+}
+
+static bool unquote(char **value)
+{
+    char *v = *value;
+    size_t n = strlen(v);
+    if (n == 0 || v[0] != '"') return true;
+    if (n < 2 || v[n - 1] != '"') return false;
+    v[n - 1] = '\0';
+    *value = v + 1;
+    return true;
+}
+
+dpt_config *dpt_config_load(const char *path, dpt_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        dpt_errorf(err, "cannot open config file %s: %s\nHINT: pass the path of an INI file, e.g. "
+                        "configs/fmnist_mlp.ini", path, strerror(errno));
+        return NULL;
+    }
+    dpt_config *cfg = dpt_config_defaults();
+    int set_line[NKEYS] = {0};
+    char section[64] = "";
+    char line[4096], where[320];
+    int lineno = 0;
+    bool ok = true;
+    while (ok && fgets(line, sizeof line, f)) {
+        lineno++;
+        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        size_t len = strlen(line);
+        if (len == sizeof line - 1 && line[len - 1] != '\n') {
+            ok = dpt_errorf(err, "%s: line longer than %zu characters", where, sizeof line - 2);
+            break;
+        }
+        strip_comment(line);
+        char *s = trim(line);
+        if (!*s) continue;
+        if (*s == '[') {
+            char *close = strchr(s, ']');
+            if (!close || *trim(close + 1)) {
+                ok = dpt_errorf(err, "%s: malformed section header '%s'\nHINT: write it as [name]", where, s);
+                break;
+            }
+            *close = '\0';
+            char *name = trim(s + 1);
+            if (!section_exists(name)) {
+                ok = unknown_name(err, where, name, NULL);
+                break;
+            }
+            snprintf(section, sizeof section, "%s", name);
+            continue;
+        }
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            ok = dpt_errorf(err, "%s: expected 'key = value' or '[section]', got '%s'", where, s);
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s), *val = trim(eq + 1);
+        if (!*key) {
+            ok = dpt_errorf(err, "%s: missing key before '='", where);
+            break;
+        }
+        if (!*section) {
+            ok = dpt_errorf(err, "%s: key '%s' before any [section]\nHINT: put it under its section, "
+                                 "e.g. [train]", where, key);
+            break;
+        }
+        int k = find_key(section, key);
+        if (k < 0) {
+            ok = unknown_name(err, where, section, key);
+            break;
+        }
+        if (set_line[k]) {
+            ok = dpt_errorf(err, "%s: [%s] %s set twice (first on line %d)", where, section, key, set_line[k]);
+            break;
+        }
+        if (!unquote(&val)) {
+            ok = dpt_errorf(err, "%s: [%s] %s: unterminated quote", where, section, key);
+            break;
+        }
+        if (!set_value(err, where, k, val, &cfg->values[k])) {
+            ok = false;
+            break;
+        }
+        set_line[k] = lineno;
+    }
+    if (ok && ferror(f)) ok = dpt_errorf(err, "%s: read error: %s", path, strerror(errno));
+    fclose(f);
+    if (!ok) {
+        dpt_config_free(cfg);
+        return NULL;
+    }
+    return cfg;
+}
+
+bool dpt_config_set(dpt_config *cfg, const char *assignment, dpt_error *err)
+{
+    char buf[1024], where[1100];
+    snprintf(buf, sizeof buf, "%s", assignment);
+    snprintf(where, sizeof where, "--set %s", assignment);
+    char *eq = strchr(buf, '='), *dot = strchr(buf, '.');
+    if (!eq || !dot || dot > eq)
+        return dpt_errorf(err, "%s: expected section.key=value\nHINT: e.g. --set train.batch=128", where);
+    *eq = '\0';
+    *dot = '\0';
+    char *section = trim(buf), *key = trim(dot + 1), *val = trim(eq + 1);
+    int k = find_key(section, key);
+    if (k < 0) return unknown_name(err, where, section, key);
+    return set_value(err, where, k, val, &cfg->values[k]);
+}
+
+/* ---------------------------------------------------------------- getters */
+
+static const cfg_value *get(const dpt_config *cfg, const char *section, const char *key, key_type want)
+{
+    int k = find_key(section, key);
+    DPT_ASSERT(k >= 0, "config key [%s] %s is not in the schema", section, key);
+    DPT_ASSERT(schema[k].type == want || (want == T_STRING && schema[k].type == T_ENUM),
+               "[%s] %s is a %s, read as a %s", section, key, type_names[schema[k].type], type_names[want]);
+    return &cfg->values[k];
+}
+
+int64_t dpt_config_int(const dpt_config *cfg, const char *s, const char *k) { return get(cfg, s, k, T_INT)->i; }
+double dpt_config_float(const dpt_config *cfg, const char *s, const char *k) { return get(cfg, s, k, T_FLOAT)->f; }
+bool dpt_config_bool(const dpt_config *cfg, const char *s, const char *k) { return get(cfg, s, k, T_BOOL)->b; }
+const char *dpt_config_str(const dpt_config *cfg, const char *s, const char *k) { return get(cfg, s, k, T_STRING)->raw; }
+
+int dpt_config_int_list(const dpt_config *cfg, const char *s, const char *k, int64_t *values, int max)
+{
+    const cfg_value *v = get(cfg, s, k, T_INT_LIST);
+    for (int i = 0; i < v->nlist && i < max; i++) values[i] = v->list[i];
+    return v->nlist;
+}
+
+const char *dpt_config_where(const dpt_config *cfg, const char *section, const char *key)
+{
+    int k = find_key(section, key);
+    DPT_ASSERT(k >= 0, "config key [%s] %s is not in the schema", section, key);
+    return cfg->values[k].where;
+}
+
+void dpt_config_print(const dpt_config *cfg, FILE *out)
+{
+    for (int k = 0; k < NKEYS; k++) {
+        if (k == 0 || strcmp(schema[k].section, schema[k - 1].section) != 0)
+            fprintf(out, "%s[%s]\n", k ? "\n" : "", schema[k].section);
+        fprintf(out, "%s = %s\n", schema[k].key, cfg->values[k].raw);
+    }
+}
+
+uint64_t dpt_config_hash(const dpt_config *cfg)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int k = 0; k < NKEYS; k++) {
+        const char *parts[3] = {schema[k].section, schema[k].key, cfg->values[k].raw};
+        for (int p = 0; p < 3; p++) {
+            for (const char *c = parts[p]; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
+            h = (h ^ 0xff) * 0x100000001b3ULL; /* separator so "ab"+"c" != "a"+"bc" */
+        }
+    }
+    return h;
+}
+
+void dpt_config_print_reference(FILE *out)
+{
+    fprintf(out, "# Config reference\n\n"
+                 "Generated by `./train --config-reference` from the parser's own table "
+                 "(runtime/config.c); a test fails if this file and the table drift apart.\n\n"
+                 "Every key is optional; a key that is not listed here is an error, as is a value of "
+                 "the wrong type or out of range. Any key can be overridden on the command line with "
+                 "`--set section.key=value`.\n");
+    for (int k = 0; k < NKEYS; k++) {
+        const schema_key *sk = &schema[k];
+        if (k == 0 || strcmp(sk->section, schema[k - 1].section) != 0)
+            fprintf(out, "\n## [%s]\n\n| key | type | default | meaning |\n|---|---|---|---|\n", sk->section);
+        char type[160];
+        if (sk->type == T_ENUM) snprintf(type, sizeof type, "one of `%s`", sk->choices);
+        else if (sk->min <= sk->max) snprintf(type, sizeof type, "%s in [%g, %g]", type_names[sk->type], sk->min, sk->max);
+        else snprintf(type, sizeof type, "%s", type_names[sk->type]);
+        fprintf(out, "| `%s` | %s | `%s` | %s |\n", sk->key, type, *sk->def ? sk->def : "\"\"", sk->help);
+    }
+}

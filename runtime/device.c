@@ -1,0 +1,65 @@
+/* device.c: the context: picks the backend for its device, owns allocator, tape and RNG. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "ctx.h"
+#include "error.h"
+
+#if DPT_CUDA
+const dpt_backend *dpt_backend_cuda(void); /* ops_cuda.cu: the one seam where CUDA registers */
+#endif
+
+static const dpt_backend *backend_for(dpt_device_kind kind)
+{
+    switch (kind) {
+    case DPT_DEVICE_CPU: return &dpt_backend_cpu;
+#if DPT_CUDA
+    case DPT_DEVICE_CUDA: return dpt_backend_cuda();
+#endif
+    default: return NULL;
+    }
+}
+
+dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
+{
+    const dpt_backend *be = backend_for(options->device.kind);
+    if (!be) {
+        dpt_errorf(err, "device kind %d is not available in this build\n"
+                        "HINT: rebuild with the CUDA toolkit installed (make prints what it found)",
+                   (int)options->device.kind);
+        return NULL;
+    }
+    dpt_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) dpt_fatal("out of host memory for a context");
+    ctx->device = options->device;
+    ctx->be = be;
+    ctx->threads = options->threads > 0 ? options->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (ctx->threads < 1) ctx->threads = 1;
+    ctx->grad_enabled = true;
+    dpt_rng_seed(&ctx->rng, options->seed);
+    if (!be->init(ctx, err)) {
+        free(ctx);
+        return NULL;
+    }
+    ctx->alloc = dpt_alloc_new(be->raw_allocator(ctx));
+    return ctx;
+}
+
+void dpt_ctx_free(dpt_ctx *ctx)
+{
+    if (!ctx) return;
+    dpt_tape_clear(ctx);
+    free(ctx->nodes);
+    free(ctx->temps);
+    free(ctx->scratch);
+    size_t leaked = dpt_alloc_free(ctx->alloc);
+    if (leaked)
+        fprintf(stderr, "dptrain: warning: %zu bytes of %s tensors were never freed\n", leaked,
+                ctx->be->name);
+    ctx->be->shutdown(ctx);
+    free(ctx);
+}
+
+int dpt_ctx_threads(const dpt_ctx *ctx) { return ctx->threads; }
+dpt_device dpt_ctx_device(const dpt_ctx *ctx) { return ctx->device; }
+dpt_mem_stats dpt_ctx_mem_stats(const dpt_ctx *ctx) { return dpt_alloc_stats(ctx->alloc); }

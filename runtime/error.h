@@ -1,0 +1,22 @@
+/* error.h: user-facing error messages (dpt_error) and the fatal path for impossible states. */
+#ifndef DPT_ERROR_H
+#define DPT_ERROR_H
+
+#include "dpt.h"
+
+/* Print file:line and the message, then end the process (the job, under MPI). */
+_Noreturn void dpt_fatal_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define dpt_fatal(...) dpt_fatal_at(__FILE__, __LINE__, __VA_ARGS__)
+
+/* A violated internal invariant (a bug in dptrain or in the caller's use of the API). */
+#define DPT_ASSERT(cond, ...)                                                                      \
+    do {                                                                                           \
+        if (!(cond)) dpt_fatal_at(__FILE__, __LINE__, "assertion '" #cond "' failed: " __VA_ARGS__); \
+    } while (0)
+
+/* Installed by the world layer so that a fatal error on one rank stops every rank. */
+typedef void (*dpt_abort_fn)(int code);
+void dpt_set_abort_handler(dpt_abort_fn fn);
+
+#endif

@@ -1,0 +1,56 @@
+/* log.c: timing and the JSONL metrics writer (flushed per line so a crashed run keeps its log). */
+#include "log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+
+double dpt_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct dpt_metrics {
+    FILE *file; /* NULL: discard */
+};
+
+dpt_metrics *dpt_metrics_open(const char *path, dpt_error *err)
+{
+    dpt_metrics *m = calloc(1, sizeof *m);
+    if (!m) dpt_fatal("out of host memory for a metrics writer");
+    if (path && *path) {
+        m->file = fopen(path, "w");
+        if (!m->file) {
+            dpt_errorf(err, "cannot write metrics file %s: %s\nHINT: check [log] metrics and that "
+                            "its folder exists", path, strerror(errno));
+            free(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+void dpt_metrics_write(dpt_metrics *m, const char *fmt, ...)
+{
+    if (!m || !m->file) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputc('{', m->file);
+    vfprintf(m->file, fmt, ap);
+    fputs("}\n", m->file);
+    fflush(m->file);
+    va_end(ap);
+}
+
+void dpt_metrics_close(dpt_metrics *m)
+{
+    if (!m) return;
+    if (m->file) fclose(m->file);
+    free(m);
+}

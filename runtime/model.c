@@ -1,0 +1,161 @@
+/* model.c: a model is a named list of parameters and buffers plus a forward function. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctx.h"
+#include "error.h"
+
+struct dpt_model {
+    dpt_ctx *ctx;
+    char name[64];
+    char summary[256];
+    dpt_forward_fn forward;
+    void *state;
+    bool training;
+    dpt_tensor **params; /* creation order; DDP buckets walk it in reverse */
+    int nparams, cap_params;
+    dpt_tensor **buffers;
+    int nbuffers, cap_buffers;
+    void **allocs; /* layer structs and other builder memory, freed with the model */
+    int nallocs, cap_allocs;
+};
+
+static void push(void ***list, int *count, int *cap, void *item)
+{
+    if (*count == *cap) {
+        *cap = *cap ? 2 * *cap : 16;
+        *list = realloc(*list, (size_t)*cap * sizeof **list);
+        if (!*list) dpt_fatal("out of host memory growing a model");
+    }
+    (*list)[(*count)++] = item;
+}
+
+dpt_model *dpt_model_new(dpt_ctx *ctx, const char *name, dpt_forward_fn forward)
+{
+    dpt_model *m = calloc(1, sizeof *m);
+    if (!m) dpt_fatal("out of host memory for a model");
+    m->ctx = ctx;
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->forward = forward;
+    m->training = true;
+    return m;
+}
+
+void dpt_model_free(dpt_model *m)
+{
+    if (!m) return;
+    for (int i = 0; i < m->nparams; i++) dpt_tensor_free(m->params[i]);
+    for (int i = 0; i < m->nbuffers; i++) dpt_tensor_free(m->buffers[i]);
+    for (int i = 0; i < m->nallocs; i++) free(m->allocs[i]);
+    free(m->params);
+    free(m->buffers);
+    free(m->allocs);
+    free(m);
+}
+
+const char *dpt_model_name(const dpt_model *m) { return m->name; }
+
+void *dpt_model_alloc(dpt_model *m, size_t bytes)
+{
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) dpt_fatal("out of host memory (%zu bytes) building model %s", bytes, m->name);
+    push(&m->allocs, &m->nallocs, &m->cap_allocs, p);
+    return p;
+}
+
+void dpt_model_set_state(dpt_model *m, void *state) { m->state = state; }
+void *dpt_model_state(const dpt_model *m) { return m->state; }
+
+static void check_unique_name(const dpt_model *m, const char *name)
+{
+    for (int i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i]->name, name) == 0)
+            dpt_fatal("model %s: parameter name '%s' used twice", m->name, name);
+    for (int i = 0; i < m->nbuffers; i++)
+        if (strcmp(m->buffers[i]->name, name) == 0)
+            dpt_fatal("model %s: buffer name '%s' used twice", m->name, name);
+}
+
+dpt_tensor *dpt_model_param(dpt_model *m, const char *name, int ndim, const int64_t *shape)
+{
+    check_unique_name(m, name);
+    dpt_tensor *t = dpt_tensor_new(m->ctx, ndim, shape);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->requires_grad = true;
+    t->is_param = true;
+    t->param_index = m->nparams;
+    t->grad = dpt_tensor_new(m->ctx, ndim, shape);
+    push((void ***)&m->params, &m->nparams, &m->cap_params, t);
+    return t;
+}
+
+dpt_tensor *dpt_model_buffer(dpt_model *m, const char *name, int ndim, const int64_t *shape)
+{
+    check_unique_name(m, name);
+    dpt_tensor *t = dpt_tensor_new(m->ctx, ndim, shape);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    push((void ***)&m->buffers, &m->nbuffers, &m->cap_buffers, t);
+    return t;
+}
+
+int dpt_model_num_params(const dpt_model *m) { return m->nparams; }
+int dpt_model_num_buffers(const dpt_model *m) { return m->nbuffers; }
+
+dpt_tensor *dpt_model_param_at(const dpt_model *m, int index)
+{
+    DPT_ASSERT(index >= 0 && index < m->nparams, "parameter index %d of %d", index, m->nparams);
+    return m->params[index];
+}
+
+dpt_tensor *dpt_model_buffer_at(const dpt_model *m, int index)
+{
+    DPT_ASSERT(index >= 0 && index < m->nbuffers, "buffer index %d of %d", index, m->nbuffers);
+    return m->buffers[index];
+}
+
+int64_t dpt_model_param_count(const dpt_model *m)
+{
+    int64_t total = 0;
+    for (int i = 0; i < m->nparams; i++) total += m->params[i]->numel;
+    return total;
+}
+
+dpt_tensor *dpt_model_forward(dpt_model *m, dpt_ctx *ctx, dpt_tensor *x)
+{
+    DPT_ASSERT(m->forward, "model %s has no forward function", m->name);
+    return m->forward(m, ctx, x);
+}
+
+void dpt_model_zero_grad(dpt_model *m)
+{
+    for (int i = 0; i < m->nparams; i++) {
+        dpt_tensor *g = m->params[i]->grad;
+        m->ctx->be->fill(m->ctx, g->data, g->numel, 0.0f);
+    }
+}
+
+void dpt_model_set_training(dpt_model *m, bool training) { m->training = training; }
+bool dpt_model_training(const dpt_model *m) { return m->training; }
+void dpt_model_set_summary(dpt_model *m, const char *summary)
+{
+    snprintf(m->summary, sizeof m->summary, "%s", summary);
+}
+const char *dpt_model_summary(const dpt_model *m) { return m->summary; }
+
+/* ---------------------------------------------------------------- initialisation */
+
+/* Values are drawn on the host in element order so that a seed gives the same parameters
+ * on every device and every rank. */
+static void init_with(dpt_ctx *ctx, dpt_tensor *t, float a, bool normal)
+{
+    float *host = malloc((size_t)t->numel * sizeof *host);
+    if (!host) dpt_fatal("out of host memory initialising %s", t->name);
+    for (int64_t i = 0; i < t->numel; i++)
+        host[i] = normal ? a * dpt_rng_normal(&ctx->rng) : a * (2.0f * dpt_rng_uniform(&ctx->rng) - 1.0f);
+    dpt_tensor_copy_from_host(t, host);
+    free(host);
+}
+
+void dpt_init_uniform(dpt_ctx *ctx, dpt_tensor *t, float bound) { init_with(ctx, t, bound, false); }
+void dpt_init_normal(dpt_ctx *ctx, dpt_tensor *t, float std) { init_with(ctx, t, std, true); }
+void dpt_init_constant(dpt_tensor *t, float value) { t->ctx->be->fill(t->ctx, t->data, t->numel, value); }

@@ -1,0 +1,221 @@
+/* ops.c: device-neutral differentiable ops (arithmetic, matmul, views). Each forward checks
+ * shapes, calls the backend, and records a node whose backward adds into input gradients. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd.h"
+#include "ctx.h"
+#include "error.h"
+
+static void require_contiguous(const char *op, const dpt_tensor *t)
+{
+    char buf[96];
+    if (!dpt_tensor_is_contiguous(t))
+        dpt_fatal("%s needs a contiguous tensor, got a strided view of shape %s", op,
+                  dpt_shape_str(t, buf, sizeof buf));
+}
+
+static void require_same_shape(const char *op, const dpt_tensor *a, const dpt_tensor *b)
+{
+    char sa[96], sb[96];
+    if (!dpt_same_shape(a, b))
+        dpt_fatal("%s: shapes %s and %s differ", op, dpt_shape_str(a, sa, sizeof sa),
+                  dpt_shape_str(b, sb, sizeof sb));
+}
+
+/* ---------------------------------------------------------------- add, mul, scale */
+
+static void add_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    const dpt_tensor *dy = node->out->grad;
+    for (int i = 0; i < 2; i++)
+        if (dpt_wants_grad(node->in[i]))
+            ctx->be->axpy(ctx, dy->numel, 1.0f, dy->data, dpt_grad_acc(ctx, node->in[i])->data);
+}
+
+dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
+{
+    require_same_shape("add", a, b);
+    require_contiguous("add", a);
+    require_contiguous("add", b);
+    dpt_tensor *out = dpt_temp_like(ctx, a);
+    ctx->be->add(ctx, out->numel, a->data, b->data, out->data);
+    dpt_tape_record(ctx, "add", add_backward, out, 2, (dpt_tensor *[]){a, b});
+    return out;
+}
+
+static void mul_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    const dpt_tensor *dy = node->out->grad;
+    dpt_tensor *a = node->in[0], *b = node->in[1];
+    if (dpt_wants_grad(a)) ctx->be->mul_acc(ctx, dy->numel, dy->data, b->data, dpt_grad_acc(ctx, a)->data);
+    if (dpt_wants_grad(b)) ctx->be->mul_acc(ctx, dy->numel, dy->data, a->data, dpt_grad_acc(ctx, b)->data);
+}
+
+dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
+{
+    require_same_shape("mul", a, b);
+    require_contiguous("mul", a);
+    require_contiguous("mul", b);
+    dpt_tensor *out = dpt_temp_like(ctx, a);
+    ctx->be->mul(ctx, out->numel, a->data, b->data, out->data);
+    dpt_tape_record(ctx, "mul", mul_backward, out, 2, (dpt_tensor *[]){a, b});
+    return out;
+}
+
+static void scale_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    const dpt_tensor *dy = node->out->grad;
+    ctx->be->axpy(ctx, dy->numel, node->f[0], dy->data, dpt_grad_acc(ctx, node->in[0])->data);
+}
+
+dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha)
+{
+    require_contiguous("scale", x);
+    dpt_tensor *out = dpt_temp_like(ctx, x);
+    ctx->be->scale(ctx, out->numel, alpha, x->data, out->data);
+    dpt_node *node = dpt_tape_record(ctx, "scale", scale_backward, out, 1, &x);
+    if (node) node->f[0] = alpha;
+    return out;
+}
+
+/* ---------------------------------------------------------------- sum, mean */
+
+static void sum_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    dpt_tensor *x = node->in[0];
+    float dy = dpt_tensor_item(node->out->grad) * node->f[0];
+    dpt_tensor *ones = dpt_temp_like(ctx, x);
+    ctx->be->fill(ctx, ones->data, ones->numel, dy);
+    ctx->be->axpy(ctx, x->numel, 1.0f, ones->data, dpt_grad_acc(ctx, x)->data);
+}
+
+static dpt_tensor *reduce(dpt_ctx *ctx, dpt_tensor *x, float factor, const char *op)
+{
+    require_contiguous(op, x);
+    dpt_tensor *out = dpt_temp(ctx, 1, (int64_t[]){1});
+    float value = (float)(ctx->be->sum(ctx, x->data, x->numel) * factor);
+    ctx->be->copy_h2d(ctx, out->data, &value, sizeof value);
+    dpt_node *node = dpt_tape_record(ctx, op, sum_backward, out, 1, &x);
+    if (node) node->f[0] = factor;
+    return out;
+}
+
+dpt_tensor *dpt_sum(dpt_ctx *ctx, dpt_tensor *x) { return reduce(ctx, x, 1.0f, "sum"); }
+
+dpt_tensor *dpt_mean(dpt_ctx *ctx, dpt_tensor *x)
+{
+    DPT_ASSERT(x->numel > 0, "mean of an empty tensor");
+    return reduce(ctx, x, 1.0f / (float)x->numel, "mean");
+}
+
+/* ---------------------------------------------------------------- matmul and views */
+
+/* How a 2-D tensor enters GEMM: as stored (row-major) or as a transposed view of a row-major
+ * matrix, which BLAS reads with a transpose flag instead of a copy. */
+static void gemm_operand(const char *op, const dpt_tensor *t, bool *trans, int64_t *ld)
+{
+    char buf[96];
+    if (t->ndim != 2) dpt_fatal("%s needs 2-D operands, got %s", op, dpt_shape_str(t, buf, sizeof buf));
+    if (dpt_tensor_is_contiguous(t)) {
+        *trans = false;
+        *ld = t->shape[1] > 1 ? t->shape[1] : 1;
+    } else if (t->strides[0] == 1 && t->strides[1] == t->shape[0]) {
+        *trans = true; /* a dpt_transpose() view of a contiguous (shape[1], shape[0]) matrix */
+        *ld = t->strides[1];
+    } else {
+        dpt_fatal("%s: operand %s has strides (%lld, %lld) that BLAS cannot read", op,
+                  dpt_shape_str(t, buf, sizeof buf), (long long)t->strides[0], (long long)t->strides[1]);
+    }
+}
+
+static void matmul_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    dpt_tensor *a = node->in[0], *b = node->in[1];
+    const dpt_tensor *dc = node->out->grad;
+    int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
+    bool ta, tb;
+    int64_t lda, ldb;
+    gemm_operand("matmul", a, &ta, &lda);
+    gemm_operand("matmul", b, &tb, &ldb);
+    if (dpt_wants_grad(a)) /* dA (M, K) += dC (M, N) B^T */
+        ctx->be->gemm(ctx, false, !tb, M, K, N, 1.0f, dc->data, N, b->data, ldb, 1.0f,
+                      dpt_grad_acc(ctx, a)->data, K);
+    if (dpt_wants_grad(b)) /* dB (K, N) += A^T dC (M, N) */
+        ctx->be->gemm(ctx, !ta, false, K, N, M, 1.0f, a->data, lda, dc->data, N, 1.0f,
+                      dpt_grad_acc(ctx, b)->data, N);
+}
+
+dpt_tensor *dpt_matmul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
+{
+    bool ta, tb;
+    int64_t lda, ldb;
+    gemm_operand("matmul", a, &ta, &lda);
+    gemm_operand("matmul", b, &tb, &ldb);
+    char sa[96], sb[96];
+    if (a->shape[1] != b->shape[0])
+        dpt_fatal("matmul: inner dimensions differ: %s x %s", dpt_shape_str(a, sa, sizeof sa),
+                  dpt_shape_str(b, sb, sizeof sb));
+    int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
+    dpt_tensor *out = dpt_temp(ctx, 2, (int64_t[]){M, N});
+    ctx->be->gemm(ctx, ta, tb, M, N, K, 1.0f, a->data, lda, b->data, ldb, 0.0f, out->data, N);
+    dpt_tape_record(ctx, "matmul", matmul_backward, out, 2, (dpt_tensor *[]){a, b});
+    return out;
+}
+
+static void transpose_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    dpt_tensor *x = node->in[0];
+    const dpt_tensor *dy = node->out->grad; /* (n, m), contiguous */
+    ctx->be->transpose_acc(ctx, dy->data, dpt_grad_acc(ctx, x)->data, dy->shape[0], dy->shape[1]);
+}
+
+dpt_tensor *dpt_transpose(dpt_ctx *ctx, dpt_tensor *x)
+{
+    char buf[96];
+    if (x->ndim != 2 || !dpt_tensor_is_contiguous(x))
+        dpt_fatal("transpose needs a contiguous 2-D tensor, got %s", dpt_shape_str(x, buf, sizeof buf));
+    int64_t m = x->shape[0], n = x->shape[1];
+    dpt_tensor *out = dpt_view(ctx, x, 2, (int64_t[]){n, m}, (int64_t[]){1, n}, 0);
+    dpt_tape_record(ctx, "transpose", transpose_backward, out, 1, &x);
+    return out;
+}
+
+static void reshape_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    const dpt_tensor *dy = node->out->grad;
+    ctx->be->axpy(ctx, dy->numel, 1.0f, dy->data, dpt_grad_acc(ctx, node->in[0])->data);
+}
+
+dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape)
+{
+    char buf[96];
+    require_contiguous("reshape", x);
+    DPT_ASSERT(ndim > 0 && ndim <= DPT_MAX_DIMS, "reshape to %d dims", ndim);
+    int64_t resolved[DPT_MAX_DIMS], known = 1;
+    int infer = -1;
+    for (int i = 0; i < ndim; i++) {
+        resolved[i] = shape[i];
+        if (shape[i] == -1) {
+            DPT_ASSERT(infer < 0, "reshape with two -1 dims");
+            infer = i;
+        } else {
+            known *= shape[i];
+        }
+    }
+    if (infer >= 0) resolved[infer] = known ? x->numel / known : 0;
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) numel *= resolved[i];
+    if (numel != x->numel)
+        dpt_fatal("reshape of %s (%lld elements) to %d dims with %lld elements",
+                  dpt_shape_str(x, buf, sizeof buf), (long long)x->numel, ndim, (long long)numel);
+    dpt_tensor *out = dpt_view(ctx, x, ndim, resolved, NULL, 0);
+    dpt_tape_record(ctx, "reshape", reshape_backward, out, 1, &x);
+    return out;
+}
+
+dpt_tensor *dpt_flatten(dpt_ctx *ctx, dpt_tensor *x)
+{
+    DPT_ASSERT(x->ndim >= 1, "flatten of a 0-d tensor");
+    return dpt_reshape(ctx, x, 2, (int64_t[]){x->shape[0], -1});
+}

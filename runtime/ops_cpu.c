@@ -1,0 +1,315 @@
+/* ops_cpu.c: the CPU backend. GEMM goes to OpenBLAS; elementwise kernels are OpenMP loops,
+ * split only when the work is large enough to pay for waking threads. Reductions run in a
+ * fixed order so that a run is bit-reproducible for a given thread count. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "ctx.h"
+#include "error.h"
+
+#define PAR_MIN 32768 /* elements below which a loop stays on one thread */
+
+static void *cpu_malloc(size_t bytes, void *user)
+{
+    (void)user;
+    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+
+static void cpu_free(void *ptr, void *user)
+{
+    (void)user;
+    free(ptr);
+}
+
+static dpt_raw_allocator cpu_raw_allocator(dpt_ctx *ctx)
+{
+    (void)ctx;
+    return (dpt_raw_allocator){.malloc_fn = cpu_malloc, .free_fn = cpu_free};
+}
+
+static bool cpu_init(dpt_ctx *ctx, dpt_error *err)
+{
+    (void)err;
+    openblas_set_num_threads(ctx->threads);
+    return true;
+}
+
+static void cpu_shutdown(dpt_ctx *ctx) { (void)ctx; }
+
+static void cpu_copy(dpt_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    (void)ctx;
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static void cpu_fill(dpt_ctx *ctx, float *x, int64_t n, float value)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) x[i] = value;
+}
+
+static void cpu_axpy(dpt_ctx *ctx, int64_t n, float alpha, const float *x, float *y)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+static void cpu_scale(dpt_ctx *ctx, int64_t n, float alpha, const float *x, float *out)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) out[i] = alpha * x[i];
+}
+
+static void cpu_add(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void cpu_mul(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+}
+
+static void cpu_mul_acc(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) out[i] += a[i] * b[i];
+}
+
+static double cpu_sum(dpt_ctx *ctx, const float *x, int64_t n)
+{
+    (void)ctx;
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++) total += x[i];
+    return total;
+}
+
+static void cpu_transpose_acc(dpt_ctx *ctx, const float *src, float *dst, int64_t rows, int64_t cols)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) dst[c * rows + r] += src[r * cols + c];
+}
+
+static void cpu_gemm(dpt_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                     float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                     float beta, float *C, int64_t ldc)
+{
+    (void)ctx;
+    if (M == 0 || N == 0) return;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N, (blasint)K, alpha, A,
+                (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
+}
+
+static void cpu_bias_add(dpt_ctx *ctx, float *y, const float *bias, int64_t rows, int64_t cols)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) y[r * cols + c] += bias[c];
+}
+
+static void cpu_bias_grad(dpt_ctx *ctx, const float *dy, float *dbias, int64_t rows, int64_t cols)
+{
+    (void)ctx;
+    /* Row by row (not column by column) so the inner loop is contiguous and vectorises. */
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dbias[c] += dy[r * cols + c];
+}
+
+static void cpu_relu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+static void cpu_relu_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_C 0.044715f
+
+static void cpu_gelu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
+    }
+}
+
+static void cpu_gelu_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+        float dt = GELU_K * (1.0f + 3.0f * GELU_C * v * v) * (1.0f - t * t);
+        dx[i] += dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+    }
+}
+
+static void cpu_softmax_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t rows, int64_t cols)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        float max = xr[0];
+        for (int64_t c = 1; c < cols; c++) max = fmaxf(max, xr[c]);
+        double total = 0.0;
+        for (int64_t c = 0; c < cols; c++) {
+            yr[c] = expf(xr[c] - max);
+            total += yr[c];
+        }
+        float inv = (float)(1.0 / total);
+        for (int64_t c = 0; c < cols; c++) yr[c] *= inv;
+    }
+}
+
+static void cpu_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t rows,
+                            int64_t cols)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *yr = y + r * cols, *dyr = dy + r * cols;
+        double dot = 0.0;
+        for (int64_t c = 0; c < cols; c++) dot += (double)dyr[c] * yr[c];
+        for (int64_t c = 0; c < cols; c++) dx[r * cols + c] += yr[c] * (dyr[c] - (float)dot);
+    }
+}
+
+static void check_labels(const int32_t *labels, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++)
+        if (labels[r] < 0 || labels[r] >= cols)
+            dpt_fatal("label %d of row %lld is outside [0, %lld)", labels[r], (long long)r,
+                      (long long)cols);
+}
+
+static double cpu_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
+                           int64_t cols, float smoothing, float *probs)
+{
+    check_labels(labels, rows, cols);
+    double *row_loss = malloc((size_t)rows * sizeof *row_loss);
+    if (!row_loss) dpt_fatal("out of host memory in cross-entropy");
+#pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = logits + r * cols;
+        float *pr = probs + r * cols;
+        float max = xr[0];
+        for (int64_t c = 1; c < cols; c++) max = fmaxf(max, xr[c]);
+        double total = 0.0, sum_logits = 0.0;
+        for (int64_t c = 0; c < cols; c++) {
+            total += exp((double)xr[c] - max);
+            sum_logits += xr[c];
+        }
+        double lse = max + log(total);
+        for (int64_t c = 0; c < cols; c++) pr[c] = (float)exp((double)xr[c] - lse);
+        /* -sum_c target_c log p_c with target = (1-s) onehot + s/C */
+        row_loss[r] = (1.0 - smoothing) * (lse - xr[labels[r]]) +
+                      smoothing * (lse - sum_logits / (double)cols);
+    }
+    double loss = 0.0;
+    for (int64_t r = 0; r < rows; r++) loss += row_loss[r];
+    free(row_loss);
+    return loss;
+}
+
+static void cpu_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows,
+                         int64_t cols, float smoothing, float scale, float *dlogits)
+{
+    float uniform = smoothing / (float)cols;
+#pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++) {
+            float target = uniform + (c == labels[r] ? 1.0f - smoothing : 0.0f);
+            dlogits[r * cols + c] += scale * (probs[r * cols + c] - target);
+        }
+    }
+}
+
+static int64_t cpu_count_correct(dpt_ctx *ctx, const float *logits, const int32_t *labels,
+                                 int64_t rows, int64_t cols)
+{
+    (void)ctx;
+    int64_t correct = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = logits + r * cols;
+        int64_t best = 0;
+        for (int64_t c = 1; c < cols; c++)
+            if (xr[c] > xr[best]) best = c;
+        correct += best == labels[r];
+    }
+    return correct;
+}
+
+static void cpu_sgd_step(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *buf,
+                         float lr, float momentum, float dampening, float weight_decay,
+                         bool nesterov, bool first_step)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i] + weight_decay * param[i];
+        if (momentum != 0.0f) {
+            buf[i] = first_step ? g : momentum * buf[i] + (1.0f - dampening) * g;
+            g = nesterov ? g + momentum * buf[i] : buf[i];
+        }
+        param[i] -= lr * g;
+    }
+}
+
+static void cpu_adamw_step(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *m,
+                           float *v, float lr, float beta1, float beta2, float eps,
+                           float weight_decay, float bias_correction1, float bias_correction2)
+{
+    float step_size = lr / bias_correction1;
+    float bc2_sqrt = sqrtf(bias_correction2);
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        param[i] *= 1.0f - lr * weight_decay;
+        m[i] = beta1 * m[i] + (1.0f - beta1) * grad[i];
+        v[i] = beta2 * v[i] + (1.0f - beta2) * grad[i] * grad[i];
+        param[i] -= step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
+    }
+}
+
+const dpt_backend dpt_backend_cpu = {
+    .name = "cpu",
+    .init = cpu_init,
+    .shutdown = cpu_shutdown,
+    .raw_allocator = cpu_raw_allocator,
+    .copy_h2d = cpu_copy,
+    .copy_d2h = cpu_copy,
+    .copy_d2d = cpu_copy,
+    .fill = cpu_fill,
+    .axpy = cpu_axpy,
+    .scale = cpu_scale,
+    .add = cpu_add,
+    .mul = cpu_mul,
+    .mul_acc = cpu_mul_acc,
+    .sum = cpu_sum,
+    .transpose_acc = cpu_transpose_acc,
+    .gemm = cpu_gemm,
+    .bias_add = cpu_bias_add,
+    .bias_grad = cpu_bias_grad,
+    .relu_fwd = cpu_relu_fwd,
+    .relu_bwd = cpu_relu_bwd,
+    .gelu_fwd = cpu_gelu_fwd,
+    .gelu_bwd = cpu_gelu_bwd,
+    .softmax_fwd = cpu_softmax_fwd,
+    .softmax_bwd = cpu_softmax_bwd,
+    .xent_fwd = cpu_xent_fwd,
+    .xent_bwd = cpu_xent_bwd,
+    .count_correct = cpu_count_correct,
+    .sgd_step = cpu_sgd_step,
+    .adamw_step = cpu_adamw_step,
+};

@@ -1,0 +1,67 @@
+/* rng.c: xoshiro256** (Blackman & Vigna), public-domain algorithm. */
+#include "rng.h"
+
+#include <math.h>
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void dpt_rng_seed(dpt_rng *rng, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t dpt_rng_next(dpt_rng *rng)
+{
+    uint64_t *s = rng->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+float dpt_rng_uniform(dpt_rng *rng) { return (float)(dpt_rng_next(rng) >> 40) * 0x1.0p-24f; }
+
+float dpt_rng_normal(dpt_rng *rng)
+{
+    double u1 = ((double)(dpt_rng_next(rng) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
+    double u2 = (double)(dpt_rng_next(rng) >> 11) * 0x1.0p-53;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+uint64_t dpt_rng_below(dpt_rng *rng, uint64_t bound)
+{
+    __uint128_t m = (__uint128_t)dpt_rng_next(rng) * bound;
+    uint64_t low = (uint64_t)m;
+    if (low < bound) {
+        uint64_t threshold = -bound % bound;
+        while (low < threshold) {
+            m = (__uint128_t)dpt_rng_next(rng) * bound;
+            low = (uint64_t)m;
+        }
+    }
+    return (uint64_t)(m >> 64);
+}
+
+void dpt_rng_permutation(dpt_rng *rng, int64_t *perm, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)dpt_rng_below(rng, (uint64_t)i + 1);
+        int64_t tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+}

@@ -1,0 +1,167 @@
+/* tensor.c: tensor creation, views, accessors and host transfers. */
+#include "tensor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctx.h"
+#include "error.h"
+
+static void tape_keep(dpt_ctx *ctx, dpt_tensor *t)
+{
+    if (ctx->ntemps == ctx->cap_temps) {
+        ctx->cap_temps = ctx->cap_temps ? 2 * ctx->cap_temps : 256;
+        ctx->temps = realloc(ctx->temps, (size_t)ctx->cap_temps * sizeof *ctx->temps);
+        if (!ctx->temps) dpt_fatal("out of host memory growing the tape");
+    }
+    ctx->temps[ctx->ntemps++] = t;
+    t->is_temp = true;
+}
+
+static dpt_tensor *tensor_header(dpt_ctx *ctx, int ndim, const int64_t *shape)
+{
+    DPT_ASSERT(ndim >= 0 && ndim <= DPT_MAX_DIMS, "ndim %d", ndim);
+    dpt_tensor *t = calloc(1, sizeof *t);
+    if (!t) dpt_fatal("out of host memory for a tensor header");
+    t->ctx = ctx;
+    t->ndim = ndim;
+    t->numel = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        DPT_ASSERT(shape[i] >= 0, "negative dimension %lld", (long long)shape[i]);
+        t->shape[i] = shape[i];
+        t->strides[i] = t->numel;
+        t->numel *= shape[i];
+    }
+    t->param_index = -1;
+    return t;
+}
+
+dpt_tensor *dpt_tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool temp)
+{
+    dpt_tensor *t = tensor_header(ctx, ndim, shape);
+    dpt_storage *s = calloc(1, sizeof *s);
+    if (!s) dpt_fatal("out of host memory for a storage header");
+    size_t bytes = (size_t)t->numel * sizeof(float);
+    s->ptr = dpt_alloc_get(ctx->alloc, bytes, &s->granted);
+    if (!s->ptr) {
+        dpt_mem_stats st = dpt_alloc_stats(ctx->alloc);
+        dpt_fatal("out of memory on %s: asked for %zu bytes with %zu in use (peak %zu)\n"
+                  "HINT: use a smaller per-rank batch ([train] batch) or more ranks",
+                  ctx->be->name, bytes, st.allocated, st.peak_allocated);
+    }
+    s->refcount = 1;
+    s->alloc = ctx->alloc;
+    t->storage = s;
+    t->data = s->ptr;
+    if (temp) tape_keep(ctx, t);
+    return t;
+}
+
+dpt_tensor *dpt_temp(dpt_ctx *ctx, int ndim, const int64_t *shape)
+{
+    return dpt_tensor_alloc(ctx, ndim, shape, true);
+}
+
+dpt_tensor *dpt_temp_zeros(dpt_ctx *ctx, int ndim, const int64_t *shape)
+{
+    dpt_tensor *t = dpt_tensor_alloc(ctx, ndim, shape, true);
+    ctx->be->fill(ctx, t->data, t->numel, 0.0f);
+    return t;
+}
+
+dpt_tensor *dpt_temp_like(dpt_ctx *ctx, const dpt_tensor *t)
+{
+    return dpt_temp(ctx, t->ndim, t->shape);
+}
+
+dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape,
+                     const int64_t *strides, int64_t offset)
+{
+    dpt_tensor *v = tensor_header(ctx, ndim, shape);
+    if (strides) memcpy(v->strides, strides, (size_t)ndim * sizeof *strides);
+    v->storage = t->storage;
+    v->storage->refcount++;
+    v->data = t->data + offset;
+    tape_keep(ctx, v);
+    return v;
+}
+
+dpt_tensor *dpt_tensor_new(dpt_ctx *ctx, int ndim, const int64_t *shape)
+{
+    dpt_tensor *t = dpt_tensor_alloc(ctx, ndim, shape, false);
+    ctx->be->fill(ctx, t->data, t->numel, 0.0f);
+    return t;
+}
+
+void dpt_tensor_free(dpt_tensor *t)
+{
+    if (!t) return;
+    if (t->storage && --t->storage->refcount == 0) {
+        dpt_alloc_put(t->storage->alloc, t->storage->ptr, t->storage->granted);
+        free(t->storage);
+    }
+    /* A temporary's gradient is itself a temporary and is freed by the tape. */
+    if (t->grad && !t->grad->is_temp) dpt_tensor_free(t->grad);
+    free(t);
+}
+
+bool dpt_tensor_is_contiguous(const dpt_tensor *t)
+{
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != expect) return false;
+        expect *= t->shape[i];
+    }
+    return true;
+}
+
+bool dpt_same_shape(const dpt_tensor *a, const dpt_tensor *b)
+{
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+const char *dpt_shape_str(const dpt_tensor *t, char *buf, size_t size)
+{
+    size_t used = (size_t)snprintf(buf, size, "(");
+    for (int i = 0; i < t->ndim && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "",
+                                 (long long)t->shape[i]);
+    if (used < size) snprintf(buf + used, size - used, ")");
+    return buf;
+}
+
+int dpt_tensor_ndim(const dpt_tensor *t) { return t->ndim; }
+int64_t dpt_tensor_numel(const dpt_tensor *t) { return t->numel; }
+const char *dpt_tensor_name(const dpt_tensor *t) { return t->name; }
+float *dpt_tensor_data(dpt_tensor *t) { return t->data; }
+dpt_tensor *dpt_tensor_grad(dpt_tensor *t) { return t->grad; }
+
+int64_t dpt_tensor_dim(const dpt_tensor *t, int axis)
+{
+    if (axis < 0) axis += t->ndim;
+    DPT_ASSERT(axis >= 0 && axis < t->ndim, "axis %d of a %d-d tensor", axis, t->ndim);
+    return t->shape[axis];
+}
+
+void dpt_tensor_copy_from_host(dpt_tensor *t, const float *src)
+{
+    DPT_ASSERT(dpt_tensor_is_contiguous(t), "copy into a strided view");
+    t->ctx->be->copy_h2d(t->ctx, t->data, src, (size_t)t->numel * sizeof(float));
+}
+
+void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst)
+{
+    DPT_ASSERT(dpt_tensor_is_contiguous(t), "copy from a strided view");
+    t->ctx->be->copy_d2h(t->ctx, dst, t->data, (size_t)t->numel * sizeof(float));
+}
+
+float dpt_tensor_item(const dpt_tensor *t)
+{
+    DPT_ASSERT(t->numel == 1, "item() of a tensor with %lld elements", (long long)t->numel);
+    float v;
+    t->ctx->be->copy_d2h(t->ctx, &v, t->data, sizeof v);
+    return v;
+}

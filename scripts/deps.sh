@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# deps.sh: check the Debian packages dptrain needs; install the missing ones when root.
+set -euo pipefail
+packages=(build-essential libopenblas-dev libopenmpi-dev openmpi-bin zlib1g-dev libcmocka-dev
+          dataset-fashion-mnist gnuplot-nox)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "deps: all present (${packages[*]})"
+    exit 0
+fi
+echo "deps: missing: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+    echo "deps: not root; install them with:" >&2
+    echo "    sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "deps: installed ${missing[*]}"

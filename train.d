@@ -1,0 +1,4 @@
+train: train.c include/dpt.h data/data.h runtime/log.h
+include/dpt.h:
+data/data.h:
+runtime/log.h:
