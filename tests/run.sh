@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# run.sh BUILD_TESTS_DIR: run every test binary (cmocka), the doc example, the multi-rank
+# tests under mpirun and a valgrind pass over a short training run; print one summary line.
+set -u
+dir=${1:-build/tests}
+cd "$(dirname "$0")/.."
+passed=0 failed=0 skipped=0 failures=()
+
+record() { # name rc
+    if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$1"); fi
+}
+
+for t in "$dir"/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    echo "=== $name"
+    start=$(date +%s)
+    out=$("$t" 2>&1); rc=$?
+    echo "$out"
+    n_ok=$(echo "$out" | grep -c '^\[       OK \]')
+    n_fail=$(echo "$out" | grep -c '^\[  FAILED  \] test')
+    n_skip=$(echo "$out" | grep -c '^\[  SKIPPED \] test')
+    passed=$((passed + n_ok)); failed=$((failed + n_fail)); skipped=$((skipped + n_skip))
+    if [ $rc -ne 0 ] && [ "$n_fail" -eq 0 ]; then failed=$((failed + 1)); failures+=("$name (exit $rc)"); fi
+    [ "$n_fail" -gt 0 ] && failures+=("$name")
+    echo "--- $name: $(( $(date +%s) - start )) s"
+done
+
+echo "=== doc_example (docs/writing-a-model.md)"
+"$dir/doc_example"; record doc_example $?
+
+for t in "$dir"/mpi_*; do
+    [ -x "$t" ] || continue
+    for np in 2 3; do
+        name="$(basename "$t") -np $np"
+        echo "=== $name"
+        timeout 300 mpirun --oversubscribe --allow-run-as-root -np $np "$t"; record "$name" $?
+    done
+done
+
+if command -v valgrind >/dev/null; then
+    echo "=== valgrind: short training run"
+    timeout 600 valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
+        --show-leak-kinds=definite ./train configs/fmnist_mlp.ini --set train.threads=1 \
+        --set data.train_limit=640 --set data.test_limit=200 --set train.epochs=2 \
+        --set log.interval=10 > /tmp/dpt_valgrind.log 2>&1
+    rc=$?
+    tail -n 5 /tmp/dpt_valgrind.log
+    record valgrind $rc
+fi
+
+echo
+[ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

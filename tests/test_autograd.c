@@ -1,0 +1,204 @@
+/* test_autograd.c: the tape's bookkeeping: gradient-ready hooks fire exactly once per
+ * parameter in reverse order of use, gradients accumulate (+=), no_grad records nothing,
+ * and a fixed-shape step stops calling the system allocator after the first step. */
+#include "tests/testutil.h"
+#include "runtime/ctx.h"
+
+typedef struct hook_log {
+    int order[64];
+    int count;
+    int fired[64];
+} hook_log;
+
+static void record_hook(dpt_tensor *param, int index, void *user)
+{
+    hook_log *log = user;
+    (void)param;
+    log->order[log->count++] = index;
+    log->fired[index]++;
+}
+
+static dpt_model *three_layer(dpt_ctx *ctx, dpt_linear **layers)
+{
+    dpt_model *m = dpt_model_new(ctx, "mlp3", NULL);
+    layers[0] = dpt_linear_new(m, "fc1", 6, 5, true);
+    layers[1] = dpt_linear_new(m, "fc2", 5, 4, true);
+    layers[2] = dpt_linear_new(m, "fc3", 4, 3, true);
+    return m;
+}
+
+static dpt_tensor *forward3(dpt_ctx *ctx, dpt_linear **l, dpt_tensor *x, const int32_t *labels)
+{
+    dpt_tensor *h = dpt_relu(ctx, dpt_linear_forward(ctx, l[0], x));
+    h = dpt_relu(ctx, dpt_linear_forward(ctx, l[1], h));
+    return dpt_cross_entropy(ctx, dpt_linear_forward(ctx, l[2], h), labels, 0.0f);
+}
+
+static void test_hook_order(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 7);
+    dpt_linear *l[3];
+    dpt_model *m = three_layer(ctx, l);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 3);
+    dpt_tensor *x = test_input(ctx, &rng, 2, (int64_t[]){4, 6}, -1, 1);
+    x->requires_grad = false;
+    int32_t labels[4] = {0, 1, 2, 1};
+    hook_log log = {0};
+    dpt_set_grad_ready_hook(ctx, record_hook, &log);
+    for (int step = 0; step < 2; step++) {
+        memset(&log, 0, sizeof log);
+        dpt_backward(ctx, forward3(ctx, l, x, labels));
+        assert_int_equal(log.count, 6);
+        /* creation order fc1.w fc1.b fc2.w fc2.b fc3.w fc3.b; reverse of use = 5 4 3 2 1 0 */
+        for (int i = 0; i < 6; i++) {
+            assert_int_equal(log.order[i], 5 - i);
+            assert_int_equal(log.fired[i], 1);
+        }
+        dpt_tape_clear(ctx);
+    }
+    dpt_tensor_free(x);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
+/* A layer used twice (weight sharing) is final only after its first use's backward; a layer
+ * never used does not fire at all (DDP reports it as unused). */
+static void test_hook_shared_and_unused(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 7);
+    dpt_model *m = dpt_model_new(ctx, "shared", NULL);
+    dpt_linear *square = dpt_linear_new(m, "sq", 4, 4, true);    /* params 0, 1 */
+    dpt_linear *unused = dpt_linear_new(m, "unused", 4, 4, false); /* param 2 */
+    dpt_linear *head = dpt_linear_new(m, "head", 4, 2, true);    /* params 3, 4 */
+    (void)unused;
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 5);
+    dpt_tensor *x = test_input(ctx, &rng, 2, (int64_t[]){3, 4}, -1, 1);
+    int32_t labels[3] = {0, 1, 1};
+    hook_log log = {0};
+    dpt_set_grad_ready_hook(ctx, record_hook, &log);
+    dpt_tensor *h = dpt_gelu(ctx, dpt_linear_forward(ctx, square, x));
+    h = dpt_linear_forward(ctx, square, h);
+    dpt_backward(ctx, dpt_cross_entropy(ctx, dpt_linear_forward(ctx, head, h), labels, 0.0f));
+    assert_int_equal(log.count, 4);
+    assert_int_equal(log.order[0], 4);
+    assert_int_equal(log.order[1], 3);
+    assert_int_equal(log.order[2], 1);
+    assert_int_equal(log.order[3], 0);
+    assert_int_equal(log.fired[2], 0);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
+static void test_accumulate_and_zero(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 9);
+    dpt_linear *l[3];
+    dpt_model *m = three_layer(ctx, l);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 4);
+    dpt_tensor *x = test_input(ctx, &rng, 2, (int64_t[]){4, 6}, -1, 1);
+    int32_t labels[4] = {2, 1, 0, 1};
+    dpt_backward(ctx, forward3(ctx, l, x, labels));
+    dpt_tape_clear(ctx);
+    dpt_tensor *w = dpt_model_param_at(m, 0);
+    int64_t n = dpt_tensor_numel(w);
+    float *once = malloc((size_t)n * sizeof *once);
+    memcpy(once, dpt_tensor_grad(w)->data, (size_t)n * sizeof *once);
+    dpt_backward(ctx, forward3(ctx, l, x, labels));
+    dpt_tape_clear(ctx);
+    for (int64_t i = 0; i < n; i++) assert_float_equal(dpt_tensor_grad(w)->data[i], 2.0f * once[i], 1e-6);
+    dpt_model_zero_grad(m);
+    for (int64_t i = 0; i < n; i++) assert_float_equal(dpt_tensor_grad(w)->data[i], 0.0f, 0.0);
+    free(once);
+    dpt_tensor_free(x);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
+static void test_no_grad(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 9);
+    dpt_linear *l[3];
+    dpt_model *m = three_layer(ctx, l);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 4);
+    dpt_tensor *x = test_input(ctx, &rng, 2, (int64_t[]){4, 6}, -1, 1);
+    int32_t labels[4] = {2, 1, 0, 1};
+    bool was = dpt_set_grad_enabled(ctx, false);
+    assert_true(was);
+    dpt_tensor *loss = forward3(ctx, l, x, labels);
+    assert_int_equal(ctx->nnodes, 0);
+    dpt_backward(ctx, loss); /* nothing recorded: a no-op, gradients stay zero */
+    for (int64_t i = 0; i < dpt_tensor_numel(dpt_model_param_at(m, 0)); i++)
+        assert_float_equal(dpt_tensor_grad(dpt_model_param_at(m, 0))->data[i], 0.0f, 0.0);
+    dpt_tape_clear(ctx);
+    dpt_set_grad_enabled(ctx, true);
+    forward3(ctx, l, x, labels);
+    assert_true(ctx->nnodes > 0);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
+static void test_allocator_steady_state(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 11);
+    dpt_linear *l[3];
+    dpt_model *m = three_layer(ctx, l);
+    dpt_optim *opt = dpt_adamw_new(m, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 4);
+    dpt_tensor *x = test_input(ctx, &rng, 2, (int64_t[]){4, 6}, -1, 1);
+    int32_t labels[4] = {2, 1, 0, 1};
+    uint64_t after_first = 0;
+    for (int step = 0; step < 5; step++) {
+        dpt_backward(ctx, forward3(ctx, l, x, labels));
+        dpt_optim_step(ctx, opt);
+        dpt_model_zero_grad(m);
+        dpt_tape_clear(ctx);
+        if (step == 0) after_first = dpt_ctx_mem_stats(ctx).system_allocs;
+    }
+    dpt_mem_stats st = dpt_ctx_mem_stats(ctx);
+    assert_int_equal(st.system_allocs, after_first);
+    assert_true(st.peak_allocated >= st.allocated);
+    assert_true(st.reserved >= st.allocated);
+    dpt_optim_free(opt);
+    dpt_tensor_free(x);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
+static void test_alloc_bins(void **state)
+{
+    (void)state;
+    assert_int_equal(dpt_alloc_round(1), 256);
+    assert_int_equal(dpt_alloc_round(256), 256);
+    assert_int_equal(dpt_alloc_round(257), 512);
+    assert_int_equal(dpt_alloc_round(1 << 20), 1 << 20);
+    size_t big = dpt_alloc_round((1 << 20) + 1);
+    assert_true(big >= (1 << 20) + 1 && big <= (1 << 20) + (1 << 17));
+    for (size_t b = 1; b < (64u << 20); b = b * 3 + 1) {
+        size_t r = dpt_alloc_round(b);
+        assert_true(r >= b && r <= b + b / 8 + 256);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hook_order),          cmocka_unit_test(test_hook_shared_and_unused),
+        cmocka_unit_test(test_accumulate_and_zero), cmocka_unit_test(test_no_grad),
+        cmocka_unit_test(test_allocator_steady_state), cmocka_unit_test(test_alloc_bins),
+    };
+    return cmocka_run_group_tests_name("autograd", tests, NULL, NULL);
+}

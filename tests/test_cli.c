@@ -1,0 +1,118 @@
+/* test_cli.c: ./train end to end on bad input: each case exits non-zero with a message that
+ * names the file, line, key or value, never a crash. Runs from the repository root. */
+#include <unistd.h>
+
+#include "tests/testutil.h"
+
+static char dir[256];
+static char out[65536];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/dpt_test_cli_XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd);
+}
+
+static const char *write_file(const char *name, const char *text)
+{
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    fputs(text, f);
+    fclose(f);
+    return p;
+}
+
+static void expect_fail(const char *args, int want_rc, const char *needle1, const char *needle2)
+{
+    int rc = run_capture(out, sizeof out, "./train %s", args);
+    if (rc != want_rc) fail_msg("./train %s: exit %d, expected %d; output:\n%s", args, rc, want_rc, out);
+    assert_contains(out, needle1);
+    if (needle2) assert_contains(out, needle2);
+    assert_true(strstr(out, "Segmentation") == NULL);
+}
+
+static void test_usage(void **state)
+{
+    (void)state;
+    assert_int_equal(run_capture(out, sizeof out, "./train --help"), 0);
+    assert_contains(out, "usage: ./train CONFIG");
+    expect_fail("", 2, "no config file given", NULL);
+    expect_fail("--bogus x.ini", 2, "unknown flag --bogus", NULL);
+    expect_fail("configs/fmnist_mlp.ini --set", 2, "--set needs", NULL);
+}
+
+static void test_config_errors(void **state)
+{
+    (void)state;
+    expect_fail("/nonexistent/run.ini", 1, "cannot open config file /nonexistent/run.ini", "HINT");
+    char args[600];
+    snprintf(args, sizeof args, "%s", write_file("syntax.ini", "[train]\nepochs = 1\nbatch 64\n"));
+    expect_fail(args, 1, "syntax.ini:3: expected 'key = value'", NULL);
+    snprintf(args, sizeof args, "%s", write_file("key.ini", "[optim]\nlearning_rate = 0.1\n"));
+    expect_fail(args, 1, "key.ini:2: unknown key 'learning_rate' in [optim]", "HINT: keys of [optim]");
+    snprintf(args, sizeof args, "%s", write_file("type.ini", "[train]\nbatch = sixty\n"));
+    expect_fail(args, 1, "type.ini:2: [train] batch = sixty: expected an integer", NULL);
+    snprintf(args, sizeof args, "%s", write_file("range.ini", "[optim]\nmomentum = 1.5\n"));
+    expect_fail(args, 1, "range.ini:2: [optim] momentum = 1.5: out of range", NULL);
+    expect_fail("configs/fmnist_mlp.ini --set train.batch=0", 1, "--set train.batch=0", "out of range");
+    expect_fail("configs/fmnist_mlp.ini --set model.name=transformer", 1, "unknown model", "known models are mlp");
+}
+
+static void test_data_errors(void **state)
+{
+    (void)state;
+    char args[1200];
+    /* a data folder that does not exist: the message names the package and the setting */
+    snprintf(args, sizeof args, "configs/fmnist_mlp.ini --set data.dir=%s/nothing", dir);
+    expect_fail(args, 1, "[data] dir", "dataset-fashion-mnist");
+    /* a truncated .gz next to real files */
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd,
+             "cp " FMNIST_DIR "/t10k-* %s/ && head -c 3000000 " FMNIST_DIR "/train-images-idx3-ubyte.gz > "
+             "%s/train-images-idx3-ubyte.gz && cp " FMNIST_DIR "/train-labels-idx1-ubyte.gz %s/",
+             dir, dir, dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(args, sizeof args, "configs/fmnist_mlp.ini --set data.dir=%s", dir);
+    expect_fail(args, 1, "train-images-idx3-ubyte.gz", "truncated");
+    /* labels given as images: wrong magic */
+    snprintf(args, sizeof args, "configs/fmnist_mlp.ini --set data.dir=%s --set data.train_images=t10k-labels-idx1-ubyte.gz", dir);
+    expect_fail(args, 1, "wrong IDX magic", NULL);
+    /* train images with test labels: count mismatch */
+    snprintf(args, sizeof args, "configs/fmnist_mlp.ini --set data.dir=" FMNIST_DIR
+             " --set data.train_labels=t10k-labels-idx1-ubyte.gz");
+    expect_fail(args, 1, "holds 60000 images but", "10000 labels");
+    /* a batch larger than the (limited) training set */
+    expect_fail("configs/fmnist_mlp.ini --set data.train_limit=10 --set train.batch=64", 1,
+                "fewer than one batch", "drop_last");
+}
+
+static void test_dry_run(void **state)
+{
+    (void)state;
+    int rc = run_capture(out, sizeof out, "./train configs/fmnist_mlp.ini --dry-run --set train.batch=32");
+    if (rc != 0) fail_msg("dry run failed:\n%s", out);
+    assert_contains(out, "784-256-256-10 relu");
+    assert_contains(out, "269322 parameters");
+    assert_contains(out, "batch = 32");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_data_errors),
+        cmocka_unit_test(test_dry_run),
+    };
+    return cmocka_run_group_tests_name("cli", tests, setup, teardown);
+}

@@ -1,0 +1,145 @@
+/* test_config.c: the INI parser: values, defaults, overrides, and every kind of bad input with
+ * the file, line and key in the message; and docs/config.md matching the schema. */
+#include <unistd.h>
+
+#include "tests/testutil.h"
+
+static char path[256];
+
+static const char *write_ini(const char *text)
+{
+    snprintf(path, sizeof path, "/tmp/dpt_test_config_%d.ini", (int)getpid());
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static void expect_load_error(const char *text, const char *needle1, const char *needle2)
+{
+    dpt_error err;
+    dpt_config *cfg = dpt_config_load(write_ini(text), &err);
+    if (cfg) fail_msg("expected an error for:\n%s", text);
+    assert_contains(err.msg, needle1);
+    if (needle2) assert_contains(err.msg, needle2);
+}
+
+static void test_values_and_defaults(void **state)
+{
+    (void)state;
+    dpt_error err;
+    dpt_config *cfg = dpt_config_load(write_ini("# comment\n; another\n[train]\nbatch = 128  # inline\n"
+                                                "seed=7\n\n[model]\nhidden = 512, 64 ,32\n"
+                                                "[data]\ndir = \"/tmp/a b\"\nshuffle = no\n[optim]\nlr = 3e-4\n"),
+                                      &err);
+    if (!cfg) fail_msg("%s", err.msg);
+    assert_int_equal(dpt_config_int(cfg, "train", "batch"), 128);
+    assert_int_equal(dpt_config_int(cfg, "train", "seed"), 7);
+    assert_int_equal(dpt_config_int(cfg, "train", "epochs"), 5); /* default */
+    int64_t hidden[8];
+    assert_int_equal(dpt_config_int_list(cfg, "model", "hidden", hidden, 8), 3);
+    assert_int_equal(hidden[0], 512);
+    assert_int_equal(hidden[2], 32);
+    assert_string_equal(dpt_config_str(cfg, "data", "dir"), "/tmp/a b");
+    assert_false(dpt_config_bool(cfg, "data", "shuffle"));
+    assert_float_equal(dpt_config_float(cfg, "optim", "lr"), 3e-4, 1e-12);
+    assert_string_equal(dpt_config_str(cfg, "optim", "name"), "adamw");
+    assert_contains(dpt_config_where(cfg, "train", "batch"), ":4");
+    assert_string_equal(dpt_config_where(cfg, "train", "epochs"), "default");
+    dpt_config_free(cfg);
+}
+
+static void test_overrides_and_hash(void **state)
+{
+    (void)state;
+    dpt_error err;
+    dpt_config *cfg = dpt_config_defaults();
+    uint64_t h0 = dpt_config_hash(cfg);
+    assert_true(dpt_config_set(cfg, "train.batch=32", &err));
+    assert_int_equal(dpt_config_int(cfg, "train", "batch"), 32);
+    assert_true(dpt_config_hash(cfg) != h0);
+    assert_true(dpt_config_set(cfg, " optim.name = sgd ", &err));
+    assert_string_equal(dpt_config_str(cfg, "optim", "name"), "sgd");
+    assert_false(dpt_config_set(cfg, "train.bach=3", &err));
+    assert_contains(err.msg, "did you mean 'batch'");
+    assert_false(dpt_config_set(cfg, "train.batch", &err));
+    assert_contains(err.msg, "expected section.key=value");
+    assert_false(dpt_config_set(cfg, "train.batch=-4", &err));
+    assert_contains(err.msg, "out of range");
+    assert_false(dpt_config_set(cfg, "optim.name=adam", &err));
+    assert_contains(err.msg, "not one of sgd|adamw");
+    assert_true(dpt_config_set(cfg, "train.batch=64", &err));
+    assert_true(dpt_config_set(cfg, "optim.name=adamw", &err));
+    assert_true(dpt_config_hash(cfg) == h0); /* the hash is of values, not of their history */
+    dpt_config_free(cfg);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    expect_load_error("[train]\nbatch = 1\nthis is not ini\n", ":3:", "expected 'key = value'");
+    expect_load_error("[train\nbatch = 1\n", ":1:", "malformed section header");
+    expect_load_error("[trian]\n", "unknown section [trian]", "did you mean [train]?");
+    expect_load_error("[train]\nbach = 3\n", ":2: unknown key 'bach' in [train]", "did you mean 'batch'?");
+    expect_load_error("[train]\nzzzzzzzz = 3\n", "unknown key 'zzzzzzzz'", "keys of [train] are epochs");
+    expect_load_error("[train]\nbatch = many\n", ":2: [train] batch = many", "expected an integer");
+    expect_load_error("[train]\nbatch = 12x\n", "expected an integer", NULL);
+    expect_load_error("[train]\nbatch = 0\n", "out of range", "between 1 and");
+    expect_load_error("[optim]\nlr = fast\n", "[optim] lr = fast", "expected a number");
+    expect_load_error("[optim]\nlr = nan\n", "expected a number", NULL);
+    expect_load_error("[data]\nshuffle = maybe\n", "expected true or false", NULL);
+    expect_load_error("[model]\nactivation = tanh\n", "not one of relu|gelu", NULL);
+    expect_load_error("[model]\nhidden = 256,,x\n", "comma-separated integers", NULL);
+    expect_load_error("[model]\nhidden = 0\n", "comma-separated integers", NULL);
+    expect_load_error("batch = 3\n", "before any [section]", NULL);
+    expect_load_error("[train]\nbatch = 3\nbatch = 4\n", ":3: [train] batch set twice", "first on line 2");
+    expect_load_error("[data]\ndir = \"/tmp\n", "unterminated quote", NULL);
+    expect_load_error("[train]\n = 3\n", "missing key", NULL);
+    dpt_error err;
+    assert_null(dpt_config_load("/nonexistent/x.ini", &err));
+    assert_contains(err.msg, "cannot open config file /nonexistent/x.ini");
+}
+
+/* docs/config.md is generated from the schema; it must not drift. */
+static void test_reference_matches_docs(void **state)
+{
+    (void)state;
+    char *generated = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&generated, &len);
+    dpt_config_print_reference(mem);
+    fclose(mem);
+    FILE *f = fopen("docs/config.md", "r");
+    if (!f) fail_msg("docs/config.md missing; run ./train --config-reference > docs/config.md");
+    char *doc = calloc(1, len + 2);
+    size_t got = fread(doc, 1, len + 1, f);
+    fclose(f);
+    if (got != len || memcmp(doc, generated, len) != 0)
+        fail_msg("docs/config.md differs from the schema\nHINT: ./train --config-reference > docs/config.md");
+    free(doc);
+    free(generated);
+}
+
+static void test_shipped_configs_parse(void **state)
+{
+    (void)state;
+    const char *configs[] = {"configs/fmnist_mlp.ini"};
+    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+        dpt_error err;
+        dpt_config *cfg = dpt_config_load(configs[i], &err);
+        if (!cfg) fail_msg("%s", err.msg);
+        dpt_config_free(cfg);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_values_and_defaults), cmocka_unit_test(test_overrides_and_hash),
+        cmocka_unit_test(test_bad_input),           cmocka_unit_test(test_reference_matches_docs),
+        cmocka_unit_test(test_shipped_configs_parse),
+    };
+    int rc = cmocka_run_group_tests_name("config", tests, NULL, NULL);
+    unlink(path);
+    return rc;
+}

@@ -1,0 +1,280 @@
+/* test_data.c: the IDX reader on the real Fashion-MNIST files and on broken ones it writes,
+ * and the loader's shuffling and distributed sharding. */
+#include <unistd.h>
+#include <zlib.h>
+
+#include "tests/testutil.h"
+
+static char tmpdir[256];
+
+static int make_tmpdir(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/dpt_test_data_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int remove_tmpdir(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    return system(cmd);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+}
+
+/* Write an IDX file: magic (00 00 08 ndim), dims, then `data_bytes` bytes of pattern. */
+static const char *write_idx(const char *name, bool gz, int ndim, const uint32_t *dims,
+                             int64_t data_bytes, uint8_t magic_type)
+{
+    static char path[4][512];
+    static int slot;
+    char *out = path[slot++ % 4];
+    snprintf(out, 512, "%s/%s", tmpdir, name);
+    uint8_t header[4 + 16] = {0, 0, magic_type, (uint8_t)ndim};
+    for (int d = 0; d < ndim; d++) put_u32(header + 4 + 4 * d, dims[d]);
+    uint8_t *data = malloc((size_t)data_bytes + 1);
+    for (int64_t i = 0; i < data_bytes; i++) data[i] = (uint8_t)(i % 10);
+    if (gz) {
+        gzFile f = gzopen(out, "wb");
+        gzwrite(f, header, (unsigned)(4 + 4 * ndim));
+        if (data_bytes) gzwrite(f, data, (unsigned)data_bytes);
+        gzclose(f);
+    } else {
+        FILE *f = fopen(out, "wb");
+        fwrite(header, 1, (size_t)(4 + 4 * ndim), f);
+        fwrite(data, 1, (size_t)data_bytes, f);
+        fclose(f);
+    }
+    free(data);
+    return out;
+}
+
+static void expect_error(const char *images, const char *labels, const char *needle)
+{
+    dpt_error err;
+    dpt_dataset *ds = dpt_idx_load(images, labels, &err);
+    if (ds) fail_msg("expected an error containing \"%s\", got a data set", needle);
+    assert_contains(err.msg, needle);
+}
+
+static void test_real_fashion_mnist(void **state)
+{
+    (void)state;
+    dpt_error err;
+    dpt_dataset *train = dpt_idx_load(FMNIST_DIR "/train-images-idx3-ubyte.gz",
+                                      FMNIST_DIR "/train-labels-idx1-ubyte.gz", &err);
+    if (!train) fail_msg("%s", err.msg);
+    assert_int_equal(train->n, 60000);
+    assert_int_equal(train->h, 28);
+    assert_int_equal(train->w, 28);
+    assert_int_equal(train->num_classes, 10);
+    int counts[10] = {0};
+    for (int64_t i = 0; i < train->n; i++) counts[train->labels[i]]++;
+    for (int c = 0; c < 10; c++) assert_int_equal(counts[c], 6000); /* balanced classes */
+    assert_int_equal(train->labels[0], 9);                           /* ankle boot */
+    long pixel_sum = 0;
+    for (int i = 0; i < 784; i++) pixel_sum += train->images[i];
+    assert_int_equal(pixel_sum, 76247); /* first image, checked with Python's gzip module */
+    dpt_dataset_free(train);
+    dpt_dataset *test = dpt_idx_load(FMNIST_DIR "/t10k-images-idx3-ubyte.gz",
+                                     FMNIST_DIR "/t10k-labels-idx1-ubyte.gz", &err);
+    if (!test) fail_msg("%s", err.msg);
+    assert_int_equal(test->n, 10000);
+    assert_int_equal(test->labels[0], 9);
+    assert_int_equal(test->labels[1], 2);
+    dpt_dataset_free(test);
+}
+
+static void test_raw_and_gz_agree(void **state)
+{
+    (void)state;
+    const char *img_gz = write_idx("a-images.gz", true, 3, (uint32_t[]){5, 4, 3}, 60, 8);
+    const char *img_raw = write_idx("a-images", false, 3, (uint32_t[]){5, 4, 3}, 60, 8);
+    const char *lab = write_idx("a-labels", false, 1, (uint32_t[]){5}, 5, 8);
+    dpt_error err;
+    dpt_dataset *a = dpt_idx_load(img_gz, lab, &err), *b = dpt_idx_load(img_raw, lab, &err);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(a->n, 5);
+    assert_int_equal(a->h, 4);
+    assert_int_equal(a->w, 3);
+    assert_memory_equal(a->images, b->images, 60);
+    assert_int_equal(a->labels[3], 3);
+    dpt_dataset_free(a);
+    dpt_dataset_free(b);
+}
+
+static void test_broken_files(void **state)
+{
+    (void)state;
+    const char *lab5 = write_idx("l5", false, 1, (uint32_t[]){5}, 5, 8);
+    expect_error("/nonexistent/images.gz", lab5, "cannot open data file /nonexistent/images.gz");
+    expect_error("/nonexistent/images.gz", lab5, "dataset-fashion-mnist");
+    /* wrong magic: a label file given as images, and a non-ubyte type */
+    expect_error(lab5, lab5, "wrong IDX magic");
+    expect_error(write_idx("float", false, 3, (uint32_t[]){5, 4, 3}, 240, 0x0d), lab5, "wrong IDX magic");
+    /* a header promising more than the file holds, raw and gzip */
+    expect_error(write_idx("short", false, 3, (uint32_t[]){5, 4, 3}, 59, 8), lab5,
+                 "the header promises 60 bytes of data but the file holds 59");
+    expect_error(write_idx("short.gz", true, 3, (uint32_t[]){5, 4, 3}, 50, 8), lab5,
+                 "the header promises 60 bytes of data but the file holds 50");
+    expect_error(write_idx("long", false, 3, (uint32_t[]){5, 4, 3}, 61, 8), lab5, "more than the 60 data bytes");
+    /* images and labels disagree */
+    expect_error(write_idx("ok", false, 3, (uint32_t[]){5, 4, 3}, 60, 8),
+                 write_idx("l6", false, 1, (uint32_t[]){6}, 6, 8), "holds 5 images but");
+    /* an empty file */
+    char empty[512];
+    snprintf(empty, sizeof empty, "%s/empty", tmpdir);
+    fclose(fopen(empty, "wb"));
+    expect_error(empty, lab5, "too short for an IDX header");
+}
+
+/* Cut a real .gz file short, and flip a byte inside its compressed stream. */
+static void test_truncated_and_corrupt_gz(void **state)
+{
+    (void)state;
+    FILE *src = fopen(FMNIST_DIR "/t10k-labels-idx1-ubyte.gz", "rb");
+    assert_non_null(src);
+    uint8_t buf[8192];
+    size_t n = fread(buf, 1, sizeof buf, src);
+    fclose(src);
+    assert_true(n > 1000);
+    const char *images = FMNIST_DIR "/t10k-images-idx3-ubyte.gz";
+    char path[512];
+    snprintf(path, sizeof path, "%s/trunc.gz", tmpdir);
+    FILE *f = fopen(path, "wb");
+    fwrite(buf, 1, n / 2, f);
+    fclose(f);
+    expect_error(images, path, "trunc.gz");
+    expect_error(images, path, "truncated");
+
+    for (size_t offset = 40; offset < n - 8; offset += n / 7) {
+        buf[offset] ^= 0x5a;
+        snprintf(path, sizeof path, "%s/corrupt.gz", tmpdir);
+        f = fopen(path, "wb");
+        fwrite(buf, 1, n, f);
+        fclose(f);
+        buf[offset] ^= 0x5a;
+        dpt_error err;
+        dpt_dataset *ds = dpt_idx_load(images, path, &err);
+        if (ds) fail_msg("a flipped byte at offset %zu was not detected", offset);
+        assert_contains(err.msg, "corrupt.gz");
+    }
+}
+
+/* ---------------------------------------------------------------- loader */
+
+static dpt_dataset *tiny_dataset(int64_t n)
+{
+    dpt_dataset *ds = calloc(1, sizeof *ds);
+    ds->n = n, ds->c = 1, ds->h = 1, ds->w = 2, ds->num_classes = 10;
+    ds->images = malloc((size_t)n * 2);
+    ds->labels = malloc((size_t)n * sizeof *ds->labels);
+    for (int64_t i = 0; i < n; i++) {
+        ds->images[2 * i] = (uint8_t)(i % 256);
+        ds->images[2 * i + 1] = (uint8_t)(i / 256);
+        ds->labels[i] = (int32_t)(i % 10);
+    }
+    return ds;
+}
+
+/* Read back which samples a loader produced in an epoch (the identity survives the
+ * normalisation with mean 0, std 1/255). */
+static int64_t epoch_samples(dpt_loader *l, int epoch, int64_t *out)
+{
+    int64_t count = 0;
+    dpt_batch b;
+    dpt_loader_start_epoch(l, epoch);
+    while (dpt_loader_next(l, &b)) {
+        const float *x = dpt_tensor_data(b.x);
+        for (int64_t i = 0; i < b.size; i++) out[count++] = lroundf(x[2 * i]) + 256 * lroundf(x[2 * i + 1]);
+    }
+    return count;
+}
+
+static void test_loader_sharding(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_dataset *ds = tiny_dataset(103);
+    dpt_loader_options opt = {.batch = 8, .shuffle = true, .drop_last = true, .seed = 5,
+                              .world_size = 3, .mean = 0.0f, .std = 1.0f / 255.0f};
+    int64_t seen[3][200], counts[3];
+    int hits[103] = {0};
+    for (int r = 0; r < 3; r++) {
+        opt.rank = r;
+        dpt_loader *l = dpt_loader_new(ctx, ds, &opt);
+        assert_int_equal(dpt_loader_num_samples(l), 34); /* floor(103 / 3) */
+        assert_int_equal(dpt_loader_num_batches(l), 4);  /* floor(34 / 8) */
+        counts[r] = epoch_samples(l, 1, seen[r]);
+        assert_int_equal(counts[r], 32);
+        for (int64_t i = 0; i < counts[r]; i++) hits[seen[r][i]]++;
+        dpt_loader_free(l);
+    }
+    for (int i = 0; i < 103; i++) assert_true(hits[i] <= 1); /* shards are disjoint */
+
+    /* drop_last = false: every sample at least once, shards padded to equal length */
+    opt.drop_last = false;
+    memset(hits, 0, sizeof hits);
+    for (int r = 0; r < 3; r++) {
+        opt.rank = r;
+        dpt_loader *l = dpt_loader_new(ctx, ds, &opt);
+        assert_int_equal(dpt_loader_num_samples(l), 35);
+        assert_int_equal(dpt_loader_num_batches(l), 5);
+        counts[r] = epoch_samples(l, 1, seen[r]);
+        assert_int_equal(counts[r], 35);
+        for (int64_t i = 0; i < counts[r]; i++) hits[seen[r][i]]++;
+        dpt_loader_free(l);
+    }
+    int total = 0;
+    for (int i = 0; i < 103; i++) {
+        assert_true(hits[i] >= 1);
+        total += hits[i];
+    }
+    assert_int_equal(total, 105); /* two samples repeated as padding */
+    dpt_dataset_free(ds);
+    dpt_ctx_free(ctx);
+}
+
+static void test_loader_shuffle(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_dataset *ds = tiny_dataset(50);
+    dpt_loader_options opt = {.batch = 10, .shuffle = true, .drop_last = true, .seed = 9,
+                              .world_size = 1, .mean = 0.0f, .std = 1.0f / 255.0f};
+    dpt_loader *a = dpt_loader_new(ctx, ds, &opt), *b = dpt_loader_new(ctx, ds, &opt);
+    int64_t ea1[50], eb1[50], ea2[50];
+    assert_int_equal(epoch_samples(a, 1, ea1), 50);
+    assert_int_equal(epoch_samples(b, 1, eb1), 50);
+    assert_memory_equal(ea1, eb1, sizeof ea1); /* same seed, same epoch -> same order */
+    epoch_samples(a, 2, ea2);
+    assert_true(memcmp(ea1, ea2, sizeof ea1) != 0); /* a new order each epoch */
+    int seen[50] = {0};
+    for (int i = 0; i < 50; i++) seen[ea2[i]]++;
+    for (int i = 0; i < 50; i++) assert_int_equal(seen[i], 1); /* a permutation */
+    dpt_loader_free(a);
+    dpt_loader_free(b);
+    opt.shuffle = false;
+    a = dpt_loader_new(ctx, ds, &opt);
+    epoch_samples(a, 3, ea1);
+    for (int i = 0; i < 50; i++) assert_int_equal(ea1[i], i);
+    dpt_loader_free(a);
+    dpt_dataset_free(ds);
+    dpt_ctx_free(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_real_fashion_mnist), cmocka_unit_test(test_raw_and_gz_agree),
+        cmocka_unit_test(test_broken_files),       cmocka_unit_test(test_truncated_and_corrupt_gz),
+        cmocka_unit_test(test_loader_sharding),    cmocka_unit_test(test_loader_shuffle),
+    };
+    return cmocka_run_group_tests_name("data", tests, make_tmpdir, remove_tmpdir);
+}

@@ -1,0 +1,139 @@
+/* test_optim.c: optimizer steps against updates computed by hand from the torch.optim
+ * formulas (literal numbers for a constant gradient, and a double re-computation for a
+ * changing one). */
+#include "tests/testutil.h"
+
+typedef struct one_param {
+    dpt_ctx *ctx;
+    dpt_model *model;
+    dpt_tensor *p;
+} one_param;
+
+static one_param make_param(const float *values, int n)
+{
+    one_param o;
+    o.ctx = test_ctx(1, 1);
+    o.model = dpt_model_new(o.ctx, "p", NULL);
+    o.p = dpt_model_param(o.model, "p", 1, (int64_t[]){n});
+    memcpy(dpt_tensor_data(o.p), values, (size_t)n * sizeof(float));
+    return o;
+}
+
+static void set_grad(one_param *o, const float *g, int n)
+{
+    memcpy(dpt_tensor_grad(o->p)->data, g, (size_t)n * sizeof(float));
+}
+
+static void free_param(one_param *o)
+{
+    dpt_model_free(o->model);
+    dpt_ctx_free(o->ctx);
+}
+
+/* p = 1, g = 0.5 each step, lr 0.1, momentum 0.9:
+ * buf 0.5 -> p 0.95;  buf 0.95 -> p 0.855;  buf 1.355 -> p 0.7195 */
+static void test_sgd_momentum_literal(void **state)
+{
+    (void)state;
+    one_param o = make_param((float[]){1.0f}, 1);
+    dpt_optim *opt = dpt_sgd_new(o.model, 0.1f, 0.9f, 0.0f, 0.0f, false);
+    const float expect[3] = {0.95f, 0.855f, 0.7195f};
+    for (int t = 0; t < 3; t++) {
+        set_grad(&o, (float[]){0.5f}, 1);
+        dpt_optim_step(o.ctx, opt);
+        assert_float_equal(dpt_tensor_data(o.p)[0], expect[t], 1e-6);
+    }
+    dpt_optim_free(opt);
+    free_param(&o);
+}
+
+/* Nesterov: g' = g + momentum * buf:  step 1: buf 0.5, g' 0.95 -> p 0.905;
+ * step 2: buf 0.95, g' 1.355 -> p 0.7695 */
+static void test_sgd_nesterov_literal(void **state)
+{
+    (void)state;
+    one_param o = make_param((float[]){1.0f}, 1);
+    dpt_optim *opt = dpt_sgd_new(o.model, 0.1f, 0.9f, 0.0f, 0.0f, true);
+    const float expect[2] = {0.905f, 0.7695f};
+    for (int t = 0; t < 2; t++) {
+        set_grad(&o, (float[]){0.5f}, 1);
+        dpt_optim_step(o.ctx, opt);
+        assert_float_equal(dpt_tensor_data(o.p)[0], expect[t], 1e-6);
+    }
+    dpt_optim_free(opt);
+    free_param(&o);
+}
+
+/* Weight decay is added to the gradient (coupled), dampening scales new gradients after the
+ * first step: p = 2, g = 1, wd 0.1, lr 0.5, momentum 0.5, dampening 0.5:
+ * step 1: g = 1.2, buf = 1.2, p = 1.4;  step 2: g = 1.14, buf = 0.6 + 0.57 = 1.17, p = 0.815 */
+static void test_sgd_decay_dampening_literal(void **state)
+{
+    (void)state;
+    one_param o = make_param((float[]){2.0f}, 1);
+    dpt_optim *opt = dpt_sgd_new(o.model, 0.5f, 0.5f, 0.5f, 0.1f, false);
+    const float expect[2] = {1.4f, 0.815f};
+    for (int t = 0; t < 2; t++) {
+        set_grad(&o, (float[]){1.0f}, 1);
+        dpt_optim_step(o.ctx, opt);
+        assert_float_equal(dpt_tensor_data(o.p)[0], expect[t], 1e-6);
+    }
+    dpt_optim_free(opt);
+    free_param(&o);
+}
+
+/* With a constant gradient Adam's bias-corrected step is exactly lr (up to eps), so with
+ * decoupled decay p_t = p_{t-1} (1 - lr wd) - lr: 0.899, 0.798101, 0.6973029... */
+static void test_adamw_literal(void **state)
+{
+    (void)state;
+    one_param o = make_param((float[]){1.0f}, 1);
+    dpt_optim *opt = dpt_adamw_new(o.model, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f);
+    const float expect[3] = {0.899f, 0.798101f, 0.6973029899f};
+    for (int t = 0; t < 3; t++) {
+        set_grad(&o, (float[]){0.5f}, 1);
+        dpt_optim_step(o.ctx, opt);
+        assert_float_equal(dpt_tensor_data(o.p)[0], expect[t], 2e-6);
+    }
+    dpt_optim_free(opt);
+    free_param(&o);
+}
+
+/* Changing gradients, three elements, against a double re-computation of torch's AdamW. */
+static void test_adamw_changing_gradients(void **state)
+{
+    (void)state;
+    float p0[3] = {0.5f, -1.0f, 2.0f};
+    one_param o = make_param(p0, 3);
+    const double lr = 0.01, b1 = 0.8, b2 = 0.95, eps = 1e-6, wd = 0.05;
+    dpt_optim *opt = dpt_adamw_new(o.model, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd);
+    double p[3] = {0.5, -1.0, 2.0}, m[3] = {0}, v[3] = {0};
+    for (int t = 1; t <= 6; t++) {
+        float g[3];
+        for (int i = 0; i < 3; i++) g[i] = (float)(sin(t * 1.3 + i) * (i + 1));
+        set_grad(&o, g, 3);
+        dpt_optim_step(o.ctx, opt);
+        for (int i = 0; i < 3; i++) {
+            p[i] *= 1 - lr * wd;
+            m[i] = b1 * m[i] + (1 - b1) * g[i];
+            v[i] = b2 * v[i] + (1 - b2) * (double)g[i] * g[i];
+            double mhat = m[i] / (1 - pow(b1, t)), vhat = v[i] / (1 - pow(b2, t));
+            p[i] -= lr * mhat / (sqrt(vhat) + eps);
+            assert_float_equal(dpt_tensor_data(o.p)[i], p[i], 1e-5);
+        }
+    }
+    dpt_optim_free(opt);
+    free_param(&o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sgd_momentum_literal),
+        cmocka_unit_test(test_sgd_nesterov_literal),
+        cmocka_unit_test(test_sgd_decay_dampening_literal),
+        cmocka_unit_test(test_adamw_literal),
+        cmocka_unit_test(test_adamw_changing_gradients),
+    };
+    return cmocka_run_group_tests_name("optim", tests, NULL, NULL);
+}

@@ -1,0 +1,195 @@
+/* testutil.h: shared helpers for the cmocka tests (contexts, random data, a gradient checker
+ * against double-precision reference implementations, running ./train). */
+#ifndef DPT_TESTUTIL_H
+#define DPT_TESTUTIL_H
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "dpt.h"
+#include "runtime/rng.h"
+#include "runtime/tensor.h"
+
+#define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+static inline dpt_ctx *test_ctx(int threads, uint64_t seed)
+{
+    dpt_error err;
+    dpt_ctx_options opt = {.device = {DPT_DEVICE_CPU, 0}, .threads = threads, .seed = seed};
+    dpt_ctx *ctx = dpt_ctx_new(&opt, &err);
+    if (!ctx) fail_msg("dpt_ctx_new: %s", err.msg);
+    return ctx;
+}
+
+/* A persistent leaf tensor with values U(lo, hi) that asks for a gradient. */
+static inline dpt_tensor *test_input(dpt_ctx *ctx, dpt_rng *rng, int ndim, const int64_t *shape,
+                                     float lo, float hi)
+{
+    dpt_tensor *t = dpt_tensor_new(ctx, ndim, shape);
+    for (int64_t i = 0; i < t->numel; i++) t->data[i] = lo + (hi - lo) * dpt_rng_uniform(rng);
+    t->requires_grad = true;
+    return t;
+}
+
+/* |a - b| <= atol + rtol * |b| for every element, with a message naming the first miss. */
+static inline void assert_close_d(const char *what, const double *a, const double *b, int64_t n,
+                                  double rtol, double atol)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double tol = atol + rtol * fabs(b[i]);
+        if (!(fabs(a[i] - b[i]) <= tol))
+            fail_msg("%s[%lld]: got %.9g, expected %.9g (tol %.3g)", what, (long long)i, a[i], b[i], tol);
+    }
+}
+
+/* ---------------------------------------------------------------- gradient check
+ * An op under test is given as (1) a builder that records it on the tape from input tensors
+ * and (2) an independent double-precision reference forward. The checker asserts that the
+ * f32 forward matches the reference, and that backward's gradient of L = sum(out * R) (R
+ * random) matches central finite differences of the double reference. */
+
+#define GC_MAX_IN 6
+
+typedef struct gradcheck {
+    int n_in;
+    int ndim[GC_MAX_IN];
+    int64_t shape[GC_MAX_IN][DPT_MAX_DIMS];
+    float lo, hi;             /* input value range */
+    bool no_grad[GC_MAX_IN];  /* inputs that are not differentiated (e.g. labels-like) */
+    /* Optional: create some inputs itself (e.g. a layer's parameters); others are random. */
+    void (*setup)(dpt_ctx *ctx, dpt_tensor **in, void *user);
+    void (*teardown)(void *user);
+    dpt_tensor *(*build)(dpt_ctx *ctx, dpt_tensor **in, void *user);
+    /* out_n: number of outputs; writes out[out_n] from in (double) */
+    void (*reference)(const double *const *in, double *out, void *user);
+    void *user;
+    double fwd_rtol, grad_rtol, grad_atol;
+} gradcheck;
+
+static inline int64_t gc_numel(const gradcheck *gc, int i)
+{
+    int64_t n = 1;
+    for (int d = 0; d < gc->ndim[i]; d++) n *= gc->shape[i][d];
+    return n;
+}
+
+static inline double gc_ref_loss(const gradcheck *gc, double *const *in, const double *weights,
+                                 double *out, int64_t out_n)
+{
+    gc->reference((const double *const *)in, out, gc->user);
+    double loss = 0.0;
+    for (int64_t j = 0; j < out_n; j++) loss += out[j] * weights[j];
+    return loss;
+}
+
+static inline void run_gradcheck(const char *name, const gradcheck *gc, uint64_t seed)
+{
+    dpt_ctx *ctx = test_ctx(1, seed);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, seed);
+    dpt_tensor *in[GC_MAX_IN];
+    double *din[GC_MAX_IN];
+    memset(in, 0, sizeof in);
+    if (gc->setup) gc->setup(ctx, in, gc->user);
+    for (int i = 0; i < gc->n_in; i++) {
+        if (!in[i]) {
+            in[i] = test_input(ctx, &rng, gc->ndim[i], gc->shape[i], gc->lo, gc->hi);
+            in[i]->requires_grad = !gc->no_grad[i];
+        }
+        din[i] = malloc((size_t)in[i]->numel * sizeof(double));
+        for (int64_t j = 0; j < in[i]->numel; j++) din[i][j] = in[i]->data[j];
+    }
+    dpt_tensor *out = gc->build(ctx, in, gc->user);
+    int64_t out_n = out->numel;
+    dpt_tensor *weights = dpt_tensor_new(ctx, out->ndim, out->shape);
+    double *dweights = malloc((size_t)out_n * sizeof(double));
+    for (int64_t j = 0; j < out_n; j++) {
+        weights->data[j] = 2.0f * dpt_rng_uniform(&rng) - 1.0f;
+        dweights[j] = weights->data[j];
+    }
+    /* forward against the reference */
+    double *ref_out = malloc((size_t)out_n * sizeof(double)), *got = malloc((size_t)out_n * sizeof(double));
+    gc_ref_loss(gc, din, dweights, ref_out, out_n);
+    dpt_tensor *out_c = out;
+    for (int64_t j = 0; j < out_n; j++) got[j] = out_c->data[j];
+    char what[160];
+    snprintf(what, sizeof what, "%s forward", name);
+    assert_close_d(what, got, ref_out, out_n, gc->fwd_rtol, 1e-6);
+    /* backward */
+    dpt_tensor *loss = dpt_sum(ctx, dpt_mul(ctx, out, weights));
+    dpt_backward(ctx, loss);
+    for (int i = 0; i < gc->n_in; i++) {
+        if (gc->no_grad[i]) continue;
+        int64_t n = in[i]->numel;
+        double *analytic = calloc((size_t)n, sizeof(double)), *numeric = malloc((size_t)n * sizeof(double));
+        if (in[i]->grad)
+            for (int64_t j = 0; j < n; j++) analytic[j] = in[i]->grad->data[j];
+        for (int64_t j = 0; j < n; j++) {
+            double keep = din[i][j], h = 1e-6 * (1.0 + fabs(keep));
+            din[i][j] = keep + h;
+            double up = gc_ref_loss(gc, din, dweights, ref_out, out_n);
+            din[i][j] = keep - h;
+            double down = gc_ref_loss(gc, din, dweights, ref_out, out_n);
+            din[i][j] = keep;
+            numeric[j] = (up - down) / (2.0 * h);
+        }
+        snprintf(what, sizeof what, "%s d/d(input %d)", name, i);
+        assert_close_d(what, analytic, numeric, n, gc->grad_rtol, gc->grad_atol);
+        free(analytic);
+        free(numeric);
+    }
+    dpt_tape_clear(ctx);
+    for (int i = 0; i < gc->n_in; i++) {
+        if (!in[i]->is_param) dpt_tensor_free(in[i]);
+        free(din[i]);
+    }
+    if (gc->teardown) gc->teardown(gc->user);
+    dpt_tensor_free(weights);
+    free(dweights);
+    free(ref_out);
+    free(got);
+    dpt_ctx_free(ctx);
+}
+
+/* ---------------------------------------------------------------- running ./train */
+
+/* Run a shell command; returns its exit status and fills out with stdout+stderr. */
+static inline int run_capture(char *out, size_t size, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
+    FILE *p = popen(cmd, "r");
+    if (!p) fail_msg("popen %s", cmd);
+    size_t used = 0;
+    out[0] = '\0';
+    while (used + 1 < size) {
+        size_t r = fread(out + used, 1, size - used - 1, p);
+        if (r == 0) break;
+        used += r;
+    }
+    out[used] = '\0';
+    char sink[4096];
+    while (fread(sink, 1, sizeof sink, p) > 0) {}
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static inline void assert_contains(const char *haystack, const char *needle)
+{
+    if (!strstr(haystack, needle)) fail_msg("expected output to contain \"%s\"; got:\n%s", needle, haystack);
+}
+
+#endif
