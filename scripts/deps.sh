@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deps.sh: check the Debian packages dptrain needs; install the missing ones when root.
 set -euo pipefail
-packages=(build-essential libopenblas-dev libopenmpi-dev openmpi-bin zlib1g-dev libcmocka-dev
+packages=(build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin zlib1g-dev libcmocka-dev
           dataset-fashion-mnist gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do
