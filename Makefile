@@ -12,7 +12,10 @@ CFLAGS   += -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parame
 OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp
 OPENBLAS_OMP_LIBS := $(OPENBLAS_OMP)/libopenblas.so.0 -Wl,-rpath,$(OPENBLAS_OMP)
 BLAS_LIBS := $(if $(wildcard $(OPENBLAS_OMP)/libopenblas.so.0),$(OPENBLAS_OMP_LIBS),-lopenblas)
-LDLIBS   := $(BLAS_LIBS) -lz -lm -fopenmp -lpthread
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+CFLAGS   += $(MPI_CFLAGS)
+LDLIBS   := $(BLAS_LIBS) $(MPI_LIBS) -lz -lm -fopenmp -lpthread
 
 # ---- CUDA auto-detection: nvcc, cuBLAS, cuDNN, NCCL
 CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda /usr/local/cuda-*))
@@ -45,7 +48,7 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 all: summary train tests benches
 
 summary:
-	@echo "dptrain build: cc=$(CC) | blas=$(if $(findstring openmp,$(BLAS_LIBS)),openblas-openmp,openblas-pthread) zlib openmp | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no) cudnn=$(HAVE_CUDNN) nccl=$(HAVE_NCCL)"
+	@echo "dptrain build: cc=$(CC) | blas=$(if $(findstring openmp,$(BLAS_LIBS)),openblas-openmp,openblas-pthread) zlib openmp mpi=$(if $(MPI_LIBS),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no) cudnn=$(HAVE_CUDNN) nccl=$(HAVE_NCCL)"
 
 deps:
 	@scripts/deps.sh

@@ -1,12 +1,18 @@
 /* train.c: ./train CONFIG [--set section.key=value ...]. Reads top to bottom as the training
- * loop: config -> context -> data -> model -> optimizer -> for each step: batch, forward,
- * backward, step, log. The machinery lives in runtime/, layers/, optim/, data/, models/. */
+ * loop: config -> world -> context -> data -> model -> DDP -> for each step: batch, forward,
+ * backward (+ bucketed AllReduce), optimizer step, log. The machinery lives below it, in
+ * runtime/, layers/, optim/, data/ and models/. */
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dpt.h"
 #include "data/data.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
 #include "runtime/log.h"
 
 typedef struct cli {
@@ -16,49 +22,101 @@ typedef struct cli {
     bool dry_run;
 } cli;
 
+/* One replica's view of the job: a process under mpirun, or a thread under DataParallel. */
+typedef struct replica {
+    const cli *args;
+    const dpt_config *cfg;
+    dpt_comm *comm; /* NULL when training alone */
+    int rank, size;
+    const char *devices; /* DataParallel device list, or "" */
+    bool print;          /* this replica prints progress lines */
+    int rc;
+} replica;
+
 static void usage(FILE *out);
 static int parse_cli(int argc, char **argv, cli *args);
-static dpt_config *load_config(const cli *args);
-static void print_header(const cli *args, const dpt_config *cfg, const dpt_ctx *ctx,
-                         const dpt_model *model, const dpt_optim *optim, const dpt_dataset *train,
-                         const dpt_dataset *test, const dpt_loader *loader, int64_t batch);
-static int fail(const dpt_error *err);
+static dpt_config *load_config(const cli *args, int rank);
+static int run_data_parallel(const cli *args, const dpt_config *cfg, const char *devices);
+static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *model,
+                         const dpt_optim *optim, const dpt_dataset *train, const dpt_dataset *test,
+                         const dpt_loader *loader, const dpt_ddp *ddp);
+static void inject_fault(const replica *r, int64_t step);
+static dpt_timeline *open_timeline(const replica *r);
+static int fail(const replica *r, const dpt_error *err);
+static void *train_replica(void *arg);
 
 int main(int argc, char **argv)
 {
     cli args;
     int rc = parse_cli(argc, argv, &args);
     if (rc >= 0) return rc;
-
-    /* ---- config, context, data, model, optimizer */
+    dpt_world world;
     dpt_error err;
-    dpt_config *cfg = load_config(&args);
-    if (!cfg) return 1;
+    if (!dpt_world_init(&world, &argc, &argv, &err)) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 1;
+    }
+    dpt_config *cfg = load_config(&args, world.rank);
+    if (!cfg) {
+        if (world.mpi) dpt_fatal("rank %d: the config could not be loaded (see above)", world.rank);
+        return 1;
+    }
+    const char *devices = dpt_config_str(cfg, "distributed", "devices");
+    if (*devices && world.size == 1) {
+        rc = run_data_parallel(&args, cfg, devices);
+    } else {
+        replica r = {.args = &args, .cfg = cfg, .comm = dpt_world_comm(&world), .rank = world.rank,
+                     .size = world.size, .devices = "", .print = world.rank == 0 || dpt_config_bool(cfg, "log", "all_ranks")};
+        if (*devices) {
+            dpt_errorf(&err, "[distributed] devices = %s: DataParallel runs in one process; under "
+                             "mpirun each rank takes one device\nHINT: leave devices empty with mpirun", devices);
+            return fail(&r, &err);
+        }
+        train_replica(&r);
+        rc = r.rc;
+    }
+    dpt_config_free(cfg);
+    dpt_world_finalize(&world);
+    return rc;
+}
+
+/* The training loop of one replica. */
+static void *train_replica(void *arg)
+{
+    replica *r = arg;
+    const dpt_config *cfg = r->cfg;
+    dpt_error err;
+    r->rc = 1;
+
+    /* ---- context, data, model, optimizer, DDP */
     dpt_ctx_options ctx_opt = {
-        .device = {DPT_DEVICE_CPU, 0},
+        .device = {DPT_DEVICE_CPU, r->rank},
         .threads = (int)dpt_config_int(cfg, "train", "threads"),
         .seed = (uint64_t)dpt_config_int(cfg, "train", "seed"),
     };
+    if (*r->devices && ctx_opt.threads == 0) /* split the cores between replicas */
+        ctx_opt.threads = (int)(sysconf(_SC_NPROCESSORS_ONLN) / r->size > 0 ? sysconf(_SC_NPROCESSORS_ONLN) / r->size : 1);
     dpt_ctx *ctx = dpt_ctx_new(&ctx_opt, &err);
-    if (!ctx) return fail(&err);
+    if (!ctx) return r->rc = fail(r, &err), NULL;
     dpt_dataset *train_set, *test_set;
-    if (!dpt_data_open(cfg, &train_set, &test_set, &err)) return fail(&err);
+    if (!dpt_data_open(cfg, &train_set, &test_set, &err)) return r->rc = fail(r, &err), NULL;
     dpt_model *model = dpt_model_build(ctx, cfg, train_set->c, train_set->h, train_set->w,
                                        train_set->num_classes, &err);
-    if (!model) return fail(&err);
+    if (!model) return r->rc = fail(r, &err), NULL;
     dpt_optim *optim = dpt_optim_build(model, cfg, &err);
-    if (!optim) return fail(&err);
-    dpt_metrics *metrics = dpt_metrics_open(dpt_config_str(cfg, "log", "metrics"), &err);
-    if (!metrics) return fail(&err);
+    if (!optim) return r->rc = fail(r, &err), NULL;
+    dpt_metrics *metrics = dpt_metrics_open(r->rank == 0 ? dpt_config_str(cfg, "log", "metrics") : "", &err);
+    if (!metrics) return r->rc = fail(r, &err), NULL;
 
     int64_t batch = dpt_config_int(cfg, "train", "batch");
+    int accum = (int)dpt_config_int(cfg, "distributed", "accum_steps");
     dpt_loader_options train_opt = {
         .batch = batch,
         .shuffle = dpt_config_bool(cfg, "data", "shuffle"),
         .drop_last = dpt_config_bool(cfg, "data", "drop_last"),
         .seed = (uint64_t)dpt_config_int(cfg, "train", "seed"),
-        .rank = 0,
-        .world_size = 1,
+        .rank = r->rank,
+        .world_size = r->size,
         .mean = (float)dpt_config_float(cfg, "data", "mean"),
         .std = (float)dpt_config_float(cfg, "data", "std"),
         .limit = dpt_config_int(cfg, "data", "train_limit"),
@@ -66,20 +124,40 @@ int main(int argc, char **argv)
     dpt_loader_options test_opt = train_opt;
     test_opt.batch = dpt_config_int(cfg, "train", "eval_batch");
     test_opt.shuffle = false;
-    test_opt.drop_last = false; /* every test sample counts exactly once */
+    test_opt.exact_shards = true; /* every test sample counts exactly once over all ranks */
     test_opt.limit = dpt_config_int(cfg, "data", "test_limit");
     dpt_loader *train_loader = dpt_loader_new(ctx, train_set, &train_opt);
     dpt_loader *test_loader = dpt_loader_new(ctx, test_set, &test_opt);
-    if (dpt_loader_num_batches(train_loader) == 0) {
-        dpt_errorf(&err, "the training set has %lld samples, fewer than one batch of %lld with "
-                         "drop_last = true\nHINT: lower [train] batch or set [data] drop_last = false",
-                   (long long)dpt_loader_num_samples(train_loader), (long long)batch);
-        return fail(&err);
+    int64_t steps_per_epoch = dpt_loader_num_batches(train_loader) / accum;
+    if (steps_per_epoch == 0) {
+        dpt_errorf(&err, "rank %d gets %lld training samples per epoch, fewer than one step of %lld x %d "
+                         "accumulation with drop_last = %s\nHINT: lower [train] batch or "
+                         "[distributed] accum_steps, or use fewer ranks",
+                   r->rank, (long long)dpt_loader_num_samples(train_loader), (long long)batch, accum,
+                   train_opt.drop_last ? "true" : "false");
+        return r->rc = fail(r, &err), NULL;
     }
-    print_header(&args, cfg, ctx, model, optim, train_set, test_set, train_loader, batch);
-    if (args.dry_run) {
-        dpt_config_print(cfg, stdout);
-        return 0;
+    dpt_ddp *ddp = NULL;
+    if (r->comm) {
+        dpt_ddp_options ddp_opt = {
+            .bucket_mb = dpt_config_float(cfg, "distributed", "bucket_mb"),
+            .overlap = dpt_config_bool(cfg, "distributed", "overlap"),
+            .find_unused = dpt_config_bool(cfg, "distributed", "find_unused"),
+            .timeout_s = dpt_config_float(cfg, "distributed", "comm_timeout_s"),
+            .dataset_len = train_set->n,
+            .config_hash = dpt_config_hash(cfg),
+        };
+        dpt_comm_set_delay_ms(r->comm, dpt_config_float(cfg, "distributed", "bench_comm_delay_ms"));
+        ddp = dpt_ddp_new(ctx, model, r->comm, &ddp_opt, &err);
+        if (!ddp) return r->rc = fail(r, &err), NULL;
+    }
+    dpt_timeline *timeline = open_timeline(r);
+    if (ddp) dpt_ddp_set_timeline(ddp, timeline);
+    dpt_lr_schedule schedule = dpt_lr_schedule_build(cfg, r->size, steps_per_epoch);
+    if (r->rank == 0) print_header(r, ctx, model, optim, train_set, test_set, train_loader, ddp);
+    if (r->args->dry_run) {
+        if (r->rank == 0) dpt_config_print(cfg, stdout);
+        goto cleanup;
     }
 
     /* ---- the training loop */
@@ -87,75 +165,117 @@ int main(int argc, char **argv)
     int64_t max_steps = dpt_config_int(cfg, "train", "max_steps");
     int64_t interval = dpt_config_int(cfg, "log", "interval");
     float label_smoothing = (float)dpt_config_float(cfg, "train", "label_smoothing");
-    int64_t steps_per_epoch = dpt_loader_num_batches(train_loader);
-    int64_t step = 0;
+    int64_t step = 0, global_batch = batch * r->size * accum;
     double run_start = dpt_now_s(), best_acc = -1.0;
-    int best_epoch = 0, epoch = 0;
+    int best_epoch = 0, epoch;
     dpt_eval_result test = {0};
     bool stop = false;
     for (epoch = 1; epoch <= epochs && !stop; epoch++) {
         dpt_loader_start_epoch(train_loader, epoch);
-        double epoch_start = dpt_now_s(), window_start = epoch_start, epoch_loss = 0.0;
-        double window_loss = 0.0;
+        double epoch_start = dpt_now_s(), window_start = epoch_start;
+        double window_loss = 0.0, epoch_loss = 0.0, window_comm = 0.0, window_hidden = 0.0;
         int64_t window_correct = 0, window_samples = 0, epoch_correct = 0, epoch_samples = 0;
-        dpt_batch b;
-        while (!stop && dpt_loader_next(train_loader, &b)) {
-            dpt_tensor *logits = dpt_model_forward(model, ctx, b.x);
-            dpt_tensor *loss = dpt_cross_entropy(ctx, logits, b.labels, label_smoothing);
-            dpt_backward(ctx, loss);
+        for (int64_t s = 0; s < steps_per_epoch && !stop; s++) {
+            inject_fault(r, step);
+            dpt_optim_set_lr(optim, (float)dpt_lr_at(&schedule, step));
+            for (int micro = 0; micro < accum; micro++) {
+                dpt_batch b;
+                double t0 = dpt_now_s();
+                dpt_loader_next(train_loader, &b);
+                double t1 = dpt_now_s();
+                if (ddp) dpt_ddp_set_sync(ddp, micro == accum - 1); /* no_sync while accumulating */
+                dpt_tensor *logits = dpt_model_forward(model, ctx, b.x);
+                dpt_tensor *loss = dpt_cross_entropy(ctx, logits, b.labels, label_smoothing);
+                double t2 = dpt_now_s();
+                /* Each micro-batch carries 1/accum of the step's mean loss. */
+                dpt_backward(ctx, accum > 1 ? dpt_scale(ctx, loss, 1.0f / (float)accum) : loss);
+                double t3 = dpt_now_s();
+                float loss_value = dpt_tensor_item(loss);
+                if (!isfinite(loss_value))
+                    dpt_fatal("rank %d: loss is %f at step %lld (epoch %d)\nHINT: lower [optim] lr, "
+                              "or check the data", r->rank, (double)loss_value, (long long)step, epoch);
+                int64_t correct = dpt_count_correct(ctx, logits, b.labels);
+                dpt_tape_clear(ctx);
+                dpt_timeline_span(timeline, "data", 0, t0, t1);
+                dpt_timeline_span(timeline, "forward", 0, t1, t2);
+                dpt_timeline_span(timeline, "backward", 0, t2, t3);
+                window_loss += (double)loss_value * (double)b.size;
+                epoch_loss += (double)loss_value * (double)b.size;
+                window_correct += correct, epoch_correct += correct;
+                window_samples += b.size, epoch_samples += b.size;
+            }
+            double t4 = dpt_now_s();
+            if (ddp) {
+                dpt_ddp_finish(ddp); /* gradients now hold the average over ranks */
+                dpt_ddp_stats st = dpt_ddp_last_stats(ddp);
+                window_comm += st.comm_s, window_hidden += st.hidden_s;
+            }
+            double t5 = dpt_now_s();
             dpt_optim_step(ctx, optim);
             dpt_model_zero_grad(model);
-
-            float loss_value = dpt_tensor_item(loss);
-            int64_t correct = dpt_count_correct(ctx, logits, b.labels);
-            dpt_tape_clear(ctx);
+            dpt_timeline_span(timeline, "wait allreduce", 0, t4, t5);
+            dpt_timeline_span(timeline, "optimizer", 0, t5, dpt_now_s());
             step++;
-            window_loss += (double)loss_value * (double)b.size;
-            window_correct += correct;
-            window_samples += b.size;
-            epoch_loss += (double)loss_value * (double)b.size;
-            epoch_correct += correct;
-            epoch_samples += b.size;
             stop = max_steps > 0 && step >= max_steps;
-            int64_t step_in_epoch = (step - 1) % steps_per_epoch + 1;
-            if (step % interval == 0 || stop) {
+            if ((step % interval == 0 || stop) && r->print) {
                 double now = dpt_now_s();
-                double img_s = (double)window_samples / (now - window_start);
-                printf("epoch %d | step %6lld/%lld | loss %.4f | acc %5.1f%% | %8.0f img/s\n", epoch,
-                       (long long)step_in_epoch, (long long)steps_per_epoch,
-                       window_loss / (double)window_samples,
-                       100.0 * (double)window_correct / (double)window_samples, img_s);
+                double img_s = (double)window_samples * r->size / (now - window_start);
+                int64_t steps = (step - 1) % interval + 1;
+                char comm[96] = "";
+                if (ddp)
+                    snprintf(comm, sizeof comm, " | comm %.2f ms/step (%.0f%% hidden)",
+                             1e3 * window_comm / (double)steps,
+                             window_comm > 0 ? 100.0 * window_hidden / window_comm : 0.0);
+                char who[32] = "";
+                if (r->rank) snprintf(who, sizeof who, "[rank %d] ", r->rank);
+                printf("%sepoch %d | step %6lld/%lld | loss %.4f | acc %5.1f%% | %8.0f img/s%s\n",
+                       who, epoch, (long long)(s + 1),
+                       (long long)steps_per_epoch, window_loss / (double)window_samples,
+                       100.0 * (double)window_correct / (double)window_samples, img_s, comm);
                 fflush(stdout);
                 dpt_metrics_write(metrics,
                                   "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,"
-                                  "\"loss\":%.6f,\"acc\":%.6f,\"img_s\":%.1f,\"step_ms\":%.3f",
+                                  "\"loss\":%.6f,\"acc\":%.6f,\"img_s\":%.1f,\"step_ms\":%.3f,"
+                                  "\"comm_ms\":%.3f,\"comm_hidden\":%.4f,\"ranks\":%d,\"global_batch\":%lld",
                                   epoch, (long long)step, (double)dpt_optim_lr(optim),
                                   window_loss / (double)window_samples,
                                   (double)window_correct / (double)window_samples, img_s,
-                                  1e3 * (now - window_start) * (double)b.size / (double)window_samples);
+                                  1e3 * (now - window_start) / (double)steps,
+                                  1e3 * window_comm / (double)steps,
+                                  window_comm > 0 ? window_hidden / window_comm : 0.0, r->size,
+                                  (long long)global_batch);
                 window_start = now;
-                window_loss = 0.0;
+                window_loss = window_comm = window_hidden = 0.0;
                 window_correct = window_samples = 0;
             }
         }
         double train_time = dpt_now_s() - epoch_start;
-        test = dpt_evaluate(ctx, model, test_loader);
+        /* Each rank evaluates its own shard; the sums are combined over ranks. */
+        test = dpt_eval_allreduce(r->comm, dpt_evaluate(ctx, model, test_loader));
+        double train_sums[2] = {epoch_loss, (double)epoch_correct};
+        double train_count = (double)epoch_samples * r->size;
+        if (r->comm) r->comm->ops->allreduce_f64(r->comm, train_sums, 2);
         if (test.accuracy > best_acc) best_acc = test.accuracy, best_epoch = epoch;
-        printf("epoch %d done | %.1f s | train loss %.4f acc %.1f%% | test loss %.4f acc %.2f%%\n",
-               epoch, train_time, epoch_loss / (double)epoch_samples,
-               100.0 * (double)epoch_correct / (double)epoch_samples, test.loss, 100.0 * test.accuracy);
-        fflush(stdout);
+        if (r->rank == 0) {
+            printf("epoch %d done | %.1f s | train loss %.4f acc %.1f%% | test loss %.4f acc %.2f%% (%lld images)\n",
+                   epoch, train_time, train_sums[0] / train_count, 100.0 * train_sums[1] / train_count,
+                   test.loss, 100.0 * test.accuracy, (long long)test.samples);
+            fflush(stdout);
+        }
         dpt_metrics_write(metrics,
                           "\"kind\":\"eval\",\"epoch\":%d,\"step\":%lld,\"test_loss\":%.6f,"
                           "\"test_acc\":%.6f,\"train_loss\":%.6f,\"train_acc\":%.6f,\"epoch_s\":%.3f",
-                          epoch, (long long)step, test.loss, test.accuracy,
-                          epoch_loss / (double)epoch_samples,
-                          (double)epoch_correct / (double)epoch_samples, train_time);
+                          epoch, (long long)step, test.loss, test.accuracy, train_sums[0] / train_count,
+                          train_sums[1] / train_count, train_time);
     }
-    double total = dpt_now_s() - run_start;
-    printf("done | %d epochs | %lld steps | %.1f s | best test acc %.2f%% (epoch %d) | final test acc %.2f%%\n",
-           epoch - 1, (long long)step, total, 100.0 * best_acc, best_epoch, 100.0 * test.accuracy);
+    if (r->rank == 0)
+        printf("done | %d epochs | %lld steps | %.1f s | best test acc %.2f%% (epoch %d) | final test acc %.2f%%\n",
+               epoch - 1, (long long)step, dpt_now_s() - run_start, 100.0 * best_acc, best_epoch,
+               100.0 * test.accuracy);
 
+cleanup:
+    dpt_timeline_close(timeline);
+    dpt_ddp_free(ddp);
     dpt_metrics_close(metrics);
     dpt_loader_free(test_loader);
     dpt_loader_free(train_loader);
@@ -164,16 +284,60 @@ int main(int argc, char **argv)
     dpt_dataset_free(test_set);
     dpt_dataset_free(train_set);
     dpt_ctx_free(ctx);
-    dpt_config_free(cfg);
-    return 0;
+    r->rc = 0;
+    return NULL;
 }
 
 /* ---------------------------------------------------------------- helpers */
+
+static void *replica_thread(void *arg) { return train_replica(arg); }
+
+/* DataParallel: one process, one replica thread per listed device, gradients averaged
+ * through a shared-memory communicator; every replica applies the same update. */
+static int run_data_parallel(const cli *args, const dpt_config *cfg, const char *devices)
+{
+    int n = 1;
+    for (const char *c = devices; *c; c++) n += *c == ',';
+    char copy[512];
+    snprintf(copy, sizeof copy, "%s", devices);
+    char *save = NULL;
+    int i = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save), i++) {
+        char expect[32];
+        snprintf(expect, sizeof expect, "cpu:%d", i);
+        if (strcmp(tok, expect) != 0) {
+            fprintf(stderr, "error: %s: [distributed] devices = %s: device %d is '%s', expected '%s'\n"
+                            "HINT: list CPU devices in order, e.g. devices = cpu:0,cpu:1 (CUDA devices "
+                            "need a CUDA build)\n", dpt_config_where(cfg, "distributed", "devices"),
+                    devices, i, tok, expect);
+            return 1;
+        }
+    }
+    dpt_thread_group *group = dpt_thread_group_new(n);
+    replica *reps = calloc((size_t)n, sizeof *reps);
+    pthread_t *threads = calloc((size_t)n, sizeof *threads);
+    for (i = 0; i < n; i++) {
+        reps[i] = (replica){.args = args, .cfg = cfg, .comm = dpt_comm_thread_new(group, i),
+                            .rank = i, .size = n, .devices = devices, .print = i == 0};
+        pthread_create(&threads[i], NULL, replica_thread, &reps[i]);
+    }
+    int rc = 0;
+    for (i = 0; i < n; i++) {
+        pthread_join(threads[i], NULL);
+        rc |= reps[i].rc;
+        reps[i].comm->ops->free(reps[i].comm);
+    }
+    free(threads);
+    free(reps);
+    dpt_thread_group_free(group);
+    return rc;
+}
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: ./train CONFIG [--set section.key=value ...] [--dry-run]\n"
+            "       mpirun -np N ./train CONFIG ...      (data-parallel over N ranks)\n"
             "       ./train --config-reference | --help | --version\n"
             "\n"
             "Trains the model that the INI file CONFIG describes (see docs/config.md).\n"
@@ -184,7 +348,10 @@ static void usage(FILE *out)
             "  --version                print the version\n"
             "  --help                   this text\n"
             "\n"
-            "example: ./train configs/fmnist_mlp.ini --set train.epochs=1\n");
+            "examples:\n"
+            "  ./train configs/fmnist_mlp.ini --set train.epochs=1\n"
+            "  mpirun -np 2 ./train configs/fmnist_mlp.ini --set optim.lr_scaling=linear\n"
+            "  ./train configs/fmnist_mlp.ini --set distributed.devices=cpu:0,cpu:1\n");
 }
 
 /* Returns an exit code to stop with, or -1 to go on training. */
@@ -234,44 +401,90 @@ static int parse_cli(int argc, char **argv, cli *args)
     return -1;
 }
 
-static dpt_config *load_config(const cli *args)
+static dpt_config *load_config(const cli *args, int rank)
 {
     dpt_error err;
     dpt_config *cfg = dpt_config_load(args->config_path, &err);
-    if (!cfg) {
-        fail(&err);
-        return NULL;
-    }
-    for (int i = 0; i < args->nsets; i++) {
+    for (int i = 0; cfg && i < args->nsets; i++) {
         if (!dpt_config_set(cfg, args->sets[i], &err)) {
-            fail(&err);
             dpt_config_free(cfg);
-            return NULL;
+            cfg = NULL;
         }
+    }
+    if (!cfg) {
+        if (rank == 0) fprintf(stderr, "error: %s\n", err.msg);
     }
     return cfg;
 }
 
-static void print_header(const cli *args, const dpt_config *cfg, const dpt_ctx *ctx,
-                         const dpt_model *model, const dpt_optim *optim, const dpt_dataset *train,
-                         const dpt_dataset *test, const dpt_loader *loader, int64_t batch)
+static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *model,
+                         const dpt_optim *optim, const dpt_dataset *train, const dpt_dataset *test,
+                         const dpt_loader *loader, const dpt_ddp *ddp)
 {
-    printf("dptrain %s | config %s (hash %016llx)\n", DPT_VERSION, args->config_path,
+    const dpt_config *cfg = r->cfg;
+    int64_t batch = dpt_config_int(cfg, "train", "batch");
+    int accum = (int)dpt_config_int(cfg, "distributed", "accum_steps");
+    printf("dptrain %s | config %s (hash %016llx)\n", DPT_VERSION, r->args->config_path,
            (unsigned long long)dpt_config_hash(cfg));
     printf("model %s %s | %lld parameters\n", dpt_model_name(model), dpt_model_summary(model),
            (long long)dpt_model_param_count(model));
-    printf("device cpu | %d threads | 1 rank | batch %lld per rank (%lld global)\n",
-           dpt_ctx_threads(ctx), (long long)batch, (long long)batch);
-    printf("data %s | train %lld of %lld | test %lld | %dx%dx%d | %d classes | %lld steps/epoch\n",
+    printf("device cpu | %d threads | %d %s%s | batch %lld per rank x %d accum (%lld global)\n",
+           dpt_ctx_threads(ctx), r->size, *r->devices ? "replica" : "rank", r->size > 1 ? "s" : "",
+           (long long)batch, accum, (long long)(batch * r->size * accum));
+    if (ddp)
+        printf("ddp %s | %d buckets of <= %g MiB | overlap %s | comm %s\n",
+               *r->devices ? "(DataParallel, shared memory)" : "over MPI", dpt_ddp_num_buckets(ddp),
+               dpt_config_float(cfg, "distributed", "bucket_mb"),
+               dpt_config_bool(cfg, "distributed", "overlap") ? "on" : "off", r->comm->ops->name);
+    printf("data %s | train %lld per rank of %lld | test %lld | %dx%dx%d | %d classes | %lld steps/epoch\n",
            dpt_config_str(cfg, "data", "dir"), (long long)dpt_loader_num_samples(loader),
-           (long long)train->n, (long long)test->n, (int)train->c, (int)train->h, (int)train->w,
-           train->num_classes, (long long)dpt_loader_num_batches(loader));
-    printf("optim %s | lr %g\n", dpt_optim_name(optim), (double)dpt_optim_lr(optim));
+           (long long)train->n, (long long)test->n, (int)train->c,
+           (int)train->h, (int)train->w, train->num_classes,
+           (long long)(dpt_loader_num_batches(loader) / accum));
+    printf("optim %s | lr %g (%s scaling)\n", dpt_optim_name(optim),
+           dpt_lr_schedule_build(cfg, r->size, 1).target_lr, dpt_config_str(cfg, "optim", "lr_scaling"));
     fflush(stdout);
 }
 
-static int fail(const dpt_error *err)
+/* Tests: make this rank fail at a chosen step. */
+static void inject_fault(const replica *r, int64_t step)
 {
+    const char *fault = dpt_config_str(r->cfg, "distributed", "fault");
+    if (!strcmp(fault, "none") || r->rank != dpt_config_int(r->cfg, "distributed", "fault_rank") ||
+        step != dpt_config_int(r->cfg, "distributed", "fault_step"))
+        return;
+    fprintf(stderr, "fault injection: rank %d %s at step %lld\n", r->rank, fault, (long long)step);
+    fflush(stderr);
+    if (!strcmp(fault, "exit")) _exit(3);
+    if (!strcmp(fault, "hang"))
+        for (;;) pause();
+    if (!strcmp(fault, "nan")) dpt_fatal("rank %d: loss is nan at step %lld (injected)", r->rank, (long long)step);
+}
+
+static dpt_timeline *open_timeline(const replica *r)
+{
+    const char *pattern = dpt_config_str(r->cfg, "log", "timeline");
+    if (!*pattern) return NULL;
+    char path[1024];
+    const char *mark = strstr(pattern, "{rank}");
+    if (mark)
+        snprintf(path, sizeof path, "%.*s%d%s", (int)(mark - pattern), pattern, r->rank, mark + 6);
+    else if (r->size > 1)
+        snprintf(path, sizeof path, "%s.rank%d", pattern, r->rank);
+    else
+        snprintf(path, sizeof path, "%s", pattern);
+    dpt_error err;
+    dpt_timeline *tl = dpt_timeline_open(path, r->rank, &err);
+    if (!tl) dpt_fatal("%s", err.msg);
+    return tl;
+}
+
+/* A user-facing error. With other ranks running, stop them too (they may be waiting in a
+ * collective for this one): MPI_Abort through dpt_fatal, with this rank's message. */
+static int fail(const replica *r, const dpt_error *err)
+{
+    if (r->size > 1 && !*r->devices) dpt_fatal("rank %d of %d: %s", r->rank, r->size, err->msg);
     fprintf(stderr, "error: %s\n", err->msg);
+    if (*r->devices) exit(1); /* the other replica threads may wait for this one in a barrier */
     return 1;
 }

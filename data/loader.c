@@ -38,8 +38,12 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     int64_t size = opt->world_size;
     /* Equal shares keep every rank stepping in lockstep: drop the remainder, or (drop_last =
      * false) pad by wrapping round the permutation, as torch's DistributedSampler does. */
-    l->n_mine = opt->drop_last ? l->n_total / size : (l->n_total + size - 1) / size;
-    l->n_batches = opt->drop_last ? l->n_mine / opt->batch : (l->n_mine + opt->batch - 1) / opt->batch;
+    if (opt->exact_shards)
+        l->n_mine = (l->n_total - opt->rank + size - 1) / size;
+    else
+        l->n_mine = opt->drop_last ? l->n_total / size : (l->n_total + size - 1) / size;
+    bool drop = opt->drop_last && !opt->exact_shards;
+    l->n_batches = drop ? l->n_mine / opt->batch : (l->n_mine + opt->batch - 1) / opt->batch;
     l->perm = malloc((size_t)l->n_total * sizeof *l->perm);
     l->mine = malloc((size_t)(l->n_mine ? l->n_mine : 1) * sizeof *l->mine);
     int64_t chw = ds->c * ds->h * ds->w;
@@ -49,7 +53,7 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     for (int b = 0; b < 256; b++) l->lut[b] = ((float)b / 255.0f - opt->mean) / opt->std;
     l->x_full = dpt_tensor_new(ctx, 4, (int64_t[]){opt->batch, ds->c, ds->h, ds->w});
     int64_t tail = l->n_mine % opt->batch;
-    if (!opt->drop_last && tail)
+    if (!drop && tail)
         l->x_partial = dpt_tensor_new(ctx, 4, (int64_t[]){tail, ds->c, ds->h, ds->w});
     dpt_loader_start_epoch(l, 0);
     return l;

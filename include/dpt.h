@@ -187,6 +187,14 @@ float dpt_optim_lr(const dpt_optim *optim);
 const char *dpt_optim_name(const dpt_optim *optim);
 void dpt_optim_free(dpt_optim *optim);
 
+/* Learning rate per optimizer step: a linear warm-up from start_lr to target_lr over
+ * warmup_steps, then target_lr. */
+typedef struct dpt_lr_schedule {
+    double start_lr, target_lr;
+    int64_t warmup_steps;
+} dpt_lr_schedule;
+double dpt_lr_at(const dpt_lr_schedule *schedule, int64_t step);
+
 /* ---------------------------------------------------------------- data */
 
 /* Images (n, c, h, w) as bytes and labels as int32, in memory. */
@@ -211,6 +219,8 @@ typedef struct dpt_loader_options {
     int rank, world_size; /* this rank takes every world_size-th sample of the permutation */
     float mean, std;    /* x = (byte / 255 - mean) / std */
     int64_t limit;      /* use only the first `limit` samples (0 = all) */
+    bool exact_shards;  /* evaluation: every sample exactly once over all ranks, shards may
+                         * differ by one sample (no dropping, no padding) */
 } dpt_loader_options;
 
 typedef struct dpt_loader dpt_loader;
@@ -262,11 +272,83 @@ uint64_t dpt_config_hash(const dpt_config *cfg);
 /* Print the reference of every section and key as Markdown (docs/config.md). */
 void dpt_config_print_reference(FILE *out);
 
+/* ---------------------------------------------------------------- distributed */
+
+/* Who this process is. Under mpirun (or any PMI launcher) MPI is initialised with thread
+ * support; run alone, the world is a singleton and MPI is not touched. */
+typedef struct dpt_world {
+    int rank, size;             /* in the job */
+    int local_rank, local_size; /* on this node (MPI's shared-memory split) */
+    bool mpi;                   /* launched by an MPI launcher */
+    char host[64];
+} dpt_world;
+
+typedef struct dpt_comm dpt_comm; /* a communicator: allreduce, broadcast, allgather, barrier */
+
+bool dpt_world_init(dpt_world *world, int *argc, char ***argv, dpt_error *err);
+void dpt_world_finalize(dpt_world *world);
+/* The job-wide communicator, NULL for a singleton. */
+dpt_comm *dpt_world_comm(const dpt_world *world);
+int dpt_comm_rank(const dpt_comm *comm);
+int dpt_comm_size(const dpt_comm *comm);
+void dpt_comm_barrier(dpt_comm *comm);
+/* Benchmarks: add latency to each gradient allreduce, to model a slow network. */
+void dpt_comm_set_delay_ms(dpt_comm *comm, double delay_ms);
+
+/* DistributedDataParallel: parameters broadcast from rank 0 at start, the plan checked on all
+ * ranks, gradients bucketed in reverse creation order and AllReduced (averaged) by a
+ * communication thread as soon as a bucket is complete, while backward goes on. */
+typedef struct dpt_ddp_options {
+    double bucket_mb;    /* bucket capacity; tiny = one parameter per bucket */
+    bool overlap;        /* false: all AllReduces after backward (for comparison) */
+    bool find_unused;    /* treat a parameter without gradient as zero instead of an error */
+    double timeout_s;    /* a bucket not reduced in this time ends the job with a report */
+    int64_t dataset_len; /* checked equal on all ranks */
+    uint64_t config_hash; /* checked equal on all ranks */
+} dpt_ddp_options;
+
+typedef struct dpt_ddp dpt_ddp;
+
+/* Per-step measurements of the last dpt_ddp_finish(). */
+typedef struct dpt_ddp_stats {
+    double comm_s;       /* time the communication thread spent in AllReduce */
+    double hidden_s;     /* of which before backward ended (overlapped) */
+    double wait_s;       /* time finish() waited after backward */
+    int buckets;
+    int64_t step;
+} dpt_ddp_stats;
+
+dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_ddp_options *opt,
+                     dpt_error *err);
+void dpt_ddp_free(dpt_ddp *ddp);
+/* false: the next backward only accumulates locally (gradient accumulation, like no_sync). */
+void dpt_ddp_set_sync(dpt_ddp *ddp, bool sync);
+/* After backward: wait until every bucket is reduced; gradients then hold the average. */
+void dpt_ddp_finish(dpt_ddp *ddp);
+dpt_ddp_stats dpt_ddp_last_stats(const dpt_ddp *ddp);
+int dpt_ddp_num_buckets(const dpt_ddp *ddp);
+/* Parameter indices of a bucket, in the order they fill it (exposed for tests). */
+int dpt_ddp_bucket_params(const dpt_ddp *ddp, int bucket, int *params, int max);
+/* How many times each parameter's gradient was reduced so far (exposed for tests). */
+int64_t dpt_ddp_reduce_count(const dpt_ddp *ddp, int param);
+/* Sum a local evaluation over ranks (each rank evaluated a disjoint shard). */
+dpt_eval_result dpt_eval_allreduce(dpt_comm *comm, dpt_eval_result local);
+
+/* A Chrome-trace timeline (open in Perfetto or chrome://tracing). */
+typedef struct dpt_timeline dpt_timeline;
+dpt_timeline *dpt_timeline_open(const char *path, int rank, dpt_error *err);
+/* A span [t0_s, t1_s] in dpt clock seconds on lane tid (0 = compute, 1 = communication). */
+void dpt_timeline_span(dpt_timeline *tl, const char *name, int tid, double t0_s, double t1_s);
+void dpt_timeline_close(dpt_timeline *tl);
+void dpt_ddp_set_timeline(dpt_ddp *ddp, dpt_timeline *tl);
+
 /* ---------------------------------------------------------------- model registry */
 
 /* Build the model named by [model] name for inputs (c, h, w) and num_classes. */
 dpt_model *dpt_model_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
                            int num_classes, dpt_error *err);
+/* The schedule [optim] describes for a run of world_size x accum_steps and steps_per_epoch. */
+dpt_lr_schedule dpt_lr_schedule_build(const dpt_config *cfg, int world_size, int64_t steps_per_epoch);
 /* Build the optimizer named by [optim] name. */
 dpt_optim *dpt_optim_build(dpt_model *model, const dpt_config *cfg, dpt_error *err);
 

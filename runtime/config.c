@@ -62,7 +62,27 @@ static const schema_key schema[] = {
     {"optim", "beta2", T_FLOAT, "0.999", 0, 0.9999999, NULL, "adamw: second-moment decay"},
     {"optim", "eps", T_FLOAT, "1e-8", 0, 1, NULL, "adamw: denominator epsilon"},
 
+    {"optim", "lr_scaling", T_ENUM, "none", NO_RANGE, "none|linear",
+     "linear: lr x (world size x accum_steps), the linear scaling rule of Goyal et al."},
+    {"optim", "warmup_epochs", T_FLOAT, "0", 0, 1e4, NULL,
+     "linear warm-up length; ramps from lr (linear scaling) or from 0 (none) to the target lr"},
+
+    {"distributed", "bucket_mb", T_FLOAT, "25", 1e-9, 1e5, NULL, "gradient bucket capacity in MiB (buckets fill in reverse parameter order)"},
+    {"distributed", "overlap", T_BOOL, "true", NO_RANGE, NULL, "AllReduce each bucket as soon as it is complete, during backward (false: after backward)"},
+    {"distributed", "accum_steps", T_INT, "1", 1, 1e6, NULL, "micro-batches per optimizer step; only the last one communicates (no_sync)"},
+    {"distributed", "find_unused", T_BOOL, "false", NO_RANGE, NULL, "treat a parameter that got no gradient as zero instead of stopping with an error"},
+    {"distributed", "comm_timeout_s", T_FLOAT, "300", 0.01, 1e7, NULL, "a collective not done in this time ends the job with a report naming it"},
+    {"distributed", "devices", T_STRING, "", NO_RANGE, NULL,
+     "DataParallel in one process: a device list such as cpu:0,cpu:1 (empty = one device per process)"},
+    {"distributed", "bench_comm_delay_ms", T_FLOAT, "0", 0, 1e5, NULL, "benchmarks: added latency per gradient AllReduce (a slow network)"},
+    {"distributed", "fault", T_ENUM, "none", NO_RANGE, "none|exit|hang|nan", "tests: inject a failure on fault_rank at fault_step"},
+    {"distributed", "fault_rank", T_INT, "0", 0, 1e6, NULL, "tests: the rank that fails"},
+    {"distributed", "fault_step", T_INT, "0", 0, 1e12, NULL, "tests: the step at which it fails"},
+
     {"log", "interval", T_INT, "100", 1, 1e9, NULL, "steps between progress lines"},
+    {"log", "all_ranks", T_BOOL, "false", NO_RANGE, NULL, "every rank prints its progress lines (prefixed by its rank), not only rank 0"},
+    {"log", "timeline", T_STRING, "", NO_RANGE, NULL,
+     "Chrome-trace JSON per rank ({rank} in the path is replaced; else .rankN is appended when ranks > 1)"},
     {"log", "metrics", T_STRING, "", NO_RANGE, NULL, "JSONL metrics file, one line per interval and per evaluation (empty = none)"},
 };
 enum { NKEYS = sizeof schema / sizeof schema[0], MAX_LIST = 32 };

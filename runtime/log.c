@@ -16,6 +16,14 @@ double dpt_now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void dpt_sleep_ms(double ms)
+{
+    if (ms <= 0) return;
+    struct timespec ts = {(time_t)(ms / 1e3), 0};
+    ts.tv_nsec = (long)((ms - 1e3 * (double)ts.tv_sec) * 1e6);
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
 struct dpt_metrics {
     FILE *file; /* NULL: discard */
 };

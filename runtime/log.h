@@ -6,6 +6,8 @@
 
 /* Monotonic seconds. */
 double dpt_now_s(void);
+/* Sleep; no-op for ms <= 0. */
+void dpt_sleep_ms(double ms);
 
 typedef struct dpt_metrics dpt_metrics;
 /* Open (truncate) a JSONL file; an empty path gives a writer that discards. NULL on error. */

@@ -1,0 +1,102 @@
+/* comm_threads.c: a communicator between threads of one process (DataParallel replicas).
+ * Allreduce: every thread publishes its buffer, then thread r sums slice r of all buffers in
+ * rank order and writes the sum into every buffer; nobody else touches slice r meanwhile. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "error.h"
+#include "log.h"
+
+struct dpt_thread_group {
+    int size;
+    pthread_barrier_t barrier;
+    void **bufs; /* published per rank */
+};
+
+dpt_thread_group *dpt_thread_group_new(int size)
+{
+    dpt_thread_group *g = calloc(1, sizeof *g);
+    if (!g) dpt_fatal("out of host memory for a thread group");
+    g->size = size;
+    g->bufs = calloc((size_t)size, sizeof *g->bufs);
+    if (!g->bufs || pthread_barrier_init(&g->barrier, NULL, (unsigned)size) != 0)
+        dpt_fatal("cannot create a barrier for %d threads", size);
+    return g;
+}
+
+void dpt_thread_group_free(dpt_thread_group *g)
+{
+    if (!g) return;
+    pthread_barrier_destroy(&g->barrier);
+    free(g->bufs);
+    free(g);
+}
+
+static dpt_thread_group *group_of(dpt_comm *comm) { return comm->impl; }
+
+static void sync_all(dpt_thread_group *g) { pthread_barrier_wait(&g->barrier); }
+
+#define ALLREDUCE_BODY(type)                                                                       \
+    dpt_thread_group *g = group_of(comm);                                                          \
+    g->bufs[comm->rank] = buf;                                                                     \
+    sync_all(g);                                                                                   \
+    int64_t per = (n + g->size - 1) / g->size;                                                     \
+    int64_t lo = per * comm->rank, hi = lo + per < n ? lo + per : n;                               \
+    for (int64_t i = lo; i < hi; i++) {                                                            \
+        type sum = 0;                                                                              \
+        for (int r = 0; r < g->size; r++) sum += ((type *)g->bufs[r])[i];                          \
+        for (int r = 0; r < g->size; r++) ((type *)g->bufs[r])[i] = sum;                           \
+    }                                                                                              \
+    sync_all(g);
+
+static void threads_allreduce_f32(dpt_comm *comm, float *buf, int64_t n)
+{
+    dpt_sleep_ms(comm->delay_ms);
+    ALLREDUCE_BODY(float)
+}
+
+static void threads_allreduce_f64(dpt_comm *comm, double *buf, int64_t n) { ALLREDUCE_BODY(double) }
+
+static void threads_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root)
+{
+    dpt_thread_group *g = group_of(comm);
+    g->bufs[comm->rank] = buf;
+    sync_all(g);
+    if (comm->rank != root) memcpy(buf, g->bufs[root], bytes);
+    sync_all(g);
+}
+
+static void threads_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes)
+{
+    dpt_thread_group *g = group_of(comm);
+    g->bufs[comm->rank] = (void *)send;
+    sync_all(g);
+    for (int r = 0; r < g->size; r++) memcpy((char *)recv + (size_t)r * bytes, g->bufs[r], bytes);
+    sync_all(g);
+}
+
+static void threads_barrier(dpt_comm *comm) { sync_all(group_of(comm)); }
+static void threads_free(dpt_comm *comm) { free(comm); }
+
+static const dpt_comm_ops thread_ops = {
+    .name = "threads",
+    .allreduce_f32 = threads_allreduce_f32,
+    .allreduce_f64 = threads_allreduce_f64,
+    .broadcast = threads_broadcast,
+    .allgather = threads_allgather,
+    .barrier = threads_barrier,
+    .free = threads_free,
+};
+
+dpt_comm *dpt_comm_thread_new(dpt_thread_group *group, int rank)
+{
+    dpt_comm *comm = calloc(1, sizeof *comm);
+    if (!comm) dpt_fatal("out of host memory for a communicator");
+    comm->ops = &thread_ops;
+    comm->rank = rank;
+    comm->size = group->size;
+    comm->impl = group;
+    return comm;
+}

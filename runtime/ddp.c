@@ -1,0 +1,410 @@
+/* ddp.c: DistributedDataParallel. At start: broadcast parameters and buffers from rank 0 and
+ * check with one allgather that every rank has the same plan. Each step: autograd's
+ * gradient-ready hook copies a final gradient into its bucket; a complete bucket is handed
+ * to the communication thread, which AllReduces it while backward continues; finish()
+ * waits for the last bucket and writes the averaged gradients back. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "ctx.h"
+#include "error.h"
+#include "log.h"
+
+typedef struct bucket {
+    int first, count;   /* slice of ddp->order */
+    int64_t numel;
+    float *flat;        /* gradients of its parameters, back to back */
+    int pending;        /* parameters not yet ready this step */
+    double start_s, end_s;
+} bucket;
+
+#define RING 16
+
+typedef struct ring_entry {
+    int64_t step;
+    int bucket;
+    int64_t numel;
+    double start_s, end_s; /* end_s = 0 while in flight */
+} ring_entry;
+
+struct dpt_ddp {
+    dpt_ctx *ctx;
+    dpt_model *model;
+    dpt_comm *comm;
+    dpt_ddp_options opt;
+    int nparams;
+    int *order;        /* parameter indices, reverse creation order: the order gradients finish */
+    int *bucket_of;    /* parameter -> bucket */
+    int64_t *offset_of; /* parameter -> offset in its bucket */
+    bool *ready;       /* this step */
+    int64_t *reduce_count;
+    bucket *buckets;
+    int nbuckets;
+    int next_launch;   /* buckets go to the wire strictly in index order, the same on every rank */
+    bool sync;
+    int64_t step;
+    dpt_ddp_stats stats;
+    dpt_timeline *timeline;
+    /* the communication thread */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    int launched, reduced; /* buckets handed over / finished this step */
+    bool quit;
+    ring_entry ring[RING];
+    int ring_next;
+};
+
+/* ---------------------------------------------------------------- communication thread */
+
+static void *comm_thread_main(void *arg)
+{
+    dpt_ddp *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->quit && d->reduced == d->launched) pthread_cond_wait(&d->work_cv, &d->mu);
+        if (d->quit) break;
+        int b = d->reduced;
+        bucket *bk = &d->buckets[b];
+        ring_entry *re = &d->ring[d->ring_next++ % RING];
+        *re = (ring_entry){.step = d->step, .bucket = b, .numel = bk->numel, .start_s = dpt_now_s()};
+        pthread_mutex_unlock(&d->mu);
+
+        double t0 = dpt_now_s();
+        d->comm->ops->allreduce_f32(d->comm, bk->flat, bk->numel);
+        float inv = 1.0f / (float)d->comm->size;
+        for (int64_t i = 0; i < bk->numel; i++) bk->flat[i] *= inv;
+        double t1 = dpt_now_s();
+        if (d->timeline) dpt_timeline_span(d->timeline, "allreduce", 1, t0, t1);
+
+        pthread_mutex_lock(&d->mu);
+        bk->start_s = t0;
+        bk->end_s = t1;
+        re->end_s = t1;
+        d->reduced++;
+        pthread_cond_broadcast(&d->done_cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+static void launch_ready_buckets(dpt_ddp *d)
+{
+    pthread_mutex_lock(&d->mu);
+    while (d->next_launch < d->nbuckets && d->buckets[d->next_launch].pending == 0) {
+        d->next_launch++;
+        d->launched++;
+    }
+    pthread_cond_signal(&d->work_cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* ---------------------------------------------------------------- the hook */
+
+static void mark_ready(dpt_ddp *d, int p)
+{
+    dpt_tensor *param = dpt_model_param_at(d->model, p);
+    bucket *bk = &d->buckets[d->bucket_of[p]];
+    d->ctx->be->copy_d2d(d->ctx, bk->flat + d->offset_of[p], param->grad->data,
+                         (size_t)param->numel * sizeof(float));
+    d->ready[p] = true;
+    bk->pending--;
+}
+
+static void grad_ready_hook(dpt_tensor *param, int index, void *user)
+{
+    dpt_ddp *d = user;
+    if (!d->sync) return;
+    DPT_ASSERT(!d->ready[index], "gradient of %s reported twice in one backward", param->name);
+    mark_ready(d, index);
+    if (d->opt.overlap && d->buckets[d->bucket_of[index]].pending == 0) launch_ready_buckets(d);
+}
+
+/* ---------------------------------------------------------------- plan check */
+
+typedef struct plan {
+    int32_t nparams, nbuffers, nbuckets, pad;
+    int64_t scalars, dataset_len;
+    uint64_t names_hash, shapes_hash, bucket_hash, config_hash;
+    char model[48];
+} plan;
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static plan make_plan(const dpt_ddp *d)
+{
+    plan pl = {0};
+    pl.nparams = d->nparams;
+    pl.nbuffers = dpt_model_num_buffers(d->model);
+    pl.nbuckets = d->nbuckets;
+    pl.dataset_len = d->opt.dataset_len;
+    pl.config_hash = d->opt.config_hash;
+    snprintf(pl.model, sizeof pl.model, "%s", dpt_model_name(d->model));
+    pl.names_hash = pl.shapes_hash = pl.bucket_hash = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < d->nparams; i++) {
+        dpt_tensor *t = dpt_model_param_at(d->model, i);
+        pl.scalars += t->numel;
+        pl.names_hash = fnv(pl.names_hash, t->name, strlen(t->name) + 1);
+        pl.shapes_hash = fnv(pl.shapes_hash, &t->ndim, sizeof t->ndim);
+        pl.shapes_hash = fnv(pl.shapes_hash, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+    }
+    for (int i = 0; i < pl.nbuffers; i++) {
+        dpt_tensor *t = dpt_model_buffer_at(d->model, i);
+        pl.names_hash = fnv(pl.names_hash, t->name, strlen(t->name) + 1);
+        pl.shapes_hash = fnv(pl.shapes_hash, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+    }
+    for (int b = 0; b < d->nbuckets; b++)
+        pl.bucket_hash = fnv(pl.bucket_hash, &d->buckets[b].count, sizeof d->buckets[b].count);
+    return pl;
+}
+
+/* Compare every rank's plan with rank 0's; the same verdict is reached on every rank. */
+static bool check_plans(const dpt_ddp *d, const plan *all, dpt_error *err)
+{
+    const plan *p0 = &all[0];
+    for (int r = 1; r < d->comm->size; r++) {
+        const plan *p = &all[r];
+        const char *what = NULL;
+        char detail[256] = "";
+        if (strcmp(p->model, p0->model) != 0)
+            what = "the model", snprintf(detail, sizeof detail, "%s vs %s", p->model, p0->model);
+        else if (p->nparams != p0->nparams || p->scalars != p0->scalars)
+            what = "the parameter list",
+            snprintf(detail, sizeof detail, "%d parameters (%lld scalars) vs %d (%lld)", p->nparams,
+                     (long long)p->scalars, p0->nparams, (long long)p0->scalars);
+        else if (p->names_hash != p0->names_hash) what = "parameter or buffer names";
+        else if (p->shapes_hash != p0->shapes_hash) what = "parameter or buffer shapes";
+        else if (p->nbuffers != p0->nbuffers) what = "the buffer list";
+        else if (p->nbuckets != p0->nbuckets || p->bucket_hash != p0->bucket_hash)
+            what = "the bucket plan",
+            snprintf(detail, sizeof detail, "%d buckets vs %d ([distributed] bucket_mb must match)",
+                     p->nbuckets, p0->nbuckets);
+        else if (p->dataset_len != p0->dataset_len)
+            what = "the data set length",
+            snprintf(detail, sizeof detail, "%lld vs %lld samples", (long long)p->dataset_len,
+                     (long long)p0->dataset_len);
+        else if (p->config_hash != p0->config_hash)
+            what = "the config",
+            snprintf(detail, sizeof detail, "hash %016llx vs %016llx", (unsigned long long)p->config_hash,
+                     (unsigned long long)p0->config_hash);
+        if (what)
+            return dpt_errorf(err, "ranks disagree: rank %d differs from rank 0 in %s%s%s%s\n"
+                                   "HINT: start every rank with the same config file, --set flags "
+                                   "and data", r, what, *detail ? " (" : "", detail, *detail ? ")" : "");
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- life cycle */
+
+static void build_buckets(dpt_ddp *d)
+{
+    /* Reverse creation order approximates the order in which backward finishes gradients,
+     * so the first bucket fills first and its AllReduce starts earliest. */
+    d->nparams = dpt_model_num_params(d->model);
+    d->order = malloc((size_t)(d->nparams + 1) * sizeof *d->order);
+    d->bucket_of = malloc((size_t)(d->nparams + 1) * sizeof *d->bucket_of);
+    d->offset_of = malloc((size_t)(d->nparams + 1) * sizeof *d->offset_of);
+    d->ready = calloc((size_t)d->nparams + 1, sizeof *d->ready);
+    d->reduce_count = calloc((size_t)d->nparams + 1, sizeof *d->reduce_count);
+    d->buckets = calloc((size_t)d->nparams + 1, sizeof *d->buckets);
+    if (!d->order || !d->bucket_of || !d->offset_of || !d->ready || !d->reduce_count || !d->buckets)
+        dpt_fatal("out of host memory building DDP buckets");
+    double cap_bytes = d->opt.bucket_mb * 1024.0 * 1024.0;
+    d->nbuckets = 0;
+    for (int k = 0; k < d->nparams; k++) {
+        int p = d->nparams - 1 - k;
+        d->order[k] = p;
+        int64_t numel = dpt_model_param_at(d->model, p)->numel;
+        bucket *cur = d->nbuckets ? &d->buckets[d->nbuckets - 1] : NULL;
+        if (!cur || (cur->count > 0 && (double)(cur->numel + numel) * sizeof(float) > cap_bytes)) {
+            cur = &d->buckets[d->nbuckets++];
+            cur->first = k;
+        }
+        d->bucket_of[p] = d->nbuckets - 1;
+        d->offset_of[p] = cur->numel;
+        cur->numel += numel;
+        cur->count++;
+    }
+    for (int b = 0; b < d->nbuckets; b++) {
+        size_t granted;
+        d->buckets[b].flat = dpt_alloc_get(d->ctx->alloc, (size_t)d->buckets[b].numel * sizeof(float), &granted);
+        if (!d->buckets[b].flat) dpt_fatal("out of memory for DDP bucket %d (%lld floats)", b, (long long)d->buckets[b].numel);
+        d->buckets[b].pending = d->buckets[b].count;
+    }
+}
+
+dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_ddp_options *opt,
+                     dpt_error *err)
+{
+    DPT_ASSERT(comm, "DDP needs a communicator");
+    DPT_ASSERT(opt->bucket_mb > 0, "bucket_mb %g", opt->bucket_mb);
+    dpt_ddp *d = calloc(1, sizeof *d);
+    if (!d) dpt_fatal("out of host memory for DDP");
+    d->ctx = ctx;
+    d->model = model;
+    d->comm = comm;
+    d->opt = *opt;
+    d->sync = true;
+    build_buckets(d);
+
+    plan mine = make_plan(d);
+    plan *all = calloc((size_t)comm->size, sizeof *all);
+    if (!all) dpt_fatal("out of host memory for the DDP plan check");
+    comm->ops->allgather(comm, &mine, all, sizeof mine);
+    bool ok = check_plans(d, all, err);
+    free(all);
+    if (!ok) {
+        dpt_ddp_free(d);
+        return NULL;
+    }
+    /* Every rank starts from rank 0's parameters and buffers. */
+    for (int i = 0; i < d->nparams; i++) {
+        dpt_tensor *t = dpt_model_param_at(model, i);
+        comm->ops->broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0);
+    }
+    for (int i = 0; i < dpt_model_num_buffers(model); i++) {
+        dpt_tensor *t = dpt_model_buffer_at(model, i);
+        comm->ops->broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0);
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->work_cv, NULL);
+    pthread_cond_init(&d->done_cv, NULL);
+    if (pthread_create(&d->thread, NULL, comm_thread_main, d) != 0)
+        dpt_fatal("cannot start the DDP communication thread");
+    dpt_set_grad_ready_hook(ctx, grad_ready_hook, d);
+    return d;
+}
+
+void dpt_ddp_free(dpt_ddp *d)
+{
+    if (!d) return;
+    if (d->thread) {
+        pthread_mutex_lock(&d->mu);
+        d->quit = true;
+        pthread_cond_signal(&d->work_cv);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->thread, NULL);
+        pthread_mutex_destroy(&d->mu);
+        pthread_cond_destroy(&d->work_cv);
+        pthread_cond_destroy(&d->done_cv);
+        dpt_set_grad_ready_hook(d->ctx, NULL, NULL);
+    }
+    for (int b = 0; b < d->nbuckets; b++)
+        dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat,
+                      dpt_alloc_round((size_t)d->buckets[b].numel * sizeof(float)));
+    free(d->buckets);
+    free(d->order);
+    free(d->bucket_of);
+    free(d->offset_of);
+    free(d->ready);
+    free(d->reduce_count);
+    free(d);
+}
+
+void dpt_ddp_set_sync(dpt_ddp *d, bool sync) { d->sync = sync; }
+void dpt_ddp_set_timeline(dpt_ddp *d, dpt_timeline *tl) { d->timeline = tl; }
+
+static _Noreturn void report_timeout(dpt_ddp *d)
+{
+    char recent[2048];
+    size_t used = 0;
+    recent[0] = '\0';
+    for (int i = 0; i < RING; i++) {
+        const ring_entry *e = &d->ring[(d->ring_next + i) % RING];
+        if (e->start_s == 0) continue;
+        used += (size_t)snprintf(recent + used, sizeof recent - used,
+                                 "\n  step %lld bucket %d (%lld floats): %s", (long long)e->step,
+                                 e->bucket, (long long)e->numel, e->end_s ? "done" : "IN FLIGHT");
+        if (used >= sizeof recent) break;
+    }
+    const char *where = d->reduced < d->launched ? "in AllReduce" : "waiting for gradients (not launched)";
+    dpt_fatal("rank %d of %d: collective timed out after %.0f s: allreduce of bucket %d of %d, "
+              "step %lld, %s\nrecent collectives on this rank:%s\n"
+              "HINT: another rank stopped or is much slower; raise [distributed] comm_timeout_s "
+              "if steps are legitimately this slow",
+              d->comm->rank, d->comm->size, d->opt.timeout_s, d->reduced, d->nbuckets,
+              (long long)d->step, where, recent);
+}
+
+void dpt_ddp_finish(dpt_ddp *d)
+{
+    double backward_end = dpt_now_s();
+    if (!d->sync) {
+        d->stats = (dpt_ddp_stats){.step = d->step};
+        return;
+    }
+    /* Parameters that got no gradient: zero (find_unused) or a clear error naming them. */
+    char names[1024];
+    size_t used = 0;
+    int unused = 0;
+    for (int p = 0; p < d->nparams; p++) {
+        if (d->ready[p]) continue;
+        if (d->opt.find_unused) {
+            d->ctx->be->fill(d->ctx, dpt_model_param_at(d->model, p)->grad->data,
+                             dpt_model_param_at(d->model, p)->numel, 0.0f);
+            mark_ready(d, p);
+        } else if (used < sizeof names) {
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", unused ? ", " : "",
+                                     dpt_model_param_at(d->model, p)->name);
+        }
+        unused++;
+    }
+    if (unused && !d->opt.find_unused)
+        dpt_fatal("rank %d: %d parameter(s) received no gradient in step %lld: %s\n"
+                  "HINT: every parameter must take part in the loss; if some are unused on purpose, "
+                  "set [distributed] find_unused = true", d->comm->rank, unused, (long long)d->step, names);
+    launch_ready_buckets(d);
+
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)d->opt.timeout_s;
+    pthread_mutex_lock(&d->mu);
+    while (d->reduced < d->nbuckets) {
+        int rc = pthread_cond_timedwait(&d->done_cv, &d->mu, &deadline);
+        if (rc == ETIMEDOUT && d->reduced < d->nbuckets) report_timeout(d);
+    }
+    d->launched = d->reduced = 0;
+    pthread_mutex_unlock(&d->mu);
+    double waited = dpt_now_s() - backward_end;
+
+    dpt_ddp_stats st = {.step = d->step, .buckets = d->nbuckets, .wait_s = waited};
+    for (int b = 0; b < d->nbuckets; b++) {
+        bucket *bk = &d->buckets[b];
+        st.comm_s += bk->end_s - bk->start_s;
+        double hidden_end = bk->end_s < backward_end ? bk->end_s : backward_end;
+        if (hidden_end > bk->start_s) st.hidden_s += hidden_end - bk->start_s;
+        for (int k = bk->first; k < bk->first + bk->count; k++) {
+            int p = d->order[k];
+            dpt_tensor *param = dpt_model_param_at(d->model, p);
+            d->ctx->be->copy_d2d(d->ctx, param->grad->data, bk->flat + d->offset_of[p],
+                                 (size_t)param->numel * sizeof(float));
+            d->ready[p] = false;
+            d->reduce_count[p]++;
+        }
+        bk->pending = bk->count;
+    }
+    d->next_launch = 0;
+    d->stats = st;
+    d->step++;
+}
+
+dpt_ddp_stats dpt_ddp_last_stats(const dpt_ddp *d) { return d->stats; }
+int dpt_ddp_num_buckets(const dpt_ddp *d) { return d->nbuckets; }
+int64_t dpt_ddp_reduce_count(const dpt_ddp *d, int param) { return d->reduce_count[param]; }
+
+int dpt_ddp_bucket_params(const dpt_ddp *d, int b, int *params, int max)
+{
+    const bucket *bk = &d->buckets[b];
+    for (int k = 0; k < bk->count && k < max; k++) params[k] = d->order[bk->first + k];
+    return bk->count;
+}

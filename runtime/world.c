@@ -1,0 +1,89 @@
+/* world.c: rank, size and local rank from MPI when an MPI launcher started us; a singleton
+ * otherwise. Installs MPI_Abort as the fatal path so one failing rank stops the job. */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "error.h"
+
+static dpt_comm *world_comm; /* the one MPI communicator of the process (MPI is per process) */
+
+static bool launched_by_mpi(void)
+{
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return true;
+    return false;
+}
+
+static void mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+
+bool dpt_world_init(dpt_world *w, int *argc, char ***argv, dpt_error *err)
+{
+    memset(w, 0, sizeof *w);
+    w->size = w->local_size = 1;
+    gethostname(w->host, sizeof w->host - 1);
+    if (!launched_by_mpi()) return true;
+    /* The reducer's communication thread calls MPI while the main thread computes, and the
+     * main thread calls MPI between steps: MULTIPLE is what that needs; SERIALIZED suffices
+     * because the two never call at the same time, so accept either. */
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+        return dpt_errorf(err, "MPI_Init_thread failed\nHINT: check the MPI installation with "
+                               "'mpirun -np 2 hostname'");
+    if (provided < MPI_THREAD_SERIALIZED) {
+        MPI_Finalize();
+        return dpt_errorf(err, "this MPI provides thread level %d; dptrain needs at least "
+                               "MPI_THREAD_SERIALIZED\nHINT: use an MPI built with thread support "
+                               "(Debian's openmpi-bin is)", provided);
+    }
+    w->mpi = true;
+    MPI_Comm_rank(MPI_COMM_WORLD, &w->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &w->size);
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &w->local_rank);
+    MPI_Comm_size(local, &w->local_size);
+    MPI_Comm_free(&local);
+    /* A fatal error or a failed MPI call on any rank ends every rank, with that rank's message. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    dpt_set_abort_handler(mpi_abort);
+    world_comm = dpt_comm_mpi_new();
+    return true;
+}
+
+void dpt_world_finalize(dpt_world *w)
+{
+    if (!w->mpi) return;
+    if (world_comm) world_comm->ops->free(world_comm);
+    world_comm = NULL;
+    dpt_set_abort_handler(NULL);
+    MPI_Finalize();
+    w->mpi = false;
+}
+
+dpt_comm *dpt_world_comm(const dpt_world *w) { return w->mpi ? world_comm : NULL; }
+int dpt_comm_rank(const dpt_comm *comm) { return comm ? comm->rank : 0; }
+int dpt_comm_size(const dpt_comm *comm) { return comm ? comm->size : 1; }
+void dpt_comm_barrier(dpt_comm *comm)
+{
+    if (comm) comm->ops->barrier(comm);
+}
+void dpt_comm_set_delay_ms(dpt_comm *comm, double delay_ms)
+{
+    if (comm) comm->delay_ms = delay_ms;
+}
+
+dpt_eval_result dpt_eval_allreduce(dpt_comm *comm, dpt_eval_result local)
+{
+    if (!comm || comm->size == 1) return local;
+    double sums[3] = {local.loss * (double)local.samples, local.accuracy * (double)local.samples,
+                      (double)local.samples};
+    comm->ops->allreduce_f64(comm, sums, 3);
+    dpt_eval_result r = {.samples = (int64_t)sums[2]};
+    r.loss = r.samples ? sums[0] / sums[2] : 0.0;
+    r.accuracy = r.samples ? sums[1] / sums[2] : 0.0;
+    return r;
+}
