@@ -40,7 +40,9 @@ endif
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(CUDA_ON),$(CU_SRCS:%.cu=$(BUILD)/%.cu.o))
 LIB      := $(BUILD)/libdpt.a
 TEST_SRCS  := $(wildcard tests/test_*.c)
-TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/doc_example
+MPI_TEST_SRCS := $(wildcard tests/mpi_*.c)
+TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(MPI_TEST_SRCS:tests/%.c=$(BUILD)/tests/%) \
+              $(BUILD)/tests/doc_example
 BENCH_SRCS := $(wildcard bench/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
@@ -83,9 +85,13 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/%: tests/%.c tests/testutil.h $(LIB)
+$(BUILD)/tests/test_%: tests/test_%.c tests/testutil.h tests/ddp_common.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LIB) $(LDLIBS) -lcmocka
+
+$(BUILD)/tests/mpi_%: tests/mpi_%.c tests/ddp_common.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I. -o $@ $< $(LIB) $(LDLIBS)
 
 # The C program in docs/writing-a-model.md is extracted and built so the doc cannot rot.
 $(BUILD)/tests/doc_example.c: docs/writing-a-model.md

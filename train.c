@@ -58,7 +58,7 @@ int main(int argc, char **argv)
     }
     dpt_config *cfg = load_config(&args, world.rank);
     if (!cfg) {
-        if (world.mpi) dpt_fatal("rank %d: the config could not be loaded (see above)", world.rank);
+        if (world.mpi) dpt_abort_job("rank %d: the config could not be loaded (see above)", world.rank);
         return 1;
     }
     const char *devices = dpt_config_str(cfg, "distributed", "devices");
@@ -192,7 +192,7 @@ static void *train_replica(void *arg)
                 double t3 = dpt_now_s();
                 float loss_value = dpt_tensor_item(loss);
                 if (!isfinite(loss_value))
-                    dpt_fatal("rank %d: loss is %f at step %lld (epoch %d)\nHINT: lower [optim] lr, "
+                    dpt_abort_job("rank %d: loss is %f at step %lld (epoch %d)\nHINT: lower [optim] lr, "
                               "or check the data", r->rank, (double)loss_value, (long long)step, epoch);
                 int64_t correct = dpt_count_correct(ctx, logits, b.labels);
                 dpt_tape_clear(ctx);
@@ -458,7 +458,7 @@ static void inject_fault(const replica *r, int64_t step)
     if (!strcmp(fault, "exit")) _exit(3);
     if (!strcmp(fault, "hang"))
         for (;;) pause();
-    if (!strcmp(fault, "nan")) dpt_fatal("rank %d: loss is nan at step %lld (injected)", r->rank, (long long)step);
+    if (!strcmp(fault, "nan")) dpt_abort_job("rank %d: loss is nan at step %lld (injected)", r->rank, (long long)step);
 }
 
 static dpt_timeline *open_timeline(const replica *r)
@@ -475,7 +475,7 @@ static dpt_timeline *open_timeline(const replica *r)
         snprintf(path, sizeof path, "%s", pattern);
     dpt_error err;
     dpt_timeline *tl = dpt_timeline_open(path, r->rank, &err);
-    if (!tl) dpt_fatal("%s", err.msg);
+    if (!tl) dpt_abort_job("%s", err.msg);
     return tl;
 }
 
@@ -483,7 +483,7 @@ static dpt_timeline *open_timeline(const replica *r)
  * collective for this one): MPI_Abort through dpt_fatal, with this rank's message. */
 static int fail(const replica *r, const dpt_error *err)
 {
-    if (r->size > 1 && !*r->devices) dpt_fatal("rank %d of %d: %s", r->rank, r->size, err->msg);
+    if (r->size > 1 && !*r->devices) dpt_abort_job("rank %d of %d: %s", r->rank, r->size, err->msg);
     fprintf(stderr, "error: %s\n", err->msg);
     if (*r->devices) exit(1); /* the other replica threads may wait for this one in a barrier */
     return 1;

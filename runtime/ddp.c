@@ -328,7 +328,7 @@ static _Noreturn void report_timeout(dpt_ddp *d)
         if (used >= sizeof recent) break;
     }
     const char *where = d->reduced < d->launched ? "in AllReduce" : "waiting for gradients (not launched)";
-    dpt_fatal("rank %d of %d: collective timed out after %.0f s: allreduce of bucket %d of %d, "
+    dpt_abort_job("rank %d of %d: collective timed out after %.0f s: allreduce of bucket %d of %d, "
               "step %lld, %s\nrecent collectives on this rank:%s\n"
               "HINT: another rank stopped or is much slower; raise [distributed] comm_timeout_s "
               "if steps are legitimately this slow",
@@ -360,7 +360,7 @@ void dpt_ddp_finish(dpt_ddp *d)
         unused++;
     }
     if (unused && !d->opt.find_unused)
-        dpt_fatal("rank %d: %d parameter(s) received no gradient in step %lld: %s\n"
+        dpt_abort_job("rank %d: %d parameter(s) received no gradient in step %lld: %s\n"
                   "HINT: every parameter must take part in the loss; if some are unused on purpose, "
                   "set [distributed] find_unused = true", d->comm->rank, unused, (long long)d->step, names);
     launch_ready_buckets(d);

@@ -30,3 +30,16 @@ void dpt_fatal_at(const char *file, int line, const char *fmt, ...)
     if (abort_handler) abort_handler(1);
     abort();
 }
+
+void dpt_abort_job(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stderr);
+    if (abort_handler) abort_handler(1);
+    exit(1);
+}

@@ -18,8 +18,9 @@ for t in "$dir"/test_*; do
     out=$("$t" 2>&1); rc=$?
     echo "$out"
     n_ok=$(echo "$out" | grep -c '^\[       OK \]')
-    n_fail=$(echo "$out" | grep -c '^\[  FAILED  \] test')
-    n_skip=$(echo "$out" | grep -c '^\[  SKIPPED \] test')
+    n_fail=$(echo "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | head -1)
+    n_skip=$(echo "$out" | sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' | head -1)
+    n_fail=${n_fail:-0}; n_skip=${n_skip:-0}
     passed=$((passed + n_ok)); failed=$((failed + n_fail)); skipped=$((skipped + n_skip))
     if [ $rc -ne 0 ] && [ "$n_fail" -eq 0 ]; then failed=$((failed + 1)); failures+=("$name (exit $rc)"); fi
     [ "$n_fail" -gt 0 ] && failures+=("$name")
@@ -37,6 +38,21 @@ for t in "$dir"/mpi_*; do
         timeout 300 mpirun --oversubscribe --allow-run-as-root -np $np "$t"; record "$name" $?
     done
 done
+
+echo "=== mpi_failures.sh: failing ranks end the job with a message"
+out=$(tests/mpi_failures.sh 2>&1); rc=$?
+echo "$out"
+n_ok=$(grep -c '^ok ' <<<"$out"); n_fail=$(grep -c '^FAIL ' <<<"$out")
+passed=$((passed + n_ok)); failed=$((failed + n_fail))
+[ $rc -ne 0 ] && [ "$n_fail" -eq 0 ] && { failed=$((failed + 1)); failures+=("mpi_failures.sh (exit $rc)"); }
+[ "$n_fail" -gt 0 ] && failures+=("mpi_failures.sh")
+
+echo "=== end to end: 2 ranks and DataParallel 2 x cpu give the same test accuracy"
+e2e="--set train.epochs=1 --set train.threads=1 --set data.train_limit=6400 --set log.interval=1000"
+acc_mpi=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 ./train configs/fmnist_mlp.ini $e2e | grep -o 'final test acc [0-9.]*%')
+acc_dp=$(timeout 300 ./train configs/fmnist_mlp.ini $e2e --set distributed.devices=cpu:0,cpu:1 | grep -o 'final test acc [0-9.]*%')
+echo "mpirun -np 2: $acc_mpi | devices cpu:0,cpu:1: $acc_dp"
+[ -n "$acc_mpi" ] && [ "$acc_mpi" = "$acc_dp" ]; record "mpi vs DataParallel end to end" $?
 
 if command -v valgrind >/dev/null; then
     echo "=== valgrind: short training run"

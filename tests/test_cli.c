@@ -93,7 +93,7 @@ static void test_data_errors(void **state)
     expect_fail(args, 1, "holds 60000 images but", "10000 labels");
     /* a batch larger than the (limited) training set */
     expect_fail("configs/fmnist_mlp.ini --set data.train_limit=10 --set train.batch=64", 1,
-                "fewer than one batch", "drop_last");
+                "fewer than one step of 64", "drop_last");
 }
 
 static void test_dry_run(void **state)

@@ -1,0 +1,144 @@
+/* ddp_common.h: a small deterministic training run shared by the multi-rank (mpi_ddp.c) and
+ * DataParallel (test_dp.c) tests, so both compare against the same single-process reference. */
+#ifndef DPT_DDP_COMMON_H
+#define DPT_DDP_COMMON_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpt.h"
+#include "runtime/tensor.h"
+
+#define DDP_N 600      /* samples: not a multiple of ranks x batch */
+#define DDP_CLASSES 5
+
+/* A synthetic 1x4x5 image set whose label depends on the pixels (so the model can learn). */
+static inline dpt_dataset *ddp_dataset(void)
+{
+    dpt_dataset *ds = calloc(1, sizeof *ds);
+    ds->n = DDP_N, ds->c = 1, ds->h = 4, ds->w = 5, ds->num_classes = DDP_CLASSES;
+    ds->images = malloc(DDP_N * 20);
+    ds->labels = malloc(DDP_N * sizeof *ds->labels);
+    uint64_t x = 12345;
+    for (int i = 0; i < DDP_N; i++) {
+        int sum = 0;
+        for (int j = 0; j < 20; j++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            ds->images[i * 20 + j] = (uint8_t)(x >> 56);
+            sum += (j % 3 == 0) ? ds->images[i * 20 + j] : 0;
+        }
+        ds->labels[i] = (sum / 97) % DDP_CLASSES;
+    }
+    return ds;
+}
+
+typedef struct ddp_run {
+    int64_t batch;     /* per rank */
+    int accum;
+    double bucket_mb;
+    bool overlap;
+    bool find_unused;
+    int steps;
+    const char *optim; /* "sgd" or "adamw" */
+    bool drop_last;
+} ddp_run;
+
+typedef struct ddp_result {
+    float *params; /* all parameters, flat, creation order */
+    int64_t n;
+    int64_t reduce_counts[16];
+    int nparams, nbuckets;
+    double last_loss;
+} ddp_result;
+
+/* Train `run.steps` optimizer steps on rank `rank` of `comm` (NULL: alone). */
+static inline ddp_result ddp_train(const ddp_run *run, dpt_comm *comm, const dpt_dataset *ds)
+{
+    int rank = dpt_comm_rank(comm), size = dpt_comm_size(comm);
+    dpt_error err;
+    dpt_config *cfg = dpt_config_defaults();
+    char set[96];
+    dpt_config_set(cfg, "model.hidden=16,12", &err);
+    snprintf(set, sizeof set, "optim.name=%s", run->optim);
+    dpt_config_set(cfg, set, &err);
+    dpt_config_set(cfg, "optim.lr=0.05", &err);
+    dpt_config_set(cfg, "optim.weight_decay=0.01", &err);
+    dpt_ctx_options co = {.device = {DPT_DEVICE_CPU, 0}, .threads = 1, .seed = 99};
+    dpt_ctx *ctx = dpt_ctx_new(&co, &err);
+    dpt_model *model = dpt_model_build(ctx, cfg, 1, 4, 5, DDP_CLASSES, &err);
+    if (!model) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    /* Give each rank different initial parameters: DDP must broadcast rank 0's. */
+    if (comm && rank > 0) dpt_init_uniform(ctx, dpt_model_param_at(model, 0), 0.5f);
+    dpt_optim *optim = dpt_optim_build(model, cfg, &err);
+    dpt_loader_options lo = {.batch = run->batch, .shuffle = true, .drop_last = run->drop_last,
+                             .seed = 3, .rank = rank, .world_size = size, .mean = 0.5f, .std = 0.25f};
+    dpt_loader *loader = dpt_loader_new(ctx, ds, &lo);
+    dpt_ddp *ddp = NULL;
+    if (comm) {
+        dpt_ddp_options o = {.bucket_mb = run->bucket_mb, .overlap = run->overlap,
+                             .find_unused = run->find_unused, .timeout_s = 60, .dataset_len = ds->n};
+        ddp = dpt_ddp_new(ctx, model, comm, &o, &err);
+        if (!ddp) {
+            fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+            exit(1);
+        }
+    }
+    ddp_result res = {0};
+    int epoch = 0;
+    dpt_loader_start_epoch(loader, epoch);
+    for (int s = 0; s < run->steps; s++) {
+        for (int m = 0; m < run->accum; m++) {
+            dpt_batch b;
+            if (!dpt_loader_next(loader, &b)) {
+                dpt_loader_start_epoch(loader, ++epoch);
+                dpt_loader_next(loader, &b);
+            }
+            if (ddp) dpt_ddp_set_sync(ddp, m == run->accum - 1);
+            dpt_tensor *loss = dpt_cross_entropy(ctx, dpt_model_forward(model, ctx, b.x), b.labels, 0.0f);
+            res.last_loss = dpt_tensor_item(loss);
+            dpt_backward(ctx, run->accum > 1 ? dpt_scale(ctx, loss, 1.0f / (float)run->accum) : loss);
+            dpt_tape_clear(ctx);
+        }
+        if (ddp) dpt_ddp_finish(ddp);
+        dpt_optim_step(ctx, optim);
+        dpt_model_zero_grad(model);
+    }
+    res.nparams = dpt_model_num_params(model);
+    res.n = dpt_model_param_count(model);
+    res.params = malloc((size_t)res.n * sizeof(float));
+    int64_t off = 0;
+    for (int i = 0; i < res.nparams; i++) {
+        dpt_tensor *p = dpt_model_param_at(model, i);
+        memcpy(res.params + off, p->data, (size_t)p->numel * sizeof(float));
+        off += p->numel;
+        if (ddp && i < 16) res.reduce_counts[i] = dpt_ddp_reduce_count(ddp, i);
+    }
+    if (ddp) res.nbuckets = dpt_ddp_num_buckets(ddp);
+    dpt_ddp_free(ddp);
+    dpt_loader_free(loader);
+    dpt_optim_free(optim);
+    dpt_model_free(model);
+    dpt_ctx_free(ctx);
+    dpt_config_free(cfg);
+    return res;
+}
+
+/* max |a - b| / max |b| */
+static inline double ddp_rel_diff(const ddp_result *a, const ddp_result *b)
+{
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < a->n; i++) {
+        double d = a->params[i] - b->params[i];
+        if (d < 0) d = -d;
+        double m = b->params[i] < 0 ? -b->params[i] : b->params[i];
+        if (d > num) num = d;
+        if (m > den) den = m;
+    }
+    return den > 0 ? num / den : num;
+}
+
+#endif

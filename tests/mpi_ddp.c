@@ -1,0 +1,186 @@
+/* mpi_ddp.c: DistributedDataParallel under mpirun (-np 2 and 3). Every rank runs the same
+ * checks; a failure prints the rank and aborts the job, so nothing hangs. The reference is
+ * a single-process run computed on each rank. Prints "N passed, 0 failed" on rank 0.
+ * `mpi_ddp --unused` instead trains a model with an unused parameter (expected to stop). */
+#include <mpi.h>
+#include <math.h>
+
+#include "tests/ddp_common.h"
+
+static int rank, size, checks;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        checks++;                                                                                  \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL rank %d %s:%d: ", rank, __FILE__, __LINE__);                    \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
+        }                                                                                          \
+    } while (0)
+
+static void free_result(ddp_result *r) { free(r->params); }
+
+/* N ranks x batch B == 1 process x batch N*B (same samples per step, same update). */
+static void test_equivalence(dpt_comm *comm, const dpt_dataset *ds, const char *optim)
+{
+    ddp_run run = {.batch = 8, .accum = 1, .bucket_mb = 25, .overlap = true, .steps = 12,
+                   .optim = optim, .drop_last = true};
+    ddp_result multi = ddp_train(&run, comm, ds);
+    ddp_run single = run;
+    single.batch = run.batch * size;
+    ddp_result ref = ddp_train(&single, NULL, ds);
+    double rel = ddp_rel_diff(&multi, &ref);
+    if (rank == 0) printf("equivalence %s: %d ranks x 8 vs 1 x %d: max rel diff %.2e\n", optim, size, 8 * size, rel);
+    CHECK(rel < 1e-5, "%s: %d ranks differ from one process by %.3e (relative)", optim, size, rel);
+    /* All ranks hold identical parameters. */
+    float *all = malloc((size_t)(multi.n * size) * sizeof(float));
+    MPI_Allgather(multi.params, (int)multi.n, MPI_FLOAT, all, (int)multi.n, MPI_FLOAT, MPI_COMM_WORLD);
+    for (int r = 1; r < size; r++)
+        CHECK(memcmp(all, all + r * multi.n, (size_t)multi.n * sizeof(float)) == 0,
+              "rank %d's parameters differ from rank 0's", r);
+    free(all);
+    free_result(&multi);
+    free_result(&ref);
+}
+
+/* Overlap on/off and bucket sizes from one parameter per bucket to one bucket: same bits. */
+static void test_overlap_and_buckets(dpt_comm *comm, const dpt_dataset *ds)
+{
+    ddp_run base = {.batch = 8, .accum = 1, .bucket_mb = 25, .overlap = true, .steps = 8,
+                    .optim = "adamw", .drop_last = true};
+    ddp_result a = ddp_train(&base, comm, ds);
+    ddp_run v = base;
+    v.overlap = false;
+    ddp_result b = ddp_train(&v, comm, ds);
+    CHECK(memcmp(a.params, b.params, (size_t)a.n * sizeof(float)) == 0, "overlap on and off differ");
+    v = base;
+    v.bucket_mb = 1e-9; /* every parameter in its own bucket */
+    ddp_result tiny = ddp_train(&v, comm, ds);
+    CHECK(tiny.nbuckets == tiny.nparams, "tiny buckets: %d buckets for %d params", tiny.nbuckets, tiny.nparams);
+    v.bucket_mb = 1e-3; /* a few parameters per bucket */
+    ddp_result mid = ddp_train(&v, comm, ds);
+    CHECK(mid.nbuckets > 1 && mid.nbuckets < mid.nparams, "mid buckets: %d", mid.nbuckets);
+    CHECK(a.nbuckets == 1, "25 MiB: %d buckets", a.nbuckets);
+    CHECK(memcmp(a.params, tiny.params, (size_t)a.n * sizeof(float)) == 0, "one bucket vs one per parameter differ");
+    CHECK(memcmp(a.params, mid.params, (size_t)a.n * sizeof(float)) == 0, "bucket sizes change the result");
+    for (int i = 0; i < tiny.nparams; i++)
+        CHECK(tiny.reduce_counts[i] == base.steps && a.reduce_counts[i] == base.steps,
+              "parameter %d reduced %lld times in %d steps", i, (long long)tiny.reduce_counts[i], base.steps);
+    if (rank == 0) printf("overlap on/off, 1/%d/%d buckets: identical parameters\n", mid.nbuckets, tiny.nbuckets);
+    free_result(&a), free_result(&b), free_result(&tiny), free_result(&mid);
+}
+
+/* Accumulating k micro-batches of B == one step of k*B; communication only on the last. */
+static void test_accumulation(dpt_comm *comm, const dpt_dataset *ds)
+{
+    ddp_run acc = {.batch = 4, .accum = 3, .bucket_mb = 1e-9, .overlap = true, .steps = 6,
+                   .optim = "sgd", .drop_last = true};
+    ddp_result a = ddp_train(&acc, comm, ds);
+    ddp_run big = acc;
+    big.batch = 12, big.accum = 1;
+    ddp_result b = ddp_train(&big, comm, ds);
+    double rel = ddp_rel_diff(&a, &b);
+    if (rank == 0) printf("accumulation 3 x 4 vs 1 x 12: max rel diff %.2e\n", rel);
+    CHECK(rel < 1e-5, "accumulation differs by %.3e", rel);
+    for (int i = 0; i < a.nparams; i++)
+        CHECK(a.reduce_counts[i] == acc.steps, "with accumulation parameter %d reduced %lld times in %d steps",
+              i, (long long)a.reduce_counts[i], acc.steps);
+    free_result(&a), free_result(&b);
+}
+
+/* 600 samples over ranks x batch 7: not divisible; both drop_last settings run to the end. */
+static void test_uneven(dpt_comm *comm, const dpt_dataset *ds)
+{
+    for (int drop = 0; drop < 2; drop++) {
+        ddp_run run = {.batch = 7, .accum = 1, .bucket_mb = 25, .overlap = true,
+                       .steps = (int)(DDP_N / size / 7) + 3, .optim = "sgd", .drop_last = drop};
+        ddp_result r = ddp_train(&run, comm, ds);
+        CHECK(isfinite(r.last_loss), "uneven data: loss %f", r.last_loss);
+        free_result(&r);
+    }
+    if (rank == 0) printf("uneven data (600 over %d x 7), drop_last both ways: completed\n", size);
+}
+
+/* Distributed evaluation: each sample counted once over all ranks. */
+static void test_eval_exactly_once(dpt_comm *comm, const dpt_dataset *ds)
+{
+    dpt_error err;
+    dpt_ctx_options co = {.device = {DPT_DEVICE_CPU, 0}, .threads = 1, .seed = 1};
+    dpt_ctx *ctx = dpt_ctx_new(&co, &err);
+    dpt_loader_options lo = {.batch = 64, .exact_shards = true, .rank = rank, .world_size = size,
+                             .mean = 0.5f, .std = 0.25f};
+    dpt_loader *l = dpt_loader_new(ctx, ds, &lo);
+    double local = (double)dpt_loader_num_samples(l), total = 0;
+    MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(total == DDP_N, "evaluation shards cover %g samples, not %d", total, DDP_N);
+    dpt_loader_free(l);
+    dpt_ctx_free(ctx);
+}
+
+/* A model whose second layer is never used: DDP stops with its name (run by tests/mpi_failures.sh). */
+static dpt_linear *used_layer, *unused_layer;
+static dpt_tensor *unused_forward(dpt_model *m, dpt_ctx *ctx, dpt_tensor *x)
+{
+    (void)m;
+    return dpt_linear_forward(ctx, used_layer, dpt_flatten(ctx, x));
+}
+
+static int run_unused(dpt_comm *comm, const dpt_dataset *ds, bool find_unused)
+{
+    dpt_error err;
+    dpt_ctx_options co = {.device = {DPT_DEVICE_CPU, 0}, .threads = 1, .seed = 1};
+    dpt_ctx *ctx = dpt_ctx_new(&co, &err);
+    dpt_model *m = dpt_model_new(ctx, "unused", unused_forward);
+    used_layer = dpt_linear_new(m, "used", 20, DDP_CLASSES, true);
+    unused_layer = dpt_linear_new(m, "spare", 20, 3, true);
+    dpt_ddp_options o = {.bucket_mb = 25, .overlap = true, .find_unused = find_unused, .timeout_s = 30, .dataset_len = ds->n};
+    dpt_ddp *ddp = dpt_ddp_new(ctx, m, comm, &o, &err);
+    dpt_loader_options lo = {.batch = 8, .rank = rank, .world_size = size, .mean = 0.5f, .std = 0.25f};
+    dpt_loader *l = dpt_loader_new(ctx, ds, &lo);
+    dpt_batch b;
+    dpt_loader_next(l, &b);
+    dpt_backward(ctx, dpt_cross_entropy(ctx, dpt_model_forward(m, ctx, b.x), b.labels, 0.0f));
+    dpt_ddp_finish(ddp);
+    dpt_tape_clear(ctx);
+    /* find_unused: the spare layer's gradient is zero on every rank */
+    dpt_tensor *g = dpt_tensor_grad(dpt_model_param_at(m, 2));
+    for (int64_t i = 0; i < dpt_tensor_numel(g); i++) CHECK(g->data[i] == 0.0f, "unused gradient not zero");
+    dpt_loader_free(l);
+    dpt_ddp_free(ddp);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    dpt_world world;
+    dpt_error err;
+    if (!dpt_world_init(&world, &argc, &argv, &err) || !world.mpi) {
+        fprintf(stderr, "mpi_ddp must run under mpirun (%s)\n", world.mpi ? err.msg : "not launched by MPI");
+        return 1;
+    }
+    rank = world.rank, size = world.size;
+    dpt_comm *comm = dpt_world_comm(&world);
+    dpt_dataset *ds = ddp_dataset();
+    if (argc > 1 && !strcmp(argv[1], "--unused")) {
+        run_unused(comm, ds, false);
+        fprintf(stderr, "rank %d: an unused parameter was not reported\n", rank);
+        return 1;
+    }
+    test_equivalence(comm, ds, "sgd");
+    test_equivalence(comm, ds, "adamw");
+    test_overlap_and_buckets(comm, ds);
+    test_accumulation(comm, ds);
+    test_uneven(comm, ds);
+    test_eval_exactly_once(comm, ds);
+    run_unused(comm, ds, true);
+    int total = 0;
+    MPI_Reduce(&checks, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf("mpi_ddp (%d ranks): %d checks passed, 0 failed\n", size, total);
+    dpt_dataset_free(ds);
+    dpt_world_finalize(&world);
+    return 0;
+}

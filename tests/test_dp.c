@@ -1,0 +1,116 @@
+/* test_dp.c: DataParallel in one process: replica threads over the shared-memory
+ * communicator give the same parameters as one replica with the whole batch, and the
+ * shared-memory collectives themselves match a serial reference. */
+#include <pthread.h>
+
+#include "tests/testutil.h"
+#include "tests/ddp_common.h"
+#include "runtime/comm.h"
+
+typedef struct replica_arg {
+    dpt_comm *comm;
+    const dpt_dataset *ds;
+    ddp_run run;
+    ddp_result result;
+} replica_arg;
+
+static void *replica_main(void *p)
+{
+    replica_arg *a = p;
+    a->result = ddp_train(&a->run, a->comm, a->ds);
+    return NULL;
+}
+
+static void run_replicas(int n, const ddp_run *run, const dpt_dataset *ds, replica_arg *args)
+{
+    dpt_thread_group *g = dpt_thread_group_new(n);
+    pthread_t th[8];
+    for (int i = 0; i < n; i++) {
+        args[i] = (replica_arg){.comm = dpt_comm_thread_new(g, i), .ds = ds, .run = *run};
+        pthread_create(&th[i], NULL, replica_main, &args[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        args[i].comm->ops->free(args[i].comm);
+    }
+    dpt_thread_group_free(g);
+}
+
+static void test_dp_matches_single(void **state)
+{
+    (void)state;
+    dpt_dataset *ds = ddp_dataset();
+    for (int n = 2; n <= 3; n++) {
+        ddp_run run = {.batch = 8, .accum = 1, .bucket_mb = 1e-3, .overlap = true, .steps = 10,
+                       .optim = "sgd", .drop_last = true};
+        replica_arg args[3];
+        run_replicas(n, &run, ds, args);
+        ddp_run single = run;
+        single.batch = 8 * n;
+        ddp_result ref = ddp_train(&single, NULL, ds);
+        double rel = ddp_rel_diff(&args[0].result, &ref);
+        print_message("DataParallel %d x cpu: max rel diff to one replica x %d: %.2e\n", n, 8 * n, rel);
+        assert_true(rel < 1e-5);
+        for (int i = 1; i < n; i++) /* replicas stay in sync */
+            assert_memory_equal(args[0].result.params, args[i].result.params,
+                                (size_t)ref.n * sizeof(float));
+        for (int i = 0; i < n; i++) free(args[i].result.params);
+        free(ref.params);
+    }
+    dpt_dataset_free(ds);
+}
+
+typedef struct coll_arg {
+    dpt_comm *comm;
+    float buf[37];
+    double dbuf[5];
+    int gathered[4];
+    char bcast[16];
+} coll_arg;
+
+static void *coll_main(void *p)
+{
+    coll_arg *a = p;
+    int r = a->comm->rank;
+    for (int i = 0; i < 37; i++) a->buf[i] = (float)(r * 100 + i);
+    for (int i = 0; i < 5; i++) a->dbuf[i] = r + 0.5 * i;
+    a->comm->ops->allreduce_f32(a->comm, a->buf, 37);
+    a->comm->ops->allreduce_f64(a->comm, a->dbuf, 5);
+    int mine = r * r + 1;
+    a->comm->ops->allgather(a->comm, &mine, a->gathered, sizeof mine);
+    snprintf(a->bcast, sizeof a->bcast, r == 2 ? "from two" : "nothing");
+    a->comm->ops->broadcast(a->comm, a->bcast, sizeof a->bcast, 2);
+    a->comm->ops->barrier(a->comm);
+    return NULL;
+}
+
+static void test_thread_collectives(void **state)
+{
+    (void)state;
+    enum { N = 4 };
+    dpt_thread_group *g = dpt_thread_group_new(N);
+    coll_arg args[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        args[i].comm = dpt_comm_thread_new(g, i);
+        pthread_create(&th[i], NULL, coll_main, &args[i]);
+    }
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < 37; k++) assert_float_equal(args[i].buf[k], 600.0f + 4.0f * k, 0.0);
+        for (int k = 0; k < 5; k++) assert_float_equal(args[i].dbuf[k], 6.0 + 2.0 * k, 0.0);
+        for (int k = 0; k < N; k++) assert_int_equal(args[i].gathered[k], k * k + 1);
+        assert_string_equal(args[i].bcast, "from two");
+        args[i].comm->ops->free(args[i].comm);
+    }
+    dpt_thread_group_free(g);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_thread_collectives),
+        cmocka_unit_test(test_dp_matches_single),
+    };
+    return cmocka_run_group_tests_name("dataparallel", tests, NULL, NULL);
+}
