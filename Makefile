@@ -43,7 +43,7 @@ TEST_SRCS  := $(wildcard tests/test_*.c)
 MPI_TEST_SRCS := $(wildcard tests/mpi_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(MPI_TEST_SRCS:tests/%.c=$(BUILD)/tests/%) \
               $(BUILD)/tests/doc_example
-BENCH_SRCS := $(wildcard bench/bench_*.c)
+BENCH_SRCS := $(wildcard bench/bench_*.c bench/mpi_bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps demo test bench tests benches clean format compile_commands summary

@@ -147,7 +147,7 @@ static void *train_replica(void *arg)
             .dataset_len = train_set->n,
             .config_hash = dpt_config_hash(cfg),
         };
-        dpt_comm_set_delay_ms(r->comm, dpt_config_float(cfg, "distributed", "bench_comm_delay_ms"));
+        dpt_comm_set_delay(r->comm, dpt_config_float(cfg, "distributed", "bench_comm_ms_per_mb"));
         ddp = dpt_ddp_new(ctx, model, r->comm, &ddp_opt, &err);
         if (!ddp) return r->rc = fail(r, &err), NULL;
     }

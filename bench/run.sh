@@ -8,3 +8,8 @@ for b in "$dir"/bench_*; do
     echo "=== $(basename "$b")"
     "$b"
 done
+for b in "$dir"/mpi_bench_*; do
+    [ -x "$b" ] || continue
+    echo "=== $(basename "$b") (mpirun -np 2)"
+    mpirun --oversubscribe --allow-run-as-root --bind-to core -np 2 "$b"
+done

@@ -292,8 +292,8 @@ dpt_comm *dpt_world_comm(const dpt_world *world);
 int dpt_comm_rank(const dpt_comm *comm);
 int dpt_comm_size(const dpt_comm *comm);
 void dpt_comm_barrier(dpt_comm *comm);
-/* Benchmarks: add latency to each gradient allreduce, to model a slow network. */
-void dpt_comm_set_delay_ms(dpt_comm *comm, double delay_ms);
+/* Benchmarks: model a slow network: each gradient AllReduce sleeps ms_per_mb per MiB first. */
+void dpt_comm_set_delay(dpt_comm *comm, double ms_per_mb);
 
 /* DistributedDataParallel: parameters broadcast from rank 0 at start, the plan checked on all
  * ranks, gradients bucketed in reverse creation order and AllReduced (averaged) by a

@@ -21,7 +21,7 @@ typedef struct dpt_comm_ops {
 struct dpt_comm {
     const dpt_comm_ops *ops;
     int rank, size;
-    double delay_ms; /* benchmarks only: added latency per allreduce (a slow network) */
+    double delay_ms_per_mb; /* benchmarks only: a slow network, latency per MiB AllReduced */
     void *impl;
 };
 

@@ -53,7 +53,7 @@ static void sync_all(dpt_thread_group *g) { pthread_barrier_wait(&g->barrier); }
 
 static void threads_allreduce_f32(dpt_comm *comm, float *buf, int64_t n)
 {
-    dpt_sleep_ms(comm->delay_ms);
+    dpt_sleep_ms(comm->delay_ms_per_mb * (double)n * sizeof(float) / 1048576.0);
     ALLREDUCE_BODY(float)
 }
 

@@ -74,7 +74,7 @@ static const schema_key schema[] = {
     {"distributed", "comm_timeout_s", T_FLOAT, "300", 0.01, 1e7, NULL, "a collective not done in this time ends the job with a report naming it"},
     {"distributed", "devices", T_STRING, "", NO_RANGE, NULL,
      "DataParallel in one process: a device list such as cpu:0,cpu:1 (empty = one device per process)"},
-    {"distributed", "bench_comm_delay_ms", T_FLOAT, "0", 0, 1e5, NULL, "benchmarks: added latency per gradient AllReduce (a slow network)"},
+    {"distributed", "bench_comm_ms_per_mb", T_FLOAT, "0", 0, 1e5, NULL, "benchmarks: a slow network: each gradient AllReduce first sleeps this long per MiB"},
     {"distributed", "fault", T_ENUM, "none", NO_RANGE, "none|exit|hang|nan", "tests: inject a failure on fault_rank at fault_step"},
     {"distributed", "fault_rank", T_INT, "0", 0, 1e6, NULL, "tests: the rank that fails"},
     {"distributed", "fault_step", T_INT, "0", 0, 1e12, NULL, "tests: the step at which it fails"},

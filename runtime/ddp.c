@@ -1,8 +1,9 @@
 /* ddp.c: DistributedDataParallel. At start: broadcast parameters and buffers from rank 0 and
- * check with one allgather that every rank has the same plan. Each step: autograd's
- * gradient-ready hook copies a final gradient into its bucket; a complete bucket is handed
- * to the communication thread, which AllReduces it while backward continues; finish()
- * waits for the last bucket and writes the averaged gradients back. */
+ * check with one allgather that every rank has the same plan. Parameters' gradients live
+ * inside their bucket (views into one flat buffer, like PyTorch's gradient_as_bucket_view),
+ * so nothing is copied: autograd's gradient-ready hook only counts, a complete bucket is
+ * handed to the communication thread, which AllReduces and averages it in place while
+ * backward continues, and finish() waits for the last one. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -17,7 +18,8 @@
 typedef struct bucket {
     int first, count;   /* slice of ddp->order */
     int64_t numel;
-    float *flat;        /* gradients of its parameters, back to back */
+    float *flat;        /* gradients of its parameters, back to back (their .grad views) */
+    size_t granted;     /* allocator block size of flat */
     int pending;        /* parameters not yet ready this step */
     double start_s, end_s;
 } bucket;
@@ -76,8 +78,7 @@ static void *comm_thread_main(void *arg)
 
         double t0 = dpt_now_s();
         d->comm->ops->allreduce_f32(d->comm, bk->flat, bk->numel);
-        float inv = 1.0f / (float)d->comm->size;
-        for (int64_t i = 0; i < bk->numel; i++) bk->flat[i] *= inv;
+        d->ctx->be->scale(d->ctx, bk->numel, 1.0f / (float)d->comm->size, bk->flat, bk->flat);
         double t1 = dpt_now_s();
         if (d->timeline) dpt_timeline_span(d->timeline, "allreduce", 1, t0, t1);
 
@@ -107,12 +108,23 @@ static void launch_ready_buckets(dpt_ddp *d)
 
 static void mark_ready(dpt_ddp *d, int p)
 {
-    dpt_tensor *param = dpt_model_param_at(d->model, p);
-    bucket *bk = &d->buckets[d->bucket_of[p]];
-    d->ctx->be->copy_d2d(d->ctx, bk->flat + d->offset_of[p], param->grad->data,
-                         (size_t)param->numel * sizeof(float));
     d->ready[p] = true;
-    bk->pending--;
+    d->buckets[d->bucket_of[p]].pending--;
+}
+
+/* Move every parameter's gradient into (to_buckets) or out of its bucket, keeping values. */
+static void rehome_grads(dpt_ddp *d, bool to_buckets)
+{
+    for (int p = 0; p < d->nparams; p++) {
+        dpt_tensor *param = dpt_model_param_at(d->model, p);
+        dpt_tensor *old = param->grad;
+        dpt_tensor *fresh = to_buckets
+            ? dpt_tensor_wrap(d->ctx, d->buckets[d->bucket_of[p]].flat + d->offset_of[p], param->ndim, param->shape)
+            : dpt_tensor_new(d->ctx, param->ndim, param->shape);
+        d->ctx->be->copy_d2d(d->ctx, fresh->data, old->data, (size_t)param->numel * sizeof(float));
+        dpt_tensor_free(old);
+        param->grad = fresh;
+    }
 }
 
 static void grad_ready_hook(dpt_tensor *param, int index, void *user)
@@ -219,14 +231,18 @@ static void build_buckets(dpt_ddp *d)
     d->buckets = calloc((size_t)d->nparams + 1, sizeof *d->buckets);
     if (!d->order || !d->bucket_of || !d->offset_of || !d->ready || !d->reduce_count || !d->buckets)
         dpt_fatal("out of host memory building DDP buckets");
+    /* The first bucket is capped at 1 MiB (as in PyTorch DDP): the last layers' gradients go
+     * on the wire while most of backward is still ahead. */
     double cap_bytes = d->opt.bucket_mb * 1024.0 * 1024.0;
+    double first_cap = cap_bytes < 1048576.0 ? cap_bytes : 1048576.0;
     d->nbuckets = 0;
     for (int k = 0; k < d->nparams; k++) {
         int p = d->nparams - 1 - k;
         d->order[k] = p;
         int64_t numel = dpt_model_param_at(d->model, p)->numel;
         bucket *cur = d->nbuckets ? &d->buckets[d->nbuckets - 1] : NULL;
-        if (!cur || (cur->count > 0 && (double)(cur->numel + numel) * sizeof(float) > cap_bytes)) {
+        double cap = d->nbuckets <= 1 ? first_cap : cap_bytes;
+        if (!cur || (cur->count > 0 && (double)(cur->numel + numel) * sizeof(float) > cap)) {
             cur = &d->buckets[d->nbuckets++];
             cur->first = k;
         }
@@ -236,8 +252,8 @@ static void build_buckets(dpt_ddp *d)
         cur->count++;
     }
     for (int b = 0; b < d->nbuckets; b++) {
-        size_t granted;
-        d->buckets[b].flat = dpt_alloc_get(d->ctx->alloc, (size_t)d->buckets[b].numel * sizeof(float), &granted);
+        d->buckets[b].flat = dpt_alloc_get(d->ctx->alloc, (size_t)d->buckets[b].numel * sizeof(float),
+                                           &d->buckets[b].granted);
         if (!d->buckets[b].flat) dpt_fatal("out of memory for DDP bucket %d (%lld floats)", b, (long long)d->buckets[b].numel);
         d->buckets[b].pending = d->buckets[b].count;
     }
@@ -276,6 +292,7 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
         dpt_tensor *t = dpt_model_buffer_at(model, i);
         comm->ops->broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0);
     }
+    rehome_grads(d, true);
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->work_cv, NULL);
     pthread_cond_init(&d->done_cv, NULL);
@@ -298,10 +315,9 @@ void dpt_ddp_free(dpt_ddp *d)
         pthread_cond_destroy(&d->work_cv);
         pthread_cond_destroy(&d->done_cv);
         dpt_set_grad_ready_hook(d->ctx, NULL, NULL);
+        rehome_grads(d, false);
     }
-    for (int b = 0; b < d->nbuckets; b++)
-        dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat,
-                      dpt_alloc_round((size_t)d->buckets[b].numel * sizeof(float)));
+    for (int b = 0; b < d->nbuckets; b++) dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted);
     free(d->buckets);
     free(d->order);
     free(d->bucket_of);
@@ -385,9 +401,6 @@ void dpt_ddp_finish(dpt_ddp *d)
         if (hidden_end > bk->start_s) st.hidden_s += hidden_end - bk->start_s;
         for (int k = bk->first; k < bk->first + bk->count; k++) {
             int p = d->order[k];
-            dpt_tensor *param = dpt_model_param_at(d->model, p);
-            d->ctx->be->copy_d2d(d->ctx, param->grad->data, bk->flat + d->offset_of[p],
-                                 (size_t)param->numel * sizeof(float));
             d->ready[p] = false;
             d->reduce_count[p]++;
         }

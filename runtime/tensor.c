@@ -86,6 +86,18 @@ dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape
     return v;
 }
 
+dpt_tensor *dpt_tensor_wrap(dpt_ctx *ctx, float *data, int ndim, const int64_t *shape)
+{
+    dpt_tensor *t = tensor_header(ctx, ndim, shape);
+    dpt_storage *s = calloc(1, sizeof *s);
+    if (!s) dpt_fatal("out of host memory for a storage header");
+    s->ptr = data;
+    s->refcount = 1;
+    t->storage = s;
+    t->data = data;
+    return t;
+}
+
 dpt_tensor *dpt_tensor_new(dpt_ctx *ctx, int ndim, const int64_t *shape)
 {
     dpt_tensor *t = dpt_tensor_alloc(ctx, ndim, shape, false);
@@ -97,7 +109,7 @@ void dpt_tensor_free(dpt_tensor *t)
 {
     if (!t) return;
     if (t->storage && --t->storage->refcount == 0) {
-        dpt_alloc_put(t->storage->alloc, t->storage->ptr, t->storage->granted);
+        if (t->storage->alloc) dpt_alloc_put(t->storage->alloc, t->storage->ptr, t->storage->granted);
         free(t->storage);
     }
     /* A temporary's gradient is itself a temporary and is freed by the tape. */

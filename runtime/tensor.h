@@ -31,6 +31,9 @@ struct dpt_tensor {
 
 /* A new tensor with fresh (uninitialised) contiguous storage. */
 dpt_tensor *dpt_tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool temp);
+/* A persistent tensor over memory it does not own (storage->alloc == NULL): freeing it leaves
+ * the memory alone. DDP uses it to make gradients views into its buckets. */
+dpt_tensor *dpt_tensor_wrap(dpt_ctx *ctx, float *data, int ndim, const int64_t *shape);
 /* A temporary (tape-owned) tensor; contents uninitialised / zero-filled. */
 dpt_tensor *dpt_temp(dpt_ctx *ctx, int ndim, const int64_t *shape);
 dpt_tensor *dpt_temp_zeros(dpt_ctx *ctx, int ndim, const int64_t *shape);

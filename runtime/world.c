@@ -71,9 +71,9 @@ void dpt_comm_barrier(dpt_comm *comm)
 {
     if (comm) comm->ops->barrier(comm);
 }
-void dpt_comm_set_delay_ms(dpt_comm *comm, double delay_ms)
+void dpt_comm_set_delay(dpt_comm *comm, double ms_per_mb)
 {
-    if (comm) comm->delay_ms = delay_ms;
+    if (comm) comm->delay_ms_per_mb = ms_per_mb;
 }
 
 dpt_eval_result dpt_eval_allreduce(dpt_comm *comm, dpt_eval_result local)
