@@ -32,7 +32,7 @@ expect "model mismatch" 60 "rank 1 differs from rank 0 in the parameter list" \
     $MPIRUN -np 1 ./train configs/fmnist_mlp.ini $SMALL : \
             -np 1 ./train configs/fmnist_mlp.ini $SMALL --set model.hidden=128
 expect "bucket mismatch" 60 "the bucket plan" \
-    $MPIRUN -np 1 ./train configs/fmnist_mlp.ini $SMALL --set distributed.bucket_mb=0.5 : \
+    $MPIRUN -np 1 ./train configs/fmnist_mlp.ini $SMALL --set distributed.bucket_mb=0.1 : \
             -np 1 ./train configs/fmnist_mlp.ini $SMALL
 expect "data error on one rank" 60 "cannot open data file /nonexistent/t10k-images-idx3-ubyte.gz" \
     $MPIRUN -np 1 ./train configs/fmnist_mlp.ini $SMALL : \
@@ -40,7 +40,7 @@ expect "data error on one rank" 60 "cannot open data file /nonexistent/t10k-imag
 expect "rank exits mid-run" 60 "fault injection: rank 1 exit at step 5" \
     $MPIRUN -np 2 ./train configs/fmnist_mlp.ini $SMALL --set distributed.fault=exit \
             --set distributed.fault_rank=1 --set distributed.fault_step=5
-expect "rank hangs: collective timeout" 60 "collective timed out after 3 s: allreduce of bucket 0 of 1, step 3" \
+expect "rank hangs: collective timeout" 60 "collective timed out after 3 s: allreduce of bucket 0 of 2, step 3" \
     $MPIRUN -np 2 ./train configs/fmnist_mlp.ini $SMALL --set distributed.fault=hang \
             --set distributed.fault_rank=1 --set distributed.fault_step=3 --set distributed.comm_timeout_s=3
 expect "nan on one rank" 60 "rank 0: loss is nan at step 4" \
