@@ -2,8 +2,11 @@
  * loop: config -> world -> context -> data -> model -> DDP -> for each step: batch, forward,
  * backward (+ bucketed AllReduce), optimizer step, log. The machinery lives below it, in
  * runtime/, layers/, optim/, data/ and models/. */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,7 @@ typedef struct cli {
     const char *sets[64];
     int nsets;
     bool dry_run;
+    const char *resume; /* checkpoint path, "latest", or NULL */
 } cli;
 
 /* One replica's view of the job: a process under mpirun, or a thread under DataParallel. */
@@ -40,7 +44,35 @@ static int run_data_parallel(const cli *args, const dpt_config *cfg, const char 
 static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *model,
                          const dpt_optim *optim, const dpt_dataset *train, const dpt_dataset *test,
                          const dpt_loader *loader, const dpt_ddp *ddp);
+/* Loss and accuracy sums over a window of steps (a log interval, or the whole epoch). */
+typedef struct window {
+    double start, loss, comm_s, hidden_s;
+    int64_t correct, samples, steps;
+} window;
+
+/* A progress bar with ETA on a terminal; plain lines otherwise. */
+typedef struct progress {
+    bool bar;
+    double start, last_draw;
+    int64_t first_step, total_steps;
+} progress;
+
 static void inject_fault(const replica *r, int64_t step);
+static bool fault_now(const replica *r, const char *kind, int64_t step);
+static void window_add(window *w, window *whole, float loss, int64_t correct, int64_t samples);
+static progress progress_new(const replica *r, int64_t total_steps);
+static void progress_step(progress *p, const replica *r, const dpt_train_state *st, int64_t s,
+                          int64_t steps_per_epoch, const window *w, double lr);
+static void progress_end_epoch(progress *p);
+static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_train_state *st,
+                       int64_t s, int64_t steps_per_epoch, const window *w, double grad_norm,
+                       double lr, const dpt_ctx *ctx);
+static void log_eval(const replica *r, dpt_metrics *m, const dpt_train_state *st,
+                     dpt_eval_result test, const window *epoch_window);
+static void save_checkpoint(const replica *r, const dpt_model *model, const dpt_optim *optim,
+                            const dpt_ctx *ctx, const dpt_train_state *st);
+static bool signal_agreed(const replica *r, int *signal_seen);
+static void install_signal_handlers(void);
 static dpt_timeline *open_timeline(const replica *r);
 static int fail(const replica *r, const dpt_error *err);
 static void *train_replica(void *arg);
@@ -52,6 +84,7 @@ int main(int argc, char **argv)
     if (rc >= 0) return rc;
     dpt_world world;
     dpt_error err;
+    install_signal_handlers();
     if (!dpt_world_init(&world, &argc, &argv, &err)) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
@@ -88,7 +121,7 @@ static void *train_replica(void *arg)
     dpt_error err;
     r->rc = 1;
 
-    /* ---- context, data, model, optimizer, DDP */
+    /* ---- context, data, model, optimizer, checkpoint, DDP */
     dpt_ctx_options ctx_opt = {
         .device = {DPT_DEVICE_CPU, r->rank},
         .threads = (int)dpt_config_int(cfg, "train", "threads"),
@@ -137,6 +170,20 @@ static void *train_replica(void *arg)
                    train_opt.drop_last ? "true" : "false");
         return r->rc = fail(r, &err), NULL;
     }
+    dpt_train_state state = {.epoch = 1, .best_acc = -1.0};
+    if (r->args->resume) {
+        char path[1100];
+        const char *dir = dpt_config_str(cfg, "checkpoint", "dir");
+        if (strcmp(r->args->resume, "latest") == 0) {
+            if (!dpt_checkpoint_latest(dir, path, sizeof path, &err)) return r->rc = fail(r, &err), NULL;
+        } else {
+            snprintf(path, sizeof path, "%s", r->args->resume);
+        }
+        if (!dpt_checkpoint_load(path, model, optim, ctx, cfg, &state, r->size, &err))
+            return r->rc = fail(r, &err), NULL;
+        if (r->rank == 0)
+            printf("resumed from %s: epoch %d, step %lld\n", path, state.epoch, (long long)state.step);
+    }
     dpt_ddp *ddp = NULL;
     if (r->comm) {
         dpt_ddp_options ddp_opt = {
@@ -153,7 +200,10 @@ static void *train_replica(void *arg)
     }
     dpt_timeline *timeline = open_timeline(r);
     if (ddp) dpt_ddp_set_timeline(ddp, timeline);
-    dpt_lr_schedule schedule = dpt_lr_schedule_build(cfg, r->size, steps_per_epoch);
+    int epochs = (int)dpt_config_int(cfg, "train", "epochs");
+    int64_t max_steps = dpt_config_int(cfg, "train", "max_steps");
+    int64_t total_steps = max_steps > 0 && max_steps < epochs * steps_per_epoch ? max_steps : epochs * steps_per_epoch;
+    dpt_lr_schedule schedule = dpt_lr_schedule_build(cfg, r->size, steps_per_epoch, total_steps);
     if (r->rank == 0) print_header(r, ctx, model, optim, train_set, test_set, train_loader, ddp);
     if (r->args->dry_run) {
         if (r->rank == 0) dpt_config_print(cfg, stdout);
@@ -161,23 +211,28 @@ static void *train_replica(void *arg)
     }
 
     /* ---- the training loop */
-    int epochs = (int)dpt_config_int(cfg, "train", "epochs");
-    int64_t max_steps = dpt_config_int(cfg, "train", "max_steps");
     int64_t interval = dpt_config_int(cfg, "log", "interval");
+    int64_t eval_every = dpt_config_int(cfg, "train", "eval_every_steps");
+    int64_t ckpt_every = dpt_config_int(cfg, "checkpoint", "every_steps");
+    int ckpt_every_epochs = (int)dpt_config_int(cfg, "checkpoint", "every_epochs");
     float label_smoothing = (float)dpt_config_float(cfg, "train", "label_smoothing");
-    int64_t step = 0, global_batch = batch * r->size * accum;
-    double run_start = dpt_now_s(), best_acc = -1.0;
-    int best_epoch = 0, epoch;
+    double clip_norm = dpt_config_float(cfg, "optim", "clip_norm");
+    bool skip_nonfinite = strcmp(dpt_config_str(cfg, "train", "nonfinite"), "skip") == 0;
+    progress bar = progress_new(r, total_steps);
+    double run_start = dpt_now_s();
     dpt_eval_result test = {0};
-    bool stop = false;
-    for (epoch = 1; epoch <= epochs && !stop; epoch++) {
+    bool stop = state.step >= total_steps;
+    int signal_seen = 0;
+    window win = {.start = dpt_now_s()}; /* the current log interval, across epoch ends */
+    for (; state.epoch <= epochs && !stop; state.epoch++) {
+        int epoch = state.epoch;
         dpt_loader_start_epoch(train_loader, epoch);
-        double epoch_start = dpt_now_s(), window_start = epoch_start;
-        double window_loss = 0.0, epoch_loss = 0.0, window_comm = 0.0, window_hidden = 0.0;
-        int64_t window_correct = 0, window_samples = 0, epoch_correct = 0, epoch_samples = 0;
-        for (int64_t s = 0; s < steps_per_epoch && !stop; s++) {
-            inject_fault(r, step);
-            dpt_optim_set_lr(optim, (float)dpt_lr_at(&schedule, step));
+        dpt_loader_skip(train_loader, state.batches_done); /* resuming mid-epoch */
+        window whole = {.start = dpt_now_s()};
+        for (int64_t s = state.batches_done / accum; s < steps_per_epoch && !stop; s++) {
+            inject_fault(r, state.step);
+            dpt_optim_set_lr(optim, (float)dpt_lr_at(&schedule, state.step));
+            bool finite = true;
             for (int micro = 0; micro < accum; micro++) {
                 dpt_batch b;
                 double t0 = dpt_now_s();
@@ -186,92 +241,91 @@ static void *train_replica(void *arg)
                 if (ddp) dpt_ddp_set_sync(ddp, micro == accum - 1); /* no_sync while accumulating */
                 dpt_tensor *logits = dpt_model_forward(model, ctx, b.x);
                 dpt_tensor *loss = dpt_cross_entropy(ctx, logits, b.labels, label_smoothing);
+                if (fault_now(r, "nan", state.step)) loss = dpt_scale(ctx, loss, NAN);
                 double t2 = dpt_now_s();
                 /* Each micro-batch carries 1/accum of the step's mean loss. */
                 dpt_backward(ctx, accum > 1 ? dpt_scale(ctx, loss, 1.0f / (float)accum) : loss);
                 double t3 = dpt_now_s();
                 float loss_value = dpt_tensor_item(loss);
-                if (!isfinite(loss_value))
+                if (!isfinite(loss_value) && !skip_nonfinite)
                     dpt_abort_job("rank %d: loss is %f at step %lld (epoch %d)\nHINT: lower [optim] lr, "
-                              "or check the data", r->rank, (double)loss_value, (long long)step, epoch);
-                int64_t correct = dpt_count_correct(ctx, logits, b.labels);
+                                  "set [optim] clip_norm, or [train] nonfinite = skip",
+                                  r->rank, (double)loss_value, (long long)state.step, epoch);
+                finite &= isfinite(loss_value);
+                window_add(&win, &whole, loss_value, dpt_count_correct(ctx, logits, b.labels), b.size);
                 dpt_tape_clear(ctx);
                 dpt_timeline_span(timeline, "data", 0, t0, t1);
                 dpt_timeline_span(timeline, "forward", 0, t1, t2);
                 dpt_timeline_span(timeline, "backward", 0, t2, t3);
-                window_loss += (double)loss_value * (double)b.size;
-                epoch_loss += (double)loss_value * (double)b.size;
-                window_correct += correct, epoch_correct += correct;
-                window_samples += b.size, epoch_samples += b.size;
             }
             double t4 = dpt_now_s();
             if (ddp) {
                 dpt_ddp_finish(ddp); /* gradients now hold the average over ranks */
                 dpt_ddp_stats st = dpt_ddp_last_stats(ddp);
-                window_comm += st.comm_s, window_hidden += st.hidden_s;
+                win.comm_s += st.comm_s, win.hidden_s += st.hidden_s;
             }
             double t5 = dpt_now_s();
-            dpt_optim_step(ctx, optim);
+            /* After the AllReduce every rank sees the same gradients, so all take the same
+             * decision here: a NaN on one rank has become a NaN everywhere. */
+            double grad_norm = dpt_clip_grad_norm(ctx, model, clip_norm);
+            if (isfinite(grad_norm) && finite) {
+                dpt_optim_step(ctx, optim);
+            } else if (skip_nonfinite) {
+                state.skipped++;
+                if (r->rank == 0)
+                    fprintf(stderr, "warning: step %lld skipped: non-finite %s (%lld skipped so far)\n",
+                            (long long)state.step, finite ? "gradient" : "loss", (long long)state.skipped);
+            } else {
+                dpt_abort_job("rank %d: gradient norm is %f at step %lld (epoch %d)\nHINT: lower [optim] "
+                              "lr, set [optim] clip_norm, or [train] nonfinite = skip",
+                              r->rank, grad_norm, (long long)state.step, epoch);
+            }
             dpt_model_zero_grad(model);
             dpt_timeline_span(timeline, "wait allreduce", 0, t4, t5);
             dpt_timeline_span(timeline, "optimizer", 0, t5, dpt_now_s());
-            step++;
-            stop = max_steps > 0 && step >= max_steps;
-            if ((step % interval == 0 || stop) && r->print) {
-                double now = dpt_now_s();
-                double img_s = (double)window_samples * r->size / (now - window_start);
-                int64_t steps = (step - 1) % interval + 1;
-                char comm[96] = "";
-                if (ddp)
-                    snprintf(comm, sizeof comm, " | comm %.2f ms/step (%.0f%% hidden)",
-                             1e3 * window_comm / (double)steps,
-                             window_comm > 0 ? 100.0 * window_hidden / window_comm : 0.0);
-                char who[32] = "";
-                if (r->rank) snprintf(who, sizeof who, "[rank %d] ", r->rank);
-                printf("%sepoch %d | step %6lld/%lld | loss %.4f | acc %5.1f%% | %8.0f img/s%s\n",
-                       who, epoch, (long long)(s + 1),
-                       (long long)steps_per_epoch, window_loss / (double)window_samples,
-                       100.0 * (double)window_correct / (double)window_samples, img_s, comm);
-                fflush(stdout);
-                dpt_metrics_write(metrics,
-                                  "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,"
-                                  "\"loss\":%.6f,\"acc\":%.6f,\"img_s\":%.1f,\"step_ms\":%.3f,"
-                                  "\"comm_ms\":%.3f,\"comm_hidden\":%.4f,\"ranks\":%d,\"global_batch\":%lld",
-                                  epoch, (long long)step, (double)dpt_optim_lr(optim),
-                                  window_loss / (double)window_samples,
-                                  (double)window_correct / (double)window_samples, img_s,
-                                  1e3 * (now - window_start) / (double)steps,
-                                  1e3 * window_comm / (double)steps,
-                                  window_comm > 0 ? window_hidden / window_comm : 0.0, r->size,
-                                  (long long)global_batch);
-                window_start = now;
-                window_loss = window_comm = window_hidden = 0.0;
-                window_correct = window_samples = 0;
+            state.step++;
+            win.steps++;
+            state.batches_done = (s + 1) * accum;
+            stop = state.step >= total_steps;
+            if (signal_agreed(r, &signal_seen)) stop = true;
+            progress_step(&bar, r, &state, s + 1, steps_per_epoch, &win, (double)dpt_optim_lr(optim));
+            if (state.step % interval == 0 || stop) {
+                log_window(r, metrics, &bar, &state, s + 1, steps_per_epoch, &win, grad_norm,
+                           (double)dpt_optim_lr(optim), ctx);
+                win = (window){.start = dpt_now_s()};
             }
+            if (eval_every && state.step % eval_every == 0 && s + 1 < steps_per_epoch) {
+                log_eval(r, metrics, &state, dpt_eval_allreduce(r->comm, dpt_evaluate(ctx, model, test_loader)), NULL);
+                win.start = dpt_now_s(); /* evaluation time is not training throughput */
+            }
+            if ((ckpt_every && state.step % ckpt_every == 0) || signal_seen)
+                save_checkpoint(r, model, optim, ctx, &state);
         }
-        double train_time = dpt_now_s() - epoch_start;
+        if (signal_seen) break;
         /* Each rank evaluates its own shard; the sums are combined over ranks. */
+        progress_end_epoch(&bar);
+        double eval_start = dpt_now_s();
         test = dpt_eval_allreduce(r->comm, dpt_evaluate(ctx, model, test_loader));
-        double train_sums[2] = {epoch_loss, (double)epoch_correct};
-        double train_count = (double)epoch_samples * r->size;
-        if (r->comm) r->comm->ops->allreduce_f64(r->comm, train_sums, 2);
-        if (test.accuracy > best_acc) best_acc = test.accuracy, best_epoch = epoch;
-        if (r->rank == 0) {
-            printf("epoch %d done | %.1f s | train loss %.4f acc %.1f%% | test loss %.4f acc %.2f%% (%lld images)\n",
-                   epoch, train_time, train_sums[0] / train_count, 100.0 * train_sums[1] / train_count,
-                   test.loss, 100.0 * test.accuracy, (long long)test.samples);
-            fflush(stdout);
+        if (test.accuracy > state.best_acc) state.best_acc = test.accuracy, state.best_epoch = epoch;
+        log_eval(r, metrics, &state, test, &whole);
+        win.start += dpt_now_s() - eval_start;
+        if (state.batches_done < steps_per_epoch * accum) break; /* stopped mid-epoch (max_steps) */
+        state.batches_done = 0;
+        if (ckpt_every_epochs && epoch % ckpt_every_epochs == 0) {
+            dpt_train_state next = state;
+            next.epoch++;
+            save_checkpoint(r, model, optim, ctx, &next);
         }
-        dpt_metrics_write(metrics,
-                          "\"kind\":\"eval\",\"epoch\":%d,\"step\":%lld,\"test_loss\":%.6f,"
-                          "\"test_acc\":%.6f,\"train_loss\":%.6f,\"train_acc\":%.6f,\"epoch_s\":%.3f",
-                          epoch, (long long)step, test.loss, test.accuracy, train_sums[0] / train_count,
-                          train_sums[1] / train_count, train_time);
     }
-    if (r->rank == 0)
-        printf("done | %d epochs | %lld steps | %.1f s | best test acc %.2f%% (epoch %d) | final test acc %.2f%%\n",
-               epoch - 1, (long long)step, dpt_now_s() - run_start, 100.0 * best_acc, best_epoch,
-               100.0 * test.accuracy);
+    if (signal_seen) {
+        if (r->rank == 0)
+            printf("stopped by signal %d after step %lld; resume with: ./train %s --resume latest\n",
+                   signal_seen, (long long)state.step, r->args->config_path);
+    } else if (r->rank == 0) {
+        printf("done | %d epochs | %lld steps%s | %.1f s | best test acc %.2f%% (epoch %d) | final test acc %.2f%%\n",
+               state.epoch - 1, (long long)state.step, state.skipped ? " (some skipped)" : "",
+               dpt_now_s() - run_start, 100.0 * state.best_acc, state.best_epoch, 100.0 * test.accuracy);
+    }
 
 cleanup:
     dpt_timeline_close(timeline);
@@ -336,13 +390,15 @@ static int run_data_parallel(const cli *args, const dpt_config *cfg, const char 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: ./train CONFIG [--set section.key=value ...] [--dry-run]\n"
+            "usage: ./train CONFIG [--set section.key=value ...] [--resume [PATH|latest]] [--dry-run]\n"
             "       mpirun -np N ./train CONFIG ...      (data-parallel over N ranks)\n"
             "       ./train --config-reference | --help | --version\n"
             "\n"
             "Trains the model that the INI file CONFIG describes (see docs/config.md).\n"
             "\n"
             "  --set section.key=value  override one config key (repeatable), e.g. --set train.batch=128\n"
+            "  --resume [PATH|latest]   continue exactly from a checkpoint (default: the newest in\n"
+            "                           [checkpoint] dir); SIGINT/SIGTERM write one and stop cleanly\n"
             "  --dry-run                load everything, print the resolved config, and exit\n"
             "  --config-reference       print every section and key as Markdown\n"
             "  --version                print the version\n"
@@ -371,6 +427,8 @@ static int parse_cli(int argc, char **argv, cli *args)
             return 0;
         } else if (!strcmp(a, "--dry-run")) {
             args->dry_run = true;
+        } else if (!strcmp(a, "--resume")) {
+            args->resume = i + 1 < argc && argv[i + 1][0] != '-' && !strstr(argv[i + 1], ".ini") ? argv[++i] : "latest";
         } else if (!strcmp(a, "--set") || !strncmp(a, "--set=", 6)) {
             const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
             if (!v) {
@@ -441,24 +499,181 @@ static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *
            (long long)train->n, (long long)test->n, (int)train->c,
            (int)train->h, (int)train->w, train->num_classes,
            (long long)(dpt_loader_num_batches(loader) / accum));
-    printf("optim %s | lr %g (%s scaling)\n", dpt_optim_name(optim),
-           dpt_lr_schedule_build(cfg, r->size, 1).target_lr, dpt_config_str(cfg, "optim", "lr_scaling"));
+    printf("optim %s | lr %g (%s scaling) | schedule %s\n", dpt_optim_name(optim),
+           dpt_lr_schedule_build(cfg, r->size, 1, 1).target_lr, dpt_config_str(cfg, "optim", "lr_scaling"),
+           dpt_config_str(cfg, "optim", "schedule"));
     fflush(stdout);
 }
 
-/* Tests: make this rank fail at a chosen step. */
+/* Tests: is the [distributed] fault `kind` due on this rank at this step? */
+static bool fault_now(const replica *r, const char *kind, int64_t step)
+{
+    return !strcmp(dpt_config_str(r->cfg, "distributed", "fault"), kind) &&
+           r->rank == dpt_config_int(r->cfg, "distributed", "fault_rank") &&
+           step == dpt_config_int(r->cfg, "distributed", "fault_step");
+}
+
+/* Tests: make this rank exit or hang at a chosen step (NaN is injected into the loss). */
 static void inject_fault(const replica *r, int64_t step)
 {
-    const char *fault = dpt_config_str(r->cfg, "distributed", "fault");
-    if (!strcmp(fault, "none") || r->rank != dpt_config_int(r->cfg, "distributed", "fault_rank") ||
-        step != dpt_config_int(r->cfg, "distributed", "fault_step"))
-        return;
-    fprintf(stderr, "fault injection: rank %d %s at step %lld\n", r->rank, fault, (long long)step);
+    bool exit_now = fault_now(r, "exit", step), hang_now = fault_now(r, "hang", step);
+    if (!exit_now && !hang_now) return;
+    fprintf(stderr, "fault injection: rank %d %s at step %lld\n", r->rank, exit_now ? "exit" : "hang", (long long)step);
     fflush(stderr);
-    if (!strcmp(fault, "exit")) _exit(3);
-    if (!strcmp(fault, "hang"))
-        for (;;) pause();
-    if (!strcmp(fault, "nan")) dpt_abort_job("rank %d: loss is nan at step %lld (injected)", r->rank, (long long)step);
+    if (exit_now) _exit(3);
+    for (;;) pause();
+}
+
+static void window_add(window *w, window *whole, float loss, int64_t correct, int64_t samples)
+{
+    if (!isfinite(loss)) return; /* a skipped step does not poison the averages */
+    w->loss += (double)loss * (double)samples, whole->loss += (double)loss * (double)samples;
+    w->correct += correct, whole->correct += correct;
+    w->samples += samples, whole->samples += samples;
+}
+
+static progress progress_new(const replica *r, int64_t total_steps)
+{
+    const char *mode = dpt_config_str(r->cfg, "log", "progress");
+    /* Under mpirun stdout is often a pty of the launcher even when the job's output goes to a
+     * file, so "auto" means lines for multi-process runs. */
+    bool bar = !strcmp(mode, "bar") || (!strcmp(mode, "auto") && isatty(STDOUT_FILENO) && !getenv("OMPI_COMM_WORLD_SIZE") &&
+                                        !getenv("PMIX_RANK") && !getenv("PMI_RANK"));
+    return (progress){.bar = bar && r->print && r->rank == 0, .start = dpt_now_s(), .first_step = -1,
+                      .total_steps = total_steps};
+}
+
+static void progress_step(progress *p, const replica *r, const dpt_train_state *st, int64_t s,
+                          int64_t steps_per_epoch, const window *w, double lr)
+{
+    if (p->first_step < 0) p->first_step = st->step - 1, p->start = dpt_now_s();
+    if (!p->bar) return;
+    double now = dpt_now_s();
+    if (now - p->last_draw < 0.1 && s < steps_per_epoch) return;
+    p->last_draw = now;
+    double per_step = (now - p->start) / (double)(st->step - p->first_step);
+    int eta = (int)(per_step * (double)(p->total_steps - st->step));
+    char bar[31];
+    int fill = (int)(30 * s / steps_per_epoch);
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+    bar[30] = '\0';
+    printf("\repoch %d [%s] %3d%% %lld/%lld | loss %.4f | acc %5.1f%% | lr %.3g | ETA %d:%02d:%02d \033[K",
+           st->epoch, bar, (int)(100 * s / steps_per_epoch), (long long)s, (long long)steps_per_epoch,
+           w->samples ? w->loss / (double)w->samples : 0.0,
+           w->samples ? 100.0 * (double)w->correct / (double)w->samples : 0.0, lr, eta / 3600,
+           eta / 60 % 60, eta % 60);
+    fflush(stdout);
+    (void)r;
+}
+
+static void progress_end_epoch(progress *p)
+{
+    if (p->bar) printf("\n");
+}
+
+static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_train_state *st,
+                       int64_t s, int64_t steps_per_epoch, const window *w, double grad_norm,
+                       double lr, const dpt_ctx *ctx)
+{
+    double now = dpt_now_s();
+    int64_t steps = w->steps > 0 ? w->steps : 1;
+    double img_s = (double)w->samples * r->size / (now - w->start);
+    double loss = w->samples ? w->loss / (double)w->samples : NAN;
+    double acc = w->samples ? (double)w->correct / (double)w->samples : NAN;
+    if (r->print && !p->bar) {
+        char who[32] = "", comm[96] = "";
+        if (r->rank) snprintf(who, sizeof who, "[rank %d] ", r->rank);
+        if (r->comm)
+            snprintf(comm, sizeof comm, " | comm %.2f ms/step (%.0f%% hidden)", 1e3 * w->comm_s / (double)steps,
+                     w->comm_s > 0 ? 100.0 * w->hidden_s / w->comm_s : 0.0);
+        printf("%sepoch %d | step %6lld/%lld | loss %.4f | acc %5.1f%% | %8.0f img/s%s\n", who, st->epoch,
+               (long long)s, (long long)steps_per_epoch, loss, 100.0 * acc, img_s, comm);
+        fflush(stdout);
+    }
+    dpt_mem_stats mem = dpt_ctx_mem_stats(ctx);
+    dpt_metrics_write(m,
+                      "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,\"loss\":%.6f,\"acc\":%.6f,"
+                      "\"img_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"comm_hidden\":%.4f,"
+                      "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"ranks\":%d,\"global_batch\":%lld",
+                      st->epoch, (long long)st->step, lr, loss, acc, img_s, 1e3 * (now - w->start) / (double)steps,
+                      1e3 * w->comm_s / (double)steps, w->comm_s > 0 ? w->hidden_s / w->comm_s : 0.0,
+                      grad_norm, (double)mem.peak_allocated / 1048576.0, r->size,
+                      (long long)(dpt_config_int(r->cfg, "train", "batch") * r->size *
+                                  dpt_config_int(r->cfg, "distributed", "accum_steps")));
+}
+
+/* After an evaluation: the epoch line (epoch_window != NULL) or a mid-epoch one. */
+static void log_eval(const replica *r, dpt_metrics *m, const dpt_train_state *st,
+                     dpt_eval_result test, const window *epoch_window)
+{
+    double sums[3] = {0, 0, 0};
+    if (epoch_window) {
+        sums[0] = epoch_window->loss, sums[1] = (double)epoch_window->correct, sums[2] = (double)epoch_window->samples;
+        if (r->comm) r->comm->ops->allreduce_f64(r->comm, sums, 3);
+    }
+    double train_loss = sums[2] ? sums[0] / sums[2] : NAN, train_acc = sums[2] ? sums[1] / sums[2] : NAN;
+    if (r->rank == 0) {
+        if (epoch_window)
+            printf("epoch %d done | %.1f s | train loss %.4f acc %.1f%% | test loss %.4f acc %.2f%% (%lld images)\n",
+                   st->epoch, dpt_now_s() - epoch_window->start, train_loss, 100.0 * train_acc, test.loss,
+                   100.0 * test.accuracy, (long long)test.samples);
+        else
+            printf("eval at step %lld | test loss %.4f acc %.2f%% (%lld images)\n", (long long)st->step,
+                   test.loss, 100.0 * test.accuracy, (long long)test.samples);
+        fflush(stdout);
+    }
+    dpt_metrics_write(m,
+                      "\"kind\":\"eval\",\"epoch\":%d,\"step\":%lld,\"test_loss\":%.6f,\"test_acc\":%.6f,"
+                      "\"train_loss\":%.6f,\"train_acc\":%.6f",
+                      st->epoch, (long long)st->step, test.loss, test.accuracy, train_loss, train_acc);
+}
+
+/* Rank 0 writes; every rank holds the same state. */
+static void save_checkpoint(const replica *r, const dpt_model *model, const dpt_optim *optim,
+                            const dpt_ctx *ctx, const dpt_train_state *st)
+{
+    if (r->rank != 0) return;
+    const char *dir = dpt_config_str(r->cfg, "checkpoint", "dir");
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        dpt_abort_job("cannot create checkpoint folder %s: %s\nHINT: set [checkpoint] dir", dir, strerror(errno));
+    char path[1100];
+    snprintf(path, sizeof path, "%s/ckpt-step%08lld.dpt", dir, (long long)st->step);
+    dpt_error err;
+    if (!dpt_checkpoint_save(path, model, optim, ctx, r->cfg, st, r->size, &err)) dpt_abort_job("%s", err.msg);
+    dpt_checkpoint_prune(dir, (int)dpt_config_int(r->cfg, "checkpoint", "keep_last"));
+    printf("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
+    fflush(stdout);
+}
+
+static volatile sig_atomic_t pending_signal;
+
+static void on_signal(int sig) { pending_signal = sig; }
+
+static void install_signal_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* A signal may reach the ranks at different steps: they agree (one tiny AllReduce per step)
+ * so that all stop after the same step and the checkpoint is consistent. */
+static bool signal_agreed(const replica *r, int *signal_seen)
+{
+    double sig = (double)pending_signal;
+    if (r->comm && r->size > 1) {
+        r->comm->ops->allreduce_f64(r->comm, &sig, 1);
+        if (sig > 0) sig = SIGTERM;
+    }
+    if (sig > 0 && r->rank == 0) {
+        fprintf(stderr, "\nreceived %s: finishing this step and writing a checkpoint\n",
+                (int)sig == SIGINT ? "SIGINT" : "SIGTERM");
+    }
+    *signal_seen = (int)sig;
+    return sig > 0;
 }
 
 static dpt_timeline *open_timeline(const replica *r)

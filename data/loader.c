@@ -111,3 +111,8 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
 
 int64_t dpt_loader_num_batches(const dpt_loader *l) { return l->n_batches; }
 int64_t dpt_loader_num_samples(const dpt_loader *l) { return l->n_mine; }
+
+void dpt_loader_skip(dpt_loader *l, int64_t n)
+{
+    l->batch_index = l->batch_index + n < l->n_batches ? l->batch_index + n : l->n_batches;
+}

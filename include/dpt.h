@@ -188,12 +188,21 @@ const char *dpt_optim_name(const dpt_optim *optim);
 void dpt_optim_free(dpt_optim *optim);
 
 /* Learning rate per optimizer step: a linear warm-up from start_lr to target_lr over
- * warmup_steps, then target_lr. */
+ * warmup_steps, then a constant, step, multistep or cosine schedule. */
+typedef enum dpt_lr_kind { DPT_LR_CONSTANT, DPT_LR_STEP, DPT_LR_MULTISTEP, DPT_LR_COSINE, DPT_LR_KIND_COUNT } dpt_lr_kind;
 typedef struct dpt_lr_schedule {
-    double start_lr, target_lr;
-    int64_t warmup_steps;
+    dpt_lr_kind kind;
+    double start_lr, target_lr, min_lr, gamma;
+    int64_t warmup_steps, total_steps, steps_per_epoch;
+    int64_t step_epochs;    /* DPT_LR_STEP */
+    int64_t milestones[16]; /* DPT_LR_MULTISTEP, in epochs */
+    int nmilestones;
 } dpt_lr_schedule;
 double dpt_lr_at(const dpt_lr_schedule *schedule, int64_t step);
+
+/* Scale all gradients so that their global L2 norm is at most max_norm (max_norm <= 0: only
+ * measure). Returns the norm before clipping (NaN/Inf when a gradient is not finite). */
+double dpt_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double max_norm);
 
 /* ---------------------------------------------------------------- data */
 
@@ -237,6 +246,8 @@ void dpt_loader_start_epoch(dpt_loader *loader, int epoch);
 bool dpt_loader_next(dpt_loader *loader, dpt_batch *batch);
 int64_t dpt_loader_num_batches(const dpt_loader *loader);
 int64_t dpt_loader_num_samples(const dpt_loader *loader); /* this rank's samples per epoch */
+/* Skip the next n batches of this epoch without reading them (resuming mid-epoch). */
+void dpt_loader_skip(dpt_loader *loader, int64_t n);
 
 /* Loss and accuracy of a model over every batch of a loader, without recording a tape. */
 typedef struct dpt_eval_result {
@@ -342,13 +353,44 @@ void dpt_timeline_span(dpt_timeline *tl, const char *name, int tid, double t0_s,
 void dpt_timeline_close(dpt_timeline *tl);
 void dpt_ddp_set_timeline(dpt_ddp *ddp, dpt_timeline *tl);
 
+/* ---------------------------------------------------------------- checkpoints */
+
+/* Where a run is: enough, with model, optimizer and RNG, to continue it exactly. */
+typedef struct dpt_train_state {
+    int epoch;            /* epoch in progress, 1-based */
+    int64_t batches_done; /* loader batches consumed in that epoch */
+    int64_t step;         /* optimizer steps done */
+    int64_t skipped;      /* steps skipped for a non-finite loss or gradient */
+    double best_acc;
+    int best_epoch;
+} dpt_train_state;
+
+/* Write model parameters and buffers, optimizer state, the context's RNG, the train state,
+ * the resolved config and the world size: zlib-compressed records with a CRC32 each, to
+ * path.tmp, fsync'ed, then renamed over path (a crash never leaves a half-written path). */
+bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_optim *optim,
+                         const dpt_ctx *ctx, const dpt_config *cfg, const dpt_train_state *state,
+                         int world_size, dpt_error *err);
+/* Load into an already built model and optimizer. Every mismatch (truncated file, bad CRC,
+ * other version, other model names/shapes, other optimizer) is an error naming what differs;
+ * nothing is changed unless the whole checkpoint is valid. */
+bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *ctx,
+                         const dpt_config *cfg, dpt_train_state *state, int world_size,
+                         dpt_error *err);
+/* The newest complete checkpoint (ckpt-step*.dpt) in dir. */
+bool dpt_checkpoint_latest(const char *dir, char *path, size_t size, dpt_error *err);
+/* Delete all but the newest keep_last checkpoints in dir. */
+void dpt_checkpoint_prune(const char *dir, int keep_last);
+
 /* ---------------------------------------------------------------- model registry */
 
 /* Build the model named by [model] name for inputs (c, h, w) and num_classes. */
 dpt_model *dpt_model_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
                            int num_classes, dpt_error *err);
-/* The schedule [optim] describes for a run of world_size x accum_steps and steps_per_epoch. */
-dpt_lr_schedule dpt_lr_schedule_build(const dpt_config *cfg, int world_size, int64_t steps_per_epoch);
+/* The schedule [optim] describes for a run of world_size x accum_steps, steps_per_epoch and
+ * total_steps optimizer steps. */
+dpt_lr_schedule dpt_lr_schedule_build(const dpt_config *cfg, int world_size, int64_t steps_per_epoch,
+                                      int64_t total_steps);
 /* Build the optimizer named by [optim] name. */
 dpt_optim *dpt_optim_build(dpt_model *model, const dpt_config *cfg, dpt_error *err);
 

@@ -26,6 +26,7 @@ typedef struct dpt_backend {
     void (*mul)(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out);
     void (*mul_acc)(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out); /* += a*b */
     double (*sum)(dpt_ctx *ctx, const float *x, int64_t n);
+    double (*dot)(dpt_ctx *ctx, const float *a, const float *b, int64_t n); /* in double */
     /* dst (cols, rows) += transpose of src (rows, cols). */
     void (*transpose_acc)(dpt_ctx *ctx, const float *src, float *dst, int64_t rows, int64_t cols);
     /* C (M, N) = alpha * op(A) op(B) + beta * C; op(A) is (M, K), op(B) is (K, N). */

@@ -89,6 +89,14 @@ static double cpu_sum(dpt_ctx *ctx, const float *x, int64_t n)
     return total;
 }
 
+static double cpu_dot(dpt_ctx *ctx, const float *a, const float *b, int64_t n)
+{
+    (void)ctx;
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++) total += (double)a[i] * b[i];
+    return total;
+}
+
 static void cpu_transpose_acc(dpt_ctx *ctx, const float *src, float *dst, int64_t rows, int64_t cols)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
@@ -297,6 +305,7 @@ const dpt_backend dpt_backend_cpu = {
     .mul = cpu_mul,
     .mul_acc = cpu_mul_acc,
     .sum = cpu_sum,
+    .dot = cpu_dot,
     .transpose_acc = cpu_transpose_acc,
     .gemm = cpu_gemm,
     .bias_add = cpu_bias_add,

@@ -39,13 +39,16 @@ for t in "$dir"/mpi_*; do
     done
 done
 
-echo "=== mpi_failures.sh: failing ranks end the job with a message"
-out=$(tests/mpi_failures.sh 2>&1); rc=$?
-echo "$out"
-n_ok=$(grep -c '^ok ' <<<"$out"); n_fail=$(grep -c '^FAIL ' <<<"$out")
-passed=$((passed + n_ok)); failed=$((failed + n_fail))
-[ $rc -ne 0 ] && [ "$n_fail" -eq 0 ] && { failed=$((failed + 1)); failures+=("mpi_failures.sh (exit $rc)"); }
-[ "$n_fail" -gt 0 ] && failures+=("mpi_failures.sh")
+# Shell tests print one "ok"/"FAIL" line per case.
+for script in tests/mpi_failures.sh tests/resume.sh tests/tools.sh; do
+    echo "=== $script"
+    out=$(timeout 900 "$script" 2>&1); rc=$?
+    echo "$out"
+    n_ok=$(grep -c '^ok ' <<<"$out"); n_fail=$(grep -c '^FAIL ' <<<"$out")
+    passed=$((passed + n_ok)); failed=$((failed + n_fail))
+    [ $rc -ne 0 ] && [ "$n_fail" -eq 0 ] && { failed=$((failed + 1)); failures+=("$script (exit $rc)"); }
+    [ "$n_fail" -gt 0 ] && failures+=("$script")
+done
 
 echo "=== end to end: 2 ranks and DataParallel 2 x cpu give the same test accuracy"
 e2e="--set train.epochs=1 --set train.threads=1 --set data.train_limit=6400 --set log.interval=1000"

@@ -106,6 +106,34 @@ static void test_dry_run(void **state)
     assert_contains(out, "batch = 32");
 }
 
+#define SMALL "configs/fmnist_mlp.ini --set data.train_limit=1280 --set data.test_limit=500 --set train.threads=1 "
+
+static void test_training_controls(void **state)
+{
+    (void)state;
+    /* a NaN loss: stop naming the step (default), or skip the step and count it */
+    expect_fail(SMALL "--set distributed.fault=nan --set distributed.fault_step=5", 1,
+                "loss is nan at step 5", "nonfinite = skip");
+    int rc = run_capture(out, sizeof out, "./train " SMALL "--set distributed.fault=nan --set distributed.fault_step=5 "
+                                          "--set train.nonfinite=skip --set train.epochs=1");
+    if (rc != 0) fail_msg("skip policy failed:\n%s", out);
+    assert_contains(out, "step 5 skipped: non-finite loss (1 skipped so far)");
+    assert_contains(out, "(some skipped)");
+    /* evaluation every N steps, a progress bar when asked for, a schedule in the header */
+    rc = run_capture(out, sizeof out, "./train " SMALL "--set train.eval_every_steps=7 --set train.epochs=1 "
+                                      "--set log.progress=bar --set optim.schedule=cosine --set optim.clip_norm=1");
+    if (rc != 0) fail_msg("run failed:\n%s", out);
+    assert_contains(out, "eval at step 14 | test loss");
+    assert_contains(out, "ETA 0:00:");
+    assert_contains(out, "schedule cosine");
+    /* resuming from nothing */
+    char args[600];
+    snprintf(args, sizeof args, SMALL "--resume %s/none.dpt", dir);
+    expect_fail(args, 1, "cannot open checkpoint", "none.dpt");
+    snprintf(args, sizeof args, SMALL "--resume --set checkpoint.dir=%s", dir);
+    expect_fail(args, 1, "no checkpoint (ckpt-step*.dpt) in", NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -113,6 +141,7 @@ int main(void)
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_data_errors),
         cmocka_unit_test(test_dry_run),
+        cmocka_unit_test(test_training_controls),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }

@@ -1,0 +1,23 @@
+/* clip.c: gradient clipping by global L2 norm, as torch.nn.utils.clip_grad_norm_. Under DDP
+ * it runs after the AllReduce, on identical gradients, so every rank clips alike. */
+#include <math.h>
+
+#include "../runtime/ctx.h"
+
+double dpt_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double max_norm)
+{
+    double total = 0.0;
+    for (int i = 0; i < dpt_model_num_params(model); i++) {
+        dpt_tensor *g = dpt_model_param_at(model, i)->grad;
+        total += ctx->be->dot(ctx, g->data, g->data, g->numel);
+    }
+    double norm = sqrt(total);
+    if (max_norm > 0 && isfinite(norm) && norm > max_norm) {
+        float scale = (float)(max_norm / (norm + 1e-6));
+        for (int i = 0; i < dpt_model_num_params(model); i++) {
+            dpt_tensor *g = dpt_model_param_at(model, i)->grad;
+            ctx->be->scale(ctx, g->numel, scale, g->data, g->data);
+        }
+    }
+    return norm;
+}

@@ -1,0 +1,443 @@
+/* checkpoint.c: the checkpoint file. Little-endian throughout:
+ *   "DPTCKPT\0" | u32 version | u32 record count | u32 CRC32 of the 16 bytes before it
+ *   record*:  u32 kind | u32 name length | name | u32 ndim | i64 dims[ndim]
+ *             | u64 raw bytes | u64 compressed bytes | zlib data | u32 CRC32 of the record
+ *   "DPTEND\0\0"
+ * A record is a tensor (f32, named param/..., buffer/..., optim/...) or a blob (meta, config,
+ * rng). Files are read whole and parsed with bounds checks, so no byte pattern can crash the
+ * reader; nothing is applied to the model before every record has been checked. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "ctx.h"
+#include "error.h"
+#include "../optim/optim.h"
+
+#define CKPT_MAGIC "DPTCKPT"
+#define CKPT_END "DPTEND\0"
+#define CKPT_VERSION 1u
+#define HINT_CORRUPT "HINT: the file is damaged; resume from an older checkpoint (ls the checkpoint dir)"
+
+enum { REC_TENSOR = 1, REC_BLOB = 2 };
+
+/* ---------------------------------------------------------------- writing */
+
+typedef struct writer {
+    uint8_t *buf;
+    size_t len, cap;
+} writer;
+
+static void put(writer *w, const void *data, size_t n)
+{
+    if (w->len + n > w->cap) {
+        while (w->len + n > w->cap) w->cap = w->cap ? 2 * w->cap : 1 << 16;
+        w->buf = realloc(w->buf, w->cap);
+        if (!w->buf) dpt_fatal("out of host memory writing a checkpoint");
+    }
+    memcpy(w->buf + w->len, data, n);
+    w->len += n;
+}
+
+static void put_u32(writer *w, uint32_t v) { put(w, &v, 4); }
+static void put_u64(writer *w, uint64_t v) { put(w, &v, 8); }
+
+static void put_record(writer *w, uint32_t kind, const char *name, int ndim, const int64_t *dims,
+                       const void *raw, uint64_t raw_bytes)
+{
+    size_t start = w->len;
+    put_u32(w, kind);
+    put_u32(w, (uint32_t)strlen(name));
+    put(w, name, strlen(name));
+    put_u32(w, (uint32_t)ndim);
+    for (int i = 0; i < ndim; i++) put_u64(w, (uint64_t)dims[i]);
+    uLongf comp_bytes = compressBound((uLong)raw_bytes);
+    uint8_t *comp = malloc(comp_bytes ? comp_bytes : 1);
+    if (!comp || compress2(comp, &comp_bytes, raw, (uLong)raw_bytes, 1) != Z_OK)
+        dpt_fatal("zlib could not compress checkpoint record %s", name);
+    put_u64(w, raw_bytes);
+    put_u64(w, comp_bytes);
+    put(w, comp, comp_bytes);
+    free(comp);
+    put_u32(w, (uint32_t)crc32(0L, w->buf + start, (uInt)(w->len - start)));
+}
+
+static void put_tensor(writer *w, const char *prefix, const dpt_tensor *t)
+{
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", prefix, t->name);
+    float *host = malloc((size_t)t->numel * sizeof(float) + 1);
+    if (!host) dpt_fatal("out of host memory writing %s", name);
+    dpt_tensor_copy_to_host(t, host);
+    put_record(w, REC_TENSOR, name, t->ndim, t->shape, host, (uint64_t)t->numel * sizeof(float));
+    free(host);
+}
+
+static char *config_text(const dpt_config *cfg)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    dpt_config_print(cfg, mem);
+    fclose(mem);
+    return text;
+}
+
+static bool write_file(const char *path, const writer *w, dpt_error *err)
+{
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return dpt_errorf(err, "cannot write checkpoint %s: %s\nHINT: check [checkpoint] dir and "
+                               "that it is writable", tmp, strerror(errno));
+    size_t done = 0;
+    const char *fault = getenv("DPT_TEST_CKPT_CRASH_AFTER"); /* tests: die mid-write */
+    size_t crash_at = fault ? (size_t)atoll(fault) : (size_t)-1;
+    while (done < w->len) {
+        size_t chunk = w->len - done < (1u << 20) ? w->len - done : (1u << 20);
+        if (done < crash_at && done + chunk > crash_at) chunk = crash_at - done;
+        if (done == crash_at) _exit(7);
+        ssize_t n = write(fd, w->buf + done, chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return dpt_errorf(err, "writing checkpoint %s failed: %s\nHINT: is the disk full?", tmp, strerror(e));
+        }
+        done += (size_t)n;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        unlink(tmp);
+        return dpt_errorf(err, "cannot flush checkpoint %s: %s", tmp, strerror(errno));
+    }
+    if (rename(tmp, path) != 0)
+        return dpt_errorf(err, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    /* Make the rename itself durable. */
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return true;
+}
+
+bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_optim *optim,
+                         const dpt_ctx *ctx, const dpt_config *cfg, const dpt_train_state *st,
+                         int world_size, dpt_error *err)
+{
+    writer w = {0};
+    int nparams = dpt_model_num_params(model), nbuffers = dpt_model_num_buffers(model);
+    uint32_t nrecords = 3 + (uint32_t)(nparams + nbuffers + nparams * optim->nstate);
+    put(&w, CKPT_MAGIC, 8);
+    put_u32(&w, CKPT_VERSION);
+    put_u32(&w, nrecords);
+    put_u32(&w, (uint32_t)crc32(0L, w.buf, 16));
+
+    char meta[1024];
+    int n = snprintf(meta, sizeof meta,
+                     "model=%s\nsummary=%s\noptim=%s\noptim_steps=%lld\nepoch=%d\nbatches_done=%lld\n"
+                     "step=%lld\nskipped=%lld\nbest_acc=%.17g\nbest_epoch=%d\nworld_size=%d\n"
+                     "config_hash=%016llx\n",
+                     dpt_model_name(model), dpt_model_summary(model), dpt_optim_name(optim),
+                     (long long)optim->steps, st->epoch, (long long)st->batches_done,
+                     (long long)st->step, (long long)st->skipped, st->best_acc, st->best_epoch,
+                     world_size, (unsigned long long)dpt_config_hash(cfg));
+    put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
+    char *text = config_text(cfg);
+    put_record(&w, REC_BLOB, "config", 0, NULL, text, strlen(text));
+    free(text);
+    put_record(&w, REC_BLOB, "rng", 0, NULL, ctx->rng.s, sizeof ctx->rng.s);
+    for (int i = 0; i < nparams; i++) put_tensor(&w, "param/", dpt_model_param_at(model, i));
+    for (int i = 0; i < nbuffers; i++) put_tensor(&w, "buffer/", dpt_model_buffer_at(model, i));
+    for (int i = 0; i < nparams * optim->nstate; i++) put_tensor(&w, "optim/", optim->state[i]);
+    put(&w, CKPT_END, 8);
+    bool ok = write_file(path, &w, err);
+    free(w.buf);
+    return ok;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+typedef struct record {
+    uint32_t kind;
+    char name[160];
+    int ndim;
+    int64_t dims[DPT_MAX_DIMS];
+    uint8_t *data; /* decompressed */
+    uint64_t bytes;
+} record;
+
+typedef struct reader {
+    const uint8_t *buf;
+    size_t len, pos;
+} reader;
+
+static bool take(reader *r, void *out, size_t n)
+{
+    if (r->len - r->pos < n) return false;
+    memcpy(out, r->buf + r->pos, n);
+    r->pos += n;
+    return true;
+}
+
+static void free_records(record *recs, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) free(recs[i].data);
+    free(recs);
+}
+
+/* Parse and verify every record; false with err naming the first problem. */
+static bool parse(const char *path, reader *r, record **out, uint32_t *count, dpt_error *err)
+{
+    char magic[8];
+    uint32_t version, nrec, hcrc;
+    if (!take(r, magic, 8) || memcmp(magic, CKPT_MAGIC, 8) != 0)
+        return dpt_errorf(err, "%s is not a dptrain checkpoint (bad magic)\nHINT: pass a ckpt-step*.dpt "
+                               "file or 'latest'", path);
+    if (!take(r, &version, 4) || !take(r, &nrec, 4) || !take(r, &hcrc, 4))
+        return dpt_errorf(err, "%s: truncated header\n" HINT_CORRUPT, path);
+    if (hcrc != (uint32_t)crc32(0L, r->buf, 16))
+        return dpt_errorf(err, "%s: header CRC mismatch\n" HINT_CORRUPT, path);
+    if (version != CKPT_VERSION)
+        return dpt_errorf(err, "%s: checkpoint format version %u; this dptrain reads version %u\n"
+                               "HINT: resume with the dptrain that wrote it", path, version, CKPT_VERSION);
+    if (nrec > 1000000) return dpt_errorf(err, "%s: implausible record count %u\n" HINT_CORRUPT, path, nrec);
+    record *recs = calloc(nrec + 1, sizeof *recs);
+    if (!recs) dpt_fatal("out of host memory reading a checkpoint");
+    for (uint32_t i = 0; i < nrec; i++) {
+        record *rec = &recs[i];
+        size_t start = r->pos;
+        uint32_t name_len, ndim;
+        uint64_t raw_bytes = 0, comp_bytes = 0, dim = 0;
+        bool ok = take(r, &rec->kind, 4) && take(r, &name_len, 4) && name_len < sizeof rec->name &&
+                  take(r, rec->name, name_len) && take(r, &ndim, 4) && ndim <= DPT_MAX_DIMS;
+        for (uint32_t d = 0; ok && d < ndim; d++) {
+            ok = take(r, &dim, 8) && dim < ((uint64_t)1 << 40);
+            rec->dims[d] = (int64_t)dim;
+        }
+        ok = ok && take(r, &raw_bytes, 8) && take(r, &comp_bytes, 8) && comp_bytes <= r->len - r->pos &&
+             raw_bytes < ((uint64_t)1 << 40);
+        if (!ok) {
+            free_records(recs, nrec);
+            return dpt_errorf(err, "%s: record %u of %u is truncated or malformed\n" HINT_CORRUPT, path, i + 1, nrec);
+        }
+        const uint8_t *comp = r->buf + r->pos;
+        r->pos += comp_bytes;
+        uint32_t crc;
+        if (!take(r, &crc, 4) || crc != (uint32_t)crc32(0L, r->buf + start, (uInt)(r->pos - 4 - start))) {
+            free_records(recs, nrec);
+            return dpt_errorf(err, "%s: CRC mismatch in record %u (%.*s)\n" HINT_CORRUPT, path, i + 1,
+                              (int)(name_len < 64 ? name_len : 64), rec->name);
+        }
+        rec->name[name_len] = '\0';
+        rec->ndim = (int)ndim;
+        rec->bytes = raw_bytes;
+        rec->data = malloc(raw_bytes + 1);
+        uLongf got = (uLongf)raw_bytes;
+        if (!rec->data || uncompress(rec->data, &got, comp, (uLong)comp_bytes) != Z_OK || got != raw_bytes) {
+            free_records(recs, nrec);
+            return dpt_errorf(err, "%s: record %s does not decompress\n" HINT_CORRUPT, path, rec->name);
+        }
+        rec->data[raw_bytes] = '\0';
+    }
+    char end[8];
+    if (!take(r, end, 8) || memcmp(end, CKPT_END, 8) != 0 || r->pos != r->len) {
+        free_records(recs, nrec);
+        return dpt_errorf(err, "%s: missing end marker (truncated, or trailing bytes)\n" HINT_CORRUPT, path);
+    }
+    *out = recs;
+    *count = nrec;
+    return true;
+}
+
+static record *find(record *recs, uint32_t n, const char *name)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(recs[i].name, name) == 0) return &recs[i];
+    return NULL;
+}
+
+static const char *meta_get(const record *meta, const char *key, char *out, size_t size)
+{
+    size_t klen = strlen(key);
+    for (const char *line = (const char *)meta->data; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        if (len > klen && strncmp(line, key, klen) == 0 && line[klen] == '=') {
+            snprintf(out, size, "%.*s", (int)(len - klen - 1), line + klen + 1);
+            return out;
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    out[0] = '\0';
+    return NULL;
+}
+
+/* Check that a tensor record exists with the tensor's shape. */
+static bool check_tensor(const char *path, record *recs, uint32_t n, const char *prefix,
+                         const dpt_tensor *t, const char *model_desc, dpt_error *err, record **found)
+{
+    char name[160], have[96];
+    snprintf(name, sizeof name, "%s%s", prefix, t->name);
+    record *rec = find(recs, n, name);
+    if (!rec || rec->kind != REC_TENSOR)
+        return dpt_errorf(err, "%s has no %s (the checkpoint holds %s)\nHINT: resume with the model "
+                               "and optimizer that wrote it", path, name, model_desc);
+    bool same = rec->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = rec->dims[d] == t->shape[d];
+    if (!same || rec->bytes != (uint64_t)t->numel * sizeof(float)) {
+        size_t used = (size_t)snprintf(have, sizeof have, "(");
+        for (int d = 0; d < rec->ndim && used < sizeof have; d++)
+            used += (size_t)snprintf(have + used, sizeof have - used, "%s%lld", d ? ", " : "", (long long)rec->dims[d]);
+        if (used < sizeof have) snprintf(have + used, sizeof have - used, ")");
+        char want[96];
+        return dpt_errorf(err, "%s: %s has shape %s in the checkpoint but %s in the model\nHINT: the "
+                               "checkpoint is from another model (%s)", path, name, have,
+                          dpt_shape_str(t, want, sizeof want), model_desc);
+    }
+    *found = rec;
+    return true;
+}
+
+bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *ctx,
+                         const dpt_config *cfg, dpt_train_state *st, int world_size, dpt_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return dpt_errorf(err, "cannot open checkpoint %s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = malloc(size > 0 ? (size_t)size : 1);
+    if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        fclose(f);
+        free(buf);
+        return dpt_errorf(err, "cannot read checkpoint %s", path);
+    }
+    fclose(f);
+    reader r = {buf, (size_t)size, 0};
+    record *recs = NULL;
+    uint32_t n = 0;
+    bool ok = parse(path, &r, &recs, &n, err);
+    free(buf);
+    if (!ok) return false;
+
+    record *meta = find(recs, n, "meta"), *rng = find(recs, n, "rng");
+    char val[256], model_desc[400] = "?";
+    ok = meta && rng && rng->bytes == sizeof ctx->rng.s;
+    if (!ok) dpt_errorf(err, "%s lacks its meta or rng record\n" HINT_CORRUPT, path);
+    if (ok) {
+        char name[96], summary[200];
+        meta_get(meta, "model", name, sizeof name);
+        meta_get(meta, "summary", summary, sizeof summary);
+        snprintf(model_desc, sizeof model_desc, "model %s %s", name, summary);
+        if (strcmp(name, dpt_model_name(model)) != 0)
+            ok = dpt_errorf(err, "%s was written by model %s, the config builds %s %s\nHINT: resume with "
+                                 "the [model] settings that wrote it", path, model_desc, dpt_model_name(model),
+                            dpt_model_summary(model));
+    }
+    if (ok && strcmp(meta_get(meta, "optim", val, sizeof val) ? val : "", dpt_optim_name(optim)) != 0)
+        ok = dpt_errorf(err, "%s holds %s optimizer state; the config asks for %s\nHINT: set [optim] name = %s "
+                             "to resume, or start a new run", path, val, dpt_optim_name(optim), val);
+    if (ok && atoi(meta_get(meta, "world_size", val, sizeof val) ? val : "0") != world_size &&
+        atoll(meta_get(meta, "batches_done", val, sizeof val) ? val : "1") != 0)
+        ok = dpt_errorf(err, "%s was written mid-epoch by %s ranks; this run has %d\nHINT: resume with the "
+                             "same number of ranks, or from a checkpoint written at an epoch end "
+                             "([checkpoint] every_epochs), where a new world size is allowed",
+                        path, meta_get(meta, "world_size", val, sizeof val), world_size);
+    int nparams = dpt_model_num_params(model), nbuffers = dpt_model_num_buffers(model);
+    int nstate = nparams * optim->nstate;
+    record **src = calloc((size_t)(nparams + nbuffers + nstate) + 1, sizeof *src);
+    for (int i = 0; ok && i < nparams; i++)
+        ok = check_tensor(path, recs, n, "param/", dpt_model_param_at(model, i), model_desc, err, &src[i]);
+    for (int i = 0; ok && i < nbuffers; i++)
+        ok = check_tensor(path, recs, n, "buffer/", dpt_model_buffer_at(model, i), model_desc, err, &src[nparams + i]);
+    for (int i = 0; ok && i < nstate; i++)
+        ok = check_tensor(path, recs, n, "optim/", optim->state[i], model_desc, err, &src[nparams + nbuffers + i]);
+    if (ok && n != (uint32_t)(3 + nparams + nbuffers + nstate))
+        ok = dpt_errorf(err, "%s holds %u records; the model and optimizer need %d (the checkpoint has "
+                             "tensors this model lacks: %s)\nHINT: resume with the model that wrote it",
+                        path, n, 3 + nparams + nbuffers + nstate, model_desc);
+    if (ok) {
+        /* Everything checked: apply. */
+        for (int i = 0; i < nparams; i++) dpt_tensor_copy_from_host(dpt_model_param_at(model, i), (float *)src[i]->data);
+        for (int i = 0; i < nbuffers; i++)
+            dpt_tensor_copy_from_host(dpt_model_buffer_at(model, i), (float *)src[nparams + i]->data);
+        for (int i = 0; i < nstate; i++) dpt_tensor_copy_from_host(optim->state[i], (float *)src[nparams + nbuffers + i]->data);
+        memcpy(ctx->rng.s, rng->data, sizeof ctx->rng.s);
+        optim->steps = atoll(meta_get(meta, "optim_steps", val, sizeof val) ? val : "0");
+        st->epoch = atoi(meta_get(meta, "epoch", val, sizeof val) ? val : "1");
+        st->batches_done = atoll(meta_get(meta, "batches_done", val, sizeof val) ? val : "0");
+        st->step = atoll(meta_get(meta, "step", val, sizeof val) ? val : "0");
+        st->skipped = atoll(meta_get(meta, "skipped", val, sizeof val) ? val : "0");
+        st->best_acc = atof(meta_get(meta, "best_acc", val, sizeof val) ? val : "-1");
+        st->best_epoch = atoi(meta_get(meta, "best_epoch", val, sizeof val) ? val : "0");
+        char hash[32];
+        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)dpt_config_hash(cfg));
+        if (strcmp(meta_get(meta, "config_hash", val, sizeof val) ? val : "", hash) != 0)
+            fprintf(stderr, "warning: %s was written with another config (hash %s, now %s); resuming, "
+                            "but the run will not be an exact continuation\n", path, val, hash);
+    }
+    free(src);
+    free_records(recs, n);
+    return ok;
+}
+
+/* ---------------------------------------------------------------- the checkpoint folder */
+
+static bool is_checkpoint_name(const char *name, long long *step)
+{
+    int end = 0;
+    return sscanf(name, "ckpt-step%lld.dpt%n", step, &end) == 1 && name[end] == '\0';
+}
+
+bool dpt_checkpoint_latest(const char *dir, char *path, size_t size, dpt_error *err)
+{
+    DIR *d = opendir(dir);
+    if (!d) return dpt_errorf(err, "cannot open checkpoint folder %s: %s\nHINT: set [checkpoint] dir, "
+                                   "or pass --resume PATH", dir, strerror(errno));
+    long long best = -1, step;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (is_checkpoint_name(e->d_name, &step) && step > best) best = step;
+    closedir(d);
+    if (best < 0) return dpt_errorf(err, "no checkpoint (ckpt-step*.dpt) in %s\nHINT: start without --resume", dir);
+    snprintf(path, size, "%s/ckpt-step%08lld.dpt", dir, best);
+    return true;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x < y) - (x > y);
+}
+
+void dpt_checkpoint_prune(const char *dir, int keep_last)
+{
+    if (keep_last <= 0) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    long long steps[4096];
+    int n = 0;
+    long long step;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096)
+        if (is_checkpoint_name(e->d_name, &step)) steps[n++] = step;
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof steps[0], cmp_desc);
+    for (int i = keep_last; i < n; i++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/ckpt-step%08lld.dpt", dir, steps[i]);
+        unlink(path);
+    }
+}

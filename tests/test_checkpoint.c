@@ -1,0 +1,284 @@
+/* test_checkpoint.c: checkpoints round-trip every tensor and state bit; every kind of damage
+ * (truncation at any length, any flipped byte, another version, another model or optimizer)
+ * is a clear error that changes nothing; a crash mid-write leaves the previous file intact. */
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "tests/testutil.h"
+#include "optim/optim.h"
+#include "runtime/ctx.h"
+
+static char dir[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/dpt_test_ckpt_XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd);
+}
+
+typedef struct run {
+    dpt_config *cfg;
+    dpt_ctx *ctx;
+    dpt_model *model;
+    dpt_optim *optim;
+} run;
+
+static run make_run(const char *hidden, const char *optim, uint64_t seed)
+{
+    run r;
+    dpt_error err;
+    char set[64];
+    r.cfg = dpt_config_defaults();
+    snprintf(set, sizeof set, "model.hidden=%s", hidden);
+    assert_true(dpt_config_set(r.cfg, set, &err));
+    snprintf(set, sizeof set, "optim.name=%s", optim);
+    assert_true(dpt_config_set(r.cfg, set, &err));
+    r.ctx = test_ctx(1, seed);
+    r.model = dpt_model_build(r.ctx, r.cfg, 1, 4, 4, 3, &err);
+    r.optim = dpt_optim_build(r.model, r.cfg, &err);
+    return r;
+}
+
+/* A few optimizer steps on random data so that every state tensor is non-trivial. */
+static void train_a_little(run *r)
+{
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 5);
+    dpt_tensor *x = test_input(r->ctx, &rng, 4, (int64_t[]){6, 1, 4, 4}, -1, 1);
+    x->requires_grad = false;
+    int32_t labels[6] = {0, 1, 2, 2, 1, 0};
+    for (int s = 0; s < 3; s++) {
+        dpt_backward(r->ctx, dpt_cross_entropy(r->ctx, dpt_model_forward(r->model, r->ctx, x), labels, 0.0f));
+        dpt_optim_step(r->ctx, r->optim);
+        dpt_model_zero_grad(r->model);
+        dpt_tape_clear(r->ctx);
+    }
+    dpt_rng_next(&r->ctx->rng);
+    dpt_tensor_free(x);
+}
+
+static void free_run(run *r)
+{
+    dpt_optim_free(r->optim);
+    dpt_model_free(r->model);
+    dpt_ctx_free(r->ctx);
+    dpt_config_free(r->cfg);
+}
+
+static const dpt_train_state some_state = {.epoch = 3, .batches_done = 17, .step = 1234, .skipped = 2,
+                                           .best_acc = 0.875, .best_epoch = 2};
+
+static void save(run *r, const char *path)
+{
+    dpt_error err;
+    if (!dpt_checkpoint_save(path, r->model, r->optim, r->ctx, r->cfg, &some_state, 1, &err)) fail_msg("%s", err.msg);
+}
+
+static void assert_same_state(run *a, run *b)
+{
+    for (int i = 0; i < dpt_model_num_params(a->model); i++) {
+        dpt_tensor *pa = dpt_model_param_at(a->model, i), *pb = dpt_model_param_at(b->model, i);
+        assert_memory_equal(pa->data, pb->data, (size_t)pa->numel * sizeof(float));
+    }
+    for (int i = 0; i < dpt_model_num_params(a->model) * a->optim->nstate; i++)
+        assert_memory_equal(a->optim->state[i]->data, b->optim->state[i]->data,
+                            (size_t)a->optim->state[i]->numel * sizeof(float));
+    assert_int_equal(a->optim->steps, b->optim->steps);
+    assert_memory_equal(a->ctx->rng.s, b->ctx->rng.s, sizeof a->ctx->rng.s);
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    for (int o = 0; o < 2; o++) {
+        const char *optim = o ? "sgd" : "adamw";
+        run a = make_run("8,5", optim, 1), b = make_run("8,5", optim, 2);
+        train_a_little(&a);
+        char path[300];
+        snprintf(path, sizeof path, "%s/rt-%s.dpt", dir, optim);
+        save(&a, path);
+        dpt_train_state st = {0};
+        dpt_error err;
+        if (!dpt_checkpoint_load(path, b.model, b.optim, b.ctx, b.cfg, &st, 1, &err)) fail_msg("%s", err.msg);
+        assert_same_state(&a, &b);
+        assert_int_equal(st.epoch, 3);
+        assert_int_equal(st.batches_done, 17);
+        assert_int_equal(st.step, 1234);
+        assert_int_equal(st.skipped, 2);
+        assert_true(st.best_acc == 0.875);
+        assert_int_equal(st.best_epoch, 2);
+        free_run(&a);
+        free_run(&b);
+    }
+}
+
+static uint8_t *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = malloc(*len);
+    assert_int_equal(fread(buf, 1, *len, f), *len);
+    fclose(f);
+    return buf;
+}
+
+static void write_all(const char *path, const uint8_t *buf, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    fwrite(buf, 1, len, f);
+    fclose(f);
+}
+
+/* Loading `path` into a fresh run must fail with `needle` and leave the run untouched. */
+static void expect_load_error(const char *path, const char *hidden, const char *optim, const char *needle)
+{
+    run b = make_run(hidden, optim, 2), pristine = make_run(hidden, optim, 2);
+    dpt_train_state st = {0};
+    dpt_error err;
+    bool ok = dpt_checkpoint_load(path, b.model, b.optim, b.ctx, b.cfg, &st, 1, &err);
+    if (ok) fail_msg("loading %s succeeded, expected an error containing \"%s\"", path, needle);
+    if (needle) assert_contains(err.msg, needle);
+    assert_same_state(&b, &pristine);
+    free_run(&b);
+    free_run(&pristine);
+}
+
+static void test_damage(void **state)
+{
+    (void)state;
+    run a = make_run("8,5", "adamw", 1);
+    train_a_little(&a);
+    char good[300], bad[300];
+    snprintf(good, sizeof good, "%s/good.dpt", dir);
+    snprintf(bad, sizeof bad, "%s/bad.dpt", dir);
+    save(&a, good);
+    size_t len;
+    uint8_t *buf = read_all(good, &len);
+    /* truncated at every length from 0 to len-1 in steps */
+    for (size_t cut = 0; cut < len; cut += len / 23 + 1) {
+        write_all(bad, buf, cut);
+        expect_load_error(bad, "8,5", "adamw", NULL);
+    }
+    write_all(bad, buf, len - 1);
+    expect_load_error(bad, "8,5", "adamw", "end marker");
+    /* every byte flipped somewhere */
+    int flips = 0;
+    for (size_t pos = 0; pos < len; pos += 7, flips++) {
+        buf[pos] ^= 0x10;
+        write_all(bad, buf, len);
+        buf[pos] ^= 0x10;
+        expect_load_error(bad, "8,5", "adamw", NULL);
+    }
+    print_message("%d truncations and %d byte flips of a %zu-byte checkpoint: all rejected\n",
+                  (int)(len / (len / 23 + 1)) + 1, flips, len);
+    /* another format version (with a valid header CRC) */
+    uint32_t version = 99;
+    memcpy(buf + 8, &version, 4);
+    uint32_t crc = (uint32_t)crc32(0L, buf, 16);
+    memcpy(buf + 16, &crc, 4);
+    write_all(bad, buf, len);
+    expect_load_error(bad, "8,5", "adamw", "format version 99");
+    /* not a checkpoint at all */
+    write_all(bad, (const uint8_t *)"hello world, this is text", 25);
+    expect_load_error(bad, "8,5", "adamw", "not a dptrain checkpoint");
+    /* another model, another optimizer */
+    expect_load_error(good, "16,5", "adamw", "param/fc1.weight has shape (8, 16) in the checkpoint but (16, 16)");
+    expect_load_error(good, "8", "adamw", "in the checkpoint but");
+    expect_load_error(good, "8,5,4", "adamw", "param/fc3.weight has shape (3, 5) in the checkpoint but (4, 5)");
+    expect_load_error(good, "8,5", "sgd", "holds adamw optimizer state; the config asks for sgd");
+    free(buf);
+    free_run(&a);
+}
+
+static void test_world_size(void **state)
+{
+    (void)state;
+    run a = make_run("8,5", "adamw", 1), b = make_run("8,5", "adamw", 2);
+    char path[300];
+    snprintf(path, sizeof path, "%s/ws.dpt", dir);
+    save(&a, path); /* mid-epoch (batches_done = 17), world size 1 */
+    dpt_train_state st;
+    dpt_error err;
+    assert_false(dpt_checkpoint_load(path, b.model, b.optim, b.ctx, b.cfg, &st, 2, &err));
+    assert_contains(err.msg, "written mid-epoch by 1 ranks; this run has 2");
+    dpt_train_state at_epoch_end = some_state;
+    at_epoch_end.batches_done = 0;
+    assert_true(dpt_checkpoint_save(path, a.model, a.optim, a.ctx, a.cfg, &at_epoch_end, 1, &err));
+    assert_true(dpt_checkpoint_load(path, b.model, b.optim, b.ctx, b.cfg, &st, 2, &err));
+    free_run(&a);
+    free_run(&b);
+}
+
+static void test_latest_prune_and_crash(void **state)
+{
+    (void)state;
+    char sub[300], path[400];
+    snprintf(sub, sizeof sub, "%s/series", dir);
+    mkdir(sub, 0755);
+    run a = make_run("8,5", "adamw", 1);
+    for (int step = 1; step <= 5; step++) {
+        snprintf(path, sizeof path, "%s/ckpt-step%08d.dpt", sub, step * 10);
+        save(&a, path);
+    }
+    dpt_checkpoint_prune(sub, 2);
+    char latest[400];
+    dpt_error err;
+    assert_true(dpt_checkpoint_latest(sub, latest, sizeof latest, &err));
+    assert_contains(latest, "ckpt-step00000050.dpt");
+    snprintf(path, sizeof path, "%s/ckpt-step00000030.dpt", sub);
+    assert_int_equal(access(path, F_OK), -1); /* pruned */
+    snprintf(path, sizeof path, "%s/ckpt-step00000040.dpt", sub);
+    assert_int_equal(access(path, F_OK), 0);
+
+    /* A process killed while writing step 60 leaves a .tmp; step 50 stays the newest. */
+    train_a_little(&a);
+    snprintf(path, sizeof path, "%s/ckpt-step00000060.dpt", sub);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("DPT_TEST_CKPT_CRASH_AFTER", "1500", 1);
+        dpt_checkpoint_save(path, a.model, a.optim, a.ctx, a.cfg, &some_state, 1, &err);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_int_equal(WEXITSTATUS(status), 7); /* died mid-write */
+    assert_int_equal(access(path, F_OK), -1);
+    char tmp[420];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    assert_int_equal(access(tmp, F_OK), 0);
+    assert_true(dpt_checkpoint_latest(sub, latest, sizeof latest, &err));
+    assert_contains(latest, "ckpt-step00000050.dpt");
+    run b = make_run("8,5", "adamw", 2);
+    dpt_train_state st;
+    if (!dpt_checkpoint_load(latest, b.model, b.optim, b.ctx, b.cfg, &st, 1, &err)) fail_msg("%s", err.msg);
+    free_run(&a);
+    free_run(&b);
+    snprintf(path, sizeof path, "%s/empty", dir);
+    mkdir(path, 0755);
+    assert_false(dpt_checkpoint_latest(path, latest, sizeof latest, &err));
+    assert_contains(err.msg, "no checkpoint");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_damage),
+        cmocka_unit_test(test_world_size),
+        cmocka_unit_test(test_latest_prune_and_crash),
+    };
+    return cmocka_run_group_tests_name("checkpoint", tests, setup, teardown);
+}
