@@ -45,6 +45,7 @@ typedef struct dpt_device {
 
 /* The one object that carries a rank's state: device, allocator, tape, RNG, threads. */
 typedef struct dpt_ctx dpt_ctx;
+typedef struct dpt_comm dpt_comm; /* a communicator: allreduce, broadcast, allgather, barrier */
 
 typedef struct dpt_ctx_options {
     dpt_device device;
@@ -171,6 +172,47 @@ dpt_linear *dpt_linear_new(dpt_model *model, const char *name, int64_t in_featur
                            int64_t out_features, bool bias);
 dpt_tensor *dpt_linear_forward(dpt_ctx *ctx, dpt_linear *layer, dpt_tensor *x); /* (B, in) -> (B, out) */
 
+/* Builders track the shape of the activation as they add layers; a layer whose settings do
+ * not fit the incoming shape records an error on the model (the first one is kept), which
+ * dpt_model_build returns, naming the layer and the shapes. */
+typedef struct dpt_shape3 {
+    int64_t c, h, w; /* one sample: channels, height, width */
+} dpt_shape3;
+bool dpt_model_errorf(dpt_model *model, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *dpt_model_error(const dpt_model *model); /* NULL when none */
+
+/* 2-D convolution over NCHW, square kernel; weight (out, in/groups, k, k), bias (out).
+ * `shape` is the input shape on entry and the output shape on return. Kaiming-normal
+ * initialisation (fan_out, ReLU gain) as torchvision's ResNet. */
+typedef struct dpt_conv2d dpt_conv2d;
+dpt_conv2d *dpt_conv2d_new(dpt_model *model, const char *name, dpt_shape3 *shape, int64_t out_channels,
+                           int64_t kernel, int64_t stride, int64_t padding, int64_t dilation,
+                           int64_t groups, bool bias);
+dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *layer, dpt_tensor *x); /* (N,C,H,W) */
+
+/* Batch norm over (N, H, W) per channel: batch statistics in training mode (running mean and
+ * unbiased running variance updated with `momentum`), running statistics in eval mode.
+ * sync = true: statistics and their gradients are summed over the ranks of the context's
+ * communicator (SyncBatchNorm), so N ranks behave as one batch of N times the size. */
+typedef struct dpt_batchnorm dpt_batchnorm;
+dpt_batchnorm *dpt_batchnorm_new(dpt_model *model, const char *name, const dpt_shape3 *shape,
+                                 float momentum, float eps, bool affine, bool sync);
+dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *layer, dpt_tensor *x, bool training);
+/* Set gamma to zero (zero-init of the last BN of a residual block). */
+void dpt_batchnorm_zero_gamma(dpt_batchnorm *layer);
+
+/* Pooling over NCHW windows (kernel, stride, padding); `shape` updated as for conv2d when
+ * not NULL. Average pooling counts padding (count_include_pad, PyTorch's default). */
+bool dpt_pool_shape_update(dpt_model *model, const char *name, dpt_shape3 *shape, int64_t kernel,
+                           int64_t stride, int64_t padding);
+dpt_tensor *dpt_maxpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding);
+dpt_tensor *dpt_avgpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding);
+dpt_tensor *dpt_global_avgpool(dpt_ctx *ctx, dpt_tensor *x); /* (N,C,H,W) -> (N,C) */
+/* Inverted dropout: zero with probability p and scale by 1/(1-p) in training; identity else. */
+dpt_tensor *dpt_dropout(dpt_ctx *ctx, dpt_tensor *x, float p, bool training);
+/* Which communicator SyncBatchNorm layers of this context use (NULL: none). */
+void dpt_ctx_set_comm(dpt_ctx *ctx, dpt_comm *comm);
+
 /* ---------------------------------------------------------------- optimizers */
 
 typedef struct dpt_optim dpt_optim;
@@ -294,7 +336,6 @@ typedef struct dpt_world {
     char host[64];
 } dpt_world;
 
-typedef struct dpt_comm dpt_comm; /* a communicator: allreduce, broadcast, allgather, barrier */
 
 bool dpt_world_init(dpt_world *world, int *argc, char ***argv, dpt_error *err);
 void dpt_world_finalize(dpt_world *world);

@@ -8,6 +8,17 @@
 #include "dpt.h"
 #include "alloc.h"
 
+/* Shapes of a 2-D convolution over NCHW tensors: x (n, c_in, h, w), w (c_out, c_in/groups,
+ * kh, kw), y (n, c_out, oh, ow). */
+typedef struct dpt_conv_shape {
+    int64_t n, c_in, h, w, c_out, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, oh, ow;
+} dpt_conv_shape;
+
+/* Shapes of a 2-D pooling window over NCHW: x (n, c, h, w) -> y (n, c, oh, ow). */
+typedef struct dpt_pool_shape {
+    int64_t n, c, h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, oh, ow;
+} dpt_pool_shape;
+
 typedef struct dpt_backend {
     const char *name;
     /* Set up / tear down ctx->backend_state (streams, handles, thread settings). */
@@ -51,6 +62,31 @@ typedef struct dpt_backend {
                      int64_t cols, float smoothing, float scale, float *dlogits);
     int64_t (*count_correct)(dpt_ctx *ctx, const float *logits, const int32_t *host_labels,
                              int64_t rows, int64_t cols);
+    /* Convolution. dx, dw, db may be NULL (not wanted); all three accumulate (+=). */
+    void (*conv2d_fwd)(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
+                       const float *bias, float *y);
+    void (*conv2d_bwd)(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *dbias);
+    /* Batch norm over (n, c, hw): per-channel sums in double, on the host (they are AllReduced
+     * for SyncBatchNorm), then per-channel affine maps on the device. */
+    void (*bn_stats)(dpt_ctx *ctx, const float *x, int64_t n, int64_t c, int64_t hw, double *host_sum,
+                     double *host_sumsq);
+    void (*bn_bwd_stats)(dpt_ctx *ctx, const float *x, const float *dy, int64_t n, int64_t c, int64_t hw,
+                         const double *host_mean, double *host_sum_dy, double *host_sum_dy_xmu);
+    /* y = scale[c] * x + shift[c] */
+    void (*channel_affine)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
+                           const float *host_scale, const float *host_shift);
+    /* dx += a[c] * dy + b[c] * x + k[c] */
+    void (*channel_affine2_acc)(dpt_ctx *ctx, const float *dy, const float *x, float *dx, int64_t n,
+                                int64_t c, int64_t hw, const float *host_a, const float *host_b,
+                                const float *host_k);
+    /* Pooling; argmax holds the flat input index of each output's maximum. */
+    void (*maxpool_fwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, int32_t *argmax);
+    void (*maxpool_bwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax,
+                        float *dx); /* += */
+    /* Average over the window, padding counted (PyTorch's count_include_pad = True). */
+    void (*avgpool_fwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y);
+    void (*avgpool_bwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx); /* += */
     /* Optimizer updates over n parameters (one launch over a flat range). */
     void (*sgd_step)(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *momentum_buf,
                      float lr, float momentum, float dampening, float weight_decay, bool nesterov,
@@ -61,5 +97,22 @@ typedef struct dpt_backend {
 } dpt_backend;
 
 extern const dpt_backend dpt_backend_cpu;
+
+/* ops_cpu_nn.c: the CPU convolution, batch-norm and pooling kernels of the table. */
+void dpt_cpu_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
+                        const float *bias, float *y);
+void dpt_cpu_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
+                        const float *dy, float *dx, float *dw, float *dbias);
+void dpt_cpu_bn_stats(dpt_ctx *ctx, const float *x, int64_t n, int64_t c, int64_t hw, double *sum, double *sumsq);
+void dpt_cpu_bn_bwd_stats(dpt_ctx *ctx, const float *x, const float *dy, int64_t n, int64_t c, int64_t hw,
+                          const double *mean, double *sum_dy, double *sum_dy_xmu);
+void dpt_cpu_channel_affine(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
+                            const float *scale, const float *shift);
+void dpt_cpu_channel_affine2_acc(dpt_ctx *ctx, const float *dy, const float *x, float *dx, int64_t n,
+                                 int64_t c, int64_t hw, const float *a, const float *b, const float *k);
+void dpt_cpu_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, int32_t *argmax);
+void dpt_cpu_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax, float *dx);
+void dpt_cpu_avgpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y);
+void dpt_cpu_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx);
 
 #endif

@@ -24,6 +24,7 @@ struct dpt_ctx {
     int ntemps, cap_temps;
     void **scratch;
     int nscratch, cap_scratch;
+    dpt_comm *comm; /* for SyncBatchNorm; NULL when alone */
     dpt_grad_ready_hook grad_ready_hook;
     void *grad_ready_user;
 };

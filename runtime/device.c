@@ -61,5 +61,6 @@ void dpt_ctx_free(dpt_ctx *ctx)
 }
 
 int dpt_ctx_threads(const dpt_ctx *ctx) { return ctx->threads; }
+void dpt_ctx_set_comm(dpt_ctx *ctx, dpt_comm *comm) { ctx->comm = comm; }
 dpt_device dpt_ctx_device(const dpt_ctx *ctx) { return ctx->device; }
 dpt_mem_stats dpt_ctx_mem_stats(const dpt_ctx *ctx) { return dpt_alloc_stats(ctx->alloc); }

@@ -1,4 +1,5 @@
 /* model.c: a model is a named list of parameters and buffers plus a forward function. */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@ struct dpt_model {
     dpt_forward_fn forward;
     void *state;
     bool training;
+    char error[1024]; /* first build error, "" when none */
     dpt_tensor **params; /* creation order; DDP buckets walk it in reverse */
     int nparams, cap_params;
     dpt_tensor **buffers;
@@ -54,6 +56,18 @@ void dpt_model_free(dpt_model *m)
 }
 
 const char *dpt_model_name(const dpt_model *m) { return m->name; }
+
+bool dpt_model_errorf(dpt_model *m, const char *fmt, ...)
+{
+    if (m->error[0]) return false;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->error, sizeof m->error, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+const char *dpt_model_error(const dpt_model *m) { return m->error[0] ? m->error : NULL; }
 
 void *dpt_model_alloc(dpt_model *m, size_t bytes)
 {

@@ -73,6 +73,7 @@ typedef struct gradcheck {
     void (*reference)(const double *const *in, double *out, void *user);
     void *user;
     double fwd_rtol, grad_rtol, grad_atol;
+    int threads; /* 0 = 1 */
 } gradcheck;
 
 static inline int64_t gc_numel(const gradcheck *gc, int i)
@@ -93,7 +94,7 @@ static inline double gc_ref_loss(const gradcheck *gc, double *const *in, const d
 
 static inline void run_gradcheck(const char *name, const gradcheck *gc, uint64_t seed)
 {
-    dpt_ctx *ctx = test_ctx(1, seed);
+    dpt_ctx *ctx = test_ctx(gc->threads ? gc->threads : 1, seed);
     dpt_rng rng;
     dpt_rng_seed(&rng, seed);
     dpt_tensor *in[GC_MAX_IN];

@@ -1,0 +1,176 @@
+/* batchnorm.c: batch normalisation over (N, H, W) per channel, optionally synchronised over
+ * ranks (SyncBatchNorm): the per-channel sums of forward and backward are AllReduced, so
+ * the statistics are those of the global batch. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/autograd.h"
+#include "../runtime/comm.h"
+#include "../runtime/ctx.h"
+#include "../runtime/error.h"
+
+struct dpt_batchnorm {
+    char name[64];
+    int64_t channels;
+    float momentum, eps;
+    bool sync;
+    dpt_tensor *gamma, *beta;          /* (C) or NULL when not affine */
+    dpt_tensor *running_mean, *running_var; /* (C) buffers */
+};
+
+dpt_batchnorm *dpt_batchnorm_new(dpt_model *model, const char *name, const dpt_shape3 *shape,
+                                 float momentum, float eps, bool affine, bool sync)
+{
+    dpt_batchnorm *l = dpt_model_alloc(model, sizeof *l);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->channels = shape->c;
+    l->momentum = momentum, l->eps = eps, l->sync = sync;
+    char pname[96];
+    int64_t c = shape->c;
+    if (affine) {
+        snprintf(pname, sizeof pname, "%s.weight", name);
+        l->gamma = dpt_model_param(model, pname, 1, &c);
+        dpt_init_constant(l->gamma, 1.0f);
+        snprintf(pname, sizeof pname, "%s.bias", name);
+        l->beta = dpt_model_param(model, pname, 1, &c);
+    }
+    snprintf(pname, sizeof pname, "%s.running_mean", name);
+    l->running_mean = dpt_model_buffer(model, pname, 1, &c);
+    snprintf(pname, sizeof pname, "%s.running_var", name);
+    l->running_var = dpt_model_buffer(model, pname, 1, &c);
+    dpt_init_constant(l->running_var, 1.0f);
+    return l;
+}
+
+void dpt_batchnorm_zero_gamma(dpt_batchnorm *l)
+{
+    if (l->gamma) dpt_init_constant(l->gamma, 0.0f);
+}
+
+/* Per-channel values the node keeps for backward (host memory on the tape). */
+typedef struct bn_saved {
+    double *mean, *invstd; /* (C) */
+    double count;          /* elements per channel, over all ranks when synchronised */
+    bool training;
+} bn_saved;
+
+static void host_copy(const dpt_tensor *t, float *out) { dpt_tensor_copy_to_host(t, out); }
+
+static void batchnorm_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    const dpt_batchnorm *l = node->layer;
+    const bn_saved *sv = node->scratch;
+    dpt_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
+    const dpt_tensor *dy = node->out->grad;
+    int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
+    double *sums = calloc((size_t)(2 * c), sizeof *sums);
+    float *g = malloc((size_t)(4 * c) * sizeof *g), *a = g + c, *b = a + c, *k = b + c;
+    if (!sums || !g) dpt_fatal("out of host memory in batch-norm backward");
+    double *sum_dy = sums, *sum_dy_xmu = sums + c;
+    ctx->be->bn_bwd_stats(ctx, x->data, dy->data, n, c, hw, sv->mean, sum_dy, sum_dy_xmu);
+    if (l->sync && sv->training && ctx->comm) ctx->comm->ops->allreduce_f64(ctx->comm, sums, 2 * c);
+    if (gamma) host_copy(gamma, g);
+    else
+        for (int64_t ch = 0; ch < c; ch++) g[ch] = 1.0f;
+    if (dpt_wants_grad(gamma) || dpt_wants_grad(beta)) {
+        /* dgamma = sum(dy * xhat) = invstd * sum(dy (x - mean)); dbeta = sum(dy). Under sync the
+         * sums are global, so every rank computes the same (full) parameter gradient; DDP then
+         * averages identical values, which is why they are divided by the world size here. */
+        double ranks = l->sync && sv->training && ctx->comm ? (double)ctx->comm->size : 1.0;
+        float *dg = malloc((size_t)(2 * c) * sizeof *dg), *db = dg + c;
+        for (int64_t ch = 0; ch < c; ch++) {
+            dg[ch] = (float)(sv->invstd[ch] * sum_dy_xmu[ch] / ranks);
+            db[ch] = (float)(sum_dy[ch] / ranks);
+        }
+        dpt_tensor *tmp = dpt_temp(ctx, 1, &c);
+        if (dpt_wants_grad(gamma)) {
+            dpt_tensor_copy_from_host(tmp, dg);
+            ctx->be->axpy(ctx, c, 1.0f, tmp->data, dpt_grad_acc(ctx, gamma)->data);
+        }
+        if (dpt_wants_grad(beta)) {
+            dpt_tensor_copy_from_host(tmp, db);
+            ctx->be->axpy(ctx, c, 1.0f, tmp->data, dpt_grad_acc(ctx, beta)->data);
+        }
+        free(dg);
+    }
+    if (dpt_wants_grad(x)) {
+        for (int64_t ch = 0; ch < c; ch++) {
+            double is = sv->invstd[ch], gm = g[ch];
+            if (sv->training) {
+                /* dx = gamma*invstd*dy - gamma*invstd^3/M * sum_dy_xmu * (x - mean) - gamma*invstd/M * sum_dy */
+                double bc = -gm * is * is * is / sv->count * sum_dy_xmu[ch];
+                a[ch] = (float)(gm * is);
+                b[ch] = (float)bc;
+                k[ch] = (float)(-gm * is / sv->count * sum_dy[ch] - bc * sv->mean[ch]);
+            } else { /* running statistics are constants */
+                a[ch] = (float)(gm * is), b[ch] = 0.0f, k[ch] = 0.0f;
+            }
+        }
+        ctx->be->channel_affine2_acc(ctx, dy->data, x->data, dpt_grad_acc(ctx, x)->data, n, c, hw, a, b, k);
+    }
+    free(sums);
+    free(g);
+}
+
+dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x, bool training)
+{
+    char buf[96];
+    if (x->ndim < 2 || x->shape[1] != l->channels || !dpt_tensor_is_contiguous(x))
+        dpt_fatal("batchnorm %s expects a contiguous (N, %lld, ...) input, got %s", l->name,
+                  (long long)l->channels, dpt_shape_str(x, buf, sizeof buf));
+    int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
+    bn_saved *sv = dpt_tape_scratch(ctx, sizeof *sv + (size_t)(2 * c) * sizeof(double));
+    sv->mean = (double *)(sv + 1);
+    sv->invstd = sv->mean + c;
+    sv->training = training;
+    float *host = malloc((size_t)(4 * c) * sizeof *host), *scale = host + 2 * c, *shift = scale + c;
+    if (!host) dpt_fatal("out of host memory in batch norm");
+    if (training) {
+        double *sums = calloc((size_t)(2 * c + 1), sizeof *sums);
+        ctx->be->bn_stats(ctx, x->data, n, c, hw, sums, sums + c);
+        sums[2 * c] = (double)(n * hw);
+        if (l->sync && ctx->comm) ctx->comm->ops->allreduce_f64(ctx->comm, sums, 2 * c + 1);
+        sv->count = sums[2 * c];
+        host_copy(l->running_mean, host);
+        host_copy(l->running_var, host + c);
+        for (int64_t ch = 0; ch < c; ch++) {
+            double mean = sums[ch] / sv->count;
+            double var = sums[c + ch] / sv->count - mean * mean;
+            if (var < 0) var = 0;
+            sv->mean[ch] = mean;
+            sv->invstd[ch] = 1.0 / sqrt(var + l->eps);
+            /* running statistics: unbiased variance, as torch.nn.BatchNorm2d */
+            double unbiased = sv->count > 1 ? var * sv->count / (sv->count - 1) : var;
+            host[ch] = (float)((1 - l->momentum) * host[ch] + l->momentum * mean);
+            host[c + ch] = (float)((1 - l->momentum) * host[c + ch] + l->momentum * unbiased);
+        }
+        dpt_tensor_copy_from_host(l->running_mean, host);
+        dpt_tensor_copy_from_host(l->running_var, host + c);
+        free(sums);
+    } else {
+        host_copy(l->running_mean, host);
+        host_copy(l->running_var, host + c);
+        for (int64_t ch = 0; ch < c; ch++) {
+            sv->mean[ch] = host[ch];
+            sv->invstd[ch] = 1.0 / sqrt((double)host[c + ch] + l->eps);
+        }
+        sv->count = (double)(n * hw);
+    }
+    float *g = host, *b = host + c; /* reuse: gamma and beta on the host */
+    if (l->gamma) host_copy(l->gamma, g), host_copy(l->beta, b);
+    for (int64_t ch = 0; ch < c; ch++) {
+        double gm = l->gamma ? g[ch] : 1.0, bt = l->beta ? b[ch] : 0.0;
+        scale[ch] = (float)(gm * sv->invstd[ch]);
+        shift[ch] = (float)(bt - sv->mean[ch] * gm * sv->invstd[ch]);
+    }
+    dpt_tensor *y = dpt_temp_like(ctx, x);
+    ctx->be->channel_affine(ctx, x->data, y->data, n, c, hw, scale, shift);
+    free(host);
+    dpt_node *node = dpt_tape_record(ctx, "batchnorm", batchnorm_backward, y, 3, (dpt_tensor *[]){x, l->gamma, l->beta});
+    if (node) {
+        node->layer = l;
+        node->scratch = sv;
+    }
+    return y;
+}

@@ -1,0 +1,32 @@
+/* dropout.c: inverted dropout; the mask comes from the context's RNG (saved in checkpoints,
+ * so a resumed run draws the same masks). */
+#include <stdlib.h>
+
+#include "../runtime/autograd.h"
+#include "../runtime/ctx.h"
+#include "../runtime/error.h"
+
+static void dropout_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    const dpt_tensor *dy = node->out->grad;
+    ctx->be->mul_acc(ctx, dy->numel, dy->data, node->saved[0]->data, dpt_grad_acc(ctx, node->in[0])->data);
+}
+
+dpt_tensor *dpt_dropout(dpt_ctx *ctx, dpt_tensor *x, float p, bool training)
+{
+    DPT_ASSERT(p >= 0.0f && p < 1.0f, "dropout probability %g", p);
+    if (!training || p == 0.0f) return x;
+    DPT_ASSERT(dpt_tensor_is_contiguous(x), "dropout of a strided view");
+    float *host = malloc((size_t)x->numel * sizeof *host);
+    if (!host) dpt_fatal("out of host memory for a dropout mask");
+    float keep_scale = 1.0f / (1.0f - p);
+    for (int64_t i = 0; i < x->numel; i++) host[i] = dpt_rng_uniform(&ctx->rng) < p ? 0.0f : keep_scale;
+    dpt_tensor *mask = dpt_temp_like(ctx, x);
+    dpt_tensor_copy_from_host(mask, host);
+    free(host);
+    dpt_tensor *y = dpt_temp_like(ctx, x);
+    ctx->be->mul(ctx, x->numel, x->data, mask->data, y->data);
+    dpt_node *node = dpt_tape_record(ctx, "dropout", dropout_backward, y, 1, &x);
+    if (node) node->saved[0] = mask;
+    return y;
+}

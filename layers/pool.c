@@ -1,0 +1,96 @@
+/* pool.c: max pooling, average pooling and global average pooling over NCHW. */
+#include <stdio.h>
+
+#include "../runtime/autograd.h"
+#include "../runtime/ctx.h"
+#include "../runtime/error.h"
+
+static bool pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t *out)
+{
+    if (k < 1 || s < 1 || p < 0 || 2 * p > k || in + 2 * p < k) return false;
+    *out = (in + 2 * p - k) / s + 1;
+    return true;
+}
+
+bool dpt_pool_shape_update(dpt_model *model, const char *name, dpt_shape3 *shape, int64_t kernel,
+                           int64_t stride, int64_t padding)
+{
+    int64_t oh, ow;
+    if (!pool_out(shape->h, kernel, stride, padding, &oh) || !pool_out(shape->w, kernel, stride, padding, &ow))
+        return dpt_model_errorf(model, "pool %s: kernel %lld, stride %lld, padding %lld does not fit the input "
+                                       "(%lld, %lld, %lld) (padding at most kernel/2, kernel at most the padded size)",
+                                name, (long long)kernel, (long long)stride, (long long)padding,
+                                (long long)shape->c, (long long)shape->h, (long long)shape->w);
+    shape->h = oh, shape->w = ow;
+    return true;
+}
+
+static dpt_pool_shape pool_shape(const char *op, const dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding)
+{
+    char buf[96];
+    dpt_pool_shape s = {0};
+    if (x->ndim != 4 || !dpt_tensor_is_contiguous(x) || !pool_out(x->shape[2], kernel, stride, padding, &s.oh) ||
+        !pool_out(x->shape[3], kernel, stride, padding, &s.ow))
+        dpt_fatal("%s(kernel %lld, stride %lld, padding %lld) does not fit input %s", op, (long long)kernel,
+                  (long long)stride, (long long)padding, dpt_shape_str(x, buf, sizeof buf));
+    s.n = x->shape[0], s.c = x->shape[1], s.h = x->shape[2], s.w = x->shape[3];
+    s.kh = s.kw = kernel, s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = padding;
+    return s;
+}
+
+static void maxpool_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    dpt_pool_shape *s = node->scratch;
+    ctx->be->maxpool_bwd(ctx, s, node->out->grad->data, (const int32_t *)node->saved[0]->data,
+                         dpt_grad_acc(ctx, node->in[0])->data);
+}
+
+dpt_tensor *dpt_maxpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding)
+{
+    dpt_pool_shape s = pool_shape("maxpool2d", x, kernel, stride, padding);
+    int64_t shape[4] = {s.n, s.c, s.oh, s.ow};
+    dpt_tensor *y = dpt_temp(ctx, 4, shape);
+    dpt_tensor *argmax = dpt_temp(ctx, 4, shape); /* int32 indices in f32-sized slots */
+    ctx->be->maxpool_fwd(ctx, &s, x->data, y->data, (int32_t *)argmax->data);
+    dpt_node *node = dpt_tape_record(ctx, "maxpool2d", maxpool_backward, y, 1, &x);
+    if (node) {
+        node->saved[0] = argmax;
+        node->scratch = dpt_tape_scratch(ctx, sizeof s);
+        *(dpt_pool_shape *)node->scratch = s;
+    }
+    return y;
+}
+
+static void avgpool_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    ctx->be->avgpool_bwd(ctx, node->scratch, node->out->grad->data, dpt_grad_acc(ctx, node->in[0])->data);
+}
+
+dpt_tensor *dpt_avgpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding)
+{
+    dpt_pool_shape s = pool_shape("avgpool2d", x, kernel, stride, padding);
+    dpt_tensor *y = dpt_temp(ctx, 4, (int64_t[]){s.n, s.c, s.oh, s.ow});
+    ctx->be->avgpool_fwd(ctx, &s, x->data, y->data);
+    dpt_node *node = dpt_tape_record(ctx, "avgpool2d", avgpool_backward, y, 1, &x);
+    if (node) {
+        node->scratch = dpt_tape_scratch(ctx, sizeof s);
+        *(dpt_pool_shape *)node->scratch = s;
+    }
+    return y;
+}
+
+dpt_tensor *dpt_global_avgpool(dpt_ctx *ctx, dpt_tensor *x)
+{
+    char buf[96];
+    if (x->ndim != 4 || x->shape[2] != x->shape[3])
+        dpt_fatal("global_avgpool expects (N, C, H, H), got %s", dpt_shape_str(x, buf, sizeof buf));
+    dpt_pool_shape s = pool_shape("global_avgpool", x, x->shape[2], 1, 0);
+    dpt_tensor *y = dpt_temp(ctx, 4, (int64_t[]){s.n, s.c, 1, 1});
+    ctx->be->avgpool_fwd(ctx, &s, x->data, y->data);
+    dpt_node *node = dpt_tape_record(ctx, "global_avgpool", avgpool_backward, y, 1, &x);
+    if (node) {
+        node->scratch = dpt_tape_scratch(ctx, sizeof s);
+        *(dpt_pool_shape *)node->scratch = s;
+    }
+    return dpt_reshape(ctx, y, 2, (int64_t[]){s.n, s.c});
+}

@@ -1,0 +1,304 @@
+/* test_conv.c: conv2d, batch norm (both modes), max/avg/global pooling and dropout against
+ * double-precision references, backward against central differences, over many shapes:
+ * stride 2, padding 0/1/2, dilation, non-square and odd inputs, 1x1, groups, batch 1. */
+#include "tests/testutil.h"
+
+/* ---------------------------------------------------------------- conv2d */
+
+typedef struct conv_case {
+    int64_t n, c, h, w, cout, k, s, p, d, g;
+    bool bias;
+    int64_t oh, ow;
+    dpt_model *model;
+    dpt_conv2d *layer;
+} conv_case;
+
+static void conv_setup(dpt_ctx *ctx, dpt_tensor **in, void *user)
+{
+    conv_case *c = user;
+    c->model = dpt_model_new(ctx, "t", NULL);
+    dpt_shape3 shape = {c->c, c->h, c->w};
+    c->layer = dpt_conv2d_new(c->model, "conv", &shape, c->cout, c->k, c->s, c->p, c->d, c->g, c->bias);
+    assert_null(dpt_model_error(c->model));
+    c->oh = shape.h, c->ow = shape.w;
+    in[1] = dpt_model_param_at(c->model, 0);
+    if (c->bias) {
+        in[2] = dpt_model_param_at(c->model, 1);
+        dpt_init_uniform(ctx, in[2], 0.5f);
+    }
+}
+
+static void conv_teardown(void *user) { dpt_model_free(((conv_case *)user)->model); }
+static dpt_tensor *conv_build(dpt_ctx *ctx, dpt_tensor **in, void *user) { return dpt_conv2d_forward(ctx, ((conv_case *)user)->layer, in[0]); }
+
+static void conv_ref(const double *const *in, double *out, void *user)
+{
+    const conv_case *c = user;
+    int64_t cin_g = c->c / c->g, cout_g = c->cout / c->g;
+    for (int64_t n = 0; n < c->n; n++)
+        for (int64_t o = 0; o < c->cout; o++)
+            for (int64_t y = 0; y < c->oh; y++)
+                for (int64_t x = 0; x < c->ow; x++) {
+                    double acc = c->bias ? in[2][o] : 0.0;
+                    int64_t g = o / cout_g;
+                    for (int64_t ci = 0; ci < cin_g; ci++)
+                        for (int64_t ki = 0; ki < c->k; ki++)
+                            for (int64_t kj = 0; kj < c->k; kj++) {
+                                int64_t iy = y * c->s - c->p + ki * c->d, ix = x * c->s - c->p + kj * c->d;
+                                if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w) continue;
+                                acc += in[0][((n * c->c + g * cin_g + ci) * c->h + iy) * c->w + ix] *
+                                       in[1][((o * cin_g + ci) * c->k + ki) * c->k + kj];
+                            }
+                    out[((n * c->cout + o) * c->oh + y) * c->ow + x] = acc;
+                }
+}
+
+static void test_conv2d(void **state)
+{
+    (void)state;
+    /* n, c, h, w, cout, k, s, p, d, g, bias */
+    const int64_t cases[][11] = {
+        {1, 1, 5, 5, 1, 3, 1, 0, 1, 1, 1}, {2, 3, 7, 6, 4, 3, 1, 1, 1, 1, 1}, {2, 4, 8, 8, 6, 3, 2, 1, 1, 2, 0},
+        {1, 3, 5, 7, 2, 1, 1, 0, 1, 1, 1}, {3, 2, 9, 9, 3, 3, 2, 2, 2, 1, 1}, {2, 4, 6, 6, 4, 3, 1, 1, 1, 4, 0},
+        {1, 2, 4, 4, 3, 4, 1, 0, 1, 1, 1}, {4, 3, 5, 5, 2, 1, 2, 0, 1, 1, 0}, {2, 6, 5, 3, 4, 1, 1, 0, 1, 2, 1},
+        {1, 1, 3, 3, 2, 3, 1, 2, 1, 1, 1}, {3, 2, 11, 6, 2, 5, 2, 2, 1, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int threads = 1; threads <= 2; threads++) {
+            const int64_t *v = cases[i];
+            conv_case c = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10] != 0, 0, 0, NULL, NULL};
+            int64_t span = c.d * (c.k - 1) + 1;
+            c.oh = (c.h + 2 * c.p - span) / c.s + 1, c.ow = (c.w + 2 * c.p - span) / c.s + 1;
+            gradcheck gc = {
+                .n_in = c.bias ? 3 : 2, .ndim = {4, 4, 1},
+                .shape = {{c.n, c.c, c.h, c.w}, {c.cout, c.c / c.g, c.k, c.k}, {c.cout}},
+                .lo = -1, .hi = 1, .setup = conv_setup, .teardown = conv_teardown, .build = conv_build,
+                .reference = conv_ref, .user = &c, .fwd_rtol = 1e-5, .grad_rtol = 1e-4, .grad_atol = 1e-5,
+                .threads = threads,
+            };
+            char name[128];
+            snprintf(name, sizeof name, "conv2d case %zu (threads %d)", i, threads);
+            run_gradcheck(name, &gc, 700 + i);
+        }
+}
+
+/* ---------------------------------------------------------------- batch norm */
+
+typedef struct bn_case {
+    int64_t n, c, h, w;
+    bool training, affine;
+    double running_mean[8], running_var[8];
+    dpt_model *model;
+    dpt_batchnorm *layer;
+} bn_case;
+
+static void bn_setup(dpt_ctx *ctx, dpt_tensor **in, void *user)
+{
+    bn_case *c = user;
+    c->model = dpt_model_new(ctx, "t", NULL);
+    dpt_shape3 shape = {c->c, c->h, c->w};
+    c->layer = dpt_batchnorm_new(c->model, "bn", &shape, 0.1f, 1e-5f, c->affine, false);
+    if (c->affine) {
+        in[1] = dpt_model_param_at(c->model, 0), in[2] = dpt_model_param_at(c->model, 1);
+        dpt_init_uniform(ctx, in[1], 1.5f);
+        dpt_init_uniform(ctx, in[2], 0.5f);
+    }
+    float rm[8], rv[8];
+    for (int i = 0; i < c->c; i++) rm[i] = (float)c->running_mean[i], rv[i] = (float)c->running_var[i];
+    dpt_tensor_copy_from_host(dpt_model_buffer_at(c->model, 0), rm);
+    dpt_tensor_copy_from_host(dpt_model_buffer_at(c->model, 1), rv);
+}
+
+static void bn_teardown(void *user) { dpt_model_free(((bn_case *)user)->model); }
+static dpt_tensor *bn_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
+{
+    bn_case *c = user;
+    return dpt_batchnorm_forward(ctx, c->layer, in[0], c->training);
+}
+
+static void bn_ref(const double *const *in, double *out, void *user)
+{
+    const bn_case *c = user;
+    int64_t hw = c->h * c->w;
+    for (int64_t ch = 0; ch < c->c; ch++) {
+        double mean = 0, var = 0, m = (double)(c->n * hw);
+        if (c->training) {
+            for (int64_t n = 0; n < c->n; n++)
+                for (int64_t j = 0; j < hw; j++) mean += in[0][(n * c->c + ch) * hw + j];
+            mean /= m;
+            for (int64_t n = 0; n < c->n; n++)
+                for (int64_t j = 0; j < hw; j++) {
+                    double d = in[0][(n * c->c + ch) * hw + j] - mean;
+                    var += d * d;
+                }
+            var /= m;
+        } else {
+            mean = (float)c->running_mean[ch], var = (float)c->running_var[ch];
+        }
+        double g = c->affine ? in[1][ch] : 1.0, b = c->affine ? in[2][ch] : 0.0;
+        for (int64_t n = 0; n < c->n; n++)
+            for (int64_t j = 0; j < hw; j++) {
+                int64_t i = (n * c->c + ch) * hw + j;
+                out[i] = g * (in[0][i] - mean) / sqrt(var + 1e-5) + b;
+            }
+    }
+}
+
+static void test_batchnorm(void **state)
+{
+    (void)state;
+    const int64_t shapes[][4] = {{2, 1, 1, 3}, {1, 3, 4, 5}, {4, 2, 3, 3}, {3, 5, 1, 1}, {2, 4, 7, 2}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int mode = 0; mode < 4; mode++) {
+            bn_case c = {shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], mode & 1, (mode >> 1) != 0,
+                         {0.1, -0.2, 0.3, 0.0, 0.5}, {1.5, 0.5, 2.0, 1.0, 0.8}, NULL, NULL};
+            gradcheck gc = {
+                .n_in = c.affine ? 3 : 1, .ndim = {4, 1, 1},
+                .shape = {{c.n, c.c, c.h, c.w}, {c.c}, {c.c}}, .lo = -2, .hi = 2,
+                .setup = bn_setup, .teardown = bn_teardown, .build = bn_build, .reference = bn_ref,
+                .user = &c, .fwd_rtol = 2e-5, .grad_rtol = 2e-3, .grad_atol = 2e-5,
+            };
+            char name[128];
+            snprintf(name, sizeof name, "batchnorm (%lld,%lld,%lld,%lld) %s %s", (long long)c.n, (long long)c.c,
+                     (long long)c.h, (long long)c.w, c.training ? "train" : "eval", c.affine ? "affine" : "plain");
+            run_gradcheck(name, &gc, 800 + i * 4 + (uint64_t)mode);
+        }
+}
+
+static void test_batchnorm_running_stats(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 3);
+    dpt_model *m = dpt_model_new(ctx, "t", NULL);
+    dpt_shape3 shape = {2, 2, 2};
+    dpt_batchnorm *bn = dpt_batchnorm_new(m, "bn", &shape, 0.1f, 1e-5f, true, false);
+    dpt_tensor *x = dpt_tensor_new(ctx, 4, (int64_t[]){2, 2, 2, 2});
+    for (int i = 0; i < 16; i++) dpt_tensor_data(x)[i] = (float)i;
+    dpt_batchnorm_forward(ctx, bn, x, true);
+    /* channel 0 holds 0,1,2,3,8,9,10,11: mean 5.5, unbiased var 138/7; running = 0.9 init + 0.1 batch */
+    float rm[2], rv[2];
+    dpt_tensor_copy_to_host(dpt_model_buffer_at(m, 0), rm);
+    dpt_tensor_copy_to_host(dpt_model_buffer_at(m, 1), rv);
+    assert_float_equal(rm[0], 0.55f, 1e-6);
+    assert_float_equal(rv[0], 0.9f + 0.1f * 138.0f / 7.0f, 1e-5);
+    assert_float_equal(rm[1], 0.95f, 1e-6);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
+/* ---------------------------------------------------------------- pooling */
+
+typedef struct pool_case {
+    int64_t n, c, h, w, k, s, p, oh, ow;
+    int kind; /* 0 max, 1 avg, 2 global avg */
+} pool_case;
+
+static dpt_tensor *pool_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
+{
+    const pool_case *c = user;
+    if (c->kind == 0) return dpt_maxpool2d(ctx, in[0], c->k, c->s, c->p);
+    if (c->kind == 1) return dpt_avgpool2d(ctx, in[0], c->k, c->s, c->p);
+    return dpt_global_avgpool(ctx, in[0]);
+}
+
+static void pool_ref(const double *const *in, double *out, void *user)
+{
+    const pool_case *c = user;
+    for (int64_t plane = 0; plane < c->n * c->c; plane++)
+        for (int64_t y = 0; y < c->oh; y++)
+            for (int64_t x = 0; x < c->ow; x++) {
+                double best = -1e300, sum = 0;
+                for (int64_t ki = 0; ki < c->k; ki++)
+                    for (int64_t kj = 0; kj < c->k; kj++) {
+                        int64_t iy = y * c->s - c->p + ki, ix = x * c->s - c->p + kj;
+                        if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w) continue;
+                        double v = in[0][(plane * c->h + iy) * c->w + ix];
+                        best = v > best ? v : best;
+                        sum += v;
+                    }
+                out[(plane * c->oh + y) * c->ow + x] = c->kind == 0 ? best : sum / (double)(c->k * c->k);
+            }
+}
+
+static void test_pooling(void **state)
+{
+    (void)state;
+    /* n, c, h, w, k, s, p */
+    const int64_t cases[][7] = {{1, 1, 4, 4, 2, 2, 0}, {2, 3, 7, 5, 3, 2, 1}, {1, 2, 5, 5, 3, 1, 1},
+                                {3, 1, 6, 9, 2, 1, 0}, {1, 2, 8, 8, 3, 3, 0}, {2, 2, 1, 1, 1, 1, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int kind = 0; kind < 2; kind++) {
+            const int64_t *v = cases[i];
+            pool_case c = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], (v[2] + 2 * v[6] - v[4]) / v[5] + 1,
+                           (v[3] + 2 * v[6] - v[4]) / v[5] + 1, kind};
+            gradcheck gc = {.n_in = 1, .ndim = {4}, .shape = {{c.n, c.c, c.h, c.w}}, .lo = -2, .hi = 2,
+                            .build = pool_build, .reference = pool_ref, .user = &c, .fwd_rtol = 1e-6,
+                            .grad_rtol = 1e-4, .grad_atol = 1e-6};
+            char name[64];
+            snprintf(name, sizeof name, "%s case %zu", kind ? "avgpool" : "maxpool", i);
+            run_gradcheck(name, &gc, 900 + i * 2 + (uint64_t)kind);
+        }
+    pool_case g = {2, 3, 5, 5, 5, 1, 0, 1, 1, 2};
+    gradcheck gc = {.n_in = 1, .ndim = {4}, .shape = {{2, 3, 5, 5}}, .lo = -2, .hi = 2, .build = pool_build,
+                    .reference = pool_ref, .user = &g, .fwd_rtol = 1e-6, .grad_rtol = 1e-4, .grad_atol = 1e-6};
+    run_gradcheck("global_avgpool", &gc, 950);
+}
+
+static void test_dropout(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 4);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 1);
+    dpt_tensor *x = test_input(ctx, &rng, 2, (int64_t[]){50, 40}, 1, 2);
+    dpt_tensor *y = dpt_dropout(ctx, x, 0.25f, true);
+    int64_t zeros = 0;
+    for (int64_t i = 0; i < 2000; i++) {
+        float r = y->data[i] / x->data[i];
+        assert_true(r == 0.0f || fabsf(r - 4.0f / 3.0f) < 1e-5f);
+        zeros += r == 0.0f;
+    }
+    assert_true(zeros > 400 && zeros < 600); /* 25% of 2000, within 4.5 sigma */
+    dpt_backward(ctx, dpt_sum(ctx, y));
+    for (int64_t i = 0; i < 2000; i++) assert_float_equal(x->grad->data[i], y->data[i] / x->data[i], 1e-6);
+    assert_ptr_equal(dpt_dropout(ctx, x, 0.25f, false), x); /* eval: identity */
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x);
+    dpt_ctx_free(ctx);
+}
+
+static void test_build_errors(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_model *m = dpt_model_new(ctx, "t", NULL);
+    dpt_shape3 s = {3, 5, 5};
+    dpt_conv2d_new(m, "big", &s, 8, 7, 1, 0, 1, 1, false);
+    assert_non_null(dpt_model_error(m));
+    assert_contains(dpt_model_error(m), "conv2d big: kernel 7 (dilation 1) is larger than the padded input 5x5");
+    dpt_model_free(m);
+    m = dpt_model_new(ctx, "t", NULL);
+    s = (dpt_shape3){6, 8, 8};
+    dpt_conv2d_new(m, "grouped", &s, 8, 3, 1, 1, 1, 4, false);
+    assert_contains(dpt_model_error(m), "conv2d grouped: 6 -> 8 channels");
+    assert_contains(dpt_model_error(m), "divisible by groups");
+    dpt_model_free(m);
+    m = dpt_model_new(ctx, "t", NULL);
+    s = (dpt_shape3){2, 3, 3};
+    assert_false(dpt_pool_shape_update(m, "pool", &s, 4, 2, 0));
+    assert_contains(dpt_model_error(m), "pool pool: kernel 4, stride 2, padding 0 does not fit the input (2, 3, 3)");
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv2d),       cmocka_unit_test(test_batchnorm),
+        cmocka_unit_test(test_batchnorm_running_stats), cmocka_unit_test(test_pooling),
+        cmocka_unit_test(test_dropout),      cmocka_unit_test(test_build_errors),
+    };
+    return cmocka_run_group_tests_name("conv", tests, NULL, NULL);
+}
