@@ -23,6 +23,7 @@ typedef struct cli {
     const char *sets[64];
     int nsets;
     bool dry_run;
+    bool summary;
     const char *resume; /* checkpoint path, "latest", or NULL */
 } cli;
 
@@ -153,8 +154,11 @@ static void *train_replica(void *arg)
         .mean = (float)dpt_config_float(cfg, "data", "mean"),
         .std = (float)dpt_config_float(cfg, "data", "std"),
         .limit = dpt_config_int(cfg, "data", "train_limit"),
+        .crop_pad = (int)dpt_config_int(cfg, "data", "random_crop_pad"),
+        .hflip = dpt_config_bool(cfg, "data", "hflip"),
     };
     dpt_loader_options test_opt = train_opt;
+    test_opt.crop_pad = 0, test_opt.hflip = false;
     test_opt.batch = dpt_config_int(cfg, "train", "eval_batch");
     test_opt.shuffle = false;
     test_opt.exact_shards = true; /* every test sample counts exactly once over all ranks */
@@ -184,6 +188,7 @@ static void *train_replica(void *arg)
         if (r->rank == 0)
             printf("resumed from %s: epoch %d, step %lld\n", path, state.epoch, (long long)state.step);
     }
+    dpt_ctx_set_comm(ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
     dpt_ddp *ddp = NULL;
     if (r->comm) {
         dpt_ddp_options ddp_opt = {
@@ -205,8 +210,9 @@ static void *train_replica(void *arg)
     int64_t total_steps = max_steps > 0 && max_steps < epochs * steps_per_epoch ? max_steps : epochs * steps_per_epoch;
     dpt_lr_schedule schedule = dpt_lr_schedule_build(cfg, r->size, steps_per_epoch, total_steps);
     if (r->rank == 0) print_header(r, ctx, model, optim, train_set, test_set, train_loader, ddp);
-    if (r->args->dry_run) {
-        if (r->rank == 0) dpt_config_print(cfg, stdout);
+    if (r->args->dry_run || r->args->summary) {
+        if (r->rank == 0 && r->args->summary) dpt_model_print_summary(model, stdout);
+        if (r->rank == 0 && r->args->dry_run) dpt_config_print(cfg, stdout);
         goto cleanup;
     }
 
@@ -400,6 +406,7 @@ static void usage(FILE *out)
             "  --resume [PATH|latest]   continue exactly from a checkpoint (default: the newest in\n"
             "                           [checkpoint] dir); SIGINT/SIGTERM write one and stop cleanly\n"
             "  --dry-run                load everything, print the resolved config, and exit\n"
+            "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"
             "  --config-reference       print every section and key as Markdown\n"
             "  --version                print the version\n"
             "  --help                   this text\n"
@@ -427,6 +434,8 @@ static int parse_cli(int argc, char **argv, cli *args)
             return 0;
         } else if (!strcmp(a, "--dry-run")) {
             args->dry_run = true;
+        } else if (!strcmp(a, "--summary")) {
+            args->summary = true;
         } else if (!strcmp(a, "--resume")) {
             args->resume = i + 1 < argc && argv[i + 1][0] != '-' && !strstr(argv[i + 1], ".ini") ? argv[++i] : "latest";
         } else if (!strcmp(a, "--set") || !strncmp(a, "--set=", 6)) {
@@ -484,8 +493,8 @@ static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *
     int accum = (int)dpt_config_int(cfg, "distributed", "accum_steps");
     printf("dptrain %s | config %s (hash %016llx)\n", DPT_VERSION, r->args->config_path,
            (unsigned long long)dpt_config_hash(cfg));
-    printf("model %s %s | %lld parameters\n", dpt_model_name(model), dpt_model_summary(model),
-           (long long)dpt_model_param_count(model));
+    printf("model %s %s | %lld parameters | %.1f MFLOP/sample forward\n", dpt_model_name(model),
+           dpt_model_summary(model), (long long)dpt_model_param_count(model), dpt_model_flops(model) / 1e6);
     printf("device cpu | %d threads | %d %s%s | batch %lld per rank x %d accum (%lld global)\n",
            dpt_ctx_threads(ctx), r->size, *r->devices ? "replica" : "rank", r->size > 1 ? "s" : "",
            (long long)batch, accum, (long long)(batch * r->size * accum));

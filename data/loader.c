@@ -18,6 +18,7 @@ struct dpt_loader {
     int64_t *perm;     /* n_total */
     int64_t *mine;     /* n_mine indices into the dataset */
     int64_t batch_index;
+    int epoch;
     float lut[256];    /* byte -> normalised value */
     float *host_x;     /* (B, C, H, W) staging */
     int32_t *labels;   /* B */
@@ -73,6 +74,7 @@ void dpt_loader_free(dpt_loader *l)
 
 void dpt_loader_start_epoch(dpt_loader *l, int epoch)
 {
+    l->epoch = epoch;
     if (l->opt.shuffle) {
         dpt_rng rng;
         dpt_rng_seed(&rng, l->opt.seed * 0x9e3779b97f4a7c15ULL + (uint64_t)epoch + 1);
@@ -87,6 +89,25 @@ void dpt_loader_start_epoch(dpt_loader *l, int epoch)
     l->batch_index = 0;
 }
 
+/* Random crop of the zero-padded image and horizontal flip. The draw depends only on the
+ * seed, the epoch and the sample, so every rank, and a resumed run, sees the same crops. */
+static void augment(const dpt_loader *l, int64_t idx, const uint8_t *src, float *dst)
+{
+    dpt_rng rng;
+    dpt_rng_seed(&rng, (l->opt.seed * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)l->epoch << 40) ^ (uint64_t)idx);
+    int64_t pad = l->opt.crop_pad, c = l->ds->c, h = l->ds->h, w = l->ds->w;
+    int64_t dy = pad ? (int64_t)dpt_rng_below(&rng, (uint64_t)(2 * pad + 1)) - pad : 0;
+    int64_t dx = pad ? (int64_t)dpt_rng_below(&rng, (uint64_t)(2 * pad + 1)) - pad : 0;
+    bool flip = l->opt.hflip && (dpt_rng_next(&rng) >> 63);
+    for (int64_t ch = 0; ch < c; ch++)
+        for (int64_t y = 0; y < h; y++)
+            for (int64_t x = 0; x < w; x++) {
+                int64_t sy = y + dy, sx = (flip ? w - 1 - x : x) + dx;
+                uint8_t v = sy >= 0 && sy < h && sx >= 0 && sx < w ? src[(ch * h + sy) * w + sx] : 0;
+                dst[(ch * h + y) * w + x] = l->lut[v];
+            }
+}
+
 bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
 {
     if (l->batch_index >= l->n_batches) return false;
@@ -97,7 +118,9 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
         int64_t idx = l->mine[start + b];
         const uint8_t *src = l->ds->images + idx * chw;
         float *dst = l->host_x + b * chw;
-        for (int64_t j = 0; j < chw; j++) dst[j] = l->lut[src[j]];
+        if (l->opt.crop_pad || l->opt.hflip) augment(l, idx, src, dst);
+        else
+            for (int64_t j = 0; j < chw; j++) dst[j] = l->lut[src[j]];
         l->labels[b] = l->ds->labels[idx];
     }
     dpt_tensor *x = size == l->opt.batch ? l->x_full : l->x_partial;

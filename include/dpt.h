@@ -179,6 +179,12 @@ typedef struct dpt_shape3 {
     int64_t c, h, w; /* one sample: channels, height, width */
 } dpt_shape3;
 bool dpt_model_errorf(dpt_model *model, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Layer constructors note themselves for the model summary: kind, name, output shape of one
+ * sample, parameters and FLOPs per sample (multiply-add = 2). */
+void dpt_model_note(dpt_model *model, const char *kind, const char *name, const dpt_shape3 *out,
+                    int64_t params, double flops);
+double dpt_model_flops(const dpt_model *model); /* forward FLOPs per sample */
+void dpt_model_print_summary(const dpt_model *model, FILE *out);
 const char *dpt_model_error(const dpt_model *model); /* NULL when none */
 
 /* 2-D convolution over NCHW, square kernel; weight (out, in/groups, k, k), bias (out).
@@ -261,6 +267,10 @@ typedef struct dpt_dataset {
  * Validates magic numbers, dimensions, sizes and that the counts agree. */
 dpt_dataset *dpt_idx_load(const char *images_path, const char *labels_path, dpt_error *err);
 void dpt_dataset_free(dpt_dataset *ds);
+/* CIFAR-10 binary files: records of 1 label byte + 3072 image bytes (3x32x32). */
+dpt_dataset *dpt_cifar_load(const char *const *paths, int npaths, dpt_error *err);
+/* Random images of any shape (benchmarks): bytes and labels from the seed. */
+dpt_dataset *dpt_synthetic_new(int64_t n, int64_t c, int64_t h, int64_t w, int num_classes, uint64_t seed);
 
 typedef struct dpt_loader_options {
     int64_t batch;      /* per rank */
@@ -272,6 +282,8 @@ typedef struct dpt_loader_options {
     int64_t limit;      /* use only the first `limit` samples (0 = all) */
     bool exact_shards;  /* evaluation: every sample exactly once over all ranks, shards may
                          * differ by one sample (no dropping, no padding) */
+    int crop_pad;       /* augmentation: random crop after zero-padding by this many pixels */
+    bool hflip;         /* augmentation: horizontal flip with probability 1/2 */
 } dpt_loader_options;
 
 typedef struct dpt_loader dpt_loader;

@@ -40,6 +40,8 @@ dpt_batchnorm *dpt_batchnorm_new(dpt_model *model, const char *name, const dpt_s
     snprintf(pname, sizeof pname, "%s.running_var", name);
     l->running_var = dpt_model_buffer(model, pname, 1, &c);
     dpt_init_constant(l->running_var, 1.0f);
+    dpt_model_note(model, sync ? "syncbn" : "batchnorm", name, shape, affine ? 2 * c : 0,
+                   2.0 * (double)(shape->c * shape->h * shape->w));
     return l;
 }
 

@@ -61,6 +61,8 @@ dpt_conv2d *dpt_conv2d_new(dpt_model *model, const char *name, dpt_shape3 *shape
         l->bias = dpt_model_param(model, pname, 1, (int64_t[]){l->out_channels});
     }
     *shape = (dpt_shape3){l->out_channels, oh > 0 ? oh : 1, ow > 0 ? ow : 1};
+    int64_t params = l->weight->numel + (l->bias ? l->bias->numel : 0);
+    dpt_model_note(model, "conv2d", name, shape, params, 2.0 * (double)l->weight->numel * (double)(shape->h * shape->w));
     return l;
 }
 

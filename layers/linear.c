@@ -34,6 +34,9 @@ dpt_linear *dpt_linear_new(dpt_model *model, const char *name, int64_t in_featur
         layer->bias = dpt_model_param(model, pname, 1, (int64_t[]){out_features});
         dpt_init_uniform(layer->bias->ctx, layer->bias, bound);
     }
+    dpt_shape3 out = {out_features, 1, 1};
+    dpt_model_note(model, "linear", name, &out, in_features * out_features + (bias ? out_features : 0),
+                   2.0 * (double)in_features * (double)out_features);
     return layer;
 }
 

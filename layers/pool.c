@@ -22,6 +22,7 @@ bool dpt_pool_shape_update(dpt_model *model, const char *name, dpt_shape3 *shape
                                 name, (long long)kernel, (long long)stride, (long long)padding,
                                 (long long)shape->c, (long long)shape->h, (long long)shape->w);
     shape->h = oh, shape->w = ow;
+    dpt_model_note(model, "pool", name, shape, 0, (double)(shape->c * oh * ow * kernel * kernel));
     return true;
 }
 

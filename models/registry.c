@@ -8,6 +8,8 @@ static const struct {
     dpt_model_builder build;
 } models[] = {
     {"mlp", dpt_mlp_build},
+    {"cnn", dpt_cnn_build},
+    {"resnet", dpt_resnet_build},
 };
 
 dpt_model *dpt_model_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,

@@ -26,11 +26,20 @@ typedef struct schema_key {
 #define NO_RANGE 1, 0
 
 static const schema_key schema[] = {
-    {"model", "name", T_STRING, "mlp", NO_RANGE, NULL, "model to build, from the registry in models/ (mlp)"},
+    {"model", "name", T_STRING, "mlp", NO_RANGE, NULL, "model to build, from the registry in models/ (mlp, cnn, resnet)"},
     {"model", "hidden", T_INT_LIST, "256,256", 1, 65536, NULL, "mlp: hidden layer widths, comma separated"},
     {"model", "activation", T_ENUM, "relu", NO_RANGE, "relu|gelu", "mlp: activation between layers"},
+    {"model", "channels", T_INT_LIST, "32,64", 1, 65536, NULL, "cnn: channels of each conv3x3-BN-ReLU-maxpool stage"},
+    {"model", "fc", T_INT, "128", 1, 1 << 20, NULL, "cnn: width of the hidden fully connected layer"},
+    {"model", "dropout", T_FLOAT, "0.25", 0, 0.99, NULL, "cnn: dropout before the last layer"},
+    {"model", "depth", T_INT, "20", 8, 1000, NULL, "resnet: 18/34/50/101/152 (ImageNet style) or 6n+2: 20/32/44/56/110 (CIFAR style)"},
+    {"model", "width", T_INT, "0", 0, 4096, NULL, "resnet: channels of the first stage (0 = 64 ImageNet style, 16 CIFAR style)"},
+    {"model", "zero_init_residual", T_BOOL, "false", NO_RANGE, NULL, "resnet: start each block's last BN at gamma = 0"},
+    {"model", "bn_momentum", T_FLOAT, "0.1", 0, 1, NULL, "batch norm running-statistics momentum"},
+    {"model", "sync_bn", T_BOOL, "false", NO_RANGE, NULL, "SyncBatchNorm: batch statistics over all ranks"},
 
-    {"data", "source", T_ENUM, "idx", NO_RANGE, "idx", "data set format: idx (MNIST / Fashion-MNIST files, .gz or raw)"},
+    {"data", "source", T_ENUM, "idx", NO_RANGE, "idx|cifar|synthetic",
+     "idx: MNIST / Fashion-MNIST files (.gz or raw); cifar: CIFAR-10 binary batches in dir; synthetic: random images"},
     {"data", "dir", T_STRING, "/usr/share/datasets/fashion-mnist", NO_RANGE, NULL,
      "folder holding the data files (Debian package dataset-fashion-mnist)"},
     {"data", "train_images", T_STRING, "train-images-idx3-ubyte.gz", NO_RANGE, NULL, "training images, relative to dir"},
@@ -41,6 +50,11 @@ static const schema_key schema[] = {
     {"data", "std", T_FLOAT, "0.3530", 1e-6, 1e3, NULL, "normalisation standard deviation"},
     {"data", "shuffle", T_BOOL, "true", NO_RANGE, NULL, "new permutation of the training set each epoch (from seed and epoch)"},
     {"data", "drop_last", T_BOOL, "true", NO_RANGE, NULL, "drop the last partial training batch of an epoch"},
+    {"data", "random_crop_pad", T_INT, "0", 0, 64, NULL, "training augmentation: random crop of the image zero-padded by N pixels (0 = off)"},
+    {"data", "hflip", T_BOOL, "false", NO_RANGE, NULL, "training augmentation: horizontal flip with probability 1/2"},
+    {"data", "synthetic_shape", T_INT_LIST, "3,224,224", 1, 4096, NULL, "synthetic: channels, height, width of each image"},
+    {"data", "synthetic_samples", T_INT, "1024", 1, 1e8, NULL, "synthetic: training samples (the test set has a quarter)"},
+    {"data", "synthetic_classes", T_INT, "1000", 2, 1e6, NULL, "synthetic: number of classes"},
     {"data", "train_limit", T_INT, "0", 0, 1e12, NULL, "use only the first N training samples (0 = all)"},
     {"data", "test_limit", T_INT, "0", 0, 1e12, NULL, "use only the first N test samples (0 = all)"},
 

@@ -14,6 +14,9 @@ struct dpt_model {
     void *state;
     bool training;
     char error[1024]; /* first build error, "" when none */
+    char *notes;      /* the summary table, one line per layer */
+    size_t notes_len, notes_cap;
+    double flops;
     dpt_tensor **params; /* creation order; DDP buckets walk it in reverse */
     int nparams, cap_params;
     dpt_tensor **buffers;
@@ -52,6 +55,7 @@ void dpt_model_free(dpt_model *m)
     free(m->params);
     free(m->buffers);
     free(m->allocs);
+    free(m->notes);
     free(m);
 }
 
@@ -68,6 +72,34 @@ bool dpt_model_errorf(dpt_model *m, const char *fmt, ...)
 }
 
 const char *dpt_model_error(const dpt_model *m) { return m->error[0] ? m->error : NULL; }
+
+void dpt_model_note(dpt_model *m, const char *kind, const char *name, const dpt_shape3 *out,
+                    int64_t params, double flops)
+{
+    char line[256], shape[64];
+    snprintf(shape, sizeof shape, "(%lld, %lld, %lld)", (long long)out->c, (long long)out->h, (long long)out->w);
+    int n = snprintf(line, sizeof line, "%-10s %-24s %-18s %12lld %12.2f\n", kind, name, shape,
+                     (long long)params, flops / 1e6);
+    if (n < 0) return;
+    if (m->notes_len + (size_t)n + 1 > m->notes_cap) {
+        m->notes_cap = (m->notes_cap + (size_t)n + 1) * 2;
+        m->notes = realloc(m->notes, m->notes_cap);
+        if (!m->notes) dpt_fatal("out of host memory for the model summary");
+    }
+    memcpy(m->notes + m->notes_len, line, (size_t)n + 1);
+    m->notes_len += (size_t)n;
+    m->flops += flops;
+}
+
+double dpt_model_flops(const dpt_model *m) { return m->flops; }
+
+void dpt_model_print_summary(const dpt_model *m, FILE *out)
+{
+    fprintf(out, "%-10s %-24s %-18s %12s %12s\n", "layer", "name", "output (C, H, W)", "params", "MFLOP");
+    if (m->notes) fputs(m->notes, out);
+    fprintf(out, "total: %lld parameters, %.2f MFLOP forward per sample (%.2f GFLOP forward+backward)\n",
+            (long long)dpt_model_param_count(m), m->flops / 1e6, 3.0 * m->flops / 1e9);
+}
 
 void *dpt_model_alloc(dpt_model *m, size_t bytes)
 {

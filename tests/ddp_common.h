@@ -42,6 +42,7 @@ typedef struct ddp_run {
     int steps;
     const char *optim; /* "sgd" or "adamw" */
     bool drop_last;
+    const char *model_sets[6]; /* extra "model.key=value" settings (default: the MLP) */
 } ddp_run;
 
 typedef struct ddp_result {
@@ -49,6 +50,8 @@ typedef struct ddp_result {
     int64_t n;
     int64_t reduce_counts[16];
     int nparams, nbuckets;
+    int64_t nbuffers_scalars;
+    float buffers[256];
     double last_loss;
 } ddp_result;
 
@@ -64,8 +67,14 @@ static inline ddp_result ddp_train(const ddp_run *run, dpt_comm *comm, const dpt
     dpt_config_set(cfg, set, &err);
     dpt_config_set(cfg, "optim.lr=0.05", &err);
     dpt_config_set(cfg, "optim.weight_decay=0.01", &err);
+    for (int i = 0; i < 6 && run->model_sets[i]; i++)
+        if (!dpt_config_set(cfg, run->model_sets[i], &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            exit(1);
+        }
     dpt_ctx_options co = {.device = {DPT_DEVICE_CPU, 0}, .threads = 1, .seed = 99};
     dpt_ctx *ctx = dpt_ctx_new(&co, &err);
+    dpt_ctx_set_comm(ctx, comm); /* SyncBatchNorm */
     dpt_model *model = dpt_model_build(ctx, cfg, 1, 4, 5, DDP_CLASSES, &err);
     if (!model) {
         fprintf(stderr, "%s\n", err.msg);
@@ -107,6 +116,8 @@ static inline ddp_result ddp_train(const ddp_run *run, dpt_comm *comm, const dpt
         dpt_optim_step(ctx, optim);
         dpt_model_zero_grad(model);
     }
+    /* buffers (BN running statistics) are part of the result too */
+    for (int i = 0; i < dpt_model_num_buffers(model); i++) res.nbuffers_scalars += dpt_model_buffer_at(model, i)->numel;
     res.nparams = dpt_model_num_params(model);
     res.n = dpt_model_param_count(model);
     res.params = malloc((size_t)res.n * sizeof(float));
@@ -118,6 +129,11 @@ static inline ddp_result ddp_train(const ddp_run *run, dpt_comm *comm, const dpt
         if (ddp && i < 16) res.reduce_counts[i] = dpt_ddp_reduce_count(ddp, i);
     }
     if (ddp) res.nbuckets = dpt_ddp_num_buckets(ddp);
+    for (int i = 0, boff = 0; i < dpt_model_num_buffers(model) && boff < 256; i++) {
+        dpt_tensor *b = dpt_model_buffer_at(model, i);
+        if (boff + b->numel <= 256) memcpy(res.buffers + boff, b->data, (size_t)b->numel * sizeof(float));
+        boff += (int)b->numel;
+    }
     dpt_ddp_free(ddp);
     dpt_loader_free(loader);
     dpt_optim_free(optim);

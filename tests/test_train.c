@@ -78,6 +78,47 @@ static void test_mlp_learns(void **state)
     assert_true(r.test_acc > 0.80);
 }
 
+static void test_cnn_learns(void **state)
+{
+    (void)state;
+    dpt_error err;
+    dpt_config *cfg = dpt_config_load("configs/fmnist_cnn.ini", &err);
+    if (!cfg) fail_msg("%s", err.msg);
+    dpt_ctx *ctx = test_ctx(2, 42);
+    dpt_dataset *train, *test;
+    if (!dpt_data_open(cfg, &train, &test, &err)) fail_msg("%s", err.msg);
+    dpt_model *model = dpt_model_build(ctx, cfg, 1, 28, 28, 10, &err);
+    dpt_optim *opt = dpt_optim_build(model, cfg, &err);
+    dpt_loader_options lo = {.batch = 64, .shuffle = true, .drop_last = true, .seed = 42, .world_size = 1,
+                             .mean = 0.2860f, .std = 0.3530f};
+    dpt_loader *loader = dpt_loader_new(ctx, train, &lo);
+    lo.batch = 1000, lo.shuffle = false, lo.drop_last = false, lo.limit = 5000;
+    dpt_loader *test_loader = dpt_loader_new(ctx, test, &lo);
+    dpt_batch b;
+    double first = 0, last = 0;
+    for (int s = 0; s < 300 && dpt_loader_next(loader, &b); s++) {
+        dpt_tensor *loss = dpt_cross_entropy(ctx, dpt_model_forward(model, ctx, b.x), b.labels, 0.0f);
+        dpt_backward(ctx, loss);
+        dpt_optim_step(ctx, opt);
+        dpt_model_zero_grad(model);
+        if (s < 20) first += dpt_tensor_item(loss) / 20;
+        if (s >= 280) last += dpt_tensor_item(loss) / 20;
+        dpt_tape_clear(ctx);
+    }
+    double acc = dpt_evaluate(ctx, model, test_loader).accuracy;
+    print_message("cnn: loss %.3f -> %.3f, test acc %.2f%% after 300 steps\n", first, last, 100 * acc);
+    assert_true(first > 1.0 && last < 0.5);
+    assert_true(acc > 0.84);
+    dpt_loader_free(test_loader);
+    dpt_loader_free(loader);
+    dpt_optim_free(opt);
+    dpt_model_free(model);
+    dpt_dataset_free(train);
+    dpt_dataset_free(test);
+    dpt_ctx_free(ctx);
+    dpt_config_free(cfg);
+}
+
 static void test_deterministic(void **state)
 {
     (void)state;
@@ -94,6 +135,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_learns),
+        cmocka_unit_test(test_cnn_learns),
         cmocka_unit_test(test_deterministic),
     };
     return cmocka_run_group_tests_name("train", tests, NULL, NULL);

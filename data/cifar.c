@@ -1,0 +1,64 @@
+/* cifar.c: the CIFAR-10 binary version: each record is 1 label byte and 3072 pixel bytes
+ * (1024 red, 1024 green, 1024 blue, row-major 32x32), 10000 records per file. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpt.h"
+#include "../runtime/error.h"
+
+#define CIFAR_RECORD 3073
+
+dpt_dataset *dpt_cifar_load(const char *const *paths, int npaths, dpt_error *err)
+{
+    int64_t total = 0, sizes[16];
+    if (npaths > 16) {
+        dpt_errorf(err, "at most 16 CIFAR files, got %d", npaths);
+        return NULL;
+    }
+    for (int i = 0; i < npaths; i++) {
+        FILE *f = fopen(paths[i], "rb");
+        if (!f) {
+            dpt_errorf(err, "cannot open CIFAR file %s: %s\nHINT: download the CIFAR-10 binary version and set "
+                            "[data] dir to the folder holding data_batch_1.bin ... test_batch.bin",
+                       paths[i], strerror(errno));
+            return NULL;
+        }
+        fseek(f, 0, SEEK_END);
+        sizes[i] = ftell(f);
+        fclose(f);
+        if (sizes[i] <= 0 || sizes[i] % CIFAR_RECORD) {
+            dpt_errorf(err, "%s: %lld bytes is not a whole number of %d-byte CIFAR records\nHINT: the file is "
+                            "truncated or not the CIFAR-10 binary version", paths[i], (long long)sizes[i], CIFAR_RECORD);
+            return NULL;
+        }
+        total += sizes[i] / CIFAR_RECORD;
+    }
+    dpt_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) dpt_fatal("out of host memory for a dataset");
+    ds->n = total, ds->c = 3, ds->h = 32, ds->w = 32, ds->num_classes = 10;
+    snprintf(ds->name, sizeof ds->name, "cifar10");
+    ds->images = malloc((size_t)total * 3072);
+    ds->labels = malloc((size_t)total * sizeof *ds->labels);
+    uint8_t *record = malloc(CIFAR_RECORD);
+    if (!ds->images || !ds->labels || !record) dpt_fatal("out of host memory for CIFAR");
+    int64_t k = 0;
+    for (int i = 0; i < npaths; i++) {
+        FILE *f = fopen(paths[i], "rb");
+        for (int64_t r = 0; f && r < sizes[i] / CIFAR_RECORD; r++, k++) {
+            if (fread(record, 1, CIFAR_RECORD, f) != CIFAR_RECORD || record[0] > 9) {
+                dpt_errorf(err, "%s: record %lld is unreadable or has label %d (CIFAR-10 labels are 0-9)",
+                           paths[i], (long long)r, record[0]);
+                fclose(f);
+                free(record);
+                dpt_dataset_free(ds);
+                return NULL;
+            }
+            ds->labels[k] = record[0];
+            memcpy(ds->images + k * 3072, record + 1, 3072);
+        }
+        if (f) fclose(f);
+    }
+    free(record);
+    return ds;
+}
