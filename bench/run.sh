@@ -3,11 +3,18 @@
 set -eu
 dir=${1:-build/bench}
 cd "$(dirname "$0")/.."
+# BENCH_FULL=1 adds the ResNet-50 training step (tens of seconds a step on 2 cores).
 for b in "$dir"/bench_*; do
     [ -x "$b" ] || continue
     echo "=== $(basename "$b")"
-    "$b"
+    if [ "$(basename "$b")" = bench_conv ] && [ -z "${BENCH_FULL:-}" ]; then "$b" quick; else "$b"; fi
 done
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    echo "=== peer_pytorch.py (PyTorch CPU, same models, batch and threads)"
+    /usr/bin/python3 bench/peer_pytorch.py --threads "$(nproc)"
+else
+    echo "=== peer_pytorch.py skipped: PyTorch not installed (apt-get install python3-torch)"
+fi
 for b in "$dir"/mpi_bench_*; do
     [ -x "$b" ] || continue
     echo "=== $(basename "$b") (mpirun -np 2)"

@@ -36,7 +36,9 @@ dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t)
 {
     if (!t->grad) {
         DPT_ASSERT(!t->is_param, "parameter %s has no gradient buffer", t->name);
-        t->grad = dpt_temp_zeros(ctx, t->ndim, t->shape);
+        /* A temporary's gradient dies with the tape; a persistent leaf (an input that asks for
+         * a gradient) keeps its own, like a parameter, so it outlives dpt_tape_clear(). */
+        t->grad = t->is_temp ? dpt_temp_zeros(ctx, t->ndim, t->shape) : dpt_tensor_new(ctx, t->ndim, t->shape);
     }
     return t->grad;
 }
