@@ -29,11 +29,11 @@ ifneq ($(NVCC),)
 ifneq ($(CU_SRCS),)
   CUDA_ON  := yes
   CFLAGS   += -DDPT_CUDA=1 -I$(CUDA_HOME)/include
-  NVFLAGS  := -O2 -std=c++17 -Iinclude -I$(CUDA_HOME)/include -DDPT_CUDA=1 \
+  NVFLAGS  := -O2 -std=c++17 -Iinclude -Iruntime -I$(CUDA_HOME)/include -DDPT_CUDA=1 $(MPI_CFLAGS) \
               -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
               -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
   LDLIBS   += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
-              -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lstdc++
+              -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lcudnn -lnccl -lstdc++
 endif
 endif
 

@@ -24,6 +24,7 @@ typedef struct cli {
     int nsets;
     bool dry_run;
     bool summary;
+    bool env;
     const char *resume; /* checkpoint path, "latest", or NULL */
 } cli;
 
@@ -74,6 +75,7 @@ static void save_checkpoint(const replica *r, const dpt_model *model, const dpt_
                             const dpt_ctx *ctx, const dpt_train_state *st);
 static bool signal_agreed(const replica *r, int *signal_seen);
 static void install_signal_handlers(void);
+static dpt_device pick_device(const replica *r);
 static dpt_timeline *open_timeline(const replica *r);
 static int fail(const replica *r, const dpt_error *err);
 static void *train_replica(void *arg);
@@ -94,6 +96,16 @@ int main(int argc, char **argv)
     if (!cfg) {
         if (world.mpi) dpt_abort_job("rank %d: the config could not be loaded (see above)", world.rank);
         return 1;
+    }
+    if (args.env) {
+        printf("dptrain %s | world: %d rank%s, this is rank %d (local rank %d of %d) on %s | mpi %s\n", DPT_VERSION,
+               world.size, world.size > 1 ? "s" : "", world.rank, world.local_rank, world.local_size, world.host,
+               world.mpi ? "initialised" : "not used (run alone)");
+        dpt_print_env(stdout);
+        printf("device for this rank: %s\n", dpt_device_count(DPT_DEVICE_CUDA) > 0 ? "cuda:<local rank>" : "cpu");
+        dpt_config_free(cfg);
+        dpt_world_finalize(&world);
+        return 0;
     }
     const char *devices = dpt_config_str(cfg, "distributed", "devices");
     if (*devices && world.size == 1) {
@@ -124,7 +136,7 @@ static void *train_replica(void *arg)
 
     /* ---- context, data, model, optimizer, checkpoint, DDP */
     dpt_ctx_options ctx_opt = {
-        .device = {DPT_DEVICE_CPU, r->rank},
+        .device = pick_device(r),
         .threads = (int)dpt_config_int(cfg, "train", "threads"),
         .seed = (uint64_t)dpt_config_int(cfg, "train", "seed"),
     };
@@ -408,6 +420,7 @@ static void usage(FILE *out)
             "  --dry-run                load everything, print the resolved config, and exit\n"
             "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"
             "  --config-reference       print every section and key as Markdown\n"
+            "  --env                    print CUDA/cuDNN/NCCL/MPI versions, the GPUs and the world, and exit\n"
             "  --version                print the version\n"
             "  --help                   this text\n"
             "\n"
@@ -436,6 +449,8 @@ static int parse_cli(int argc, char **argv, cli *args)
             args->dry_run = true;
         } else if (!strcmp(a, "--summary")) {
             args->summary = true;
+        } else if (!strcmp(a, "--env")) {
+            args->env = true;
         } else if (!strcmp(a, "--resume")) {
             args->resume = i + 1 < argc && argv[i + 1][0] != '-' && !strstr(argv[i + 1], ".ini") ? argv[++i] : "latest";
         } else if (!strcmp(a, "--set") || !strncmp(a, "--set=", 6)) {
@@ -460,7 +475,8 @@ static int parse_cli(int argc, char **argv, cli *args)
             args->config_path = a;
         }
     }
-    if (!args->config_path) {
+    if (!args->config_path && args->env) args->config_path = NULL;
+    if (!args->config_path && !args->env) {
         fprintf(stderr, "error: no config file given\n\n");
         usage(stderr);
         return 2;
@@ -471,6 +487,7 @@ static int parse_cli(int argc, char **argv, cli *args)
 static dpt_config *load_config(const cli *args, int rank)
 {
     dpt_error err;
+    if (!args->config_path) return dpt_config_defaults(); /* --env alone */
     dpt_config *cfg = dpt_config_load(args->config_path, &err);
     for (int i = 0; cfg && i < args->nsets; i++) {
         if (!dpt_config_set(cfg, args->sets[i], &err)) {
@@ -495,7 +512,10 @@ static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *
            (unsigned long long)dpt_config_hash(cfg));
     printf("model %s %s | %lld parameters | %.1f MFLOP/sample forward\n", dpt_model_name(model),
            dpt_model_summary(model), (long long)dpt_model_param_count(model), dpt_model_flops(model) / 1e6);
-    printf("device cpu | %d threads | %d %s%s | batch %lld per rank x %d accum (%lld global)\n",
+    dpt_device dev = dpt_ctx_device(ctx);
+    char device[32] = "cpu";
+    if (dev.kind == DPT_DEVICE_CUDA) snprintf(device, sizeof device, "cuda:%d", dev.index);
+    printf("device %s | %d threads | %d %s%s | batch %lld per rank x %d accum (%lld global)\n", device,
            dpt_ctx_threads(ctx), r->size, *r->devices ? "replica" : "rank", r->size > 1 ? "s" : "",
            (long long)batch, accum, (long long)(batch * r->size * accum));
     if (ddp)
@@ -635,6 +655,19 @@ static void log_eval(const replica *r, dpt_metrics *m, const dpt_train_state *st
                       "\"kind\":\"eval\",\"epoch\":%d,\"step\":%lld,\"test_loss\":%.6f,\"test_acc\":%.6f,"
                       "\"train_loss\":%.6f,\"train_acc\":%.6f",
                       st->epoch, (long long)st->step, test.loss, test.accuracy, train_loss, train_acc);
+}
+
+/* [train] device: CUDA device = local rank (mpirun) or replica index (DataParallel). */
+static dpt_device pick_device(const replica *r)
+{
+    const char *want = dpt_config_str(r->cfg, "train", "device");
+    bool cuda = !strcmp(want, "cuda") || (!strcmp(want, "auto") && dpt_device_count(DPT_DEVICE_CUDA) > 0);
+    if (!cuda) return (dpt_device){DPT_DEVICE_CPU, r->rank};
+    if (r->comm && r->size > 1)
+        dpt_abort_job("[train] device = %s with %d ranks: GPU buffers need the NCCL communicator, which is not "
+                      "written yet\nHINT: set [train] device = cpu for multi-rank runs", want, r->size);
+    int local = getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? atoi(getenv("OMPI_COMM_WORLD_LOCAL_RANK")) : r->rank;
+    return (dpt_device){DPT_DEVICE_CUDA, local};
 }
 
 /* Rank 0 writes; every rank holds the same state. */

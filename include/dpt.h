@@ -56,6 +56,10 @@ typedef struct dpt_ctx_options {
 /* Create a context; NULL with err filled if the device cannot be used. */
 dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err);
 void dpt_ctx_free(dpt_ctx *ctx);
+/* Devices of a kind this process can use (CUDA: 0 without a GPU or in a build without CUDA). */
+int dpt_device_count(dpt_device_kind kind);
+/* Print the CUDA driver/runtime, cuDNN and NCCL versions and each GPU (or that there is none). */
+void dpt_print_env(FILE *out);
 /* Threads actually used by this context's kernels. */
 int dpt_ctx_threads(const dpt_ctx *ctx);
 dpt_device dpt_ctx_device(const dpt_ctx *ctx);

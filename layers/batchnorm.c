@@ -121,6 +121,7 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
     if (x->ndim < 2 || x->shape[1] != l->channels || !dpt_tensor_is_contiguous(x))
         dpt_fatal("batchnorm %s expects a contiguous (N, %lld, ...) input, got %s", l->name,
                   (long long)l->channels, dpt_shape_str(x, buf, sizeof buf));
+    DPT_REQUIRE_OP(ctx, bn_stats, "batchnorm");
     int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
     bn_saved *sv = dpt_tape_scratch(ctx, sizeof *sv + (size_t)(2 * c) * sizeof(double));
     sv->mean = (double *)(sv + 1);

@@ -100,6 +100,7 @@ dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *l, dpt_tensor *x)
         dpt_fatal("conv2d %s expects a contiguous (N, %lld, H, W) input with H, W >= %lld, got %s", l->name,
                   (long long)l->in_channels, (long long)(l->dilation * (l->kernel - 1) + 1 - 2 * l->padding),
                   dpt_shape_str(x, buf, sizeof buf));
+    DPT_REQUIRE_OP(ctx, conv2d_fwd, "conv2d");
     dpt_conv_shape s = shape_of(l, x);
     dpt_tensor *y = dpt_temp(ctx, 4, (int64_t[]){s.n, s.c_out, s.oh, s.ow});
     ctx->be->conv2d_fwd(ctx, &s, x->data, l->weight->data, l->bias ? l->bias->data : NULL, y->data);

@@ -28,6 +28,7 @@ bool dpt_pool_shape_update(dpt_model *model, const char *name, dpt_shape3 *shape
 
 static dpt_pool_shape pool_shape(const char *op, const dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding)
 {
+    DPT_REQUIRE_OP(x->ctx, maxpool_fwd, op);
     char buf[96];
     dpt_pool_shape s = {0};
     if (x->ndim != 4 || !dpt_tensor_is_contiguous(x) || !pool_out(x->shape[2], kernel, stride, padding, &s.oh) ||

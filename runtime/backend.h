@@ -98,6 +98,14 @@ typedef struct dpt_backend {
 
 extern const dpt_backend dpt_backend_cpu;
 
+/* A layer whose kernel this backend does not provide (a NULL entry) stops with a message. */
+#define DPT_REQUIRE_OP(ctx, entry, op)                                                             \
+    do {                                                                                           \
+        if (!(ctx)->be->entry)                                                                     \
+            dpt_abort_job("%s is not available on the %s backend yet\nHINT: set [train] device = cpu", \
+                          op, (ctx)->be->name);                                                    \
+    } while (0)
+
 /* ops_cpu_nn.c: the CPU convolution, batch-norm and pooling kernels of the table. */
 void dpt_cpu_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
                         const float *bias, float *y);

@@ -63,6 +63,8 @@ static const schema_key schema[] = {
     {"train", "batch", T_INT, "64", 1, 1 << 20, NULL, "samples per step (per rank)"},
     {"train", "eval_batch", T_INT, "1000", 1, 1 << 20, NULL, "samples per evaluation forward pass"},
     {"train", "seed", T_INT, "42", 0, 9.2e18, NULL, "seeds initialisation and shuffling: the same seed gives the same run"},
+    {"train", "device", T_ENUM, "auto", NO_RANGE, "auto|cpu|cuda",
+     "auto: cuda:<local rank> when a GPU is visible, else cpu"},
     {"train", "threads", T_INT, "0", 0, 1024, NULL, "CPU threads for BLAS and kernels (0 = all cores)"},
     {"train", "label_smoothing", T_FLOAT, "0", 0, 0.999, NULL, "cross-entropy label smoothing"},
     {"train", "eval_every_steps", T_INT, "0", 0, 1e12, NULL, "also evaluate every N optimizer steps (0 = only at the end of each epoch)"},

@@ -6,8 +6,29 @@
 #include "error.h"
 
 #if DPT_CUDA
-const dpt_backend *dpt_backend_cuda(void); /* ops_cuda.cu: the one seam where CUDA registers */
+/* ops_cuda.cu: the one seam where CUDA registers */
+const dpt_backend *dpt_backend_cuda(void);
+int dpt_cuda_device_count(void);
+void dpt_cuda_print_env(FILE *out);
 #endif
+
+int dpt_device_count(dpt_device_kind kind)
+{
+    if (kind == DPT_DEVICE_CPU) return 1;
+#if DPT_CUDA
+    if (kind == DPT_DEVICE_CUDA) return dpt_cuda_device_count();
+#endif
+    return 0;
+}
+
+void dpt_print_env(FILE *out)
+{
+#if DPT_CUDA
+    dpt_cuda_print_env(out);
+#else
+    fprintf(out, "cuda: not in this build (no nvcc found at build time)\n");
+#endif
+}
 
 static const dpt_backend *backend_for(dpt_device_kind kind)
 {

@@ -4,14 +4,20 @@
 
 #include "dpt.h"
 
+#ifdef __cplusplus
+#define DPT_NORETURN [[noreturn]]
+#else
+#define DPT_NORETURN _Noreturn
+#endif
+
 /* Print file:line and the message, then end the process (the job, under MPI). */
-_Noreturn void dpt_fatal_at(const char *file, int line, const char *fmt, ...)
+DPT_NORETURN void dpt_fatal_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 #define dpt_fatal(...) dpt_fatal_at(__FILE__, __LINE__, __VA_ARGS__)
 
 /* A user-facing error that must end the whole job (a failing rank, a timeout, NaN): print
  * "error: ..." without a source location and stop every rank (exit(1) when alone). */
-_Noreturn void dpt_abort_job(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+DPT_NORETURN void dpt_abort_job(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* A violated internal invariant (a bug in dptrain or in the caller's use of the API). */
 #define DPT_ASSERT(cond, ...)                                                                      \

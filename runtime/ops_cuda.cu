@@ -1,0 +1,486 @@
+/* ops_cuda.cu: the CUDA backend: device memory through the caching allocator, a compute
+ * stream per context, cuBLAS SGEMM, and CUDA C kernels for elementwise ops, reductions,
+ * softmax cross-entropy and fused SGD/AdamW updates. Convolution, batch norm and pooling
+ * (cuDNN) are not in this table yet: their entries are NULL and the layers say so. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <math.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "backend.h"
+#include "ctx.h"
+#include "error.h"
+}
+
+#define CEIL_DIV(a, b) (((a) + (b)-1) / (b))
+#define THREADS 256
+
+/* Report file:line, the call and CUDA's own error string, then stop the job. */
+#define CHECK_CUDA(call)                                                                           \
+    do {                                                                                           \
+        cudaError_t cuda_rc_ = (call);                                                             \
+        if (cuda_rc_ != cudaSuccess) dpt_fatal("%s failed: %s", #call, cudaGetErrorString(cuda_rc_)); \
+    } while (0)
+#define CHECK_CUBLAS(call)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t blas_rc_ = (call);                                                          \
+        if (blas_rc_ != CUBLAS_STATUS_SUCCESS) dpt_fatal("%s failed: cuBLAS status %d", #call, (int)blas_rc_); \
+    } while (0)
+#define CHECK_LAUNCH() CHECK_CUDA(cudaGetLastError())
+
+typedef struct cuda_state {
+    int device;
+    cudaStream_t compute;
+    cublasHandle_t blas;
+    int32_t *labels;      /* device copy of a batch's labels */
+    size_t labels_cap;
+    double *scratch;      /* device reduction results */
+    size_t scratch_cap;
+} cuda_state;
+
+static cuda_state *state_of(dpt_ctx *ctx) { return (cuda_state *)ctx->backend_state; }
+static cudaStream_t stream_of(dpt_ctx *ctx) { return state_of(ctx)->compute; }
+static unsigned blocks_for(int64_t n) { return (unsigned)(n > 0 ? CEIL_DIV(n, THREADS) < 65535 ? CEIL_DIV(n, THREADS) : 65535 : 1); }
+
+/* ---------------------------------------------------------------- kernels */
+
+#define GRID_STRIDE(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
+
+__global__ void fill_kernel(float *x, int64_t n, float v) { GRID_STRIDE(i, n) x[i] = v; }
+__global__ void axpy_kernel(int64_t n, float a, const float *x, float *y) { GRID_STRIDE(i, n) y[i] += a * x[i]; }
+__global__ void scale_kernel(int64_t n, float a, const float *x, float *o) { GRID_STRIDE(i, n) o[i] = a * x[i]; }
+__global__ void add_kernel(int64_t n, const float *a, const float *b, float *o) { GRID_STRIDE(i, n) o[i] = a[i] + b[i]; }
+__global__ void mul_kernel(int64_t n, const float *a, const float *b, float *o) { GRID_STRIDE(i, n) o[i] = a[i] * b[i]; }
+__global__ void mul_acc_kernel(int64_t n, const float *a, const float *b, float *o) { GRID_STRIDE(i, n) o[i] += a[i] * b[i]; }
+
+__global__ void dot_kernel(const float *a, const float *b, int64_t n, double *out)
+{
+    __shared__ double partial[THREADS];
+    double acc = 0.0;
+    GRID_STRIDE(i, n) acc += (double)a[i] * (double)b[i];
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(out, partial[0]);
+}
+
+__global__ void sum_kernel(const float *a, int64_t n, double *out)
+{
+    __shared__ double partial[THREADS];
+    double acc = 0.0;
+    GRID_STRIDE(i, n) acc += (double)a[i];
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(out, partial[0]);
+}
+
+__global__ void transpose_acc_kernel(const float *src, float *dst, int64_t rows, int64_t cols)
+{
+    GRID_STRIDE(i, rows * cols) {
+        int64_t r = i / cols, c = i % cols;
+        dst[c * rows + r] += src[i];
+    }
+}
+
+__global__ void bias_add_kernel(float *y, const float *b, int64_t rows, int64_t cols)
+{
+    GRID_STRIDE(i, rows * cols) y[i] += b[i % cols];
+}
+
+__global__ void bias_grad_kernel(const float *dy, float *db, int64_t rows, int64_t cols)
+{
+    GRID_STRIDE(c, cols) {
+        float acc = 0.0f;
+        for (int64_t r = 0; r < rows; r++) acc += dy[r * cols + c];
+        db[c] += acc;
+    }
+}
+
+__global__ void relu_fwd_kernel(const float *x, float *y, int64_t n) { GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
+__global__ void relu_bwd_kernel(const float *y, const float *dy, float *dx, int64_t n)
+{
+    GRID_STRIDE(i, n) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+#define GELU_K 0.7978845608028654f
+#define GELU_C 0.044715f
+__global__ void gelu_fwd_kernel(const float *x, float *y, int64_t n)
+{
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
+    }
+}
+__global__ void gelu_bwd_kernel(const float *x, const float *dy, float *dx, int64_t n)
+{
+    GRID_STRIDE(i, n) {
+        float v = x[i], t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+        float dt = GELU_K * (1.0f + 3.0f * GELU_C * v * v) * (1.0f - t * t);
+        dx[i] += dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+    }
+}
+
+/* One thread per row: the class dimension of a classifier is small. */
+__global__ void softmax_fwd_kernel(const float *x, float *y, int64_t rows, int64_t cols)
+{
+    GRID_STRIDE(r, rows) {
+        const float *xr = x + r * cols;
+        float m = xr[0];
+        for (int64_t c = 1; c < cols; c++) m = fmaxf(m, xr[c]);
+        double total = 0.0;
+        for (int64_t c = 0; c < cols; c++) total += expf(xr[c] - m);
+        float inv = (float)(1.0 / total);
+        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = expf(xr[c] - m) * inv;
+    }
+}
+
+__global__ void softmax_bwd_kernel(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols)
+{
+    GRID_STRIDE(r, rows) {
+        double dot = 0.0;
+        for (int64_t c = 0; c < cols; c++) dot += (double)dy[r * cols + c] * y[r * cols + c];
+        for (int64_t c = 0; c < cols; c++) dx[r * cols + c] += y[r * cols + c] * (dy[r * cols + c] - (float)dot);
+    }
+}
+
+__global__ void xent_fwd_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols,
+                                float smoothing, float *probs, double *loss)
+{
+    GRID_STRIDE(r, rows) {
+        const float *xr = x + r * cols;
+        float m = xr[0];
+        for (int64_t c = 1; c < cols; c++) m = fmaxf(m, xr[c]);
+        double total = 0.0, sum_logits = 0.0;
+        for (int64_t c = 0; c < cols; c++) total += exp((double)xr[c] - m), sum_logits += xr[c];
+        double lse = m + log(total);
+        for (int64_t c = 0; c < cols; c++) probs[r * cols + c] = (float)exp((double)xr[c] - lse);
+        double l = (1.0 - smoothing) * (lse - xr[labels[r]]) + smoothing * (lse - sum_logits / (double)cols);
+        atomicAdd(loss, l);
+    }
+}
+
+__global__ void xent_bwd_kernel(const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
+                                float smoothing, float scale, float *dx)
+{
+    GRID_STRIDE(i, rows * cols) {
+        int64_t r = i / cols, c = i % cols;
+        float target = smoothing / (float)cols + (c == labels[r] ? 1.0f - smoothing : 0.0f);
+        dx[i] += scale * (probs[i] - target);
+    }
+}
+
+__global__ void count_correct_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols, double *out)
+{
+    GRID_STRIDE(r, rows) {
+        int64_t best = 0;
+        for (int64_t c = 1; c < cols; c++)
+            if (x[r * cols + c] > x[r * cols + best]) best = c;
+        if (best == labels[r]) atomicAdd(out, 1.0);
+    }
+}
+
+__global__ void sgd_kernel(int64_t n, float *p, const float *g, float *buf, float lr, float momentum,
+                           float dampening, float wd, bool nesterov, bool first)
+{
+    GRID_STRIDE(i, n) {
+        float gi = g[i] + wd * p[i];
+        if (momentum != 0.0f) {
+            buf[i] = first ? gi : momentum * buf[i] + (1.0f - dampening) * gi;
+            gi = nesterov ? gi + momentum * buf[i] : buf[i];
+        }
+        p[i] -= lr * gi;
+    }
+}
+
+__global__ void adamw_kernel(int64_t n, float *p, const float *g, float *m, float *v, float lr, float b1,
+                             float b2, float eps, float wd, float step_size, float bc2_sqrt)
+{
+    GRID_STRIDE(i, n) {
+        p[i] *= 1.0f - lr * wd;
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        p[i] -= step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
+    }
+}
+
+/* ---------------------------------------------------------------- launchers */
+
+static void *cuda_malloc(size_t bytes, void *user)
+{
+    (void)user;
+    void *p = NULL;
+    return cudaMalloc(&p, bytes) == cudaSuccess ? p : (cudaGetLastError(), (void *)NULL);
+}
+
+static void cuda_free(void *p, void *user)
+{
+    (void)user;
+    CHECK_CUDA(cudaFree(p));
+}
+
+static dpt_raw_allocator cuda_raw_allocator(dpt_ctx *ctx)
+{
+    (void)ctx;
+    dpt_raw_allocator raw = {cuda_malloc, cuda_free, NULL};
+    return raw;
+}
+
+static bool cuda_init(dpt_ctx *ctx, dpt_error *err)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();
+        count = 0;
+    }
+    if (ctx->device.index >= count)
+        return dpt_errorf(err, "no CUDA device cuda:%d (this machine has %d)\nHINT: set [train] device = cpu, "
+                               "or run where a GPU is visible (./train --env lists them)", ctx->device.index, count);
+    cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
+    s->device = ctx->device.index;
+    CHECK_CUDA(cudaSetDevice(s->device));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s->compute, cudaStreamNonBlocking));
+    CHECK_CUBLAS(cublasCreate(&s->blas));
+    CHECK_CUBLAS(cublasSetStream(s->blas, s->compute));
+    /* exact f32 GEMM by default (TF32 off), so results compare with the CPU backend */
+    CHECK_CUBLAS(cublasSetMathMode(s->blas, CUBLAS_DEFAULT_MATH));
+    CHECK_CUDA(cudaMalloc(&s->scratch, 16 * sizeof(double)));
+    ctx->backend_state = s;
+    return true;
+}
+
+static void cuda_shutdown(dpt_ctx *ctx)
+{
+    cuda_state *s = state_of(ctx);
+    if (!s) return;
+    cudaStreamSynchronize(s->compute);
+    cublasDestroy(s->blas);
+    cudaFree(s->labels);
+    cudaFree(s->scratch);
+    cudaStreamDestroy(s->compute);
+    free(s);
+}
+
+static void cuda_h2d(dpt_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(ctx)));
+    CHECK_CUDA(cudaStreamSynchronize(stream_of(ctx))); /* the host buffer may be reused at once */
+}
+
+static void cuda_d2h(dpt_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(ctx)));
+    CHECK_CUDA(cudaStreamSynchronize(stream_of(ctx)));
+}
+
+static void cuda_d2d(dpt_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (bytes) CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(ctx)));
+}
+
+#define LAUNCH(kernel, n, ...)                                                                     \
+    do {                                                                                           \
+        kernel<<<blocks_for(n), THREADS, 0, stream_of(ctx)>>>(__VA_ARGS__);                        \
+        CHECK_LAUNCH();                                                                            \
+    } while (0)
+
+static void cuda_fill(dpt_ctx *ctx, float *x, int64_t n, float v) { LAUNCH(fill_kernel, n, x, n, v); }
+static void cuda_axpy(dpt_ctx *ctx, int64_t n, float a, const float *x, float *y) { LAUNCH(axpy_kernel, n, n, a, x, y); }
+static void cuda_scale(dpt_ctx *ctx, int64_t n, float a, const float *x, float *o) { LAUNCH(scale_kernel, n, n, a, x, o); }
+static void cuda_add(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *o) { LAUNCH(add_kernel, n, n, a, b, o); }
+static void cuda_mul(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *o) { LAUNCH(mul_kernel, n, n, a, b, o); }
+static void cuda_mul_acc(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *o) { LAUNCH(mul_acc_kernel, n, n, a, b, o); }
+
+static double read_scratch(dpt_ctx *ctx)
+{
+    double v;
+    cuda_d2h(ctx, &v, state_of(ctx)->scratch, sizeof v);
+    return v;
+}
+
+static void zero_scratch(dpt_ctx *ctx)
+{
+    CHECK_CUDA(cudaMemsetAsync(state_of(ctx)->scratch, 0, sizeof(double), stream_of(ctx)));
+}
+
+static double cuda_sum(dpt_ctx *ctx, const float *x, int64_t n)
+{
+    zero_scratch(ctx);
+    LAUNCH(sum_kernel, n, x, n, state_of(ctx)->scratch);
+    return read_scratch(ctx);
+}
+
+static double cuda_dot(dpt_ctx *ctx, const float *a, const float *b, int64_t n)
+{
+    zero_scratch(ctx);
+    LAUNCH(dot_kernel, n, a, b, n, state_of(ctx)->scratch);
+    return read_scratch(ctx);
+}
+
+static void cuda_transpose_acc(dpt_ctx *ctx, const float *src, float *dst, int64_t rows, int64_t cols)
+{
+    LAUNCH(transpose_acc_kernel, rows * cols, src, dst, rows, cols);
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
+static void cuda_gemm(dpt_ctx *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    if (M == 0 || N == 0) return;
+    CHECK_CUBLAS(cublasSgemm(state_of(ctx)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc));
+}
+
+static void cuda_bias_add(dpt_ctx *ctx, float *y, const float *b, int64_t rows, int64_t cols)
+{
+    LAUNCH(bias_add_kernel, rows * cols, y, b, rows, cols);
+}
+static void cuda_bias_grad(dpt_ctx *ctx, const float *dy, float *db, int64_t rows, int64_t cols)
+{
+    LAUNCH(bias_grad_kernel, cols, dy, db, rows, cols);
+}
+static void cuda_relu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n) { LAUNCH(relu_fwd_kernel, n, x, y, n); }
+static void cuda_relu_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n) { LAUNCH(relu_bwd_kernel, n, y, dy, dx, n); }
+static void cuda_gelu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n) { LAUNCH(gelu_fwd_kernel, n, x, y, n); }
+static void cuda_gelu_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n) { LAUNCH(gelu_bwd_kernel, n, x, dy, dx, n); }
+static void cuda_softmax_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t rows, int64_t cols)
+{
+    LAUNCH(softmax_fwd_kernel, rows, x, y, rows, cols);
+}
+static void cuda_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols)
+{
+    LAUNCH(softmax_bwd_kernel, rows, y, dy, dx, rows, cols);
+}
+
+static const int32_t *device_labels(dpt_ctx *ctx, const int32_t *host, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++)
+        if (host[r] < 0 || host[r] >= cols)
+            dpt_fatal("label %d of row %lld is outside [0, %lld)", host[r], (long long)r, (long long)cols);
+    cuda_state *s = state_of(ctx);
+    size_t bytes = (size_t)rows * sizeof(int32_t);
+    if (bytes > s->labels_cap) {
+        CHECK_CUDA(cudaFree(s->labels));
+        CHECK_CUDA(cudaMalloc(&s->labels, bytes));
+        s->labels_cap = bytes;
+    }
+    cuda_h2d(ctx, s->labels, host, bytes);
+    return s->labels;
+}
+
+static double cuda_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols,
+                            float smoothing, float *probs)
+{
+    const int32_t *dl = device_labels(ctx, labels, rows, cols);
+    zero_scratch(ctx);
+    LAUNCH(xent_fwd_kernel, rows, logits, dl, rows, cols, smoothing, probs, state_of(ctx)->scratch);
+    return read_scratch(ctx);
+}
+
+static void cuda_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
+                          float smoothing, float scale, float *dlogits)
+{
+    const int32_t *dl = device_labels(ctx, labels, rows, cols);
+    LAUNCH(xent_bwd_kernel, rows * cols, probs, dl, rows, cols, smoothing, scale, dlogits);
+}
+
+static int64_t cuda_count_correct(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols)
+{
+    const int32_t *dl = device_labels(ctx, labels, rows, cols);
+    zero_scratch(ctx);
+    LAUNCH(count_correct_kernel, rows, logits, dl, rows, cols, state_of(ctx)->scratch);
+    return (int64_t)read_scratch(ctx);
+}
+
+static void cuda_sgd_step(dpt_ctx *ctx, int64_t n, float *p, const float *g, float *buf, float lr, float momentum,
+                          float dampening, float wd, bool nesterov, bool first)
+{
+    LAUNCH(sgd_kernel, n, n, p, g, buf, lr, momentum, dampening, wd, nesterov, first);
+}
+
+static void cuda_adamw_step(dpt_ctx *ctx, int64_t n, float *p, const float *g, float *m, float *v, float lr,
+                            float b1, float b2, float eps, float wd, float bc1, float bc2)
+{
+    LAUNCH(adamw_kernel, n, n, p, g, m, v, lr, b1, b2, eps, wd, lr / bc1, sqrtf(bc2));
+}
+
+static dpt_backend make_backend(void)
+{
+    dpt_backend be = {};
+    be.name = "cuda";
+    be.init = cuda_init;
+    be.shutdown = cuda_shutdown;
+    be.raw_allocator = cuda_raw_allocator;
+    be.copy_h2d = cuda_h2d;
+    be.copy_d2h = cuda_d2h;
+    be.copy_d2d = cuda_d2d;
+    be.fill = cuda_fill;
+    be.axpy = cuda_axpy;
+    be.scale = cuda_scale;
+    be.add = cuda_add;
+    be.mul = cuda_mul;
+    be.mul_acc = cuda_mul_acc;
+    be.sum = cuda_sum;
+    be.dot = cuda_dot;
+    be.transpose_acc = cuda_transpose_acc;
+    be.gemm = cuda_gemm;
+    be.bias_add = cuda_bias_add;
+    be.bias_grad = cuda_bias_grad;
+    be.relu_fwd = cuda_relu_fwd;
+    be.relu_bwd = cuda_relu_bwd;
+    be.gelu_fwd = cuda_gelu_fwd;
+    be.gelu_bwd = cuda_gelu_bwd;
+    be.softmax_fwd = cuda_softmax_fwd;
+    be.softmax_bwd = cuda_softmax_bwd;
+    be.xent_fwd = cuda_xent_fwd;
+    be.xent_bwd = cuda_xent_bwd;
+    be.count_correct = cuda_count_correct;
+    be.sgd_step = cuda_sgd_step;
+    be.adamw_step = cuda_adamw_step;
+    /* conv2d, batch norm, pooling: cuDNN path not written yet (NULL: the layers say so) */
+    return be;
+}
+
+static const dpt_backend cuda_backend = make_backend();
+
+extern "C" const dpt_backend *dpt_backend_cuda(void) { return &cuda_backend; }
+
+extern "C" int dpt_cuda_device_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
+
+extern "C" void dpt_cuda_print_env(FILE *out)
+{
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    int nccl = 0;
+    ncclGetVersion(&nccl);
+    fprintf(out, "cuda: driver %d.%d, runtime %d.%d | cudnn %zu | nccl %d\n", driver / 1000, driver % 1000 / 10,
+            runtime / 1000, runtime % 1000 / 10, cudnnGetVersion(), nccl);
+    int count = dpt_cuda_device_count();
+    if (count == 0) fprintf(out, "gpus: none visible (CUDA_VISIBLE_DEVICES=%s)\n",
+                            getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset");
+    for (int i = 0; i < count; i++) {
+        cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+        fprintf(out, "gpu %d: %s | %.1f GiB | compute capability %d.%d | %d SMs\n", i, p.name,
+                (double)p.totalGlobalMem / (1 << 30), p.major, p.minor, p.multiProcessorCount);
+    }
+}
