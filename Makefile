@@ -3,8 +3,9 @@
 
 CC       ?= gcc
 BUILD    := build
-CFLAGS   ?= -O3 -g -fno-math-errno
-CFLAGS   += -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -fopenmp \
+OPT      ?= -O3 -g -fno-math-errno
+SAN      ?=
+CFLAGS   := $(OPT) $(SAN) -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -fopenmp \
             -Iinclude -I/usr/include/x86_64-linux-gnu -MMD -MP
 # OpenBLAS's OpenMP build, so BLAS and our OpenMP kernels share one thread pool. With the
 # default pthread build the two pools spin against each other and 2 threads run at half the
@@ -15,7 +16,7 @@ BLAS_LIBS := $(if $(wildcard $(OPENBLAS_OMP)/libopenblas.so.0),$(OPENBLAS_OMP_LI
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 CFLAGS   += $(MPI_CFLAGS)
-LDLIBS   := $(BLAS_LIBS) $(MPI_LIBS) -lz -lm -fopenmp -lpthread
+LDLIBS   := $(SAN) $(BLAS_LIBS) $(MPI_LIBS) -lz -lm -fopenmp -lpthread
 
 # ---- CUDA auto-detection: nvcc, cuBLAS, cuDNN, NCCL
 CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda /usr/local/cuda-*))
@@ -46,7 +47,7 @@ TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(MPI_TEST_SRCS:tests/%.c=
 BENCH_SRCS := $(wildcard bench/bench_*.c bench/mpi_bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps demo test bench tests benches clean format compile_commands summary
+.PHONY: all deps demo test bench tests benches clean format compile_commands summary asan asan-build
 all: summary train tests benches
 
 summary:
@@ -60,12 +61,22 @@ demo: deps
 	./train configs/fmnist_mlp.ini
 
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all asan-build
 	@tests/run.sh $(BUILD)/tests
 
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@bench/run.sh $(BUILD)/bench
+
+# The unit tests once more under AddressSanitizer and UBSan, in their own build folder.
+ASAN_TESTS := test_ops test_autograd test_conv test_data test_config test_checkpoint test_schedule test_optim
+asan-build:
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" \
+	    $(ASAN_TESTS:%=build-asan/tests/%)
+
+asan: asan-build
+	@for t in $(ASAN_TESTS); do echo "=== asan $$t"; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	    build-asan/tests/$$t || exit 1; done
 
 tests: $(TEST_BINS)
 benches: $(BENCH_BINS)
@@ -112,6 +123,6 @@ compile_commands:
 	$(MAKE) clean && bear -- $(MAKE) all
 
 clean:
-	rm -rf $(BUILD) train
+	rm -rf $(BUILD) build-asan train
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

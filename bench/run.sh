@@ -8,10 +8,11 @@ for b in "$dir"/bench_*; do
     [ -x "$b" ] || continue
     echo "=== $(basename "$b")"
     if [ "$(basename "$b")" = bench_conv ] && [ -z "${BENCH_FULL:-}" ]; then "$b" quick; else "$b"; fi
-done
+done | tee /tmp/dpt_bench.out
 if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
     echo "=== peer_pytorch.py (PyTorch CPU, same models, batch and threads)"
-    /usr/bin/python3 bench/peer_pytorch.py --threads "$(nproc)"
+    /usr/bin/python3 bench/peer_pytorch.py --threads "$(nproc)" --ours /tmp/dpt_bench.out \
+        --models "mlp,cnn,resnet20${BENCH_FULL:+,resnet50}"
 else
     echo "=== peer_pytorch.py skipped: PyTorch not installed (apt-get install python3-torch)"
 fi

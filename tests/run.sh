@@ -27,6 +27,15 @@ for t in "$dir"/test_*; do
     echo "--- $name: $(( $(date +%s) - start )) s"
 done
 
+for t in build-asan/tests/test_*; do
+    [ -x "$t" ] || continue
+    echo "=== asan+ubsan $(basename "$t")"
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$t" > /tmp/dpt_asan.log 2>&1
+    rc=$?
+    tail -n 3 /tmp/dpt_asan.log
+    record "asan+ubsan $(basename "$t")" $rc
+done
+
 echo "=== doc_example (docs/writing-a-model.md)"
 "$dir/doc_example"; record doc_example $?
 

@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""peer_pytorch.py: the PyTorch peer of bench_mlp/bench_conv: the same models (MLP
+784-256-256-10, the 2-stage CNN, CIFAR-style ResNet-20 with 1x1 projection shortcuts,
+ResNet-50 v1.5) trained with SGD on random data of the same shapes, same batch and threads.
+Prints a table, one JSON line, and with --ours FILE (bench_conv's JSON line) the ratio.
+Debian: apt-get install python3-torch (runs with /usr/bin/python3)."""
+import argparse, json, time
+import torch
+import torch.nn as nn
+
+def mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+
+def cnn():
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
+
+class Block(nn.Module):
+    def __init__(self, cin, planes, stride, bottleneck):
+        super().__init__()
+        out = planes * 4 if bottleneck else planes
+        if bottleneck:
+            self.body = nn.Sequential(
+                nn.Conv2d(cin, planes, 1, bias=False), nn.BatchNorm2d(planes), nn.ReLU(),
+                nn.Conv2d(planes, planes, 3, stride, 1, bias=False), nn.BatchNorm2d(planes), nn.ReLU(),
+                nn.Conv2d(planes, out, 1, bias=False), nn.BatchNorm2d(out))
+        else:
+            self.body = nn.Sequential(
+                nn.Conv2d(cin, planes, 3, stride, 1, bias=False), nn.BatchNorm2d(planes), nn.ReLU(),
+                nn.Conv2d(planes, planes, 3, 1, 1, bias=False), nn.BatchNorm2d(planes))
+        self.down = None
+        if stride != 1 or cin != out:
+            self.down = nn.Sequential(nn.Conv2d(cin, out, 1, stride, bias=False), nn.BatchNorm2d(out))
+    def forward(self, x):
+        return torch.relu(self.body(x) + (self.down(x) if self.down is not None else x))
+
+def resnet(blocks, widths, bottleneck, cifar, cin, classes):
+    stem = [nn.Conv2d(cin, widths[0], 3, 1, 1, bias=False)] if cifar else \
+           [nn.Conv2d(cin, widths[0], 7, 2, 3, bias=False)]
+    layers = stem + [nn.BatchNorm2d(widths[0]), nn.ReLU()] + ([] if cifar else [nn.MaxPool2d(3, 2, 1)])
+    c = widths[0]
+    for stage, (n, w) in enumerate(zip(blocks, widths)):
+        for j in range(n):
+            layers.append(Block(c, w, 2 if j == 0 and stage > 0 else 1, bottleneck))
+            c = w * 4 if bottleneck else w
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, classes)]
+    return nn.Sequential(*layers)
+
+MODELS = {  # name: (builder, input shape, classes, batch)
+    "mlp": (mlp, (1, 28, 28), 10, 64),
+    "cnn": (cnn, (1, 28, 28), 10, 32),
+    "resnet20": (lambda: resnet([3, 3, 3], [16, 32, 64], False, True, 3, 10), (3, 32, 32), 10, 32),
+    "resnet50": (lambda: resnet([3, 4, 6, 3], [64, 128, 256, 512], True, False, 3, 1000), (3, 224, 224), 1000, 32),
+}
+
+def img_s(name, steps, device):
+    build, shape, classes, batch = MODELS[name]
+    model = build().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, *shape, device=device)
+    y = torch.randint(0, classes, (batch,), device=device)
+    loss_fn = nn.CrossEntropyLoss()
+    for i in range(steps + 1):
+        if i == 1:
+            if device == "cuda": torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    if device == "cuda": torch.cuda.synchronize()
+    return batch * steps / (time.perf_counter() - t0), sum(p.numel() for p in model.parameters())
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--models", default="mlp,cnn,resnet20")
+    ap.add_argument("--ours", help="a file with bench_conv's and bench_mlp's JSON lines, to print ratios")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    steps = {"mlp": 300, "cnn": 20, "resnet20": 5, "resnet50": 2}
+    ours = {}
+    if args.ours:
+        for line in open(args.ours):
+            if line.startswith("{"):
+                j = json.loads(line)
+                if j.get("bench") == "conv":
+                    ours.update({"cnn": j["cnn_img_s"], "resnet20": j["resnet20_img_s"], "resnet50": j["resnet50_img_s"]})
+                if j.get("bench") == "mlp":
+                    for r in j["results"]:
+                        if r["threads"] == args.threads and r["batch"] == 64: ours["mlp"] = r["img_s"]
+    print(f"PyTorch {torch.__version__} | device {args.device} | {args.threads} threads | SGD training steps")
+    print(f"{'model':10} {'batch':>6} {'params':>10} {'torch img/s':>12} {'dptrain img/s':>14} {'ratio':>7}")
+    results = []
+    for name in args.models.split(","):
+        rate, params = img_s(name, steps[name], args.device)
+        mine = ours.get(name) or 0
+        ratio = f"{mine / rate:.2f}" if mine else "-"
+        print(f"{name:10} {MODELS[name][3]:>6} {params:>10} {rate:>12.1f} {mine:>14.1f} {ratio:>7}")
+        results.append({"model": name, "batch": MODELS[name][3], "torch_img_s": round(rate, 2),
+                        "dptrain_img_s": mine, "ratio": (mine / rate) if mine else None})
+    print(json.dumps({"bench": "peer_pytorch", "device": args.device, "threads": args.threads,
+                      "torch": torch.__version__, "results": results}))
+
+if __name__ == "__main__":
+    main()
