@@ -47,7 +47,7 @@ TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(MPI_TEST_SRCS:tests/%.c=
 BENCH_SRCS := $(wildcard bench/bench_*.c bench/mpi_bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps demo test bench tests benches clean format compile_commands summary asan asan-build
+.PHONY: all deps demo test bench tests benches clean format compile_commands summary asan asan-build print-libs
 all: summary train tests benches
 
 summary:
@@ -115,6 +115,10 @@ $(BUILD)/tests/doc_example: $(BUILD)/tests/doc_example.c $(LIB)
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LIB) $(LDLIBS)
+
+# The link flags a program using libdpt.a needs (BLAS, MPI, zlib, OpenMP, CUDA when built).
+print-libs:
+	@echo $(LDLIBS)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
