@@ -57,11 +57,10 @@ __global__ void add_kernel(int64_t n, const float *a, const float *b, float *o) 
 __global__ void mul_kernel(int64_t n, const float *a, const float *b, float *o) { GRID_STRIDE(i, n) o[i] = a[i] * b[i]; }
 __global__ void mul_acc_kernel(int64_t n, const float *a, const float *b, float *o) { GRID_STRIDE(i, n) o[i] += a[i] * b[i]; }
 
-__global__ void dot_kernel(const float *a, const float *b, int64_t n, double *out)
+/* Sum each thread's value over the block in shared memory and add the block's total to *out. */
+__device__ void block_sum_into(double acc, double *out)
 {
     __shared__ double partial[THREADS];
-    double acc = 0.0;
-    GRID_STRIDE(i, n) acc += (double)a[i] * (double)b[i];
     partial[threadIdx.x] = acc;
     __syncthreads();
     for (int s = THREADS / 2; s > 0; s >>= 1) {
@@ -71,18 +70,18 @@ __global__ void dot_kernel(const float *a, const float *b, int64_t n, double *ou
     if (threadIdx.x == 0) atomicAdd(out, partial[0]);
 }
 
+__global__ void dot_kernel(const float *a, const float *b, int64_t n, double *out)
+{
+    double acc = 0.0;
+    GRID_STRIDE(i, n) acc += (double)a[i] * (double)b[i];
+    block_sum_into(acc, out);
+}
+
 __global__ void sum_kernel(const float *a, int64_t n, double *out)
 {
-    __shared__ double partial[THREADS];
     double acc = 0.0;
     GRID_STRIDE(i, n) acc += (double)a[i];
-    partial[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) atomicAdd(out, partial[0]);
+    block_sum_into(acc, out);
 }
 
 __global__ void transpose_acc_kernel(const float *src, float *dst, int64_t rows, int64_t cols)

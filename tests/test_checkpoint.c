@@ -15,16 +15,13 @@ static char dir[256];
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/dpt_test_ckpt_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return test_mkdtemp(dir, sizeof dir, "dpt_test_ckpt");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd);
+    return test_rmrf(dir);
 }
 
 typedef struct run {

@@ -10,16 +10,13 @@ static char out[65536];
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/dpt_test_cli_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return test_mkdtemp(dir, sizeof dir, "dpt_test_cli");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd);
+    return test_rmrf(dir);
 }
 
 static const char *write_file(const char *name, const char *text)

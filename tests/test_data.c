@@ -10,16 +10,13 @@ static char tmpdir[256];
 static int make_tmpdir(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/dpt_test_data_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return test_mkdtemp(tmpdir, sizeof tmpdir, "dpt_test_data");
 }
 
 static int remove_tmpdir(void **state)
 {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return test_rmrf(tmpdir);
 }
 
 static void put_u32(uint8_t *p, uint32_t v)

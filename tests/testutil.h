@@ -161,6 +161,22 @@ static inline void run_gradcheck(const char *name, const gradcheck *gc, uint64_t
     dpt_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- scratch folders */
+
+/* mkdtemp a folder /tmp/<prefix>_XXXXXX into dir (size >= 64); 0 on success (cmocka setup). */
+static inline int test_mkdtemp(char *dir, size_t size, const char *prefix)
+{
+    snprintf(dir, size, "/tmp/%s_XXXXXX", prefix);
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static inline int test_rmrf(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd);
+}
+
 /* ---------------------------------------------------------------- running ./train */
 
 /* Run a shell command; returns its exit status and fills out with stdout+stderr. */
