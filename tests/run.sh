@@ -69,6 +69,7 @@ echo "mpirun -np 2: $acc_mpi | devices cpu:0,cpu:1: $acc_dp"
 if command -v valgrind >/dev/null; then
     echo "=== valgrind: short training run"
     timeout 600 valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
+        --suppressions=tests/valgrind.supp \
         --show-leak-kinds=definite ./train configs/fmnist_mlp.ini --set train.threads=1 \
         --set data.train_limit=640 --set data.test_limit=200 --set train.epochs=2 \
         --set log.interval=10 > /tmp/dpt_valgrind.log 2>&1
