@@ -362,7 +362,22 @@ cleanup:
 
 /* ---------------------------------------------------------------- helpers */
 
-static void *replica_thread(void *arg) { return train_replica(arg); }
+typedef struct dp_job {
+    const cli *args;
+    const dpt_config *cfg;
+    const char *devices;
+    int n;
+    int *rc; /* per replica */
+} dp_job;
+
+static void replica_entry(int rank, dpt_comm *comm, void *user)
+{
+    dp_job *job = user;
+    replica r = {.args = job->args, .cfg = job->cfg, .comm = comm, .rank = rank, .size = job->n,
+                 .devices = job->devices, .print = rank == 0};
+    train_replica(&r);
+    job->rc[rank] = r.rc;
+}
 
 /* DataParallel: one process, one replica thread per listed device, gradients averaged
  * through a shared-memory communicator; every replica applies the same update. */
@@ -385,23 +400,11 @@ static int run_data_parallel(const cli *args, const dpt_config *cfg, const char 
             return 1;
         }
     }
-    dpt_thread_group *group = dpt_thread_group_new(n);
-    replica *reps = calloc((size_t)n, sizeof *reps);
-    pthread_t *threads = calloc((size_t)n, sizeof *threads);
-    for (i = 0; i < n; i++) {
-        reps[i] = (replica){.args = args, .cfg = cfg, .comm = dpt_comm_thread_new(group, i),
-                            .rank = i, .size = n, .devices = devices, .print = i == 0};
-        pthread_create(&threads[i], NULL, replica_thread, &reps[i]);
-    }
+    dp_job job = {args, cfg, devices, n, calloc((size_t)n, sizeof(int))};
+    dpt_run_replicas(n, replica_entry, &job);
     int rc = 0;
-    for (i = 0; i < n; i++) {
-        pthread_join(threads[i], NULL);
-        rc |= reps[i].rc;
-        reps[i].comm->ops->free(reps[i].comm);
-    }
-    free(threads);
-    free(reps);
-    dpt_thread_group_free(group);
+    for (i = 0; i < n; i++) rc |= job.rc[i];
+    free(job.rc);
     return rc;
 }
 

@@ -402,6 +402,11 @@ int64_t dpt_ddp_reduce_count(const dpt_ddp *ddp, int param);
 /* Sum a local evaluation over ranks (each rank evaluated a disjoint shard). */
 dpt_eval_result dpt_eval_allreduce(dpt_comm *comm, dpt_eval_result local);
 
+/* DataParallel: run fn on n replica threads, rank i with its own communicator over shared
+ * memory (usable for DDP and SyncBatchNorm like an MPI one); returns when all are done. */
+typedef void (*dpt_replica_fn)(int rank, dpt_comm *comm, void *user);
+void dpt_run_replicas(int n, dpt_replica_fn fn, void *user);
+
 /* A Chrome-trace timeline (open in Perfetto or chrome://tracing). */
 typedef struct dpt_timeline dpt_timeline;
 dpt_timeline *dpt_timeline_open(const char *path, int rank, dpt_error *err);

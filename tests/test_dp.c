@@ -7,33 +7,16 @@
 #include "tests/ddp_common.h"
 #include "runtime/comm.h"
 
-typedef struct replica_arg {
-    dpt_comm *comm;
+typedef struct replica_job {
     const dpt_dataset *ds;
     ddp_run run;
-    ddp_result result;
-} replica_arg;
+    ddp_result results[3];
+} replica_job;
 
-static void *replica_main(void *p)
+static void replica_main(int rank, dpt_comm *comm, void *user)
 {
-    replica_arg *a = p;
-    a->result = ddp_train(&a->run, a->comm, a->ds);
-    return NULL;
-}
-
-static void run_replicas(int n, const ddp_run *run, const dpt_dataset *ds, replica_arg *args)
-{
-    dpt_thread_group *g = dpt_thread_group_new(n);
-    pthread_t th[8];
-    for (int i = 0; i < n; i++) {
-        args[i] = (replica_arg){.comm = dpt_comm_thread_new(g, i), .ds = ds, .run = *run};
-        pthread_create(&th[i], NULL, replica_main, &args[i]);
-    }
-    for (int i = 0; i < n; i++) {
-        pthread_join(th[i], NULL);
-        args[i].comm->ops->free(args[i].comm);
-    }
-    dpt_thread_group_free(g);
+    replica_job *job = user;
+    job->results[rank] = ddp_train(&job->run, comm, job->ds);
 }
 
 static void test_dp_matches_single(void **state)
@@ -43,18 +26,18 @@ static void test_dp_matches_single(void **state)
     for (int n = 2; n <= 3; n++) {
         ddp_run run = {.batch = 8, .accum = 1, .bucket_mb = 1e-3, .overlap = true, .steps = 10,
                        .optim = "sgd", .drop_last = true};
-        replica_arg args[3];
-        run_replicas(n, &run, ds, args);
+        static replica_job job;
+        job.ds = ds, job.run = run;
+        dpt_run_replicas(n, replica_main, &job);
         ddp_run single = run;
         single.batch = 8 * n;
         ddp_result ref = ddp_train(&single, NULL, ds);
-        double rel = ddp_rel_diff(&args[0].result, &ref);
+        double rel = ddp_rel_diff(&job.results[0], &ref);
         print_message("DataParallel %d x cpu: max rel diff to one replica x %d: %.2e\n", n, 8 * n, rel);
         assert_true(rel < 1e-5);
         for (int i = 1; i < n; i++) /* replicas stay in sync */
-            assert_memory_equal(args[0].result.params, args[i].result.params,
-                                (size_t)ref.n * sizeof(float));
-        for (int i = 0; i < n; i++) free(args[i].result.params);
+            assert_memory_equal(job.results[0].params, job.results[i].params, (size_t)ref.n * sizeof(float));
+        for (int i = 0; i < n; i++) free(job.results[i].params);
         free(ref.params);
     }
     dpt_dataset_free(ds);
