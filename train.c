@@ -4,7 +4,6 @@
  * runtime/, layers/, optim/, data/ and models/. */
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """peer_pytorch.py: the PyTorch peer of bench_mlp/bench_conv: the same models (MLP
 784-256-256-10, the 2-stage CNN, CIFAR-style ResNet-20 with 1x1 projection shortcuts,
 ResNet-50 v1.5) trained with SGD on random data of the same shapes, same batch and threads.

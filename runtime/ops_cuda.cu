@@ -1,7 +1,8 @@
 /* ops_cuda.cu: the CUDA backend: device memory through the caching allocator, a compute
- * stream per context, cuBLAS SGEMM, and CUDA C kernels for elementwise ops, reductions,
- * softmax cross-entropy and fused SGD/AdamW updates. Convolution, batch norm and pooling
- * (cuDNN) are not in this table yet: their entries are NULL and the layers say so. */
+ * stream per context, cuBLAS SGEMM, cuDNN convolution (algorithms chosen by cuDNN's
+ * heuristics once per shape and cached, workspace from the caching allocator), and CUDA C
+ * kernels for elementwise ops, reductions, batch-norm statistics, pooling, softmax
+ * cross-entropy and fused SGD/AdamW updates. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -9,6 +10,7 @@
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "backend.h"
@@ -31,6 +33,25 @@ extern "C" {
         if (blas_rc_ != CUBLAS_STATUS_SUCCESS) dpt_fatal("%s failed: cuBLAS status %d", #call, (int)blas_rc_); \
     } while (0)
 #define CHECK_LAUNCH() CHECK_CUDA(cudaGetLastError())
+#define CHECK_CUDNN(call)                                                                          \
+    do {                                                                                           \
+        cudnnStatus_t dnn_rc_ = (call);                                                            \
+        if (dnn_rc_ != CUDNN_STATUS_SUCCESS) dpt_fatal("%s failed: %s", #call, cudnnGetErrorString(dnn_rc_)); \
+    } while (0)
+
+#define CONV_CACHE 64
+
+/* One convolution shape's descriptors and chosen algorithms. */
+typedef struct conv_plan {
+    dpt_conv_shape shape;
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    size_t workspace;
+} conv_plan;
 
 typedef struct cuda_state {
     int device;
@@ -40,6 +61,11 @@ typedef struct cuda_state {
     size_t labels_cap;
     double *scratch;      /* device reduction results */
     size_t scratch_cap;
+    float *small;         /* per-channel parameters copied from the host (batch norm) */
+    size_t small_cap;
+    cudnnHandle_t dnn;
+    conv_plan plans[CONV_CACHE];
+    int nplans;
 } cuda_state;
 
 static cuda_state *state_of(dpt_ctx *ctx) { return (cuda_state *)ctx->backend_state; }
@@ -254,6 +280,8 @@ static bool cuda_init(dpt_ctx *ctx, dpt_error *err)
     /* exact f32 GEMM by default (TF32 off), so results compare with the CPU backend */
     CHECK_CUBLAS(cublasSetMathMode(s->blas, CUBLAS_DEFAULT_MATH));
     CHECK_CUDA(cudaMalloc(&s->scratch, 16 * sizeof(double)));
+    CHECK_CUDNN(cudnnCreate(&s->dnn));
+    CHECK_CUDNN(cudnnSetStream(s->dnn, s->compute));
     ctx->backend_state = s;
     return true;
 }
@@ -264,6 +292,14 @@ static void cuda_shutdown(dpt_ctx *ctx)
     if (!s) return;
     cudaStreamSynchronize(s->compute);
     cublasDestroy(s->blas);
+    for (int i = 0; i < s->nplans; i++) {
+        cudnnDestroyTensorDescriptor(s->plans[i].x);
+        cudnnDestroyTensorDescriptor(s->plans[i].y);
+        cudnnDestroyFilterDescriptor(s->plans[i].w);
+        cudnnDestroyConvolutionDescriptor(s->plans[i].conv);
+    }
+    cudnnDestroy(s->dnn);
+    cudaFree(s->small);
     cudaFree(s->labels);
     cudaFree(s->scratch);
     cudaStreamDestroy(s->compute);
@@ -413,6 +449,325 @@ static void cuda_adamw_step(dpt_ctx *ctx, int64_t n, float *p, const float *g, f
     LAUNCH(adamw_kernel, n, n, p, g, m, v, lr, b1, b2, eps, wd, lr / bc1, sqrtf(bc2));
 }
 
+/* ---------------------------------------------------------------- convolution (cuDNN) */
+
+static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
+{
+    cuda_state *s = state_of(ctx);
+    for (int i = 0; i < s->nplans; i++)
+        if (memcmp(&s->plans[i].shape, sh, sizeof *sh) == 0) return &s->plans[i];
+    if (s->nplans == CONV_CACHE) dpt_fatal("more than %d convolution shapes in one context", CONV_CACHE);
+    conv_plan *p = &s->plans[s->nplans++];
+    p->shape = *sh;
+    CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->x));
+    CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->y));
+    CHECK_CUDNN(cudnnCreateFilterDescriptor(&p->w));
+    CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&p->conv));
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)sh->n, (int)sh->c_in, (int)sh->h, (int)sh->w));
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)sh->n, (int)sh->c_out, (int)sh->oh, (int)sh->ow));
+    CHECK_CUDNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)sh->c_out,
+                                           (int)(sh->c_in / sh->groups), (int)sh->kh, (int)sh->kw));
+    CHECK_CUDNN(cudnnSetConvolution2dDescriptor(p->conv, (int)sh->pad_h, (int)sh->pad_w, (int)sh->stride_h,
+                                                (int)sh->stride_w, (int)sh->dil_h, (int)sh->dil_w,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CHECK_CUDNN(cudnnSetConvolutionGroupCount(p->conv, (int)sh->groups));
+    /* exact f32 math by default, to compare with the CPU backend */
+    CHECK_CUDNN(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH));
+    int got = 0;
+    cudnnConvolutionFwdAlgoPerf_t f;
+    cudnnConvolutionBwdDataAlgoPerf_t d;
+    cudnnConvolutionBwdFilterAlgoPerf_t w;
+    CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->dnn, p->x, p->w, p->conv, p->y, 1, &got, &f));
+    CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(s->dnn, p->w, p->y, p->conv, p->x, 1, &got, &d));
+    CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->dnn, p->x, p->y, p->conv, p->w, 1, &got, &w));
+    p->fwd = f.algo, p->bwd_data = d.algo, p->bwd_filter = w.algo;
+    p->workspace = f.memory > d.memory ? f.memory : d.memory;
+    if (w.memory > p->workspace) p->workspace = w.memory;
+    return p;
+}
+
+typedef struct workspace {
+    void *ptr;
+    size_t granted;
+} workspace;
+
+static workspace workspace_get(dpt_ctx *ctx, size_t bytes)
+{
+    workspace ws = {NULL, 0};
+    if (bytes) {
+        ws.ptr = dpt_alloc_get(ctx->alloc, bytes, &ws.granted);
+        if (!ws.ptr) dpt_fatal("out of GPU memory for %zu bytes of cuDNN workspace", bytes);
+    }
+    return ws;
+}
+
+static void workspace_put(dpt_ctx *ctx, workspace ws)
+{
+    /* the stream may still use it: blocks go back to the cache only after the work is done */
+    if (ws.ptr) {
+        CHECK_CUDA(cudaStreamSynchronize(stream_of(ctx)));
+        dpt_alloc_put(ctx->alloc, ws.ptr, ws.granted);
+    }
+}
+
+__global__ void channel_bias_kernel(float *y, const float *b, int64_t n, int64_t c, int64_t hw)
+{
+    GRID_STRIDE(i, n * c * hw) y[i] += b[(i / hw) % c];
+}
+
+__global__ void channel_sum_kernel(const float *dy, float *db, int64_t n, int64_t c, int64_t hw)
+{
+    /* one block per channel */
+    int64_t ch = blockIdx.x;
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x) acc += dy[(i / hw * c + ch) * hw + i % hw];
+    __shared__ double partial[THREADS];
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) db[ch] += (float)partial[0];
+}
+
+static void cuda_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w, const float *bias, float *y)
+{
+    conv_plan *p = plan_for(ctx, sh);
+    workspace ws = workspace_get(ctx, p->workspace);
+    float one = 1.0f, zero = 0.0f;
+    CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x, p->w, w, p->conv, p->fwd, ws.ptr,
+                                        p->workspace, &zero, p->y, y));
+    if (bias) LAUNCH(channel_bias_kernel, sh->n * sh->c_out * sh->oh * sh->ow, y, bias, sh->n, sh->c_out, sh->oh * sh->ow);
+    workspace_put(ctx, ws);
+}
+
+static void cuda_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w, const float *dy,
+                            float *dx, float *dw, float *dbias)
+{
+    conv_plan *p = plan_for(ctx, sh);
+    workspace ws = workspace_get(ctx, p->workspace);
+    float one = 1.0f; /* beta = 1: gradients accumulate */
+    if (dx) CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, w, p->y, dy, p->conv, p->bwd_data,
+                                                     ws.ptr, p->workspace, &one, p->x, dx));
+    if (dw) CHECK_CUDNN(cudnnConvolutionBackwardFilter(state_of(ctx)->dnn, &one, p->x, x, p->y, dy, p->conv, p->bwd_filter,
+                                                       ws.ptr, p->workspace, &one, p->w, dw));
+    if (dbias) {
+        channel_sum_kernel<<<(unsigned)sh->c_out, THREADS, 0, stream_of(ctx)>>>(dy, dbias, sh->n, sh->c_out, sh->oh * sh->ow);
+        CHECK_LAUNCH();
+    }
+    workspace_put(ctx, ws);
+}
+
+/* ---------------------------------------------------------------- batch norm */
+
+__global__ void bn_stats_kernel(const float *x, int64_t n, int64_t c, int64_t hw, double *out)
+{
+    int64_t ch = blockIdx.x;
+    double s1 = 0.0, s2 = 0.0;
+    for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x) {
+        double v = x[(i / hw * c + ch) * hw + i % hw];
+        s1 += v, s2 += v * v;
+    }
+    __shared__ double p1[THREADS], p2[THREADS];
+    p1[threadIdx.x] = s1, p2[threadIdx.x] = s2;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) p1[threadIdx.x] += p1[threadIdx.x + s], p2[threadIdx.x] += p2[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[ch] = p1[0], out[c + ch] = p2[0];
+}
+
+__global__ void bn_bwd_stats_kernel(const float *x, const float *dy, int64_t n, int64_t c, int64_t hw,
+                                    const double *mean, double *out)
+{
+    int64_t ch = blockIdx.x;
+    double s1 = 0.0, s2 = 0.0, mu = mean[ch];
+    for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x) {
+        int64_t k = (i / hw * c + ch) * hw + i % hw;
+        s1 += dy[k], s2 += (double)dy[k] * ((double)x[k] - mu);
+    }
+    __shared__ double p1[THREADS], p2[THREADS];
+    p1[threadIdx.x] = s1, p2[threadIdx.x] = s2;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) p1[threadIdx.x] += p1[threadIdx.x + s], p2[threadIdx.x] += p2[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[ch] = p1[0], out[c + ch] = p2[0];
+}
+
+__global__ void channel_affine_kernel(const float *x, float *y, int64_t n, int64_t c, int64_t hw, const float *scale,
+                                      const float *shift)
+{
+    GRID_STRIDE(i, n * c * hw) {
+        int64_t ch = (i / hw) % c;
+        y[i] = scale[ch] * x[i] + shift[ch];
+    }
+}
+
+__global__ void channel_affine2_kernel(const float *dy, const float *x, float *dx, int64_t n, int64_t c, int64_t hw,
+                                       const float *a, const float *b, const float *k)
+{
+    GRID_STRIDE(i, n * c * hw) {
+        int64_t ch = (i / hw) % c;
+        dx[i] += a[ch] * dy[i] + b[ch] * x[i] + k[ch];
+    }
+}
+
+/* Device scratch of `count` doubles / floats (grown on demand). */
+static double *device_doubles(dpt_ctx *ctx, size_t count)
+{
+    cuda_state *s = state_of(ctx);
+    if (count * sizeof(double) > s->scratch_cap) {
+        CHECK_CUDA(cudaStreamSynchronize(s->compute));
+        CHECK_CUDA(cudaFree(s->scratch));
+        s->scratch_cap = count * sizeof(double) > 16 * sizeof(double) ? count * sizeof(double) : 16 * sizeof(double);
+        CHECK_CUDA(cudaMalloc(&s->scratch, s->scratch_cap));
+    }
+    return s->scratch;
+}
+
+static float *device_floats(dpt_ctx *ctx, const float *host, size_t count)
+{
+    cuda_state *s = state_of(ctx);
+    if (count * sizeof(float) > s->small_cap) {
+        CHECK_CUDA(cudaStreamSynchronize(s->compute));
+        CHECK_CUDA(cudaFree(s->small));
+        s->small_cap = count * sizeof(float);
+        CHECK_CUDA(cudaMalloc(&s->small, s->small_cap));
+    }
+    cuda_h2d(ctx, s->small, host, count * sizeof(float));
+    return s->small;
+}
+
+static void cuda_bn_stats(dpt_ctx *ctx, const float *x, int64_t n, int64_t c, int64_t hw, double *sum, double *sumsq)
+{
+    double *d = device_doubles(ctx, (size_t)(2 * c));
+    bn_stats_kernel<<<(unsigned)c, THREADS, 0, stream_of(ctx)>>>(x, n, c, hw, d);
+    CHECK_LAUNCH();
+    cuda_d2h(ctx, sum, d, (size_t)c * sizeof(double));
+    cuda_d2h(ctx, sumsq, d + c, (size_t)c * sizeof(double));
+}
+
+static void cuda_bn_bwd_stats(dpt_ctx *ctx, const float *x, const float *dy, int64_t n, int64_t c, int64_t hw,
+                              const double *mean, double *sum_dy, double *sum_dy_xmu)
+{
+    double *d = device_doubles(ctx, (size_t)(3 * c));
+    cuda_h2d(ctx, d + 2 * c, mean, (size_t)c * sizeof(double));
+    bn_bwd_stats_kernel<<<(unsigned)c, THREADS, 0, stream_of(ctx)>>>(x, dy, n, c, hw, d + 2 * c, d);
+    CHECK_LAUNCH();
+    cuda_d2h(ctx, sum_dy, d, (size_t)c * sizeof(double));
+    cuda_d2h(ctx, sum_dy_xmu, d + c, (size_t)c * sizeof(double));
+}
+
+static void cuda_channel_affine(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
+                                const float *scale, const float *shift)
+{
+    float *host = (float *)malloc((size_t)(2 * c) * sizeof(float));
+    memcpy(host, scale, (size_t)c * sizeof(float));
+    memcpy(host + c, shift, (size_t)c * sizeof(float));
+    float *d = device_floats(ctx, host, (size_t)(2 * c));
+    free(host);
+    LAUNCH(channel_affine_kernel, n * c * hw, x, y, n, c, hw, d, d + c);
+}
+
+static void cuda_channel_affine2_acc(dpt_ctx *ctx, const float *dy, const float *x, float *dx, int64_t n, int64_t c,
+                                     int64_t hw, const float *a, const float *b, const float *k)
+{
+    float *host = (float *)malloc((size_t)(3 * c) * sizeof(float));
+    memcpy(host, a, (size_t)c * sizeof(float));
+    memcpy(host + c, b, (size_t)c * sizeof(float));
+    memcpy(host + 2 * c, k, (size_t)c * sizeof(float));
+    float *d = device_floats(ctx, host, (size_t)(3 * c));
+    free(host);
+    LAUNCH(channel_affine2_kernel, n * c * hw, dy, x, dx, n, c, hw, d, d + c, d + 2 * c);
+}
+
+/* ---------------------------------------------------------------- pooling */
+
+__global__ void maxpool_fwd_kernel(dpt_pool_shape s, const float *x, float *y, int32_t *argmax)
+{
+    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow) {
+        int64_t ox = o % s.ow, oy = o / s.ow % s.oh, plane = o / (s.ow * s.oh);
+        const float *xp = x + plane * s.h * s.w;
+        float best = -3.402823466e38f;
+        int32_t where = -1;
+        for (int64_t ki = 0; ki < s.kh; ki++) {
+            int64_t iy = oy * s.stride_h - s.pad_h + ki;
+            if (iy < 0 || iy >= s.h) continue;
+            for (int64_t kj = 0; kj < s.kw; kj++) {
+                int64_t ix = ox * s.stride_w - s.pad_w + kj;
+                if (ix < 0 || ix >= s.w) continue;
+                float v = xp[iy * s.w + ix];
+                if (where < 0 || v > best) best = v, where = (int32_t)(iy * s.w + ix);
+            }
+        }
+        y[o] = best;
+        argmax[o] = where;
+    }
+}
+
+__global__ void maxpool_bwd_kernel(dpt_pool_shape s, const float *dy, const int32_t *argmax, float *dx)
+{
+    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow) {
+        int64_t plane = o / (s.ow * s.oh);
+        atomicAdd(&dx[plane * s.h * s.w + argmax[o]], dy[o]); /* windows may overlap */
+    }
+}
+
+__global__ void avgpool_fwd_kernel(dpt_pool_shape s, const float *x, float *y)
+{
+    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow) {
+        int64_t ox = o % s.ow, oy = o / s.ow % s.oh, plane = o / (s.ow * s.oh);
+        const float *xp = x + plane * s.h * s.w;
+        double acc = 0.0;
+        for (int64_t ki = 0; ki < s.kh; ki++) {
+            int64_t iy = oy * s.stride_h - s.pad_h + ki;
+            if (iy < 0 || iy >= s.h) continue;
+            for (int64_t kj = 0; kj < s.kw; kj++) {
+                int64_t ix = ox * s.stride_w - s.pad_w + kj;
+                if (ix >= 0 && ix < s.w) acc += xp[iy * s.w + ix];
+            }
+        }
+        y[o] = (float)(acc / (double)(s.kh * s.kw));
+    }
+}
+
+__global__ void avgpool_bwd_kernel(dpt_pool_shape s, const float *dy, float *dx)
+{
+    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow) {
+        int64_t ox = o % s.ow, oy = o / s.ow % s.oh, plane = o / (s.ow * s.oh);
+        float g = dy[o] / (float)(s.kh * s.kw);
+        for (int64_t ki = 0; ki < s.kh; ki++) {
+            int64_t iy = oy * s.stride_h - s.pad_h + ki;
+            if (iy < 0 || iy >= s.h) continue;
+            for (int64_t kj = 0; kj < s.kw; kj++) {
+                int64_t ix = ox * s.stride_w - s.pad_w + kj;
+                if (ix >= 0 && ix < s.w) atomicAdd(&dx[plane * s.h * s.w + iy * s.w + ix], g);
+            }
+        }
+    }
+}
+
+static void cuda_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, int32_t *argmax)
+{
+    LAUNCH(maxpool_fwd_kernel, s->n * s->c * s->oh * s->ow, *s, x, y, argmax);
+}
+static void cuda_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax, float *dx)
+{
+    LAUNCH(maxpool_bwd_kernel, s->n * s->c * s->oh * s->ow, *s, dy, argmax, dx);
+}
+static void cuda_avgpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y)
+{
+    LAUNCH(avgpool_fwd_kernel, s->n * s->c * s->oh * s->ow, *s, x, y);
+}
+static void cuda_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx)
+{
+    LAUNCH(avgpool_bwd_kernel, s->n * s->c * s->oh * s->ow, *s, dy, dx);
+}
+
 static dpt_backend make_backend(void)
 {
     dpt_backend be = {};
@@ -446,7 +801,16 @@ static dpt_backend make_backend(void)
     be.count_correct = cuda_count_correct;
     be.sgd_step = cuda_sgd_step;
     be.adamw_step = cuda_adamw_step;
-    /* conv2d, batch norm, pooling: cuDNN path not written yet (NULL: the layers say so) */
+    be.conv2d_fwd = cuda_conv2d_fwd;
+    be.conv2d_bwd = cuda_conv2d_bwd;
+    be.bn_stats = cuda_bn_stats;
+    be.bn_bwd_stats = cuda_bn_bwd_stats;
+    be.channel_affine = cuda_channel_affine;
+    be.channel_affine2_acc = cuda_channel_affine2_acc;
+    be.maxpool_fwd = cuda_maxpool_fwd;
+    be.maxpool_bwd = cuda_maxpool_bwd;
+    be.avgpool_fwd = cuda_avgpool_fwd;
+    be.avgpool_bwd = cuda_avgpool_bwd;
     return be;
 }
 

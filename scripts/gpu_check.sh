@@ -32,10 +32,15 @@ row "fmnist_mlp on cuda, 2 epochs" "$(grep -o 'final test acc [0-9.]*%' "$out/tr
 row "  img/s (last progress line)" "$(grep -o '[0-9]* img/s' "$out/train_mlp_cuda.log" | tail -1)"
 ./train configs/fmnist_mlp.ini --set train.device=cpu --set train.epochs=1 --set log.interval=200 > "$out/train_mlp_cpu.log" 2>&1
 row "  same on the CPU ($(nproc) cores), img/s" "$(grep -o '[0-9]* img/s' "$out/train_mlp_cpu.log" | tail -1)"
-./train configs/resnet.ini --set train.device=cuda --set train.max_steps=5 > "$out/train_resnet_cuda.log" 2>&1
-row "resnet.ini on cuda" "$(grep -o 'not available on the cuda backend yet' "$out/train_resnet_cuda.log" | head -1 || echo see log)"
-if /usr/bin/python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-    /usr/bin/python3 bench/peer_pytorch.py --device cuda --models mlp > "$out/peer.log" 2>&1
-    row "PyTorch peer (mlp, cuda)" "$(tail -1 "$out/peer.log")"
+./train configs/resnet.ini --set train.device=cuda --set train.max_steps=60 --set log.interval=20 --set data.test_limit=1000 > "$out/train_resnet_cuda.log" 2>&1
+row "resnet.ini on cuda, 60 steps" "$(grep -o "loss [0-9.]*" "$out/train_resnet_cuda.log" | tail -1), $(grep -o "[0-9]* img/s" "$out/train_resnet_cuda.log" | tail -1)"
+for b in 64 128; do
+    ./train configs/resnet50_synthetic.ini --set train.device=cuda --set train.batch=$b --set train.eval_batch=$b \
+        --set train.max_steps=30 --set log.interval=10 > "$out/r50_b$b.log" 2>&1
+    row "resnet50 synthetic 224px, batch $b, img/s" "$(grep -o '[0-9]* img/s' "$out/r50_b$b.log" | tail -1) (steps 21-30)"
+done
+if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+    python3 bench/peer_pytorch.py --device cuda --models mlp,cnn,resnet20,resnet50 > "$out/peer.log" 2>&1
+    sed 's/^/  /' "$out/peer.log" | head -8 | tee -a "$out/summary.txt"
 fi
 row "total time" "$(( $(date +%s) - start )) s"

@@ -2,7 +2,8 @@
  * and input/parameter gradients), and a few MLP training steps on both. Skips with
  * "skipped: no GPU" when no CUDA device is visible (and in builds without CUDA).
  * Tolerances: relative 1e-4 for elementwise ops and reductions, 1e-3 for GEMM-based ops
- * (different summation order, no TF32), 1e-3 for 5 AdamW steps of an MLP. */
+ * (different summation order, no TF32), 1e-3 for 4 SGD/AdamW steps of an MLP, 2e-3 for 4
+ * SGD steps of a CNN and a ResNet-8 (cuDNN convolutions, batch norm, pooling). */
 #include "tests/testutil.h"
 
 #define NEED_GPU()                                                                                 \
@@ -109,15 +110,16 @@ static void test_gemm(void **state)
     compare("matmul(A^T B) odd sizes", g_matmul, 2, s2, NULL, 1e-3);
 }
 
-/* A few optimizer steps of the same MLP on both devices. */
-static void run_mlp(dpt_device_kind kind, const char *optim, float *params_out, int64_t *n_out)
+/* A few optimizer steps of the same model (same seed, same data) on one device. */
+static void run_model(dpt_device_kind kind, const char *optim, const char *const *sets, float *params_out, int64_t *n_out)
 {
     dpt_error err;
     dpt_config *cfg = dpt_config_defaults();
     char set[64];
     snprintf(set, sizeof set, "optim.name=%s", optim);
     dpt_config_set(cfg, set, &err);
-    dpt_config_set(cfg, "model.hidden=64,32", &err);
+    for (int i = 0; sets[i]; i++)
+        if (!dpt_config_set(cfg, sets[i], &err)) fail_msg("%s", err.msg);
     dpt_ctx *ctx = make(kind);
     dpt_model *m = dpt_model_build(ctx, cfg, 1, 8, 8, 10, &err);
     dpt_optim *o = dpt_optim_build(m, cfg, &err);
@@ -154,10 +156,31 @@ static void test_training_steps(void **state)
     for (int k = 0; k < 2; k++) {
         const char *optim = k ? "adamw" : "sgd";
         int64_t n;
-        run_mlp(DPT_DEVICE_CPU, optim, a, &n);
-        run_mlp(DPT_DEVICE_CUDA, optim, b, &n);
+        const char *mlp[] = {"model.hidden=64,32", NULL};
+        run_model(DPT_DEVICE_CPU, optim, mlp, a, &n);
+        run_model(DPT_DEVICE_CUDA, optim, mlp, b, &n);
         for (int64_t i = 0; i < n; i++) da[i] = a[i], db[i] = b[i];
         assert_close_d(optim, db, da, n, 1e-3, 1e-4);
+    }
+}
+
+/* conv2d (cuDNN), batch norm, max/global pooling, residual adds: a CNN and a ResNet-8. */
+static void test_conv_models(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    static float a[40000], b[40000];
+    static double da[40000], db[40000];
+    const char *cnn[] = {"model.name=cnn", "model.channels=4,8", "model.fc=16", "model.dropout=0", NULL};
+    const char *r8[] = {"model.name=resnet", "model.depth=8", "model.width=4", NULL};
+    const char *const *models[] = {cnn, r8};
+    for (int k = 0; k < 2; k++) {
+        int64_t n;
+        run_model(DPT_DEVICE_CPU, "sgd", models[k], a, &n);
+        run_model(DPT_DEVICE_CUDA, "sgd", models[k], b, &n);
+        assert_true(n <= 40000);
+        for (int64_t i = 0; i < n; i++) da[i] = a[i], db[i] = b[i];
+        assert_close_d(models[k][0], db, da, n, 2e-3, 1e-4);
     }
 }
 
@@ -168,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_training_steps),
+        cmocka_unit_test(test_conv_models),
     };
     return cmocka_run_group_tests_name("cuda", tests, NULL, NULL);
 }
