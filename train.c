@@ -42,9 +42,9 @@ static void usage(FILE *out);
 static int parse_cli(int argc, char **argv, cli *args);
 static dpt_config *load_config(const cli *args, int rank);
 static int run_data_parallel(const cli *args, const dpt_config *cfg, const char *devices);
-static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *model,
-                         const dpt_optim *optim, const dpt_dataset *train, const dpt_dataset *test,
-                         const dpt_loader *loader, const dpt_ddp *ddp);
+static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *model, const dpt_optim *optim,
+                         const dpt_dataset *train, const dpt_dataset *test, const dpt_loader *loader,
+                         const dpt_ddp *ddp);
 /* Loss and accuracy sums over a window of steps (a log interval, or the whole epoch). */
 typedef struct window {
     double start, loss, comm_s, hidden_s;
@@ -65,11 +65,11 @@ static progress progress_new(const replica *r, int64_t total_steps);
 static void progress_step(progress *p, const replica *r, const dpt_train_state *st, int64_t s,
                           int64_t steps_per_epoch, const window *w, double lr);
 static void progress_end_epoch(progress *p);
-static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_train_state *st,
-                       int64_t s, int64_t steps_per_epoch, const window *w, double grad_norm,
-                       double lr, const dpt_ctx *ctx);
-static void log_eval(const replica *r, dpt_metrics *m, const dpt_train_state *st,
-                     dpt_eval_result test, const window *epoch_window);
+static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_train_state *st, int64_t s,
+                       int64_t steps_per_epoch, const window *w, double grad_norm, double lr,
+                       const dpt_ctx *ctx);
+static void log_eval(const replica *r, dpt_metrics *m, const dpt_train_state *st, dpt_eval_result test,
+                     const window *epoch_window);
 static void save_checkpoint(const replica *r, const dpt_model *model, const dpt_optim *optim,
                             const dpt_ctx *ctx, const dpt_train_state *st);
 static bool signal_agreed(const replica *r, int *signal_seen);
@@ -97,11 +97,12 @@ int main(int argc, char **argv)
         return 1;
     }
     if (args.env) {
-        printf("dptrain %s | world: %d rank%s, this is rank %d (local rank %d of %d) on %s | mpi %s\n", DPT_VERSION,
-               world.size, world.size > 1 ? "s" : "", world.rank, world.local_rank, world.local_size, world.host,
-               world.mpi ? "initialised" : "not used (run alone)");
+        printf("dptrain %s | world: %d rank%s, this is rank %d (local rank %d of %d) on %s | mpi %s\n",
+               DPT_VERSION, world.size, world.size > 1 ? "s" : "", world.rank, world.local_rank,
+               world.local_size, world.host, world.mpi ? "initialised" : "not used (run alone)");
         dpt_print_env(stdout);
-        printf("device for this rank: %s\n", dpt_device_count(DPT_DEVICE_CUDA) > 0 ? "cuda:<local rank>" : "cpu");
+        printf("device for this rank: %s\n",
+               dpt_device_count(DPT_DEVICE_CUDA) > 0 ? "cuda:<local rank>" : "cpu");
         dpt_config_free(cfg);
         dpt_world_finalize(&world);
         return 0;
@@ -110,11 +111,18 @@ int main(int argc, char **argv)
     if (*devices && world.size == 1) {
         rc = run_data_parallel(&args, cfg, devices);
     } else {
-        replica r = {.args = &args, .cfg = cfg, .comm = dpt_world_comm(&world), .rank = world.rank,
-                     .size = world.size, .devices = "", .print = world.rank == 0 || dpt_config_bool(cfg, "log", "all_ranks")};
+        replica r = {.args = &args,
+                     .cfg = cfg,
+                     .comm = dpt_world_comm(&world),
+                     .rank = world.rank,
+                     .size = world.size,
+                     .devices = "",
+                     .print = world.rank == 0 || dpt_config_bool(cfg, "log", "all_ranks")};
         if (*devices) {
-            dpt_errorf(&err, "[distributed] devices = %s: DataParallel runs in one process; under "
-                             "mpirun each rank takes one device\nHINT: leave devices empty with mpirun", devices);
+            dpt_errorf(&err,
+                       "[distributed] devices = %s: DataParallel runs in one process; under "
+                       "mpirun each rank takes one device\nHINT: leave devices empty with mpirun",
+                       devices);
             return fail(&r, &err);
         }
         train_replica(&r);
@@ -140,13 +148,14 @@ static void *train_replica(void *arg)
         .seed = (uint64_t)dpt_config_int(cfg, "train", "seed"),
     };
     if (*r->devices && ctx_opt.threads == 0) /* split the cores between replicas */
-        ctx_opt.threads = (int)(sysconf(_SC_NPROCESSORS_ONLN) / r->size > 0 ? sysconf(_SC_NPROCESSORS_ONLN) / r->size : 1);
+        ctx_opt.threads =
+            (int)(sysconf(_SC_NPROCESSORS_ONLN) / r->size > 0 ? sysconf(_SC_NPROCESSORS_ONLN) / r->size : 1);
     dpt_ctx *ctx = dpt_ctx_new(&ctx_opt, &err);
     if (!ctx) return r->rc = fail(r, &err), NULL;
     dpt_dataset *train_set, *test_set;
     if (!dpt_data_open(cfg, &train_set, &test_set, &err)) return r->rc = fail(r, &err), NULL;
-    dpt_model *model = dpt_model_build(ctx, cfg, train_set->c, train_set->h, train_set->w,
-                                       train_set->num_classes, &err);
+    dpt_model *model =
+        dpt_model_build(ctx, cfg, train_set->c, train_set->h, train_set->w, train_set->num_classes, &err);
     if (!model) return r->rc = fail(r, &err), NULL;
     dpt_optim *optim = dpt_optim_build(model, cfg, &err);
     if (!optim) return r->rc = fail(r, &err), NULL;
@@ -178,9 +187,10 @@ static void *train_replica(void *arg)
     dpt_loader *test_loader = dpt_loader_new(ctx, test_set, &test_opt);
     int64_t steps_per_epoch = dpt_loader_num_batches(train_loader) / accum;
     if (steps_per_epoch == 0) {
-        dpt_errorf(&err, "rank %d gets %lld training samples per epoch, fewer than one step of %lld x %d "
-                         "accumulation with drop_last = %s\nHINT: lower [train] batch or "
-                         "[distributed] accum_steps, or use fewer ranks",
+        dpt_errorf(&err,
+                   "rank %d gets %lld training samples per epoch, fewer than one step of %lld x %d "
+                   "accumulation with drop_last = %s\nHINT: lower [train] batch or "
+                   "[distributed] accum_steps, or use fewer ranks",
                    r->rank, (long long)dpt_loader_num_samples(train_loader), (long long)batch, accum,
                    train_opt.drop_last ? "true" : "false");
         return r->rc = fail(r, &err), NULL;
@@ -218,7 +228,8 @@ static void *train_replica(void *arg)
     if (ddp) dpt_ddp_set_timeline(ddp, timeline);
     int epochs = (int)dpt_config_int(cfg, "train", "epochs");
     int64_t max_steps = dpt_config_int(cfg, "train", "max_steps");
-    int64_t total_steps = max_steps > 0 && max_steps < epochs * steps_per_epoch ? max_steps : epochs * steps_per_epoch;
+    int64_t total_steps =
+        max_steps > 0 && max_steps < epochs * steps_per_epoch ? max_steps : epochs * steps_per_epoch;
     dpt_lr_schedule schedule = dpt_lr_schedule_build(cfg, r->size, steps_per_epoch, total_steps);
     if (r->rank == 0) print_header(r, ctx, model, optim, train_set, test_set, train_loader, ddp);
     if (r->args->dry_run || r->args->summary) {
@@ -312,7 +323,8 @@ static void *train_replica(void *arg)
                 win = (window){.start = dpt_now_s()};
             }
             if (eval_every && state.step % eval_every == 0 && s + 1 < steps_per_epoch) {
-                log_eval(r, metrics, &state, dpt_eval_allreduce(r->comm, dpt_evaluate(ctx, model, test_loader)), NULL);
+                log_eval(r, metrics, &state,
+                         dpt_eval_allreduce(r->comm, dpt_evaluate(ctx, model, test_loader)), NULL);
                 win.start = dpt_now_s(); /* evaluation time is not training throughput */
             }
             if ((ckpt_every && state.step % ckpt_every == 0) || signal_seen)
@@ -339,7 +351,8 @@ static void *train_replica(void *arg)
             printf("stopped by signal %d after step %lld; resume with: ./train %s --resume latest\n",
                    signal_seen, (long long)state.step, r->args->config_path);
     } else if (r->rank == 0) {
-        printf("done | %d epochs | %lld steps%s | %.1f s | best test acc %.2f%% (epoch %d) | final test acc %.2f%%\n",
+        printf("done | %d epochs | %lld steps%s | %.1f s | best test acc %.2f%% (epoch %d) | final test acc "
+               "%.2f%%\n",
                state.epoch - 1, (long long)state.step, state.skipped ? " (some skipped)" : "",
                dpt_now_s() - run_start, 100.0 * state.best_acc, state.best_epoch, 100.0 * test.accuracy);
     }
@@ -372,8 +385,13 @@ typedef struct dp_job {
 static void replica_entry(int rank, dpt_comm *comm, void *user)
 {
     dp_job *job = user;
-    replica r = {.args = job->args, .cfg = job->cfg, .comm = comm, .rank = rank, .size = job->n,
-                 .devices = job->devices, .print = rank == 0};
+    replica r = {.args = job->args,
+                 .cfg = job->cfg,
+                 .comm = comm,
+                 .rank = rank,
+                 .size = job->n,
+                 .devices = job->devices,
+                 .print = rank == 0};
     train_replica(&r);
     job->rc[rank] = r.rc;
 }
@@ -383,7 +401,8 @@ static void replica_entry(int rank, dpt_comm *comm, void *user)
 static int run_data_parallel(const cli *args, const dpt_config *cfg, const char *devices)
 {
     int n = 1;
-    for (const char *c = devices; *c; c++) n += *c == ',';
+    for (const char *c = devices; *c; c++)
+        n += *c == ',';
     char copy[512];
     snprintf(copy, sizeof copy, "%s", devices);
     char *save = NULL;
@@ -392,44 +411,47 @@ static int run_data_parallel(const cli *args, const dpt_config *cfg, const char 
         char expect[32];
         snprintf(expect, sizeof expect, "cpu:%d", i);
         if (strcmp(tok, expect) != 0) {
-            fprintf(stderr, "error: %s: [distributed] devices = %s: device %d is '%s', expected '%s'\n"
-                            "HINT: list CPU devices in order, e.g. devices = cpu:0,cpu:1 (CUDA devices "
-                            "need a CUDA build)\n", dpt_config_where(cfg, "distributed", "devices"),
-                    devices, i, tok, expect);
+            fprintf(stderr,
+                    "error: %s: [distributed] devices = %s: device %d is '%s', expected '%s'\n"
+                    "HINT: list CPU devices in order, e.g. devices = cpu:0,cpu:1 (CUDA devices "
+                    "need a CUDA build)\n",
+                    dpt_config_where(cfg, "distributed", "devices"), devices, i, tok, expect);
             return 1;
         }
     }
     dp_job job = {args, cfg, devices, n, calloc((size_t)n, sizeof(int))};
     dpt_run_replicas(n, replica_entry, &job);
     int rc = 0;
-    for (i = 0; i < n; i++) rc |= job.rc[i];
+    for (i = 0; i < n; i++)
+        rc |= job.rc[i];
     free(job.rc);
     return rc;
 }
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: ./train CONFIG [--set section.key=value ...] [--resume [PATH|latest]] [--dry-run]\n"
-            "       mpirun -np N ./train CONFIG ...      (data-parallel over N ranks)\n"
-            "       ./train --config-reference | --help | --version\n"
-            "\n"
-            "Trains the model that the INI file CONFIG describes (see docs/config.md).\n"
-            "\n"
-            "  --set section.key=value  override one config key (repeatable), e.g. --set train.batch=128\n"
-            "  --resume [PATH|latest]   continue exactly from a checkpoint (default: the newest in\n"
-            "                           [checkpoint] dir); SIGINT/SIGTERM write one and stop cleanly\n"
-            "  --dry-run                load everything, print the resolved config, and exit\n"
-            "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"
-            "  --config-reference       print every section and key as Markdown\n"
-            "  --env                    print CUDA/cuDNN/NCCL/MPI versions, the GPUs and the world, and exit\n"
-            "  --version                print the version\n"
-            "  --help                   this text\n"
-            "\n"
-            "examples:\n"
-            "  ./train configs/fmnist_mlp.ini --set train.epochs=1\n"
-            "  mpirun -np 2 ./train configs/fmnist_mlp.ini --set optim.lr_scaling=linear\n"
-            "  ./train configs/fmnist_mlp.ini --set distributed.devices=cpu:0,cpu:1\n");
+    fprintf(
+        out,
+        "usage: ./train CONFIG [--set section.key=value ...] [--resume [PATH|latest]] [--dry-run]\n"
+        "       mpirun -np N ./train CONFIG ...      (data-parallel over N ranks)\n"
+        "       ./train --config-reference | --help | --version\n"
+        "\n"
+        "Trains the model that the INI file CONFIG describes (see docs/config.md).\n"
+        "\n"
+        "  --set section.key=value  override one config key (repeatable), e.g. --set train.batch=128\n"
+        "  --resume [PATH|latest]   continue exactly from a checkpoint (default: the newest in\n"
+        "                           [checkpoint] dir); SIGINT/SIGTERM write one and stop cleanly\n"
+        "  --dry-run                load everything, print the resolved config, and exit\n"
+        "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"
+        "  --config-reference       print every section and key as Markdown\n"
+        "  --env                    print CUDA/cuDNN/NCCL/MPI versions, the GPUs and the world, and exit\n"
+        "  --version                print the version\n"
+        "  --help                   this text\n"
+        "\n"
+        "examples:\n"
+        "  ./train configs/fmnist_mlp.ini --set train.epochs=1\n"
+        "  mpirun -np 2 ./train configs/fmnist_mlp.ini --set optim.lr_scaling=linear\n"
+        "  ./train configs/fmnist_mlp.ini --set distributed.devices=cpu:0,cpu:1\n");
 }
 
 /* Returns an exit code to stop with, or -1 to go on training. */
@@ -454,7 +476,8 @@ static int parse_cli(int argc, char **argv, cli *args)
         } else if (!strcmp(a, "--env")) {
             args->env = true;
         } else if (!strcmp(a, "--resume")) {
-            args->resume = i + 1 < argc && argv[i + 1][0] != '-' && !strstr(argv[i + 1], ".ini") ? argv[++i] : "latest";
+            args->resume =
+                i + 1 < argc && argv[i + 1][0] != '-' && !strstr(argv[i + 1], ".ini") ? argv[++i] : "latest";
         } else if (!strcmp(a, "--set") || !strncmp(a, "--set=", 6)) {
             const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
             if (!v) {
@@ -503,9 +526,9 @@ static dpt_config *load_config(const cli *args, int rank)
     return cfg;
 }
 
-static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *model,
-                         const dpt_optim *optim, const dpt_dataset *train, const dpt_dataset *test,
-                         const dpt_loader *loader, const dpt_ddp *ddp)
+static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *model, const dpt_optim *optim,
+                         const dpt_dataset *train, const dpt_dataset *test, const dpt_loader *loader,
+                         const dpt_ddp *ddp)
 {
     const dpt_config *cfg = r->cfg;
     int64_t batch = dpt_config_int(cfg, "train", "batch");
@@ -526,9 +549,8 @@ static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *
                dpt_config_float(cfg, "distributed", "bucket_mb"),
                dpt_config_bool(cfg, "distributed", "overlap") ? "on" : "off", r->comm->ops->name);
     printf("data %s | train %lld per rank of %lld | test %lld | %dx%dx%d | %d classes | %lld steps/epoch\n",
-           dpt_config_str(cfg, "data", "dir"), (long long)dpt_loader_num_samples(loader),
-           (long long)train->n, (long long)test->n, (int)train->c,
-           (int)train->h, (int)train->w, train->num_classes,
+           dpt_config_str(cfg, "data", "dir"), (long long)dpt_loader_num_samples(loader), (long long)train->n,
+           (long long)test->n, (int)train->c, (int)train->h, (int)train->w, train->num_classes,
            (long long)(dpt_loader_num_batches(loader) / accum));
     printf("optim %s | lr %g (%s scaling) | schedule %s\n", dpt_optim_name(optim),
            dpt_lr_schedule_build(cfg, r->size, 1, 1).target_lr, dpt_config_str(cfg, "optim", "lr_scaling"),
@@ -549,10 +571,12 @@ static void inject_fault(const replica *r, int64_t step)
 {
     bool exit_now = fault_now(r, "exit", step), hang_now = fault_now(r, "hang", step);
     if (!exit_now && !hang_now) return;
-    fprintf(stderr, "fault injection: rank %d %s at step %lld\n", r->rank, exit_now ? "exit" : "hang", (long long)step);
+    fprintf(stderr, "fault injection: rank %d %s at step %lld\n", r->rank, exit_now ? "exit" : "hang",
+            (long long)step);
     fflush(stderr);
     if (exit_now) _exit(3);
-    for (;;) pause();
+    for (;;)
+        pause();
 }
 
 static void window_add(window *w, window *whole, float loss, int64_t correct, int64_t samples)
@@ -568,9 +592,12 @@ static progress progress_new(const replica *r, int64_t total_steps)
     const char *mode = dpt_config_str(r->cfg, "log", "progress");
     /* Under mpirun stdout is often a pty of the launcher even when the job's output goes to a
      * file, so "auto" means lines for multi-process runs. */
-    bool bar = !strcmp(mode, "bar") || (!strcmp(mode, "auto") && isatty(STDOUT_FILENO) && !getenv("OMPI_COMM_WORLD_SIZE") &&
-                                        !getenv("PMIX_RANK") && !getenv("PMI_RANK"));
-    return (progress){.bar = bar && r->print && r->rank == 0, .start = dpt_now_s(), .first_step = -1,
+    bool bar = !strcmp(mode, "bar") ||
+               (!strcmp(mode, "auto") && isatty(STDOUT_FILENO) && !getenv("OMPI_COMM_WORLD_SIZE") &&
+                !getenv("PMIX_RANK") && !getenv("PMI_RANK"));
+    return (progress){.bar = bar && r->print && r->rank == 0,
+                      .start = dpt_now_s(),
+                      .first_step = -1,
                       .total_steps = total_steps};
 }
 
@@ -586,13 +613,14 @@ static void progress_step(progress *p, const replica *r, const dpt_train_state *
     int eta = (int)(per_step * (double)(p->total_steps - st->step));
     char bar[31];
     int fill = (int)(30 * s / steps_per_epoch);
-    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
     bar[30] = '\0';
     printf("\repoch %d [%s] %3d%% %lld/%lld | loss %.4f | acc %5.1f%% | lr %.3g | ETA %d:%02d:%02d \033[K",
            st->epoch, bar, (int)(100 * s / steps_per_epoch), (long long)s, (long long)steps_per_epoch,
            w->samples ? w->loss / (double)w->samples : 0.0,
-           w->samples ? 100.0 * (double)w->correct / (double)w->samples : 0.0, lr, eta / 3600,
-           eta / 60 % 60, eta % 60);
+           w->samples ? 100.0 * (double)w->correct / (double)w->samples : 0.0, lr, eta / 3600, eta / 60 % 60,
+           eta % 60);
     fflush(stdout);
     (void)r;
 }
@@ -602,9 +630,9 @@ static void progress_end_epoch(progress *p)
     if (p->bar) printf("\n");
 }
 
-static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_train_state *st,
-                       int64_t s, int64_t steps_per_epoch, const window *w, double grad_norm,
-                       double lr, const dpt_ctx *ctx)
+static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_train_state *st, int64_t s,
+                       int64_t steps_per_epoch, const window *w, double grad_norm, double lr,
+                       const dpt_ctx *ctx)
 {
     double now = dpt_now_s();
     int64_t steps = w->steps > 0 ? w->steps : 1;
@@ -615,8 +643,8 @@ static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_
         char who[32] = "", comm[96] = "";
         if (r->rank) snprintf(who, sizeof who, "[rank %d] ", r->rank);
         if (r->comm)
-            snprintf(comm, sizeof comm, " | comm %.2f ms/step (%.0f%% hidden)", 1e3 * w->comm_s / (double)steps,
-                     w->comm_s > 0 ? 100.0 * w->hidden_s / w->comm_s : 0.0);
+            snprintf(comm, sizeof comm, " | comm %.2f ms/step (%.0f%% hidden)",
+                     1e3 * w->comm_s / (double)steps, w->comm_s > 0 ? 100.0 * w->hidden_s / w->comm_s : 0.0);
         printf("%sepoch %d | step %6lld/%lld | loss %.4f | acc %5.1f%% | %8.0f img/s%s\n", who, st->epoch,
                (long long)s, (long long)steps_per_epoch, loss, 100.0 * acc, img_s, comm);
         fflush(stdout);
@@ -626,26 +654,29 @@ static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_
                       "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,\"loss\":%.6f,\"acc\":%.6f,"
                       "\"img_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"comm_hidden\":%.4f,"
                       "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"ranks\":%d,\"global_batch\":%lld",
-                      st->epoch, (long long)st->step, lr, loss, acc, img_s, 1e3 * (now - w->start) / (double)steps,
-                      1e3 * w->comm_s / (double)steps, w->comm_s > 0 ? w->hidden_s / w->comm_s : 0.0,
-                      grad_norm, (double)mem.peak_allocated / 1048576.0, r->size,
+                      st->epoch, (long long)st->step, lr, loss, acc, img_s,
+                      1e3 * (now - w->start) / (double)steps, 1e3 * w->comm_s / (double)steps,
+                      w->comm_s > 0 ? w->hidden_s / w->comm_s : 0.0, grad_norm,
+                      (double)mem.peak_allocated / 1048576.0, r->size,
                       (long long)(dpt_config_int(r->cfg, "train", "batch") * r->size *
                                   dpt_config_int(r->cfg, "distributed", "accum_steps")));
 }
 
 /* After an evaluation: the epoch line (epoch_window != NULL) or a mid-epoch one. */
-static void log_eval(const replica *r, dpt_metrics *m, const dpt_train_state *st,
-                     dpt_eval_result test, const window *epoch_window)
+static void log_eval(const replica *r, dpt_metrics *m, const dpt_train_state *st, dpt_eval_result test,
+                     const window *epoch_window)
 {
     double sums[3] = {0, 0, 0};
     if (epoch_window) {
-        sums[0] = epoch_window->loss, sums[1] = (double)epoch_window->correct, sums[2] = (double)epoch_window->samples;
+        sums[0] = epoch_window->loss, sums[1] = (double)epoch_window->correct,
+        sums[2] = (double)epoch_window->samples;
         if (r->comm) r->comm->ops->allreduce_f64(r->comm, sums, 3);
     }
     double train_loss = sums[2] ? sums[0] / sums[2] : NAN, train_acc = sums[2] ? sums[1] / sums[2] : NAN;
     if (r->rank == 0) {
         if (epoch_window)
-            printf("epoch %d done | %.1f s | train loss %.4f acc %.1f%% | test loss %.4f acc %.2f%% (%lld images)\n",
+            printf("epoch %d done | %.1f s | train loss %.4f acc %.1f%% | test loss %.4f acc %.2f%% (%lld "
+                   "images)\n",
                    st->epoch, dpt_now_s() - epoch_window->start, train_loss, 100.0 * train_acc, test.loss,
                    100.0 * test.accuracy, (long long)test.samples);
         else
@@ -666,8 +697,10 @@ static dpt_device pick_device(const replica *r)
     bool cuda = !strcmp(want, "cuda") || (!strcmp(want, "auto") && dpt_device_count(DPT_DEVICE_CUDA) > 0);
     if (!cuda) return (dpt_device){DPT_DEVICE_CPU, r->rank};
     if (r->comm && r->size > 1)
-        dpt_abort_job("[train] device = %s with %d ranks: GPU buffers need the NCCL communicator, which is not "
-                      "written yet\nHINT: set [train] device = cpu for multi-rank runs", want, r->size);
+        dpt_abort_job(
+            "[train] device = %s with %d ranks: GPU buffers need the NCCL communicator, which is not "
+            "written yet\nHINT: set [train] device = cpu for multi-rank runs",
+            want, r->size);
     int local = getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? atoi(getenv("OMPI_COMM_WORLD_LOCAL_RANK")) : r->rank;
     return (dpt_device){DPT_DEVICE_CUDA, local};
 }
@@ -679,11 +712,13 @@ static void save_checkpoint(const replica *r, const dpt_model *model, const dpt_
     if (r->rank != 0) return;
     const char *dir = dpt_config_str(r->cfg, "checkpoint", "dir");
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        dpt_abort_job("cannot create checkpoint folder %s: %s\nHINT: set [checkpoint] dir", dir, strerror(errno));
+        dpt_abort_job("cannot create checkpoint folder %s: %s\nHINT: set [checkpoint] dir", dir,
+                      strerror(errno));
     char path[1100];
     snprintf(path, sizeof path, "%s/ckpt-step%08lld.dpt", dir, (long long)st->step);
     dpt_error err;
-    if (!dpt_checkpoint_save(path, model, optim, ctx, r->cfg, st, r->size, &err)) dpt_abort_job("%s", err.msg);
+    if (!dpt_checkpoint_save(path, model, optim, ctx, r->cfg, st, r->size, &err))
+        dpt_abort_job("%s", err.msg);
     dpt_checkpoint_prune(dir, (int)dpt_config_int(r->cfg, "checkpoint", "keep_last"));
     printf("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
     fflush(stdout);
@@ -691,7 +726,10 @@ static void save_checkpoint(const replica *r, const dpt_model *model, const dpt_
 
 static volatile sig_atomic_t pending_signal;
 
-static void on_signal(int sig) { pending_signal = sig; }
+static void on_signal(int sig)
+{
+    pending_signal = sig;
+}
 
 static void install_signal_handlers(void)
 {

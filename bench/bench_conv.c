@@ -38,12 +38,13 @@ static double conv_gflops(dpt_ctx *ctx, const conv_case *c, int reps, double *ms
     return flops / best / 1e9;
 }
 
-static double train_img_s(dpt_ctx *ctx, const char *const *sets, int nsets, int64_t c, int64_t hw, int classes,
-                          int64_t batch, int steps)
+static double train_img_s(dpt_ctx *ctx, const char *const *sets, int nsets, int64_t c, int64_t hw,
+                          int classes, int64_t batch, int steps)
 {
     dpt_error err;
     dpt_config *cfg = dpt_config_defaults();
-    for (int i = 0; i < nsets; i++) dpt_config_set(cfg, sets[i], &err);
+    for (int i = 0; i < nsets; i++)
+        dpt_config_set(cfg, sets[i], &err);
     dpt_model *m = dpt_model_build(ctx, cfg, c, hw, hw, classes, &err);
     dpt_optim *opt = dpt_sgd_new(m, 0.01f, 0.9f, 0.0f, 0.0f, false);
     dpt_dataset *ds = dpt_synthetic_new(batch * 2, c, hw, hw, classes, 1);
@@ -78,15 +79,19 @@ int main(int argc, char **argv)
     dpt_ctx_options opt = {.device = {DPT_DEVICE_CPU, 0}, .threads = 0, .seed = 1};
     dpt_ctx *ctx = dpt_ctx_new(&opt, &err);
     const conv_case cases[] = {
-        {"resnet20", 16, 32, 16, 3, 1, 32}, {"resnet20", 16, 32, 32, 3, 2, 32}, {"resnet20", 32, 16, 32, 3, 1, 32},
-        {"resnet20", 64, 8, 64, 3, 1, 32},  {"resnet50", 64, 56, 64, 1, 1, 8},  {"resnet50", 64, 56, 64, 3, 1, 8},
-        {"resnet50", 128, 28, 128, 3, 1, 8}, {"resnet50", 256, 14, 256, 3, 1, 8}, {"resnet50", 512, 7, 2048, 1, 1, 8},
+        {"resnet20", 16, 32, 16, 3, 1, 32},  {"resnet20", 16, 32, 32, 3, 2, 32},
+        {"resnet20", 32, 16, 32, 3, 1, 32},  {"resnet20", 64, 8, 64, 3, 1, 32},
+        {"resnet50", 64, 56, 64, 1, 1, 8},   {"resnet50", 64, 56, 64, 3, 1, 8},
+        {"resnet50", 128, 28, 128, 3, 1, 8}, {"resnet50", 256, 14, 256, 3, 1, 8},
+        {"resnet50", 512, 7, 2048, 1, 1, 8},
     };
     int ncases = (int)(sizeof cases / sizeof cases[0]);
-    printf("conv2d forward+backward | backend cpu (im2col + OpenBLAS) | %d threads | 1 rank\n", dpt_ctx_threads(ctx));
+    printf("conv2d forward+backward | backend cpu (im2col + OpenBLAS) | %d threads | 1 rank\n",
+           dpt_ctx_threads(ctx));
     printf("%-9s %-26s %6s %10s %10s\n", "net", "layer (Cin->Cout, HxW, k/s)", "batch", "ms", "GFLOP/s");
     char json[4096];
-    int used = snprintf(json, sizeof json, "{\"bench\":\"conv\",\"backend\":\"cpu\",\"threads\":%d,\"ranks\":1,\"conv\":[",
+    int used = snprintf(json, sizeof json,
+                        "{\"bench\":\"conv\",\"backend\":\"cpu\",\"threads\":%d,\"ranks\":1,\"conv\":[",
                         dpt_ctx_threads(ctx));
     for (int i = 0; i < ncases; i++) {
         double ms, g = conv_gflops(ctx, &cases[i], quick ? 2 : 5, &ms);
@@ -95,8 +100,9 @@ int main(int argc, char **argv)
                  (long long)cases[i].c_out, (long long)cases[i].hw, (long long)cases[i].hw,
                  (long long)cases[i].k, (long long)cases[i].stride);
         printf("%-9s %-26s %6lld %10.2f %10.1f\n", cases[i].net, layer, (long long)cases[i].batch, ms, g);
-        used += snprintf(json + used, sizeof json - (size_t)used, "%s{\"net\":\"%s\",\"layer\":\"%s\",\"gflops\":%.2f}",
-                         i ? "," : "", cases[i].net, layer, g);
+        used += snprintf(json + used, sizeof json - (size_t)used,
+                         "%s{\"net\":\"%s\",\"layer\":\"%s\",\"gflops\":%.2f}", i ? "," : "", cases[i].net,
+                         layer, g);
     }
     const char *cnn[] = {"model.name=cnn"};
     const char *r20[] = {"model.name=resnet", "model.depth=20"};
@@ -104,11 +110,12 @@ int main(int argc, char **argv)
     double img_cnn = train_img_s(ctx, cnn, 1, 1, 28, 10, 32, quick ? 20 : 50);
     double img_r20 = train_img_s(ctx, r20, 2, 3, 32, 10, 32, quick ? 5 : 20);
     double img_r50 = quick ? 0.0 : train_img_s(ctx, r50, 2, 3, 224, 1000, 32, 2);
-    printf("training, batch 32, SGD: cnn (1x28x28) %.0f img/s | resnet20 (3x32x32) %.0f img/s | resnet50 (3x224x224) %s\n",
+    printf("training, batch 32, SGD: cnn (1x28x28) %.0f img/s | resnet20 (3x32x32) %.0f img/s | resnet50 "
+           "(3x224x224) %s\n",
            img_cnn, img_r20, quick ? "skipped (quick)" : "");
     if (!quick) printf("  resnet50: %.2f img/s\n", img_r50);
-    printf("%s],\"train_batch\":32,\"cnn_img_s\":%.1f,\"resnet20_img_s\":%.1f,\"resnet50_img_s\":%.2f}\n", json,
-           img_cnn, img_r20, img_r50);
+    printf("%s],\"train_batch\":32,\"cnn_img_s\":%.1f,\"resnet20_img_s\":%.1f,\"resnet50_img_s\":%.2f}\n",
+           json, img_cnn, img_r20, img_r50);
     dpt_ctx_free(ctx);
     return 0;
 }

@@ -41,29 +41,32 @@ static double blas_step_seconds(int64_t batch, int reps)
     for (int l = 0; l < NLAYERS; l++) {
         w[l] = calloc((size_t)(widths[l] * widths[l + 1]), sizeof(float));
         dw[l] = calloc((size_t)(widths[l] * widths[l + 1]), sizeof(float));
-        for (int64_t i = 0; i < widths[l] * widths[l + 1]; i++) w[l][i] = 0.01f * (float)(i % 7);
+        for (int64_t i = 0; i < widths[l] * widths[l + 1]; i++)
+            w[l][i] = 0.01f * (float)(i % 7);
     }
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = dpt_now_s();
         for (int l = 0; l < NLAYERS; l++) /* y = x W^T */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)batch, (int)widths[l + 1],
-                        (int)widths[l], 1.0f, x[l], (int)widths[l], w[l], (int)widths[l], 0.0f,
-                        x[l + 1], (int)widths[l + 1]);
+                        (int)widths[l], 1.0f, x[l], (int)widths[l], w[l], (int)widths[l], 0.0f, x[l + 1],
+                        (int)widths[l + 1]);
         for (int l = NLAYERS - 1; l >= 0; l--) {
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)widths[l + 1], (int)widths[l],
-                        (int)batch, 1.0f, dx[l + 1], (int)widths[l + 1], x[l], (int)widths[l], 1.0f,
-                        dw[l], (int)widths[l]);
+                        (int)batch, 1.0f, dx[l + 1], (int)widths[l + 1], x[l], (int)widths[l], 1.0f, dw[l],
+                        (int)widths[l]);
             if (l > 0)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)batch, (int)widths[l],
-                            (int)widths[l + 1], 1.0f, dx[l + 1], (int)widths[l + 1], w[l],
-                            (int)widths[l], 1.0f, dx[l], (int)widths[l]);
+                            (int)widths[l + 1], 1.0f, dx[l + 1], (int)widths[l + 1], w[l], (int)widths[l],
+                            1.0f, dx[l], (int)widths[l]);
         }
         double t = dpt_now_s() - t0;
         if (t < best) best = t;
     }
-    for (int l = 0; l <= NLAYERS; l++) free(x[l]), free(dx[l]);
-    for (int l = 0; l < NLAYERS; l++) free(w[l]), free(dw[l]);
+    for (int l = 0; l <= NLAYERS; l++)
+        free(x[l]), free(dx[l]);
+    for (int l = 0; l < NLAYERS; l++)
+        free(w[l]), free(dw[l]);
     return best;
 }
 
@@ -74,8 +77,13 @@ static result run(const dpt_config *base, const dpt_dataset *train, int threads,
     dpt_ctx *ctx = dpt_ctx_new(&opt, &err);
     dpt_model *model = dpt_model_build(ctx, base, 1, 28, 28, 10, &err);
     dpt_optim *optim = dpt_optim_build(model, base, &err);
-    dpt_loader_options lo = {.batch = batch, .shuffle = true, .drop_last = true, .seed = 1,
-                             .world_size = 1, .mean = 0.286f, .std = 0.353f};
+    dpt_loader_options lo = {.batch = batch,
+                             .shuffle = true,
+                             .drop_last = true,
+                             .seed = 1,
+                             .world_size = 1,
+                             .mean = 0.286f,
+                             .std = 0.353f};
     dpt_loader *loader = dpt_loader_new(ctx, train, &lo);
     dpt_batch b;
     double t0 = 0.0;
@@ -122,22 +130,23 @@ int main(int argc, char **argv)
     result results[4];
     int n = 0;
     for (int t = 0; t < (cores > 1 ? 2 : 1); t++)
-        for (int b = 0; b < 2; b++) results[n++] = run(cfg, train, thread_counts[t], batches[b], steps);
+        for (int b = 0; b < 2; b++)
+            results[n++] = run(cfg, train, thread_counts[t], batches[b], steps);
 
-    printf("MLP 784-256-256-10 training on Fashion-MNIST | backend cpu (OpenBLAS) | 1 rank | %d steps\n", steps);
-    printf("%-8s %-6s %10s %9s %14s %12s %9s\n", "threads", "batch", "img/s", "step ms",
-           "GEMM GFLOP/s", "BLAS GFLOP/s", "overhead");
+    printf("MLP 784-256-256-10 training on Fashion-MNIST | backend cpu (OpenBLAS) | 1 rank | %d steps\n",
+           steps);
+    printf("%-8s %-6s %10s %9s %14s %12s %9s\n", "threads", "batch", "img/s", "step ms", "GEMM GFLOP/s",
+           "BLAS GFLOP/s", "overhead");
     for (int i = 0; i < n; i++)
         printf("%-8d %-6lld %10.0f %9.3f %14.1f %12.1f %8.0f%%\n", results[i].threads,
-               (long long)results[i].batch, results[i].img_s, results[i].step_ms,
-               results[i].framework_gflops, results[i].blas_gflops,
-               100.0 * (results[i].blas_gflops / results[i].framework_gflops - 1.0));
+               (long long)results[i].batch, results[i].img_s, results[i].step_ms, results[i].framework_gflops,
+               results[i].blas_gflops, 100.0 * (results[i].blas_gflops / results[i].framework_gflops - 1.0));
     printf("{\"bench\":\"mlp\",\"backend\":\"cpu\",\"ranks\":1,\"steps\":%d,\"results\":[", steps);
     for (int i = 0; i < n; i++)
         printf("%s{\"threads\":%d,\"batch\":%lld,\"img_s\":%.1f,\"step_ms\":%.4f,"
-               "\"gemm_gflops\":%.2f,\"blas_gflops\":%.2f}", i ? "," : "", results[i].threads,
-               (long long)results[i].batch, results[i].img_s, results[i].step_ms,
-               results[i].framework_gflops, results[i].blas_gflops);
+               "\"gemm_gflops\":%.2f,\"blas_gflops\":%.2f}",
+               i ? "," : "", results[i].threads, (long long)results[i].batch, results[i].img_s,
+               results[i].step_ms, results[i].framework_gflops, results[i].blas_gflops);
     printf("]}\n");
     dpt_dataset_free(train);
     dpt_dataset_free(test);

@@ -23,22 +23,29 @@ typedef struct setup {
 } setup;
 
 static double time_steps_once(const setup *s, const dpt_dataset *ds, dpt_comm *comm, double bucket_mb,
-                         bool overlap, double delay_ms, int *nbuckets)
+                              bool overlap, double delay_ms, int *nbuckets)
 {
     dpt_error err;
     dpt_config *cfg = dpt_config_defaults();
-    for (int i = 0; i < 3 && s->sets[i]; i++) dpt_config_set(cfg, s->sets[i], &err);
+    for (int i = 0; i < 3 && s->sets[i]; i++)
+        dpt_config_set(cfg, s->sets[i], &err);
     dpt_ctx_options co = {.device = {DPT_DEVICE_CPU, 0}, .threads = 1, .seed = 1};
     dpt_ctx *ctx = dpt_ctx_new(&co, &err);
     dpt_model *model = dpt_model_build(ctx, cfg, 1, 28, 28, 10, &err);
     dpt_optim *optim = dpt_optim_build(model, cfg, &err);
-    dpt_loader_options lo = {.batch = s->batch, .shuffle = true, .drop_last = true, .seed = 1,
-                             .rank = dpt_comm_rank(comm), .world_size = dpt_comm_size(comm),
-                             .mean = 0.286f, .std = 0.353f};
+    dpt_loader_options lo = {.batch = s->batch,
+                             .shuffle = true,
+                             .drop_last = true,
+                             .seed = 1,
+                             .rank = dpt_comm_rank(comm),
+                             .world_size = dpt_comm_size(comm),
+                             .mean = 0.286f,
+                             .std = 0.353f};
     dpt_loader *loader = dpt_loader_new(ctx, ds, &lo);
     dpt_ddp *ddp = NULL;
     if (comm) {
-        dpt_ddp_options o = {.bucket_mb = bucket_mb, .overlap = overlap, .timeout_s = 300, .dataset_len = ds->n};
+        dpt_ddp_options o = {
+            .bucket_mb = bucket_mb, .overlap = overlap, .timeout_s = 300, .dataset_len = ds->n};
         ddp = dpt_ddp_new(ctx, model, comm, &o, &err);
         dpt_comm_set_delay(comm, delay_ms);
         *nbuckets = dpt_ddp_num_buckets(ddp);
@@ -149,14 +156,16 @@ int main(int argc, char **argv)
         printf("%-44s %12.3f\n", "mlp 1024x6 b512: no added latency", 1e3 * base);
         printf("%-44s %12.3f\n", "  + 1 ms/MiB per AllReduce, overlap on", 1e3 * on);
         printf("%-44s %12.3f\n", "  + 1 ms/MiB per AllReduce, overlap off", 1e3 * off);
-        printf("buckets %d of <= %g MiB; comm added by the slow network hidden by backward: %.0f%% (target 80%%)\n",
+        printf("buckets %d of <= %g MiB; comm added by the slow network hidden by backward: %.0f%% (target "
+               "80%%)\n",
                nb_wide, bucket, 100 * hidden);
         printf("{\"bench\":\"ddp\",\"backend\":\"cpu\",\"comm\":\"mpi\",\"ranks\":2,\"threads\":1,"
                "\"cnn_img_s_1rank\":%.1f,\"cnn_img_s_2ranks\":%.1f,\"cnn_scaling_efficiency\":%.4f,"
                "\"img_s_1rank\":%.1f,\"img_s_2ranks\":%.1f,\"scaling_efficiency\":%.4f,"
                "\"overlap_base_ms\":%.3f,\"overlap_on_ms\":%.3f,\"overlap_off_ms\":%.3f,"
                "\"buckets\":%d,\"delay_ms_per_mb\":%.1f,\"hidden\":%.4f}\n",
-               cimg1, cimg2, cimg2 / cimg1 / 2, img1, img2, img2 / img1 / 2, 1e3 * base, 1e3 * on, 1e3 * off, nb_wide, delay, hidden);
+               cimg1, cimg2, cimg2 / cimg1 / 2, img1, img2, img2 / img1 / 2, 1e3 * base, 1e3 * on, 1e3 * off,
+               nb_wide, delay, hidden);
     }
     dpt_dataset_free(train);
     dpt_dataset_free(test);

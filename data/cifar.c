@@ -19,8 +19,9 @@ dpt_dataset *dpt_cifar_load(const char *const *paths, int npaths, dpt_error *err
     for (int i = 0; i < npaths; i++) {
         FILE *f = fopen(paths[i], "rb");
         if (!f) {
-            dpt_errorf(err, "cannot open CIFAR file %s: %s\nHINT: download the CIFAR-10 binary version and set "
-                            "[data] dir to the folder holding data_batch_1.bin ... test_batch.bin",
+            dpt_errorf(err,
+                       "cannot open CIFAR file %s: %s\nHINT: download the CIFAR-10 binary version and set "
+                       "[data] dir to the folder holding data_batch_1.bin ... test_batch.bin",
                        paths[i], strerror(errno));
             return NULL;
         }
@@ -28,8 +29,10 @@ dpt_dataset *dpt_cifar_load(const char *const *paths, int npaths, dpt_error *err
         sizes[i] = ftell(f);
         fclose(f);
         if (sizes[i] <= 0 || sizes[i] % CIFAR_RECORD) {
-            dpt_errorf(err, "%s: %lld bytes is not a whole number of %d-byte CIFAR records\nHINT: the file is "
-                            "truncated or not the CIFAR-10 binary version", paths[i], (long long)sizes[i], CIFAR_RECORD);
+            dpt_errorf(err,
+                       "%s: %lld bytes is not a whole number of %d-byte CIFAR records\nHINT: the file is "
+                       "truncated or not the CIFAR-10 binary version",
+                       paths[i], (long long)sizes[i], CIFAR_RECORD);
             return NULL;
         }
         total += sizes[i] / CIFAR_RECORD;

@@ -9,11 +9,14 @@
 
 static void join(char *out, size_t size, const char *dir, const char *file)
 {
-    if (file[0] == '/' || !*dir) snprintf(out, size, "%s", file);
-    else snprintf(out, size, "%s/%s", dir, file);
+    if (file[0] == '/' || !*dir)
+        snprintf(out, size, "%s", file);
+    else
+        snprintf(out, size, "%s/%s", dir, file);
 }
 
-static bool open_cifar(const dpt_config *cfg, const char *dir, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
+static bool open_cifar(const dpt_config *cfg, const char *dir, dpt_dataset **train, dpt_dataset **test,
+                       dpt_error *err)
 {
     char names[6][2048];
     const char *paths[6];
@@ -53,13 +56,16 @@ bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **tes
     const char *dir = dpt_config_str(cfg, "data", "dir");
     struct stat st;
     if ((stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) && !strcmp(source, "cifar"))
-        return dpt_errorf(err, "%s: [data] dir = %s: no such folder\nHINT: download the CIFAR-10 binary "
-                               "version and point [data] dir at the folder with data_batch_1.bin ... test_batch.bin",
-                          dpt_config_where(cfg, "data", "dir"), dir);
+        return dpt_errorf(
+            err,
+            "%s: [data] dir = %s: no such folder\nHINT: download the CIFAR-10 binary "
+            "version and point [data] dir at the folder with data_batch_1.bin ... test_batch.bin",
+            dpt_config_where(cfg, "data", "dir"), dir);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return dpt_errorf(err, "%s: [data] dir = %s: no such folder\nHINT: install the data set with "
-                               "'make deps' (Debian package dataset-fashion-mnist, files under "
-                               "/usr/share/datasets/fashion-mnist) or set [data] dir to your copy",
+        return dpt_errorf(err,
+                          "%s: [data] dir = %s: no such folder\nHINT: install the data set with "
+                          "'make deps' (Debian package dataset-fashion-mnist, files under "
+                          "/usr/share/datasets/fashion-mnist) or set [data] dir to your copy",
                           dpt_config_where(cfg, "data", "dir"), dir);
     if (!strcmp(source, "cifar")) return open_cifar(cfg, dir, train, test, err);
     char images[2048], labels[2048];
@@ -76,8 +82,9 @@ bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **tes
         return false;
     }
     if ((*train)->c != (*test)->c || (*train)->h != (*test)->h || (*train)->w != (*test)->w) {
-        dpt_errorf(err, "train images are %lldx%lld but test images (%s) are %lldx%lld\nHINT: the "
-                        "train and test files must come from the same data set",
+        dpt_errorf(err,
+                   "train images are %lldx%lld but test images (%s) are %lldx%lld\nHINT: the "
+                   "train and test files must come from the same data set",
                    (long long)(*train)->h, (long long)(*train)->w, images, (long long)(*test)->h,
                    (long long)(*test)->w);
         dpt_dataset_free(*train);

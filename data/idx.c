@@ -8,8 +8,9 @@
 #include "dpt.h"
 #include "../runtime/error.h"
 
-#define IDX_HINT "HINT: install the Fashion-MNIST files with 'make deps' (Debian package " \
-                 "dataset-fashion-mnist) or point [data] dir at a folder holding them"
+#define IDX_HINT                                                                                             \
+    "HINT: install the Fashion-MNIST files with 'make deps' (Debian package "                                \
+    "dataset-fashion-mnist) or point [data] dir at a folder holding them"
 
 typedef struct idx_file {
     int ndim;
@@ -22,8 +23,10 @@ static bool gz_fail(dpt_error *err, gzFile gz, const char *path, const char *wha
 {
     int code = 0;
     const char *msg = gzerror(gz, &code);
-    return dpt_errorf(err, "%s: %s (%s)\nHINT: the file is truncated or corrupt; re-install it or "
-                           "download it again", path, what, code == Z_ERRNO ? strerror(errno) : msg);
+    return dpt_errorf(err,
+                      "%s: %s (%s)\nHINT: the file is truncated or corrupt; re-install it or "
+                      "download it again",
+                      path, what, code == Z_ERRNO ? strerror(errno) : msg);
 }
 
 /* Read exactly n bytes; false if the stream ends early or is corrupt. */
@@ -53,13 +56,17 @@ static bool idx_read(const char *path, int want_ndim, idx_file *out, dpt_error *
     if (!read_exact(gz, header, 4, &got)) {
         int code;
         gzerror(gz, &code);
-        if (code != Z_OK && code != Z_BUF_ERROR) gz_fail(err, gz, path, "cannot read the IDX header");
-        else dpt_errorf(err, "%s: file too short for an IDX header (%lld bytes)\n" IDX_HINT, path, (long long)got);
+        if (code != Z_OK && code != Z_BUF_ERROR)
+            gz_fail(err, gz, path, "cannot read the IDX header");
+        else
+            dpt_errorf(err, "%s: file too short for an IDX header (%lld bytes)\n" IDX_HINT, path,
+                       (long long)got);
         goto close;
     }
     if (header[0] != 0 || header[1] != 0 || header[2] != 0x08 || header[3] != want_ndim) {
-        dpt_errorf(err, "%s: wrong IDX magic %02x %02x %02x %02x: expected 00 00 08 %02x (unsigned "
-                        "bytes, %d dimensions: %s)\nHINT: check that [data] names an IDX %s file",
+        dpt_errorf(err,
+                   "%s: wrong IDX magic %02x %02x %02x %02x: expected 00 00 08 %02x (unsigned "
+                   "bytes, %d dimensions: %s)\nHINT: check that [data] names an IDX %s file",
                    path, header[0], header[1], header[2], header[3], want_ndim, want_ndim,
                    want_ndim == 3 ? "images" : "labels", want_ndim == 3 ? "image" : "label");
         goto close;
@@ -92,17 +99,22 @@ static bool idx_read(const char *path, int want_ndim, idx_file *out, dpt_error *
     if (!read_exact(gz, out->data, out->count, &got)) {
         int code;
         gzerror(gz, &code);
-        if (code != Z_OK && code != Z_BUF_ERROR) gz_fail(err, gz, path, "cannot decompress the data");
-        else dpt_errorf(err, "%s: the header promises %lld bytes of data but the file holds %lld\n"
-                             "HINT: the file is truncated; re-install or download it again",
-                        path, (long long)out->count, (long long)got);
+        if (code != Z_OK && code != Z_BUF_ERROR)
+            gz_fail(err, gz, path, "cannot decompress the data");
+        else
+            dpt_errorf(err,
+                       "%s: the header promises %lld bytes of data but the file holds %lld\n"
+                       "HINT: the file is truncated; re-install or download it again",
+                       path, (long long)out->count, (long long)got);
         goto free_data;
     }
     uint8_t extra;
     int r = gzread(gz, &extra, 1);
     if (r > 0) {
-        dpt_errorf(err, "%s: the file holds more than the %lld data bytes its header promises\n"
-                        "HINT: the file is not a valid IDX file", path, (long long)out->count);
+        dpt_errorf(err,
+                   "%s: the file holds more than the %lld data bytes its header promises\n"
+                   "HINT: the file is not a valid IDX file",
+                   path, (long long)out->count);
         goto free_data;
     }
     if (r < 0) { /* e.g. a bad CRC in the gzip trailer, seen only at the end of the stream */
@@ -129,9 +141,10 @@ dpt_dataset *dpt_idx_load(const char *images_path, const char *labels_path, dpt_
     }
     dpt_dataset *ds = NULL;
     if (images.dims[0] != labels.dims[0]) {
-        dpt_errorf(err, "%s holds %lld images but %s holds %lld labels\nHINT: the two files must "
-                        "come from the same split (train or t10k)", images_path,
-                   (long long)images.dims[0], labels_path, (long long)labels.dims[0]);
+        dpt_errorf(err,
+                   "%s holds %lld images but %s holds %lld labels\nHINT: the two files must "
+                   "come from the same split (train or t10k)",
+                   images_path, (long long)images.dims[0], labels_path, (long long)labels.dims[0]);
         goto fail;
     }
     int max_label = 0;
@@ -150,7 +163,8 @@ dpt_dataset *dpt_idx_load(const char *images_path, const char *labels_path, dpt_
     ds->images = images.data;
     ds->labels = malloc((size_t)ds->n * sizeof *ds->labels);
     if (!ds->labels) dpt_fatal("out of host memory for labels");
-    for (int64_t i = 0; i < ds->n; i++) ds->labels[i] = labels.data[i];
+    for (int64_t i = 0; i < ds->n; i++)
+        ds->labels[i] = labels.data[i];
     /* MNIST-style sets have 10 classes; a subset may not show the largest one. */
     ds->num_classes = max_label + 1 > 10 ? max_label + 1 : 10;
     snprintf(ds->name, sizeof ds->name, "idx");

@@ -19,17 +19,17 @@ struct dpt_loader {
     int64_t *mine;     /* n_mine indices into the dataset */
     int64_t batch_index;
     int epoch;
-    float lut[256];    /* byte -> normalised value */
-    float *host_x;     /* (B, C, H, W) staging */
-    int32_t *labels;   /* B */
+    float lut[256];  /* byte -> normalised value */
+    float *host_x;   /* (B, C, H, W) staging */
+    int32_t *labels; /* B */
     dpt_tensor *x_full, *x_partial;
 };
 
 dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader_options *opt)
 {
     DPT_ASSERT(opt->batch > 0, "batch %lld", (long long)opt->batch);
-    DPT_ASSERT(opt->world_size >= 1 && opt->rank >= 0 && opt->rank < opt->world_size,
-               "rank %d of %d", opt->rank, opt->world_size);
+    DPT_ASSERT(opt->world_size >= 1 && opt->rank >= 0 && opt->rank < opt->world_size, "rank %d of %d",
+               opt->rank, opt->world_size);
     dpt_loader *l = calloc(1, sizeof *l);
     if (!l) dpt_fatal("out of host memory for a loader");
     l->ctx = ctx;
@@ -51,11 +51,11 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     l->host_x = malloc((size_t)(opt->batch * chw) * sizeof *l->host_x);
     l->labels = malloc((size_t)opt->batch * sizeof *l->labels);
     if (!l->perm || !l->mine || !l->host_x || !l->labels) dpt_fatal("out of host memory for a loader");
-    for (int b = 0; b < 256; b++) l->lut[b] = ((float)b / 255.0f - opt->mean) / opt->std;
+    for (int b = 0; b < 256; b++)
+        l->lut[b] = ((float)b / 255.0f - opt->mean) / opt->std;
     l->x_full = dpt_tensor_new(ctx, 4, (int64_t[]){opt->batch, ds->c, ds->h, ds->w});
     int64_t tail = l->n_mine % opt->batch;
-    if (!drop && tail)
-        l->x_partial = dpt_tensor_new(ctx, 4, (int64_t[]){tail, ds->c, ds->h, ds->w});
+    if (!drop && tail) l->x_partial = dpt_tensor_new(ctx, 4, (int64_t[]){tail, ds->c, ds->h, ds->w});
     dpt_loader_start_epoch(l, 0);
     return l;
 }
@@ -80,7 +80,8 @@ void dpt_loader_start_epoch(dpt_loader *l, int epoch)
         dpt_rng_seed(&rng, l->opt.seed * 0x9e3779b97f4a7c15ULL + (uint64_t)epoch + 1);
         dpt_rng_permutation(&rng, l->perm, l->n_total);
     } else {
-        for (int64_t i = 0; i < l->n_total; i++) l->perm[i] = i;
+        for (int64_t i = 0; i < l->n_total; i++)
+            l->perm[i] = i;
     }
     for (int64_t i = 0; i < l->n_mine; i++) {
         int64_t pos = (int64_t)l->opt.rank + i * l->opt.world_size;
@@ -118,9 +119,11 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
         int64_t idx = l->mine[start + b];
         const uint8_t *src = l->ds->images + idx * chw;
         float *dst = l->host_x + b * chw;
-        if (l->opt.crop_pad || l->opt.hflip) augment(l, idx, src, dst);
+        if (l->opt.crop_pad || l->opt.hflip)
+            augment(l, idx, src, dst);
         else
-            for (int64_t j = 0; j < chw; j++) dst[j] = l->lut[src[j]];
+            for (int64_t j = 0; j < chw; j++)
+                dst[j] = l->lut[src[j]];
         l->labels[b] = l->ds->labels[idx];
     }
     dpt_tensor *x = size == l->opt.batch ? l->x_full : l->x_partial;
@@ -132,8 +135,14 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
     return true;
 }
 
-int64_t dpt_loader_num_batches(const dpt_loader *l) { return l->n_batches; }
-int64_t dpt_loader_num_samples(const dpt_loader *l) { return l->n_mine; }
+int64_t dpt_loader_num_batches(const dpt_loader *l)
+{
+    return l->n_batches;
+}
+int64_t dpt_loader_num_samples(const dpt_loader *l)
+{
+    return l->n_mine;
+}
 
 void dpt_loader_skip(dpt_loader *l, int64_t n)
 {

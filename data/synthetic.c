@@ -20,8 +20,10 @@ dpt_dataset *dpt_synthetic_new(int64_t n, int64_t c, int64_t h, int64_t w, int n
     dpt_rng_seed(&rng, seed);
     for (size_t i = 0; i < bytes; i += 8) {
         uint64_t r = dpt_rng_next(&rng);
-        for (size_t j = 0; j < 8 && i + j < bytes; j++) ds->images[i + j] = (uint8_t)(r >> (8 * j));
+        for (size_t j = 0; j < 8 && i + j < bytes; j++)
+            ds->images[i + j] = (uint8_t)(r >> (8 * j));
     }
-    for (int64_t i = 0; i < n; i++) ds->labels[i] = (int32_t)dpt_rng_below(&rng, (uint64_t)num_classes);
+    for (int64_t i = 0; i < n; i++)
+        ds->labels[i] = (int32_t)dpt_rng_below(&rng, (uint64_t)num_classes);
     return ds;
 }

@@ -36,7 +36,11 @@ bool dpt_errorf(dpt_error *err, const char *fmt, ...) __attribute__((format(prin
 
 /* ---------------------------------------------------------------- context */
 
-typedef enum dpt_device_kind { DPT_DEVICE_CPU = 0, DPT_DEVICE_CUDA = 1, DPT_DEVICE_KIND_COUNT } dpt_device_kind;
+typedef enum dpt_device_kind {
+    DPT_DEVICE_CPU = 0,
+    DPT_DEVICE_CUDA = 1,
+    DPT_DEVICE_KIND_COUNT
+} dpt_device_kind;
 
 typedef struct dpt_device {
     dpt_device_kind kind;
@@ -66,9 +70,9 @@ dpt_device dpt_ctx_device(const dpt_ctx *ctx);
 
 /* Caching-allocator statistics of the context's device, in bytes. */
 typedef struct dpt_mem_stats {
-    size_t allocated;      /* handed out and not yet returned */
-    size_t reserved;       /* allocated + cached in free lists */
-    size_t peak_allocated; /* high-water mark of allocated */
+    size_t allocated;       /* handed out and not yet returned */
+    size_t reserved;        /* allocated + cached in free lists */
+    size_t peak_allocated;  /* high-water mark of allocated */
     uint64_t system_allocs; /* calls to the system allocator (steady state: constant) */
 } dpt_mem_stats;
 dpt_mem_stats dpt_ctx_mem_stats(const dpt_ctx *ctx);
@@ -111,24 +115,23 @@ void dpt_set_grad_ready_hook(dpt_ctx *ctx, dpt_grad_ready_hook hook, void *user)
 
 /* ---------------------------------------------------------------- ops (return temporaries) */
 
-dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);        /* same shape */
-dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);        /* same shape */
+dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b); /* same shape */
+dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b); /* same shape */
 dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha);
-dpt_tensor *dpt_sum(dpt_ctx *ctx, dpt_tensor *x);                       /* -> (1) */
-dpt_tensor *dpt_mean(dpt_ctx *ctx, dpt_tensor *x);                      /* -> (1) */
+dpt_tensor *dpt_sum(dpt_ctx *ctx, dpt_tensor *x);  /* -> (1) */
+dpt_tensor *dpt_mean(dpt_ctx *ctx, dpt_tensor *x); /* -> (1) */
 /* (M, K) x (K, N) -> (M, N); a or b may be dpt_transpose() views (no copy). */
 dpt_tensor *dpt_matmul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
-dpt_tensor *dpt_transpose(dpt_ctx *ctx, dpt_tensor *x);                 /* 2-D view */
+dpt_tensor *dpt_transpose(dpt_ctx *ctx, dpt_tensor *x); /* 2-D view */
 /* A view with a new shape of the same numel; one dim may be -1. */
 dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape);
-dpt_tensor *dpt_flatten(dpt_ctx *ctx, dpt_tensor *x);                   /* (B, ...) -> (B, prod) */
+dpt_tensor *dpt_flatten(dpt_ctx *ctx, dpt_tensor *x); /* (B, ...) -> (B, prod) */
 dpt_tensor *dpt_relu(dpt_ctx *ctx, dpt_tensor *x);
-dpt_tensor *dpt_gelu(dpt_ctx *ctx, dpt_tensor *x);                      /* tanh approximation */
-dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x);                   /* over the last dim */
+dpt_tensor *dpt_gelu(dpt_ctx *ctx, dpt_tensor *x);    /* tanh approximation */
+dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x); /* over the last dim */
 /* Mean softmax cross-entropy of logits (B, C) against labels[B] in [0, C); numerically
  * stable (log-sum-exp). label_smoothing in [0, 1) as in torch.nn.CrossEntropyLoss. */
-dpt_tensor *dpt_cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels,
-                              float label_smoothing);
+dpt_tensor *dpt_cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels, float label_smoothing);
 /* Number of rows whose arg-max equals the label (no gradient). */
 int64_t dpt_count_correct(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels);
 
@@ -172,8 +175,8 @@ void dpt_init_constant(dpt_tensor *t, float value);
 
 /* Fully connected layer: y = x W^T + b, W (out, in), b (out). */
 typedef struct dpt_linear dpt_linear;
-dpt_linear *dpt_linear_new(dpt_model *model, const char *name, int64_t in_features,
-                           int64_t out_features, bool bias);
+dpt_linear *dpt_linear_new(dpt_model *model, const char *name, int64_t in_features, int64_t out_features,
+                           bool bias);
 dpt_tensor *dpt_linear_forward(dpt_ctx *ctx, dpt_linear *layer, dpt_tensor *x); /* (B, in) -> (B, out) */
 
 /* Builders track the shape of the activation as they add layers; a layer whose settings do
@@ -196,8 +199,8 @@ const char *dpt_model_error(const dpt_model *model); /* NULL when none */
  * initialisation (fan_out, ReLU gain) as torchvision's ResNet. */
 typedef struct dpt_conv2d dpt_conv2d;
 dpt_conv2d *dpt_conv2d_new(dpt_model *model, const char *name, dpt_shape3 *shape, int64_t out_channels,
-                           int64_t kernel, int64_t stride, int64_t padding, int64_t dilation,
-                           int64_t groups, bool bias);
+                           int64_t kernel, int64_t stride, int64_t padding, int64_t dilation, int64_t groups,
+                           bool bias);
 dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *layer, dpt_tensor *x); /* (N,C,H,W) */
 
 /* Batch norm over (N, H, W) per channel: batch statistics in training mode (running mean and
@@ -205,8 +208,8 @@ dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *layer, dpt_tensor *x); 
  * sync = true: statistics and their gradients are summed over the ranks of the context's
  * communicator (SyncBatchNorm), so N ranks behave as one batch of N times the size. */
 typedef struct dpt_batchnorm dpt_batchnorm;
-dpt_batchnorm *dpt_batchnorm_new(dpt_model *model, const char *name, const dpt_shape3 *shape,
-                                 float momentum, float eps, bool affine, bool sync);
+dpt_batchnorm *dpt_batchnorm_new(dpt_model *model, const char *name, const dpt_shape3 *shape, float momentum,
+                                 float eps, bool affine, bool sync);
 dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *layer, dpt_tensor *x, bool training);
 /* Set gamma to zero (zero-init of the last BN of a residual block). */
 void dpt_batchnorm_zero_gamma(dpt_batchnorm *layer);
@@ -228,11 +231,10 @@ void dpt_ctx_set_comm(dpt_ctx *ctx, dpt_comm *comm);
 typedef struct dpt_optim dpt_optim;
 /* torch.optim.SGD semantics: weight decay added to the gradient, momentum buffer started
  * from the first gradient, Nesterov optional. */
-dpt_optim *dpt_sgd_new(dpt_model *model, float lr, float momentum, float dampening,
-                       float weight_decay, bool nesterov);
+dpt_optim *dpt_sgd_new(dpt_model *model, float lr, float momentum, float dampening, float weight_decay,
+                       bool nesterov);
 /* torch.optim.AdamW semantics: decoupled weight decay p -= lr*wd*p, bias-corrected moments. */
-dpt_optim *dpt_adamw_new(dpt_model *model, float lr, float beta1, float beta2, float eps,
-                         float weight_decay);
+dpt_optim *dpt_adamw_new(dpt_model *model, float lr, float beta1, float beta2, float eps, float weight_decay);
 void dpt_optim_step(dpt_ctx *ctx, dpt_optim *optim);
 void dpt_optim_set_lr(dpt_optim *optim, float lr);
 float dpt_optim_lr(const dpt_optim *optim);
@@ -241,7 +243,13 @@ void dpt_optim_free(dpt_optim *optim);
 
 /* Learning rate per optimizer step: a linear warm-up from start_lr to target_lr over
  * warmup_steps, then a constant, step, multistep or cosine schedule. */
-typedef enum dpt_lr_kind { DPT_LR_CONSTANT, DPT_LR_STEP, DPT_LR_MULTISTEP, DPT_LR_COSINE, DPT_LR_KIND_COUNT } dpt_lr_kind;
+typedef enum dpt_lr_kind {
+    DPT_LR_CONSTANT,
+    DPT_LR_STEP,
+    DPT_LR_MULTISTEP,
+    DPT_LR_COSINE,
+    DPT_LR_KIND_COUNT
+} dpt_lr_kind;
 typedef struct dpt_lr_schedule {
     dpt_lr_kind kind;
     double start_lr, target_lr, min_lr, gamma;
@@ -277,24 +285,24 @@ dpt_dataset *dpt_cifar_load(const char *const *paths, int npaths, dpt_error *err
 dpt_dataset *dpt_synthetic_new(int64_t n, int64_t c, int64_t h, int64_t w, int num_classes, uint64_t seed);
 
 typedef struct dpt_loader_options {
-    int64_t batch;      /* per rank */
-    bool shuffle;       /* a new permutation each epoch, from seed and epoch */
-    bool drop_last;     /* drop the last partial batch */
+    int64_t batch;  /* per rank */
+    bool shuffle;   /* a new permutation each epoch, from seed and epoch */
+    bool drop_last; /* drop the last partial batch */
     uint64_t seed;
     int rank, world_size; /* this rank takes every world_size-th sample of the permutation */
-    float mean, std;    /* x = (byte / 255 - mean) / std */
-    int64_t limit;      /* use only the first `limit` samples (0 = all) */
-    bool exact_shards;  /* evaluation: every sample exactly once over all ranks, shards may
-                         * differ by one sample (no dropping, no padding) */
-    int crop_pad;       /* augmentation: random crop after zero-padding by this many pixels */
-    bool hflip;         /* augmentation: horizontal flip with probability 1/2 */
+    float mean, std;      /* x = (byte / 255 - mean) / std */
+    int64_t limit;        /* use only the first `limit` samples (0 = all) */
+    bool exact_shards;    /* evaluation: every sample exactly once over all ranks, shards may
+                           * differ by one sample (no dropping, no padding) */
+    int crop_pad;         /* augmentation: random crop after zero-padding by this many pixels */
+    bool hflip;           /* augmentation: horizontal flip with probability 1/2 */
 } dpt_loader_options;
 
 typedef struct dpt_loader dpt_loader;
 typedef struct dpt_batch {
-    dpt_tensor *x;          /* (B, C, H, W) owned by the loader, reused each batch */
-    const int32_t *labels;  /* B */
-    int64_t size;           /* B (the last batch may be smaller when drop_last = false) */
+    dpt_tensor *x;         /* (B, C, H, W) owned by the loader, reused each batch */
+    const int32_t *labels; /* B */
+    int64_t size;          /* B (the last batch may be smaller when drop_last = false) */
 } dpt_batch;
 
 dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader_options *opt);
@@ -330,8 +338,8 @@ double dpt_config_float(const dpt_config *cfg, const char *section, const char *
 bool dpt_config_bool(const dpt_config *cfg, const char *section, const char *key);
 const char *dpt_config_str(const dpt_config *cfg, const char *section, const char *key);
 /* An int list value ("256,256"): returns the count, fills up to max values. */
-int dpt_config_int_list(const dpt_config *cfg, const char *section, const char *key,
-                        int64_t *values, int max);
+int dpt_config_int_list(const dpt_config *cfg, const char *section, const char *key, int64_t *values,
+                        int max);
 /* Where a key's value came from: "file:line", "--set ..." or "default" (for error messages). */
 const char *dpt_config_where(const dpt_config *cfg, const char *section, const char *key);
 /* Print the resolved config (defaults filled in) as INI. */
@@ -352,7 +360,6 @@ typedef struct dpt_world {
     char host[64];
 } dpt_world;
 
-
 bool dpt_world_init(dpt_world *world, int *argc, char ***argv, dpt_error *err);
 void dpt_world_finalize(dpt_world *world);
 /* The job-wide communicator, NULL for a singleton. */
@@ -367,11 +374,11 @@ void dpt_comm_set_delay(dpt_comm *comm, double ms_per_mb);
  * ranks, gradients bucketed in reverse creation order and AllReduced (averaged) by a
  * communication thread as soon as a bucket is complete, while backward goes on. */
 typedef struct dpt_ddp_options {
-    double bucket_mb;    /* bucket capacity; tiny = one parameter per bucket */
-    bool overlap;        /* false: all AllReduces after backward (for comparison) */
-    bool find_unused;    /* treat a parameter without gradient as zero instead of an error */
-    double timeout_s;    /* a bucket not reduced in this time ends the job with a report */
-    int64_t dataset_len; /* checked equal on all ranks */
+    double bucket_mb;     /* bucket capacity; tiny = one parameter per bucket */
+    bool overlap;         /* false: all AllReduces after backward (for comparison) */
+    bool find_unused;     /* treat a parameter without gradient as zero instead of an error */
+    double timeout_s;     /* a bucket not reduced in this time ends the job with a report */
+    int64_t dataset_len;  /* checked equal on all ranks */
     uint64_t config_hash; /* checked equal on all ranks */
 } dpt_ddp_options;
 
@@ -379,9 +386,9 @@ typedef struct dpt_ddp dpt_ddp;
 
 /* Per-step measurements of the last dpt_ddp_finish(). */
 typedef struct dpt_ddp_stats {
-    double comm_s;       /* time the communication thread spent in AllReduce */
-    double hidden_s;     /* of which before backward ended (overlapped) */
-    double wait_s;       /* time finish() waited after backward */
+    double comm_s;   /* time the communication thread spent in AllReduce */
+    double hidden_s; /* of which before backward ended (overlapped) */
+    double wait_s;   /* time finish() waited after backward */
     int buckets;
     int64_t step;
 } dpt_ddp_stats;
@@ -430,15 +437,13 @@ typedef struct dpt_train_state {
 /* Write model parameters and buffers, optimizer state, the context's RNG, the train state,
  * the resolved config and the world size: zlib-compressed records with a CRC32 each, to
  * path.tmp, fsync'ed, then renamed over path (a crash never leaves a half-written path). */
-bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_optim *optim,
-                         const dpt_ctx *ctx, const dpt_config *cfg, const dpt_train_state *state,
-                         int world_size, dpt_error *err);
+bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_optim *optim, const dpt_ctx *ctx,
+                         const dpt_config *cfg, const dpt_train_state *state, int world_size, dpt_error *err);
 /* Load into an already built model and optimizer. Every mismatch (truncated file, bad CRC,
  * other version, other model names/shapes, other optimizer) is an error naming what differs;
  * nothing is changed unless the whole checkpoint is valid. */
 bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *ctx,
-                         const dpt_config *cfg, dpt_train_state *state, int world_size,
-                         dpt_error *err);
+                         const dpt_config *cfg, dpt_train_state *state, int world_size, dpt_error *err);
 /* The newest complete checkpoint (ckpt-step*.dpt) in dir. */
 bool dpt_checkpoint_latest(const char *dir, char *path, size_t size, dpt_error *err);
 /* Delete all but the newest keep_last checkpoints in dir. */

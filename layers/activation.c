@@ -46,8 +46,8 @@ static void softmax_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *y = node->out;
     int64_t cols = y->shape[y->ndim - 1];
-    ctx->be->softmax_bwd(ctx, y->data, y->grad->data, dpt_grad_acc(ctx, node->in[0])->data,
-                         y->numel / cols, cols);
+    ctx->be->softmax_bwd(ctx, y->data, y->grad->data, dpt_grad_acc(ctx, node->in[0])->data, y->numel / cols,
+                         cols);
 }
 
 dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x)

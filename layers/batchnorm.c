@@ -15,12 +15,12 @@ struct dpt_batchnorm {
     int64_t channels;
     float momentum, eps;
     bool sync;
-    dpt_tensor *gamma, *beta;          /* (C) or NULL when not affine */
+    dpt_tensor *gamma, *beta;               /* (C) or NULL when not affine */
     dpt_tensor *running_mean, *running_var; /* (C) buffers */
 };
 
-dpt_batchnorm *dpt_batchnorm_new(dpt_model *model, const char *name, const dpt_shape3 *shape,
-                                 float momentum, float eps, bool affine, bool sync)
+dpt_batchnorm *dpt_batchnorm_new(dpt_model *model, const char *name, const dpt_shape3 *shape, float momentum,
+                                 float eps, bool affine, bool sync)
 {
     dpt_batchnorm *l = dpt_model_alloc(model, sizeof *l);
     snprintf(l->name, sizeof l->name, "%s", name);
@@ -57,7 +57,10 @@ typedef struct bn_saved {
     bool training;
 } bn_saved;
 
-static void host_copy(const dpt_tensor *t, float *out) { dpt_tensor_copy_to_host(t, out); }
+static void host_copy(const dpt_tensor *t, float *out)
+{
+    dpt_tensor_copy_to_host(t, out);
+}
 
 static void batchnorm_backward(dpt_ctx *ctx, dpt_node *node)
 {
@@ -72,9 +75,11 @@ static void batchnorm_backward(dpt_ctx *ctx, dpt_node *node)
     double *sum_dy = sums, *sum_dy_xmu = sums + c;
     ctx->be->bn_bwd_stats(ctx, x->data, dy->data, n, c, hw, sv->mean, sum_dy, sum_dy_xmu);
     if (l->sync && sv->training && ctx->comm) ctx->comm->ops->allreduce_f64(ctx->comm, sums, 2 * c);
-    if (gamma) host_copy(gamma, g);
+    if (gamma)
+        host_copy(gamma, g);
     else
-        for (int64_t ch = 0; ch < c; ch++) g[ch] = 1.0f;
+        for (int64_t ch = 0; ch < c; ch++)
+            g[ch] = 1.0f;
     if (dpt_wants_grad(gamma) || dpt_wants_grad(beta)) {
         /* dgamma = sum(dy * xhat) = invstd * sum(dy (x - mean)); dbeta = sum(dy). Under sync the
          * sums are global, so every rank computes the same (full) parameter gradient; DDP then
@@ -100,7 +105,8 @@ static void batchnorm_backward(dpt_ctx *ctx, dpt_node *node)
         for (int64_t ch = 0; ch < c; ch++) {
             double is = sv->invstd[ch], gm = g[ch];
             if (sv->training) {
-                /* dx = gamma*invstd*dy - gamma*invstd^3/M * sum_dy_xmu * (x - mean) - gamma*invstd/M * sum_dy */
+                /* dx = gamma*invstd*dy - gamma*invstd^3/M * sum_dy_xmu * (x - mean) - gamma*invstd/M * sum_dy
+                 */
                 double bc = -gm * is * is * is / sv->count * sum_dy_xmu[ch];
                 a[ch] = (float)(gm * is);
                 b[ch] = (float)bc;
@@ -170,7 +176,8 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
     dpt_tensor *y = dpt_temp_like(ctx, x);
     ctx->be->channel_affine(ctx, x->data, y->data, n, c, hw, scale, shift);
     free(host);
-    dpt_node *node = dpt_tape_record(ctx, "batchnorm", batchnorm_backward, y, 3, (dpt_tensor *[]){x, l->gamma, l->beta});
+    dpt_node *node =
+        dpt_tape_record(ctx, "batchnorm", batchnorm_backward, y, 3, (dpt_tensor *[]){x, l->gamma, l->beta});
     if (node) {
         node->layer = l;
         node->scratch = sv;

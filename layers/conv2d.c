@@ -22,8 +22,8 @@ static bool conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int
 }
 
 dpt_conv2d *dpt_conv2d_new(dpt_model *model, const char *name, dpt_shape3 *shape, int64_t out_channels,
-                           int64_t kernel, int64_t stride, int64_t padding, int64_t dilation,
-                           int64_t groups, bool bias)
+                           int64_t kernel, int64_t stride, int64_t padding, int64_t dilation, int64_t groups,
+                           bool bias)
 {
     dpt_conv2d *l = dpt_model_alloc(model, sizeof *l);
     snprintf(l->name, sizeof l->name, "%s", name);
@@ -31,10 +31,11 @@ dpt_conv2d *dpt_conv2d_new(dpt_model *model, const char *name, dpt_shape3 *shape
     l->stride = stride, l->padding = padding, l->dilation = dilation, l->groups = groups;
     if (kernel < 1 || stride < 1 || padding < 0 || dilation < 1 || groups < 1 || out_channels < 1 ||
         shape->c < 1 || shape->c % groups || out_channels % groups) {
-        dpt_model_errorf(model, "conv2d %s: %lld -> %lld channels, kernel %lld, stride %lld, padding %lld, "
-                                "dilation %lld, groups %lld: channels must be positive and divisible by groups",
-                         name, (long long)shape->c, (long long)out_channels, (long long)kernel, (long long)stride,
-                         (long long)padding, (long long)dilation, (long long)groups);
+        dpt_model_errorf(model,
+                         "conv2d %s: %lld -> %lld channels, kernel %lld, stride %lld, padding %lld, "
+                         "dilation %lld, groups %lld: channels must be positive and divisible by groups",
+                         name, (long long)shape->c, (long long)out_channels, (long long)kernel,
+                         (long long)stride, (long long)padding, (long long)dilation, (long long)groups);
         l->groups = groups = 1; /* keep the layer well-formed; the model reports the error */
         if (l->in_channels < 1) l->in_channels = 1;
         if (kernel < 1) l->kernel = kernel = 1;
@@ -45,14 +46,16 @@ dpt_conv2d *dpt_conv2d_new(dpt_model *model, const char *name, dpt_shape3 *shape
     int64_t oh = 0, ow = 0;
     if (!conv_out(shape->h, l->kernel, l->stride, l->padding, l->dilation, &oh) ||
         !conv_out(shape->w, l->kernel, l->stride, l->padding, l->dilation, &ow))
-        dpt_model_errorf(model, "conv2d %s: kernel %lld (dilation %lld) is larger than the padded input "
-                                "%lldx%lld (+%lld padding) of shape (%lld, %lld, %lld)",
+        dpt_model_errorf(model,
+                         "conv2d %s: kernel %lld (dilation %lld) is larger than the padded input "
+                         "%lldx%lld (+%lld padding) of shape (%lld, %lld, %lld)",
                          name, (long long)l->kernel, (long long)l->dilation, (long long)shape->h,
-                         (long long)shape->w, (long long)l->padding, (long long)shape->c,
-                         (long long)shape->h, (long long)shape->w);
+                         (long long)shape->w, (long long)l->padding, (long long)shape->c, (long long)shape->h,
+                         (long long)shape->w);
     char pname[96];
     snprintf(pname, sizeof pname, "%s.weight", name);
-    l->weight = dpt_model_param(model, pname, 4, (int64_t[]){l->out_channels, l->in_channels / l->groups, l->kernel, l->kernel});
+    l->weight = dpt_model_param(
+        model, pname, 4, (int64_t[]){l->out_channels, l->in_channels / l->groups, l->kernel, l->kernel});
     /* torchvision ResNet: kaiming_normal_(mode="fan_out", nonlinearity="relu") */
     float std = sqrtf(2.0f / (float)(l->out_channels * l->kernel * l->kernel));
     dpt_init_normal(l->weight->ctx, l->weight, std);
@@ -62,17 +65,28 @@ dpt_conv2d *dpt_conv2d_new(dpt_model *model, const char *name, dpt_shape3 *shape
     }
     *shape = (dpt_shape3){l->out_channels, oh > 0 ? oh : 1, ow > 0 ? ow : 1};
     int64_t params = l->weight->numel + (l->bias ? l->bias->numel : 0);
-    dpt_model_note(model, "conv2d", name, shape, params, 2.0 * (double)l->weight->numel * (double)(shape->h * shape->w));
+    dpt_model_note(model, "conv2d", name, shape, params,
+                   2.0 * (double)l->weight->numel * (double)(shape->h * shape->w));
     return l;
 }
 
 static dpt_conv_shape shape_of(const dpt_conv2d *l, const dpt_tensor *x)
 {
     dpt_conv_shape s = {
-        .n = x->shape[0], .c_in = x->shape[1], .h = x->shape[2], .w = x->shape[3],
-        .c_out = l->out_channels, .kh = l->kernel, .kw = l->kernel, .stride_h = l->stride,
-        .stride_w = l->stride, .pad_h = l->padding, .pad_w = l->padding, .dil_h = l->dilation,
-        .dil_w = l->dilation, .groups = l->groups,
+        .n = x->shape[0],
+        .c_in = x->shape[1],
+        .h = x->shape[2],
+        .w = x->shape[3],
+        .c_out = l->out_channels,
+        .kh = l->kernel,
+        .kw = l->kernel,
+        .stride_h = l->stride,
+        .stride_w = l->stride,
+        .pad_h = l->padding,
+        .pad_w = l->padding,
+        .dil_h = l->dilation,
+        .dil_w = l->dilation,
+        .groups = l->groups,
     };
     conv_out(s.h, s.kh, s.stride_h, s.pad_h, s.dil_h, &s.oh);
     conv_out(s.w, s.kw, s.stride_w, s.pad_w, s.dil_w, &s.ow);
@@ -104,7 +118,8 @@ dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *l, dpt_tensor *x)
     dpt_conv_shape s = shape_of(l, x);
     dpt_tensor *y = dpt_temp(ctx, 4, (int64_t[]){s.n, s.c_out, s.oh, s.ow});
     ctx->be->conv2d_fwd(ctx, &s, x->data, l->weight->data, l->bias ? l->bias->data : NULL, y->data);
-    dpt_node *node = dpt_tape_record(ctx, "conv2d", conv2d_backward, y, 3, (dpt_tensor *[]){x, l->weight, l->bias});
+    dpt_node *node =
+        dpt_tape_record(ctx, "conv2d", conv2d_backward, y, 3, (dpt_tensor *[]){x, l->weight, l->bias});
     if (node) node->layer = l;
     return y;
 }

@@ -20,7 +20,8 @@ dpt_tensor *dpt_dropout(dpt_ctx *ctx, dpt_tensor *x, float p, bool training)
     float *host = malloc((size_t)x->numel * sizeof *host);
     if (!host) dpt_fatal("out of host memory for a dropout mask");
     float keep_scale = 1.0f / (1.0f - p);
-    for (int64_t i = 0; i < x->numel; i++) host[i] = dpt_rng_uniform(&ctx->rng) < p ? 0.0f : keep_scale;
+    for (int64_t i = 0; i < x->numel; i++)
+        host[i] = dpt_rng_uniform(&ctx->rng) < p ? 0.0f : keep_scale;
     dpt_tensor *mask = dpt_temp_like(ctx, x);
     dpt_tensor_copy_from_host(mask, host);
     free(host);

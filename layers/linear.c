@@ -13,8 +13,8 @@ struct dpt_linear {
     dpt_tensor *bias;   /* (out) or NULL */
 };
 
-dpt_linear *dpt_linear_new(dpt_model *model, const char *name, int64_t in_features,
-                           int64_t out_features, bool bias)
+dpt_linear *dpt_linear_new(dpt_model *model, const char *name, int64_t in_features, int64_t out_features,
+                           bool bias)
 {
     if (in_features <= 0 || out_features <= 0)
         dpt_fatal("linear layer %s: features must be positive, got in=%lld out=%lld", name,
@@ -65,8 +65,8 @@ dpt_tensor *dpt_linear_forward(dpt_ctx *ctx, dpt_linear *layer, dpt_tensor *x)
                   dpt_tensor_is_contiguous(x) ? "" : " (strided view)");
     int64_t batch = x->shape[0], in = layer->in_features, out = layer->out_features;
     dpt_tensor *y = dpt_temp(ctx, 2, (int64_t[]){batch, out});
-    ctx->be->gemm(ctx, false, true, batch, out, in, 1.0f, x->data, in, layer->weight->data, in,
-                  0.0f, y->data, out);
+    ctx->be->gemm(ctx, false, true, batch, out, in, 1.0f, x->data, in, layer->weight->data, in, 0.0f, y->data,
+                  out);
     if (layer->bias) ctx->be->bias_add(ctx, y->data, layer->bias->data, batch, out);
     dpt_node *node = dpt_tape_record(ctx, "linear", linear_backward, y, 3,
                                      (dpt_tensor *[]){x, layer->weight, layer->bias});

@@ -22,8 +22,7 @@ static void xent_backward(dpt_ctx *ctx, dpt_node *node)
                       dpt_grad_acc(ctx, logits)->data);
 }
 
-dpt_tensor *dpt_cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels,
-                              float label_smoothing)
+dpt_tensor *dpt_cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels, float label_smoothing)
 {
     check_logits("cross_entropy", logits);
     DPT_ASSERT(label_smoothing >= 0.0f && label_smoothing < 1.0f, "label smoothing %g", label_smoothing);

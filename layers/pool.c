@@ -16,22 +16,27 @@ bool dpt_pool_shape_update(dpt_model *model, const char *name, dpt_shape3 *shape
                            int64_t stride, int64_t padding)
 {
     int64_t oh, ow;
-    if (!pool_out(shape->h, kernel, stride, padding, &oh) || !pool_out(shape->w, kernel, stride, padding, &ow))
-        return dpt_model_errorf(model, "pool %s: kernel %lld, stride %lld, padding %lld does not fit the input "
-                                       "(%lld, %lld, %lld) (padding at most kernel/2, kernel at most the padded size)",
-                                name, (long long)kernel, (long long)stride, (long long)padding,
-                                (long long)shape->c, (long long)shape->h, (long long)shape->w);
+    if (!pool_out(shape->h, kernel, stride, padding, &oh) ||
+        !pool_out(shape->w, kernel, stride, padding, &ow))
+        return dpt_model_errorf(
+            model,
+            "pool %s: kernel %lld, stride %lld, padding %lld does not fit the input "
+            "(%lld, %lld, %lld) (padding at most kernel/2, kernel at most the padded size)",
+            name, (long long)kernel, (long long)stride, (long long)padding, (long long)shape->c,
+            (long long)shape->h, (long long)shape->w);
     shape->h = oh, shape->w = ow;
     dpt_model_note(model, "pool", name, shape, 0, (double)(shape->c * oh * ow * kernel * kernel));
     return true;
 }
 
-static dpt_pool_shape pool_shape(const char *op, const dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding)
+static dpt_pool_shape pool_shape(const char *op, const dpt_tensor *x, int64_t kernel, int64_t stride,
+                                 int64_t padding)
 {
     DPT_REQUIRE_OP(x->ctx, maxpool_fwd, op);
     char buf[96];
     dpt_pool_shape s = {0};
-    if (x->ndim != 4 || !dpt_tensor_is_contiguous(x) || !pool_out(x->shape[2], kernel, stride, padding, &s.oh) ||
+    if (x->ndim != 4 || !dpt_tensor_is_contiguous(x) ||
+        !pool_out(x->shape[2], kernel, stride, padding, &s.oh) ||
         !pool_out(x->shape[3], kernel, stride, padding, &s.ow))
         dpt_fatal("%s(kernel %lld, stride %lld, padding %lld) does not fit input %s", op, (long long)kernel,
                   (long long)stride, (long long)padding, dpt_shape_str(x, buf, sizeof buf));

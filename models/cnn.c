@@ -21,7 +21,8 @@ static dpt_tensor *cnn_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
     bool training = dpt_model_training(model);
     dpt_tensor *h = x; /* (B, C, H, W) */
     for (int i = 0; i < net->stages; i++) {
-        h = dpt_relu(ctx, dpt_batchnorm_forward(ctx, net->bn[i], dpt_conv2d_forward(ctx, net->conv[i], h), training));
+        h = dpt_relu(
+            ctx, dpt_batchnorm_forward(ctx, net->bn[i], dpt_conv2d_forward(ctx, net->conv[i], h), training));
         h = dpt_maxpool2d(ctx, h, 2, 2, 0);
     }
     h = dpt_relu(ctx, dpt_linear_forward(ctx, net->fc1, dpt_flatten(ctx, h)));
@@ -56,7 +57,8 @@ dpt_model *dpt_cnn_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t
         net->bn[i] = dpt_batchnorm_new(model, name, &shape, momentum, 1e-5f, true, sync);
         snprintf(name, sizeof name, "pool%d", i + 1);
         dpt_pool_shape_update(model, name, &shape, 2, 2, 0);
-        used += snprintf(summary + used, sizeof summary - (size_t)used, "%s%lld", i ? "-" : " ", (long long)channels[i]);
+        used += snprintf(summary + used, sizeof summary - (size_t)used, "%s%lld", i ? "-" : " ",
+                         (long long)channels[i]);
     }
     int64_t fc = dpt_config_int(cfg, "model", "fc");
     net->fc1 = dpt_linear_new(model, "fc1", shape.c * shape.h * shape.w, fc, true);

@@ -20,8 +20,10 @@ dpt_model *dpt_model_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64
         if (strcmp(models[i].name, name) == 0) {
             dpt_model *m = models[i].build(ctx, cfg, c, h, w, num_classes, err);
             if (m && dpt_model_error(m)) {
-                dpt_errorf(err, "model %s: %s\nHINT: check the [model] settings against the input "
-                                "size %lldx%lldx%lld", name, dpt_model_error(m), (long long)c, (long long)h, (long long)w);
+                dpt_errorf(err,
+                           "model %s: %s\nHINT: check the [model] settings against the input "
+                           "size %lldx%lldx%lld",
+                           name, dpt_model_error(m), (long long)c, (long long)h, (long long)w);
                 dpt_model_free(m);
                 return NULL;
             }

@@ -4,8 +4,8 @@
 
 #include "dpt.h"
 
-typedef dpt_model *(*dpt_model_builder)(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h,
-                                        int64_t w, int num_classes, dpt_error *err);
+typedef dpt_model *(*dpt_model_builder)(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
+                                        int num_classes, dpt_error *err);
 
 dpt_model *dpt_mlp_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
                          int num_classes, dpt_error *err);

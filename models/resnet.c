@@ -35,9 +35,10 @@ static dpt_tensor *block_forward(dpt_ctx *ctx, const block *b, dpt_tensor *x, bo
         h = dpt_batchnorm_forward(ctx, b->bn[i], dpt_conv2d_forward(ctx, b->conv[i], h), training);
         if (i + 1 < b->nconv) h = dpt_relu(ctx, h);
     }
-    dpt_tensor *shortcut = b->down_conv
-        ? dpt_batchnorm_forward(ctx, b->down_bn, dpt_conv2d_forward(ctx, b->down_conv, x), training)
-        : x;
+    dpt_tensor *shortcut =
+        b->down_conv
+            ? dpt_batchnorm_forward(ctx, b->down_bn, dpt_conv2d_forward(ctx, b->down_conv, x), training)
+            : x;
     return dpt_relu(ctx, dpt_add(ctx, h, shortcut)); /* the residual add */
 }
 
@@ -45,9 +46,11 @@ static dpt_tensor *resnet_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
 {
     resnet *net = dpt_model_state(model);
     bool training = dpt_model_training(model);
-    dpt_tensor *h = dpt_relu(ctx, dpt_batchnorm_forward(ctx, net->stem_bn, dpt_conv2d_forward(ctx, net->stem_conv, x), training));
+    dpt_tensor *h = dpt_relu(
+        ctx, dpt_batchnorm_forward(ctx, net->stem_bn, dpt_conv2d_forward(ctx, net->stem_conv, x), training));
     if (net->stem_pool) h = dpt_maxpool2d(ctx, h, 3, 2, 1);
-    for (int i = 0; i < net->nblocks; i++) h = block_forward(ctx, &net->blocks[i], h, training);
+    for (int i = 0; i < net->nblocks; i++)
+        h = block_forward(ctx, &net->blocks[i], h, training);
     return dpt_linear_forward(ctx, net->fc, dpt_global_avgpool(ctx, h)); /* (B, classes) */
 }
 
@@ -70,10 +73,12 @@ static void make_block(dpt_model *m, block *b, const char *prefix, dpt_shape3 *s
     int64_t out_c = bottleneck ? planes * 4 : planes;
     b->nconv = bottleneck ? 3 : 2;
     if (bottleneck) {
-        const int64_t widths[3] = {planes, planes, out_c}, kernels[3] = {1, 3, 1}, strides[3] = {1, stride, 1};
+        const int64_t widths[3] = {planes, planes, out_c}, kernels[3] = {1, 3, 1},
+                      strides[3] = {1, stride, 1};
         for (int i = 0; i < 3; i++) {
             snprintf(name, sizeof name, "%s.conv%d", prefix, i + 1);
-            b->conv[i] = dpt_conv2d_new(m, name, s, widths[i], kernels[i], strides[i], kernels[i] / 2, 1, 1, false);
+            b->conv[i] =
+                dpt_conv2d_new(m, name, s, widths[i], kernels[i], strides[i], kernels[i] / 2, 1, 1, false);
             snprintf(name, sizeof name, "%s.bn%d", prefix, i + 1);
             b->bn[i] = bn(m, name, s, o);
         }
@@ -102,8 +107,11 @@ dpt_model *dpt_resnet_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int6
         int64_t depth;
         int blocks[4];
         bool bottleneck;
-    } imagenet[] = {{18, {2, 2, 2, 2}, false}, {34, {3, 4, 6, 3}, false}, {50, {3, 4, 6, 3}, true},
-                    {101, {3, 4, 23, 3}, true}, {152, {3, 8, 36, 3}, true}};
+    } imagenet[] = {{18, {2, 2, 2, 2}, false},
+                    {34, {3, 4, 6, 3}, false},
+                    {50, {3, 4, 6, 3}, true},
+                    {101, {3, 4, 23, 3}, true},
+                    {152, {3, 8, 36, 3}, true}};
     int stage_blocks[4] = {0};
     int nstages = 0;
     bool bottleneck = false, cifar = false;
@@ -114,16 +122,19 @@ dpt_model *dpt_resnet_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int6
         }
     if (!nstages && depth >= 8 && (depth - 2) % 6 == 0) {
         cifar = true, nstages = 3;
-        for (int i = 0; i < 3; i++) stage_blocks[i] = (int)((depth - 2) / 6);
+        for (int i = 0; i < 3; i++)
+            stage_blocks[i] = (int)((depth - 2) / 6);
     }
     if (!nstages) {
-        dpt_errorf(err, "%s: [model] depth = %lld: not a ResNet depth\nHINT: use 18, 34, 50, 101 or 152 "
-                        "(ImageNet style) or 6n+2 such as 20, 32, 44, 56, 110 (CIFAR style)",
+        dpt_errorf(err,
+                   "%s: [model] depth = %lld: not a ResNet depth\nHINT: use 18, 34, 50, 101 or 152 "
+                   "(ImageNet style) or 6n+2 such as 20, 32, 44, 56, 110 (CIFAR style)",
                    dpt_config_where(cfg, "model", "depth"), (long long)depth);
         return NULL;
     }
     if (width == 0) width = cifar ? 16 : 64;
-    build_opts o = {(float)dpt_config_float(cfg, "model", "bn_momentum"), dpt_config_bool(cfg, "model", "sync_bn"),
+    build_opts o = {(float)dpt_config_float(cfg, "model", "bn_momentum"),
+                    dpt_config_bool(cfg, "model", "sync_bn"),
                     dpt_config_bool(cfg, "model", "zero_init_residual")};
     dpt_model *model = dpt_model_new(ctx, "resnet", resnet_forward);
     resnet *net = dpt_model_alloc(model, sizeof *net);
@@ -139,7 +150,8 @@ dpt_model *dpt_resnet_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int6
         net->stem_pool = true;
         dpt_pool_shape_update(model, "maxpool", &s, 3, 2, 1);
     }
-    for (int i = 0; i < nstages; i++) net->nblocks += stage_blocks[i];
+    for (int i = 0; i < nstages; i++)
+        net->nblocks += stage_blocks[i];
     net->blocks = dpt_model_alloc(model, (size_t)net->nblocks * sizeof *net->blocks);
     int k = 0;
     for (int stage = 0; stage < nstages; stage++)

@@ -18,15 +18,14 @@ static void adamw_step(dpt_ctx *ctx, dpt_optim *o)
     for (int i = 0; i < dpt_model_num_params(o->model); i++) {
         dpt_tensor *p = dpt_model_param_at(o->model, i);
         ctx->be->adamw_step(ctx, p->numel, p->data, p->grad->data, o->state[2 * i]->data,
-                            o->state[2 * i + 1]->data, o->lr, o->hyper[BETA1], o->hyper[BETA2],
-                            o->hyper[EPS], o->hyper[WEIGHT_DECAY], bc1, bc2);
+                            o->state[2 * i + 1]->data, o->lr, o->hyper[BETA1], o->hyper[BETA2], o->hyper[EPS],
+                            o->hyper[WEIGHT_DECAY], bc1, bc2);
     }
 }
 
 static const dpt_optim_ops adamw_ops = {.name = "adamw", .step = adamw_step};
 
-dpt_optim *dpt_adamw_new(dpt_model *model, float lr, float beta1, float beta2, float eps,
-                         float weight_decay)
+dpt_optim *dpt_adamw_new(dpt_model *model, float lr, float beta1, float beta2, float eps, float weight_decay)
 {
     DPT_ASSERT(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
                "AdamW betas (%g, %g) outside [0, 1)", beta1, beta2);

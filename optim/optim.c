@@ -36,15 +36,25 @@ void dpt_optim_step(dpt_ctx *ctx, dpt_optim *optim)
     optim->steps++;
 }
 
-void dpt_optim_set_lr(dpt_optim *optim, float lr) { optim->lr = lr; }
-float dpt_optim_lr(const dpt_optim *optim) { return optim->lr; }
-const char *dpt_optim_name(const dpt_optim *optim) { return optim->ops->name; }
+void dpt_optim_set_lr(dpt_optim *optim, float lr)
+{
+    optim->lr = lr;
+}
+float dpt_optim_lr(const dpt_optim *optim)
+{
+    return optim->lr;
+}
+const char *dpt_optim_name(const dpt_optim *optim)
+{
+    return optim->ops->name;
+}
 
 void dpt_optim_free(dpt_optim *optim)
 {
     if (!optim) return;
     int n = dpt_model_num_params(optim->model) * optim->nstate;
-    for (int i = 0; i < n; i++) dpt_tensor_free(optim->state[i]);
+    for (int i = 0; i < n; i++)
+        dpt_tensor_free(optim->state[i]);
     free(optim->state);
     free(optim);
 }

@@ -13,10 +13,12 @@ double dpt_lr_at(const dpt_lr_schedule *s, int64_t step)
         return s->start_lr + (s->target_lr - s->start_lr) * (double)(step + 1) / (double)s->warmup_steps;
     double epoch = (double)step / (double)(s->steps_per_epoch > 0 ? s->steps_per_epoch : 1);
     switch (s->kind) {
-    case DPT_LR_STEP: return s->target_lr * pow(s->gamma, floor(epoch / (double)s->step_epochs));
+    case DPT_LR_STEP:
+        return s->target_lr * pow(s->gamma, floor(epoch / (double)s->step_epochs));
     case DPT_LR_MULTISTEP: {
         int passed = 0;
-        for (int i = 0; i < s->nmilestones; i++) passed += epoch >= (double)s->milestones[i];
+        for (int i = 0; i < s->nmilestones; i++)
+            passed += epoch >= (double)s->milestones[i];
         return s->target_lr * pow(s->gamma, passed);
     }
     case DPT_LR_COSINE: {
@@ -26,7 +28,8 @@ double dpt_lr_at(const dpt_lr_schedule *s, int64_t step)
         return s->min_lr + (s->target_lr - s->min_lr) * 0.5 * (1.0 + cos(M_PI * t));
     }
     case DPT_LR_CONSTANT:
-    case DPT_LR_KIND_COUNT: break;
+    case DPT_LR_KIND_COUNT:
+        break;
     }
     return s->target_lr;
 }
@@ -44,7 +47,8 @@ dpt_lr_schedule dpt_lr_schedule_build(const dpt_config *cfg, int world_size, int
         .start_lr = linear ? lr : 0.0,
         .min_lr = dpt_config_float(cfg, "optim", "min_lr"),
         .gamma = dpt_config_float(cfg, "optim", "gamma"),
-        .warmup_steps = (int64_t)(dpt_config_float(cfg, "optim", "warmup_epochs") * (double)steps_per_epoch + 0.5),
+        .warmup_steps =
+            (int64_t)(dpt_config_float(cfg, "optim", "warmup_epochs") * (double)steps_per_epoch + 0.5),
         .total_steps = total_steps,
         .steps_per_epoch = steps_per_epoch,
         .step_epochs = dpt_config_int(cfg, "optim", "step_epochs"),

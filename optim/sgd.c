@@ -13,16 +13,15 @@ static void sgd_step(dpt_ctx *ctx, dpt_optim *o)
     bool nesterov = o->hyper[NESTEROV] != 0.0f;
     for (int i = 0; i < dpt_model_num_params(o->model); i++) {
         dpt_tensor *p = dpt_model_param_at(o->model, i);
-        ctx->be->sgd_step(ctx, p->numel, p->data, p->grad->data, o->state[i]->data, o->lr,
-                          o->hyper[MOMENTUM], o->hyper[DAMPENING], o->hyper[WEIGHT_DECAY],
-                          nesterov, o->steps == 0);
+        ctx->be->sgd_step(ctx, p->numel, p->data, p->grad->data, o->state[i]->data, o->lr, o->hyper[MOMENTUM],
+                          o->hyper[DAMPENING], o->hyper[WEIGHT_DECAY], nesterov, o->steps == 0);
     }
 }
 
 static const dpt_optim_ops sgd_ops = {.name = "sgd", .step = sgd_step};
 
-dpt_optim *dpt_sgd_new(dpt_model *model, float lr, float momentum, float dampening,
-                       float weight_decay, bool nesterov)
+dpt_optim *dpt_sgd_new(dpt_model *model, float lr, float momentum, float dampening, float weight_decay,
+                       bool nesterov)
 {
     DPT_ASSERT(!nesterov || (momentum > 0.0f && dampening == 0.0f),
                "Nesterov momentum needs momentum > 0 and dampening = 0 (as in PyTorch)");

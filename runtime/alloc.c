@@ -27,7 +27,8 @@ size_t dpt_alloc_round(size_t bytes)
     /* Above 1 MiB round up to 1/8 of the enclosing power of two: at most 12.5% waste while
      * keeping the number of distinct bins small. */
     size_t pow2 = (size_t)1 << 20;
-    while (pow2 < bytes) pow2 <<= 1;
+    while (pow2 < bytes)
+        pow2 <<= 1;
     size_t step = pow2 / 16;
     return (bytes + step - 1) / step * step;
 }
@@ -45,8 +46,10 @@ static bin *find_bin(dpt_alloc *alloc, size_t size, bool create)
     int lo = 0, hi = alloc->nbins;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
-        if (alloc->bins[mid].size < size) lo = mid + 1;
-        else hi = mid;
+        if (alloc->bins[mid].size < size)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     if (lo < alloc->nbins && alloc->bins[lo].size == size) return &alloc->bins[lo];
     if (!create) return NULL;
@@ -102,20 +105,25 @@ void dpt_alloc_trim(dpt_alloc *alloc)
 {
     for (int i = 0; i < alloc->nbins; i++) {
         bin *b = &alloc->bins[i];
-        for (int j = 0; j < b->count; j++) alloc->raw.free_fn(b->blocks[j], alloc->raw.user);
+        for (int j = 0; j < b->count; j++)
+            alloc->raw.free_fn(b->blocks[j], alloc->raw.user);
         alloc->stats.reserved -= b->size * (size_t)b->count;
         b->count = 0;
     }
 }
 
-dpt_mem_stats dpt_alloc_stats(const dpt_alloc *alloc) { return alloc->stats; }
+dpt_mem_stats dpt_alloc_stats(const dpt_alloc *alloc)
+{
+    return alloc->stats;
+}
 
 size_t dpt_alloc_free(dpt_alloc *alloc)
 {
     if (!alloc) return 0;
     dpt_alloc_trim(alloc);
     size_t leaked = alloc->stats.allocated;
-    for (int i = 0; i < alloc->nbins; i++) free(alloc->bins[i].blocks);
+    for (int i = 0; i < alloc->nbins; i++)
+        free(alloc->bins[i].blocks);
     free(alloc->bins);
     free(alloc);
     return leaked;

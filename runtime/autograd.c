@@ -7,13 +7,14 @@
 #include "ctx.h"
 #include "error.h"
 
-dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward, dpt_tensor *out,
-                          int n_in, dpt_tensor *const *in)
+dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward, dpt_tensor *out, int n_in,
+                          dpt_tensor *const *in)
 {
     DPT_ASSERT(n_in <= DPT_NODE_MAX_IN, "%s has %d inputs", op, n_in);
     if (!ctx->grad_enabled) return NULL;
     bool any = false;
-    for (int i = 0; i < n_in; i++) any |= dpt_wants_grad(in[i]);
+    for (int i = 0; i < n_in; i++)
+        any |= dpt_wants_grad(in[i]);
     if (!any) return NULL;
     DPT_ASSERT(!ctx->tape_consumed, "%s recorded after backward without dpt_tape_clear()", op);
     if (ctx->nnodes == ctx->cap_nodes) {
@@ -27,7 +28,8 @@ dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward
     node->backward = backward;
     node->out = out;
     node->n_in = n_in;
-    for (int i = 0; i < n_in; i++) node->in[i] = in[i];
+    for (int i = 0; i < n_in; i++)
+        node->in[i] = in[i];
     out->requires_grad = true;
     return node;
 }
@@ -38,7 +40,8 @@ dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t)
         DPT_ASSERT(!t->is_param, "parameter %s has no gradient buffer", t->name);
         /* A temporary's gradient dies with the tape; a persistent leaf (an input that asks for
          * a gradient) keeps its own, like a parameter, so it outlives dpt_tape_clear(). */
-        t->grad = t->is_temp ? dpt_temp_zeros(ctx, t->ndim, t->shape) : dpt_tensor_new(ctx, t->ndim, t->shape);
+        t->grad =
+            t->is_temp ? dpt_temp_zeros(ctx, t->ndim, t->shape) : dpt_tensor_new(ctx, t->ndim, t->shape);
     }
     return t->grad;
 }
@@ -56,7 +59,10 @@ void *dpt_tape_scratch(dpt_ctx *ctx, size_t bytes)
     return p;
 }
 
-static bool is_reported_param(const dpt_tensor *t) { return t && t->is_param && t->requires_grad; }
+static bool is_reported_param(const dpt_tensor *t)
+{
+    return t && t->is_param && t->requires_grad;
+}
 
 void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
 {
@@ -96,9 +102,12 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
 void dpt_tape_clear(dpt_ctx *ctx)
 {
     /* A temporary's gradient is a temporary too, freed by this same loop. */
-    for (int i = 0; i < ctx->ntemps; i++) ctx->temps[i]->grad = NULL;
-    for (int i = 0; i < ctx->ntemps; i++) dpt_tensor_free(ctx->temps[i]);
-    for (int i = 0; i < ctx->nscratch; i++) free(ctx->scratch[i]);
+    for (int i = 0; i < ctx->ntemps; i++)
+        ctx->temps[i]->grad = NULL;
+    for (int i = 0; i < ctx->ntemps; i++)
+        dpt_tensor_free(ctx->temps[i]);
+    for (int i = 0; i < ctx->nscratch; i++)
+        free(ctx->scratch[i]);
     ctx->ntemps = 0;
     ctx->nscratch = 0;
     ctx->nnodes = 0;
@@ -112,7 +121,10 @@ bool dpt_set_grad_enabled(dpt_ctx *ctx, bool enabled)
     return previous;
 }
 
-bool dpt_grad_enabled(const dpt_ctx *ctx) { return ctx->grad_enabled; }
+bool dpt_grad_enabled(const dpt_ctx *ctx)
+{
+    return ctx->grad_enabled;
+}
 
 void dpt_set_grad_ready_hook(dpt_ctx *ctx, dpt_grad_ready_hook hook, void *user)
 {

@@ -26,13 +26,16 @@ struct dpt_node {
 
 /* Record a node producing `out` from inputs (NULL entries allowed) when recording is on and
  * some input requires a gradient; returns NULL (nothing recorded) otherwise. */
-dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward, dpt_tensor *out,
-                          int n_in, dpt_tensor *const *in);
+dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward, dpt_tensor *out, int n_in,
+                          dpt_tensor *const *in);
 /* The gradient of t, zero-filled on first use (a temporary unless t is a parameter). */
 dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t);
 /* Host memory that lives until dpt_tape_clear(). */
 void *dpt_tape_scratch(dpt_ctx *ctx, size_t bytes);
 /* Should `t` receive a gradient in this backward? */
-static inline bool dpt_wants_grad(const dpt_tensor *t) { return t && t->requires_grad; }
+static inline bool dpt_wants_grad(const dpt_tensor *t)
+{
+    return t && t->requires_grad;
+}
 
 #endif

@@ -31,7 +31,7 @@ typedef struct dpt_backend {
     void (*copy_d2d)(dpt_ctx *ctx, void *dst, const void *src, size_t bytes);
     /* Elementwise: x, y, out have n elements. */
     void (*fill)(dpt_ctx *ctx, float *x, int64_t n, float value);
-    void (*axpy)(dpt_ctx *ctx, int64_t n, float alpha, const float *x, float *y); /* y += alpha*x */
+    void (*axpy)(dpt_ctx *ctx, int64_t n, float alpha, const float *x, float *y);    /* y += alpha*x */
     void (*scale)(dpt_ctx *ctx, int64_t n, float alpha, const float *x, float *out); /* out = alpha*x */
     void (*add)(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out);
     void (*mul)(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out);
@@ -41,9 +41,8 @@ typedef struct dpt_backend {
     /* dst (cols, rows) += transpose of src (rows, cols). */
     void (*transpose_acc)(dpt_ctx *ctx, const float *src, float *dst, int64_t rows, int64_t cols);
     /* C (M, N) = alpha * op(A) op(B) + beta * C; op(A) is (M, K), op(B) is (K, N). */
-    void (*gemm)(dpt_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                 float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                 float *C, int64_t ldc);
+    void (*gemm)(dpt_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
     void (*bias_add)(dpt_ctx *ctx, float *y, const float *bias, int64_t rows, int64_t cols);
     void (*bias_grad)(dpt_ctx *ctx, const float *dy, float *dbias, int64_t rows, int64_t cols); /* += */
     /* Activations. */
@@ -58,15 +57,15 @@ typedef struct dpt_backend {
     double (*xent_fwd)(dpt_ctx *ctx, const float *logits, const int32_t *host_labels, int64_t rows,
                        int64_t cols, float smoothing, float *probs);
     /* dlogits += scale * (probs - target), target = (1-s) onehot + s/cols. */
-    void (*xent_bwd)(dpt_ctx *ctx, const float *probs, const int32_t *host_labels, int64_t rows,
-                     int64_t cols, float smoothing, float scale, float *dlogits);
-    int64_t (*count_correct)(dpt_ctx *ctx, const float *logits, const int32_t *host_labels,
-                             int64_t rows, int64_t cols);
+    void (*xent_bwd)(dpt_ctx *ctx, const float *probs, const int32_t *host_labels, int64_t rows, int64_t cols,
+                     float smoothing, float scale, float *dlogits);
+    int64_t (*count_correct)(dpt_ctx *ctx, const float *logits, const int32_t *host_labels, int64_t rows,
+                             int64_t cols);
     /* Convolution. dx, dw, db may be NULL (not wanted); all three accumulate (+=). */
     void (*conv2d_fwd)(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
                        const float *bias, float *y);
-    void (*conv2d_bwd)(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
-                       const float *dy, float *dx, float *dw, float *dbias);
+    void (*conv2d_bwd)(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *dy,
+                       float *dx, float *dw, float *dbias);
     /* Batch norm over (n, c, hw): per-channel sums in double, on the host (they are AllReduced
      * for SyncBatchNorm), then per-channel affine maps on the device. */
     void (*bn_stats)(dpt_ctx *ctx, const float *x, int64_t n, int64_t c, int64_t hw, double *host_sum,
@@ -88,22 +87,21 @@ typedef struct dpt_backend {
     void (*avgpool_fwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y);
     void (*avgpool_bwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx); /* += */
     /* Optimizer updates over n parameters (one launch over a flat range). */
-    void (*sgd_step)(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *momentum_buf,
-                     float lr, float momentum, float dampening, float weight_decay, bool nesterov,
-                     bool first_step);
+    void (*sgd_step)(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *momentum_buf, float lr,
+                     float momentum, float dampening, float weight_decay, bool nesterov, bool first_step);
     void (*adamw_step)(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *exp_avg,
-                       float *exp_avg_sq, float lr, float beta1, float beta2, float eps,
-                       float weight_decay, float bias_correction1, float bias_correction2);
+                       float *exp_avg_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
+                       float bias_correction1, float bias_correction2);
 } dpt_backend;
 
 extern const dpt_backend dpt_backend_cpu;
 
 /* A layer whose kernel this backend does not provide (a NULL entry) stops with a message. */
-#define DPT_REQUIRE_OP(ctx, entry, op)                                                             \
-    do {                                                                                           \
-        if (!(ctx)->be->entry)                                                                     \
-            dpt_abort_job("%s is not available on the %s backend yet\nHINT: set [train] device = cpu", \
-                          op, (ctx)->be->name);                                                    \
+#define DPT_REQUIRE_OP(ctx, entry, op)                                                                       \
+    do {                                                                                                     \
+        if (!(ctx)->be->entry)                                                                               \
+            dpt_abort_job("%s is not available on the %s backend yet\nHINT: set [train] device = cpu", op,   \
+                          (ctx)->be->name);                                                                  \
     } while (0)
 
 /* ops_cpu_nn.c: the CPU convolution, batch-norm and pooling kernels of the table. */
@@ -111,7 +109,8 @@ void dpt_cpu_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, c
                         const float *bias, float *y);
 void dpt_cpu_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
                         const float *dy, float *dx, float *dw, float *dbias);
-void dpt_cpu_bn_stats(dpt_ctx *ctx, const float *x, int64_t n, int64_t c, int64_t hw, double *sum, double *sumsq);
+void dpt_cpu_bn_stats(dpt_ctx *ctx, const float *x, int64_t n, int64_t c, int64_t hw, double *sum,
+                      double *sumsq);
 void dpt_cpu_bn_bwd_stats(dpt_ctx *ctx, const float *x, const float *dy, int64_t n, int64_t c, int64_t hw,
                           const double *mean, double *sum_dy, double *sum_dy_xmu);
 void dpt_cpu_channel_affine(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
@@ -119,7 +118,8 @@ void dpt_cpu_channel_affine(dpt_ctx *ctx, const float *x, float *y, int64_t n, i
 void dpt_cpu_channel_affine2_acc(dpt_ctx *ctx, const float *dy, const float *x, float *dx, int64_t n,
                                  int64_t c, int64_t hw, const float *a, const float *b, const float *k);
 void dpt_cpu_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, int32_t *argmax);
-void dpt_cpu_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax, float *dx);
+void dpt_cpu_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax,
+                         float *dx);
 void dpt_cpu_avgpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y);
 void dpt_cpu_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx);
 

@@ -36,7 +36,8 @@ typedef struct writer {
 static void put(writer *w, const void *data, size_t n)
 {
     if (w->len + n > w->cap) {
-        while (w->len + n > w->cap) w->cap = w->cap ? 2 * w->cap : 1 << 16;
+        while (w->len + n > w->cap)
+            w->cap = w->cap ? 2 * w->cap : 1 << 16;
         w->buf = realloc(w->buf, w->cap);
         if (!w->buf) dpt_fatal("out of host memory writing a checkpoint");
     }
@@ -44,8 +45,14 @@ static void put(writer *w, const void *data, size_t n)
     w->len += n;
 }
 
-static void put_u32(writer *w, uint32_t v) { put(w, &v, 4); }
-static void put_u64(writer *w, uint64_t v) { put(w, &v, 8); }
+static void put_u32(writer *w, uint32_t v)
+{
+    put(w, &v, 4);
+}
+static void put_u64(writer *w, uint64_t v)
+{
+    put(w, &v, 8);
+}
 
 static void put_record(writer *w, uint32_t kind, const char *name, int ndim, const int64_t *dims,
                        const void *raw, uint64_t raw_bytes)
@@ -55,7 +62,8 @@ static void put_record(writer *w, uint32_t kind, const char *name, int ndim, con
     put_u32(w, (uint32_t)strlen(name));
     put(w, name, strlen(name));
     put_u32(w, (uint32_t)ndim);
-    for (int i = 0; i < ndim; i++) put_u64(w, (uint64_t)dims[i]);
+    for (int i = 0; i < ndim; i++)
+        put_u64(w, (uint64_t)dims[i]);
     uLongf comp_bytes = compressBound((uLong)raw_bytes);
     uint8_t *comp = malloc(comp_bytes ? comp_bytes : 1);
     if (!comp || compress2(comp, &comp_bytes, raw, (uLong)raw_bytes, 1) != Z_OK)
@@ -94,8 +102,10 @@ static bool write_file(const char *path, const writer *w, dpt_error *err)
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0)
-        return dpt_errorf(err, "cannot write checkpoint %s: %s\nHINT: check [checkpoint] dir and "
-                               "that it is writable", tmp, strerror(errno));
+        return dpt_errorf(err,
+                          "cannot write checkpoint %s: %s\nHINT: check [checkpoint] dir and "
+                          "that it is writable",
+                          tmp, strerror(errno));
     size_t done = 0;
     const char *fault = getenv("DPT_TEST_CKPT_CRASH_AFTER"); /* tests: die mid-write */
     size_t crash_at = fault ? (size_t)atoll(fault) : (size_t)-1;
@@ -109,7 +119,8 @@ static bool write_file(const char *path, const writer *w, dpt_error *err)
             int e = errno;
             close(fd);
             unlink(tmp);
-            return dpt_errorf(err, "writing checkpoint %s failed: %s\nHINT: is the disk full?", tmp, strerror(e));
+            return dpt_errorf(err, "writing checkpoint %s failed: %s\nHINT: is the disk full?", tmp,
+                              strerror(e));
         }
         done += (size_t)n;
     }
@@ -132,9 +143,8 @@ static bool write_file(const char *path, const writer *w, dpt_error *err)
     return true;
 }
 
-bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_optim *optim,
-                         const dpt_ctx *ctx, const dpt_config *cfg, const dpt_train_state *st,
-                         int world_size, dpt_error *err)
+bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_optim *optim, const dpt_ctx *ctx,
+                         const dpt_config *cfg, const dpt_train_state *st, int world_size, dpt_error *err)
 {
     writer w = {0};
     int nparams = dpt_model_num_params(model), nbuffers = dpt_model_num_buffers(model);
@@ -150,17 +160,20 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
                      "step=%lld\nskipped=%lld\nbest_acc=%.17g\nbest_epoch=%d\nworld_size=%d\n"
                      "config_hash=%016llx\n",
                      dpt_model_name(model), dpt_model_summary(model), dpt_optim_name(optim),
-                     (long long)optim->steps, st->epoch, (long long)st->batches_done,
-                     (long long)st->step, (long long)st->skipped, st->best_acc, st->best_epoch,
-                     world_size, (unsigned long long)dpt_config_hash(cfg));
+                     (long long)optim->steps, st->epoch, (long long)st->batches_done, (long long)st->step,
+                     (long long)st->skipped, st->best_acc, st->best_epoch, world_size,
+                     (unsigned long long)dpt_config_hash(cfg));
     put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
     char *text = config_text(cfg);
     put_record(&w, REC_BLOB, "config", 0, NULL, text, strlen(text));
     free(text);
     put_record(&w, REC_BLOB, "rng", 0, NULL, ctx->rng.s, sizeof ctx->rng.s);
-    for (int i = 0; i < nparams; i++) put_tensor(&w, "param/", dpt_model_param_at(model, i));
-    for (int i = 0; i < nbuffers; i++) put_tensor(&w, "buffer/", dpt_model_buffer_at(model, i));
-    for (int i = 0; i < nparams * optim->nstate; i++) put_tensor(&w, "optim/", optim->state[i]);
+    for (int i = 0; i < nparams; i++)
+        put_tensor(&w, "param/", dpt_model_param_at(model, i));
+    for (int i = 0; i < nbuffers; i++)
+        put_tensor(&w, "buffer/", dpt_model_buffer_at(model, i));
+    for (int i = 0; i < nparams * optim->nstate; i++)
+        put_tensor(&w, "optim/", optim->state[i]);
     put(&w, CKPT_END, 8);
     bool ok = write_file(path, &w, err);
     free(w.buf);
@@ -193,7 +206,8 @@ static bool take(reader *r, void *out, size_t n)
 
 static void free_records(record *recs, uint32_t n)
 {
-    for (uint32_t i = 0; i < n; i++) free(recs[i].data);
+    for (uint32_t i = 0; i < n; i++)
+        free(recs[i].data);
     free(recs);
 }
 
@@ -203,15 +217,19 @@ static bool parse(const char *path, reader *r, record **out, uint32_t *count, dp
     char magic[8];
     uint32_t version, nrec, hcrc;
     if (!take(r, magic, 8) || memcmp(magic, CKPT_MAGIC, 8) != 0)
-        return dpt_errorf(err, "%s is not a dptrain checkpoint (bad magic)\nHINT: pass a ckpt-step*.dpt "
-                               "file or 'latest'", path);
+        return dpt_errorf(err,
+                          "%s is not a dptrain checkpoint (bad magic)\nHINT: pass a ckpt-step*.dpt "
+                          "file or 'latest'",
+                          path);
     if (!take(r, &version, 4) || !take(r, &nrec, 4) || !take(r, &hcrc, 4))
         return dpt_errorf(err, "%s: truncated header\n" HINT_CORRUPT, path);
     if (hcrc != (uint32_t)crc32(0L, r->buf, 16))
         return dpt_errorf(err, "%s: header CRC mismatch\n" HINT_CORRUPT, path);
     if (version != CKPT_VERSION)
-        return dpt_errorf(err, "%s: checkpoint format version %u; this dptrain reads version %u\n"
-                               "HINT: resume with the dptrain that wrote it", path, version, CKPT_VERSION);
+        return dpt_errorf(err,
+                          "%s: checkpoint format version %u; this dptrain reads version %u\n"
+                          "HINT: resume with the dptrain that wrote it",
+                          path, version, CKPT_VERSION);
     if (nrec > 1000000) return dpt_errorf(err, "%s: implausible record count %u\n" HINT_CORRUPT, path, nrec);
     record *recs = calloc(nrec + 1, sizeof *recs);
     if (!recs) dpt_fatal("out of host memory reading a checkpoint");
@@ -230,7 +248,8 @@ static bool parse(const char *path, reader *r, record **out, uint32_t *count, dp
              raw_bytes < ((uint64_t)1 << 40);
         if (!ok) {
             free_records(recs, nrec);
-            return dpt_errorf(err, "%s: record %u of %u is truncated or malformed\n" HINT_CORRUPT, path, i + 1, nrec);
+            return dpt_errorf(err, "%s: record %u of %u is truncated or malformed\n" HINT_CORRUPT, path,
+                              i + 1, nrec);
         }
         const uint8_t *comp = r->buf + r->pos;
         r->pos += comp_bytes;
@@ -285,26 +304,31 @@ static const char *meta_get(const record *meta, const char *key, char *out, size
 }
 
 /* Check that a tensor record exists with the tensor's shape. */
-static bool check_tensor(const char *path, record *recs, uint32_t n, const char *prefix,
-                         const dpt_tensor *t, const char *model_desc, dpt_error *err, record **found)
+static bool check_tensor(const char *path, record *recs, uint32_t n, const char *prefix, const dpt_tensor *t,
+                         const char *model_desc, dpt_error *err, record **found)
 {
     char name[160], have[96];
     snprintf(name, sizeof name, "%s%s", prefix, t->name);
     record *rec = find(recs, n, name);
     if (!rec || rec->kind != REC_TENSOR)
-        return dpt_errorf(err, "%s has no %s (the checkpoint holds %s)\nHINT: resume with the model "
-                               "and optimizer that wrote it", path, name, model_desc);
+        return dpt_errorf(err,
+                          "%s has no %s (the checkpoint holds %s)\nHINT: resume with the model "
+                          "and optimizer that wrote it",
+                          path, name, model_desc);
     bool same = rec->ndim == t->ndim;
-    for (int d = 0; same && d < t->ndim; d++) same = rec->dims[d] == t->shape[d];
+    for (int d = 0; same && d < t->ndim; d++)
+        same = rec->dims[d] == t->shape[d];
     if (!same || rec->bytes != (uint64_t)t->numel * sizeof(float)) {
         size_t used = (size_t)snprintf(have, sizeof have, "(");
         for (int d = 0; d < rec->ndim && used < sizeof have; d++)
-            used += (size_t)snprintf(have + used, sizeof have - used, "%s%lld", d ? ", " : "", (long long)rec->dims[d]);
+            used += (size_t)snprintf(have + used, sizeof have - used, "%s%lld", d ? ", " : "",
+                                     (long long)rec->dims[d]);
         if (used < sizeof have) snprintf(have + used, sizeof have - used, ")");
         char want[96];
-        return dpt_errorf(err, "%s: %s has shape %s in the checkpoint but %s in the model\nHINT: the "
-                               "checkpoint is from another model (%s)", path, name, have,
-                          dpt_shape_str(t, want, sizeof want), model_desc);
+        return dpt_errorf(err,
+                          "%s: %s has shape %s in the checkpoint but %s in the model\nHINT: the "
+                          "checkpoint is from another model (%s)",
+                          path, name, have, dpt_shape_str(t, want, sizeof want), model_desc);
     }
     *found = rec;
     return true;
@@ -342,18 +366,22 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
         meta_get(meta, "summary", summary, sizeof summary);
         snprintf(model_desc, sizeof model_desc, "model %s %s", name, summary);
         if (strcmp(name, dpt_model_name(model)) != 0)
-            ok = dpt_errorf(err, "%s was written by model %s, the config builds %s %s\nHINT: resume with "
-                                 "the [model] settings that wrote it", path, model_desc, dpt_model_name(model),
-                            dpt_model_summary(model));
+            ok = dpt_errorf(err,
+                            "%s was written by model %s, the config builds %s %s\nHINT: resume with "
+                            "the [model] settings that wrote it",
+                            path, model_desc, dpt_model_name(model), dpt_model_summary(model));
     }
     if (ok && strcmp(meta_get(meta, "optim", val, sizeof val) ? val : "", dpt_optim_name(optim)) != 0)
-        ok = dpt_errorf(err, "%s holds %s optimizer state; the config asks for %s\nHINT: set [optim] name = %s "
-                             "to resume, or start a new run", path, val, dpt_optim_name(optim), val);
+        ok = dpt_errorf(err,
+                        "%s holds %s optimizer state; the config asks for %s\nHINT: set [optim] name = %s "
+                        "to resume, or start a new run",
+                        path, val, dpt_optim_name(optim), val);
     if (ok && atoi(meta_get(meta, "world_size", val, sizeof val) ? val : "0") != world_size &&
         atoll(meta_get(meta, "batches_done", val, sizeof val) ? val : "1") != 0)
-        ok = dpt_errorf(err, "%s was written mid-epoch by %s ranks; this run has %d\nHINT: resume with the "
-                             "same number of ranks, or from a checkpoint written at an epoch end "
-                             "([checkpoint] every_epochs), where a new world size is allowed",
+        ok = dpt_errorf(err,
+                        "%s was written mid-epoch by %s ranks; this run has %d\nHINT: resume with the "
+                        "same number of ranks, or from a checkpoint written at an epoch end "
+                        "([checkpoint] every_epochs), where a new world size is allowed",
                         path, meta_get(meta, "world_size", val, sizeof val), world_size);
     int nparams = dpt_model_num_params(model), nbuffers = dpt_model_num_buffers(model);
     int nstate = nparams * optim->nstate;
@@ -361,19 +389,24 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
     for (int i = 0; ok && i < nparams; i++)
         ok = check_tensor(path, recs, n, "param/", dpt_model_param_at(model, i), model_desc, err, &src[i]);
     for (int i = 0; ok && i < nbuffers; i++)
-        ok = check_tensor(path, recs, n, "buffer/", dpt_model_buffer_at(model, i), model_desc, err, &src[nparams + i]);
+        ok = check_tensor(path, recs, n, "buffer/", dpt_model_buffer_at(model, i), model_desc, err,
+                          &src[nparams + i]);
     for (int i = 0; ok && i < nstate; i++)
-        ok = check_tensor(path, recs, n, "optim/", optim->state[i], model_desc, err, &src[nparams + nbuffers + i]);
+        ok = check_tensor(path, recs, n, "optim/", optim->state[i], model_desc, err,
+                          &src[nparams + nbuffers + i]);
     if (ok && n != (uint32_t)(3 + nparams + nbuffers + nstate))
-        ok = dpt_errorf(err, "%s holds %u records; the model and optimizer need %d (the checkpoint has "
-                             "tensors this model lacks: %s)\nHINT: resume with the model that wrote it",
+        ok = dpt_errorf(err,
+                        "%s holds %u records; the model and optimizer need %d (the checkpoint has "
+                        "tensors this model lacks: %s)\nHINT: resume with the model that wrote it",
                         path, n, 3 + nparams + nbuffers + nstate, model_desc);
     if (ok) {
         /* Everything checked: apply. */
-        for (int i = 0; i < nparams; i++) dpt_tensor_copy_from_host(dpt_model_param_at(model, i), (float *)src[i]->data);
+        for (int i = 0; i < nparams; i++)
+            dpt_tensor_copy_from_host(dpt_model_param_at(model, i), (float *)src[i]->data);
         for (int i = 0; i < nbuffers; i++)
             dpt_tensor_copy_from_host(dpt_model_buffer_at(model, i), (float *)src[nparams + i]->data);
-        for (int i = 0; i < nstate; i++) dpt_tensor_copy_from_host(optim->state[i], (float *)src[nparams + nbuffers + i]->data);
+        for (int i = 0; i < nstate; i++)
+            dpt_tensor_copy_from_host(optim->state[i], (float *)src[nparams + nbuffers + i]->data);
         memcpy(ctx->rng.s, rng->data, sizeof ctx->rng.s);
         optim->steps = atoll(meta_get(meta, "optim_steps", val, sizeof val) ? val : "0");
         st->epoch = atoi(meta_get(meta, "epoch", val, sizeof val) ? val : "1");
@@ -385,8 +418,10 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
         char hash[32];
         snprintf(hash, sizeof hash, "%016llx", (unsigned long long)dpt_config_hash(cfg));
         if (strcmp(meta_get(meta, "config_hash", val, sizeof val) ? val : "", hash) != 0)
-            fprintf(stderr, "warning: %s was written with another config (hash %s, now %s); resuming, "
-                            "but the run will not be an exact continuation\n", path, val, hash);
+            fprintf(stderr,
+                    "warning: %s was written with another config (hash %s, now %s); resuming, "
+                    "but the run will not be an exact continuation\n",
+                    path, val, hash);
     }
     free(src);
     free_records(recs, n);
@@ -404,14 +439,18 @@ static bool is_checkpoint_name(const char *name, long long *step)
 bool dpt_checkpoint_latest(const char *dir, char *path, size_t size, dpt_error *err)
 {
     DIR *d = opendir(dir);
-    if (!d) return dpt_errorf(err, "cannot open checkpoint folder %s: %s\nHINT: set [checkpoint] dir, "
-                                   "or pass --resume PATH", dir, strerror(errno));
+    if (!d)
+        return dpt_errorf(err,
+                          "cannot open checkpoint folder %s: %s\nHINT: set [checkpoint] dir, "
+                          "or pass --resume PATH",
+                          dir, strerror(errno));
     long long best = -1, step;
     struct dirent *e;
     while ((e = readdir(d)))
         if (is_checkpoint_name(e->d_name, &step) && step > best) best = step;
     closedir(d);
-    if (best < 0) return dpt_errorf(err, "no checkpoint (ckpt-step*.dpt) in %s\nHINT: start without --resume", dir);
+    if (best < 0)
+        return dpt_errorf(err, "no checkpoint (ckpt-step*.dpt) in %s\nHINT: start without --resume", dir);
     snprintf(path, size, "%s/ckpt-step%08lld.dpt", dir, best);
     return true;
 }

@@ -8,15 +8,15 @@
 #include "log.h"
 
 /* Report file:line, the call and MPI's own error string, then stop the job. */
-#define CHECK_MPI(call)                                                                            \
-    do {                                                                                           \
-        int mpi_rc_ = (call);                                                                      \
-        if (mpi_rc_ != MPI_SUCCESS) {                                                              \
-            char mpi_msg_[MPI_MAX_ERROR_STRING];                                                   \
-            int mpi_len_ = 0;                                                                      \
-            MPI_Error_string(mpi_rc_, mpi_msg_, &mpi_len_);                                        \
-            dpt_fatal("%s failed: %s", #call, mpi_msg_);                                           \
-        }                                                                                          \
+#define CHECK_MPI(call)                                                                                      \
+    do {                                                                                                     \
+        int mpi_rc_ = (call);                                                                                \
+        if (mpi_rc_ != MPI_SUCCESS) {                                                                        \
+            char mpi_msg_[MPI_MAX_ERROR_STRING];                                                             \
+            int mpi_len_ = 0;                                                                                \
+            MPI_Error_string(mpi_rc_, mpi_msg_, &mpi_len_);                                                  \
+            dpt_fatal("%s failed: %s", #call, mpi_msg_);                                                     \
+        }                                                                                                    \
     } while (0)
 
 static void add_delay(const dpt_comm *comm, int64_t bytes)
@@ -86,7 +86,10 @@ static void mpi_barrier(dpt_comm *comm)
     CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
 }
 
-static void mpi_free(dpt_comm *comm) { free(comm); }
+static void mpi_free(dpt_comm *comm)
+{
+    free(comm);
+}
 
 static const dpt_comm_ops mpi_ops = {
     .name = "mpi",

@@ -34,21 +34,29 @@ void dpt_thread_group_free(dpt_thread_group *g)
     free(g);
 }
 
-static dpt_thread_group *group_of(dpt_comm *comm) { return comm->impl; }
+static dpt_thread_group *group_of(dpt_comm *comm)
+{
+    return comm->impl;
+}
 
-static void sync_all(dpt_thread_group *g) { pthread_barrier_wait(&g->barrier); }
+static void sync_all(dpt_thread_group *g)
+{
+    pthread_barrier_wait(&g->barrier);
+}
 
-#define ALLREDUCE_BODY(type)                                                                       \
-    dpt_thread_group *g = group_of(comm);                                                          \
-    g->bufs[comm->rank] = buf;                                                                     \
-    sync_all(g);                                                                                   \
-    int64_t per = (n + g->size - 1) / g->size;                                                     \
-    int64_t lo = per * comm->rank, hi = lo + per < n ? lo + per : n;                               \
-    for (int64_t i = lo; i < hi; i++) {                                                            \
-        type sum = 0;                                                                              \
-        for (int r = 0; r < g->size; r++) sum += ((type *)g->bufs[r])[i];                          \
-        for (int r = 0; r < g->size; r++) ((type *)g->bufs[r])[i] = sum;                           \
-    }                                                                                              \
+#define ALLREDUCE_BODY(type)                                                                                 \
+    dpt_thread_group *g = group_of(comm);                                                                    \
+    g->bufs[comm->rank] = buf;                                                                               \
+    sync_all(g);                                                                                             \
+    int64_t per = (n + g->size - 1) / g->size;                                                               \
+    int64_t lo = per * comm->rank, hi = lo + per < n ? lo + per : n;                                         \
+    for (int64_t i = lo; i < hi; i++) {                                                                      \
+        type sum = 0;                                                                                        \
+        for (int r = 0; r < g->size; r++)                                                                    \
+            sum += ((type *)g->bufs[r])[i];                                                                  \
+        for (int r = 0; r < g->size; r++)                                                                    \
+            ((type *)g->bufs[r])[i] = sum;                                                                   \
+    }                                                                                                        \
     sync_all(g);
 
 static void threads_allreduce_f32(dpt_comm *comm, float *buf, int64_t n)
@@ -57,7 +65,10 @@ static void threads_allreduce_f32(dpt_comm *comm, float *buf, int64_t n)
     ALLREDUCE_BODY(float)
 }
 
-static void threads_allreduce_f64(dpt_comm *comm, double *buf, int64_t n) { ALLREDUCE_BODY(double) }
+static void threads_allreduce_f64(dpt_comm *comm, double *buf, int64_t n)
+{
+    ALLREDUCE_BODY(double)
+}
 
 static void threads_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root)
 {
@@ -73,12 +84,19 @@ static void threads_allgather(dpt_comm *comm, const void *send, void *recv, size
     dpt_thread_group *g = group_of(comm);
     g->bufs[comm->rank] = (void *)send;
     sync_all(g);
-    for (int r = 0; r < g->size; r++) memcpy((char *)recv + (size_t)r * bytes, g->bufs[r], bytes);
+    for (int r = 0; r < g->size; r++)
+        memcpy((char *)recv + (size_t)r * bytes, g->bufs[r], bytes);
     sync_all(g);
 }
 
-static void threads_barrier(dpt_comm *comm) { sync_all(group_of(comm)); }
-static void threads_free(dpt_comm *comm) { free(comm); }
+static void threads_barrier(dpt_comm *comm)
+{
+    sync_all(group_of(comm));
+}
+static void threads_free(dpt_comm *comm)
+{
+    free(comm);
+}
 
 static const dpt_comm_ops thread_ops = {
     .name = "threads",

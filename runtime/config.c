@@ -26,34 +26,49 @@ typedef struct schema_key {
 #define NO_RANGE 1, 0
 
 static const schema_key schema[] = {
-    {"model", "name", T_STRING, "mlp", NO_RANGE, NULL, "model to build, from the registry in models/ (mlp, cnn, resnet)"},
+    {"model", "name", T_STRING, "mlp", NO_RANGE, NULL,
+     "model to build, from the registry in models/ (mlp, cnn, resnet)"},
     {"model", "hidden", T_INT_LIST, "256,256", 1, 65536, NULL, "mlp: hidden layer widths, comma separated"},
     {"model", "activation", T_ENUM, "relu", NO_RANGE, "relu|gelu", "mlp: activation between layers"},
-    {"model", "channels", T_INT_LIST, "32,64", 1, 65536, NULL, "cnn: channels of each conv3x3-BN-ReLU-maxpool stage"},
+    {"model", "channels", T_INT_LIST, "32,64", 1, 65536, NULL,
+     "cnn: channels of each conv3x3-BN-ReLU-maxpool stage"},
     {"model", "fc", T_INT, "128", 1, 1 << 20, NULL, "cnn: width of the hidden fully connected layer"},
     {"model", "dropout", T_FLOAT, "0.25", 0, 0.99, NULL, "cnn: dropout before the last layer"},
-    {"model", "depth", T_INT, "20", 8, 1000, NULL, "resnet: 18/34/50/101/152 (ImageNet style) or 6n+2: 20/32/44/56/110 (CIFAR style)"},
-    {"model", "width", T_INT, "0", 0, 4096, NULL, "resnet: channels of the first stage (0 = 64 ImageNet style, 16 CIFAR style)"},
-    {"model", "zero_init_residual", T_BOOL, "false", NO_RANGE, NULL, "resnet: start each block's last BN at gamma = 0"},
+    {"model", "depth", T_INT, "20", 8, 1000, NULL,
+     "resnet: 18/34/50/101/152 (ImageNet style) or 6n+2: 20/32/44/56/110 (CIFAR style)"},
+    {"model", "width", T_INT, "0", 0, 4096, NULL,
+     "resnet: channels of the first stage (0 = 64 ImageNet style, 16 CIFAR style)"},
+    {"model", "zero_init_residual", T_BOOL, "false", NO_RANGE, NULL,
+     "resnet: start each block's last BN at gamma = 0"},
     {"model", "bn_momentum", T_FLOAT, "0.1", 0, 1, NULL, "batch norm running-statistics momentum"},
     {"model", "sync_bn", T_BOOL, "false", NO_RANGE, NULL, "SyncBatchNorm: batch statistics over all ranks"},
 
     {"data", "source", T_ENUM, "idx", NO_RANGE, "idx|cifar|synthetic",
-     "idx: MNIST / Fashion-MNIST files (.gz or raw); cifar: CIFAR-10 binary batches in dir; synthetic: random images"},
+     "idx: MNIST / Fashion-MNIST files (.gz or raw); cifar: CIFAR-10 binary batches in dir; synthetic: "
+     "random images"},
     {"data", "dir", T_STRING, "/usr/share/datasets/fashion-mnist", NO_RANGE, NULL,
      "folder holding the data files (Debian package dataset-fashion-mnist)"},
-    {"data", "train_images", T_STRING, "train-images-idx3-ubyte.gz", NO_RANGE, NULL, "training images, relative to dir"},
-    {"data", "train_labels", T_STRING, "train-labels-idx1-ubyte.gz", NO_RANGE, NULL, "training labels, relative to dir"},
-    {"data", "test_images", T_STRING, "t10k-images-idx3-ubyte.gz", NO_RANGE, NULL, "test images, relative to dir"},
-    {"data", "test_labels", T_STRING, "t10k-labels-idx1-ubyte.gz", NO_RANGE, NULL, "test labels, relative to dir"},
+    {"data", "train_images", T_STRING, "train-images-idx3-ubyte.gz", NO_RANGE, NULL,
+     "training images, relative to dir"},
+    {"data", "train_labels", T_STRING, "train-labels-idx1-ubyte.gz", NO_RANGE, NULL,
+     "training labels, relative to dir"},
+    {"data", "test_images", T_STRING, "t10k-images-idx3-ubyte.gz", NO_RANGE, NULL,
+     "test images, relative to dir"},
+    {"data", "test_labels", T_STRING, "t10k-labels-idx1-ubyte.gz", NO_RANGE, NULL,
+     "test labels, relative to dir"},
     {"data", "mean", T_FLOAT, "0.2860", -1e3, 1e3, NULL, "normalisation: x = (pixel/255 - mean) / std"},
     {"data", "std", T_FLOAT, "0.3530", 1e-6, 1e3, NULL, "normalisation standard deviation"},
-    {"data", "shuffle", T_BOOL, "true", NO_RANGE, NULL, "new permutation of the training set each epoch (from seed and epoch)"},
+    {"data", "shuffle", T_BOOL, "true", NO_RANGE, NULL,
+     "new permutation of the training set each epoch (from seed and epoch)"},
     {"data", "drop_last", T_BOOL, "true", NO_RANGE, NULL, "drop the last partial training batch of an epoch"},
-    {"data", "random_crop_pad", T_INT, "0", 0, 64, NULL, "training augmentation: random crop of the image zero-padded by N pixels (0 = off)"},
-    {"data", "hflip", T_BOOL, "false", NO_RANGE, NULL, "training augmentation: horizontal flip with probability 1/2"},
-    {"data", "synthetic_shape", T_INT_LIST, "3,224,224", 1, 4096, NULL, "synthetic: channels, height, width of each image"},
-    {"data", "synthetic_samples", T_INT, "1024", 1, 1e8, NULL, "synthetic: training samples (the test set has a quarter)"},
+    {"data", "random_crop_pad", T_INT, "0", 0, 64, NULL,
+     "training augmentation: random crop of the image zero-padded by N pixels (0 = off)"},
+    {"data", "hflip", T_BOOL, "false", NO_RANGE, NULL,
+     "training augmentation: horizontal flip with probability 1/2"},
+    {"data", "synthetic_shape", T_INT_LIST, "3,224,224", 1, 4096, NULL,
+     "synthetic: channels, height, width of each image"},
+    {"data", "synthetic_samples", T_INT, "1024", 1, 1e8, NULL,
+     "synthetic: training samples (the test set has a quarter)"},
     {"data", "synthetic_classes", T_INT, "1000", 2, 1e6, NULL, "synthetic: number of classes"},
     {"data", "train_limit", T_INT, "0", 0, 1e12, NULL, "use only the first N training samples (0 = all)"},
     {"data", "test_limit", T_INT, "0", 0, 1e12, NULL, "use only the first N test samples (0 = all)"},
@@ -62,12 +77,14 @@ static const schema_key schema[] = {
     {"train", "max_steps", T_INT, "0", 0, 1e12, NULL, "stop after this many optimizer steps (0 = no limit)"},
     {"train", "batch", T_INT, "64", 1, 1 << 20, NULL, "samples per step (per rank)"},
     {"train", "eval_batch", T_INT, "1000", 1, 1 << 20, NULL, "samples per evaluation forward pass"},
-    {"train", "seed", T_INT, "42", 0, 9.2e18, NULL, "seeds initialisation and shuffling: the same seed gives the same run"},
+    {"train", "seed", T_INT, "42", 0, 9.2e18, NULL,
+     "seeds initialisation and shuffling: the same seed gives the same run"},
     {"train", "device", T_ENUM, "auto", NO_RANGE, "auto|cpu|cuda",
      "auto: cuda:<local rank> when a GPU is visible, else cpu"},
     {"train", "threads", T_INT, "0", 0, 1024, NULL, "CPU threads for BLAS and kernels (0 = all cores)"},
     {"train", "label_smoothing", T_FLOAT, "0", 0, 0.999, NULL, "cross-entropy label smoothing"},
-    {"train", "eval_every_steps", T_INT, "0", 0, 1e12, NULL, "also evaluate every N optimizer steps (0 = only at the end of each epoch)"},
+    {"train", "eval_every_steps", T_INT, "0", 0, 1e12, NULL,
+     "also evaluate every N optimizer steps (0 = only at the end of each epoch)"},
     {"train", "nonfinite", T_ENUM, "stop", NO_RANGE, "stop|skip",
      "a NaN/Inf loss or gradient: stop the job naming the step, or skip that step and count it"},
 
@@ -82,41 +99,57 @@ static const schema_key schema[] = {
     {"optim", "eps", T_FLOAT, "1e-8", 0, 1, NULL, "adamw: denominator epsilon"},
 
     {"optim", "schedule", T_ENUM, "constant", NO_RANGE, "constant|step|multistep|cosine",
-     "lr schedule after warm-up: step (x gamma every step_epochs), multistep (x gamma at each milestone), cosine (to min_lr)"},
+     "lr schedule after warm-up: step (x gamma every step_epochs), multistep (x gamma at each milestone), "
+     "cosine (to min_lr)"},
     {"optim", "step_epochs", T_INT, "30", 1, 1e6, NULL, "step schedule: epochs between decays"},
-    {"optim", "milestones", T_INT_LIST, "30,60,90", 1, 1e6, NULL, "multistep schedule: epochs at which the lr is multiplied by gamma"},
+    {"optim", "milestones", T_INT_LIST, "30,60,90", 1, 1e6, NULL,
+     "multistep schedule: epochs at which the lr is multiplied by gamma"},
     {"optim", "gamma", T_FLOAT, "0.1", 0, 1, NULL, "step/multistep decay factor"},
     {"optim", "min_lr", T_FLOAT, "0", 0, 100, NULL, "cosine schedule: final learning rate"},
-    {"optim", "clip_norm", T_FLOAT, "0", 0, 1e9, NULL, "clip gradients to this global L2 norm, after the AllReduce (0 = off)"},
+    {"optim", "clip_norm", T_FLOAT, "0", 0, 1e9, NULL,
+     "clip gradients to this global L2 norm, after the AllReduce (0 = off)"},
     {"optim", "lr_scaling", T_ENUM, "none", NO_RANGE, "none|linear",
      "linear: lr x (world size x accum_steps), the linear scaling rule of Goyal et al."},
     {"optim", "warmup_epochs", T_FLOAT, "0", 0, 1e4, NULL,
      "linear warm-up length; ramps from lr (linear scaling) or from 0 (none) to the target lr"},
 
-    {"distributed", "bucket_mb", T_FLOAT, "25", 1e-9, 1e5, NULL, "gradient bucket capacity in MiB (buckets fill in reverse parameter order)"},
-    {"distributed", "overlap", T_BOOL, "true", NO_RANGE, NULL, "AllReduce each bucket as soon as it is complete, during backward (false: after backward)"},
-    {"distributed", "accum_steps", T_INT, "1", 1, 1e6, NULL, "micro-batches per optimizer step; only the last one communicates (no_sync)"},
-    {"distributed", "find_unused", T_BOOL, "false", NO_RANGE, NULL, "treat a parameter that got no gradient as zero instead of stopping with an error"},
-    {"distributed", "comm_timeout_s", T_FLOAT, "300", 0.01, 1e7, NULL, "a collective not done in this time ends the job with a report naming it"},
+    {"distributed", "bucket_mb", T_FLOAT, "25", 1e-9, 1e5, NULL,
+     "gradient bucket capacity in MiB (buckets fill in reverse parameter order)"},
+    {"distributed", "overlap", T_BOOL, "true", NO_RANGE, NULL,
+     "AllReduce each bucket as soon as it is complete, during backward (false: after backward)"},
+    {"distributed", "accum_steps", T_INT, "1", 1, 1e6, NULL,
+     "micro-batches per optimizer step; only the last one communicates (no_sync)"},
+    {"distributed", "find_unused", T_BOOL, "false", NO_RANGE, NULL,
+     "treat a parameter that got no gradient as zero instead of stopping with an error"},
+    {"distributed", "comm_timeout_s", T_FLOAT, "300", 0.01, 1e7, NULL,
+     "a collective not done in this time ends the job with a report naming it"},
     {"distributed", "devices", T_STRING, "", NO_RANGE, NULL,
      "DataParallel in one process: a device list such as cpu:0,cpu:1 (empty = one device per process)"},
-    {"distributed", "bench_comm_ms_per_mb", T_FLOAT, "0", 0, 1e5, NULL, "benchmarks: a slow network: each gradient AllReduce first sleeps this long per MiB"},
-    {"distributed", "fault", T_ENUM, "none", NO_RANGE, "none|exit|hang|nan", "tests: make fault_rank exit, hang, or compute a NaN loss at fault_step"},
+    {"distributed", "bench_comm_ms_per_mb", T_FLOAT, "0", 0, 1e5, NULL,
+     "benchmarks: a slow network: each gradient AllReduce first sleeps this long per MiB"},
+    {"distributed", "fault", T_ENUM, "none", NO_RANGE, "none|exit|hang|nan",
+     "tests: make fault_rank exit, hang, or compute a NaN loss at fault_step"},
     {"distributed", "fault_rank", T_INT, "0", 0, 1e6, NULL, "tests: the rank that fails"},
     {"distributed", "fault_step", T_INT, "0", 0, 1e12, NULL, "tests: the step at which it fails"},
 
-    {"checkpoint", "dir", T_STRING, "checkpoints", NO_RANGE, NULL, "folder for ckpt-step*.dpt files (written by rank 0)"},
-    {"checkpoint", "every_steps", T_INT, "0", 0, 1e12, NULL, "write a checkpoint every N optimizer steps (0 = off)"},
-    {"checkpoint", "every_epochs", T_INT, "0", 0, 1e6, NULL, "write a checkpoint every N epochs, after evaluation (0 = off)"},
-    {"checkpoint", "keep_last", T_INT, "3", 0, 1e6, NULL, "keep only the newest N checkpoints (0 = keep all)"},
+    {"checkpoint", "dir", T_STRING, "checkpoints", NO_RANGE, NULL,
+     "folder for ckpt-step*.dpt files (written by rank 0)"},
+    {"checkpoint", "every_steps", T_INT, "0", 0, 1e12, NULL,
+     "write a checkpoint every N optimizer steps (0 = off)"},
+    {"checkpoint", "every_epochs", T_INT, "0", 0, 1e6, NULL,
+     "write a checkpoint every N epochs, after evaluation (0 = off)"},
+    {"checkpoint", "keep_last", T_INT, "3", 0, 1e6, NULL,
+     "keep only the newest N checkpoints (0 = keep all)"},
 
     {"log", "interval", T_INT, "100", 1, 1e9, NULL, "steps between progress lines"},
-    {"log", "all_ranks", T_BOOL, "false", NO_RANGE, NULL, "every rank prints its progress lines (prefixed by its rank), not only rank 0"},
+    {"log", "all_ranks", T_BOOL, "false", NO_RANGE, NULL,
+     "every rank prints its progress lines (prefixed by its rank), not only rank 0"},
     {"log", "progress", T_ENUM, "auto", NO_RANGE, "auto|bar|lines",
      "auto: a progress bar with ETA on a terminal, plain lines otherwise (CI logs)"},
     {"log", "timeline", T_STRING, "", NO_RANGE, NULL,
      "Chrome-trace JSON per rank ({rank} in the path is replaced; else .rankN is appended when ranks > 1)"},
-    {"log", "metrics", T_STRING, "", NO_RANGE, NULL, "JSONL metrics file, one line per interval and per evaluation (empty = none)"},
+    {"log", "metrics", T_STRING, "", NO_RANGE, NULL,
+     "JSONL metrics file, one line per interval and per evaluation (empty = none)"},
 };
 enum { NKEYS = sizeof schema / sizeof schema[0], MAX_LIST = 32 };
 
@@ -155,11 +188,14 @@ static int edit_distance(const char *a, const char *b)
     int la = (int)strlen(a), lb = (int)strlen(b);
     if (la > 63 || lb > 63) return 99;
     int d[64][64];
-    for (int i = 0; i <= la; i++) d[i][0] = i;
-    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (int j = 0; j <= lb; j++)
+        d[0][j] = j;
     for (int i = 1; i <= la; i++)
         for (int j = 1; j <= lb; j++) {
-            int sub = d[i - 1][j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            int sub =
+                d[i - 1][j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
             int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
             d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
         }
@@ -205,8 +241,8 @@ static bool unknown_name(dpt_error *err, const char *where, const char *section,
     near = nearest(section, key);
     list_keys(section, known, sizeof known);
     return dpt_errorf(err, "%s: unknown key '%s' in [%s]%s%s%s\nHINT: keys of [%s] are %s", where, key,
-                      section, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "",
-                      section, known);
+                      section, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", section,
+                      known);
 }
 
 /* ---------------------------------------------------------------- values */
@@ -234,8 +270,8 @@ static bool parse_double(const char *s, double *out)
 static bool check_range(dpt_error *err, const char *where, const schema_key *sk, const char *raw, double v)
 {
     if (sk->min <= sk->max && (v < sk->min || v > sk->max))
-        return dpt_errorf(err, "%s: [%s] %s = %s: out of range, must be between %g and %g\nHINT: %s",
-                          where, sk->section, sk->key, raw, sk->min, sk->max, sk->help);
+        return dpt_errorf(err, "%s: [%s] %s = %s: out of range, must be between %g and %g\nHINT: %s", where,
+                          sk->section, sk->key, raw, sk->min, sk->max, sk->help);
     return true;
 }
 
@@ -246,14 +282,14 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
     switch (sk->type) {
     case T_INT:
         if (!parse_int(raw, &parsed.i))
-            return dpt_errorf(err, "%s: [%s] %s = %s: expected an integer\nHINT: %s", where,
-                              sk->section, sk->key, raw, sk->help);
+            return dpt_errorf(err, "%s: [%s] %s = %s: expected an integer\nHINT: %s", where, sk->section,
+                              sk->key, raw, sk->help);
         if (!check_range(err, where, sk, raw, (double)parsed.i)) return false;
         break;
     case T_FLOAT:
         if (!parse_double(raw, &parsed.f))
-            return dpt_errorf(err, "%s: [%s] %s = %s: expected a number\nHINT: %s", where,
-                              sk->section, sk->key, raw, sk->help);
+            return dpt_errorf(err, "%s: [%s] %s = %s: expected a number\nHINT: %s", where, sk->section,
+                              sk->key, raw, sk->help);
         if (!check_range(err, where, sk, raw, parsed.f)) return false;
         break;
     case T_BOOL:
@@ -262,8 +298,8 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
         else if (!strcmp(raw, "false") || !strcmp(raw, "no") || !strcmp(raw, "off") || !strcmp(raw, "0"))
             parsed.b = false;
         else
-            return dpt_errorf(err, "%s: [%s] %s = %s: expected true or false\nHINT: %s", where,
-                              sk->section, sk->key, raw, sk->help);
+            return dpt_errorf(err, "%s: [%s] %s = %s: expected true or false\nHINT: %s", where, sk->section,
+                              sk->key, raw, sk->help);
         break;
     case T_ENUM: {
         bool ok = false;
@@ -275,23 +311,26 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
             c = bar ? bar + 1 : c + n;
         }
         if (!ok)
-            return dpt_errorf(err, "%s: [%s] %s = %s: not one of %s\nHINT: %s", where, sk->section,
-                              sk->key, raw, sk->choices, sk->help);
+            return dpt_errorf(err, "%s: [%s] %s = %s: not one of %s\nHINT: %s", where, sk->section, sk->key,
+                              raw, sk->choices, sk->help);
         break;
     }
     case T_INT_LIST: {
         char *copy = strdup(raw), *save = NULL;
         for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            while (isspace((unsigned char)*tok)) tok++;
+            while (isspace((unsigned char)*tok))
+                tok++;
             char *end = tok + strlen(tok);
-            while (end > tok && isspace((unsigned char)end[-1])) *--end = '\0';
+            while (end > tok && isspace((unsigned char)end[-1]))
+                *--end = '\0';
             int64_t x;
             if (parsed.nlist == MAX_LIST || !parse_int(tok, &x) ||
                 !check_range(NULL, where, sk, tok, (double)x)) {
                 free(copy);
-                return dpt_errorf(err, "%s: [%s] %s = %s: expected up to %d comma-separated integers "
-                                  "between %g and %g\nHINT: %s", where, sk->section, sk->key, raw,
-                                  MAX_LIST, sk->min, sk->max, sk->help);
+                return dpt_errorf(err,
+                                  "%s: [%s] %s = %s: expected up to %d comma-separated integers "
+                                  "between %g and %g\nHINT: %s",
+                                  where, sk->section, sk->key, raw, MAX_LIST, sk->min, sk->max, sk->help);
             }
             parsed.list[parsed.nlist++] = x;
         }
@@ -299,7 +338,8 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
         break;
     }
     case T_STRING:
-    case T_TYPE_COUNT: break;
+    case T_TYPE_COUNT:
+        break;
     }
     parsed.raw = strdup(raw);
     if (!parsed.raw) dpt_fatal("out of host memory in the config parser");
@@ -326,15 +366,18 @@ dpt_config *dpt_config_defaults(void)
 void dpt_config_free(dpt_config *cfg)
 {
     if (!cfg) return;
-    for (int k = 0; k < NKEYS; k++) free(cfg->values[k].raw);
+    for (int k = 0; k < NKEYS; k++)
+        free(cfg->values[k].raw);
     free(cfg);
 }
 
 static char *trim(char *s)
 {
-    while (isspace((unsigned char)*s)) s++;
+    while (isspace((unsigned char)*s))
+        s++;
     char *end = s + strlen(s);
-    while (end > s && isspace((unsigned char)end[-1])) *--end = '\0';
+    while (end > s && isspace((unsigned char)end[-1]))
+        *--end = '\0';
     return s;
 }
 
@@ -366,8 +409,10 @@ dpt_config *dpt_config_load(const char *path, dpt_error *err)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        dpt_errorf(err, "cannot open config file %s: %s\nHINT: pass the path of an INI file, e.g. "
-                        "configs/fmnist_mlp.ini", path, strerror(errno));
+        dpt_errorf(err,
+                   "cannot open config file %s: %s\nHINT: pass the path of an INI file, e.g. "
+                   "configs/fmnist_mlp.ini",
+                   path, strerror(errno));
         return NULL;
     }
     dpt_config *cfg = dpt_config_defaults();
@@ -414,8 +459,10 @@ dpt_config *dpt_config_load(const char *path, dpt_error *err)
             break;
         }
         if (!*section) {
-            ok = dpt_errorf(err, "%s: key '%s' before any [section]\nHINT: put it under its section, "
-                                 "e.g. [train]", where, key);
+            ok = dpt_errorf(err,
+                            "%s: key '%s' before any [section]\nHINT: put it under its section, "
+                            "e.g. [train]",
+                            where, key);
             break;
         }
         int k = find_key(section, key);
@@ -424,7 +471,8 @@ dpt_config *dpt_config_load(const char *path, dpt_error *err)
             break;
         }
         if (set_line[k]) {
-            ok = dpt_errorf(err, "%s: [%s] %s set twice (first on line %d)", where, section, key, set_line[k]);
+            ok =
+                dpt_errorf(err, "%s: [%s] %s set twice (first on line %d)", where, section, key, set_line[k]);
             break;
         }
         if (!unquote(&val)) {
@@ -473,15 +521,28 @@ static const cfg_value *get(const dpt_config *cfg, const char *section, const ch
     return &cfg->values[k];
 }
 
-int64_t dpt_config_int(const dpt_config *cfg, const char *s, const char *k) { return get(cfg, s, k, T_INT)->i; }
-double dpt_config_float(const dpt_config *cfg, const char *s, const char *k) { return get(cfg, s, k, T_FLOAT)->f; }
-bool dpt_config_bool(const dpt_config *cfg, const char *s, const char *k) { return get(cfg, s, k, T_BOOL)->b; }
-const char *dpt_config_str(const dpt_config *cfg, const char *s, const char *k) { return get(cfg, s, k, T_STRING)->raw; }
+int64_t dpt_config_int(const dpt_config *cfg, const char *s, const char *k)
+{
+    return get(cfg, s, k, T_INT)->i;
+}
+double dpt_config_float(const dpt_config *cfg, const char *s, const char *k)
+{
+    return get(cfg, s, k, T_FLOAT)->f;
+}
+bool dpt_config_bool(const dpt_config *cfg, const char *s, const char *k)
+{
+    return get(cfg, s, k, T_BOOL)->b;
+}
+const char *dpt_config_str(const dpt_config *cfg, const char *s, const char *k)
+{
+    return get(cfg, s, k, T_STRING)->raw;
+}
 
 int dpt_config_int_list(const dpt_config *cfg, const char *s, const char *k, int64_t *values, int max)
 {
     const cfg_value *v = get(cfg, s, k, T_INT_LIST);
-    for (int i = 0; i < v->nlist && i < max; i++) values[i] = v->list[i];
+    for (int i = 0; i < v->nlist && i < max; i++)
+        values[i] = v->list[i];
     return v->nlist;
 }
 
@@ -507,7 +568,8 @@ uint64_t dpt_config_hash(const dpt_config *cfg)
     for (int k = 0; k < NKEYS; k++) {
         const char *parts[3] = {schema[k].section, schema[k].key, cfg->values[k].raw};
         for (int p = 0; p < 3; p++) {
-            for (const char *c = parts[p]; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
+            for (const char *c = parts[p]; *c; c++)
+                h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
             h = (h ^ 0xff) * 0x100000001b3ULL; /* separator so "ab"+"c" != "a"+"bc" */
         }
     }
@@ -527,9 +589,12 @@ void dpt_config_print_reference(FILE *out)
         if (k == 0 || strcmp(sk->section, schema[k - 1].section) != 0)
             fprintf(out, "\n## [%s]\n\n| key | type | default | meaning |\n|---|---|---|---|\n", sk->section);
         char type[160];
-        if (sk->type == T_ENUM) snprintf(type, sizeof type, "one of `%s`", sk->choices);
-        else if (sk->min <= sk->max) snprintf(type, sizeof type, "%s in [%g, %g]", type_names[sk->type], sk->min, sk->max);
-        else snprintf(type, sizeof type, "%s", type_names[sk->type]);
+        if (sk->type == T_ENUM)
+            snprintf(type, sizeof type, "one of `%s`", sk->choices);
+        else if (sk->min <= sk->max)
+            snprintf(type, sizeof type, "%s in [%g, %g]", type_names[sk->type], sk->min, sk->max);
+        else
+            snprintf(type, sizeof type, "%s", type_names[sk->type]);
         fprintf(out, "| `%s` | %s | `%s` | %s |\n", sk->key, type, *sk->def ? sk->def : "\"\"", sk->help);
     }
 }

@@ -16,11 +16,11 @@
 #include "log.h"
 
 typedef struct bucket {
-    int first, count;   /* slice of ddp->order */
+    int first, count; /* slice of ddp->order */
     int64_t numel;
-    float *flat;        /* gradients of its parameters, back to back (their .grad views) */
-    size_t granted;     /* allocator block size of flat */
-    int pending;        /* parameters not yet ready this step */
+    float *flat;    /* gradients of its parameters, back to back (their .grad views) */
+    size_t granted; /* allocator block size of flat */
+    int pending;    /* parameters not yet ready this step */
     double start_s, end_s;
 } bucket;
 
@@ -39,14 +39,14 @@ struct dpt_ddp {
     dpt_comm *comm;
     dpt_ddp_options opt;
     int nparams;
-    int *order;        /* parameter indices, reverse creation order: the order gradients finish */
-    int *bucket_of;    /* parameter -> bucket */
+    int *order;         /* parameter indices, reverse creation order: the order gradients finish */
+    int *bucket_of;     /* parameter -> bucket */
     int64_t *offset_of; /* parameter -> offset in its bucket */
-    bool *ready;       /* this step */
+    bool *ready;        /* this step */
     int64_t *reduce_count;
     bucket *buckets;
     int nbuckets;
-    int next_launch;   /* buckets go to the wire strictly in index order, the same on every rank */
+    int next_launch; /* buckets go to the wire strictly in index order, the same on every rank */
     bool sync;
     int64_t step;
     dpt_ddp_stats stats;
@@ -68,7 +68,8 @@ static void *comm_thread_main(void *arg)
     dpt_ddp *d = arg;
     pthread_mutex_lock(&d->mu);
     for (;;) {
-        while (!d->quit && d->reduced == d->launched) pthread_cond_wait(&d->work_cv, &d->mu);
+        while (!d->quit && d->reduced == d->launched)
+            pthread_cond_wait(&d->work_cv, &d->mu);
         if (d->quit) break;
         int b = d->reduced;
         bucket *bk = &d->buckets[b];
@@ -119,8 +120,9 @@ static void rehome_grads(dpt_ddp *d, bool to_buckets)
         dpt_tensor *param = dpt_model_param_at(d->model, p);
         dpt_tensor *old = param->grad;
         dpt_tensor *fresh = to_buckets
-            ? dpt_tensor_wrap(d->ctx, d->buckets[d->bucket_of[p]].flat + d->offset_of[p], param->ndim, param->shape)
-            : dpt_tensor_new(d->ctx, param->ndim, param->shape);
+                                ? dpt_tensor_wrap(d->ctx, d->buckets[d->bucket_of[p]].flat + d->offset_of[p],
+                                                  param->ndim, param->shape)
+                                : dpt_tensor_new(d->ctx, param->ndim, param->shape);
         d->ctx->be->copy_d2d(d->ctx, fresh->data, old->data, (size_t)param->numel * sizeof(float));
         dpt_tensor_free(old);
         param->grad = fresh;
@@ -148,7 +150,8 @@ typedef struct plan {
 static uint64_t fnv(uint64_t h, const void *data, size_t n)
 {
     const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ULL;
     return h;
 }
 
@@ -193,25 +196,29 @@ static bool check_plans(const dpt_ddp *d, const plan *all, dpt_error *err)
             what = "the parameter list",
             snprintf(detail, sizeof detail, "%d parameters (%lld scalars) vs %d (%lld)", p->nparams,
                      (long long)p->scalars, p0->nparams, (long long)p0->scalars);
-        else if (p->names_hash != p0->names_hash) what = "parameter or buffer names";
-        else if (p->shapes_hash != p0->shapes_hash) what = "parameter or buffer shapes";
-        else if (p->nbuffers != p0->nbuffers) what = "the buffer list";
+        else if (p->names_hash != p0->names_hash)
+            what = "parameter or buffer names";
+        else if (p->shapes_hash != p0->shapes_hash)
+            what = "parameter or buffer shapes";
+        else if (p->nbuffers != p0->nbuffers)
+            what = "the buffer list";
         else if (p->nbuckets != p0->nbuckets || p->bucket_hash != p0->bucket_hash)
             what = "the bucket plan",
             snprintf(detail, sizeof detail, "%d buckets vs %d ([distributed] bucket_mb must match)",
                      p->nbuckets, p0->nbuckets);
         else if (p->dataset_len != p0->dataset_len)
-            what = "the data set length",
-            snprintf(detail, sizeof detail, "%lld vs %lld samples", (long long)p->dataset_len,
-                     (long long)p0->dataset_len);
+            what = "the data set length", snprintf(detail, sizeof detail, "%lld vs %lld samples",
+                                                   (long long)p->dataset_len, (long long)p0->dataset_len);
         else if (p->config_hash != p0->config_hash)
             what = "the config",
             snprintf(detail, sizeof detail, "hash %016llx vs %016llx", (unsigned long long)p->config_hash,
                      (unsigned long long)p0->config_hash);
         if (what)
-            return dpt_errorf(err, "ranks disagree: rank %d differs from rank 0 in %s%s%s%s\n"
-                                   "HINT: start every rank with the same config file, --set flags "
-                                   "and data", r, what, *detail ? " (" : "", detail, *detail ? ")" : "");
+            return dpt_errorf(err,
+                              "ranks disagree: rank %d differs from rank 0 in %s%s%s%s\n"
+                              "HINT: start every rank with the same config file, --set flags "
+                              "and data",
+                              r, what, *detail ? " (" : "", detail, *detail ? ")" : "");
     }
     return true;
 }
@@ -252,9 +259,10 @@ static void build_buckets(dpt_ddp *d)
         cur->count++;
     }
     for (int b = 0; b < d->nbuckets; b++) {
-        d->buckets[b].flat = dpt_alloc_get(d->ctx->alloc, (size_t)d->buckets[b].numel * sizeof(float),
-                                           &d->buckets[b].granted);
-        if (!d->buckets[b].flat) dpt_fatal("out of memory for DDP bucket %d (%lld floats)", b, (long long)d->buckets[b].numel);
+        d->buckets[b].flat =
+            dpt_alloc_get(d->ctx->alloc, (size_t)d->buckets[b].numel * sizeof(float), &d->buckets[b].granted);
+        if (!d->buckets[b].flat)
+            dpt_fatal("out of memory for DDP bucket %d (%lld floats)", b, (long long)d->buckets[b].numel);
         d->buckets[b].pending = d->buckets[b].count;
     }
 }
@@ -317,7 +325,8 @@ void dpt_ddp_free(dpt_ddp *d)
         dpt_set_grad_ready_hook(d->ctx, NULL, NULL);
         rehome_grads(d, false);
     }
-    for (int b = 0; b < d->nbuckets; b++) dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted);
+    for (int b = 0; b < d->nbuckets; b++)
+        dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted);
     free(d->buckets);
     free(d->order);
     free(d->bucket_of);
@@ -327,8 +336,14 @@ void dpt_ddp_free(dpt_ddp *d)
     free(d);
 }
 
-void dpt_ddp_set_sync(dpt_ddp *d, bool sync) { d->sync = sync; }
-void dpt_ddp_set_timeline(dpt_ddp *d, dpt_timeline *tl) { d->timeline = tl; }
+void dpt_ddp_set_sync(dpt_ddp *d, bool sync)
+{
+    d->sync = sync;
+}
+void dpt_ddp_set_timeline(dpt_ddp *d, dpt_timeline *tl)
+{
+    d->timeline = tl;
+}
 
 static _Noreturn void report_timeout(dpt_ddp *d)
 {
@@ -339,17 +354,17 @@ static _Noreturn void report_timeout(dpt_ddp *d)
         const ring_entry *e = &d->ring[(d->ring_next + i) % RING];
         if (e->start_s == 0) continue;
         used += (size_t)snprintf(recent + used, sizeof recent - used,
-                                 "\n  step %lld bucket %d (%lld floats): %s", (long long)e->step,
-                                 e->bucket, (long long)e->numel, e->end_s ? "done" : "IN FLIGHT");
+                                 "\n  step %lld bucket %d (%lld floats): %s", (long long)e->step, e->bucket,
+                                 (long long)e->numel, e->end_s ? "done" : "IN FLIGHT");
         if (used >= sizeof recent) break;
     }
     const char *where = d->reduced < d->launched ? "in AllReduce" : "waiting for gradients (not launched)";
     dpt_abort_job("rank %d of %d: collective timed out after %.0f s: allreduce of bucket %d of %d, "
-              "step %lld, %s\nrecent collectives on this rank:%s\n"
-              "HINT: another rank stopped or is much slower; raise [distributed] comm_timeout_s "
-              "if steps are legitimately this slow",
-              d->comm->rank, d->comm->size, d->opt.timeout_s, d->reduced, d->nbuckets,
-              (long long)d->step, where, recent);
+                  "step %lld, %s\nrecent collectives on this rank:%s\n"
+                  "HINT: another rank stopped or is much slower; raise [distributed] comm_timeout_s "
+                  "if steps are legitimately this slow",
+                  d->comm->rank, d->comm->size, d->opt.timeout_s, d->reduced, d->nbuckets, (long long)d->step,
+                  where, recent);
 }
 
 void dpt_ddp_finish(dpt_ddp *d)
@@ -377,8 +392,9 @@ void dpt_ddp_finish(dpt_ddp *d)
     }
     if (unused && !d->opt.find_unused)
         dpt_abort_job("rank %d: %d parameter(s) received no gradient in step %lld: %s\n"
-                  "HINT: every parameter must take part in the loss; if some are unused on purpose, "
-                  "set [distributed] find_unused = true", d->comm->rank, unused, (long long)d->step, names);
+                      "HINT: every parameter must take part in the loss; if some are unused on purpose, "
+                      "set [distributed] find_unused = true",
+                      d->comm->rank, unused, (long long)d->step, names);
     launch_ready_buckets(d);
 
     struct timespec deadline;
@@ -411,13 +427,23 @@ void dpt_ddp_finish(dpt_ddp *d)
     d->step++;
 }
 
-dpt_ddp_stats dpt_ddp_last_stats(const dpt_ddp *d) { return d->stats; }
-int dpt_ddp_num_buckets(const dpt_ddp *d) { return d->nbuckets; }
-int64_t dpt_ddp_reduce_count(const dpt_ddp *d, int param) { return d->reduce_count[param]; }
+dpt_ddp_stats dpt_ddp_last_stats(const dpt_ddp *d)
+{
+    return d->stats;
+}
+int dpt_ddp_num_buckets(const dpt_ddp *d)
+{
+    return d->nbuckets;
+}
+int64_t dpt_ddp_reduce_count(const dpt_ddp *d, int param)
+{
+    return d->reduce_count[param];
+}
 
 int dpt_ddp_bucket_params(const dpt_ddp *d, int b, int *params, int max)
 {
     const bucket *bk = &d->buckets[b];
-    for (int k = 0; k < bk->count && k < max; k++) params[k] = d->order[bk->first + k];
+    for (int k = 0; k < bk->count && k < max; k++)
+        params[k] = d->order[bk->first + k];
     return bk->count;
 }

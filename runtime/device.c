@@ -33,11 +33,14 @@ void dpt_print_env(FILE *out)
 static const dpt_backend *backend_for(dpt_device_kind kind)
 {
     switch (kind) {
-    case DPT_DEVICE_CPU: return &dpt_backend_cpu;
+    case DPT_DEVICE_CPU:
+        return &dpt_backend_cpu;
 #if DPT_CUDA
-    case DPT_DEVICE_CUDA: return dpt_backend_cuda();
+    case DPT_DEVICE_CUDA:
+        return dpt_backend_cuda();
 #endif
-    default: return NULL;
+    default:
+        return NULL;
     }
 }
 
@@ -45,8 +48,9 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
 {
     const dpt_backend *be = backend_for(options->device.kind);
     if (!be) {
-        dpt_errorf(err, "device kind %d is not available in this build\n"
-                        "HINT: rebuild with the CUDA toolkit installed (make prints what it found)",
+        dpt_errorf(err,
+                   "device kind %d is not available in this build\n"
+                   "HINT: rebuild with the CUDA toolkit installed (make prints what it found)",
                    (int)options->device.kind);
         return NULL;
     }
@@ -81,7 +85,19 @@ void dpt_ctx_free(dpt_ctx *ctx)
     free(ctx);
 }
 
-int dpt_ctx_threads(const dpt_ctx *ctx) { return ctx->threads; }
-void dpt_ctx_set_comm(dpt_ctx *ctx, dpt_comm *comm) { ctx->comm = comm; }
-dpt_device dpt_ctx_device(const dpt_ctx *ctx) { return ctx->device; }
-dpt_mem_stats dpt_ctx_mem_stats(const dpt_ctx *ctx) { return dpt_alloc_stats(ctx->alloc); }
+int dpt_ctx_threads(const dpt_ctx *ctx)
+{
+    return ctx->threads;
+}
+void dpt_ctx_set_comm(dpt_ctx *ctx, dpt_comm *comm)
+{
+    ctx->comm = comm;
+}
+dpt_device dpt_ctx_device(const dpt_ctx *ctx)
+{
+    return ctx->device;
+}
+dpt_mem_stats dpt_ctx_mem_stats(const dpt_ctx *ctx)
+{
+    return dpt_alloc_stats(ctx->alloc);
+}

@@ -30,7 +30,8 @@ void dpt_run_replicas(int n, dpt_replica_fn fn, void *user)
     if (!args || !threads) dpt_fatal("out of host memory starting %d replicas", n);
     for (int i = 0; i < n; i++) {
         args[i] = (replica_arg){fn, i, dpt_comm_thread_new(group, i), user};
-        if (pthread_create(&threads[i], NULL, replica_main, &args[i]) != 0) dpt_fatal("cannot start replica thread %d", i);
+        if (pthread_create(&threads[i], NULL, replica_main, &args[i]) != 0)
+            dpt_fatal("cannot start replica thread %d", i);
     }
     for (int i = 0; i < n; i++) {
         pthread_join(threads[i], NULL);

@@ -16,7 +16,10 @@ bool dpt_errorf(dpt_error *err, const char *fmt, ...)
     return false;
 }
 
-void dpt_set_abort_handler(dpt_abort_fn fn) { abort_handler = fn; }
+void dpt_set_abort_handler(dpt_abort_fn fn)
+{
+    abort_handler = fn;
+}
 
 void dpt_fatal_at(const char *file, int line, const char *fmt, ...)
 {

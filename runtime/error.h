@@ -20,9 +20,9 @@ DPT_NORETURN void dpt_fatal_at(const char *file, int line, const char *fmt, ...)
 DPT_NORETURN void dpt_abort_job(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* A violated internal invariant (a bug in dptrain or in the caller's use of the API). */
-#define DPT_ASSERT(cond, ...)                                                                      \
-    do {                                                                                           \
-        if (!(cond)) dpt_fatal_at(__FILE__, __LINE__, "assertion '" #cond "' failed: " __VA_ARGS__); \
+#define DPT_ASSERT(cond, ...)                                                                                \
+    do {                                                                                                     \
+        if (!(cond)) dpt_fatal_at(__FILE__, __LINE__, "assertion '" #cond "' failed: " __VA_ARGS__);         \
     } while (0)
 
 /* Installed by the world layer so that a fatal error on one rank stops every rank. */

@@ -12,8 +12,8 @@ dpt_eval_result dpt_evaluate(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader)
     dpt_loader_start_epoch(loader, 0);
     while (dpt_loader_next(loader, &batch)) {
         dpt_tensor *logits = dpt_model_forward(model, ctx, batch.x);
-        loss_sum += (double)dpt_tensor_item(dpt_cross_entropy(ctx, logits, batch.labels, 0.0f)) *
-                    (double)batch.size;
+        loss_sum +=
+            (double)dpt_tensor_item(dpt_cross_entropy(ctx, logits, batch.labels, 0.0f)) * (double)batch.size;
         correct += dpt_count_correct(ctx, logits, batch.labels);
         samples += batch.size;
         dpt_tape_clear(ctx);

@@ -21,7 +21,8 @@ void dpt_sleep_ms(double ms)
     if (ms <= 0) return;
     struct timespec ts = {(time_t)(ms / 1e3), 0};
     ts.tv_nsec = (long)((ms - 1e3 * (double)ts.tv_sec) * 1e6);
-    while (nanosleep(&ts, &ts) != 0) {}
+    while (nanosleep(&ts, &ts) != 0) {
+    }
 }
 
 struct dpt_metrics {
@@ -35,8 +36,10 @@ dpt_metrics *dpt_metrics_open(const char *path, dpt_error *err)
     if (path && *path) {
         m->file = fopen(path, "w");
         if (!m->file) {
-            dpt_errorf(err, "cannot write metrics file %s: %s\nHINT: check [log] metrics and that "
-                            "its folder exists", path, strerror(errno));
+            dpt_errorf(err,
+                       "cannot write metrics file %s: %s\nHINT: check [log] metrics and that "
+                       "its folder exists",
+                       path, strerror(errno));
             free(m);
             return NULL;
         }

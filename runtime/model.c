@@ -49,9 +49,12 @@ dpt_model *dpt_model_new(dpt_ctx *ctx, const char *name, dpt_forward_fn forward)
 void dpt_model_free(dpt_model *m)
 {
     if (!m) return;
-    for (int i = 0; i < m->nparams; i++) dpt_tensor_free(m->params[i]);
-    for (int i = 0; i < m->nbuffers; i++) dpt_tensor_free(m->buffers[i]);
-    for (int i = 0; i < m->nallocs; i++) free(m->allocs[i]);
+    for (int i = 0; i < m->nparams; i++)
+        dpt_tensor_free(m->params[i]);
+    for (int i = 0; i < m->nbuffers; i++)
+        dpt_tensor_free(m->buffers[i]);
+    for (int i = 0; i < m->nallocs; i++)
+        free(m->allocs[i]);
     free(m->params);
     free(m->buffers);
     free(m->allocs);
@@ -59,7 +62,10 @@ void dpt_model_free(dpt_model *m)
     free(m);
 }
 
-const char *dpt_model_name(const dpt_model *m) { return m->name; }
+const char *dpt_model_name(const dpt_model *m)
+{
+    return m->name;
+}
 
 bool dpt_model_errorf(dpt_model *m, const char *fmt, ...)
 {
@@ -71,13 +77,17 @@ bool dpt_model_errorf(dpt_model *m, const char *fmt, ...)
     return false;
 }
 
-const char *dpt_model_error(const dpt_model *m) { return m->error[0] ? m->error : NULL; }
+const char *dpt_model_error(const dpt_model *m)
+{
+    return m->error[0] ? m->error : NULL;
+}
 
-void dpt_model_note(dpt_model *m, const char *kind, const char *name, const dpt_shape3 *out,
-                    int64_t params, double flops)
+void dpt_model_note(dpt_model *m, const char *kind, const char *name, const dpt_shape3 *out, int64_t params,
+                    double flops)
 {
     char line[256], shape[64];
-    snprintf(shape, sizeof shape, "(%lld, %lld, %lld)", (long long)out->c, (long long)out->h, (long long)out->w);
+    snprintf(shape, sizeof shape, "(%lld, %lld, %lld)", (long long)out->c, (long long)out->h,
+             (long long)out->w);
     int n = snprintf(line, sizeof line, "%-10s %-24s %-18s %12lld %12.2f\n", kind, name, shape,
                      (long long)params, flops / 1e6);
     if (n < 0) return;
@@ -91,7 +101,10 @@ void dpt_model_note(dpt_model *m, const char *kind, const char *name, const dpt_
     m->flops += flops;
 }
 
-double dpt_model_flops(const dpt_model *m) { return m->flops; }
+double dpt_model_flops(const dpt_model *m)
+{
+    return m->flops;
+}
 
 void dpt_model_print_summary(const dpt_model *m, FILE *out)
 {
@@ -109,8 +122,14 @@ void *dpt_model_alloc(dpt_model *m, size_t bytes)
     return p;
 }
 
-void dpt_model_set_state(dpt_model *m, void *state) { m->state = state; }
-void *dpt_model_state(const dpt_model *m) { return m->state; }
+void dpt_model_set_state(dpt_model *m, void *state)
+{
+    m->state = state;
+}
+void *dpt_model_state(const dpt_model *m)
+{
+    return m->state;
+}
 
 static void check_unique_name(const dpt_model *m, const char *name)
 {
@@ -144,8 +163,14 @@ dpt_tensor *dpt_model_buffer(dpt_model *m, const char *name, int ndim, const int
     return t;
 }
 
-int dpt_model_num_params(const dpt_model *m) { return m->nparams; }
-int dpt_model_num_buffers(const dpt_model *m) { return m->nbuffers; }
+int dpt_model_num_params(const dpt_model *m)
+{
+    return m->nparams;
+}
+int dpt_model_num_buffers(const dpt_model *m)
+{
+    return m->nbuffers;
+}
 
 dpt_tensor *dpt_model_param_at(const dpt_model *m, int index)
 {
@@ -162,7 +187,8 @@ dpt_tensor *dpt_model_buffer_at(const dpt_model *m, int index)
 int64_t dpt_model_param_count(const dpt_model *m)
 {
     int64_t total = 0;
-    for (int i = 0; i < m->nparams; i++) total += m->params[i]->numel;
+    for (int i = 0; i < m->nparams; i++)
+        total += m->params[i]->numel;
     return total;
 }
 
@@ -180,13 +206,22 @@ void dpt_model_zero_grad(dpt_model *m)
     }
 }
 
-void dpt_model_set_training(dpt_model *m, bool training) { m->training = training; }
-bool dpt_model_training(const dpt_model *m) { return m->training; }
+void dpt_model_set_training(dpt_model *m, bool training)
+{
+    m->training = training;
+}
+bool dpt_model_training(const dpt_model *m)
+{
+    return m->training;
+}
 void dpt_model_set_summary(dpt_model *m, const char *summary)
 {
     snprintf(m->summary, sizeof m->summary, "%s", summary);
 }
-const char *dpt_model_summary(const dpt_model *m) { return m->summary; }
+const char *dpt_model_summary(const dpt_model *m)
+{
+    return m->summary;
+}
 
 /* ---------------------------------------------------------------- initialisation */
 
@@ -202,6 +237,15 @@ static void init_with(dpt_ctx *ctx, dpt_tensor *t, float a, bool normal)
     free(host);
 }
 
-void dpt_init_uniform(dpt_ctx *ctx, dpt_tensor *t, float bound) { init_with(ctx, t, bound, false); }
-void dpt_init_normal(dpt_ctx *ctx, dpt_tensor *t, float std) { init_with(ctx, t, std, true); }
-void dpt_init_constant(dpt_tensor *t, float value) { t->ctx->be->fill(t->ctx, t->data, t->numel, value); }
+void dpt_init_uniform(dpt_ctx *ctx, dpt_tensor *t, float bound)
+{
+    init_with(ctx, t, bound, false);
+}
+void dpt_init_normal(dpt_ctx *ctx, dpt_tensor *t, float std)
+{
+    init_with(ctx, t, std, true);
+}
+void dpt_init_constant(dpt_tensor *t, float value)
+{
+    t->ctx->be->fill(t->ctx, t->data, t->numel, value);
+}

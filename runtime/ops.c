@@ -101,7 +101,10 @@ static dpt_tensor *reduce(dpt_ctx *ctx, dpt_tensor *x, float factor, const char 
     return out;
 }
 
-dpt_tensor *dpt_sum(dpt_ctx *ctx, dpt_tensor *x) { return reduce(ctx, x, 1.0f, "sum"); }
+dpt_tensor *dpt_sum(dpt_ctx *ctx, dpt_tensor *x)
+{
+    return reduce(ctx, x, 1.0f, "sum");
+}
 
 dpt_tensor *dpt_mean(dpt_ctx *ctx, dpt_tensor *x)
 {
@@ -205,7 +208,8 @@ dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *sh
     }
     if (infer >= 0) resolved[infer] = known ? x->numel / known : 0;
     int64_t numel = 1;
-    for (int i = 0; i < ndim; i++) numel *= resolved[i];
+    for (int i = 0; i < ndim; i++)
+        numel *= resolved[i];
     if (numel != x->numel)
         dpt_fatal("reshape of %s (%lld elements) to %d dims with %lld elements",
                   dpt_shape_str(x, buf, sizeof buf), (long long)x->numel, ndim, (long long)numel);

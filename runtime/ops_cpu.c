@@ -37,7 +37,10 @@ static bool cpu_init(dpt_ctx *ctx, dpt_error *err)
     return true;
 }
 
-static void cpu_shutdown(dpt_ctx *ctx) { (void)ctx; }
+static void cpu_shutdown(dpt_ctx *ctx)
+{
+    (void)ctx;
+}
 
 static void cpu_copy(dpt_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
@@ -48,44 +51,51 @@ static void cpu_copy(dpt_ctx *ctx, void *dst, const void *src, size_t bytes)
 static void cpu_fill(dpt_ctx *ctx, float *x, int64_t n, float value)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) x[i] = value;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = value;
 }
 
 static void cpu_axpy(dpt_ctx *ctx, int64_t n, float alpha, const float *x, float *y)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] += alpha * x[i];
 }
 
 static void cpu_scale(dpt_ctx *ctx, int64_t n, float alpha, const float *x, float *out)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) out[i] = alpha * x[i];
+    for (int64_t i = 0; i < n; i++)
+        out[i] = alpha * x[i];
 }
 
 static void cpu_add(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    for (int64_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
 }
 
 static void cpu_mul(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+    for (int64_t i = 0; i < n; i++)
+        out[i] = a[i] * b[i];
 }
 
 static void cpu_mul_acc(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) out[i] += a[i] * b[i];
+    for (int64_t i = 0; i < n; i++)
+        out[i] += a[i] * b[i];
 }
 
 static double cpu_sum(dpt_ctx *ctx, const float *x, int64_t n)
 {
     (void)ctx;
     double total = 0.0;
-    for (int64_t i = 0; i < n; i++) total += x[i];
+    for (int64_t i = 0; i < n; i++)
+        total += x[i];
     return total;
 }
 
@@ -93,7 +103,8 @@ static double cpu_dot(dpt_ctx *ctx, const float *a, const float *b, int64_t n)
 {
     (void)ctx;
     double total = 0.0;
-    for (int64_t i = 0; i < n; i++) total += (double)a[i] * b[i];
+    for (int64_t i = 0; i < n; i++)
+        total += (double)a[i] * b[i];
     return total;
 }
 
@@ -101,25 +112,27 @@ static void cpu_transpose_acc(dpt_ctx *ctx, const float *src, float *dst, int64_
 {
 #pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
     for (int64_t c = 0; c < cols; c++)
-        for (int64_t r = 0; r < rows; r++) dst[c * rows + r] += src[r * cols + c];
+        for (int64_t r = 0; r < rows; r++)
+            dst[c * rows + r] += src[r * cols + c];
 }
 
-static void cpu_gemm(dpt_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                     float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                     float beta, float *C, int64_t ldc)
+static void cpu_gemm(dpt_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                     int64_t ldc)
 {
     (void)ctx;
     if (M == 0 || N == 0) return;
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N, (blasint)K, alpha, A,
-                (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta, C,
+                (blasint)ldc);
 }
 
 static void cpu_bias_add(dpt_ctx *ctx, float *y, const float *bias, int64_t rows, int64_t cols)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) y[r * cols + c] += bias[c];
+        for (int64_t c = 0; c < cols; c++)
+            y[r * cols + c] += bias[c];
 }
 
 static void cpu_bias_grad(dpt_ctx *ctx, const float *dy, float *dbias, int64_t rows, int64_t cols)
@@ -127,19 +140,22 @@ static void cpu_bias_grad(dpt_ctx *ctx, const float *dy, float *dbias, int64_t r
     (void)ctx;
     /* Row by row (not column by column) so the inner loop is contiguous and vectorises. */
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dbias[c] += dy[r * cols + c];
+        for (int64_t c = 0; c < cols; c++)
+            dbias[c] += dy[r * cols + c];
 }
 
 static void cpu_relu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
 static void cpu_relu_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
@@ -172,14 +188,16 @@ static void cpu_softmax_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t rows
         const float *xr = x + r * cols;
         float *yr = y + r * cols;
         float max = xr[0];
-        for (int64_t c = 1; c < cols; c++) max = fmaxf(max, xr[c]);
+        for (int64_t c = 1; c < cols; c++)
+            max = fmaxf(max, xr[c]);
         double total = 0.0;
         for (int64_t c = 0; c < cols; c++) {
             yr[c] = expf(xr[c] - max);
             total += yr[c];
         }
         float inv = (float)(1.0 / total);
-        for (int64_t c = 0; c < cols; c++) yr[c] *= inv;
+        for (int64_t c = 0; c < cols; c++)
+            yr[c] *= inv;
     }
 }
 
@@ -190,8 +208,10 @@ static void cpu_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, float
     for (int64_t r = 0; r < rows; r++) {
         const float *yr = y + r * cols, *dyr = dy + r * cols;
         double dot = 0.0;
-        for (int64_t c = 0; c < cols; c++) dot += (double)dyr[c] * yr[c];
-        for (int64_t c = 0; c < cols; c++) dx[r * cols + c] += yr[c] * (dyr[c] - (float)dot);
+        for (int64_t c = 0; c < cols; c++)
+            dot += (double)dyr[c] * yr[c];
+        for (int64_t c = 0; c < cols; c++)
+            dx[r * cols + c] += yr[c] * (dyr[c] - (float)dot);
     }
 }
 
@@ -199,8 +219,7 @@ static void check_labels(const int32_t *labels, int64_t rows, int64_t cols)
 {
     for (int64_t r = 0; r < rows; r++)
         if (labels[r] < 0 || labels[r] >= cols)
-            dpt_fatal("label %d of row %lld is outside [0, %lld)", labels[r], (long long)r,
-                      (long long)cols);
+            dpt_fatal("label %d of row %lld is outside [0, %lld)", labels[r], (long long)r, (long long)cols);
 }
 
 static double cpu_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
@@ -214,26 +233,29 @@ static double cpu_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *lab
         const float *xr = logits + r * cols;
         float *pr = probs + r * cols;
         float max = xr[0];
-        for (int64_t c = 1; c < cols; c++) max = fmaxf(max, xr[c]);
+        for (int64_t c = 1; c < cols; c++)
+            max = fmaxf(max, xr[c]);
         double total = 0.0, sum_logits = 0.0;
         for (int64_t c = 0; c < cols; c++) {
             total += exp((double)xr[c] - max);
             sum_logits += xr[c];
         }
         double lse = max + log(total);
-        for (int64_t c = 0; c < cols; c++) pr[c] = (float)exp((double)xr[c] - lse);
+        for (int64_t c = 0; c < cols; c++)
+            pr[c] = (float)exp((double)xr[c] - lse);
         /* -sum_c target_c log p_c with target = (1-s) onehot + s/C */
-        row_loss[r] = (1.0 - smoothing) * (lse - xr[labels[r]]) +
-                      smoothing * (lse - sum_logits / (double)cols);
+        row_loss[r] =
+            (1.0 - smoothing) * (lse - xr[labels[r]]) + smoothing * (lse - sum_logits / (double)cols);
     }
     double loss = 0.0;
-    for (int64_t r = 0; r < rows; r++) loss += row_loss[r];
+    for (int64_t r = 0; r < rows; r++)
+        loss += row_loss[r];
     free(row_loss);
     return loss;
 }
 
-static void cpu_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows,
-                         int64_t cols, float smoothing, float scale, float *dlogits)
+static void cpu_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
+                         float smoothing, float scale, float *dlogits)
 {
     float uniform = smoothing / (float)cols;
 #pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
@@ -245,8 +267,8 @@ static void cpu_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels
     }
 }
 
-static int64_t cpu_count_correct(dpt_ctx *ctx, const float *logits, const int32_t *labels,
-                                 int64_t rows, int64_t cols)
+static int64_t cpu_count_correct(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
+                                 int64_t cols)
 {
     (void)ctx;
     int64_t correct = 0;
@@ -260,9 +282,8 @@ static int64_t cpu_count_correct(dpt_ctx *ctx, const float *logits, const int32_
     return correct;
 }
 
-static void cpu_sgd_step(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *buf,
-                         float lr, float momentum, float dampening, float weight_decay,
-                         bool nesterov, bool first_step)
+static void cpu_sgd_step(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *buf, float lr,
+                         float momentum, float dampening, float weight_decay, bool nesterov, bool first_step)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
@@ -275,9 +296,9 @@ static void cpu_sgd_step(dpt_ctx *ctx, int64_t n, float *param, const float *gra
     }
 }
 
-static void cpu_adamw_step(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *m,
-                           float *v, float lr, float beta1, float beta2, float eps,
-                           float weight_decay, float bias_correction1, float bias_correction2)
+static void cpu_adamw_step(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *m, float *v,
+                           float lr, float beta1, float beta2, float eps, float weight_decay,
+                           float bias_correction1, float bias_correction2)
 {
     float step_size = lr / bias_correction1;
     float bc2_sqrt = sqrtf(bias_correction2);

@@ -21,8 +21,7 @@
 
 static bool is_pointwise(const dpt_conv_shape *s)
 {
-    return s->kh == 1 && s->kw == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_h == 0 &&
-           s->pad_w == 0;
+    return s->kh == 1 && s->kw == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_h == 0 && s->pad_w == 0;
 }
 
 /* col (C*KH*KW, OH*OW) from one sample x (C, H, W). */
@@ -109,7 +108,8 @@ void dpt_cpu_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, c
                         (blasint)ohw, 0.0f, yi + gi * cout_g * ohw, (blasint)ohw);
         if (bias)
             for (int64_t c = 0; c < s->c_out; c++)
-                for (int64_t p = 0; p < ohw; p++) yi[c * ohw + p] += bias[c];
+                for (int64_t p = 0; p < ohw; p++)
+                    yi[c * ohw + p] += bias[c];
     }
     if (cols) dpt_alloc_put(ctx->alloc, sc.base, sc.granted);
 }
@@ -127,7 +127,8 @@ void dpt_cpu_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, c
     conv_scratch sc = {0};
     float *scratch = per_thread ? scratch_get(ctx, &sc, (size_t)(threads * per_thread)) : NULL;
     if (dw)
-        for (int t = 0; t < threads; t++) memset(scratch + t * per_thread, 0, (size_t)w_size * sizeof(float));
+        for (int t = 0; t < threads; t++)
+            memset(scratch + t * per_thread, 0, (size_t)w_size * sizeof(float));
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t i = 0; i < s->n; i++) {
         float *mine = scratch + (int64_t)omp_get_thread_num() * per_thread;
@@ -146,13 +147,13 @@ void dpt_cpu_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, c
             const float *dy_g = dyi + gi * cout_g * ohw;
             if (dw_part) /* dW_g (Cout/g, K) += dy_g (Cout/g, OHW) x col_g^T */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)cout_g, (blasint)k_g,
-                            (blasint)ohw, 1.0f, dy_g, (blasint)ohw, xcol + gi * k_g * ohw, (blasint)ohw,
-                            1.0f, dw_part + gi * cout_g * k_g, (blasint)k_g);
+                            (blasint)ohw, 1.0f, dy_g, (blasint)ohw, xcol + gi * k_g * ohw, (blasint)ohw, 1.0f,
+                            dw_part + gi * cout_g * k_g, (blasint)k_g);
             if (dxi) { /* dcol_g (K, OHW) = W_g^T x dy_g; pointwise: straight into dx */
                 float *target = pointwise ? dxi + gi * k_g * ohw : dcol + gi * k_g * ohw;
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)k_g, (blasint)ohw,
-                            (blasint)cout_g, 1.0f, w + gi * cout_g * k_g, (blasint)k_g, dy_g,
-                            (blasint)ohw, pointwise ? 1.0f : 0.0f, target, (blasint)ohw);
+                            (blasint)cout_g, 1.0f, w + gi * cout_g * k_g, (blasint)k_g, dy_g, (blasint)ohw,
+                            pointwise ? 1.0f : 0.0f, target, (blasint)ohw);
             }
         }
         if (dxi && !pointwise) col2im_acc(s, dcol, dxi);
@@ -160,14 +161,16 @@ void dpt_cpu_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, c
     if (dw)
         for (int t = 0; t < threads; t++) {
             const float *part = scratch + t * per_thread;
-            for (int64_t j = 0; j < w_size; j++) dw[j] += part[j];
+            for (int64_t j = 0; j < w_size; j++)
+                dw[j] += part[j];
         }
     if (dbias)
         for (int64_t i = 0; i < s->n; i++)
             for (int64_t c = 0; c < s->c_out; c++) {
                 const float *row = dy + (i * s->c_out + c) * ohw;
                 double acc = 0.0;
-                for (int64_t p = 0; p < ohw; p++) acc += row[p];
+                for (int64_t p = 0; p < ohw; p++)
+                    acc += row[p];
                 dbias[c] += (float)acc;
             }
     if (scratch) dpt_alloc_put(ctx->alloc, sc.base, sc.granted);
@@ -183,7 +186,8 @@ void dpt_cpu_bn_stats(dpt_ctx *ctx, const float *x, int64_t n, int64_t c, int64_
         double s1 = 0.0, s2 = 0.0;
         for (int64_t i = 0; i < n; i++) {
             const float *p = x + (i * c + ch) * hw;
-            for (int64_t j = 0; j < hw; j++) s1 += p[j], s2 += (double)p[j] * p[j];
+            for (int64_t j = 0; j < hw; j++)
+                s1 += p[j], s2 += (double)p[j] * p[j];
         }
         sum[ch] = s1, sumsq[ch] = s2;
     }
@@ -197,7 +201,8 @@ void dpt_cpu_bn_bwd_stats(dpt_ctx *ctx, const float *x, const float *dy, int64_t
         double s1 = 0.0, s2 = 0.0, mu = mean[ch];
         for (int64_t i = 0; i < n; i++) {
             const float *px = x + (i * c + ch) * hw, *pd = dy + (i * c + ch) * hw;
-            for (int64_t j = 0; j < hw; j++) s1 += pd[j], s2 += (double)pd[j] * ((double)px[j] - mu);
+            for (int64_t j = 0; j < hw; j++)
+                s1 += pd[j], s2 += (double)pd[j] * ((double)px[j] - mu);
         }
         sum_dy[ch] = s1, sum_dy_xmu[ch] = s2;
     }
@@ -211,7 +216,8 @@ void dpt_cpu_channel_affine(dpt_ctx *ctx, const float *x, float *y, int64_t n, i
         float a = scale[i % c], b = shift[i % c];
         const float *px = x + i * hw;
         float *py = y + i * hw;
-        for (int64_t j = 0; j < hw; j++) py[j] = a * px[j] + b;
+        for (int64_t j = 0; j < hw; j++)
+            py[j] = a * px[j] + b;
     }
 }
 
@@ -223,7 +229,8 @@ void dpt_cpu_channel_affine2_acc(dpt_ctx *ctx, const float *dy, const float *x, 
         float ac = a[i % c], bc = b[i % c], kc = k[i % c];
         const float *pd = dy + i * hw, *px = x + i * hw;
         float *pdx = dx + i * hw;
-        for (int64_t j = 0; j < hw; j++) pdx[j] += ac * pd[j] + bc * px[j] + kc;
+        for (int64_t j = 0; j < hw; j++)
+            pdx[j] += ac * pd[j] + bc * px[j] + kc;
     }
 }
 
@@ -255,7 +262,8 @@ void dpt_cpu_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, 
     }
 }
 
-void dpt_cpu_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax, float *dx)
+void dpt_cpu_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax,
+                         float *dx)
 {
     (void)ctx;
     int64_t per_plane = s->oh * s->ow;

@@ -22,21 +22,23 @@ extern "C" {
 #define THREADS 256
 
 /* Report file:line, the call and CUDA's own error string, then stop the job. */
-#define CHECK_CUDA(call)                                                                           \
-    do {                                                                                           \
-        cudaError_t cuda_rc_ = (call);                                                             \
-        if (cuda_rc_ != cudaSuccess) dpt_fatal("%s failed: %s", #call, cudaGetErrorString(cuda_rc_)); \
+#define CHECK_CUDA(call)                                                                                     \
+    do {                                                                                                     \
+        cudaError_t cuda_rc_ = (call);                                                                       \
+        if (cuda_rc_ != cudaSuccess) dpt_fatal("%s failed: %s", #call, cudaGetErrorString(cuda_rc_));        \
     } while (0)
-#define CHECK_CUBLAS(call)                                                                         \
-    do {                                                                                           \
-        cublasStatus_t blas_rc_ = (call);                                                          \
-        if (blas_rc_ != CUBLAS_STATUS_SUCCESS) dpt_fatal("%s failed: cuBLAS status %d", #call, (int)blas_rc_); \
+#define CHECK_CUBLAS(call)                                                                                   \
+    do {                                                                                                     \
+        cublasStatus_t blas_rc_ = (call);                                                                    \
+        if (blas_rc_ != CUBLAS_STATUS_SUCCESS)                                                               \
+            dpt_fatal("%s failed: cuBLAS status %d", #call, (int)blas_rc_);                                  \
     } while (0)
 #define CHECK_LAUNCH() CHECK_CUDA(cudaGetLastError())
-#define CHECK_CUDNN(call)                                                                          \
-    do {                                                                                           \
-        cudnnStatus_t dnn_rc_ = (call);                                                            \
-        if (dnn_rc_ != CUDNN_STATUS_SUCCESS) dpt_fatal("%s failed: %s", #call, cudnnGetErrorString(dnn_rc_)); \
+#define CHECK_CUDNN(call)                                                                                    \
+    do {                                                                                                     \
+        cudnnStatus_t dnn_rc_ = (call);                                                                      \
+        if (dnn_rc_ != CUDNN_STATUS_SUCCESS)                                                                 \
+            dpt_fatal("%s failed: %s", #call, cudnnGetErrorString(dnn_rc_));                                 \
     } while (0)
 
 #define CONV_CACHE 64
@@ -57,31 +59,60 @@ typedef struct cuda_state {
     int device;
     cudaStream_t compute;
     cublasHandle_t blas;
-    int32_t *labels;      /* device copy of a batch's labels */
+    int32_t *labels; /* device copy of a batch's labels */
     size_t labels_cap;
-    double *scratch;      /* device reduction results */
+    double *scratch; /* device reduction results */
     size_t scratch_cap;
-    float *small;         /* per-channel parameters copied from the host (batch norm) */
+    float *small; /* per-channel parameters copied from the host (batch norm) */
     size_t small_cap;
     cudnnHandle_t dnn;
     conv_plan plans[CONV_CACHE];
     int nplans;
 } cuda_state;
 
-static cuda_state *state_of(dpt_ctx *ctx) { return (cuda_state *)ctx->backend_state; }
-static cudaStream_t stream_of(dpt_ctx *ctx) { return state_of(ctx)->compute; }
-static unsigned blocks_for(int64_t n) { return (unsigned)(n > 0 ? CEIL_DIV(n, THREADS) < 65535 ? CEIL_DIV(n, THREADS) : 65535 : 1); }
+static cuda_state *state_of(dpt_ctx *ctx)
+{
+    return (cuda_state *)ctx->backend_state;
+}
+static cudaStream_t stream_of(dpt_ctx *ctx)
+{
+    return state_of(ctx)->compute;
+}
+static unsigned blocks_for(int64_t n)
+{
+    return (unsigned)(n > 0 ? CEIL_DIV(n, THREADS) < 65535 ? CEIL_DIV(n, THREADS) : 65535 : 1);
+}
 
 /* ---------------------------------------------------------------- kernels */
 
-#define GRID_STRIDE(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
+#define GRID_STRIDE(i, n)                                                                                    \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                                \
+         i += (int64_t)blockDim.x * gridDim.x)
 
-__global__ void fill_kernel(float *x, int64_t n, float v) { GRID_STRIDE(i, n) x[i] = v; }
-__global__ void axpy_kernel(int64_t n, float a, const float *x, float *y) { GRID_STRIDE(i, n) y[i] += a * x[i]; }
-__global__ void scale_kernel(int64_t n, float a, const float *x, float *o) { GRID_STRIDE(i, n) o[i] = a * x[i]; }
-__global__ void add_kernel(int64_t n, const float *a, const float *b, float *o) { GRID_STRIDE(i, n) o[i] = a[i] + b[i]; }
-__global__ void mul_kernel(int64_t n, const float *a, const float *b, float *o) { GRID_STRIDE(i, n) o[i] = a[i] * b[i]; }
-__global__ void mul_acc_kernel(int64_t n, const float *a, const float *b, float *o) { GRID_STRIDE(i, n) o[i] += a[i] * b[i]; }
+__global__ void fill_kernel(float *x, int64_t n, float v)
+{
+    GRID_STRIDE(i, n) x[i] = v;
+}
+__global__ void axpy_kernel(int64_t n, float a, const float *x, float *y)
+{
+    GRID_STRIDE(i, n) y[i] += a * x[i];
+}
+__global__ void scale_kernel(int64_t n, float a, const float *x, float *o)
+{
+    GRID_STRIDE(i, n) o[i] = a * x[i];
+}
+__global__ void add_kernel(int64_t n, const float *a, const float *b, float *o)
+{
+    GRID_STRIDE(i, n) o[i] = a[i] + b[i];
+}
+__global__ void mul_kernel(int64_t n, const float *a, const float *b, float *o)
+{
+    GRID_STRIDE(i, n) o[i] = a[i] * b[i];
+}
+__global__ void mul_acc_kernel(int64_t n, const float *a, const float *b, float *o)
+{
+    GRID_STRIDE(i, n) o[i] += a[i] * b[i];
+}
 
 /* Sum each thread's value over the block in shared memory and add the block's total to *out. */
 __device__ void block_sum_into(double acc, double *out)
@@ -112,7 +143,8 @@ __global__ void sum_kernel(const float *a, int64_t n, double *out)
 
 __global__ void transpose_acc_kernel(const float *src, float *dst, int64_t rows, int64_t cols)
 {
-    GRID_STRIDE(i, rows * cols) {
+    GRID_STRIDE(i, rows * cols)
+    {
         int64_t r = i / cols, c = i % cols;
         dst[c * rows + r] += src[i];
     }
@@ -125,14 +157,19 @@ __global__ void bias_add_kernel(float *y, const float *b, int64_t rows, int64_t 
 
 __global__ void bias_grad_kernel(const float *dy, float *db, int64_t rows, int64_t cols)
 {
-    GRID_STRIDE(c, cols) {
+    GRID_STRIDE(c, cols)
+    {
         float acc = 0.0f;
-        for (int64_t r = 0; r < rows; r++) acc += dy[r * cols + c];
+        for (int64_t r = 0; r < rows; r++)
+            acc += dy[r * cols + c];
         db[c] += acc;
     }
 }
 
-__global__ void relu_fwd_kernel(const float *x, float *y, int64_t n) { GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
+__global__ void relu_fwd_kernel(const float *x, float *y, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
 __global__ void relu_bwd_kernel(const float *y, const float *dy, float *dx, int64_t n)
 {
     GRID_STRIDE(i, n) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
@@ -142,14 +179,16 @@ __global__ void relu_bwd_kernel(const float *y, const float *dy, float *dx, int6
 #define GELU_C 0.044715f
 __global__ void gelu_fwd_kernel(const float *x, float *y, int64_t n)
 {
-    GRID_STRIDE(i, n) {
+    GRID_STRIDE(i, n)
+    {
         float v = x[i];
         y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
     }
 }
 __global__ void gelu_bwd_kernel(const float *x, const float *dy, float *dx, int64_t n)
 {
-    GRID_STRIDE(i, n) {
+    GRID_STRIDE(i, n)
+    {
         float v = x[i], t = tanhf(GELU_K * (v + GELU_C * v * v * v));
         float dt = GELU_K * (1.0f + 3.0f * GELU_C * v * v) * (1.0f - t * t);
         dx[i] += dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
@@ -159,37 +198,48 @@ __global__ void gelu_bwd_kernel(const float *x, const float *dy, float *dx, int6
 /* One thread per row: the class dimension of a classifier is small. */
 __global__ void softmax_fwd_kernel(const float *x, float *y, int64_t rows, int64_t cols)
 {
-    GRID_STRIDE(r, rows) {
+    GRID_STRIDE(r, rows)
+    {
         const float *xr = x + r * cols;
         float m = xr[0];
-        for (int64_t c = 1; c < cols; c++) m = fmaxf(m, xr[c]);
+        for (int64_t c = 1; c < cols; c++)
+            m = fmaxf(m, xr[c]);
         double total = 0.0;
-        for (int64_t c = 0; c < cols; c++) total += expf(xr[c] - m);
+        for (int64_t c = 0; c < cols; c++)
+            total += expf(xr[c] - m);
         float inv = (float)(1.0 / total);
-        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = expf(xr[c] - m) * inv;
+        for (int64_t c = 0; c < cols; c++)
+            y[r * cols + c] = expf(xr[c] - m) * inv;
     }
 }
 
 __global__ void softmax_bwd_kernel(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols)
 {
-    GRID_STRIDE(r, rows) {
+    GRID_STRIDE(r, rows)
+    {
         double dot = 0.0;
-        for (int64_t c = 0; c < cols; c++) dot += (double)dy[r * cols + c] * y[r * cols + c];
-        for (int64_t c = 0; c < cols; c++) dx[r * cols + c] += y[r * cols + c] * (dy[r * cols + c] - (float)dot);
+        for (int64_t c = 0; c < cols; c++)
+            dot += (double)dy[r * cols + c] * y[r * cols + c];
+        for (int64_t c = 0; c < cols; c++)
+            dx[r * cols + c] += y[r * cols + c] * (dy[r * cols + c] - (float)dot);
     }
 }
 
 __global__ void xent_fwd_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols,
                                 float smoothing, float *probs, double *loss)
 {
-    GRID_STRIDE(r, rows) {
+    GRID_STRIDE(r, rows)
+    {
         const float *xr = x + r * cols;
         float m = xr[0];
-        for (int64_t c = 1; c < cols; c++) m = fmaxf(m, xr[c]);
+        for (int64_t c = 1; c < cols; c++)
+            m = fmaxf(m, xr[c]);
         double total = 0.0, sum_logits = 0.0;
-        for (int64_t c = 0; c < cols; c++) total += exp((double)xr[c] - m), sum_logits += xr[c];
+        for (int64_t c = 0; c < cols; c++)
+            total += exp((double)xr[c] - m), sum_logits += xr[c];
         double lse = m + log(total);
-        for (int64_t c = 0; c < cols; c++) probs[r * cols + c] = (float)exp((double)xr[c] - lse);
+        for (int64_t c = 0; c < cols; c++)
+            probs[r * cols + c] = (float)exp((double)xr[c] - lse);
         double l = (1.0 - smoothing) * (lse - xr[labels[r]]) + smoothing * (lse - sum_logits / (double)cols);
         atomicAdd(loss, l);
     }
@@ -198,16 +248,19 @@ __global__ void xent_fwd_kernel(const float *x, const int32_t *labels, int64_t r
 __global__ void xent_bwd_kernel(const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
                                 float smoothing, float scale, float *dx)
 {
-    GRID_STRIDE(i, rows * cols) {
+    GRID_STRIDE(i, rows * cols)
+    {
         int64_t r = i / cols, c = i % cols;
         float target = smoothing / (float)cols + (c == labels[r] ? 1.0f - smoothing : 0.0f);
         dx[i] += scale * (probs[i] - target);
     }
 }
 
-__global__ void count_correct_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols, double *out)
+__global__ void count_correct_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols,
+                                     double *out)
 {
-    GRID_STRIDE(r, rows) {
+    GRID_STRIDE(r, rows)
+    {
         int64_t best = 0;
         for (int64_t c = 1; c < cols; c++)
             if (x[r * cols + c] > x[r * cols + best]) best = c;
@@ -218,7 +271,8 @@ __global__ void count_correct_kernel(const float *x, const int32_t *labels, int6
 __global__ void sgd_kernel(int64_t n, float *p, const float *g, float *buf, float lr, float momentum,
                            float dampening, float wd, bool nesterov, bool first)
 {
-    GRID_STRIDE(i, n) {
+    GRID_STRIDE(i, n)
+    {
         float gi = g[i] + wd * p[i];
         if (momentum != 0.0f) {
             buf[i] = first ? gi : momentum * buf[i] + (1.0f - dampening) * gi;
@@ -231,7 +285,8 @@ __global__ void sgd_kernel(int64_t n, float *p, const float *g, float *buf, floa
 __global__ void adamw_kernel(int64_t n, float *p, const float *g, float *m, float *v, float lr, float b1,
                              float b2, float eps, float wd, float step_size, float bc2_sqrt)
 {
-    GRID_STRIDE(i, n) {
+    GRID_STRIDE(i, n)
+    {
         p[i] *= 1.0f - lr * wd;
         m[i] = b1 * m[i] + (1.0f - b1) * g[i];
         v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
@@ -269,8 +324,10 @@ static bool cuda_init(dpt_ctx *ctx, dpt_error *err)
         count = 0;
     }
     if (ctx->device.index >= count)
-        return dpt_errorf(err, "no CUDA device cuda:%d (this machine has %d)\nHINT: set [train] device = cpu, "
-                               "or run where a GPU is visible (./train --env lists them)", ctx->device.index, count);
+        return dpt_errorf(err,
+                          "no CUDA device cuda:%d (this machine has %d)\nHINT: set [train] device = cpu, "
+                          "or run where a GPU is visible (./train --env lists them)",
+                          ctx->device.index, count);
     cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
     s->device = ctx->device.index;
     CHECK_CUDA(cudaSetDevice(s->device));
@@ -323,18 +380,36 @@ static void cuda_d2d(dpt_ctx *ctx, void *dst, const void *src, size_t bytes)
     if (bytes) CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(ctx)));
 }
 
-#define LAUNCH(kernel, n, ...)                                                                     \
-    do {                                                                                           \
-        kernel<<<blocks_for(n), THREADS, 0, stream_of(ctx)>>>(__VA_ARGS__);                        \
-        CHECK_LAUNCH();                                                                            \
+#define LAUNCH(kernel, n, ...)                                                                               \
+    do {                                                                                                     \
+        kernel<<<blocks_for(n), THREADS, 0, stream_of(ctx)>>>(__VA_ARGS__);                                  \
+        CHECK_LAUNCH();                                                                                      \
     } while (0)
 
-static void cuda_fill(dpt_ctx *ctx, float *x, int64_t n, float v) { LAUNCH(fill_kernel, n, x, n, v); }
-static void cuda_axpy(dpt_ctx *ctx, int64_t n, float a, const float *x, float *y) { LAUNCH(axpy_kernel, n, n, a, x, y); }
-static void cuda_scale(dpt_ctx *ctx, int64_t n, float a, const float *x, float *o) { LAUNCH(scale_kernel, n, n, a, x, o); }
-static void cuda_add(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *o) { LAUNCH(add_kernel, n, n, a, b, o); }
-static void cuda_mul(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *o) { LAUNCH(mul_kernel, n, n, a, b, o); }
-static void cuda_mul_acc(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *o) { LAUNCH(mul_acc_kernel, n, n, a, b, o); }
+static void cuda_fill(dpt_ctx *ctx, float *x, int64_t n, float v)
+{
+    LAUNCH(fill_kernel, n, x, n, v);
+}
+static void cuda_axpy(dpt_ctx *ctx, int64_t n, float a, const float *x, float *y)
+{
+    LAUNCH(axpy_kernel, n, n, a, x, y);
+}
+static void cuda_scale(dpt_ctx *ctx, int64_t n, float a, const float *x, float *o)
+{
+    LAUNCH(scale_kernel, n, n, a, x, o);
+}
+static void cuda_add(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *o)
+{
+    LAUNCH(add_kernel, n, n, a, b, o);
+}
+static void cuda_mul(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *o)
+{
+    LAUNCH(mul_kernel, n, n, a, b, o);
+}
+static void cuda_mul_acc(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *o)
+{
+    LAUNCH(mul_acc_kernel, n, n, a, b, o);
+}
 
 static double read_scratch(dpt_ctx *ctx)
 {
@@ -369,11 +444,13 @@ static void cuda_transpose_acc(dpt_ctx *ctx, const float *src, float *dst, int64
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
 static void cuda_gemm(dpt_ctx *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                      int64_t ldc)
 {
     if (M == 0 || N == 0) return;
-    CHECK_CUBLAS(cublasSgemm(state_of(ctx)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc));
+    CHECK_CUBLAS(cublasSgemm(state_of(ctx)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A,
+                             (int)lda, &beta, C, (int)ldc));
 }
 
 static void cuda_bias_add(dpt_ctx *ctx, float *y, const float *b, int64_t rows, int64_t cols)
@@ -384,15 +461,28 @@ static void cuda_bias_grad(dpt_ctx *ctx, const float *dy, float *db, int64_t row
 {
     LAUNCH(bias_grad_kernel, cols, dy, db, rows, cols);
 }
-static void cuda_relu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n) { LAUNCH(relu_fwd_kernel, n, x, y, n); }
-static void cuda_relu_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n) { LAUNCH(relu_bwd_kernel, n, y, dy, dx, n); }
-static void cuda_gelu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n) { LAUNCH(gelu_fwd_kernel, n, x, y, n); }
-static void cuda_gelu_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n) { LAUNCH(gelu_bwd_kernel, n, x, dy, dx, n); }
+static void cuda_relu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n)
+{
+    LAUNCH(relu_fwd_kernel, n, x, y, n);
+}
+static void cuda_relu_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n)
+{
+    LAUNCH(relu_bwd_kernel, n, y, dy, dx, n);
+}
+static void cuda_gelu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n)
+{
+    LAUNCH(gelu_fwd_kernel, n, x, y, n);
+}
+static void cuda_gelu_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n)
+{
+    LAUNCH(gelu_bwd_kernel, n, x, dy, dx, n);
+}
 static void cuda_softmax_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t rows, int64_t cols)
 {
     LAUNCH(softmax_fwd_kernel, rows, x, y, rows, cols);
 }
-static void cuda_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols)
+static void cuda_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t rows,
+                             int64_t cols)
 {
     LAUNCH(softmax_bwd_kernel, rows, y, dy, dx, rows, cols);
 }
@@ -413,8 +503,8 @@ static const int32_t *device_labels(dpt_ctx *ctx, const int32_t *host, int64_t r
     return s->labels;
 }
 
-static double cuda_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols,
-                            float smoothing, float *probs)
+static double cuda_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
+                            int64_t cols, float smoothing, float *probs)
 {
     const int32_t *dl = device_labels(ctx, labels, rows, cols);
     zero_scratch(ctx);
@@ -429,7 +519,8 @@ static void cuda_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *label
     LAUNCH(xent_bwd_kernel, rows * cols, probs, dl, rows, cols, smoothing, scale, dlogits);
 }
 
-static int64_t cuda_count_correct(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols)
+static int64_t cuda_count_correct(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
+                                  int64_t cols)
 {
     const int32_t *dl = device_labels(ctx, labels, rows, cols);
     zero_scratch(ctx);
@@ -437,8 +528,8 @@ static int64_t cuda_count_correct(dpt_ctx *ctx, const float *logits, const int32
     return (int64_t)read_scratch(ctx);
 }
 
-static void cuda_sgd_step(dpt_ctx *ctx, int64_t n, float *p, const float *g, float *buf, float lr, float momentum,
-                          float dampening, float wd, bool nesterov, bool first)
+static void cuda_sgd_step(dpt_ctx *ctx, int64_t n, float *p, const float *g, float *buf, float lr,
+                          float momentum, float dampening, float wd, bool nesterov, bool first)
 {
     LAUNCH(sgd_kernel, n, n, p, g, buf, lr, momentum, dampening, wd, nesterov, first);
 }
@@ -463,8 +554,10 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
     CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->y));
     CHECK_CUDNN(cudnnCreateFilterDescriptor(&p->w));
     CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&p->conv));
-    CHECK_CUDNN(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)sh->n, (int)sh->c_in, (int)sh->h, (int)sh->w));
-    CHECK_CUDNN(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)sh->n, (int)sh->c_out, (int)sh->oh, (int)sh->ow));
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)sh->n,
+                                           (int)sh->c_in, (int)sh->h, (int)sh->w));
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)sh->n,
+                                           (int)sh->c_out, (int)sh->oh, (int)sh->ow));
     CHECK_CUDNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)sh->c_out,
                                            (int)(sh->c_in / sh->groups), (int)sh->kh, (int)sh->kw));
     CHECK_CUDNN(cudnnSetConvolution2dDescriptor(p->conv, (int)sh->pad_h, (int)sh->pad_w, (int)sh->stride_h,
@@ -479,7 +572,8 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
     cudnnConvolutionBwdFilterAlgoPerf_t w;
     CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->dnn, p->x, p->w, p->conv, p->y, 1, &got, &f));
     CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(s->dnn, p->w, p->y, p->conv, p->x, 1, &got, &d));
-    CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->dnn, p->x, p->y, p->conv, p->w, 1, &got, &w));
+    CHECK_CUDNN(
+        cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->dnn, p->x, p->y, p->conv, p->w, 1, &got, &w));
     p->fwd = f.algo, p->bwd_data = d.algo, p->bwd_filter = w.algo;
     p->workspace = f.memory > d.memory ? f.memory : d.memory;
     if (w.memory > p->workspace) p->workspace = w.memory;
@@ -520,7 +614,8 @@ __global__ void channel_sum_kernel(const float *dy, float *db, int64_t n, int64_
     /* one block per channel */
     int64_t ch = blockIdx.x;
     double acc = 0.0;
-    for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x) acc += dy[(i / hw * c + ch) * hw + i % hw];
+    for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x)
+        acc += dy[(i / hw * c + ch) * hw + i % hw];
     __shared__ double partial[THREADS];
     partial[threadIdx.x] = acc;
     __syncthreads();
@@ -531,29 +626,35 @@ __global__ void channel_sum_kernel(const float *dy, float *db, int64_t n, int64_
     if (threadIdx.x == 0) db[ch] += (float)partial[0];
 }
 
-static void cuda_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w, const float *bias, float *y)
+static void cuda_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w,
+                            const float *bias, float *y)
 {
     conv_plan *p = plan_for(ctx, sh);
     workspace ws = workspace_get(ctx, p->workspace);
     float one = 1.0f, zero = 0.0f;
     CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x, p->w, w, p->conv, p->fwd, ws.ptr,
                                         p->workspace, &zero, p->y, y));
-    if (bias) LAUNCH(channel_bias_kernel, sh->n * sh->c_out * sh->oh * sh->ow, y, bias, sh->n, sh->c_out, sh->oh * sh->ow);
+    if (bias)
+        LAUNCH(channel_bias_kernel, sh->n * sh->c_out * sh->oh * sh->ow, y, bias, sh->n, sh->c_out,
+               sh->oh * sh->ow);
     workspace_put(ctx, ws);
 }
 
-static void cuda_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w, const float *dy,
-                            float *dx, float *dw, float *dbias)
+static void cuda_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w,
+                            const float *dy, float *dx, float *dw, float *dbias)
 {
     conv_plan *p = plan_for(ctx, sh);
     workspace ws = workspace_get(ctx, p->workspace);
     float one = 1.0f; /* beta = 1: gradients accumulate */
-    if (dx) CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, w, p->y, dy, p->conv, p->bwd_data,
-                                                     ws.ptr, p->workspace, &one, p->x, dx));
-    if (dw) CHECK_CUDNN(cudnnConvolutionBackwardFilter(state_of(ctx)->dnn, &one, p->x, x, p->y, dy, p->conv, p->bwd_filter,
-                                                       ws.ptr, p->workspace, &one, p->w, dw));
+    if (dx)
+        CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, w, p->y, dy, p->conv,
+                                                 p->bwd_data, ws.ptr, p->workspace, &one, p->x, dx));
+    if (dw)
+        CHECK_CUDNN(cudnnConvolutionBackwardFilter(state_of(ctx)->dnn, &one, p->x, x, p->y, dy, p->conv,
+                                                   p->bwd_filter, ws.ptr, p->workspace, &one, p->w, dw));
     if (dbias) {
-        channel_sum_kernel<<<(unsigned)sh->c_out, THREADS, 0, stream_of(ctx)>>>(dy, dbias, sh->n, sh->c_out, sh->oh * sh->ow);
+        channel_sum_kernel<<<(unsigned)sh->c_out, THREADS, 0, stream_of(ctx)>>>(dy, dbias, sh->n, sh->c_out,
+                                                                                sh->oh * sh->ow);
         CHECK_LAUNCH();
     }
     workspace_put(ctx, ws);
@@ -598,19 +699,21 @@ __global__ void bn_bwd_stats_kernel(const float *x, const float *dy, int64_t n, 
     if (threadIdx.x == 0) out[ch] = p1[0], out[c + ch] = p2[0];
 }
 
-__global__ void channel_affine_kernel(const float *x, float *y, int64_t n, int64_t c, int64_t hw, const float *scale,
-                                      const float *shift)
+__global__ void channel_affine_kernel(const float *x, float *y, int64_t n, int64_t c, int64_t hw,
+                                      const float *scale, const float *shift)
 {
-    GRID_STRIDE(i, n * c * hw) {
+    GRID_STRIDE(i, n * c * hw)
+    {
         int64_t ch = (i / hw) % c;
         y[i] = scale[ch] * x[i] + shift[ch];
     }
 }
 
-__global__ void channel_affine2_kernel(const float *dy, const float *x, float *dx, int64_t n, int64_t c, int64_t hw,
-                                       const float *a, const float *b, const float *k)
+__global__ void channel_affine2_kernel(const float *dy, const float *x, float *dx, int64_t n, int64_t c,
+                                       int64_t hw, const float *a, const float *b, const float *k)
 {
-    GRID_STRIDE(i, n * c * hw) {
+    GRID_STRIDE(i, n * c * hw)
+    {
         int64_t ch = (i / hw) % c;
         dx[i] += a[ch] * dy[i] + b[ch] * x[i] + k[ch];
     }
@@ -623,7 +726,8 @@ static double *device_doubles(dpt_ctx *ctx, size_t count)
     if (count * sizeof(double) > s->scratch_cap) {
         CHECK_CUDA(cudaStreamSynchronize(s->compute));
         CHECK_CUDA(cudaFree(s->scratch));
-        s->scratch_cap = count * sizeof(double) > 16 * sizeof(double) ? count * sizeof(double) : 16 * sizeof(double);
+        s->scratch_cap =
+            count * sizeof(double) > 16 * sizeof(double) ? count * sizeof(double) : 16 * sizeof(double);
         CHECK_CUDA(cudaMalloc(&s->scratch, s->scratch_cap));
     }
     return s->scratch;
@@ -642,7 +746,8 @@ static float *device_floats(dpt_ctx *ctx, const float *host, size_t count)
     return s->small;
 }
 
-static void cuda_bn_stats(dpt_ctx *ctx, const float *x, int64_t n, int64_t c, int64_t hw, double *sum, double *sumsq)
+static void cuda_bn_stats(dpt_ctx *ctx, const float *x, int64_t n, int64_t c, int64_t hw, double *sum,
+                          double *sumsq)
 {
     double *d = device_doubles(ctx, (size_t)(2 * c));
     bn_stats_kernel<<<(unsigned)c, THREADS, 0, stream_of(ctx)>>>(x, n, c, hw, d);
@@ -673,8 +778,8 @@ static void cuda_channel_affine(dpt_ctx *ctx, const float *x, float *y, int64_t 
     LAUNCH(channel_affine_kernel, n * c * hw, x, y, n, c, hw, d, d + c);
 }
 
-static void cuda_channel_affine2_acc(dpt_ctx *ctx, const float *dy, const float *x, float *dx, int64_t n, int64_t c,
-                                     int64_t hw, const float *a, const float *b, const float *k)
+static void cuda_channel_affine2_acc(dpt_ctx *ctx, const float *dy, const float *x, float *dx, int64_t n,
+                                     int64_t c, int64_t hw, const float *a, const float *b, const float *k)
 {
     float *host = (float *)malloc((size_t)(3 * c) * sizeof(float));
     memcpy(host, a, (size_t)c * sizeof(float));
@@ -689,7 +794,8 @@ static void cuda_channel_affine2_acc(dpt_ctx *ctx, const float *dy, const float 
 
 __global__ void maxpool_fwd_kernel(dpt_pool_shape s, const float *x, float *y, int32_t *argmax)
 {
-    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow) {
+    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow)
+    {
         int64_t ox = o % s.ow, oy = o / s.ow % s.oh, plane = o / (s.ow * s.oh);
         const float *xp = x + plane * s.h * s.w;
         float best = -3.402823466e38f;
@@ -711,7 +817,8 @@ __global__ void maxpool_fwd_kernel(dpt_pool_shape s, const float *x, float *y, i
 
 __global__ void maxpool_bwd_kernel(dpt_pool_shape s, const float *dy, const int32_t *argmax, float *dx)
 {
-    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow) {
+    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow)
+    {
         int64_t plane = o / (s.ow * s.oh);
         atomicAdd(&dx[plane * s.h * s.w + argmax[o]], dy[o]); /* windows may overlap */
     }
@@ -719,7 +826,8 @@ __global__ void maxpool_bwd_kernel(dpt_pool_shape s, const float *dy, const int3
 
 __global__ void avgpool_fwd_kernel(dpt_pool_shape s, const float *x, float *y)
 {
-    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow) {
+    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow)
+    {
         int64_t ox = o % s.ow, oy = o / s.ow % s.oh, plane = o / (s.ow * s.oh);
         const float *xp = x + plane * s.h * s.w;
         double acc = 0.0;
@@ -737,7 +845,8 @@ __global__ void avgpool_fwd_kernel(dpt_pool_shape s, const float *x, float *y)
 
 __global__ void avgpool_bwd_kernel(dpt_pool_shape s, const float *dy, float *dx)
 {
-    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow) {
+    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow)
+    {
         int64_t ox = o % s.ow, oy = o / s.ow % s.oh, plane = o / (s.ow * s.oh);
         float g = dy[o] / (float)(s.kh * s.kw);
         for (int64_t ki = 0; ki < s.kh; ki++) {
@@ -755,7 +864,8 @@ static void cuda_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float 
 {
     LAUNCH(maxpool_fwd_kernel, s->n * s->c * s->oh * s->ow, *s, x, y, argmax);
 }
-static void cuda_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax, float *dx)
+static void cuda_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax,
+                             float *dx)
 {
     LAUNCH(maxpool_bwd_kernel, s->n * s->c * s->oh * s->ow, *s, dy, argmax, dx);
 }
@@ -816,7 +926,10 @@ static dpt_backend make_backend(void)
 
 static const dpt_backend cuda_backend = make_backend();
 
-extern "C" const dpt_backend *dpt_backend_cuda(void) { return &cuda_backend; }
+extern "C" const dpt_backend *dpt_backend_cuda(void)
+{
+    return &cuda_backend;
+}
 
 extern "C" int dpt_cuda_device_count(void)
 {
@@ -835,11 +948,12 @@ extern "C" void dpt_cuda_print_env(FILE *out)
     cudaRuntimeGetVersion(&runtime);
     int nccl = 0;
     ncclGetVersion(&nccl);
-    fprintf(out, "cuda: driver %d.%d, runtime %d.%d | cudnn %zu | nccl %d\n", driver / 1000, driver % 1000 / 10,
-            runtime / 1000, runtime % 1000 / 10, cudnnGetVersion(), nccl);
+    fprintf(out, "cuda: driver %d.%d, runtime %d.%d | cudnn %zu | nccl %d\n", driver / 1000,
+            driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10, cudnnGetVersion(), nccl);
     int count = dpt_cuda_device_count();
-    if (count == 0) fprintf(out, "gpus: none visible (CUDA_VISIBLE_DEVICES=%s)\n",
-                            getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset");
+    if (count == 0)
+        fprintf(out, "gpus: none visible (CUDA_VISIBLE_DEVICES=%s)\n",
+                getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset");
     for (int i = 0; i < count; i++) {
         cudaDeviceProp p;
         if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;

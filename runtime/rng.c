@@ -13,10 +13,14 @@ static uint64_t splitmix64(uint64_t *x)
 
 void dpt_rng_seed(dpt_rng *rng, uint64_t seed)
 {
-    for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&seed);
+    for (int i = 0; i < 4; i++)
+        rng->s[i] = splitmix64(&seed);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t dpt_rng_next(dpt_rng *rng)
 {
@@ -32,7 +36,10 @@ uint64_t dpt_rng_next(dpt_rng *rng)
     return result;
 }
 
-float dpt_rng_uniform(dpt_rng *rng) { return (float)(dpt_rng_next(rng) >> 40) * 0x1.0p-24f; }
+float dpt_rng_uniform(dpt_rng *rng)
+{
+    return (float)(dpt_rng_next(rng) >> 40) * 0x1.0p-24f;
+}
 
 float dpt_rng_normal(dpt_rng *rng)
 {
@@ -57,7 +64,8 @@ uint64_t dpt_rng_below(dpt_rng *rng, uint64_t bound)
 
 void dpt_rng_permutation(dpt_rng *rng, int64_t *perm, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = i;
     for (int64_t i = n - 1; i > 0; i--) {
         int64_t j = (int64_t)dpt_rng_below(rng, (uint64_t)i + 1);
         int64_t tmp = perm[i];

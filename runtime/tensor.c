@@ -74,8 +74,8 @@ dpt_tensor *dpt_temp_like(dpt_ctx *ctx, const dpt_tensor *t)
     return dpt_temp(ctx, t->ndim, t->shape);
 }
 
-dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape,
-                     const int64_t *strides, int64_t offset)
+dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                     int64_t offset)
 {
     dpt_tensor *v = tensor_header(ctx, ndim, shape);
     if (strides) memcpy(v->strides, strides, (size_t)ndim * sizeof *strides);
@@ -139,17 +139,31 @@ const char *dpt_shape_str(const dpt_tensor *t, char *buf, size_t size)
 {
     size_t used = (size_t)snprintf(buf, size, "(");
     for (int i = 0; i < t->ndim && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "",
-                                 (long long)t->shape[i]);
+        used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
     if (used < size) snprintf(buf + used, size - used, ")");
     return buf;
 }
 
-int dpt_tensor_ndim(const dpt_tensor *t) { return t->ndim; }
-int64_t dpt_tensor_numel(const dpt_tensor *t) { return t->numel; }
-const char *dpt_tensor_name(const dpt_tensor *t) { return t->name; }
-float *dpt_tensor_data(dpt_tensor *t) { return t->data; }
-dpt_tensor *dpt_tensor_grad(dpt_tensor *t) { return t->grad; }
+int dpt_tensor_ndim(const dpt_tensor *t)
+{
+    return t->ndim;
+}
+int64_t dpt_tensor_numel(const dpt_tensor *t)
+{
+    return t->numel;
+}
+const char *dpt_tensor_name(const dpt_tensor *t)
+{
+    return t->name;
+}
+float *dpt_tensor_data(dpt_tensor *t)
+{
+    return t->data;
+}
+dpt_tensor *dpt_tensor_grad(dpt_tensor *t)
+{
+    return t->grad;
+}
 
 int64_t dpt_tensor_dim(const dpt_tensor *t, int axis)
 {

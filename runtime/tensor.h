@@ -39,8 +39,8 @@ dpt_tensor *dpt_temp(dpt_ctx *ctx, int ndim, const int64_t *shape);
 dpt_tensor *dpt_temp_zeros(dpt_ctx *ctx, int ndim, const int64_t *shape);
 dpt_tensor *dpt_temp_like(dpt_ctx *ctx, const dpt_tensor *t);
 /* A temporary view of t's storage with another shape and strides. */
-dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape,
-                     const int64_t *strides, int64_t offset);
+dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                     int64_t offset);
 bool dpt_tensor_is_contiguous(const dpt_tensor *t);
 bool dpt_same_shape(const dpt_tensor *a, const dpt_tensor *b);
 /* "(64, 784)" into buf. */

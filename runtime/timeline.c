@@ -21,8 +21,10 @@ dpt_timeline *dpt_timeline_open(const char *path, int rank, dpt_error *err)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
-        dpt_errorf(err, "cannot write timeline %s: %s\nHINT: check [log] timeline and that its "
-                        "folder exists", path, strerror(errno));
+        dpt_errorf(err,
+                   "cannot write timeline %s: %s\nHINT: check [log] timeline and that its "
+                   "folder exists",
+                   path, strerror(errno));
         return NULL;
     }
     dpt_timeline *tl = calloc(1, sizeof *tl);
@@ -33,9 +35,15 @@ dpt_timeline *dpt_timeline_open(const char *path, int rank, dpt_error *err)
     tl->first = true;
     pthread_mutex_init(&tl->mu, NULL);
     fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n", rank, rank);
-    fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"compute\"}},\n", rank);
-    fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"communication\"}}", rank);
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n", rank,
+            rank);
+    fprintf(f,
+            "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"compute\"}},\n",
+            rank);
+    fprintf(
+        f,
+        "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"communication\"}}",
+        rank);
     tl->first = false;
     return tl;
 }

@@ -18,7 +18,10 @@ static bool launched_by_mpi(void)
     return false;
 }
 
-static void mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+static void mpi_abort(int code)
+{
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
 
 bool dpt_world_init(dpt_world *w, int *argc, char ***argv, dpt_error *err)
 {
@@ -35,9 +38,11 @@ bool dpt_world_init(dpt_world *w, int *argc, char ***argv, dpt_error *err)
                                "'mpirun -np 2 hostname'");
     if (provided < MPI_THREAD_SERIALIZED) {
         MPI_Finalize();
-        return dpt_errorf(err, "this MPI provides thread level %d; dptrain needs at least "
-                               "MPI_THREAD_SERIALIZED\nHINT: use an MPI built with thread support "
-                               "(Debian's openmpi-bin is)", provided);
+        return dpt_errorf(err,
+                          "this MPI provides thread level %d; dptrain needs at least "
+                          "MPI_THREAD_SERIALIZED\nHINT: use an MPI built with thread support "
+                          "(Debian's openmpi-bin is)",
+                          provided);
     }
     w->mpi = true;
     MPI_Comm_rank(MPI_COMM_WORLD, &w->rank);
@@ -64,9 +69,18 @@ void dpt_world_finalize(dpt_world *w)
     w->mpi = false;
 }
 
-dpt_comm *dpt_world_comm(const dpt_world *w) { return w->mpi ? world_comm : NULL; }
-int dpt_comm_rank(const dpt_comm *comm) { return comm ? comm->rank : 0; }
-int dpt_comm_size(const dpt_comm *comm) { return comm ? comm->size : 1; }
+dpt_comm *dpt_world_comm(const dpt_world *w)
+{
+    return w->mpi ? world_comm : NULL;
+}
+int dpt_comm_rank(const dpt_comm *comm)
+{
+    return comm ? comm->rank : 0;
+}
+int dpt_comm_size(const dpt_comm *comm)
+{
+    return comm ? comm->size : 1;
+}
 void dpt_comm_barrier(dpt_comm *comm)
 {
     if (comm) comm->ops->barrier(comm);

@@ -10,7 +10,7 @@
 #include "dpt.h"
 #include "runtime/tensor.h"
 
-#define DDP_N 600      /* samples: not a multiple of ranks x batch */
+#define DDP_N 600 /* samples: not a multiple of ranks x batch */
 #define DDP_CLASSES 5
 
 /* A synthetic 1x4x5 image set whose label depends on the pixels (so the model can learn). */
@@ -34,7 +34,7 @@ static inline dpt_dataset *ddp_dataset(void)
 }
 
 typedef struct ddp_run {
-    int64_t batch;     /* per rank */
+    int64_t batch; /* per rank */
     int accum;
     double bucket_mb;
     bool overlap;
@@ -83,13 +83,22 @@ static inline ddp_result ddp_train(const ddp_run *run, dpt_comm *comm, const dpt
     /* Give each rank different initial parameters: DDP must broadcast rank 0's. */
     if (comm && rank > 0) dpt_init_uniform(ctx, dpt_model_param_at(model, 0), 0.5f);
     dpt_optim *optim = dpt_optim_build(model, cfg, &err);
-    dpt_loader_options lo = {.batch = run->batch, .shuffle = true, .drop_last = run->drop_last,
-                             .seed = 3, .rank = rank, .world_size = size, .mean = 0.5f, .std = 0.25f};
+    dpt_loader_options lo = {.batch = run->batch,
+                             .shuffle = true,
+                             .drop_last = run->drop_last,
+                             .seed = 3,
+                             .rank = rank,
+                             .world_size = size,
+                             .mean = 0.5f,
+                             .std = 0.25f};
     dpt_loader *loader = dpt_loader_new(ctx, ds, &lo);
     dpt_ddp *ddp = NULL;
     if (comm) {
-        dpt_ddp_options o = {.bucket_mb = run->bucket_mb, .overlap = run->overlap,
-                             .find_unused = run->find_unused, .timeout_s = 60, .dataset_len = ds->n};
+        dpt_ddp_options o = {.bucket_mb = run->bucket_mb,
+                             .overlap = run->overlap,
+                             .find_unused = run->find_unused,
+                             .timeout_s = 60,
+                             .dataset_len = ds->n};
         ddp = dpt_ddp_new(ctx, model, comm, &o, &err);
         if (!ddp) {
             fprintf(stderr, "rank %d: %s\n", rank, err.msg);
@@ -117,7 +126,8 @@ static inline ddp_result ddp_train(const ddp_run *run, dpt_comm *comm, const dpt
         dpt_model_zero_grad(model);
     }
     /* buffers (BN running statistics) are part of the result too */
-    for (int i = 0; i < dpt_model_num_buffers(model); i++) res.nbuffers_scalars += dpt_model_buffer_at(model, i)->numel;
+    for (int i = 0; i < dpt_model_num_buffers(model); i++)
+        res.nbuffers_scalars += dpt_model_buffer_at(model, i)->numel;
     res.nparams = dpt_model_num_params(model);
     res.n = dpt_model_param_count(model);
     res.params = malloc((size_t)res.n * sizeof(float));

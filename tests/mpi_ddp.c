@@ -9,30 +9,39 @@
 
 static int rank, size, checks;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL rank %d %s:%d: ", rank, __FILE__, __LINE__);                    \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-        }                                                                                          \
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        checks++;                                                                                            \
+        if (!(cond)) {                                                                                       \
+            fprintf(stderr, "FAIL rank %d %s:%d: ", rank, __FILE__, __LINE__);                               \
+            fprintf(stderr, __VA_ARGS__);                                                                    \
+            fputc('\n', stderr);                                                                             \
+            MPI_Abort(MPI_COMM_WORLD, 1);                                                                    \
+        }                                                                                                    \
     } while (0)
 
-static void free_result(ddp_result *r) { free(r->params); }
+static void free_result(ddp_result *r)
+{
+    free(r->params);
+}
 
 /* N ranks x batch B == 1 process x batch N*B (same samples per step, same update). */
 static void test_equivalence(dpt_comm *comm, const dpt_dataset *ds, const char *optim)
 {
-    ddp_run run = {.batch = 8, .accum = 1, .bucket_mb = 25, .overlap = true, .steps = 12,
-                   .optim = optim, .drop_last = true};
+    ddp_run run = {.batch = 8,
+                   .accum = 1,
+                   .bucket_mb = 25,
+                   .overlap = true,
+                   .steps = 12,
+                   .optim = optim,
+                   .drop_last = true};
     ddp_result multi = ddp_train(&run, comm, ds);
     ddp_run single = run;
     single.batch = run.batch * size;
     ddp_result ref = ddp_train(&single, NULL, ds);
     double rel = ddp_rel_diff(&multi, &ref);
-    if (rank == 0) printf("equivalence %s: %d ranks x 8 vs 1 x %d: max rel diff %.2e\n", optim, size, 8 * size, rel);
+    if (rank == 0)
+        printf("equivalence %s: %d ranks x 8 vs 1 x %d: max rel diff %.2e\n", optim, size, 8 * size, rel);
     CHECK(rel < 1e-5, "%s: %d ranks differ from one process by %.3e (relative)", optim, size, rel);
     /* All ranks hold identical parameters. */
     float *all = malloc((size_t)(multi.n * size) * sizeof(float));
@@ -49,7 +58,12 @@ static void test_equivalence(dpt_comm *comm, const dpt_dataset *ds, const char *
  * statistics included; plain BN (local statistics) does not. */
 static void test_sync_batchnorm(dpt_comm *comm, const dpt_dataset *ds)
 {
-    ddp_run run = {.batch = 6, .accum = 1, .bucket_mb = 25, .overlap = true, .steps = 8, .optim = "sgd",
+    ddp_run run = {.batch = 6,
+                   .accum = 1,
+                   .bucket_mb = 25,
+                   .overlap = true,
+                   .steps = 8,
+                   .optim = "sgd",
                    .drop_last = true,
                    .model_sets = {"model.name=cnn", "model.channels=4,6", "model.fc=8", "model.dropout=0",
                                   "model.sync_bn=true"}};
@@ -78,8 +92,13 @@ static void test_sync_batchnorm(dpt_comm *comm, const dpt_dataset *ds)
 /* Overlap on/off and bucket sizes from one parameter per bucket to one bucket: same bits. */
 static void test_overlap_and_buckets(dpt_comm *comm, const dpt_dataset *ds)
 {
-    ddp_run base = {.batch = 8, .accum = 1, .bucket_mb = 25, .overlap = true, .steps = 8,
-                    .optim = "adamw", .drop_last = true};
+    ddp_run base = {.batch = 8,
+                    .accum = 1,
+                    .bucket_mb = 25,
+                    .overlap = true,
+                    .steps = 8,
+                    .optim = "adamw",
+                    .drop_last = true};
     ddp_result a = ddp_train(&base, comm, ds);
     ddp_run v = base;
     v.overlap = false;
@@ -88,25 +107,33 @@ static void test_overlap_and_buckets(dpt_comm *comm, const dpt_dataset *ds)
     v = base;
     v.bucket_mb = 1e-9; /* every parameter in its own bucket */
     ddp_result tiny = ddp_train(&v, comm, ds);
-    CHECK(tiny.nbuckets == tiny.nparams, "tiny buckets: %d buckets for %d params", tiny.nbuckets, tiny.nparams);
+    CHECK(tiny.nbuckets == tiny.nparams, "tiny buckets: %d buckets for %d params", tiny.nbuckets,
+          tiny.nparams);
     v.bucket_mb = 1e-3; /* a few parameters per bucket */
     ddp_result mid = ddp_train(&v, comm, ds);
     CHECK(mid.nbuckets > 1 && mid.nbuckets < mid.nparams, "mid buckets: %d", mid.nbuckets);
     CHECK(a.nbuckets == 1, "25 MiB: %d buckets", a.nbuckets);
-    CHECK(memcmp(a.params, tiny.params, (size_t)a.n * sizeof(float)) == 0, "one bucket vs one per parameter differ");
+    CHECK(memcmp(a.params, tiny.params, (size_t)a.n * sizeof(float)) == 0,
+          "one bucket vs one per parameter differ");
     CHECK(memcmp(a.params, mid.params, (size_t)a.n * sizeof(float)) == 0, "bucket sizes change the result");
     for (int i = 0; i < tiny.nparams; i++)
         CHECK(tiny.reduce_counts[i] == base.steps && a.reduce_counts[i] == base.steps,
               "parameter %d reduced %lld times in %d steps", i, (long long)tiny.reduce_counts[i], base.steps);
-    if (rank == 0) printf("overlap on/off, 1/%d/%d buckets: identical parameters\n", mid.nbuckets, tiny.nbuckets);
+    if (rank == 0)
+        printf("overlap on/off, 1/%d/%d buckets: identical parameters\n", mid.nbuckets, tiny.nbuckets);
     free_result(&a), free_result(&b), free_result(&tiny), free_result(&mid);
 }
 
 /* Accumulating k micro-batches of B == one step of k*B; communication only on the last. */
 static void test_accumulation(dpt_comm *comm, const dpt_dataset *ds)
 {
-    ddp_run acc = {.batch = 4, .accum = 3, .bucket_mb = 1e-9, .overlap = true, .steps = 6,
-                   .optim = "sgd", .drop_last = true};
+    ddp_run acc = {.batch = 4,
+                   .accum = 3,
+                   .bucket_mb = 1e-9,
+                   .overlap = true,
+                   .steps = 6,
+                   .optim = "sgd",
+                   .drop_last = true};
     ddp_result a = ddp_train(&acc, comm, ds);
     ddp_run big = acc;
     big.batch = 12, big.accum = 1;
@@ -115,8 +142,9 @@ static void test_accumulation(dpt_comm *comm, const dpt_dataset *ds)
     if (rank == 0) printf("accumulation 3 x 4 vs 1 x 12: max rel diff %.2e\n", rel);
     CHECK(rel < 1e-5, "accumulation differs by %.3e", rel);
     for (int i = 0; i < a.nparams; i++)
-        CHECK(a.reduce_counts[i] == acc.steps, "with accumulation parameter %d reduced %lld times in %d steps",
-              i, (long long)a.reduce_counts[i], acc.steps);
+        CHECK(a.reduce_counts[i] == acc.steps,
+              "with accumulation parameter %d reduced %lld times in %d steps", i,
+              (long long)a.reduce_counts[i], acc.steps);
     free_result(&a), free_result(&b);
 }
 
@@ -124,8 +152,13 @@ static void test_accumulation(dpt_comm *comm, const dpt_dataset *ds)
 static void test_uneven(dpt_comm *comm, const dpt_dataset *ds)
 {
     for (int drop = 0; drop < 2; drop++) {
-        ddp_run run = {.batch = 7, .accum = 1, .bucket_mb = 25, .overlap = true,
-                       .steps = (int)(DDP_N / size / 7) + 3, .optim = "sgd", .drop_last = drop};
+        ddp_run run = {.batch = 7,
+                       .accum = 1,
+                       .bucket_mb = 25,
+                       .overlap = true,
+                       .steps = (int)(DDP_N / size / 7) + 3,
+                       .optim = "sgd",
+                       .drop_last = drop};
         ddp_result r = ddp_train(&run, comm, ds);
         CHECK(isfinite(r.last_loss), "uneven data: loss %f", r.last_loss);
         free_result(&r);
@@ -139,8 +172,8 @@ static void test_eval_exactly_once(dpt_comm *comm, const dpt_dataset *ds)
     dpt_error err;
     dpt_ctx_options co = {.device = {DPT_DEVICE_CPU, 0}, .threads = 1, .seed = 1};
     dpt_ctx *ctx = dpt_ctx_new(&co, &err);
-    dpt_loader_options lo = {.batch = 64, .exact_shards = true, .rank = rank, .world_size = size,
-                             .mean = 0.5f, .std = 0.25f};
+    dpt_loader_options lo = {
+        .batch = 64, .exact_shards = true, .rank = rank, .world_size = size, .mean = 0.5f, .std = 0.25f};
     dpt_loader *l = dpt_loader_new(ctx, ds, &lo);
     double local = (double)dpt_loader_num_samples(l), total = 0;
     MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -165,7 +198,8 @@ static int run_unused(dpt_comm *comm, const dpt_dataset *ds, bool find_unused)
     dpt_model *m = dpt_model_new(ctx, "unused", unused_forward);
     used_layer = dpt_linear_new(m, "used", 20, DDP_CLASSES, true);
     unused_layer = dpt_linear_new(m, "spare", 20, 3, true);
-    dpt_ddp_options o = {.bucket_mb = 25, .overlap = true, .find_unused = find_unused, .timeout_s = 30, .dataset_len = ds->n};
+    dpt_ddp_options o = {
+        .bucket_mb = 25, .overlap = true, .find_unused = find_unused, .timeout_s = 30, .dataset_len = ds->n};
     dpt_ddp *ddp = dpt_ddp_new(ctx, m, comm, &o, &err);
     dpt_loader_options lo = {.batch = 8, .rank = rank, .world_size = size, .mean = 0.5f, .std = 0.25f};
     dpt_loader *l = dpt_loader_new(ctx, ds, &lo);
@@ -176,7 +210,8 @@ static int run_unused(dpt_comm *comm, const dpt_dataset *ds, bool find_unused)
     dpt_tape_clear(ctx);
     /* find_unused: the spare layer's gradient is zero on every rank */
     dpt_tensor *g = dpt_tensor_grad(dpt_model_param_at(m, 2));
-    for (int64_t i = 0; i < dpt_tensor_numel(g); i++) CHECK(g->data[i] == 0.0f, "unused gradient not zero");
+    for (int64_t i = 0; i < dpt_tensor_numel(g); i++)
+        CHECK(g->data[i] == 0.0f, "unused gradient not zero");
     dpt_loader_free(l);
     dpt_ddp_free(ddp);
     dpt_model_free(m);

@@ -70,9 +70,9 @@ static void test_hook_shared_and_unused(void **state)
     (void)state;
     dpt_ctx *ctx = test_ctx(1, 7);
     dpt_model *m = dpt_model_new(ctx, "shared", NULL);
-    dpt_linear *square = dpt_linear_new(m, "sq", 4, 4, true);    /* params 0, 1 */
+    dpt_linear *square = dpt_linear_new(m, "sq", 4, 4, true);      /* params 0, 1 */
     dpt_linear *unused = dpt_linear_new(m, "unused", 4, 4, false); /* param 2 */
-    dpt_linear *head = dpt_linear_new(m, "head", 4, 2, true);    /* params 3, 4 */
+    dpt_linear *head = dpt_linear_new(m, "head", 4, 2, true);      /* params 3, 4 */
     (void)unused;
     dpt_rng rng;
     dpt_rng_seed(&rng, 5);
@@ -113,9 +113,11 @@ static void test_accumulate_and_zero(void **state)
     memcpy(once, dpt_tensor_grad(w)->data, (size_t)n * sizeof *once);
     dpt_backward(ctx, forward3(ctx, l, x, labels));
     dpt_tape_clear(ctx);
-    for (int64_t i = 0; i < n; i++) assert_float_equal(dpt_tensor_grad(w)->data[i], 2.0f * once[i], 1e-6);
+    for (int64_t i = 0; i < n; i++)
+        assert_float_equal(dpt_tensor_grad(w)->data[i], 2.0f * once[i], 1e-6);
     dpt_model_zero_grad(m);
-    for (int64_t i = 0; i < n; i++) assert_float_equal(dpt_tensor_grad(w)->data[i], 0.0f, 0.0);
+    for (int64_t i = 0; i < n; i++)
+        assert_float_equal(dpt_tensor_grad(w)->data[i], 0.0f, 0.0);
     free(once);
     dpt_tensor_free(x);
     dpt_model_free(m);
@@ -196,9 +198,12 @@ static void test_alloc_bins(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hook_order),          cmocka_unit_test(test_hook_shared_and_unused),
-        cmocka_unit_test(test_accumulate_and_zero), cmocka_unit_test(test_no_grad),
-        cmocka_unit_test(test_allocator_steady_state), cmocka_unit_test(test_alloc_bins),
+        cmocka_unit_test(test_hook_order),
+        cmocka_unit_test(test_hook_shared_and_unused),
+        cmocka_unit_test(test_accumulate_and_zero),
+        cmocka_unit_test(test_no_grad),
+        cmocka_unit_test(test_allocator_steady_state),
+        cmocka_unit_test(test_alloc_bins),
     };
     return cmocka_run_group_tests_name("autograd", tests, NULL, NULL);
 }

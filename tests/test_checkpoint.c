@@ -73,13 +73,14 @@ static void free_run(run *r)
     dpt_config_free(r->cfg);
 }
 
-static const dpt_train_state some_state = {.epoch = 3, .batches_done = 17, .step = 1234, .skipped = 2,
-                                           .best_acc = 0.875, .best_epoch = 2};
+static const dpt_train_state some_state = {
+    .epoch = 3, .batches_done = 17, .step = 1234, .skipped = 2, .best_acc = 0.875, .best_epoch = 2};
 
 static void save(run *r, const char *path)
 {
     dpt_error err;
-    if (!dpt_checkpoint_save(path, r->model, r->optim, r->ctx, r->cfg, &some_state, 1, &err)) fail_msg("%s", err.msg);
+    if (!dpt_checkpoint_save(path, r->model, r->optim, r->ctx, r->cfg, &some_state, 1, &err))
+        fail_msg("%s", err.msg);
 }
 
 static void assert_same_state(run *a, run *b)
@@ -192,9 +193,11 @@ static void test_damage(void **state)
     write_all(bad, (const uint8_t *)"hello world, this is text", 25);
     expect_load_error(bad, "8,5", "adamw", "not a dptrain checkpoint");
     /* another model, another optimizer */
-    expect_load_error(good, "16,5", "adamw", "param/fc1.weight has shape (8, 16) in the checkpoint but (16, 16)");
+    expect_load_error(good, "16,5", "adamw",
+                      "param/fc1.weight has shape (8, 16) in the checkpoint but (16, 16)");
     expect_load_error(good, "8", "adamw", "in the checkpoint but");
-    expect_load_error(good, "8,5,4", "adamw", "param/fc3.weight has shape (3, 5) in the checkpoint but (4, 5)");
+    expect_load_error(good, "8,5,4", "adamw",
+                      "param/fc3.weight has shape (3, 5) in the checkpoint but (4, 5)");
     expect_load_error(good, "8,5", "sgd", "holds adamw optimizer state; the config asks for sgd");
     free(buf);
     free_run(&a);

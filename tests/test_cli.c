@@ -62,7 +62,8 @@ static void test_config_errors(void **state)
     snprintf(args, sizeof args, "%s", write_file("range.ini", "[optim]\nmomentum = 1.5\n"));
     expect_fail(args, 1, "range.ini:2: [optim] momentum = 1.5: out of range", NULL);
     expect_fail("configs/fmnist_mlp.ini --set train.batch=0", 1, "--set train.batch=0", "out of range");
-    expect_fail("configs/fmnist_mlp.ini --set model.name=transformer", 1, "unknown model", "known models are mlp");
+    expect_fail("configs/fmnist_mlp.ini --set model.name=transformer", 1, "unknown model",
+                "known models are mlp");
 }
 
 static void test_data_errors(void **state)
@@ -82,10 +83,13 @@ static void test_data_errors(void **state)
     snprintf(args, sizeof args, "configs/fmnist_mlp.ini --set data.dir=%s", dir);
     expect_fail(args, 1, "train-images-idx3-ubyte.gz", "truncated");
     /* labels given as images: wrong magic */
-    snprintf(args, sizeof args, "configs/fmnist_mlp.ini --set data.dir=%s --set data.train_images=t10k-labels-idx1-ubyte.gz", dir);
+    snprintf(args, sizeof args,
+             "configs/fmnist_mlp.ini --set data.dir=%s --set data.train_images=t10k-labels-idx1-ubyte.gz",
+             dir);
     expect_fail(args, 1, "wrong IDX magic", NULL);
     /* train images with test labels: count mismatch */
-    snprintf(args, sizeof args, "configs/fmnist_mlp.ini --set data.dir=" FMNIST_DIR
+    snprintf(args, sizeof args,
+             "configs/fmnist_mlp.ini --set data.dir=" FMNIST_DIR
              " --set data.train_labels=t10k-labels-idx1-ubyte.gz");
     expect_fail(args, 1, "holds 60000 images but", "10000 labels");
     /* a batch larger than the (limited) training set */
@@ -103,7 +107,8 @@ static void test_dry_run(void **state)
     assert_contains(out, "batch = 32");
 }
 
-#define SMALL "configs/fmnist_mlp.ini --set data.train_limit=1280 --set data.test_limit=500 --set train.threads=1 "
+#define SMALL                                                                                                \
+    "configs/fmnist_mlp.ini --set data.train_limit=1280 --set data.test_limit=500 --set train.threads=1 "
 
 static void test_training_controls(void **state)
 {
@@ -111,14 +116,16 @@ static void test_training_controls(void **state)
     /* a NaN loss: stop naming the step (default), or skip the step and count it */
     expect_fail(SMALL "--set distributed.fault=nan --set distributed.fault_step=5", 1,
                 "loss is nan at step 5", "nonfinite = skip");
-    int rc = run_capture(out, sizeof out, "./train " SMALL "--set distributed.fault=nan --set distributed.fault_step=5 "
-                                          "--set train.nonfinite=skip --set train.epochs=1");
+    int rc = run_capture(out, sizeof out,
+                         "./train " SMALL "--set distributed.fault=nan --set distributed.fault_step=5 "
+                         "--set train.nonfinite=skip --set train.epochs=1");
     if (rc != 0) fail_msg("skip policy failed:\n%s", out);
     assert_contains(out, "step 5 skipped: non-finite loss (1 skipped so far)");
     assert_contains(out, "(some skipped)");
     /* evaluation every N steps, a progress bar when asked for, a schedule in the header */
-    rc = run_capture(out, sizeof out, "./train " SMALL "--set train.eval_every_steps=7 --set train.epochs=1 "
-                                      "--set log.progress=bar --set optim.schedule=cosine --set optim.clip_norm=1");
+    rc = run_capture(out, sizeof out,
+                     "./train " SMALL "--set train.eval_every_steps=7 --set train.epochs=1 "
+                     "--set log.progress=bar --set optim.schedule=cosine --set optim.clip_norm=1");
     if (rc != 0) fail_msg("run failed:\n%s", out);
     assert_contains(out, "eval at step 14 | test loss");
     assert_contains(out, "ETA 0:00:");

@@ -28,10 +28,11 @@ static void test_values_and_defaults(void **state)
 {
     (void)state;
     dpt_error err;
-    dpt_config *cfg = dpt_config_load(write_ini("# comment\n; another\n[train]\nbatch = 128  # inline\n"
-                                                "seed=7\n\n[model]\nhidden = 512, 64 ,32\n"
-                                                "[data]\ndir = \"/tmp/a b\"\nshuffle = no\n[optim]\nlr = 3e-4\n"),
-                                      &err);
+    dpt_config *cfg =
+        dpt_config_load(write_ini("# comment\n; another\n[train]\nbatch = 128  # inline\n"
+                                  "seed=7\n\n[model]\nhidden = 512, 64 ,32\n"
+                                  "[data]\ndir = \"/tmp/a b\"\nshuffle = no\n[optim]\nlr = 3e-4\n"),
+                        &err);
     if (!cfg) fail_msg("%s", err.msg);
     assert_int_equal(dpt_config_int(cfg, "train", "batch"), 128);
     assert_int_equal(dpt_config_int(cfg, "train", "seed"), 7);
@@ -135,8 +136,10 @@ static void test_shipped_configs_parse(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_values_and_defaults), cmocka_unit_test(test_overrides_and_hash),
-        cmocka_unit_test(test_bad_input),           cmocka_unit_test(test_reference_matches_docs),
+        cmocka_unit_test(test_values_and_defaults),
+        cmocka_unit_test(test_overrides_and_hash),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_reference_matches_docs),
         cmocka_unit_test(test_shipped_configs_parse),
     };
     int rc = cmocka_run_group_tests_name("config", tests, NULL, NULL);

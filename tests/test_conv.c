@@ -28,8 +28,14 @@ static void conv_setup(dpt_ctx *ctx, dpt_tensor **in, void *user)
     }
 }
 
-static void conv_teardown(void *user) { dpt_model_free(((conv_case *)user)->model); }
-static dpt_tensor *conv_build(dpt_ctx *ctx, dpt_tensor **in, void *user) { return dpt_conv2d_forward(ctx, ((conv_case *)user)->layer, in[0]); }
+static void conv_teardown(void *user)
+{
+    dpt_model_free(((conv_case *)user)->model);
+}
+static dpt_tensor *conv_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
+{
+    return dpt_conv2d_forward(ctx, ((conv_case *)user)->layer, in[0]);
+}
 
 static void conv_ref(const double *const *in, double *out, void *user)
 {
@@ -58,22 +64,34 @@ static void test_conv2d(void **state)
     (void)state;
     /* n, c, h, w, cout, k, s, p, d, g, bias */
     const int64_t cases[][11] = {
-        {1, 1, 5, 5, 1, 3, 1, 0, 1, 1, 1}, {2, 3, 7, 6, 4, 3, 1, 1, 1, 1, 1}, {2, 4, 8, 8, 6, 3, 2, 1, 1, 2, 0},
-        {1, 3, 5, 7, 2, 1, 1, 0, 1, 1, 1}, {3, 2, 9, 9, 3, 3, 2, 2, 2, 1, 1}, {2, 4, 6, 6, 4, 3, 1, 1, 1, 4, 0},
-        {1, 2, 4, 4, 3, 4, 1, 0, 1, 1, 1}, {4, 3, 5, 5, 2, 1, 2, 0, 1, 1, 0}, {2, 6, 5, 3, 4, 1, 1, 0, 1, 2, 1},
-        {1, 1, 3, 3, 2, 3, 1, 2, 1, 1, 1}, {3, 2, 11, 6, 2, 5, 2, 2, 1, 1, 0},
+        {1, 1, 5, 5, 1, 3, 1, 0, 1, 1, 1},  {2, 3, 7, 6, 4, 3, 1, 1, 1, 1, 1},
+        {2, 4, 8, 8, 6, 3, 2, 1, 1, 2, 0},  {1, 3, 5, 7, 2, 1, 1, 0, 1, 1, 1},
+        {3, 2, 9, 9, 3, 3, 2, 2, 2, 1, 1},  {2, 4, 6, 6, 4, 3, 1, 1, 1, 4, 0},
+        {1, 2, 4, 4, 3, 4, 1, 0, 1, 1, 1},  {4, 3, 5, 5, 2, 1, 2, 0, 1, 1, 0},
+        {2, 6, 5, 3, 4, 1, 1, 0, 1, 2, 1},  {1, 1, 3, 3, 2, 3, 1, 2, 1, 1, 1},
+        {3, 2, 11, 6, 2, 5, 2, 2, 1, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int threads = 1; threads <= 2; threads++) {
             const int64_t *v = cases[i];
-            conv_case c = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10] != 0, 0, 0, NULL, NULL};
+            conv_case c = {v[0], v[1], v[2],       v[3], v[4], v[5], v[6], v[7],
+                           v[8], v[9], v[10] != 0, 0,    0,    NULL, NULL};
             int64_t span = c.d * (c.k - 1) + 1;
             c.oh = (c.h + 2 * c.p - span) / c.s + 1, c.ow = (c.w + 2 * c.p - span) / c.s + 1;
             gradcheck gc = {
-                .n_in = c.bias ? 3 : 2, .ndim = {4, 4, 1},
+                .n_in = c.bias ? 3 : 2,
+                .ndim = {4, 4, 1},
                 .shape = {{c.n, c.c, c.h, c.w}, {c.cout, c.c / c.g, c.k, c.k}, {c.cout}},
-                .lo = -1, .hi = 1, .setup = conv_setup, .teardown = conv_teardown, .build = conv_build,
-                .reference = conv_ref, .user = &c, .fwd_rtol = 1e-5, .grad_rtol = 1e-4, .grad_atol = 1e-5,
+                .lo = -1,
+                .hi = 1,
+                .setup = conv_setup,
+                .teardown = conv_teardown,
+                .build = conv_build,
+                .reference = conv_ref,
+                .user = &c,
+                .fwd_rtol = 1e-5,
+                .grad_rtol = 1e-4,
+                .grad_atol = 1e-5,
                 .threads = threads,
             };
             char name[128];
@@ -104,12 +122,16 @@ static void bn_setup(dpt_ctx *ctx, dpt_tensor **in, void *user)
         dpt_init_uniform(ctx, in[2], 0.5f);
     }
     float rm[8], rv[8];
-    for (int i = 0; i < c->c; i++) rm[i] = (float)c->running_mean[i], rv[i] = (float)c->running_var[i];
+    for (int i = 0; i < c->c; i++)
+        rm[i] = (float)c->running_mean[i], rv[i] = (float)c->running_var[i];
     dpt_tensor_copy_from_host(dpt_model_buffer_at(c->model, 0), rm);
     dpt_tensor_copy_from_host(dpt_model_buffer_at(c->model, 1), rv);
 }
 
-static void bn_teardown(void *user) { dpt_model_free(((bn_case *)user)->model); }
+static void bn_teardown(void *user)
+{
+    dpt_model_free(((bn_case *)user)->model);
+}
 static dpt_tensor *bn_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
 {
     bn_case *c = user;
@@ -124,7 +146,8 @@ static void bn_ref(const double *const *in, double *out, void *user)
         double mean = 0, var = 0, m = (double)(c->n * hw);
         if (c->training) {
             for (int64_t n = 0; n < c->n; n++)
-                for (int64_t j = 0; j < hw; j++) mean += in[0][(n * c->c + ch) * hw + j];
+                for (int64_t j = 0; j < hw; j++)
+                    mean += in[0][(n * c->c + ch) * hw + j];
             mean /= m;
             for (int64_t n = 0; n < c->n; n++)
                 for (int64_t j = 0; j < hw; j++) {
@@ -150,17 +173,35 @@ static void test_batchnorm(void **state)
     const int64_t shapes[][4] = {{2, 1, 1, 3}, {1, 3, 4, 5}, {4, 2, 3, 3}, {3, 5, 1, 1}, {2, 4, 7, 2}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int mode = 0; mode < 4; mode++) {
-            bn_case c = {shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], mode & 1, (mode >> 1) != 0,
-                         {0.1, -0.2, 0.3, 0.0, 0.5}, {1.5, 0.5, 2.0, 1.0, 0.8}, NULL, NULL};
+            bn_case c = {shapes[i][0],
+                         shapes[i][1],
+                         shapes[i][2],
+                         shapes[i][3],
+                         mode & 1,
+                         (mode >> 1) != 0,
+                         {0.1, -0.2, 0.3, 0.0, 0.5},
+                         {1.5, 0.5, 2.0, 1.0, 0.8},
+                         NULL,
+                         NULL};
             gradcheck gc = {
-                .n_in = c.affine ? 3 : 1, .ndim = {4, 1, 1},
-                .shape = {{c.n, c.c, c.h, c.w}, {c.c}, {c.c}}, .lo = -2, .hi = 2,
-                .setup = bn_setup, .teardown = bn_teardown, .build = bn_build, .reference = bn_ref,
-                .user = &c, .fwd_rtol = 2e-5, .grad_rtol = 2e-3, .grad_atol = 2e-5,
+                .n_in = c.affine ? 3 : 1,
+                .ndim = {4, 1, 1},
+                .shape = {{c.n, c.c, c.h, c.w}, {c.c}, {c.c}},
+                .lo = -2,
+                .hi = 2,
+                .setup = bn_setup,
+                .teardown = bn_teardown,
+                .build = bn_build,
+                .reference = bn_ref,
+                .user = &c,
+                .fwd_rtol = 2e-5,
+                .grad_rtol = 2e-3,
+                .grad_atol = 2e-5,
             };
             char name[128];
-            snprintf(name, sizeof name, "batchnorm (%lld,%lld,%lld,%lld) %s %s", (long long)c.n, (long long)c.c,
-                     (long long)c.h, (long long)c.w, c.training ? "train" : "eval", c.affine ? "affine" : "plain");
+            snprintf(name, sizeof name, "batchnorm (%lld,%lld,%lld,%lld) %s %s", (long long)c.n,
+                     (long long)c.c, (long long)c.h, (long long)c.w, c.training ? "train" : "eval",
+                     c.affine ? "affine" : "plain");
             run_gradcheck(name, &gc, 800 + i * 4 + (uint64_t)mode);
         }
 }
@@ -173,7 +214,8 @@ static void test_batchnorm_running_stats(void **state)
     dpt_shape3 shape = {2, 2, 2};
     dpt_batchnorm *bn = dpt_batchnorm_new(m, "bn", &shape, 0.1f, 1e-5f, true, false);
     dpt_tensor *x = dpt_tensor_new(ctx, 4, (int64_t[]){2, 2, 2, 2});
-    for (int i = 0; i < 16; i++) dpt_tensor_data(x)[i] = (float)i;
+    for (int i = 0; i < 16; i++)
+        dpt_tensor_data(x)[i] = (float)i;
     dpt_batchnorm_forward(ctx, bn, x, true);
     /* channel 0 holds 0,1,2,3,8,9,10,11: mean 5.5, unbiased var 138/7; running = 0.9 init + 0.1 batch */
     float rm[2], rv[2];
@@ -231,18 +273,43 @@ static void test_pooling(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int kind = 0; kind < 2; kind++) {
             const int64_t *v = cases[i];
-            pool_case c = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], (v[2] + 2 * v[6] - v[4]) / v[5] + 1,
-                           (v[3] + 2 * v[6] - v[4]) / v[5] + 1, kind};
-            gradcheck gc = {.n_in = 1, .ndim = {4}, .shape = {{c.n, c.c, c.h, c.w}}, .lo = -2, .hi = 2,
-                            .build = pool_build, .reference = pool_ref, .user = &c, .fwd_rtol = 1e-6,
-                            .grad_rtol = 1e-4, .grad_atol = 1e-6};
+            pool_case c = {v[0],
+                           v[1],
+                           v[2],
+                           v[3],
+                           v[4],
+                           v[5],
+                           v[6],
+                           (v[2] + 2 * v[6] - v[4]) / v[5] + 1,
+                           (v[3] + 2 * v[6] - v[4]) / v[5] + 1,
+                           kind};
+            gradcheck gc = {.n_in = 1,
+                            .ndim = {4},
+                            .shape = {{c.n, c.c, c.h, c.w}},
+                            .lo = -2,
+                            .hi = 2,
+                            .build = pool_build,
+                            .reference = pool_ref,
+                            .user = &c,
+                            .fwd_rtol = 1e-6,
+                            .grad_rtol = 1e-4,
+                            .grad_atol = 1e-6};
             char name[64];
             snprintf(name, sizeof name, "%s case %zu", kind ? "avgpool" : "maxpool", i);
             run_gradcheck(name, &gc, 900 + i * 2 + (uint64_t)kind);
         }
     pool_case g = {2, 3, 5, 5, 5, 1, 0, 1, 1, 2};
-    gradcheck gc = {.n_in = 1, .ndim = {4}, .shape = {{2, 3, 5, 5}}, .lo = -2, .hi = 2, .build = pool_build,
-                    .reference = pool_ref, .user = &g, .fwd_rtol = 1e-6, .grad_rtol = 1e-4, .grad_atol = 1e-6};
+    gradcheck gc = {.n_in = 1,
+                    .ndim = {4},
+                    .shape = {{2, 3, 5, 5}},
+                    .lo = -2,
+                    .hi = 2,
+                    .build = pool_build,
+                    .reference = pool_ref,
+                    .user = &g,
+                    .fwd_rtol = 1e-6,
+                    .grad_rtol = 1e-4,
+                    .grad_atol = 1e-6};
     run_gradcheck("global_avgpool", &gc, 950);
 }
 
@@ -262,7 +329,8 @@ static void test_dropout(void **state)
     }
     assert_true(zeros > 400 && zeros < 600); /* 25% of 2000, within 4.5 sigma */
     dpt_backward(ctx, dpt_sum(ctx, y));
-    for (int64_t i = 0; i < 2000; i++) assert_float_equal(x->grad->data[i], y->data[i] / x->data[i], 1e-6);
+    for (int64_t i = 0; i < 2000; i++)
+        assert_float_equal(x->grad->data[i], y->data[i] / x->data[i], 1e-6);
     assert_ptr_equal(dpt_dropout(ctx, x, 0.25f, false), x); /* eval: identity */
     dpt_tape_clear(ctx);
     dpt_tensor_free(x);
@@ -277,7 +345,8 @@ static void test_build_errors(void **state)
     dpt_shape3 s = {3, 5, 5};
     dpt_conv2d_new(m, "big", &s, 8, 7, 1, 0, 1, 1, false);
     assert_non_null(dpt_model_error(m));
-    assert_contains(dpt_model_error(m), "conv2d big: kernel 7 (dilation 1) is larger than the padded input 5x5");
+    assert_contains(dpt_model_error(m),
+                    "conv2d big: kernel 7 (dilation 1) is larger than the padded input 5x5");
     dpt_model_free(m);
     m = dpt_model_new(ctx, "t", NULL);
     s = (dpt_shape3){6, 8, 8};
@@ -288,7 +357,8 @@ static void test_build_errors(void **state)
     m = dpt_model_new(ctx, "t", NULL);
     s = (dpt_shape3){2, 3, 3};
     assert_false(dpt_pool_shape_update(m, "pool", &s, 4, 2, 0));
-    assert_contains(dpt_model_error(m), "pool pool: kernel 4, stride 2, padding 0 does not fit the input (2, 3, 3)");
+    assert_contains(dpt_model_error(m),
+                    "pool pool: kernel 4, stride 2, padding 0 does not fit the input (2, 3, 3)");
     dpt_model_free(m);
     dpt_ctx_free(ctx);
 }
@@ -296,9 +366,12 @@ static void test_build_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv2d),       cmocka_unit_test(test_batchnorm),
-        cmocka_unit_test(test_batchnorm_running_stats), cmocka_unit_test(test_pooling),
-        cmocka_unit_test(test_dropout),      cmocka_unit_test(test_build_errors),
+        cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_batchnorm),
+        cmocka_unit_test(test_batchnorm_running_stats),
+        cmocka_unit_test(test_pooling),
+        cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_build_errors),
     };
     return cmocka_run_group_tests_name("conv", tests, NULL, NULL);
 }

@@ -6,12 +6,12 @@
  * SGD steps of a CNN and a ResNet-8 (cuDNN convolutions, batch norm, pooling). */
 #include "tests/testutil.h"
 
-#define NEED_GPU()                                                                                 \
-    do {                                                                                           \
-        if (dpt_device_count(DPT_DEVICE_CUDA) == 0) {                                              \
-            print_message("skipped: no GPU\n");                                                    \
-            skip();                                                                                \
-        }                                                                                          \
+#define NEED_GPU()                                                                                           \
+    do {                                                                                                     \
+        if (dpt_device_count(DPT_DEVICE_CUDA) == 0) {                                                        \
+            print_message("skipped: no GPU\n");                                                              \
+            skip();                                                                                          \
+        }                                                                                                    \
     } while (0)
 
 static dpt_ctx *make(dpt_device_kind kind)
@@ -26,7 +26,8 @@ static dpt_ctx *make(dpt_device_kind kind)
 typedef dpt_tensor *(*graph_fn)(dpt_ctx *ctx, dpt_tensor **in, int n_in, void *user);
 
 /* Run `graph` on both devices from the same inputs; compare output and input gradients. */
-static void compare(const char *name, graph_fn graph, int n_in, const int64_t shapes[][3], void *user, double rtol)
+static void compare(const char *name, graph_fn graph, int n_in, const int64_t shapes[][3], void *user,
+                    double rtol)
 {
     dpt_ctx *cpu = make(DPT_DEVICE_CPU), *gpu = make(DPT_DEVICE_CUDA);
     dpt_rng rng;
@@ -45,7 +46,8 @@ static void compare(const char *name, graph_fn graph, int n_in, const int64_t sh
     dpt_tensor_copy_to_host(out[0], a);
     dpt_tensor_copy_to_host(out[1], b);
     double *da = malloc((size_t)n * sizeof *da), *db = malloc((size_t)n * sizeof *db);
-    for (int64_t j = 0; j < n; j++) da[j] = a[j], db[j] = b[j];
+    for (int64_t j = 0; j < n; j++)
+        da[j] = a[j], db[j] = b[j];
     char what[96];
     snprintf(what, sizeof what, "%s forward (cuda vs cpu)", name);
     assert_close_d(what, db, da, n, rtol, 1e-5);
@@ -57,22 +59,44 @@ static void compare(const char *name, graph_fn graph, int n_in, const int64_t sh
         dpt_tensor_copy_to_host(dpt_tensor_grad(in_c[i]), ga);
         dpt_tensor_copy_to_host(dpt_tensor_grad(in_g[i]), gb);
         double *x = malloc((size_t)m * sizeof *x), *y = malloc((size_t)m * sizeof *y);
-        for (int64_t j = 0; j < m; j++) x[j] = ga[j], y[j] = gb[j];
+        for (int64_t j = 0; j < m; j++)
+            x[j] = ga[j], y[j] = gb[j];
         snprintf(what, sizeof what, "%s d/d(input %d) (cuda vs cpu)", name, i);
         assert_close_d(what, y, x, m, rtol, 1e-5);
         free(ga), free(gb), free(x), free(y);
     }
     dpt_tape_clear(cpu), dpt_tape_clear(gpu);
-    for (int i = 0; i < n_in; i++) dpt_tensor_free(in_c[i]), dpt_tensor_free(in_g[i]);
+    for (int i = 0; i < n_in; i++)
+        dpt_tensor_free(in_c[i]), dpt_tensor_free(in_g[i]);
     free(a), free(b), free(da), free(db);
     dpt_ctx_free(cpu), dpt_ctx_free(gpu);
 }
 
-static dpt_tensor *g_relu(dpt_ctx *c, dpt_tensor **in, int n, void *u) { (void)n, (void)u; return dpt_relu(c, in[0]); }
-static dpt_tensor *g_gelu(dpt_ctx *c, dpt_tensor **in, int n, void *u) { (void)n, (void)u; return dpt_gelu(c, in[0]); }
-static dpt_tensor *g_softmax(dpt_ctx *c, dpt_tensor **in, int n, void *u) { (void)n, (void)u; return dpt_mul(c, dpt_softmax(c, in[0]), in[1]); }
-static dpt_tensor *g_addmul(dpt_ctx *c, dpt_tensor **in, int n, void *u) { (void)n, (void)u; return dpt_scale(c, dpt_mul(c, dpt_add(c, in[0], in[1]), in[1]), -0.5f); }
-static dpt_tensor *g_mean(dpt_ctx *c, dpt_tensor **in, int n, void *u) { (void)n, (void)u; return dpt_mean(c, dpt_mul(c, in[0], in[0])); }
+static dpt_tensor *g_relu(dpt_ctx *c, dpt_tensor **in, int n, void *u)
+{
+    (void)n, (void)u;
+    return dpt_relu(c, in[0]);
+}
+static dpt_tensor *g_gelu(dpt_ctx *c, dpt_tensor **in, int n, void *u)
+{
+    (void)n, (void)u;
+    return dpt_gelu(c, in[0]);
+}
+static dpt_tensor *g_softmax(dpt_ctx *c, dpt_tensor **in, int n, void *u)
+{
+    (void)n, (void)u;
+    return dpt_mul(c, dpt_softmax(c, in[0]), in[1]);
+}
+static dpt_tensor *g_addmul(dpt_ctx *c, dpt_tensor **in, int n, void *u)
+{
+    (void)n, (void)u;
+    return dpt_scale(c, dpt_mul(c, dpt_add(c, in[0], in[1]), in[1]), -0.5f);
+}
+static dpt_tensor *g_mean(dpt_ctx *c, dpt_tensor **in, int n, void *u)
+{
+    (void)n, (void)u;
+    return dpt_mean(c, dpt_mul(c, in[0], in[0]));
+}
 static dpt_tensor *g_matmul(dpt_ctx *c, dpt_tensor **in, int n, void *u)
 {
     (void)n, (void)u;
@@ -89,7 +113,8 @@ static void test_elementwise(void **state)
 {
     (void)state;
     NEED_GPU();
-    const int64_t one[][3] = {{37, 129, 0}}, two[][3] = {{16, 10, 0}, {16, 10, 0}}, big[][3] = {{300, 1000, 0}, {300, 1000, 0}};
+    const int64_t one[][3] = {{37, 129, 0}}, two[][3] = {{16, 10, 0}, {16, 10, 0}},
+                  big[][3] = {{300, 1000, 0}, {300, 1000, 0}};
     compare("relu", g_relu, 1, one, NULL, 1e-6);
     compare("gelu", g_gelu, 1, one, NULL, 1e-4);
     compare("softmax", g_softmax, 2, two, NULL, 1e-4);
@@ -111,7 +136,8 @@ static void test_gemm(void **state)
 }
 
 /* A few optimizer steps of the same model (same seed, same data) on one device. */
-static void run_model(dpt_device_kind kind, const char *optim, const char *const *sets, float *params_out, int64_t *n_out)
+static void run_model(dpt_device_kind kind, const char *optim, const char *const *sets, float *params_out,
+                      int64_t *n_out)
 {
     dpt_error err;
     dpt_config *cfg = dpt_config_defaults();
@@ -159,7 +185,8 @@ static void test_training_steps(void **state)
         const char *mlp[] = {"model.hidden=64,32", NULL};
         run_model(DPT_DEVICE_CPU, optim, mlp, a, &n);
         run_model(DPT_DEVICE_CUDA, optim, mlp, b, &n);
-        for (int64_t i = 0; i < n; i++) da[i] = a[i], db[i] = b[i];
+        for (int64_t i = 0; i < n; i++)
+            da[i] = a[i], db[i] = b[i];
         assert_close_d(optim, db, da, n, 1e-3, 1e-4);
     }
 }
@@ -179,7 +206,8 @@ static void test_conv_models(void **state)
         run_model(DPT_DEVICE_CPU, "sgd", models[k], a, &n);
         run_model(DPT_DEVICE_CUDA, "sgd", models[k], b, &n);
         assert_true(n <= 40000);
-        for (int64_t i = 0; i < n; i++) da[i] = a[i], db[i] = b[i];
+        for (int64_t i = 0; i < n; i++)
+            da[i] = a[i], db[i] = b[i];
         assert_close_d(models[k][0], db, da, n, 2e-3, 1e-4);
     }
 }

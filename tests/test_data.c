@@ -25,17 +25,19 @@ static void put_u32(uint8_t *p, uint32_t v)
 }
 
 /* Write an IDX file: magic (00 00 08 ndim), dims, then `data_bytes` bytes of pattern. */
-static const char *write_idx(const char *name, bool gz, int ndim, const uint32_t *dims,
-                             int64_t data_bytes, uint8_t magic_type)
+static const char *write_idx(const char *name, bool gz, int ndim, const uint32_t *dims, int64_t data_bytes,
+                             uint8_t magic_type)
 {
     static char path[4][512];
     static int slot;
     char *out = path[slot++ % 4];
     snprintf(out, 512, "%s/%s", tmpdir, name);
     uint8_t header[4 + 16] = {0, 0, magic_type, (uint8_t)ndim};
-    for (int d = 0; d < ndim; d++) put_u32(header + 4 + 4 * d, dims[d]);
+    for (int d = 0; d < ndim; d++)
+        put_u32(header + 4 + 4 * d, dims[d]);
     uint8_t *data = malloc((size_t)data_bytes + 1);
-    for (int64_t i = 0; i < data_bytes; i++) data[i] = (uint8_t)(i % 10);
+    for (int64_t i = 0; i < data_bytes; i++)
+        data[i] = (uint8_t)(i % 10);
     if (gz) {
         gzFile f = gzopen(out, "wb");
         gzwrite(f, header, (unsigned)(4 + 4 * ndim));
@@ -71,15 +73,18 @@ static void test_real_fashion_mnist(void **state)
     assert_int_equal(train->w, 28);
     assert_int_equal(train->num_classes, 10);
     int counts[10] = {0};
-    for (int64_t i = 0; i < train->n; i++) counts[train->labels[i]]++;
-    for (int c = 0; c < 10; c++) assert_int_equal(counts[c], 6000); /* balanced classes */
-    assert_int_equal(train->labels[0], 9);                           /* ankle boot */
+    for (int64_t i = 0; i < train->n; i++)
+        counts[train->labels[i]]++;
+    for (int c = 0; c < 10; c++)
+        assert_int_equal(counts[c], 6000); /* balanced classes */
+    assert_int_equal(train->labels[0], 9); /* ankle boot */
     long pixel_sum = 0;
-    for (int i = 0; i < 784; i++) pixel_sum += train->images[i];
+    for (int i = 0; i < 784; i++)
+        pixel_sum += train->images[i];
     assert_int_equal(pixel_sum, 76247); /* first image, checked with Python's gzip module */
     dpt_dataset_free(train);
-    dpt_dataset *test = dpt_idx_load(FMNIST_DIR "/t10k-images-idx3-ubyte.gz",
-                                     FMNIST_DIR "/t10k-labels-idx1-ubyte.gz", &err);
+    dpt_dataset *test =
+        dpt_idx_load(FMNIST_DIR "/t10k-images-idx3-ubyte.gz", FMNIST_DIR "/t10k-labels-idx1-ubyte.gz", &err);
     if (!test) fail_msg("%s", err.msg);
     assert_int_equal(test->n, 10000);
     assert_int_equal(test->labels[0], 9);
@@ -120,7 +125,8 @@ static void test_broken_files(void **state)
                  "the header promises 60 bytes of data but the file holds 59");
     expect_error(write_idx("short.gz", true, 3, (uint32_t[]){5, 4, 3}, 50, 8), lab5,
                  "the header promises 60 bytes of data but the file holds 50");
-    expect_error(write_idx("long", false, 3, (uint32_t[]){5, 4, 3}, 61, 8), lab5, "more than the 60 data bytes");
+    expect_error(write_idx("long", false, 3, (uint32_t[]){5, 4, 3}, 61, 8), lab5,
+                 "more than the 60 data bytes");
     /* images and labels disagree */
     expect_error(write_idx("ok", false, 3, (uint32_t[]){5, 4, 3}, 60, 8),
                  write_idx("l6", false, 1, (uint32_t[]){6}, 6, 8), "holds 5 images but");
@@ -189,7 +195,8 @@ static int64_t epoch_samples(dpt_loader *l, int epoch, int64_t *out)
     dpt_loader_start_epoch(l, epoch);
     while (dpt_loader_next(l, &b)) {
         const float *x = dpt_tensor_data(b.x);
-        for (int64_t i = 0; i < b.size; i++) out[count++] = lroundf(x[2 * i]) + 256 * lroundf(x[2 * i + 1]);
+        for (int64_t i = 0; i < b.size; i++)
+            out[count++] = lroundf(x[2 * i]) + 256 * lroundf(x[2 * i + 1]);
     }
     return count;
 }
@@ -199,8 +206,13 @@ static void test_loader_sharding(void **state)
     (void)state;
     dpt_ctx *ctx = test_ctx(1, 1);
     dpt_dataset *ds = tiny_dataset(103);
-    dpt_loader_options opt = {.batch = 8, .shuffle = true, .drop_last = true, .seed = 5,
-                              .world_size = 3, .mean = 0.0f, .std = 1.0f / 255.0f};
+    dpt_loader_options opt = {.batch = 8,
+                              .shuffle = true,
+                              .drop_last = true,
+                              .seed = 5,
+                              .world_size = 3,
+                              .mean = 0.0f,
+                              .std = 1.0f / 255.0f};
     int64_t seen[3][200], counts[3];
     int hits[103] = {0};
     for (int r = 0; r < 3; r++) {
@@ -210,10 +222,12 @@ static void test_loader_sharding(void **state)
         assert_int_equal(dpt_loader_num_batches(l), 4);  /* floor(34 / 8) */
         counts[r] = epoch_samples(l, 1, seen[r]);
         assert_int_equal(counts[r], 32);
-        for (int64_t i = 0; i < counts[r]; i++) hits[seen[r][i]]++;
+        for (int64_t i = 0; i < counts[r]; i++)
+            hits[seen[r][i]]++;
         dpt_loader_free(l);
     }
-    for (int i = 0; i < 103; i++) assert_true(hits[i] <= 1); /* shards are disjoint */
+    for (int i = 0; i < 103; i++)
+        assert_true(hits[i] <= 1); /* shards are disjoint */
 
     /* drop_last = false: every sample at least once, shards padded to equal length */
     opt.drop_last = false;
@@ -225,7 +239,8 @@ static void test_loader_sharding(void **state)
         assert_int_equal(dpt_loader_num_batches(l), 5);
         counts[r] = epoch_samples(l, 1, seen[r]);
         assert_int_equal(counts[r], 35);
-        for (int64_t i = 0; i < counts[r]; i++) hits[seen[r][i]]++;
+        for (int64_t i = 0; i < counts[r]; i++)
+            hits[seen[r][i]]++;
         dpt_loader_free(l);
     }
     int total = 0;
@@ -243,8 +258,13 @@ static void test_loader_shuffle(void **state)
     (void)state;
     dpt_ctx *ctx = test_ctx(1, 1);
     dpt_dataset *ds = tiny_dataset(50);
-    dpt_loader_options opt = {.batch = 10, .shuffle = true, .drop_last = true, .seed = 9,
-                              .world_size = 1, .mean = 0.0f, .std = 1.0f / 255.0f};
+    dpt_loader_options opt = {.batch = 10,
+                              .shuffle = true,
+                              .drop_last = true,
+                              .seed = 9,
+                              .world_size = 1,
+                              .mean = 0.0f,
+                              .std = 1.0f / 255.0f};
     dpt_loader *a = dpt_loader_new(ctx, ds, &opt), *b = dpt_loader_new(ctx, ds, &opt);
     int64_t ea1[50], eb1[50], ea2[50];
     assert_int_equal(epoch_samples(a, 1, ea1), 50);
@@ -253,14 +273,17 @@ static void test_loader_shuffle(void **state)
     epoch_samples(a, 2, ea2);
     assert_true(memcmp(ea1, ea2, sizeof ea1) != 0); /* a new order each epoch */
     int seen[50] = {0};
-    for (int i = 0; i < 50; i++) seen[ea2[i]]++;
-    for (int i = 0; i < 50; i++) assert_int_equal(seen[i], 1); /* a permutation */
+    for (int i = 0; i < 50; i++)
+        seen[ea2[i]]++;
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(seen[i], 1); /* a permutation */
     dpt_loader_free(a);
     dpt_loader_free(b);
     opt.shuffle = false;
     a = dpt_loader_new(ctx, ds, &opt);
     epoch_samples(a, 3, ea1);
-    for (int i = 0; i < 50; i++) assert_int_equal(ea1[i], i);
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(ea1[i], i);
     dpt_loader_free(a);
     dpt_dataset_free(ds);
     dpt_ctx_free(ctx);

@@ -24,8 +24,13 @@ static void test_dp_matches_single(void **state)
     (void)state;
     dpt_dataset *ds = ddp_dataset();
     for (int n = 2; n <= 3; n++) {
-        ddp_run run = {.batch = 8, .accum = 1, .bucket_mb = 1e-3, .overlap = true, .steps = 10,
-                       .optim = "sgd", .drop_last = true};
+        ddp_run run = {.batch = 8,
+                       .accum = 1,
+                       .bucket_mb = 1e-3,
+                       .overlap = true,
+                       .steps = 10,
+                       .optim = "sgd",
+                       .drop_last = true};
         static replica_job job;
         job.ds = ds, job.run = run;
         dpt_run_replicas(n, replica_main, &job);
@@ -37,7 +42,8 @@ static void test_dp_matches_single(void **state)
         assert_true(rel < 1e-5);
         for (int i = 1; i < n; i++) /* replicas stay in sync */
             assert_memory_equal(job.results[0].params, job.results[i].params, (size_t)ref.n * sizeof(float));
-        for (int i = 0; i < n; i++) free(job.results[i].params);
+        for (int i = 0; i < n; i++)
+            free(job.results[i].params);
         free(ref.params);
     }
     dpt_dataset_free(ds);
@@ -55,8 +61,10 @@ static void *coll_main(void *p)
 {
     coll_arg *a = p;
     int r = a->comm->rank;
-    for (int i = 0; i < 37; i++) a->buf[i] = (float)(r * 100 + i);
-    for (int i = 0; i < 5; i++) a->dbuf[i] = r + 0.5 * i;
+    for (int i = 0; i < 37; i++)
+        a->buf[i] = (float)(r * 100 + i);
+    for (int i = 0; i < 5; i++)
+        a->dbuf[i] = r + 0.5 * i;
     a->comm->ops->allreduce_f32(a->comm, a->buf, 37);
     a->comm->ops->allreduce_f64(a->comm, a->dbuf, 5);
     int mine = r * r + 1;
@@ -78,11 +86,15 @@ static void test_thread_collectives(void **state)
         args[i].comm = dpt_comm_thread_new(g, i);
         pthread_create(&th[i], NULL, coll_main, &args[i]);
     }
-    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
     for (int i = 0; i < N; i++) {
-        for (int k = 0; k < 37; k++) assert_float_equal(args[i].buf[k], 600.0f + 4.0f * k, 0.0);
-        for (int k = 0; k < 5; k++) assert_float_equal(args[i].dbuf[k], 6.0 + 2.0 * k, 0.0);
-        for (int k = 0; k < N; k++) assert_int_equal(args[i].gathered[k], k * k + 1);
+        for (int k = 0; k < 37; k++)
+            assert_float_equal(args[i].buf[k], 600.0f + 4.0f * k, 0.0);
+        for (int k = 0; k < 5; k++)
+            assert_float_equal(args[i].dbuf[k], 6.0 + 2.0 * k, 0.0);
+        for (int k = 0; k < N; k++)
+            assert_int_equal(args[i].gathered[k], k * k + 1);
         assert_string_equal(args[i].bcast, "from two");
         args[i].comm->ops->free(args[i].comm);
     }

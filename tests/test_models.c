@@ -25,8 +25,10 @@ static void test_param_counts(void **state)
     const struct {
         const char *depth;
         int64_t c, hw, classes, params;
-    } cases[] = {{"model.depth=18", 3, 224, 1000, 11689512}, {"model.depth=34", 3, 224, 1000, 21797672},
-                 {"model.depth=50", 3, 224, 1000, 25557032}, {"model.depth=20", 3, 32, 10, 272474},
+    } cases[] = {{"model.depth=18", 3, 224, 1000, 11689512},
+                 {"model.depth=34", 3, 224, 1000, 21797672},
+                 {"model.depth=50", 3, 224, 1000, 25557032},
+                 {"model.depth=20", 3, 32, 10, 272474},
                  {"model.depth=56", 3, 32, 10, 855770}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *sets[] = {"model.name=resnet", cases[i].depth};
@@ -76,7 +78,8 @@ static void overfit(const char *const *sets, int n, int64_t c, int64_t hw, int s
     /* eval mode gives finite logits from the running statistics */
     dpt_model_set_training(m, false);
     dpt_set_grad_enabled(ctx, false);
-    assert_true(isfinite(dpt_tensor_item(dpt_cross_entropy(ctx, dpt_model_forward(m, ctx, x), labels, 0.0f))));
+    assert_true(
+        isfinite(dpt_tensor_item(dpt_cross_entropy(ctx, dpt_model_forward(m, ctx, x), labels, 0.0f))));
     dpt_tape_clear(ctx);
     dpt_tensor_free(x);
     dpt_optim_free(opt);
@@ -89,7 +92,8 @@ static void test_overfit(void **state)
     (void)state;
     const char *cnn[] = {"model.name=cnn", "model.channels=8,16", "model.fc=32", "model.dropout=0"};
     overfit(cnn, 4, 1, 12, 60, 0.05);
-    const char *r8[] = {"model.name=resnet", "model.depth=8", "model.width=8", "model.zero_init_residual=true"};
+    const char *r8[] = {"model.name=resnet", "model.depth=8", "model.width=8",
+                        "model.zero_init_residual=true"};
     overfit(r8, 4, 1, 12, 60, 0.05);
     const char *r18[] = {"model.name=resnet", "model.depth=18", "model.width=4"};
     overfit(r18, 3, 3, 32, 40, 0.2);
@@ -153,7 +157,8 @@ static void test_cifar_and_synthetic(void **state)
         for (int r = 0; r < 3; r++) {
             uint8_t rec[3073];
             rec[0] = (uint8_t)(f * 3 + r);
-            for (int j = 1; j < 3073; j++) rec[j] = (uint8_t)(j * 7 + r + f);
+            for (int j = 1; j < 3073; j++)
+                rec[j] = (uint8_t)(j * 7 + r + f);
             fwrite(rec, 1, sizeof rec, fp);
         }
         fclose(fp);
@@ -179,7 +184,8 @@ static void test_cifar_and_synthetic(void **state)
     unlink(path[0]), unlink(path[1]);
     dpt_dataset *syn = dpt_synthetic_new(10, 3, 8, 8, 5, 1), *again = dpt_synthetic_new(10, 3, 8, 8, 5, 1);
     assert_memory_equal(syn->images, again->images, 10 * 3 * 64);
-    for (int i = 0; i < 10; i++) assert_true(syn->labels[i] >= 0 && syn->labels[i] < 5);
+    for (int i = 0; i < 10; i++)
+        assert_true(syn->labels[i] >= 0 && syn->labels[i] < 5);
     dpt_dataset_free(syn), dpt_dataset_free(again);
 }
 
@@ -188,20 +194,27 @@ static void test_augmentation(void **state)
     (void)state;
     dpt_ctx *ctx = test_ctx(1, 1);
     dpt_dataset *ds = dpt_synthetic_new(16, 1, 6, 6, 3, 4);
-    dpt_loader_options lo = {.batch = 16, .seed = 2, .world_size = 1, .mean = 0, .std = 1.0f / 255.0f,
-                             .crop_pad = 2, .hflip = true};
+    dpt_loader_options lo = {.batch = 16,
+                             .seed = 2,
+                             .world_size = 1,
+                             .mean = 0,
+                             .std = 1.0f / 255.0f,
+                             .crop_pad = 2,
+                             .hflip = true};
     dpt_loader *a = dpt_loader_new(ctx, ds, &lo), *b = dpt_loader_new(ctx, ds, &lo);
     dpt_batch ba, bb;
     dpt_loader_start_epoch(a, 1), dpt_loader_start_epoch(b, 1);
     dpt_loader_next(a, &ba), dpt_loader_next(b, &bb);
-    assert_memory_equal(dpt_tensor_data(ba.x), dpt_tensor_data(bb.x), 16 * 36 * sizeof(float)); /* deterministic */
+    assert_memory_equal(dpt_tensor_data(ba.x), dpt_tensor_data(bb.x),
+                        16 * 36 * sizeof(float)); /* deterministic */
     /* every output pixel is an input pixel of the same image (shifted, maybe mirrored) or padding */
     int changed = 0;
     for (int i = 0; i < 16; i++)
         for (int j = 0; j < 36; j++) {
             float v = dpt_tensor_data(ba.x)[i * 36 + j];
             bool found = v == 0.0f;
-            for (int k = 0; k < 36 && !found; k++) found = fabsf(v - ds->images[i * 36 + k]) < 1e-3f;
+            for (int k = 0; k < 36 && !found; k++)
+                found = fabsf(v - ds->images[i * 36 + k]) < 1e-3f;
             assert_true(found);
             changed += fabsf(v - ds->images[i * 36 + j]) > 1e-3f;
         }
@@ -217,8 +230,8 @@ static void test_augmentation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_param_counts), cmocka_unit_test(test_overfit),
-        cmocka_unit_test(test_build_errors), cmocka_unit_test(test_summary),
+        cmocka_unit_test(test_param_counts),        cmocka_unit_test(test_overfit),
+        cmocka_unit_test(test_build_errors),        cmocka_unit_test(test_summary),
         cmocka_unit_test(test_cifar_and_synthetic), cmocka_unit_test(test_augmentation),
     };
     return cmocka_run_group_tests_name("models", tests, NULL, NULL);

@@ -20,7 +20,10 @@ static void linear_setup(dpt_ctx *ctx, dpt_tensor **in, void *user)
     if (c->bias) in[2] = dpt_model_param_at(c->model, 1);
 }
 
-static void linear_teardown(void *user) { dpt_model_free(((linear_case *)user)->model); }
+static void linear_teardown(void *user)
+{
+    dpt_model_free(((linear_case *)user)->model);
+}
 
 static dpt_tensor *linear_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
 {
@@ -33,7 +36,8 @@ static void linear_ref(const double *const *in, double *out, void *user)
     for (int64_t b = 0; b < c->batch; b++)
         for (int64_t o = 0; o < c->out; o++) {
             double acc = c->bias ? in[2][o] : 0.0;
-            for (int64_t i = 0; i < c->in; i++) acc += in[0][b * c->in + i] * in[1][o * c->in + i];
+            for (int64_t i = 0; i < c->in; i++)
+                acc += in[0][b * c->in + i] * in[1][o * c->in + i];
             out[b * c->out + o] = acc;
         }
 }
@@ -41,7 +45,8 @@ static void linear_ref(const double *const *in, double *out, void *user)
 static void test_linear(void **state)
 {
     (void)state;
-    const int64_t shapes[][3] = {{1, 1, 1}, {1, 5, 3}, {4, 7, 2}, {9, 13, 11}, {3, 1, 6}, {2, 6, 1}, {17, 32, 10}};
+    const int64_t shapes[][3] = {{1, 1, 1}, {1, 5, 3}, {4, 7, 2},   {9, 13, 11},
+                                 {3, 1, 6}, {2, 6, 1}, {17, 32, 10}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int bias = 0; bias < 2; bias++) {
             linear_case c = {shapes[s][0], shapes[s][1], shapes[s][2], bias, NULL, NULL};
@@ -49,14 +54,20 @@ static void test_linear(void **state)
                 .n_in = bias ? 3 : 2,
                 .ndim = {2, 2, 1},
                 .shape = {{c.batch, c.in}, {c.out, c.in}, {c.out}},
-                .lo = -1, .hi = 1,
-                .setup = linear_setup, .teardown = linear_teardown,
-                .build = linear_build, .reference = linear_ref, .user = &c,
-                .fwd_rtol = 1e-5, .grad_rtol = 1e-4, .grad_atol = 1e-5,
+                .lo = -1,
+                .hi = 1,
+                .setup = linear_setup,
+                .teardown = linear_teardown,
+                .build = linear_build,
+                .reference = linear_ref,
+                .user = &c,
+                .fwd_rtol = 1e-5,
+                .grad_rtol = 1e-4,
+                .grad_atol = 1e-5,
             };
             char name[64];
-            snprintf(name, sizeof name, "linear(%lld,%lld,%lld,bias=%d)", (long long)c.batch,
-                     (long long)c.in, (long long)c.out, bias);
+            snprintf(name, sizeof name, "linear(%lld,%lld,%lld,bias=%d)", (long long)c.batch, (long long)c.in,
+                     (long long)c.out, bias);
             run_gradcheck(name, &gc, 100 + s * 2 + (uint64_t)bias);
         }
 }
@@ -69,12 +80,21 @@ typedef struct unary_case {
     float alpha;
 } unary_case;
 
-static dpt_tensor *relu_build(dpt_ctx *ctx, dpt_tensor **in, void *u) { (void)u; return dpt_relu(ctx, in[0]); }
+static dpt_tensor *relu_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    (void)u;
+    return dpt_relu(ctx, in[0]);
+}
 static void relu_ref(const double *const *in, double *out, void *u)
 {
-    for (int64_t i = 0; i < ((unary_case *)u)->n; i++) out[i] = in[0][i] > 0 ? in[0][i] : 0;
+    for (int64_t i = 0; i < ((unary_case *)u)->n; i++)
+        out[i] = in[0][i] > 0 ? in[0][i] : 0;
 }
-static dpt_tensor *gelu_build(dpt_ctx *ctx, dpt_tensor **in, void *u) { (void)u; return dpt_gelu(ctx, in[0]); }
+static dpt_tensor *gelu_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    (void)u;
+    return dpt_gelu(ctx, in[0]);
+}
 static void gelu_ref(const double *const *in, double *out, void *u)
 {
     for (int64_t i = 0; i < ((unary_case *)u)->n; i++) {
@@ -82,28 +102,47 @@ static void gelu_ref(const double *const *in, double *out, void *u)
         out[i] = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
     }
 }
-static dpt_tensor *softmax_build(dpt_ctx *ctx, dpt_tensor **in, void *u) { (void)u; return dpt_softmax(ctx, in[0]); }
+static dpt_tensor *softmax_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    (void)u;
+    return dpt_softmax(ctx, in[0]);
+}
 static void softmax_ref(const double *const *in, double *out, void *u)
 {
     const unary_case *c = u;
     for (int64_t r = 0; r < c->rows; r++) {
         double total = 0.0;
-        for (int64_t k = 0; k < c->cols; k++) total += exp(in[0][r * c->cols + k]);
-        for (int64_t k = 0; k < c->cols; k++) out[r * c->cols + k] = exp(in[0][r * c->cols + k]) / total;
+        for (int64_t k = 0; k < c->cols; k++)
+            total += exp(in[0][r * c->cols + k]);
+        for (int64_t k = 0; k < c->cols; k++)
+            out[r * c->cols + k] = exp(in[0][r * c->cols + k]) / total;
     }
 }
-static dpt_tensor *scale_build(dpt_ctx *ctx, dpt_tensor **in, void *u) { return dpt_scale(ctx, in[0], ((unary_case *)u)->alpha); }
+static dpt_tensor *scale_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    return dpt_scale(ctx, in[0], ((unary_case *)u)->alpha);
+}
 static void scale_ref(const double *const *in, double *out, void *u)
 {
-    for (int64_t i = 0; i < ((unary_case *)u)->n; i++) out[i] = ((unary_case *)u)->alpha * in[0][i];
+    for (int64_t i = 0; i < ((unary_case *)u)->n; i++)
+        out[i] = ((unary_case *)u)->alpha * in[0][i];
 }
-static dpt_tensor *sum_build(dpt_ctx *ctx, dpt_tensor **in, void *u) { (void)u; return dpt_sum(ctx, in[0]); }
+static dpt_tensor *sum_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    (void)u;
+    return dpt_sum(ctx, in[0]);
+}
 static void sum_ref(const double *const *in, double *out, void *u)
 {
     out[0] = 0;
-    for (int64_t i = 0; i < ((unary_case *)u)->n; i++) out[0] += in[0][i];
+    for (int64_t i = 0; i < ((unary_case *)u)->n; i++)
+        out[0] += in[0][i];
 }
-static dpt_tensor *mean_build(dpt_ctx *ctx, dpt_tensor **in, void *u) { (void)u; return dpt_mean(ctx, in[0]); }
+static dpt_tensor *mean_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    (void)u;
+    return dpt_mean(ctx, in[0]);
+}
 static void mean_ref(const double *const *in, double *out, void *u)
 {
     sum_ref(in, out, u);
@@ -124,9 +163,17 @@ static void run_unary(const char *name, dpt_tensor *(*build)(dpt_ctx *, dpt_tens
         int64_t a = shapes[s][0], b = shapes[s][1], c = shapes[s][2];
         unary_case uc = {.n = a * b * c, .rows = a * b, .cols = c, .alpha = -1.75f};
         gradcheck gc = {
-            .n_in = 1, .ndim = {3}, .shape = {{a, b, c}}, .lo = lo, .hi = hi,
-            .build = build, .reference = ref, .user = &uc,
-            .fwd_rtol = 1e-5, .grad_rtol = 1e-4, .grad_atol = 1e-5,
+            .n_in = 1,
+            .ndim = {3},
+            .shape = {{a, b, c}},
+            .lo = lo,
+            .hi = hi,
+            .build = build,
+            .reference = ref,
+            .user = &uc,
+            .fwd_rtol = 1e-5,
+            .grad_rtol = 1e-4,
+            .grad_atol = 1e-5,
         };
         char label[80];
         snprintf(label, sizeof label, "%s(%lld,%lld,%lld)", name, (long long)a, (long long)b, (long long)c);
@@ -134,7 +181,10 @@ static void run_unary(const char *name, dpt_tensor *(*build)(dpt_ctx *, dpt_tens
     }
 }
 
-static void reshape_ref(const double *const *in, double *out, void *u) { relu_ref(in, out, u); }
+static void reshape_ref(const double *const *in, double *out, void *u)
+{
+    relu_ref(in, out, u);
+}
 
 static void test_activations(void **state)
 {
@@ -155,21 +205,36 @@ typedef struct binary_case {
     bool trans_a, trans_b;
 } binary_case;
 
-static dpt_tensor *add_build(dpt_ctx *ctx, dpt_tensor **in, void *u) { (void)u; return dpt_add(ctx, in[0], in[1]); }
+static dpt_tensor *add_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    (void)u;
+    return dpt_add(ctx, in[0], in[1]);
+}
 static void add_ref(const double *const *in, double *out, void *u)
 {
-    for (int64_t i = 0; i < ((binary_case *)u)->n; i++) out[i] = in[0][i] + in[1][i];
+    for (int64_t i = 0; i < ((binary_case *)u)->n; i++)
+        out[i] = in[0][i] + in[1][i];
 }
-static dpt_tensor *mul_build(dpt_ctx *ctx, dpt_tensor **in, void *u) { (void)u; return dpt_mul(ctx, in[0], in[1]); }
+static dpt_tensor *mul_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    (void)u;
+    return dpt_mul(ctx, in[0], in[1]);
+}
 static void mul_ref(const double *const *in, double *out, void *u)
 {
-    for (int64_t i = 0; i < ((binary_case *)u)->n; i++) out[i] = in[0][i] * in[1][i];
+    for (int64_t i = 0; i < ((binary_case *)u)->n; i++)
+        out[i] = in[0][i] * in[1][i];
 }
 /* mul of a tensor with itself: both uses must accumulate into one gradient (2x) */
-static dpt_tensor *square_build(dpt_ctx *ctx, dpt_tensor **in, void *u) { (void)u; return dpt_mul(ctx, in[0], in[0]); }
+static dpt_tensor *square_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    (void)u;
+    return dpt_mul(ctx, in[0], in[0]);
+}
 static void square_ref(const double *const *in, double *out, void *u)
 {
-    for (int64_t i = 0; i < ((binary_case *)u)->n; i++) out[i] = in[0][i] * in[0][i];
+    for (int64_t i = 0; i < ((binary_case *)u)->n; i++)
+        out[i] = in[0][i] * in[0][i];
 }
 
 static void test_binary(void **state)
@@ -179,8 +244,15 @@ static void test_binary(void **state)
     for (size_t s = 0; s < 3; s++) {
         binary_case bc = {.n = shapes[s][0] * shapes[s][1]};
         gradcheck gc = {
-            .n_in = 2, .ndim = {2, 2}, .shape = {{shapes[s][0], shapes[s][1]}, {shapes[s][0], shapes[s][1]}},
-            .lo = -2, .hi = 2, .user = &bc, .fwd_rtol = 1e-6, .grad_rtol = 1e-4, .grad_atol = 1e-5,
+            .n_in = 2,
+            .ndim = {2, 2},
+            .shape = {{shapes[s][0], shapes[s][1]}, {shapes[s][0], shapes[s][1]}},
+            .lo = -2,
+            .hi = 2,
+            .user = &bc,
+            .fwd_rtol = 1e-6,
+            .grad_rtol = 1e-4,
+            .grad_atol = 1e-5,
         };
         gc.build = add_build, gc.reference = add_ref;
         run_gradcheck("add", &gc, 300 + s);
@@ -220,18 +292,28 @@ static void test_matmul(void **state)
     const int64_t shapes[][3] = {{1, 1, 1}, {2, 3, 4}, {7, 1, 5}, {1, 9, 1}, {13, 17, 6}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++) {
-            binary_case c = {.M = shapes[s][0], .K = shapes[s][1], .N = shapes[s][2],
-                             .trans_a = t & 1, .trans_b = (t >> 1) & 1};
+            binary_case c = {.M = shapes[s][0],
+                             .K = shapes[s][1],
+                             .N = shapes[s][2],
+                             .trans_a = t & 1,
+                             .trans_b = (t >> 1) & 1};
             gradcheck gc = {
-                .n_in = 2, .ndim = {2, 2},
+                .n_in = 2,
+                .ndim = {2, 2},
                 .shape = {{c.trans_a ? c.K : c.M, c.trans_a ? c.M : c.K},
                           {c.trans_b ? c.N : c.K, c.trans_b ? c.K : c.N}},
-                .lo = -1, .hi = 1, .build = matmul_build, .reference = matmul_ref, .user = &c,
-                .fwd_rtol = 1e-5, .grad_rtol = 1e-4, .grad_atol = 1e-5,
+                .lo = -1,
+                .hi = 1,
+                .build = matmul_build,
+                .reference = matmul_ref,
+                .user = &c,
+                .fwd_rtol = 1e-5,
+                .grad_rtol = 1e-4,
+                .grad_atol = 1e-5,
             };
             char name[80];
-            snprintf(name, sizeof name, "matmul(%lld,%lld,%lld,ta=%d,tb=%d)", (long long)c.M,
-                     (long long)c.K, (long long)c.N, c.trans_a, c.trans_b);
+            snprintf(name, sizeof name, "matmul(%lld,%lld,%lld,ta=%d,tb=%d)", (long long)c.M, (long long)c.K,
+                     (long long)c.N, c.trans_a, c.trans_b);
             run_gradcheck(name, &gc, 400 + s * 4 + (uint64_t)t);
         }
 }
@@ -257,7 +339,8 @@ static void xent_ref(const double *const *in, double *out, void *u)
     for (int64_t r = 0; r < c->rows; r++) {
         const double *x = in[0] + r * c->cols;
         double z = 0.0;
-        for (int64_t k = 0; k < c->cols; k++) z += exp(x[k]);
+        for (int64_t k = 0; k < c->cols; k++)
+            z += exp(x[k]);
         for (int64_t k = 0; k < c->cols; k++) {
             double target = c->smoothing / (double)c->cols + (k == c->labels[r] ? 1.0 - c->smoothing : 0.0);
             total -= target * (x[k] - log(z));
@@ -273,11 +356,20 @@ static void test_cross_entropy(void **state)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int sm = 0; sm < 2; sm++) {
             xent_case c = {.rows = shapes[s][0], .cols = shapes[s][1], .smoothing = sm ? 0.1f : 0.0f};
-            for (int64_t r = 0; r < c.rows; r++) c.labels[r] = (int32_t)((r * 7 + 3) % c.cols);
+            for (int64_t r = 0; r < c.rows; r++)
+                c.labels[r] = (int32_t)((r * 7 + 3) % c.cols);
             gradcheck gc = {
-                .n_in = 1, .ndim = {2}, .shape = {{c.rows, c.cols}}, .lo = -5, .hi = 5,
-                .build = xent_build, .reference = xent_ref, .user = &c,
-                .fwd_rtol = 1e-5, .grad_rtol = 1e-4, .grad_atol = 1e-6,
+                .n_in = 1,
+                .ndim = {2},
+                .shape = {{c.rows, c.cols}},
+                .lo = -5,
+                .hi = 5,
+                .build = xent_build,
+                .reference = xent_ref,
+                .user = &c,
+                .fwd_rtol = 1e-5,
+                .grad_rtol = 1e-4,
+                .grad_atol = 1e-6,
             };
             run_gradcheck("cross_entropy", &gc, 500 + s * 2 + (uint64_t)sm);
         }
@@ -316,10 +408,14 @@ static void mlp_setup(dpt_ctx *ctx, dpt_tensor **in, void *user)
     c->model = dpt_model_new(ctx, "test", NULL);
     c->l1 = dpt_linear_new(c->model, "fc1", 5, 4, true);
     c->l2 = dpt_linear_new(c->model, "fc2", 4, 3, true);
-    for (int i = 0; i < 4; i++) in[1 + i] = dpt_model_param_at(c->model, i);
+    for (int i = 0; i < 4; i++)
+        in[1 + i] = dpt_model_param_at(c->model, i);
 }
 
-static void mlp_teardown(void *user) { dpt_model_free(((mlp_case *)user)->model); }
+static void mlp_teardown(void *user)
+{
+    dpt_model_free(((mlp_case *)user)->model);
+}
 
 static dpt_tensor *mlp_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
 {
@@ -336,12 +432,14 @@ static void mlp_ref(const double *const *in, double *out, void *user)
         double h[4], z[3], total = 0.0;
         for (int o = 0; o < 4; o++) {
             double a = in[2][o];
-            for (int i = 0; i < 5; i++) a += in[0][b * 5 + i] * in[1][o * 5 + i];
+            for (int i = 0; i < 5; i++)
+                a += in[0][b * 5 + i] * in[1][o * 5 + i];
             h[o] = 0.5 * a * (1.0 + tanh(sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a)));
         }
         for (int o = 0; o < 3; o++) {
             z[o] = in[4][o];
-            for (int i = 0; i < 4; i++) z[o] += h[i] * in[3][o * 4 + i];
+            for (int i = 0; i < 4; i++)
+                z[o] += h[i] * in[3][o * 4 + i];
             total += exp(z[o]);
         }
         loss += log(total) - z[c->labels[b]];
@@ -354,9 +452,19 @@ static void test_composed(void **state)
     (void)state;
     mlp_case c = {.labels = {0, 2, 1, 1, 0, 2}};
     gradcheck gc = {
-        .n_in = 5, .ndim = {2, 2, 1, 2, 1}, .shape = {{6, 5}, {4, 5}, {4}, {3, 4}, {3}},
-        .lo = -2, .hi = 2, .setup = mlp_setup, .teardown = mlp_teardown, .build = mlp_build,
-        .reference = mlp_ref, .user = &c, .fwd_rtol = 1e-5, .grad_rtol = 1e-4, .grad_atol = 1e-6,
+        .n_in = 5,
+        .ndim = {2, 2, 1, 2, 1},
+        .shape = {{6, 5}, {4, 5}, {4}, {3, 4}, {3}},
+        .lo = -2,
+        .hi = 2,
+        .setup = mlp_setup,
+        .teardown = mlp_teardown,
+        .build = mlp_build,
+        .reference = mlp_ref,
+        .user = &c,
+        .fwd_rtol = 1e-5,
+        .grad_rtol = 1e-4,
+        .grad_atol = 1e-6,
     };
     run_gradcheck("linear-gelu-linear-xent", &gc, 600);
 }

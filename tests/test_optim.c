@@ -110,7 +110,8 @@ static void test_adamw_changing_gradients(void **state)
     double p[3] = {0.5, -1.0, 2.0}, m[3] = {0}, v[3] = {0};
     for (int t = 1; t <= 6; t++) {
         float g[3];
-        for (int i = 0; i < 3; i++) g[i] = (float)(sin(t * 1.3 + i) * (i + 1));
+        for (int i = 0; i < 3; i++)
+            g[i] = (float)(sin(t * 1.3 + i) * (i + 1));
         set_grad(&o, g, 3);
         dpt_optim_step(o.ctx, opt);
         for (int i = 0; i < 3; i++) {
@@ -129,10 +130,8 @@ static void test_adamw_changing_gradients(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgd_momentum_literal),
-        cmocka_unit_test(test_sgd_nesterov_literal),
-        cmocka_unit_test(test_sgd_decay_dampening_literal),
-        cmocka_unit_test(test_adamw_literal),
+        cmocka_unit_test(test_sgd_momentum_literal),        cmocka_unit_test(test_sgd_nesterov_literal),
+        cmocka_unit_test(test_sgd_decay_dampening_literal), cmocka_unit_test(test_adamw_literal),
         cmocka_unit_test(test_adamw_changing_gradients),
     };
     return cmocka_run_group_tests_name("optim", tests, NULL, NULL);

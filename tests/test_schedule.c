@@ -23,7 +23,8 @@ static void test_schedules(void **state)
     assert_float_equal(dpt_lr_at(&s, 20), 0.05, 1e-12);
     assert_float_equal(dpt_lr_at(&s, 45), 0.025, 1e-12);
     /* multistep at epochs 1 and 3 */
-    const char *multi[] = {"optim.lr=1", "optim.schedule=multistep", "optim.milestones=1,3", "optim.gamma=0.1"};
+    const char *multi[] = {"optim.lr=1", "optim.schedule=multistep", "optim.milestones=1,3",
+                           "optim.gamma=0.1"};
     s = build(multi, 4, 1, 10, 100);
     assert_float_equal(dpt_lr_at(&s, 9), 1.0, 1e-12);
     assert_float_equal(dpt_lr_at(&s, 10), 0.1, 1e-12);
@@ -62,7 +63,7 @@ static void test_clip(void **state)
     dpt_tensor *a = dpt_model_param(m, "a", 1, (int64_t[]){2});
     dpt_tensor *b = dpt_model_param(m, "b", 1, (int64_t[]){1});
     float *ga = dpt_tensor_grad(a)->data, *gb = dpt_tensor_grad(b)->data;
-    ga[0] = 3, ga[1] = 4, gb[0] = 12; /* norm 13 */
+    ga[0] = 3, ga[1] = 4, gb[0] = 12;                              /* norm 13 */
     assert_float_equal(dpt_clip_grad_norm(ctx, m, 0), 13.0, 1e-9); /* measure only */
     assert_float_equal(ga[0], 3.0f, 0.0);
     assert_float_equal(dpt_clip_grad_norm(ctx, m, 26), 13.0, 1e-9); /* below the limit */

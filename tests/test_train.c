@@ -25,8 +25,13 @@ static void train_mlp(int steps, int threads, uint64_t seed, const char *optim, 
     assert_non_null(model);
     dpt_optim *opt = dpt_optim_build(model, cfg, &err);
     assert_non_null(opt);
-    dpt_loader_options lo = {.batch = 64, .shuffle = true, .drop_last = true, .seed = seed,
-                             .world_size = 1, .mean = 0.2860f, .std = 0.3530f};
+    dpt_loader_options lo = {.batch = 64,
+                             .shuffle = true,
+                             .drop_last = true,
+                             .seed = seed,
+                             .world_size = 1,
+                             .mean = 0.2860f,
+                             .std = 0.3530f};
     dpt_loader *loader = dpt_loader_new(ctx, train, &lo);
     lo.batch = 1000, lo.shuffle = false, lo.drop_last = false;
     dpt_loader *test_loader = dpt_loader_new(ctx, test, &lo);
@@ -44,7 +49,8 @@ static void train_mlp(int steps, int threads, uint64_t seed, const char *optim, 
     out->param_checksum = 0.0f;
     for (int i = 0; i < dpt_model_num_params(model); i++) {
         dpt_tensor *p = dpt_model_param_at(model, i);
-        for (int64_t j = 0; j < dpt_tensor_numel(p); j++) out->param_checksum += dpt_tensor_data(p)[j];
+        for (int64_t j = 0; j < dpt_tensor_numel(p); j++)
+            out->param_checksum += dpt_tensor_data(p)[j];
     }
     dpt_loader_free(test_loader);
     dpt_loader_free(loader);
@@ -59,7 +65,8 @@ static void train_mlp(int steps, int threads, uint64_t seed, const char *optim, 
 static double mean_of(const float *x, int from, int to)
 {
     double s = 0.0;
-    for (int i = from; i < to; i++) s += x[i];
+    for (int i = from; i < to; i++)
+        s += x[i];
     return s / (to - from);
 }
 
@@ -69,7 +76,8 @@ static void test_mlp_learns(void **state)
     static run r;
     train_mlp(400, 2, 42, "adamw", &r);
     double first = mean_of(r.losses, 0, 20), last = mean_of(r.losses, 380, 400);
-    print_message("adamw: loss %.3f -> %.3f, test acc %.2f%% after 400 steps\n", first, last, 100 * r.test_acc);
+    print_message("adamw: loss %.3f -> %.3f, test acc %.2f%% after 400 steps\n", first, last,
+                  100 * r.test_acc);
     assert_true(first > 1.0);
     assert_true(last < 0.6);
     assert_true(r.test_acc > 0.80);
@@ -89,8 +97,13 @@ static void test_cnn_learns(void **state)
     if (!dpt_data_open(cfg, &train, &test, &err)) fail_msg("%s", err.msg);
     dpt_model *model = dpt_model_build(ctx, cfg, 1, 28, 28, 10, &err);
     dpt_optim *opt = dpt_optim_build(model, cfg, &err);
-    dpt_loader_options lo = {.batch = 64, .shuffle = true, .drop_last = true, .seed = 42, .world_size = 1,
-                             .mean = 0.2860f, .std = 0.3530f};
+    dpt_loader_options lo = {.batch = 64,
+                             .shuffle = true,
+                             .drop_last = true,
+                             .seed = 42,
+                             .world_size = 1,
+                             .mean = 0.2860f,
+                             .std = 0.3530f};
     dpt_loader *loader = dpt_loader_new(ctx, train, &lo);
     lo.batch = 1000, lo.shuffle = false, lo.drop_last = false, lo.limit = 5000;
     dpt_loader *test_loader = dpt_loader_new(ctx, test, &lo);

@@ -31,18 +31,19 @@ static inline dpt_ctx *test_ctx(int threads, uint64_t seed)
 }
 
 /* A persistent leaf tensor with values U(lo, hi) that asks for a gradient. */
-static inline dpt_tensor *test_input(dpt_ctx *ctx, dpt_rng *rng, int ndim, const int64_t *shape,
-                                     float lo, float hi)
+static inline dpt_tensor *test_input(dpt_ctx *ctx, dpt_rng *rng, int ndim, const int64_t *shape, float lo,
+                                     float hi)
 {
     dpt_tensor *t = dpt_tensor_new(ctx, ndim, shape);
-    for (int64_t i = 0; i < t->numel; i++) t->data[i] = lo + (hi - lo) * dpt_rng_uniform(rng);
+    for (int64_t i = 0; i < t->numel; i++)
+        t->data[i] = lo + (hi - lo) * dpt_rng_uniform(rng);
     t->requires_grad = true;
     return t;
 }
 
 /* |a - b| <= atol + rtol * |b| for every element, with a message naming the first miss. */
-static inline void assert_close_d(const char *what, const double *a, const double *b, int64_t n,
-                                  double rtol, double atol)
+static inline void assert_close_d(const char *what, const double *a, const double *b, int64_t n, double rtol,
+                                  double atol)
 {
     for (int64_t i = 0; i < n; i++) {
         double tol = atol + rtol * fabs(b[i]);
@@ -63,8 +64,8 @@ typedef struct gradcheck {
     int n_in;
     int ndim[GC_MAX_IN];
     int64_t shape[GC_MAX_IN][DPT_MAX_DIMS];
-    float lo, hi;             /* input value range */
-    bool no_grad[GC_MAX_IN];  /* inputs that are not differentiated (e.g. labels-like) */
+    float lo, hi;            /* input value range */
+    bool no_grad[GC_MAX_IN]; /* inputs that are not differentiated (e.g. labels-like) */
     /* Optional: create some inputs itself (e.g. a layer's parameters); others are random. */
     void (*setup)(dpt_ctx *ctx, dpt_tensor **in, void *user);
     void (*teardown)(void *user);
@@ -79,16 +80,18 @@ typedef struct gradcheck {
 static inline int64_t gc_numel(const gradcheck *gc, int i)
 {
     int64_t n = 1;
-    for (int d = 0; d < gc->ndim[i]; d++) n *= gc->shape[i][d];
+    for (int d = 0; d < gc->ndim[i]; d++)
+        n *= gc->shape[i][d];
     return n;
 }
 
-static inline double gc_ref_loss(const gradcheck *gc, double *const *in, const double *weights,
-                                 double *out, int64_t out_n)
+static inline double gc_ref_loss(const gradcheck *gc, double *const *in, const double *weights, double *out,
+                                 int64_t out_n)
 {
     gc->reference((const double *const *)in, out, gc->user);
     double loss = 0.0;
-    for (int64_t j = 0; j < out_n; j++) loss += out[j] * weights[j];
+    for (int64_t j = 0; j < out_n; j++)
+        loss += out[j] * weights[j];
     return loss;
 }
 
@@ -107,7 +110,8 @@ static inline void run_gradcheck(const char *name, const gradcheck *gc, uint64_t
             in[i]->requires_grad = !gc->no_grad[i];
         }
         din[i] = malloc((size_t)in[i]->numel * sizeof(double));
-        for (int64_t j = 0; j < in[i]->numel; j++) din[i][j] = in[i]->data[j];
+        for (int64_t j = 0; j < in[i]->numel; j++)
+            din[i][j] = in[i]->data[j];
     }
     dpt_tensor *out = gc->build(ctx, in, gc->user);
     int64_t out_n = out->numel;
@@ -121,7 +125,8 @@ static inline void run_gradcheck(const char *name, const gradcheck *gc, uint64_t
     double *ref_out = malloc((size_t)out_n * sizeof(double)), *got = malloc((size_t)out_n * sizeof(double));
     gc_ref_loss(gc, din, dweights, ref_out, out_n);
     dpt_tensor *out_c = out;
-    for (int64_t j = 0; j < out_n; j++) got[j] = out_c->data[j];
+    for (int64_t j = 0; j < out_n; j++)
+        got[j] = out_c->data[j];
     char what[160];
     snprintf(what, sizeof what, "%s forward", name);
     assert_close_d(what, got, ref_out, out_n, gc->fwd_rtol, 1e-6);
@@ -133,7 +138,8 @@ static inline void run_gradcheck(const char *name, const gradcheck *gc, uint64_t
         int64_t n = in[i]->numel;
         double *analytic = calloc((size_t)n, sizeof(double)), *numeric = malloc((size_t)n * sizeof(double));
         if (in[i]->grad)
-            for (int64_t j = 0; j < n; j++) analytic[j] = in[i]->grad->data[j];
+            for (int64_t j = 0; j < n; j++)
+                analytic[j] = in[i]->grad->data[j];
         for (int64_t j = 0; j < n; j++) {
             double keep = din[i][j], h = 1e-6 * (1.0 + fabs(keep));
             din[i][j] = keep + h;
@@ -199,7 +205,8 @@ static inline int run_capture(char *out, size_t size, const char *fmt, ...)
     }
     out[used] = '\0';
     char sink[4096];
-    while (fread(sink, 1, sizeof sink, p) > 0) {}
+    while (fread(sink, 1, sizeof sink, p) > 0) {
+    }
     int status = pclose(p);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
