@@ -19,5 +19,24 @@ if ! scripts/plot.sh /nonexistent.jsonl 2>&1 | grep -q "cannot read /nonexistent
 else
     echo "ok   plot.sh names a missing file"; passed=$((passed + 1))
 fi
+# The timeline of a 2-rank run: one Chrome-trace file per rank, valid JSON, with compute and
+# communication spans.
+mpirun --oversubscribe --allow-run-as-root -np 2 ./train configs/fmnist_mlp.ini --set train.threads=1 \
+    --set data.train_limit=1280 --set data.test_limit=200 --set train.epochs=1 \
+    --set log.timeline="$work/trace.json" > /dev/null 2>&1
+check='import json,sys
+ev=[e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph")=="X"]
+names={e["name"] for e in ev}
+need={"forward","backward","allreduce","optimizer","data","wait allreduce"}
+assert need <= names, names
+assert all(e["dur"] >= 0 for e in ev)
+print(len(ev))'
+ok_tl=1
+for r in 0 1; do
+    n=$(python3 -c "$check" "$work/trace.json.rank$r" 2>&1) || { ok_tl=0; echo "$n" | tail -2; }
+done
+if [ $ok_tl -eq 1 ]; then echo "ok   timeline: trace.json.rank0/1 parse as Chrome traces with compute and allreduce spans"; passed=$((passed + 1))
+else echo "FAIL timeline"; failed=$((failed + 1)); fi
+
 echo "tools: $passed passed, $failed failed"
 [ $failed -eq 0 ]
