@@ -13,11 +13,12 @@ bad() { echo "FAIL $1"; failed=$((failed + 1)); }
 # per-step losses after step $2 (timing fields removed)
 losses_after() { grep '"kind":"train"' "$1" | sed 's/,"img_s".*//' | awk -F'"step":' -v k="$2" '{split($2,a,","); if (a[1] > k) print}'; }
 
-# run_pair NAME K LAUNCH... : uninterrupted run vs K steps + resume, same checkpoint dir name
+# run_pair NAME K CONFIG LAUNCH... : uninterrupted run vs K steps + resume, same checkpoint
+# dir name. (The schedule must not depend on max_steps, which sets the cosine horizon.)
 run_pair() {
-    local name=$1 k=$2
-    shift 2
-    local common="configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=4000 --set train.epochs=3
+    local name=$1 k=$2 config=$3
+    shift 3
+    local common="$config --set train.threads=1 --set data.train_limit=4000 --set train.epochs=3
         --set log.interval=1 --set optim.warmup_epochs=0.5 --set checkpoint.every_epochs=1 --set checkpoint.dir=$work/ck
         --set log.metrics=$work/m.jsonl"
     rm -rf "$work/ck"
@@ -35,8 +36,9 @@ run_pair() {
     fi
 }
 
-run_pair "1 process" 70
-run_pair "mpirun -np 2" 40 $MPIRUN -np 2
+run_pair "1 process" 70 configs/fmnist_mlp.ini
+run_pair "mpirun -np 2" 40 configs/fmnist_mlp.ini $MPIRUN -np 2
+run_pair "cnn: batch norm buffers and dropout RNG" 45 "configs/fmnist_cnn.ini --set optim.schedule=constant --set data.test_limit=500"
 
 # SIGTERM mid-run: the job finishes the step, writes a checkpoint, exits 0; resuming ends
 # with the same final checkpoint as an uninterrupted run.
