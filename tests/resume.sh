@@ -42,7 +42,7 @@ run_pair "cnn: batch norm buffers and dropout RNG" 45 "configs/fmnist_cnn.ini --
 
 # SIGTERM mid-run: the job finishes the step, writes a checkpoint, exits 0; resuming ends
 # with the same final checkpoint as an uninterrupted run.
-common="configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=30000 --set train.epochs=2
+common="configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=30000 --set train.epochs=6
     --set checkpoint.every_epochs=1 --set checkpoint.dir=$work/cks --set log.interval=100"
 ./train $common > /dev/null 2>&1 && mv "$work/cks" "$work/cks_full"
 ./train $common > "$work/sig.log" 2>&1 &
