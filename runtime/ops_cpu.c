@@ -99,12 +99,28 @@ static double cpu_sum(dpt_ctx *ctx, const float *x, int64_t n)
     return total;
 }
 
+/* Fixed chunks summed in chunk order: the same result for any thread count or timing. */
+#define DOT_CHUNK 65536
 static double cpu_dot(dpt_ctx *ctx, const float *a, const float *b, int64_t n)
 {
-    (void)ctx;
+    int64_t nchunks = (n + DOT_CHUNK - 1) / DOT_CHUNK;
+    if (nchunks <= 1) {
+        double total = 0.0;
+        for (int64_t i = 0; i < n; i++) total += (double)a[i] * b[i];
+        return total;
+    }
+    double *partial = malloc((size_t)nchunks * sizeof *partial);
+    if (!partial) dpt_fatal("out of host memory in dot");
+#pragma omp parallel for num_threads(ctx->threads) schedule(static)
+    for (int64_t c = 0; c < nchunks; c++) {
+        int64_t end = (c + 1) * DOT_CHUNK < n ? (c + 1) * DOT_CHUNK : n;
+        double acc = 0.0;
+        for (int64_t i = c * DOT_CHUNK; i < end; i++) acc += (double)a[i] * b[i];
+        partial[c] = acc;
+    }
     double total = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        total += (double)a[i] * b[i];
+    for (int64_t c = 0; c < nchunks; c++) total += partial[c];
+    free(partial);
     return total;
 }
 
