@@ -114,17 +114,25 @@ __global__ void mul_acc_kernel(int64_t n, const float *a, const float *b, float 
     GRID_STRIDE(i, n) o[i] += a[i] * b[i];
 }
 
-/* Sum each thread's value over the block in shared memory and add the block's total to *out. */
-__device__ void block_sum_into(double acc, double *out)
+/* The sum of every thread's value over the block (all threads get it). */
+__device__ double block_total(double v)
 {
     __shared__ double partial[THREADS];
-    partial[threadIdx.x] = acc;
+    __syncthreads(); /* a previous call's readers are done with partial[] */
+    partial[threadIdx.x] = v;
     __syncthreads();
     for (int s = THREADS / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
         __syncthreads();
     }
-    if (threadIdx.x == 0) atomicAdd(out, partial[0]);
+    return partial[0];
+}
+
+/* Add the block's total of each thread's value to *out. */
+__device__ void block_sum_into(double acc, double *out)
+{
+    double total = block_total(acc);
+    if (threadIdx.x == 0) atomicAdd(out, total);
 }
 
 __global__ void dot_kernel(const float *a, const float *b, int64_t n, double *out)
@@ -614,16 +622,9 @@ __global__ void channel_sum_kernel(const float *dy, float *db, int64_t n, int64_
     /* one block per channel */
     int64_t ch = blockIdx.x;
     double acc = 0.0;
-    for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x)
-        acc += dy[(i / hw * c + ch) * hw + i % hw];
-    __shared__ double partial[THREADS];
-    partial[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) db[ch] += (float)partial[0];
+    for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x) acc += dy[(i / hw * c + ch) * hw + i % hw];
+    double total = block_total(acc);
+    if (threadIdx.x == 0) db[ch] += (float)total;
 }
 
 static void cuda_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w,
@@ -670,14 +671,8 @@ __global__ void bn_stats_kernel(const float *x, int64_t n, int64_t c, int64_t hw
         double v = x[(i / hw * c + ch) * hw + i % hw];
         s1 += v, s2 += v * v;
     }
-    __shared__ double p1[THREADS], p2[THREADS];
-    p1[threadIdx.x] = s1, p2[threadIdx.x] = s2;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) p1[threadIdx.x] += p1[threadIdx.x + s], p2[threadIdx.x] += p2[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[ch] = p1[0], out[c + ch] = p2[0];
+    double t1 = block_total(s1), t2 = block_total(s2);
+    if (threadIdx.x == 0) out[ch] = t1, out[c + ch] = t2;
 }
 
 __global__ void bn_bwd_stats_kernel(const float *x, const float *dy, int64_t n, int64_t c, int64_t hw,
@@ -689,14 +684,8 @@ __global__ void bn_bwd_stats_kernel(const float *x, const float *dy, int64_t n, 
         int64_t k = (i / hw * c + ch) * hw + i % hw;
         s1 += dy[k], s2 += (double)dy[k] * ((double)x[k] - mu);
     }
-    __shared__ double p1[THREADS], p2[THREADS];
-    p1[threadIdx.x] = s1, p2[threadIdx.x] = s2;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) p1[threadIdx.x] += p1[threadIdx.x + s], p2[threadIdx.x] += p2[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[ch] = p1[0], out[c + ch] = p2[0];
+    double t1 = block_total(s1), t2 = block_total(s2);
+    if (threadIdx.x == 0) out[ch] = t1, out[c + ch] = t2;
 }
 
 __global__ void channel_affine_kernel(const float *x, float *y, int64_t n, int64_t c, int64_t hw,
