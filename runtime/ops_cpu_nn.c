@@ -24,6 +24,17 @@ static bool is_pointwise(const dpt_conv_shape *s)
     return s->kh == 1 && s->kw == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_h == 0 && s->pad_w == 0;
 }
 
+/* The output columns ox whose input column ix = ox * stride + offset lies inside [0, w):
+ * [*lo, *hi). Computing the range once per row keeps the copy loops free of bounds tests. */
+static void valid_range(int64_t offset, int64_t stride, int64_t w, int64_t ow, int64_t *lo, int64_t *hi)
+{
+    int64_t l = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+    int64_t h = w - 1 - offset < 0 ? 0 : (w - 1 - offset) / stride + 1;
+    *lo = l < ow ? l : ow;
+    *hi = h < ow ? h : ow;
+    if (*hi < *lo) *hi = *lo;
+}
+
 /* col (C*KH*KW, OH*OW) from one sample x (C, H, W). */
 static void im2col(const dpt_conv_shape *s, const float *x, float *col)
 {
@@ -32,6 +43,8 @@ static void im2col(const dpt_conv_shape *s, const float *x, float *col)
         for (int64_t ki = 0; ki < s->kh; ki++)
             for (int64_t kj = 0; kj < s->kw; kj++) {
                 float *row = col + ((c * s->kh + ki) * s->kw + kj) * ohw;
+                int64_t offset = kj * s->dil_w - s->pad_w, lo, hi;
+                valid_range(offset, s->stride_w, s->w, s->ow, &lo, &hi);
                 for (int64_t oy = 0; oy < s->oh; oy++) {
                     int64_t iy = oy * s->stride_h - s->pad_h + ki * s->dil_h;
                     float *dst = row + oy * s->ow;
@@ -39,11 +52,13 @@ static void im2col(const dpt_conv_shape *s, const float *x, float *col)
                         memset(dst, 0, (size_t)s->ow * sizeof(float));
                         continue;
                     }
-                    const float *src = x + (c * s->h + iy) * s->w;
-                    for (int64_t ox = 0; ox < s->ow; ox++) {
-                        int64_t ix = ox * s->stride_w - s->pad_w + kj * s->dil_w;
-                        dst[ox] = ix >= 0 && ix < s->w ? src[ix] : 0.0f;
-                    }
+                    const float *src = x + (c * s->h + iy) * s->w + offset;
+                    for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0.0f;
+                    if (s->stride_w == 1)
+                        memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
+                    else
+                        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * s->stride_w];
+                    for (int64_t ox = hi; ox < s->ow; ox++) dst[ox] = 0.0f;
                 }
             }
 }
@@ -56,15 +71,17 @@ static void col2im_acc(const dpt_conv_shape *s, const float *col, float *dx)
         for (int64_t ki = 0; ki < s->kh; ki++)
             for (int64_t kj = 0; kj < s->kw; kj++) {
                 const float *row = col + ((c * s->kh + ki) * s->kw + kj) * ohw;
+                int64_t offset = kj * s->dil_w - s->pad_w, lo, hi;
+                valid_range(offset, s->stride_w, s->w, s->ow, &lo, &hi);
                 for (int64_t oy = 0; oy < s->oh; oy++) {
                     int64_t iy = oy * s->stride_h - s->pad_h + ki * s->dil_h;
                     if (iy < 0 || iy >= s->h) continue;
-                    float *dst = dx + (c * s->h + iy) * s->w;
+                    float *dst = dx + (c * s->h + iy) * s->w + offset;
                     const float *src = row + oy * s->ow;
-                    for (int64_t ox = 0; ox < s->ow; ox++) {
-                        int64_t ix = ox * s->stride_w - s->pad_w + kj * s->dil_w;
-                        if (ix >= 0 && ix < s->w) dst[ix] += src[ox];
-                    }
+                    if (s->stride_w == 1)
+                        for (int64_t ox = lo; ox < hi; ox++) dst[ox] += src[ox];
+                    else
+                        for (int64_t ox = lo; ox < hi; ox++) dst[ox * s->stride_w] += src[ox];
                 }
             }
 }
