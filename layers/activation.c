@@ -3,14 +3,6 @@
 #include "../runtime/ctx.h"
 #include "../runtime/error.h"
 
-static void require_contiguous(const char *op, const dpt_tensor *t)
-{
-    char buf[96];
-    if (!dpt_tensor_is_contiguous(t))
-        dpt_fatal("%s needs a contiguous tensor, got a strided view of shape %s", op,
-                  dpt_shape_str(t, buf, sizeof buf));
-}
-
 static void relu_backward(dpt_ctx *ctx, dpt_node *node)
 {
     /* The output decides the mask (y > 0 <=> x > 0), so x need not be kept. */
@@ -20,7 +12,7 @@ static void relu_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_relu(dpt_ctx *ctx, dpt_tensor *x)
 {
-    require_contiguous("relu", x);
+    dpt_require_contiguous("relu", x);
     dpt_tensor *y = dpt_temp_like(ctx, x);
     ctx->be->relu_fwd(ctx, x->data, y->data, x->numel);
     dpt_tape_record(ctx, "relu", relu_backward, y, 1, &x);
@@ -35,7 +27,7 @@ static void gelu_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_gelu(dpt_ctx *ctx, dpt_tensor *x)
 {
-    require_contiguous("gelu", x);
+    dpt_require_contiguous("gelu", x);
     dpt_tensor *y = dpt_temp_like(ctx, x);
     ctx->be->gelu_fwd(ctx, x->data, y->data, x->numel);
     dpt_tape_record(ctx, "gelu", gelu_backward, y, 1, &x);
@@ -52,7 +44,7 @@ static void softmax_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x)
 {
-    require_contiguous("softmax", x);
+    dpt_require_contiguous("softmax", x);
     DPT_ASSERT(x->ndim >= 1 && x->shape[x->ndim - 1] > 0, "softmax over an empty dimension");
     dpt_tensor *y = dpt_temp_like(ctx, x);
     int64_t cols = x->shape[x->ndim - 1];

@@ -7,14 +7,6 @@
 #include "ctx.h"
 #include "error.h"
 
-static void require_contiguous(const char *op, const dpt_tensor *t)
-{
-    char buf[96];
-    if (!dpt_tensor_is_contiguous(t))
-        dpt_fatal("%s needs a contiguous tensor, got a strided view of shape %s", op,
-                  dpt_shape_str(t, buf, sizeof buf));
-}
-
 static void require_same_shape(const char *op, const dpt_tensor *a, const dpt_tensor *b)
 {
     char sa[96], sb[96];
@@ -36,8 +28,8 @@ static void add_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 {
     require_same_shape("add", a, b);
-    require_contiguous("add", a);
-    require_contiguous("add", b);
+    dpt_require_contiguous("add", a);
+    dpt_require_contiguous("add", b);
     dpt_tensor *out = dpt_temp_like(ctx, a);
     ctx->be->add(ctx, out->numel, a->data, b->data, out->data);
     dpt_tape_record(ctx, "add", add_backward, out, 2, (dpt_tensor *[]){a, b});
@@ -55,8 +47,8 @@ static void mul_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 {
     require_same_shape("mul", a, b);
-    require_contiguous("mul", a);
-    require_contiguous("mul", b);
+    dpt_require_contiguous("mul", a);
+    dpt_require_contiguous("mul", b);
     dpt_tensor *out = dpt_temp_like(ctx, a);
     ctx->be->mul(ctx, out->numel, a->data, b->data, out->data);
     dpt_tape_record(ctx, "mul", mul_backward, out, 2, (dpt_tensor *[]){a, b});
@@ -71,7 +63,7 @@ static void scale_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha)
 {
-    require_contiguous("scale", x);
+    dpt_require_contiguous("scale", x);
     dpt_tensor *out = dpt_temp_like(ctx, x);
     ctx->be->scale(ctx, out->numel, alpha, x->data, out->data);
     dpt_node *node = dpt_tape_record(ctx, "scale", scale_backward, out, 1, &x);
@@ -92,7 +84,7 @@ static void sum_backward(dpt_ctx *ctx, dpt_node *node)
 
 static dpt_tensor *reduce(dpt_ctx *ctx, dpt_tensor *x, float factor, const char *op)
 {
-    require_contiguous(op, x);
+    dpt_require_contiguous(op, x);
     dpt_tensor *out = dpt_temp(ctx, 1, (int64_t[]){1});
     float value = (float)(ctx->be->sum(ctx, x->data, x->numel) * factor);
     ctx->be->copy_h2d(ctx, out->data, &value, sizeof value);
@@ -193,7 +185,7 @@ static void reshape_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape)
 {
     char buf[96];
-    require_contiguous("reshape", x);
+    dpt_require_contiguous("reshape", x);
     DPT_ASSERT(ndim > 0 && ndim <= DPT_MAX_DIMS, "reshape to %d dims", ndim);
     int64_t resolved[DPT_MAX_DIMS], known = 1;
     int infer = -1;

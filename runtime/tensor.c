@@ -127,6 +127,14 @@ bool dpt_tensor_is_contiguous(const dpt_tensor *t)
     return true;
 }
 
+void dpt_require_contiguous(const char *op, const dpt_tensor *t)
+{
+    char buf[96];
+    if (!dpt_tensor_is_contiguous(t))
+        dpt_fatal("%s needs a contiguous tensor, got a strided view of shape %s", op,
+                  dpt_shape_str(t, buf, sizeof buf));
+}
+
 bool dpt_same_shape(const dpt_tensor *a, const dpt_tensor *b)
 {
     if (a->ndim != b->ndim) return false;

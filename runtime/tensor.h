@@ -42,6 +42,8 @@ dpt_tensor *dpt_temp_like(dpt_ctx *ctx, const dpt_tensor *t);
 dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                      int64_t offset);
 bool dpt_tensor_is_contiguous(const dpt_tensor *t);
+/* Stop with a message naming op when t is a strided view (elementwise kernels need dense data). */
+void dpt_require_contiguous(const char *op, const dpt_tensor *t);
 bool dpt_same_shape(const dpt_tensor *a, const dpt_tensor *b);
 /* "(64, 784)" into buf. */
 const char *dpt_shape_str(const dpt_tensor *t, char *buf, size_t size);
