@@ -54,10 +54,7 @@ static double train_img_s(dpt_ctx *ctx, const char *const *sets, int nsets, int6
     for (int s = 0; s <= steps; s++) {
         if (s == 1) t0 = dpt_now_s(); /* step 0 warms the caches */
         dpt_batch b;
-        if (!dpt_loader_next(l, &b)) {
-            dpt_loader_start_epoch(l, s);
-            dpt_loader_next(l, &b);
-        }
+        dpt_loader_next_cycle(l, &b);
         dpt_backward(ctx, dpt_cross_entropy(ctx, dpt_model_forward(m, ctx, b.x), b.labels, 0.0f));
         dpt_optim_step(ctx, opt);
         dpt_model_zero_grad(m);

@@ -90,10 +90,7 @@ static result run(const dpt_config *base, const dpt_dataset *train, int threads,
     int warmup = 20;
     for (int s = 0; s < warmup + steps; s++) {
         if (s == warmup) t0 = dpt_now_s();
-        if (!dpt_loader_next(loader, &b)) {
-            dpt_loader_start_epoch(loader, s);
-            dpt_loader_next(loader, &b);
-        }
+        dpt_loader_next_cycle(loader, &b);
         dpt_tensor *loss = dpt_cross_entropy(ctx, dpt_model_forward(model, ctx, b.x), b.labels, 0.0f);
         dpt_backward(ctx, loss);
         dpt_optim_step(ctx, optim);

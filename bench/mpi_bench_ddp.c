@@ -58,10 +58,7 @@ static double time_steps_once(const setup *s, const dpt_dataset *ds, dpt_comm *c
             t0 = dpt_now_s();
         }
         dpt_batch b;
-        if (!dpt_loader_next(loader, &b)) {
-            dpt_loader_start_epoch(loader, i);
-            dpt_loader_next(loader, &b);
-        }
+        dpt_loader_next_cycle(loader, &b);
         dpt_tensor *loss = dpt_cross_entropy(ctx, dpt_model_forward(model, ctx, b.x), b.labels, 0.0f);
         dpt_backward(ctx, loss);
         if (ddp) dpt_ddp_finish(ddp);

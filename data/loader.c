@@ -148,3 +148,10 @@ void dpt_loader_skip(dpt_loader *l, int64_t n)
 {
     l->batch_index = l->batch_index + n < l->n_batches ? l->batch_index + n : l->n_batches;
 }
+
+void dpt_loader_next_cycle(dpt_loader *l, dpt_batch *batch)
+{
+    if (dpt_loader_next(l, batch)) return;
+    dpt_loader_start_epoch(l, l->epoch + 1);
+    DPT_ASSERT(dpt_loader_next(l, batch), "a loader with no batch per epoch");
+}

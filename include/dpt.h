@@ -312,6 +312,9 @@ void dpt_loader_start_epoch(dpt_loader *loader, int epoch);
 bool dpt_loader_next(dpt_loader *loader, dpt_batch *batch);
 int64_t dpt_loader_num_batches(const dpt_loader *loader);
 int64_t dpt_loader_num_samples(const dpt_loader *loader); /* this rank's samples per epoch */
+/* The next batch, starting the following epoch when this one is over (benchmarks, fixed-step
+ * loops). */
+void dpt_loader_next_cycle(dpt_loader *loader, dpt_batch *batch);
 /* Skip the next n batches of this epoch without reading them (resuming mid-epoch). */
 void dpt_loader_skip(dpt_loader *loader, int64_t n);
 

@@ -106,15 +106,11 @@ static inline ddp_result ddp_train(const ddp_run *run, dpt_comm *comm, const dpt
         }
     }
     ddp_result res = {0};
-    int epoch = 0;
-    dpt_loader_start_epoch(loader, epoch);
+    dpt_loader_start_epoch(loader, 0);
     for (int s = 0; s < run->steps; s++) {
         for (int m = 0; m < run->accum; m++) {
             dpt_batch b;
-            if (!dpt_loader_next(loader, &b)) {
-                dpt_loader_start_epoch(loader, ++epoch);
-                dpt_loader_next(loader, &b);
-            }
+            dpt_loader_next_cycle(loader, &b);
             if (ddp) dpt_ddp_set_sync(ddp, m == run->accum - 1);
             dpt_tensor *loss = dpt_cross_entropy(ctx, dpt_model_forward(model, ctx, b.x), b.labels, 0.0f);
             res.last_loss = dpt_tensor_item(loss);
