@@ -89,7 +89,6 @@ static void col2im_acc(const dpt_conv_shape *s, const float *col, float *dx)
 typedef struct conv_scratch {
     float *base;
     size_t granted;
-    int threads;
 } conv_scratch;
 
 static float *scratch_get(dpt_ctx *ctx, conv_scratch *sc, size_t floats)
