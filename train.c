@@ -146,6 +146,8 @@ static void *train_replica(void *arg)
         .device = pick_device(r),
         .threads = (int)dpt_config_int(cfg, "train", "threads"),
         .seed = (uint64_t)dpt_config_int(cfg, "train", "seed"),
+        .tf32 = dpt_config_bool(cfg, "train", "tf32"),
+        .memory_limit = (size_t)(dpt_config_float(cfg, "train", "memory_limit_mb") * 1048576.0),
     };
     if (*r->devices && ctx_opt.threads == 0) /* split the cores between replicas */
         ctx_opt.threads =
@@ -176,6 +178,7 @@ static void *train_replica(void *arg)
         .limit = dpt_config_int(cfg, "data", "train_limit"),
         .crop_pad = (int)dpt_config_int(cfg, "data", "random_crop_pad"),
         .hflip = dpt_config_bool(cfg, "data", "hflip"),
+        .prefetch = (int)dpt_config_int(cfg, "data", "prefetch"),
     };
     dpt_loader_options test_opt = train_opt;
     test_opt.crop_pad = 0, test_opt.hflip = false;

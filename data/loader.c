@@ -1,12 +1,32 @@
 /* loader.c: batches from an in-memory dataset. Each epoch every rank draws the same seeded
- * permutation and takes its strided share (DistributedSampler), so ranks never overlap. */
+ * permutation and takes its strided share (DistributedSampler), so ranks never overlap.
+ *
+ * Batches go through a ring of slots. With prefetch > 0 a background thread fills the slots
+ * ahead of the consumer: it decodes (and augments) batch b into slot b % nslots, and on a
+ * device backend copies the slot's pinned host buffer to its device tensor on the copy
+ * stream, recording `copied`; dpt_loader_next makes the compute stream wait for that event,
+ * so the step never waits on a host-to-device copy. A slot handed out stays the consumer's
+ * until the next call, which records `consumed` on the compute stream; the next copy into
+ * that slot waits for it. The batch sequence is a function of (seed, epoch, position) only,
+ * so prefetching changes no value (tested). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dpt.h"
+#include "../runtime/backend.h"
+#include "../runtime/ctx.h"
 #include "../runtime/error.h"
 #include "../runtime/rng.h"
 #include "../runtime/tensor.h"
+
+typedef struct slot {
+    float *host_x;   /* decoded batch; on the CPU the tensor's own memory */
+    int32_t *labels; /* B */
+    int64_t size;
+    dpt_tensor *x_full, *x_partial; /* device memory; x_partial views x_full's (last batch) */
+    dpt_event *copied, *consumed;   /* device backends with async copies */
+} slot;
 
 struct dpt_loader {
     dpt_ctx *ctx;
@@ -17,19 +37,74 @@ struct dpt_loader {
     int64_t n_batches; /* per epoch */
     int64_t *perm;     /* n_total */
     int64_t *mine;     /* n_mine indices into the dataset */
-    int64_t batch_index;
     int epoch;
-    float lut[256];  /* byte -> normalised value */
-    float *host_x;   /* (B, C, H, W) staging */
-    int32_t *labels; /* B */
-    dpt_tensor *x_full, *x_partial;
+    float lut[256]; /* byte -> normalised value */
+    bool direct;    /* CPU: decode straight into the tensor */
+    bool async;     /* device with pinned memory, a copy stream and events */
+    slot *slots;
+    int nslots;
+    /* Positions are batch numbers in this epoch. The consumer returns `next` and holds
+     * `next - 1` until its following call; batches [next, ready) are done, and the producer
+     * may fill batch b only when b < released + nslots. */
+    int64_t next, ready, released;
+    bool held;
+    pthread_t thread;
+    bool threaded, busy, paused, quit;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, ready_cv;
 };
+
+static void free_slot(dpt_loader *l, slot *s)
+{
+    const dpt_backend *be = l->ctx->be;
+    if (s->copied) be->event_sync(l->ctx, s->copied), be->event_free(l->ctx, s->copied);
+    if (s->consumed) be->event_free(l->ctx, s->consumed);
+    if (!l->direct) {
+        if (l->async)
+            be->host_free(l->ctx, s->host_x);
+        else
+            free(s->host_x);
+    }
+    dpt_tensor_free(s->x_partial);
+    dpt_tensor_free(s->x_full);
+    free(s->labels);
+}
+
+static void init_slot(dpt_loader *l, slot *s, bool partial)
+{
+    dpt_ctx *ctx = l->ctx;
+    const dpt_dataset *ds = l->ds;
+    int64_t chw = ds->c * ds->h * ds->w;
+    s->x_full = dpt_tensor_new(ctx, 4, (int64_t[]){l->opt.batch, ds->c, ds->h, ds->w});
+    if (partial)
+        s->x_partial =
+            dpt_tensor_wrap(ctx, s->x_full->data, 4, (int64_t[]){l->n_mine % l->opt.batch, ds->c, ds->h, ds->w});
+    size_t bytes = (size_t)(l->opt.batch * chw) * sizeof(float);
+    if (l->direct)
+        s->host_x = s->x_full->data;
+    else if (l->async)
+        s->host_x = ctx->be->host_alloc(ctx, bytes);
+    else
+        s->host_x = malloc(bytes);
+    s->labels = malloc((size_t)l->opt.batch * sizeof *s->labels);
+    if (!s->host_x || !s->labels)
+        dpt_fatal("out of host memory for a loader slot (%zu bytes)%s", bytes,
+                  l->async ? " (pinned memory)" : "");
+    if (l->async) {
+        s->copied = ctx->be->event_new(ctx);
+        s->consumed = ctx->be->event_new(ctx);
+    }
+}
+
+static void fill_slot(dpt_loader *l, int64_t b, slot *s);
+static void *producer_main(void *arg);
 
 dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader_options *opt)
 {
     DPT_ASSERT(opt->batch > 0, "batch %lld", (long long)opt->batch);
     DPT_ASSERT(opt->world_size >= 1 && opt->rank >= 0 && opt->rank < opt->world_size, "rank %d of %d",
                opt->rank, opt->world_size);
+    DPT_ASSERT(opt->prefetch >= 0 && opt->prefetch <= 64, "prefetch %d", opt->prefetch);
     dpt_loader *l = calloc(1, sizeof *l);
     if (!l) dpt_fatal("out of host memory for a loader");
     l->ctx = ctx;
@@ -47,32 +122,104 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     l->n_batches = drop ? l->n_mine / opt->batch : (l->n_mine + opt->batch - 1) / opt->batch;
     l->perm = malloc((size_t)l->n_total * sizeof *l->perm);
     l->mine = malloc((size_t)(l->n_mine ? l->n_mine : 1) * sizeof *l->mine);
-    int64_t chw = ds->c * ds->h * ds->w;
-    l->host_x = malloc((size_t)(opt->batch * chw) * sizeof *l->host_x);
-    l->labels = malloc((size_t)opt->batch * sizeof *l->labels);
-    if (!l->perm || !l->mine || !l->host_x || !l->labels) dpt_fatal("out of host memory for a loader");
+    if (!l->perm || !l->mine) dpt_fatal("out of host memory for a loader");
     for (int b = 0; b < 256; b++)
         l->lut[b] = ((float)b / 255.0f - opt->mean) / opt->std;
-    l->x_full = dpt_tensor_new(ctx, 4, (int64_t[]){opt->batch, ds->c, ds->h, ds->w});
-    int64_t tail = l->n_mine % opt->batch;
-    if (!drop && tail) l->x_partial = dpt_tensor_new(ctx, 4, (int64_t[]){tail, ds->c, ds->h, ds->w});
+    const dpt_backend *be = ctx->be;
+    l->direct = ctx->device.kind == DPT_DEVICE_CPU;
+    l->async = !l->direct && be->host_alloc && be->copy_h2d_async && be->event_new;
+    /* One slot is the consumer's, `prefetch` more are filled ahead. */
+    l->nslots = opt->prefetch + 1;
+    l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
+    if (!l->slots) dpt_fatal("out of host memory for a loader");
+    bool partial = !drop && l->n_mine % opt->batch;
+    for (int i = 0; i < l->nslots; i++)
+        init_slot(l, &l->slots[i], partial);
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work_cv, NULL);
+    pthread_cond_init(&l->ready_cv, NULL);
     dpt_loader_start_epoch(l, 0);
+    if (opt->prefetch > 0) {
+        if (pthread_create(&l->thread, NULL, producer_main, l) != 0)
+            dpt_fatal("cannot start the loader's prefetch thread");
+        l->threaded = true;
+    }
     return l;
 }
 
 void dpt_loader_free(dpt_loader *l)
 {
     if (!l) return;
-    dpt_tensor_free(l->x_full);
-    dpt_tensor_free(l->x_partial);
+    if (l->threaded) {
+        pthread_mutex_lock(&l->mu);
+        l->quit = true;
+        pthread_cond_signal(&l->work_cv);
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->thread, NULL);
+    }
+    for (int i = 0; i < l->nslots; i++)
+        free_slot(l, &l->slots[i]);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->work_cv);
+    pthread_cond_destroy(&l->ready_cv);
+    free(l->slots);
     free(l->perm);
     free(l->mine);
-    free(l->host_x);
-    free(l->labels);
     free(l);
 }
 
-void dpt_loader_start_epoch(dpt_loader *l, int epoch)
+/* ---------------------------------------------------------------- the producer */
+
+static void *producer_main(void *arg)
+{
+    dpt_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->quit && (l->paused || l->ready >= l->n_batches || l->ready >= l->released + l->nslots))
+            pthread_cond_wait(&l->work_cv, &l->mu);
+        if (l->quit) break;
+        int64_t b = l->ready;
+        l->busy = true;
+        pthread_mutex_unlock(&l->mu);
+        fill_slot(l, b, &l->slots[b % l->nslots]);
+        pthread_mutex_lock(&l->mu);
+        l->busy = false;
+        l->ready = b + 1;
+        pthread_cond_broadcast(&l->ready_cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* Give the batch the consumer holds back: on a device, later copies into its slot wait
+ * until the compute stream is done with it. Called with mu held. */
+static void release_held(dpt_loader *l)
+{
+    if (!l->held) return;
+    slot *s = &l->slots[(l->next - 1) % l->nslots];
+    if (l->async) l->ctx->be->event_record(l->ctx, s->consumed, DPT_STREAM_COMPUTE);
+    l->held = false;
+    l->released = l->next;
+}
+
+/* Move the sequence to batch `to` of the (possibly new) epoch: stop the producer between
+ * batches, let `change` alter the order, and restart it from there. */
+static void reposition(dpt_loader *l, int64_t to, void (*change)(dpt_loader *, int), int epoch)
+{
+    pthread_mutex_lock(&l->mu);
+    l->paused = true;
+    while (l->busy)
+        pthread_cond_wait(&l->ready_cv, &l->mu);
+    release_held(l);
+    if (change) change(l, epoch);
+    if (to > l->n_batches) to = l->n_batches;
+    l->next = l->ready = l->released = to;
+    l->paused = false;
+    pthread_cond_signal(&l->work_cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+static void new_order(dpt_loader *l, int epoch)
 {
     l->epoch = epoch;
     if (l->opt.shuffle) {
@@ -87,7 +234,11 @@ void dpt_loader_start_epoch(dpt_loader *l, int epoch)
         int64_t pos = (int64_t)l->opt.rank + i * l->opt.world_size;
         l->mine[i] = l->perm[pos % l->n_total];
     }
-    l->batch_index = 0;
+}
+
+void dpt_loader_start_epoch(dpt_loader *l, int epoch)
+{
+    reposition(l, 0, new_order, epoch);
 }
 
 /* Random crop of the zero-padded image and horizontal flip. The draw depends only on the
@@ -109,29 +260,64 @@ static void augment(const dpt_loader *l, int64_t idx, const uint8_t *src, float 
             }
 }
 
-bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
+/* Decode batch b of this epoch into slot s and, on a device, start its copy. Runs on the
+ * producer thread (or the caller's when prefetch = 0); touches nothing the consumer uses. */
+static void fill_slot(dpt_loader *l, int64_t b, slot *s)
 {
-    if (l->batch_index >= l->n_batches) return false;
-    int64_t start = l->batch_index * l->opt.batch;
+    const dpt_backend *be = l->ctx->be;
+    int64_t start = b * l->opt.batch;
     int64_t size = l->n_mine - start < l->opt.batch ? l->n_mine - start : l->opt.batch;
     int64_t chw = l->ds->c * l->ds->h * l->ds->w;
-    for (int64_t b = 0; b < size; b++) {
-        int64_t idx = l->mine[start + b];
+    if (l->async) be->event_sync(l->ctx, s->copied); /* the previous copy has read host_x */
+    for (int64_t i = 0; i < size; i++) {
+        int64_t idx = l->mine[start + i];
         const uint8_t *src = l->ds->images + idx * chw;
-        float *dst = l->host_x + b * chw;
+        float *dst = s->host_x + i * chw;
         if (l->opt.crop_pad || l->opt.hflip)
             augment(l, idx, src, dst);
         else
             for (int64_t j = 0; j < chw; j++)
                 dst[j] = l->lut[src[j]];
-        l->labels[b] = l->ds->labels[idx];
+        s->labels[i] = l->ds->labels[idx];
     }
-    dpt_tensor *x = size == l->opt.batch ? l->x_full : l->x_partial;
-    dpt_tensor_copy_from_host(x, l->host_x);
-    batch->x = x;
-    batch->labels = l->labels;
-    batch->size = size;
-    l->batch_index++;
+    s->size = size;
+    if (l->async) {
+        be->stream_wait(l->ctx, DPT_STREAM_COPY, s->consumed); /* compute is done with the slot */
+        be->copy_h2d_async(l->ctx, s->x_full->data, s->host_x, (size_t)(size * chw) * sizeof(float),
+                           DPT_STREAM_COPY);
+        be->event_record(l->ctx, s->copied, DPT_STREAM_COPY);
+    }
+}
+
+bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
+{
+    pthread_mutex_lock(&l->mu);
+    release_held(l);
+    if (l->next >= l->n_batches) {
+        pthread_mutex_unlock(&l->mu);
+        return false;
+    }
+    int64_t b = l->next;
+    slot *s = &l->slots[b % l->nslots];
+    if (l->threaded) {
+        pthread_cond_signal(&l->work_cv); /* a slot came free */
+        while (l->ready <= b)
+            pthread_cond_wait(&l->ready_cv, &l->mu);
+    } else {
+        fill_slot(l, b, s);
+        l->ready = b + 1;
+    }
+    l->next = b + 1;
+    l->held = true;
+    pthread_mutex_unlock(&l->mu);
+    if (l->async)
+        l->ctx->be->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);
+    else if (!l->direct) /* a device backend without async copies: a synchronous one */
+        l->ctx->be->copy_h2d(l->ctx, s->x_full->data, s->host_x,
+                             (size_t)(s->size * l->ds->c * l->ds->h * l->ds->w) * sizeof(float));
+    batch->x = s->size == l->opt.batch ? s->x_full : s->x_partial;
+    batch->labels = s->labels;
+    batch->size = s->size;
     return true;
 }
 
@@ -146,7 +332,10 @@ int64_t dpt_loader_num_samples(const dpt_loader *l)
 
 void dpt_loader_skip(dpt_loader *l, int64_t n)
 {
-    l->batch_index = l->batch_index + n < l->n_batches ? l->batch_index + n : l->n_batches;
+    pthread_mutex_lock(&l->mu);
+    int64_t to = l->next + n;
+    pthread_mutex_unlock(&l->mu);
+    reposition(l, to, NULL, 0);
 }
 
 void dpt_loader_next_cycle(dpt_loader *l, dpt_batch *batch)

@@ -55,6 +55,8 @@ typedef struct dpt_ctx_options {
     dpt_device device;
     int threads;   /* CPU threads for BLAS and kernels; 0 = all cores */
     uint64_t seed; /* seeds parameter init and dropout */
+    bool tf32;     /* CUDA: TF32 tensor-core math in cuBLAS GEMMs and cuDNN convolutions */
+    size_t memory_limit; /* bytes the device's caching allocator may reserve (0 = no limit) */
 } dpt_ctx_options;
 
 /* Create a context; NULL with err filled if the device cannot be used. */
@@ -73,6 +75,7 @@ typedef struct dpt_mem_stats {
     size_t allocated;       /* handed out and not yet returned */
     size_t reserved;        /* allocated + cached in free lists */
     size_t peak_allocated;  /* high-water mark of allocated */
+    size_t limit;           /* cap on reserved (0 = none) */
     uint64_t system_allocs; /* calls to the system allocator (steady state: constant) */
 } dpt_mem_stats;
 dpt_mem_stats dpt_ctx_mem_stats(const dpt_ctx *ctx);
@@ -296,12 +299,15 @@ typedef struct dpt_loader_options {
                            * differ by one sample (no dropping, no padding) */
     int crop_pad;         /* augmentation: random crop after zero-padding by this many pixels */
     bool hflip;           /* augmentation: horizontal flip with probability 1/2 */
+    int prefetch;         /* batches a background thread prepares ahead (decoding, and on a GPU
+                           * the copy from pinned memory on the copy stream); 0: each batch is
+                           * made on the calling thread inside dpt_loader_next */
 } dpt_loader_options;
 
 typedef struct dpt_loader dpt_loader;
 typedef struct dpt_batch {
-    dpt_tensor *x;         /* (B, C, H, W) owned by the loader, reused each batch */
-    const int32_t *labels; /* B */
+    dpt_tensor *x;         /* (B, C, H, W) owned by the loader, valid until the next call */
+    const int32_t *labels; /* B, host memory, valid until the next call */
     int64_t size;          /* B (the last batch may be smaller when drop_last = false) */
 } dpt_batch;
 

@@ -41,6 +41,16 @@ dpt_alloc *dpt_alloc_new(dpt_raw_allocator raw)
     return alloc;
 }
 
+void dpt_alloc_set_limit(dpt_alloc *alloc, size_t bytes)
+{
+    alloc->stats.limit = bytes;
+}
+
+static bool within_limit(const dpt_alloc *alloc, size_t size)
+{
+    return alloc->stats.limit == 0 || alloc->stats.reserved + size <= alloc->stats.limit;
+}
+
 static bin *find_bin(dpt_alloc *alloc, size_t size, bool create)
 {
     int lo = 0, hi = alloc->nbins;
@@ -72,10 +82,10 @@ void *dpt_alloc_get(dpt_alloc *alloc, size_t bytes, size_t *granted)
     if (b && b->count > 0) {
         ptr = b->blocks[--b->count];
     } else {
-        ptr = alloc->raw.malloc_fn(size, alloc->raw.user);
+        ptr = within_limit(alloc, size) ? alloc->raw.malloc_fn(size, alloc->raw.user) : NULL;
         if (!ptr) { /* give the cache back and try once more before failing */
             dpt_alloc_trim(alloc);
-            ptr = alloc->raw.malloc_fn(size, alloc->raw.user);
+            if (within_limit(alloc, size)) ptr = alloc->raw.malloc_fn(size, alloc->raw.user);
         }
         if (!ptr) return NULL;
         alloc->stats.reserved += size;

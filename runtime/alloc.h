@@ -15,6 +15,9 @@ typedef struct dpt_raw_allocator {
 } dpt_raw_allocator;
 
 dpt_alloc *dpt_alloc_new(dpt_raw_allocator raw);
+/* Refuse to reserve more than `bytes` from the system (0 = no cap): as if the device were
+ * that small. The cache is trimmed before a request past the cap fails. */
+void dpt_alloc_set_limit(dpt_alloc *alloc, size_t bytes);
 /* Release every cached block; blocks still handed out are reported as a leak (returns their bytes). */
 size_t dpt_alloc_free(dpt_alloc *alloc);
 /* A block of at least `bytes`; *granted receives the block's real size (pass it back to put). */

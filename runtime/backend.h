@@ -19,6 +19,11 @@ typedef struct dpt_pool_shape {
     int64_t n, c, h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, oh, ow;
 } dpt_pool_shape;
 
+/* Streams of a device context: kernels run on COMPUTE; the loader's host-to-device copies on
+ * COPY; NCCL's AllReduces on COMM. Work on different streams is ordered only by events. */
+typedef enum dpt_stream { DPT_STREAM_COMPUTE, DPT_STREAM_COPY, DPT_STREAM_COMM } dpt_stream;
+typedef struct dpt_event dpt_event; /* a marker in a stream (a cudaEvent_t for CUDA) */
+
 typedef struct dpt_backend {
     const char *name;
     /* Set up / tear down ctx->backend_state (streams, handles, thread settings). */
@@ -29,6 +34,21 @@ typedef struct dpt_backend {
     void (*copy_h2d)(dpt_ctx *ctx, void *dst, const void *host_src, size_t bytes);
     void (*copy_d2h)(dpt_ctx *ctx, void *host_dst, const void *src, size_t bytes);
     void (*copy_d2d)(dpt_ctx *ctx, void *dst, const void *src, size_t bytes);
+    /* Asynchrony. NULL on the CPU, where every call has finished when it returns. host_alloc
+     * gives pinned memory (the only kind a copy can overlap with compute from); the copy is
+     * enqueued on stream s and reads host_src until an event recorded after it completes.
+     * These may be called from a thread other than the context's (the loader's prefetch
+     * thread), each on its own stream. */
+    void *(*host_alloc)(dpt_ctx *ctx, size_t bytes);
+    void (*host_free)(dpt_ctx *ctx, void *ptr);
+    void (*copy_h2d_async)(dpt_ctx *ctx, void *dst, const void *host_src, size_t bytes, dpt_stream s);
+    dpt_event *(*event_new)(dpt_ctx *ctx);
+    void (*event_free)(dpt_ctx *ctx, dpt_event *ev);
+    void (*event_record)(dpt_ctx *ctx, dpt_event *ev, dpt_stream s); /* marks s's work so far */
+    void (*stream_wait)(dpt_ctx *ctx, dpt_stream s, dpt_event *ev);   /* s's later work waits for ev */
+    void (*event_sync)(dpt_ctx *ctx, dpt_event *ev);                  /* the host waits for ev */
+    /* The device's free and total memory as its driver reports them (NULL: unknown). */
+    void (*mem_info)(dpt_ctx *ctx, size_t *free_bytes, size_t *total_bytes);
     /* Elementwise: x, y, out have n elements. */
     void (*fill)(dpt_ctx *ctx, float *x, int64_t n, float value);
     void (*axpy)(dpt_ctx *ctx, int64_t n, float alpha, const float *x, float *y);    /* y += alpha*x */

@@ -14,6 +14,7 @@ struct dpt_ctx {
     void *backend_state; /* streams, handles: owned by the backend */
     dpt_alloc *alloc;
     int threads;
+    bool tf32; /* CUDA math mode; read by the backend's init */
     dpt_rng rng;
     bool grad_enabled;
     /* The tape: nodes in forward order and every temporary made since the last clear. */
@@ -28,5 +29,9 @@ struct dpt_ctx {
     dpt_grad_ready_hook grad_ready_hook;
     void *grad_ready_user;
 };
+
+/* A block from the context's caching allocator, or the out-of-memory report naming `what`,
+ * the request, what is in use, and what to change (it stops the job). */
+void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *what);
 
 #endif

@@ -259,10 +259,8 @@ static void build_buckets(dpt_ddp *d)
         cur->count++;
     }
     for (int b = 0; b < d->nbuckets; b++) {
-        d->buckets[b].flat =
-            dpt_alloc_get(d->ctx->alloc, (size_t)d->buckets[b].numel * sizeof(float), &d->buckets[b].granted);
-        if (!d->buckets[b].flat)
-            dpt_fatal("out of memory for DDP bucket %d (%lld floats)", b, (long long)d->buckets[b].numel);
+        d->buckets[b].flat = dpt_ctx_alloc(d->ctx, (size_t)d->buckets[b].numel * sizeof(float),
+                                           &d->buckets[b].granted, "a DDP gradient bucket");
         d->buckets[b].pending = d->buckets[b].count;
     }
 }

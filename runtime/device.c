@@ -61,12 +61,14 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
     ctx->threads = options->threads > 0 ? options->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ctx->threads < 1) ctx->threads = 1;
     ctx->grad_enabled = true;
+    ctx->tf32 = options->tf32;
     dpt_rng_seed(&ctx->rng, options->seed);
     if (!be->init(ctx, err)) {
         free(ctx);
         return NULL;
     }
     ctx->alloc = dpt_alloc_new(be->raw_allocator(ctx));
+    dpt_alloc_set_limit(ctx->alloc, options->memory_limit);
     return ctx;
 }
 
@@ -83,6 +85,46 @@ void dpt_ctx_free(dpt_ctx *ctx)
                 ctx->be->name);
     ctx->be->shutdown(ctx);
     free(ctx);
+}
+
+static void human(char *buf, size_t cap, double bytes)
+{
+    if (bytes >= 1073741824.0)
+        snprintf(buf, cap, "%.2f GiB", bytes / 1073741824.0);
+    else
+        snprintf(buf, cap, "%.1f MiB", bytes / 1048576.0);
+}
+
+void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *what)
+{
+    void *p = dpt_alloc_get(ctx->alloc, bytes, granted);
+    if (p) return p;
+    dpt_mem_stats st = dpt_alloc_stats(ctx->alloc);
+    char ask[24], used[24], reserved[24], peak[24], cap[96] = "", dev[96] = "";
+    human(ask, sizeof ask, (double)bytes);
+    human(used, sizeof used, (double)st.allocated);
+    human(reserved, sizeof reserved, (double)st.reserved);
+    human(peak, sizeof peak, (double)st.peak_allocated);
+    if (st.limit) {
+        char lim[32];
+        human(lim, sizeof lim, (double)st.limit);
+        snprintf(cap, sizeof cap, ", limit %s ([train] memory_limit_mb)", lim);
+    }
+    if (ctx->be->mem_info) {
+        size_t free_b = 0, total_b = 0;
+        ctx->be->mem_info(ctx, &free_b, &total_b);
+        char f[24], t[24];
+        human(f, sizeof f, (double)free_b);
+        human(t, sizeof t, (double)total_b);
+        snprintf(dev, sizeof dev, "; the device has %s free of %s", f, t);
+    }
+    char name[32] = "cpu";
+    if (ctx->device.kind == DPT_DEVICE_CUDA) snprintf(name, sizeof name, "cuda:%d", ctx->device.index);
+    dpt_abort_job("out of memory on %s: asked for %s (%s) with %s in use by tensors, %s reserved by the "
+                  "cache, peak %s%s%s\n"
+                  "HINT: use a smaller per-rank batch ([train] batch) and keep the global batch with "
+                  "[distributed] accum_steps, or spread the batch over more ranks",
+                  name, ask, what, used, reserved, peak, cap, dev);
 }
 
 int dpt_ctx_threads(const dpt_ctx *ctx)

@@ -93,8 +93,7 @@ typedef struct conv_scratch {
 
 static float *scratch_get(dpt_ctx *ctx, conv_scratch *sc, size_t floats)
 {
-    sc->base = dpt_alloc_get(ctx->alloc, floats * sizeof(float) + 64, &sc->granted);
-    if (!sc->base) dpt_fatal("out of memory for %zu floats of convolution scratch", floats);
+    sc->base = dpt_ctx_alloc(ctx, floats * sizeof(float) + 64, &sc->granted, "convolution scratch");
     return sc->base;
 }
 

@@ -1,8 +1,9 @@
-/* ops_cuda.cu: the CUDA backend: device memory through the caching allocator, a compute
- * stream per context, cuBLAS SGEMM, cuDNN convolution (algorithms chosen by cuDNN's
- * heuristics once per shape and cached, workspace from the caching allocator), and CUDA C
- * kernels for elementwise ops, reductions, batch-norm statistics, pooling, softmax
- * cross-entropy and fused SGD/AdamW updates. */
+/* ops_cuda.cu: the CUDA backend: device memory through the caching allocator, a compute, a
+ * copy and a communication stream per context with events between them, pinned host
+ * memory, cuBLAS SGEMM (TF32 as a setting), cuDNN convolution (algorithms chosen by cuDNN's
+ * heuristics once per shape and cached, workspace from the caching allocator) and batch
+ * norm, and CUDA C kernels for elementwise ops, reductions, batch-norm statistics (the
+ * SyncBatchNorm path), pooling, softmax cross-entropy and fused SGD/AdamW updates. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -15,6 +16,7 @@
 extern "C" {
 #include "backend.h"
 #include "ctx.h"
+#include "cuda_util.h"
 #include "error.h"
 }
 
@@ -41,8 +43,6 @@ extern "C" {
             dpt_fatal("%s failed: %s", #call, cudnnGetErrorString(dnn_rc_));                                 \
     } while (0)
 
-#define CONV_CACHE 64
-
 /* One convolution shape's descriptors and chosen algorithms. */
 typedef struct conv_plan {
     dpt_conv_shape shape;
@@ -57,7 +57,7 @@ typedef struct conv_plan {
 
 typedef struct cuda_state {
     int device;
-    cudaStream_t compute;
+    cudaStream_t compute, copy, comm;
     cublasHandle_t blas;
     int32_t *labels; /* device copy of a batch's labels */
     size_t labels_cap;
@@ -66,8 +66,9 @@ typedef struct cuda_state {
     float *small; /* per-channel parameters copied from the host (batch norm) */
     size_t small_cap;
     cudnnHandle_t dnn;
-    conv_plan plans[CONV_CACHE];
-    int nplans;
+    conv_plan *plans; /* one per convolution shape seen (train, eval and last-batch sizes) */
+    int nplans, cap_plans;
+    cudnnTensorDescriptor_t bn_x, bn_c; /* batch norm: the input's and the per-channel shape */
 } cuda_state;
 
 static cuda_state *state_of(dpt_ctx *ctx)
@@ -77,6 +78,15 @@ static cuda_state *state_of(dpt_ctx *ctx)
 static cudaStream_t stream_of(dpt_ctx *ctx)
 {
     return state_of(ctx)->compute;
+}
+extern "C" cudaStream_t dpt_cuda_stream(dpt_ctx *ctx, dpt_stream which)
+{
+    cuda_state *s = state_of(ctx);
+    return which == DPT_STREAM_COPY ? s->copy : which == DPT_STREAM_COMM ? s->comm : s->compute;
+}
+extern "C" int dpt_cuda_device_of(dpt_ctx *ctx)
+{
+    return state_of(ctx)->device;
 }
 static unsigned blocks_for(int64_t n)
 {
@@ -339,14 +349,22 @@ static bool cuda_init(dpt_ctx *ctx, dpt_error *err)
     cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
     s->device = ctx->device.index;
     CHECK_CUDA(cudaSetDevice(s->device));
+    /* Non-blocking streams: no implicit order with the legacy default stream; every cross-
+     * stream dependency is an event. */
     CHECK_CUDA(cudaStreamCreateWithFlags(&s->compute, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s->copy, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s->comm, cudaStreamNonBlocking));
     CHECK_CUBLAS(cublasCreate(&s->blas));
     CHECK_CUBLAS(cublasSetStream(s->blas, s->compute));
-    /* exact f32 GEMM by default (TF32 off), so results compare with the CPU backend */
-    CHECK_CUBLAS(cublasSetMathMode(s->blas, CUBLAS_DEFAULT_MATH));
+    /* Exact f32 GEMM by default (TF32 off), so results compare with the CPU backend;
+     * CUBLAS_PEDANTIC_MATH would also rule out split-K reductions, which we allow. */
+    CHECK_CUBLAS(cublasSetMathMode(s->blas, ctx->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     CHECK_CUDA(cudaMalloc(&s->scratch, 16 * sizeof(double)));
+    s->scratch_cap = 16 * sizeof(double);
     CHECK_CUDNN(cudnnCreate(&s->dnn));
     CHECK_CUDNN(cudnnSetStream(s->dnn, s->compute));
+    CHECK_CUDNN(cudnnCreateTensorDescriptor(&s->bn_x));
+    CHECK_CUDNN(cudnnCreateTensorDescriptor(&s->bn_c));
     ctx->backend_state = s;
     return true;
 }
@@ -355,6 +373,9 @@ static void cuda_shutdown(dpt_ctx *ctx)
 {
     cuda_state *s = state_of(ctx);
     if (!s) return;
+    cudaSetDevice(s->device);
+    cudaStreamSynchronize(s->copy);
+    cudaStreamSynchronize(s->comm);
     cudaStreamSynchronize(s->compute);
     cublasDestroy(s->blas);
     for (int i = 0; i < s->nplans; i++) {
@@ -363,10 +384,15 @@ static void cuda_shutdown(dpt_ctx *ctx)
         cudnnDestroyFilterDescriptor(s->plans[i].w);
         cudnnDestroyConvolutionDescriptor(s->plans[i].conv);
     }
+    free(s->plans);
+    cudnnDestroyTensorDescriptor(s->bn_x);
+    cudnnDestroyTensorDescriptor(s->bn_c);
     cudnnDestroy(s->dnn);
     cudaFree(s->small);
     cudaFree(s->labels);
     cudaFree(s->scratch);
+    cudaStreamDestroy(s->copy);
+    cudaStreamDestroy(s->comm);
     cudaStreamDestroy(s->compute);
     free(s);
 }
@@ -386,6 +412,70 @@ static void cuda_d2h(dpt_ctx *ctx, void *dst, const void *src, size_t bytes)
 static void cuda_d2d(dpt_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
     if (bytes) CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(ctx)));
+}
+
+/* ---------------------------------------------------------------- pinned memory, streams, events */
+
+static void *cuda_host_alloc(dpt_ctx *ctx, size_t bytes)
+{
+    void *p = NULL;
+    CHECK_CUDA(cudaSetDevice(state_of(ctx)->device));
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_host_free(dpt_ctx *ctx, void *p)
+{
+    if (p) CHECK_CUDA(cudaFreeHost(p));
+}
+
+/* The loader's prefetch thread calls these too: the current device is per host thread. */
+static void cuda_copy_h2d_async(dpt_ctx *ctx, void *dst, const void *src, size_t bytes, dpt_stream s)
+{
+    CHECK_CUDA(cudaSetDevice(state_of(ctx)->device));
+    if (bytes) CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dpt_cuda_stream(ctx, s)));
+}
+
+static dpt_event *cuda_event_new(dpt_ctx *ctx)
+{
+    cudaEvent_t ev;
+    CHECK_CUDA(cudaSetDevice(state_of(ctx)->device));
+    CHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    return (dpt_event *)ev;
+}
+
+static void cuda_event_free(dpt_ctx *ctx, dpt_event *ev)
+{
+    if (ev) CHECK_CUDA(cudaEventDestroy((cudaEvent_t)ev));
+}
+
+static void cuda_event_record(dpt_ctx *ctx, dpt_event *ev, dpt_stream s)
+{
+    CHECK_CUDA(cudaSetDevice(state_of(ctx)->device));
+    CHECK_CUDA(cudaEventRecord((cudaEvent_t)ev, dpt_cuda_stream(ctx, s)));
+}
+
+/* An event never recorded counts as complete: the first wait on a fresh slot passes. */
+static void cuda_stream_wait(dpt_ctx *ctx, dpt_stream s, dpt_event *ev)
+{
+    CHECK_CUDA(cudaSetDevice(state_of(ctx)->device));
+    CHECK_CUDA(cudaStreamWaitEvent(dpt_cuda_stream(ctx, s), (cudaEvent_t)ev, 0));
+}
+
+static void cuda_event_sync(dpt_ctx *ctx, dpt_event *ev)
+{
+    CHECK_CUDA(cudaEventSynchronize((cudaEvent_t)ev));
+}
+
+static void cuda_mem_info(dpt_ctx *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    if (cudaSetDevice(state_of(ctx)->device) != cudaSuccess ||
+        cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess)
+        cudaGetLastError();
 }
 
 #define LAUNCH(kernel, n, ...)                                                                               \
@@ -550,12 +640,26 @@ static void cuda_adamw_step(dpt_ctx *ctx, int64_t n, float *p, const float *g, f
 
 /* ---------------------------------------------------------------- convolution (cuDNN) */
 
+static const char *conv_shape_str(const dpt_conv_shape *sh)
+{
+    static __thread char buf[160];
+    snprintf(buf, sizeof buf, "x %lldx%lldx%lldx%lld, w %lldx%lldx%lldx%lld, stride %lld, pad %lld, groups %lld",
+             (long long)sh->n, (long long)sh->c_in, (long long)sh->h, (long long)sh->w, (long long)sh->c_out,
+             (long long)(sh->c_in / sh->groups), (long long)sh->kh, (long long)sh->kw, (long long)sh->stride_h,
+             (long long)sh->pad_h, (long long)sh->groups);
+    return buf;
+}
+
 static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
 {
     cuda_state *s = state_of(ctx);
     for (int i = 0; i < s->nplans; i++)
         if (memcmp(&s->plans[i].shape, sh, sizeof *sh) == 0) return &s->plans[i];
-    if (s->nplans == CONV_CACHE) dpt_fatal("more than %d convolution shapes in one context", CONV_CACHE);
+    if (s->nplans == s->cap_plans) {
+        s->cap_plans = s->cap_plans ? 2 * s->cap_plans : 32;
+        s->plans = (conv_plan *)realloc(s->plans, (size_t)s->cap_plans * sizeof *s->plans);
+        if (!s->plans) dpt_fatal("out of host memory for convolution plans");
+    }
     conv_plan *p = &s->plans[s->nplans++];
     p->shape = *sh;
     CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->x));
@@ -572,19 +676,35 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
                                                 (int)sh->stride_w, (int)sh->dil_h, (int)sh->dil_w,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CHECK_CUDNN(cudnnSetConvolutionGroupCount(p->conv, (int)sh->groups));
-    /* exact f32 math by default, to compare with the CPU backend */
-    CHECK_CUDNN(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH));
-    int got = 0;
-    cudnnConvolutionFwdAlgoPerf_t f;
-    cudnnConvolutionBwdDataAlgoPerf_t d;
-    cudnnConvolutionBwdFilterAlgoPerf_t w;
-    CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->dnn, p->x, p->w, p->conv, p->y, 1, &got, &f));
-    CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(s->dnn, p->w, p->y, p->conv, p->x, 1, &got, &d));
+    /* Exact f32 math by default, to compare with the CPU backend; [train] tf32 lets cuDNN use
+     * TF32 tensor cores. */
+    CHECK_CUDNN(cudnnSetConvolutionMathType(p->conv, ctx->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    /* cuDNN's heuristics rank the algorithms for this shape (the choice is a function of the
+     * shape and the GPU, so a resumed run picks the same ones); take the best that is
+     * supported and whose workspace fits. */
+    enum { MAX_ALGOS = 16 };
+    const size_t cap = (size_t)1 << 30;
+    int got = 0, i;
+    cudnnConvolutionFwdAlgoPerf_t f[MAX_ALGOS];
+    cudnnConvolutionBwdDataAlgoPerf_t d[MAX_ALGOS];
+    cudnnConvolutionBwdFilterAlgoPerf_t w[MAX_ALGOS];
+    CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->dnn, p->x, p->w, p->conv, p->y, MAX_ALGOS, &got, f));
+    for (i = 0; i < got && (f[i].status != CUDNN_STATUS_SUCCESS || f[i].memory > cap); i++) {}
+    if (i == got) dpt_fatal("cuDNN offers no forward algorithm for convolution %s", conv_shape_str(sh));
+    p->fwd = f[i].algo, p->workspace = f[i].memory;
     CHECK_CUDNN(
-        cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->dnn, p->x, p->y, p->conv, p->w, 1, &got, &w));
-    p->fwd = f.algo, p->bwd_data = d.algo, p->bwd_filter = w.algo;
-    p->workspace = f.memory > d.memory ? f.memory : d.memory;
-    if (w.memory > p->workspace) p->workspace = w.memory;
+        cudnnGetConvolutionBackwardDataAlgorithm_v7(s->dnn, p->w, p->y, p->conv, p->x, MAX_ALGOS, &got, d));
+    for (i = 0; i < got && (d[i].status != CUDNN_STATUS_SUCCESS || d[i].memory > cap); i++) {}
+    if (i == got) dpt_fatal("cuDNN offers no backward-data algorithm for convolution %s", conv_shape_str(sh));
+    p->bwd_data = d[i].algo;
+    if (d[i].memory > p->workspace) p->workspace = d[i].memory;
+    CHECK_CUDNN(
+        cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->dnn, p->x, p->y, p->conv, p->w, MAX_ALGOS, &got, w));
+    for (i = 0; i < got && (w[i].status != CUDNN_STATUS_SUCCESS || w[i].memory > cap); i++) {}
+    if (i == got)
+        dpt_fatal("cuDNN offers no backward-filter algorithm for convolution %s", conv_shape_str(sh));
+    p->bwd_filter = w[i].algo;
+    if (w[i].memory > p->workspace) p->workspace = w[i].memory;
     return p;
 }
 
@@ -597,19 +717,17 @@ static workspace workspace_get(dpt_ctx *ctx, size_t bytes)
 {
     workspace ws = {NULL, 0};
     if (bytes) {
-        ws.ptr = dpt_alloc_get(ctx->alloc, bytes, &ws.granted);
-        if (!ws.ptr) dpt_fatal("out of GPU memory for %zu bytes of cuDNN workspace", bytes);
+        ws.ptr = dpt_ctx_alloc(ctx, bytes, &ws.granted, "cuDNN convolution workspace");
     }
     return ws;
 }
 
+/* No synchronisation: the cache serves one stream (compute), so whatever reuses the block
+ * next is enqueued behind the convolution that still reads it (PyTorch's caching allocator
+ * relies on the same stream order). */
 static void workspace_put(dpt_ctx *ctx, workspace ws)
 {
-    /* the stream may still use it: blocks go back to the cache only after the work is done */
-    if (ws.ptr) {
-        CHECK_CUDA(cudaStreamSynchronize(stream_of(ctx)));
-        dpt_alloc_put(ctx->alloc, ws.ptr, ws.granted);
-    }
+    if (ws.ptr) dpt_alloc_put(ctx->alloc, ws.ptr, ws.granted);
 }
 
 __global__ void channel_bias_kernel(float *y, const float *b, int64_t n, int64_t c, int64_t hw)
@@ -877,6 +995,15 @@ static dpt_backend make_backend(void)
     be.copy_h2d = cuda_h2d;
     be.copy_d2h = cuda_d2h;
     be.copy_d2d = cuda_d2d;
+    be.host_alloc = cuda_host_alloc;
+    be.host_free = cuda_host_free;
+    be.copy_h2d_async = cuda_copy_h2d_async;
+    be.event_new = cuda_event_new;
+    be.event_free = cuda_event_free;
+    be.event_record = cuda_event_record;
+    be.stream_wait = cuda_stream_wait;
+    be.event_sync = cuda_event_sync;
+    be.mem_info = cuda_mem_info;
     be.fill = cuda_fill;
     be.axpy = cuda_axpy;
     be.scale = cuda_scale;

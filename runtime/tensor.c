@@ -42,13 +42,7 @@ dpt_tensor *dpt_tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool 
     dpt_storage *s = calloc(1, sizeof *s);
     if (!s) dpt_fatal("out of host memory for a storage header");
     size_t bytes = (size_t)t->numel * sizeof(float);
-    s->ptr = dpt_alloc_get(ctx->alloc, bytes, &s->granted);
-    if (!s->ptr) {
-        dpt_mem_stats st = dpt_alloc_stats(ctx->alloc);
-        dpt_fatal("out of memory on %s: asked for %zu bytes with %zu in use (peak %zu)\n"
-                  "HINT: use a smaller per-rank batch ([train] batch) or more ranks",
-                  ctx->be->name, bytes, st.allocated, st.peak_allocated);
-    }
+    s->ptr = dpt_ctx_alloc(ctx, bytes, &s->granted, "a tensor");
     s->refcount = 1;
     s->alloc = ctx->alloc;
     t->storage = s;

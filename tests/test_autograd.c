@@ -195,6 +195,45 @@ static void test_alloc_bins(void **state)
     }
 }
 
+static int raw_calls;
+static void *counting_malloc(size_t bytes, void *user)
+{
+    (void)user;
+    raw_calls++;
+    return malloc(bytes);
+}
+static void plain_free(void *p, void *user)
+{
+    (void)user;
+    free(p);
+}
+
+/* A cap on reserved bytes: a request past it first gives the cache back, then fails; the
+ * failure leaves the allocator usable. */
+static void test_alloc_limit(void **state)
+{
+    (void)state;
+    dpt_alloc *a = dpt_alloc_new((dpt_raw_allocator){counting_malloc, plain_free, NULL});
+    dpt_alloc_set_limit(a, 4096);
+    size_t g1, g2, g3;
+    void *p1 = dpt_alloc_get(a, 2048, &g1), *p2 = dpt_alloc_get(a, 1024, &g2);
+    assert_non_null(p1);
+    assert_non_null(p2);
+    assert_null(dpt_alloc_get(a, 2048, &g3)); /* 3072 reserved + 2048 > 4096 */
+    dpt_alloc_put(a, p2, g2);                  /* cached: still reserved */
+    assert_int_equal(dpt_alloc_stats(a).reserved, 3072);
+    void *p3 = dpt_alloc_get(a, 2048, &g3); /* fits only once the cached 1 KiB is released */
+    assert_non_null(p3);
+    dpt_mem_stats st = dpt_alloc_stats(a);
+    assert_int_equal(st.reserved, 4096);
+    assert_int_equal(st.allocated, 4096);
+    assert_int_equal(st.limit, 4096);
+    assert_int_equal(raw_calls, 3);
+    dpt_alloc_put(a, p1, g1);
+    dpt_alloc_put(a, p3, g3);
+    assert_int_equal(dpt_alloc_free(a), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -204,6 +243,7 @@ int main(void)
         cmocka_unit_test(test_no_grad),
         cmocka_unit_test(test_allocator_steady_state),
         cmocka_unit_test(test_alloc_bins),
+        cmocka_unit_test(test_alloc_limit),
     };
     return cmocka_run_group_tests_name("autograd", tests, NULL, NULL);
 }

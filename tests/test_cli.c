@@ -113,6 +113,13 @@ static void test_dry_run(void **state)
 static void test_training_controls(void **state)
 {
     (void)state;
+    /* out of memory (the allocator capped as if the device were small): the request, what is
+     * in use, the cap, and what to change */
+    expect_fail(SMALL "--set train.batch=1024 --set train.memory_limit_mb=8", 1,
+                "out of memory on cpu: asked for", "limit 8.0 MiB ([train] memory_limit_mb)");
+    expect_fail(SMALL "--set train.batch=256 --set train.memory_limit_mb=4", 1, "in use by tensors",
+                "HINT: use a smaller per-rank batch ([train] batch) and keep the global batch with "
+                "[distributed] accum_steps");
     /* a NaN loss: stop naming the step (default), or skip the step and count it */
     expect_fail(SMALL "--set distributed.fault=nan --set distributed.fault_step=5", 1,
                 "loss is nan at step 5", "nonfinite = skip");

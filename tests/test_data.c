@@ -289,12 +289,81 @@ static void test_loader_shuffle(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* Everything a loader hands out along one path through epochs, skips and a partial last
+ * batch, flattened: with prefetch the same stream must come out, bit for bit. */
+static size_t loader_trace(dpt_ctx *ctx, const dpt_dataset *ds, int prefetch, float *out)
+{
+    dpt_loader_options opt = {.batch = 5,
+                              .shuffle = true,
+                              .drop_last = false, /* 37 samples: 7 full batches and one of 2 */
+                              .seed = 3,
+                              .world_size = 1,
+                              .mean = 0.5f,
+                              .std = 0.25f,
+                              .crop_pad = 2,
+                              .hflip = true,
+                              .prefetch = prefetch};
+    dpt_loader *l = dpt_loader_new(ctx, ds, &opt);
+    size_t n = 0;
+    dpt_batch b;
+    int64_t chw = ds->c * ds->h * ds->w;
+    for (int epoch = 1; epoch <= 4; epoch++) {
+        dpt_loader_start_epoch(l, epoch);
+        if (epoch == 2) dpt_loader_skip(l, 3); /* resuming mid-epoch */
+        int k = 0;
+        while (dpt_loader_next(l, &b)) {
+            out[n++] = (float)b.size;
+            memcpy(out + n, dpt_tensor_data(b.x), (size_t)(b.size * chw) * sizeof(float));
+            n += (size_t)(b.size * chw);
+            for (int64_t i = 0; i < b.size; i++)
+                out[n++] = (float)b.labels[i];
+            if (epoch == 3 && ++k == 2) break; /* an epoch left early: the next one must not see it */
+        }
+    }
+    dpt_batch extra;
+    dpt_loader_next_cycle(l, &extra); /* epoch 4 is over: the first batch of epoch 5 */
+    out[n++] = (float)extra.size + 1000.0f * (float)extra.labels[0];
+    dpt_loader_free(l);
+    return n;
+}
+
+static void test_loader_prefetch_same_stream(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_dataset *ds = calloc(1, sizeof *ds);
+    ds->n = 37, ds->c = 2, ds->h = 6, ds->w = 5, ds->num_classes = 10;
+    int64_t chw = ds->c * ds->h * ds->w;
+    ds->images = malloc((size_t)(ds->n * chw));
+    ds->labels = malloc((size_t)ds->n * sizeof *ds->labels);
+    for (int64_t i = 0; i < ds->n * chw; i++)
+        ds->images[i] = (uint8_t)((i * 2654435761u) >> 7);
+    for (int64_t i = 0; i < ds->n; i++)
+        ds->labels[i] = (int32_t)(i * 7 % 10);
+    size_t cap = (size_t)(5 * ds->n * (chw + 2) + 16);
+    float *ref = malloc(cap * sizeof *ref), *got = malloc(cap * sizeof *got);
+    size_t n_ref = loader_trace(ctx, ds, 0, ref);
+    assert_int_equal(n_ref, (size_t)((37 + 22 + 10 + 37) * (chw + 1) + 8 + 5 + 2 + 8 + 1)); /* samples, sizes, the extra */
+    for (int prefetch = 1; prefetch <= 4; prefetch += 3)
+        for (int rep = 0; rep < 20; rep++) { /* thread timing differs run to run */
+            size_t n_got = loader_trace(ctx, ds, prefetch, got);
+            assert_int_equal(n_got, n_ref);
+            if (memcmp(ref, got, n_ref * sizeof *ref) != 0)
+                fail_msg("prefetch %d (repetition %d) changed the batch stream", prefetch, rep);
+        }
+    free(ref);
+    free(got);
+    dpt_dataset_free(ds);
+    dpt_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_fashion_mnist), cmocka_unit_test(test_raw_and_gz_agree),
         cmocka_unit_test(test_broken_files),       cmocka_unit_test(test_truncated_and_corrupt_gz),
         cmocka_unit_test(test_loader_sharding),    cmocka_unit_test(test_loader_shuffle),
+        cmocka_unit_test(test_loader_prefetch_same_stream),
     };
     return cmocka_run_group_tests_name("data", tests, make_tmpdir, remove_tmpdir);
 }
