@@ -34,7 +34,11 @@ ifneq ($(CU_SRCS),)
               -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
               -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
   LDLIBS   += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
-              -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lcudnn -lnccl -lstdc++
+              -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lcudnn $(if $(filter yes,$(HAVE_NCCL)),-lnccl) -lstdc++
+  ifeq ($(HAVE_NCCL),yes)
+    CFLAGS  += -DDPT_NCCL=1
+    NVFLAGS += -DDPT_NCCL=1
+  endif
 endif
 endif
 
@@ -43,7 +47,7 @@ LIB      := $(BUILD)/libdpt.a
 TEST_SRCS  := $(wildcard tests/test_*.c)
 MPI_TEST_SRCS := $(wildcard tests/mpi_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(MPI_TEST_SRCS:tests/%.c=$(BUILD)/tests/%) \
-              $(BUILD)/tests/doc_example
+              $(BUILD)/tests/doc_example $(BUILD)/tests/test_cuda_harness
 BENCH_SRCS := $(wildcard bench/bench_*.c bench/mpi_bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
@@ -99,6 +103,11 @@ $(BUILD)/%.cu.o: %.cu
 $(BUILD)/tests/test_%: tests/test_%.c tests/testutil.h tests/ddp_common.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LIB) $(LDLIBS) -lcmocka
+
+# test_cuda.c once more with the CPU standing in for the GPU (see the file's head).
+$(BUILD)/tests/test_cuda_harness: tests/test_cuda.c tests/testutil.h tests/ddp_common.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DDPT_TEST_HARNESS_ON_CPU -I. -o $@ $< $(LIB) $(LDLIBS) -lcmocka
 
 $(BUILD)/tests/mpi_%: tests/mpi_%.c tests/ddp_common.h $(LIB)
 	@mkdir -p $(dir $@)

@@ -33,6 +33,7 @@ typedef struct replica {
     const dpt_config *cfg;
     dpt_comm *comm; /* NULL when training alone */
     int rank, size;
+    int local_rank;      /* on this node (mpirun): the GPU it takes */
     const char *devices; /* DataParallel device list, or "" */
     bool print;          /* this replica prints progress lines */
     int rc;
@@ -97,12 +98,20 @@ int main(int argc, char **argv)
         return 1;
     }
     if (args.env) {
-        printf("dptrain %s | world: %d rank%s, this is rank %d (local rank %d of %d) on %s | mpi %s\n",
-               DPT_VERSION, world.size, world.size > 1 ? "s" : "", world.rank, world.local_rank,
-               world.local_size, world.host, world.mpi ? "initialised" : "not used (run alone)");
+        char mpi[160];
+        dpt_mpi_version(mpi, sizeof mpi);
+        printf("dptrain %s | world: %d rank%s, this is rank %d (local rank %d of %d) on %s\n", DPT_VERSION,
+               world.size, world.size > 1 ? "s" : "", world.rank, world.local_rank, world.local_size, world.host);
+        printf("mpi: %s | %s\n", mpi, world.mpi ? "initialised" : "not used (run alone)");
         dpt_print_env(stdout);
-        printf("device for this rank: %s\n",
-               dpt_device_count(DPT_DEVICE_CUDA) > 0 ? "cuda:<local rank>" : "cpu");
+        replica probe = {.cfg = cfg, .rank = world.rank, .local_rank = world.local_rank, .devices = ""};
+        dpt_device dev = pick_device(&probe);
+        int gpus = dpt_device_count(DPT_DEVICE_CUDA);
+        if (dev.kind == DPT_DEVICE_CUDA)
+            printf("device for this rank: cuda:%d%s\n", dev.index,
+                   dev.index < gpus ? "" : " (NOT VISIBLE: more ranks on this node than GPUs)");
+        else
+            printf("device for this rank: cpu ([train] device = %s)\n", dpt_config_str(cfg, "train", "device"));
         dpt_config_free(cfg);
         dpt_world_finalize(&world);
         return 0;
@@ -116,6 +125,7 @@ int main(int argc, char **argv)
                      .comm = dpt_world_comm(&world),
                      .rank = world.rank,
                      .size = world.size,
+                     .local_rank = world.local_rank,
                      .devices = "",
                      .print = world.rank == 0 || dpt_config_bool(cfg, "log", "all_ranks")};
         if (*devices) {
@@ -154,6 +164,13 @@ static void *train_replica(void *arg)
             (int)(sysconf(_SC_NPROCESSORS_ONLN) / r->size > 0 ? sysconf(_SC_NPROCESSORS_ONLN) / r->size : 1);
     dpt_ctx *ctx = dpt_ctx_new(&ctx_opt, &err);
     if (!ctx) return r->rc = fail(r, &err), NULL;
+    /* GPU buffers travel over NCCL; host-side collectives stay on the MPI or thread one. */
+    dpt_comm *host_comm = r->comm, *nccl = NULL;
+    if (r->comm && dpt_ctx_device(ctx).kind == DPT_DEVICE_CUDA) {
+        nccl = dpt_comm_nccl_new(ctx, r->comm, &err);
+        if (!nccl) return r->rc = fail(r, &err), NULL;
+        r->comm = nccl;
+    }
     dpt_dataset *train_set, *test_set;
     if (!dpt_data_open(cfg, &train_set, &test_set, &err)) return r->rc = fail(r, &err), NULL;
     dpt_model *model =
@@ -370,6 +387,8 @@ cleanup:
     dpt_model_free(model);
     dpt_dataset_free(test_set);
     dpt_dataset_free(train_set);
+    if (nccl) nccl->ops->free(nccl);
+    r->comm = host_comm;
     dpt_ctx_free(ctx);
     r->rc = 0;
     return NULL;
@@ -399,33 +418,64 @@ static void replica_entry(int rank, dpt_comm *comm, void *user)
     job->rc[rank] = r.rc;
 }
 
-/* DataParallel: one process, one replica thread per listed device, gradients averaged
- * through a shared-memory communicator; every replica applies the same update. */
+/* A DataParallel device list is all CPUs in order (cpu:0,cpu:1,...) or distinct visible GPUs
+ * (cuda:0,cuda:1 or any other order); false with err naming the entry otherwise. */
+static bool check_device_list(const dpt_config *cfg, const char *devices, int n, dpt_error *err)
+{
+    const char *where = dpt_config_where(cfg, "distributed", "devices");
+    bool cuda = !strncmp(devices, "cuda:", 5);
+    int gpus = cuda ? dpt_device_count(DPT_DEVICE_CUDA) : 0;
+    bool seen[256] = {false};
+    const char *tok = devices;
+    for (int i = 0; i < n; i++, tok = strchr(tok, ',') + 1) {
+        int len = (int)(strchr(tok, ',') ? strchr(tok, ',') - tok : (ptrdiff_t)strlen(tok));
+        char expect[32];
+        snprintf(expect, sizeof expect, "cpu:%d", i);
+        char *end = NULL;
+        long idx = cuda && !strncmp(tok, "cuda:", 5) ? strtol(tok + 5, &end, 10) : -1;
+        bool ok = cuda ? idx >= 0 && idx < 256 && end == tok + len && end != tok + 5
+                       : len == (int)strlen(expect) && !strncmp(tok, expect, (size_t)len);
+        if (!ok)
+            return dpt_errorf(err,
+                              "%s: [distributed] devices = %s: entry %d is '%.*s'\nHINT: list CPU devices in "
+                              "order (cpu:0,cpu:1) or GPUs (cuda:0,cuda:1), not both",
+                              where, devices, i, len, tok);
+        if (cuda && seen[idx])
+            return dpt_errorf(err, "%s: [distributed] devices = %s: cuda:%ld is listed twice\nHINT: one "
+                                   "replica per GPU (NCCL cannot put two ranks on one device)",
+                              where, devices, idx);
+        if (cuda) seen[idx] = true;
+    }
+    for (int idx = gpus; idx < 256; idx++)
+        if (seen[idx])
+            return dpt_errorf(err,
+                              "%s: [distributed] devices = %s: cuda:%d is not visible (%d GPU%s)\nHINT: "
+                              "./train --env lists the GPUs; CUDA_VISIBLE_DEVICES renumbers them",
+                              where, devices, idx, gpus, gpus == 1 ? "" : "s");
+    if (cuda && !strcmp(dpt_config_str(cfg, "train", "device"), "cpu"))
+        return dpt_errorf(err, "%s: [distributed] devices = %s, but [train] device = cpu\nHINT: set [train] "
+                               "device = cuda (or auto), or list cpu devices",
+                          where, devices);
+    return true;
+}
+
+/* DataParallel: one process, one replica thread per listed device; gradients averaged
+ * through a shared-memory communicator (CPU) or NCCL (GPUs); every replica applies the same
+ * update. */
 static int run_data_parallel(const cli *args, const dpt_config *cfg, const char *devices)
 {
     int n = 1;
     for (const char *c = devices; *c; c++)
         n += *c == ',';
-    char copy[512];
-    snprintf(copy, sizeof copy, "%s", devices);
-    char *save = NULL;
-    int i = 0;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save), i++) {
-        char expect[32];
-        snprintf(expect, sizeof expect, "cpu:%d", i);
-        if (strcmp(tok, expect) != 0) {
-            fprintf(stderr,
-                    "error: %s: [distributed] devices = %s: device %d is '%s', expected '%s'\n"
-                    "HINT: list CPU devices in order, e.g. devices = cpu:0,cpu:1 (CUDA devices "
-                    "need a CUDA build)\n",
-                    dpt_config_where(cfg, "distributed", "devices"), devices, i, tok, expect);
-            return 1;
-        }
+    dpt_error err;
+    if (!check_device_list(cfg, devices, n, &err)) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 1;
     }
     dp_job job = {args, cfg, devices, n, calloc((size_t)n, sizeof(int))};
     dpt_run_replicas(n, replica_entry, &job);
     int rc = 0;
-    for (i = 0; i < n; i++)
+    for (int i = 0; i < n; i++)
         rc |= job.rc[i];
     free(job.rc);
     return rc;
@@ -548,7 +598,7 @@ static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *
            (long long)batch, accum, (long long)(batch * r->size * accum));
     if (ddp)
         printf("ddp %s | %d buckets of <= %g MiB | overlap %s | comm %s\n",
-               *r->devices ? "(DataParallel, shared memory)" : "over MPI", dpt_ddp_num_buckets(ddp),
+               *r->devices ? "(DataParallel, one process)" : "(one process per rank)", dpt_ddp_num_buckets(ddp),
                dpt_config_float(cfg, "distributed", "bucket_mb"),
                dpt_config_bool(cfg, "distributed", "overlap") ? "on" : "off", r->comm->ops->name);
     printf("data %s | train %lld per rank of %lld | test %lld | %dx%dx%d | %d classes | %lld steps/epoch\n",
@@ -693,19 +743,25 @@ static void log_eval(const replica *r, dpt_metrics *m, const dpt_train_state *st
                       st->epoch, (long long)st->step, test.loss, test.accuracy, train_loss, train_acc);
 }
 
-/* [train] device: CUDA device = local rank (mpirun) or replica index (DataParallel). */
+/* The device of token `index` of a DataParallel list ("cpu:0,cpu:1" or "cuda:0,cuda:1"). */
+static dpt_device list_device(const char *devices, int index)
+{
+    const char *tok = devices;
+    for (int i = 0; i < index; i++)
+        tok = strchr(tok, ',') + 1;
+    if (!strncmp(tok, "cuda:", 5)) return (dpt_device){DPT_DEVICE_CUDA, atoi(tok + 5)};
+    return (dpt_device){DPT_DEVICE_CPU, atoi(tok + 4)};
+}
+
+/* [train] device: CUDA device = local rank (mpirun), or the replica's entry of the
+ * DataParallel list. */
 static dpt_device pick_device(const replica *r)
 {
+    if (*r->devices) return list_device(r->devices, r->rank);
     const char *want = dpt_config_str(r->cfg, "train", "device");
     bool cuda = !strcmp(want, "cuda") || (!strcmp(want, "auto") && dpt_device_count(DPT_DEVICE_CUDA) > 0);
     if (!cuda) return (dpt_device){DPT_DEVICE_CPU, r->rank};
-    if (r->comm && r->size > 1)
-        dpt_abort_job(
-            "[train] device = %s with %d ranks: GPU buffers need the NCCL communicator, which is not "
-            "written yet\nHINT: set [train] device = cpu for multi-rank runs",
-            want, r->size);
-    int local = getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? atoi(getenv("OMPI_COMM_WORLD_LOCAL_RANK")) : r->rank;
-    return (dpt_device){DPT_DEVICE_CUDA, local};
+    return (dpt_device){DPT_DEVICE_CUDA, r->local_rank};
 }
 
 /* Rank 0 writes; every rank holds the same state. */

@@ -373,6 +373,8 @@ bool dpt_world_init(dpt_world *world, int *argc, char ***argv, dpt_error *err);
 void dpt_world_finalize(dpt_world *world);
 /* The job-wide communicator, NULL for a singleton. */
 dpt_comm *dpt_world_comm(const dpt_world *world);
+/* The MPI library's version line (callable before MPI is initialised). */
+void dpt_mpi_version(char *buf, size_t cap);
 int dpt_comm_rank(const dpt_comm *comm);
 int dpt_comm_size(const dpt_comm *comm);
 void dpt_comm_barrier(dpt_comm *comm);

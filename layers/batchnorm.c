@@ -121,12 +121,63 @@ static void batchnorm_backward(dpt_ctx *ctx, dpt_node *node)
     free(g);
 }
 
+/* ---------------------------------------------------------------- the device-statistics path */
+
+/* What the fused backward needs: the saved mean/invstd and the gamma it used. */
+typedef struct bn_fused_saved {
+    dpt_tensor *stats; /* (2C): mean, invstd */
+    dpt_tensor *gamma; /* the layer's, or ones when not affine */
+} bn_fused_saved;
+
+static dpt_tensor *constant_temp(dpt_ctx *ctx, int64_t c, float value)
+{
+    dpt_tensor *t = dpt_temp(ctx, 1, &c);
+    ctx->be->fill(ctx, t->data, c, value);
+    return t;
+}
+
+static void batchnorm_fused_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    const dpt_batchnorm *l = node->layer;
+    const bn_fused_saved *sv = node->scratch;
+    dpt_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
+    int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
+    /* cuDNN always writes all three: unwanted ones go to scratch. */
+    float *dx = dpt_wants_grad(x) ? dpt_grad_acc(ctx, x)->data : dpt_temp_like(ctx, x)->data;
+    float *dg = dpt_wants_grad(gamma) ? dpt_grad_acc(ctx, gamma)->data : constant_temp(ctx, c, 0.0f)->data;
+    float *db = dpt_wants_grad(beta) ? dpt_grad_acc(ctx, beta)->data : constant_temp(ctx, c, 0.0f)->data;
+    ctx->be->bn_fused_bwd(ctx, x->data, node->out->grad->data, dx, n, c, hw, sv->gamma->data, dg, db, l->eps,
+                          sv->stats->data, sv->stats->data + c);
+}
+
+static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x)
+{
+    int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
+    bn_fused_saved *sv = dpt_tape_scratch(ctx, sizeof *sv);
+    sv->stats = dpt_temp(ctx, 1, (int64_t[]){2 * c});
+    sv->gamma = l->gamma ? l->gamma : constant_temp(ctx, c, 1.0f);
+    dpt_tensor *beta = l->beta ? l->beta : constant_temp(ctx, c, 0.0f);
+    dpt_tensor *y = dpt_temp_like(ctx, x);
+    ctx->be->bn_fused_fwd(ctx, x->data, y->data, n, c, hw, sv->gamma->data, beta->data, l->running_mean->data,
+                          l->running_var->data, l->momentum, l->eps, sv->stats->data, sv->stats->data + c);
+    dpt_node *node = dpt_tape_record(ctx, "batchnorm", batchnorm_fused_backward, y, 3,
+                                     (dpt_tensor *[]){x, l->gamma, l->beta});
+    if (node) {
+        node->layer = l;
+        node->scratch = sv;
+    }
+    return y;
+}
+
 dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x, bool training)
 {
     char buf[96];
     if (x->ndim < 2 || x->shape[1] != l->channels || !dpt_tensor_is_contiguous(x))
         dpt_fatal("batchnorm %s expects a contiguous (N, %lld, ...) input, got %s", l->name,
                   (long long)l->channels, dpt_shape_str(x, buf, sizeof buf));
+    /* A backend that keeps the statistics on the device (cuDNN) does training-mode BN in two
+     * calls; SyncBatchNorm needs the sums on the host for its AllReduce. */
+    if (training && ctx->be->bn_fused_fwd && !(l->sync && ctx->comm)) return batchnorm_fused_forward(ctx, l, x);
     DPT_REQUIRE_OP(ctx, bn_stats, "batchnorm");
     int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
     bn_saved *sv = dpt_tape_scratch(ctx, sizeof *sv + (size_t)(2 * c) * sizeof(double));

@@ -99,6 +99,17 @@ typedef struct dpt_backend {
     void (*channel_affine2_acc)(dpt_ctx *ctx, const float *dy, const float *x, float *dx, int64_t n,
                                 int64_t c, int64_t hw, const float *host_a, const float *host_b,
                                 const float *host_k);
+    /* Training-mode batch norm with the statistics kept on the device (cuDNN); NULL: layers
+     * use the host-statistics entries above. y = gamma * (x - mean) * invstd + beta from the
+     * batch; running_mean/var (c each) move by `momentum` (unbiased variance); save_mean and
+     * save_invstd (c each) are kept for bn_fused_bwd, which adds into dx, dgamma, dbeta.
+     * gamma and beta are never NULL. */
+    void (*bn_fused_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
+                         const float *gamma, const float *beta, float *running_mean, float *running_var,
+                         double momentum, double eps, float *save_mean, float *save_invstd);
+    void (*bn_fused_bwd)(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n, int64_t c,
+                         int64_t hw, const float *gamma, float *dgamma, float *dbeta, double eps,
+                         const float *save_mean, const float *save_invstd);
     /* Pooling; argmax holds the flat input index of each output's maximum. */
     void (*maxpool_fwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, int32_t *argmax);
     void (*maxpool_bwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax,

@@ -1,6 +1,7 @@
 /* comm.h: the communicator interface. comm_mpi.c carries CPU buffers over MPI, comm_threads.c
- * carries them between threads of one process (DataParallel), comm_nccl.c (CUDA issue)
- * carries device buffers over NCCL. The reducer sees only this table. */
+ * carries them between threads of one process (DataParallel), comm_nccl.c carries device
+ * buffers over NCCL and hands host-side collectives to the host communicator it wraps. The
+ * reducer sees only this table. */
 #ifndef DPT_COMM_H
 #define DPT_COMM_H
 
@@ -16,6 +17,16 @@ typedef struct dpt_comm_ops {
     void (*allgather)(dpt_comm *comm, const void *send, void *recv, size_t bytes);
     void (*barrier)(dpt_comm *comm);
     void (*free)(dpt_comm *comm);
+    /* Device communicators (NCCL) enqueue instead of blocking; host ones leave these NULL
+     * and the DDP engine drives them from its communication thread.
+     * reduce_avg_async: average buf over ranks on the communication stream, ordered after
+     * the compute stream's work so far (the gradients in buf are final).
+     * join: the compute stream's later work waits for every reduction enqueued since the
+     * last join. The host waits too, polling for asynchronous errors; after timeout_s it
+     * aborts the communicator and returns false. *comm_s gets the time the reductions took
+     * on the communication stream. */
+    void (*reduce_avg_async)(dpt_comm *comm, float *buf, int64_t n);
+    bool (*join)(dpt_comm *comm, double timeout_s, double *comm_s);
 } dpt_comm_ops;
 
 struct dpt_comm {
@@ -26,6 +37,12 @@ struct dpt_comm {
 };
 
 dpt_comm *dpt_comm_mpi_new(void); /* over MPI_COMM_WORLD */
+
+/* NCCL over the same ranks as `host` (MPI or a thread group), for buffers on ctx's CUDA
+ * device: rank 0 creates the unique id and `host` broadcasts it. Host-side collectives
+ * (allreduce_f64, allgather, barrier) go to `host`, which the caller keeps and frees after
+ * this one. NULL with err filled when NCCL cannot start (or the build has none). */
+dpt_comm *dpt_comm_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err);
 
 /* A group of `size` thread ranks in one process; each thread takes its own comm by rank. */
 typedef struct dpt_thread_group dpt_thread_group;

@@ -3,7 +3,9 @@
  * inside their bucket (views into one flat buffer, like PyTorch's gradient_as_bucket_view),
  * so nothing is copied: autograd's gradient-ready hook only counts, a complete bucket is
  * handed to the communication thread, which AllReduces and averages it in place while
- * backward continues, and finish() waits for the last one. */
+ * backward continues, and finish() waits for the last one. A device communicator (NCCL)
+ * needs no thread: the hook enqueues the bucket's AllReduce on the communication stream
+ * behind an event from the compute stream, and finish() joins the two streams. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -48,11 +50,13 @@ struct dpt_ddp {
     int nbuckets;
     int next_launch; /* buckets go to the wire strictly in index order, the same on every rank */
     bool sync;
+    bool async; /* the communicator enqueues on a device stream: no thread */
     int64_t step;
     dpt_ddp_stats stats;
     dpt_timeline *timeline;
     /* the communication thread */
     pthread_t thread;
+    bool thread_started, hooked;
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
     int launched, reduced; /* buckets handed over / finished this step */
@@ -96,6 +100,17 @@ static void *comm_thread_main(void *arg)
 
 static void launch_ready_buckets(dpt_ddp *d)
 {
+    if (d->async) {
+        while (d->next_launch < d->nbuckets && d->buckets[d->next_launch].pending == 0) {
+            bucket *bk = &d->buckets[d->next_launch];
+            d->ring[d->ring_next++ % RING] = (ring_entry){
+                .step = d->step, .bucket = d->next_launch, .numel = bk->numel, .start_s = dpt_now_s()};
+            d->comm->ops->reduce_avg_async(d->comm, bk->flat, bk->numel);
+            d->next_launch++;
+            d->launched++;
+        }
+        return;
+    }
     pthread_mutex_lock(&d->mu);
     while (d->next_launch < d->nbuckets && d->buckets[d->next_launch].pending == 0) {
         d->next_launch++;
@@ -299,11 +314,16 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
         comm->ops->broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0);
     }
     rehome_grads(d, true);
-    pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->work_cv, NULL);
-    pthread_cond_init(&d->done_cv, NULL);
-    if (pthread_create(&d->thread, NULL, comm_thread_main, d) != 0)
-        dpt_fatal("cannot start the DDP communication thread");
+    d->async = comm->ops->reduce_avg_async != NULL;
+    if (!d->async) {
+        pthread_mutex_init(&d->mu, NULL);
+        pthread_cond_init(&d->work_cv, NULL);
+        pthread_cond_init(&d->done_cv, NULL);
+        if (pthread_create(&d->thread, NULL, comm_thread_main, d) != 0)
+            dpt_fatal("cannot start the DDP communication thread");
+        d->thread_started = true;
+    }
+    d->hooked = true;
     dpt_set_grad_ready_hook(ctx, grad_ready_hook, d);
     return d;
 }
@@ -311,7 +331,7 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
 void dpt_ddp_free(dpt_ddp *d)
 {
     if (!d) return;
-    if (d->thread) {
+    if (d->thread_started) {
         pthread_mutex_lock(&d->mu);
         d->quit = true;
         pthread_cond_signal(&d->work_cv);
@@ -320,6 +340,9 @@ void dpt_ddp_free(dpt_ddp *d)
         pthread_mutex_destroy(&d->mu);
         pthread_cond_destroy(&d->work_cv);
         pthread_cond_destroy(&d->done_cv);
+    }
+    if (d->hooked) {
+        if (d->async && d->launched) d->comm->ops->join(d->comm, d->opt.timeout_s, NULL);
         dpt_set_grad_ready_hook(d->ctx, NULL, NULL);
         rehome_grads(d, false);
     }
@@ -365,6 +388,40 @@ static _Noreturn void report_timeout(dpt_ddp *d)
                   where, recent);
 }
 
+static void end_step(dpt_ddp *d)
+{
+    for (int b = 0; b < d->nbuckets; b++) {
+        bucket *bk = &d->buckets[b];
+        for (int k = bk->first; k < bk->first + bk->count; k++) {
+            int p = d->order[k];
+            d->ready[p] = false;
+            d->reduce_count[p]++;
+        }
+        bk->pending = bk->count;
+    }
+    d->next_launch = 0;
+    d->step++;
+}
+
+/* The AllReduces run on the device's communication stream: the host sees only their total
+ * time, so "hidden" is the part of it the host did not spend waiting here. */
+static void finish_async(dpt_ddp *d, double backward_end)
+{
+    double comm_s = 0.0;
+    if (!d->comm->ops->join(d->comm, d->opt.timeout_s, &comm_s)) report_timeout(d);
+    double now = dpt_now_s(), waited = now - backward_end;
+    for (int i = 0; i < RING; i++)
+        if (d->ring[i].step == d->step && d->ring[i].end_s == 0) d->ring[i].end_s = now;
+    if (d->timeline) dpt_timeline_span(d->timeline, "allreduce (device stream, wait)", 1, backward_end, now);
+    d->stats = (dpt_ddp_stats){.step = d->step,
+                               .buckets = d->nbuckets,
+                               .wait_s = waited,
+                               .comm_s = comm_s,
+                               .hidden_s = comm_s > waited ? comm_s - waited : 0.0};
+    d->launched = d->reduced = 0;
+    end_step(d);
+}
+
 void dpt_ddp_finish(dpt_ddp *d)
 {
     double backward_end = dpt_now_s();
@@ -394,6 +451,10 @@ void dpt_ddp_finish(dpt_ddp *d)
                       "set [distributed] find_unused = true",
                       d->comm->rank, unused, (long long)d->step, names);
     launch_ready_buckets(d);
+    if (d->async) {
+        finish_async(d, backward_end);
+        return;
+    }
 
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
@@ -409,20 +470,13 @@ void dpt_ddp_finish(dpt_ddp *d)
 
     dpt_ddp_stats st = {.step = d->step, .buckets = d->nbuckets, .wait_s = waited};
     for (int b = 0; b < d->nbuckets; b++) {
-        bucket *bk = &d->buckets[b];
+        const bucket *bk = &d->buckets[b];
         st.comm_s += bk->end_s - bk->start_s;
         double hidden_end = bk->end_s < backward_end ? bk->end_s : backward_end;
         if (hidden_end > bk->start_s) st.hidden_s += hidden_end - bk->start_s;
-        for (int k = bk->first; k < bk->first + bk->count; k++) {
-            int p = d->order[k];
-            d->ready[p] = false;
-            d->reduce_count[p]++;
-        }
-        bk->pending = bk->count;
     }
-    d->next_launch = 0;
     d->stats = st;
-    d->step++;
+    end_step(d);
 }
 
 dpt_ddp_stats dpt_ddp_last_stats(const dpt_ddp *d)

@@ -8,7 +8,9 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <math.h>
+#if DPT_NCCL
 #include <nccl.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -874,6 +876,42 @@ static void cuda_bn_bwd_stats(dpt_ctx *ctx, const float *x, const float *dy, int
     cuda_d2h(ctx, sum_dy_xmu, d + c, (size_t)c * sizeof(double));
 }
 
+/* cuDNN's batch norm over (n, c, hw): the statistics never leave the device, so a BN layer
+ * costs no host round trip (the SyncBatchNorm path above needs its sums on the host). */
+static void bn_descriptors(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw)
+{
+    cuda_state *s = state_of(ctx);
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(s->bn_x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)c, (int)hw, 1));
+    CHECK_CUDNN(cudnnDeriveBNTensorDescriptor(s->bn_c, s->bn_x, CUDNN_BATCHNORM_SPATIAL));
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* cuDNN 9 keeps these; the graph API replaces them */
+static void cuda_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
+                              const float *gamma, const float *beta, float *running_mean, float *running_var,
+                              double momentum, double eps, float *save_mean, float *save_invstd)
+{
+    cuda_state *s = state_of(ctx);
+    bn_descriptors(ctx, n, c, hw);
+    float one = 1.0f, zero = 0.0f;
+    CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->bn_x, x,
+                                                       s->bn_x, y, s->bn_c, gamma, beta, momentum, running_mean,
+                                                       running_var, eps, save_mean, save_invstd));
+}
+
+static void cuda_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n, int64_t c,
+                              int64_t hw, const float *gamma, float *dgamma, float *dbeta, double eps,
+                              const float *save_mean, const float *save_invstd)
+{
+    cuda_state *s = state_of(ctx);
+    bn_descriptors(ctx, n, c, hw);
+    float one = 1.0f; /* beta = 1 for data and parameters: gradients accumulate */
+    CHECK_CUDNN(cudnnBatchNormalizationBackward(s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &one, &one, &one, s->bn_x, x,
+                                                s->bn_x, dy, s->bn_x, dx, s->bn_c, gamma, dgamma, dbeta, eps,
+                                                save_mean, save_invstd));
+}
+#pragma GCC diagnostic pop
+
 static void cuda_channel_affine(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
                                 const float *scale, const float *shift)
 {
@@ -1032,6 +1070,8 @@ static dpt_backend make_backend(void)
     be.bn_stats = cuda_bn_stats;
     be.bn_bwd_stats = cuda_bn_bwd_stats;
     be.channel_affine = cuda_channel_affine;
+    be.bn_fused_fwd = cuda_bn_fused_fwd;
+    be.bn_fused_bwd = cuda_bn_fused_bwd;
     be.channel_affine2_acc = cuda_channel_affine2_acc;
     be.maxpool_fwd = cuda_maxpool_fwd;
     be.maxpool_bwd = cuda_maxpool_bwd;
@@ -1062,10 +1102,18 @@ extern "C" void dpt_cuda_print_env(FILE *out)
     int driver = 0, runtime = 0;
     cudaDriverGetVersion(&driver);
     cudaRuntimeGetVersion(&runtime);
-    int nccl = 0;
-    ncclGetVersion(&nccl);
-    fprintf(out, "cuda: driver %d.%d, runtime %d.%d | cudnn %zu | nccl %d\n", driver / 1000,
-            driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10, cudnnGetVersion(), nccl);
+    char nccl[32] = "not in this build";
+#if DPT_NCCL
+    int code = 0;
+    ncclGetVersion(&code); /* major * 10000 + minor * 100 + patch since 2.9 */
+    snprintf(nccl, sizeof nccl, "%d.%d.%d", code / 10000, code / 100 % 100, code % 100);
+#endif
+    size_t dnn = cudnnGetVersion(); /* 9.x: major * 10000 + minor * 100 + patch */
+    char drv[64] = "none loaded (no NVIDIA kernel driver on this machine)";
+    if (driver) snprintf(drv, sizeof drv, "%d.%d", driver / 1000, driver % 1000 / 10);
+    fprintf(out, "cuda: driver %s, runtime %d.%d | cudnn %zu.%zu.%zu | nccl %s\n", drv, runtime / 1000,
+            runtime % 1000 / 10, dnn >= 90000 ? dnn / 10000 : dnn / 1000,
+            dnn >= 90000 ? dnn / 100 % 100 : dnn / 100 % 10, dnn % 100, nccl);
     int count = dpt_cuda_device_count();
     if (count == 0)
         fprintf(out, "gpus: none visible (CUDA_VISIBLE_DEVICES=%s)\n",
@@ -1073,7 +1121,10 @@ extern "C" void dpt_cuda_print_env(FILE *out)
     for (int i = 0; i < count; i++) {
         cudaDeviceProp p;
         if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
-        fprintf(out, "gpu %d: %s | %.1f GiB | compute capability %d.%d | %d SMs\n", i, p.name,
-                (double)p.totalGlobalMem / (1 << 30), p.major, p.minor, p.multiProcessorCount);
+        size_t free_b = 0, total_b = 0;
+        if (cudaSetDevice(i) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError();
+        fprintf(out, "gpu %d: %s | %.1f GiB (%.1f free) | compute capability %d.%d | %d SMs | pci %04x:%02x:%02x\n",
+                i, p.name, (double)p.totalGlobalMem / (1 << 30), (double)free_b / (1 << 30), p.major, p.minor,
+                p.multiProcessorCount, p.pciDomainID, p.pciBusID, p.pciDeviceID);
     }
 }

@@ -18,6 +18,17 @@ static bool launched_by_mpi(void)
     return false;
 }
 
+void dpt_mpi_version(char *buf, size_t cap)
+{
+    char v[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int len = 0;
+    if (MPI_Get_library_version(v, &len) != MPI_SUCCESS) snprintf(v, sizeof v, "unknown");
+    v[strcspn(v, "\n,")] = '\0'; /* the first clause: "Open MPI v4.1.4" */
+    int major = 0, minor = 0;
+    MPI_Get_version(&major, &minor);
+    snprintf(buf, cap, "%s (MPI %d.%d)", v, major, minor);
+}
+
 static void mpi_abort(int code)
 {
     MPI_Abort(MPI_COMM_WORLD, code);

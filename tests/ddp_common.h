@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dpt.h"
+#include "runtime/comm.h"
 #include "runtime/tensor.h"
 
 #define DDP_N 600 /* samples: not a multiple of ranks x batch */
@@ -43,6 +44,7 @@ typedef struct ddp_run {
     const char *optim; /* "sgd" or "adamw" */
     bool drop_last;
     const char *model_sets[6]; /* extra "model.key=value" settings (default: the MLP) */
+    bool cuda;                 /* rank r trains on cuda:r, gradients over NCCL */
 } ddp_run;
 
 typedef struct ddp_result {
@@ -72,8 +74,23 @@ static inline ddp_result ddp_train(const ddp_run *run, dpt_comm *comm, const dpt
             fprintf(stderr, "%s\n", err.msg);
             exit(1);
         }
-    dpt_ctx_options co = {.device = {DPT_DEVICE_CPU, 0}, .threads = 1, .seed = 99};
+    dpt_ctx_options co = {.device = {run->cuda ? DPT_DEVICE_CUDA : DPT_DEVICE_CPU, run->cuda ? rank : 0},
+                          .threads = 1,
+                          .seed = 99};
     dpt_ctx *ctx = dpt_ctx_new(&co, &err);
+    if (!ctx) {
+        fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+        exit(1);
+    }
+    dpt_comm *nccl = NULL;
+    if (run->cuda && comm) {
+        nccl = dpt_comm_nccl_new(ctx, comm, &err);
+        if (!nccl) {
+            fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+            exit(1);
+        }
+        comm = nccl;
+    }
     dpt_ctx_set_comm(ctx, comm); /* SyncBatchNorm */
     dpt_model *model = dpt_model_build(ctx, cfg, 1, 4, 5, DDP_CLASSES, &err);
     if (!model) {
@@ -130,20 +147,21 @@ static inline ddp_result ddp_train(const ddp_run *run, dpt_comm *comm, const dpt
     int64_t off = 0;
     for (int i = 0; i < res.nparams; i++) {
         dpt_tensor *p = dpt_model_param_at(model, i);
-        memcpy(res.params + off, p->data, (size_t)p->numel * sizeof(float));
+        dpt_tensor_copy_to_host(p, res.params + off);
         off += p->numel;
         if (ddp && i < 16) res.reduce_counts[i] = dpt_ddp_reduce_count(ddp, i);
     }
     if (ddp) res.nbuckets = dpt_ddp_num_buckets(ddp);
     for (int i = 0, boff = 0; i < dpt_model_num_buffers(model) && boff < 256; i++) {
         dpt_tensor *b = dpt_model_buffer_at(model, i);
-        if (boff + b->numel <= 256) memcpy(res.buffers + boff, b->data, (size_t)b->numel * sizeof(float));
+        if (boff + b->numel <= 256) dpt_tensor_copy_to_host(b, res.buffers + boff);
         boff += (int)b->numel;
     }
     dpt_ddp_free(ddp);
     dpt_loader_free(loader);
     dpt_optim_free(optim);
     dpt_model_free(model);
+    if (nccl) nccl->ops->free(nccl);
     dpt_ctx_free(ctx);
     dpt_config_free(cfg);
     return res;

@@ -120,6 +120,11 @@ static void test_training_controls(void **state)
     expect_fail(SMALL "--set train.batch=256 --set train.memory_limit_mb=4", 1, "in use by tensors",
                 "HINT: use a smaller per-rank batch ([train] batch) and keep the global batch with "
                 "[distributed] accum_steps");
+    /* DataParallel device lists: CPUs in order, or distinct visible GPUs */
+    expect_fail(SMALL "--set distributed.devices=cpu:0,cpu:2", 1, "entry 1 is 'cpu:2'", "cuda:0,cuda:1");
+    expect_fail(SMALL "--set distributed.devices=cuda:x", 1, "entry 0 is 'cuda:x'", NULL);
+    expect_fail(SMALL "--set distributed.devices=cuda:0,cuda:0", 1, "cuda:0 is listed twice", "one replica per GPU");
+    expect_fail(SMALL "--set distributed.devices=cuda:200", 1, "cuda:200 is not visible", "./train --env");
     /* a NaN loss: stop naming the step (default), or skip the step and count it */
     expect_fail(SMALL "--set distributed.fault=nan --set distributed.fault_step=5", 1,
                 "loss is nan at step 5", "nonfinite = skip");

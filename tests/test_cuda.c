@@ -1,14 +1,30 @@
-/* test_cuda.c: every CUDA op against the CPU op on the same random inputs (forward values
- * and input/parameter gradients), and a few MLP training steps on both. Skips with
- * "skipped: no GPU" when no CUDA device is visible (and in builds without CUDA).
+/* test_cuda.c: every CUDA op and layer against the CPU one on the same random inputs
+ * (forward values and input/parameter gradients), a few training steps on both, the
+ * loader's pinned/copy-stream path, and NCCL under the DDP engine. Skips with "skipped: no
+ * GPU" when no CUDA device is visible (and in builds without CUDA).
  * Tolerances: relative 1e-4 for elementwise ops and reductions, 1e-3 for GEMM-based ops
- * (different summation order, no TF32), 1e-3 for 4 SGD/AdamW steps of an MLP, 2e-3 for 4
- * SGD steps of a CNN and a ResNet-8 (cuDNN convolutions, batch norm, pooling). */
+ * (different summation order, no TF32), 1e-3 for convolutions (cuDNN algorithms), 1e-4 for
+ * batch norm (cuDNN) and pooling, 1e-3 for 4 SGD/AdamW steps of an MLP, 2e-3 for 4 SGD
+ * steps of a CNN and a ResNet-8; bit-identical for the loader and for DDP over a one-rank
+ * NCCL communicator (an average over one rank changes nothing); 1e-5 for DataParallel over
+ * two GPUs against one GPU with the whole batch. */
 #include "tests/testutil.h"
+#include "tests/ddp_common.h"
+
+/* Built a second time as test_cuda_harness with the CPU standing in for the GPU: CI checks
+ * that every test here runs and passes CPU against CPU, so a GPU session tests the GPU code
+ * and not this file. */
+#ifdef DPT_TEST_HARNESS_ON_CPU
+#define GPU DPT_DEVICE_CPU
+#define GPUS_VISIBLE() 2
+#else
+#define GPU DPT_DEVICE_CUDA
+#define GPUS_VISIBLE() dpt_device_count(DPT_DEVICE_CUDA)
+#endif
 
 #define NEED_GPU()                                                                                           \
     do {                                                                                                     \
-        if (dpt_device_count(DPT_DEVICE_CUDA) == 0) {                                                        \
+        if (GPUS_VISIBLE() == 0) {                                                                           \
             print_message("skipped: no GPU\n");                                                              \
             skip();                                                                                          \
         }                                                                                                    \
@@ -29,7 +45,7 @@ typedef dpt_tensor *(*graph_fn)(dpt_ctx *ctx, dpt_tensor **in, int n_in, void *u
 static void compare(const char *name, graph_fn graph, int n_in, const int64_t shapes[][3], void *user,
                     double rtol)
 {
-    dpt_ctx *cpu = make(DPT_DEVICE_CPU), *gpu = make(DPT_DEVICE_CUDA);
+    dpt_ctx *cpu = make(DPT_DEVICE_CPU), *gpu = make(GPU);
     dpt_rng rng;
     dpt_rng_seed(&rng, 42);
     dpt_tensor *in_c[4], *in_g[4];
@@ -184,7 +200,7 @@ static void test_training_steps(void **state)
         int64_t n;
         const char *mlp[] = {"model.hidden=64,32", NULL};
         run_model(DPT_DEVICE_CPU, optim, mlp, a, &n);
-        run_model(DPT_DEVICE_CUDA, optim, mlp, b, &n);
+        run_model(GPU, optim, mlp, b, &n);
         for (int64_t i = 0; i < n; i++)
             da[i] = a[i], db[i] = b[i];
         assert_close_d(optim, db, da, n, 1e-3, 1e-4);
@@ -204,7 +220,7 @@ static void test_conv_models(void **state)
     for (int k = 0; k < 2; k++) {
         int64_t n;
         run_model(DPT_DEVICE_CPU, "sgd", models[k], a, &n);
-        run_model(DPT_DEVICE_CUDA, "sgd", models[k], b, &n);
+        run_model(GPU, "sgd", models[k], b, &n);
         assert_true(n <= 40000);
         for (int64_t i = 0; i < n; i++)
             da[i] = a[i], db[i] = b[i];
@@ -212,14 +228,266 @@ static void test_conv_models(void **state)
     }
 }
 
+/* ---------------------------------------------------------------- layers with parameters */
+
+typedef struct layer_case {
+    const char *name;
+    int64_t n, c, h, w;
+    char kind; /* 'c' conv2d, 'b' batch norm (training), 'e' batch norm (eval), 'm' max, 'a' avg, 'g' global */
+    int64_t out, k, stride, pad, dil, groups;
+    bool bias_or_affine;
+    double rtol;
+} layer_case;
+
+typedef struct layer_run {
+    dpt_model *model;
+    void *layer;
+    dpt_tensor *x, *y;
+} layer_run;
+
+static layer_run run_layer(dpt_ctx *ctx, const layer_case *lc, const float *x_host, const float *w_host,
+                           const layer_run *copy_from)
+{
+    layer_run lr = {.model = dpt_model_new(ctx, "layer", NULL)};
+    dpt_shape3 shape = {lc->c, lc->h, lc->w};
+    if (lc->kind == 'c')
+        lr.layer = dpt_conv2d_new(lr.model, "conv", &shape, lc->out, lc->k, lc->stride, lc->pad, lc->dil,
+                                  lc->groups, lc->bias_or_affine);
+    else if (lc->kind == 'b' || lc->kind == 'e')
+        lr.layer = dpt_batchnorm_new(lr.model, "bn", &shape, 0.1f, 1e-5f, lc->bias_or_affine, false);
+    assert_null(dpt_model_error(lr.model));
+    /* the same parameters and buffers on both devices (random, so gamma/beta matter) */
+    for (int i = 0; i < dpt_model_num_params(lr.model); i++) {
+        dpt_tensor *p = dpt_model_param_at(lr.model, i);
+        if (copy_from) {
+            float *tmp = malloc((size_t)p->numel * sizeof *tmp);
+            dpt_tensor_copy_to_host(dpt_model_param_at(copy_from->model, i), tmp);
+            dpt_tensor_copy_from_host(p, tmp);
+            free(tmp);
+        } else {
+            dpt_init_uniform(ctx, p, 1.0f);
+        }
+    }
+    for (int i = 0; i < dpt_model_num_buffers(lr.model); i++) {
+        dpt_tensor *b = dpt_model_buffer_at(lr.model, i);
+        float *tmp = malloc((size_t)b->numel * sizeof *tmp);
+        for (int64_t j = 0; j < b->numel; j++)
+            tmp[j] = i == 0 ? 0.1f * (float)j - 0.3f : 0.5f + 0.25f * (float)j; /* mean, var */
+        dpt_tensor_copy_from_host(b, tmp);
+        free(tmp);
+    }
+    lr.x = dpt_tensor_new(ctx, 4, (int64_t[]){lc->n, lc->c, lc->h, lc->w});
+    dpt_tensor_copy_from_host(lr.x, x_host);
+    lr.x->requires_grad = true;
+    dpt_tensor *y = NULL;
+    switch (lc->kind) {
+    case 'c': y = dpt_conv2d_forward(ctx, lr.layer, lr.x); break;
+    case 'b': y = dpt_batchnorm_forward(ctx, lr.layer, lr.x, true); break;
+    case 'e': y = dpt_batchnorm_forward(ctx, lr.layer, lr.x, false); break;
+    case 'm': y = dpt_maxpool2d(ctx, lr.x, lc->k, lc->stride, lc->pad); break;
+    case 'a': y = dpt_avgpool2d(ctx, lr.x, lc->k, lc->stride, lc->pad); break;
+    default: y = dpt_global_avgpool(ctx, lr.x); break;
+    }
+    /* a weighted sum, so that batch norm's input gradient is not identically zero */
+    dpt_tensor *wts = dpt_tensor_new(ctx, y->ndim, y->shape);
+    dpt_tensor_copy_from_host(wts, w_host);
+    dpt_backward(ctx, dpt_sum(ctx, dpt_mul(ctx, y, wts)));
+    dpt_tensor_free(wts);
+    lr.y = y;
+    return lr;
+}
+
+static void assert_same_tensor(const char *what, const layer_case *lc, const dpt_tensor *gpu, const dpt_tensor *cpu)
+{
+    int64_t n = dpt_tensor_numel(cpu);
+    assert_int_equal(dpt_tensor_numel(gpu), n);
+    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    double *da = malloc((size_t)n * sizeof *da), *db = malloc((size_t)n * sizeof *db);
+    dpt_tensor_copy_to_host(cpu, a);
+    dpt_tensor_copy_to_host(gpu, b);
+    for (int64_t j = 0; j < n; j++)
+        da[j] = a[j], db[j] = b[j];
+    char label[160];
+    snprintf(label, sizeof label, "%s: %s (cuda vs cpu)", lc->name, what);
+    assert_close_d(label, db, da, n, lc->rtol, 1e-5);
+    free(a), free(b), free(da), free(db);
+}
+
+static void test_layers(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    static const layer_case cases[] = {
+        {"conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, 1e-3},
+        {"conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, 1e-3},
+        {"conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, 1e-3},
+        {"conv 7x7 stride 2 pad 3", 2, 3, 32, 32, 'c', 8, 7, 2, 3, 1, 1, false, 1e-3},
+        {"conv dilation 2", 2, 4, 11, 11, 'c', 4, 3, 1, 2, 2, 1, true, 1e-3},
+        {"conv groups 2", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 2, true, 1e-3},
+        {"conv depthwise", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 8, false, 1e-3},
+        {"batchnorm train affine", 8, 6, 5, 5, 'b', 0, 0, 0, 0, 0, 0, true, 1e-4},
+        {"batchnorm train plain", 4, 3, 7, 3, 'b', 0, 0, 0, 0, 0, 0, false, 1e-4},
+        {"batchnorm eval", 4, 6, 5, 5, 'e', 0, 0, 0, 0, 0, 0, true, 1e-4},
+        {"maxpool 3/2 pad 1", 2, 4, 9, 9, 'm', 0, 3, 2, 1, 0, 0, false, 1e-5},
+        {"maxpool 2/2", 3, 5, 8, 6, 'm', 0, 2, 2, 0, 0, 0, false, 1e-5},
+        {"avgpool 3/1 pad 1", 2, 4, 7, 7, 'a', 0, 3, 1, 1, 0, 0, false, 1e-5},
+        {"global avgpool", 4, 7, 5, 5, 'g', 0, 0, 0, 0, 0, 0, false, 1e-5},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const layer_case *lc = &cases[k];
+        dpt_ctx *cpu = make(DPT_DEVICE_CPU), *gpu = make(GPU);
+        dpt_rng rng;
+        dpt_rng_seed(&rng, 11 + k);
+        int64_t nx = lc->n * lc->c * lc->h * lc->w;
+        float *x = malloc((size_t)nx * sizeof *x), *w = malloc((size_t)(64 * nx) * sizeof *w);
+        for (int64_t j = 0; j < nx; j++)
+            x[j] = (float)(dpt_rng_uniform(&rng) * 4.0 - 2.0);
+        for (int64_t j = 0; j < 64 * nx; j++)
+            w[j] = (float)(dpt_rng_uniform(&rng) * 2.0 - 1.0);
+        layer_run c = run_layer(cpu, lc, x, w, NULL), g = run_layer(gpu, lc, x, w, &c);
+        assert_same_tensor("forward", lc, g.y, c.y);
+        assert_same_tensor("d/dx", lc, dpt_tensor_grad(g.x), dpt_tensor_grad(c.x));
+        for (int i = 0; i < dpt_model_num_params(c.model); i++) {
+            char what[96];
+            snprintf(what, sizeof what, "d/d %s", dpt_model_param_at(c.model, i)->name);
+            assert_same_tensor(what, lc, dpt_tensor_grad(dpt_model_param_at(g.model, i)),
+                               dpt_tensor_grad(dpt_model_param_at(c.model, i)));
+        }
+        for (int i = 0; i < dpt_model_num_buffers(c.model); i++) /* running statistics */
+            assert_same_tensor(dpt_model_buffer_at(c.model, i)->name, lc, dpt_model_buffer_at(g.model, i),
+                               dpt_model_buffer_at(c.model, i));
+        dpt_tape_clear(cpu), dpt_tape_clear(gpu);
+        dpt_tensor_free(c.x), dpt_tensor_free(g.x);
+        dpt_model_free(c.model), dpt_model_free(g.model);
+        dpt_ctx_free(cpu), dpt_ctx_free(gpu);
+        free(x), free(w);
+    }
+}
+
+/* ---------------------------------------------------------------- loader, NCCL */
+
+/* Batches through pinned memory and the copy stream are the CPU loader's, bit for bit. */
+static void test_loader_copy_stream(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    dpt_ctx *cpu = make(DPT_DEVICE_CPU), *gpu = make(GPU);
+    dpt_dataset *ds = dpt_synthetic_new(203, 3, 12, 12, 10, 5);
+    dpt_loader_options lo = {.batch = 16, .shuffle = true, .drop_last = false, .seed = 4, .world_size = 1,
+                             .mean = 0.5f, .std = 0.25f, .crop_pad = 2, .hflip = true};
+    dpt_loader *a = dpt_loader_new(cpu, ds, &lo);
+    for (int prefetch = 0; prefetch <= 3; prefetch += 3) {
+        lo.prefetch = prefetch;
+        dpt_loader *b = dpt_loader_new(gpu, ds, &lo);
+        static float ha[16 * 3 * 12 * 12], hb[16 * 3 * 12 * 12];
+        for (int epoch = 1; epoch <= 3; epoch++) {
+            dpt_loader_start_epoch(a, epoch);
+            dpt_loader_start_epoch(b, epoch);
+            if (epoch == 2) dpt_loader_skip(a, 5), dpt_loader_skip(b, 5);
+            dpt_batch ba, bb;
+            int count = 0;
+            while (dpt_loader_next(a, &ba)) {
+                assert_true(dpt_loader_next(b, &bb));
+                assert_int_equal(ba.size, bb.size);
+                dpt_tensor_copy_to_host(ba.x, ha);
+                dpt_tensor_copy_to_host(bb.x, hb);
+                int64_t m = dpt_tensor_numel(ba.x);
+                if (memcmp(ha, hb, (size_t)m * sizeof(float)) != 0)
+                    fail_msg("prefetch %d epoch %d batch %d: device batch differs", prefetch, epoch, count);
+                assert_memory_equal(ba.labels, bb.labels, (size_t)ba.size * sizeof(int32_t));
+                count++;
+            }
+            assert_false(dpt_loader_next(b, &bb));
+        }
+        dpt_loader_free(b);
+    }
+    dpt_loader_free(a);
+    dpt_dataset_free(ds);
+    dpt_ctx_free(cpu), dpt_ctx_free(gpu);
+}
+
+/* One rank over NCCL: the DDP engine's device path (events, communication stream, join)
+ * must leave training exactly as it is without DDP. */
+static void test_ddp_nccl_one_rank(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    dpt_dataset *ds = ddp_dataset();
+    for (int k = 0; k < 2; k++) {
+        ddp_run run = {.batch = 16, .accum = k ? 2 : 1, .bucket_mb = 1e-3, .overlap = true, .steps = 8,
+                       .optim = k ? "adamw" : "sgd", .drop_last = true, .cuda = GPU == DPT_DEVICE_CUDA};
+        dpt_thread_group *group = dpt_thread_group_new(1);
+        dpt_comm *host = dpt_comm_thread_new(group, 0);
+        ddp_result with = ddp_train(&run, host, ds), alone = ddp_train(&run, NULL, ds);
+        assert_int_equal(with.n, alone.n);
+        assert_true(with.nbuckets >= 3);
+        if (memcmp(with.params, alone.params, (size_t)with.n * sizeof(float)) != 0)
+            fail_msg("%s: DDP over one-rank NCCL changed the parameters (max rel %.2e)", run.optim,
+                     ddp_rel_diff(&with, &alone));
+        for (int i = 0; i < with.nparams && i < 16; i++)
+            assert_int_equal(with.reduce_counts[i], run.steps);
+        free(with.params), free(alone.params);
+        host->ops->free(host);
+        dpt_thread_group_free(group);
+    }
+    dpt_dataset_free(ds);
+}
+
+typedef struct gpu_job {
+    const dpt_dataset *ds;
+    ddp_run run;
+    ddp_result results[2];
+} gpu_job;
+
+static void gpu_replica(int rank, dpt_comm *comm, void *user)
+{
+    gpu_job *job = user;
+    job->results[rank] = ddp_train(&job->run, comm, job->ds);
+}
+
+/* DataParallel over two GPUs (NCCL between replica threads) against one GPU with the whole
+ * batch. Needs two GPUs. */
+static void test_dataparallel_two_gpus(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    if (GPUS_VISIBLE() < 2) {
+        print_message("skipped: needs 2 GPUs, %d visible\n", GPUS_VISIBLE());
+        skip();
+    }
+    dpt_dataset *ds = ddp_dataset();
+    static gpu_job job;
+    job.ds = ds;
+    job.run = (ddp_run){.batch = 8, .accum = 1, .bucket_mb = 1e-3, .overlap = true, .steps = 10,
+                        .optim = "sgd", .drop_last = true, .cuda = GPU == DPT_DEVICE_CUDA};
+    dpt_run_replicas(2, gpu_replica, &job);
+    ddp_run single = job.run;
+    single.batch = 16;
+    ddp_result ref = ddp_train(&single, NULL, ds);
+    double rel = ddp_rel_diff(&job.results[0], &ref);
+    print_message("DataParallel cuda:0,cuda:1 vs one GPU x 16: max rel diff %.2e\n", rel);
+    assert_true(rel < 1e-5);
+    assert_memory_equal(job.results[0].params, job.results[1].params, (size_t)ref.n * sizeof(float));
+    free(job.results[0].params), free(job.results[1].params), free(ref.params);
+    dpt_dataset_free(ds);
+}
+
 int main(void)
 {
-    if (dpt_device_count(DPT_DEVICE_CUDA) == 0) printf("test_cuda: skipped: no GPU visible\n");
+    if (GPUS_VISIBLE() == 0) printf("test_cuda: skipped: no GPU visible\n");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_training_steps),
         cmocka_unit_test(test_conv_models),
+        cmocka_unit_test(test_layers),
+        cmocka_unit_test(test_loader_copy_stream),
+        cmocka_unit_test(test_ddp_nccl_one_rank),
+        cmocka_unit_test(test_dataparallel_two_gpus),
     };
+#ifdef DPT_TEST_HARNESS_ON_CPU
+    return cmocka_run_group_tests_name("cuda harness (cpu vs cpu)", tests, NULL, NULL);
+#else
     return cmocka_run_group_tests_name("cuda", tests, NULL, NULL);
+#endif
 }
