@@ -55,8 +55,9 @@ MODELS = {  # name: (builder, input shape, classes, batch)
     "resnet50": (lambda: resnet([3, 4, 6, 3], [64, 128, 256, 512], True, False, 3, 1000), (3, 224, 224), 1000, 32),
 }
 
-def img_s(name, steps, device):
-    build, shape, classes, batch = MODELS[name]
+def img_s(name, steps, device, batch=None):
+    build, shape, classes, default_batch = MODELS[name]
+    batch = batch or default_batch
     model = build().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(batch, *shape, device=device)
@@ -78,10 +79,19 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--models", default="mlp,cnn,resnet20")
     ap.add_argument("--ours", help="a file with bench_conv's and bench_mlp's JSON lines, to print ratios")
+    ap.add_argument("--batch", type=int, help="batch for every model (default: each model's own)")
+    ap.add_argument("--steps", type=int, help="timed steps for every model (default: each model's own)")
+    ap.add_argument("--tf32", action="store_true", help="cuda: allow TF32 (dptrain's [train] tf32 = true)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.device == "cuda":  # the same math as dptrain's default: FP32, no TF32, cuDNN heuristics
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.tf32
+        torch.backends.cudnn.benchmark = False
     steps = {"mlp": 300, "cnn": 20, "resnet20": 5, "resnet50": 2}
+    if args.device == "cuda": steps = {"mlp": 300, "cnn": 100, "resnet20": 50, "resnet50": 20}
+    if args.steps: steps = {k: args.steps for k in steps}
     ours = {}
     if args.ours:
         for line in open(args.ours):
@@ -96,11 +106,12 @@ def main():
     print(f"{'model':10} {'batch':>6} {'params':>10} {'torch img/s':>12} {'dptrain img/s':>14} {'ratio':>7}")
     results = []
     for name in args.models.split(","):
-        rate, params = img_s(name, steps[name], args.device)
+        rate, params = img_s(name, steps[name], args.device, args.batch)
+        batch = args.batch or MODELS[name][3]
         mine = ours.get(name) or 0
         ratio = f"{mine / rate:.2f}" if mine else "-"
-        print(f"{name:10} {MODELS[name][3]:>6} {params:>10} {rate:>12.1f} {mine:>14.1f} {ratio:>7}")
-        results.append({"model": name, "batch": MODELS[name][3], "torch_img_s": round(rate, 2),
+        print(f"{name:10} {batch:>6} {params:>10} {rate:>12.1f} {mine:>14.1f} {ratio:>7}")
+        results.append({"model": name, "batch": batch, "torch_img_s": round(rate, 2),
                         "dptrain_img_s": mine, "ratio": (mine / rate) if mine else None})
     print(json.dumps({"bench": "peer_pytorch", "device": args.device, "threads": args.threads,
                       "torch": torch.__version__, "results": results}))

@@ -69,6 +69,9 @@ void dpt_print_env(FILE *out);
 /* Threads actually used by this context's kernels. */
 int dpt_ctx_threads(const dpt_ctx *ctx);
 dpt_device dpt_ctx_device(const dpt_ctx *ctx);
+/* Wait until the device has finished everything enqueued so far (CUDA kernels run
+ * asynchronously; the CPU backend has nothing to wait for). For timing. */
+void dpt_ctx_synchronize(dpt_ctx *ctx);
 
 /* Caching-allocator statistics of the context's device, in bytes. */
 typedef struct dpt_mem_stats {

@@ -47,6 +47,7 @@ typedef struct dpt_backend {
     void (*event_record)(dpt_ctx *ctx, dpt_event *ev, dpt_stream s); /* marks s's work so far */
     void (*stream_wait)(dpt_ctx *ctx, dpt_stream s, dpt_event *ev);   /* s's later work waits for ev */
     void (*event_sync)(dpt_ctx *ctx, dpt_event *ev);                  /* the host waits for ev */
+    void (*synchronize)(dpt_ctx *ctx); /* every stream of the context is idle on return */
     /* The device's free and total memory as its driver reports them (NULL: unknown). */
     void (*mem_info)(dpt_ctx *ctx, size_t *free_bytes, size_t *total_bytes);
     /* Elementwise: x, y, out have n elements. */

@@ -135,6 +135,11 @@ void dpt_ctx_set_comm(dpt_ctx *ctx, dpt_comm *comm)
 {
     ctx->comm = comm;
 }
+void dpt_ctx_synchronize(dpt_ctx *ctx)
+{
+    if (ctx->be->synchronize) ctx->be->synchronize(ctx);
+}
+
 dpt_device dpt_ctx_device(const dpt_ctx *ctx)
 {
     return ctx->device;

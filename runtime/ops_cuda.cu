@@ -345,8 +345,9 @@ static bool cuda_init(dpt_ctx *ctx, dpt_error *err)
     }
     if (ctx->device.index >= count)
         return dpt_errorf(err,
-                          "no CUDA device cuda:%d (this machine has %d)\nHINT: set [train] device = cpu, "
-                          "or run where a GPU is visible (./train --env lists them)",
+                          "no CUDA device cuda:%d (this machine has %d)\nHINT: under mpirun each rank takes "
+                          "cuda:<local rank>: start at most one rank per GPU on each node (e.g. --map-by "
+                          "ppr:<gpus>:node); or set [train] device = cpu; ./train --env lists the GPUs",
                           ctx->device.index, count);
     cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
     s->device = ctx->device.index;
@@ -470,6 +471,15 @@ static void cuda_stream_wait(dpt_ctx *ctx, dpt_stream s, dpt_event *ev)
 static void cuda_event_sync(dpt_ctx *ctx, dpt_event *ev)
 {
     CHECK_CUDA(cudaEventSynchronize((cudaEvent_t)ev));
+}
+
+static void cuda_synchronize(dpt_ctx *ctx)
+{
+    cuda_state *s = state_of(ctx);
+    CHECK_CUDA(cudaSetDevice(s->device));
+    CHECK_CUDA(cudaStreamSynchronize(s->copy));
+    CHECK_CUDA(cudaStreamSynchronize(s->comm));
+    CHECK_CUDA(cudaStreamSynchronize(s->compute));
 }
 
 static void cuda_mem_info(dpt_ctx *ctx, size_t *free_bytes, size_t *total_bytes)
@@ -1042,6 +1052,7 @@ static dpt_backend make_backend(void)
     be.stream_wait = cuda_stream_wait;
     be.event_sync = cuda_event_sync;
     be.mem_info = cuda_mem_info;
+    be.synchronize = cuda_synchronize;
     be.fill = cuda_fill;
     be.axpy = cuda_axpy;
     be.scale = cuda_scale;
