@@ -178,6 +178,16 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
     /* A backend that keeps the statistics on the device (cuDNN) does training-mode BN in two
      * calls; SyncBatchNorm needs the sums on the host for its AllReduce. */
     if (training && ctx->be->bn_fused_fwd && !(l->sync && ctx->comm)) return batchnorm_fused_forward(ctx, l, x);
+    bool wants = dpt_grad_enabled(ctx) && (dpt_wants_grad(x) || dpt_wants_grad(l->gamma) || dpt_wants_grad(l->beta));
+    if (!training && !wants && ctx->be->bn_fused_infer) { /* evaluation: nothing to record */
+        int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
+        dpt_tensor *g = l->gamma ? l->gamma : constant_temp(ctx, c, 1.0f);
+        dpt_tensor *b = l->beta ? l->beta : constant_temp(ctx, c, 0.0f);
+        dpt_tensor *y = dpt_temp_like(ctx, x);
+        ctx->be->bn_fused_infer(ctx, x->data, y->data, n, c, hw, g->data, b->data, l->running_mean->data,
+                                l->running_var->data, l->eps);
+        return y;
+    }
     DPT_REQUIRE_OP(ctx, bn_stats, "batchnorm");
     int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
     bn_saved *sv = dpt_tape_scratch(ctx, sizeof *sv + (size_t)(2 * c) * sizeof(double));

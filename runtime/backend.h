@@ -111,6 +111,10 @@ typedef struct dpt_backend {
     void (*bn_fused_bwd)(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n, int64_t c,
                          int64_t hw, const float *gamma, float *dgamma, float *dbeta, double eps,
                          const float *save_mean, const float *save_invstd);
+    /* Inference-mode batch norm from the running statistics (no gradient). */
+    void (*bn_fused_infer)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
+                           const float *gamma, const float *beta, const float *running_mean,
+                           const float *running_var, double eps);
     /* Pooling; argmax holds the flat input index of each output's maximum. */
     void (*maxpool_fwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, int32_t *argmax);
     void (*maxpool_bwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax,

@@ -920,6 +920,17 @@ static void cuda_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, flo
                                                 s->bn_x, dy, s->bn_x, dx, s->bn_c, gamma, dgamma, dbeta, eps,
                                                 save_mean, save_invstd));
 }
+static void cuda_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
+                                const float *gamma, const float *beta, const float *running_mean,
+                                const float *running_var, double eps)
+{
+    cuda_state *s = state_of(ctx);
+    bn_descriptors(ctx, n, c, hw);
+    float one = 1.0f, zero = 0.0f;
+    CHECK_CUDNN(cudnnBatchNormalizationForwardInference(s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->bn_x, x,
+                                                        s->bn_x, y, s->bn_c, gamma, beta, running_mean,
+                                                        running_var, eps));
+}
 #pragma GCC diagnostic pop
 
 static void cuda_channel_affine(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
@@ -1083,6 +1094,7 @@ static dpt_backend make_backend(void)
     be.channel_affine = cuda_channel_affine;
     be.bn_fused_fwd = cuda_bn_fused_fwd;
     be.bn_fused_bwd = cuda_bn_fused_bwd;
+    be.bn_fused_infer = cuda_bn_fused_infer;
     be.channel_affine2_acc = cuda_channel_affine2_acc;
     be.maxpool_fwd = cuda_maxpool_fwd;
     be.maxpool_bwd = cuda_maxpool_bwd;
