@@ -15,11 +15,16 @@ static void adamw_step(dpt_ctx *ctx, dpt_optim *o)
     double t = (double)(o->steps + 1);
     float bc1 = (float)(1.0 - pow(o->hyper[BETA1], t));
     float bc2 = (float)(1.0 - pow(o->hyper[BETA2], t));
-    for (int i = 0; i < dpt_model_num_params(o->model); i++) {
-        dpt_tensor *p = dpt_model_param_at(o->model, i);
-        ctx->be->adamw_step(ctx, p->numel, p->data, p->grad->data, o->state[2 * i]->data,
-                            o->state[2 * i + 1]->data, o->lr, o->hyper[BETA1], o->hyper[BETA2], o->hyper[EPS],
-                            o->hyper[WEIGHT_DECAY], bc1, bc2);
+    const dpt_tensor_list *l = dpt_optim_list(o);
+    if (ctx->be->adamw_step_multi) {
+        ctx->be->adamw_step_multi(ctx, l, o->lr, o->hyper[BETA1], o->hyper[BETA2], o->hyper[EPS],
+                                  o->hyper[WEIGHT_DECAY], bc1, bc2);
+        return;
+    }
+    for (int i = 0; i < l->count; i++) {
+        float *const *q = &l->ptr[i * l->width];
+        ctx->be->adamw_step(ctx, l->numel[i], q[0], q[1], q[2], q[3], o->lr, o->hyper[BETA1], o->hyper[BETA2],
+                            o->hyper[EPS], o->hyper[WEIGHT_DECAY], bc1, bc2);
     }
 }
 

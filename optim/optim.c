@@ -56,7 +56,23 @@ void dpt_optim_free(dpt_optim *optim)
     for (int i = 0; i < n; i++)
         dpt_tensor_free(optim->state[i]);
     free(optim->state);
+    dpt_tensor_list_free(&optim->list);
     free(optim);
+}
+
+const dpt_tensor_list *dpt_optim_list(dpt_optim *o)
+{
+    int n = dpt_model_num_params(o->model);
+    if (!o->list.ptr) dpt_tensor_list_init(&o->list, n, 2 + o->nstate);
+    for (int i = 0; i < n; i++) {
+        dpt_tensor *p = dpt_model_param_at(o->model, i);
+        float *ptrs[2 + DPT_OPTIM_MAX_STATE] = {p->data, p->grad->data};
+        for (int s = 0; s < o->nstate; s++)
+            ptrs[2 + s] = o->state[i * o->nstate + s]->data;
+        dpt_tensor_list_set(&o->list, i, p->numel, ptrs);
+    }
+    dpt_tensor_list_seal(&o->list);
+    return &o->list;
 }
 
 dpt_optim *dpt_optim_build(dpt_model *model, const dpt_config *cfg, dpt_error *err)

@@ -4,6 +4,7 @@
 #define DPT_OPTIM_H
 
 #include "dpt.h"
+#include "../runtime/backend.h"
 
 typedef struct dpt_optim_ops {
     const char *name;
@@ -20,7 +21,12 @@ struct dpt_optim {
     float hyper[6];     /* the optimizer's own hyper-parameters, named in its file */
     int nstate;         /* state tensors per parameter */
     dpt_tensor **state; /* nparams * nstate, parameter-major */
+    dpt_tensor_list list; /* (param, grad, state...) per parameter, rebuilt each step */
 };
+
+/* The (param, grad, state...) list of every parameter as of now: gradients move (DDP puts
+ * them in its buckets), so it is rebuilt each step; its key changes only when a pointer does. */
+const dpt_tensor_list *dpt_optim_list(dpt_optim *o);
 
 /* Allocate the common part with nstate zeroed state tensors per parameter. */
 dpt_optim *dpt_optim_alloc(const dpt_optim_ops *ops, dpt_model *model, float lr, int nstate);

@@ -8,13 +8,21 @@
 
 enum { MOMENTUM, DAMPENING, WEIGHT_DECAY, NESTEROV };
 
+/* One launch over every parameter where the backend can (dpt_optim_list), else one per
+ * parameter; the arithmetic per element is the same. */
 static void sgd_step(dpt_ctx *ctx, dpt_optim *o)
 {
-    bool nesterov = o->hyper[NESTEROV] != 0.0f;
-    for (int i = 0; i < dpt_model_num_params(o->model); i++) {
-        dpt_tensor *p = dpt_model_param_at(o->model, i);
-        ctx->be->sgd_step(ctx, p->numel, p->data, p->grad->data, o->state[i]->data, o->lr, o->hyper[MOMENTUM],
-                          o->hyper[DAMPENING], o->hyper[WEIGHT_DECAY], nesterov, o->steps == 0);
+    bool nesterov = o->hyper[NESTEROV] != 0.0f, first = o->steps == 0;
+    const dpt_tensor_list *l = dpt_optim_list(o);
+    if (ctx->be->sgd_step_multi) {
+        ctx->be->sgd_step_multi(ctx, l, o->lr, o->hyper[MOMENTUM], o->hyper[DAMPENING], o->hyper[WEIGHT_DECAY],
+                                nesterov, first);
+        return;
+    }
+    for (int i = 0; i < l->count; i++) {
+        float *const *q = &l->ptr[i * l->width];
+        ctx->be->sgd_step(ctx, l->numel[i], q[0], q[1], q[2], o->lr, o->hyper[MOMENTUM], o->hyper[DAMPENING],
+                          o->hyper[WEIGHT_DECAY], nesterov, first);
     }
 }
 

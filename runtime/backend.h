@@ -24,6 +24,16 @@ typedef struct dpt_pool_shape {
 typedef enum dpt_stream { DPT_STREAM_COMPUTE, DPT_STREAM_COPY, DPT_STREAM_COMM } dpt_stream;
 typedef struct dpt_event dpt_event; /* a marker in a stream (a cudaEvent_t for CUDA) */
 
+/* Many tensors' buffers for the multi-tensor entries: `width` pointers per tensor (e.g.
+ * param, grad, state...) and its length. `key` is a hash of every pointer and length, so a
+ * backend may keep a device copy of the table and upload it only when it changes. */
+typedef struct dpt_tensor_list {
+    int count, width;
+    float **ptr;    /* count * width, tensor-major */
+    int64_t *numel; /* count */
+    uint64_t key;
+} dpt_tensor_list;
+
 typedef struct dpt_backend {
     const char *name;
     /* Set up / tear down ctx->backend_state (streams, handles, thread settings). */
@@ -128,9 +138,24 @@ typedef struct dpt_backend {
     void (*adamw_step)(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *exp_avg,
                        float *exp_avg_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
                        float bias_correction1, float bias_correction2);
+    /* The same updates and the sum of squares over a whole list in one call (one launch on
+     * CUDA). Lists: sgd (param, grad, momentum_buf), adamw (param, grad, exp_avg,
+     * exp_avg_sq), sumsq (x). NULL: callers loop over the single-tensor entries. */
+    void (*sgd_step_multi)(dpt_ctx *ctx, const dpt_tensor_list *l, float lr, float momentum, float dampening,
+                           float weight_decay, bool nesterov, bool first_step);
+    void (*adamw_step_multi)(dpt_ctx *ctx, const dpt_tensor_list *l, float lr, float beta1, float beta2,
+                             float eps, float weight_decay, float bias_correction1, float bias_correction2);
+    double (*sumsq_multi)(dpt_ctx *ctx, const dpt_tensor_list *l);
 } dpt_backend;
 
 extern const dpt_backend dpt_backend_cpu;
+
+/* A list with room for `count` tensors of `width` pointers; set entries with
+ * dpt_tensor_list_set, then dpt_tensor_list_seal computes the key. */
+void dpt_tensor_list_init(dpt_tensor_list *l, int count, int width);
+void dpt_tensor_list_set(dpt_tensor_list *l, int index, int64_t numel, float *const *ptrs);
+void dpt_tensor_list_seal(dpt_tensor_list *l);
+void dpt_tensor_list_free(dpt_tensor_list *l);
 
 /* A layer whose kernel this backend does not provide (a NULL entry) stops with a message. */
 #define DPT_REQUIRE_OP(ctx, entry, op)                                                                       \

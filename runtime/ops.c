@@ -215,3 +215,37 @@ dpt_tensor *dpt_flatten(dpt_ctx *ctx, dpt_tensor *x)
     DPT_ASSERT(x->ndim >= 1, "flatten of a 0-d tensor");
     return dpt_reshape(ctx, x, 2, (int64_t[]){x->shape[0], -1});
 }
+
+/* ---------------------------------------------------------------- tensor lists */
+
+void dpt_tensor_list_init(dpt_tensor_list *l, int count, int width)
+{
+    l->count = count, l->width = width, l->key = 0;
+    l->ptr = calloc((size_t)(count * width + 1), sizeof *l->ptr);
+    l->numel = calloc((size_t)count + 1, sizeof *l->numel);
+    if (!l->ptr || !l->numel) dpt_fatal("out of host memory for a tensor list of %d", count);
+}
+
+void dpt_tensor_list_set(dpt_tensor_list *l, int index, int64_t numel, float *const *ptrs)
+{
+    l->numel[index] = numel;
+    for (int k = 0; k < l->width; k++)
+        l->ptr[index * l->width + k] = ptrs[k];
+}
+
+void dpt_tensor_list_seal(dpt_tensor_list *l)
+{
+    uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)l->count ^ ((uint64_t)l->width << 32);
+    for (int i = 0; i < l->count * l->width; i++)
+        h = (h ^ (uint64_t)(uintptr_t)l->ptr[i]) * 0x100000001b3ULL;
+    for (int i = 0; i < l->count; i++)
+        h = (h ^ (uint64_t)l->numel[i]) * 0x100000001b3ULL;
+    l->key = h;
+}
+
+void dpt_tensor_list_free(dpt_tensor_list *l)
+{
+    free(l->ptr);
+    free(l->numel);
+    l->ptr = NULL, l->numel = NULL;
+}
