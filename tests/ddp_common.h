@@ -167,6 +167,19 @@ static inline ddp_result ddp_train(const ddp_run *run, dpt_comm *comm, const dpt
     return res;
 }
 
+/* DataParallel tests: every replica thread trains the same run and keeps its result. */
+typedef struct ddp_replica_job {
+    const dpt_dataset *ds;
+    ddp_run run;
+    ddp_result results[3];
+} ddp_replica_job;
+
+static inline void ddp_replica_main(int rank, dpt_comm *comm, void *user)
+{
+    ddp_replica_job *job = user;
+    job->results[rank] = ddp_train(&job->run, comm, job->ds);
+}
+
 /* max |a - b| / max |b| */
 static inline double ddp_rel_diff(const ddp_result *a, const ddp_result *b)
 {

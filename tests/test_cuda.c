@@ -442,18 +442,6 @@ static void test_ddp_nccl_one_rank(void **state)
     dpt_dataset_free(ds);
 }
 
-typedef struct gpu_job {
-    const dpt_dataset *ds;
-    ddp_run run;
-    ddp_result results[2];
-} gpu_job;
-
-static void gpu_replica(int rank, dpt_comm *comm, void *user)
-{
-    gpu_job *job = user;
-    job->results[rank] = ddp_train(&job->run, comm, job->ds);
-}
-
 /* DataParallel over two GPUs (NCCL between replica threads) against one GPU with the whole
  * batch. Needs two GPUs. */
 static void test_dataparallel_two_gpus(void **state)
@@ -465,11 +453,11 @@ static void test_dataparallel_two_gpus(void **state)
         skip();
     }
     dpt_dataset *ds = ddp_dataset();
-    static gpu_job job;
+    static ddp_replica_job job;
     job.ds = ds;
     job.run = (ddp_run){.batch = 8, .accum = 1, .bucket_mb = 1e-3, .overlap = true, .steps = 10,
                         .optim = "sgd", .drop_last = true, .cuda = GPU == DPT_DEVICE_CUDA};
-    dpt_run_replicas(2, gpu_replica, &job);
+    dpt_run_replicas(2, ddp_replica_main, &job);
     ddp_run single = job.run;
     single.batch = 16;
     ddp_result ref = ddp_train(&single, NULL, ds);

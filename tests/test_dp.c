@@ -7,18 +7,6 @@
 #include "tests/ddp_common.h"
 #include "runtime/comm.h"
 
-typedef struct replica_job {
-    const dpt_dataset *ds;
-    ddp_run run;
-    ddp_result results[3];
-} replica_job;
-
-static void replica_main(int rank, dpt_comm *comm, void *user)
-{
-    replica_job *job = user;
-    job->results[rank] = ddp_train(&job->run, comm, job->ds);
-}
-
 static void test_dp_matches_single(void **state)
 {
     (void)state;
@@ -31,9 +19,9 @@ static void test_dp_matches_single(void **state)
                        .steps = 10,
                        .optim = "sgd",
                        .drop_last = true};
-        static replica_job job;
+        static ddp_replica_job job;
         job.ds = ds, job.run = run;
-        dpt_run_replicas(n, replica_main, &job);
+        dpt_run_replicas(n, ddp_replica_main, &job);
         ddp_run single = run;
         single.batch = 8 * n;
         ddp_result ref = ddp_train(&single, NULL, ds);
@@ -113,7 +101,7 @@ static deferred queues[3];
 
 static void async_replica_main(int rank, dpt_comm *host, void *user)
 {
-    replica_job *job = user;
+    ddp_replica_job *job = user;
     deferred *q = &queues[rank];
     *q = (deferred){.host = host};
     dpt_comm comm = {.ops = &deferred_ops, .rank = host->rank, .size = host->size, .impl = q};
@@ -135,9 +123,9 @@ static void test_ddp_async_seam(void **state)
                        .steps = 6,
                        .optim = "adamw",
                        .drop_last = true};
-        static replica_job threaded, async;
+        static ddp_replica_job threaded, async;
         threaded.ds = async.ds = ds, threaded.run = async.run = run;
-        dpt_run_replicas(2, replica_main, &threaded);
+        dpt_run_replicas(2, ddp_replica_main, &threaded);
         dpt_run_replicas(2, async_replica_main, &async);
         int64_t n = threaded.results[0].n;
         for (int r = 0; r < 2; r++) {
