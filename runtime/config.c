@@ -8,6 +8,7 @@
 
 #include "dpt.h"
 #include "error.h"
+#include "rng.h"
 
 typedef enum key_type { T_INT, T_FLOAT, T_BOOL, T_STRING, T_ENUM, T_INT_LIST, T_TYPE_COUNT } key_type;
 
@@ -570,13 +571,12 @@ void dpt_config_print(const dpt_config *cfg, FILE *out)
 
 uint64_t dpt_config_hash(const dpt_config *cfg)
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
+    uint64_t h = DPT_HASH_SEED;
     for (int k = 0; k < NKEYS; k++) {
         const char *parts[3] = {schema[k].section, schema[k].key, cfg->values[k].raw};
         for (int p = 0; p < 3; p++) {
-            for (const char *c = parts[p]; *c; c++)
-                h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
-            h = (h ^ 0xff) * 0x100000001b3ULL; /* separator so "ab"+"c" != "a"+"bc" */
+            h = dpt_hash_bytes(h, parts[p], strlen(parts[p]));
+            h = dpt_hash_bytes(h, "\xff", 1); /* separator so "ab"+"c" != "a"+"bc" */
         }
     }
     return h;

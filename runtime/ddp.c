@@ -16,6 +16,7 @@
 #include "ctx.h"
 #include "error.h"
 #include "log.h"
+#include "rng.h"
 
 typedef struct bucket {
     int first, count; /* slice of ddp->order */
@@ -162,14 +163,6 @@ typedef struct plan {
     char model[48];
 } plan;
 
-static uint64_t fnv(uint64_t h, const void *data, size_t n)
-{
-    const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
-
 static plan make_plan(const dpt_ddp *d)
 {
     plan pl = {0};
@@ -179,21 +172,21 @@ static plan make_plan(const dpt_ddp *d)
     pl.dataset_len = d->opt.dataset_len;
     pl.config_hash = d->opt.config_hash;
     snprintf(pl.model, sizeof pl.model, "%s", dpt_model_name(d->model));
-    pl.names_hash = pl.shapes_hash = pl.bucket_hash = 0xcbf29ce484222325ULL;
+    pl.names_hash = pl.shapes_hash = pl.bucket_hash = DPT_HASH_SEED;
     for (int i = 0; i < d->nparams; i++) {
         dpt_tensor *t = dpt_model_param_at(d->model, i);
         pl.scalars += t->numel;
-        pl.names_hash = fnv(pl.names_hash, t->name, strlen(t->name) + 1);
-        pl.shapes_hash = fnv(pl.shapes_hash, &t->ndim, sizeof t->ndim);
-        pl.shapes_hash = fnv(pl.shapes_hash, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+        pl.names_hash = dpt_hash_bytes(pl.names_hash, t->name, strlen(t->name) + 1);
+        pl.shapes_hash = dpt_hash_bytes(pl.shapes_hash, &t->ndim, sizeof t->ndim);
+        pl.shapes_hash = dpt_hash_bytes(pl.shapes_hash, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
     }
     for (int i = 0; i < pl.nbuffers; i++) {
         dpt_tensor *t = dpt_model_buffer_at(d->model, i);
-        pl.names_hash = fnv(pl.names_hash, t->name, strlen(t->name) + 1);
-        pl.shapes_hash = fnv(pl.shapes_hash, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+        pl.names_hash = dpt_hash_bytes(pl.names_hash, t->name, strlen(t->name) + 1);
+        pl.shapes_hash = dpt_hash_bytes(pl.shapes_hash, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
     }
     for (int b = 0; b < d->nbuckets; b++)
-        pl.bucket_hash = fnv(pl.bucket_hash, &d->buckets[b].count, sizeof d->buckets[b].count);
+        pl.bucket_hash = dpt_hash_bytes(pl.bucket_hash, &d->buckets[b].count, sizeof d->buckets[b].count);
     return pl;
 }
 

@@ -235,12 +235,9 @@ void dpt_tensor_list_set(dpt_tensor_list *l, int index, int64_t numel, float *co
 
 void dpt_tensor_list_seal(dpt_tensor_list *l)
 {
-    uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)l->count ^ ((uint64_t)l->width << 32);
-    for (int i = 0; i < l->count * l->width; i++)
-        h = (h ^ (uint64_t)(uintptr_t)l->ptr[i]) * 0x100000001b3ULL;
-    for (int i = 0; i < l->count; i++)
-        h = (h ^ (uint64_t)l->numel[i]) * 0x100000001b3ULL;
-    l->key = h;
+    uint64_t h = dpt_hash_bytes(DPT_HASH_SEED, &l->width, sizeof l->width);
+    h = dpt_hash_bytes(h, l->ptr, (size_t)(l->count * l->width) * sizeof *l->ptr);
+    l->key = dpt_hash_bytes(h, l->numel, (size_t)l->count * sizeof *l->numel);
 }
 
 void dpt_tensor_list_free(dpt_tensor_list *l)

@@ -3,6 +3,7 @@
 #ifndef DPT_RNG_H
 #define DPT_RNG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct dpt_rng {
@@ -19,5 +20,16 @@ float dpt_rng_normal(dpt_rng *rng);
 uint64_t dpt_rng_below(dpt_rng *rng, uint64_t bound);
 /* Fill perm[0..n) with a uniformly random permutation (Fisher-Yates). */
 void dpt_rng_permutation(dpt_rng *rng, int64_t *perm, int64_t n);
+
+/* FNV-1a over n bytes, continuing from h (start from DPT_HASH_SEED): the config hash, the
+ * DDP plan check and the keys of multi-tensor lists. */
+#define DPT_HASH_SEED 0xcbf29ce484222325ULL
+static inline uint64_t dpt_hash_bytes(uint64_t h, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
+}
 
 #endif
