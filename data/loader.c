@@ -44,10 +44,9 @@ struct dpt_loader {
     slot *slots;
     int nslots;
     /* Positions are batch numbers in this epoch. The consumer returns `next` and holds
-     * `next - 1` until its following call; batches [next, ready) are done, and the producer
-     * may fill batch b only when b < released + nslots. */
+     * `next - 1` until its following call (while released < next); batches [next, ready) are
+     * done, and the producer may fill batch b only when b < released + nslots. */
     int64_t next, ready, released;
-    bool held;
     pthread_t thread;
     bool threaded, busy, paused, quit;
     pthread_mutex_t mu;
@@ -195,10 +194,9 @@ static void *producer_main(void *arg)
  * until the compute stream is done with it. Called with mu held. */
 static void release_held(dpt_loader *l)
 {
-    if (!l->held) return;
+    if (l->released == l->next) return; /* nothing held */
     slot *s = &l->slots[(l->next - 1) % l->nslots];
     if (l->async) l->ctx->be->event_record(l->ctx, s->consumed, DPT_STREAM_COMPUTE);
-    l->held = false;
     l->released = l->next;
 }
 
@@ -308,7 +306,6 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
         l->ready = b + 1;
     }
     l->next = b + 1;
-    l->held = true;
     pthread_mutex_unlock(&l->mu);
     if (l->async)
         l->ctx->be->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);

@@ -57,7 +57,7 @@ struct dpt_ddp {
     dpt_timeline *timeline;
     /* the communication thread */
     pthread_t thread;
-    bool thread_started, hooked;
+    bool hooked; /* fully set up: gradients in buckets, hook installed (and, if !async, the thread) */
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
     int launched, reduced; /* buckets handed over / finished this step */
@@ -314,7 +314,6 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
         pthread_cond_init(&d->done_cv, NULL);
         if (pthread_create(&d->thread, NULL, comm_thread_main, d) != 0)
             dpt_fatal("cannot start the DDP communication thread");
-        d->thread_started = true;
     }
     d->hooked = true;
     dpt_set_grad_ready_hook(ctx, grad_ready_hook, d);
@@ -324,7 +323,7 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
 void dpt_ddp_free(dpt_ddp *d)
 {
     if (!d) return;
-    if (d->thread_started) {
+    if (d->hooked && !d->async) {
         pthread_mutex_lock(&d->mu);
         d->quit = true;
         pthread_cond_signal(&d->work_cv);
