@@ -6,24 +6,21 @@
 
 double dpt_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double max_norm)
 {
-    double total = 0.0;
     int n = dpt_model_num_params(model);
-    if (ctx->be->sumsq_multi) { /* one launch and one read-back instead of one per parameter */
-        dpt_tensor_list l;
-        dpt_tensor_list_init(&l, n, 1);
-        for (int i = 0; i < n; i++) {
-            dpt_tensor *g = dpt_model_param_at(model, i)->grad;
-            dpt_tensor_list_set(&l, i, g->numel, &g->data);
-        }
-        dpt_tensor_list_seal(&l);
-        total = ctx->be->sumsq_multi(ctx, &l);
-        dpt_tensor_list_free(&l);
-    } else {
-        for (int i = 0; i < n; i++) {
-            dpt_tensor *g = dpt_model_param_at(model, i)->grad;
-            total += ctx->be->dot(ctx, g->data, g->data, g->numel);
-        }
+    dpt_tensor_list l;
+    dpt_tensor_list_init(&l, n, 1);
+    for (int i = 0; i < n; i++) {
+        dpt_tensor *g = dpt_model_param_at(model, i)->grad;
+        dpt_tensor_list_set(&l, i, g->numel, &g->data);
     }
+    dpt_tensor_list_seal(&l);
+    double total = 0.0;
+    if (ctx->be->sumsq_multi) /* one launch and one read-back instead of one per parameter */
+        total = ctx->be->sumsq_multi(ctx, &l);
+    else
+        for (int i = 0; i < n; i++)
+            total += ctx->be->dot(ctx, l.ptr[i], l.ptr[i], l.numel[i]);
+    dpt_tensor_list_free(&l);
     double norm = sqrt(total);
     if (max_norm > 0 && isfinite(norm) && norm > max_norm) {
         float scale = (float)(max_norm / (norm + 1e-6));
