@@ -136,6 +136,13 @@ static dpt_tensor *constant_temp(dpt_ctx *ctx, int64_t c, float value)
     return t;
 }
 
+/* The layer's gamma and beta, or ones and zeros when it is not affine (cuDNN wants both). */
+static void affine_or_identity(dpt_ctx *ctx, const dpt_batchnorm *l, dpt_tensor **gamma, dpt_tensor **beta)
+{
+    *gamma = l->gamma ? l->gamma : constant_temp(ctx, l->channels, 1.0f);
+    *beta = l->beta ? l->beta : constant_temp(ctx, l->channels, 0.0f);
+}
+
 static void batchnorm_fused_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_batchnorm *l = node->layer;
@@ -155,8 +162,8 @@ static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_t
     int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
     bn_fused_saved *sv = dpt_tape_scratch(ctx, sizeof *sv);
     sv->stats = dpt_temp(ctx, 1, (int64_t[]){2 * c});
-    sv->gamma = l->gamma ? l->gamma : constant_temp(ctx, c, 1.0f);
-    dpt_tensor *beta = l->beta ? l->beta : constant_temp(ctx, c, 0.0f);
+    dpt_tensor *beta;
+    affine_or_identity(ctx, l, &sv->gamma, &beta);
     dpt_tensor *y = dpt_temp_like(ctx, x);
     ctx->be->bn_fused_fwd(ctx, x->data, y->data, n, c, hw, sv->gamma->data, beta->data, l->running_mean->data,
                           l->running_var->data, l->momentum, l->eps, sv->stats->data, sv->stats->data + c);
@@ -181,8 +188,8 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
     bool wants = dpt_grad_enabled(ctx) && (dpt_wants_grad(x) || dpt_wants_grad(l->gamma) || dpt_wants_grad(l->beta));
     if (!training && !wants && ctx->be->bn_fused_infer) { /* evaluation: nothing to record */
         int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
-        dpt_tensor *g = l->gamma ? l->gamma : constant_temp(ctx, c, 1.0f);
-        dpt_tensor *b = l->beta ? l->beta : constant_temp(ctx, c, 0.0f);
+        dpt_tensor *g, *b;
+        affine_or_identity(ctx, l, &g, &b);
         dpt_tensor *y = dpt_temp_like(ctx, x);
         ctx->be->bn_fused_infer(ctx, x->data, y->data, n, c, hw, g->data, b->data, l->running_mean->data,
                                 l->running_var->data, l->eps);
