@@ -590,9 +590,8 @@ static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *
            (unsigned long long)dpt_config_hash(cfg));
     printf("model %s %s | %lld parameters | %.1f MFLOP/sample forward\n", dpt_model_name(model),
            dpt_model_summary(model), (long long)dpt_model_param_count(model), dpt_model_flops(model) / 1e6);
-    dpt_device dev = dpt_ctx_device(ctx);
-    char device[32] = "cpu";
-    if (dev.kind == DPT_DEVICE_CUDA) snprintf(device, sizeof device, "cuda:%d", dev.index);
+    char device[32];
+    dpt_device_str(dpt_ctx_device(ctx), device, sizeof device);
     printf("device %s | %d threads | %d %s%s | batch %lld per rank x %d accum (%lld global)\n", device,
            dpt_ctx_threads(ctx), r->size, *r->devices ? "replica" : "rank", r->size > 1 ? "s" : "",
            (long long)batch, accum, (long long)(batch * r->size * accum));

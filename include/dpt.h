@@ -69,6 +69,8 @@ void dpt_print_env(FILE *out);
 /* Threads actually used by this context's kernels. */
 int dpt_ctx_threads(const dpt_ctx *ctx);
 dpt_device dpt_ctx_device(const dpt_ctx *ctx);
+/* "cpu" or "cuda:N", written into buf (returned). */
+const char *dpt_device_str(dpt_device device, char *buf, size_t cap);
 /* Wait until the device has finished everything enqueued so far (CUDA kernels run
  * asynchronously; the CPU backend has nothing to wait for). For timing. */
 void dpt_ctx_synchronize(dpt_ctx *ctx);

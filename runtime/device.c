@@ -118,8 +118,8 @@ void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *wha
         human(t, sizeof t, (double)total_b);
         snprintf(dev, sizeof dev, "; the device has %s free of %s", f, t);
     }
-    char name[32] = "cpu";
-    if (ctx->device.kind == DPT_DEVICE_CUDA) snprintf(name, sizeof name, "cuda:%d", ctx->device.index);
+    char name[32];
+    dpt_device_str(ctx->device, name, sizeof name);
     dpt_abort_job("out of memory on %s: asked for %s (%s) with %s in use by tensors, %s reserved by the "
                   "cache, peak %s%s%s\n"
                   "HINT: use a smaller per-rank batch ([train] batch) and keep the global batch with "
@@ -138,6 +138,15 @@ void dpt_ctx_set_comm(dpt_ctx *ctx, dpt_comm *comm)
 void dpt_ctx_synchronize(dpt_ctx *ctx)
 {
     if (ctx->be->synchronize) ctx->be->synchronize(ctx);
+}
+
+const char *dpt_device_str(dpt_device device, char *buf, size_t cap)
+{
+    if (device.kind == DPT_DEVICE_CUDA)
+        snprintf(buf, cap, "cuda:%d", device.index);
+    else
+        snprintf(buf, cap, "cpu");
+    return buf;
 }
 
 dpt_device dpt_ctx_device(const dpt_ctx *ctx)
