@@ -26,7 +26,7 @@ void dpt_rng_permutation(dpt_rng *rng, int64_t *perm, int64_t n);
 #define DPT_HASH_SEED 0xcbf29ce484222325ULL
 static inline uint64_t dpt_hash_bytes(uint64_t h, const void *data, size_t n)
 {
-    const uint8_t *p = data;
+    const uint8_t *p = (const uint8_t *)data; /* the cast: nvcc compiles this header as C++ */
     for (size_t i = 0; i < n; i++)
         h = (h ^ p[i]) * 0x100000001b3ULL;
     return h;
