@@ -98,7 +98,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c -o $@ $<
+	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c -o $@ $<
 
 $(BUILD)/tests/test_%: tests/test_%.c tests/testutil.h tests/ddp_common.h $(LIB)
 	@mkdir -p $(dir $@)
