@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -211,7 +212,8 @@ static void free_records(record *recs, uint32_t n)
     free(recs);
 }
 
-/* Parse and verify every record; false with err naming the first problem. */
+/* Parse and verify every record; false with err naming the first problem. Every error is
+ * formatted before the records are freed (the message names the record). */
 static bool parse(const char *path, reader *r, record **out, uint32_t *count, dpt_error *err)
 {
     char magic[8];
@@ -231,6 +233,10 @@ static bool parse(const char *path, reader *r, record **out, uint32_t *count, dp
                           "HINT: resume with the dptrain that wrote it",
                           path, version, CKPT_VERSION);
     if (nrec > 1000000) return dpt_errorf(err, "%s: implausible record count %u\n" HINT_CORRUPT, path, nrec);
+    /* Each record takes at least 32 bytes: a count beyond that is damage, not a reason to
+     * allocate. */
+    if ((uint64_t)nrec * 32 > r->len)
+        return dpt_errorf(err, "%s: %u records cannot fit in %zu bytes\n" HINT_CORRUPT, path, nrec, r->len);
     record *recs = calloc(nrec + 1, sizeof *recs);
     if (!recs) dpt_fatal("out of host memory reading a checkpoint");
     for (uint32_t i = 0; i < nrec; i++) {
@@ -247,37 +253,44 @@ static bool parse(const char *path, reader *r, record **out, uint32_t *count, dp
         ok = ok && take(r, &raw_bytes, 8) && take(r, &comp_bytes, 8) && comp_bytes <= r->len - r->pos &&
              raw_bytes < ((uint64_t)1 << 40);
         if (!ok) {
-            free_records(recs, nrec);
-            return dpt_errorf(err, "%s: record %u of %u is truncated or malformed\n" HINT_CORRUPT, path,
-                              i + 1, nrec);
+            dpt_errorf(err, "%s: record %u of %u is truncated or malformed\n" HINT_CORRUPT, path, i + 1, nrec);
+            goto fail;
         }
+        rec->name[name_len] = '\0';
         const uint8_t *comp = r->buf + r->pos;
         r->pos += comp_bytes;
         uint32_t crc;
         if (!take(r, &crc, 4) || crc != (uint32_t)crc32(0L, r->buf + start, (uInt)(r->pos - 4 - start))) {
-            free_records(recs, nrec);
-            return dpt_errorf(err, "%s: CRC mismatch in record %u (%.*s)\n" HINT_CORRUPT, path, i + 1,
-                              (int)(name_len < 64 ? name_len : 64), rec->name);
+            dpt_errorf(err, "%s: CRC mismatch in record %u (%.64s)\n" HINT_CORRUPT, path, i + 1, rec->name);
+            goto fail;
         }
-        rec->name[name_len] = '\0';
+        /* zlib cannot expand by more than about 1032x: a larger claim is damage. */
+        if (raw_bytes > 1032 * comp_bytes + 64) {
+            dpt_errorf(err, "%s: record %.64s claims %llu bytes from %llu compressed\n" HINT_CORRUPT, path,
+                       rec->name, (unsigned long long)raw_bytes, (unsigned long long)comp_bytes);
+            goto fail;
+        }
         rec->ndim = (int)ndim;
         rec->bytes = raw_bytes;
         rec->data = malloc(raw_bytes + 1);
         uLongf got = (uLongf)raw_bytes;
         if (!rec->data || uncompress(rec->data, &got, comp, (uLong)comp_bytes) != Z_OK || got != raw_bytes) {
-            free_records(recs, nrec);
-            return dpt_errorf(err, "%s: record %s does not decompress\n" HINT_CORRUPT, path, rec->name);
+            dpt_errorf(err, "%s: record %.64s does not decompress\n" HINT_CORRUPT, path, rec->name);
+            goto fail;
         }
         rec->data[raw_bytes] = '\0';
     }
     char end[8];
     if (!take(r, end, 8) || memcmp(end, CKPT_END, 8) != 0 || r->pos != r->len) {
-        free_records(recs, nrec);
-        return dpt_errorf(err, "%s: missing end marker (truncated, or trailing bytes)\n" HINT_CORRUPT, path);
+        dpt_errorf(err, "%s: missing end marker (truncated, or trailing bytes)\n" HINT_CORRUPT, path);
+        goto fail;
     }
     *out = recs;
     *count = nrec;
     return true;
+fail:
+    free_records(recs, nrec);
+    return false;
 }
 
 static record *find(record *recs, uint32_t n, const char *name)
@@ -334,22 +347,102 @@ static bool check_tensor(const char *path, record *recs, uint32_t n, const char 
     return true;
 }
 
+/* A checkpoint file read whole; NULL with err for a missing, unreadable or non-regular file
+ * (a folder or a FIFO would otherwise report a nonsense size or block). */
+static uint8_t *read_whole_file(const char *path, size_t *size, dpt_error *err)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) {
+        dpt_errorf(err, "cannot open checkpoint %s: %s\nHINT: pass a ckpt-step*.dpt file or 'latest'", path,
+                   strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        dpt_errorf(err, "checkpoint %s is not a regular file\nHINT: pass a ckpt-step*.dpt file or 'latest'",
+                   path);
+        return NULL;
+    }
+    uint8_t *buf = malloc((size_t)st.st_size + 1);
+    if (!buf) dpt_fatal("out of host memory reading checkpoint %s (%lld bytes)", path, (long long)st.st_size);
+    size_t done = 0;
+    while (done < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + done, (size_t)st.st_size - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += (size_t)n;
+    }
+    close(fd);
+    if (done != (size_t)st.st_size) {
+        free(buf);
+        dpt_errorf(err, "cannot read checkpoint %s: %s", path, done ? "it changed while being read" : strerror(errno));
+        return NULL;
+    }
+    *size = done;
+    return buf;
+}
+
+/* An integer of the meta record, strictly parsed and within [lo, hi]. */
+static bool meta_int(const char *path, const record *meta, const char *key, int64_t lo, int64_t hi,
+                     int64_t *out, dpt_error *err)
+{
+    char val[64];
+    if (!meta_get(meta, key, val, sizeof val))
+        return dpt_errorf(err, "%s: the meta record lacks %s\n" HINT_CORRUPT, path, key);
+    char *end;
+    errno = 0;
+    long long v = strtoll(val, &end, 10);
+    if (errno || end == val || *end || v < lo || v > hi)
+        return dpt_errorf(err, "%s: meta %s = %s is not an integer in [%lld, %lld]\n" HINT_CORRUPT, path, key,
+                          val, (long long)lo, (long long)hi);
+    *out = v;
+    return true;
+}
+
+/* The train state of the meta record, every value range-checked (and against each other). */
+static bool read_state(const char *path, const record *meta, dpt_train_state *st, int64_t *optim_steps,
+                       int64_t *world_size, dpt_error *err)
+{
+    const int64_t big = (int64_t)1 << 53;
+    int64_t epoch, best_epoch;
+    bool ok = meta_int(path, meta, "step", 0, big, &st->step, err) &&
+              meta_int(path, meta, "epoch", 1, 1000000000, &epoch, err) &&
+              meta_int(path, meta, "batches_done", 0, big, &st->batches_done, err) &&
+              meta_int(path, meta, "optim_steps", 0, st->step, optim_steps, err) &&
+              meta_int(path, meta, "skipped", 0, st->step, &st->skipped, err) &&
+              meta_int(path, meta, "best_epoch", 0, epoch, &best_epoch, err) &&
+              meta_int(path, meta, "world_size", 1, 1 << 24, world_size, err);
+    if (!ok) return false;
+    st->epoch = (int)epoch;
+    st->best_epoch = (int)best_epoch;
+    char val[64], *end;
+    st->best_acc = meta_get(meta, "best_acc", val, sizeof val) ? strtod(val, &end) : NAN;
+    if (!meta_get(meta, "best_acc", val, sizeof val) || *end || !(st->best_acc >= -1.0 && st->best_acc <= 1.0))
+        return dpt_errorf(err, "%s: meta best_acc = %s is not an accuracy in [-1, 1]\n" HINT_CORRUPT, path, val);
+    return true;
+}
+
+/* NaN or Inf in a saved tensor is a run that had already failed: refuse it by name. */
+static bool check_finite(const char *path, const record *rec, dpt_error *err)
+{
+    const float *v = (const float *)rec->data;
+    for (uint64_t i = 0; i < rec->bytes / sizeof(float); i++)
+        if (!isfinite(v[i]))
+            return dpt_errorf(err,
+                              "%s: %s[%llu] is %f\nHINT: the run had diverged before this checkpoint; resume "
+                              "from an older one (ls the checkpoint dir)",
+                              path, rec->name, (unsigned long long)i, (double)v[i]);
+    return true;
+}
+
 bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *ctx,
                          const dpt_config *cfg, dpt_train_state *st, int world_size, dpt_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dpt_errorf(err, "cannot open checkpoint %s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(size > 0 ? (size_t)size : 1);
-    if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        fclose(f);
-        free(buf);
-        return dpt_errorf(err, "cannot read checkpoint %s", path);
-    }
-    fclose(f);
-    reader r = {buf, (size_t)size, 0};
+    size_t size = 0;
+    uint8_t *buf = read_whole_file(path, &size, err);
+    if (!buf) return false;
+    reader r = {buf, size, 0};
     record *recs = NULL;
     uint32_t n = 0;
     bool ok = parse(path, &r, &recs, &n, err);
@@ -358,8 +451,11 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
 
     record *meta = find(recs, n, "meta"), *rng = find(recs, n, "rng");
     char val[256], model_desc[400] = "?";
-    ok = meta && rng && rng->bytes == sizeof ctx->rng.s;
+    ok = meta && rng && meta->kind == REC_BLOB && rng->kind == REC_BLOB && rng->bytes == sizeof ctx->rng.s;
     if (!ok) dpt_errorf(err, "%s lacks its meta or rng record\n" HINT_CORRUPT, path);
+    dpt_train_state loaded = {0};
+    int64_t optim_steps = 0, saved_world = 0;
+    ok = ok && read_state(path, meta, &loaded, &optim_steps, &saved_world, err);
     if (ok) {
         char name[96], summary[200];
         meta_get(meta, "model", name, sizeof name);
@@ -376,16 +472,16 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
                         "%s holds %s optimizer state; the config asks for %s\nHINT: set [optim] name = %s "
                         "to resume, or start a new run",
                         path, val, dpt_optim_name(optim), val);
-    if (ok && atoi(meta_get(meta, "world_size", val, sizeof val) ? val : "0") != world_size &&
-        atoll(meta_get(meta, "batches_done", val, sizeof val) ? val : "1") != 0)
+    if (ok && saved_world != world_size && loaded.batches_done != 0)
         ok = dpt_errorf(err,
-                        "%s was written mid-epoch by %s ranks; this run has %d\nHINT: resume with the "
+                        "%s was written mid-epoch by %lld ranks; this run has %d\nHINT: resume with the "
                         "same number of ranks, or from a checkpoint written at an epoch end "
                         "([checkpoint] every_epochs), where a new world size is allowed",
-                        path, meta_get(meta, "world_size", val, sizeof val), world_size);
+                        path, (long long)saved_world, world_size);
     int nparams = dpt_model_num_params(model), nbuffers = dpt_model_num_buffers(model);
-    int nstate = nparams * optim->nstate;
-    record **src = calloc((size_t)(nparams + nbuffers + nstate) + 1, sizeof *src);
+    int nstate = nparams * optim->nstate, ntensors = nparams + nbuffers + nstate;
+    record **src = calloc((size_t)ntensors + 1, sizeof *src);
+    if (!src) dpt_fatal("out of host memory reading a checkpoint");
     for (int i = 0; ok && i < nparams; i++)
         ok = check_tensor(path, recs, n, "param/", dpt_model_param_at(model, i), model_desc, err, &src[i]);
     for (int i = 0; ok && i < nbuffers; i++)
@@ -394,11 +490,13 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
     for (int i = 0; ok && i < nstate; i++)
         ok = check_tensor(path, recs, n, "optim/", optim->state[i], model_desc, err,
                           &src[nparams + nbuffers + i]);
-    if (ok && n != (uint32_t)(3 + nparams + nbuffers + nstate))
+    if (ok && n != (uint32_t)(3 + ntensors))
         ok = dpt_errorf(err,
                         "%s holds %u records; the model and optimizer need %d (the checkpoint has "
                         "tensors this model lacks: %s)\nHINT: resume with the model that wrote it",
-                        path, n, 3 + nparams + nbuffers + nstate, model_desc);
+                        path, n, 3 + ntensors, model_desc);
+    for (int i = 0; ok && i < ntensors; i++)
+        ok = check_finite(path, src[i], err);
     if (ok) {
         /* Everything checked: apply. */
         for (int i = 0; i < nparams; i++)
@@ -408,13 +506,8 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
         for (int i = 0; i < nstate; i++)
             dpt_tensor_copy_from_host(optim->state[i], (float *)src[nparams + nbuffers + i]->data);
         memcpy(ctx->rng.s, rng->data, sizeof ctx->rng.s);
-        optim->steps = atoll(meta_get(meta, "optim_steps", val, sizeof val) ? val : "0");
-        st->epoch = atoi(meta_get(meta, "epoch", val, sizeof val) ? val : "1");
-        st->batches_done = atoll(meta_get(meta, "batches_done", val, sizeof val) ? val : "0");
-        st->step = atoll(meta_get(meta, "step", val, sizeof val) ? val : "0");
-        st->skipped = atoll(meta_get(meta, "skipped", val, sizeof val) ? val : "0");
-        st->best_acc = atof(meta_get(meta, "best_acc", val, sizeof val) ? val : "-1");
-        st->best_epoch = atoi(meta_get(meta, "best_epoch", val, sizeof val) ? val : "0");
+        optim->steps = optim_steps;
+        *st = loaded;
         char hash[32];
         snprintf(hash, sizeof hash, "%016llx", (unsigned long long)dpt_config_hash(cfg));
         if (strcmp(meta_get(meta, "config_hash", val, sizeof val) ? val : "", hash) != 0)

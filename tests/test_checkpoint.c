@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "tests/testutil.h"
+#include "tests/ckpt_bytes.h"
 #include "optim/optim.h"
 #include "runtime/ctx.h"
 
@@ -203,6 +204,154 @@ static void test_damage(void **state)
     free_run(&a);
 }
 
+/* The records of a valid file, decompressed (names and data point into *store). */
+static int split_records(const uint8_t *buf, size_t len, ckpt_rec *recs, int max, uint8_t ***store)
+{
+    uint32_t n = (uint32_t)ckpt_le(buf + 12, 4);
+    assert_true((int)n <= max);
+    *store = calloc(2 * n, sizeof **store);
+    size_t pos = 20;
+    for (uint32_t i = 0; i < n; i++) {
+        ckpt_rec *r = &recs[i];
+        memset(r, 0, sizeof *r);
+        r->kind = (uint32_t)ckpt_le(buf + pos, 4);
+        uint32_t name_len = (uint32_t)ckpt_le(buf + pos + 4, 4);
+        char *name = calloc(name_len + 1, 1);
+        memcpy(name, buf + pos + 8, name_len);
+        (*store)[2 * i] = (uint8_t *)name;
+        r->name = name;
+        pos += 8 + name_len;
+        r->ndim = (int)ckpt_le(buf + pos, 4);
+        pos += 4;
+        for (int d = 0; d < r->ndim; d++, pos += 8)
+            r->dims[d] = (int64_t)ckpt_le(buf + pos, 8);
+        r->raw_bytes = ckpt_le(buf + pos, 8);
+        uLongf comp = (uLongf)ckpt_le(buf + pos + 8, 8), got = (uLongf)r->raw_bytes;
+        pos += 16;
+        uint8_t *raw = malloc(r->raw_bytes + 1);
+        assert_int_equal(uncompress(raw, &got, buf + pos, comp), Z_OK);
+        raw[r->raw_bytes] = '\0'; /* blobs are text */
+        (*store)[2 * i + 1] = raw;
+        r->raw = raw;
+        pos += comp + 4;
+    }
+    return (int)n;
+}
+
+static void free_store(uint8_t **store, int n)
+{
+    for (int i = 0; i < 2 * n; i++)
+        free(store[i]);
+    free(store);
+}
+
+/* Rebuild `good` with one meta line replaced by `line` (key=value) and expect `needle`. */
+static void expect_meta_error(const uint8_t *good, size_t len, const char *bad, const char *line, const char *needle)
+{
+    ckpt_rec recs[64];
+    uint8_t **store;
+    int n = split_records(good, len, recs, 64, &store);
+    assert_string_equal(recs[0].name, "meta");
+    char meta[2048] = "";
+    size_t klen = strcspn(line, "=");
+    for (const char *l = recs[0].raw; *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t ll = nl ? (size_t)(nl - l) + 1 : strlen(l);
+        if (!strncmp(l, line, klen + 1))
+            snprintf(meta + strlen(meta), sizeof meta - strlen(meta), "%s\n", line);
+        else
+            snprintf(meta + strlen(meta), sizeof meta - strlen(meta), "%.*s", (int)ll, l);
+        l += ll;
+    }
+    recs[0].raw = meta, recs[0].raw_bytes = strlen(meta);
+    uint8_t *out;
+    size_t out_len = ckpt_build(recs, n, &out);
+    write_all(bad, out, out_len);
+    expect_load_error(bad, "8,5", "adamw", needle);
+    free(out);
+    free_store(store, n);
+}
+
+/* Files crafted as an attacker would: every CRC valid, the content wrong. */
+static void test_hostile(void **state)
+{
+    (void)state;
+    char bad[300], good[300];
+    snprintf(bad, sizeof bad, "%s/hostile.dpt", dir);
+    snprintf(good, sizeof good, "%s/good2.dpt", dir);
+    /* A record whose zlib data is garbage: the error names the record (this read freed
+     * memory once: ASan and valgrind runs of this test catch a return of that). */
+    ckpt_rec junk = {.kind = 2, .name = "meta", .raw_bytes = 100, .comp = "not zlib at all", .comp_bytes = 15};
+    uint8_t *buf;
+    size_t len = ckpt_build(&junk, 1, &buf);
+    write_all(bad, buf, len);
+    expect_load_error(bad, "8,5", "adamw", "record meta does not decompress");
+    free(buf);
+    /* A decompression bomb claim: far more raw bytes than zlib can produce. */
+    junk.raw_bytes = (size_t)1 << 38;
+    len = ckpt_build(&junk, 1, &buf);
+    write_all(bad, buf, len);
+    expect_load_error(bad, "8,5", "adamw", "claims 274877906944 bytes from 15 compressed");
+    free(buf);
+    /* A record count the file cannot hold. */
+    uint8_t header[28] = "DPTCKPT";
+    uint32_t version = 1, count = 900000;
+    memcpy(header + 8, &version, 4), memcpy(header + 12, &count, 4);
+    memcpy(header + 20, "DPTEND\0", 8);
+    ckpt_fix_crcs(header, sizeof header);
+    write_all(bad, header, sizeof header);
+    expect_load_error(bad, "8,5", "adamw", "900000 records cannot fit in 28 bytes");
+    /* A folder and a FIFO named as the checkpoint. */
+    expect_load_error(dir, "8,5", "adamw", "is not a regular file");
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s/fifo.dpt", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    expect_load_error(fifo, "8,5", "adamw", "is not a regular file");
+
+    /* Meta values out of range, each named. */
+    run a = make_run("8,5", "adamw", 1);
+    train_a_little(&a);
+    save(&a, good);
+    uint8_t *g = read_all(good, &len);
+    expect_meta_error(g, len, bad, "epoch=-3", "meta epoch = -3 is not an integer in [1, ");
+    expect_meta_error(g, len, bad, "step=-5", "meta step = -5 is not an integer in [0, ");
+    expect_meta_error(g, len, bad, "optim_steps=-1", "meta optim_steps = -1 is not an integer in [0, 1234]");
+    expect_meta_error(g, len, bad, "optim_steps=5000", "meta optim_steps = 5000 is not an integer in [0, 1234]");
+    expect_meta_error(g, len, bad, "batches_done=12x", "meta batches_done = 12x is not an integer");
+    expect_meta_error(g, len, bad, "world_size=0", "meta world_size = 0 is not an integer in [1, ");
+    expect_meta_error(g, len, bad, "best_acc=nan", "meta best_acc = nan is not an accuracy");
+    expect_meta_error(g, len, bad, "best_epoch=9", "meta best_epoch = 9 is not an integer in [0, 3]");
+
+    /* The helpers themselves: the records taken apart and rebuilt unchanged load. */
+    ckpt_rec recs[64];
+    uint8_t **store;
+    int n = split_records(g, len, recs, 64, &store);
+    uint8_t *same;
+    size_t same_len = ckpt_build(recs, n, &same);
+    write_all(bad, same, same_len);
+    run b = make_run("8,5", "adamw", 2);
+    dpt_train_state st;
+    dpt_error err;
+    if (!dpt_checkpoint_load(bad, b.model, b.optim, b.ctx, b.cfg, &st, 1, &err)) fail_msg("%s", err.msg);
+    assert_same_state(&a, &b);
+    free_run(&b);
+    free(same);
+    /* A NaN weight: refused by name. */
+    int victim = -1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(recs[i].name, "param/fc2.weight")) victim = i;
+    assert_true(victim >= 0);
+    ((float *)store[2 * victim + 1])[7] = NAN;
+    uint8_t *out;
+    size_t out_len = ckpt_build(recs, n, &out);
+    write_all(bad, out, out_len);
+    expect_load_error(bad, "8,5", "adamw", "param/fc2.weight[7] is nan");
+    free(out);
+    free_store(store, n);
+    free(g);
+    free_run(&a);
+}
+
 static void test_world_size(void **state)
 {
     (void)state;
@@ -277,6 +426,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_damage),
+        cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_world_size),
         cmocka_unit_test(test_latest_prune_and_crash),
     };
