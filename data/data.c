@@ -6,6 +6,7 @@
 #include "dpt.h"
 #include "data.h"
 #include "../runtime/error.h"
+#include <stdlib.h>
 
 static void join(char *out, size_t size, const char *dir, const char *file)
 {
@@ -34,6 +35,62 @@ static bool open_cifar(const dpt_config *cfg, const char *dir, dpt_dataset **tra
         *train = NULL;
         return false;
     }
+    return true;
+}
+
+/* The first sample of ds whose label is >= classes, or -1. */
+static int64_t first_label_at_or_above(const dpt_dataset *ds, int64_t classes)
+{
+    for (int64_t i = 0; i < ds->n; i++)
+        if (ds->labels[i] >= classes) return i;
+    return -1;
+}
+
+/* [data] classes: stated, every label must be below it; inferred (0), the largest label + 1
+ * (at least 10), and a label far above the rest (200 among 0-9 would silently build a
+ * 201-class model) is caught because the classes between would never occur. */
+static bool check_classes(const dpt_config *cfg, dpt_dataset *train, dpt_dataset *test, const char *train_file,
+                          const char *test_file, dpt_error *err)
+{
+    int64_t stated = dpt_config_int(cfg, "data", "classes");
+    const char *where = dpt_config_where(cfg, "data", "classes");
+    if (stated > 0) {
+        const dpt_dataset *sets[2] = {train, test};
+        const char *files[2] = {train_file, test_file};
+        for (int s = 0; s < 2; s++) {
+            int64_t i = first_label_at_or_above(sets[s], stated);
+            if (i >= 0)
+                return dpt_errorf(err,
+                                  "%s: sample %lld has label %d, but %s says [data] classes = %lld (labels 0 to "
+                                  "%lld)\nHINT: fix the label file, or raise [data] classes",
+                                  files[s], (long long)i, sets[s]->labels[i], where, (long long)stated,
+                                  (long long)stated - 1);
+        }
+        train->num_classes = test->num_classes = (int)stated;
+        return true;
+    }
+    int classes = train->num_classes > test->num_classes ? train->num_classes : test->num_classes;
+    if (classes > 10) {
+        int64_t *count = calloc((size_t)classes, sizeof *count);
+        if (!count) dpt_fatal("out of host memory counting labels");
+        for (int64_t i = 0; i < train->n; i++)
+            count[train->labels[i]]++;
+        int missing = 0, first_missing = -1;
+        for (int c = 10; c < classes; c++)
+            if (!count[c]) missing++, first_missing = first_missing < 0 ? c : first_missing;
+        free(count);
+        if (missing) {
+            const dpt_dataset *owner = first_label_at_or_above(train, classes - 1) >= 0 ? train : test;
+            int64_t i = first_label_at_or_above(owner, classes - 1);
+            return dpt_errorf(err,
+                              "%s: sample %lld has label %d, which would make %d classes, but %d of them (from %d) "
+                              "never occur in the training labels\nHINT: a label out of range is a damaged "
+                              "label file; if the classes are really this many, say so with [data] classes = %d",
+                              owner == train ? train_file : test_file, (long long)i, owner->labels[i], classes,
+                              missing, first_missing, classes);
+        }
+    }
+    train->num_classes = test->num_classes = classes;
     return true;
 }
 
@@ -67,7 +124,14 @@ bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **tes
                           "'make deps' (Debian package dataset-fashion-mnist, files under "
                           "/usr/share/datasets/fashion-mnist) or set [data] dir to your copy",
                           dpt_config_where(cfg, "data", "dir"), dir);
-    if (!strcmp(source, "cifar")) return open_cifar(cfg, dir, train, test, err);
+    if (!strcmp(source, "cifar")) {
+        if (!open_cifar(cfg, dir, train, test, err)) return false;
+        if (check_classes(cfg, *train, *test, "the CIFAR training files", "test_batch.bin", err)) return true;
+        dpt_dataset_free(*train);
+        dpt_dataset_free(*test);
+        *train = *test = NULL;
+        return false;
+    }
     char images[2048], labels[2048];
     join(images, sizeof images, dir, dpt_config_str(cfg, "data", "train_images"));
     join(labels, sizeof labels, dir, dpt_config_str(cfg, "data", "train_labels"));
@@ -92,6 +156,13 @@ bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **tes
         *train = *test = NULL;
         return false;
     }
-    if ((*test)->num_classes > (*train)->num_classes) (*train)->num_classes = (*test)->num_classes;
+    char train_labels[2048];
+    join(train_labels, sizeof train_labels, dir, dpt_config_str(cfg, "data", "train_labels"));
+    if (!check_classes(cfg, *train, *test, train_labels, labels, err)) {
+        dpt_dataset_free(*train);
+        dpt_dataset_free(*test);
+        *train = *test = NULL;
+        return false;
+    }
     return true;
 }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "dpt.h"
@@ -11,6 +12,9 @@
 #define IDX_HINT                                                                                             \
     "HINT: install the Fashion-MNIST files with 'make deps' (Debian package "                                \
     "dataset-fashion-mnist) or point [data] dir at a folder holding them"
+
+/* 64 GiB: far beyond any IDX data set, far below what could overflow a size. */
+#define IDX_MAX_BYTES ((int64_t)1 << 36)
 
 typedef struct idx_file {
     int ndim;
@@ -46,6 +50,9 @@ static bool read_exact(gzFile gz, void *buf, int64_t n, int64_t *got)
 static bool idx_read(const char *path, int want_ndim, idx_file *out, dpt_error *err)
 {
     memset(out, 0, sizeof *out);
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return dpt_errorf(err, "data file %s is not a regular file (a folder, FIFO or device)\n" IDX_HINT, path);
     gzFile gz = gzopen(path, "rb");
     if (!gz)
         return dpt_errorf(err, "cannot open data file %s: %s\n" IDX_HINT, path,
@@ -81,32 +88,50 @@ static bool idx_read(const char *path, int want_ndim, idx_file *out, dpt_error *
         uint32_t v = (uint32_t)dimbuf[4 * d] << 24 | (uint32_t)dimbuf[4 * d + 1] << 16 |
                      (uint32_t)dimbuf[4 * d + 2] << 8 | dimbuf[4 * d + 3];
         if (v == 0 || v > (1u << 28)) {
-            dpt_errorf(err, "%s: IDX dimension %d is %u, not a plausible size", path, d, v);
+            dpt_errorf(err, "%s: IDX dimension %d is %u, not a plausible size\nHINT: the file is not a valid IDX file",
+                       path, d, v);
             goto close;
         }
         out->dims[d] = v;
-        out->count *= v;
+        /* Checked multiplication: three dimensions below 2^28 can still overflow int64. */
+        if (__builtin_mul_overflow(out->count, (int64_t)v, &out->count) || out->count > IDX_MAX_BYTES) {
+            dpt_errorf(err, "%s: IDX header claims %u x ... dimensions, more than %lld bytes of data\nHINT: the file "
+                       "is not a valid IDX file",
+                       path, (unsigned)out->dims[0], (long long)IDX_MAX_BYTES);
+            goto close;
+        }
     }
-    if (out->count > ((int64_t)1 << 36)) {
-        dpt_errorf(err, "%s: IDX header claims %lld bytes of data", path, (long long)out->count);
-        goto close;
-    }
-    out->data = malloc((size_t)out->count);
+    /* The buffer grows with the data that really arrives, so a header that lies about the size
+     * costs only what the file holds. */
+    int64_t cap = out->count < ((int64_t)1 << 24) ? out->count : ((int64_t)1 << 24);
+    out->data = malloc((size_t)cap);
     if (!out->data) {
-        dpt_errorf(err, "%s: out of memory for %lld bytes", path, (long long)out->count);
+        dpt_errorf(err, "%s: out of memory for %lld bytes", path, (long long)cap);
         goto close;
     }
-    if (!read_exact(gz, out->data, out->count, &got)) {
-        int code;
-        gzerror(gz, &code);
-        if (code != Z_OK && code != Z_BUF_ERROR)
-            gz_fail(err, gz, path, "cannot decompress the data");
-        else
-            dpt_errorf(err,
-                       "%s: the header promises %lld bytes of data but the file holds %lld\n"
-                       "HINT: the file is truncated; re-install or download it again",
-                       path, (long long)out->count, (long long)got);
-        goto free_data;
+    for (int64_t have = 0; have < out->count;) {
+        if (have == cap) {
+            cap = cap * 2 < out->count ? cap * 2 : out->count;
+            uint8_t *grown = realloc(out->data, (size_t)cap);
+            if (!grown) {
+                dpt_errorf(err, "%s: out of memory for %lld bytes of data", path, (long long)cap);
+                goto free_data;
+            }
+            out->data = grown;
+        }
+        if (!read_exact(gz, out->data + have, cap - have, &got)) {
+            int code;
+            gzerror(gz, &code);
+            if (code != Z_OK && code != Z_BUF_ERROR)
+                gz_fail(err, gz, path, "cannot decompress the data");
+            else
+                dpt_errorf(err,
+                           "%s: the header promises %lld bytes of data but the file holds %lld\n"
+                           "HINT: the file is truncated; re-install or download it again",
+                           path, (long long)out->count, (long long)(have + got));
+            goto free_data;
+        }
+        have = cap;
     }
     uint8_t extra;
     int r = gzread(gz, &extra, 1);

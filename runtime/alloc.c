@@ -23,6 +23,7 @@ struct dpt_alloc {
 size_t dpt_alloc_round(size_t bytes)
 {
     if (bytes == 0) bytes = 1;
+    if (bytes > DPT_ALLOC_MAX_BYTES) return 0;
     if (bytes <= ((size_t)1 << 20)) return (bytes + 255) & ~(size_t)255;
     /* Above 1 MiB round up to 1/8 of the enclosing power of two: at most 12.5% waste while
      * keeping the number of distinct bins small. */
@@ -77,6 +78,7 @@ static bin *find_bin(dpt_alloc *alloc, size_t size, bool create)
 void *dpt_alloc_get(dpt_alloc *alloc, size_t bytes, size_t *granted)
 {
     size_t size = dpt_alloc_round(bytes);
+    if (size == 0) return NULL; /* impossible size: the caller's out-of-memory report says so */
     bin *b = find_bin(alloc, size, false);
     void *ptr = NULL;
     if (b && b->count > 0) {

@@ -26,7 +26,9 @@ void dpt_alloc_put(dpt_alloc *alloc, void *ptr, size_t granted);
 /* Return cached blocks to the system (e.g. before retrying after out-of-memory). */
 void dpt_alloc_trim(dpt_alloc *alloc);
 dpt_mem_stats dpt_alloc_stats(const dpt_alloc *alloc);
-/* The bin size a request is rounded to (exposed for tests). */
+/* The bin size a request is rounded to (exposed for tests); 0 for a request above
+ * DPT_ALLOC_MAX_BYTES, which dpt_alloc_get refuses (NULL) instead of rounding past SIZE_MAX. */
 size_t dpt_alloc_round(size_t bytes);
+#define DPT_ALLOC_MAX_BYTES ((size_t)1 << 50) /* 1 PiB: more than any device holds */
 
 #endif

@@ -57,6 +57,9 @@ static const schema_key schema[] = {
      "test images, relative to dir"},
     {"data", "test_labels", T_STRING, "t10k-labels-idx1-ubyte.gz", NO_RANGE, NULL,
      "test labels, relative to dir"},
+    {"data", "classes", T_INT, "0", 0, 1e6, NULL,
+     "number of classes; a label >= classes is an error (0 = the largest label + 1, at least 10, and every "
+     "class above 9 must occur)"},
     {"data", "mean", T_FLOAT, "0.2860", -1e3, 1e3, NULL, "normalisation: x = (pixel/255 - mean) / std"},
     {"data", "std", T_FLOAT, "0.3530", 1e-6, 1e3, NULL, "normalisation standard deviation"},
     {"data", "shuffle", T_BOOL, "true", NO_RANGE, NULL,

@@ -30,7 +30,10 @@ static dpt_tensor *tensor_header(dpt_ctx *ctx, int ndim, const int64_t *shape)
         DPT_ASSERT(shape[i] >= 0, "negative dimension %lld", (long long)shape[i]);
         t->shape[i] = shape[i];
         t->strides[i] = t->numel;
-        t->numel *= shape[i];
+        /* A shape whose size does not fit in int64 (e.g. from a hostile file) is refused here,
+         * before any arithmetic on it can wrap. */
+        DPT_ASSERT(!__builtin_mul_overflow(t->numel, shape[i], &t->numel) && t->numel <= (int64_t)1 << 61,
+                   "a tensor of shape dimension %lld overflows int64 elements", (long long)shape[i]);
     }
     t->param_index = -1;
     return t;

@@ -187,6 +187,11 @@ static void test_alloc_bins(void **state)
     assert_int_equal(dpt_alloc_round(256), 256);
     assert_int_equal(dpt_alloc_round(257), 512);
     assert_int_equal(dpt_alloc_round(1 << 20), 1 << 20);
+    /* Sizes that came from a hostile file: refused, not rounded into an endless loop. */
+    assert_int_equal(dpt_alloc_round(DPT_ALLOC_MAX_BYTES + 1), 0);
+    assert_int_equal(dpt_alloc_round(SIZE_MAX), 0);
+    assert_int_equal(dpt_alloc_round(((size_t)1 << 63) + 1), 0);
+    assert_int_equal(dpt_alloc_round(DPT_ALLOC_MAX_BYTES), DPT_ALLOC_MAX_BYTES);
     size_t big = dpt_alloc_round((1 << 20) + 1);
     assert_true(big >= (1 << 20) + 1 && big <= (1 << 20) + (1 << 17));
     for (size_t b = 1; b < (64u << 20); b = b * 3 + 1) {

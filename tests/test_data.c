@@ -1,9 +1,11 @@
 /* test_data.c: the IDX reader on the real Fashion-MNIST files and on broken ones it writes,
  * and the loader's shuffling and distributed sharding. */
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "tests/testutil.h"
+#include "data/data.h"
 
 static char tmpdir[256];
 
@@ -135,6 +137,82 @@ static void test_broken_files(void **state)
     snprintf(empty, sizeof empty, "%s/empty", tmpdir);
     fclose(fopen(empty, "wb"));
     expect_error(empty, lab5, "too short for an IDX header");
+}
+
+/* Headers crafted to overflow or to lie, and paths that are not files: each a clear error,
+ * none a crash, a hang or a huge allocation. */
+static void test_hostile_idx(void **state)
+{
+    (void)state;
+    const char *lab5 = write_idx("l5", false, 1, (uint32_t[]){5}, 5, 8);
+    /* 2^28 x 2^28 x 2^28 passes each dimension's check; the product overflows int64 */
+    expect_error(write_idx("huge", false, 3, (uint32_t[]){1u << 28, 1u << 28, 1u << 28}, 20, 8), lab5,
+                 "more than 68719476736 bytes");
+    expect_error(write_idx("huge.gz", true, 3, (uint32_t[]){1u << 28, 1u << 28, 1u << 28}, 20, 8), lab5,
+                 "more than 68719476736 bytes");
+    /* a plausible-looking 2^31-byte claim over 20 bytes: refused after reading 20 */
+    expect_error(write_idx("liar", false, 3, (uint32_t[]){1u << 15, 256, 256}, 20, 8), lab5,
+                 "promises 2147483648 bytes of data but the file holds 20");
+    expect_error(tmpdir, lab5, "is not a regular file");
+    char fifo[512];
+    snprintf(fifo, sizeof fifo, "%s/fifo", tmpdir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    expect_error(fifo, lab5, "is not a regular file"); /* would block in open() if it were tried */
+}
+
+/* [data] classes: a label far out of range is an error naming the file and sample, whether
+ * the number of classes is stated or inferred. */
+static void test_label_range(void **state)
+{
+    (void)state;
+    uint32_t dims[3] = {12, 2, 2};
+    write_idx("lr-images", false, 3, dims, 48, 8);
+    /* labels 0..9 twice, with sample 7 = 200 */
+    char path[512];
+    snprintf(path, sizeof path, "%s/lr-labels", tmpdir);
+    uint8_t lab[8 + 12] = {0, 0, 8, 1};
+    put_u32(lab + 4, 12);
+    for (int i = 0; i < 12; i++)
+        lab[8 + i] = (uint8_t)(i % 10);
+    lab[8 + 7] = 200;
+    FILE *f = fopen(path, "wb");
+    fwrite(lab, 1, sizeof lab, f);
+    fclose(f);
+    char set[6][600];
+    snprintf(set[0], sizeof set[0], "data.dir=%s", tmpdir);
+    snprintf(set[1], sizeof set[1], "data.train_images=lr-images");
+    snprintf(set[2], sizeof set[2], "data.train_labels=lr-labels");
+    snprintf(set[3], sizeof set[3], "data.test_images=lr-images");
+    snprintf(set[4], sizeof set[4], "data.test_labels=lr-labels");
+    dpt_config *cfg = dpt_config_defaults();
+    dpt_error err;
+    for (int i = 0; i < 5; i++)
+        assert_true(dpt_config_set(cfg, set[i], &err));
+    dpt_dataset *train, *test;
+    assert_false(dpt_data_open(cfg, &train, &test, &err));
+    assert_contains(err.msg, "lr-labels: sample 7 has label 200, which would make 201 classes, but 190 of them");
+    assert_contains(err.msg, "[data] classes = 201");
+    assert_true(dpt_config_set(cfg, "data.classes=10", &err));
+    assert_false(dpt_data_open(cfg, &train, &test, &err));
+    assert_contains(err.msg, "lr-labels: sample 7 has label 200, but --set data.classes=10 says [data] classes = 10");
+    /* stated large enough: accepted, and the model gets exactly that many classes */
+    assert_true(dpt_config_set(cfg, "data.classes=256", &err));
+    if (!dpt_data_open(cfg, &train, &test, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(train->num_classes, 256);
+    dpt_dataset_free(train);
+    dpt_dataset_free(test);
+    /* the label fixed: inferred as 10 */
+    lab[8 + 7] = 7;
+    f = fopen(path, "wb");
+    fwrite(lab, 1, sizeof lab, f);
+    fclose(f);
+    assert_true(dpt_config_set(cfg, "data.classes=0", &err));
+    if (!dpt_data_open(cfg, &train, &test, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(train->num_classes, 10);
+    assert_int_equal(test->num_classes, 10);
+    dpt_dataset_free(train);
+    dpt_dataset_free(test);
+    dpt_config_free(cfg);
 }
 
 /* Cut a real .gz file short, and flip a byte inside its compressed stream. */
@@ -361,7 +439,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_fashion_mnist), cmocka_unit_test(test_raw_and_gz_agree),
-        cmocka_unit_test(test_broken_files),       cmocka_unit_test(test_truncated_and_corrupt_gz),
+        cmocka_unit_test(test_broken_files),
+        cmocka_unit_test(test_hostile_idx),
+        cmocka_unit_test(test_label_range),       cmocka_unit_test(test_truncated_and_corrupt_gz),
         cmocka_unit_test(test_loader_sharding),    cmocka_unit_test(test_loader_shuffle),
         cmocka_unit_test(test_loader_prefetch_same_stream),
     };
