@@ -2,9 +2,12 @@
  * table validates files, answers the typed getters, fills defaults and prints docs/config.md. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "dpt.h"
 #include "error.h"
@@ -149,7 +152,10 @@ static const schema_key schema[] = {
     {"checkpoint", "every_epochs", T_INT, "0", 0, 1e6, NULL,
      "write a checkpoint every N epochs, after evaluation (0 = off)"},
     {"checkpoint", "keep_last", T_INT, "3", 0, 1e6, NULL,
-     "keep only the newest N checkpoints (0 = keep all)"},
+     "keep only the newest N checkpoints of this run (0 = keep all); another run's files are never deleted"},
+    {"checkpoint", "existing", T_ENUM, "stop", NO_RANGE, "stop|archive",
+     "the folder holds another run's checkpoints (or, on resume, newer ones than the one resumed): stop "
+     "with an error, or move them into dir/previous-<time>/ and go on"},
 
     {"log", "interval", T_INT, "100", 1, 1e9, NULL, "steps between progress lines"},
     {"log", "all_ranks", T_BOOL, "false", NO_RANGE, NULL,
@@ -162,6 +168,27 @@ static const schema_key schema[] = {
      "JSONL metrics file, one line per interval and per evaluation (empty = none)"},
 };
 enum { NKEYS = sizeof schema / sizeof schema[0], MAX_LIST = 32 };
+
+/* Keys that cannot change the numbers a run computes (logging, checkpoint placement, timeouts,
+ * prefetch depth, a memory cap): left out of the config hash, so changing one neither warns on
+ * resume nor makes ranks disagree. A test checks each names a key of the schema. */
+static const char *const outside_hash[] = {
+    "data.prefetch",         "train.memory_limit_mb",   "distributed.comm_timeout_s",
+    "distributed.bench_comm_ms_per_mb", "checkpoint.dir", "checkpoint.every_steps",
+    "checkpoint.every_epochs", "checkpoint.keep_last",  "checkpoint.existing",
+    "log.interval",          "log.all_ranks",           "log.progress",
+    "log.timeline",          "log.metrics",
+};
+
+static bool is_outside_hash(int k)
+{
+    size_t slen = strlen(schema[k].section);
+    for (size_t i = 0; i < sizeof outside_hash / sizeof outside_hash[0]; i++)
+        if (!strncmp(outside_hash[i], schema[k].section, slen) && outside_hash[i][slen] == '.' &&
+            !strcmp(outside_hash[i] + slen + 1, schema[k].key))
+            return true;
+    return false;
+}
 
 typedef struct cfg_value {
     char *raw;
@@ -257,6 +284,17 @@ static bool unknown_name(dpt_error *err, const char *where, const char *section,
 
 /* ---------------------------------------------------------------- values */
 
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *end = s + strlen(s);
+    while (end > s && isspace((unsigned char)end[-1]))
+        *--end = '\0';
+    return s;
+}
+
+
 static bool parse_int(const char *s, int64_t *out)
 {
     char *end;
@@ -326,25 +364,31 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
         break;
     }
     case T_INT_LIST: {
-        char *copy = strdup(raw), *save = NULL;
-        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            while (isspace((unsigned char)*tok))
-                tok++;
-            char *end = tok + strlen(tok);
-            while (end > tok && isspace((unsigned char)end[-1]))
-                *--end = '\0';
+        /* Split by hand: strtok would silently skip the empty element of "256,,256". */
+        const char *tok = raw;
+        for (;;) {
+            const char *comma = strchr(tok, ',');
+            size_t len = comma ? (size_t)(comma - tok) : strlen(tok);
+            char item[64];
             int64_t x;
-            if (parsed.nlist == MAX_LIST || !parse_int(tok, &x) ||
-                !check_range(NULL, where, sk, tok, (double)x)) {
-                free(copy);
+            bool ok = len < sizeof item;
+            if (ok) {
+                memcpy(item, tok, len);
+                item[len] = '\0';
+            }
+            char *t = ok ? trim(item) : NULL;
+            if (ok && !*t)
+                return dpt_errorf(err, "%s: [%s] %s = %s: element %d is empty\nHINT: %s, e.g. %s", where, sk->section,
+                                  sk->key, raw, parsed.nlist + 1, sk->help, sk->def);
+            if (!ok || parsed.nlist == MAX_LIST || !parse_int(t, &x) || !check_range(NULL, where, sk, t, (double)x))
                 return dpt_errorf(err,
                                   "%s: [%s] %s = %s: expected up to %d comma-separated integers "
                                   "between %g and %g\nHINT: %s",
                                   where, sk->section, sk->key, raw, MAX_LIST, sk->min, sk->max, sk->help);
-            }
             parsed.list[parsed.nlist++] = x;
+            if (!comma) break;
+            tok = comma + 1;
         }
-        free(copy);
         break;
     }
     case T_STRING:
@@ -363,6 +407,11 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
 
 dpt_config *dpt_config_defaults(void)
 {
+    int found = 0;
+    for (int k = 0; k < NKEYS; k++)
+        found += is_outside_hash(k);
+    DPT_ASSERT(found == (int)(sizeof outside_hash / sizeof outside_hash[0]),
+               "an entry of outside_hash names no key of the schema");
     dpt_config *cfg = calloc(1, sizeof *cfg);
     if (!cfg) dpt_fatal("out of host memory for a config");
     for (int k = 0; k < NKEYS; k++) {
@@ -379,16 +428,6 @@ void dpt_config_free(dpt_config *cfg)
     for (int k = 0; k < NKEYS; k++)
         free(cfg->values[k].raw);
     free(cfg);
-}
-
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    char *end = s + strlen(s);
-    while (end > s && isspace((unsigned char)end[-1]))
-        *--end = '\0';
-    return s;
 }
 
 /* Cut a comment: '#' or ';' at the start, or after whitespace; not inside quotes. */
@@ -417,28 +456,50 @@ static bool unquote(char **value)
 
 dpt_config *dpt_config_load(const char *path, dpt_error *err)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        dpt_errorf(err,
-                   "cannot open config file %s: %s\nHINT: pass the path of an INI file, e.g. "
-                   "configs/fmnist_mlp.ini",
-                   path, strerror(errno));
+    /* O_NONBLOCK and the regular-file test: a FIFO or a device named as the config would
+     * otherwise block the open or the read forever. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (fd >= 0)
+            dpt_errorf(err, "config file %s is not a regular file (a folder, FIFO or device)\nHINT: pass the path "
+                       "of an INI file, e.g. configs/fmnist_mlp.ini", path);
+        else
+            dpt_errorf(err,
+                       "cannot open config file %s: %s\nHINT: pass the path of an INI file, e.g. "
+                       "configs/fmnist_mlp.ini",
+                       path, strerror(errno));
+        if (fd >= 0) close(fd);
         return NULL;
     }
+    FILE *f = fdopen(fd, "r");
+    if (!f) dpt_fatal("fdopen of %s failed: %s", path, strerror(errno));
     dpt_config *cfg = dpt_config_defaults();
     int set_line[NKEYS] = {0};
     char section[64] = "";
-    char line[4096], where[320];
+    char where[320];
+    char *line = NULL;
+    size_t line_cap = 0;
+    ssize_t len;
     int lineno = 0;
     bool ok = true;
-    while (ok && fgets(line, sizeof line, f)) {
+    while (ok && (len = getline(&line, &line_cap, f)) >= 0) {
         lineno++;
         snprintf(where, sizeof where, "%s:%d", path, lineno);
-        size_t len = strlen(line);
-        if (len == sizeof line - 1 && line[len - 1] != '\n') {
-            ok = dpt_errorf(err, "%s: line longer than %zu characters", where, sizeof line - 2);
+        if (len > 65536) {
+            ok = dpt_errorf(err, "%s: line longer than 65536 characters\nHINT: is this an INI file?", where);
             break;
         }
+        const char *nul = memchr(line, '\0', (size_t)len);
+        if (nul) {
+            ok = dpt_errorf(err,
+                            "%s: a NUL byte at column %d\nHINT: the file is binary or was saved in UTF-16; "
+                            "save it as UTF-8 text",
+                            where, (int)(nul - line) + 1);
+            break;
+        }
+        /* A UTF-8 byte-order mark, as Windows editors write at the start of a file. */
+        if (lineno == 1 && len >= 3 && !memcmp(line, "\xEF\xBB\xBF", 3)) memmove(line, line + 3, (size_t)len - 2);
         strip_comment(line);
         char *s = trim(line);
         if (!*s) continue;
@@ -496,6 +557,7 @@ dpt_config *dpt_config_load(const char *path, dpt_error *err)
         set_line[k] = lineno;
     }
     if (ok && ferror(f)) ok = dpt_errorf(err, "%s: read error: %s", path, strerror(errno));
+    free(line);
     fclose(f);
     if (!ok) {
         dpt_config_free(cfg);
@@ -506,18 +568,23 @@ dpt_config *dpt_config_load(const char *path, dpt_error *err)
 
 bool dpt_config_set(dpt_config *cfg, const char *assignment, dpt_error *err)
 {
-    char buf[1024], where[1100];
-    snprintf(buf, sizeof buf, "%s", assignment);
+    char where[320];
     snprintf(where, sizeof where, "--set %s", assignment);
+    char *buf = strdup(assignment);
+    if (!buf) dpt_fatal("out of host memory in the config parser");
     char *eq = strchr(buf, '='), *dot = strchr(buf, '.');
-    if (!eq || !dot || dot > eq)
-        return dpt_errorf(err, "%s: expected section.key=value\nHINT: e.g. --set train.batch=128", where);
-    *eq = '\0';
-    *dot = '\0';
-    char *section = trim(buf), *key = trim(dot + 1), *val = trim(eq + 1);
-    int k = find_key(section, key);
-    if (k < 0) return unknown_name(err, where, section, key);
-    return set_value(err, where, k, val, &cfg->values[k]);
+    bool ok;
+    if (!eq || !dot || dot > eq) {
+        ok = dpt_errorf(err, "%s: expected section.key=value\nHINT: e.g. --set train.batch=128", where);
+    } else {
+        *eq = '\0';
+        *dot = '\0';
+        char *section = trim(buf), *key = trim(dot + 1), *val = trim(eq + 1);
+        int k = find_key(section, key);
+        ok = k >= 0 ? set_value(err, where, k, val, &cfg->values[k]) : unknown_name(err, where, section, key);
+    }
+    free(buf);
+    return ok;
 }
 
 /* ---------------------------------------------------------------- getters */
@@ -576,6 +643,7 @@ uint64_t dpt_config_hash(const dpt_config *cfg)
 {
     uint64_t h = DPT_HASH_SEED;
     for (int k = 0; k < NKEYS; k++) {
+        if (is_outside_hash(k)) continue;
         const char *parts[3] = {schema[k].section, schema[k].key, cfg->values[k].raw};
         for (int p = 0; p < 3; p++) {
             h = dpt_hash_bytes(h, parts[p], strlen(parts[p]));
@@ -604,6 +672,7 @@ void dpt_config_print_reference(FILE *out)
             snprintf(type, sizeof type, "%s in [%g, %g]", type_names[sk->type], sk->min, sk->max);
         else
             snprintf(type, sizeof type, "%s", type_names[sk->type]);
-        fprintf(out, "| `%s` | %s | `%s` | %s |\n", sk->key, type, *sk->def ? sk->def : "\"\"", sk->help);
+        fprintf(out, "| `%s` | %s | `%s` | %s%s |\n", sk->key, type, *sk->def ? sk->def : "\"\"", sk->help,
+                is_outside_hash(k) ? " (not in the config hash: changing it keeps a resume exact)" : "");
     }
 }

@@ -1,5 +1,6 @@
 /* test_config.c: the INI parser: values, defaults, overrides, and every kind of bad input with
  * the file, line and key in the message; and docs/config.md matching the schema. */
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/testutil.h"
@@ -72,6 +73,27 @@ static void test_overrides_and_hash(void **state)
     assert_true(dpt_config_set(cfg, "train.batch=64", &err));
     assert_true(dpt_config_set(cfg, "optim.name=adamw", &err));
     assert_true(dpt_config_hash(cfg) == h0); /* the hash is of values, not of their history */
+    /* Keys that cannot change the run's numbers stay out of the hash; the rest are in it. */
+    const char *outside[] = {"log.interval=7",          "log.metrics=/tmp/m.jsonl", "data.prefetch=0",
+                             "checkpoint.dir=/tmp/ck",  "checkpoint.every_steps=5", "checkpoint.keep_last=9",
+                             "distributed.comm_timeout_s=9", "train.memory_limit_mb=100", "log.progress=lines"};
+    for (size_t i = 0; i < sizeof outside / sizeof outside[0]; i++) {
+        assert_true(dpt_config_set(cfg, outside[i], &err));
+        if (dpt_config_hash(cfg) != h0) fail_msg("--set %s changed the config hash", outside[i]);
+    }
+    const char *inside[] = {"train.seed=1", "data.shuffle=false", "optim.lr=0.5", "train.threads=1",
+                            "distributed.bucket_mb=3", "data.classes=12"};
+    for (size_t i = 0; i < sizeof inside / sizeof inside[0]; i++) {
+        dpt_config *c = dpt_config_defaults();
+        assert_true(dpt_config_set(c, inside[i], &err));
+        if (dpt_config_hash(c) == h0) fail_msg("--set %s left the config hash unchanged", inside[i]);
+        dpt_config_free(c);
+    }
+    /* A long value is taken whole, not cut at a buffer's end. */
+    char longset[3000] = "data.dir=/";
+    memset(longset + 10, 'd', 2500);
+    assert_true(dpt_config_set(cfg, longset, &err));
+    assert_int_equal(strlen(dpt_config_str(cfg, "data", "dir")), 2501);
     dpt_config_free(cfg);
 }
 
@@ -90,13 +112,43 @@ static void test_bad_input(void **state)
     expect_load_error("[optim]\nlr = nan\n", "expected a number", NULL);
     expect_load_error("[data]\nshuffle = maybe\n", "expected true or false", NULL);
     expect_load_error("[model]\nactivation = tanh\n", "not one of relu|gelu", NULL);
-    expect_load_error("[model]\nhidden = 256,,x\n", "comma-separated integers", NULL);
+    expect_load_error("[model]\nhidden = 256,,x\n", "element 2 is empty", NULL);
+    expect_load_error("[model]\nhidden = 256,,256\n", ":2: [model] hidden = 256,,256: element 2 is empty", NULL);
+    expect_load_error("[model]\nhidden = ,256\n", "element 1 is empty", NULL);
+    expect_load_error("[model]\nhidden = 256,\n", "element 2 is empty", NULL);
+    expect_load_error("[model]\nhidden = 256, x\n", "comma-separated integers", NULL);
     expect_load_error("[model]\nhidden = 0\n", "comma-separated integers", NULL);
     expect_load_error("batch = 3\n", "before any [section]", NULL);
     expect_load_error("[train]\nbatch = 3\nbatch = 4\n", ":3: [train] batch set twice", "first on line 2");
     expect_load_error("[data]\ndir = \"/tmp\n", "unterminated quote", NULL);
     expect_load_error("[train]\n = 3\n", "missing key", NULL);
+    /* a 300-character key is an unknown key, like any other */
+    char long_key[400] = "[train]\n";
+    memset(long_key + 8, 'k', 300);
+    strcat(long_key, " = 3\n");
+    expect_load_error(long_key, ":2: unknown key 'kkkk", "keys of [train] are");
     dpt_error err;
+    /* a NUL byte inside a value: an error with its column, not a silently cut value */
+    FILE *f = fopen(write_ini(""), "wb");
+    fwrite("[data]\ndir = /tmp\0/evil\n", 1, 25, f);
+    fclose(f);
+    assert_null(dpt_config_load(path, &err));
+    assert_contains(err.msg, ":2: a NUL byte at column 11");
+    /* a UTF-8 byte-order mark (Windows editors) is accepted */
+    dpt_config *cfg = dpt_config_load(write_ini("\xEF\xBB\xBF[train]\nbatch = 3\n"), &err);
+    if (!cfg) fail_msg("%s", err.msg);
+    assert_int_equal(dpt_config_int(cfg, "train", "batch"), 3);
+    dpt_config_free(cfg);
+    /* a folder and a FIFO: refused at once (a FIFO used to block forever) */
+    assert_null(dpt_config_load("/tmp", &err));
+    assert_contains(err.msg, "config file /tmp is not a regular file");
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "/tmp/dpt_test_config_fifo_%d", (int)getpid());
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_null(dpt_config_load(fifo, &err));
+    assert_contains(err.msg, "is not a regular file");
+    unlink(fifo);
     assert_null(dpt_config_load("/nonexistent/x.ini", &err));
     assert_contains(err.msg, "cannot open config file /nonexistent/x.ini");
 }
