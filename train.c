@@ -16,6 +16,7 @@
 #include "runtime/comm.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
+#include "runtime/rng.h"
 
 typedef struct cli {
     const char *config_path;
@@ -25,6 +26,8 @@ typedef struct cli {
     bool summary;
     bool env;
     const char *resume; /* checkpoint path, "latest", or NULL */
+    int argc;           /* the command line as given, for the command that resumes this run */
+    char **argv;
 } cli;
 
 /* One replica's view of the job: a process under mpirun, or a thread under DataParallel. */
@@ -37,11 +40,18 @@ typedef struct replica {
     const char *devices; /* DataParallel device list, or "" */
     bool print;          /* this replica prints progress lines */
     int rc;
+    /* rank 0's checkpoint folder: checked (and locked) before the first write */
+    bool ckpt_dir_ready;
+    int ckpt_lock_fd;
+    char last_ckpt[1100]; /* the newest checkpoint this run wrote, or resumed from */
+    char resumed[1100];   /* the checkpoint this run resumed ("" for a new run) ... */
+    int64_t resumed_step; /* ... and its step */
 } replica;
 
 static void usage(FILE *out);
 static int parse_cli(int argc, char **argv, cli *args);
-static dpt_config *load_config(const cli *args, int rank);
+static dpt_config *load_config(const cli *args, dpt_error *err);
+static bool report_config_errors(const dpt_world *world, bool ok, const dpt_error *err);
 static int run_data_parallel(const cli *args, const dpt_config *cfg, const char *devices);
 static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *model, const dpt_optim *optim,
                          const dpt_dataset *train, const dpt_dataset *test, const dpt_loader *loader,
@@ -71,8 +81,10 @@ static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_
                        const dpt_ctx *ctx);
 static void log_eval(const replica *r, dpt_metrics *m, const dpt_train_state *st, dpt_eval_result test,
                      const window *epoch_window);
-static void save_checkpoint(const replica *r, const dpt_model *model, const dpt_optim *optim,
-                            const dpt_ctx *ctx, const dpt_train_state *st);
+static bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err);
+static void save_checkpoint(replica *r, const dpt_model *model, const dpt_optim *optim, const dpt_ctx *ctx,
+                            const dpt_train_state *st);
+static void print_resume_command(const replica *r, const char *path);
 static bool signal_agreed(const replica *r, int *signal_seen);
 static void install_signal_handlers(void);
 static dpt_device pick_device(const replica *r);
@@ -92,11 +104,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
-    dpt_config *cfg = load_config(&args, world.rank);
-    if (!cfg) {
-        if (world.mpi) dpt_abort_job("rank %d: the config could not be loaded (see above)", world.rank);
+    dpt_config *cfg = load_config(&args, &err);
+    if (!report_config_errors(&world, cfg != NULL, &err)) {
+        dpt_config_free(cfg);
+        dpt_world_finalize(&world);
         return 1;
     }
+    dpt_comm_set_timeout(dpt_world_comm(&world), dpt_config_float(cfg, "distributed", "comm_timeout_s"));
     if (args.env) {
         char mpi[160];
         dpt_mpi_version(mpi, sizeof mpi);
@@ -127,7 +141,8 @@ int main(int argc, char **argv)
                      .size = world.size,
                      .local_rank = world.local_rank,
                      .devices = "",
-                     .print = world.rank == 0 || dpt_config_bool(cfg, "log", "all_ranks")};
+                     .print = world.rank == 0 || dpt_config_bool(cfg, "log", "all_ranks"),
+                     .ckpt_lock_fd = -1};
         if (*devices) {
             dpt_errorf(&err,
                        "[distributed] devices = %s: DataParallel runs in one process; under "
@@ -217,18 +232,19 @@ static void *train_replica(void *arg)
     }
     dpt_train_state state = {.epoch = 1, .best_acc = -1.0};
     if (r->args->resume) {
-        char path[1100];
         const char *dir = dpt_config_str(cfg, "checkpoint", "dir");
-        if (strcmp(r->args->resume, "latest") == 0) {
-            if (!dpt_checkpoint_latest(dir, path, sizeof path, &err)) return r->rc = fail(r, &err), NULL;
-        } else {
-            snprintf(path, sizeof path, "%s", r->args->resume);
-        }
-        if (!dpt_checkpoint_load(path, model, optim, ctx, cfg, &state, r->size, &err))
+        if (!dpt_checkpoint_resolve(r->args->resume, dir, r->resumed, sizeof r->resumed, &err))
             return r->rc = fail(r, &err), NULL;
+        if (!dpt_checkpoint_load(r->resumed, model, optim, ctx, cfg, &state, r->size, &err))
+            return r->rc = fail(r, &err), NULL;
+        r->resumed_step = state.step;
+        snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", r->resumed);
         if (r->rank == 0)
-            printf("resumed from %s: epoch %d, step %lld\n", path, state.epoch, (long long)state.step);
+            printf("resumed from %s: epoch %d, step %lld\n", r->resumed, state.epoch, (long long)state.step);
     }
+    /* Everything that can stop a checkpoint is checked before the first step, not at the first
+     * save after hours of training. */
+    if (r->rank == 0 && !prepare_checkpoint_dir(r, true, &err)) return r->rc = fail(r, &err), NULL;
     dpt_ctx_set_comm(ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
     dpt_ddp *ddp = NULL;
     if (r->comm) {
@@ -367,9 +383,10 @@ static void *train_replica(void *arg)
         }
     }
     if (signal_seen) {
-        if (r->rank == 0)
-            printf("stopped by signal %d after step %lld; resume with: ./train %s --resume latest\n",
-                   signal_seen, (long long)state.step, r->args->config_path);
+        if (r->rank == 0) {
+            printf("stopped by signal %d after step %lld; ", signal_seen, (long long)state.step);
+            print_resume_command(r, r->last_ckpt);
+        }
     } else if (r->rank == 0) {
         printf("done | %d epochs | %lld steps%s | %.1f s | best test acc %.2f%% (epoch %d) | final test acc "
                "%.2f%%\n",
@@ -390,6 +407,7 @@ cleanup:
     if (nccl) nccl->ops->free(nccl);
     r->comm = host_comm;
     dpt_ctx_free(ctx);
+    if (r->ckpt_lock_fd >= 0) close(r->ckpt_lock_fd); /* the folder is free for the next run */
     r->rc = 0;
     return NULL;
 }
@@ -413,7 +431,8 @@ static void replica_entry(int rank, dpt_comm *comm, void *user)
                  .rank = rank,
                  .size = job->n,
                  .devices = job->devices,
-                 .print = rank == 0};
+                 .print = rank == 0,
+                 .ckpt_lock_fd = -1};
     train_replica(&r);
     job->rc[rank] = r.rc;
 }
@@ -511,6 +530,7 @@ static void usage(FILE *out)
 static int parse_cli(int argc, char **argv, cli *args)
 {
     memset(args, 0, sizeof *args);
+    args->argc = argc, args->argv = argv;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -562,21 +582,53 @@ static int parse_cli(int argc, char **argv, cli *args)
     return -1;
 }
 
-static dpt_config *load_config(const cli *args, int rank)
+static dpt_config *load_config(const cli *args, dpt_error *err)
 {
-    dpt_error err;
     if (!args->config_path) return dpt_config_defaults(); /* --env alone */
-    dpt_config *cfg = dpt_config_load(args->config_path, &err);
+    dpt_config *cfg = dpt_config_load(args->config_path, err);
     for (int i = 0; cfg && i < args->nsets; i++) {
-        if (!dpt_config_set(cfg, args->sets[i], &err)) {
+        if (!dpt_config_set(cfg, args->sets[i], err)) {
             dpt_config_free(cfg);
             cfg = NULL;
         }
     }
-    if (!cfg) {
-        if (rank == 0) fprintf(stderr, "error: %s\n", err.msg);
-    }
     return cfg;
+}
+
+/* Every rank loads the config itself (a file on a node-local disk can differ or be missing on
+ * one node), so every rank's error must reach the user: the ranks compare verdicts, and the
+ * same error everywhere is printed once, different ones each with its rank. Then all stop
+ * together, cleanly. false when any rank failed. */
+static bool report_config_errors(const dpt_world *world, bool ok, const dpt_error *err)
+{
+    dpt_comm *comm = dpt_world_comm(world);
+    if (!comm || world->size == 1) {
+        if (!ok) fprintf(stderr, "error: %s\n", err->msg);
+        return ok;
+    }
+    typedef struct verdict {
+        int32_t failed, pad;
+        uint64_t msg_hash;
+    } verdict;
+    verdict mine = {.failed = !ok, .msg_hash = ok ? 0 : dpt_hash_bytes(DPT_HASH_SEED, err->msg, strlen(err->msg))};
+    verdict *all = calloc((size_t)world->size, sizeof *all);
+    if (!all) dpt_fatal("out of host memory");
+    dpt_comm_allgather(comm, &mine, all, sizeof mine, "start-up: config verdicts");
+    int failed = 0;
+    bool same = true;
+    for (int r = 0; r < world->size; r++) {
+        failed += all[r].failed;
+        same &= all[r].failed && all[r].msg_hash == all[0].msg_hash;
+    }
+    free(all);
+    if (!failed) return true;
+    if (same && world->rank == 0)
+        fprintf(stderr, "error: %s\n", err->msg);
+    else if (!same && !ok)
+        fprintf(stderr, "error: rank %d of %d: %s\n", world->rank, world->size, err->msg);
+    fflush(stderr);
+    dpt_comm_barrier_named(comm, "start-up: config errors printed"); /* messages out before any rank ends */
+    return false;
 }
 
 static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *model, const dpt_optim *optim,
@@ -722,7 +774,7 @@ static void log_eval(const replica *r, dpt_metrics *m, const dpt_train_state *st
     if (epoch_window) {
         sums[0] = epoch_window->loss, sums[1] = (double)epoch_window->correct,
         sums[2] = (double)epoch_window->samples;
-        if (r->comm) r->comm->ops->allreduce_f64(r->comm, sums, 3);
+        if (r->comm) dpt_comm_allreduce_f64(r->comm, sums, 3, "epoch training sums");
     }
     double train_loss = sums[2] ? sums[0] / sums[2] : NAN, train_acc = sums[2] ? sums[1] / sums[2] : NAN;
     if (r->rank == 0) {
@@ -763,22 +815,105 @@ static dpt_device pick_device(const replica *r)
     return (dpt_device){DPT_DEVICE_CUDA, r->local_rank};
 }
 
+/* Whether this run writes checkpoints on its own (not only when a signal stops it). */
+static bool periodic_checkpoints(const dpt_config *cfg)
+{
+    return dpt_config_int(cfg, "checkpoint", "every_steps") > 0 || dpt_config_int(cfg, "checkpoint", "every_epochs") > 0;
+}
+
+/* The same folder, whatever the spelling (checkpoints, ./checkpoints/, an absolute path). */
+static bool same_folder(const char *file, const char *dir)
+{
+    char parent[1100], a[4096], b[4096];
+    snprintf(parent, sizeof parent, "%s", file);
+    char *slash = strrchr(parent, '/');
+    if (slash) *slash = '\0';
+    else snprintf(parent, sizeof parent, ".");
+    return realpath(parent, a) && realpath(dir, b) && !strcmp(a, b);
+}
+
+/* Rank 0, at start-up and before the first write. A run that checkpoints periodically
+ * creates the folder now and meets [checkpoint] existing there; one that writes only when a
+ * signal stops it checks the folder can be made, and at that first write (no one to ask
+ * then) moves another run's checkpoints aside rather than mix with them. */
+static bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err)
+{
+    const char *dir = dpt_config_str(r->cfg, "checkpoint", "dir");
+    bool periodic = periodic_checkpoints(r->cfg);
+    dpt_ckpt_dir_options opt = {
+        .create = periodic || !at_start,
+        .resumed_here = *r->resumed && same_folder(r->resumed, dir),
+        .resumed_step = r->resumed_step,
+        .archive = !strcmp(dpt_config_str(r->cfg, "checkpoint", "existing"), "archive") || !at_start,
+    };
+    opt.check_only = at_start && !periodic; /* the lock and the look inside wait for the first write */
+    if (!dpt_checkpoint_prepare_dir(dir, &opt, &r->ckpt_lock_fd, err)) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return dpt_errorf(err, "%s: %s", dpt_config_where(r->cfg, "checkpoint", "dir"), msg);
+    }
+    r->ckpt_dir_ready = !opt.check_only;
+    return true;
+}
+
 /* Rank 0 writes; every rank holds the same state. */
-static void save_checkpoint(const replica *r, const dpt_model *model, const dpt_optim *optim,
-                            const dpt_ctx *ctx, const dpt_train_state *st)
+static void save_checkpoint(replica *r, const dpt_model *model, const dpt_optim *optim, const dpt_ctx *ctx,
+                            const dpt_train_state *st)
 {
     if (r->rank != 0) return;
     const char *dir = dpt_config_str(r->cfg, "checkpoint", "dir");
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        dpt_abort_job("cannot create checkpoint folder %s: %s\nHINT: set [checkpoint] dir", dir,
-                      strerror(errno));
+    dpt_error err;
+    if (!r->ckpt_dir_ready && !prepare_checkpoint_dir(r, false, &err))
+        dpt_abort_job("%s", err.msg);
     char path[1100];
     snprintf(path, sizeof path, "%s/ckpt-step%08lld.dpt", dir, (long long)st->step);
-    dpt_error err;
-    if (!dpt_checkpoint_save(path, model, optim, ctx, r->cfg, st, r->size, &err))
-        dpt_abort_job("%s", err.msg);
-    dpt_checkpoint_prune(dir, (int)dpt_config_int(r->cfg, "checkpoint", "keep_last"));
+    if (!dpt_checkpoint_save(path, model, optim, ctx, r->cfg, st, r->size, &err)) dpt_abort_job("%s", err.msg);
+    dpt_checkpoint_prune(dir, (int)dpt_config_int(r->cfg, "checkpoint", "keep_last"), st->step);
+    snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
     printf("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
+    fflush(stdout);
+}
+
+/* Quote a word for a POSIX shell when it needs it. */
+static void shell_word(FILE *out, const char *w)
+{
+    if (*w && strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=./:,@%") == strlen(w)) {
+        fputs(w, out);
+        return;
+    }
+    fputc('\'', out);
+    for (const char *c = w; *c; c++)
+        if (*c == '\'')
+            fputs("'\\''", out);
+        else
+            fputc(*c, out);
+    fputc('\'', out);
+}
+
+/* The command that continues this run: the original command line (under mpirun, with the
+ * same number of ranks), its --resume replaced by the checkpoint just written. */
+static void print_resume_command(const replica *r, const char *path)
+{
+    if (!*path) {
+        printf("no checkpoint was written\n");
+        return;
+    }
+    bool mpi = r->size > 1 && !*r->devices;
+    printf("resume with: ");
+    if (mpi) printf("mpirun -np %d ", r->size);
+    const cli *a = r->args;
+    for (int i = 0; i < a->argc; i++) {
+        if (!strcmp(a->argv[i], "--resume")) { /* and its argument, if it took one */
+            if (i + 1 < a->argc && a->resume == a->argv[i + 1]) i++;
+            continue;
+        }
+        if (i) putchar(' ');
+        shell_word(stdout, a->argv[i]);
+    }
+    printf(" --resume ");
+    shell_word(stdout, path);
+    printf("\n");
+    if (mpi) printf("(with the other mpirun options this job was started with, e.g. --hostfile)\n");
     fflush(stdout);
 }
 
@@ -805,7 +940,7 @@ static bool signal_agreed(const replica *r, int *signal_seen)
 {
     double sig = (double)pending_signal;
     if (r->comm && r->size > 1) {
-        r->comm->ops->allreduce_f64(r->comm, &sig, 1);
+        dpt_comm_allreduce_f64(r->comm, &sig, 1, "signal agreement (once per step)");
         if (sig > 0) sig = SIGTERM;
     }
     if (sig > 0 && r->rank == 0) {
@@ -834,12 +969,13 @@ static dpt_timeline *open_timeline(const replica *r)
     return tl;
 }
 
-/* A user-facing error. With other ranks running, stop them too (they may be waiting in a
- * collective for this one): MPI_Abort through dpt_fatal, with this rank's message. */
+/* A user-facing error. With other ranks or replica threads running, stop them too (they may
+ * wait in a collective for this one): the job ends once, with this rank's message (MPI_Abort
+ * under mpirun; the whole process under DataParallel). */
 static int fail(const replica *r, const dpt_error *err)
 {
     if (r->size > 1 && !*r->devices) dpt_abort_job("rank %d of %d: %s", r->rank, r->size, err->msg);
+    if (*r->devices) dpt_abort_job("%s", err->msg);
     fprintf(stderr, "error: %s\n", err->msg);
-    if (*r->devices) exit(1); /* the other replica threads may wait for this one in a barrier */
     return 1;
 }

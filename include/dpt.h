@@ -385,6 +385,9 @@ int dpt_comm_size(const dpt_comm *comm);
 void dpt_comm_barrier(dpt_comm *comm);
 /* Benchmarks: model a slow network: each gradient AllReduce sleeps ms_per_mb per MiB first. */
 void dpt_comm_set_delay(dpt_comm *comm, double ms_per_mb);
+/* Every host collective (gradients, evaluation, SyncBN, start-up checks, signal agreement)
+ * not done within timeout_s ends the job with a report naming it (0 = wait forever). */
+void dpt_comm_set_timeout(dpt_comm *comm, double timeout_s);
 
 /* DistributedDataParallel: parameters broadcast from rank 0 at start, the plan checked on all
  * ranks, gradients bucketed in reverse creation order and AllReduced (averaged) by a
@@ -460,10 +463,28 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
  * nothing is changed unless the whole checkpoint is valid. */
 bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *ctx,
                          const dpt_config *cfg, dpt_train_state *state, int world_size, dpt_error *err);
-/* The newest complete checkpoint (ckpt-step*.dpt) in dir. */
+/* The newest complete checkpoint (ckpt-step*.dpt, highest step) in dir. */
 bool dpt_checkpoint_latest(const char *dir, char *path, size_t size, dpt_error *err);
-/* Delete all but the newest keep_last checkpoints in dir. */
-void dpt_checkpoint_prune(const char *dir, int keep_last);
+/* The steps of dir's checkpoints, ascending (at most max); -1 if dir cannot be read. */
+#define DPT_CKPT_LIST_MAX 16384
+int dpt_checkpoint_list(const char *dir, int64_t *steps, int max);
+/* How a run meets its checkpoint folder at start-up. */
+typedef struct dpt_ckpt_dir_options {
+    bool create;          /* the run writes checkpoints periodically: create dir now */
+    bool resumed_here;    /* the run resumes a checkpoint in this dir ... */
+    int64_t resumed_step; /* ... of this step; checkpoints newer than it are not this run's */
+    bool archive;         /* move checkpoints that are not this run's to dir/previous-<time>/ (else: error) */
+    bool check_only;      /* only check that dir is, or can be made, a folder: no lock, no look inside */
+} dpt_ckpt_dir_options;
+/* Check (and with create, make) the folder: a folder, writable, not locked by another run,
+ * holding no checkpoint that is not this run's (error, or archived). *lock_fd holds the
+ * folder's lock for the life of the process (-1 when dir does not exist yet). */
+bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt, int *lock_fd, dpt_error *err);
+/* Delete all but the newest keep_last checkpoints in dir, never the one of keep_step. */
+void dpt_checkpoint_prune(const char *dir, int keep_last, int64_t keep_step);
+/* The file --resume ARG means: "latest" in dir, a path, a step number or a name without the
+ * zero padding (ckpt-step500.dpt); an error listing the folder's checkpoints otherwise. */
+bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t size, dpt_error *err);
 
 /* ---------------------------------------------------------------- model registry */
 

@@ -7,6 +7,8 @@
  * rng). Files are read whole and parsed with bounds checks, so no byte pattern can crash the
  * reader; nothing is applied to the model before every record has been checked. */
 #include <dirent.h>
+#include <time.h>
+#include <sys/file.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -521,55 +523,214 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
     return ok;
 }
 
-/* ---------------------------------------------------------------- the checkpoint folder */
+/* ---------------------------------------------------------------- the checkpoint folder
+ * The folder holds one run: a new run does not start in a folder holding another run's
+ * checkpoints, and a resumed run does not start where checkpoints newer than its own exist
+ * (an abandoned continuation); [checkpoint] existing = archive moves those aside instead.
+ * With that invariant, "latest" (the highest step) and pruning (the lowest steps) only ever
+ * see this run's files. A lock file keeps two runs from writing one folder at once. */
 
 static bool is_checkpoint_name(const char *name, long long *step)
 {
     int end = 0;
-    return sscanf(name, "ckpt-step%lld.dpt%n", step, &end) == 1 && name[end] == '\0';
+    return sscanf(name, "ckpt-step%lld.dpt%n", step, &end) == 1 && name[end] == '\0' && *step >= 0;
+}
+
+static int cmp_asc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int dpt_checkpoint_list(const char *dir, int64_t *steps, int max)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    long long step;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (is_checkpoint_name(e->d_name, &step)) {
+            if (n < max) steps[n] = step;
+            n++;
+        }
+    closedir(d);
+    qsort(steps, (size_t)(n < max ? n : max), sizeof *steps, cmp_asc);
+    return n < max ? n : max;
+}
+
+static void checkpoint_path(char *out, size_t size, const char *dir, int64_t step)
+{
+    snprintf(out, size, "%s/ckpt-step%08lld.dpt", dir, (long long)step);
 }
 
 bool dpt_checkpoint_latest(const char *dir, char *path, size_t size, dpt_error *err)
 {
-    DIR *d = opendir(dir);
-    if (!d)
+    int64_t steps[DPT_CKPT_LIST_MAX];
+    int n = dpt_checkpoint_list(dir, steps, DPT_CKPT_LIST_MAX);
+    if (n < 0)
         return dpt_errorf(err,
                           "cannot open checkpoint folder %s: %s\nHINT: set [checkpoint] dir, "
                           "or pass --resume PATH",
                           dir, strerror(errno));
-    long long best = -1, step;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (is_checkpoint_name(e->d_name, &step) && step > best) best = step;
-    closedir(d);
-    if (best < 0)
-        return dpt_errorf(err, "no checkpoint (ckpt-step*.dpt) in %s\nHINT: start without --resume", dir);
-    snprintf(path, size, "%s/ckpt-step%08lld.dpt", dir, best);
+    if (n == 0) return dpt_errorf(err, "no checkpoint (ckpt-step*.dpt) in %s\nHINT: start without --resume", dir);
+    checkpoint_path(path, size, dir, steps[n - 1]);
     return true;
 }
 
-static int cmp_desc(const void *a, const void *b)
+/* mkdir -p */
+static bool make_dirs(const char *dir, dpt_error *err)
 {
-    long long x = *(const long long *)a, y = *(const long long *)b;
-    return (x < y) - (x > y);
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return dpt_errorf(err, "cannot create checkpoint folder %s: %s", buf, strerror(errno));
+            *p = saved;
+            if (!saved) break;
+        }
+    }
+    return true;
 }
 
-void dpt_checkpoint_prune(const char *dir, int keep_last)
+bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt, int *lock_fd, dpt_error *err)
+{
+    *lock_fd = -1;
+    const char *hint = "HINT: set [checkpoint] dir to a folder this user can write";
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return dpt_errorf(err, "[checkpoint] dir = %s is not a folder\n%s", dir, hint);
+    if (opt->create && !make_dirs(dir, err)) {
+        size_t len = strlen(err->msg);
+        snprintf(err->msg + len, sizeof err->msg - len, "\n%s", hint);
+        return false;
+    }
+    if (stat(dir, &st) != 0) {
+        /* Not created now (checkpoints only on a signal): its parent must exist. */
+        char parent[1024];
+        snprintf(parent, sizeof parent, "%s", dir);
+        char *slash = strrchr(parent, '/');
+        if (slash == parent) slash[1] = '\0';
+        else if (slash) *slash = '\0';
+        else snprintf(parent, sizeof parent, ".");
+        if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
+            return dpt_errorf(err, "[checkpoint] dir = %s cannot be created: %s is not a folder\n%s", dir, parent, hint);
+        return true;
+    }
+    if (opt->check_only) return true;
+    /* The lock doubles as the test that the folder is writable (root passes access(2) on
+     * read-only mounts and /proc, so only a real write tells). */
+    char lock_path[1100];
+    snprintf(lock_path, sizeof lock_path, "%s/.dptrain.lock", dir);
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return dpt_errorf(err, "cannot write in checkpoint folder %s: %s\n%s", dir, strerror(errno), hint);
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return dpt_errorf(err,
+                          "another dptrain run is writing checkpoints in %s (it holds %s)\nHINT: give this run "
+                          "its own folder: --set checkpoint.dir=DIR",
+                          dir, lock_path);
+    }
+    /* Checkpoints that are not this run's: all of them for a new run; for a resumed one, those
+     * newer than the checkpoint it continues (they belong to a continuation it replaces). */
+    int64_t steps[DPT_CKPT_LIST_MAX];
+    int n = dpt_checkpoint_list(dir, steps, DPT_CKPT_LIST_MAX), first_foreign = 0;
+    if (opt->resumed_here)
+        while (first_foreign < n && steps[first_foreign] <= opt->resumed_step)
+            first_foreign++;
+    int foreign = n - first_foreign;
+    if (foreign > 0 && !opt->archive) {
+        close(fd);
+        if (opt->resumed_here)
+            return dpt_errorf(err,
+                              "%s holds %d checkpoint%s newer than step %lld, the one this run resumes (the newest "
+                              "is ckpt-step%08lld.dpt): continuing here would mix two continuations\nHINT: resume "
+                              "the newest with --resume latest, or move the newer ones aside with --set "
+                              "checkpoint.existing=archive",
+                              dir, foreign, foreign == 1 ? "" : "s", (long long)opt->resumed_step,
+                              (long long)steps[n - 1]);
+        return dpt_errorf(err,
+                          "%s holds %d checkpoint%s of an earlier run (the newest is ckpt-step%08lld.dpt): a new "
+                          "run there would mix with them, and pruning could delete them\nHINT: continue that run "
+                          "with --resume latest, give this one its own folder with --set checkpoint.dir=DIR, or "
+                          "move the old ones into %s/previous-<time>/ with --set checkpoint.existing=archive",
+                          dir, foreign, foreign == 1 ? "" : "s", (long long)steps[n - 1], dir);
+    }
+    if (foreign > 0) {
+        char archive[1100], stamp[32];
+        time_t now = time(NULL);
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
+        snprintf(archive, sizeof archive, "%s/previous-%s", dir, stamp);
+        if (mkdir(archive, 0755) != 0 && errno != EEXIST) {
+            close(fd);
+            return dpt_errorf(err, "cannot create %s: %s\n%s", archive, strerror(errno), hint);
+        }
+        for (int i = first_foreign; i < n; i++) {
+            char from[1100], to[1200];
+            checkpoint_path(from, sizeof from, dir, steps[i]);
+            snprintf(to, sizeof to, "%s/ckpt-step%08lld.dpt", archive, (long long)steps[i]);
+            if (rename(from, to) != 0) {
+                close(fd);
+                return dpt_errorf(err, "cannot move %s to %s: %s\n%s", from, to, strerror(errno), hint);
+            }
+        }
+        printf("checkpoint folder: moved %d checkpoint%s of %s (steps %lld to %lld) to %s\n", foreign,
+               foreign == 1 ? "" : "s", opt->resumed_here ? "an abandoned continuation" : "an earlier run",
+               (long long)steps[first_foreign], (long long)steps[n - 1], archive);
+        fflush(stdout);
+    }
+    *lock_fd = fd;
+    return true;
+}
+
+void dpt_checkpoint_prune(const char *dir, int keep_last, int64_t keep_step)
 {
     if (keep_last <= 0) return;
-    DIR *d = opendir(dir);
-    if (!d) return;
-    long long steps[4096];
-    int n = 0;
-    long long step;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 4096)
-        if (is_checkpoint_name(e->d_name, &step)) steps[n++] = step;
-    closedir(d);
-    qsort(steps, (size_t)n, sizeof steps[0], cmp_desc);
-    for (int i = keep_last; i < n; i++) {
-        char path[1200];
-        snprintf(path, sizeof path, "%s/ckpt-step%08lld.dpt", dir, steps[i]);
+    int64_t steps[DPT_CKPT_LIST_MAX];
+    int n = dpt_checkpoint_list(dir, steps, DPT_CKPT_LIST_MAX);
+    for (int i = 0; i < n - keep_last; i++) {
+        if (steps[i] == keep_step) continue; /* never the file this run has just reported */
+        char path[1100];
+        checkpoint_path(path, sizeof path, dir, steps[i]);
         unlink(path);
     }
+}
+
+bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t size, dpt_error *err)
+{
+    if (!strcmp(arg, "latest")) return dpt_checkpoint_latest(dir, path, size, err);
+    struct stat st;
+    if (stat(arg, &st) == 0) {
+        snprintf(path, size, "%s", arg);
+        return true;
+    }
+    /* A step number, or a name without the zero padding: the file of that step. */
+    const char *base = strrchr(arg, '/') ? strrchr(arg, '/') + 1 : arg;
+    char folder[1024];
+    if (base != arg)
+        snprintf(folder, sizeof folder, "%.*s", (int)(base - arg - 1), arg);
+    else
+        snprintf(folder, sizeof folder, "%s", dir);
+    long long step = -1;
+    int end = 0;
+    if ((sscanf(base, "ckpt-step%lld.dpt%n", &step, &end) == 1 && base[end] == '\0') ||
+        (sscanf(base, "%lld%n", &step, &end) == 1 && base[end] == '\0')) {
+        checkpoint_path(path, size, *folder ? folder : ".", step);
+        if (step >= 0 && stat(path, &st) == 0) return true;
+    }
+    int64_t steps[DPT_CKPT_LIST_MAX];
+    int n = dpt_checkpoint_list(*folder ? folder : ".", steps, DPT_CKPT_LIST_MAX);
+    char have[256] = "none";
+    if (n > 0) {
+        size_t used = 0;
+        for (int i = n > 4 ? n - 4 : 0; i < n && used < sizeof have; i++)
+            used += (size_t)snprintf(have + used, sizeof have - used, "%s%lld", used ? ", " : "", (long long)steps[i]);
+    }
+    return dpt_errorf(err,
+                      "--resume %s: no such checkpoint\nHINT: %s holds checkpoints of step%s %s; pass a path, a step "
+                      "number, or latest",
+                      arg, *folder ? folder : ".", n > 4 ? "s ..." : "s", have);
 }

@@ -2,9 +2,32 @@
 #include "error.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static dpt_abort_fn abort_handler; /* set once at start-up by world_init; read-only after */
+
+/* The first thread to end the process does it; any other (a second DataParallel replica
+ * failing at the same moment) waits for it instead of printing a second message or running
+ * exit handlers concurrently, which crashed in __cxa_finalize. */
+static atomic_flag ending = ATOMIC_FLAG_INIT;
+
+static void claim_the_end(void)
+{
+    if (atomic_flag_test_and_set(&ending))
+        for (;;)
+            pause();
+}
+
+/* Flush every stream (metrics, timeline, stdout) and leave without running exit handlers
+ * while other threads still compute. */
+static _Noreturn void end_process(int code)
+{
+    fflush(NULL);
+    if (abort_handler) abort_handler(code);
+    _exit(code);
+}
 
 bool dpt_errorf(dpt_error *err, const char *fmt, ...)
 {
@@ -23,26 +46,26 @@ void dpt_set_abort_handler(dpt_abort_fn fn)
 
 void dpt_fatal_at(const char *file, int line, const char *fmt, ...)
 {
+    claim_the_end();
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "dptrain: fatal: %s:%d: ", file, line);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-    fflush(stderr);
+    fflush(NULL);
     if (abort_handler) abort_handler(1);
     abort();
 }
 
 void dpt_abort_job(const char *fmt, ...)
 {
+    claim_the_end();
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "error: ");
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-    fflush(stderr);
-    if (abort_handler) abort_handler(1);
-    exit(1);
+    end_process(1);
 }

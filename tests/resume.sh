@@ -51,10 +51,11 @@ sleep 1.5
 kill -TERM $pid
 wait $pid; rc=$?
 if [ $rc -eq 0 ] && grep -q "stopped by signal 15 after step" "$work/sig.log" && grep -q "resume with: ./train" "$work/sig.log"; then
-    ./train $common --resume > "$work/sig2.log" 2>&1
+    # the printed command itself, run as printed (it carries every --set of the original)
+    eval "$(sed -n 's/.*resume with: //p' "$work/sig.log")" > "$work/sig2.log" 2>&1
     last=$(ls "$work/cks_full" | tail -n 1)
     if grep -q "^done" "$work/sig2.log" && cmp -s "$work/cks_full/$last" "$work/cks/$last"; then
-        ok "SIGTERM at $(grep -o 'after step [0-9]*' "$work/sig.log"), resumed: final checkpoint identical"
+        ok "SIGTERM at $(grep -o 'after step [0-9]*' "$work/sig.log"), resumed with the printed command: final checkpoint identical"
     else
         bad "SIGTERM resume differs"; tail -3 "$work/sig2.log"
     fi

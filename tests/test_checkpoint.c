@@ -382,7 +382,7 @@ static void test_latest_prune_and_crash(void **state)
         snprintf(path, sizeof path, "%s/ckpt-step%08d.dpt", sub, step * 10);
         save(&a, path);
     }
-    dpt_checkpoint_prune(sub, 2);
+    dpt_checkpoint_prune(sub, 2, 50);
     char latest[400];
     dpt_error err;
     assert_true(dpt_checkpoint_latest(sub, latest, sizeof latest, &err));
@@ -415,6 +415,25 @@ static void test_latest_prune_and_crash(void **state)
     if (!dpt_checkpoint_load(latest, b.model, b.optim, b.ctx, b.cfg, &st, 1, &err)) fail_msg("%s", err.msg);
     free_run(&a);
     free_run(&b);
+    /* keep_step survives whatever keep_last says */
+    dpt_checkpoint_prune(sub, 1, 40);
+    snprintf(path, sizeof path, "%s/ckpt-step00000040.dpt", sub);
+    assert_int_equal(access(path, F_OK), 0);
+    int64_t steps[8];
+    assert_int_equal(dpt_checkpoint_list(sub, steps, 8), 2);
+    assert_int_equal(steps[0], 40);
+    assert_int_equal(steps[1], 50);
+    /* the folder's lock: a second holder is refused while the first holds it */
+    dpt_ckpt_dir_options opt = {.create = true, .resumed_here = true, .resumed_step = 50};
+    int fd1, fd2;
+    if (!dpt_checkpoint_prepare_dir(sub, &opt, &fd1, &err)) fail_msg("%s", err.msg);
+    pid_t child = fork();
+    if (child == 0) _exit(dpt_checkpoint_prepare_dir(sub, &opt, &fd2, &err) ? 0 : 9);
+    waitpid(child, &status, 0);
+    assert_int_equal(WEXITSTATUS(status), 9);
+    close(fd1);
+    if (!dpt_checkpoint_prepare_dir(sub, &opt, &fd2, &err)) fail_msg("%s", err.msg);
+    close(fd2);
     snprintf(path, sizeof path, "%s/empty", dir);
     mkdir(path, 0755);
     assert_false(dpt_checkpoint_latest(path, latest, sizeof latest, &err));

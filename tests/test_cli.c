@@ -145,9 +145,94 @@ static void test_training_controls(void **state)
     /* resuming from nothing */
     char args[600];
     snprintf(args, sizeof args, SMALL "--resume %s/none.dpt", dir);
-    expect_fail(args, 1, "cannot open checkpoint", "none.dpt");
+    expect_fail(args, 1, "none.dpt: no such checkpoint", "HINT: ");
     snprintf(args, sizeof args, SMALL "--resume --set checkpoint.dir=%s", dir);
     expect_fail(args, 1, "no checkpoint (ckpt-step*.dpt) in", NULL);
+}
+
+/* Every DataParallel replica failing at once (the same bad data folder): one message, exit 1,
+ * every time (each replica thread used to call exit(): SIGSEGV or "double free" at exit). */
+static void test_data_parallel_failure(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 10; i++) {
+        expect_fail(SMALL "--set distributed.devices=cpu:0,cpu:1,cpu:2 --set data.dir=/nonexistent", 1,
+                    "[data] dir = /nonexistent: no such folder", NULL);
+        const char *first = strstr(out, "error:");
+        assert_non_null(first);
+        if (strstr(first + 1, "error:")) fail_msg("two error messages:\n%s", out);
+        assert_true(strstr(out, "double free") == NULL && strstr(out, "Aborted") == NULL);
+    }
+}
+
+static bool exists(const char *fmt, const char *a, const char *b)
+{
+    char p[1024];
+    snprintf(p, sizeof p, fmt, a, b);
+    return access(p, F_OK) == 0;
+}
+
+/* The checkpoint folder holds one run: another run's files are never deleted or mixed in,
+ * a file this run reports stays, and a folder that cannot take checkpoints is an error
+ * before the first step. */
+static void test_checkpoint_folder(void **state)
+{
+    (void)state;
+    char args[1600], ck[512];
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+#define CK SMALL "--set train.epochs=1 --set log.interval=1000 --set checkpoint.dir=%s "
+    /* run A: steps 5, 10, 15, 20 */
+    snprintf(args, sizeof args, CK "--set checkpoint.every_steps=5", ck);
+    int rc = run_capture(out, sizeof out, "./train %s", args);
+    if (rc != 0) fail_msg("run A failed:\n%s", out);
+    assert_true(exists("%s/ckpt-step%s.dpt", ck, "00000020"));
+    /* run B in the same folder: refused, A's files untouched */
+    snprintf(args, sizeof args, CK "--set checkpoint.every_steps=2 --set train.max_steps=4", ck);
+    expect_fail(args, 1, "holds 3 checkpoints of an earlier run (the newest is ckpt-step00000020.dpt)",
+                "--set checkpoint.existing=archive");
+    assert_true(strstr(out, "epoch 1 |") == NULL); /* refused before training */
+    assert_true(exists("%s/ckpt-step%s.dpt", ck, "00000010") && exists("%s/ckpt-step%s.dpt", ck, "00000020"));
+    /* with archive: A's files moved aside whole; B's reported files survive keep_last = 1
+     * (the old pruning kept A's higher steps and deleted each of B's right after writing it) */
+    snprintf(args, sizeof args, CK "--set checkpoint.every_steps=2 --set train.max_steps=4 "
+             "--set checkpoint.existing=archive --set checkpoint.keep_last=1", ck);
+    rc = run_capture(out, sizeof out, "./train %s", args);
+    if (rc != 0) fail_msg("run B failed:\n%s", out);
+    assert_contains(out, "moved 3 checkpoints of an earlier run (steps 10 to 20)");
+    assert_contains(out, "checkpoint ");
+    assert_true(exists("%s/ckpt-step%s.dpt", ck, "00000004"));
+    assert_false(exists("%s/ckpt-step%s.dpt", ck, "00000002"));
+    assert_false(exists("%s/ckpt-step%s.dpt", ck, "00000020"));
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "ls %s/previous-*/ckpt-step00000020.dpt %s/previous-*/ckpt-step00000010.dpt", ck, ck);
+    assert_int_equal(run_capture(out, sizeof out, "%s", cmd), 0);
+    /* --resume latest is B's step 4; a step number and an unpadded name find their file */
+    snprintf(args, sizeof args, CK "--set checkpoint.every_steps=2 --set train.max_steps=6 --resume", ck);
+    rc = run_capture(out, sizeof out, "./train %s", args);
+    if (rc != 0) fail_msg("resume failed:\n%s", out);
+    assert_contains(out, "ckpt-step00000004.dpt: epoch 1, step 4");
+    snprintf(args, sizeof args, CK "--set train.max_steps=7 --resume 6", ck);
+    rc = run_capture(out, sizeof out, "./train %s", args);
+    if (rc != 0) fail_msg("resume 6 failed:\n%s", out);
+    assert_contains(out, "ckpt-step00000006.dpt: epoch 1, step 6");
+    snprintf(args, sizeof args, CK "--set train.max_steps=7 --resume %s/ckpt-step6.dpt", ck, ck);
+    rc = run_capture(out, sizeof out, "./train %s", args);
+    if (rc != 0) fail_msg("resume ckpt-step6.dpt failed:\n%s", out);
+    snprintf(args, sizeof args, CK "--resume 3", ck);
+    expect_fail(args, 1, "--resume 3: no such checkpoint", "holds checkpoints of steps 4, 6;");
+    /* resuming an older checkpoint where newer ones exist: refused (two continuations) */
+    snprintf(args, sizeof args, CK "--set checkpoint.every_steps=2 --resume 4", ck);
+    expect_fail(args, 1, "holds 1 checkpoint newer than step 4, the one this run resumes", "--resume latest");
+    /* folders that cannot take checkpoints: refused at start-up, naming the setting */
+    snprintf(args, sizeof args, CK "--set checkpoint.every_epochs=1", write_file("afile", "x"));
+    expect_fail(args, 1, "--set checkpoint.dir=", "is not a folder");
+    assert_true(strstr(out, "epoch 1 |") == NULL);
+    expect_fail(SMALL "--set checkpoint.every_epochs=1 --set checkpoint.dir=/proc/dptrain_x", 1,
+                "cannot create checkpoint folder /proc/dptrain_x", "HINT: set [checkpoint] dir");
+    assert_true(strstr(out, "epoch 1 |") == NULL);
+    expect_fail(SMALL "--set checkpoint.dir=/nonexistent/a/b", 1, "cannot be created: /nonexistent/a is not a folder",
+                NULL);
+#undef CK
 }
 
 int main(void)
@@ -158,6 +243,8 @@ int main(void)
         cmocka_unit_test(test_data_errors),
         cmocka_unit_test(test_dry_run),
         cmocka_unit_test(test_training_controls),
+        cmocka_unit_test(test_checkpoint_folder),
+        cmocka_unit_test(test_data_parallel_failure),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }
