@@ -68,7 +68,7 @@ static double time_steps_once(const setup *s, const dpt_dataset *ds, dpt_comm *c
     }
     double per_step = (dpt_now_s() - t0) / s->steps;
     if (comm) { /* the ranks agree on one number: their mean */
-        comm->ops->allreduce_f64(comm, &per_step, 1);
+        dpt_comm_allreduce_f64(comm, &per_step, 1, "benchmark sums");
         per_step /= dpt_comm_size(comm);
     }
     dpt_comm_set_delay(comm, 0);

@@ -9,13 +9,14 @@
 
 typedef struct dpt_comm_ops {
     const char *name;
-    /* In-place sum over all ranks; every rank gets the result. */
-    void (*allreduce_f32)(dpt_comm *comm, float *buf, int64_t n);
-    void (*allreduce_f64)(dpt_comm *comm, double *buf, int64_t n);
-    void (*broadcast)(dpt_comm *comm, void *buf, size_t bytes, int root);
+    /* In-place sum over all ranks; every rank gets the result. `what` names the collective for
+     * the timeout report (e.g. "evaluation sums"); backends keep it only while it runs. */
+    void (*allreduce_f32)(dpt_comm *comm, float *buf, int64_t n, const char *what);
+    void (*allreduce_f64)(dpt_comm *comm, double *buf, int64_t n, const char *what);
+    void (*broadcast)(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what);
     /* recv holds size * bytes: rank r's send lands at recv + r * bytes. */
-    void (*allgather)(dpt_comm *comm, const void *send, void *recv, size_t bytes);
-    void (*barrier)(dpt_comm *comm);
+    void (*allgather)(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what);
+    void (*barrier)(dpt_comm *comm, const char *what);
     void (*free)(dpt_comm *comm);
     /* Device communicators (NCCL) enqueue instead of blocking; host ones leave these NULL
      * and the DDP engine drives them from its communication thread.
@@ -33,8 +34,18 @@ struct dpt_comm {
     const dpt_comm_ops *ops;
     int rank, size;
     double delay_ms_per_mb; /* benchmarks only: a slow network, latency per MiB AllReduced */
+    /* A host collective not finished in this time ends the job with a report naming it and
+     * this rank's recent collectives (0 = wait forever). [distributed] comm_timeout_s. */
+    double timeout_s;
     void *impl;
 };
+
+/* The collectives, called through these (never through ops at call sites). */
+void dpt_comm_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char *what);
+void dpt_comm_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *what);
+void dpt_comm_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what);
+void dpt_comm_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what);
+void dpt_comm_barrier_named(dpt_comm *comm, const char *what);
 
 dpt_comm *dpt_comm_mpi_new(void); /* over MPI_COMM_WORLD */
 

@@ -1,5 +1,7 @@
 /* comm_mpi.c: the communicator over MPI_COMM_WORLD for host buffers. */
 #include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -27,16 +29,74 @@ static void add_delay(const dpt_comm *comm, int64_t bytes)
 /* MPI counts are int: split large buffers. */
 #define MPI_CHUNK ((int64_t)1 << 30)
 
-/* Non-blocking, tested with short sleeps: a blocking MPI_Allreduce busy-polls shared memory
- * while it waits for the peers, stealing the core from backward, which runs on the other
- * thread of the same rank. Sleeping between tests keeps the communication thread's CPU use
- * small; MPI_Test also drives the collective's progress. */
+/* The last collectives of this rank, for the timeout report. Two threads of a rank may issue
+ * collectives (the DDP communication thread and the main thread), hence the lock. */
+#define RECENT 16
+typedef struct recent_entry {
+    char what[96];
+    int64_t bytes;
+    double start_s, end_s; /* end_s = 0 while in flight */
+} recent_entry;
+
+typedef struct mpi_impl {
+    pthread_mutex_t mu;
+    recent_entry recent[RECENT];
+    int next;
+} mpi_impl;
+
+static int begin(dpt_comm *comm, const char *what, int64_t bytes)
+{
+    mpi_impl *im = comm->impl;
+    pthread_mutex_lock(&im->mu);
+    int slot = im->next++ % RECENT;
+    recent_entry *e = &im->recent[slot];
+    snprintf(e->what, sizeof e->what, "%s", what);
+    e->bytes = bytes, e->start_s = dpt_now_s(), e->end_s = 0;
+    pthread_mutex_unlock(&im->mu);
+    return slot;
+}
+
+static void end(dpt_comm *comm, int slot)
+{
+    mpi_impl *im = comm->impl;
+    pthread_mutex_lock(&im->mu);
+    im->recent[slot].end_s = dpt_now_s();
+    pthread_mutex_unlock(&im->mu);
+}
+
+static _Noreturn void report_timeout(dpt_comm *comm, const char *what)
+{
+    mpi_impl *im = comm->impl;
+    char recent[2048] = "";
+    size_t used = 0;
+    pthread_mutex_lock(&im->mu);
+    for (int i = 0; i < RECENT && used < sizeof recent; i++) {
+        const recent_entry *e = &im->recent[(im->next + i) % RECENT];
+        if (e->start_s == 0) continue;
+        used += (size_t)snprintf(recent + used, sizeof recent - used, "\n  %s (%lld bytes): %s", e->what,
+                                 (long long)e->bytes, e->end_s ? "done" : "IN FLIGHT");
+    }
+    pthread_mutex_unlock(&im->mu);
+    dpt_abort_job("rank %d of %d: collective timed out after %.0f s: %s\nrecent collectives on this rank:%s\n"
+                  "HINT: another rank stopped, died or is much slower (a stopped process, a full disk, a "
+                  "debugger); raise [distributed] comm_timeout_s if steps are legitimately this slow",
+                  comm->rank, comm->size, comm->timeout_s, what, recent);
+}
+
+/* Every collective is non-blocking and waited for here, with the deadline: a rank that never
+ * arrives ends the job with a report, whichever collective it was (gradients, evaluation,
+ * SyncBN, start-up checks, the per-step signal agreement).
+ * Tested with short sleeps: a blocking MPI_Allreduce busy-polls shared memory while it waits
+ * for the peers, stealing the core from backward, which runs on the other thread of the same
+ * rank. Sleeping between tests keeps the waiting thread's CPU use small; MPI_Test also drives
+ * the collective's progress. */
 #ifndef SPIN_TESTS
 #define SPIN_TESTS 64
 #endif
-static void wait_request(MPI_Request *req)
+static void wait_request(dpt_comm *comm, MPI_Request *req, const char *what)
 {
     int done = 0;
+    double deadline = comm->timeout_s > 0 ? dpt_now_s() + comm->timeout_s : 0;
     for (;;) {
         /* A burst of tests moves fragments at full speed while data flows; the sleep after it
          * only costs time while a peer has not arrived yet. */
@@ -44,50 +104,68 @@ static void wait_request(MPI_Request *req)
             CHECK_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
             if (done) return;
         }
+        if (deadline && dpt_now_s() > deadline) report_timeout(comm, what);
         dpt_sleep_ms(0.02);
     }
 }
 
-static void mpi_allreduce_f32(dpt_comm *comm, float *buf, int64_t n)
+static void mpi_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char *what)
 {
     add_delay(comm, n * (int64_t)sizeof(float));
+    int slot = begin(comm, what, n * (int64_t)sizeof(float));
     for (int64_t off = 0; off < n; off += MPI_CHUNK) {
         int count = (int)(n - off < MPI_CHUNK ? n - off : MPI_CHUNK);
         MPI_Request req;
         CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf + off, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req));
-        wait_request(&req);
+        wait_request(comm, &req, what);
     }
+    end(comm, slot);
 }
 
-static void mpi_allreduce_f64(dpt_comm *comm, double *buf, int64_t n)
+static void mpi_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *what)
 {
-    (void)comm;
-    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    int slot = begin(comm, what, n * (int64_t)sizeof(double));
+    MPI_Request req;
+    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req));
+    wait_request(comm, &req, what);
+    end(comm, slot);
 }
 
-static void mpi_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root)
+static void mpi_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
 {
-    (void)comm;
+    int slot = begin(comm, what, (int64_t)bytes);
     for (size_t off = 0; off < bytes; off += (size_t)MPI_CHUNK) {
         int count = (int)(bytes - off < (size_t)MPI_CHUNK ? bytes - off : (size_t)MPI_CHUNK);
-        CHECK_MPI(MPI_Bcast((char *)buf + off, count, MPI_BYTE, root, MPI_COMM_WORLD));
+        MPI_Request req;
+        CHECK_MPI(MPI_Ibcast((char *)buf + off, count, MPI_BYTE, root, MPI_COMM_WORLD, &req));
+        wait_request(comm, &req, what);
     }
+    end(comm, slot);
 }
 
-static void mpi_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes)
+static void mpi_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what)
 {
-    (void)comm;
-    CHECK_MPI(MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD));
+    int slot = begin(comm, what, (int64_t)bytes);
+    MPI_Request req;
+    CHECK_MPI(MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &req));
+    wait_request(comm, &req, what);
+    end(comm, slot);
 }
 
-static void mpi_barrier(dpt_comm *comm)
+static void mpi_barrier(dpt_comm *comm, const char *what)
 {
-    (void)comm;
-    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    int slot = begin(comm, what, 0);
+    MPI_Request req;
+    CHECK_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+    wait_request(comm, &req, what);
+    end(comm, slot);
 }
 
 static void mpi_free(dpt_comm *comm)
 {
+    mpi_impl *im = comm->impl;
+    pthread_mutex_destroy(&im->mu);
+    free(im);
     free(comm);
 }
 
@@ -106,6 +184,11 @@ dpt_comm *dpt_comm_mpi_new(void)
     dpt_comm *comm = calloc(1, sizeof *comm);
     if (!comm) dpt_fatal("out of host memory for a communicator");
     comm->ops = &mpi_ops;
+    mpi_impl *im = calloc(1, sizeof *im);
+    if (!im) dpt_fatal("out of host memory for a communicator");
+    pthread_mutex_init(&im->mu, NULL);
+    comm->impl = im;
+    comm->timeout_s = 300; /* the schema's default, until the config is read */
     CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &comm->rank));
     CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &comm->size));
     return comm;

@@ -122,7 +122,7 @@ static bool nccl_join(dpt_comm *comm, double timeout_s, double *comm_s)
 }
 
 /* The blocking calls keep the same stream order: the caller's later kernels see the result. */
-static void nccl_allreduce_f32(dpt_comm *comm, float *buf, int64_t n)
+static void nccl_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char *what)
 {
     nccl_impl *im = impl_of(comm);
     after_compute(im);
@@ -130,7 +130,7 @@ static void nccl_allreduce_f32(dpt_comm *comm, float *buf, int64_t n)
     before_compute(im);
 }
 
-static void nccl_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root)
+static void nccl_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
 {
     nccl_impl *im = impl_of(comm);
     after_compute(im);
@@ -139,22 +139,19 @@ static void nccl_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root)
     CHECK_CUDA(cudaStreamSynchronize(im->compute));
 }
 
-static void nccl_allreduce_f64(dpt_comm *comm, double *buf, int64_t n)
+static void nccl_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *what)
 {
-    dpt_comm *host = impl_of(comm)->host;
-    host->ops->allreduce_f64(host, buf, n);
+    dpt_comm_allreduce_f64(impl_of(comm)->host, buf, n, what);
 }
 
-static void nccl_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes)
+static void nccl_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what)
 {
-    dpt_comm *host = impl_of(comm)->host;
-    host->ops->allgather(host, send, recv, bytes);
+    dpt_comm_allgather(impl_of(comm)->host, send, recv, bytes, what);
 }
 
-static void nccl_barrier(dpt_comm *comm)
+static void nccl_barrier(dpt_comm *comm, const char *what)
 {
-    dpt_comm *host = impl_of(comm)->host;
-    host->ops->barrier(host);
+    dpt_comm_barrier_named(impl_of(comm)->host, what);
 }
 
 static void nccl_free(dpt_comm *comm)
@@ -206,13 +203,13 @@ dpt_comm *dpt_comm_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)
     if (host->rank == 0) rc = ncclGetUniqueId(&id);
     /* Every rank must take part in the broadcast even when rank 0 failed: send the verdict. */
     double ok = rc == ncclSuccess ? 1.0 : 0.0;
-    host->ops->allreduce_f64(host, &ok, 1);
+    dpt_comm_allreduce_f64(host, &ok, 1, "NCCL start-up: rank 0's unique id verdict");
     if (ok < host->size) {
         dpt_errorf(err, "rank 0 could not create the NCCL unique id: %s", ncclGetErrorString(rc));
         free(im), free(comm);
         return NULL;
     }
-    host->ops->broadcast(host, &id, sizeof id, 0);
+    dpt_comm_broadcast(host, &id, sizeof id, 0, "NCCL start-up: unique id broadcast");
     CHECK_CUDA(cudaSetDevice(im->device));
     rc = ncclCommInitRank(&im->nccl, host->size, id, host->rank);
     if (rc != ncclSuccess) {

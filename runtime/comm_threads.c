@@ -59,18 +59,18 @@ static void sync_all(dpt_thread_group *g)
     }                                                                                                        \
     sync_all(g);
 
-static void threads_allreduce_f32(dpt_comm *comm, float *buf, int64_t n)
+static void threads_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char *what)
 {
     dpt_sleep_ms(comm->delay_ms_per_mb * (double)n * sizeof(float) / 1048576.0);
     ALLREDUCE_BODY(float)
 }
 
-static void threads_allreduce_f64(dpt_comm *comm, double *buf, int64_t n)
+static void threads_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *what)
 {
     ALLREDUCE_BODY(double)
 }
 
-static void threads_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root)
+static void threads_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
 {
     dpt_thread_group *g = group_of(comm);
     g->bufs[comm->rank] = buf;
@@ -79,7 +79,7 @@ static void threads_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root)
     sync_all(g);
 }
 
-static void threads_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes)
+static void threads_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what)
 {
     dpt_thread_group *g = group_of(comm);
     g->bufs[comm->rank] = (void *)send;
@@ -89,7 +89,7 @@ static void threads_allgather(dpt_comm *comm, const void *send, void *recv, size
     sync_all(g);
 }
 
-static void threads_barrier(dpt_comm *comm)
+static void threads_barrier(dpt_comm *comm, const char *what)
 {
     sync_all(group_of(comm));
 }

@@ -83,7 +83,9 @@ static void *comm_thread_main(void *arg)
         pthread_mutex_unlock(&d->mu);
 
         double t0 = dpt_now_s();
-        d->comm->ops->allreduce_f32(d->comm, bk->flat, bk->numel);
+        char what[96];
+        snprintf(what, sizeof what, "allreduce of bucket %d of %d, step %lld", b, d->nbuckets, (long long)re->step);
+        dpt_comm_allreduce_f32(d->comm, bk->flat, bk->numel, what);
         d->ctx->be->scale(d->ctx, bk->numel, 1.0f / (float)d->comm->size, bk->flat, bk->flat);
         double t1 = dpt_now_s();
         if (d->timeline) dpt_timeline_span(d->timeline, "allreduce", 1, t0, t1);
@@ -290,7 +292,7 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
     plan mine = make_plan(d);
     plan *all = calloc((size_t)comm->size, sizeof *all);
     if (!all) dpt_fatal("out of host memory for the DDP plan check");
-    comm->ops->allgather(comm, &mine, all, sizeof mine);
+    dpt_comm_allgather(comm, &mine, all, sizeof mine, "DDP start-up: plan check (allgather)");
     bool ok = check_plans(d, all, err);
     free(all);
     if (!ok) {
@@ -300,11 +302,11 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
     /* Every rank starts from rank 0's parameters and buffers. */
     for (int i = 0; i < d->nparams; i++) {
         dpt_tensor *t = dpt_model_param_at(model, i);
-        comm->ops->broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0);
+        dpt_comm_broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0, "DDP start-up: parameter broadcast");
     }
     for (int i = 0; i < dpt_model_num_buffers(model); i++) {
         dpt_tensor *t = dpt_model_buffer_at(model, i);
-        comm->ops->broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0);
+        dpt_comm_broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0, "DDP start-up: buffer broadcast");
     }
     rehome_grads(d, true);
     d->async = comm->ops->reduce_avg_async != NULL;

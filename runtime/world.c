@@ -94,7 +94,31 @@ int dpt_comm_size(const dpt_comm *comm)
 }
 void dpt_comm_barrier(dpt_comm *comm)
 {
-    if (comm) comm->ops->barrier(comm);
+    if (comm) comm->ops->barrier(comm, "barrier");
+}
+void dpt_comm_barrier_named(dpt_comm *comm, const char *what)
+{
+    if (comm) comm->ops->barrier(comm, what);
+}
+void dpt_comm_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char *what)
+{
+    comm->ops->allreduce_f32(comm, buf, n, what);
+}
+void dpt_comm_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *what)
+{
+    comm->ops->allreduce_f64(comm, buf, n, what);
+}
+void dpt_comm_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
+{
+    comm->ops->broadcast(comm, buf, bytes, root, what);
+}
+void dpt_comm_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what)
+{
+    comm->ops->allgather(comm, send, recv, bytes, what);
+}
+void dpt_comm_set_timeout(dpt_comm *comm, double timeout_s)
+{
+    if (comm) comm->timeout_s = timeout_s;
 }
 void dpt_comm_set_delay(dpt_comm *comm, double ms_per_mb)
 {
@@ -106,7 +130,7 @@ dpt_eval_result dpt_eval_allreduce(dpt_comm *comm, dpt_eval_result local)
     if (!comm || comm->size == 1) return local;
     double sums[3] = {local.loss * (double)local.samples, local.accuracy * (double)local.samples,
                       (double)local.samples};
-    comm->ops->allreduce_f64(comm, sums, 3);
+    dpt_comm_allreduce_f64(comm, sums, 3, "evaluation sums");
     dpt_eval_result r = {.samples = (int64_t)sums[2]};
     r.loss = r.samples ? sums[0] / sums[2] : 0.0;
     r.accuracy = r.samples ? sums[1] / sums[2] : 0.0;

@@ -51,5 +51,67 @@ expect "unused parameter" 60 "received no gradient in step 0: spare.weight, spar
 expect "devices under mpirun" 60 "DataParallel runs in one process" \
     $MPIRUN -np 2 ./train configs/fmnist_mlp.ini $SMALL --set distributed.devices=cpu:0,cpu:1
 
+expect "config error on one rank only" 60 "error: rank 1 of 2: cannot open config file /nonexistent/rank1.ini" \
+    $MPIRUN -np 1 ./train configs/fmnist_mlp.ini $SMALL : -np 1 ./train /nonexistent/rank1.ini $SMALL
+# The same error on every rank is printed once, not once per rank.
+out=$($MPIRUN -np 3 ./train configs/fmnist_mlp.ini --set train.bach=1 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c "unknown key 'bach'" <<<"$out")" -eq 1 ]; then
+    echo "ok   the same config error on 3 ranks: printed once"; passed=$((passed + 1))
+else
+    echo "FAIL the same config error on 3 ranks: exit $rc, $(grep -c "unknown key 'bach'" <<<"$out") messages"; failed=$((failed + 1))
+fi
+
+# A rank stopped (SIGSTOP) at a random moment, wherever the others are (gradient AllReduce,
+# the per-step signal agreement, evaluation): every collective is under the watchdog, so the
+# job ends with a timeout report in bounded time. Repeated: the hang hit 2 runs in 11 once.
+sigstop_case() { # np run
+    local np=$1 run=$2 log=/tmp/dpt_sigstop_$$.log
+    $MPIRUN -np "$np" ./train configs/fmnist_mlp.ini --set data.train_limit=6000 --set data.test_limit=2000 \
+        --set train.threads=1 --set log.interval=10 --set train.eval_every_steps=7 --set train.epochs=50 \
+        --set distributed.comm_timeout_s=2 > "$log" 2>&1 &
+    local launcher=$! victim="" want=$((RANDOM % np)) waited=0
+    while [ -z "$victim" ] && [ $waited -lt 300 ]; do # until training is under way (30 s at most)
+        if grep -q "step" "$log" 2>/dev/null; then
+            for pid in $(pgrep -f "train configs/fmnist_mlp.ini"); do
+                [ "$(tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')" = "$want" ] && victim=$pid
+            done
+        fi
+        sleep 0.1; waited=$((waited + 1))
+    done
+    sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+    local start=$(date +%s%N)
+    [ -n "$victim" ] && kill -STOP "$victim"
+    local limit=40 rc=124
+    for _ in $(seq $((limit * 10))); do
+        kill -0 $launcher 2>/dev/null || { wait $launcher; rc=$?; break; }
+        sleep 0.1
+    done
+    local took=$(( ($(date +%s%N) - start) / 1000000 ))
+    if [ $rc -eq 124 ]; then kill -KILL $launcher 2>/dev/null; fi
+    [ -n "$victim" ] && kill -KILL "$victim" 2>/dev/null
+    wait $launcher 2>/dev/null
+    if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "collective timed out after 2 s" "$log"; then
+        sigstop_ok=$((sigstop_ok + 1))
+        sigstop_what="$sigstop_what$(sed -n 's/.*collective timed out after 2 s: \(.*\)/\1/p' "$log" | head -1 | cut -c1-40); "
+        [ $took -gt "$sigstop_max" ] && sigstop_max=$took
+    else
+        echo "     | np $np run $run: rank $want (pid ${victim:-not found}) stopped; exit $rc after ${took} ms"
+        tail -n 5 "$log" | sed 's/^/     | /'
+    fi
+    rm -f "$log"
+}
+for np in 2 3; do
+    sigstop_ok=0 sigstop_max=0 sigstop_what=""
+    for run in $(seq 10); do sigstop_case $np $run; done
+    if [ $sigstop_ok -eq 10 ]; then
+        echo "ok   SIGSTOP on a random rank, -np $np: 10 of 10 runs ended with a timeout report (slowest ${sigstop_max} ms after the stop)"
+        echo "     where: $sigstop_what"
+        passed=$((passed + 1))
+    else
+        echo "FAIL SIGSTOP on a random rank, -np $np: $sigstop_ok of 10 runs ended with a timeout report"
+        failed=$((failed + 1))
+    fi
+done
+
 echo "mpi_failures: $passed passed, $failed failed"
 [ $failed -eq 0 ]

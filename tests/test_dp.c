@@ -63,7 +63,7 @@ static bool deferred_join(dpt_comm *comm, double timeout_s, double *comm_s)
 {
     deferred *q = comm->impl;
     for (int i = 0; i < q->n; i++) {
-        q->host->ops->allreduce_f32(q->host, q->snaps[i], q->lens[i]);
+        dpt_comm_allreduce_f32(q->host, q->snaps[i], q->lens[i], "test");
         for (int64_t j = 0; j < q->lens[i]; j++)
             q->bufs[i][j] = q->snaps[i][j] * (1.0f / (float)comm->size);
         free(q->snaps[i]);
@@ -74,20 +74,20 @@ static bool deferred_join(dpt_comm *comm, double timeout_s, double *comm_s)
     return true;
 }
 
-static void deferred_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes)
+static void deferred_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what)
 {
     deferred *q = comm->impl;
-    q->host->ops->allgather(q->host, send, recv, bytes);
+    dpt_comm_allgather(q->host, send, recv, bytes, what);
 }
-static void deferred_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root)
+static void deferred_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
 {
     deferred *q = comm->impl;
-    q->host->ops->broadcast(q->host, buf, bytes, root);
+    dpt_comm_broadcast(q->host, buf, bytes, root, what);
 }
-static void deferred_allreduce_f64(dpt_comm *comm, double *buf, int64_t n)
+static void deferred_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *what)
 {
     deferred *q = comm->impl;
-    q->host->ops->allreduce_f64(q->host, buf, n);
+    dpt_comm_allreduce_f64(q->host, buf, n, what);
 }
 
 static const dpt_comm_ops deferred_ops = {.name = "deferred",
@@ -156,13 +156,13 @@ static void *coll_main(void *p)
         a->buf[i] = (float)(r * 100 + i);
     for (int i = 0; i < 5; i++)
         a->dbuf[i] = r + 0.5 * i;
-    a->comm->ops->allreduce_f32(a->comm, a->buf, 37);
-    a->comm->ops->allreduce_f64(a->comm, a->dbuf, 5);
+    dpt_comm_allreduce_f32(a->comm, a->buf, 37, "test");
+    dpt_comm_allreduce_f64(a->comm, a->dbuf, 5, "test");
     int mine = r * r + 1;
-    a->comm->ops->allgather(a->comm, &mine, a->gathered, sizeof mine);
+    dpt_comm_allgather(a->comm, &mine, a->gathered, sizeof mine, "test");
     snprintf(a->bcast, sizeof a->bcast, r == 2 ? "from two" : "nothing");
-    a->comm->ops->broadcast(a->comm, a->bcast, sizeof a->bcast, 2);
-    a->comm->ops->barrier(a->comm);
+    dpt_comm_broadcast(a->comm, a->bcast, sizeof a->bcast, 2, "test");
+    dpt_comm_barrier_named(a->comm, "test");
     return NULL;
 }
 
