@@ -17,6 +17,7 @@
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/rng.h"
+#include "optim/optim.h"
 
 typedef struct cli {
     const char *config_path;
@@ -37,6 +38,7 @@ typedef struct replica {
     dpt_comm *comm; /* NULL when training alone */
     int rank, size;
     int local_rank;      /* on this node (mpirun): the GPU it takes */
+    int local_size;      /* ranks on this node (they share its memory) */
     const char *devices; /* DataParallel device list, or "" */
     bool print;          /* this replica prints progress lines */
     int rc;
@@ -90,6 +92,14 @@ static void install_signal_handlers(void);
 static dpt_device pick_device(const replica *r);
 static dpt_timeline *open_timeline(const replica *r);
 static int fail(const replica *r, const dpt_error *err);
+/* What a run will allocate from here on, in bytes, by part (the memory check before step 1). */
+typedef struct memory_estimate {
+    double params, activations, evaluation, loader, total;
+} memory_estimate;
+static memory_estimate estimate_memory(const replica *r, const dpt_model *model, const dpt_optim *optim,
+                                       const dpt_dataset *train, const dpt_dataset *test);
+static bool check_memory(const replica *r, const dpt_ctx *ctx, const memory_estimate *need, dpt_error *err);
+static void mib(char *buf, size_t cap, double bytes);
 static void *train_replica(void *arg);
 
 int main(int argc, char **argv)
@@ -140,6 +150,7 @@ int main(int argc, char **argv)
                      .rank = world.rank,
                      .size = world.size,
                      .local_rank = world.local_rank,
+                     .local_size = world.local_size,
                      .devices = "",
                      .print = world.rank == 0 || dpt_config_bool(cfg, "log", "all_ranks"),
                      .ckpt_lock_fd = -1};
@@ -193,6 +204,8 @@ static void *train_replica(void *arg)
     if (!model) return r->rc = fail(r, &err), NULL;
     dpt_optim *optim = dpt_optim_build(model, cfg, &err);
     if (!optim) return r->rc = fail(r, &err), NULL;
+    memory_estimate need = estimate_memory(r, model, optim, train_set, test_set);
+    if (!check_memory(r, ctx, &need, &err)) return r->rc = fail(r, &err), NULL;
     dpt_metrics *metrics = dpt_metrics_open(r->rank == 0 ? dpt_config_str(cfg, "log", "metrics") : "", &err);
     if (!metrics) return r->rc = fail(r, &err), NULL;
 
@@ -219,7 +232,9 @@ static void *train_replica(void *arg)
     test_opt.exact_shards = true; /* every test sample counts exactly once over all ranks */
     test_opt.limit = dpt_config_int(cfg, "data", "test_limit");
     dpt_loader *train_loader = dpt_loader_new(ctx, train_set, &train_opt);
+    const char *hint = dpt_ctx_set_oom_hint(ctx, DPT_EVAL_OOM_HINT);
     dpt_loader *test_loader = dpt_loader_new(ctx, test_set, &test_opt);
+    dpt_ctx_set_oom_hint(ctx, hint);
     int64_t steps_per_epoch = dpt_loader_num_batches(train_loader) / accum;
     if (steps_per_epoch == 0) {
         dpt_errorf(&err,
@@ -267,7 +282,15 @@ static void *train_replica(void *arg)
     int64_t total_steps =
         max_steps > 0 && max_steps < epochs * steps_per_epoch ? max_steps : epochs * steps_per_epoch;
     dpt_lr_schedule schedule = dpt_lr_schedule_build(cfg, r->size, steps_per_epoch, total_steps);
-    if (r->rank == 0) print_header(r, ctx, model, optim, train_set, test_set, train_loader, ddp);
+    if (r->rank == 0) {
+        print_header(r, ctx, model, optim, train_set, test_set, train_loader, ddp);
+        char total[32], p[32], a[32];
+        mib(total, sizeof total, need.total);
+        mib(p, sizeof p, need.params);
+        mib(a, sizeof a, need.activations);
+        printf("memory ~%s per %s estimated (parameters and optimizer %s, activations %s)\n", total,
+               *r->devices ? "replica" : "rank", p, a);
+    }
     if (r->args->dry_run || r->args->summary) {
         if (r->rank == 0 && r->args->summary) dpt_model_print_summary(model, stdout);
         if (r->rank == 0 && r->args->dry_run) dpt_config_print(cfg, stdout);
@@ -813,6 +836,114 @@ static dpt_device pick_device(const replica *r)
     bool cuda = !strcmp(want, "cuda") || (!strcmp(want, "auto") && dpt_device_count(DPT_DEVICE_CUDA) > 0);
     if (!cuda) return (dpt_device){DPT_DEVICE_CPU, r->rank};
     return (dpt_device){DPT_DEVICE_CUDA, r->local_rank};
+}
+
+/* Activations kept for backward, per float of the layer outputs the builders note: the
+ * noted outputs (conv, batch norm, linear, pool) plus the unnoted ones beside them (ReLU,
+ * residual sums, dropout masks, softmax) and the gradients alive during backward. Measured
+ * against the allocator's peak (make test checks it stays above; see test_memory_estimate). */
+#define ACTIVATION_FACTOR 3.5
+#define EVALUATION_FACTOR 2.0 /* the noted outputs and the unnoted ones beside them */
+
+static memory_estimate estimate_memory(const replica *r, const dpt_model *model, const dpt_optim *optim,
+                                       const dpt_dataset *train, const dpt_dataset *test)
+{
+    const dpt_config *cfg = r->cfg;
+    double per_sample = dpt_model_activation_floats(model, NULL);
+    double batch = (double)dpt_config_int(cfg, "train", "batch");
+    /* an evaluation batch is never larger than the test set (or its limit) */
+    int64_t test_n = dpt_config_int(cfg, "data", "test_limit") > 0 && dpt_config_int(cfg, "data", "test_limit") < test->n
+                         ? dpt_config_int(cfg, "data", "test_limit")
+                         : test->n;
+    double eval_batch = (double)(dpt_config_int(cfg, "train", "eval_batch") < test_n
+                                     ? dpt_config_int(cfg, "train", "eval_batch")
+                                     : test_n);
+    double sample = (double)(train->c * train->h * train->w) * sizeof(float);
+    double slots = (double)dpt_config_int(cfg, "data", "prefetch") + 1;
+    memory_estimate m = {
+        /* parameters, their gradients (DDP buckets), the optimizer's state */
+        .params = (double)dpt_model_param_count(model) * sizeof(float) * (2.0 + optim->nstate),
+        .activations = batch * (per_sample * sizeof(float) * ACTIVATION_FACTOR + sample),
+        /* no backward, but a forward pass's outputs live until the tape is cleared */
+        .evaluation = eval_batch * (per_sample * sizeof(float) * EVALUATION_FACTOR + sample),
+        .loader = slots * (batch + eval_batch) * sample,
+    };
+    /* training's tape is cleared before an evaluation starts: they do not add up */
+    m.total = m.params + (m.activations > m.evaluation ? m.activations : m.evaluation) + m.loader;
+    return m;
+}
+
+/* The memory this process can still take: MemAvailable, lowered by a cgroup limit. */
+static double available_host_memory(void)
+{
+    double avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &avail) == 1) avail *= 1024.0;
+    if (f) fclose(f);
+    const char *limits[][2] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+                               {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+    for (int i = 0; i < 2; i++) {
+        double limit = 0, used = 0;
+        FILE *lf = fopen(limits[i][0], "r"), *uf = fopen(limits[i][1], "r");
+        if (lf && uf && fscanf(lf, "%lf", &limit) == 1 && fscanf(uf, "%lf", &used) == 1 && limit > used &&
+            limit - used < avail)
+            avail = limit - used;
+        if (lf) fclose(lf);
+        if (uf) fclose(uf);
+    }
+    return avail;
+}
+
+static void mib(char *buf, size_t cap, double bytes)
+{
+    if (bytes >= 1073741824.0)
+        snprintf(buf, cap, "%.1f GiB", bytes / 1073741824.0);
+    else
+        snprintf(buf, cap, "%.0f MiB", bytes / 1048576.0);
+}
+
+/* Refuse a run that cannot fit before it starts (the kernel's OOM killer gives no message),
+ * naming the estimate's parts and the key to change. The replicas of a node share it. */
+static bool check_memory(const replica *r, const dpt_ctx *ctx, const memory_estimate *need, dpt_error *err)
+{
+    if (!dpt_config_bool(r->cfg, "train", "memory_check")) return true;
+    bool device = dpt_ctx_device(ctx).kind != DPT_DEVICE_CPU;
+    double have = 0, sharing = 1;
+    if (device) {
+        dpt_mem_stats st = dpt_ctx_mem_stats(ctx);
+        size_t free_b = 0, total_b = 0;
+        dpt_ctx_device_memory(ctx, &free_b, &total_b);
+        have = (double)free_b;
+        if (st.limit && (double)st.limit < have) have = (double)st.limit;
+    } else {
+        have = available_host_memory();
+        sharing = *r->devices ? r->size : (r->size > 1 ? r->local_size : 1);
+        dpt_mem_stats st = dpt_ctx_mem_stats(ctx);
+        if (st.limit && (double)st.limit < have / sharing) have = (double)st.limit * sharing;
+    }
+    if (have <= 0 || need->total * sharing <= have) return true;
+    char total[32], avail[32], p[32], a[32], e[32], l[32], per[32];
+    mib(total, sizeof total, need->total * sharing);
+    mib(avail, sizeof avail, have);
+    mib(p, sizeof p, need->params);
+    mib(a, sizeof a, need->activations);
+    mib(e, sizeof e, need->evaluation);
+    mib(l, sizeof l, need->loader);
+    mib(per, sizeof per, need->activations / (double)dpt_config_int(r->cfg, "train", "batch"));
+    bool evaluation_big = need->evaluation > need->activations;
+    return dpt_errorf(err,
+                      "this run needs about %s%s but %s has %s available: per %s, parameters and optimizer state "
+                      "%s, activations at [train] batch = %lld %s (%s per sample), evaluation at [train] "
+                      "eval_batch = %lld %s, loader buffers %s\nHINT: %s; or set [train] memory_check = false if "
+                      "the estimate is wrong",
+                      total, sharing > 1 ? " (all replicas of this node)" : "", device ? "the device" : "this machine",
+                      avail, *r->devices ? "replica" : "rank", p, (long long)dpt_config_int(r->cfg, "train", "batch"),
+                      a, per, (long long)dpt_config_int(r->cfg, "train", "eval_batch"), e, l,
+                      evaluation_big ? "lower [train] eval_batch"
+                                     : "lower [train] batch and keep the global batch with [distributed] accum_steps, "
+                                       "or spread it over more ranks");
 }
 
 /* Whether this run writes checkpoints on its own (not only when a signal stops it). */

@@ -3,6 +3,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "dpt.h"
 #include "../runtime/error.h"
@@ -17,16 +20,25 @@ dpt_dataset *dpt_cifar_load(const char *const *paths, int npaths, dpt_error *err
         return NULL;
     }
     for (int i = 0; i < npaths; i++) {
-        FILE *f = fopen(paths[i], "rb");
+        int fd = open(paths[i], O_RDONLY | O_NONBLOCK); /* a FIFO must not block the open */
+        FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
         if (!f) {
+            if (fd >= 0) close(fd);
             dpt_errorf(err,
                        "cannot open CIFAR file %s: %s\nHINT: download the CIFAR-10 binary version and set "
                        "[data] dir to the folder holding data_batch_1.bin ... test_batch.bin",
                        paths[i], strerror(errno));
             return NULL;
         }
-        fseek(f, 0, SEEK_END);
-        sizes[i] = ftell(f);
+        struct stat st;
+        if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+            fclose(f);
+            dpt_errorf(err, "CIFAR file %s is not a regular file (a folder, FIFO or device)\nHINT: [data] dir must "
+                       "hold data_batch_1.bin ... data_batch_5.bin and test_batch.bin",
+                       paths[i]);
+            return NULL;
+        }
+        sizes[i] = (int64_t)st.st_size;
         fclose(f);
         if (sizes[i] <= 0 || sizes[i] % CIFAR_RECORD) {
             dpt_errorf(err,

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dpt.h"
 #include "data.h"
@@ -105,6 +106,20 @@ bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **tes
                               dpt_config_where(cfg, "data", "synthetic_shape"));
         int64_t n = dpt_config_int(cfg, "data", "synthetic_samples");
         int classes = (int)dpt_config_int(cfg, "data", "synthetic_classes");
+        /* The images live in host memory as bytes: refuse a set this machine cannot hold,
+         * naming the keys, instead of failing inside the allocation. */
+        int64_t bytes = 0;
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+        double ram = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+        if (__builtin_mul_overflow(n + n / 4, shape[0] * shape[1] * shape[2], &bytes) || (ram && (double)bytes > ram))
+            return dpt_errorf(err,
+                              "%s: [data] synthetic_samples = %lld of shape %lld x %lld x %lld (%s) need %.1f GiB of "
+                              "images (train and test), more than this machine's %.1f GiB\nHINT: lower [data] "
+                              "synthetic_samples; throughput runs need only a few batches of them",
+                              dpt_config_where(cfg, "data", "synthetic_samples"), (long long)n, (long long)shape[0],
+                              (long long)shape[1], (long long)shape[2], dpt_config_where(cfg, "data", "synthetic_shape"),
+                              (double)(n + n / 4) * (double)(shape[0] * shape[1] * shape[2]) / 1073741824.0,
+                              ram / 1073741824.0);
         uint64_t seed = (uint64_t)dpt_config_int(cfg, "train", "seed");
         *train = dpt_synthetic_new(n, shape[0], shape[1], shape[2], classes, seed);
         *test = dpt_synthetic_new(n / 4 > 0 ? n / 4 : 1, shape[0], shape[1], shape[2], classes, seed + 1);

@@ -118,6 +118,10 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     else
         l->n_mine = opt->drop_last ? l->n_total / size : (l->n_total + size - 1) / size;
     bool drop = opt->drop_last && !opt->exact_shards;
+    /* A batch larger than the whole share (an evaluation batch over a small test set) is the
+     * share: the same single batch, without buffers sized for samples that do not exist. */
+    if (!drop && l->n_mine > 0 && l->opt.batch > l->n_mine) l->opt.batch = l->n_mine;
+    opt = &l->opt;
     l->n_batches = drop ? l->n_mine / opt->batch : (l->n_mine + opt->batch - 1) / opt->batch;
     l->perm = malloc((size_t)l->n_total * sizeof *l->perm);
     l->mine = malloc((size_t)(l->n_mine ? l->n_mine : 1) * sizeof *l->mine);

@@ -83,6 +83,12 @@ typedef struct dpt_mem_stats {
     size_t limit;           /* cap on reserved (0 = none) */
     uint64_t system_allocs; /* calls to the system allocator (steady state: constant) */
 } dpt_mem_stats;
+/* What an out-of-memory report tells the user to change while this phase runs (NULL: the
+ * training batch); returns the previous hint. Evaluation sets "[train] eval_batch". */
+const char *dpt_ctx_set_oom_hint(dpt_ctx *ctx, const char *hint);
+#define DPT_EVAL_OOM_HINT "this happened for evaluation: use a smaller [train] eval_batch (it does not change training)"
+/* The device's free and total memory as its driver reports them (0 and 0 on the CPU). */
+void dpt_ctx_device_memory(const dpt_ctx *ctx, size_t *free_bytes, size_t *total_bytes);
 dpt_mem_stats dpt_ctx_mem_stats(const dpt_ctx *ctx);
 
 /* ---------------------------------------------------------------- tensors */
@@ -198,6 +204,9 @@ bool dpt_model_errorf(dpt_model *model, const char *fmt, ...) __attribute__((for
  * sample, parameters and FLOPs per sample (multiply-add = 2). */
 void dpt_model_note(dpt_model *model, const char *kind, const char *name, const dpt_shape3 *out,
                     int64_t params, double flops);
+/* Floats per sample of the layer outputs the builders noted (dpt_model_note), summed, and the
+ * largest one: the base of the memory estimate a run makes before it starts. */
+double dpt_model_activation_floats(const dpt_model *m, double *largest_output);
 double dpt_model_flops(const dpt_model *model); /* forward FLOPs per sample */
 void dpt_model_print_summary(const dpt_model *model, FILE *out);
 const char *dpt_model_error(const dpt_model *model); /* NULL when none */

@@ -95,6 +95,8 @@ static const schema_key schema[] = {
      "cuda: TF32 tensor cores for float32 GEMMs and convolutions (faster; ~1e-3 relative error)"},
     {"train", "memory_limit_mb", T_FLOAT, "0", 0, 1e9, NULL,
      "cap on the memory the device's caching allocator may reserve, per rank (0 = none)"},
+    {"train", "memory_check", T_BOOL, "true", NO_RANGE, NULL,
+     "before step 1, estimate the memory the run needs and stop if this machine (or GPU) cannot hold it"},
     {"train", "label_smoothing", T_FLOAT, "0", 0, 0.999, NULL, "cross-entropy label smoothing"},
     {"train", "eval_every_steps", T_INT, "0", 0, 1e12, NULL,
      "also evaluate every N optimizer steps (0 = only at the end of each epoch)"},
@@ -173,7 +175,7 @@ enum { NKEYS = sizeof schema / sizeof schema[0], MAX_LIST = 32 };
  * prefetch depth, a memory cap): left out of the config hash, so changing one neither warns on
  * resume nor makes ranks disagree. A test checks each names a key of the schema. */
 static const char *const outside_hash[] = {
-    "data.prefetch",         "train.memory_limit_mb",   "distributed.comm_timeout_s",
+    "data.prefetch",         "train.memory_limit_mb",   "distributed.comm_timeout_s", "train.memory_check",
     "distributed.bench_comm_ms_per_mb", "checkpoint.dir", "checkpoint.every_steps",
     "checkpoint.every_epochs", "checkpoint.keep_last",  "checkpoint.existing",
     "log.interval",          "log.all_ranks",           "log.progress",

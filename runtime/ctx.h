@@ -28,6 +28,9 @@ struct dpt_ctx {
     dpt_comm *comm; /* for SyncBatchNorm; NULL when alone */
     dpt_grad_ready_hook grad_ready_hook;
     void *grad_ready_user;
+    /* What to change when an allocation fails now (NULL: the training batch); evaluation
+     * names [train] eval_batch, since its batch is another key. */
+    const char *oom_hint;
 };
 
 /* A block from the context's caching allocator, or the out-of-memory report naming `what`,

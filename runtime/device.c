@@ -122,9 +122,11 @@ void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *wha
     dpt_device_str(ctx->device, name, sizeof name);
     dpt_abort_job("out of memory on %s: asked for %s (%s) with %s in use by tensors, %s reserved by the "
                   "cache, peak %s%s%s\n"
-                  "HINT: use a smaller per-rank batch ([train] batch) and keep the global batch with "
-                  "[distributed] accum_steps, or spread the batch over more ranks",
-                  name, ask, what, used, reserved, peak, cap, dev);
+                  "HINT: %s",
+                  name, ask, what, used, reserved, peak, cap, dev,
+                  ctx->oom_hint ? ctx->oom_hint
+                                : "use a smaller per-rank batch ([train] batch) and keep the global batch with "
+                                  "[distributed] accum_steps, or spread the batch over more ranks");
 }
 
 int dpt_ctx_threads(const dpt_ctx *ctx)
@@ -153,6 +155,19 @@ dpt_device dpt_ctx_device(const dpt_ctx *ctx)
 {
     return ctx->device;
 }
+const char *dpt_ctx_set_oom_hint(dpt_ctx *ctx, const char *hint)
+{
+    const char *previous = ctx->oom_hint;
+    ctx->oom_hint = hint;
+    return previous;
+}
+
+void dpt_ctx_device_memory(const dpt_ctx *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    if (ctx->be->mem_info) ctx->be->mem_info((dpt_ctx *)ctx, free_bytes, total_bytes);
+}
+
 dpt_mem_stats dpt_ctx_mem_stats(const dpt_ctx *ctx)
 {
     return dpt_alloc_stats(ctx->alloc);

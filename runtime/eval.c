@@ -6,6 +6,7 @@ dpt_eval_result dpt_evaluate(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader)
     bool was_training = dpt_model_training(model);
     bool was_recording = dpt_set_grad_enabled(ctx, false);
     dpt_model_set_training(model, false);
+    const char *hint = dpt_ctx_set_oom_hint(ctx, DPT_EVAL_OOM_HINT);
     double loss_sum = 0.0;
     int64_t correct = 0, samples = 0;
     dpt_batch batch;
@@ -18,6 +19,7 @@ dpt_eval_result dpt_evaluate(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader)
         samples += batch.size;
         dpt_tape_clear(ctx);
     }
+    dpt_ctx_set_oom_hint(ctx, hint);
     dpt_model_set_training(model, was_training);
     dpt_set_grad_enabled(ctx, was_recording);
     return (dpt_eval_result){

@@ -17,6 +17,8 @@ struct dpt_model {
     char *notes;      /* the summary table, one line per layer */
     size_t notes_len, notes_cap;
     double flops;
+    double activation_floats; /* per sample: the noted layers' outputs, summed */
+    double largest_output;    /* per sample: the largest noted layer output */
     dpt_tensor **params; /* creation order; DDP buckets walk it in reverse */
     int nparams, cap_params;
     dpt_tensor **buffers;
@@ -99,6 +101,15 @@ void dpt_model_note(dpt_model *m, const char *kind, const char *name, const dpt_
     memcpy(m->notes + m->notes_len, line, (size_t)n + 1);
     m->notes_len += (size_t)n;
     m->flops += flops;
+    double out_floats = (double)out->c * (double)out->h * (double)out->w;
+    m->activation_floats += out_floats;
+    if (out_floats > m->largest_output) m->largest_output = out_floats;
+}
+
+double dpt_model_activation_floats(const dpt_model *m, double *largest_output)
+{
+    if (largest_output) *largest_output = m->largest_output;
+    return m->activation_floats;
 }
 
 double dpt_model_flops(const dpt_model *m)

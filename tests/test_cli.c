@@ -115,9 +115,12 @@ static void test_training_controls(void **state)
     (void)state;
     /* out of memory (the allocator capped as if the device were small): the request, what is
      * in use, the cap, and what to change */
-    expect_fail(SMALL "--set train.batch=1024 --set train.memory_limit_mb=8", 1,
+    expect_fail(SMALL "--set train.batch=1024 --set train.memory_limit_mb=8 --set train.memory_check=false", 1,
                 "out of memory on cpu: asked for", "limit 8.0 MiB ([train] memory_limit_mb)");
-    expect_fail(SMALL "--set train.batch=256 --set train.memory_limit_mb=4", 1, "in use by tensors",
+    expect_fail(SMALL "--set train.batch=1024 --set train.memory_limit_mb=8", 1, /* or refused at start */
+                "this run needs about", "has 8 MiB available");
+    expect_fail(SMALL "--set train.batch=256 --set train.memory_limit_mb=4 --set train.memory_check=false", 1,
+                "in use by tensors",
                 "HINT: use a smaller per-rank batch ([train] batch) and keep the global batch with "
                 "[distributed] accum_steps");
     /* DataParallel device lists: CPUs in order, or distinct visible GPUs */
@@ -162,6 +165,60 @@ static void test_data_parallel_failure(void **state)
         assert_non_null(first);
         if (strstr(first + 1, "error:")) fail_msg("two error messages:\n%s", out);
         assert_true(strstr(out, "double free") == NULL && strstr(out, "Aborted") == NULL);
+    }
+}
+
+/* A run that cannot fit is refused before step 1 with the estimate and the key to change
+ * (the kernel's OOM killer used to end it with no message); the estimate tracks the
+ * allocator's measured peak. */
+static void test_memory(void **state)
+{
+    (void)state;
+    expect_fail("configs/resnet50_synthetic.ini --set train.batch=1024", 1, "this run needs about",
+                "activations at [train] batch = 1024");
+    assert_contains(out, "HINT: lower [train] batch and keep the global batch with [distributed] accum_steps");
+    expect_fail("configs/resnet50_synthetic.ini --set train.batch=2 --set data.synthetic_samples=2000 "
+                "--set train.eval_batch=500000",
+                1, "evaluation at [train] eval_batch = 500", "HINT: lower [train] eval_batch");
+    expect_fail("configs/resnet50_synthetic.ini --set data.synthetic_samples=100000000", 1,
+                "--set data.synthetic_samples=100000000: [data] synthetic_samples = 100000000 of shape 3 x 224 x 224",
+                "HINT: lower [data] synthetic_samples");
+    /* out of memory while evaluating names the evaluation batch, not the training one */
+    const char *eval = "configs/fmnist_mlp.ini --set data.train_limit=640 --set train.threads=1 --set "
+                       "model.hidden=64 --set data.prefetch=0 --set train.eval_batch=5000 --set data.test_limit=5000 "
+                       "--set train.memory_check=false";
+    char eval_args[600];
+    snprintf(eval_args, sizeof eval_args, "%s --set train.memory_limit_mb=18", eval); /* in the evaluation */
+    expect_fail(eval_args, 1, "out of memory on cpu", "HINT: this happened for evaluation: use a smaller [train] eval_batch");
+    snprintf(eval_args, sizeof eval_args, "%s --set train.memory_limit_mb=10", eval); /* its loader's buffers */
+    expect_fail(eval_args, 1, "out of memory on cpu", "HINT: this happened for evaluation: use a smaller [train] eval_batch");
+    /* CIFAR: a folder where a file should be */
+    char args[1200];
+    snprintf(args, sizeof args, "mkdir -p %s/cifar/data_batch_1.bin", dir);
+    assert_int_equal(system(args), 0);
+    snprintf(args, sizeof args, SMALL "--set data.source=cifar --set data.dir=%s/cifar", dir);
+    expect_fail(args, 1, "data_batch_1.bin is not a regular file", NULL);
+    /* the estimate against the allocator's peak, training and evaluation (two epochs, so the
+     * last record's peak includes an evaluation): within [0.8, 1.6] */
+    const char *runs[] = {"configs/fmnist_cnn.ini --set train.batch=128 --set data.train_limit=256",
+                          "configs/resnet.ini --set train.batch=32 --set data.train_limit=64",
+                          "configs/resnet.ini --set train.batch=4 --set data.train_limit=16"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args,
+                 "./train %s --set train.epochs=2 --set log.interval=1 --set log.metrics=%s/m.jsonl "
+                 "--set data.test_limit=200 --set train.eval_batch=100 --set train.threads=1 "
+                 "--set checkpoint.every_epochs=0 --set checkpoint.dir=%s/mem && grep -o 'mem_peak_mb\":[0-9.]*' "
+                 "%s/m.jsonl | tail -1",
+                 runs[i], dir, dir, dir);
+        int rc = run_capture(out, sizeof out, "%s", args);
+        if (rc != 0) fail_msg("%s:\n%s", args, out);
+        const char *est = strstr(out, "memory ~"), *peak = strstr(out, "mem_peak_mb\":");
+        assert_non_null(est);
+        assert_non_null(peak);
+        double e = atof(est + 8), p = atof(peak + 13);
+        if (strstr(est, " GiB per")) e *= 1024;
+        print_message("%s: estimate %.0f MiB, measured peak %.1f MiB\n", runs[i], e, p);
+        if (!(e >= 0.8 * p && e <= 1.6 * p)) fail_msg("estimate %.0f MiB vs peak %.1f MiB", e, p);
     }
 }
 
@@ -245,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_training_controls),
         cmocka_unit_test(test_checkpoint_folder),
         cmocka_unit_test(test_data_parallel_failure),
+        cmocka_unit_test(test_memory),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }
