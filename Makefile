@@ -5,7 +5,8 @@ CC       ?= gcc
 BUILD    := build
 OPT      ?= -O3 -g -fno-math-errno
 SAN      ?=
-CFLAGS   := $(OPT) $(SAN) -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter -fopenmp \
+OMP      ?= -fopenmp
+CFLAGS   := $(OPT) $(SAN) -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter $(OMP) \
             -Iinclude -I/usr/include/x86_64-linux-gnu -MMD -MP
 # OpenBLAS's OpenMP build, so BLAS and our OpenMP kernels share one thread pool. With the
 # default pthread build the two pools spin against each other and 2 threads run at half the
@@ -16,7 +17,11 @@ BLAS_LIBS := $(if $(wildcard $(OPENBLAS_OMP)/libopenblas.so.0),$(OPENBLAS_OMP_LI
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 CFLAGS   += $(MPI_CFLAGS)
-LDLIBS   := $(SAN) $(BLAS_LIBS) $(MPI_LIBS) -lz -lm -fopenmp -lpthread
+OMP_LIBS ?= $(OMP)
+# oneDNN (Debian libdnnl-dev) for the CPU convolutions; without it the native kernels run.
+DNNL     ?= $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),yes,no)
+CFLAGS   += $(if $(filter yes,$(DNNL)),-DDPT_DNNL=1)
+LDLIBS   := $(SAN) $(BLAS_LIBS) $(if $(filter yes,$(DNNL)),-ldnnl) $(MPI_LIBS) -lz -lm $(OMP_LIBS) -lpthread
 
 # ---- CUDA auto-detection: nvcc, cuBLAS, cuDNN, NCCL
 CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda /usr/local/cuda-*))
@@ -51,11 +56,12 @@ TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(MPI_TEST_SRCS:tests/%.c=
 BENCH_SRCS := $(wildcard bench/bench_*.c bench/mpi_bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps demo test bench tests benches clean format compile_commands summary asan asan-build print-libs
+.PHONY: all deps demo test bench tests benches clean format compile_commands summary asan asan-build print-libs \
+        fuzz fuzz-build
 all: summary train tests benches
 
 summary:
-	@echo "dptrain build: cc=$(CC) | blas=$(if $(findstring openmp,$(BLAS_LIBS)),openblas-openmp,openblas-pthread) zlib openmp mpi=$(if $(MPI_LIBS),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no) cudnn=$(HAVE_CUDNN) nccl=$(HAVE_NCCL)"
+	@echo "dptrain build: cc=$(CC) | blas=$(if $(findstring openmp,$(BLAS_LIBS)),openblas-openmp,openblas-pthread) onednn=$(DNNL) zlib openmp mpi=$(if $(MPI_LIBS),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no) cudnn=$(HAVE_CUDNN) nccl=$(HAVE_NCCL)"
 
 deps:
 	@scripts/deps.sh
@@ -65,7 +71,7 @@ demo: deps
 	./train configs/fmnist_mlp.ini
 
 test: deps
-	@$(MAKE) --no-print-directory all asan-build
+	@$(MAKE) --no-print-directory all asan-build fuzz-build
 	@tests/run.sh $(BUILD)/tests
 
 bench: deps
@@ -81,6 +87,24 @@ asan-build:
 asan: asan-build
 	@for t in $(ASAN_TESTS); do echo "=== asan $$t"; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	    build-asan/tests/$$t || exit 1; done
+
+# libFuzzer harnesses (tests/fuzz/fuzz_*.c) with ASan and UBSan, built by clang without CUDA
+# or OpenMP (the readers use neither). `make fuzz FUZZ_S=600` fuzzes each for that long;
+# make test runs each over its corpus and for a few seconds (scripts/fuzz.sh).
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=build-fuzz/fuzz/%)
+FUZZ_S    ?= 60
+fuzz-build:
+	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang NVCC= OMP="-Wno-unknown-pragmas" OMP_LIBS=-lgomp OPT="-O1 -g" \
+	    SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
+	    $(FUZZ_BINS)
+
+build-fuzz/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_common.h tests/ckpt_bytes.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -I. -o $@ $< $(LIB) $(LDLIBS)
+
+fuzz: deps fuzz-build
+	@scripts/fuzz.sh $(FUZZ_S)
 
 tests: $(TEST_BINS)
 benches: $(BENCH_BINS)
@@ -136,6 +160,6 @@ compile_commands:
 	$(MAKE) clean && bear -- $(MAKE) all
 
 clean:
-	rm -rf $(BUILD) build-asan train
+	rm -rf $(BUILD) build-asan build-fuzz train
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -183,6 +183,8 @@ static void *train_replica(void *arg)
         .threads = (int)dpt_config_int(cfg, "train", "threads"),
         .seed = (uint64_t)dpt_config_int(cfg, "train", "seed"),
         .tf32 = dpt_config_bool(cfg, "train", "tf32"),
+        .cpu_kernels = strcmp(dpt_config_str(cfg, "train", "cpu_kernels"), "native") ? DPT_CPU_KERNELS_ONEDNN
+                                                                                    : DPT_CPU_KERNELS_NATIVE,
         .memory_limit = (size_t)(dpt_config_float(cfg, "train", "memory_limit_mb") * 1048576.0),
     };
     if (*r->devices && ctx_opt.threads == 0) /* split the cores between replicas */
@@ -667,7 +669,9 @@ static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *
            dpt_model_summary(model), (long long)dpt_model_param_count(model), dpt_model_flops(model) / 1e6);
     char device[32];
     dpt_device_str(dpt_ctx_device(ctx), device, sizeof device);
-    printf("device %s | %d threads | %d %s%s | batch %lld per rank x %d accum (%lld global)\n", device,
+    const char *kernels = dpt_ctx_backend_name(ctx);
+    printf("device %s%s | %d threads | %d %s%s | batch %lld per rank x %d accum (%lld global)\n", device,
+           !strcmp(kernels, "cpu-onednn") ? " (oneDNN convolutions)" : !strcmp(kernels, "cpu") ? " (native kernels)" : "",
            dpt_ctx_threads(ctx), r->size, *r->devices ? "replica" : "rank", r->size > 1 ? "s" : "",
            (long long)batch, accum, (long long)(batch * r->size * accum));
     if (ddp)

@@ -51,8 +51,13 @@ typedef struct dpt_device {
 typedef struct dpt_ctx dpt_ctx;
 typedef struct dpt_comm dpt_comm; /* a communicator: allreduce, broadcast, allgather, barrier */
 
+/* CPU kernels for convolutions: oneDNN's (the default when the build has oneDNN) or the
+ * native im2col + OpenBLAS ones, which stay as the reference. */
+typedef enum dpt_cpu_kernels { DPT_CPU_KERNELS_DEFAULT = 0, DPT_CPU_KERNELS_ONEDNN, DPT_CPU_KERNELS_NATIVE } dpt_cpu_kernels;
+
 typedef struct dpt_ctx_options {
     dpt_device device;
+    dpt_cpu_kernels cpu_kernels;
     int threads;   /* CPU threads for BLAS and kernels; 0 = all cores */
     uint64_t seed; /* seeds parameter init and dropout */
     bool tf32;     /* CUDA: TF32 tensor-core math in cuBLAS GEMMs and cuDNN convolutions */
@@ -66,6 +71,10 @@ void dpt_ctx_free(dpt_ctx *ctx);
 int dpt_device_count(dpt_device_kind kind);
 /* Print the CUDA driver/runtime, cuDNN and NCCL versions and each GPU (or that there is none). */
 void dpt_print_env(FILE *out);
+/* The kernels a context runs: "cpu" (native), "cpu-onednn", "cuda". */
+const char *dpt_ctx_backend_name(const dpt_ctx *ctx);
+/* The oneDNN version of this build (or that it has none). */
+void dpt_onednn_version(char *buf, size_t cap);
 /* Threads actually used by this context's kernels. */
 int dpt_ctx_threads(const dpt_ctx *ctx);
 dpt_device dpt_ctx_device(const dpt_ctx *ctx);
@@ -351,6 +360,8 @@ dpt_eval_result dpt_evaluate(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader)
 typedef struct dpt_config dpt_config;
 /* Parse an INI file against the schema; NULL with err naming the file, line and key. */
 dpt_config *dpt_config_load(const char *path, dpt_error *err);
+/* The same from text in memory; errors name `name` as the file. */
+dpt_config *dpt_config_parse(const char *text, size_t len, const char *name, dpt_error *err);
 /* A config with every key at its default (no file). */
 dpt_config *dpt_config_defaults(void);
 /* Apply "section.key=value" (the --set flag); false with err on an unknown key or bad value. */

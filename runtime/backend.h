@@ -149,6 +149,8 @@ typedef struct dpt_backend {
 } dpt_backend;
 
 extern const dpt_backend dpt_backend_cpu;
+/* ops_cpu_dnnl.c: the CPU table with oneDNN convolutions; NULL in a build without oneDNN. */
+const dpt_backend *dpt_backend_cpu_onednn(void);
 
 /* A list with room for `count` tensors of `width` pointers; set entries with
  * dpt_tensor_list_set, then dpt_tensor_list_seal computes the key. */

@@ -91,6 +91,8 @@ static const schema_key schema[] = {
     {"train", "device", T_ENUM, "auto", NO_RANGE, "auto|cpu|cuda",
      "auto: cuda:<local rank> when a GPU is visible, else cpu"},
     {"train", "threads", T_INT, "0", 0, 1024, NULL, "CPU threads for BLAS and kernels (0 = all cores)"},
+    {"train", "cpu_kernels", T_ENUM, "onednn", NO_RANGE, "onednn|native",
+     "cpu: convolutions on oneDNN (blocked layouts, JIT kernels) or the native im2col + OpenBLAS reference"},
     {"train", "tf32", T_BOOL, "false", NO_RANGE, NULL,
      "cuda: TF32 tensor cores for float32 GEMMs and convolutions (faster; ~1e-3 relative error)"},
     {"train", "memory_limit_mb", T_FLOAT, "0", 0, 1e9, NULL,
@@ -456,6 +458,8 @@ static bool unquote(char **value)
     return true;
 }
 
+static dpt_config *parse_stream(FILE *f, const char *path, dpt_error *err);
+
 dpt_config *dpt_config_load(const char *path, dpt_error *err)
 {
     /* O_NONBLOCK and the regular-file test: a FIFO or a device named as the config would
@@ -476,6 +480,22 @@ dpt_config *dpt_config_load(const char *path, dpt_error *err)
     }
     FILE *f = fdopen(fd, "r");
     if (!f) dpt_fatal("fdopen of %s failed: %s", path, strerror(errno));
+    dpt_config *cfg = parse_stream(f, path, err);
+    fclose(f);
+    return cfg;
+}
+
+dpt_config *dpt_config_parse(const char *text, size_t len, const char *name, dpt_error *err)
+{
+    FILE *f = fmemopen((void *)text, len, "r");
+    if (!f) dpt_fatal("fmemopen failed: %s", strerror(errno));
+    dpt_config *cfg = parse_stream(f, name, err);
+    fclose(f);
+    return cfg;
+}
+
+static dpt_config *parse_stream(FILE *f, const char *path, dpt_error *err)
+{
     dpt_config *cfg = dpt_config_defaults();
     int set_line[NKEYS] = {0};
     char section[64] = "";
@@ -560,7 +580,6 @@ dpt_config *dpt_config_load(const char *path, dpt_error *err)
     }
     if (ok && ferror(f)) ok = dpt_errorf(err, "%s: read error: %s", path, strerror(errno));
     free(line);
-    fclose(f);
     if (!ok) {
         dpt_config_free(cfg);
         return NULL;

@@ -30,10 +30,11 @@ void dpt_print_env(FILE *out)
 #endif
 }
 
-static const dpt_backend *backend_for(dpt_device_kind kind)
+static const dpt_backend *backend_for(dpt_device_kind kind, dpt_cpu_kernels cpu_kernels)
 {
     switch (kind) {
     case DPT_DEVICE_CPU:
+        if (cpu_kernels != DPT_CPU_KERNELS_NATIVE && dpt_backend_cpu_onednn()) return dpt_backend_cpu_onednn();
         return &dpt_backend_cpu;
 #if DPT_CUDA
     case DPT_DEVICE_CUDA:
@@ -46,7 +47,7 @@ static const dpt_backend *backend_for(dpt_device_kind kind)
 
 dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
 {
-    const dpt_backend *be = backend_for(options->device.kind);
+    const dpt_backend *be = backend_for(options->device.kind, options->cpu_kernels);
     if (!be) {
         dpt_errorf(err,
                    "device kind %d is not available in this build\n"
@@ -127,6 +128,11 @@ void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *wha
                   ctx->oom_hint ? ctx->oom_hint
                                 : "use a smaller per-rank batch ([train] batch) and keep the global batch with "
                                   "[distributed] accum_steps, or spread the batch over more ranks");
+}
+
+const char *dpt_ctx_backend_name(const dpt_ctx *ctx)
+{
+    return ctx->be->name;
 }
 
 int dpt_ctx_threads(const dpt_ctx *ctx)

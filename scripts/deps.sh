@@ -2,7 +2,7 @@
 # deps.sh: check the Debian packages dptrain needs; install the missing ones when root.
 set -euo pipefail
 packages=(build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin zlib1g-dev libcmocka-dev
-          dataset-fashion-mnist gnuplot-nox)
+          libdnnl-dev dataset-fashion-mnist gnuplot-nox clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

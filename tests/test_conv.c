@@ -71,8 +71,10 @@ static void test_conv2d(void **state)
         {2, 6, 5, 3, 4, 1, 1, 0, 1, 2, 1},  {1, 1, 3, 3, 2, 3, 1, 2, 1, 1, 1},
         {3, 2, 11, 6, 2, 5, 2, 2, 1, 1, 0},
     };
+    for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int threads = 1; threads <= 2; threads++) {
+            test_kernels = (dpt_cpu_kernels)kernels;
             const int64_t *v = cases[i];
             conv_case c = {v[0], v[1], v[2],       v[3], v[4], v[5], v[6], v[7],
                            v[8], v[9], v[10] != 0, 0,    0,    NULL, NULL};
@@ -95,8 +97,9 @@ static void test_conv2d(void **state)
                 .threads = threads,
             };
             char name[128];
-            snprintf(name, sizeof name, "conv2d case %zu (threads %d)", i, threads);
+            snprintf(name, sizeof name, "conv2d case %zu (threads %d, %s)", i, threads, test_kernels_name());
             run_gradcheck(name, &gc, 700 + i);
+            test_kernels = DPT_CPU_KERNELS_DEFAULT;
         }
 }
 

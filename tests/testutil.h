@@ -21,10 +21,19 @@
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 
+/* The CPU kernels the contexts below get: tests that cover both settings loop over
+ * DPT_CPU_KERNELS_ONEDNN and DPT_CPU_KERNELS_NATIVE and set this. */
+static dpt_cpu_kernels test_kernels = DPT_CPU_KERNELS_DEFAULT;
+
+static inline const char *test_kernels_name(void)
+{
+    return test_kernels == DPT_CPU_KERNELS_NATIVE ? "native" : "onednn";
+}
+
 static inline dpt_ctx *test_ctx(int threads, uint64_t seed)
 {
     dpt_error err;
-    dpt_ctx_options opt = {.device = {DPT_DEVICE_CPU, 0}, .threads = threads, .seed = seed};
+    dpt_ctx_options opt = {.device = {DPT_DEVICE_CPU, 0}, .threads = threads, .seed = seed, .cpu_kernels = test_kernels};
     dpt_ctx *ctx = dpt_ctx_new(&opt, &err);
     if (!ctx) fail_msg("dpt_ctx_new: %s", err.msg);
     return ctx;

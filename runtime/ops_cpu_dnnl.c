@@ -1,0 +1,418 @@
+/* ops_cpu_dnnl.c: the CPU backend with oneDNN convolutions ([train] cpu_kernels = onednn).
+ *
+ * The table is the native CPU table with the convolution entries replaced. Tensors stay plain
+ * NCHW between layers (every other op reads them so); each convolution lets oneDNN choose its
+ * memory formats (format_tag_any: blocked nChw16c on AVX-512) and reorders at its edges, as
+ * PyTorch's mkldnn convolution does. One plan per shape holds the three primitives (forward,
+ * backward data, backward weights) and the reorders; plans live as long as the context.
+ * The backward results are added into dx, dw and db (the table's += convention) by the
+ * reorders back to plain layout, which carry a sum post-op: no extra pass over memory.
+ * Scratchpads and blocked buffers come from the caching allocator. A shape oneDNN cannot run
+ * takes the native path, with one warning naming it. */
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "ctx.h"
+#include "error.h"
+
+#if DPT_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+typedef struct conv_plan {
+    dpt_conv_shape shape;
+    bool native; /* oneDNN has no kernel for this shape */
+    dnnl_primitive_t fwd, bwd_data, bwd_weights;
+    /* the caller's plain layouts */
+    dnnl_memory_desc_t src, weights, dst, bias;
+    /* what each primitive reads and writes */
+    dnnl_memory_desc_t fwd_src, fwd_weights, fwd_dst, bd_diff_src, bd_weights, bd_diff_dst, bw_src, bw_diff_weights,
+        bw_diff_dst;
+    dnnl_memory_desc_t fwd_scratch, bd_scratch, bw_scratch; /* scratchpads (user-provided) */
+    /* reorders (NULL: the layouts are equal, no copy); *_acc ones add into their target */
+    dnnl_primitive_t src_in, weights_in, dst_out, diff_dst_in, bd_weights_in, diff_src_acc, bw_src_in,
+        bw_diff_dst_in, diff_weights_acc;
+} conv_plan;
+
+typedef struct dnnl_state {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    conv_plan **plans;
+    int nplans, cap_plans;
+} dnnl_state;
+
+static void shape_str(const dpt_conv_shape *s, char *buf, size_t cap)
+{
+    snprintf(buf, cap,
+             "conv2d x (%lld, %lld, %lld, %lld) -> (%lld, %lld, %lld, %lld), kernel %lldx%lld, stride %lldx%lld, "
+             "padding %lldx%lld, dilation %lldx%lld, groups %lld",
+             (long long)s->n, (long long)s->c_in, (long long)s->h, (long long)s->w, (long long)s->n,
+             (long long)s->c_out, (long long)s->oh, (long long)s->ow, (long long)s->kh, (long long)s->kw,
+             (long long)s->stride_h, (long long)s->stride_w, (long long)s->pad_h, (long long)s->pad_w,
+             (long long)s->dil_h, (long long)s->dil_w, (long long)s->groups);
+}
+
+/* A oneDNN call that must not fail once its plan exists: report the primitive, the shape and
+ * oneDNN's status, then stop the job. */
+#define CHECK_DNNL(call, what, shape)                                                                        \
+    do {                                                                                                     \
+        dnnl_status_t st_ = (call);                                                                          \
+        if (st_ != dnnl_success) {                                                                           \
+            char sh_[320];                                                                                   \
+            shape_str(shape, sh_, sizeof sh_);                                                               \
+            dpt_fatal("oneDNN %s failed for %s: %s (%s)", what, sh_, dnnl_status2str(st_), #call);           \
+        }                                                                                                    \
+    } while (0)
+
+static dnnl_state *state_of(dpt_ctx *ctx)
+{
+    return ctx->backend_state;
+}
+
+/* ---------------------------------------------------------------- plans */
+
+/* A reorder from one layout to another; NULL when they are equal and nothing is added. */
+static dnnl_primitive_t make_reorder(dnnl_state *st, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                                     bool accumulate, const dpt_conv_shape *s)
+{
+    if (!accumulate && dnnl_memory_desc_equal(from, to)) return NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    if (accumulate) {
+        CHECK_DNNL(dnnl_primitive_attr_create(&attr), "reorder attributes", s);
+        CHECK_DNNL(dnnl_post_ops_create(&ops), "reorder post-ops", s);
+        CHECK_DNNL(dnnl_post_ops_append_sum(ops, 1.0f), "reorder sum post-op", s);
+        CHECK_DNNL(dnnl_primitive_attr_set_post_ops(attr, ops), "reorder post-ops", s);
+    }
+    dnnl_primitive_desc_t pd;
+    CHECK_DNNL(dnnl_reorder_primitive_desc_create(&pd, from, st->engine, to, st->engine, attr), "reorder", s);
+    dnnl_primitive_t p;
+    CHECK_DNNL(dnnl_primitive_create(&p, pd), "reorder", s);
+    dnnl_primitive_desc_destroy(pd);
+    if (ops) dnnl_post_ops_destroy(ops);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return p;
+}
+
+static const dnnl_memory_desc_t *md(const_dnnl_primitive_desc_t pd, dnnl_query_t what)
+{
+    return dnnl_primitive_desc_query_md(pd, what, 0);
+}
+
+static void plan_free(conv_plan *p)
+{
+    dnnl_primitive_t all[] = {p->fwd,       p->bwd_data,      p->bwd_weights,  p->src_in,         p->weights_in,
+                              p->dst_out,   p->diff_dst_in,   p->bd_weights_in, p->diff_src_acc,  p->bw_src_in,
+                              p->bw_diff_dst_in, p->diff_weights_acc};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]) dnnl_primitive_destroy(all[i]);
+    free(p);
+}
+
+/* The right padding that gives our output size (oneDNN states both sides; ours is floor). */
+static int64_t pad_right(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil, int64_t out)
+{
+    int64_t extent = dil * (k - 1) + 1, r = (out - 1) * stride + extent - in - pad;
+    return r < 0 ? 0 : r;
+}
+
+static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
+{
+    dnnl_state *st = state_of(ctx);
+    conv_plan *p = calloc(1, sizeof *p);
+    if (!p) dpt_fatal("out of host memory for a oneDNN plan");
+    p->shape = *s;
+    int64_t g = s->groups;
+    dnnl_dims_t src_dims = {s->n, s->c_in, s->h, s->w}, dst_dims = {s->n, s->c_out, s->oh, s->ow},
+                bias_dims = {s->c_out};
+    dnnl_dims_t w_dims = {s->c_out, s->c_in, s->kh, s->kw}, gw_dims = {g, s->c_out / g, s->c_in / g, s->kh, s->kw};
+    dnnl_dims_t strides = {s->stride_h, s->stride_w}, dilates = {s->dil_h - 1, s->dil_w - 1},
+                pad_l = {s->pad_h, s->pad_w},
+                pad_r = {pad_right(s->h, s->kh, s->stride_h, s->pad_h, s->dil_h, s->oh),
+                         pad_right(s->w, s->kw, s->stride_w, s->pad_w, s->dil_w, s->ow)};
+    int wnd = g > 1 ? 5 : 4;
+    const int64_t *wd = g > 1 ? gw_dims : w_dims;
+    dnnl_memory_desc_t any_src, any_w, any_dst;
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->src, 4, src_dims, dnnl_f32, dnnl_nchw), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->dst, 4, dst_dims, dnnl_f32, dnnl_nchw), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->weights, wnd, wd, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->bias, 1, bias_dims, dnnl_f32, dnnl_x), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_src, 4, src_dims, dnnl_f32, dnnl_format_tag_any), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_dst, 4, dst_dims, dnnl_f32, dnnl_format_tag_any), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_w, wnd, wd, dnnl_f32, dnnl_format_tag_any), "memory", s);
+
+    dnnl_primitive_attr_t attr;
+    CHECK_DNNL(dnnl_primitive_attr_create(&attr), "attributes", s);
+    CHECK_DNNL(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "attributes", s);
+    dnnl_convolution_desc_t fd, bd, wd_desc;
+    dnnl_primitive_desc_t fpd = NULL, bpd = NULL, wpd = NULL;
+    /* The bias is always part of the plan: a convolution without one passes zeros (tiny) so
+     * one plan serves both; the backward bias gradient is a by-product of backward weights. */
+    bool ok = dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &any_src,
+                                                         &any_w, &p->bias, &any_dst, strides, dilates, pad_l,
+                                                         pad_r) == dnnl_success &&
+              dnnl_primitive_desc_create(&fpd, &fd, attr, st->engine, NULL) == dnnl_success &&
+              dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &any_src, &any_w,
+                                                               &any_dst, strides, dilates, pad_l,
+                                                               pad_r) == dnnl_success &&
+              dnnl_primitive_desc_create(&bpd, &bd, attr, st->engine, fpd) == dnnl_success &&
+              dnnl_dilated_convolution_backward_weights_desc_init(&wd_desc, dnnl_convolution_direct, &any_src, &any_w,
+                                                                  &p->bias, &any_dst, strides, dilates, pad_l,
+                                                                  pad_r) == dnnl_success &&
+              dnnl_primitive_desc_create(&wpd, &wd_desc, attr, st->engine, fpd) == dnnl_success;
+    dnnl_primitive_attr_destroy(attr);
+    if (!ok) {
+        char sh[320];
+        shape_str(s, sh, sizeof sh);
+        fprintf(stderr, "warning: oneDNN has no convolution for %s: this shape runs on the native kernels\n", sh);
+        p->native = true;
+        if (fpd) dnnl_primitive_desc_destroy(fpd);
+        if (bpd) dnnl_primitive_desc_destroy(bpd);
+        return p;
+    }
+    p->fwd_src = *md(fpd, dnnl_query_src_md), p->fwd_weights = *md(fpd, dnnl_query_weights_md);
+    p->fwd_dst = *md(fpd, dnnl_query_dst_md);
+    p->bd_diff_src = *md(bpd, dnnl_query_diff_src_md), p->bd_weights = *md(bpd, dnnl_query_weights_md);
+    p->bd_diff_dst = *md(bpd, dnnl_query_diff_dst_md);
+    p->bw_src = *md(wpd, dnnl_query_src_md), p->bw_diff_weights = *md(wpd, dnnl_query_diff_weights_md);
+    p->bw_diff_dst = *md(wpd, dnnl_query_diff_dst_md);
+    p->fwd_scratch = *md(fpd, dnnl_query_scratchpad_md), p->bd_scratch = *md(bpd, dnnl_query_scratchpad_md);
+    p->bw_scratch = *md(wpd, dnnl_query_scratchpad_md);
+    CHECK_DNNL(dnnl_primitive_create(&p->fwd, fpd), "convolution forward", s);
+    CHECK_DNNL(dnnl_primitive_create(&p->bwd_data, bpd), "convolution backward data", s);
+    CHECK_DNNL(dnnl_primitive_create(&p->bwd_weights, wpd), "convolution backward weights", s);
+    dnnl_primitive_desc_destroy(fpd);
+    dnnl_primitive_desc_destroy(bpd);
+    dnnl_primitive_desc_destroy(wpd);
+    p->src_in = make_reorder(st, &p->src, &p->fwd_src, false, s);
+    p->weights_in = make_reorder(st, &p->weights, &p->fwd_weights, false, s);
+    p->dst_out = make_reorder(st, &p->fwd_dst, &p->dst, false, s);
+    p->diff_dst_in = make_reorder(st, &p->dst, &p->bd_diff_dst, false, s);
+    p->bd_weights_in = make_reorder(st, &p->weights, &p->bd_weights, false, s);
+    p->diff_src_acc = make_reorder(st, &p->bd_diff_src, &p->src, true, s);
+    p->bw_src_in = make_reorder(st, &p->src, &p->bw_src, false, s);
+    p->bw_diff_dst_in = make_reorder(st, &p->dst, &p->bw_diff_dst, false, s);
+    p->diff_weights_acc = make_reorder(st, &p->bw_diff_weights, &p->weights, true, s);
+    return p;
+}
+
+static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *s)
+{
+    dnnl_state *st = state_of(ctx);
+    for (int i = 0; i < st->nplans; i++)
+        if (!memcmp(&st->plans[i]->shape, s, sizeof *s)) return st->plans[i];
+    if (st->nplans == st->cap_plans) {
+        st->cap_plans = st->cap_plans ? 2 * st->cap_plans : 16;
+        st->plans = realloc(st->plans, (size_t)st->cap_plans * sizeof *st->plans);
+        if (!st->plans) dpt_fatal("out of host memory for oneDNN plans");
+    }
+    return st->plans[st->nplans++] = plan_create(ctx, s);
+}
+
+/* ---------------------------------------------------------------- execution */
+
+/* A buffer from the caching allocator for one call. */
+typedef struct block {
+    void *ptr;
+    size_t granted;
+} block;
+
+static void *block_get(dpt_ctx *ctx, block *b, size_t bytes, const char *what)
+{
+    b->ptr = bytes ? dpt_ctx_alloc(ctx, bytes, &b->granted, what) : NULL;
+    return b->ptr;
+}
+
+static void block_put(dpt_ctx *ctx, block *b)
+{
+    if (b->ptr) dpt_alloc_put(ctx->alloc, b->ptr, b->granted);
+    b->ptr = NULL;
+}
+
+static dnnl_memory_t mem(dnnl_state *st, const dnnl_memory_desc_t *d, const void *ptr, const dpt_conv_shape *s)
+{
+    dnnl_memory_t m;
+    CHECK_DNNL(dnnl_memory_create(&m, d, st->engine, (void *)ptr), "memory object", s);
+    return m;
+}
+
+static void execute(dpt_ctx *ctx, dnnl_primitive_t p, int nargs, const int *kinds, dnnl_memory_t *mems,
+                    const char *what, const dpt_conv_shape *s)
+{
+    dnnl_exec_arg_t args[8];
+    for (int i = 0; i < nargs; i++)
+        args[i] = (dnnl_exec_arg_t){kinds[i], mems[i]};
+    omp_set_num_threads(ctx->threads); /* oneDNN's OpenMP teams take this thread's setting */
+    CHECK_DNNL(dnnl_primitive_execute(p, state_of(ctx)->stream, nargs, args), what, s);
+    for (int i = 0; i < nargs; i++)
+        dnnl_memory_destroy(mems[i]);
+}
+
+/* to = reorder(from) (+ to, for an accumulating reorder). */
+static void reorder(dpt_ctx *ctx, dnnl_primitive_t r, const dnnl_memory_desc_t *from_md, const void *from,
+                    const dnnl_memory_desc_t *to_md, void *to, const dpt_conv_shape *s)
+{
+    dnnl_state *st = state_of(ctx);
+    execute(ctx, r, 2, (int[]){DNNL_ARG_FROM, DNNL_ARG_TO},
+            (dnnl_memory_t[]){mem(st, from_md, from, s), mem(st, to_md, to, s)}, "reorder", s);
+}
+
+/* The plain buffer `plain` in layout `want`: itself, or a reordered copy in *b. */
+static const void *laid_out(dpt_ctx *ctx, dnnl_primitive_t r, const dnnl_memory_desc_t *plain_md, const void *plain,
+                            const dnnl_memory_desc_t *want, block *b, const dpt_conv_shape *s)
+{
+    if (!r) return plain;
+    block_get(ctx, b, dnnl_memory_desc_get_size(want), "oneDNN convolution buffer");
+    reorder(ctx, r, plain_md, plain, want, b->ptr, s);
+    return b->ptr;
+}
+
+static void dnnl_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *bias,
+                            float *y)
+{
+    conv_plan *p = plan_for(ctx, s);
+    if (p->native) {
+        dpt_cpu_conv2d_fwd(ctx, s, x, w, bias, y);
+        return;
+    }
+    dnnl_state *st = state_of(ctx);
+    block bsrc = {0}, bw = {0}, bdst = {0}, bbias = {0}, bscr = {0};
+    const void *src = laid_out(ctx, p->src_in, &p->src, x, &p->fwd_src, &bsrc, s);
+    const void *wts = laid_out(ctx, p->weights_in, &p->weights, w, &p->fwd_weights, &bw, s);
+    if (!bias) memset(block_get(ctx, &bbias, (size_t)s->c_out * sizeof(float), "oneDNN bias"), 0,
+                      (size_t)s->c_out * sizeof(float));
+    void *dst = p->dst_out ? block_get(ctx, &bdst, dnnl_memory_desc_get_size(&p->fwd_dst), "oneDNN convolution buffer")
+                           : y;
+    block_get(ctx, &bscr, dnnl_memory_desc_get_size(&p->fwd_scratch), "oneDNN scratchpad");
+    execute(ctx, p->fwd, 5, (int[]){DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD},
+            (dnnl_memory_t[]){mem(st, &p->fwd_src, src, s), mem(st, &p->fwd_weights, wts, s),
+                              mem(st, &p->bias, bias ? bias : bbias.ptr, s), mem(st, &p->fwd_dst, dst, s),
+                              mem(st, &p->fwd_scratch, bscr.ptr, s)},
+            "convolution forward", s);
+    if (p->dst_out) reorder(ctx, p->dst_out, &p->fwd_dst, dst, &p->dst, y, s);
+    block_put(ctx, &bscr), block_put(ctx, &bdst), block_put(ctx, &bbias), block_put(ctx, &bw), block_put(ctx, &bsrc);
+}
+
+static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *dy,
+                            float *dx, float *dw, float *dbias)
+{
+    conv_plan *p = plan_for(ctx, s);
+    if (p->native) {
+        dpt_cpu_conv2d_bwd(ctx, s, x, w, dy, dx, dw, dbias);
+        return;
+    }
+    dnnl_state *st = state_of(ctx);
+    block bddst = {0}, bddst_w = {0};
+    /* dy in the layout backward data wants; backward weights usually wants the same one */
+    const void *ddst = laid_out(ctx, p->diff_dst_in, &p->dst, dy, &p->bd_diff_dst, &bddst, s);
+    if (dx) {
+        block bw = {0}, bdsrc = {0}, bscr = {0};
+        const void *wts = laid_out(ctx, p->bd_weights_in, &p->weights, w, &p->bd_weights, &bw, s);
+        block_get(ctx, &bdsrc, dnnl_memory_desc_get_size(&p->bd_diff_src), "oneDNN convolution buffer");
+        block_get(ctx, &bscr, dnnl_memory_desc_get_size(&p->bd_scratch), "oneDNN scratchpad");
+        execute(ctx, p->bwd_data, 4, (int[]){DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC, DNNL_ARG_SCRATCHPAD},
+                (dnnl_memory_t[]){mem(st, &p->bd_diff_dst, ddst, s), mem(st, &p->bd_weights, wts, s),
+                                  mem(st, &p->bd_diff_src, bdsrc.ptr, s), mem(st, &p->bd_scratch, bscr.ptr, s)},
+                "convolution backward data", s);
+        reorder(ctx, p->diff_src_acc, &p->bd_diff_src, bdsrc.ptr, &p->src, dx, s); /* dx += */
+        block_put(ctx, &bscr), block_put(ctx, &bdsrc), block_put(ctx, &bw);
+    }
+    if (dw || dbias) {
+        block bsrc = {0}, bdw = {0}, bdb = {0}, bscr = {0};
+        const void *src = laid_out(ctx, p->bw_src_in, &p->src, x, &p->bw_src, &bsrc, s);
+        const void *ddst_w = dnnl_memory_desc_equal(&p->bw_diff_dst, &p->bd_diff_dst)
+                                 ? ddst
+                                 : laid_out(ctx, p->bw_diff_dst_in, &p->dst, dy, &p->bw_diff_dst, &bddst_w, s);
+        block_get(ctx, &bdw, dnnl_memory_desc_get_size(&p->bw_diff_weights), "oneDNN weight gradient");
+        float *db = block_get(ctx, &bdb, (size_t)s->c_out * sizeof(float), "oneDNN bias gradient");
+        block_get(ctx, &bscr, dnnl_memory_desc_get_size(&p->bw_scratch), "oneDNN scratchpad");
+        execute(ctx, p->bwd_weights, 5,
+                (int[]){DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS, DNNL_ARG_SCRATCHPAD},
+                (dnnl_memory_t[]){mem(st, &p->bw_src, src, s), mem(st, &p->bw_diff_dst, ddst_w, s),
+                                  mem(st, &p->bw_diff_weights, bdw.ptr, s), mem(st, &p->bias, db, s),
+                                  mem(st, &p->bw_scratch, bscr.ptr, s)},
+                "convolution backward weights", s);
+        if (dw) reorder(ctx, p->diff_weights_acc, &p->bw_diff_weights, bdw.ptr, &p->weights, dw, s); /* dw += */
+        if (dbias)
+            for (int64_t c = 0; c < s->c_out; c++)
+                dbias[c] += db[c];
+        block_put(ctx, &bscr), block_put(ctx, &bdb), block_put(ctx, &bdw), block_put(ctx, &bsrc);
+    }
+    block_put(ctx, &bddst_w), block_put(ctx, &bddst);
+}
+
+/* ---------------------------------------------------------------- the table */
+
+static bool dnnl_init(dpt_ctx *ctx, dpt_error *err)
+{
+    if (!dpt_backend_cpu.init(ctx, err)) return false;
+    dnnl_state *st = calloc(1, sizeof *st);
+    if (!st) dpt_fatal("out of host memory for the oneDNN state");
+    dnnl_status_t rc = dnnl_engine_create(&st->engine, dnnl_cpu, 0);
+    if (rc == dnnl_success) rc = dnnl_stream_create(&st->stream, st->engine, dnnl_stream_default_flags);
+    if (rc != dnnl_success) {
+        free(st);
+        return dpt_errorf(err, "oneDNN could not create a CPU engine: %s\nHINT: set [train] cpu_kernels = native",
+                          dnnl_status2str(rc));
+    }
+    ctx->backend_state = st;
+    return true;
+}
+
+static void dnnl_shutdown(dpt_ctx *ctx)
+{
+    dnnl_state *st = state_of(ctx);
+    if (st) {
+        for (int i = 0; i < st->nplans; i++)
+            plan_free(st->plans[i]);
+        free(st->plans);
+        dnnl_stream_destroy(st->stream);
+        dnnl_engine_destroy(st->engine);
+        free(st);
+    }
+    ctx->backend_state = NULL;
+    dpt_backend_cpu.shutdown(ctx);
+}
+
+static dpt_backend table;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static void table_fill(void)
+{
+    table = dpt_backend_cpu;
+    table.name = "cpu-onednn";
+    table.init = dnnl_init;
+    table.shutdown = dnnl_shutdown;
+    table.conv2d_fwd = dnnl_conv2d_fwd;
+    table.conv2d_bwd = dnnl_conv2d_bwd;
+}
+
+const dpt_backend *dpt_backend_cpu_onednn(void)
+{
+    pthread_once(&table_once, table_fill);
+    return &table;
+}
+
+void dpt_onednn_version(char *buf, size_t cap)
+{
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, cap, "oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch, v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime");
+}
+
+#else /* no oneDNN in this build */
+
+const dpt_backend *dpt_backend_cpu_onednn(void)
+{
+    return NULL;
+}
+
+void dpt_onednn_version(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "oneDNN not in this build");
+}
+
+#endif
