@@ -261,7 +261,8 @@ static void *train_replica(void *arg)
     }
     /* Everything that can stop a checkpoint is checked before the first step, not at the first
      * save after hours of training. */
-    if (r->rank == 0 && !prepare_checkpoint_dir(r, true, &err)) return r->rc = fail(r, &err), NULL;
+    bool look_only = r->args->dry_run || r->args->summary;
+    if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, &err)) return r->rc = fail(r, &err), NULL;
     dpt_ctx_set_comm(ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
     dpt_ddp *ddp = NULL;
     if (r->comm) {

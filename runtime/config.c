@@ -331,6 +331,12 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
 {
     const schema_key *sk = &schema[k];
     cfg_value parsed = {0};
+    /* Quotes only surround a whole value (and are removed before here): one inside could not
+     * be written back (dpt_config_print, a checkpoint's config) as the same value. */
+    if (strchr(raw, '"'))
+        return dpt_errorf(err, "%s: [%s] %s = %s: a double quote inside a value\nHINT: quotes may only surround the "
+                          "whole value, e.g. dir = \"/data/my set\"",
+                          where, sk->section, sk->key, raw);
     switch (sk->type) {
     case T_INT:
         if (!parse_int(raw, &parsed.i))
@@ -602,7 +608,12 @@ bool dpt_config_set(dpt_config *cfg, const char *assignment, dpt_error *err)
         *dot = '\0';
         char *section = trim(buf), *key = trim(dot + 1), *val = trim(eq + 1);
         int k = find_key(section, key);
-        ok = k >= 0 ? set_value(err, where, k, val, &cfg->values[k]) : unknown_name(err, where, section, key);
+        if (k < 0)
+            ok = unknown_name(err, where, section, key);
+        else if (!unquote(&val))
+            ok = dpt_errorf(err, "%s: unterminated quote", where);
+        else
+            ok = set_value(err, where, k, val, &cfg->values[k]);
     }
     free(buf);
     return ok;
@@ -651,12 +662,24 @@ const char *dpt_config_where(const dpt_config *cfg, const char *section, const c
     return cfg->values[k].where;
 }
 
+/* Whether a value must be quoted to read back the same: surrounding whitespace, or a '#' or
+ * ';' where the parser would take it for a comment. */
+static bool needs_quotes(const char *v)
+{
+    size_t n = strlen(v);
+    if (n && (isspace((unsigned char)v[0]) || isspace((unsigned char)v[n - 1]))) return true;
+    for (size_t i = 0; i < n; i++)
+        if ((v[i] == '#' || v[i] == ';') && (i == 0 || isspace((unsigned char)v[i - 1]))) return true;
+    return false;
+}
+
 void dpt_config_print(const dpt_config *cfg, FILE *out)
 {
     for (int k = 0; k < NKEYS; k++) {
         if (k == 0 || strcmp(schema[k].section, schema[k - 1].section) != 0)
             fprintf(out, "%s[%s]\n", k ? "\n" : "", schema[k].section);
-        fprintf(out, "%s = %s\n", schema[k].key, cfg->values[k].raw);
+        const char *v = cfg->values[k].raw;
+        fprintf(out, needs_quotes(v) ? "%s = \"%s\"\n" : "%s = %s\n", schema[k].key, v);
     }
 }
 

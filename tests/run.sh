@@ -48,10 +48,11 @@ for t in "$dir"/mpi_*; do
     done
 done
 
-# Shell tests print one "ok"/"FAIL" line per case.
-for script in tests/mpi_failures.sh tests/resume.sh tests/tools.sh; do
+# Shell tests print one "ok"/"FAIL" line per case. The fuzz harnesses replay their kept crash
+# inputs and fuzz for 10 s each from their corpus (make fuzz FUZZ_S=600 for a real run).
+for script in tests/mpi_failures.sh tests/resume.sh tests/tools.sh "scripts/fuzz.sh 10"; do
     echo "=== $script"
-    out=$(timeout 900 "$script" 2>&1); rc=$?
+    out=$(timeout 900 $script 2>&1); rc=$?
     echo "$out"
     n_ok=$(grep -c '^ok ' <<<"$out"); n_fail=$(grep -c '^FAIL ' <<<"$out")
     passed=$((passed + n_ok)); failed=$((failed + n_fail))
