@@ -44,6 +44,7 @@ static void softmax_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x)
 {
+    x = dpt_plain(ctx, x);
     dpt_require_contiguous("softmax", x);
     DPT_ASSERT(x->ndim >= 1 && x->shape[x->ndim - 1] > 0, "softmax over an empty dimension");
     dpt_tensor *y = dpt_temp_like(ctx, x);

@@ -149,12 +149,13 @@ static void batchnorm_fused_backward(dpt_ctx *ctx, dpt_node *node)
     const bn_fused_saved *sv = node->scratch;
     dpt_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
     int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
-    /* cuDNN always writes all three: unwanted ones go to scratch. */
-    float *dx = dpt_wants_grad(x) ? dpt_grad_acc(ctx, x)->data : dpt_temp_like(ctx, x)->data;
+    /* cuDNN and oneDNN always write all three: unwanted ones go to scratch. */
+    bool acc = false;
+    float *dx = dpt_wants_grad(x) ? dpt_grad_for_write(ctx, x, &acc)->data : dpt_temp_like(ctx, x)->data;
     float *dg = dpt_wants_grad(gamma) ? dpt_grad_acc(ctx, gamma)->data : constant_temp(ctx, c, 0.0f)->data;
     float *db = dpt_wants_grad(beta) ? dpt_grad_acc(ctx, beta)->data : constant_temp(ctx, c, 0.0f)->data;
-    ctx->be->bn_fused_bwd(ctx, x->data, node->out->grad->data, dx, n, c, hw, sv->gamma->data, dg, db, l->eps,
-                          sv->stats->data, sv->stats->data + c);
+    ctx->be->bn_fused_bwd(ctx, x->data, node->out->grad->data, dx, acc, n, c, hw, x->layout, sv->gamma->data, dg, db,
+                          l->eps, sv->stats->data, sv->stats->data + c);
 }
 
 static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x)
@@ -165,8 +166,9 @@ static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_t
     dpt_tensor *beta;
     affine_or_identity(ctx, l, &sv->gamma, &beta);
     dpt_tensor *y = dpt_temp_like(ctx, x);
-    ctx->be->bn_fused_fwd(ctx, x->data, y->data, n, c, hw, sv->gamma->data, beta->data, l->running_mean->data,
-                          l->running_var->data, l->momentum, l->eps, sv->stats->data, sv->stats->data + c);
+    ctx->be->bn_fused_fwd(ctx, x->data, y->data, n, c, hw, x->layout, sv->gamma->data, beta->data,
+                          l->running_mean->data, l->running_var->data, l->momentum, l->eps, sv->stats->data,
+                          sv->stats->data + c);
     dpt_node *node = dpt_tape_record(ctx, "batchnorm", batchnorm_fused_backward, y, 3,
                                      (dpt_tensor *[]){x, l->gamma, l->beta});
     if (node) {
@@ -191,10 +193,11 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
         dpt_tensor *g, *b;
         affine_or_identity(ctx, l, &g, &b);
         dpt_tensor *y = dpt_temp_like(ctx, x);
-        ctx->be->bn_fused_infer(ctx, x->data, y->data, n, c, hw, g->data, b->data, l->running_mean->data,
-                                l->running_var->data, l->eps);
+        ctx->be->bn_fused_infer(ctx, x->data, y->data, n, c, hw, x->layout, g->data, b->data,
+                                l->running_mean->data, l->running_var->data, l->eps);
         return y;
     }
+    x = dpt_plain(ctx, x); /* the host-statistics kernels read NCHW */
     DPT_REQUIRE_OP(ctx, bn_stats, "batchnorm");
     int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
     bn_saved *sv = dpt_tape_scratch(ctx, sizeof *sv + (size_t)(2 * c) * sizeof(double));

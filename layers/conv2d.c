@@ -87,6 +87,7 @@ static dpt_conv_shape shape_of(const dpt_conv2d *l, const dpt_tensor *x)
         .dil_h = l->dilation,
         .dil_w = l->dilation,
         .groups = l->groups,
+        .x_layout = x->layout,
     };
     conv_out(s.h, s.kh, s.stride_h, s.pad_h, s.dil_h, &s.oh);
     conv_out(s.w, s.kw, s.stride_w, s.pad_w, s.dil_w, &s.ow);
@@ -115,8 +116,10 @@ dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *l, dpt_tensor *x)
                   (long long)l->in_channels, (long long)(l->dilation * (l->kernel - 1) + 1 - 2 * l->padding),
                   dpt_shape_str(x, buf, sizeof buf));
     DPT_REQUIRE_OP(ctx, conv2d_fwd, "conv2d");
+    if (!ctx->be->conv2d_out_layout) x = dpt_plain(ctx, x); /* kernels that read NCHW only */
     dpt_conv_shape s = shape_of(l, x);
     dpt_tensor *y = dpt_temp(ctx, 4, (int64_t[]){s.n, s.c_out, s.oh, s.ow});
+    if (ctx->be->conv2d_out_layout) y->layout = ctx->be->conv2d_out_layout(ctx, &s);
     ctx->be->conv2d_fwd(ctx, &s, x->data, l->weight->data, l->bias ? l->bias->data : NULL, y->data);
     dpt_node *node =
         dpt_tape_record(ctx, "conv2d", conv2d_backward, y, 3, (dpt_tensor *[]){x, l->weight, l->bias});

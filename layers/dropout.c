@@ -22,7 +22,7 @@ dpt_tensor *dpt_dropout(dpt_ctx *ctx, dpt_tensor *x, float p, bool training)
     float keep_scale = 1.0f / (1.0f - p);
     for (int64_t i = 0; i < x->numel; i++)
         host[i] = dpt_rng_uniform(&ctx->rng) < p ? 0.0f : keep_scale;
-    dpt_tensor *mask = dpt_temp_like(ctx, x);
+    dpt_tensor *mask = dpt_temp(ctx, x->ndim, x->shape); /* per element of memory: any layout */
     dpt_tensor_copy_from_host(mask, host);
     free(host);
     dpt_tensor *y = dpt_temp_like(ctx, x);

@@ -58,6 +58,7 @@ static void linear_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_linear_forward(dpt_ctx *ctx, dpt_linear *layer, dpt_tensor *x)
 {
     char buf[96];
+    x = dpt_plain(ctx, x);
     if (x->ndim != 2 || x->shape[1] != layer->in_features || !dpt_tensor_is_contiguous(x))
         dpt_fatal("linear layer %s expects a contiguous (batch, %lld) input, got %s%s\n"
                   "HINT: flatten image batches with dpt_flatten() first",

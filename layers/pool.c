@@ -54,6 +54,7 @@ static void maxpool_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_maxpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding)
 {
+    x = dpt_plain(ctx, x);
     dpt_pool_shape s = pool_shape("maxpool2d", x, kernel, stride, padding);
     int64_t shape[4] = {s.n, s.c, s.oh, s.ow};
     dpt_tensor *y = dpt_temp(ctx, 4, shape);
@@ -75,6 +76,7 @@ static void avgpool_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_avgpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding)
 {
+    x = dpt_plain(ctx, x);
     dpt_pool_shape s = pool_shape("avgpool2d", x, kernel, stride, padding);
     dpt_tensor *y = dpt_temp(ctx, 4, (int64_t[]){s.n, s.c, s.oh, s.ow});
     ctx->be->avgpool_fwd(ctx, &s, x->data, y->data);
@@ -89,6 +91,7 @@ dpt_tensor *dpt_avgpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t s
 dpt_tensor *dpt_global_avgpool(dpt_ctx *ctx, dpt_tensor *x)
 {
     char buf[96];
+    x = dpt_plain(ctx, x);
     if (x->ndim != 4 || x->shape[2] != x->shape[3])
         dpt_fatal("global_avgpool expects (N, C, H, H), got %s", dpt_shape_str(x, buf, sizeof buf));
     dpt_pool_shape s = pool_shape("global_avgpool", x, x->shape[2], 1, 0);

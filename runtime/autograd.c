@@ -42,8 +42,21 @@ dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t)
          * a gradient) keeps its own, like a parameter, so it outlives dpt_tape_clear(). */
         t->grad =
             t->is_temp ? dpt_temp_zeros(ctx, t->ndim, t->shape) : dpt_tensor_new(ctx, t->ndim, t->shape);
+        t->grad->layout = t->layout;
     }
     return t->grad;
+}
+
+dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate)
+{
+    if (!t->grad && t->is_temp) {
+        t->grad = dpt_temp(ctx, t->ndim, t->shape);
+        t->grad->layout = t->layout;
+        *accumulate = false;
+        return t->grad;
+    }
+    *accumulate = true;
+    return dpt_grad_acc(ctx, t);
 }
 
 void *dpt_tape_scratch(dpt_ctx *ctx, size_t bytes)

@@ -28,8 +28,13 @@ struct dpt_node {
  * some input requires a gradient; returns NULL (nothing recorded) otherwise. */
 dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward, dpt_tensor *out, int n_in,
                           dpt_tensor *const *in);
-/* The gradient of t, zero-filled on first use (a temporary unless t is a parameter). */
+/* The gradient of t, zero-filled on first use (a temporary unless t is a parameter), in t's
+ * layout. */
 dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t);
+/* The gradient of t for a kernel that can either write or add: the first writer of a
+ * temporary's gradient gets it uninitialised with *accumulate = false (and must write every
+ * element: one pass less than a zero fill plus an add); later ones get *accumulate = true. */
+dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate);
 /* Host memory that lives until dpt_tape_clear(). */
 void *dpt_tape_scratch(dpt_ctx *ctx, size_t bytes);
 /* Should `t` receive a gradient in this backward? */

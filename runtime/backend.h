@@ -7,11 +7,13 @@
 
 #include "dpt.h"
 #include "alloc.h"
+#include "tensor.h"
 
 /* Shapes of a 2-D convolution over NCHW tensors: x (n, c_in, h, w), w (c_out, c_in/groups,
  * kh, kw), y (n, c_out, oh, ow). */
 typedef struct dpt_conv_shape {
     int64_t n, c_in, h, w, c_out, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, oh, ow;
+    int64_t x_layout; /* dpt_layout of x (and of dx) */
 } dpt_conv_shape;
 
 /* Shapes of a 2-D pooling window over NCHW: x (n, c, h, w) -> y (n, c, oh, ow). */
@@ -92,6 +94,13 @@ typedef struct dpt_backend {
                      float smoothing, float scale, float *dlogits);
     int64_t (*count_correct)(dpt_ctx *ctx, const float *logits, const int32_t *host_labels, int64_t rows,
                              int64_t cols);
+    /* dst (shape (N, C, H, W)) = src in another layout (+= with accumulate). NULL: the
+     * backend never produces anything but NCHW. */
+    void (*relayout)(dpt_ctx *ctx, const float *src, dpt_layout src_layout, float *dst, dpt_layout dst_layout,
+                     const int64_t *shape, bool accumulate);
+    /* The layout conv2d_fwd writes y in for this shape (s->x_layout is x's); NULL: NCHW, and x
+     * must be NCHW. dy then arrives in that layout, and dx is written in x's. */
+    dpt_layout (*conv2d_out_layout)(dpt_ctx *ctx, const dpt_conv_shape *s);
     /* Convolution. dx, dw, db may be NULL (not wanted); all three accumulate (+=). */
     void (*conv2d_fwd)(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
                        const float *bias, float *y);
@@ -110,20 +119,22 @@ typedef struct dpt_backend {
     void (*channel_affine2_acc)(dpt_ctx *ctx, const float *dy, const float *x, float *dx, int64_t n,
                                 int64_t c, int64_t hw, const float *host_a, const float *host_b,
                                 const float *host_k);
-    /* Training-mode batch norm with the statistics kept on the device (cuDNN); NULL: layers
-     * use the host-statistics entries above. y = gamma * (x - mean) * invstd + beta from the
-     * batch; running_mean/var (c each) move by `momentum` (unbiased variance); save_mean and
-     * save_invstd (c each) are kept for bn_fused_bwd, which adds into dx, dgamma, dbeta.
-     * gamma and beta are never NULL. */
+    /* Training-mode batch norm with the statistics kept on the device (cuDNN, oneDNN); NULL:
+     * layers use the host-statistics entries above. x and y in `layout` (NCHW only on CUDA).
+     * y = gamma * (x - mean) / sqrt(var + eps) + beta from the batch; running_mean/var (c each)
+     * move by `momentum` (unbiased variance); save_mean and save_stat (c each) are what
+     * bn_fused_bwd needs (cuDNN: the inverse std; oneDNN: the variance). bn_fused_bwd writes
+     * dx (or adds into it, with dx_accumulate) and adds into dgamma and dbeta. gamma and beta
+     * are never NULL. */
     void (*bn_fused_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                         const float *gamma, const float *beta, float *running_mean, float *running_var,
-                         double momentum, double eps, float *save_mean, float *save_invstd);
-    void (*bn_fused_bwd)(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n, int64_t c,
-                         int64_t hw, const float *gamma, float *dgamma, float *dbeta, double eps,
-                         const float *save_mean, const float *save_invstd);
+                         dpt_layout layout, const float *gamma, const float *beta, float *running_mean,
+                         float *running_var, double momentum, double eps, float *save_mean, float *save_stat);
+    void (*bn_fused_bwd)(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
+                         int64_t c, int64_t hw, dpt_layout layout, const float *gamma, float *dgamma, float *dbeta,
+                         double eps, const float *save_mean, const float *save_stat);
     /* Inference-mode batch norm from the running statistics (no gradient). */
     void (*bn_fused_infer)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                           const float *gamma, const float *beta, const float *running_mean,
+                           dpt_layout layout, const float *gamma, const float *beta, const float *running_mean,
                            const float *running_var, double eps);
     /* Pooling; argmax holds the flat input index of each output's maximum. */
     void (*maxpool_fwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, int32_t *argmax);

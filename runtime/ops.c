@@ -15,7 +15,36 @@ static void require_same_shape(const char *op, const dpt_tensor *a, const dpt_te
                   dpt_shape_str(b, sb, sizeof sb));
 }
 
-/* ---------------------------------------------------------------- add, mul, scale */
+/* ---------------------------------------------------------------- layouts */
+
+static void plain_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    dpt_tensor *x = node->in[0];
+    const dpt_tensor *dy = node->out->grad;
+    bool acc;
+    float *dx = dpt_grad_for_write(ctx, x, &acc)->data;
+    ctx->be->relayout(ctx, dy->data, DPT_LAYOUT_NCHW, dx, x->layout, x->shape, acc);
+}
+
+dpt_tensor *dpt_plain(dpt_ctx *ctx, dpt_tensor *x)
+{
+    if (!x || x->layout == DPT_LAYOUT_NCHW) return x;
+    DPT_ASSERT(ctx->be->relayout, "a blocked tensor on the %s backend", ctx->be->name);
+    dpt_tensor *y = dpt_temp(ctx, x->ndim, x->shape);
+    ctx->be->relayout(ctx, x->data, x->layout, y->data, DPT_LAYOUT_NCHW, x->shape, false);
+    dpt_tape_record(ctx, "to_nchw", plain_backward, y, 1, &x);
+    return y;
+}
+
+dpt_layout dpt_common_layout(dpt_ctx *ctx, dpt_tensor **a, dpt_tensor **b)
+{
+    if ((*a)->layout == (*b)->layout) return (*a)->layout;
+    *a = dpt_plain(ctx, *a), *b = dpt_plain(ctx, *b);
+    return DPT_LAYOUT_NCHW;
+}
+
+/* ---------------------------------------------------------------- add, mul, scale
+ * Elementwise: any layout, as long as both operands share it; the output takes it. */
 
 static void add_backward(dpt_ctx *ctx, dpt_node *node)
 {
@@ -28,6 +57,7 @@ static void add_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 {
     require_same_shape("add", a, b);
+    dpt_common_layout(ctx, &a, &b);
     dpt_require_contiguous("add", a);
     dpt_require_contiguous("add", b);
     dpt_tensor *out = dpt_temp_like(ctx, a);
@@ -47,6 +77,7 @@ static void mul_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 {
     require_same_shape("mul", a, b);
+    dpt_common_layout(ctx, &a, &b);
     dpt_require_contiguous("mul", a);
     dpt_require_contiguous("mul", b);
     dpt_tensor *out = dpt_temp_like(ctx, a);
@@ -143,6 +174,7 @@ static void matmul_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_matmul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 {
+    a = dpt_plain(ctx, a), b = dpt_plain(ctx, b);
     bool ta, tb;
     int64_t lda, ldb;
     gemm_operand("matmul", a, &ta, &lda);
@@ -168,6 +200,7 @@ static void transpose_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_transpose(dpt_ctx *ctx, dpt_tensor *x)
 {
     char buf[96];
+    x = dpt_plain(ctx, x);
     if (x->ndim != 2 || !dpt_tensor_is_contiguous(x))
         dpt_fatal("transpose needs a contiguous 2-D tensor, got %s", dpt_shape_str(x, buf, sizeof buf));
     int64_t m = x->shape[0], n = x->shape[1];
@@ -185,6 +218,7 @@ static void reshape_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape)
 {
     char buf[96];
+    x = dpt_plain(ctx, x);
     dpt_require_contiguous("reshape", x);
     DPT_ASSERT(ndim > 0 && ndim <= DPT_MAX_DIMS, "reshape to %d dims", ndim);
     int64_t resolved[DPT_MAX_DIMS], known = 1;

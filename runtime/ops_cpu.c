@@ -167,11 +167,30 @@ static void cpu_relu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n)
         y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
+/* "dx += y > 0 ? dy : 0" is a conditional load to GCC, which it will not vectorise without
+ * masked loads (baseline x86-64): it compiled to a branch per element, mispredicted half the
+ * time, 28% of a ResNet-20 step. Masking dy's bits after an unconditional load vectorises. */
+__attribute__((noinline)) static void relu_bwd_range(const float *restrict y, const float *restrict dy,
+                                                     float *restrict dx, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t bits;
+        float g;
+        memcpy(&bits, &dy[i], sizeof bits);
+        bits &= -(uint32_t)(y[i] > 0.0f);
+        memcpy(&g, &bits, sizeof g);
+        dx[i] += g;
+    }
+}
+
 static void cpu_relu_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n)
 {
+    int64_t chunk = 16384, chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t lo = c * chunk, len = n - lo < chunk ? n - lo : chunk;
+        relu_bwd_range(y + lo, dy + lo, dx + lo, len);
+    }
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */

@@ -1,14 +1,17 @@
-/* ops_cpu_dnnl.c: the CPU backend with oneDNN convolutions ([train] cpu_kernels = onednn).
+/* ops_cpu_dnnl.c: the CPU backend with oneDNN convolutions and batch norm ([train]
+ * cpu_kernels = onednn).
  *
- * The table is the native CPU table with the convolution entries replaced. Tensors stay plain
- * NCHW between layers (every other op reads them so); each convolution lets oneDNN choose its
- * memory formats (format_tag_any: blocked nChw16c on AVX-512) and reorders at its edges, as
- * PyTorch's mkldnn convolution does. One plan per shape holds the three primitives (forward,
- * backward data, backward weights) and the reorders; plans live as long as the context.
- * The backward results are added into dx, dw and db (the table's += convention) by the
- * reorders back to plain layout, which carry a sum post-op: no extra pass over memory.
- * Scratchpads and blocked buffers come from the caching allocator. A shape oneDNN cannot run
- * takes the native path, with one warning naming it. */
+ * The table is the native CPU table with convolution, batch norm and relayout replaced. Each
+ * convolution lets oneDNN choose its memory formats (format_tag_any: blocked nChw16c on
+ * AVX-512). Its output stays in nChw16c when oneDNN wrote it so (the tensor carries the
+ * layout, see tensor.h): batch norm, relu and the residual add run on it as it is, and only an
+ * op that reads positions (pooling, the classifier) converts it back to NCHW. Reordering at
+ * every convolution's edges, as PyTorch's mkldnn path does, took a third of a ResNet-20 step.
+ * One plan per (shape, input layout) holds the three convolution primitives and the reorders
+ * they still need; plans live as long as the context. Backward results are added into dx, dw
+ * and db (the table's += convention) by reorders that carry a sum post-op: no extra pass.
+ * Scratchpads and buffers come from the caching allocator. A shape oneDNN cannot run takes
+ * the native path, with one warning naming it. */
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -25,9 +28,11 @@
 
 typedef struct conv_plan {
     dpt_conv_shape shape;
-    bool native; /* oneDNN has no kernel for this shape */
+    bool native;           /* oneDNN has no kernel for this shape */
+    dpt_layout y_layout;   /* what forward writes y in */
     dnnl_primitive_t fwd, bwd_data, bwd_weights;
-    /* the caller's plain layouts */
+    /* the caller's layouts: x (and dx) as it arrives, y (and dy) as forward writes it,
+     * weights and bias plain */
     dnnl_memory_desc_t src, weights, dst, bias;
     /* what each primitive reads and writes */
     dnnl_memory_desc_t fwd_src, fwd_weights, fwd_dst, bd_diff_src, bd_weights, bd_diff_dst, bw_src, bw_diff_weights,
@@ -38,11 +43,33 @@ typedef struct conv_plan {
         bw_diff_dst_in, diff_weights_acc;
 } conv_plan;
 
+/* A batch-norm shape in one layout: training forward and backward, inference forward. */
+typedef struct bn_plan {
+    int64_t n, c, hw;
+    dpt_layout layout;
+    dnnl_memory_desc_t data, stat; /* x/y/dx/dy; mean/variance/scale/shift (c) */
+    dnnl_memory_desc_t fwd_scratch, bwd_scratch, infer_scratch;
+    dnnl_primitive_t fwd, bwd, infer;
+} bn_plan;
+
+/* A cached reorder between NCHW and nChw16c of one shape. */
+typedef struct relayout_plan {
+    int64_t shape[4];
+    dpt_layout from, to;
+    bool accumulate;
+    dnnl_memory_desc_t from_md, to_md;
+    dnnl_primitive_t reorder;
+} relayout_plan;
+
 typedef struct dnnl_state {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     conv_plan **plans;
     int nplans, cap_plans;
+    bn_plan **bn_plans;
+    int nbn, cap_bn;
+    relayout_plan **relayouts;
+    int nrelayouts, cap_relayouts;
 } dnnl_state;
 
 static void shape_str(const dpt_conv_shape *s, char *buf, size_t cap)
@@ -120,6 +147,14 @@ static int64_t pad_right(int64_t in, int64_t k, int64_t stride, int64_t pad, int
     return r < 0 ? 0 : r;
 }
 
+/* The memory descriptor of an activation (N, C, H, W) in one of our layouts. */
+static void activation_md(dnnl_memory_desc_t *d, const int64_t *shape, dpt_layout layout, const dpt_conv_shape *s)
+{
+    dnnl_dims_t dims = {shape[0], shape[1], shape[2], shape[3]};
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(d, 4, dims, dnnl_f32, layout == DPT_LAYOUT_NCHW16C ? dnnl_nChw16c : dnnl_nchw),
+               "memory", s);
+}
+
 static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
 {
     dnnl_state *st = state_of(ctx);
@@ -136,9 +171,10 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
                          pad_right(s->w, s->kw, s->stride_w, s->pad_w, s->dil_w, s->ow)};
     int wnd = g > 1 ? 5 : 4;
     const int64_t *wd = g > 1 ? gw_dims : w_dims;
-    dnnl_memory_desc_t any_src, any_w, any_dst;
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->src, 4, src_dims, dnnl_f32, dnnl_nchw), "memory", s);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->dst, 4, dst_dims, dnnl_f32, dnnl_nchw), "memory", s);
+    dnnl_memory_desc_t any_src, any_w, any_dst, blocked_dst;
+    activation_md(&p->src, src_dims, (dpt_layout)s->x_layout, s);
+    activation_md(&p->dst, dst_dims, DPT_LAYOUT_NCHW, s);
+    activation_md(&blocked_dst, dst_dims, DPT_LAYOUT_NCHW16C, s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->weights, wnd, wd, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw), "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->bias, 1, bias_dims, dnnl_f32, dnnl_x), "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_src, 4, src_dims, dnnl_f32, dnnl_format_tag_any), "memory", s);
@@ -170,6 +206,7 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
         shape_str(s, sh, sizeof sh);
         fprintf(stderr, "warning: oneDNN has no convolution for %s: this shape runs on the native kernels\n", sh);
         p->native = true;
+        p->y_layout = DPT_LAYOUT_NCHW;
         if (fpd) dnnl_primitive_desc_destroy(fpd);
         if (bpd) dnnl_primitive_desc_destroy(bpd);
         return p;
@@ -188,6 +225,11 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
     dnnl_primitive_desc_destroy(fpd);
     dnnl_primitive_desc_destroy(bpd);
     dnnl_primitive_desc_destroy(wpd);
+    /* y keeps oneDNN's blocked layout when it is ours (C a multiple of 16), else NCHW */
+    if (s->c_out % 16 == 0 && dnnl_memory_desc_equal(&p->fwd_dst, &blocked_dst)) {
+        p->dst = blocked_dst;
+        p->y_layout = DPT_LAYOUT_NCHW16C;
+    }
     p->src_in = make_reorder(st, &p->src, &p->fwd_src, false, s);
     p->weights_in = make_reorder(st, &p->weights, &p->fwd_weights, false, s);
     p->dst_out = make_reorder(st, &p->fwd_dst, &p->dst, false, s);
@@ -243,7 +285,8 @@ static dnnl_memory_t mem(dnnl_state *st, const dnnl_memory_desc_t *d, const void
 static void execute(dpt_ctx *ctx, dnnl_primitive_t p, int nargs, const int *kinds, dnnl_memory_t *mems,
                     const char *what, const dpt_conv_shape *s)
 {
-    dnnl_exec_arg_t args[8];
+    dnnl_exec_arg_t args[12];
+    DPT_ASSERT(nargs <= 12, "%d arguments", nargs);
     for (int i = 0; i < nargs; i++)
         args[i] = (dnnl_exec_arg_t){kinds[i], mems[i]};
     omp_set_num_threads(ctx->threads); /* oneDNN's OpenMP teams take this thread's setting */
@@ -271,12 +314,96 @@ static const void *laid_out(dpt_ctx *ctx, dnnl_primitive_t r, const dnnl_memory_
     return b->ptr;
 }
 
+/* ---------------------------------------------------------------- relayout */
+
+static void dnnl_relayout(dpt_ctx *ctx, const float *src, dpt_layout from, float *dst, dpt_layout to,
+                          const int64_t *shape, bool accumulate)
+{
+    dnnl_state *st = state_of(ctx);
+    dpt_conv_shape where = {.n = shape[0], .c_in = shape[1], .h = shape[2], .w = shape[3]}; /* for messages */
+    relayout_plan *r = NULL;
+    for (int i = 0; i < st->nrelayouts && !r; i++) {
+        relayout_plan *c = st->relayouts[i];
+        if (!memcmp(c->shape, shape, sizeof c->shape) && c->from == from && c->to == to && c->accumulate == accumulate)
+            r = c;
+    }
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) dpt_fatal("out of host memory for a oneDNN reorder");
+        memcpy(r->shape, shape, sizeof r->shape);
+        r->from = from, r->to = to, r->accumulate = accumulate;
+        activation_md(&r->from_md, shape, from, &where);
+        activation_md(&r->to_md, shape, to, &where);
+        r->reorder = make_reorder(st, &r->from_md, &r->to_md, true, &where);
+        if (!accumulate) { /* make_reorder(accumulate = true) always gives one; this one must not add */
+            dnnl_primitive_destroy(r->reorder);
+            r->reorder = make_reorder(st, &r->from_md, &r->to_md, false, &where);
+        }
+        if (st->nrelayouts == st->cap_relayouts) {
+            st->cap_relayouts = st->cap_relayouts ? 2 * st->cap_relayouts : 16;
+            st->relayouts = realloc(st->relayouts, (size_t)st->cap_relayouts * sizeof *st->relayouts);
+            if (!st->relayouts) dpt_fatal("out of host memory for oneDNN reorders");
+        }
+        st->relayouts[st->nrelayouts++] = r;
+    }
+    if (!r->reorder) { /* the same layout, nothing added */
+        if (dst != src) memcpy(dst, src, dnnl_memory_desc_get_size(&r->from_md));
+        return;
+    }
+    reorder(ctx, r->reorder, &r->from_md, src, &r->to_md, dst, &where);
+}
+
+/* ---------------------------------------------------------------- convolution */
+
+static dpt_layout dnnl_conv2d_out_layout(dpt_ctx *ctx, const dpt_conv_shape *s)
+{
+    return plan_for(ctx, s)->y_layout;
+}
+
+/* A shape without a oneDNN kernel: the native kernels, which read x (and write dx) in NCHW. */
+static void native_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *bias,
+                       float *y)
+{
+    dpt_conv_shape plain = *s;
+    plain.x_layout = DPT_LAYOUT_NCHW;
+    block bx = {0};
+    if (s->x_layout != DPT_LAYOUT_NCHW) {
+        int64_t shape[4] = {s->n, s->c_in, s->h, s->w};
+        dnnl_relayout(ctx, x, (dpt_layout)s->x_layout,
+                      block_get(ctx, &bx, (size_t)(s->n * s->c_in * s->h * s->w) * sizeof(float), "a relayout"),
+                      DPT_LAYOUT_NCHW, shape, false);
+        x = bx.ptr;
+    }
+    dpt_cpu_conv2d_fwd(ctx, &plain, x, w, bias, y);
+    block_put(ctx, &bx);
+}
+
+static void native_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *dy,
+                       float *dx, float *dw, float *dbias)
+{
+    if (s->x_layout == DPT_LAYOUT_NCHW) {
+        dpt_cpu_conv2d_bwd(ctx, s, x, w, dy, dx, dw, dbias);
+        return;
+    }
+    dpt_conv_shape plain = *s;
+    plain.x_layout = DPT_LAYOUT_NCHW;
+    int64_t shape[4] = {s->n, s->c_in, s->h, s->w};
+    size_t bytes = (size_t)(s->n * s->c_in * s->h * s->w) * sizeof(float);
+    block bx = {0}, bdx = {0};
+    dnnl_relayout(ctx, x, (dpt_layout)s->x_layout, block_get(ctx, &bx, bytes, "a relayout"), DPT_LAYOUT_NCHW, shape,
+                  false);
+    if (dx) memset(block_get(ctx, &bdx, bytes, "a relayout"), 0, bytes);
+    dpt_cpu_conv2d_bwd(ctx, &plain, bx.ptr, w, dy, bdx.ptr, dw, dbias);
+    if (dx) dnnl_relayout(ctx, bdx.ptr, DPT_LAYOUT_NCHW, dx, (dpt_layout)s->x_layout, shape, true);
+    block_put(ctx, &bdx), block_put(ctx, &bx);
+}
+
 static void dnnl_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *bias,
                             float *y)
 {
     conv_plan *p = plan_for(ctx, s);
     if (p->native) {
-        dpt_cpu_conv2d_fwd(ctx, s, x, w, bias, y);
+        native_fwd(ctx, s, x, w, bias, y);
         return;
     }
     dnnl_state *st = state_of(ctx);
@@ -302,7 +429,7 @@ static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *
 {
     conv_plan *p = plan_for(ctx, s);
     if (p->native) {
-        dpt_cpu_conv2d_bwd(ctx, s, x, w, dy, dx, dw, dbias);
+        native_bwd(ctx, s, x, w, dy, dx, dw, dbias);
         return;
     }
     dnnl_state *st = state_of(ctx);
@@ -345,6 +472,128 @@ static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *
     block_put(ctx, &bddst_w), block_put(ctx, &bddst);
 }
 
+/* ---------------------------------------------------------------- batch norm
+ * oneDNN computes the batch statistics in forward and returns mean and (biased) variance; the
+ * running statistics move here with the unbiased variance (torch.nn.BatchNorm2d's rule). The
+ * variance, not the inverse std, is what its backward reads: it goes in the save_stat slot. */
+
+static bn_plan *bn_plan_for(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_layout layout, double eps)
+{
+    dnnl_state *st = state_of(ctx);
+    for (int i = 0; i < st->nbn; i++) {
+        bn_plan *b = st->bn_plans[i];
+        if (b->n == n && b->c == c && b->hw == hw && b->layout == layout) return b;
+    }
+    dpt_conv_shape where = {.n = n, .c_in = c, .h = hw, .w = 1}; /* for messages */
+    bn_plan *b = calloc(1, sizeof *b);
+    if (!b) dpt_fatal("out of host memory for a oneDNN plan");
+    b->n = n, b->c = c, b->hw = hw, b->layout = layout;
+    /* (N, C, H*W, 1) is the same memory as (N, C, H, W) in either layout */
+    activation_md(&b->data, (int64_t[]){n, c, hw, 1}, layout, &where);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&b->stat, 1, (dnnl_dims_t){c}, dnnl_f32, dnnl_x), "memory", &where);
+    dnnl_primitive_attr_t attr;
+    CHECK_DNNL(dnnl_primitive_attr_create(&attr), "attributes", &where);
+    CHECK_DNNL(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "attributes", &where);
+    unsigned flags = dnnl_use_scale | dnnl_use_shift;
+    dnnl_batch_normalization_desc_t fd, bd, id;
+    dnnl_primitive_desc_t fpd, bpd, ipd;
+    CHECK_DNNL(dnnl_batch_normalization_forward_desc_init(&fd, dnnl_forward_training, &b->data, (float)eps, flags),
+               "batch normalization forward", &where);
+    CHECK_DNNL(dnnl_primitive_desc_create(&fpd, &fd, attr, st->engine, NULL), "batch normalization forward", &where);
+    CHECK_DNNL(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &b->data, &b->data, (float)eps, flags),
+               "batch normalization backward", &where);
+    CHECK_DNNL(dnnl_primitive_desc_create(&bpd, &bd, attr, st->engine, fpd), "batch normalization backward", &where);
+    CHECK_DNNL(dnnl_batch_normalization_forward_desc_init(&id, dnnl_forward_inference, &b->data, (float)eps,
+                                                          flags | dnnl_use_global_stats),
+               "batch normalization inference", &where);
+    CHECK_DNNL(dnnl_primitive_desc_create(&ipd, &id, attr, st->engine, NULL), "batch normalization inference", &where);
+    dnnl_primitive_attr_destroy(attr);
+    b->fwd_scratch = *md(fpd, dnnl_query_scratchpad_md), b->bwd_scratch = *md(bpd, dnnl_query_scratchpad_md);
+    b->infer_scratch = *md(ipd, dnnl_query_scratchpad_md);
+    CHECK_DNNL(dnnl_primitive_create(&b->fwd, fpd), "batch normalization forward", &where);
+    CHECK_DNNL(dnnl_primitive_create(&b->bwd, bpd), "batch normalization backward", &where);
+    CHECK_DNNL(dnnl_primitive_create(&b->infer, ipd), "batch normalization inference", &where);
+    dnnl_primitive_desc_destroy(fpd);
+    dnnl_primitive_desc_destroy(bpd);
+    dnnl_primitive_desc_destroy(ipd);
+    if (st->nbn == st->cap_bn) {
+        st->cap_bn = st->cap_bn ? 2 * st->cap_bn : 16;
+        st->bn_plans = realloc(st->bn_plans, (size_t)st->cap_bn * sizeof *st->bn_plans);
+        if (!st->bn_plans) dpt_fatal("out of host memory for oneDNN plans");
+    }
+    return st->bn_plans[st->nbn++] = b;
+}
+
+static void dnnl_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
+                              dpt_layout layout, const float *gamma, const float *beta, float *running_mean,
+                              float *running_var, double momentum, double eps, float *save_mean, float *save_var)
+{
+    dnnl_state *st = state_of(ctx);
+    bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, eps);
+    dpt_conv_shape where = {.n = n, .c_in = c, .h = hw, .w = 1};
+    block scr = {0};
+    block_get(ctx, &scr, dnnl_memory_desc_get_size(&b->fwd_scratch), "oneDNN scratchpad");
+    execute(ctx, b->fwd, 7,
+            (int[]){DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE,
+                    DNNL_ARG_SCRATCHPAD},
+            (dnnl_memory_t[]){mem(st, &b->data, x, &where), mem(st, &b->data, y, &where), mem(st, &b->stat, gamma, &where),
+                              mem(st, &b->stat, beta, &where), mem(st, &b->stat, save_mean, &where),
+                              mem(st, &b->stat, save_var, &where), mem(st, &b->fwd_scratch, scr.ptr, &where)},
+            "batch normalization forward", &where);
+    block_put(ctx, &scr);
+    double count = (double)(n * hw), unbias = count > 1 ? count / (count - 1) : 1.0;
+    for (int64_t ch = 0; ch < c; ch++) {
+        running_mean[ch] = (float)((1 - momentum) * running_mean[ch] + momentum * save_mean[ch]);
+        running_var[ch] = (float)((1 - momentum) * running_var[ch] + momentum * save_var[ch] * unbias);
+    }
+}
+
+static void dnnl_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
+                              int64_t c, int64_t hw, dpt_layout layout, const float *gamma, float *dgamma, float *dbeta,
+                              double eps, const float *save_mean, const float *save_var)
+{
+    dnnl_state *st = state_of(ctx);
+    bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, eps);
+    dpt_conv_shape where = {.n = n, .c_in = c, .h = hw, .w = 1};
+    size_t bytes = (size_t)(n * c * hw) * sizeof(float);
+    block scr = {0}, bdx = {0}, bdp = {0};
+    float *out = dx_accumulate ? block_get(ctx, &bdx, bytes, "a batch-norm gradient") : dx;
+    float *dscale = block_get(ctx, &bdp, (size_t)(2 * c) * sizeof(float), "batch-norm parameter gradients");
+    block_get(ctx, &scr, dnnl_memory_desc_get_size(&b->bwd_scratch), "oneDNN scratchpad");
+    execute(ctx, b->bwd, 10,
+            (int[]){DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_SCALE, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_DIFF_SRC,
+                    DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT, DNNL_ARG_SHIFT, DNNL_ARG_SCRATCHPAD},
+            (dnnl_memory_t[]){mem(st, &b->data, x, &where), mem(st, &b->data, dy, &where), mem(st, &b->stat, gamma, &where),
+                              mem(st, &b->stat, save_mean, &where), mem(st, &b->stat, save_var, &where),
+                              mem(st, &b->data, out, &where), mem(st, &b->stat, dscale, &where),
+                              mem(st, &b->stat, dscale + c, &where), mem(st, &b->stat, dscale + c, &where),
+                              mem(st, &b->bwd_scratch, scr.ptr, &where)},
+            "batch normalization backward", &where);
+    if (dx_accumulate) dpt_backend_cpu.axpy(ctx, n * c * hw, 1.0f, out, dx);
+    for (int64_t ch = 0; ch < c; ch++)
+        dgamma[ch] += dscale[ch], dbeta[ch] += dscale[c + ch];
+    block_put(ctx, &scr), block_put(ctx, &bdp), block_put(ctx, &bdx);
+}
+
+static void dnnl_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
+                                dpt_layout layout, const float *gamma, const float *beta, const float *running_mean,
+                                const float *running_var, double eps)
+{
+    dnnl_state *st = state_of(ctx);
+    bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, eps);
+    dpt_conv_shape where = {.n = n, .c_in = c, .h = hw, .w = 1};
+    block scr = {0};
+    block_get(ctx, &scr, dnnl_memory_desc_get_size(&b->infer_scratch), "oneDNN scratchpad");
+    execute(ctx, b->infer, 7,
+            (int[]){DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE,
+                    DNNL_ARG_SCRATCHPAD},
+            (dnnl_memory_t[]){mem(st, &b->data, x, &where), mem(st, &b->data, y, &where), mem(st, &b->stat, gamma, &where),
+                              mem(st, &b->stat, beta, &where), mem(st, &b->stat, running_mean, &where),
+                              mem(st, &b->stat, running_var, &where), mem(st, &b->infer_scratch, scr.ptr, &where)},
+            "batch normalization inference", &where);
+    block_put(ctx, &scr);
+}
+
 /* ---------------------------------------------------------------- the table */
 
 static bool dnnl_init(dpt_ctx *ctx, dpt_error *err)
@@ -370,6 +619,18 @@ static void dnnl_shutdown(dpt_ctx *ctx)
         for (int i = 0; i < st->nplans; i++)
             plan_free(st->plans[i]);
         free(st->plans);
+        for (int i = 0; i < st->nbn; i++) {
+            dnnl_primitive_destroy(st->bn_plans[i]->fwd);
+            dnnl_primitive_destroy(st->bn_plans[i]->bwd);
+            dnnl_primitive_destroy(st->bn_plans[i]->infer);
+            free(st->bn_plans[i]);
+        }
+        free(st->bn_plans);
+        for (int i = 0; i < st->nrelayouts; i++) {
+            if (st->relayouts[i]->reorder) dnnl_primitive_destroy(st->relayouts[i]->reorder);
+            free(st->relayouts[i]);
+        }
+        free(st->relayouts);
         dnnl_stream_destroy(st->stream);
         dnnl_engine_destroy(st->engine);
         free(st);
@@ -389,6 +650,11 @@ static void table_fill(void)
     table.shutdown = dnnl_shutdown;
     table.conv2d_fwd = dnnl_conv2d_fwd;
     table.conv2d_bwd = dnnl_conv2d_bwd;
+    table.conv2d_out_layout = dnnl_conv2d_out_layout;
+    table.relayout = dnnl_relayout;
+    table.bn_fused_fwd = dnnl_bn_fused_fwd;
+    table.bn_fused_bwd = dnnl_bn_fused_bwd;
+    table.bn_fused_infer = dnnl_bn_fused_infer;
 }
 
 const dpt_backend *dpt_backend_cpu_onednn(void)

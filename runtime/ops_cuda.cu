@@ -1030,9 +1030,10 @@ static void bn_descriptors(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* cuDNN 9 keeps these; the graph API replaces them */
 static void cuda_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                              const float *gamma, const float *beta, float *running_mean, float *running_var,
-                              double momentum, double eps, float *save_mean, float *save_invstd)
+                              dpt_layout layout, const float *gamma, const float *beta, float *running_mean,
+                              float *running_var, double momentum, double eps, float *save_mean, float *save_invstd)
 {
+    DPT_ASSERT(layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
     cuda_state *s = state_of(ctx);
     bn_descriptors(ctx, n, c, hw);
     float one = 1.0f, zero = 0.0f;
@@ -1041,21 +1042,25 @@ static void cuda_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n,
                                                        running_var, eps, save_mean, save_invstd));
 }
 
-static void cuda_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n, int64_t c,
-                              int64_t hw, const float *gamma, float *dgamma, float *dbeta, double eps,
-                              const float *save_mean, const float *save_invstd)
+static void cuda_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate,
+                              int64_t n, int64_t c, int64_t hw, dpt_layout layout, const float *gamma, float *dgamma,
+                              float *dbeta, double eps, const float *save_mean, const float *save_invstd)
 {
+    DPT_ASSERT(layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
     cuda_state *s = state_of(ctx);
     bn_descriptors(ctx, n, c, hw);
-    float one = 1.0f; /* beta = 1 for data and parameters: gradients accumulate */
-    CHECK_CUDNN(cudnnBatchNormalizationBackward(s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &one, &one, &one, s->bn_x, x,
+    /* parameters: beta = 1 (gradients accumulate); data: beta = 0 when dx is written first
+     * (no zero fill and no read of it) */
+    float one = 1.0f, data_beta = dx_accumulate ? 1.0f : 0.0f;
+    CHECK_CUDNN(cudnnBatchNormalizationBackward(s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &data_beta, &one, &one, s->bn_x, x,
                                                 s->bn_x, dy, s->bn_x, dx, s->bn_c, gamma, dgamma, dbeta, eps,
                                                 save_mean, save_invstd));
 }
 static void cuda_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                                const float *gamma, const float *beta, const float *running_mean,
+                                dpt_layout layout, const float *gamma, const float *beta, const float *running_mean,
                                 const float *running_var, double eps)
 {
+    DPT_ASSERT(layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
     cuda_state *s = state_of(ctx);
     bn_descriptors(ctx, n, c, hw);
     float one = 1.0f, zero = 0.0f;

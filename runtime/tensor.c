@@ -68,7 +68,9 @@ dpt_tensor *dpt_temp_zeros(dpt_ctx *ctx, int ndim, const int64_t *shape)
 
 dpt_tensor *dpt_temp_like(dpt_ctx *ctx, const dpt_tensor *t)
 {
-    return dpt_temp(ctx, t->ndim, t->shape);
+    dpt_tensor *out = dpt_temp(ctx, t->ndim, t->shape);
+    out->layout = t->layout;
+    return out;
 }
 
 dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
@@ -180,12 +182,22 @@ int64_t dpt_tensor_dim(const dpt_tensor *t, int axis)
 void dpt_tensor_copy_from_host(dpt_tensor *t, const float *src)
 {
     DPT_ASSERT(dpt_tensor_is_contiguous(t), "copy into a strided view");
+    DPT_ASSERT(t->layout == DPT_LAYOUT_NCHW, "copy into a blocked activation");
     t->ctx->be->copy_h2d(t->ctx, t->data, src, (size_t)t->numel * sizeof(float));
 }
 
 void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst)
 {
     DPT_ASSERT(dpt_tensor_is_contiguous(t), "copy from a strided view");
+    if (t->layout != DPT_LAYOUT_NCHW) { /* a blocked activation reads out as NCHW */
+        dpt_ctx *ctx = t->ctx;
+        size_t granted;
+        float *plain = dpt_ctx_alloc(ctx, (size_t)t->numel * sizeof(float), &granted, "a relayout for a copy");
+        ctx->be->relayout(ctx, t->data, t->layout, plain, DPT_LAYOUT_NCHW, t->shape, false);
+        ctx->be->copy_d2h(ctx, dst, plain, (size_t)t->numel * sizeof(float));
+        dpt_alloc_put(ctx->alloc, plain, granted);
+        return;
+    }
     t->ctx->be->copy_d2h(t->ctx, dst, t->data, (size_t)t->numel * sizeof(float));
 }
 

@@ -12,8 +12,17 @@ typedef struct dpt_storage {
     dpt_alloc *alloc;
 } dpt_storage;
 
+/* How a 4-D activation (N, C, H, W) lies in memory. NCHW16C (oneDNN's nChw16c: blocks of
+ * 16 channels innermost) only ever holds a tensor whose C is a multiple of 16, so it has the
+ * same numel and size, and elementwise kernels run on it unchanged; ops that read positions
+ * (pooling, reshape, matmul, the loss) take dpt_plain() of their input first. Only the oneDNN
+ * kernels produce it, and only between the ops that accept it (conv, batch norm, relu, add,
+ * scale, mul, dropout), so no data ever leaves the tape in it. */
+typedef enum dpt_layout { DPT_LAYOUT_NCHW = 0, DPT_LAYOUT_NCHW16C = 1 } dpt_layout;
+
 struct dpt_tensor {
     int ndim;
+    dpt_layout layout;
     int64_t shape[DPT_MAX_DIMS];
     int64_t strides[DPT_MAX_DIMS]; /* in elements */
     int64_t numel;
@@ -37,7 +46,11 @@ dpt_tensor *dpt_tensor_wrap(dpt_ctx *ctx, float *data, int ndim, const int64_t *
 /* A temporary (tape-owned) tensor; contents uninitialised / zero-filled. */
 dpt_tensor *dpt_temp(dpt_ctx *ctx, int ndim, const int64_t *shape);
 dpt_tensor *dpt_temp_zeros(dpt_ctx *ctx, int ndim, const int64_t *shape);
-dpt_tensor *dpt_temp_like(dpt_ctx *ctx, const dpt_tensor *t);
+dpt_tensor *dpt_temp_like(dpt_ctx *ctx, const dpt_tensor *t); /* same shape and layout */
+/* x in plain NCHW: x itself, or a recorded relayout (its backward relays the gradient back). */
+dpt_tensor *dpt_plain(dpt_ctx *ctx, dpt_tensor *x);
+/* The layout two operands of an elementwise op share; converts both to plain if they differ. */
+dpt_layout dpt_common_layout(dpt_ctx *ctx, dpt_tensor **a, dpt_tensor **b);
 /* A temporary view of t's storage with another shape and strides. */
 dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                      int64_t offset);

@@ -103,12 +103,126 @@ static void test_conv2d(void **state)
         }
 }
 
+/* A chain in which oneDNN keeps its blocked layout between layers: conv (8 -> 16) writes
+ * nChw16c, batch norm (training) and the residual add run on it, the second conv (16 -> 16,
+ * stride 2) reads it and writes it, and the checker reads the result back through a
+ * relayout. Forward and every gradient against a float64 composition of the references. */
+typedef struct chain_case {
+    dpt_model *model;
+    dpt_conv2d *conv1, *conv2;
+    dpt_batchnorm *bn;
+} chain_case;
+
+static void chain_setup(dpt_ctx *ctx, dpt_tensor **in, void *user)
+{
+    chain_case *c = user;
+    c->model = dpt_model_new(ctx, "chain", NULL);
+    dpt_shape3 shape = {8, 6, 6};
+    c->conv1 = dpt_conv2d_new(c->model, "conv1", &shape, 16, 3, 1, 1, 1, 1, false);
+    c->bn = dpt_batchnorm_new(c->model, "bn", &shape, 0.1f, 1e-5f, true, false);
+    c->conv2 = dpt_conv2d_new(c->model, "conv2", &shape, 16, 3, 2, 1, 1, 1, true);
+    assert_null(dpt_model_error(c->model));
+    for (int i = 0; i < 5; i++)
+        in[1 + i] = dpt_model_param_at(c->model, i); /* conv1.w, bn.gamma, bn.beta, conv2.w, conv2.b */
+    dpt_init_uniform(ctx, in[2], 1.0f);
+    dpt_init_uniform(ctx, in[3], 0.5f);
+    dpt_init_uniform(ctx, in[5], 0.5f);
+}
+
+static void chain_teardown(void *user)
+{
+    dpt_model_free(((chain_case *)user)->model);
+}
+
+static dpt_tensor *chain_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
+{
+    chain_case *c = user;
+    dpt_tensor *a = dpt_conv2d_forward(ctx, c->conv1, in[0]);
+    dpt_tensor *b = dpt_add(ctx, dpt_batchnorm_forward(ctx, c->bn, a, true), a);
+    return dpt_conv2d_forward(ctx, c->conv2, b);
+}
+
+/* y (n, co, oh, ow) = conv(x (n, ci, h, w), w (co, ci, k, k)) + bias, in double. */
+static void conv_d(const double *x, const double *w, const double *bias, double *y, int64_t n, int64_t ci, int64_t h,
+                   int64_t co, int64_t k, int64_t s, int64_t p, int64_t oh)
+{
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t o = 0; o < co; o++)
+            for (int64_t oy = 0; oy < oh; oy++)
+                for (int64_t ox = 0; ox < oh; ox++) {
+                    double acc = bias ? bias[o] : 0.0;
+                    for (int64_t c = 0; c < ci; c++)
+                        for (int64_t ki = 0; ki < k; ki++)
+                            for (int64_t kj = 0; kj < k; kj++) {
+                                int64_t iy = oy * s - p + ki, ix = ox * s - p + kj;
+                                if (iy < 0 || iy >= h || ix < 0 || ix >= h) continue;
+                                acc += x[((b * ci + c) * h + iy) * h + ix] * w[((o * ci + c) * k + ki) * k + kj];
+                            }
+                    y[((b * co + o) * oh + oy) * oh + ox] = acc;
+                }
+}
+
+static void chain_ref(const double *const *in, double *out, void *user)
+{
+    (void)user;
+    const int64_t n = 2, hw = 36;
+    double a[2 * 16 * 36], b[2 * 16 * 36];
+    conv_d(in[0], in[1], NULL, a, n, 8, 6, 16, 3, 1, 1, 6);
+    for (int64_t ch = 0; ch < 16; ch++) {
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < hw; j++)
+                mean += a[(i * 16 + ch) * hw + j];
+        mean /= (double)(n * hw);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < hw; j++)
+                var += (a[(i * 16 + ch) * hw + j] - mean) * (a[(i * 16 + ch) * hw + j] - mean);
+        var /= (double)(n * hw);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < hw; j++) {
+                int64_t at = (i * 16 + ch) * hw + j;
+                b[at] = in[2][ch] * (a[at] - mean) / sqrt(var + 1e-5) + in[3][ch] + a[at];
+            }
+    }
+    conv_d(b, in[4], in[5], out, n, 16, 6, 16, 3, 2, 1, 3);
+}
+
+static void test_blocked_chain(void **state)
+{
+    (void)state;
+    for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
+        for (int threads = 1; threads <= 2; threads++) {
+            test_kernels = (dpt_cpu_kernels)kernels;
+            chain_case c = {0};
+            gradcheck gc = {
+                .n_in = 6,
+                .ndim = {4, 4, 1, 1, 4, 1},
+                .shape = {{2, 8, 6, 6}, {16, 8, 3, 3}, {16}, {16}, {16, 16, 3, 3}, {16}},
+                .lo = -1,
+                .hi = 1,
+                .setup = chain_setup,
+                .teardown = chain_teardown,
+                .build = chain_build,
+                .reference = chain_ref,
+                .user = &c,
+                .fwd_rtol = 1e-4,
+                .grad_rtol = 2e-3,
+                .grad_atol = 1e-4,
+                .threads = threads,
+            };
+            char name[96];
+            snprintf(name, sizeof name, "conv-bn-add-conv chain (threads %d, %s)", threads, test_kernels_name());
+            run_gradcheck(name, &gc, 990);
+            test_kernels = DPT_CPU_KERNELS_DEFAULT;
+        }
+}
+
 /* ---------------------------------------------------------------- batch norm */
 
 typedef struct bn_case {
     int64_t n, c, h, w;
     bool training, affine;
-    double running_mean[8], running_var[8];
+    double running_mean[16], running_var[16];
     dpt_model *model;
     dpt_batchnorm *layer;
 } bn_case;
@@ -124,7 +238,7 @@ static void bn_setup(dpt_ctx *ctx, dpt_tensor **in, void *user)
         dpt_init_uniform(ctx, in[1], 1.5f);
         dpt_init_uniform(ctx, in[2], 0.5f);
     }
-    float rm[8], rv[8];
+    float rm[16], rv[16];
     for (int i = 0; i < c->c; i++)
         rm[i] = (float)c->running_mean[i], rv[i] = (float)c->running_var[i];
     dpt_tensor_copy_from_host(dpt_model_buffer_at(c->model, 0), rm);
@@ -173,9 +287,11 @@ static void bn_ref(const double *const *in, double *out, void *user)
 static void test_batchnorm(void **state)
 {
     (void)state;
-    const int64_t shapes[][4] = {{2, 1, 1, 3}, {1, 3, 4, 5}, {4, 2, 3, 3}, {3, 5, 1, 1}, {2, 4, 7, 2}};
+    const int64_t shapes[][4] = {{2, 1, 1, 3}, {1, 3, 4, 5}, {4, 2, 3, 3}, {3, 5, 1, 1}, {2, 4, 7, 2}, {2, 16, 3, 3}};
+    for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int mode = 0; mode < 4; mode++) {
+            test_kernels = (dpt_cpu_kernels)kernels;
             bn_case c = {shapes[i][0],
                          shapes[i][1],
                          shapes[i][2],
@@ -186,6 +302,8 @@ static void test_batchnorm(void **state)
                          {1.5, 0.5, 2.0, 1.0, 0.8},
                          NULL,
                          NULL};
+            for (int ch = 5; ch < 16; ch++) /* channels past the listed ones */
+                c.running_mean[ch] = 0.05 * ch, c.running_var[ch] = 0.5 + 0.1 * ch;
             gradcheck gc = {
                 .n_in = c.affine ? 3 : 1,
                 .ndim = {4, 1, 1},
@@ -202,10 +320,12 @@ static void test_batchnorm(void **state)
                 .grad_atol = 2e-5,
             };
             char name[128];
-            snprintf(name, sizeof name, "batchnorm (%lld,%lld,%lld,%lld) %s %s", (long long)c.n,
+            snprintf(name, sizeof name, "batchnorm (%lld,%lld,%lld,%lld) %s %s (%s)", (long long)c.n,
                      (long long)c.c, (long long)c.h, (long long)c.w, c.training ? "train" : "eval",
-                     c.affine ? "affine" : "plain");
+                     c.affine ? "affine" : "plain", test_kernels_name());
+            gc.threads = 1 + (int)(i % 2);
             run_gradcheck(name, &gc, 800 + i * 4 + (uint64_t)mode);
+            test_kernels = DPT_CPU_KERNELS_DEFAULT;
         }
 }
 
@@ -370,6 +490,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_blocked_chain),
         cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_batchnorm_running_stats),
         cmocka_unit_test(test_pooling),
