@@ -74,7 +74,8 @@ test: deps
 	@$(MAKE) --no-print-directory all asan-build fuzz-build
 	@tests/run.sh $(BUILD)/tests
 
-bench: deps
+bench:
+	@scripts/deps.sh bench
 	@$(MAKE) --no-print-directory all
 	@bench/run.sh $(BUILD)/bench
 

@@ -111,7 +111,8 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *backend = cuda ? (opt.tf32 ? "cuda (cuBLAS/cuDNN, TF32)" : "cuda (cuBLAS/cuDNN, FP32)")
-                               : "cpu (im2col + OpenBLAS)";
+                          : !strcmp(dpt_ctx_backend_name(ctx), "cpu-onednn") ? "cpu (oneDNN convolutions)"
+                                                                          : "cpu (im2col + OpenBLAS)";
     int64_t scale = cuda ? 4 : 1; /* a GPU needs bigger batches to be measured at all */
     const conv_case cases[] = {
         {"resnet20", 16, 32, 16, 3, 1, 32},  {"resnet20", 16, 32, 32, 3, 2, 32},

@@ -64,7 +64,9 @@ int main(int argc, char **argv)
     dpt_model *model = dpt_model_build(ctx, cfg, def->c, def->hw, def->hw, def->classes, &err);
     if (!model) dpt_abort_job("%s", err.msg);
     dpt_optim *optim = dpt_sgd_new(model, 0.01f, 0.9f, 0.0f, 0.0f, false);
-    dpt_dataset *ds = dpt_synthetic_new(batch * world.size * 4, def->c, def->hw, def->hw, def->classes, 1);
+    /* enough samples for every step: no epoch restart (a pause of the prefetch thread) is timed */
+    dpt_dataset *ds = dpt_synthetic_new(batch * world.size * (warmup + steps + 1), def->c, def->hw, def->hw,
+                                        def->classes, 1);
     dpt_loader_options lo = {.batch = batch,
                              .shuffle = true,
                              .drop_last = true,

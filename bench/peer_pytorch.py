@@ -63,8 +63,8 @@ def img_s(name, steps, device, batch=None):
     x = torch.randn(batch, *shape, device=device)
     y = torch.randint(0, classes, (batch,), device=device)
     loss_fn = nn.CrossEntropyLoss()
-    for i in range(steps + 1):
-        if i == 1:
+    for i in range(steps + 2):  # two warm-up steps, as bench_step
+        if i == 2:
             if device == "cuda": torch.cuda.synchronize()
             t0 = time.perf_counter()
         opt.zero_grad()
@@ -72,6 +72,46 @@ def img_s(name, steps, device, batch=None):
         opt.step()
     if device == "cuda": torch.cuda.synchronize()
     return batch * steps / (time.perf_counter() - t0), sum(p.numel() for p in model.parameters())
+
+def ddp_worker(rank, world, name, steps, batch, threads, port, out):
+    """One gloo DDP rank (the peer of `mpirun -np 2 bench_step`): same model, per-rank batch,
+    SGD, threads per rank; the ranks' mean step time gives the global img/s."""
+    import os
+    import torch.distributed as dist
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    build, shape, classes, _ = MODELS[name]
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(build())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, *shape)
+    y = torch.randint(0, classes, (batch,))
+    loss_fn = nn.CrossEntropyLoss()
+    for i in range(steps + 2):
+        if i == 2:
+            dist.barrier()
+            t0 = time.perf_counter()
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    t = torch.tensor([time.perf_counter() - t0])
+    dist.all_reduce(t)
+    if rank == 0:
+        out.put(batch * world * steps / (t.item() / world))
+    dist.destroy_process_group()
+
+def ddp_img_s(name, steps, batch, threads, world=2):
+    import random
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = random.randint(20000, 40000)
+    procs = [ctx.Process(target=ddp_worker, args=(r, world, name, steps, batch, threads, port, out)) for r in range(world)]
+    for p in procs: p.start()
+    rate = out.get()
+    for p in procs: p.join()
+    return rate
 
 def main():
     ap = argparse.ArgumentParser()
@@ -82,7 +122,21 @@ def main():
     ap.add_argument("--batch", type=int, help="batch for every model (default: each model's own)")
     ap.add_argument("--steps", type=int, help="timed steps for every model (default: each model's own)")
     ap.add_argument("--tf32", action="store_true", help="cuda: allow TF32 (dptrain's [train] tf32 = true)")
+    ap.add_argument("--ddp", type=int, default=0, help="N gloo DDP ranks on this machine, --threads each")
+    ap.add_argument("--one", action="store_true", help="one model: print only its JSON line (side_by_side.py)")
     args = ap.parse_args()
+    if args.one:
+        name = args.models
+        batch = args.batch or MODELS[name][3]
+        if args.ddp:
+            rate = ddp_img_s(name, args.steps, batch, args.threads, args.ddp)
+        else:
+            torch.set_num_threads(args.threads)
+            torch.manual_seed(0)
+            rate, _ = img_s(name, args.steps, args.device, batch)
+        print(json.dumps({"bench": "torch_step", "model": name, "batch": batch, "threads": args.threads,
+                          "ranks": max(args.ddp, 1), "torch": torch.__version__, "img_s": round(rate, 2)}))
+        return
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.device == "cuda":  # the same math as dptrain's default: FP32, no TF32, cuDNN heuristics

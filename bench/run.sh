@@ -6,15 +6,17 @@ cd "$(dirname "$0")/.."
 # BENCH_FULL=1 adds the ResNet-50 training step (tens of seconds a step on 2 cores).
 for b in "$dir"/bench_*; do
     [ -x "$b" ] || continue
+    case "$(basename "$b")" in bench_step) continue ;; esac # driven by side_by_side.py below
     echo "=== $(basename "$b")"
     if [ "$(basename "$b")" = bench_conv ] && [ -z "${BENCH_FULL:-}" ]; then "$b" quick; else "$b"; fi
-done | tee /tmp/dpt_bench.out
+done
+# dptrain against PyTorch: the same models, batches, SGD and threads, turn by turn, medians of
+# 3 pairs with the range of the ratio. BENCH_FULL=1 adds 2 threads and ResNet-50 (minutes).
 if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
-    echo "=== peer_pytorch.py (PyTorch CPU, same models, batch and threads)"
-    /usr/bin/python3 bench/peer_pytorch.py --threads "$(nproc)" --ours /tmp/dpt_bench.out \
-        --models "mlp,cnn,resnet20${BENCH_FULL:+,resnet50}"
+    echo "=== side_by_side.py (dptrain vs PyTorch CPU)"
+    /usr/bin/python3 bench/side_by_side.py --pairs 3 $([ -n "${BENCH_FULL:-}" ] || echo --quick)
 else
-    echo "=== peer_pytorch.py skipped: PyTorch not installed (apt-get install python3-torch)"
+    echo "=== side_by_side.py skipped: PyTorch not installed (apt-get install python3-torch)"
 fi
 for b in "$dir"/mpi_bench_*; do
     [ -x "$b" ] || continue

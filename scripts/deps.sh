@@ -3,6 +3,8 @@
 set -euo pipefail
 packages=(build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin zlib1g-dev libcmocka-dev
           libdnnl-dev dataset-fashion-mnist gnuplot-nox clang libclang-rt-14-dev)
+# make bench also needs the peer it is measured against
+[ "${1:-}" = bench ] && packages+=(python3-torch python3-torchvision)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
