@@ -8,60 +8,112 @@ SAN      ?=
 OMP      ?= -fopenmp
 CFLAGS   := $(OPT) $(SAN) -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter $(OMP) \
             -Iinclude -I/usr/include/x86_64-linux-gnu -MMD -MP
-# OpenBLAS's OpenMP build, so BLAS and our OpenMP kernels share one thread pool. With the
-# default pthread build the two pools spin against each other and 2 threads run at half the
-# speed of 1 (bench_mlp measured 23k vs 44k img/s). Falls back to the default build.
+LDFLAGS_EXTRA :=
+
+# ---- the GPU bundle (make gpu-bundle): the few Debian libraries a bare GPU image lacks
+# (reference BLAS, cmocka, zlib headers) unpacked under .gpu/; used where the system has no
+# OpenBLAS (a machine set up by make deps never needs it).
 OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp
-OPENBLAS_OMP_LIBS := $(OPENBLAS_OMP)/libopenblas.so.0 -Wl,-rpath,$(OPENBLAS_OMP)
-BLAS_LIBS := $(if $(wildcard $(OPENBLAS_OMP)/libopenblas.so.0),$(OPENBLAS_OMP_LIBS),-lopenblas)
-MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
-MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
-CFLAGS   += $(MPI_CFLAGS)
+HAVE_OPENBLAS := $(if $(wildcard $(OPENBLAS_OMP)/libopenblas.so.0 /usr/lib/x86_64-linux-gnu/libopenblas.so),yes,no)
+GPU_BUNDLE ?= $(if $(filter no,$(HAVE_OPENBLAS)),$(if $(wildcard .gpu/include/cblas.h),.gpu))
+ifneq ($(GPU_BUNDLE),)
+  CFLAGS += -I$(GPU_BUNDLE)/include
+  LDFLAGS_EXTRA += -L$(abspath $(GPU_BUNDLE))/lib -Wl,-rpath,$(abspath $(GPU_BUNDLE))/lib
+endif
+
+# ---- BLAS: OpenBLAS's OpenMP build, so BLAS and our OpenMP kernels share one thread pool.
+# With the default pthread build the two pools spin against each other and 2 threads run at
+# half the speed of 1 (bench_mlp measured 23k vs 44k img/s). Then the default OpenBLAS, then
+# any CBLAS as libblas (the GPU bundle's reference BLAS).
+ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so.0),)
+  BLAS := openblas-openmp
+  BLAS_LIBS := $(OPENBLAS_OMP)/libopenblas.so.0 -Wl,-rpath,$(OPENBLAS_OMP)
+  CFLAGS += -DDPT_OPENBLAS=1
+else ifneq ($(wildcard /usr/lib/x86_64-linux-gnu/libopenblas.so /usr/lib/libopenblas.so),)
+  BLAS := openblas
+  BLAS_LIBS := -lopenblas
+  CFLAGS += -DDPT_OPENBLAS=1
+else
+  BLAS := cblas (reference)
+  BLAS_LIBS := -lblas
+endif
+
+# ---- MPI (mpirun ranks): auto-detected; MPI=0 builds without it (one process, DataParallel).
+MPI ?= $(if $(shell command -v mpicc 2>/dev/null),1,0)
+ifeq ($(MPI),1)
+  MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+  MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+endif
+CFLAGS   += $(MPI_CFLAGS) -DDPT_MPI=$(MPI)
 OMP_LIBS ?= $(OMP)
 # oneDNN (Debian libdnnl-dev) for the CPU convolutions; without it the native kernels run.
 DNNL     ?= $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),yes,no)
 CFLAGS   += $(if $(filter yes,$(DNNL)),-DDPT_DNNL=1)
-LDLIBS   := $(SAN) $(BLAS_LIBS) $(if $(filter yes,$(DNNL)),-ldnnl) $(MPI_LIBS) -lz -lm $(OMP_LIBS) -lpthread
+LDLIBS   := $(SAN) $(LDFLAGS_EXTRA) $(BLAS_LIBS) $(if $(filter yes,$(DNNL)),-ldnnl) $(MPI_LIBS) -lz -lm $(OMP_LIBS) -lpthread -ldl
 
-# ---- CUDA auto-detection: nvcc, cuBLAS, cuDNN, NCCL
+# ---- CUDA auto-detection: nvcc, cuBLAS, cuDNN, NCCL. cuDNN and NCCL are looked for in
+# CUDNN_HOME / NCCL_HOME, then CUDA_HOME and /usr, then the nvidia-cudnn-* / nvidia-nccl-*
+# packages of the python3 on PATH (where a GPU image with PyTorch keeps them).
 CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda /usr/local/cuda-*))
+CUDA_ARCHS ?= 90 80 # Hopper (H100/H200) and Ampere (A100); gpu_check.sh builds 90 only
 NVCC      := $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
-HAVE_CUDNN := $(if $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h),yes,no)
-HAVE_NCCL  := $(if $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),yes,no)
+ifneq ($(NVCC),)
+  PY_NVIDIA := $(shell python3 -c 'import nvidia, os; print(" ".join(nvidia.__path__))' 2>/dev/null)
+  CUDNN_HOME ?= $(firstword $(patsubst %/include/cudnn.h,%,$(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h \
+                $(addsuffix /cudnn/include/cudnn.h,$(PY_NVIDIA)))))
+  NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h \
+               $(addsuffix /nccl/include/nccl.h,$(PY_NVIDIA)))))
+endif
+HAVE_CUDNN := $(if $(wildcard $(CUDNN_HOME)/include/cudnn.h),yes,no)
+HAVE_NCCL  := $(if $(wildcard $(NCCL_HOME)/include/nccl.h),yes,no)
+# A library of a pip package has only its versioned name (libcudnn.so.9): link that file.
+libpath = $(firstword $(wildcard $(1)/lib64/lib$(2).so $(1)/lib/lib$(2).so $(1)/lib/x86_64-linux-gnu/lib$(2).so \
+          $(1)/lib/lib$(2).so.* $(1)/lib64/lib$(2).so.*))
 
 LIB_SRCS := $(wildcard runtime/*.c layers/*.c optim/*.c data/*.c models/*.c)
 CU_SRCS  := $(wildcard runtime/*.cu layers/*.cu optim/*.cu)
+# The CUDA backend needs cuDNN (convolutions, batch norm): without it the build is CPU-only
+# and the summary says why.
+CUDA_OFF_WHY := $(if $(NVCC),$(if $(filter no,$(HAVE_CUDNN)),cuDNN not found: set CUDNN_HOME),no nvcc)
 ifneq ($(NVCC),)
 ifneq ($(CU_SRCS),)
+ifeq ($(HAVE_CUDNN),yes)
   CUDA_ON  := yes
   CFLAGS   += -DDPT_CUDA=1 -I$(CUDA_HOME)/include
-  NVFLAGS  := -O2 -std=c++17 -Iinclude -Iruntime -I$(CUDA_HOME)/include -DDPT_CUDA=1 $(MPI_CFLAGS) \
+  NVFLAGS  := -O2 -std=c++17 -Iinclude -Iruntime -I$(CUDA_HOME)/include -DDPT_CUDA=1 $(MPI_CFLAGS) -DDPT_MPI=$(MPI) \
               -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
-              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+              $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
   LDLIBS   += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
-              -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lcudnn $(if $(filter yes,$(HAVE_NCCL)),-lnccl) -lstdc++
-  ifeq ($(HAVE_NCCL),yes)
-    CFLAGS  += -DDPT_NCCL=1
-    NVFLAGS += -DDPT_NCCL=1
+              -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lstdc++
+  ifeq ($(HAVE_CUDNN),yes)
+    CFLAGS  += -DDPT_CUDNN=1
+    NVFLAGS += -DDPT_CUDNN=1 -I$(CUDNN_HOME)/include
+    LDLIBS  += $(call libpath,$(CUDNN_HOME),cudnn) -Wl,-rpath,$(dir $(call libpath,$(CUDNN_HOME),cudnn))
   endif
+  ifeq ($(HAVE_NCCL),yes)
+    CFLAGS  += -DDPT_NCCL=1 -I$(NCCL_HOME)/include
+    NVFLAGS += -DDPT_NCCL=1 -I$(NCCL_HOME)/include
+    LDLIBS  += $(call libpath,$(NCCL_HOME),nccl) -Wl,-rpath,$(dir $(call libpath,$(NCCL_HOME),nccl))
+  endif
+endif
 endif
 endif
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(CUDA_ON),$(CU_SRCS:%.cu=$(BUILD)/%.cu.o))
 LIB      := $(BUILD)/libdpt.a
 TEST_SRCS  := $(wildcard tests/test_*.c)
-MPI_TEST_SRCS := $(wildcard tests/mpi_*.c)
+MPI_TEST_SRCS := $(if $(filter 1,$(MPI)),$(wildcard tests/mpi_*.c))
 TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(MPI_TEST_SRCS:tests/%.c=$(BUILD)/tests/%) \
-              $(BUILD)/tests/doc_example $(BUILD)/tests/test_cuda_harness
-BENCH_SRCS := $(wildcard bench/bench_*.c bench/mpi_bench_*.c)
+              $(BUILD)/tests/doc_example $(BUILD)/tests/test_cuda_harness $(BUILD)/tests/libfake_nvml.so
+BENCH_SRCS := $(wildcard bench/bench_*.c $(if $(filter 1,$(MPI)),bench/mpi_bench_*.c))
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps demo test bench tests benches clean format compile_commands summary asan asan-build print-libs \
-        fuzz fuzz-build
+        fuzz fuzz-build gpu-bundle gpu-selftest
 all: summary train tests benches
 
 summary:
-	@echo "dptrain build: cc=$(CC) | blas=$(if $(findstring openmp,$(BLAS_LIBS)),openblas-openmp,openblas-pthread) onednn=$(DNNL) zlib openmp mpi=$(if $(MPI_LIBS),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no) cudnn=$(HAVE_CUDNN) nccl=$(HAVE_NCCL)"
+	@echo "dptrain build: cc=$(CC) | blas=$(BLAS) onednn=$(DNNL) zlib openmp mpi=$(if $(filter 1,$(MPI)),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no ($(CUDA_OFF_WHY))) cudnn=$(HAVE_CUDNN)$(if $(filter yes,$(HAVE_CUDNN)), ($(CUDNN_HOME))) nccl=$(HAVE_NCCL)$(if $(filter yes,$(HAVE_NCCL)), ($(NCCL_HOME)))$(if $(GPU_BUNDLE), | bundle $(GPU_BUNDLE))"
 
 deps:
 	@scripts/deps.sh
@@ -104,6 +156,14 @@ build-fuzz/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_common.h tests/ckpt_bytes.h $(
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fsanitize=fuzzer -I. -o $@ $< $(LIB) $(LDLIBS)
 
+# The GPU machine's bundle (scripts/gpu_bundle.sh) and the proof, here, that a bare Debian
+# with only it and the CUDA toolkit builds (scripts/gpu_selftest.sh; needs root and debootstrap).
+gpu-bundle:
+	@scripts/gpu_bundle.sh
+
+gpu-selftest: gpu-bundle
+	@scripts/gpu_selftest.sh
+
 fuzz: deps fuzz-build
 	@scripts/fuzz.sh $(FUZZ_S)
 
@@ -111,6 +171,10 @@ tests: $(TEST_BINS)
 benches: $(BENCH_BINS)
 
 train: train.c $(LIB)
+	$(CC) $(CFLAGS) -I. -o $@ train.c $(LIB) $(LDLIBS)
+
+# ./train of another build folder (a build with other options must not replace ./train)
+$(BUILD)/train: train.c $(LIB)
 	$(CC) $(CFLAGS) -I. -o $@ train.c $(LIB) $(LDLIBS)
 
 $(LIB): $(LIB_OBJS)
@@ -128,6 +192,11 @@ $(BUILD)/%.cu.o: %.cu
 $(BUILD)/tests/test_%: tests/test_%.c tests/testutil.h tests/ddp_common.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LIB) $(LDLIBS) -lcmocka
+
+# NVML's stand-in (tests/fake_nvml.c) for the GPU-stats tests on a machine without a GPU.
+$(BUILD)/tests/libfake_nvml.so: tests/fake_nvml.c
+	@mkdir -p $(dir $@)
+	$(CC) -O1 -shared -fPIC -o $@ $<
 
 # test_cuda.c once more with the CPU standing in for the GPU (see the file's head).
 $(BUILD)/tests/test_cuda_harness: tests/test_cuda.c tests/testutil.h tests/ddp_common.h $(LIB)

@@ -78,6 +78,17 @@ static progress progress_new(const replica *r, int64_t total_steps);
 static void progress_step(progress *p, const replica *r, const dpt_train_state *st, int64_t s,
                           int64_t steps_per_epoch, const window *w, double lr);
 static void progress_end_epoch(progress *p);
+/* The GPU's stats as JSON fields (",\"gpu_util\":87,..."), or "" when there are none. */
+static const char *gpu_json(const dpt_gpu_stats *s, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (s->valid)
+        snprintf(buf, cap, ",\"gpu_util\":%d,\"gpu_mem_used_mb\":%.0f,\"gpu_mem_total_mb\":%.0f,\"gpu_temp_c\":%d,"
+                 "\"gpu_power_w\":%.1f",
+                 s->util_pct, s->mem_used_mb, s->mem_total_mb, s->temp_c, s->power_w);
+    return buf;
+}
+
 static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_train_state *st, int64_t s,
                        int64_t steps_per_epoch, const window *w, double grad_norm, double lr,
                        const dpt_ctx *ctx);
@@ -771,27 +782,38 @@ static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_
     double img_s = (double)w->samples * r->size / (now - w->start);
     double loss = w->samples ? w->loss / (double)w->samples : NAN;
     double acc = w->samples ? (double)w->correct / (double)w->samples : NAN;
+    /* the rank's GPU as nvidia-smi would show it ([log] gpu_stats; NVML loaded at run time) */
+    dpt_gpu_stats gs = {0};
+    char gpu[112] = "";
+    if (dpt_ctx_device(ctx).kind == DPT_DEVICE_CUDA && strcmp(dpt_config_str(r->cfg, "log", "gpu_stats"), "off")) {
+        char pci[32], text[96];
+        dpt_cuda_pci_bus_id(dpt_ctx_device(ctx).index, pci, sizeof pci);
+        if (dpt_gpu_stats_read(dpt_ctx_device(ctx).index, pci, &gs))
+            snprintf(gpu, sizeof gpu, " | gpu %s", dpt_gpu_stats_str(&gs, text, sizeof text));
+    }
     if (r->print && !p->bar) {
         char who[32] = "", comm[96] = "";
         if (r->rank) snprintf(who, sizeof who, "[rank %d] ", r->rank);
         if (r->comm)
             snprintf(comm, sizeof comm, " | comm %.2f ms/step (%.0f%% hidden)",
                      1e3 * w->comm_s / (double)steps, w->comm_s > 0 ? 100.0 * w->hidden_s / w->comm_s : 0.0);
-        printf("%sepoch %d | step %6lld/%lld | loss %.4f | acc %5.1f%% | %8.0f img/s%s\n", who, st->epoch,
-               (long long)s, (long long)steps_per_epoch, loss, 100.0 * acc, img_s, comm);
+        printf("%sepoch %d | step %6lld/%lld | loss %.4f | acc %5.1f%% | %8.0f img/s%s%s\n", who, st->epoch,
+               (long long)s, (long long)steps_per_epoch, loss, 100.0 * acc, img_s, comm, gpu);
         fflush(stdout);
     }
     dpt_mem_stats mem = dpt_ctx_mem_stats(ctx);
+    char json[160];
     dpt_metrics_write(m,
                       "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,\"loss\":%.6f,\"acc\":%.6f,"
                       "\"img_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"comm_hidden\":%.4f,"
-                      "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"ranks\":%d,\"global_batch\":%lld",
+                      "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"ranks\":%d,\"global_batch\":%lld%s",
                       st->epoch, (long long)st->step, lr, loss, acc, img_s,
                       1e3 * (now - w->start) / (double)steps, 1e3 * w->comm_s / (double)steps,
                       w->comm_s > 0 ? w->hidden_s / w->comm_s : 0.0, grad_norm,
                       (double)mem.peak_allocated / 1048576.0, r->size,
                       (long long)(dpt_config_int(r->cfg, "train", "batch") * r->size *
-                                  dpt_config_int(r->cfg, "distributed", "accum_steps")));
+                                  dpt_config_int(r->cfg, "distributed", "accum_steps")),
+                      gpu_json(&gs, json, sizeof json));
 }
 
 /* After an evaluation: the epoch line (epoch_window != NULL) or a mid-epoch one. */

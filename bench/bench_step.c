@@ -2,8 +2,10 @@
  * forward, cross-entropy, backward, DDP AllReduce under mpirun, SGD with momentum), on
  * synthetic data of the model's input shape. The side-by-side benchmark (side_by_side.py)
  * runs it turn by turn with bench/peer_pytorch.py on the same model, batch and threads.
- *   bench_step MODEL BATCH THREADS STEPS [native]      MODEL: mlp cnn resnet20 resnet50
+ *   bench_step MODEL BATCH THREADS STEPS [native|cuda|cuda-tf32]   MODEL: mlp cnn resnet20 resnet50
  *   mpirun -np 2 bench_step ...                         BATCH per rank; img/s is global
+ * cuda runs on cuda:<local rank> (FP32; cuda-tf32 allows TF32), with more warm-up steps (cuDNN
+ * picks algorithms and the caching allocator fills in the first ones).
  * Prints one JSON line. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +35,7 @@ static const model_def models[] = {
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: bench_step MODEL BATCH THREADS STEPS [native]\n");
+        fprintf(stderr, "usage: bench_step MODEL BATCH THREADS STEPS [native|cuda|cuda-tf32]\n");
         return 2;
     }
     const model_def *def = NULL;
@@ -45,7 +47,9 @@ int main(int argc, char **argv)
     }
     int64_t batch = atoll(argv[2]);
     int threads = atoi(argv[3]), steps = atoi(argv[4]), warmup = 2;
-    bool native = argc > 5 && !strcmp(argv[5], "native");
+    const char *mode = argc > 5 ? argv[5] : "";
+    bool native = !strcmp(mode, "native"), cuda = !strncmp(mode, "cuda", 4);
+    if (cuda) warmup = 5;
     dpt_world world;
     dpt_error err;
     if (!dpt_world_init(&world, &argc, &argv, &err)) {
@@ -53,11 +57,13 @@ int main(int argc, char **argv)
         return 1;
     }
     dpt_comm *comm = dpt_world_comm(&world);
-    dpt_ctx_options co = {.device = {DPT_DEVICE_CPU, 0},
+    dpt_ctx_options co = {.device = {cuda ? DPT_DEVICE_CUDA : DPT_DEVICE_CPU, cuda ? world.local_rank : 0},
                           .threads = threads,
                           .seed = 1,
+                          .tf32 = !strcmp(mode, "cuda-tf32"),
                           .cpu_kernels = native ? DPT_CPU_KERNELS_NATIVE : DPT_CPU_KERNELS_ONEDNN};
     dpt_ctx *ctx = dpt_ctx_new(&co, &err);
+    if (!ctx) dpt_abort_job("%s", err.msg);
     dpt_config *cfg = dpt_config_defaults();
     for (int i = 0; i < 4 && def->sets[i]; i++)
         if (!dpt_config_set(cfg, def->sets[i], &err)) dpt_abort_job("%s", err.msg);
@@ -86,6 +92,7 @@ int main(int argc, char **argv)
     double t0 = 0;
     for (int s = 0; s < warmup + steps; s++) {
         if (s == warmup) {
+            dpt_ctx_synchronize(ctx);
             dpt_comm_barrier(comm);
             t0 = dpt_now_s();
         }
@@ -97,6 +104,7 @@ int main(int argc, char **argv)
         dpt_model_zero_grad(model);
         dpt_tape_clear(ctx);
     }
+    dpt_ctx_synchronize(ctx);
     double seconds = dpt_now_s() - t0;
     if (comm) { /* the slowest rank sets the pace: the ranks agree on the mean step time */
         dpt_comm_allreduce_f64(comm, &seconds, 1, "benchmark time");

@@ -125,6 +125,10 @@ def main():
     ap.add_argument("--ddp", type=int, default=0, help="N gloo DDP ranks on this machine, --threads each")
     ap.add_argument("--one", action="store_true", help="one model: print only its JSON line (side_by_side.py)")
     args = ap.parse_args()
+    if args.device == "cuda":  # the same math as dptrain's default: FP32, no TF32, cuDNN heuristics
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.tf32
+        torch.backends.cudnn.benchmark = False
     if args.one:
         name = args.models
         batch = args.batch or MODELS[name][3]
@@ -139,10 +143,6 @@ def main():
         return
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    if args.device == "cuda":  # the same math as dptrain's default: FP32, no TF32, cuDNN heuristics
-        torch.backends.cuda.matmul.allow_tf32 = args.tf32
-        torch.backends.cudnn.allow_tf32 = args.tf32
-        torch.backends.cudnn.benchmark = False
     steps = {"mlp": 300, "cnn": 20, "resnet20": 5, "resnet50": 2}
     if args.device == "cuda": steps = {"mlp": 300, "cnn": 100, "resnet20": 50, "resnet50": 20}
     if args.steps: steps = {k: args.steps for k in steps}

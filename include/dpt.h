@@ -71,6 +71,27 @@ void dpt_ctx_free(dpt_ctx *ctx);
 int dpt_device_count(dpt_device_kind kind);
 /* Print the CUDA driver/runtime, cuDNN and NCCL versions and each GPU (or that there is none). */
 void dpt_print_env(FILE *out);
+/* ---------------------------------------------------------------- GPU monitoring
+ * What nvidia-smi shows, read through NVML (loaded at run time; without the driver's
+ * libnvidia-ml.so.1 there are no stats, and no error). */
+typedef struct dpt_gpu_stats {
+    bool valid;
+    char name[96];
+    int util_pct;                    /* GPU busy, percent of the last sample period */
+    double mem_used_mb, mem_total_mb;
+    int temp_c;                      /* -1: not reported */
+    double power_w;                  /* -1: not reported */
+} dpt_gpu_stats;
+/* GPUs NVML sees (0 without NVML). */
+int dpt_gpu_stats_count(void);
+/* The stats of the GPU with this PCI bus id (a CUDA device's: dpt_cuda_pci_bus_id), or of
+ * NVML's device nvml_index when pci_bus_id is NULL or empty; false without NVML. */
+bool dpt_gpu_stats_read(int nvml_index, const char *pci_bus_id, dpt_gpu_stats *out);
+/* "87% 31.2/80.0 GiB 64C 312W" */
+const char *dpt_gpu_stats_str(const dpt_gpu_stats *s, char *buf, size_t cap);
+/* The PCI bus id of CUDA device `index` ("" in a build without CUDA or with no such device). */
+void dpt_cuda_pci_bus_id(int index, char *buf, size_t cap);
+
 /* The kernels a context runs: "cpu" (native), "cpu-onednn", "cuda". */
 const char *dpt_ctx_backend_name(const dpt_ctx *ctx);
 /* The oneDNN version of this build (or that it has none). */

@@ -1,4 +1,5 @@
-/* comm_mpi.c: the communicator over MPI_COMM_WORLD for host buffers. */
+/* comm_mpi.c: the communicator over MPI_COMM_WORLD for host buffers (not in an MPI=0 build). */
+#if DPT_MPI
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -197,3 +198,5 @@ dpt_comm *dpt_comm_mpi_new(void)
     CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &comm->size));
     return comm;
 }
+
+#endif /* DPT_MPI */

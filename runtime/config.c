@@ -168,6 +168,9 @@ static const schema_key schema[] = {
      "auto: a progress bar with ETA on a terminal, plain lines otherwise (CI logs)"},
     {"log", "timeline", T_STRING, "", NO_RANGE, NULL,
      "Chrome-trace JSON per rank ({rank} in the path is replaced; else .rankN is appended when ranks > 1)"},
+    {"log", "gpu_stats", T_ENUM, "auto", NO_RANGE, "auto|off",
+     "auto: the GPU's utilisation, memory, temperature and power in the progress line and the metrics (NVML, "
+     "when the driver provides it)"},
     {"log", "metrics", T_STRING, "", NO_RANGE, NULL,
      "JSONL metrics file, one line per interval and per evaluation (empty = none)"},
 };
@@ -181,7 +184,7 @@ static const char *const outside_hash[] = {
     "distributed.bench_comm_ms_per_mb", "checkpoint.dir", "checkpoint.every_steps",
     "checkpoint.every_epochs", "checkpoint.keep_last",  "checkpoint.existing",
     "log.interval",          "log.all_ranks",           "log.progress",
-    "log.timeline",          "log.metrics",
+    "log.timeline",          "log.metrics",             "log.gpu_stats",
 };
 
 static bool is_outside_hash(int k)

@@ -12,6 +12,36 @@ int dpt_cuda_device_count(void);
 void dpt_cuda_print_env(FILE *out);
 #endif
 
+#if DPT_CUDA
+void dpt_cuda_pci_bus_id_impl(int index, char *buf, size_t cap); /* ops_cuda.cu */
+#endif
+
+void dpt_cuda_pci_bus_id(int index, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+#if DPT_CUDA
+    dpt_cuda_pci_bus_id_impl(index, buf, cap);
+#else
+    (void)index, (void)cap;
+#endif
+}
+
+/* NVML's view of every GPU, for --env. */
+static void print_gpu_stats(FILE *out)
+{
+    int n = dpt_gpu_stats_count();
+    if (n == 0) {
+        fprintf(out, "nvml: no GPU stats (libnvidia-ml.so.1 not found, or no GPU)\n");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        dpt_gpu_stats s;
+        char line[96];
+        if (dpt_gpu_stats_read(i, NULL, &s))
+            fprintf(out, "nvml: gpu %d %s | %s\n", i, s.name, dpt_gpu_stats_str(&s, line, sizeof line));
+    }
+}
+
 int dpt_device_count(dpt_device_kind kind)
 {
     if (kind == DPT_DEVICE_CPU) return 1;
@@ -26,8 +56,9 @@ void dpt_print_env(FILE *out)
 #if DPT_CUDA
     dpt_cuda_print_env(out);
 #else
-    fprintf(out, "cuda: not in this build (no nvcc found at build time)\n");
+    fprintf(out, "cuda: not in this build (no nvcc or no cuDNN found at build time: make prints why)\n");
 #endif
+    print_gpu_stats(out);
 }
 
 static const dpt_backend *backend_for(dpt_device_kind kind, dpt_cpu_kernels cpu_kernels)

@@ -1,7 +1,7 @@
 /* ops_cpu.c: the CPU backend. GEMM goes to OpenBLAS; elementwise kernels are OpenMP loops,
  * split only when the work is large enough to pay for waking threads. Reductions run in a
  * fixed order so that a run is bit-reproducible for a given thread count. */
-#include <cblas.h>
+#include "blas.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +33,7 @@ static dpt_raw_allocator cpu_raw_allocator(dpt_ctx *ctx)
 static bool cpu_init(dpt_ctx *ctx, dpt_error *err)
 {
     (void)err;
-    openblas_set_num_threads(ctx->threads);
+    dpt_blas_set_threads(ctx->threads);
     return true;
 }
 

@@ -9,7 +9,7 @@
  * 1x1 convolutions with stride 1 and no padding skip im2col (the input is the column).
  * Scratch comes from the caching allocator, sized once per shape: no allocation in the step
  * after the first. */
-#include <cblas.h>
+#include "blas.h"
 #include <float.h>
 #include <math.h>
 #include <omp.h>

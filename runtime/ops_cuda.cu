@@ -1250,6 +1250,11 @@ extern "C" const dpt_backend *dpt_backend_cuda(void)
     return &cuda_backend;
 }
 
+extern "C" void dpt_cuda_pci_bus_id_impl(int index, char *buf, size_t cap)
+{
+    if (cap && cudaDeviceGetPCIBusId(buf, (int)cap, index) != cudaSuccess) buf[0] = '\0';
+}
+
 extern "C" int dpt_cuda_device_count(void)
 {
     int count = 0;

@@ -1,6 +1,9 @@
 /* world.c: rank, size and local rank from MPI when an MPI launcher started us; a singleton
- * otherwise. Installs MPI_Abort as the fatal path so one failing rank stops the job. */
+ * otherwise. Installs MPI_Abort as the fatal path so one failing rank stops the job. A build
+ * without MPI (make MPI=0) is always a singleton, and says so if mpirun starts it. */
+#if DPT_MPI
 #include <mpi.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@ static bool launched_by_mpi(void)
     return false;
 }
 
+#if DPT_MPI
 void dpt_mpi_version(char *buf, size_t cap)
 {
     char v[MPI_MAX_LIBRARY_VERSION_STRING] = "";
@@ -84,6 +88,41 @@ dpt_comm *dpt_world_comm(const dpt_world *w)
 {
     return w->mpi ? world_comm : NULL;
 }
+
+#else /* built without MPI */
+
+void dpt_mpi_version(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "not in this build (make MPI=0)");
+}
+
+bool dpt_world_init(dpt_world *w, int *argc, char ***argv, dpt_error *err)
+{
+    (void)argc, (void)argv;
+    memset(w, 0, sizeof *w);
+    w->size = w->local_size = 1;
+    gethostname(w->host, sizeof w->host - 1);
+    if (launched_by_mpi())
+        return dpt_errorf(err, "mpirun started this process, but this dptrain was built without MPI (make MPI=0)\n"
+                               "HINT: rebuild with MPI (Debian libopenmpi-dev, then make), or train in one process: "
+                               "[distributed] devices = cuda:0,cuda:1 (or cpu:0,cpu:1) for DataParallel");
+    return true;
+}
+
+void dpt_world_finalize(dpt_world *w)
+{
+    (void)w;
+}
+
+dpt_comm *dpt_world_comm(const dpt_world *w)
+{
+    (void)w;
+    (void)world_comm;
+    return NULL;
+}
+
+#endif
+
 int dpt_comm_rank(const dpt_comm *comm)
 {
     return comm ? comm->rank : 0;

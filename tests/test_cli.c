@@ -222,6 +222,31 @@ static void test_memory(void **state)
     }
 }
 
+/* GPU stats through NVML, with the stand-in library (tests/fake_nvml.c): --env lists each
+ * GPU, a CUDA device is matched to its NVML device by PCI bus id, and without the library
+ * there are no stats and no error. */
+static void test_gpu_stats(void **state)
+{
+    (void)state;
+    assert_int_equal(run_capture(out, sizeof out, "DPT_NVML_LIBRARY=build/tests/libfake_nvml.so ./train --env"), 0);
+    assert_contains(out, "nvml: gpu 0 Stand-in H200 (a) | 12% 0.5/140.4 GiB 33C 75W");
+    assert_contains(out, "nvml: gpu 1 Stand-in H200 (b) | 87% 31.2/140.4 GiB 64C 312W");
+    assert_int_equal(run_capture(out, sizeof out, "DPT_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 ./train --env"), 0);
+    assert_contains(out, "nvml: no GPU stats");
+    setenv("DPT_NVML_LIBRARY", "build/tests/libfake_nvml.so", 1);
+    dpt_gpu_stats s;
+    assert_true(dpt_gpu_stats_read(0, "00000000:4A:00.0", &s)); /* by PCI bus: the second GPU */
+    assert_int_equal(s.util_pct, 87);
+    assert_int_equal(s.temp_c, 64);
+    assert_true(fabs(s.power_w - 312.4) < 1e-9);
+    assert_false(dpt_gpu_stats_read(0, "00000000:99:00.0", &s)); /* no such bus */
+    assert_false(s.valid);
+    assert_true(dpt_gpu_stats_read(0, NULL, &s)); /* by index */
+    assert_string_equal(s.name, "Stand-in H200 (a)");
+    char line[96];
+    assert_string_equal(dpt_gpu_stats_str(&s, line, sizeof line), "12% 0.5/140.4 GiB 33C 75W");
+}
+
 static bool exists(const char *fmt, const char *a, const char *b)
 {
     char p[1024];
@@ -303,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_folder),
         cmocka_unit_test(test_data_parallel_failure),
         cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_gpu_stats),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }

@@ -140,6 +140,43 @@ static void test_ddp_async_seam(void **state)
     dpt_dataset_free(ds);
 }
 
+/* Each gradient view starts 256 bytes into its bucket, or a multiple of that (cuBLAS and
+ * cuDNN pick kernels by alignment), and the views of a bucket do not overlap. */
+static void align_replica(int rank, dpt_comm *comm, void *user)
+{
+    (void)user;
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_error err;
+    dpt_config *cfg = dpt_config_defaults();
+    assert_true(dpt_config_set(cfg, "model.hidden=7,5,3", &err)); /* sizes that are no multiple of 64 */
+    dpt_model *m = dpt_model_build(ctx, cfg, 1, 3, 3, 3, &err);
+    dpt_ddp_options o = {.bucket_mb = 1, .overlap = true, .timeout_s = 60, .dataset_len = 1};
+    dpt_ddp *d = dpt_ddp_new(ctx, m, comm, &o, &err);
+    if (!d) fail_msg("%s", err.msg);
+    for (int b = 0; b < dpt_ddp_num_buckets(d); b++) {
+        int params[64], n = dpt_ddp_bucket_params(d, b, params, 64);
+        const float *base = dpt_model_param_at(m, params[0])->grad->data, *end = base;
+        for (int k = 0; k < n; k++) {
+            const dpt_tensor *g = dpt_model_param_at(m, params[k])->grad;
+            if ((g->data - base) % 64 != 0)
+                fail_msg("rank %d: %s's gradient is %td floats into its bucket", rank, dpt_model_param_at(m, params[k])->name,
+                         g->data - base);
+            assert_true(g->data >= end); /* in order, no overlap */
+            end = g->data + g->numel;
+        }
+    }
+    dpt_ddp_free(d);
+    dpt_model_free(m);
+    dpt_config_free(cfg);
+    dpt_ctx_free(ctx);
+}
+
+static void test_bucket_alignment(void **state)
+{
+    (void)state;
+    dpt_run_replicas(2, align_replica, NULL);
+}
+
 typedef struct coll_arg {
     dpt_comm *comm;
     float buf[37];
@@ -198,6 +235,7 @@ int main(void)
         cmocka_unit_test(test_thread_collectives),
         cmocka_unit_test(test_dp_matches_single),
         cmocka_unit_test(test_ddp_async_seam),
+        cmocka_unit_test(test_bucket_alignment),
     };
     return cmocka_run_group_tests_name("dataparallel", tests, NULL, NULL);
 }
