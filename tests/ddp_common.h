@@ -56,7 +56,7 @@ typedef struct ddp_result {
     float buffers[256];
     double last_loss;
     bool skipped;     /* NCCL could not start (a build without it): the caller skips */
-    char why[256];
+    char why[1600];
 } ddp_result;
 
 /* Train `run.steps` optimizer steps on rank `rank` of `comm` (NULL: alone). */
