@@ -194,6 +194,7 @@ static void *train_replica(void *arg)
         .threads = (int)dpt_config_int(cfg, "train", "threads"),
         .seed = (uint64_t)dpt_config_int(cfg, "train", "seed"),
         .tf32 = dpt_config_bool(cfg, "train", "tf32"),
+        .cudnn_benchmark = dpt_config_bool(cfg, "train", "cudnn_benchmark"),
         .cpu_kernels = strcmp(dpt_config_str(cfg, "train", "cpu_kernels"), "native") ? DPT_CPU_KERNELS_ONEDNN
                                                                                     : DPT_CPU_KERNELS_NATIVE,
         .memory_limit = (size_t)(dpt_config_float(cfg, "train", "memory_limit_mb") * 1048576.0),

@@ -61,6 +61,7 @@ typedef struct dpt_ctx_options {
     int threads;   /* CPU threads for BLAS and kernels; 0 = all cores */
     uint64_t seed; /* seeds parameter init and dropout */
     bool tf32;     /* CUDA: TF32 tensor-core math in cuBLAS GEMMs and cuDNN convolutions */
+    bool cudnn_benchmark; /* CUDA: time cuDNN's convolution algorithms once per shape (cudnnFind) */
     size_t memory_limit; /* bytes the device's caching allocator may reserve (0 = no limit) */
 } dpt_ctx_options;
 

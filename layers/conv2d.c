@@ -99,8 +99,9 @@ static void conv2d_backward(dpt_ctx *ctx, dpt_node *node)
     const dpt_conv2d *l = node->layer;
     dpt_tensor *x = node->in[0], *w = node->in[1], *b = node->in[2];
     dpt_conv_shape s = shape_of(l, x);
-    ctx->be->conv2d_bwd(ctx, &s, x->data, w->data, node->out->grad->data,
-                        dpt_wants_grad(x) ? dpt_grad_acc(ctx, x)->data : NULL,
+    bool acc = false; /* set by dpt_grad_for_write: a statement of its own, before acc is read */
+    float *dx = dpt_wants_grad(x) ? dpt_grad_for_write(ctx, x, &acc)->data : NULL;
+    ctx->be->conv2d_bwd(ctx, &s, x->data, w->data, node->out->grad->data, dx, acc,
                         dpt_wants_grad(w) ? dpt_grad_acc(ctx, w)->data : NULL,
                         dpt_wants_grad(b) ? dpt_grad_acc(ctx, b)->data : NULL);
 }

@@ -101,11 +101,12 @@ typedef struct dpt_backend {
     /* The layout conv2d_fwd writes y in for this shape (s->x_layout is x's); NULL: NCHW, and x
      * must be NCHW. dy then arrives in that layout, and dx is written in x's. */
     dpt_layout (*conv2d_out_layout)(dpt_ctx *ctx, const dpt_conv_shape *s);
-    /* Convolution. dx, dw, db may be NULL (not wanted); all three accumulate (+=). */
+    /* Convolution. dx, dw, db may be NULL (not wanted). dw and db accumulate (+=); dx too with
+     * dx_accumulate, else it is written (its first writer: no zero fill, no read). */
     void (*conv2d_fwd)(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
                        const float *bias, float *y);
     void (*conv2d_bwd)(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *dy,
-                       float *dx, float *dw, float *dbias);
+                       float *dx, bool dx_accumulate, float *dw, float *dbias);
     /* Batch norm over (n, c, hw): per-channel sums in double, on the host (they are AllReduced
      * for SyncBatchNorm), then per-channel affine maps on the device. */
     void (*bn_stats)(dpt_ctx *ctx, const float *x, int64_t n, int64_t c, int64_t hw, double *host_sum,
@@ -182,7 +183,7 @@ void dpt_tensor_list_free(dpt_tensor_list *l);
 void dpt_cpu_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
                         const float *bias, float *y);
 void dpt_cpu_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
-                        const float *dy, float *dx, float *dw, float *dbias);
+                        const float *dy, float *dx, bool dx_accumulate, float *dw, float *dbias);
 void dpt_cpu_bn_stats(dpt_ctx *ctx, const float *x, int64_t n, int64_t c, int64_t hw, double *sum,
                       double *sumsq);
 void dpt_cpu_bn_bwd_stats(dpt_ctx *ctx, const float *x, const float *dy, int64_t n, int64_t c, int64_t hw,

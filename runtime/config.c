@@ -95,6 +95,9 @@ static const schema_key schema[] = {
      "cpu: convolutions on oneDNN (blocked layouts, JIT kernels) or the native im2col + OpenBLAS reference"},
     {"train", "tf32", T_BOOL, "false", NO_RANGE, NULL,
      "cuda: TF32 tensor cores for float32 GEMMs and convolutions (faster; ~1e-3 relative error)"},
+    {"train", "cudnn_benchmark", T_BOOL, "false", NO_RANGE, NULL,
+     "cuda: time cuDNN's convolution algorithms once per shape and take the fastest (PyTorch's benchmark mode; "
+     "false: cuDNN's heuristics, the same choice every run)"},
     {"train", "memory_limit_mb", T_FLOAT, "0", 0, 1e9, NULL,
      "cap on the memory the device's caching allocator may reserve, per rank (0 = none)"},
     {"train", "memory_check", T_BOOL, "true", NO_RANGE, NULL,

@@ -14,7 +14,8 @@ struct dpt_ctx {
     void *backend_state; /* streams, handles: owned by the backend */
     dpt_alloc *alloc;
     int threads;
-    bool tf32; /* CUDA math mode; read by the backend's init */
+    bool tf32;            /* CUDA math mode; read by the backend's init */
+    bool cudnn_benchmark; /* cuDNN: measure the convolution algorithms once per shape */
     dpt_rng rng;
     bool grad_enabled;
     /* The tape: nodes in forward order and every temporary made since the last clear. */

@@ -94,6 +94,7 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
     if (ctx->threads < 1) ctx->threads = 1;
     ctx->grad_enabled = true;
     ctx->tf32 = options->tf32;
+    ctx->cudnn_benchmark = options->cudnn_benchmark;
     dpt_rng_seed(&ctx->rng, options->seed);
     if (!be->init(ctx, err)) {
         free(ctx);

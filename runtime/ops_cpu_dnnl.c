@@ -39,7 +39,7 @@ typedef struct conv_plan {
         bw_diff_dst;
     dnnl_memory_desc_t fwd_scratch, bd_scratch, bw_scratch; /* scratchpads (user-provided) */
     /* reorders (NULL: the layouts are equal, no copy); *_acc ones add into their target */
-    dnnl_primitive_t src_in, weights_in, dst_out, diff_dst_in, bd_weights_in, diff_src_acc, bw_src_in,
+    dnnl_primitive_t src_in, weights_in, dst_out, diff_dst_in, bd_weights_in, diff_src_acc, diff_src_out, bw_src_in,
         bw_diff_dst_in, diff_weights_acc;
 } conv_plan;
 
@@ -133,7 +133,7 @@ static const dnnl_memory_desc_t *md(const_dnnl_primitive_desc_t pd, dnnl_query_t
 static void plan_free(conv_plan *p)
 {
     dnnl_primitive_t all[] = {p->fwd,       p->bwd_data,      p->bwd_weights,  p->src_in,         p->weights_in,
-                              p->dst_out,   p->diff_dst_in,   p->bd_weights_in, p->diff_src_acc,  p->bw_src_in,
+                              p->dst_out,   p->diff_dst_in,   p->bd_weights_in, p->diff_src_acc,  p->diff_src_out, p->bw_src_in,
                               p->bw_diff_dst_in, p->diff_weights_acc};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) dnnl_primitive_destroy(all[i]);
@@ -236,6 +236,7 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
     p->diff_dst_in = make_reorder(st, &p->dst, &p->bd_diff_dst, false, s);
     p->bd_weights_in = make_reorder(st, &p->weights, &p->bd_weights, false, s);
     p->diff_src_acc = make_reorder(st, &p->bd_diff_src, &p->src, true, s);
+    p->diff_src_out = make_reorder(st, &p->bd_diff_src, &p->src, false, s);
     p->bw_src_in = make_reorder(st, &p->src, &p->bw_src, false, s);
     p->bw_diff_dst_in = make_reorder(st, &p->dst, &p->bw_diff_dst, false, s);
     p->diff_weights_acc = make_reorder(st, &p->bw_diff_weights, &p->weights, true, s);
@@ -379,10 +380,10 @@ static void native_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, co
 }
 
 static void native_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *dy,
-                       float *dx, float *dw, float *dbias)
+                       float *dx, bool dx_accumulate, float *dw, float *dbias)
 {
     if (s->x_layout == DPT_LAYOUT_NCHW) {
-        dpt_cpu_conv2d_bwd(ctx, s, x, w, dy, dx, dw, dbias);
+        dpt_cpu_conv2d_bwd(ctx, s, x, w, dy, dx, dx_accumulate, dw, dbias);
         return;
     }
     dpt_conv_shape plain = *s;
@@ -393,8 +394,8 @@ static void native_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, co
     dnnl_relayout(ctx, x, (dpt_layout)s->x_layout, block_get(ctx, &bx, bytes, "a relayout"), DPT_LAYOUT_NCHW, shape,
                   false);
     if (dx) memset(block_get(ctx, &bdx, bytes, "a relayout"), 0, bytes);
-    dpt_cpu_conv2d_bwd(ctx, &plain, bx.ptr, w, dy, bdx.ptr, dw, dbias);
-    if (dx) dnnl_relayout(ctx, bdx.ptr, DPT_LAYOUT_NCHW, dx, (dpt_layout)s->x_layout, shape, true);
+    dpt_cpu_conv2d_bwd(ctx, &plain, bx.ptr, w, dy, bdx.ptr, true, dw, dbias);
+    if (dx) dnnl_relayout(ctx, bdx.ptr, DPT_LAYOUT_NCHW, dx, (dpt_layout)s->x_layout, shape, dx_accumulate);
     block_put(ctx, &bdx), block_put(ctx, &bx);
 }
 
@@ -425,11 +426,11 @@ static void dnnl_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *
 }
 
 static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *dy,
-                            float *dx, float *dw, float *dbias)
+                            float *dx, bool dx_accumulate, float *dw, float *dbias)
 {
     conv_plan *p = plan_for(ctx, s);
     if (p->native) {
-        native_bwd(ctx, s, x, w, dy, dx, dw, dbias);
+        native_bwd(ctx, s, x, w, dy, dx, dx_accumulate, dw, dbias);
         return;
     }
     dnnl_state *st = state_of(ctx);
@@ -439,13 +440,19 @@ static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *
     if (dx) {
         block bw = {0}, bdsrc = {0}, bscr = {0};
         const void *wts = laid_out(ctx, p->bd_weights_in, &p->weights, w, &p->bd_weights, &bw, s);
-        block_get(ctx, &bdsrc, dnnl_memory_desc_get_size(&p->bd_diff_src), "oneDNN convolution buffer");
+        /* The first writer of dx in its own layout lets oneDNN write it directly. */
+        bool direct = !dx_accumulate && !p->diff_src_out;
+        if (!direct) block_get(ctx, &bdsrc, dnnl_memory_desc_get_size(&p->bd_diff_src), "oneDNN convolution buffer");
         block_get(ctx, &bscr, dnnl_memory_desc_get_size(&p->bd_scratch), "oneDNN scratchpad");
         execute(ctx, p->bwd_data, 4, (int[]){DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC, DNNL_ARG_SCRATCHPAD},
                 (dnnl_memory_t[]){mem(st, &p->bd_diff_dst, ddst, s), mem(st, &p->bd_weights, wts, s),
-                                  mem(st, &p->bd_diff_src, bdsrc.ptr, s), mem(st, &p->bd_scratch, bscr.ptr, s)},
+                                  mem(st, &p->bd_diff_src, direct ? dx : bdsrc.ptr, s),
+                                  mem(st, &p->bd_scratch, bscr.ptr, s)},
                 "convolution backward data", s);
-        reorder(ctx, p->diff_src_acc, &p->bd_diff_src, bdsrc.ptr, &p->src, dx, s); /* dx += */
+        if (dx_accumulate)
+            reorder(ctx, p->diff_src_acc, &p->bd_diff_src, bdsrc.ptr, &p->src, dx, s); /* dx += */
+        else if (!direct)
+            reorder(ctx, p->diff_src_out, &p->bd_diff_src, bdsrc.ptr, &p->src, dx, s); /* dx = */
         block_put(ctx, &bscr), block_put(ctx, &bdsrc), block_put(ctx, &bw);
     }
     if (dw || dbias) {

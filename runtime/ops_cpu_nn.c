@@ -130,12 +130,13 @@ void dpt_cpu_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, c
 }
 
 void dpt_cpu_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
-                        const float *dy, float *dx, float *dw, float *dbias)
+                        const float *dy, float *dx, bool dx_accumulate, float *dw, float *dbias)
 {
     int64_t g = s->groups, cout_g = s->c_out / g, k_g = s->c_in / g * s->kh * s->kw;
     int64_t ohw = s->oh * s->ow, col_size = s->c_in * s->kh * s->kw * ohw;
     int64_t w_size = s->c_out * k_g;
     bool pointwise = is_pointwise(s);
+    if (dx && !dx_accumulate) memset(dx, 0, (size_t)(s->n * s->c_in * s->h * s->w) * sizeof(float));
     int threads = sample_threads(ctx, s->n);
     /* per thread: one column buffer for x, one for the data gradient, one dW partial */
     int64_t per_thread = (pointwise ? 0 : 2 * col_size) + (dw ? w_size : 0);

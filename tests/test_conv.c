@@ -187,6 +187,54 @@ static void chain_ref(const double *const *in, double *out, void *user)
     conv_d(b, in[4], in[5], out, n, 16, 6, 16, 3, 2, 1, 3);
 }
 
+/* A temporary read by a convolution and by an add: the add's backward runs first and writes
+ * the temporary's gradient, the convolution must add to it (the first-writer shortcut must
+ * not apply). out = conv(2x) + 2x, for both settings. */
+static dpt_tensor *shared_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
+{
+    dpt_tensor *t = dpt_scale(ctx, in[0], 2.0f);
+    return dpt_add(ctx, dpt_conv2d_forward(ctx, ((conv_case *)user)->layer, t), t);
+}
+
+static void shared_ref(const double *const *in, double *out, void *user)
+{
+    const conv_case *c = user;
+    int64_t n = c->n * c->c * c->h * c->w;
+    double *t = malloc((size_t)n * sizeof *t);
+    for (int64_t i = 0; i < n; i++)
+        t[i] = 2.0 * in[0][i];
+    conv_d(t, in[1], NULL, out, c->n, c->c, c->h, c->cout, c->k, c->s, c->p, c->oh);
+    for (int64_t i = 0; i < n; i++)
+        out[i] += t[i];
+    free(t);
+}
+
+static void test_shared_input(void **state)
+{
+    (void)state;
+    for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++) {
+        test_kernels = (dpt_cpu_kernels)kernels;
+        conv_case c = {2, 16, 5, 5, 16, 3, 1, 1, 1, 1, false, 5, 5, NULL, NULL};
+        gradcheck gc = {.n_in = 2,
+                        .ndim = {4, 4},
+                        .shape = {{2, 16, 5, 5}, {16, 16, 3, 3}},
+                        .lo = -1,
+                        .hi = 1,
+                        .setup = conv_setup,
+                        .teardown = conv_teardown,
+                        .build = shared_build,
+                        .reference = shared_ref,
+                        .user = &c,
+                        .fwd_rtol = 1e-5,
+                        .grad_rtol = 1e-4,
+                        .grad_atol = 1e-5};
+        char name[64];
+        snprintf(name, sizeof name, "conv(2x) + 2x (%s)", test_kernels_name());
+        run_gradcheck(name, &gc, 995);
+        test_kernels = DPT_CPU_KERNELS_DEFAULT;
+    }
+}
+
 static void test_blocked_chain(void **state)
 {
     (void)state;
@@ -491,6 +539,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d),
         cmocka_unit_test(test_blocked_chain),
+        cmocka_unit_test(test_shared_input),
         cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_batchnorm_running_stats),
         cmocka_unit_test(test_pooling),
