@@ -206,6 +206,7 @@ static void *train_replica(void *arg)
     if (!ctx) return r->rc = fail(r, &err), NULL;
     /* GPU buffers travel over NCCL; host-side collectives stay on the MPI or thread one. */
     dpt_comm *host_comm = r->comm, *nccl = NULL;
+    dpt_comm_set_timeout(r->comm, dpt_config_float(cfg, "distributed", "comm_timeout_s")); /* NCCL's start too */
     if (r->comm && dpt_ctx_device(ctx).kind == DPT_DEVICE_CUDA) {
         nccl = dpt_comm_nccl_new(ctx, r->comm, &err);
         if (!nccl) return r->rc = fail(r, &err), NULL;

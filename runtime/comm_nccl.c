@@ -41,13 +41,28 @@ static nccl_impl *impl_of(dpt_comm *comm)
         if (cuda_rc_ != cudaSuccess) dpt_abort_job("%s failed: %s", #call, cudaGetErrorString(cuda_rc_));    \
     } while (0)
 
+/* The communicator is non-blocking (so that its start-up can time out): any call may answer
+ * ncclInProgress, and the communicator's state must settle before the next one. Poll it, up
+ * to timeout_s; ncclInProgress returned means it did not settle in time. */
+static ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, double timeout_s)
+{
+    double deadline = dpt_now_s() + timeout_s;
+    while (rc == ncclInProgress && dpt_now_s() < deadline) {
+        if (ncclCommGetAsyncError(comm, &rc) != ncclSuccess) break;
+        if (rc == ncclInProgress) dpt_sleep_ms(0.05);
+    }
+    return rc;
+}
+
 /* NCCL's own words for what went wrong, then stop every rank. */
 #define CHECK_NCCL(im, call)                                                                                 \
     do {                                                                                                     \
-        ncclResult_t nccl_rc_ = (call);                                                                      \
+        ncclResult_t nccl_rc_ = settle((im)->nccl, (call), (im)->host->timeout_s > 0 ? (im)->host->timeout_s : 300); \
         if (nccl_rc_ != ncclSuccess)                                                                         \
             dpt_abort_job("%s failed: %s (%s)\nHINT: NCCL_DEBUG=INFO shows NCCL's view of the job", #call,   \
-                          ncclGetErrorString(nccl_rc_), ncclGetLastError((im)->nccl));                       \
+                          nccl_rc_ == ncclInProgress ? "not done within [distributed] comm_timeout_s"        \
+                                                     : ncclGetErrorString(nccl_rc_),                         \
+                          ncclGetLastError((im)->nccl));                                                     \
     } while (0)
 
 /* The bucket's writer is the compute stream: order the communication stream after it. */
@@ -211,7 +226,22 @@ dpt_comm *dpt_comm_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)
     }
     dpt_comm_broadcast(host, &id, sizeof id, 0, "NCCL start-up: unique id broadcast");
     CHECK_CUDA(cudaSetDevice(im->device));
-    rc = ncclCommInitRank(&im->nccl, host->size, id, host->rank);
+    /* Non-blocking, polled with the job's timeout: a rank that died before the first step (or
+     * never came) ends the job with a message instead of hanging every other rank here. */
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    double timeout_s = host->timeout_s > 0 ? host->timeout_s : 300;
+    rc = ncclCommInitRankConfig(&im->nccl, host->size, id, host->rank, &config);
+    if (rc == ncclInProgress) rc = settle(im->nccl, rc, timeout_s);
+    if (rc == ncclInProgress) {
+        ncclCommAbort(im->nccl);
+        dpt_errorf(err,
+                   "rank %d of %d: NCCL did not start on cuda:%d within %.0f s ([distributed] comm_timeout_s)\n"
+                   "HINT: another rank stopped or never started; NCCL_DEBUG=INFO shows where NCCL waits",
+                   host->rank, host->size, im->device, timeout_s);
+        free(im), free(comm);
+        return NULL;
+    }
     if (rc != ncclSuccess) {
         dpt_errorf(err,
                    "rank %d of %d: NCCL could not start on cuda:%d: %s (%s)\nHINT: one rank per GPU (two "
