@@ -257,6 +257,9 @@ static const char *nearest(const char *section, const char *name)
     for (int k = 0; k < NKEYS; k++) {
         const char *cand = section ? schema[k].key : schema[k].section;
         if (section && strcmp(schema[k].section, section) != 0) continue;
+        /* lengths further apart than the best distance so far cannot beat it */
+        int gap = (int)strlen(name) - (int)strlen(cand);
+        if (gap >= best_d || -gap >= best_d) continue;
         int d = edit_distance(name, cand);
         if (d < best_d) best_d = d, best = cand;
     }
