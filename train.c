@@ -83,7 +83,8 @@ static const char *gpu_json(const dpt_gpu_stats *s, char *buf, size_t cap)
 {
     buf[0] = '\0';
     if (s->valid)
-        snprintf(buf, cap, ",\"gpu_util\":%d,\"gpu_mem_used_mb\":%.0f,\"gpu_mem_total_mb\":%.0f,\"gpu_temp_c\":%d,"
+        snprintf(buf, cap,
+                 ",\"gpu_util\":%d,\"gpu_mem_used_mb\":%.0f,\"gpu_mem_total_mb\":%.0f,\"gpu_temp_c\":%d,"
                  "\"gpu_power_w\":%.1f",
                  s->util_pct, s->mem_used_mb, s->mem_total_mb, s->temp_c, s->power_w);
     return buf;
@@ -136,7 +137,8 @@ int main(int argc, char **argv)
         char mpi[160];
         dpt_mpi_version(mpi, sizeof mpi);
         printf("dptrain %s | world: %d rank%s, this is rank %d (local rank %d of %d) on %s\n", DPT_VERSION,
-               world.size, world.size > 1 ? "s" : "", world.rank, world.local_rank, world.local_size, world.host);
+               world.size, world.size > 1 ? "s" : "", world.rank, world.local_rank, world.local_size,
+               world.host);
         printf("mpi: %s | %s\n", mpi, world.mpi ? "initialised" : "not used (run alone)");
         dpt_print_env(stdout);
         replica probe = {.cfg = cfg, .rank = world.rank, .local_rank = world.local_rank, .devices = ""};
@@ -146,7 +148,8 @@ int main(int argc, char **argv)
             printf("device for this rank: cuda:%d%s\n", dev.index,
                    dev.index < gpus ? "" : " (NOT VISIBLE: more ranks on this node than GPUs)");
         else
-            printf("device for this rank: cpu ([train] device = %s)\n", dpt_config_str(cfg, "train", "device"));
+            printf("device for this rank: cpu ([train] device = %s)\n",
+                   dpt_config_str(cfg, "train", "device"));
         dpt_config_free(cfg);
         dpt_world_finalize(&world);
         return 0;
@@ -196,7 +199,7 @@ static void *train_replica(void *arg)
         .tf32 = dpt_config_bool(cfg, "train", "tf32"),
         .cudnn_benchmark = dpt_config_bool(cfg, "train", "cudnn_benchmark"),
         .cpu_kernels = strcmp(dpt_config_str(cfg, "train", "cpu_kernels"), "native") ? DPT_CPU_KERNELS_ONEDNN
-                                                                                    : DPT_CPU_KERNELS_NATIVE,
+                                                                                     : DPT_CPU_KERNELS_NATIVE,
         .memory_limit = (size_t)(dpt_config_float(cfg, "train", "memory_limit_mb") * 1048576.0),
     };
     if (*r->devices && ctx_opt.threads == 0) /* split the cores between replicas */
@@ -206,7 +209,8 @@ static void *train_replica(void *arg)
     if (!ctx) return r->rc = fail(r, &err), NULL;
     /* GPU buffers travel over NCCL; host-side collectives stay on the MPI or thread one. */
     dpt_comm *host_comm = r->comm, *nccl = NULL;
-    dpt_comm_set_timeout(r->comm, dpt_config_float(cfg, "distributed", "comm_timeout_s")); /* NCCL's start too */
+    dpt_comm_set_timeout(r->comm,
+                         dpt_config_float(cfg, "distributed", "comm_timeout_s")); /* NCCL's start too */
     if (r->comm && dpt_ctx_device(ctx).kind == DPT_DEVICE_CUDA) {
         nccl = dpt_comm_nccl_new(ctx, r->comm, &err);
         if (!nccl) return r->rc = fail(r, &err), NULL;
@@ -275,7 +279,8 @@ static void *train_replica(void *arg)
     /* Everything that can stop a checkpoint is checked before the first step, not at the first
      * save after hours of training. */
     bool look_only = r->args->dry_run || r->args->summary;
-    if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, &err)) return r->rc = fail(r, &err), NULL;
+    if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, &err))
+        return r->rc = fail(r, &err), NULL;
     dpt_ctx_set_comm(ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
     dpt_ddp *ddp = NULL;
     if (r->comm) {
@@ -499,8 +504,9 @@ static bool check_device_list(const dpt_config *cfg, const char *devices, int n,
                               "order (cpu:0,cpu:1) or GPUs (cuda:0,cuda:1), not both",
                               where, devices, i, len, tok);
         if (cuda && seen[idx])
-            return dpt_errorf(err, "%s: [distributed] devices = %s: cuda:%ld is listed twice\nHINT: one "
-                                   "replica per GPU (NCCL cannot put two ranks on one device)",
+            return dpt_errorf(err,
+                              "%s: [distributed] devices = %s: cuda:%ld is listed twice\nHINT: one "
+                              "replica per GPU (NCCL cannot put two ranks on one device)",
                               where, devices, idx);
         if (cuda) seen[idx] = true;
     }
@@ -511,8 +517,9 @@ static bool check_device_list(const dpt_config *cfg, const char *devices, int n,
                               "./train --env lists the GPUs; CUDA_VISIBLE_DEVICES renumbers them",
                               where, devices, idx, gpus, gpus == 1 ? "" : "s");
     if (cuda && !strcmp(dpt_config_str(cfg, "train", "device"), "cpu"))
-        return dpt_errorf(err, "%s: [distributed] devices = %s, but [train] device = cpu\nHINT: set [train] "
-                               "device = cuda (or auto), or list cpu devices",
+        return dpt_errorf(err,
+                          "%s: [distributed] devices = %s, but [train] device = cpu\nHINT: set [train] "
+                          "device = cuda (or auto), or list cpu devices",
                           where, devices);
     return true;
 }
@@ -649,7 +656,8 @@ static bool report_config_errors(const dpt_world *world, bool ok, const dpt_erro
         int32_t failed, pad;
         uint64_t msg_hash;
     } verdict;
-    verdict mine = {.failed = !ok, .msg_hash = ok ? 0 : dpt_hash_bytes(DPT_HASH_SEED, err->msg, strlen(err->msg))};
+    verdict mine = {.failed = !ok,
+                    .msg_hash = ok ? 0 : dpt_hash_bytes(DPT_HASH_SEED, err->msg, strlen(err->msg))};
     verdict *all = calloc((size_t)world->size, sizeof *all);
     if (!all) dpt_fatal("out of host memory");
     dpt_comm_allgather(comm, &mine, all, sizeof mine, "start-up: config verdicts");
@@ -685,13 +693,15 @@ static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *
     dpt_device_str(dpt_ctx_device(ctx), device, sizeof device);
     const char *kernels = dpt_ctx_backend_name(ctx);
     printf("device %s%s | %d threads | %d %s%s | batch %lld per rank x %d accum (%lld global)\n", device,
-           !strcmp(kernels, "cpu-onednn") ? " (oneDNN convolutions)" : !strcmp(kernels, "cpu") ? " (native kernels)" : "",
+           !strcmp(kernels, "cpu-onednn") ? " (oneDNN convolutions)"
+           : !strcmp(kernels, "cpu")      ? " (native kernels)"
+                                          : "",
            dpt_ctx_threads(ctx), r->size, *r->devices ? "replica" : "rank", r->size > 1 ? "s" : "",
            (long long)batch, accum, (long long)(batch * r->size * accum));
     if (ddp)
         printf("ddp %s | %d buckets of <= %g MiB | overlap %s | comm %s\n",
-               *r->devices ? "(DataParallel, one process)" : "(one process per rank)", dpt_ddp_num_buckets(ddp),
-               dpt_config_float(cfg, "distributed", "bucket_mb"),
+               *r->devices ? "(DataParallel, one process)" : "(one process per rank)",
+               dpt_ddp_num_buckets(ddp), dpt_config_float(cfg, "distributed", "bucket_mb"),
                dpt_config_bool(cfg, "distributed", "overlap") ? "on" : "off", r->comm->ops->name);
     printf("data %s | train %lld per rank of %lld | test %lld | %dx%dx%d | %d classes | %lld steps/epoch\n",
            dpt_config_str(cfg, "data", "dir"), (long long)dpt_loader_num_samples(loader), (long long)train->n,
@@ -787,7 +797,8 @@ static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_
     /* the rank's GPU as nvidia-smi would show it ([log] gpu_stats; NVML loaded at run time) */
     dpt_gpu_stats gs = {0};
     char gpu[112] = "";
-    if (dpt_ctx_device(ctx).kind == DPT_DEVICE_CUDA && strcmp(dpt_config_str(r->cfg, "log", "gpu_stats"), "off")) {
+    if (dpt_ctx_device(ctx).kind == DPT_DEVICE_CUDA &&
+        strcmp(dpt_config_str(r->cfg, "log", "gpu_stats"), "off")) {
         char pci[32], text[96];
         dpt_cuda_pci_bus_id(dpt_ctx_device(ctx).index, pci, sizeof pci);
         if (dpt_gpu_stats_read(dpt_ctx_device(ctx).index, pci, &gs))
@@ -881,9 +892,10 @@ static memory_estimate estimate_memory(const replica *r, const dpt_model *model,
     double per_sample = dpt_model_activation_floats(model, NULL);
     double batch = (double)dpt_config_int(cfg, "train", "batch");
     /* an evaluation batch is never larger than the test set (or its limit) */
-    int64_t test_n = dpt_config_int(cfg, "data", "test_limit") > 0 && dpt_config_int(cfg, "data", "test_limit") < test->n
-                         ? dpt_config_int(cfg, "data", "test_limit")
-                         : test->n;
+    int64_t test_n =
+        dpt_config_int(cfg, "data", "test_limit") > 0 && dpt_config_int(cfg, "data", "test_limit") < test->n
+            ? dpt_config_int(cfg, "data", "test_limit")
+            : test->n;
     double eval_batch = (double)(dpt_config_int(cfg, "train", "eval_batch") < test_n
                                      ? dpt_config_int(cfg, "train", "eval_batch")
                                      : test_n);
@@ -911,8 +923,9 @@ static double available_host_memory(void)
     while (f && fgets(line, sizeof line, f))
         if (sscanf(line, "MemAvailable: %lf kB", &avail) == 1) avail *= 1024.0;
     if (f) fclose(f);
-    const char *limits[][2] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
-                               {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+    const char *limits[][2] = {
+        {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+        {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
     for (int i = 0; i < 2; i++) {
         double limit = 0, used = 0;
         FILE *lf = fopen(limits[i][0], "r"), *uf = fopen(limits[i][1], "r");
@@ -962,23 +975,25 @@ static bool check_memory(const replica *r, const dpt_ctx *ctx, const memory_esti
     mib(l, sizeof l, need->loader);
     mib(per, sizeof per, need->activations / (double)dpt_config_int(r->cfg, "train", "batch"));
     bool evaluation_big = need->evaluation > need->activations;
-    return dpt_errorf(err,
-                      "this run needs about %s%s but %s has %s available: per %s, parameters and optimizer state "
-                      "%s, activations at [train] batch = %lld %s (%s per sample), evaluation at [train] "
-                      "eval_batch = %lld %s, loader buffers %s\nHINT: %s; or set [train] memory_check = false if "
-                      "the estimate is wrong",
-                      total, sharing > 1 ? " (all replicas of this node)" : "", device ? "the device" : "this machine",
-                      avail, *r->devices ? "replica" : "rank", p, (long long)dpt_config_int(r->cfg, "train", "batch"),
-                      a, per, (long long)dpt_config_int(r->cfg, "train", "eval_batch"), e, l,
-                      evaluation_big ? "lower [train] eval_batch"
-                                     : "lower [train] batch and keep the global batch with [distributed] accum_steps, "
-                                       "or spread it over more ranks");
+    return dpt_errorf(
+        err,
+        "this run needs about %s%s but %s has %s available: per %s, parameters and optimizer state "
+        "%s, activations at [train] batch = %lld %s (%s per sample), evaluation at [train] "
+        "eval_batch = %lld %s, loader buffers %s\nHINT: %s; or set [train] memory_check = false if "
+        "the estimate is wrong",
+        total, sharing > 1 ? " (all replicas of this node)" : "", device ? "the device" : "this machine",
+        avail, *r->devices ? "replica" : "rank", p, (long long)dpt_config_int(r->cfg, "train", "batch"), a,
+        per, (long long)dpt_config_int(r->cfg, "train", "eval_batch"), e, l,
+        evaluation_big ? "lower [train] eval_batch"
+                       : "lower [train] batch and keep the global batch with [distributed] accum_steps, "
+                         "or spread it over more ranks");
 }
 
 /* Whether this run writes checkpoints on its own (not only when a signal stops it). */
 static bool periodic_checkpoints(const dpt_config *cfg)
 {
-    return dpt_config_int(cfg, "checkpoint", "every_steps") > 0 || dpt_config_int(cfg, "checkpoint", "every_epochs") > 0;
+    return dpt_config_int(cfg, "checkpoint", "every_steps") > 0 ||
+           dpt_config_int(cfg, "checkpoint", "every_epochs") > 0;
 }
 
 /* The same folder, whatever the spelling (checkpoints, ./checkpoints/, an absolute path). */
@@ -987,8 +1002,10 @@ static bool same_folder(const char *file, const char *dir)
     char parent[1100], a[4096], b[4096];
     snprintf(parent, sizeof parent, "%s", file);
     char *slash = strrchr(parent, '/');
-    if (slash) *slash = '\0';
-    else snprintf(parent, sizeof parent, ".");
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(parent, sizeof parent, ".");
     return realpath(parent, a) && realpath(dir, b) && !strcmp(a, b);
 }
 
@@ -1023,11 +1040,11 @@ static void save_checkpoint(replica *r, const dpt_model *model, const dpt_optim 
     if (r->rank != 0) return;
     const char *dir = dpt_config_str(r->cfg, "checkpoint", "dir");
     dpt_error err;
-    if (!r->ckpt_dir_ready && !prepare_checkpoint_dir(r, false, &err))
-        dpt_abort_job("%s", err.msg);
+    if (!r->ckpt_dir_ready && !prepare_checkpoint_dir(r, false, &err)) dpt_abort_job("%s", err.msg);
     char path[1100];
     snprintf(path, sizeof path, "%s/ckpt-step%08lld.dpt", dir, (long long)st->step);
-    if (!dpt_checkpoint_save(path, model, optim, ctx, r->cfg, st, r->size, &err)) dpt_abort_job("%s", err.msg);
+    if (!dpt_checkpoint_save(path, model, optim, ctx, r->cfg, st, r->size, &err))
+        dpt_abort_job("%s", err.msg);
     dpt_checkpoint_prune(dir, (int)dpt_config_int(r->cfg, "checkpoint", "keep_last"), st->step);
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
     printf("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
@@ -1037,7 +1054,8 @@ static void save_checkpoint(replica *r, const dpt_model *model, const dpt_optim 
 /* Quote a word for a POSIX shell when it needs it. */
 static void shell_word(FILE *out, const char *w)
 {
-    if (*w && strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=./:,@%") == strlen(w)) {
+    if (*w &&
+        strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=./:,@%") == strlen(w)) {
         fputs(w, out);
         return;
     }

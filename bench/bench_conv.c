@@ -112,7 +112,7 @@ int main(int argc, char **argv)
     }
     const char *backend = cuda ? (opt.tf32 ? "cuda (cuBLAS/cuDNN, TF32)" : "cuda (cuBLAS/cuDNN, FP32)")
                           : !strcmp(dpt_ctx_backend_name(ctx), "cpu-onednn") ? "cpu (oneDNN convolutions)"
-                                                                          : "cpu (im2col + OpenBLAS)";
+                                                                             : "cpu (im2col + OpenBLAS)";
     int64_t scale = cuda ? 4 : 1; /* a GPU needs bigger batches to be measured at all */
     const conv_case cases[] = {
         {"resnet20", 16, 32, 16, 3, 1, 32},  {"resnet20", 16, 32, 32, 3, 2, 32},
@@ -124,8 +124,8 @@ int main(int argc, char **argv)
     int ncases = (int)(sizeof cases / sizeof cases[0]);
     char json[4096];
     int used = snprintf(json, sizeof json,
-                        "{\"bench\":\"conv\",\"backend\":\"%s\",\"threads\":%d,\"ranks\":1,\"gemm\":[", cuda ? "cuda" : "cpu",
-                        dpt_ctx_threads(ctx));
+                        "{\"bench\":\"conv\",\"backend\":\"%s\",\"threads\":%d,\"ranks\":1,\"gemm\":[",
+                        cuda ? "cuda" : "cpu", dpt_ctx_threads(ctx));
     printf("GEMM C = A B (forward) | backend %s | %d threads | 1 rank\n", backend, dpt_ctx_threads(ctx));
     printf("%-26s %10s %10s\n", "M x K x N", "ms", "GFLOP/s");
     const int64_t sizes[] = {512, 1024, 2048, 4096};
@@ -133,8 +133,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < nsizes; i++) {
         double ms, g = gemm_gflops(ctx, sizes[i], sizes[i], sizes[i], quick ? 2 : 5, &ms);
         printf("%-26lld %10.2f %10.1f\n", (long long)sizes[i], ms, g);
-        used += snprintf(json + used, sizeof json - (size_t)used, "%s{\"n\":%lld,\"gflops\":%.2f}", i ? "," : "",
-                         (long long)sizes[i], g);
+        used += snprintf(json + used, sizeof json - (size_t)used, "%s{\"n\":%lld,\"gflops\":%.2f}",
+                         i ? "," : "", (long long)sizes[i], g);
     }
     used += snprintf(json + used, sizeof json - (size_t)used, "],\"conv\":[");
     printf("conv2d forward+backward | backend %s | %d threads | 1 rank\n", backend, dpt_ctx_threads(ctx));

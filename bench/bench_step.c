@@ -111,10 +111,11 @@ int main(int argc, char **argv)
         seconds /= world.size;
     }
     if (world.rank == 0)
-        printf("{\"bench\":\"step\",\"model\":\"%s\",\"batch\":%lld,\"threads\":%d,\"ranks\":%d,\"kernels\":\"%s\","
+        printf("{\"bench\":\"step\",\"model\":\"%s\",\"batch\":%lld,\"threads\":%d,\"ranks\":%d,\"kernels\":"
+               "\"%s\","
                "\"steps\":%d,\"img_s\":%.2f}\n",
-               def->name, (long long)batch, dpt_ctx_threads(ctx), world.size, dpt_ctx_backend_name(ctx), steps,
-               (double)(batch * world.size * steps) / seconds);
+               def->name, (long long)batch, dpt_ctx_threads(ctx), world.size, dpt_ctx_backend_name(ctx),
+               steps, (double)(batch * world.size * steps) / seconds);
     dpt_ddp_free(ddp);
     dpt_loader_free(loader);
     dpt_dataset_free(ds);

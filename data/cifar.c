@@ -33,9 +33,11 @@ dpt_dataset *dpt_cifar_load(const char *const *paths, int npaths, dpt_error *err
         struct stat st;
         if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
             fclose(f);
-            dpt_errorf(err, "CIFAR file %s is not a regular file (a folder, FIFO or device)\nHINT: [data] dir must "
-                       "hold data_batch_1.bin ... data_batch_5.bin and test_batch.bin",
-                       paths[i]);
+            dpt_errorf(
+                err,
+                "CIFAR file %s is not a regular file (a folder, FIFO or device)\nHINT: [data] dir must "
+                "hold data_batch_1.bin ... data_batch_5.bin and test_batch.bin",
+                paths[i]);
             return NULL;
         }
         sizes[i] = (int64_t)st.st_size;

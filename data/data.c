@@ -50,8 +50,8 @@ static int64_t first_label_at_or_above(const dpt_dataset *ds, int64_t classes)
 /* [data] classes: stated, every label must be below it; inferred (0), the largest label + 1
  * (at least 10), and a label far above the rest (200 among 0-9 would silently build a
  * 201-class model) is caught because the classes between would never occur. */
-static bool check_classes(const dpt_config *cfg, dpt_dataset *train, dpt_dataset *test, const char *train_file,
-                          const char *test_file, dpt_error *err)
+static bool check_classes(const dpt_config *cfg, dpt_dataset *train, dpt_dataset *test,
+                          const char *train_file, const char *test_file, dpt_error *err)
 {
     int64_t stated = dpt_config_int(cfg, "data", "classes");
     const char *where = dpt_config_where(cfg, "data", "classes");
@@ -61,11 +61,12 @@ static bool check_classes(const dpt_config *cfg, dpt_dataset *train, dpt_dataset
         for (int s = 0; s < 2; s++) {
             int64_t i = first_label_at_or_above(sets[s], stated);
             if (i >= 0)
-                return dpt_errorf(err,
-                                  "%s: sample %lld has label %d, but %s says [data] classes = %lld (labels 0 to "
-                                  "%lld)\nHINT: fix the label file, or raise [data] classes",
-                                  files[s], (long long)i, sets[s]->labels[i], where, (long long)stated,
-                                  (long long)stated - 1);
+                return dpt_errorf(
+                    err,
+                    "%s: sample %lld has label %d, but %s says [data] classes = %lld (labels 0 to "
+                    "%lld)\nHINT: fix the label file, or raise [data] classes",
+                    files[s], (long long)i, sets[s]->labels[i], where, (long long)stated,
+                    (long long)stated - 1);
         }
         train->num_classes = test->num_classes = (int)stated;
         return true;
@@ -83,12 +84,13 @@ static bool check_classes(const dpt_config *cfg, dpt_dataset *train, dpt_dataset
         if (missing) {
             const dpt_dataset *owner = first_label_at_or_above(train, classes - 1) >= 0 ? train : test;
             int64_t i = first_label_at_or_above(owner, classes - 1);
-            return dpt_errorf(err,
-                              "%s: sample %lld has label %d, which would make %d classes, but %d of them (from %d) "
-                              "never occur in the training labels\nHINT: a label out of range is a damaged "
-                              "label file; if the classes are really this many, say so with [data] classes = %d",
-                              owner == train ? train_file : test_file, (long long)i, owner->labels[i], classes,
-                              missing, first_missing, classes);
+            return dpt_errorf(
+                err,
+                "%s: sample %lld has label %d, which would make %d classes, but %d of them (from %d) "
+                "never occur in the training labels\nHINT: a label out of range is a damaged "
+                "label file; if the classes are really this many, say so with [data] classes = %d",
+                owner == train ? train_file : test_file, (long long)i, owner->labels[i], classes, missing,
+                first_missing, classes);
         }
     }
     train->num_classes = test->num_classes = classes;
@@ -111,15 +113,17 @@ bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **tes
         int64_t bytes = 0;
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
         double ram = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
-        if (__builtin_mul_overflow(n + n / 4, shape[0] * shape[1] * shape[2], &bytes) || (ram && (double)bytes > ram))
-            return dpt_errorf(err,
-                              "%s: [data] synthetic_samples = %lld of shape %lld x %lld x %lld (%s) need %.1f GiB of "
-                              "images (train and test), more than this machine's %.1f GiB\nHINT: lower [data] "
-                              "synthetic_samples; throughput runs need only a few batches of them",
-                              dpt_config_where(cfg, "data", "synthetic_samples"), (long long)n, (long long)shape[0],
-                              (long long)shape[1], (long long)shape[2], dpt_config_where(cfg, "data", "synthetic_shape"),
-                              (double)(n + n / 4) * (double)(shape[0] * shape[1] * shape[2]) / 1073741824.0,
-                              ram / 1073741824.0);
+        if (__builtin_mul_overflow(n + n / 4, shape[0] * shape[1] * shape[2], &bytes) ||
+            (ram && (double)bytes > ram))
+            return dpt_errorf(
+                err,
+                "%s: [data] synthetic_samples = %lld of shape %lld x %lld x %lld (%s) need %.1f GiB of "
+                "images (train and test), more than this machine's %.1f GiB\nHINT: lower [data] "
+                "synthetic_samples; throughput runs need only a few batches of them",
+                dpt_config_where(cfg, "data", "synthetic_samples"), (long long)n, (long long)shape[0],
+                (long long)shape[1], (long long)shape[2], dpt_config_where(cfg, "data", "synthetic_shape"),
+                (double)(n + n / 4) * (double)(shape[0] * shape[1] * shape[2]) / 1073741824.0,
+                ram / 1073741824.0);
         uint64_t seed = (uint64_t)dpt_config_int(cfg, "train", "seed");
         *train = dpt_synthetic_new(n, shape[0], shape[1], shape[2], classes, seed);
         *test = dpt_synthetic_new(n / 4 > 0 ? n / 4 : 1, shape[0], shape[1], shape[2], classes, seed + 1);

@@ -52,7 +52,8 @@ static bool idx_read(const char *path, int want_ndim, idx_file *out, dpt_error *
     memset(out, 0, sizeof *out);
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return dpt_errorf(err, "data file %s is not a regular file (a folder, FIFO or device)\n" IDX_HINT, path);
+        return dpt_errorf(err, "data file %s is not a regular file (a folder, FIFO or device)\n" IDX_HINT,
+                          path);
     gzFile gz = gzopen(path, "rb");
     if (!gz)
         return dpt_errorf(err, "cannot open data file %s: %s\n" IDX_HINT, path,
@@ -88,16 +89,20 @@ static bool idx_read(const char *path, int want_ndim, idx_file *out, dpt_error *
         uint32_t v = (uint32_t)dimbuf[4 * d] << 24 | (uint32_t)dimbuf[4 * d + 1] << 16 |
                      (uint32_t)dimbuf[4 * d + 2] << 8 | dimbuf[4 * d + 3];
         if (v == 0 || v > (1u << 28)) {
-            dpt_errorf(err, "%s: IDX dimension %d is %u, not a plausible size\nHINT: the file is not a valid IDX file",
-                       path, d, v);
+            dpt_errorf(
+                err,
+                "%s: IDX dimension %d is %u, not a plausible size\nHINT: the file is not a valid IDX file",
+                path, d, v);
             goto close;
         }
         out->dims[d] = v;
         /* Checked multiplication: three dimensions below 2^28 can still overflow int64. */
         if (__builtin_mul_overflow(out->count, (int64_t)v, &out->count) || out->count > IDX_MAX_BYTES) {
-            dpt_errorf(err, "%s: IDX header claims %u x ... dimensions, more than %lld bytes of data\nHINT: the file "
-                       "is not a valid IDX file",
-                       path, (unsigned)out->dims[0], (long long)IDX_MAX_BYTES);
+            dpt_errorf(
+                err,
+                "%s: IDX header claims %u x ... dimensions, more than %lld bytes of data\nHINT: the file "
+                "is not a valid IDX file",
+                path, (unsigned)out->dims[0], (long long)IDX_MAX_BYTES);
             goto close;
         }
     }

@@ -76,8 +76,8 @@ static void init_slot(dpt_loader *l, slot *s, bool partial)
     int64_t chw = ds->c * ds->h * ds->w;
     s->x_full = dpt_tensor_new(ctx, 4, (int64_t[]){l->opt.batch, ds->c, ds->h, ds->w});
     if (partial)
-        s->x_partial =
-            dpt_tensor_wrap(ctx, s->x_full->data, 4, (int64_t[]){l->n_mine % l->opt.batch, ds->c, ds->h, ds->w});
+        s->x_partial = dpt_tensor_wrap(ctx, s->x_full->data, 4,
+                                       (int64_t[]){l->n_mine % l->opt.batch, ds->c, ds->h, ds->w});
     size_t bytes = (size_t)(l->opt.batch * chw) * sizeof(float);
     if (l->direct)
         s->host_x = s->x_full->data;

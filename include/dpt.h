@@ -53,16 +53,20 @@ typedef struct dpt_comm dpt_comm; /* a communicator: allreduce, broadcast, allga
 
 /* CPU kernels for convolutions: oneDNN's (the default when the build has oneDNN) or the
  * native im2col + OpenBLAS ones, which stay as the reference. */
-typedef enum dpt_cpu_kernels { DPT_CPU_KERNELS_DEFAULT = 0, DPT_CPU_KERNELS_ONEDNN, DPT_CPU_KERNELS_NATIVE } dpt_cpu_kernels;
+typedef enum dpt_cpu_kernels {
+    DPT_CPU_KERNELS_DEFAULT = 0,
+    DPT_CPU_KERNELS_ONEDNN,
+    DPT_CPU_KERNELS_NATIVE
+} dpt_cpu_kernels;
 
 typedef struct dpt_ctx_options {
     dpt_device device;
     dpt_cpu_kernels cpu_kernels;
-    int threads;   /* CPU threads for BLAS and kernels; 0 = all cores */
-    uint64_t seed; /* seeds parameter init and dropout */
-    bool tf32;     /* CUDA: TF32 tensor-core math in cuBLAS GEMMs and cuDNN convolutions */
+    int threads;          /* CPU threads for BLAS and kernels; 0 = all cores */
+    uint64_t seed;        /* seeds parameter init and dropout */
+    bool tf32;            /* CUDA: TF32 tensor-core math in cuBLAS GEMMs and cuDNN convolutions */
     bool cudnn_benchmark; /* CUDA: time cuDNN's convolution algorithms once per shape (cudnnFind) */
-    size_t memory_limit; /* bytes the device's caching allocator may reserve (0 = no limit) */
+    size_t memory_limit;  /* bytes the device's caching allocator may reserve (0 = no limit) */
 } dpt_ctx_options;
 
 /* Create a context; NULL with err filled if the device cannot be used. */
@@ -78,10 +82,10 @@ void dpt_print_env(FILE *out);
 typedef struct dpt_gpu_stats {
     bool valid;
     char name[96];
-    int util_pct;                    /* GPU busy, percent of the last sample period */
+    int util_pct; /* GPU busy, percent of the last sample period */
     double mem_used_mb, mem_total_mb;
-    int temp_c;                      /* -1: not reported */
-    double power_w;                  /* -1: not reported */
+    int temp_c;     /* -1: not reported */
+    double power_w; /* -1: not reported */
 } dpt_gpu_stats;
 /* GPUs NVML sees (0 without NVML). */
 int dpt_gpu_stats_count(void);
@@ -117,7 +121,8 @@ typedef struct dpt_mem_stats {
 /* What an out-of-memory report tells the user to change while this phase runs (NULL: the
  * training batch); returns the previous hint. Evaluation sets "[train] eval_batch". */
 const char *dpt_ctx_set_oom_hint(dpt_ctx *ctx, const char *hint);
-#define DPT_EVAL_OOM_HINT "this happened for evaluation: use a smaller [train] eval_batch (it does not change training)"
+#define DPT_EVAL_OOM_HINT                                                                                    \
+    "this happened for evaluation: use a smaller [train] eval_batch (it does not change training)"
 /* The device's free and total memory as its driver reports them (0 and 0 on the CPU). */
 void dpt_ctx_device_memory(const dpt_ctx *ctx, size_t *free_bytes, size_t *total_bytes);
 dpt_mem_stats dpt_ctx_mem_stats(const dpt_ctx *ctx);
@@ -521,7 +526,8 @@ typedef struct dpt_ckpt_dir_options {
 /* Check (and with create, make) the folder: a folder, writable, not locked by another run,
  * holding no checkpoint that is not this run's (error, or archived). *lock_fd holds the
  * folder's lock for the life of the process (-1 when dir does not exist yet). */
-bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt, int *lock_fd, dpt_error *err);
+bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt, int *lock_fd,
+                                dpt_error *err);
 /* Delete all but the newest keep_last checkpoints in dir, never the one of keep_step. */
 void dpt_checkpoint_prune(const char *dir, int keep_last, int64_t keep_step);
 /* The file --resume ARG means: "latest" in dir, a path, a step number or a name without the

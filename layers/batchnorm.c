@@ -74,7 +74,8 @@ static void batchnorm_backward(dpt_ctx *ctx, dpt_node *node)
     if (!sums || !g) dpt_fatal("out of host memory in batch-norm backward");
     double *sum_dy = sums, *sum_dy_xmu = sums + c;
     ctx->be->bn_bwd_stats(ctx, x->data, dy->data, n, c, hw, sv->mean, sum_dy, sum_dy_xmu);
-    if (l->sync && sv->training && ctx->comm) dpt_comm_allreduce_f64(ctx->comm, sums, 2 * c, "SyncBN gradient sums (backward)");
+    if (l->sync && sv->training && ctx->comm)
+        dpt_comm_allreduce_f64(ctx->comm, sums, 2 * c, "SyncBN gradient sums (backward)");
     if (gamma)
         host_copy(gamma, g);
     else
@@ -154,8 +155,8 @@ static void batchnorm_fused_backward(dpt_ctx *ctx, dpt_node *node)
     float *dx = dpt_wants_grad(x) ? dpt_grad_for_write(ctx, x, &acc)->data : dpt_temp_like(ctx, x)->data;
     float *dg = dpt_wants_grad(gamma) ? dpt_grad_acc(ctx, gamma)->data : constant_temp(ctx, c, 0.0f)->data;
     float *db = dpt_wants_grad(beta) ? dpt_grad_acc(ctx, beta)->data : constant_temp(ctx, c, 0.0f)->data;
-    ctx->be->bn_fused_bwd(ctx, x->data, node->out->grad->data, dx, acc, n, c, hw, x->layout, sv->gamma->data, dg, db,
-                          l->eps, sv->stats->data, sv->stats->data + c);
+    ctx->be->bn_fused_bwd(ctx, x->data, node->out->grad->data, dx, acc, n, c, hw, x->layout, sv->gamma->data,
+                          dg, db, l->eps, sv->stats->data, sv->stats->data + c);
 }
 
 static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x)
@@ -186,8 +187,10 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
                   (long long)l->channels, dpt_shape_str(x, buf, sizeof buf));
     /* A backend that keeps the statistics on the device (cuDNN) does training-mode BN in two
      * calls; SyncBatchNorm needs the sums on the host for its AllReduce. */
-    if (training && ctx->be->bn_fused_fwd && !(l->sync && ctx->comm)) return batchnorm_fused_forward(ctx, l, x);
-    bool wants = dpt_grad_enabled(ctx) && (dpt_wants_grad(x) || dpt_wants_grad(l->gamma) || dpt_wants_grad(l->beta));
+    if (training && ctx->be->bn_fused_fwd && !(l->sync && ctx->comm))
+        return batchnorm_fused_forward(ctx, l, x);
+    bool wants =
+        dpt_grad_enabled(ctx) && (dpt_wants_grad(x) || dpt_wants_grad(l->gamma) || dpt_wants_grad(l->beta));
     if (!training && !wants && ctx->be->bn_fused_infer) { /* evaluation: nothing to record */
         int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
         dpt_tensor *g, *b;
@@ -210,7 +213,8 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
         double *sums = calloc((size_t)(2 * c + 1), sizeof *sums);
         ctx->be->bn_stats(ctx, x->data, n, c, hw, sums, sums + c);
         sums[2 * c] = (double)(n * hw);
-        if (l->sync && ctx->comm) dpt_comm_allreduce_f64(ctx->comm, sums, 2 * c + 1, "SyncBN statistics (forward)");
+        if (l->sync && ctx->comm)
+            dpt_comm_allreduce_f64(ctx->comm, sums, 2 * c + 1, "SyncBN statistics (forward)");
         sv->count = sums[2 * c];
         host_copy(l->running_mean, host);
         host_copy(l->running_var, host + c);

@@ -17,10 +17,10 @@ struct dpt_optim {
     const dpt_optim_ops *ops;
     dpt_model *model;
     float lr;
-    int64_t steps;      /* completed steps (AdamW's t, SGD's "first step" flag) */
-    float hyper[6];     /* the optimizer's own hyper-parameters, named in its file */
-    int nstate;         /* state tensors per parameter */
-    dpt_tensor **state; /* nparams * nstate, parameter-major */
+    int64_t steps;        /* completed steps (AdamW's t, SGD's "first step" flag) */
+    float hyper[6];       /* the optimizer's own hyper-parameters, named in its file */
+    int nstate;           /* state tensors per parameter */
+    dpt_tensor **state;   /* nparams * nstate, parameter-major */
     dpt_tensor_list list; /* (param, grad, state...) per parameter, rebuilt each step */
 };
 

@@ -15,8 +15,8 @@ static void sgd_step(dpt_ctx *ctx, dpt_optim *o)
     bool nesterov = o->hyper[NESTEROV] != 0.0f, first = o->steps == 0;
     const dpt_tensor_list *l = dpt_optim_list(o);
     if (ctx->be->sgd_step_multi) {
-        ctx->be->sgd_step_multi(ctx, l, o->lr, o->hyper[MOMENTUM], o->hyper[DAMPENING], o->hyper[WEIGHT_DECAY],
-                                nesterov, first);
+        ctx->be->sgd_step_multi(ctx, l, o->lr, o->hyper[MOMENTUM], o->hyper[DAMPENING],
+                                o->hyper[WEIGHT_DECAY], nesterov, first);
         return;
     }
     for (int i = 0; i < l->count; i++) {

@@ -57,8 +57,8 @@ typedef struct dpt_backend {
     dpt_event *(*event_new)(dpt_ctx *ctx);
     void (*event_free)(dpt_ctx *ctx, dpt_event *ev);
     void (*event_record)(dpt_ctx *ctx, dpt_event *ev, dpt_stream s); /* marks s's work so far */
-    void (*stream_wait)(dpt_ctx *ctx, dpt_stream s, dpt_event *ev);   /* s's later work waits for ev */
-    void (*event_sync)(dpt_ctx *ctx, dpt_event *ev);                  /* the host waits for ev */
+    void (*stream_wait)(dpt_ctx *ctx, dpt_stream s, dpt_event *ev);  /* s's later work waits for ev */
+    void (*event_sync)(dpt_ctx *ctx, dpt_event *ev);                 /* the host waits for ev */
     void (*synchronize)(dpt_ctx *ctx); /* every stream of the context is idle on return */
     /* The device's free and total memory as its driver reports them (NULL: unknown). */
     void (*mem_info)(dpt_ctx *ctx, size_t *free_bytes, size_t *total_bytes);
@@ -130,13 +130,14 @@ typedef struct dpt_backend {
     void (*bn_fused_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
                          dpt_layout layout, const float *gamma, const float *beta, float *running_mean,
                          float *running_var, double momentum, double eps, float *save_mean, float *save_stat);
-    void (*bn_fused_bwd)(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
-                         int64_t c, int64_t hw, dpt_layout layout, const float *gamma, float *dgamma, float *dbeta,
-                         double eps, const float *save_mean, const float *save_stat);
+    void (*bn_fused_bwd)(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate,
+                         int64_t n, int64_t c, int64_t hw, dpt_layout layout, const float *gamma,
+                         float *dgamma, float *dbeta, double eps, const float *save_mean,
+                         const float *save_stat);
     /* Inference-mode batch norm from the running statistics (no gradient). */
     void (*bn_fused_infer)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                           dpt_layout layout, const float *gamma, const float *beta, const float *running_mean,
-                           const float *running_var, double eps);
+                           dpt_layout layout, const float *gamma, const float *beta,
+                           const float *running_mean, const float *running_var, double eps);
     /* Pooling; argmax holds the flat input index of each output's maximum. */
     void (*maxpool_fwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, int32_t *argmax);
     void (*maxpool_bwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax,

@@ -255,7 +255,8 @@ static bool parse(const char *path, reader *r, record **out, uint32_t *count, dp
         ok = ok && take(r, &raw_bytes, 8) && take(r, &comp_bytes, 8) && comp_bytes <= r->len - r->pos &&
              raw_bytes < ((uint64_t)1 << 40);
         if (!ok) {
-            dpt_errorf(err, "%s: record %u of %u is truncated or malformed\n" HINT_CORRUPT, path, i + 1, nrec);
+            dpt_errorf(err, "%s: record %u of %u is truncated or malformed\n" HINT_CORRUPT, path, i + 1,
+                       nrec);
             goto fail;
         }
         rec->name[name_len] = '\0';
@@ -378,7 +379,8 @@ static uint8_t *read_whole_file(const char *path, size_t *size, dpt_error *err)
     close(fd);
     if (done != (size_t)st.st_size) {
         free(buf);
-        dpt_errorf(err, "cannot read checkpoint %s: %s", path, done ? "it changed while being read" : strerror(errno));
+        dpt_errorf(err, "cannot read checkpoint %s: %s", path,
+                   done ? "it changed while being read" : strerror(errno));
         return NULL;
     }
     *size = done;
@@ -420,8 +422,10 @@ static bool read_state(const char *path, const record *meta, dpt_train_state *st
     st->best_epoch = (int)best_epoch;
     char val[64], *end;
     st->best_acc = meta_get(meta, "best_acc", val, sizeof val) ? strtod(val, &end) : NAN;
-    if (!meta_get(meta, "best_acc", val, sizeof val) || *end || !(st->best_acc >= -1.0 && st->best_acc <= 1.0))
-        return dpt_errorf(err, "%s: meta best_acc = %s is not an accuracy in [-1, 1]\n" HINT_CORRUPT, path, val);
+    if (!meta_get(meta, "best_acc", val, sizeof val) || *end ||
+        !(st->best_acc >= -1.0 && st->best_acc <= 1.0))
+        return dpt_errorf(err, "%s: meta best_acc = %s is not an accuracy in [-1, 1]\n" HINT_CORRUPT, path,
+                          val);
     return true;
 }
 
@@ -573,7 +577,8 @@ bool dpt_checkpoint_latest(const char *dir, char *path, size_t size, dpt_error *
                           "cannot open checkpoint folder %s: %s\nHINT: set [checkpoint] dir, "
                           "or pass --resume PATH",
                           dir, strerror(errno));
-    if (n == 0) return dpt_errorf(err, "no checkpoint (ckpt-step*.dpt) in %s\nHINT: start without --resume", dir);
+    if (n == 0)
+        return dpt_errorf(err, "no checkpoint (ckpt-step*.dpt) in %s\nHINT: start without --resume", dir);
     checkpoint_path(path, size, dir, steps[n - 1]);
     return true;
 }
@@ -596,7 +601,8 @@ static bool make_dirs(const char *dir, dpt_error *err)
     return true;
 }
 
-bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt, int *lock_fd, dpt_error *err)
+bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt, int *lock_fd,
+                                dpt_error *err)
 {
     *lock_fd = -1;
     const char *hint = "HINT: set [checkpoint] dir to a folder this user can write";
@@ -613,11 +619,15 @@ bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt
         char parent[1024];
         snprintf(parent, sizeof parent, "%s", dir);
         char *slash = strrchr(parent, '/');
-        if (slash == parent) slash[1] = '\0';
-        else if (slash) *slash = '\0';
-        else snprintf(parent, sizeof parent, ".");
+        if (slash == parent)
+            slash[1] = '\0';
+        else if (slash)
+            *slash = '\0';
+        else
+            snprintf(parent, sizeof parent, ".");
         if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
-            return dpt_errorf(err, "[checkpoint] dir = %s cannot be created: %s is not a folder\n%s", dir, parent, hint);
+            return dpt_errorf(err, "[checkpoint] dir = %s cannot be created: %s is not a folder\n%s", dir,
+                              parent, hint);
         return true;
     }
     if (opt->check_only) return true;
@@ -626,13 +636,15 @@ bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt
     char lock_path[1100];
     snprintf(lock_path, sizeof lock_path, "%s/.dptrain.lock", dir);
     int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return dpt_errorf(err, "cannot write in checkpoint folder %s: %s\n%s", dir, strerror(errno), hint);
+    if (fd < 0)
+        return dpt_errorf(err, "cannot write in checkpoint folder %s: %s\n%s", dir, strerror(errno), hint);
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         close(fd);
-        return dpt_errorf(err,
-                          "another dptrain run is writing checkpoints in %s (it holds %s)\nHINT: give this run "
-                          "its own folder: --set checkpoint.dir=DIR",
-                          dir, lock_path);
+        return dpt_errorf(
+            err,
+            "another dptrain run is writing checkpoints in %s (it holds %s)\nHINT: give this run "
+            "its own folder: --set checkpoint.dir=DIR",
+            dir, lock_path);
     }
     /* Checkpoints that are not this run's: all of them for a new run; for a resumed one, those
      * newer than the checkpoint it continues (they belong to a continuation it replaces). */
@@ -645,19 +657,20 @@ bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt
     if (foreign > 0 && !opt->archive) {
         close(fd);
         if (opt->resumed_here)
-            return dpt_errorf(err,
-                              "%s holds %d checkpoint%s newer than step %lld, the one this run resumes (the newest "
-                              "is ckpt-step%08lld.dpt): continuing here would mix two continuations\nHINT: resume "
-                              "the newest with --resume latest, or move the newer ones aside with --set "
-                              "checkpoint.existing=archive",
-                              dir, foreign, foreign == 1 ? "" : "s", (long long)opt->resumed_step,
-                              (long long)steps[n - 1]);
-        return dpt_errorf(err,
-                          "%s holds %d checkpoint%s of an earlier run (the newest is ckpt-step%08lld.dpt): a new "
-                          "run there would mix with them, and pruning could delete them\nHINT: continue that run "
-                          "with --resume latest, give this one its own folder with --set checkpoint.dir=DIR, or "
-                          "move the old ones into %s/previous-<time>/ with --set checkpoint.existing=archive",
-                          dir, foreign, foreign == 1 ? "" : "s", (long long)steps[n - 1], dir);
+            return dpt_errorf(
+                err,
+                "%s holds %d checkpoint%s newer than step %lld, the one this run resumes (the newest "
+                "is ckpt-step%08lld.dpt): continuing here would mix two continuations\nHINT: resume "
+                "the newest with --resume latest, or move the newer ones aside with --set "
+                "checkpoint.existing=archive",
+                dir, foreign, foreign == 1 ? "" : "s", (long long)opt->resumed_step, (long long)steps[n - 1]);
+        return dpt_errorf(
+            err,
+            "%s holds %d checkpoint%s of an earlier run (the newest is ckpt-step%08lld.dpt): a new "
+            "run there would mix with them, and pruning could delete them\nHINT: continue that run "
+            "with --resume latest, give this one its own folder with --set checkpoint.dir=DIR, or "
+            "move the old ones into %s/previous-<time>/ with --set checkpoint.existing=archive",
+            dir, foreign, foreign == 1 ? "" : "s", (long long)steps[n - 1], dir);
     }
     if (foreign > 0) {
         char archive[1100], stamp[32];
@@ -727,10 +740,12 @@ bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t
     if (n > 0) {
         size_t used = 0;
         for (int i = n > 4 ? n - 4 : 0; i < n && used < sizeof have; i++)
-            used += (size_t)snprintf(have + used, sizeof have - used, "%s%lld", used ? ", " : "", (long long)steps[i]);
+            used += (size_t)snprintf(have + used, sizeof have - used, "%s%lld", used ? ", " : "",
+                                     (long long)steps[i]);
     }
-    return dpt_errorf(err,
-                      "--resume %s: no such checkpoint\nHINT: %s holds checkpoints of step%s %s; pass a path, a step "
-                      "number, or latest",
-                      arg, *folder ? folder : ".", n > 4 ? "s ..." : "s", have);
+    return dpt_errorf(
+        err,
+        "--resume %s: no such checkpoint\nHINT: %s holds checkpoints of step%s %s; pass a path, a step "
+        "number, or latest",
+        arg, *folder ? folder : ".", n > 4 ? "s ..." : "s", have);
 }

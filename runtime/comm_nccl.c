@@ -24,8 +24,8 @@ typedef struct nccl_impl {
     dpt_ctx *ctx;
     int device;
     cudaStream_t compute, stream;
-    cudaEvent_t ready; /* compute -> communication: the bucket's gradients are final */
-    cudaEvent_t done;  /* communication -> compute: every reduction so far has finished */
+    cudaEvent_t ready;        /* compute -> communication: the bucket's gradients are final */
+    cudaEvent_t done;         /* communication -> compute: every reduction so far has finished */
     cudaEvent_t *start, *end; /* per reduction since the last join (timing) */
     int nlaunch, cap;
 } nccl_impl;
@@ -57,7 +57,8 @@ static ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, double timeout_s)
 /* NCCL's own words for what went wrong, then stop every rank. */
 #define CHECK_NCCL(im, call)                                                                                 \
     do {                                                                                                     \
-        ncclResult_t nccl_rc_ = settle((im)->nccl, (call), (im)->host->timeout_s > 0 ? (im)->host->timeout_s : 300); \
+        ncclResult_t nccl_rc_ =                                                                              \
+            settle((im)->nccl, (call), (im)->host->timeout_s > 0 ? (im)->host->timeout_s : 300);             \
         if (nccl_rc_ != ncclSuccess)                                                                         \
             dpt_abort_job("%s failed: %s (%s)\nHINT: NCCL_DEBUG=INFO shows NCCL's view of the job", #call,   \
                           nccl_rc_ == ncclInProgress ? "not done within [distributed] comm_timeout_s"        \
@@ -109,7 +110,8 @@ static bool nccl_join(dpt_comm *comm, double timeout_s, double *comm_s)
     for (;;) {
         cudaError_t q = cudaEventQuery(im->done);
         if (q == cudaSuccess) break;
-        if (q != cudaErrorNotReady) dpt_abort_job("rank %d: waiting for NCCL: %s", comm->rank, cudaGetErrorString(q));
+        if (q != cudaErrorNotReady)
+            dpt_abort_job("rank %d: waiting for NCCL: %s", comm->rank, cudaGetErrorString(q));
         ncclResult_t async = ncclSuccess;
         CHECK_NCCL(im, ncclCommGetAsyncError(im->nccl, &async));
         if (async != ncclSuccess && async != ncclInProgress) {
@@ -235,10 +237,11 @@ dpt_comm *dpt_comm_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)
     if (rc == ncclInProgress) rc = settle(im->nccl, rc, timeout_s);
     if (rc == ncclInProgress) {
         ncclCommAbort(im->nccl);
-        dpt_errorf(err,
-                   "rank %d of %d: NCCL did not start on cuda:%d within %.0f s ([distributed] comm_timeout_s)\n"
-                   "HINT: another rank stopped or never started; NCCL_DEBUG=INFO shows where NCCL waits",
-                   host->rank, host->size, im->device, timeout_s);
+        dpt_errorf(
+            err,
+            "rank %d of %d: NCCL did not start on cuda:%d within %.0f s ([distributed] comm_timeout_s)\n"
+            "HINT: another rank stopped or never started; NCCL_DEBUG=INFO shows where NCCL waits",
+            host->rank, host->size, im->device, timeout_s);
         free(im), free(comm);
         return NULL;
     }

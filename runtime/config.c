@@ -96,7 +96,8 @@ static const schema_key schema[] = {
     {"train", "tf32", T_BOOL, "false", NO_RANGE, NULL,
      "cuda: TF32 tensor cores for float32 GEMMs and convolutions (faster; ~1e-3 relative error)"},
     {"train", "cudnn_benchmark", T_BOOL, "false", NO_RANGE, NULL,
-     "cuda: time cuDNN's convolution algorithms once per shape and take the fastest (PyTorch's benchmark mode; "
+     "cuda: time cuDNN's convolution algorithms once per shape and take the fastest (PyTorch's benchmark "
+     "mode; "
      "false: cuDNN's heuristics, the same choice every run)"},
     {"train", "memory_limit_mb", T_FLOAT, "0", 0, 1e9, NULL,
      "cap on the memory the device's caching allocator may reserve, per rank (0 = none)"},
@@ -183,11 +184,22 @@ enum { NKEYS = sizeof schema / sizeof schema[0], MAX_LIST = 32 };
  * prefetch depth, a memory cap): left out of the config hash, so changing one neither warns on
  * resume nor makes ranks disagree. A test checks each names a key of the schema. */
 static const char *const outside_hash[] = {
-    "data.prefetch",         "train.memory_limit_mb",   "distributed.comm_timeout_s", "train.memory_check",
-    "distributed.bench_comm_ms_per_mb", "checkpoint.dir", "checkpoint.every_steps",
-    "checkpoint.every_epochs", "checkpoint.keep_last",  "checkpoint.existing",
-    "log.interval",          "log.all_ranks",           "log.progress",
-    "log.timeline",          "log.metrics",             "log.gpu_stats",
+    "data.prefetch",
+    "train.memory_limit_mb",
+    "distributed.comm_timeout_s",
+    "train.memory_check",
+    "distributed.bench_comm_ms_per_mb",
+    "checkpoint.dir",
+    "checkpoint.every_steps",
+    "checkpoint.every_epochs",
+    "checkpoint.keep_last",
+    "checkpoint.existing",
+    "log.interval",
+    "log.all_ranks",
+    "log.progress",
+    "log.timeline",
+    "log.metrics",
+    "log.gpu_stats",
 };
 
 static bool is_outside_hash(int k)
@@ -307,7 +319,6 @@ static char *trim(char *s)
     return s;
 }
 
-
 static bool parse_int(const char *s, int64_t *out)
 {
     char *end;
@@ -343,9 +354,11 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
     /* Quotes only surround a whole value (and are removed before here): one inside could not
      * be written back (dpt_config_print, a checkpoint's config) as the same value. */
     if (strchr(raw, '"'))
-        return dpt_errorf(err, "%s: [%s] %s = %s: a double quote inside a value\nHINT: quotes may only surround the "
-                          "whole value, e.g. dir = \"/data/my set\"",
-                          where, sk->section, sk->key, raw);
+        return dpt_errorf(
+            err,
+            "%s: [%s] %s = %s: a double quote inside a value\nHINT: quotes may only surround the "
+            "whole value, e.g. dir = \"/data/my set\"",
+            where, sk->section, sk->key, raw);
     switch (sk->type) {
     case T_INT:
         if (!parse_int(raw, &parsed.i))
@@ -397,9 +410,10 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
             }
             char *t = ok ? trim(item) : NULL;
             if (ok && !*t)
-                return dpt_errorf(err, "%s: [%s] %s = %s: element %d is empty\nHINT: %s, e.g. %s", where, sk->section,
-                                  sk->key, raw, parsed.nlist + 1, sk->help, sk->def);
-            if (!ok || parsed.nlist == MAX_LIST || !parse_int(t, &x) || !check_range(NULL, where, sk, t, (double)x))
+                return dpt_errorf(err, "%s: [%s] %s = %s: element %d is empty\nHINT: %s, e.g. %s", where,
+                                  sk->section, sk->key, raw, parsed.nlist + 1, sk->help, sk->def);
+            if (!ok || parsed.nlist == MAX_LIST || !parse_int(t, &x) ||
+                !check_range(NULL, where, sk, t, (double)x))
                 return dpt_errorf(err,
                                   "%s: [%s] %s = %s: expected up to %d comma-separated integers "
                                   "between %g and %g\nHINT: %s",
@@ -483,8 +497,10 @@ dpt_config *dpt_config_load(const char *path, dpt_error *err)
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         if (fd >= 0)
-            dpt_errorf(err, "config file %s is not a regular file (a folder, FIFO or device)\nHINT: pass the path "
-                       "of an INI file, e.g. configs/fmnist_mlp.ini", path);
+            dpt_errorf(err,
+                       "config file %s is not a regular file (a folder, FIFO or device)\nHINT: pass the path "
+                       "of an INI file, e.g. configs/fmnist_mlp.ini",
+                       path);
         else
             dpt_errorf(err,
                        "cannot open config file %s: %s\nHINT: pass the path of an INI file, e.g. "
@@ -536,7 +552,8 @@ static dpt_config *parse_stream(FILE *f, const char *path, dpt_error *err)
             break;
         }
         /* A UTF-8 byte-order mark, as Windows editors write at the start of a file. */
-        if (lineno == 1 && len >= 3 && !memcmp(line, "\xEF\xBB\xBF", 3)) memmove(line, line + 3, (size_t)len - 2);
+        if (lineno == 1 && len >= 3 && !memcmp(line, "\xEF\xBB\xBF", 3))
+            memmove(line, line + 3, (size_t)len - 2);
         strip_comment(line);
         char *s = trim(line);
         if (!*s) continue;

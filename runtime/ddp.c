@@ -85,7 +85,8 @@ static void *comm_thread_main(void *arg)
 
         double t0 = dpt_now_s();
         char what[96];
-        snprintf(what, sizeof what, "allreduce of bucket %d of %d, step %lld", b, d->nbuckets, (long long)re->step);
+        snprintf(what, sizeof what, "allreduce of bucket %d of %d, step %lld", b, d->nbuckets,
+                 (long long)re->step);
         dpt_comm_allreduce_f32(d->comm, bk->flat, bk->numel, what);
         d->ctx->be->scale(d->ctx, bk->numel, 1.0f / (float)d->comm->size, bk->flat, bk->flat);
         double t1 = dpt_now_s();
@@ -307,11 +308,13 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
     /* Every rank starts from rank 0's parameters and buffers. */
     for (int i = 0; i < d->nparams; i++) {
         dpt_tensor *t = dpt_model_param_at(model, i);
-        dpt_comm_broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0, "DDP start-up: parameter broadcast");
+        dpt_comm_broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0,
+                           "DDP start-up: parameter broadcast");
     }
     for (int i = 0; i < dpt_model_num_buffers(model); i++) {
         dpt_tensor *t = dpt_model_buffer_at(model, i);
-        dpt_comm_broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0, "DDP start-up: buffer broadcast");
+        dpt_comm_broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0,
+                           "DDP start-up: buffer broadcast");
     }
     rehome_grads(d, true);
     d->async = comm->ops->reduce_avg_async != NULL;

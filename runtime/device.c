@@ -65,7 +65,8 @@ static const dpt_backend *backend_for(dpt_device_kind kind, dpt_cpu_kernels cpu_
 {
     switch (kind) {
     case DPT_DEVICE_CPU:
-        if (cpu_kernels != DPT_CPU_KERNELS_NATIVE && dpt_backend_cpu_onednn()) return dpt_backend_cpu_onednn();
+        if (cpu_kernels != DPT_CPU_KERNELS_NATIVE && dpt_backend_cpu_onednn())
+            return dpt_backend_cpu_onednn();
         return &dpt_backend_cpu;
 #if DPT_CUDA
     case DPT_DEVICE_CUDA:
@@ -157,9 +158,10 @@ void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *wha
                   "cache, peak %s%s%s\n"
                   "HINT: %s",
                   name, ask, what, used, reserved, peak, cap, dev,
-                  ctx->oom_hint ? ctx->oom_hint
-                                : "use a smaller per-rank batch ([train] batch) and keep the global batch with "
-                                  "[distributed] accum_steps, or spread the batch over more ranks");
+                  ctx->oom_hint
+                      ? ctx->oom_hint
+                      : "use a smaller per-rank batch ([train] batch) and keep the global batch with "
+                        "[distributed] accum_steps, or spread the batch over more ranks");
 }
 
 const char *dpt_ctx_backend_name(const dpt_ctx *ctx)

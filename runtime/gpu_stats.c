@@ -11,7 +11,7 @@
 
 #include "dpt.h"
 
-typedef int nvml_return;  /* nvmlReturn_t: 0 is NVML_SUCCESS */
+typedef int nvml_return;   /* nvmlReturn_t: 0 is NVML_SUCCESS */
 typedef void *nvml_device; /* nvmlDevice_t */
 typedef struct nvml_utilization {
     unsigned int gpu, memory; /* percent of the last sample period */
@@ -50,7 +50,8 @@ static void nvml_load(void)
     SYM(temperature, "nvmlDeviceGetTemperature");
     SYM(power, "nvmlDeviceGetPowerUsage");
 #undef SYM
-    nvml.loaded = nvml.init && nvml.count && nvml.by_index && nvml.utilization && nvml.memory && nvml.init() == 0;
+    nvml.loaded =
+        nvml.init && nvml.count && nvml.by_index && nvml.utilization && nvml.memory && nvml.init() == 0;
 }
 
 int dpt_gpu_stats_count(void)
@@ -77,9 +78,11 @@ bool dpt_gpu_stats_read(int nvml_index, const char *pci_bus_id, dpt_gpu_stats *o
     out->mem_used_mb = (double)m.used / 1048576.0;
     out->mem_total_mb = (double)m.total / 1048576.0;
     unsigned int temp = 0, milliwatts = 0;
-    out->temp_c = nvml.temperature && nvml.temperature(dev, 0 /* NVML_TEMPERATURE_GPU */, &temp) == 0 ? (int)temp : -1;
+    out->temp_c =
+        nvml.temperature && nvml.temperature(dev, 0 /* NVML_TEMPERATURE_GPU */, &temp) == 0 ? (int)temp : -1;
     out->power_w = nvml.power && nvml.power(dev, &milliwatts) == 0 ? milliwatts / 1000.0 : -1.0;
-    if (!nvml.name || nvml.name(dev, out->name, sizeof out->name) != 0) snprintf(out->name, sizeof out->name, "?");
+    if (!nvml.name || nvml.name(dev, out->name, sizeof out->name) != 0)
+        snprintf(out->name, sizeof out->name, "?");
     out->valid = true;
     return true;
 }
@@ -90,8 +93,10 @@ const char *dpt_gpu_stats_str(const dpt_gpu_stats *s, char *buf, size_t cap)
         snprintf(buf, cap, "no stats");
         return buf;
     }
-    int n = snprintf(buf, cap, "%d%% %.1f/%.1f GiB", s->util_pct, s->mem_used_mb / 1024.0, s->mem_total_mb / 1024.0);
-    if (s->temp_c >= 0 && n > 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, " %dC", s->temp_c);
+    int n = snprintf(buf, cap, "%d%% %.1f/%.1f GiB", s->util_pct, s->mem_used_mb / 1024.0,
+                     s->mem_total_mb / 1024.0);
+    if (s->temp_c >= 0 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, " %dC", s->temp_c);
     if (s->power_w >= 0 && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, " %.0fW", s->power_w);
     return buf;
 }

@@ -19,7 +19,7 @@ struct dpt_model {
     double flops;
     double activation_floats; /* per sample: the noted layers' outputs, summed */
     double largest_output;    /* per sample: the largest noted layer output */
-    dpt_tensor **params; /* creation order; DDP buckets walk it in reverse */
+    dpt_tensor **params;      /* creation order; DDP buckets walk it in reverse */
     int nparams, cap_params;
     dpt_tensor **buffers;
     int nbuffers, cap_buffers;

@@ -106,7 +106,8 @@ static double cpu_dot(dpt_ctx *ctx, const float *a, const float *b, int64_t n)
     int64_t nchunks = (n + DOT_CHUNK - 1) / DOT_CHUNK;
     if (nchunks <= 1) {
         double total = 0.0;
-        for (int64_t i = 0; i < n; i++) total += (double)a[i] * b[i];
+        for (int64_t i = 0; i < n; i++)
+            total += (double)a[i] * b[i];
         return total;
     }
     double *partial = malloc((size_t)nchunks * sizeof *partial);
@@ -115,11 +116,13 @@ static double cpu_dot(dpt_ctx *ctx, const float *a, const float *b, int64_t n)
     for (int64_t c = 0; c < nchunks; c++) {
         int64_t end = (c + 1) * DOT_CHUNK < n ? (c + 1) * DOT_CHUNK : n;
         double acc = 0.0;
-        for (int64_t i = c * DOT_CHUNK; i < end; i++) acc += (double)a[i] * b[i];
+        for (int64_t i = c * DOT_CHUNK; i < end; i++)
+            acc += (double)a[i] * b[i];
         partial[c] = acc;
     }
     double total = 0.0;
-    for (int64_t c = 0; c < nchunks; c++) total += partial[c];
+    for (int64_t c = 0; c < nchunks; c++)
+        total += partial[c];
     free(partial);
     return total;
 }

@@ -28,19 +28,19 @@
 
 typedef struct conv_plan {
     dpt_conv_shape shape;
-    bool native;           /* oneDNN has no kernel for this shape */
-    dpt_layout y_layout;   /* what forward writes y in */
+    bool native;         /* oneDNN has no kernel for this shape */
+    dpt_layout y_layout; /* what forward writes y in */
     dnnl_primitive_t fwd, bwd_data, bwd_weights;
     /* the caller's layouts: x (and dx) as it arrives, y (and dy) as forward writes it,
      * weights and bias plain */
     dnnl_memory_desc_t src, weights, dst, bias;
     /* what each primitive reads and writes */
-    dnnl_memory_desc_t fwd_src, fwd_weights, fwd_dst, bd_diff_src, bd_weights, bd_diff_dst, bw_src, bw_diff_weights,
-        bw_diff_dst;
+    dnnl_memory_desc_t fwd_src, fwd_weights, fwd_dst, bd_diff_src, bd_weights, bd_diff_dst, bw_src,
+        bw_diff_weights, bw_diff_dst;
     dnnl_memory_desc_t fwd_scratch, bd_scratch, bw_scratch; /* scratchpads (user-provided) */
     /* reorders (NULL: the layouts are equal, no copy); *_acc ones add into their target */
-    dnnl_primitive_t src_in, weights_in, dst_out, diff_dst_in, bd_weights_in, diff_src_acc, diff_src_out, bw_src_in,
-        bw_diff_dst_in, diff_weights_acc;
+    dnnl_primitive_t src_in, weights_in, dst_out, diff_dst_in, bd_weights_in, diff_src_acc, diff_src_out,
+        bw_src_in, bw_diff_dst_in, diff_weights_acc;
 } conv_plan;
 
 /* A batch-norm shape in one layout: training forward and backward, inference forward. */
@@ -74,13 +74,14 @@ typedef struct dnnl_state {
 
 static void shape_str(const dpt_conv_shape *s, char *buf, size_t cap)
 {
-    snprintf(buf, cap,
-             "conv2d x (%lld, %lld, %lld, %lld) -> (%lld, %lld, %lld, %lld), kernel %lldx%lld, stride %lldx%lld, "
-             "padding %lldx%lld, dilation %lldx%lld, groups %lld",
-             (long long)s->n, (long long)s->c_in, (long long)s->h, (long long)s->w, (long long)s->n,
-             (long long)s->c_out, (long long)s->oh, (long long)s->ow, (long long)s->kh, (long long)s->kw,
-             (long long)s->stride_h, (long long)s->stride_w, (long long)s->pad_h, (long long)s->pad_w,
-             (long long)s->dil_h, (long long)s->dil_w, (long long)s->groups);
+    snprintf(
+        buf, cap,
+        "conv2d x (%lld, %lld, %lld, %lld) -> (%lld, %lld, %lld, %lld), kernel %lldx%lld, stride %lldx%lld, "
+        "padding %lldx%lld, dilation %lldx%lld, groups %lld",
+        (long long)s->n, (long long)s->c_in, (long long)s->h, (long long)s->w, (long long)s->n,
+        (long long)s->c_out, (long long)s->oh, (long long)s->ow, (long long)s->kh, (long long)s->kw,
+        (long long)s->stride_h, (long long)s->stride_w, (long long)s->pad_h, (long long)s->pad_w,
+        (long long)s->dil_h, (long long)s->dil_w, (long long)s->groups);
 }
 
 /* A oneDNN call that must not fail once its plan exists: report the primitive, the shape and
@@ -103,8 +104,8 @@ static dnnl_state *state_of(dpt_ctx *ctx)
 /* ---------------------------------------------------------------- plans */
 
 /* A reorder from one layout to another; NULL when they are equal and nothing is added. */
-static dnnl_primitive_t make_reorder(dnnl_state *st, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
-                                     bool accumulate, const dpt_conv_shape *s)
+static dnnl_primitive_t make_reorder(dnnl_state *st, const dnnl_memory_desc_t *from,
+                                     const dnnl_memory_desc_t *to, bool accumulate, const dpt_conv_shape *s)
 {
     if (!accumulate && dnnl_memory_desc_equal(from, to)) return NULL;
     dnnl_primitive_attr_t attr = NULL;
@@ -132,9 +133,10 @@ static const dnnl_memory_desc_t *md(const_dnnl_primitive_desc_t pd, dnnl_query_t
 
 static void plan_free(conv_plan *p)
 {
-    dnnl_primitive_t all[] = {p->fwd,       p->bwd_data,      p->bwd_weights,  p->src_in,         p->weights_in,
-                              p->dst_out,   p->diff_dst_in,   p->bd_weights_in, p->diff_src_acc,  p->diff_src_out, p->bw_src_in,
-                              p->bw_diff_dst_in, p->diff_weights_acc};
+    dnnl_primitive_t all[] = {
+        p->fwd,       p->bwd_data,       p->bwd_weights,     p->src_in,       p->weights_in,
+        p->dst_out,   p->diff_dst_in,    p->bd_weights_in,   p->diff_src_acc, p->diff_src_out,
+        p->bw_src_in, p->bw_diff_dst_in, p->diff_weights_acc};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) dnnl_primitive_destroy(all[i]);
     free(p);
@@ -148,10 +150,12 @@ static int64_t pad_right(int64_t in, int64_t k, int64_t stride, int64_t pad, int
 }
 
 /* The memory descriptor of an activation (N, C, H, W) in one of our layouts. */
-static void activation_md(dnnl_memory_desc_t *d, const int64_t *shape, dpt_layout layout, const dpt_conv_shape *s)
+static void activation_md(dnnl_memory_desc_t *d, const int64_t *shape, dpt_layout layout,
+                          const dpt_conv_shape *s)
 {
     dnnl_dims_t dims = {shape[0], shape[1], shape[2], shape[3]};
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(d, 4, dims, dnnl_f32, layout == DPT_LAYOUT_NCHW16C ? dnnl_nChw16c : dnnl_nchw),
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(d, 4, dims, dnnl_f32,
+                                            layout == DPT_LAYOUT_NCHW16C ? dnnl_nChw16c : dnnl_nchw),
                "memory", s);
 }
 
@@ -164,7 +168,8 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
     int64_t g = s->groups;
     dnnl_dims_t src_dims = {s->n, s->c_in, s->h, s->w}, dst_dims = {s->n, s->c_out, s->oh, s->ow},
                 bias_dims = {s->c_out};
-    dnnl_dims_t w_dims = {s->c_out, s->c_in, s->kh, s->kw}, gw_dims = {g, s->c_out / g, s->c_in / g, s->kh, s->kw};
+    dnnl_dims_t w_dims = {s->c_out, s->c_in, s->kh, s->kw},
+                gw_dims = {g, s->c_out / g, s->c_in / g, s->kh, s->kw};
     dnnl_dims_t strides = {s->stride_h, s->stride_w}, dilates = {s->dil_h - 1, s->dil_w - 1},
                 pad_l = {s->pad_h, s->pad_w},
                 pad_r = {pad_right(s->h, s->kh, s->stride_h, s->pad_h, s->dil_h, s->oh),
@@ -175,10 +180,13 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
     activation_md(&p->src, src_dims, (dpt_layout)s->x_layout, s);
     activation_md(&p->dst, dst_dims, DPT_LAYOUT_NCHW, s);
     activation_md(&blocked_dst, dst_dims, DPT_LAYOUT_NCHW16C, s);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->weights, wnd, wd, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->weights, wnd, wd, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw),
+               "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->bias, 1, bias_dims, dnnl_f32, dnnl_x), "memory", s);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_src, 4, src_dims, dnnl_f32, dnnl_format_tag_any), "memory", s);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_dst, 4, dst_dims, dnnl_f32, dnnl_format_tag_any), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_src, 4, src_dims, dnnl_f32, dnnl_format_tag_any), "memory",
+               s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_dst, 4, dst_dims, dnnl_f32, dnnl_format_tag_any), "memory",
+               s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_w, wnd, wd, dnnl_f32, dnnl_format_tag_any), "memory", s);
 
     dnnl_primitive_attr_t attr;
@@ -188,23 +196,24 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
     dnnl_primitive_desc_t fpd = NULL, bpd = NULL, wpd = NULL;
     /* The bias is always part of the plan: a convolution without one passes zeros (tiny) so
      * one plan serves both; the backward bias gradient is a by-product of backward weights. */
-    bool ok = dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &any_src,
-                                                         &any_w, &p->bias, &any_dst, strides, dilates, pad_l,
-                                                         pad_r) == dnnl_success &&
+    bool ok = dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct,
+                                                         &any_src, &any_w, &p->bias, &any_dst, strides,
+                                                         dilates, pad_l, pad_r) == dnnl_success &&
               dnnl_primitive_desc_create(&fpd, &fd, attr, st->engine, NULL) == dnnl_success &&
               dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &any_src, &any_w,
                                                                &any_dst, strides, dilates, pad_l,
                                                                pad_r) == dnnl_success &&
               dnnl_primitive_desc_create(&bpd, &bd, attr, st->engine, fpd) == dnnl_success &&
-              dnnl_dilated_convolution_backward_weights_desc_init(&wd_desc, dnnl_convolution_direct, &any_src, &any_w,
-                                                                  &p->bias, &any_dst, strides, dilates, pad_l,
-                                                                  pad_r) == dnnl_success &&
+              dnnl_dilated_convolution_backward_weights_desc_init(&wd_desc, dnnl_convolution_direct, &any_src,
+                                                                  &any_w, &p->bias, &any_dst, strides,
+                                                                  dilates, pad_l, pad_r) == dnnl_success &&
               dnnl_primitive_desc_create(&wpd, &wd_desc, attr, st->engine, fpd) == dnnl_success;
     dnnl_primitive_attr_destroy(attr);
     if (!ok) {
         char sh[320];
         shape_str(s, sh, sizeof sh);
-        fprintf(stderr, "warning: oneDNN has no convolution for %s: this shape runs on the native kernels\n", sh);
+        fprintf(stderr, "warning: oneDNN has no convolution for %s: this shape runs on the native kernels\n",
+                sh);
         p->native = true;
         p->y_layout = DPT_LAYOUT_NCHW;
         if (fpd) dnnl_primitive_desc_destroy(fpd);
@@ -276,7 +285,8 @@ static void block_put(dpt_ctx *ctx, block *b)
     b->ptr = NULL;
 }
 
-static dnnl_memory_t mem(dnnl_state *st, const dnnl_memory_desc_t *d, const void *ptr, const dpt_conv_shape *s)
+static dnnl_memory_t mem(dnnl_state *st, const dnnl_memory_desc_t *d, const void *ptr,
+                         const dpt_conv_shape *s)
 {
     dnnl_memory_t m;
     CHECK_DNNL(dnnl_memory_create(&m, d, st->engine, (void *)ptr), "memory object", s);
@@ -306,8 +316,9 @@ static void reorder(dpt_ctx *ctx, dnnl_primitive_t r, const dnnl_memory_desc_t *
 }
 
 /* The plain buffer `plain` in layout `want`: itself, or a reordered copy in *b. */
-static const void *laid_out(dpt_ctx *ctx, dnnl_primitive_t r, const dnnl_memory_desc_t *plain_md, const void *plain,
-                            const dnnl_memory_desc_t *want, block *b, const dpt_conv_shape *s)
+static const void *laid_out(dpt_ctx *ctx, dnnl_primitive_t r, const dnnl_memory_desc_t *plain_md,
+                            const void *plain, const dnnl_memory_desc_t *want, block *b,
+                            const dpt_conv_shape *s)
 {
     if (!r) return plain;
     block_get(ctx, b, dnnl_memory_desc_get_size(want), "oneDNN convolution buffer");
@@ -325,7 +336,8 @@ static void dnnl_relayout(dpt_ctx *ctx, const float *src, dpt_layout from, float
     relayout_plan *r = NULL;
     for (int i = 0; i < st->nrelayouts && !r; i++) {
         relayout_plan *c = st->relayouts[i];
-        if (!memcmp(c->shape, shape, sizeof c->shape) && c->from == from && c->to == to && c->accumulate == accumulate)
+        if (!memcmp(c->shape, shape, sizeof c->shape) && c->from == from && c->to == to &&
+            c->accumulate == accumulate)
             r = c;
     }
     if (!r) {
@@ -362,17 +374,18 @@ static dpt_layout dnnl_conv2d_out_layout(dpt_ctx *ctx, const dpt_conv_shape *s)
 }
 
 /* A shape without a oneDNN kernel: the native kernels, which read x (and write dx) in NCHW. */
-static void native_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *bias,
-                       float *y)
+static void native_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
+                       const float *bias, float *y)
 {
     dpt_conv_shape plain = *s;
     plain.x_layout = DPT_LAYOUT_NCHW;
     block bx = {0};
     if (s->x_layout != DPT_LAYOUT_NCHW) {
         int64_t shape[4] = {s->n, s->c_in, s->h, s->w};
-        dnnl_relayout(ctx, x, (dpt_layout)s->x_layout,
-                      block_get(ctx, &bx, (size_t)(s->n * s->c_in * s->h * s->w) * sizeof(float), "a relayout"),
-                      DPT_LAYOUT_NCHW, shape, false);
+        dnnl_relayout(
+            ctx, x, (dpt_layout)s->x_layout,
+            block_get(ctx, &bx, (size_t)(s->n * s->c_in * s->h * s->w) * sizeof(float), "a relayout"),
+            DPT_LAYOUT_NCHW, shape, false);
         x = bx.ptr;
     }
     dpt_cpu_conv2d_fwd(ctx, &plain, x, w, bias, y);
@@ -391,16 +404,16 @@ static void native_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, co
     int64_t shape[4] = {s->n, s->c_in, s->h, s->w};
     size_t bytes = (size_t)(s->n * s->c_in * s->h * s->w) * sizeof(float);
     block bx = {0}, bdx = {0};
-    dnnl_relayout(ctx, x, (dpt_layout)s->x_layout, block_get(ctx, &bx, bytes, "a relayout"), DPT_LAYOUT_NCHW, shape,
-                  false);
+    dnnl_relayout(ctx, x, (dpt_layout)s->x_layout, block_get(ctx, &bx, bytes, "a relayout"), DPT_LAYOUT_NCHW,
+                  shape, false);
     if (dx) memset(block_get(ctx, &bdx, bytes, "a relayout"), 0, bytes);
     dpt_cpu_conv2d_bwd(ctx, &plain, bx.ptr, w, dy, bdx.ptr, true, dw, dbias);
     if (dx) dnnl_relayout(ctx, bdx.ptr, DPT_LAYOUT_NCHW, dx, (dpt_layout)s->x_layout, shape, dx_accumulate);
     block_put(ctx, &bdx), block_put(ctx, &bx);
 }
 
-static void dnnl_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *bias,
-                            float *y)
+static void dnnl_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
+                            const float *bias, float *y)
 {
     conv_plan *p = plan_for(ctx, s);
     if (p->native) {
@@ -411,22 +424,26 @@ static void dnnl_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *
     block bsrc = {0}, bw = {0}, bdst = {0}, bbias = {0}, bscr = {0};
     const void *src = laid_out(ctx, p->src_in, &p->src, x, &p->fwd_src, &bsrc, s);
     const void *wts = laid_out(ctx, p->weights_in, &p->weights, w, &p->fwd_weights, &bw, s);
-    if (!bias) memset(block_get(ctx, &bbias, (size_t)s->c_out * sizeof(float), "oneDNN bias"), 0,
-                      (size_t)s->c_out * sizeof(float));
-    void *dst = p->dst_out ? block_get(ctx, &bdst, dnnl_memory_desc_get_size(&p->fwd_dst), "oneDNN convolution buffer")
+    if (!bias)
+        memset(block_get(ctx, &bbias, (size_t)s->c_out * sizeof(float), "oneDNN bias"), 0,
+               (size_t)s->c_out * sizeof(float));
+    void *dst = p->dst_out ? block_get(ctx, &bdst, dnnl_memory_desc_get_size(&p->fwd_dst),
+                                       "oneDNN convolution buffer")
                            : y;
     block_get(ctx, &bscr, dnnl_memory_desc_get_size(&p->fwd_scratch), "oneDNN scratchpad");
-    execute(ctx, p->fwd, 5, (int[]){DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD},
+    execute(ctx, p->fwd, 5,
+            (int[]){DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD},
             (dnnl_memory_t[]){mem(st, &p->fwd_src, src, s), mem(st, &p->fwd_weights, wts, s),
                               mem(st, &p->bias, bias ? bias : bbias.ptr, s), mem(st, &p->fwd_dst, dst, s),
                               mem(st, &p->fwd_scratch, bscr.ptr, s)},
             "convolution forward", s);
     if (p->dst_out) reorder(ctx, p->dst_out, &p->fwd_dst, dst, &p->dst, y, s);
-    block_put(ctx, &bscr), block_put(ctx, &bdst), block_put(ctx, &bbias), block_put(ctx, &bw), block_put(ctx, &bsrc);
+    block_put(ctx, &bscr), block_put(ctx, &bdst), block_put(ctx, &bbias), block_put(ctx, &bw),
+        block_put(ctx, &bsrc);
 }
 
-static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *dy,
-                            float *dx, bool dx_accumulate, float *dw, float *dbias)
+static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
+                            const float *dy, float *dx, bool dx_accumulate, float *dw, float *dbias)
 {
     conv_plan *p = plan_for(ctx, s);
     if (p->native) {
@@ -442,9 +459,11 @@ static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *
         const void *wts = laid_out(ctx, p->bd_weights_in, &p->weights, w, &p->bd_weights, &bw, s);
         /* The first writer of dx in its own layout lets oneDNN write it directly. */
         bool direct = !dx_accumulate && !p->diff_src_out;
-        if (!direct) block_get(ctx, &bdsrc, dnnl_memory_desc_get_size(&p->bd_diff_src), "oneDNN convolution buffer");
+        if (!direct)
+            block_get(ctx, &bdsrc, dnnl_memory_desc_get_size(&p->bd_diff_src), "oneDNN convolution buffer");
         block_get(ctx, &bscr, dnnl_memory_desc_get_size(&p->bd_scratch), "oneDNN scratchpad");
-        execute(ctx, p->bwd_data, 4, (int[]){DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC, DNNL_ARG_SCRATCHPAD},
+        execute(ctx, p->bwd_data, 4,
+                (int[]){DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC, DNNL_ARG_SCRATCHPAD},
                 (dnnl_memory_t[]){mem(st, &p->bd_diff_dst, ddst, s), mem(st, &p->bd_weights, wts, s),
                                   mem(st, &p->bd_diff_src, direct ? dx : bdsrc.ptr, s),
                                   mem(st, &p->bd_scratch, bscr.ptr, s)},
@@ -458,19 +477,22 @@ static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *
     if (dw || dbias) {
         block bsrc = {0}, bdw = {0}, bdb = {0}, bscr = {0};
         const void *src = laid_out(ctx, p->bw_src_in, &p->src, x, &p->bw_src, &bsrc, s);
-        const void *ddst_w = dnnl_memory_desc_equal(&p->bw_diff_dst, &p->bd_diff_dst)
-                                 ? ddst
-                                 : laid_out(ctx, p->bw_diff_dst_in, &p->dst, dy, &p->bw_diff_dst, &bddst_w, s);
+        const void *ddst_w =
+            dnnl_memory_desc_equal(&p->bw_diff_dst, &p->bd_diff_dst)
+                ? ddst
+                : laid_out(ctx, p->bw_diff_dst_in, &p->dst, dy, &p->bw_diff_dst, &bddst_w, s);
         block_get(ctx, &bdw, dnnl_memory_desc_get_size(&p->bw_diff_weights), "oneDNN weight gradient");
         float *db = block_get(ctx, &bdb, (size_t)s->c_out * sizeof(float), "oneDNN bias gradient");
         block_get(ctx, &bscr, dnnl_memory_desc_get_size(&p->bw_scratch), "oneDNN scratchpad");
         execute(ctx, p->bwd_weights, 5,
-                (int[]){DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS, DNNL_ARG_SCRATCHPAD},
+                (int[]){DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS,
+                        DNNL_ARG_SCRATCHPAD},
                 (dnnl_memory_t[]){mem(st, &p->bw_src, src, s), mem(st, &p->bw_diff_dst, ddst_w, s),
                                   mem(st, &p->bw_diff_weights, bdw.ptr, s), mem(st, &p->bias, db, s),
                                   mem(st, &p->bw_scratch, bscr.ptr, s)},
                 "convolution backward weights", s);
-        if (dw) reorder(ctx, p->diff_weights_acc, &p->bw_diff_weights, bdw.ptr, &p->weights, dw, s); /* dw += */
+        if (dw)
+            reorder(ctx, p->diff_weights_acc, &p->bw_diff_weights, bdw.ptr, &p->weights, dw, s); /* dw += */
         if (dbias)
             for (int64_t c = 0; c < s->c_out; c++)
                 dbias[c] += db[c];
@@ -497,23 +519,30 @@ static bn_plan *bn_plan_for(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_
     b->n = n, b->c = c, b->hw = hw, b->layout = layout;
     /* (N, C, H*W, 1) is the same memory as (N, C, H, W) in either layout */
     activation_md(&b->data, (int64_t[]){n, c, hw, 1}, layout, &where);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&b->stat, 1, (dnnl_dims_t){c}, dnnl_f32, dnnl_x), "memory", &where);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&b->stat, 1, (dnnl_dims_t){c}, dnnl_f32, dnnl_x), "memory",
+               &where);
     dnnl_primitive_attr_t attr;
     CHECK_DNNL(dnnl_primitive_attr_create(&attr), "attributes", &where);
-    CHECK_DNNL(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "attributes", &where);
+    CHECK_DNNL(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "attributes",
+               &where);
     unsigned flags = dnnl_use_scale | dnnl_use_shift;
     dnnl_batch_normalization_desc_t fd, bd, id;
     dnnl_primitive_desc_t fpd, bpd, ipd;
-    CHECK_DNNL(dnnl_batch_normalization_forward_desc_init(&fd, dnnl_forward_training, &b->data, (float)eps, flags),
-               "batch normalization forward", &where);
-    CHECK_DNNL(dnnl_primitive_desc_create(&fpd, &fd, attr, st->engine, NULL), "batch normalization forward", &where);
-    CHECK_DNNL(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &b->data, &b->data, (float)eps, flags),
+    CHECK_DNNL(
+        dnnl_batch_normalization_forward_desc_init(&fd, dnnl_forward_training, &b->data, (float)eps, flags),
+        "batch normalization forward", &where);
+    CHECK_DNNL(dnnl_primitive_desc_create(&fpd, &fd, attr, st->engine, NULL), "batch normalization forward",
+               &where);
+    CHECK_DNNL(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &b->data, &b->data, (float)eps,
+                                                           flags),
                "batch normalization backward", &where);
-    CHECK_DNNL(dnnl_primitive_desc_create(&bpd, &bd, attr, st->engine, fpd), "batch normalization backward", &where);
+    CHECK_DNNL(dnnl_primitive_desc_create(&bpd, &bd, attr, st->engine, fpd), "batch normalization backward",
+               &where);
     CHECK_DNNL(dnnl_batch_normalization_forward_desc_init(&id, dnnl_forward_inference, &b->data, (float)eps,
                                                           flags | dnnl_use_global_stats),
                "batch normalization inference", &where);
-    CHECK_DNNL(dnnl_primitive_desc_create(&ipd, &id, attr, st->engine, NULL), "batch normalization inference", &where);
+    CHECK_DNNL(dnnl_primitive_desc_create(&ipd, &id, attr, st->engine, NULL), "batch normalization inference",
+               &where);
     dnnl_primitive_attr_destroy(attr);
     b->fwd_scratch = *md(fpd, dnnl_query_scratchpad_md), b->bwd_scratch = *md(bpd, dnnl_query_scratchpad_md);
     b->infer_scratch = *md(ipd, dnnl_query_scratchpad_md);
@@ -533,7 +562,8 @@ static bn_plan *bn_plan_for(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_
 
 static void dnnl_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
                               dpt_layout layout, const float *gamma, const float *beta, float *running_mean,
-                              float *running_var, double momentum, double eps, float *save_mean, float *save_var)
+                              float *running_var, double momentum, double eps, float *save_mean,
+                              float *save_var)
 {
     dnnl_state *st = state_of(ctx);
     bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, eps);
@@ -541,11 +571,12 @@ static void dnnl_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n,
     block scr = {0};
     block_get(ctx, &scr, dnnl_memory_desc_get_size(&b->fwd_scratch), "oneDNN scratchpad");
     execute(ctx, b->fwd, 7,
-            (int[]){DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE,
-                    DNNL_ARG_SCRATCHPAD},
-            (dnnl_memory_t[]){mem(st, &b->data, x, &where), mem(st, &b->data, y, &where), mem(st, &b->stat, gamma, &where),
-                              mem(st, &b->stat, beta, &where), mem(st, &b->stat, save_mean, &where),
-                              mem(st, &b->stat, save_var, &where), mem(st, &b->fwd_scratch, scr.ptr, &where)},
+            (int[]){DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN,
+                    DNNL_ARG_VARIANCE, DNNL_ARG_SCRATCHPAD},
+            (dnnl_memory_t[]){mem(st, &b->data, x, &where), mem(st, &b->data, y, &where),
+                              mem(st, &b->stat, gamma, &where), mem(st, &b->stat, beta, &where),
+                              mem(st, &b->stat, save_mean, &where), mem(st, &b->stat, save_var, &where),
+                              mem(st, &b->fwd_scratch, scr.ptr, &where)},
             "batch normalization forward", &where);
     block_put(ctx, &scr);
     double count = (double)(n * hw), unbias = count > 1 ? count / (count - 1) : 1.0;
@@ -555,9 +586,10 @@ static void dnnl_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n,
     }
 }
 
-static void dnnl_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
-                              int64_t c, int64_t hw, dpt_layout layout, const float *gamma, float *dgamma, float *dbeta,
-                              double eps, const float *save_mean, const float *save_var)
+static void dnnl_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate,
+                              int64_t n, int64_t c, int64_t hw, dpt_layout layout, const float *gamma,
+                              float *dgamma, float *dbeta, double eps, const float *save_mean,
+                              const float *save_var)
 {
     dnnl_state *st = state_of(ctx);
     bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, eps);
@@ -568,12 +600,14 @@ static void dnnl_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, flo
     float *dscale = block_get(ctx, &bdp, (size_t)(2 * c) * sizeof(float), "batch-norm parameter gradients");
     block_get(ctx, &scr, dnnl_memory_desc_get_size(&b->bwd_scratch), "oneDNN scratchpad");
     execute(ctx, b->bwd, 10,
-            (int[]){DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_SCALE, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_DIFF_SRC,
-                    DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT, DNNL_ARG_SHIFT, DNNL_ARG_SCRATCHPAD},
-            (dnnl_memory_t[]){mem(st, &b->data, x, &where), mem(st, &b->data, dy, &where), mem(st, &b->stat, gamma, &where),
-                              mem(st, &b->stat, save_mean, &where), mem(st, &b->stat, save_var, &where),
-                              mem(st, &b->data, out, &where), mem(st, &b->stat, dscale, &where),
-                              mem(st, &b->stat, dscale + c, &where), mem(st, &b->stat, dscale + c, &where),
+            (int[]){DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_SCALE, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE,
+                    DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT, DNNL_ARG_SHIFT,
+                    DNNL_ARG_SCRATCHPAD},
+            (dnnl_memory_t[]){mem(st, &b->data, x, &where), mem(st, &b->data, dy, &where),
+                              mem(st, &b->stat, gamma, &where), mem(st, &b->stat, save_mean, &where),
+                              mem(st, &b->stat, save_var, &where), mem(st, &b->data, out, &where),
+                              mem(st, &b->stat, dscale, &where), mem(st, &b->stat, dscale + c, &where),
+                              mem(st, &b->stat, dscale + c, &where),
                               mem(st, &b->bwd_scratch, scr.ptr, &where)},
             "batch normalization backward", &where);
     if (dx_accumulate) dpt_backend_cpu.axpy(ctx, n * c * hw, 1.0f, out, dx);
@@ -583,8 +617,8 @@ static void dnnl_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, flo
 }
 
 static void dnnl_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                                dpt_layout layout, const float *gamma, const float *beta, const float *running_mean,
-                                const float *running_var, double eps)
+                                dpt_layout layout, const float *gamma, const float *beta,
+                                const float *running_mean, const float *running_var, double eps)
 {
     dnnl_state *st = state_of(ctx);
     bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, eps);
@@ -592,11 +626,12 @@ static void dnnl_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t 
     block scr = {0};
     block_get(ctx, &scr, dnnl_memory_desc_get_size(&b->infer_scratch), "oneDNN scratchpad");
     execute(ctx, b->infer, 7,
-            (int[]){DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE,
-                    DNNL_ARG_SCRATCHPAD},
-            (dnnl_memory_t[]){mem(st, &b->data, x, &where), mem(st, &b->data, y, &where), mem(st, &b->stat, gamma, &where),
-                              mem(st, &b->stat, beta, &where), mem(st, &b->stat, running_mean, &where),
-                              mem(st, &b->stat, running_var, &where), mem(st, &b->infer_scratch, scr.ptr, &where)},
+            (int[]){DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN,
+                    DNNL_ARG_VARIANCE, DNNL_ARG_SCRATCHPAD},
+            (dnnl_memory_t[]){mem(st, &b->data, x, &where), mem(st, &b->data, y, &where),
+                              mem(st, &b->stat, gamma, &where), mem(st, &b->stat, beta, &where),
+                              mem(st, &b->stat, running_mean, &where), mem(st, &b->stat, running_var, &where),
+                              mem(st, &b->infer_scratch, scr.ptr, &where)},
             "batch normalization inference", &where);
     block_put(ctx, &scr);
 }
@@ -612,7 +647,8 @@ static bool dnnl_init(dpt_ctx *ctx, dpt_error *err)
     if (rc == dnnl_success) rc = dnnl_stream_create(&st->stream, st->engine, dnnl_stream_default_flags);
     if (rc != dnnl_success) {
         free(st);
-        return dpt_errorf(err, "oneDNN could not create a CPU engine: %s\nHINT: set [train] cpu_kernels = native",
+        return dpt_errorf(err,
+                          "oneDNN could not create a CPU engine: %s\nHINT: set [train] cpu_kernels = native",
                           dnnl_status2str(rc));
     }
     ctx->backend_state = st;
@@ -673,7 +709,8 @@ const dpt_backend *dpt_backend_cpu_onednn(void)
 void dpt_onednn_version(char *buf, size_t cap)
 {
     const dnnl_version_t *v = dnnl_version();
-    snprintf(buf, cap, "oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch, v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime");
+    snprintf(buf, cap, "oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch,
+             v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime");
 }
 
 #else /* no oneDNN in this build */

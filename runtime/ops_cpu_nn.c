@@ -53,12 +53,15 @@ static void im2col(const dpt_conv_shape *s, const float *x, float *col)
                         continue;
                     }
                     const float *src = x + (c * s->h + iy) * s->w + offset;
-                    for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0.0f;
+                    for (int64_t ox = 0; ox < lo; ox++)
+                        dst[ox] = 0.0f;
                     if (s->stride_w == 1)
                         memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
                     else
-                        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * s->stride_w];
-                    for (int64_t ox = hi; ox < s->ow; ox++) dst[ox] = 0.0f;
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            dst[ox] = src[ox * s->stride_w];
+                    for (int64_t ox = hi; ox < s->ow; ox++)
+                        dst[ox] = 0.0f;
                 }
             }
 }
@@ -79,9 +82,11 @@ static void col2im_acc(const dpt_conv_shape *s, const float *col, float *dx)
                     float *dst = dx + (c * s->h + iy) * s->w + offset;
                     const float *src = row + oy * s->ow;
                     if (s->stride_w == 1)
-                        for (int64_t ox = lo; ox < hi; ox++) dst[ox] += src[ox];
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            dst[ox] += src[ox];
                     else
-                        for (int64_t ox = lo; ox < hi; ox++) dst[ox * s->stride_w] += src[ox];
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            dst[ox * s->stride_w] += src[ox];
                 }
             }
 }

@@ -72,7 +72,7 @@ typedef struct cuda_state {
     conv_plan *plans; /* one per convolution shape seen (train, eval and last-batch sizes) */
     int nplans, cap_plans;
     cudnnTensorDescriptor_t bn_x, bn_c; /* batch norm: the input's and the per-channel shape */
-    struct mt_table *tables; /* device copies of multi-tensor lists, by key */
+    struct mt_table *tables;            /* device copies of multi-tensor lists, by key */
 } cuda_state;
 
 static cuda_state *state_of(dpt_ctx *ctx)
@@ -748,8 +748,8 @@ static void cuda_sgd_step_multi(dpt_ctx *ctx, const dpt_tensor_list *l, float lr
 {
     const mt_table *t = mt_upload(ctx, l);
     if (!t->nchunks) return;
-    sgd_multi_kernel<<<(unsigned)t->nchunks, THREADS, 0, stream_of(ctx)>>>(t->dev, lr, momentum, dampening, wd,
-                                                                            nesterov, first);
+    sgd_multi_kernel<<<(unsigned)t->nchunks, THREADS, 0, stream_of(ctx)>>>(t->dev, lr, momentum, dampening,
+                                                                           wd, nesterov, first);
     CHECK_LAUNCH();
 }
 
@@ -759,7 +759,7 @@ static void cuda_adamw_step_multi(dpt_ctx *ctx, const dpt_tensor_list *l, float 
     const mt_table *t = mt_upload(ctx, l);
     if (!t->nchunks) return;
     adamw_multi_kernel<<<(unsigned)t->nchunks, THREADS, 0, stream_of(ctx)>>>(t->dev, lr, b1, b2, eps, wd,
-                                                                              lr / bc1, sqrtf(bc2));
+                                                                             lr / bc1, sqrtf(bc2));
     CHECK_LAUNCH();
 }
 
@@ -790,10 +790,11 @@ static void cuda_adamw_step(dpt_ctx *ctx, int64_t n, float *p, const float *g, f
 static const char *conv_shape_str(const dpt_conv_shape *sh)
 {
     static __thread char buf[160];
-    snprintf(buf, sizeof buf, "x %lldx%lldx%lldx%lld, w %lldx%lldx%lldx%lld, stride %lld, pad %lld, groups %lld",
+    snprintf(buf, sizeof buf,
+             "x %lldx%lldx%lldx%lld, w %lldx%lldx%lldx%lld, stride %lld, pad %lld, groups %lld",
              (long long)sh->n, (long long)sh->c_in, (long long)sh->h, (long long)sh->w, (long long)sh->c_out,
-             (long long)(sh->c_in / sh->groups), (long long)sh->kh, (long long)sh->kw, (long long)sh->stride_h,
-             (long long)sh->pad_h, (long long)sh->groups);
+             (long long)(sh->c_in / sh->groups), (long long)sh->kh, (long long)sh->kw,
+             (long long)sh->stride_h, (long long)sh->pad_h, (long long)sh->groups);
     return buf;
 }
 
@@ -801,9 +802,9 @@ static cudnnConvolutionDescriptor_t conv_descriptor(const dpt_conv_shape *sh)
 {
     cudnnConvolutionDescriptor_t d;
     CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&d));
-    CHECK_CUDNN(cudnnSetConvolution2dDescriptor(d, (int)sh->pad_h, (int)sh->pad_w, (int)sh->stride_h, (int)sh->stride_w,
-                                                (int)sh->dil_h, (int)sh->dil_w, CUDNN_CROSS_CORRELATION,
-                                                CUDNN_DATA_FLOAT));
+    CHECK_CUDNN(cudnnSetConvolution2dDescriptor(d, (int)sh->pad_h, (int)sh->pad_w, (int)sh->stride_h,
+                                                (int)sh->stride_w, (int)sh->dil_h, (int)sh->dil_w,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CHECK_CUDNN(cudnnSetConvolutionGroupCount(d, (int)sh->groups));
     return d;
 }
@@ -820,17 +821,19 @@ static cudnnConvolutionDescriptor_t conv_descriptor(const dpt_conv_shape *sh)
             if ((perf)[i_].status != CUDNN_STATUS_SUCCESS) continue;                                         \
             cudnnMathType_t m_ = (perf)[i_].mathType;                                                        \
             if (!ctx->tf32 && m_ != CUDNN_FMA_MATH && m_ != CUDNN_DEFAULT_MATH) continue;                    \
-            if (cudnnSetConvolutionMathType((desc), ctx->tf32 ? m_ : CUDNN_FMA_MATH) != CUDNN_STATUS_SUCCESS) \
+            if (cudnnSetConvolutionMathType((desc), ctx->tf32 ? m_ : CUDNN_FMA_MATH) !=                      \
+                CUDNN_STATUS_SUCCESS)                                                                        \
                 continue;                                                                                    \
             size_t b_ = 0;                                                                                   \
             cudnnStatus_t st_ = (workspace_call);                                                            \
             if (st_ == CUDNN_STATUS_NOT_SUPPORTED || st_ == CUDNN_STATUS_BAD_PARAM) continue;                \
             CHECK_CUDNN(st_);                                                                                \
-            if (b_ > ((size_t)1 << 30)) continue; /* more than 1 GiB of workspace: the next one */          \
+            if (b_ > ((size_t)1 << 30)) continue; /* more than 1 GiB of workspace: the next one */           \
             (chosen) = (perf)[i_].algo, (bytes) = b_;                                                        \
             break;                                                                                           \
         }                                                                                                    \
-        if (i_ == (got)) dpt_fatal("cuDNN offers no usable %s algorithm for convolution %s", what, conv_shape_str(sh)); \
+        if (i_ == (got))                                                                                     \
+            dpt_fatal("cuDNN offers no usable %s algorithm for convolution %s", what, conv_shape_str(sh));   \
     } while (0)
 
 static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
@@ -854,7 +857,8 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
                                            (int)sh->c_out, (int)sh->oh, (int)sh->ow));
     CHECK_CUDNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)sh->c_out,
                                            (int)(sh->c_in / sh->groups), (int)sh->kh, (int)sh->kw));
-    p->conv_fwd = conv_descriptor(sh), p->conv_bwd_data = conv_descriptor(sh), p->conv_bwd_filter = conv_descriptor(sh);
+    p->conv_fwd = conv_descriptor(sh), p->conv_bwd_data = conv_descriptor(sh),
+    p->conv_bwd_filter = conv_descriptor(sh);
     /* Ranking: heuristics by default (a function of the shape and the GPU, so a resumed run
      * picks the same algorithms); measured once per shape with [train] cudnn_benchmark, as
      * PyTorch's benchmark mode (faster, but the choice may differ between runs). Exact FP32
@@ -866,34 +870,39 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
     cudnnConvolutionBwdDataAlgoPerf_t d[MAX_ALGOS];
     cudnnConvolutionBwdFilterAlgoPerf_t w[MAX_ALGOS];
     for (int k = 0; k < 3; k++) /* heuristics and Find look at the descriptor's math type */
-        CHECK_CUDNN(cudnnSetConvolutionMathType(k == 0 ? p->conv_fwd : k == 1 ? p->conv_bwd_data : p->conv_bwd_filter,
+        CHECK_CUDNN(cudnnSetConvolutionMathType(k == 0   ? p->conv_fwd
+                                                : k == 1 ? p->conv_bwd_data
+                                                         : p->conv_bwd_filter,
                                                 ctx->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
     if (ctx->cudnn_benchmark)
-        CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithm(s->dnn, p->x, p->w, p->conv_fwd, p->y, MAX_ALGOS, &got, f));
-    else
-        CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->dnn, p->x, p->w, p->conv_fwd, p->y, MAX_ALGOS, &got, f));
-    PICK_ALGORITHM(f, got, p->conv_fwd,
-                   cudnnGetConvolutionForwardWorkspaceSize(s->dnn, p->x, p->w, p->conv_fwd, p->y, f[i_].algo, &b_),
-                   p->fwd, bytes_fwd, "forward");
-    if (ctx->cudnn_benchmark)
         CHECK_CUDNN(
-            cudnnFindConvolutionBackwardDataAlgorithm(s->dnn, p->w, p->y, p->conv_bwd_data, p->x, MAX_ALGOS, &got, d));
+            cudnnFindConvolutionForwardAlgorithm(s->dnn, p->x, p->w, p->conv_fwd, p->y, MAX_ALGOS, &got, f));
     else
-        CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(s->dnn, p->w, p->y, p->conv_bwd_data, p->x, MAX_ALGOS,
-                                                                &got, d));
+        CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->dnn, p->x, p->w, p->conv_fwd, p->y, MAX_ALGOS,
+                                                           &got, f));
+    PICK_ALGORITHM(
+        f, got, p->conv_fwd,
+        cudnnGetConvolutionForwardWorkspaceSize(s->dnn, p->x, p->w, p->conv_fwd, p->y, f[i_].algo, &b_),
+        p->fwd, bytes_fwd, "forward");
+    if (ctx->cudnn_benchmark)
+        CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(s->dnn, p->w, p->y, p->conv_bwd_data, p->x,
+                                                              MAX_ALGOS, &got, d));
+    else
+        CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(s->dnn, p->w, p->y, p->conv_bwd_data, p->x,
+                                                                MAX_ALGOS, &got, d));
     PICK_ALGORITHM(d, got, p->conv_bwd_data,
-                   cudnnGetConvolutionBackwardDataWorkspaceSize(s->dnn, p->w, p->y, p->conv_bwd_data, p->x, d[i_].algo,
-                                                                &b_),
+                   cudnnGetConvolutionBackwardDataWorkspaceSize(s->dnn, p->w, p->y, p->conv_bwd_data, p->x,
+                                                                d[i_].algo, &b_),
                    p->bwd_data, bytes_bd, "backward-data");
     if (ctx->cudnn_benchmark)
-        CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(s->dnn, p->x, p->y, p->conv_bwd_filter, p->w, MAX_ALGOS,
-                                                                &got, w));
+        CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(s->dnn, p->x, p->y, p->conv_bwd_filter, p->w,
+                                                                MAX_ALGOS, &got, w));
     else
-        CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->dnn, p->x, p->y, p->conv_bwd_filter, p->w,
-                                                                  MAX_ALGOS, &got, w));
+        CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->dnn, p->x, p->y, p->conv_bwd_filter,
+                                                                  p->w, MAX_ALGOS, &got, w));
     PICK_ALGORITHM(w, got, p->conv_bwd_filter,
-                   cudnnGetConvolutionBackwardFilterWorkspaceSize(s->dnn, p->x, p->y, p->conv_bwd_filter, p->w,
-                                                                  w[i_].algo, &b_),
+                   cudnnGetConvolutionBackwardFilterWorkspaceSize(s->dnn, p->x, p->y, p->conv_bwd_filter,
+                                                                  p->w, w[i_].algo, &b_),
                    p->bwd_filter, bytes_bf, "backward-filter");
     p->workspace = bytes_fwd > bytes_bd ? bytes_fwd : bytes_bd;
     if (bytes_bf > p->workspace) p->workspace = bytes_bf;
@@ -932,7 +941,8 @@ __global__ void channel_sum_kernel(const float *dy, float *db, int64_t n, int64_
     /* one block per channel */
     int64_t ch = blockIdx.x;
     double acc = 0.0;
-    for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x) acc += dy[(i / hw * c + ch) * hw + i % hw];
+    for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x)
+        acc += dy[(i / hw * c + ch) * hw + i % hw];
     double total = block_total(acc);
     if (threadIdx.x == 0) db[ch] += (float)total;
 }
@@ -943,8 +953,8 @@ static void cuda_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float 
     conv_plan *p = plan_for(ctx, sh);
     workspace ws = workspace_get(ctx, p->workspace);
     float one = 1.0f, zero = 0.0f;
-    CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x, p->w, w, p->conv_fwd, p->fwd, ws.ptr,
-                                        p->workspace, &zero, p->y, y));
+    CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x, p->w, w, p->conv_fwd, p->fwd,
+                                        ws.ptr, p->workspace, &zero, p->y, y));
     if (bias)
         LAUNCH(channel_bias_kernel, sh->n * sh->c_out * sh->oh * sh->ow, y, bias, sh->n, sh->c_out,
                sh->oh * sh->ow);
@@ -960,11 +970,13 @@ static void cuda_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float 
      * first writer (beta = 0: no zero fill before, no read of it) */
     float one = 1.0f, data_beta = dx_accumulate ? 1.0f : 0.0f;
     if (dx)
-        CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, w, p->y, dy, p->conv_bwd_data,
-                                                 p->bwd_data, ws.ptr, p->workspace, &data_beta, p->x, dx));
+        CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, w, p->y, dy,
+                                                 p->conv_bwd_data, p->bwd_data, ws.ptr, p->workspace,
+                                                 &data_beta, p->x, dx));
     if (dw)
-        CHECK_CUDNN(cudnnConvolutionBackwardFilter(state_of(ctx)->dnn, &one, p->x, x, p->y, dy, p->conv_bwd_filter,
-                                                   p->bwd_filter, ws.ptr, p->workspace, &one, p->w, dw));
+        CHECK_CUDNN(cudnnConvolutionBackwardFilter(state_of(ctx)->dnn, &one, p->x, x, p->y, dy,
+                                                   p->conv_bwd_filter, p->bwd_filter, ws.ptr, p->workspace,
+                                                   &one, p->w, dw));
     if (dbias) {
         channel_sum_kernel<<<(unsigned)sh->c_out, THREADS, 0, stream_of(ctx)>>>(dy, dbias, sh->n, sh->c_out,
                                                                                 sh->oh * sh->ow);
@@ -1073,28 +1085,32 @@ static void cuda_bn_bwd_stats(dpt_ctx *ctx, const float *x, const float *dy, int
 static void bn_descriptors(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw)
 {
     cuda_state *s = state_of(ctx);
-    CHECK_CUDNN(cudnnSetTensor4dDescriptor(s->bn_x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)c, (int)hw, 1));
+    CHECK_CUDNN(
+        cudnnSetTensor4dDescriptor(s->bn_x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)c, (int)hw, 1));
     CHECK_CUDNN(cudnnDeriveBNTensorDescriptor(s->bn_c, s->bn_x, CUDNN_BATCHNORM_SPATIAL));
 }
 
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* cuDNN 9 keeps these; the graph API replaces them */
+#pragma GCC diagnostic ignored                                                                               \
+    "-Wdeprecated-declarations" /* cuDNN 9 keeps these; the graph API replaces them */
 static void cuda_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
                               dpt_layout layout, const float *gamma, const float *beta, float *running_mean,
-                              float *running_var, double momentum, double eps, float *save_mean, float *save_invstd)
+                              float *running_var, double momentum, double eps, float *save_mean,
+                              float *save_invstd)
 {
     DPT_ASSERT(layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
     cuda_state *s = state_of(ctx);
     bn_descriptors(ctx, n, c, hw);
     float one = 1.0f, zero = 0.0f;
-    CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->bn_x, x,
-                                                       s->bn_x, y, s->bn_c, gamma, beta, momentum, running_mean,
-                                                       running_var, eps, save_mean, save_invstd));
+    CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
+        s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->bn_x, x, s->bn_x, y, s->bn_c, gamma, beta, momentum,
+        running_mean, running_var, eps, save_mean, save_invstd));
 }
 
 static void cuda_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate,
-                              int64_t n, int64_t c, int64_t hw, dpt_layout layout, const float *gamma, float *dgamma,
-                              float *dbeta, double eps, const float *save_mean, const float *save_invstd)
+                              int64_t n, int64_t c, int64_t hw, dpt_layout layout, const float *gamma,
+                              float *dgamma, float *dbeta, double eps, const float *save_mean,
+                              const float *save_invstd)
 {
     DPT_ASSERT(layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
     cuda_state *s = state_of(ctx);
@@ -1102,20 +1118,20 @@ static void cuda_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, flo
     /* parameters: beta = 1 (gradients accumulate); data: beta = 0 when dx is written first
      * (no zero fill and no read of it) */
     float one = 1.0f, data_beta = dx_accumulate ? 1.0f : 0.0f;
-    CHECK_CUDNN(cudnnBatchNormalizationBackward(s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &data_beta, &one, &one, s->bn_x, x,
-                                                s->bn_x, dy, s->bn_x, dx, s->bn_c, gamma, dgamma, dbeta, eps,
-                                                save_mean, save_invstd));
+    CHECK_CUDNN(cudnnBatchNormalizationBackward(s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &data_beta, &one, &one,
+                                                s->bn_x, x, s->bn_x, dy, s->bn_x, dx, s->bn_c, gamma, dgamma,
+                                                dbeta, eps, save_mean, save_invstd));
 }
 static void cuda_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                                dpt_layout layout, const float *gamma, const float *beta, const float *running_mean,
-                                const float *running_var, double eps)
+                                dpt_layout layout, const float *gamma, const float *beta,
+                                const float *running_mean, const float *running_var, double eps)
 {
     DPT_ASSERT(layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
     cuda_state *s = state_of(ctx);
     bn_descriptors(ctx, n, c, hw);
     float one = 1.0f, zero = 0.0f;
-    CHECK_CUDNN(cudnnBatchNormalizationForwardInference(s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->bn_x, x,
-                                                        s->bn_x, y, s->bn_c, gamma, beta, running_mean,
+    CHECK_CUDNN(cudnnBatchNormalizationForwardInference(s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->bn_x,
+                                                        x, s->bn_x, y, s->bn_c, gamma, beta, running_mean,
                                                         running_var, eps));
 }
 #pragma GCC diagnostic pop
@@ -1340,9 +1356,12 @@ extern "C" void dpt_cuda_print_env(FILE *out)
         cudaDeviceProp p;
         if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
         size_t free_b = 0, total_b = 0;
-        if (cudaSetDevice(i) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError();
-        fprintf(out, "gpu %d: %s | %.1f GiB (%.1f free) | compute capability %d.%d | %d SMs | pci %04x:%02x:%02x\n",
-                i, p.name, (double)p.totalGlobalMem / (1 << 30), (double)free_b / (1 << 30), p.major, p.minor,
-                p.multiProcessorCount, p.pciDomainID, p.pciBusID, p.pciDeviceID);
+        if (cudaSetDevice(i) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+            cudaGetLastError();
+        fprintf(
+            out,
+            "gpu %d: %s | %.1f GiB (%.1f free) | compute capability %d.%d | %d SMs | pci %04x:%02x:%02x\n", i,
+            p.name, (double)p.totalGlobalMem / (1 << 30), (double)free_b / (1 << 30), p.major, p.minor,
+            p.multiProcessorCount, p.pciDomainID, p.pciBusID, p.pciDeviceID);
     }
 }

@@ -192,7 +192,8 @@ void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst)
     if (t->layout != DPT_LAYOUT_NCHW) { /* a blocked activation reads out as NCHW */
         dpt_ctx *ctx = t->ctx;
         size_t granted;
-        float *plain = dpt_ctx_alloc(ctx, (size_t)t->numel * sizeof(float), &granted, "a relayout for a copy");
+        float *plain =
+            dpt_ctx_alloc(ctx, (size_t)t->numel * sizeof(float), &granted, "a relayout for a copy");
         ctx->be->relayout(ctx, t->data, t->layout, plain, DPT_LAYOUT_NCHW, t->shape, false);
         ctx->be->copy_d2h(ctx, dst, plain, (size_t)t->numel * sizeof(float));
         dpt_alloc_put(ctx->alloc, plain, granted);

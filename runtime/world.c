@@ -103,9 +103,10 @@ bool dpt_world_init(dpt_world *w, int *argc, char ***argv, dpt_error *err)
     w->size = w->local_size = 1;
     gethostname(w->host, sizeof w->host - 1);
     if (launched_by_mpi())
-        return dpt_errorf(err, "mpirun started this process, but this dptrain was built without MPI (make MPI=0)\n"
-                               "HINT: rebuild with MPI (Debian libopenmpi-dev, then make), or train in one process: "
-                               "[distributed] devices = cuda:0,cuda:1 (or cpu:0,cpu:1) for DataParallel");
+        return dpt_errorf(
+            err, "mpirun started this process, but this dptrain was built without MPI (make MPI=0)\n"
+                 "HINT: rebuild with MPI (Debian libopenmpi-dev, then make), or train in one process: "
+                 "[distributed] devices = cuda:0,cuda:1 (or cpu:0,cpu:1) for DataParallel");
     return true;
 }
 

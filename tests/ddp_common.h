@@ -55,7 +55,7 @@ typedef struct ddp_result {
     int64_t nbuffers_scalars;
     float buffers[256];
     double last_loss;
-    bool skipped;     /* NCCL could not start (a build without it): the caller skips */
+    bool skipped; /* NCCL could not start (a build without it): the caller skips */
     char why[1600];
 } ddp_result;
 

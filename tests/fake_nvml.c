@@ -12,9 +12,19 @@ typedef struct {
 
 static int devices[2] = {0, 1};
 
-int nvmlInit_v2(void) { return 0; }
-int nvmlShutdown(void) { return 0; }
-int nvmlDeviceGetCount_v2(unsigned int *n) { *n = 2; return 0; }
+int nvmlInit_v2(void)
+{
+    return 0;
+}
+int nvmlShutdown(void)
+{
+    return 0;
+}
+int nvmlDeviceGetCount_v2(unsigned int *n)
+{
+    *n = 2;
+    return 0;
+}
 int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **dev)
 {
     if (i > 1) return 2; /* NVML_ERROR_INVALID_ARGUMENT */
@@ -39,8 +49,17 @@ int nvmlDeviceGetUtilizationRates(void *dev, util_t *u)
 }
 int nvmlDeviceGetMemoryInfo(void *dev, mem_t *m)
 {
-    m->total = 143771ull << 20, m->used = (*(int *)dev ? 31949ull : 512ull) << 20, m->free = m->total - m->used;
+    m->total = 143771ull << 20, m->used = (*(int *)dev ? 31949ull : 512ull) << 20,
+    m->free = m->total - m->used;
     return 0;
 }
-int nvmlDeviceGetTemperature(void *dev, int sensor, unsigned int *t) { *t = *(int *)dev ? 64 : 33; return 0; }
-int nvmlDeviceGetPowerUsage(void *dev, unsigned int *mw) { *mw = *(int *)dev ? 312400 : 75000; return 0; }
+int nvmlDeviceGetTemperature(void *dev, int sensor, unsigned int *t)
+{
+    *t = *(int *)dev ? 64 : 33;
+    return 0;
+}
+int nvmlDeviceGetPowerUsage(void *dev, unsigned int *mw)
+{
+    *mw = *(int *)dev ? 312400 : 75000;
+    return 0;
+}

@@ -225,7 +225,7 @@ static void test_alloc_limit(void **state)
     assert_non_null(p1);
     assert_non_null(p2);
     assert_null(dpt_alloc_get(a, 2048, &g3)); /* 3072 reserved + 2048 > 4096 */
-    dpt_alloc_put(a, p2, g2);                  /* cached: still reserved */
+    dpt_alloc_put(a, p2, g2);                 /* cached: still reserved */
     assert_int_equal(dpt_alloc_stats(a).reserved, 3072);
     void *p3 = dpt_alloc_get(a, 2048, &g3); /* fits only once the cached 1 KiB is released */
     assert_non_null(p3);

@@ -246,7 +246,8 @@ static void free_store(uint8_t **store, int n)
 }
 
 /* Rebuild `good` with one meta line replaced by `line` (key=value) and expect `needle`. */
-static void expect_meta_error(const uint8_t *good, size_t len, const char *bad, const char *line, const char *needle)
+static void expect_meta_error(const uint8_t *good, size_t len, const char *bad, const char *line,
+                              const char *needle)
 {
     ckpt_rec recs[64];
     uint8_t **store;
@@ -281,7 +282,8 @@ static void test_hostile(void **state)
     snprintf(good, sizeof good, "%s/good2.dpt", dir);
     /* A record whose zlib data is garbage: the error names the record (this read freed
      * memory once: ASan and valgrind runs of this test catch a return of that). */
-    ckpt_rec junk = {.kind = 2, .name = "meta", .raw_bytes = 100, .comp = "not zlib at all", .comp_bytes = 15};
+    ckpt_rec junk = {
+        .kind = 2, .name = "meta", .raw_bytes = 100, .comp = "not zlib at all", .comp_bytes = 15};
     uint8_t *buf;
     size_t len = ckpt_build(&junk, 1, &buf);
     write_all(bad, buf, len);
@@ -316,7 +318,8 @@ static void test_hostile(void **state)
     expect_meta_error(g, len, bad, "epoch=-3", "meta epoch = -3 is not an integer in [1, ");
     expect_meta_error(g, len, bad, "step=-5", "meta step = -5 is not an integer in [0, ");
     expect_meta_error(g, len, bad, "optim_steps=-1", "meta optim_steps = -1 is not an integer in [0, 1234]");
-    expect_meta_error(g, len, bad, "optim_steps=5000", "meta optim_steps = 5000 is not an integer in [0, 1234]");
+    expect_meta_error(g, len, bad, "optim_steps=5000",
+                      "meta optim_steps = 5000 is not an integer in [0, 1234]");
     expect_meta_error(g, len, bad, "batches_done=12x", "meta batches_done = 12x is not an integer");
     expect_meta_error(g, len, bad, "world_size=0", "meta world_size = 0 is not an integer in [1, ");
     expect_meta_error(g, len, bad, "best_acc=nan", "meta best_acc = nan is not an accuracy");

@@ -115,8 +115,8 @@ static void test_training_controls(void **state)
     (void)state;
     /* out of memory (the allocator capped as if the device were small): the request, what is
      * in use, the cap, and what to change */
-    expect_fail(SMALL "--set train.batch=1024 --set train.memory_limit_mb=8 --set train.memory_check=false", 1,
-                "out of memory on cpu: asked for", "limit 8.0 MiB ([train] memory_limit_mb)");
+    expect_fail(SMALL "--set train.batch=1024 --set train.memory_limit_mb=8 --set train.memory_check=false",
+                1, "out of memory on cpu: asked for", "limit 8.0 MiB ([train] memory_limit_mb)");
     expect_fail(SMALL "--set train.batch=1024 --set train.memory_limit_mb=8", 1, /* or refused at start */
                 "this run needs about", "has 8 MiB available");
     expect_fail(SMALL "--set train.batch=256 --set train.memory_limit_mb=4 --set train.memory_check=false", 1,
@@ -126,7 +126,8 @@ static void test_training_controls(void **state)
     /* DataParallel device lists: CPUs in order, or distinct visible GPUs */
     expect_fail(SMALL "--set distributed.devices=cpu:0,cpu:2", 1, "entry 1 is 'cpu:2'", "cuda:0,cuda:1");
     expect_fail(SMALL "--set distributed.devices=cuda:x", 1, "entry 0 is 'cuda:x'", NULL);
-    expect_fail(SMALL "--set distributed.devices=cuda:0,cuda:0", 1, "cuda:0 is listed twice", "one replica per GPU");
+    expect_fail(SMALL "--set distributed.devices=cuda:0,cuda:0", 1, "cuda:0 is listed twice",
+                "one replica per GPU");
     expect_fail(SMALL "--set distributed.devices=cuda:200", 1, "cuda:200 is not visible", "./train --env");
     /* a NaN loss: stop naming the step (default), or skip the step and count it */
     expect_fail(SMALL "--set distributed.fault=nan --set distributed.fault_step=5", 1,
@@ -176,22 +177,28 @@ static void test_memory(void **state)
     (void)state;
     expect_fail("configs/resnet50_synthetic.ini --set train.batch=1024", 1, "this run needs about",
                 "activations at [train] batch = 1024");
-    assert_contains(out, "HINT: lower [train] batch and keep the global batch with [distributed] accum_steps");
+    assert_contains(out,
+                    "HINT: lower [train] batch and keep the global batch with [distributed] accum_steps");
     expect_fail("configs/resnet50_synthetic.ini --set train.batch=2 --set data.synthetic_samples=2000 "
                 "--set train.eval_batch=500000",
                 1, "evaluation at [train] eval_batch = 500", "HINT: lower [train] eval_batch");
-    expect_fail("configs/resnet50_synthetic.ini --set data.synthetic_samples=100000000", 1,
-                "--set data.synthetic_samples=100000000: [data] synthetic_samples = 100000000 of shape 3 x 224 x 224",
-                "HINT: lower [data] synthetic_samples");
+    expect_fail(
+        "configs/resnet50_synthetic.ini --set data.synthetic_samples=100000000", 1,
+        "--set data.synthetic_samples=100000000: [data] synthetic_samples = 100000000 of shape 3 x 224 x 224",
+        "HINT: lower [data] synthetic_samples");
     /* out of memory while evaluating names the evaluation batch, not the training one */
-    const char *eval = "configs/fmnist_mlp.ini --set data.train_limit=640 --set train.threads=1 --set "
-                       "model.hidden=64 --set data.prefetch=0 --set train.eval_batch=5000 --set data.test_limit=5000 "
-                       "--set train.memory_check=false";
+    const char *eval =
+        "configs/fmnist_mlp.ini --set data.train_limit=640 --set train.threads=1 --set "
+        "model.hidden=64 --set data.prefetch=0 --set train.eval_batch=5000 --set data.test_limit=5000 "
+        "--set train.memory_check=false";
     char eval_args[600];
     snprintf(eval_args, sizeof eval_args, "%s --set train.memory_limit_mb=18", eval); /* in the evaluation */
-    expect_fail(eval_args, 1, "out of memory on cpu", "HINT: this happened for evaluation: use a smaller [train] eval_batch");
-    snprintf(eval_args, sizeof eval_args, "%s --set train.memory_limit_mb=10", eval); /* its loader's buffers */
-    expect_fail(eval_args, 1, "out of memory on cpu", "HINT: this happened for evaluation: use a smaller [train] eval_batch");
+    expect_fail(eval_args, 1, "out of memory on cpu",
+                "HINT: this happened for evaluation: use a smaller [train] eval_batch");
+    snprintf(eval_args, sizeof eval_args, "%s --set train.memory_limit_mb=10",
+             eval); /* its loader's buffers */
+    expect_fail(eval_args, 1, "out of memory on cpu",
+                "HINT: this happened for evaluation: use a smaller [train] eval_batch");
     /* CIFAR: a folder where a file should be */
     char args[1200];
     snprintf(args, sizeof args, "mkdir -p %s/cifar/data_batch_1.bin", dir);
@@ -204,12 +211,13 @@ static void test_memory(void **state)
                           "configs/resnet.ini --set train.batch=32 --set data.train_limit=64",
                           "configs/resnet.ini --set train.batch=4 --set data.train_limit=16"};
     for (int i = 0; i < 3; i++) {
-        snprintf(args, sizeof args,
-                 "./train %s --set train.epochs=2 --set log.interval=1 --set log.metrics=%s/m.jsonl "
-                 "--set data.test_limit=200 --set train.eval_batch=100 --set train.threads=1 "
-                 "--set checkpoint.every_epochs=0 --set checkpoint.dir=%s/mem && grep -o 'mem_peak_mb\":[0-9.]*' "
-                 "%s/m.jsonl | tail -1",
-                 runs[i], dir, dir, dir);
+        snprintf(
+            args, sizeof args,
+            "./train %s --set train.epochs=2 --set log.interval=1 --set log.metrics=%s/m.jsonl "
+            "--set data.test_limit=200 --set train.eval_batch=100 --set train.threads=1 "
+            "--set checkpoint.every_epochs=0 --set checkpoint.dir=%s/mem && grep -o 'mem_peak_mb\":[0-9.]*' "
+            "%s/m.jsonl | tail -1",
+            runs[i], dir, dir, dir);
         int rc = run_capture(out, sizeof out, "%s", args);
         if (rc != 0) fail_msg("%s:\n%s", args, out);
         const char *est = strstr(out, "memory ~"), *peak = strstr(out, "mem_peak_mb\":");
@@ -228,10 +236,12 @@ static void test_memory(void **state)
 static void test_gpu_stats(void **state)
 {
     (void)state;
-    assert_int_equal(run_capture(out, sizeof out, "DPT_NVML_LIBRARY=build/tests/libfake_nvml.so ./train --env"), 0);
+    assert_int_equal(
+        run_capture(out, sizeof out, "DPT_NVML_LIBRARY=build/tests/libfake_nvml.so ./train --env"), 0);
     assert_contains(out, "nvml: gpu 0 Stand-in H200 (a) | 12% 0.5/140.4 GiB 33C 75W");
     assert_contains(out, "nvml: gpu 1 Stand-in H200 (b) | 87% 31.2/140.4 GiB 64C 312W");
-    assert_int_equal(run_capture(out, sizeof out, "DPT_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 ./train --env"), 0);
+    assert_int_equal(
+        run_capture(out, sizeof out, "DPT_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 ./train --env"), 0);
     assert_contains(out, "nvml: no GPU stats");
     setenv("DPT_NVML_LIBRARY", "build/tests/libfake_nvml.so", 1);
     dpt_gpu_stats s;
@@ -276,8 +286,10 @@ static void test_checkpoint_folder(void **state)
     assert_true(exists("%s/ckpt-step%s.dpt", ck, "00000010") && exists("%s/ckpt-step%s.dpt", ck, "00000020"));
     /* with archive: A's files moved aside whole; B's reported files survive keep_last = 1
      * (the old pruning kept A's higher steps and deleted each of B's right after writing it) */
-    snprintf(args, sizeof args, CK "--set checkpoint.every_steps=2 --set train.max_steps=4 "
-             "--set checkpoint.existing=archive --set checkpoint.keep_last=1", ck);
+    snprintf(args, sizeof args,
+             CK "--set checkpoint.every_steps=2 --set train.max_steps=4 "
+                "--set checkpoint.existing=archive --set checkpoint.keep_last=1",
+             ck);
     rc = run_capture(out, sizeof out, "./train %s", args);
     if (rc != 0) fail_msg("run B failed:\n%s", out);
     assert_contains(out, "moved 3 checkpoints of an earlier run (steps 10 to 20)");
@@ -286,7 +298,8 @@ static void test_checkpoint_folder(void **state)
     assert_false(exists("%s/ckpt-step%s.dpt", ck, "00000002"));
     assert_false(exists("%s/ckpt-step%s.dpt", ck, "00000020"));
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "ls %s/previous-*/ckpt-step00000020.dpt %s/previous-*/ckpt-step00000010.dpt", ck, ck);
+    snprintf(cmd, sizeof cmd, "ls %s/previous-*/ckpt-step00000020.dpt %s/previous-*/ckpt-step00000010.dpt",
+             ck, ck);
     assert_int_equal(run_capture(out, sizeof out, "%s", cmd), 0);
     /* --resume latest is B's step 4; a step number and an unpadded name find their file */
     snprintf(args, sizeof args, CK "--set checkpoint.every_steps=2 --set train.max_steps=6 --resume", ck);
@@ -312,8 +325,8 @@ static void test_checkpoint_folder(void **state)
     expect_fail(SMALL "--set checkpoint.every_epochs=1 --set checkpoint.dir=/proc/dptrain_x", 1,
                 "cannot create checkpoint folder /proc/dptrain_x", "HINT: set [checkpoint] dir");
     assert_true(strstr(out, "epoch 1 |") == NULL);
-    expect_fail(SMALL "--set checkpoint.dir=/nonexistent/a/b", 1, "cannot be created: /nonexistent/a is not a folder",
-                NULL);
+    expect_fail(SMALL "--set checkpoint.dir=/nonexistent/a/b", 1,
+                "cannot be created: /nonexistent/a is not a folder", NULL);
 #undef CK
 }
 

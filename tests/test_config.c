@@ -74,15 +74,21 @@ static void test_overrides_and_hash(void **state)
     assert_true(dpt_config_set(cfg, "optim.name=adamw", &err));
     assert_true(dpt_config_hash(cfg) == h0); /* the hash is of values, not of their history */
     /* Keys that cannot change the run's numbers stay out of the hash; the rest are in it. */
-    const char *outside[] = {"log.interval=7",          "log.metrics=/tmp/m.jsonl", "data.prefetch=0",
-                             "checkpoint.dir=/tmp/ck",  "checkpoint.every_steps=5", "checkpoint.keep_last=9",
-                             "distributed.comm_timeout_s=9", "train.memory_limit_mb=100", "log.progress=lines"};
+    const char *outside[] = {"log.interval=7",
+                             "log.metrics=/tmp/m.jsonl",
+                             "data.prefetch=0",
+                             "checkpoint.dir=/tmp/ck",
+                             "checkpoint.every_steps=5",
+                             "checkpoint.keep_last=9",
+                             "distributed.comm_timeout_s=9",
+                             "train.memory_limit_mb=100",
+                             "log.progress=lines"};
     for (size_t i = 0; i < sizeof outside / sizeof outside[0]; i++) {
         assert_true(dpt_config_set(cfg, outside[i], &err));
         if (dpt_config_hash(cfg) != h0) fail_msg("--set %s changed the config hash", outside[i]);
     }
-    const char *inside[] = {"train.seed=1", "data.shuffle=false", "optim.lr=0.5", "train.threads=1",
-                            "distributed.bucket_mb=3", "data.classes=12"};
+    const char *inside[] = {"train.seed=1",    "data.shuffle=false",      "optim.lr=0.5",
+                            "train.threads=1", "distributed.bucket_mb=3", "data.classes=12"};
     for (size_t i = 0; i < sizeof inside / sizeof inside[0]; i++) {
         dpt_config *c = dpt_config_defaults();
         assert_true(dpt_config_set(c, inside[i], &err));
@@ -113,7 +119,8 @@ static void test_bad_input(void **state)
     expect_load_error("[data]\nshuffle = maybe\n", "expected true or false", NULL);
     expect_load_error("[model]\nactivation = tanh\n", "not one of relu|gelu", NULL);
     expect_load_error("[model]\nhidden = 256,,x\n", "element 2 is empty", NULL);
-    expect_load_error("[model]\nhidden = 256,,256\n", ":2: [model] hidden = 256,,256: element 2 is empty", NULL);
+    expect_load_error("[model]\nhidden = 256,,256\n", ":2: [model] hidden = 256,,256: element 2 is empty",
+                      NULL);
     expect_load_error("[model]\nhidden = ,256\n", "element 1 is empty", NULL);
     expect_load_error("[model]\nhidden = 256,\n", "element 2 is empty", NULL);
     expect_load_error("[model]\nhidden = 256, x\n", "comma-separated integers", NULL);
@@ -141,7 +148,8 @@ static void test_bad_input(void **state)
     dpt_config_free(cfg);
     /* What print writes parses back to the same values (found by fuzz_ini: "name =# x" is a
      * value, printed as "name = # x" it became a comment); a quote inside a value is refused. */
-    cfg = dpt_config_load(write_ini("[data]\ndir =# not a comment ;nor this\ntrain_images = \"  spaced \"\n"), &err);
+    cfg = dpt_config_load(write_ini("[data]\ndir =# not a comment ;nor this\ntrain_images = \"  spaced \"\n"),
+                          &err);
     if (!cfg) fail_msg("%s", err.msg);
     assert_string_equal(dpt_config_str(cfg, "data", "dir"), "# not a comment"); /* " ;" starts one */
     char *text = NULL;

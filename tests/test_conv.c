@@ -72,35 +72,36 @@ static void test_conv2d(void **state)
         {3, 2, 11, 6, 2, 5, 2, 2, 1, 1, 0},
     };
     for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int threads = 1; threads <= 2; threads++) {
-            test_kernels = (dpt_cpu_kernels)kernels;
-            const int64_t *v = cases[i];
-            conv_case c = {v[0], v[1], v[2],       v[3], v[4], v[5], v[6], v[7],
-                           v[8], v[9], v[10] != 0, 0,    0,    NULL, NULL};
-            int64_t span = c.d * (c.k - 1) + 1;
-            c.oh = (c.h + 2 * c.p - span) / c.s + 1, c.ow = (c.w + 2 * c.p - span) / c.s + 1;
-            gradcheck gc = {
-                .n_in = c.bias ? 3 : 2,
-                .ndim = {4, 4, 1},
-                .shape = {{c.n, c.c, c.h, c.w}, {c.cout, c.c / c.g, c.k, c.k}, {c.cout}},
-                .lo = -1,
-                .hi = 1,
-                .setup = conv_setup,
-                .teardown = conv_teardown,
-                .build = conv_build,
-                .reference = conv_ref,
-                .user = &c,
-                .fwd_rtol = 1e-5,
-                .grad_rtol = 1e-4,
-                .grad_atol = 1e-5,
-                .threads = threads,
-            };
-            char name[128];
-            snprintf(name, sizeof name, "conv2d case %zu (threads %d, %s)", i, threads, test_kernels_name());
-            run_gradcheck(name, &gc, 700 + i);
-            test_kernels = DPT_CPU_KERNELS_DEFAULT;
-        }
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            for (int threads = 1; threads <= 2; threads++) {
+                test_kernels = (dpt_cpu_kernels)kernels;
+                const int64_t *v = cases[i];
+                conv_case c = {v[0], v[1], v[2],       v[3], v[4], v[5], v[6], v[7],
+                               v[8], v[9], v[10] != 0, 0,    0,    NULL, NULL};
+                int64_t span = c.d * (c.k - 1) + 1;
+                c.oh = (c.h + 2 * c.p - span) / c.s + 1, c.ow = (c.w + 2 * c.p - span) / c.s + 1;
+                gradcheck gc = {
+                    .n_in = c.bias ? 3 : 2,
+                    .ndim = {4, 4, 1},
+                    .shape = {{c.n, c.c, c.h, c.w}, {c.cout, c.c / c.g, c.k, c.k}, {c.cout}},
+                    .lo = -1,
+                    .hi = 1,
+                    .setup = conv_setup,
+                    .teardown = conv_teardown,
+                    .build = conv_build,
+                    .reference = conv_ref,
+                    .user = &c,
+                    .fwd_rtol = 1e-5,
+                    .grad_rtol = 1e-4,
+                    .grad_atol = 1e-5,
+                    .threads = threads,
+                };
+                char name[128];
+                snprintf(name, sizeof name, "conv2d case %zu (threads %d, %s)", i, threads,
+                         test_kernels_name());
+                run_gradcheck(name, &gc, 700 + i);
+                test_kernels = DPT_CPU_KERNELS_DEFAULT;
+            }
 }
 
 /* A chain in which oneDNN keeps its blocked layout between layers: conv (8 -> 16) writes
@@ -143,8 +144,8 @@ static dpt_tensor *chain_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
 }
 
 /* y (n, co, oh, ow) = conv(x (n, ci, h, w), w (co, ci, k, k)) + bias, in double. */
-static void conv_d(const double *x, const double *w, const double *bias, double *y, int64_t n, int64_t ci, int64_t h,
-                   int64_t co, int64_t k, int64_t s, int64_t p, int64_t oh)
+static void conv_d(const double *x, const double *w, const double *bias, double *y, int64_t n, int64_t ci,
+                   int64_t h, int64_t co, int64_t k, int64_t s, int64_t p, int64_t oh)
 {
     for (int64_t b = 0; b < n; b++)
         for (int64_t o = 0; o < co; o++)
@@ -156,7 +157,8 @@ static void conv_d(const double *x, const double *w, const double *bias, double 
                             for (int64_t kj = 0; kj < k; kj++) {
                                 int64_t iy = oy * s - p + ki, ix = ox * s - p + kj;
                                 if (iy < 0 || iy >= h || ix < 0 || ix >= h) continue;
-                                acc += x[((b * ci + c) * h + iy) * h + ix] * w[((o * ci + c) * k + ki) * k + kj];
+                                acc +=
+                                    x[((b * ci + c) * h + iy) * h + ix] * w[((o * ci + c) * k + ki) * k + kj];
                             }
                     y[((b * co + o) * oh + oy) * oh + ox] = acc;
                 }
@@ -259,7 +261,8 @@ static void test_blocked_chain(void **state)
                 .threads = threads,
             };
             char name[96];
-            snprintf(name, sizeof name, "conv-bn-add-conv chain (threads %d, %s)", threads, test_kernels_name());
+            snprintf(name, sizeof name, "conv-bn-add-conv chain (threads %d, %s)", threads,
+                     test_kernels_name());
             run_gradcheck(name, &gc, 990);
             test_kernels = DPT_CPU_KERNELS_DEFAULT;
         }
@@ -335,46 +338,47 @@ static void bn_ref(const double *const *in, double *out, void *user)
 static void test_batchnorm(void **state)
 {
     (void)state;
-    const int64_t shapes[][4] = {{2, 1, 1, 3}, {1, 3, 4, 5}, {4, 2, 3, 3}, {3, 5, 1, 1}, {2, 4, 7, 2}, {2, 16, 3, 3}};
+    const int64_t shapes[][4] = {{2, 1, 1, 3}, {1, 3, 4, 5}, {4, 2, 3, 3},
+                                 {3, 5, 1, 1}, {2, 4, 7, 2}, {2, 16, 3, 3}};
     for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        for (int mode = 0; mode < 4; mode++) {
-            test_kernels = (dpt_cpu_kernels)kernels;
-            bn_case c = {shapes[i][0],
-                         shapes[i][1],
-                         shapes[i][2],
-                         shapes[i][3],
-                         mode & 1,
-                         (mode >> 1) != 0,
-                         {0.1, -0.2, 0.3, 0.0, 0.5},
-                         {1.5, 0.5, 2.0, 1.0, 0.8},
-                         NULL,
-                         NULL};
-            for (int ch = 5; ch < 16; ch++) /* channels past the listed ones */
-                c.running_mean[ch] = 0.05 * ch, c.running_var[ch] = 0.5 + 0.1 * ch;
-            gradcheck gc = {
-                .n_in = c.affine ? 3 : 1,
-                .ndim = {4, 1, 1},
-                .shape = {{c.n, c.c, c.h, c.w}, {c.c}, {c.c}},
-                .lo = -2,
-                .hi = 2,
-                .setup = bn_setup,
-                .teardown = bn_teardown,
-                .build = bn_build,
-                .reference = bn_ref,
-                .user = &c,
-                .fwd_rtol = 2e-5,
-                .grad_rtol = 2e-3,
-                .grad_atol = 2e-5,
-            };
-            char name[128];
-            snprintf(name, sizeof name, "batchnorm (%lld,%lld,%lld,%lld) %s %s (%s)", (long long)c.n,
-                     (long long)c.c, (long long)c.h, (long long)c.w, c.training ? "train" : "eval",
-                     c.affine ? "affine" : "plain", test_kernels_name());
-            gc.threads = 1 + (int)(i % 2);
-            run_gradcheck(name, &gc, 800 + i * 4 + (uint64_t)mode);
-            test_kernels = DPT_CPU_KERNELS_DEFAULT;
-        }
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int mode = 0; mode < 4; mode++) {
+                test_kernels = (dpt_cpu_kernels)kernels;
+                bn_case c = {shapes[i][0],
+                             shapes[i][1],
+                             shapes[i][2],
+                             shapes[i][3],
+                             mode & 1,
+                             (mode >> 1) != 0,
+                             {0.1, -0.2, 0.3, 0.0, 0.5},
+                             {1.5, 0.5, 2.0, 1.0, 0.8},
+                             NULL,
+                             NULL};
+                for (int ch = 5; ch < 16; ch++) /* channels past the listed ones */
+                    c.running_mean[ch] = 0.05 * ch, c.running_var[ch] = 0.5 + 0.1 * ch;
+                gradcheck gc = {
+                    .n_in = c.affine ? 3 : 1,
+                    .ndim = {4, 1, 1},
+                    .shape = {{c.n, c.c, c.h, c.w}, {c.c}, {c.c}},
+                    .lo = -2,
+                    .hi = 2,
+                    .setup = bn_setup,
+                    .teardown = bn_teardown,
+                    .build = bn_build,
+                    .reference = bn_ref,
+                    .user = &c,
+                    .fwd_rtol = 2e-5,
+                    .grad_rtol = 2e-3,
+                    .grad_atol = 2e-5,
+                };
+                char name[128];
+                snprintf(name, sizeof name, "batchnorm (%lld,%lld,%lld,%lld) %s %s (%s)", (long long)c.n,
+                         (long long)c.c, (long long)c.h, (long long)c.w, c.training ? "train" : "eval",
+                         c.affine ? "affine" : "plain", test_kernels_name());
+                gc.threads = 1 + (int)(i % 2);
+                run_gradcheck(name, &gc, 800 + i * 4 + (uint64_t)mode);
+                test_kernels = DPT_CPU_KERNELS_DEFAULT;
+            }
 }
 
 static void test_batchnorm_running_stats(void **state)

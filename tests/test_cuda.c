@@ -282,18 +282,30 @@ static layer_run run_layer(dpt_ctx *ctx, const layer_case *lc, const float *x_ho
     lr.x->requires_grad = true;
     dpt_tensor *y = NULL;
     switch (lc->kind) {
-    case 'c': y = dpt_conv2d_forward(ctx, lr.layer, lr.x); break;
-    case 'b': y = dpt_batchnorm_forward(ctx, lr.layer, lr.x, true); break;
-    case 'e': y = dpt_batchnorm_forward(ctx, lr.layer, lr.x, false); break;
+    case 'c':
+        y = dpt_conv2d_forward(ctx, lr.layer, lr.x);
+        break;
+    case 'b':
+        y = dpt_batchnorm_forward(ctx, lr.layer, lr.x, true);
+        break;
+    case 'e':
+        y = dpt_batchnorm_forward(ctx, lr.layer, lr.x, false);
+        break;
     case 'i': {
         bool was = dpt_set_grad_enabled(ctx, false);
         lr.y = dpt_batchnorm_forward(ctx, lr.layer, lr.x, false);
         dpt_set_grad_enabled(ctx, was);
         return lr;
     }
-    case 'm': y = dpt_maxpool2d(ctx, lr.x, lc->k, lc->stride, lc->pad); break;
-    case 'a': y = dpt_avgpool2d(ctx, lr.x, lc->k, lc->stride, lc->pad); break;
-    default: y = dpt_global_avgpool(ctx, lr.x); break;
+    case 'm':
+        y = dpt_maxpool2d(ctx, lr.x, lc->k, lc->stride, lc->pad);
+        break;
+    case 'a':
+        y = dpt_avgpool2d(ctx, lr.x, lc->k, lc->stride, lc->pad);
+        break;
+    default:
+        y = dpt_global_avgpool(ctx, lr.x);
+        break;
     }
     /* a weighted sum, so that batch norm's input gradient is not identically zero */
     dpt_tensor *wts = dpt_tensor_new(ctx, y->ndim, y->shape);
@@ -304,7 +316,8 @@ static layer_run run_layer(dpt_ctx *ctx, const layer_case *lc, const float *x_ho
     return lr;
 }
 
-static void assert_same_tensor(const char *what, const layer_case *lc, const dpt_tensor *gpu, const dpt_tensor *cpu)
+static void assert_same_tensor(const char *what, const layer_case *lc, const dpt_tensor *gpu,
+                               const dpt_tensor *cpu)
 {
     int64_t n = dpt_tensor_numel(cpu);
     assert_int_equal(dpt_tensor_numel(gpu), n);
@@ -382,8 +395,15 @@ static void test_loader_copy_stream(void **state)
     NEED_GPU();
     dpt_ctx *cpu = make(DPT_DEVICE_CPU), *gpu = make(GPU);
     dpt_dataset *ds = dpt_synthetic_new(203, 3, 12, 12, 10, 5);
-    dpt_loader_options lo = {.batch = 16, .shuffle = true, .drop_last = false, .seed = 4, .world_size = 1,
-                             .mean = 0.5f, .std = 0.25f, .crop_pad = 2, .hflip = true};
+    dpt_loader_options lo = {.batch = 16,
+                             .shuffle = true,
+                             .drop_last = false,
+                             .seed = 4,
+                             .world_size = 1,
+                             .mean = 0.5f,
+                             .std = 0.25f,
+                             .crop_pad = 2,
+                             .hflip = true};
     dpt_loader *a = dpt_loader_new(cpu, ds, &lo);
     for (int prefetch = 0; prefetch <= 3; prefetch += 3) {
         lo.prefetch = prefetch;
@@ -423,8 +443,14 @@ static void test_ddp_nccl_one_rank(void **state)
     NEED_GPU();
     dpt_dataset *ds = ddp_dataset();
     for (int k = 0; k < 2; k++) {
-        ddp_run run = {.batch = 16, .accum = k ? 2 : 1, .bucket_mb = 1e-3, .overlap = true, .steps = 8,
-                       .optim = k ? "adamw" : "sgd", .drop_last = true, .cuda = GPU == DPT_DEVICE_CUDA};
+        ddp_run run = {.batch = 16,
+                       .accum = k ? 2 : 1,
+                       .bucket_mb = 1e-3,
+                       .overlap = true,
+                       .steps = 8,
+                       .optim = k ? "adamw" : "sgd",
+                       .drop_last = true,
+                       .cuda = GPU == DPT_DEVICE_CUDA};
         dpt_thread_group *group = dpt_thread_group_new(1);
         dpt_comm *host = dpt_comm_thread_new(group, 0);
         ddp_result with = ddp_train(&run, host, ds);
@@ -463,8 +489,14 @@ static void test_dataparallel_two_gpus(void **state)
     dpt_dataset *ds = ddp_dataset();
     static ddp_replica_job job;
     job.ds = ds;
-    job.run = (ddp_run){.batch = 8, .accum = 1, .bucket_mb = 1e-3, .overlap = true, .steps = 10,
-                        .optim = "sgd", .drop_last = true, .cuda = GPU == DPT_DEVICE_CUDA};
+    job.run = (ddp_run){.batch = 8,
+                        .accum = 1,
+                        .bucket_mb = 1e-3,
+                        .overlap = true,
+                        .steps = 10,
+                        .optim = "sgd",
+                        .drop_last = true,
+                        .cuda = GPU == DPT_DEVICE_CUDA};
     dpt_run_replicas(2, ddp_replica_main, &job);
     ddp_run single = job.run;
     single.batch = 16;

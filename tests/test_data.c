@@ -190,11 +190,13 @@ static void test_label_range(void **state)
         assert_true(dpt_config_set(cfg, set[i], &err));
     dpt_dataset *train, *test;
     assert_false(dpt_data_open(cfg, &train, &test, &err));
-    assert_contains(err.msg, "lr-labels: sample 7 has label 200, which would make 201 classes, but 190 of them");
+    assert_contains(err.msg,
+                    "lr-labels: sample 7 has label 200, which would make 201 classes, but 190 of them");
     assert_contains(err.msg, "[data] classes = 201");
     assert_true(dpt_config_set(cfg, "data.classes=10", &err));
     assert_false(dpt_data_open(cfg, &train, &test, &err));
-    assert_contains(err.msg, "lr-labels: sample 7 has label 200, but --set data.classes=10 says [data] classes = 10");
+    assert_contains(err.msg,
+                    "lr-labels: sample 7 has label 200, but --set data.classes=10 says [data] classes = 10");
     /* stated large enough: accepted, and the model gets exactly that many classes */
     assert_true(dpt_config_set(cfg, "data.classes=256", &err));
     if (!dpt_data_open(cfg, &train, &test, &err)) fail_msg("%s", err.msg);
@@ -421,7 +423,8 @@ static void test_loader_prefetch_same_stream(void **state)
     size_t cap = (size_t)(5 * ds->n * (chw + 2) + 16);
     float *ref = malloc(cap * sizeof *ref), *got = malloc(cap * sizeof *got);
     size_t n_ref = loader_trace(ctx, ds, 0, ref);
-    assert_int_equal(n_ref, (size_t)((37 + 22 + 10 + 37) * (chw + 1) + 8 + 5 + 2 + 8 + 1)); /* samples, sizes, the extra */
+    assert_int_equal(
+        n_ref, (size_t)((37 + 22 + 10 + 37) * (chw + 1) + 8 + 5 + 2 + 8 + 1)); /* samples, sizes, the extra */
     for (int prefetch = 1; prefetch <= 4; prefetch += 3)
         for (int rep = 0; rep < 20; rep++) { /* thread timing differs run to run */
             size_t n_got = loader_trace(ctx, ds, prefetch, got);
@@ -438,11 +441,14 @@ static void test_loader_prefetch_same_stream(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_real_fashion_mnist), cmocka_unit_test(test_raw_and_gz_agree),
+        cmocka_unit_test(test_real_fashion_mnist),
+        cmocka_unit_test(test_raw_and_gz_agree),
         cmocka_unit_test(test_broken_files),
         cmocka_unit_test(test_hostile_idx),
-        cmocka_unit_test(test_label_range),       cmocka_unit_test(test_truncated_and_corrupt_gz),
-        cmocka_unit_test(test_loader_sharding),    cmocka_unit_test(test_loader_shuffle),
+        cmocka_unit_test(test_label_range),
+        cmocka_unit_test(test_truncated_and_corrupt_gz),
+        cmocka_unit_test(test_loader_sharding),
+        cmocka_unit_test(test_loader_shuffle),
         cmocka_unit_test(test_loader_prefetch_same_stream),
     };
     return cmocka_run_group_tests_name("data", tests, make_tmpdir, remove_tmpdir);

@@ -159,8 +159,8 @@ static void align_replica(int rank, dpt_comm *comm, void *user)
         for (int k = 0; k < n; k++) {
             const dpt_tensor *g = dpt_model_param_at(m, params[k])->grad;
             if ((g->data - base) % 64 != 0)
-                fail_msg("rank %d: %s's gradient is %td floats into its bucket", rank, dpt_model_param_at(m, params[k])->name,
-                         g->data - base);
+                fail_msg("rank %d: %s's gradient is %td floats into its bucket", rank,
+                         dpt_model_param_at(m, params[k])->name, g->data - base);
             assert_true(g->data >= end); /* in order, no overlap */
             end = g->data + g->numel;
         }

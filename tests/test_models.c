@@ -304,10 +304,13 @@ static void test_augmentation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_param_counts),        cmocka_unit_test(test_overfit),
+        cmocka_unit_test(test_param_counts),
+        cmocka_unit_test(test_overfit),
         cmocka_unit_test(test_onednn_matches_native),
-        cmocka_unit_test(test_build_errors),        cmocka_unit_test(test_summary),
-        cmocka_unit_test(test_cifar_and_synthetic), cmocka_unit_test(test_augmentation),
+        cmocka_unit_test(test_build_errors),
+        cmocka_unit_test(test_summary),
+        cmocka_unit_test(test_cifar_and_synthetic),
+        cmocka_unit_test(test_augmentation),
     };
     return cmocka_run_group_tests_name("models", tests, NULL, NULL);
 }

@@ -33,7 +33,8 @@ static inline const char *test_kernels_name(void)
 static inline dpt_ctx *test_ctx(int threads, uint64_t seed)
 {
     dpt_error err;
-    dpt_ctx_options opt = {.device = {DPT_DEVICE_CPU, 0}, .threads = threads, .seed = seed, .cpu_kernels = test_kernels};
+    dpt_ctx_options opt = {
+        .device = {DPT_DEVICE_CPU, 0}, .threads = threads, .seed = seed, .cpu_kernels = test_kernels};
     dpt_ctx *ctx = dpt_ctx_new(&opt, &err);
     if (!ctx) fail_msg("dpt_ctx_new: %s", err.msg);
     return ctx;

@@ -25,7 +25,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (seed_dir) {
         char path[1024];
         snprintf(path, sizeof path, "%s/mlp-adamw.dpt", seed_dir);
-        dpt_train_state st = {.epoch = 2, .batches_done = 3, .step = 40, .skipped = 1, .best_acc = 0.5, .best_epoch = 1};
+        dpt_train_state st = {
+            .epoch = 2, .batches_done = 3, .step = 40, .skipped = 1, .best_acc = 0.5, .best_epoch = 1};
         if (!dpt_checkpoint_save(path, model, optim, ctx, cfg, &st, 1, &err)) abort();
     }
     return 0;
