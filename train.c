@@ -58,11 +58,16 @@ static int run_data_parallel(const cli *args, const dpt_config *cfg, const char 
 static void print_header(const replica *r, const dpt_ctx *ctx, const dpt_model *model, const dpt_optim *optim,
                          const dpt_dataset *train, const dpt_dataset *test, const dpt_loader *loader,
                          const dpt_ddp *ddp);
-/* Loss and accuracy sums over a window of steps (a log interval, or the whole epoch). */
+/* Loss and accuracy sums over a window of steps (a log interval, or the whole epoch). The
+ * sums live on the device (the meter) and are read into loss/correct only when shown, so a
+ * GPU step waits for the host once (the gradient norm), not at every micro-batch. */
 typedef struct window {
     double start, loss, comm_s, hidden_s;
     int64_t correct, samples, steps;
+    int64_t syncs_at_start; /* the context's host reads when the window opened */
 } window;
+/* The device meter's slots: this step's sums, then the log window's, then the epoch's. */
+enum { METER_STEP = 0, METER_WINDOW = 2, METER_EPOCH = 4, METER_SLOTS = 6 };
 
 /* A progress bar with ETA on a terminal; plain lines otherwise. */
 typedef struct progress {
@@ -73,10 +78,11 @@ typedef struct progress {
 
 static void inject_fault(const replica *r, int64_t step);
 static bool fault_now(const replica *r, const char *kind, int64_t step);
-static void window_add(window *w, window *whole, float loss, int64_t correct, int64_t samples);
+static void meter_read(dpt_tensor *meter, int slot, window *w);
+static bool nonfinite_loss_is_mine(const replica *r, dpt_tensor *meter);
 static progress progress_new(const replica *r, int64_t total_steps);
 static void progress_step(progress *p, const replica *r, const dpt_train_state *st, int64_t s,
-                          int64_t steps_per_epoch, const window *w, double lr);
+                          int64_t steps_per_epoch, const window *w, dpt_tensor *meter, double lr);
 static void progress_end_epoch(progress *p);
 /* The GPU's stats as JSON fields (",\"gpu_util\":87,..."), or "" when there are none. */
 static const char *gpu_json(const dpt_gpu_stats *s, char *buf, size_t cap)
@@ -92,7 +98,7 @@ static const char *gpu_json(const dpt_gpu_stats *s, char *buf, size_t cap)
 
 static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_train_state *st, int64_t s,
                        int64_t steps_per_epoch, const window *w, double grad_norm, double lr,
-                       const dpt_ctx *ctx);
+                       const dpt_ctx *ctx, int64_t window_syncs);
 static void log_eval(const replica *r, dpt_metrics *m, const dpt_train_state *st, dpt_eval_result test,
                      const window *epoch_window);
 static bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err);
@@ -331,16 +337,20 @@ static void *train_replica(void *arg)
     dpt_eval_result test = {0};
     bool stop = state.step >= total_steps;
     int signal_seen = 0;
-    window win = {.start = dpt_now_s()}; /* the current log interval, across epoch ends */
+    dpt_tensor *meter = dpt_tensor_new(ctx, 1, (int64_t[]){METER_SLOTS});
+    dpt_tensor_fill_slice(ctx, meter, 0, METER_SLOTS, 0.0f);
+    /* the current log interval, across epoch ends */
+    window win = {.start = dpt_now_s(), .syncs_at_start = dpt_ctx_host_syncs(ctx)};
     for (; state.epoch <= epochs && !stop; state.epoch++) {
         int epoch = state.epoch;
         dpt_loader_start_epoch(train_loader, epoch);
         dpt_loader_skip(train_loader, state.batches_done); /* resuming mid-epoch */
         window whole = {.start = dpt_now_s()};
+        dpt_tensor_fill_slice(ctx, meter, METER_EPOCH, 2, 0.0f);
         for (int64_t s = state.batches_done / accum; s < steps_per_epoch && !stop; s++) {
             inject_fault(r, state.step);
             dpt_optim_set_lr(optim, (float)dpt_lr_at(&schedule, state.step));
-            bool finite = true;
+            int64_t step_samples = 0;
             for (int micro = 0; micro < accum; micro++) {
                 dpt_batch b;
                 double t0 = dpt_now_s();
@@ -348,19 +358,16 @@ static void *train_replica(void *arg)
                 double t1 = dpt_now_s();
                 if (ddp) dpt_ddp_set_sync(ddp, micro == accum - 1); /* no_sync while accumulating */
                 dpt_tensor *logits = dpt_model_forward(model, ctx, b.x);
-                dpt_tensor *loss = dpt_cross_entropy(ctx, logits, b.labels, label_smoothing);
+                dpt_tensor *loss = dpt_cross_entropy_dev(ctx, logits, b.device_labels, label_smoothing);
                 if (fault_now(r, "nan", state.step)) loss = dpt_scale(ctx, loss, NAN);
                 double t2 = dpt_now_s();
                 /* Each micro-batch carries 1/accum of the step's mean loss. */
                 dpt_backward(ctx, accum > 1 ? dpt_scale(ctx, loss, 1.0f / (float)accum) : loss);
                 double t3 = dpt_now_s();
-                float loss_value = dpt_tensor_item(loss);
-                if (!isfinite(loss_value) && !skip_nonfinite)
-                    dpt_abort_job("rank %d: loss is %f at step %lld (epoch %d)\nHINT: lower [optim] lr, "
-                                  "set [optim] clip_norm, or [train] nonfinite = skip",
-                                  r->rank, (double)loss_value, (long long)state.step, epoch);
-                finite &= isfinite(loss_value);
-                window_add(&win, &whole, loss_value, dpt_count_correct(ctx, logits, b.labels), b.size);
+                /* the step's loss and correct counts add up on the device */
+                dpt_tensor_add_slice(ctx, meter, METER_STEP, loss, 0, 1, (float)b.size);
+                dpt_count_correct_into(ctx, logits, b.device_labels, meter, METER_STEP + 1);
+                step_samples += b.size;
                 dpt_tape_clear(ctx);
                 dpt_timeline_span(timeline, "data", 0, t0, t1);
                 dpt_timeline_span(timeline, "forward", 0, t1, t2);
@@ -374,20 +381,36 @@ static void *train_replica(void *arg)
             }
             double t5 = dpt_now_s();
             /* After the AllReduce every rank sees the same gradients, so all take the same
-             * decision here: a NaN on one rank has become a NaN everywhere. */
+             * decision here: a NaN on one rank has become a NaN everywhere. A NaN or Inf loss
+             * makes the gradients non-finite too, so this norm (the step's one read of the
+             * device) decides for both; the loss itself is read only then, to say which. */
             double grad_norm = dpt_clip_grad_norm(ctx, model, clip_norm);
-            if (isfinite(grad_norm) && finite) {
+            bool finite = isfinite(grad_norm);
+            if (finite) {
                 dpt_optim_step(ctx, optim);
-            } else if (skip_nonfinite) {
-                state.skipped++;
-                if (r->rank == 0)
-                    fprintf(stderr, "warning: step %lld skipped: non-finite %s (%lld skipped so far)\n",
-                            (long long)state.step, finite ? "gradient" : "loss", (long long)state.skipped);
+                dpt_tensor_add_slice(ctx, meter, METER_WINDOW, meter, METER_STEP, 2, 1.0f);
+                dpt_tensor_add_slice(ctx, meter, METER_EPOCH, meter, METER_STEP, 2, 1.0f);
+                win.samples += step_samples, whole.samples += step_samples;
             } else {
-                dpt_abort_job("rank %d: gradient norm is %f at step %lld (epoch %d)\nHINT: lower [optim] "
-                              "lr, set [optim] clip_norm, or [train] nonfinite = skip",
-                              r->rank, grad_norm, (long long)state.step, epoch);
+                bool loss_bad = nonfinite_loss_is_mine(r, meter);
+                if (skip_nonfinite) {
+                    state.skipped++;
+                    if (r->rank == 0)
+                        fprintf(stderr, "warning: step %lld skipped: non-finite %s (%lld skipped so far)\n",
+                                (long long)state.step, loss_bad ? "loss" : "gradient",
+                                (long long)state.skipped);
+                } else if (loss_bad) {
+                    dpt_abort_job(
+                        "rank %d: loss is nan or inf at step %lld (epoch %d)\nHINT: lower [optim] lr, "
+                        "set [optim] clip_norm, or [train] nonfinite = skip",
+                        r->rank, (long long)state.step, epoch);
+                } else {
+                    dpt_abort_job("rank %d: gradient norm is %f at step %lld (epoch %d)\nHINT: lower [optim] "
+                                  "lr, set [optim] clip_norm, or [train] nonfinite = skip",
+                                  r->rank, grad_norm, (long long)state.step, epoch);
+                }
             }
+            dpt_tensor_fill_slice(ctx, meter, METER_STEP, 2, 0.0f);
             dpt_model_zero_grad(model);
             dpt_timeline_span(timeline, "wait allreduce", 0, t4, t5);
             dpt_timeline_span(timeline, "optimizer", 0, t5, dpt_now_s());
@@ -396,11 +419,14 @@ static void *train_replica(void *arg)
             state.batches_done = (s + 1) * accum;
             stop = state.step >= total_steps;
             if (signal_agreed(r, &signal_seen)) stop = true;
-            progress_step(&bar, r, &state, s + 1, steps_per_epoch, &win, (double)dpt_optim_lr(optim));
+            progress_step(&bar, r, &state, s + 1, steps_per_epoch, &win, meter, (double)dpt_optim_lr(optim));
             if (state.step % interval == 0 || stop) {
+                int64_t window_syncs = dpt_ctx_host_syncs(ctx) - win.syncs_at_start; /* before this read */
+                meter_read(meter, METER_WINDOW, &win);
                 log_window(r, metrics, &bar, &state, s + 1, steps_per_epoch, &win, grad_norm,
-                           (double)dpt_optim_lr(optim), ctx);
-                win = (window){.start = dpt_now_s()};
+                           (double)dpt_optim_lr(optim), ctx, window_syncs);
+                dpt_tensor_fill_slice(ctx, meter, METER_WINDOW, 2, 0.0f);
+                win = (window){.start = dpt_now_s(), .syncs_at_start = dpt_ctx_host_syncs(ctx)};
             }
             if (eval_every && state.step % eval_every == 0 && s + 1 < steps_per_epoch) {
                 log_eval(r, metrics, &state,
@@ -416,6 +442,7 @@ static void *train_replica(void *arg)
         double eval_start = dpt_now_s();
         test = dpt_eval_allreduce(r->comm, dpt_evaluate(ctx, model, test_loader));
         if (test.accuracy > state.best_acc) state.best_acc = test.accuracy, state.best_epoch = epoch;
+        meter_read(meter, METER_EPOCH, &whole);
         log_eval(r, metrics, &state, test, &whole);
         win.start += dpt_now_s() - eval_start;
         if (state.batches_done < steps_per_epoch * accum) break; /* stopped mid-epoch (max_steps) */
@@ -438,6 +465,7 @@ static void *train_replica(void *arg)
                dpt_now_s() - run_start, 100.0 * state.best_acc, state.best_epoch, 100.0 * test.accuracy);
     }
 
+    dpt_tensor_free(meter);
 cleanup:
     dpt_timeline_close(timeline);
     dpt_ddp_free(ddp);
@@ -734,12 +762,30 @@ static void inject_fault(const replica *r, int64_t step)
         pause();
 }
 
-static void window_add(window *w, window *whole, float loss, int64_t correct, int64_t samples)
+/* The window's loss and correct sums from the device meter (one read). Skipped steps were
+ * never added, so they do not poison the averages. */
+static void meter_read(dpt_tensor *meter, int slot, window *w)
 {
-    if (!isfinite(loss)) return; /* a skipped step does not poison the averages */
-    w->loss += (double)loss * (double)samples, whole->loss += (double)loss * (double)samples;
-    w->correct += correct, whole->correct += correct;
-    w->samples += samples, whole->samples += samples;
+    float v[METER_SLOTS];
+    dpt_tensor_copy_to_host(meter, v);
+    w->loss = v[slot], w->correct = (int64_t)llround(v[slot + 1]);
+}
+
+/* After a non-finite gradient norm (the same on every rank): was it this rank's loss? Every
+ * rank reads its own step loss, and the ranks agree so that only one whose loss went bad
+ * reports it (a rank that only received the NaN through the AllReduce then waits to be
+ * stopped); when no loss went bad, it was the gradients. */
+static bool nonfinite_loss_is_mine(const replica *r, dpt_tensor *meter)
+{
+    float v[METER_SLOTS];
+    dpt_tensor_copy_to_host(meter, v);
+    bool mine = !isfinite(v[METER_STEP]);
+    double bad = mine ? 1.0 : 0.0;
+    if (r->comm && r->size > 1) dpt_comm_allreduce_f64(r->comm, &bad, 1, "non-finite loss: which ranks");
+    if (bad > 0 && !mine && !strcmp(dpt_config_str(r->cfg, "train", "nonfinite"), "stop"))
+        for (;;)
+            pause(); /* the rank whose loss went bad ends the job with its message */
+    return mine || (bad > 0 && r->size == 1);
 }
 
 static progress progress_new(const replica *r, int64_t total_steps)
@@ -757,13 +803,16 @@ static progress progress_new(const replica *r, int64_t total_steps)
 }
 
 static void progress_step(progress *p, const replica *r, const dpt_train_state *st, int64_t s,
-                          int64_t steps_per_epoch, const window *w, double lr)
+                          int64_t steps_per_epoch, const window *win, dpt_tensor *meter, double lr)
 {
     if (p->first_step < 0) p->first_step = st->step - 1, p->start = dpt_now_s();
     if (!p->bar) return;
     double now = dpt_now_s();
     if (now - p->last_draw < 0.1 && s < steps_per_epoch) return;
     p->last_draw = now;
+    window shown = *win; /* the bar reads the device meter at most 10 times a second */
+    meter_read(meter, METER_WINDOW, &shown);
+    const window *w = &shown;
     double per_step = (now - p->start) / (double)(st->step - p->first_step);
     int eta = (int)(per_step * (double)(p->total_steps - st->step));
     char bar[31];
@@ -787,7 +836,7 @@ static void progress_end_epoch(progress *p)
 
 static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_train_state *st, int64_t s,
                        int64_t steps_per_epoch, const window *w, double grad_norm, double lr,
-                       const dpt_ctx *ctx)
+                       const dpt_ctx *ctx, int64_t window_syncs)
 {
     double now = dpt_now_s();
     int64_t steps = w->steps > 0 ? w->steps : 1;
@@ -819,14 +868,15 @@ static void log_window(const replica *r, dpt_metrics *m, progress *p, const dpt_
     dpt_metrics_write(m,
                       "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,\"loss\":%.6f,\"acc\":%.6f,"
                       "\"img_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"comm_hidden\":%.4f,"
-                      "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"ranks\":%d,\"global_batch\":%lld%s",
+                      "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"ranks\":%d,\"global_batch\":%lld,"
+                      "\"host_syncs_per_step\":%.2f%s",
                       st->epoch, (long long)st->step, lr, loss, acc, img_s,
                       1e3 * (now - w->start) / (double)steps, 1e3 * w->comm_s / (double)steps,
                       w->comm_s > 0 ? w->hidden_s / w->comm_s : 0.0, grad_norm,
                       (double)mem.peak_allocated / 1048576.0, r->size,
                       (long long)(dpt_config_int(r->cfg, "train", "batch") * r->size *
                                   dpt_config_int(r->cfg, "distributed", "accum_steps")),
-                      gpu_json(&gs, json, sizeof json));
+                      (double)window_syncs / (double)steps, gpu_json(&gs, json, sizeof json));
 }
 
 /* After an evaluation: the epoch line (epoch_window != NULL) or a mid-epoch one. */

@@ -21,8 +21,9 @@
 #include "../runtime/tensor.h"
 
 typedef struct slot {
-    float *host_x;   /* decoded batch; on the CPU the tensor's own memory */
-    int32_t *labels; /* B */
+    float *host_x;          /* decoded batch; on the CPU the tensor's own memory */
+    int32_t *labels;        /* B, host (pinned on a device with async copies) */
+    dpt_tensor *labels_dev; /* B int32 in float-sized slots on the device; NULL on the CPU */
     int64_t size;
     dpt_tensor *x_full, *x_partial; /* device memory; x_partial views x_full's (last batch) */
     dpt_event *copied, *consumed;   /* device backends with async copies */
@@ -60,13 +61,15 @@ static void free_slot(dpt_loader *l, slot *s)
     if (s->consumed) be->event_free(l->ctx, s->consumed);
     if (!l->direct) {
         if (l->async)
-            be->host_free(l->ctx, s->host_x);
+            be->host_free(l->ctx, s->host_x), be->host_free(l->ctx, s->labels);
         else
-            free(s->host_x);
+            free(s->host_x), free(s->labels);
+    } else {
+        free(s->labels);
     }
     dpt_tensor_free(s->x_partial);
     dpt_tensor_free(s->x_full);
-    free(s->labels);
+    dpt_tensor_free(s->labels_dev);
 }
 
 static void init_slot(dpt_loader *l, slot *s, bool partial)
@@ -85,7 +88,10 @@ static void init_slot(dpt_loader *l, slot *s, bool partial)
         s->host_x = ctx->be->host_alloc(ctx, bytes);
     else
         s->host_x = malloc(bytes);
-    s->labels = malloc((size_t)l->opt.batch * sizeof *s->labels);
+    size_t label_bytes = (size_t)l->opt.batch * sizeof *s->labels;
+    s->labels = l->async ? ctx->be->host_alloc(ctx, label_bytes) : malloc(label_bytes);
+    /* the labels travel with the batch, so the loss needs no upload in the step */
+    if (!l->direct) s->labels_dev = dpt_tensor_new(ctx, 1, (int64_t[]){l->opt.batch});
     if (!s->host_x || !s->labels)
         dpt_fatal("out of host memory for a loader slot (%zu bytes)%s", bytes,
                   l->async ? " (pinned memory)" : "");
@@ -287,6 +293,8 @@ static void fill_slot(dpt_loader *l, int64_t b, slot *s)
         be->stream_wait(l->ctx, DPT_STREAM_COPY, s->consumed); /* compute is done with the slot */
         be->copy_h2d_async(l->ctx, s->x_full->data, s->host_x, (size_t)(size * chw) * sizeof(float),
                            DPT_STREAM_COPY);
+        be->copy_h2d_async(l->ctx, s->labels_dev->data, s->labels, (size_t)size * sizeof *s->labels,
+                           DPT_STREAM_COPY);
         be->event_record(l->ctx, s->copied, DPT_STREAM_COPY);
     }
 }
@@ -313,11 +321,14 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
     pthread_mutex_unlock(&l->mu);
     if (l->async)
         l->ctx->be->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);
-    else if (!l->direct) /* a device backend without async copies: a synchronous one */
+    else if (!l->direct) { /* a device backend without async copies: synchronous ones */
         l->ctx->be->copy_h2d(l->ctx, s->x_full->data, s->host_x,
                              (size_t)(s->size * l->ds->c * l->ds->h * l->ds->w) * sizeof(float));
+        l->ctx->be->copy_h2d(l->ctx, s->labels_dev->data, s->labels, (size_t)s->size * sizeof *s->labels);
+    }
     batch->x = s->size == l->opt.batch ? s->x_full : s->x_partial;
     batch->labels = s->labels;
+    batch->device_labels = s->labels_dev ? (const int32_t *)s->labels_dev->data : s->labels;
     batch->size = s->size;
     return true;
 }

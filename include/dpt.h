@@ -184,6 +184,21 @@ dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x); /* over the last dim */
 dpt_tensor *dpt_cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels, float label_smoothing);
 /* Number of rows whose arg-max equals the label (no gradient). */
 int64_t dpt_count_correct(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels);
+/* The same two with labels already in device memory (a loader batch's device_labels): nothing
+ * is copied in or read back, so a GPU step need not wait. The count is added into
+ * counter[index], a float on the device (read it when it is time to log). */
+dpt_tensor *dpt_cross_entropy_dev(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *device_labels,
+                                  float label_smoothing);
+void dpt_count_correct_into(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *device_labels,
+                            dpt_tensor *counter, int64_t index);
+/* dst[dst_at .. dst_at + n) += alpha * src[src_at ..] and t[at .. at + n) = value, on the device
+ * and outside autograd: for metrics kept on the device between reads. */
+void dpt_tensor_add_slice(dpt_ctx *ctx, dpt_tensor *dst, int64_t dst_at, const dpt_tensor *src,
+                          int64_t src_at, int64_t n, float alpha);
+void dpt_tensor_fill_slice(dpt_ctx *ctx, dpt_tensor *t, int64_t at, int64_t n, float value);
+/* Host reads of device results this context has made (a GPU step waits at each): copies to
+ * the host, item(), host-side reductions, synchronize. */
+int64_t dpt_ctx_host_syncs(const dpt_ctx *ctx);
 
 /* ---------------------------------------------------------------- models and layers */
 
@@ -356,9 +371,10 @@ typedef struct dpt_loader_options {
 
 typedef struct dpt_loader dpt_loader;
 typedef struct dpt_batch {
-    dpt_tensor *x;         /* (B, C, H, W) owned by the loader, valid until the next call */
-    const int32_t *labels; /* B, host memory, valid until the next call */
-    int64_t size;          /* B (the last batch may be smaller when drop_last = false) */
+    dpt_tensor *x;                /* (B, C, H, W) owned by the loader, valid until the next call */
+    const int32_t *labels;        /* B, host memory, valid until the next call */
+    const int32_t *device_labels; /* the same in the context's device memory (= labels on the CPU) */
+    int64_t size;                 /* B (the last batch may be smaller when drop_last = false) */
 } dpt_batch;
 
 dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader_options *opt);

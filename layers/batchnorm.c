@@ -74,6 +74,7 @@ static void batchnorm_backward(dpt_ctx *ctx, dpt_node *node)
     if (!sums || !g) dpt_fatal("out of host memory in batch-norm backward");
     double *sum_dy = sums, *sum_dy_xmu = sums + c;
     ctx->be->bn_bwd_stats(ctx, x->data, dy->data, n, c, hw, sv->mean, sum_dy, sum_dy_xmu);
+    ctx->host_syncs++; /* the host-statistics path (SyncBN) reads its sums */
     if (l->sync && sv->training && ctx->comm)
         dpt_comm_allreduce_f64(ctx->comm, sums, 2 * c, "SyncBN gradient sums (backward)");
     if (gamma)
@@ -212,6 +213,7 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
     if (training) {
         double *sums = calloc((size_t)(2 * c + 1), sizeof *sums);
         ctx->be->bn_stats(ctx, x->data, n, c, hw, sums, sums + c);
+        ctx->host_syncs++;
         sums[2 * c] = (double)(n * hw);
         if (l->sync && ctx->comm)
             dpt_comm_allreduce_f64(ctx->comm, sums, 2 * c + 1, "SyncBN statistics (forward)");

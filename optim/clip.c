@@ -15,11 +15,14 @@ double dpt_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double max_norm)
     }
     dpt_tensor_list_seal(&l);
     double total = 0.0;
-    if (ctx->be->sumsq_multi) /* one launch and one read-back instead of one per parameter */
+    if (ctx->be->sumsq_multi) { /* one launch and one read-back instead of one per parameter */
         total = ctx->be->sumsq_multi(ctx, &l);
-    else
+        ctx->host_syncs++;
+    } else {
         for (int i = 0; i < n; i++)
             total += ctx->be->dot(ctx, l.ptr[i], l.ptr[i], l.numel[i]);
+        ctx->host_syncs += n;
+    }
     dpt_tensor_list_free(&l);
     double norm = sqrt(total);
     if (max_norm > 0 && isfinite(norm) && norm > max_norm) {

@@ -94,11 +94,17 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
         for (int i = 0; i < ctx->nodes[n].n_in; i++)
             if (is_reported_param(ctx->nodes[n].in[i])) ctx->nodes[n].in[i]->pending_uses++;
 
-    dpt_tensor *seed = dpt_grad_acc(ctx, loss);
-    float one = 1.0f, current;
-    ctx->be->copy_d2h(ctx, &current, seed->data, sizeof current);
-    one += current;
-    ctx->be->copy_h2d(ctx, seed->data, &one, sizeof one);
+    /* d loss / d loss = 1: written on the device (no read-back), unless something already
+     * added into the loss's gradient */
+    bool acc;
+    dpt_tensor *seed = dpt_grad_for_write(ctx, loss, &acc);
+    if (acc) {
+        dpt_tensor *one = dpt_temp(ctx, 1, (int64_t[]){1});
+        ctx->be->fill(ctx, one->data, 1, 1.0f);
+        ctx->be->axpy(ctx, 1, 1.0f, one->data, seed->data);
+    } else {
+        ctx->be->fill(ctx, seed->data, 1, 1.0f);
+    }
 
     for (int n = ctx->nnodes - 1; n >= 0; n--) {
         dpt_node *node = &ctx->nodes[n];

@@ -86,14 +86,18 @@ typedef struct dpt_backend {
     void (*softmax_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t rows, int64_t cols);
     void (*softmax_bwd)(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t rows,
                         int64_t cols); /* += */
-    /* Softmax cross-entropy. probs (rows, cols) receives the softmax; returns the summed loss. */
-    double (*xent_fwd)(dpt_ctx *ctx, const float *logits, const int32_t *host_labels, int64_t rows,
-                       int64_t cols, float smoothing, float *probs);
-    /* dlogits += scale * (probs - target), target = (1-s) onehot + s/cols. */
-    void (*xent_bwd)(dpt_ctx *ctx, const float *probs, const int32_t *host_labels, int64_t rows, int64_t cols,
-                     float smoothing, float scale, float *dlogits);
-    int64_t (*count_correct)(dpt_ctx *ctx, const float *logits, const int32_t *host_labels, int64_t rows,
-                             int64_t cols);
+    /* Softmax cross-entropy over labels in device memory (in [0, cols); one outside gives a NaN
+     * loss for its row). probs (rows, cols) receives the softmax and *loss, one float on the
+     * device, the mean over the rows: nothing is read back to the host. */
+    void (*xent_fwd)(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols,
+                     float smoothing, float *probs, float *loss);
+    /* dlogits += dloss[0] / rows * (probs - target), target = (1-s) onehot + s/cols; dloss is
+     * the loss's gradient, on the device. */
+    void (*xent_bwd)(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
+                     float smoothing, const float *dloss, float *dlogits);
+    /* *correct (a float on the device) += the rows whose largest logit is their label. */
+    void (*correct_acc)(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols,
+                        float *correct);
     /* dst (shape (N, C, H, W)) = src in another layout (+= with accumulate). NULL: the
      * backend never produces anything but NCHW. */
     void (*relayout)(dpt_ctx *ctx, const float *src, dpt_layout src_layout, float *dst, dpt_layout dst_layout,

@@ -32,6 +32,8 @@ struct dpt_ctx {
     /* What to change when an allocation fails now (NULL: the training batch); evaluation
      * names [train] eval_batch, since its batch is another key. */
     const char *oom_hint;
+    /* Device results read by the host so far (each one a wait for the device on a GPU). */
+    int64_t host_syncs;
 };
 
 /* A block from the context's caching allocator, or the out-of-memory report naming `what`,

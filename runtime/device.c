@@ -179,7 +179,13 @@ void dpt_ctx_set_comm(dpt_ctx *ctx, dpt_comm *comm)
 }
 void dpt_ctx_synchronize(dpt_ctx *ctx)
 {
+    ctx->host_syncs++;
     if (ctx->be->synchronize) ctx->be->synchronize(ctx);
+}
+
+int64_t dpt_ctx_host_syncs(const dpt_ctx *ctx)
+{
+    return ctx->host_syncs;
 }
 
 const char *dpt_device_str(dpt_device device, char *buf, size_t cap)

@@ -127,6 +127,16 @@ static double cpu_dot(dpt_ctx *ctx, const float *a, const float *b, int64_t n)
     return total;
 }
 
+/* The sum of squares over a whole list: the same sums, in the same order, as one dot per
+ * tensor (one call, as on CUDA, so the step's host reads count the same on both). */
+static double cpu_sumsq_multi(dpt_ctx *ctx, const dpt_tensor_list *l)
+{
+    double total = 0.0;
+    for (int i = 0; i < l->count; i++)
+        total += cpu_dot(ctx, l->ptr[i * l->width], l->ptr[i * l->width], l->numel[i]);
+    return total;
+}
+
 static void cpu_transpose_acc(dpt_ctx *ctx, const float *src, float *dst, int64_t rows, int64_t cols)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
@@ -253,17 +263,9 @@ static void cpu_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, float
     }
 }
 
-static void check_labels(const int32_t *labels, int64_t rows, int64_t cols)
+static void cpu_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols,
+                         float smoothing, float *probs, float *loss)
 {
-    for (int64_t r = 0; r < rows; r++)
-        if (labels[r] < 0 || labels[r] >= cols)
-            dpt_fatal("label %d of row %lld is outside [0, %lld)", labels[r], (long long)r, (long long)cols);
-}
-
-static double cpu_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
-                           int64_t cols, float smoothing, float *probs)
-{
-    check_labels(labels, rows, cols);
     double *row_loss = malloc((size_t)rows * sizeof *row_loss);
     if (!row_loss) dpt_fatal("out of host memory in cross-entropy");
 #pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
@@ -282,20 +284,21 @@ static double cpu_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *lab
         for (int64_t c = 0; c < cols; c++)
             pr[c] = (float)exp((double)xr[c] - lse);
         /* -sum_c target_c log p_c with target = (1-s) onehot + s/C */
-        row_loss[r] =
-            (1.0 - smoothing) * (lse - xr[labels[r]]) + smoothing * (lse - sum_logits / (double)cols);
+        row_loss[r] = labels[r] < 0 || labels[r] >= cols ? NAN
+                                                         : (1.0 - smoothing) * (lse - xr[labels[r]]) +
+                                                               smoothing * (lse - sum_logits / (double)cols);
     }
-    double loss = 0.0;
+    double total = 0.0;
     for (int64_t r = 0; r < rows; r++)
-        loss += row_loss[r];
+        total += row_loss[r];
     free(row_loss);
-    return loss;
+    *loss = (float)(total / (double)rows);
 }
 
 static void cpu_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
-                         float smoothing, float scale, float *dlogits)
+                         float smoothing, const float *dloss, float *dlogits)
 {
-    float uniform = smoothing / (float)cols;
+    float uniform = smoothing / (float)cols, scale = dloss[0] / (float)rows;
 #pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t c = 0; c < cols; c++) {
@@ -305,19 +308,19 @@ static void cpu_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels
     }
 }
 
-static int64_t cpu_count_correct(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
-                                 int64_t cols)
+static void cpu_correct_acc(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
+                            int64_t cols, float *correct)
 {
     (void)ctx;
-    int64_t correct = 0;
+    int64_t n = 0;
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = logits + r * cols;
         int64_t best = 0;
         for (int64_t c = 1; c < cols; c++)
             if (xr[c] > xr[best]) best = c;
-        correct += best == labels[r];
+        n += best == labels[r];
     }
-    return correct;
+    *correct += (float)n;
 }
 
 static void cpu_sgd_step(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *buf, float lr,
@@ -377,7 +380,7 @@ const dpt_backend dpt_backend_cpu = {
     .softmax_bwd = cpu_softmax_bwd,
     .xent_fwd = cpu_xent_fwd,
     .xent_bwd = cpu_xent_bwd,
-    .count_correct = cpu_count_correct,
+    .correct_acc = cpu_correct_acc,
     .conv2d_fwd = dpt_cpu_conv2d_fwd,
     .conv2d_bwd = dpt_cpu_conv2d_bwd,
     .bn_stats = dpt_cpu_bn_stats,
@@ -388,6 +391,7 @@ const dpt_backend dpt_backend_cpu = {
     .maxpool_bwd = dpt_cpu_maxpool_bwd,
     .avgpool_fwd = dpt_cpu_avgpool_fwd,
     .avgpool_bwd = dpt_cpu_avgpool_bwd,
+    .sumsq_multi = cpu_sumsq_multi,
     .sgd_step = cpu_sgd_step,
     .adamw_step = cpu_adamw_step,
 };

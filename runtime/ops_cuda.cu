@@ -62,8 +62,6 @@ typedef struct cuda_state {
     int device;
     cudaStream_t compute, copy, comm;
     cublasHandle_t blas;
-    int32_t *labels; /* device copy of a batch's labels */
-    size_t labels_cap;
     double *scratch; /* device reduction results */
     size_t scratch_cap;
     float *small; /* per-channel parameters copied from the host (batch norm) */
@@ -262,14 +260,24 @@ __global__ void xent_fwd_kernel(const float *x, const int32_t *labels, int64_t r
         double lse = m + log(total);
         for (int64_t c = 0; c < cols; c++)
             probs[r * cols + c] = (float)exp((double)xr[c] - lse);
-        double l = (1.0 - smoothing) * (lse - xr[labels[r]]) + smoothing * (lse - sum_logits / (double)cols);
+        int32_t y = labels[r];
+        double l = y < 0 || y >= cols
+                       ? NAN /* out of range: a NaN loss, not a read out of bounds */
+                       : (1.0 - smoothing) * (lse - xr[y]) + smoothing * (lse - sum_logits / (double)cols);
         atomicAdd(loss, l);
     }
 }
 
-__global__ void xent_bwd_kernel(const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
-                                float smoothing, float scale, float *dx)
+/* loss[0] = total[0] / rows: the mean, left on the device */
+__global__ void mean_kernel(const double *total, int64_t rows, float *loss)
 {
+    if (blockIdx.x == 0 && threadIdx.x == 0) loss[0] = (float)(total[0] / (double)rows);
+}
+
+__global__ void xent_bwd_kernel(const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
+                                float smoothing, const float *dloss, float *dx)
+{
+    float scale = dloss[0] / (float)rows;
     GRID_STRIDE(i, rows * cols)
     {
         int64_t r = i / cols, c = i % cols;
@@ -278,15 +286,15 @@ __global__ void xent_bwd_kernel(const float *probs, const int32_t *labels, int64
     }
 }
 
-__global__ void count_correct_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols,
-                                     double *out)
+__global__ void correct_acc_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols,
+                                   float *out)
 {
     GRID_STRIDE(r, rows)
     {
         int64_t best = 0;
         for (int64_t c = 1; c < cols; c++)
             if (x[r * cols + c] > x[r * cols + best]) best = c;
-        if (best == labels[r]) atomicAdd(out, 1.0);
+        if (best == labels[r]) atomicAdd(out, 1.0f);
     }
 }
 
@@ -449,7 +457,6 @@ static void cuda_shutdown(dpt_ctx *ctx)
     cudnnDestroyTensorDescriptor(s->bn_c);
     cudnnDestroy(s->dnn);
     cudaFree(s->small);
-    cudaFree(s->labels);
     cudaFree(s->scratch);
     cudaStreamDestroy(s->copy);
     cudaStreamDestroy(s->comm);
@@ -654,45 +661,27 @@ static void cuda_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, floa
     LAUNCH(softmax_bwd_kernel, rows, y, dy, dx, rows, cols);
 }
 
-static const int32_t *device_labels(dpt_ctx *ctx, const int32_t *host, int64_t rows, int64_t cols)
+/* The labels are on the device already (the loader copies them with the batch), and the
+ * loss stays there: no read-back in the step. */
+static void cuda_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
+                          int64_t cols, float smoothing, float *probs, float *loss)
 {
-    for (int64_t r = 0; r < rows; r++)
-        if (host[r] < 0 || host[r] >= cols)
-            dpt_fatal("label %d of row %lld is outside [0, %lld)", host[r], (long long)r, (long long)cols);
-    cuda_state *s = state_of(ctx);
-    size_t bytes = (size_t)rows * sizeof(int32_t);
-    if (bytes > s->labels_cap) {
-        CHECK_CUDA(cudaFree(s->labels));
-        CHECK_CUDA(cudaMalloc(&s->labels, bytes));
-        s->labels_cap = bytes;
-    }
-    cuda_h2d(ctx, s->labels, host, bytes);
-    return s->labels;
-}
-
-static double cuda_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
-                            int64_t cols, float smoothing, float *probs)
-{
-    const int32_t *dl = device_labels(ctx, labels, rows, cols);
     zero_scratch(ctx);
-    LAUNCH(xent_fwd_kernel, rows, logits, dl, rows, cols, smoothing, probs, state_of(ctx)->scratch);
-    return read_scratch(ctx);
+    LAUNCH(xent_fwd_kernel, rows, logits, labels, rows, cols, smoothing, probs, state_of(ctx)->scratch);
+    mean_kernel<<<1, 1, 0, stream_of(ctx)>>>(state_of(ctx)->scratch, rows, loss);
+    CHECK_CUDA(cudaGetLastError());
 }
 
 static void cuda_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
-                          float smoothing, float scale, float *dlogits)
+                          float smoothing, const float *dloss, float *dlogits)
 {
-    const int32_t *dl = device_labels(ctx, labels, rows, cols);
-    LAUNCH(xent_bwd_kernel, rows * cols, probs, dl, rows, cols, smoothing, scale, dlogits);
+    LAUNCH(xent_bwd_kernel, rows * cols, probs, labels, rows, cols, smoothing, dloss, dlogits);
 }
 
-static int64_t cuda_count_correct(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
-                                  int64_t cols)
+static void cuda_correct_acc(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
+                             int64_t cols, float *correct)
 {
-    const int32_t *dl = device_labels(ctx, labels, rows, cols);
-    zero_scratch(ctx);
-    LAUNCH(count_correct_kernel, rows, logits, dl, rows, cols, state_of(ctx)->scratch);
-    return (int64_t)read_scratch(ctx);
+    LAUNCH(correct_acc_kernel, rows, logits, labels, rows, cols, correct);
 }
 
 /* ---------------------------------------------------------------- multi-tensor entries */
@@ -1287,7 +1276,7 @@ static dpt_backend make_backend(void)
     be.softmax_bwd = cuda_softmax_bwd;
     be.xent_fwd = cuda_xent_fwd;
     be.xent_bwd = cuda_xent_bwd;
-    be.count_correct = cuda_count_correct;
+    be.correct_acc = cuda_correct_acc;
     be.sgd_step = cuda_sgd_step;
     be.adamw_step = cuda_adamw_step;
     be.conv2d_fwd = cuda_conv2d_fwd;

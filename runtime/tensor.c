@@ -189,6 +189,7 @@ void dpt_tensor_copy_from_host(dpt_tensor *t, const float *src)
 void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst)
 {
     DPT_ASSERT(dpt_tensor_is_contiguous(t), "copy from a strided view");
+    t->ctx->host_syncs++;
     if (t->layout != DPT_LAYOUT_NCHW) { /* a blocked activation reads out as NCHW */
         dpt_ctx *ctx = t->ctx;
         size_t granted;
@@ -205,7 +206,24 @@ void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst)
 float dpt_tensor_item(const dpt_tensor *t)
 {
     DPT_ASSERT(t->numel == 1, "item() of a tensor with %lld elements", (long long)t->numel);
+    t->ctx->host_syncs++;
     float v;
     t->ctx->be->copy_d2h(t->ctx, &v, t->data, sizeof v);
     return v;
+}
+
+void dpt_tensor_add_slice(dpt_ctx *ctx, dpt_tensor *dst, int64_t dst_at, const dpt_tensor *src,
+                          int64_t src_at, int64_t n, float alpha)
+{
+    DPT_ASSERT(dst_at >= 0 && src_at >= 0 && n >= 0 && dst_at + n <= dst->numel && src_at + n <= src->numel,
+               "slice [%lld, +%lld) of %lld <- [%lld, +%lld) of %lld", (long long)dst_at, (long long)n,
+               (long long)dst->numel, (long long)src_at, (long long)n, (long long)src->numel);
+    ctx->be->axpy(ctx, n, alpha, src->data + src_at, dst->data + dst_at);
+}
+
+void dpt_tensor_fill_slice(dpt_ctx *ctx, dpt_tensor *t, int64_t at, int64_t n, float value)
+{
+    DPT_ASSERT(at >= 0 && n >= 0 && at + n <= t->numel, "slice [%lld, +%lld) of %lld", (long long)at,
+               (long long)n, (long long)t->numel);
+    ctx->be->fill(ctx, t->data + at, n, value);
 }

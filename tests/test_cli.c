@@ -131,7 +131,7 @@ static void test_training_controls(void **state)
     expect_fail(SMALL "--set distributed.devices=cuda:200", 1, "cuda:200 is not visible", "./train --env");
     /* a NaN loss: stop naming the step (default), or skip the step and count it */
     expect_fail(SMALL "--set distributed.fault=nan --set distributed.fault_step=5", 1,
-                "loss is nan at step 5", "nonfinite = skip");
+                "loss is nan or inf at step 5", "nonfinite = skip");
     int rc = run_capture(out, sizeof out,
                          "./train " SMALL "--set distributed.fault=nan --set distributed.fault_step=5 "
                          "--set train.nonfinite=skip --set train.epochs=1");
@@ -257,6 +257,40 @@ static void test_gpu_stats(void **state)
     assert_string_equal(dpt_gpu_stats_str(&s, line, sizeof line), "12% 0.5/140.4 GiB 33C 75W");
 }
 
+/* A training step reads the device once (the gradient norm, which the NaN policy and
+ * clipping need): the loss, the correct counts and the labels stay on the device between log
+ * lines. The count is the backend's own tally of device-to-host reads (on a GPU each is a
+ * wait), written per log window to the metrics as host_syncs_per_step. */
+static void test_host_syncs(void **state)
+{
+    (void)state;
+    const char *runs[] = {
+        "configs/fmnist_mlp.ini --set train.max_steps=40",
+        "configs/fmnist_cnn.ini --set train.max_steps=40",
+        "configs/fmnist_cnn.ini --set train.max_steps=40 --set distributed.accum_steps=3",
+        "configs/fmnist_mlp.ini --set train.max_steps=40 --set distributed.devices=cpu:0,cpu:1",
+        "configs/fmnist_mlp.ini --set train.max_steps=40 --set optim.clip_norm=0.5 --set optim.name=sgd",
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd,
+                 "./train %s --set train.threads=1 --set log.interval=10 --set data.test_limit=200 "
+                 "--set log.metrics=%s/syncs.jsonl > /dev/null && grep -o 'host_syncs_per_step.:[0-9.]*' "
+                 "%s/syncs.jsonl",
+                 runs[i], dir, dir);
+        int rc = run_capture(out, sizeof out, "%s", cmd);
+        if (rc != 0) fail_msg("%s:\n%s", cmd, out);
+        int windows = 0;
+        for (const char *at = strstr(out, "host_syncs_per_step"); at;
+             at = strstr(at + 1, "host_syncs_per_step")) {
+            double v = atof(at + strlen("host_syncs_per_step") + 2);
+            if (v > 1.0) fail_msg("%s: %.2f host reads per step (at most 1)\n%s", runs[i], v, out);
+            windows++;
+        }
+        assert_true(windows >= 3);
+    }
+}
+
 static bool exists(const char *fmt, const char *a, const char *b)
 {
     char p[1024];
@@ -342,6 +376,7 @@ int main(void)
         cmocka_unit_test(test_data_parallel_failure),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_gpu_stats),
+        cmocka_unit_test(test_host_syncs),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }
