@@ -86,7 +86,7 @@ ifeq ($(HAVE_CUDNN),yes)
   LDLIBS   += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
               -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lstdc++
   ifeq ($(HAVE_CUDNN),yes)
-    CFLAGS  += -DDPT_CUDNN=1
+    CFLAGS  += -DDPT_CUDNN=1 -I$(CUDNN_HOME)/include
     NVFLAGS += -DDPT_CUDNN=1 -I$(CUDNN_HOME)/include
     LDLIBS  += $(call libpath,$(CUDNN_HOME),cudnn) -Wl,-rpath,$(dir $(call libpath,$(CUDNN_HOME),cudnn))
   endif

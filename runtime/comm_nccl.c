@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "cuda_check.h"
 #include "cuda_util.h"
 
 typedef struct nccl_impl {
@@ -35,12 +36,6 @@ static nccl_impl *impl_of(dpt_comm *comm)
     return comm->impl;
 }
 
-#define CHECK_CUDA(call)                                                                                     \
-    do {                                                                                                     \
-        cudaError_t cuda_rc_ = (call);                                                                       \
-        if (cuda_rc_ != cudaSuccess) dpt_abort_job("%s failed: %s", #call, cudaGetErrorString(cuda_rc_));    \
-    } while (0)
-
 /* The communicator is non-blocking (so that its start-up can time out): any call may answer
  * ncclInProgress, and the communicator's state must settle before the next one. Poll it, up
  * to timeout_s; ncclInProgress returned means it did not settle in time. */
@@ -54,16 +49,18 @@ static ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, double timeout_s)
     return rc;
 }
 
-/* NCCL's own words for what went wrong, then stop every rank. */
-#define CHECK_NCCL(im, call)                                                                                 \
+/* A call on the communicator: its ncclInProgress waited out, then NCCL's name for the
+ * result and its last-error detail for this communicator (cuda_check.h's family). */
+#define CHECK_NCCL_COMM(im, call)                                                                            \
     do {                                                                                                     \
         ncclResult_t nccl_rc_ =                                                                              \
             settle((im)->nccl, (call), (im)->host->timeout_s > 0 ? (im)->host->timeout_s : 300);             \
         if (nccl_rc_ != ncclSuccess)                                                                         \
-            dpt_abort_job("%s failed: %s (%s)\nHINT: NCCL_DEBUG=INFO shows NCCL's view of the job", #call,   \
-                          nccl_rc_ == ncclInProgress ? "not done within [distributed] comm_timeout_s"        \
-                                                     : ncclGetErrorString(nccl_rc_),                         \
-                          ncclGetLastError((im)->nccl));                                                     \
+            dpt_library_failed_at(__FILE__, __LINE__, "%s failed: NCCL %s (%s)" DPT_NCCL_HINT, #call,        \
+                                  nccl_rc_ == ncclInProgress                                                 \
+                                      ? "not done within [distributed] comm_timeout_s"                       \
+                                      : ncclGetErrorString(nccl_rc_),                                        \
+                                  ncclGetLastError((im)->nccl));                                             \
     } while (0)
 
 /* The bucket's writer is the compute stream: order the communication stream after it. */
@@ -96,7 +93,7 @@ static void nccl_reduce_avg_async(dpt_comm *comm, float *buf, int64_t n)
     }
     after_compute(im);
     CHECK_CUDA(cudaEventRecord(im->start[im->nlaunch], im->stream));
-    CHECK_NCCL(im, ncclAllReduce(buf, buf, (size_t)n, ncclFloat, ncclAvg, im->nccl, im->stream));
+    CHECK_NCCL_COMM(im, ncclAllReduce(buf, buf, (size_t)n, ncclFloat, ncclAvg, im->nccl, im->stream));
     CHECK_CUDA(cudaEventRecord(im->end[im->nlaunch], im->stream));
     im->nlaunch++;
 }
@@ -113,7 +110,7 @@ static bool nccl_join(dpt_comm *comm, double timeout_s, double *comm_s)
         if (q != cudaErrorNotReady)
             dpt_abort_job("rank %d: waiting for NCCL: %s", comm->rank, cudaGetErrorString(q));
         ncclResult_t async = ncclSuccess;
-        CHECK_NCCL(im, ncclCommGetAsyncError(im->nccl, &async));
+        CHECK_NCCL_COMM(im, ncclCommGetAsyncError(im->nccl, &async));
         if (async != ncclSuccess && async != ncclInProgress) {
             ncclCommAbort(im->nccl);
             dpt_abort_job("rank %d: NCCL reported an asynchronous error: %s\n"
@@ -143,7 +140,7 @@ static void nccl_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char
 {
     nccl_impl *im = impl_of(comm);
     after_compute(im);
-    CHECK_NCCL(im, ncclAllReduce(buf, buf, (size_t)n, ncclFloat, ncclSum, im->nccl, im->stream));
+    CHECK_NCCL_COMM(im, ncclAllReduce(buf, buf, (size_t)n, ncclFloat, ncclSum, im->nccl, im->stream));
     before_compute(im);
 }
 
@@ -151,7 +148,7 @@ static void nccl_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, co
 {
     nccl_impl *im = impl_of(comm);
     after_compute(im);
-    CHECK_NCCL(im, ncclBroadcast(buf, buf, bytes, ncclInt8, root, im->nccl, im->stream));
+    CHECK_NCCL_COMM(im, ncclBroadcast(buf, buf, bytes, ncclInt8, root, im->nccl, im->stream));
     before_compute(im);
     CHECK_CUDA(cudaStreamSynchronize(im->compute));
 }

@@ -58,6 +58,18 @@ void dpt_fatal_at(const char *file, int line, const char *fmt, ...)
     abort();
 }
 
+void dpt_library_failed_at(const char *file, int line, const char *fmt, ...)
+{
+    claim_the_end();
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    end_process(1);
+}
+
 void dpt_abort_job(const char *fmt, ...)
 {
     claim_the_end();

@@ -19,6 +19,12 @@ DPT_NORETURN void dpt_fatal_at(const char *file, int line, const char *fmt, ...)
  * "error: ..." without a source location and stop every rank (exit(1) when alone). */
 DPT_NORETURN void dpt_abort_job(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A library call that failed (CUDA, cuBLAS, cuDNN, NCCL: runtime/cuda_check.h): print
+ * "error: file:line: ..." and end the job like dpt_abort_job (exit status 1, no core dump;
+ * the failure is the machine's or the library's, not an invariant of ours). */
+DPT_NORETURN void dpt_library_failed_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* A violated internal invariant (a bug in dptrain or in the caller's use of the API). */
 #define DPT_ASSERT(cond, ...)                                                                                \
     do {                                                                                                     \

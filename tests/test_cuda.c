@@ -509,6 +509,95 @@ static void test_dataparallel_two_gpus(void **state)
     dpt_dataset_free(ds);
 }
 
+#if DPT_CUDA && !defined(DPT_TEST_HARNESS_ON_CPU)
+#include <cublas_v2.h>
+#include <cudnn.h>
+#if DPT_NCCL
+#include <nccl.h>
+#endif
+#include <unistd.h>
+
+#include "runtime/cuda_check.h"
+
+/* Run `provoke` in a child with stderr captured: it must end the process with status 1 (not a
+ * signal, not a core dump) after printing every fragment of `want`. */
+static void expect_check_message(void (*provoke)(void), const char *const *want, int nwant)
+{
+    char path[] = "/tmp/dpt_check_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fd, 2);
+        provoke();
+        _exit(42); /* not reached: the check ends the process */
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char text[4096] = {0};
+    ssize_t got = pread(fd, text, sizeof text - 1, 0);
+    close(fd), unlink(path);
+    print_message("%s", got > 0 ? text : "(nothing on stderr)\n");
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+    assert_true(strncmp(text, "error: ", 7) == 0);
+    for (int i = 0; i < nwant; i++)
+        if (!strstr(text, want[i])) fail_msg("the message lacks '%s'", want[i]);
+}
+
+static void fail_cuda(void)
+{
+    CHECK_CUDA(cudaErrorInvalidValue);
+}
+static void fail_cublas(void)
+{
+    CHECK_CUBLAS(CUBLAS_STATUS_INVALID_VALUE);
+}
+/* A real cuDNN call with a bad argument (no GPU needed): cuDNN 9 says which argument. */
+static void fail_cudnn(void)
+{
+    cudnnTensorDescriptor_t d;
+    CHECK_CUDNN(cudnnCreateTensorDescriptor(&d));
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, -1, 3, 8, 8));
+}
+#if DPT_NCCL
+static void fail_nccl(void)
+{
+    CHECK_NCCL(ncclInvalidArgument);
+}
+#endif
+
+/* One family of checks (runtime/cuda_check.h): file:line, the call as written, the library's
+ * name and text for the status, exit status 1. Runs without a GPU. */
+static void test_check_family(void **state)
+{
+    (void)state;
+    const char *cuda[] = {"test_cuda.c:", "cudaErrorInvalidValue failed: CUDA cudaErrorInvalidValue: ",
+                          cudaGetErrorString(cudaErrorInvalidValue)};
+    expect_check_message(fail_cuda, cuda, 3);
+    const char *blas[] = {"test_cuda.c:", "failed: cuBLAS CUBLAS_STATUS_INVALID_VALUE: ",
+                          cublasGetStatusString(CUBLAS_STATUS_INVALID_VALUE)};
+    expect_check_message(fail_cublas, blas, 3);
+    const char *dnn[] = {"test_cuda.c:", "cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW",
+                         "failed: cuDNN CUDNN_STATUS_BAD_PARAM"};
+    expect_check_message(fail_cudnn, dnn, 3);
+#if DPT_NCCL
+    const char *nccl[] = {"test_cuda.c:", "failed: NCCL ", ncclGetErrorString(ncclInvalidArgument),
+                          "HINT: NCCL_DEBUG=INFO"};
+    expect_check_message(fail_nccl, nccl, 4);
+#endif
+}
+#else
+static void test_check_family(void **state)
+{
+    (void)state;
+    print_message("skipped: not a CUDA build (the harness has no CUDA libraries)\n");
+    skip();
+}
+#endif
+
 int main(void)
 {
     if (GPUS_VISIBLE() == 0) printf("test_cuda: skipped: no GPU visible\n");
@@ -521,6 +610,7 @@ int main(void)
         cmocka_unit_test(test_loader_copy_stream),
         cmocka_unit_test(test_ddp_nccl_one_rank),
         cmocka_unit_test(test_dataparallel_two_gpus),
+        cmocka_unit_test(test_check_family),
     };
 #ifdef DPT_TEST_HARNESS_ON_CPU
     return cmocka_run_group_tests_name("cuda harness (cpu vs cpu)", tests, NULL, NULL);

@@ -1,0 +1,227 @@
+/* cuda_conv.cu: convolutions on cuDNN: descriptors and algorithms chosen once per shape
+ * (heuristics, or measured with [train] cudnn_benchmark) and cached, workspace from the
+ * caching allocator, bias on our own kernels. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+static const char *conv_shape_str(const dpt_conv_shape *sh)
+{
+    static __thread char buf[160];
+    snprintf(buf, sizeof buf,
+             "x %lldx%lldx%lldx%lld, w %lldx%lldx%lldx%lld, stride %lld, pad %lld, groups %lld",
+             (long long)sh->n, (long long)sh->c_in, (long long)sh->h, (long long)sh->w, (long long)sh->c_out,
+             (long long)(sh->c_in / sh->groups), (long long)sh->kh, (long long)sh->kw,
+             (long long)sh->stride_h, (long long)sh->pad_h, (long long)sh->groups);
+    return buf;
+}
+
+static cudnnConvolutionDescriptor_t conv_descriptor(const dpt_conv_shape *sh)
+{
+    cudnnConvolutionDescriptor_t d;
+    CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&d));
+    CHECK_CUDNN(cudnnSetConvolution2dDescriptor(d, (int)sh->pad_h, (int)sh->pad_w, (int)sh->stride_h,
+                                                (int)sh->stride_w, (int)sh->dil_h, (int)sh->dil_w,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CHECK_CUDNN(cudnnSetConvolutionGroupCount(d, (int)sh->groups));
+    return d;
+}
+
+/* The algorithms cuDNN proposes for one direction come ranked (heuristics, or measured times
+ * with [train] cudnn_benchmark). Walk them in order: skip what failed or is not supported;
+ * set the descriptor to the candidate's own math type (FP32 only, unless TF32 is allowed);
+ * size its workspace for exactly that pair, and fall back to the next candidate when cuDNN
+ * calls the pair NOT_SUPPORTED or BAD_PARAM there; take the first that fits. */
+#define PICK_ALGORITHM(perf, got, desc, workspace_call, chosen, bytes, what)                                 \
+    do {                                                                                                     \
+        int i_;                                                                                              \
+        for (i_ = 0; i_ < (got); i_++) {                                                                     \
+            if ((perf)[i_].status != CUDNN_STATUS_SUCCESS) continue;                                         \
+            cudnnMathType_t m_ = (perf)[i_].mathType;                                                        \
+            if (!ctx->tf32 && m_ != CUDNN_FMA_MATH && m_ != CUDNN_DEFAULT_MATH) continue;                    \
+            if (cudnnSetConvolutionMathType((desc), ctx->tf32 ? m_ : CUDNN_FMA_MATH) !=                      \
+                CUDNN_STATUS_SUCCESS)                                                                        \
+                continue;                                                                                    \
+            size_t b_ = 0;                                                                                   \
+            cudnnStatus_t st_ = (workspace_call);                                                            \
+            if (st_ == CUDNN_STATUS_NOT_SUPPORTED || st_ == CUDNN_STATUS_BAD_PARAM) continue;                \
+            CHECK_CUDNN(st_);                                                                                \
+            if (b_ > ((size_t)1 << 30)) continue; /* more than 1 GiB of workspace: the next one */           \
+            (chosen) = (perf)[i_].algo, (bytes) = b_;                                                        \
+            break;                                                                                           \
+        }                                                                                                    \
+        if (i_ == (got))                                                                                     \
+            dpt_fatal("cuDNN offers no usable %s algorithm for convolution %s", what, conv_shape_str(sh));   \
+    } while (0)
+
+static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
+{
+    cuda_state *s = state_of(ctx);
+    for (int i = 0; i < s->nplans; i++)
+        if (memcmp(&s->plans[i].shape, sh, sizeof *sh) == 0) return &s->plans[i];
+    if (s->nplans == s->cap_plans) {
+        s->cap_plans = s->cap_plans ? 2 * s->cap_plans : 32;
+        s->plans = (conv_plan *)realloc(s->plans, (size_t)s->cap_plans * sizeof *s->plans);
+        if (!s->plans) dpt_fatal("out of host memory for convolution plans");
+    }
+    conv_plan *p = &s->plans[s->nplans++];
+    p->shape = *sh;
+    CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->x));
+    CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->y));
+    CHECK_CUDNN(cudnnCreateFilterDescriptor(&p->w));
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)sh->n,
+                                           (int)sh->c_in, (int)sh->h, (int)sh->w));
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)sh->n,
+                                           (int)sh->c_out, (int)sh->oh, (int)sh->ow));
+    CHECK_CUDNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)sh->c_out,
+                                           (int)(sh->c_in / sh->groups), (int)sh->kh, (int)sh->kw));
+    p->conv_fwd = conv_descriptor(sh), p->conv_bwd_data = conv_descriptor(sh),
+    p->conv_bwd_filter = conv_descriptor(sh);
+    /* Ranking: heuristics by default (a function of the shape and the GPU, so a resumed run
+     * picks the same algorithms); measured once per shape with [train] cudnn_benchmark, as
+     * PyTorch's benchmark mode (faster, but the choice may differ between runs). Exact FP32
+     * by default, to compare with the CPU backend; [train] tf32 admits TF32 tensor cores. */
+    enum { MAX_ALGOS = 16 };
+    int got = 0;
+    size_t bytes_fwd = 0, bytes_bd = 0, bytes_bf = 0;
+    cudnnConvolutionFwdAlgoPerf_t f[MAX_ALGOS];
+    cudnnConvolutionBwdDataAlgoPerf_t d[MAX_ALGOS];
+    cudnnConvolutionBwdFilterAlgoPerf_t w[MAX_ALGOS];
+    for (int k = 0; k < 3; k++) /* heuristics and Find look at the descriptor's math type */
+        CHECK_CUDNN(cudnnSetConvolutionMathType(k == 0   ? p->conv_fwd
+                                                : k == 1 ? p->conv_bwd_data
+                                                         : p->conv_bwd_filter,
+                                                ctx->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    if (ctx->cudnn_benchmark)
+        CHECK_CUDNN(
+            cudnnFindConvolutionForwardAlgorithm(s->dnn, p->x, p->w, p->conv_fwd, p->y, MAX_ALGOS, &got, f));
+    else
+        CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->dnn, p->x, p->w, p->conv_fwd, p->y, MAX_ALGOS,
+                                                           &got, f));
+    PICK_ALGORITHM(
+        f, got, p->conv_fwd,
+        cudnnGetConvolutionForwardWorkspaceSize(s->dnn, p->x, p->w, p->conv_fwd, p->y, f[i_].algo, &b_),
+        p->fwd, bytes_fwd, "forward");
+    if (ctx->cudnn_benchmark)
+        CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(s->dnn, p->w, p->y, p->conv_bwd_data, p->x,
+                                                              MAX_ALGOS, &got, d));
+    else
+        CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(s->dnn, p->w, p->y, p->conv_bwd_data, p->x,
+                                                                MAX_ALGOS, &got, d));
+    PICK_ALGORITHM(d, got, p->conv_bwd_data,
+                   cudnnGetConvolutionBackwardDataWorkspaceSize(s->dnn, p->w, p->y, p->conv_bwd_data, p->x,
+                                                                d[i_].algo, &b_),
+                   p->bwd_data, bytes_bd, "backward-data");
+    if (ctx->cudnn_benchmark)
+        CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(s->dnn, p->x, p->y, p->conv_bwd_filter, p->w,
+                                                                MAX_ALGOS, &got, w));
+    else
+        CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(s->dnn, p->x, p->y, p->conv_bwd_filter,
+                                                                  p->w, MAX_ALGOS, &got, w));
+    PICK_ALGORITHM(w, got, p->conv_bwd_filter,
+                   cudnnGetConvolutionBackwardFilterWorkspaceSize(s->dnn, p->x, p->y, p->conv_bwd_filter,
+                                                                  p->w, w[i_].algo, &b_),
+                   p->bwd_filter, bytes_bf, "backward-filter");
+    p->workspace = bytes_fwd > bytes_bd ? bytes_fwd : bytes_bd;
+    if (bytes_bf > p->workspace) p->workspace = bytes_bf;
+    return p;
+}
+
+typedef struct workspace {
+    void *ptr;
+    size_t granted;
+} workspace;
+
+static workspace workspace_get(dpt_ctx *ctx, size_t bytes)
+{
+    workspace ws = {NULL, 0};
+    if (bytes) {
+        ws.ptr = dpt_ctx_alloc(ctx, bytes, &ws.granted, "cuDNN convolution workspace");
+    }
+    return ws;
+}
+
+/* No synchronisation: the cache serves one stream (compute), so whatever reuses the block
+ * next is enqueued behind the convolution that still reads it (PyTorch's caching allocator
+ * relies on the same stream order). */
+static void workspace_put(dpt_ctx *ctx, workspace ws)
+{
+    if (ws.ptr) dpt_alloc_put(ctx->alloc, ws.ptr, ws.granted);
+}
+
+__global__ void channel_bias_kernel(float *y, const float *b, int64_t n, int64_t c, int64_t hw)
+{
+    GRID_STRIDE(i, n * c * hw) y[i] += b[(i / hw) % c];
+}
+
+__global__ void channel_sum_kernel(const float *dy, float *db, int64_t n, int64_t c, int64_t hw)
+{
+    /* one block per channel */
+    int64_t ch = blockIdx.x;
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x)
+        acc += dy[(i / hw * c + ch) * hw + i % hw];
+    double total = block_total(acc);
+    if (threadIdx.x == 0) db[ch] += (float)total;
+}
+
+static void cuda_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w,
+                            const float *bias, float *y)
+{
+    conv_plan *p = plan_for(ctx, sh);
+    workspace ws = workspace_get(ctx, p->workspace);
+    float one = 1.0f, zero = 0.0f;
+    CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x, p->w, w, p->conv_fwd, p->fwd,
+                                        ws.ptr, p->workspace, &zero, p->y, y));
+    if (bias)
+        LAUNCH(channel_bias_kernel, sh->n * sh->c_out * sh->oh * sh->ow, y, bias, sh->n, sh->c_out,
+               sh->oh * sh->ow);
+    workspace_put(ctx, ws);
+}
+
+static void cuda_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w,
+                            const float *dy, float *dx, bool dx_accumulate, float *dw, float *dbias)
+{
+    conv_plan *p = plan_for(ctx, sh);
+    workspace ws = workspace_get(ctx, p->workspace);
+    /* beta = 1: the weight gradient accumulates; the data gradient too, unless this is its
+     * first writer (beta = 0: no zero fill before, no read of it) */
+    float one = 1.0f, data_beta = dx_accumulate ? 1.0f : 0.0f;
+    if (dx)
+        CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, w, p->y, dy,
+                                                 p->conv_bwd_data, p->bwd_data, ws.ptr, p->workspace,
+                                                 &data_beta, p->x, dx));
+    if (dw)
+        CHECK_CUDNN(cudnnConvolutionBackwardFilter(state_of(ctx)->dnn, &one, p->x, x, p->y, dy,
+                                                   p->conv_bwd_filter, p->bwd_filter, ws.ptr, p->workspace,
+                                                   &one, p->w, dw));
+    if (dbias) {
+        channel_sum_kernel<<<(unsigned)sh->c_out, THREADS, 0, stream_of(ctx)>>>(dy, dbias, sh->n, sh->c_out,
+                                                                                sh->oh * sh->ow);
+        CHECK_LAUNCH();
+    }
+    workspace_put(ctx, ws);
+}
+
+void cuda_conv_entries(dpt_backend *be)
+{
+    be->conv2d_fwd = cuda_conv2d_fwd;
+    be->conv2d_bwd = cuda_conv2d_bwd;
+}
+
+void cuda_conv_release(cuda_state *s)
+{
+    for (int i = 0; i < s->nplans; i++) {
+        cudnnDestroyTensorDescriptor(s->plans[i].x);
+        cudnnDestroyTensorDescriptor(s->plans[i].y);
+        cudnnDestroyFilterDescriptor(s->plans[i].w);
+        cudnnDestroyConvolutionDescriptor(s->plans[i].conv_fwd);
+        cudnnDestroyConvolutionDescriptor(s->plans[i].conv_bwd_data);
+        cudnnDestroyConvolutionDescriptor(s->plans[i].conv_bwd_filter);
+    }
+    free(s->plans);
+    s->plans = NULL, s->nplans = s->cap_plans = 0;
+}

@@ -1,0 +1,114 @@
+/* cuda_internal.h: what the CUDA backend's files share (C++, built by nvcc only): the state
+ * of one context, launch helpers, block reductions, and the functions one file offers the
+ * others. ops_cuda.cu assembles the backend table from each file's entries. */
+#ifndef DPT_CUDA_INTERNAL_H
+#define DPT_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <stdint.h>
+
+extern "C" {
+#include "alloc.h"
+#include "backend.h"
+#include "ctx.h"
+#include "cuda_util.h"
+#include "error.h"
+}
+#include "cuda_check.h"
+
+#define CEIL_DIV(a, b) (((a) + (b)-1) / (b))
+#define THREADS 256
+
+/* One convolution shape's descriptors and chosen algorithms. Each direction has its own
+ * convolution descriptor: it carries the math type of the algorithm chosen for it. */
+typedef struct conv_plan {
+    dpt_conv_shape shape;
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv_fwd, conv_bwd_data, conv_bwd_filter;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    size_t workspace; /* the largest of the three */
+} conv_plan;
+
+typedef struct cuda_state {
+    int device;
+    cudaStream_t compute, copy, comm;
+    cublasHandle_t blas;
+    double *scratch; /* device reduction results */
+    size_t scratch_cap;
+    float *small; /* per-channel parameters copied from the host (batch norm) */
+    size_t small_cap;
+    cudnnHandle_t dnn;
+    conv_plan *plans; /* one per convolution shape seen (train, eval and last-batch sizes) */
+    int nplans, cap_plans;
+    cudnnTensorDescriptor_t bn_x, bn_c; /* batch norm: the input's and the per-channel shape */
+    struct mt_table *tables;            /* device copies of multi-tensor lists, by key */
+} cuda_state;
+
+static inline cuda_state *state_of(dpt_ctx *ctx)
+{
+    return (cuda_state *)ctx->backend_state;
+}
+static inline cudaStream_t stream_of(dpt_ctx *ctx)
+{
+    return state_of(ctx)->compute;
+}
+static inline unsigned blocks_for(int64_t n)
+{
+    return (unsigned)(n > 0 ? CEIL_DIV(n, THREADS) < 65535 ? CEIL_DIV(n, THREADS) : 65535 : 1);
+}
+
+#define GRID_STRIDE(i, n)                                                                                    \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                                \
+         i += (int64_t)blockDim.x * gridDim.x)
+
+/* Launch a grid-stride kernel over n elements on the compute stream (uses `ctx`). */
+#define LAUNCH(kernel, n, ...)                                                                               \
+    do {                                                                                                     \
+        kernel<<<blocks_for(n), THREADS, 0, stream_of(ctx)>>>(__VA_ARGS__);                                  \
+        CHECK_LAUNCH();                                                                                      \
+    } while (0)
+
+/* The sum of every thread's value over the block (all threads get it). */
+static __device__ __forceinline__ double block_total(double v)
+{
+    __shared__ double partial[THREADS];
+    __syncthreads(); /* a previous call's readers are done with partial[] */
+    partial[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
+    return partial[0];
+}
+
+/* Add the block's total of each thread's value to *out. */
+static __device__ __forceinline__ void block_sum_into(double acc, double *out)
+{
+    double total = block_total(acc);
+    if (threadIdx.x == 0) atomicAdd(out, total);
+}
+
+/* ops_cuda.cu: blocking copies on the compute stream (the host buffer may be reused at once);
+ * the context's device scratch of doubles, zeroed and read back (one host sync). */
+void cuda_h2d(dpt_ctx *ctx, void *dst, const void *src, size_t bytes);
+void cuda_d2h(dpt_ctx *ctx, void *dst, const void *src, size_t bytes);
+void cuda_zero_scratch(dpt_ctx *ctx);
+double cuda_read_scratch(dpt_ctx *ctx);
+double *cuda_scratch_doubles(dpt_ctx *ctx, size_t count); /* grown on demand */
+
+/* Each file's share of the backend table, and what it frees at shutdown. */
+void cuda_math_entries(dpt_backend *be);  /* cuda_math.cu: elementwise, reductions, GEMM, loss */
+void cuda_optim_entries(dpt_backend *be); /* cuda_optim.cu: SGD, AdamW, multi-tensor lists */
+void cuda_conv_entries(dpt_backend *be);  /* cuda_conv.cu: cuDNN convolution */
+void cuda_norm_entries(dpt_backend *be);  /* cuda_norm.cu: batch norm */
+void cuda_pool_entries(dpt_backend *be);  /* cuda_pool.cu: max and average pooling */
+void cuda_optim_release(cuda_state *s);
+void cuda_conv_release(cuda_state *s);
+
+#endif

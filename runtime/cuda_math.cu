@@ -1,0 +1,323 @@
+/* cuda_math.cu: CUDA C kernels for elementwise ops, reductions, activations, softmax and
+ * cross-entropy (labels and the loss stay on the device), and cuBLAS SGEMM. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+__global__ void fill_kernel(float *x, int64_t n, float v)
+{
+    GRID_STRIDE(i, n) x[i] = v;
+}
+__global__ void axpy_kernel(int64_t n, float a, const float *x, float *y)
+{
+    GRID_STRIDE(i, n) y[i] += a * x[i];
+}
+__global__ void scale_kernel(int64_t n, float a, const float *x, float *o)
+{
+    GRID_STRIDE(i, n) o[i] = a * x[i];
+}
+__global__ void add_kernel(int64_t n, const float *a, const float *b, float *o)
+{
+    GRID_STRIDE(i, n) o[i] = a[i] + b[i];
+}
+__global__ void mul_kernel(int64_t n, const float *a, const float *b, float *o)
+{
+    GRID_STRIDE(i, n) o[i] = a[i] * b[i];
+}
+__global__ void mul_acc_kernel(int64_t n, const float *a, const float *b, float *o)
+{
+    GRID_STRIDE(i, n) o[i] += a[i] * b[i];
+}
+
+__global__ void dot_kernel(const float *a, const float *b, int64_t n, double *out)
+{
+    double acc = 0.0;
+    GRID_STRIDE(i, n) acc += (double)a[i] * (double)b[i];
+    block_sum_into(acc, out);
+}
+
+__global__ void sum_kernel(const float *a, int64_t n, double *out)
+{
+    double acc = 0.0;
+    GRID_STRIDE(i, n) acc += (double)a[i];
+    block_sum_into(acc, out);
+}
+
+__global__ void transpose_acc_kernel(const float *src, float *dst, int64_t rows, int64_t cols)
+{
+    GRID_STRIDE(i, rows * cols)
+    {
+        int64_t r = i / cols, c = i % cols;
+        dst[c * rows + r] += src[i];
+    }
+}
+
+__global__ void bias_add_kernel(float *y, const float *b, int64_t rows, int64_t cols)
+{
+    GRID_STRIDE(i, rows * cols) y[i] += b[i % cols];
+}
+
+__global__ void bias_grad_kernel(const float *dy, float *db, int64_t rows, int64_t cols)
+{
+    GRID_STRIDE(c, cols)
+    {
+        float acc = 0.0f;
+        for (int64_t r = 0; r < rows; r++)
+            acc += dy[r * cols + c];
+        db[c] += acc;
+    }
+}
+
+__global__ void relu_fwd_kernel(const float *x, float *y, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+__global__ void relu_bwd_kernel(const float *y, const float *dy, float *dx, int64_t n)
+{
+    GRID_STRIDE(i, n) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+#define GELU_K 0.7978845608028654f
+#define GELU_C 0.044715f
+__global__ void gelu_fwd_kernel(const float *x, float *y, int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
+    }
+}
+__global__ void gelu_bwd_kernel(const float *x, const float *dy, float *dx, int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = x[i], t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+        float dt = GELU_K * (1.0f + 3.0f * GELU_C * v * v) * (1.0f - t * t);
+        dx[i] += dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+    }
+}
+
+/* One thread per row: the class dimension of a classifier is small. */
+__global__ void softmax_fwd_kernel(const float *x, float *y, int64_t rows, int64_t cols)
+{
+    GRID_STRIDE(r, rows)
+    {
+        const float *xr = x + r * cols;
+        float m = xr[0];
+        for (int64_t c = 1; c < cols; c++)
+            m = fmaxf(m, xr[c]);
+        double total = 0.0;
+        for (int64_t c = 0; c < cols; c++)
+            total += expf(xr[c] - m);
+        float inv = (float)(1.0 / total);
+        for (int64_t c = 0; c < cols; c++)
+            y[r * cols + c] = expf(xr[c] - m) * inv;
+    }
+}
+
+__global__ void softmax_bwd_kernel(const float *y, const float *dy, float *dx, int64_t rows, int64_t cols)
+{
+    GRID_STRIDE(r, rows)
+    {
+        double dot = 0.0;
+        for (int64_t c = 0; c < cols; c++)
+            dot += (double)dy[r * cols + c] * y[r * cols + c];
+        for (int64_t c = 0; c < cols; c++)
+            dx[r * cols + c] += y[r * cols + c] * (dy[r * cols + c] - (float)dot);
+    }
+}
+
+__global__ void xent_fwd_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols,
+                                float smoothing, float *probs, double *loss)
+{
+    GRID_STRIDE(r, rows)
+    {
+        const float *xr = x + r * cols;
+        float m = xr[0];
+        for (int64_t c = 1; c < cols; c++)
+            m = fmaxf(m, xr[c]);
+        double total = 0.0, sum_logits = 0.0;
+        for (int64_t c = 0; c < cols; c++)
+            total += exp((double)xr[c] - m), sum_logits += xr[c];
+        double lse = m + log(total);
+        for (int64_t c = 0; c < cols; c++)
+            probs[r * cols + c] = (float)exp((double)xr[c] - lse);
+        int32_t y = labels[r];
+        double l = y < 0 || y >= cols
+                       ? NAN /* out of range: a NaN loss, not a read out of bounds */
+                       : (1.0 - smoothing) * (lse - xr[y]) + smoothing * (lse - sum_logits / (double)cols);
+        atomicAdd(loss, l);
+    }
+}
+
+/* loss[0] = total[0] / rows: the mean, left on the device */
+__global__ void mean_kernel(const double *total, int64_t rows, float *loss)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) loss[0] = (float)(total[0] / (double)rows);
+}
+
+__global__ void xent_bwd_kernel(const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
+                                float smoothing, const float *dloss, float *dx)
+{
+    float scale = dloss[0] / (float)rows;
+    GRID_STRIDE(i, rows * cols)
+    {
+        int64_t r = i / cols, c = i % cols;
+        float target = smoothing / (float)cols + (c == labels[r] ? 1.0f - smoothing : 0.0f);
+        dx[i] += scale * (probs[i] - target);
+    }
+}
+
+__global__ void correct_acc_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols,
+                                   float *out)
+{
+    GRID_STRIDE(r, rows)
+    {
+        int64_t best = 0;
+        for (int64_t c = 1; c < cols; c++)
+            if (x[r * cols + c] > x[r * cols + best]) best = c;
+        if (best == labels[r]) atomicAdd(out, 1.0f);
+    }
+}
+
+/* ---------------------------------------------------------------- launchers */
+
+static void cuda_fill(dpt_ctx *ctx, float *x, int64_t n, float v)
+{
+    LAUNCH(fill_kernel, n, x, n, v);
+}
+static void cuda_axpy(dpt_ctx *ctx, int64_t n, float a, const float *x, float *y)
+{
+    LAUNCH(axpy_kernel, n, n, a, x, y);
+}
+static void cuda_scale(dpt_ctx *ctx, int64_t n, float a, const float *x, float *o)
+{
+    LAUNCH(scale_kernel, n, n, a, x, o);
+}
+static void cuda_add(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *o)
+{
+    LAUNCH(add_kernel, n, n, a, b, o);
+}
+static void cuda_mul(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *o)
+{
+    LAUNCH(mul_kernel, n, n, a, b, o);
+}
+static void cuda_mul_acc(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *o)
+{
+    LAUNCH(mul_acc_kernel, n, n, a, b, o);
+}
+
+static double cuda_sum(dpt_ctx *ctx, const float *x, int64_t n)
+{
+    cuda_zero_scratch(ctx);
+    LAUNCH(sum_kernel, n, x, n, state_of(ctx)->scratch);
+    return cuda_read_scratch(ctx);
+}
+
+static double cuda_dot(dpt_ctx *ctx, const float *a, const float *b, int64_t n)
+{
+    cuda_zero_scratch(ctx);
+    LAUNCH(dot_kernel, n, a, b, n, state_of(ctx)->scratch);
+    return cuda_read_scratch(ctx);
+}
+
+static void cuda_transpose_acc(dpt_ctx *ctx, const float *src, float *dst, int64_t rows, int64_t cols)
+{
+    LAUNCH(transpose_acc_kernel, rows * cols, src, dst, rows, cols);
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
+static void cuda_gemm(dpt_ctx *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                      int64_t ldc)
+{
+    if (M == 0 || N == 0) return;
+    CHECK_CUBLAS(cublasSgemm(state_of(ctx)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A,
+                             (int)lda, &beta, C, (int)ldc));
+}
+
+static void cuda_bias_add(dpt_ctx *ctx, float *y, const float *b, int64_t rows, int64_t cols)
+{
+    LAUNCH(bias_add_kernel, rows * cols, y, b, rows, cols);
+}
+static void cuda_bias_grad(dpt_ctx *ctx, const float *dy, float *db, int64_t rows, int64_t cols)
+{
+    LAUNCH(bias_grad_kernel, cols, dy, db, rows, cols);
+}
+static void cuda_relu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n)
+{
+    LAUNCH(relu_fwd_kernel, n, x, y, n);
+}
+static void cuda_relu_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n)
+{
+    LAUNCH(relu_bwd_kernel, n, y, dy, dx, n);
+}
+static void cuda_gelu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n)
+{
+    LAUNCH(gelu_fwd_kernel, n, x, y, n);
+}
+static void cuda_gelu_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n)
+{
+    LAUNCH(gelu_bwd_kernel, n, x, dy, dx, n);
+}
+static void cuda_softmax_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t rows, int64_t cols)
+{
+    LAUNCH(softmax_fwd_kernel, rows, x, y, rows, cols);
+}
+static void cuda_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t rows,
+                             int64_t cols)
+{
+    LAUNCH(softmax_bwd_kernel, rows, y, dy, dx, rows, cols);
+}
+
+/* The labels are on the device already (the loader copies them with the batch), and the
+ * loss stays there: no read-back in the step. */
+static void cuda_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
+                          int64_t cols, float smoothing, float *probs, float *loss)
+{
+    cuda_zero_scratch(ctx);
+    LAUNCH(xent_fwd_kernel, rows, logits, labels, rows, cols, smoothing, probs, state_of(ctx)->scratch);
+    mean_kernel<<<1, 1, 0, stream_of(ctx)>>>(state_of(ctx)->scratch, rows, loss);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+static void cuda_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
+                          float smoothing, const float *dloss, float *dlogits)
+{
+    LAUNCH(xent_bwd_kernel, rows * cols, probs, labels, rows, cols, smoothing, dloss, dlogits);
+}
+
+static void cuda_correct_acc(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
+                             int64_t cols, float *correct)
+{
+    LAUNCH(correct_acc_kernel, rows, logits, labels, rows, cols, correct);
+}
+
+void cuda_math_entries(dpt_backend *be)
+{
+    be->fill = cuda_fill;
+    be->axpy = cuda_axpy;
+    be->scale = cuda_scale;
+    be->add = cuda_add;
+    be->mul = cuda_mul;
+    be->mul_acc = cuda_mul_acc;
+    be->sum = cuda_sum;
+    be->dot = cuda_dot;
+    be->transpose_acc = cuda_transpose_acc;
+    be->gemm = cuda_gemm;
+    be->bias_add = cuda_bias_add;
+    be->bias_grad = cuda_bias_grad;
+    be->relu_fwd = cuda_relu_fwd;
+    be->relu_bwd = cuda_relu_bwd;
+    be->gelu_fwd = cuda_gelu_fwd;
+    be->gelu_bwd = cuda_gelu_bwd;
+    be->softmax_fwd = cuda_softmax_fwd;
+    be->softmax_bwd = cuda_softmax_bwd;
+    be->xent_fwd = cuda_xent_fwd;
+    be->xent_bwd = cuda_xent_bwd;
+    be->correct_acc = cuda_correct_acc;
+}
