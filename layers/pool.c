@@ -1,4 +1,5 @@
-/* pool.c: max pooling, average pooling and global average pooling over NCHW. */
+/* pool.c: max pooling, average pooling and global average pooling. The input stays in its
+ * layout where the backend pools blocked tensors (oneDNN); otherwise it is made NCHW. */
 #include <stdio.h>
 
 #include "../runtime/autograd.h"
@@ -42,24 +43,40 @@ static dpt_pool_shape pool_shape(const char *op, const dpt_tensor *x, int64_t ke
                   (long long)stride, (long long)padding, dpt_shape_str(x, buf, sizeof buf));
     s.n = x->shape[0], s.c = x->shape[1], s.h = x->shape[2], s.w = x->shape[3];
     s.kh = s.kw = kernel, s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = padding;
+    s.layout = x->layout;
     return s;
+}
+
+/* x as this backend's pooling takes it. */
+static dpt_tensor *pool_input(dpt_ctx *ctx, dpt_tensor *x)
+{
+    return ctx->be->pool_any_layout ? x : dpt_plain(ctx, x);
+}
+
+static dpt_tensor *pool_output(dpt_ctx *ctx, const dpt_pool_shape *s)
+{
+    dpt_tensor *y = dpt_temp(ctx, 4, (int64_t[]){s->n, s->c, s->oh, s->ow});
+    y->layout = (dpt_layout)s->layout;
+    return y;
 }
 
 static void maxpool_backward(dpt_ctx *ctx, dpt_node *node)
 {
-    dpt_pool_shape *s = node->scratch;
-    ctx->be->maxpool_bwd(ctx, s, node->out->grad->data, (const int32_t *)node->saved[0]->data,
-                         dpt_grad_acc(ctx, node->in[0])->data);
+    bool acc;
+    float *dx = dpt_grad_for_write(ctx, node->in[0], &acc)->data;
+    ctx->be->maxpool_bwd(ctx, node->scratch, node->out->grad->data, node->saved[0]->data, dx, acc);
 }
 
 dpt_tensor *dpt_maxpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding)
 {
-    x = dpt_plain(ctx, x);
+    x = pool_input(ctx, x);
     dpt_pool_shape s = pool_shape("maxpool2d", x, kernel, stride, padding);
-    int64_t shape[4] = {s.n, s.c, s.oh, s.ow};
-    dpt_tensor *y = dpt_temp(ctx, 4, shape);
-    dpt_tensor *argmax = dpt_temp(ctx, 4, shape); /* int32 indices in f32-sized slots */
-    ctx->be->maxpool_fwd(ctx, &s, x->data, y->data, (int32_t *)argmax->data);
+    dpt_tensor *y = pool_output(ctx, &s);
+    /* where the maxima are, in the backend's own form (a float tensor as storage) */
+    size_t ws_bytes = ctx->be->maxpool_ws_bytes ? ctx->be->maxpool_ws_bytes(ctx, &s)
+                                                : (size_t)(s.n * s.c * s.oh * s.ow) * sizeof(int32_t);
+    dpt_tensor *argmax = dpt_temp(ctx, 1, (int64_t[]){(int64_t)((ws_bytes + 3) / 4) + 1});
+    ctx->be->maxpool_fwd(ctx, &s, x->data, y->data, argmax->data);
     dpt_node *node = dpt_tape_record(ctx, "maxpool2d", maxpool_backward, y, 1, &x);
     if (node) {
         node->saved[0] = argmax;
@@ -71,14 +88,16 @@ dpt_tensor *dpt_maxpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t s
 
 static void avgpool_backward(dpt_ctx *ctx, dpt_node *node)
 {
-    ctx->be->avgpool_bwd(ctx, node->scratch, node->out->grad->data, dpt_grad_acc(ctx, node->in[0])->data);
+    bool acc;
+    float *dx = dpt_grad_for_write(ctx, node->in[0], &acc)->data;
+    ctx->be->avgpool_bwd(ctx, node->scratch, node->out->grad->data, dx, acc);
 }
 
 dpt_tensor *dpt_avgpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding)
 {
-    x = dpt_plain(ctx, x);
+    x = pool_input(ctx, x);
     dpt_pool_shape s = pool_shape("avgpool2d", x, kernel, stride, padding);
-    dpt_tensor *y = dpt_temp(ctx, 4, (int64_t[]){s.n, s.c, s.oh, s.ow});
+    dpt_tensor *y = pool_output(ctx, &s);
     ctx->be->avgpool_fwd(ctx, &s, x->data, y->data);
     dpt_node *node = dpt_tape_record(ctx, "avgpool2d", avgpool_backward, y, 1, &x);
     if (node) {
@@ -91,12 +110,15 @@ dpt_tensor *dpt_avgpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t s
 dpt_tensor *dpt_global_avgpool(dpt_ctx *ctx, dpt_tensor *x)
 {
     char buf[96];
-    x = dpt_plain(ctx, x);
+    x = pool_input(ctx, x);
     if (x->ndim != 4 || x->shape[2] != x->shape[3])
         dpt_fatal("global_avgpool expects (N, C, H, H), got %s", dpt_shape_str(x, buf, sizeof buf));
     dpt_pool_shape s = pool_shape("global_avgpool", x, x->shape[2], 1, 0);
-    dpt_tensor *y = dpt_temp(ctx, 4, (int64_t[]){s.n, s.c, 1, 1});
+    dpt_tensor *y = pool_output(ctx, &s);
     ctx->be->avgpool_fwd(ctx, &s, x->data, y->data);
+    /* (N, C, 1, 1) in nChw16c is the same memory as in NCHW (C is a multiple of 16 in a
+     * blocked tensor): the result is plain as it is, no reorder before the classifier */
+    y->layout = DPT_LAYOUT_NCHW;
     dpt_node *node = dpt_tape_record(ctx, "global_avgpool", avgpool_backward, y, 1, &x);
     if (node) {
         node->scratch = dpt_tape_scratch(ctx, sizeof s);

@@ -16,9 +16,11 @@ typedef struct dpt_conv_shape {
     int64_t x_layout; /* dpt_layout of x (and of dx) */
 } dpt_conv_shape;
 
-/* Shapes of a 2-D pooling window over NCHW: x (n, c, h, w) -> y (n, c, oh, ow). */
+/* Shapes of a 2-D pooling window: x (n, c, h, w) -> y (n, c, oh, ow), both (and their
+ * gradients) in `layout` (NCHW unless the backend sets pool_any_layout). */
 typedef struct dpt_pool_shape {
     int64_t n, c, h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, oh, ow;
+    int64_t layout; /* dpt_layout */
 } dpt_pool_shape;
 
 /* Streams of a device context: kernels run on COMPUTE; the loader's host-to-device copies on
@@ -142,13 +144,19 @@ typedef struct dpt_backend {
     void (*bn_fused_infer)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
                            dpt_layout layout, const float *gamma, const float *beta,
                            const float *running_mean, const float *running_var, double eps);
-    /* Pooling; argmax holds the flat input index of each output's maximum. */
-    void (*maxpool_fwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, int32_t *argmax);
-    void (*maxpool_bwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax,
-                        float *dx); /* += */
-    /* Average over the window, padding counted (PyTorch's count_include_pad = True). */
+    /* Pooling. Max pooling's forward leaves in `ws` where each maximum was, for its backward
+     * (maxpool_ws_bytes of it; NULL entry: one int32 per output, the flat input index).
+     * Backward writes dx, or adds into it with dx_accumulate. Average pooling counts padding
+     * (PyTorch's count_include_pad = True). pool_any_layout: x may come in a blocked layout
+     * (y and the gradients share it); otherwise pooling takes NCHW. */
+    bool pool_any_layout;
+    size_t (*maxpool_ws_bytes)(dpt_ctx *ctx, const dpt_pool_shape *s);
+    void (*maxpool_fwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, void *ws);
+    void (*maxpool_bwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const void *ws, float *dx,
+                        bool dx_accumulate);
     void (*avgpool_fwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y);
-    void (*avgpool_bwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx); /* += */
+    void (*avgpool_bwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx,
+                        bool dx_accumulate);
     /* Optimizer updates over n parameters (one launch over a flat range). */
     void (*sgd_step)(dpt_ctx *ctx, int64_t n, float *param, const float *grad, float *momentum_buf, float lr,
                      float momentum, float dampening, float weight_decay, bool nesterov, bool first_step);
@@ -197,10 +205,11 @@ void dpt_cpu_channel_affine(dpt_ctx *ctx, const float *x, float *y, int64_t n, i
                             const float *scale, const float *shift);
 void dpt_cpu_channel_affine2_acc(dpt_ctx *ctx, const float *dy, const float *x, float *dx, int64_t n,
                                  int64_t c, int64_t hw, const float *a, const float *b, const float *k);
-void dpt_cpu_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, int32_t *argmax);
-void dpt_cpu_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax,
-                         float *dx);
+void dpt_cpu_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, void *ws);
+void dpt_cpu_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const void *ws, float *dx,
+                         bool dx_accumulate);
 void dpt_cpu_avgpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y);
-void dpt_cpu_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx);
+void dpt_cpu_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx,
+                         bool dx_accumulate);
 
 #endif

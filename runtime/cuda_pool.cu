@@ -74,21 +74,35 @@ __global__ void avgpool_bwd_kernel(dpt_pool_shape s, const float *dy, float *dx)
     }
 }
 
-static void cuda_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, int32_t *argmax)
+/* The kernels add into dx (windows may overlap): a first write starts from zeros. */
+static void zero_unless_accumulating(dpt_ctx *ctx, const dpt_pool_shape *s, float *dx, bool dx_accumulate)
 {
-    LAUNCH(maxpool_fwd_kernel, s->n * s->c * s->oh * s->ow, *s, x, y, argmax);
+    DPT_ASSERT(s->layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
+    if (!dx_accumulate)
+        CHECK_CUDA(
+            cudaMemsetAsync(dx, 0, (size_t)(s->n * s->c * s->h * s->w) * sizeof(float), stream_of(ctx)));
 }
-static void cuda_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax,
-                             float *dx)
+
+static void cuda_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, void *ws)
 {
-    LAUNCH(maxpool_bwd_kernel, s->n * s->c * s->oh * s->ow, *s, dy, argmax, dx);
+    DPT_ASSERT(s->layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
+    LAUNCH(maxpool_fwd_kernel, s->n * s->c * s->oh * s->ow, *s, x, y, (int32_t *)ws);
+}
+static void cuda_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const void *ws,
+                             float *dx, bool dx_accumulate)
+{
+    zero_unless_accumulating(ctx, s, dx, dx_accumulate);
+    LAUNCH(maxpool_bwd_kernel, s->n * s->c * s->oh * s->ow, *s, dy, (const int32_t *)ws, dx);
 }
 static void cuda_avgpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y)
 {
+    DPT_ASSERT(s->layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
     LAUNCH(avgpool_fwd_kernel, s->n * s->c * s->oh * s->ow, *s, x, y);
 }
-static void cuda_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx)
+static void cuda_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx,
+                             bool dx_accumulate)
 {
+    zero_unless_accumulating(ctx, s, dx, dx_accumulate);
     LAUNCH(avgpool_bwd_kernel, s->n * s->c * s->oh * s->ow, *s, dy, dx);
 }
 

@@ -1,11 +1,12 @@
-/* ops_cpu_dnnl.c: the CPU backend with oneDNN convolutions and batch norm ([train]
+/* ops_cpu_dnnl.c: the CPU backend with oneDNN convolutions, batch norm and pooling ([train]
  * cpu_kernels = onednn).
  *
- * The table is the native CPU table with convolution, batch norm and relayout replaced. Each
+ * The table is the native CPU table with convolution, batch norm, pooling and relayout
+ * replaced. Each
  * convolution lets oneDNN choose its memory formats (format_tag_any: blocked nChw16c on
  * AVX-512). Its output stays in nChw16c when oneDNN wrote it so (the tensor carries the
- * layout, see tensor.h): batch norm, relu and the residual add run on it as it is, and only an
- * op that reads positions (pooling, the classifier) converts it back to NCHW. Reordering at
+ * layout, see tensor.h): batch norm, relu, pooling and the residual add run on it as it is,
+ * and only an op that reads positions (the classifier, a reshape) converts it back to NCHW. Reordering at
  * every convolution's edges, as PyTorch's mkldnn path does, took a third of a ResNet-20 step.
  * One plan per (shape, input layout) holds the three convolution primitives and the reorders
  * they still need; plans live as long as the context. Backward results are added into dx, dw
@@ -52,6 +53,15 @@ typedef struct bn_plan {
     dnnl_primitive_t fwd, bwd, infer;
 } bn_plan;
 
+/* A pooling shape in one layout: training forward (max: with its workspace) and backward. */
+typedef struct pool_plan {
+    dpt_pool_shape shape;
+    bool max;
+    bool native; /* oneDNN has no kernel: NCHW and the native kernels */
+    dnnl_memory_desc_t src, dst, ws, fwd_scratch, bwd_scratch;
+    dnnl_primitive_t fwd, bwd;
+} pool_plan;
+
 /* A cached reorder between NCHW and nChw16c of one shape. */
 typedef struct relayout_plan {
     int64_t shape[4];
@@ -70,10 +80,22 @@ typedef struct dnnl_state {
     int nbn, cap_bn;
     relayout_plan **relayouts;
     int nrelayouts, cap_relayouts;
+    pool_plan **pool_plans;
+    int npool, cap_pool;
 } dnnl_state;
 
+/* What a message names: a convolution; a pooling window (c_out 0, a kernel); a tensor. */
 static void shape_str(const dpt_conv_shape *s, char *buf, size_t cap)
 {
+    if (s->c_out == 0) {
+        int k = snprintf(buf, cap, "%s (%lld, %lld, %lld, %lld)", s->kh ? "pooling x" : "tensor",
+                         (long long)s->n, (long long)s->c_in, (long long)s->h, (long long)s->w);
+        if (s->kh && k > 0 && (size_t)k < cap)
+            snprintf(buf + k, cap - (size_t)k, ", kernel %lldx%lld, stride %lldx%lld, padding %lldx%lld",
+                     (long long)s->kh, (long long)s->kw, (long long)s->stride_h, (long long)s->stride_w,
+                     (long long)s->pad_h, (long long)s->pad_w);
+        return;
+    }
     snprintf(
         buf, cap,
         "conv2d x (%lld, %lld, %lld, %lld) -> (%lld, %lld, %lld, %lld), kernel %lldx%lld, stride %lldx%lld, "
@@ -636,6 +658,203 @@ static void dnnl_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t 
     block_put(ctx, &scr);
 }
 
+/* ---------------------------------------------------------------- pooling
+ * oneDNN pools nChw16c as it is (the blocked output of a convolution needs no reorder).
+ * Max pooling's workspace is oneDNN's own record of the maxima (bytes or int32 per output);
+ * average pooling counts padding, as the native kernel and PyTorch's default. */
+
+static dpt_conv_shape pool_where(const dpt_pool_shape *p)
+{
+    return (dpt_conv_shape){.n = p->n,
+                            .c_in = p->c,
+                            .h = p->h,
+                            .w = p->w,
+                            .kh = p->kh,
+                            .kw = p->kw,
+                            .stride_h = p->stride_h,
+                            .stride_w = p->stride_w,
+                            .pad_h = p->pad_h,
+                            .pad_w = p->pad_w};
+}
+
+static pool_plan *pool_plan_for(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max)
+{
+    dnnl_state *st = state_of(ctx);
+    for (int i = 0; i < st->npool; i++) {
+        pool_plan *q = st->pool_plans[i];
+        if (q->max == max && !memcmp(&q->shape, ps, sizeof *ps)) return q;
+    }
+    pool_plan *q = calloc(1, sizeof *q);
+    if (!q) dpt_fatal("out of host memory for a oneDNN plan");
+    q->shape = *ps, q->max = max;
+    dpt_conv_shape where = pool_where(ps);
+    activation_md(&q->src, (int64_t[]){ps->n, ps->c, ps->h, ps->w}, (dpt_layout)ps->layout, &where);
+    activation_md(&q->dst, (int64_t[]){ps->n, ps->c, ps->oh, ps->ow}, (dpt_layout)ps->layout, &where);
+    dnnl_dims_t strides = {ps->stride_h, ps->stride_w}, kernel = {ps->kh, ps->kw},
+                pad_l = {ps->pad_h, ps->pad_w},
+                pad_r = {pad_right(ps->h, ps->kh, ps->stride_h, ps->pad_h, 1, ps->oh),
+                         pad_right(ps->w, ps->kw, ps->stride_w, ps->pad_w, 1, ps->ow)};
+    dnnl_alg_kind_t alg = max ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
+    dnnl_primitive_attr_t attr;
+    CHECK_DNNL(dnnl_primitive_attr_create(&attr), "attributes", &where);
+    CHECK_DNNL(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "attributes",
+               &where);
+    dnnl_pooling_desc_t fd, bd;
+    dnnl_primitive_desc_t fpd = NULL, bpd = NULL;
+    bool ok = dnnl_pooling_forward_desc_init(&fd, dnnl_forward_training, alg, &q->src, &q->dst, strides,
+                                             kernel, pad_l, pad_r) == dnnl_success &&
+              dnnl_primitive_desc_create(&fpd, &fd, attr, st->engine, NULL) == dnnl_success &&
+              dnnl_pooling_backward_desc_init(&bd, alg, &q->src, &q->dst, strides, kernel, pad_l, pad_r) ==
+                  dnnl_success &&
+              dnnl_primitive_desc_create(&bpd, &bd, attr, st->engine, fpd) == dnnl_success;
+    dnnl_primitive_attr_destroy(attr);
+    if (ok) {
+        q->ws = *md(fpd, dnnl_query_workspace_md);
+        q->fwd_scratch = *md(fpd, dnnl_query_scratchpad_md),
+        q->bwd_scratch = *md(bpd, dnnl_query_scratchpad_md);
+        CHECK_DNNL(dnnl_primitive_create(&q->fwd, fpd), "pooling forward", &where);
+        CHECK_DNNL(dnnl_primitive_create(&q->bwd, bpd), "pooling backward", &where);
+    } else {
+        char sh[320];
+        shape_str(&where, sh, sizeof sh);
+        fprintf(stderr, "warning: oneDNN has no %s pooling for %s: this shape runs on the native kernels\n",
+                max ? "max" : "average", sh);
+        q->native = true;
+    }
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    if (bpd) dnnl_primitive_desc_destroy(bpd);
+    if (st->npool == st->cap_pool) {
+        st->cap_pool = st->cap_pool ? 2 * st->cap_pool : 16;
+        st->pool_plans = realloc(st->pool_plans, (size_t)st->cap_pool * sizeof *st->pool_plans);
+        if (!st->pool_plans) dpt_fatal("out of host memory for oneDNN plans");
+    }
+    return st->pool_plans[st->npool++] = q;
+}
+
+static size_t native_ws_bytes(const dpt_pool_shape *ps)
+{
+    return (size_t)(ps->n * ps->c * ps->oh * ps->ow) * sizeof(int32_t);
+}
+
+static size_t dnnl_maxpool_ws_bytes(dpt_ctx *ctx, const dpt_pool_shape *ps)
+{
+    pool_plan *q = pool_plan_for(ctx, ps, true);
+    return q->native ? native_ws_bytes(ps) : dnnl_memory_desc_get_size(&q->ws);
+}
+
+/* A shape oneDNN cannot pool: the native kernels on NCHW copies of blocked tensors. */
+static void native_pool_fwd(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max, const float *x, float *y,
+                            void *ws)
+{
+    dpt_pool_shape plain = *ps;
+    plain.layout = DPT_LAYOUT_NCHW;
+    int64_t xs[4] = {ps->n, ps->c, ps->h, ps->w}, ys[4] = {ps->n, ps->c, ps->oh, ps->ow};
+    block bx = {0}, by = {0};
+    const float *px = x;
+    float *py = y;
+    if (ps->layout != DPT_LAYOUT_NCHW) {
+        px = block_get(ctx, &bx, (size_t)(xs[0] * xs[1] * xs[2] * xs[3]) * sizeof(float), "a pooling input");
+        dnnl_relayout(ctx, x, (dpt_layout)ps->layout, (float *)px, DPT_LAYOUT_NCHW, xs, false);
+        py = block_get(ctx, &by, (size_t)(ys[0] * ys[1] * ys[2] * ys[3]) * sizeof(float), "a pooling output");
+    }
+    if (max)
+        dpt_cpu_maxpool_fwd(ctx, &plain, px, py, ws);
+    else
+        dpt_cpu_avgpool_fwd(ctx, &plain, px, py);
+    if (py != y) dnnl_relayout(ctx, py, DPT_LAYOUT_NCHW, y, (dpt_layout)ps->layout, ys, false);
+    block_put(ctx, &by), block_put(ctx, &bx);
+}
+
+static void native_pool_bwd(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max, const float *dy, const void *ws,
+                            float *dx, bool dx_accumulate)
+{
+    dpt_pool_shape plain = *ps;
+    plain.layout = DPT_LAYOUT_NCHW;
+    int64_t xs[4] = {ps->n, ps->c, ps->h, ps->w}, ys[4] = {ps->n, ps->c, ps->oh, ps->ow};
+    if (ps->layout == DPT_LAYOUT_NCHW) {
+        if (max)
+            dpt_cpu_maxpool_bwd(ctx, &plain, dy, ws, dx, dx_accumulate);
+        else
+            dpt_cpu_avgpool_bwd(ctx, &plain, dy, dx, dx_accumulate);
+        return;
+    }
+    block bdy = {0}, bdx = {0};
+    float *pdy = block_get(ctx, &bdy, (size_t)(ys[0] * ys[1] * ys[2] * ys[3]) * sizeof(float), "a gradient");
+    float *pdx = block_get(ctx, &bdx, (size_t)(xs[0] * xs[1] * xs[2] * xs[3]) * sizeof(float), "a gradient");
+    dnnl_relayout(ctx, dy, (dpt_layout)ps->layout, pdy, DPT_LAYOUT_NCHW, ys, false);
+    if (max)
+        dpt_cpu_maxpool_bwd(ctx, &plain, pdy, ws, pdx, false);
+    else
+        dpt_cpu_avgpool_bwd(ctx, &plain, pdy, pdx, false);
+    dnnl_relayout(ctx, pdx, DPT_LAYOUT_NCHW, dx, (dpt_layout)ps->layout, xs, dx_accumulate);
+    block_put(ctx, &bdx), block_put(ctx, &bdy);
+}
+
+static void pool_fwd(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max, const float *x, float *y, void *ws)
+{
+    pool_plan *q = pool_plan_for(ctx, ps, max);
+    if (q->native) {
+        native_pool_fwd(ctx, ps, max, x, y, ws);
+        return;
+    }
+    dnnl_state *st = state_of(ctx);
+    dpt_conv_shape where = pool_where(ps);
+    block scr = {0};
+    block_get(ctx, &scr, dnnl_memory_desc_get_size(&q->fwd_scratch), "oneDNN scratchpad");
+    int kinds[4] = {DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD, DNNL_ARG_WORKSPACE};
+    dnnl_memory_t mems[4] = {mem(st, &q->src, x, &where), mem(st, &q->dst, y, &where),
+                             mem(st, &q->fwd_scratch, scr.ptr, &where), NULL};
+    if (max) mems[3] = mem(st, &q->ws, ws, &where);
+    execute(ctx, q->fwd, max ? 4 : 3, kinds, mems, max ? "max pooling forward" : "average pooling forward",
+            &where);
+    block_put(ctx, &scr);
+}
+
+/* oneDNN writes diff_src: a gradient that must be added goes through a buffer. */
+static void pool_bwd(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max, const float *dy, const void *ws,
+                     float *dx, bool dx_accumulate)
+{
+    pool_plan *q = pool_plan_for(ctx, ps, max);
+    if (q->native) {
+        native_pool_bwd(ctx, ps, max, dy, ws, dx, dx_accumulate);
+        return;
+    }
+    dnnl_state *st = state_of(ctx);
+    dpt_conv_shape where = pool_where(ps);
+    int64_t count = ps->n * ps->c * ps->h * ps->w;
+    block scr = {0}, bdx = {0};
+    float *out =
+        dx_accumulate ? block_get(ctx, &bdx, (size_t)count * sizeof(float), "a pooling gradient") : dx;
+    block_get(ctx, &scr, dnnl_memory_desc_get_size(&q->bwd_scratch), "oneDNN scratchpad");
+    int kinds[4] = {DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_SCRATCHPAD, DNNL_ARG_WORKSPACE};
+    dnnl_memory_t mems[4] = {mem(st, &q->dst, dy, &where), mem(st, &q->src, out, &where),
+                             mem(st, &q->bwd_scratch, scr.ptr, &where), NULL};
+    if (max) mems[3] = mem(st, &q->ws, ws, &where);
+    execute(ctx, q->bwd, max ? 4 : 3, kinds, mems, max ? "max pooling backward" : "average pooling backward",
+            &where);
+    if (dx_accumulate) dpt_backend_cpu.axpy(ctx, count, 1.0f, out, dx);
+    block_put(ctx, &scr), block_put(ctx, &bdx);
+}
+
+static void dnnl_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, void *ws)
+{
+    pool_fwd(ctx, s, true, x, y, ws);
+}
+static void dnnl_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const void *ws,
+                             float *dx, bool dx_accumulate)
+{
+    pool_bwd(ctx, s, true, dy, ws, dx, dx_accumulate);
+}
+static void dnnl_avgpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y)
+{
+    pool_fwd(ctx, s, false, x, y, NULL);
+}
+static void dnnl_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx,
+                             bool dx_accumulate)
+{
+    pool_bwd(ctx, s, false, dy, NULL, dx, dx_accumulate);
+}
+
 /* ---------------------------------------------------------------- the table */
 
 static bool dnnl_init(dpt_ctx *ctx, dpt_error *err)
@@ -674,6 +893,12 @@ static void dnnl_shutdown(dpt_ctx *ctx)
             free(st->relayouts[i]);
         }
         free(st->relayouts);
+        for (int i = 0; i < st->npool; i++) {
+            if (st->pool_plans[i]->fwd) dnnl_primitive_destroy(st->pool_plans[i]->fwd);
+            if (st->pool_plans[i]->bwd) dnnl_primitive_destroy(st->pool_plans[i]->bwd);
+            free(st->pool_plans[i]);
+        }
+        free(st->pool_plans);
         dnnl_stream_destroy(st->stream);
         dnnl_engine_destroy(st->engine);
         free(st);
@@ -698,6 +923,12 @@ static void table_fill(void)
     table.bn_fused_fwd = dnnl_bn_fused_fwd;
     table.bn_fused_bwd = dnnl_bn_fused_bwd;
     table.bn_fused_infer = dnnl_bn_fused_infer;
+    table.pool_any_layout = true;
+    table.maxpool_ws_bytes = dnnl_maxpool_ws_bytes;
+    table.maxpool_fwd = dnnl_maxpool_fwd;
+    table.maxpool_bwd = dnnl_maxpool_bwd;
+    table.avgpool_fwd = dnnl_avgpool_fwd;
+    table.avgpool_bwd = dnnl_avgpool_bwd;
 }
 
 const dpt_backend *dpt_backend_cpu_onednn(void)

@@ -257,8 +257,12 @@ void dpt_cpu_channel_affine2_acc(dpt_ctx *ctx, const float *dy, const float *x, 
 
 /* ---------------------------------------------------------------- pooling */
 
-void dpt_cpu_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, int32_t *argmax)
+/* The native kernels read and write NCHW; ws holds one int32 per output, the flat index of
+ * its maximum in the input plane. */
+void dpt_cpu_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, void *ws)
 {
+    DPT_ASSERT(s->layout == DPT_LAYOUT_NCHW, "a blocked tensor in the native pooling");
+    int32_t *argmax = ws;
 #pragma omp parallel for num_threads(ctx->threads) if (s->n * s->c * s->oh * s->ow > 16384)
     for (int64_t plane = 0; plane < s->n * s->c; plane++) {
         const float *xp = x + plane * s->h * s->w;
@@ -283,10 +287,12 @@ void dpt_cpu_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, 
     }
 }
 
-void dpt_cpu_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const int32_t *argmax,
-                         float *dx)
+void dpt_cpu_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const void *ws, float *dx,
+                         bool dx_accumulate)
 {
-    (void)ctx;
+    DPT_ASSERT(s->layout == DPT_LAYOUT_NCHW, "a blocked tensor in the native pooling");
+    const int32_t *argmax = ws;
+    if (!dx_accumulate) dpt_backend_cpu.fill(ctx, dx, s->n * s->c * s->h * s->w, 0.0f);
     int64_t per_plane = s->oh * s->ow;
     for (int64_t plane = 0; plane < s->n * s->c; plane++)
         for (int64_t o = 0; o < per_plane; o++) {
@@ -297,6 +303,7 @@ void dpt_cpu_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy,
 
 void dpt_cpu_avgpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y)
 {
+    DPT_ASSERT(s->layout == DPT_LAYOUT_NCHW, "a blocked tensor in the native pooling");
     float inv = 1.0f / (float)(s->kh * s->kw);
 #pragma omp parallel for num_threads(ctx->threads) if (s->n * s->c * s->oh * s->ow > 16384)
     for (int64_t plane = 0; plane < s->n * s->c; plane++) {
@@ -317,8 +324,11 @@ void dpt_cpu_avgpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, 
     }
 }
 
-void dpt_cpu_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx)
+void dpt_cpu_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx,
+                         bool dx_accumulate)
 {
+    DPT_ASSERT(s->layout == DPT_LAYOUT_NCHW, "a blocked tensor in the native pooling");
+    if (!dx_accumulate) dpt_backend_cpu.fill(ctx, dx, s->n * s->c * s->h * s->w, 0.0f);
     float inv = 1.0f / (float)(s->kh * s->kw);
 #pragma omp parallel for num_threads(ctx->threads) if (s->n * s->c * s->oh * s->ow > 16384)
     for (int64_t plane = 0; plane < s->n * s->c; plane++) {

@@ -439,9 +439,119 @@ static void pool_ref(const double *const *in, double *out, void *user)
             }
 }
 
+static void pooling_cases(int threads);
+
 static void test_pooling(void **state)
 {
     (void)state;
+    for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
+        for (int threads = 1; threads <= 2; threads++) {
+            test_kernels = (dpt_cpu_kernels)kernels;
+            pooling_cases(threads);
+            test_kernels = DPT_CPU_KERNELS_DEFAULT;
+        }
+}
+
+/* Pooling on the blocked output of a convolution (oneDNN pools nChw16c as it is): conv
+ * (2, 8, 6, 6) -> 16 channels, then max, average, global average, or max + average of the
+ * same input (one backward writes the gradient first, the other adds into it). */
+typedef struct conv_pool_case {
+    conv_case conv; /* first: conv_setup and conv_teardown take this struct */
+    int kind;       /* 0 max k2 s2, 1 avg k3 s2 p1, 2 global avg, 3 max k3 s2 p1 + avg k3 s2 p1 */
+} conv_pool_case;
+
+static dpt_tensor *conv_pool_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
+{
+    conv_pool_case *c = user;
+    dpt_tensor *y = dpt_conv2d_forward(ctx, c->conv.layer, in[0]);
+    if (test_kernels == DPT_CPU_KERNELS_ONEDNN && __builtin_cpu_supports("avx512f"))
+        assert_int_equal(y->layout, DPT_LAYOUT_NCHW16C); /* or this test would not test it */
+    switch (c->kind) {
+    case 0:
+        return dpt_maxpool2d(ctx, y, 2, 2, 0);
+    case 1:
+        return dpt_avgpool2d(ctx, y, 3, 2, 1);
+    case 2:
+        return dpt_global_avgpool(ctx, y);
+    default:
+        return dpt_add(ctx, dpt_maxpool2d(ctx, y, 3, 2, 1), dpt_avgpool2d(ctx, y, 3, 2, 1));
+    }
+}
+
+static void pool_d(const double *x, double *out, int64_t planes, int64_t h, int64_t w, int64_t k, int64_t s,
+                   int64_t p, bool max, bool add)
+{
+    int64_t oh = (h + 2 * p - k) / s + 1, ow = (w + 2 * p - k) / s + 1;
+    for (int64_t plane = 0; plane < planes; plane++)
+        for (int64_t y = 0; y < oh; y++)
+            for (int64_t xo = 0; xo < ow; xo++) {
+                double best = -1e300, sum = 0;
+                for (int64_t ki = 0; ki < k; ki++)
+                    for (int64_t kj = 0; kj < k; kj++) {
+                        int64_t iy = y * s - p + ki, ix = xo * s - p + kj;
+                        if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                        double v = x[(plane * h + iy) * w + ix];
+                        best = v > best ? v : best;
+                        sum += v;
+                    }
+                double v = max ? best : sum / (double)(k * k);
+                out[(plane * oh + y) * ow + xo] = add ? out[(plane * oh + y) * ow + xo] + v : v;
+            }
+}
+
+static void conv_pool_ref(const double *const *in, double *out, void *user)
+{
+    const conv_pool_case *c = user;
+    double a[2 * 16 * 36];
+    conv_d(in[0], in[1], NULL, a, 2, 8, 6, 16, 3, 1, 1, 6);
+    switch (c->kind) {
+    case 0:
+        pool_d(a, out, 32, 6, 6, 2, 2, 0, true, false);
+        break;
+    case 1:
+        pool_d(a, out, 32, 6, 6, 3, 2, 1, false, false);
+        break;
+    case 2:
+        pool_d(a, out, 32, 6, 6, 6, 1, 0, false, false);
+        break;
+    default:
+        pool_d(a, out, 32, 6, 6, 3, 2, 1, true, false), pool_d(a, out, 32, 6, 6, 3, 2, 1, false, true);
+    }
+}
+
+static void test_pooling_blocked(void **state)
+{
+    (void)state;
+    static const char *names[] = {"maxpool", "avgpool", "global avgpool", "maxpool + avgpool"};
+    for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
+        for (int threads = 1; threads <= 2; threads++)
+            for (int kind = 0; kind < 4; kind++) {
+                test_kernels = (dpt_cpu_kernels)kernels;
+                conv_pool_case c = {{2, 8, 6, 6, 16, 3, 1, 1, 1, 1, false, 6, 6, NULL, NULL}, kind};
+                gradcheck gc = {.n_in = 2,
+                                .ndim = {4, 4},
+                                .shape = {{2, 8, 6, 6}, {16, 8, 3, 3}},
+                                .lo = -1,
+                                .hi = 1,
+                                .setup = conv_setup,
+                                .teardown = conv_teardown,
+                                .build = conv_pool_build,
+                                .reference = conv_pool_ref,
+                                .user = &c,
+                                .fwd_rtol = 1e-5,
+                                .grad_rtol = 1e-3,
+                                .grad_atol = 1e-5,
+                                .threads = threads};
+                char name[96];
+                snprintf(name, sizeof name, "conv -> %s (threads %d, %s)", names[kind], threads,
+                         test_kernels_name());
+                run_gradcheck(name, &gc, 960 + (uint64_t)kind);
+                test_kernels = DPT_CPU_KERNELS_DEFAULT;
+            }
+}
+
+static void pooling_cases(int threads)
+{
     /* n, c, h, w, k, s, p */
     const int64_t cases[][7] = {{1, 1, 4, 4, 2, 2, 0}, {2, 3, 7, 5, 3, 2, 1}, {1, 2, 5, 5, 3, 1, 1},
                                 {3, 1, 6, 9, 2, 1, 0}, {1, 2, 8, 8, 3, 3, 0}, {2, 2, 1, 1, 1, 1, 0}};
@@ -468,9 +578,11 @@ static void test_pooling(void **state)
                             .user = &c,
                             .fwd_rtol = 1e-6,
                             .grad_rtol = 1e-4,
-                            .grad_atol = 1e-6};
-            char name[64];
-            snprintf(name, sizeof name, "%s case %zu", kind ? "avgpool" : "maxpool", i);
+                            .grad_atol = 1e-6,
+                            .threads = threads};
+            char name[96];
+            snprintf(name, sizeof name, "%s case %zu (threads %d, %s)", kind ? "avgpool" : "maxpool", i,
+                     threads, test_kernels_name());
             run_gradcheck(name, &gc, 900 + i * 2 + (uint64_t)kind);
         }
     pool_case g = {2, 3, 5, 5, 5, 1, 0, 1, 1, 2};
@@ -484,7 +596,8 @@ static void test_pooling(void **state)
                     .user = &g,
                     .fwd_rtol = 1e-6,
                     .grad_rtol = 1e-4,
-                    .grad_atol = 1e-6};
+                    .grad_atol = 1e-6,
+                    .threads = threads};
     run_gradcheck("global_avgpool", &gc, 950);
 }
 
@@ -547,6 +660,7 @@ int main(void)
         cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_batchnorm_running_stats),
         cmocka_unit_test(test_pooling),
+        cmocka_unit_test(test_pooling_blocked),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_build_errors),
     };
