@@ -16,9 +16,9 @@ ROOT = os.path.dirname(HERE)
 MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np", "2"]
 
 # (model, batch, steps, threads list): steps sized so one side takes a few seconds here
-CASES = [("mlp", 64, 300, [1, 2]), ("cnn", 64, 20, [1, 2]), ("resnet20", 128, 6, [1, 2]),
+CASES = [("mlp", 64, 300, [1, 2]), ("cnn", 64, 60, [1, 2]), ("resnet20", 128, 6, [1, 2]),
          ("resnet50", 16, 3, [1, 2])]
-DDP_CASES = [("cnn", 64, 20)]
+DDP_CASES = [("cnn", 64, 60)]
 
 def run_json(cmd, env=None):
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=1800)

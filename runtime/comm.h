@@ -18,6 +18,12 @@ typedef struct dpt_comm_ops {
     void (*allgather)(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what);
     void (*barrier)(dpt_comm *comm, const char *what);
     void (*free)(dpt_comm *comm);
+    /* A new communicator over the same ranks whose collectives never pair with this one's:
+     * for a second thread of each rank that issues collectives of its own (the DDP
+     * communication thread, while the main thread runs SyncBN, evaluation and control
+     * collectives). Collective: every rank calls it at the same point, from one thread. It
+     * takes this one's timeout and delay. NULL: not offered. */
+    dpt_comm *(*dup)(dpt_comm *comm, const char *purpose);
     /* Device communicators (NCCL) enqueue instead of blocking; host ones leave these NULL
      * and the DDP engine drives them from its communication thread.
      * reduce_avg_async: average buf over ranks on the communication stream, ordered after
@@ -48,6 +54,9 @@ void dpt_comm_allgather(dpt_comm *comm, const void *send, void *recv, size_t byt
 void dpt_comm_barrier_named(dpt_comm *comm, const char *what);
 
 dpt_comm *dpt_comm_mpi_new(void); /* over MPI_COMM_WORLD */
+/* The MPI library gives MPI_THREAD_SERIALIZED only: every MPI call of the communicators is
+ * made under one process-wide lock (two threads of a rank call MPI). */
+void dpt_comm_mpi_serialize_calls(bool serialize);
 
 /* NCCL over the same ranks as `host` (MPI or a thread group), for buffers on ctx's CUDA
  * device: rank 0 creates the unique id and `host` broadcasts it. Host-side collectives

@@ -1,4 +1,8 @@
-/* comm_mpi.c: the communicator over MPI_COMM_WORLD for host buffers (not in an MPI=0 build). */
+/* comm_mpi.c: communicators over MPI for host buffers (not in an MPI=0 build): one over
+ * MPI_COMM_WORLD for the main thread's collectives, and duplicates of it (MPI_Comm_idup) for
+ * a thread that issues its own (the DDP communication thread): MPI pairs collectives by their
+ * order on a communicator, and two threads' collectives on one would interleave differently
+ * on different ranks (MPI_ERR_TRUNCATE, or sums of the wrong buffers). */
 #if DPT_MPI
 #include <mpi.h>
 #include <pthread.h>
@@ -22,6 +26,24 @@
         }                                                                                                    \
     } while (0)
 
+/* MPI_THREAD_SERIALIZED: one lock around every MPI call of this file (the waits poll with
+ * MPI_Test, so a thread never holds it while it waits). */
+static bool serialize_calls;
+static pthread_mutex_t call_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void dpt_comm_mpi_serialize_calls(bool serialize)
+{
+    serialize_calls = serialize;
+}
+
+#define MPI_CALL(call)                                                                                       \
+    do {                                                                                                     \
+        if (serialize_calls) pthread_mutex_lock(&call_mu);                                                   \
+        int mpi_call_rc_ = (call);                                                                           \
+        if (serialize_calls) pthread_mutex_unlock(&call_mu);                                                 \
+        CHECK_MPI(mpi_call_rc_);                                                                             \
+    } while (0)
+
 static void add_delay(const dpt_comm *comm, int64_t bytes)
 {
     dpt_sleep_ms(comm->delay_ms_per_mb * (double)bytes / 1048576.0);
@@ -40,10 +62,16 @@ typedef struct recent_entry {
 } recent_entry;
 
 typedef struct mpi_impl {
+    MPI_Comm comm; /* MPI_COMM_WORLD, or a duplicate this communicator owns */
     pthread_mutex_t mu;
     recent_entry recent[RECENT];
     int next;
 } mpi_impl;
+
+static MPI_Comm comm_of(dpt_comm *comm)
+{
+    return ((mpi_impl *)comm->impl)->comm;
+}
 
 static int begin(dpt_comm *comm, const char *what, int64_t bytes)
 {
@@ -105,7 +133,7 @@ static void wait_request(dpt_comm *comm, MPI_Request *req, const char *what)
          * that lasts: on 2 cores shared by 2 ranks, a waiting thread that keeps polling takes
          * the core from the other rank's backward. */
         for (int i = 0; i < SPIN_TESTS; i++) {
-            CHECK_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+            MPI_CALL(MPI_Test(req, &done, MPI_STATUS_IGNORE));
             if (done) return;
         }
         if (deadline && dpt_now_s() > deadline) report_timeout(comm, what);
@@ -121,7 +149,7 @@ static void mpi_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char 
     for (int64_t off = 0; off < n; off += MPI_CHUNK) {
         int count = (int)(n - off < MPI_CHUNK ? n - off : MPI_CHUNK);
         MPI_Request req;
-        CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf + off, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req));
+        MPI_CALL(MPI_Iallreduce(MPI_IN_PLACE, buf + off, count, MPI_FLOAT, MPI_SUM, comm_of(comm), &req));
         wait_request(comm, &req, what);
     }
     end(comm, slot);
@@ -131,7 +159,7 @@ static void mpi_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char
 {
     int slot = begin(comm, what, n * (int64_t)sizeof(double));
     MPI_Request req;
-    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req));
+    MPI_CALL(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, comm_of(comm), &req));
     wait_request(comm, &req, what);
     end(comm, slot);
 }
@@ -142,7 +170,7 @@ static void mpi_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, con
     for (size_t off = 0; off < bytes; off += (size_t)MPI_CHUNK) {
         int count = (int)(bytes - off < (size_t)MPI_CHUNK ? bytes - off : (size_t)MPI_CHUNK);
         MPI_Request req;
-        CHECK_MPI(MPI_Ibcast((char *)buf + off, count, MPI_BYTE, root, MPI_COMM_WORLD, &req));
+        MPI_CALL(MPI_Ibcast((char *)buf + off, count, MPI_BYTE, root, comm_of(comm), &req));
         wait_request(comm, &req, what);
     }
     end(comm, slot);
@@ -152,7 +180,7 @@ static void mpi_allgather(dpt_comm *comm, const void *send, void *recv, size_t b
 {
     int slot = begin(comm, what, (int64_t)bytes);
     MPI_Request req;
-    CHECK_MPI(MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &req));
+    MPI_CALL(MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm_of(comm), &req));
     wait_request(comm, &req, what);
     end(comm, slot);
 }
@@ -161,7 +189,7 @@ static void mpi_barrier(dpt_comm *comm, const char *what)
 {
     int slot = begin(comm, what, 0);
     MPI_Request req;
-    CHECK_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+    MPI_CALL(MPI_Ibarrier(comm_of(comm), &req));
     wait_request(comm, &req, what);
     end(comm, slot);
 }
@@ -169,9 +197,27 @@ static void mpi_barrier(dpt_comm *comm, const char *what)
 static void mpi_free(dpt_comm *comm)
 {
     mpi_impl *im = comm->impl;
+    if (im->comm != MPI_COMM_WORLD) MPI_CALL(MPI_Comm_free(&im->comm));
     pthread_mutex_destroy(&im->mu);
     free(im);
     free(comm);
+}
+
+static dpt_comm *mpi_wrap(MPI_Comm mc);
+
+static dpt_comm *mpi_dup(dpt_comm *comm, const char *purpose)
+{
+    char what[96];
+    snprintf(what, sizeof what, "a communicator for %s (MPI_Comm_idup)", purpose);
+    int slot = begin(comm, what, 0);
+    MPI_Comm mc;
+    MPI_Request req;
+    MPI_CALL(MPI_Comm_idup(comm_of(comm), &mc, &req));
+    wait_request(comm, &req, what);
+    end(comm, slot);
+    dpt_comm *c = mpi_wrap(mc);
+    c->timeout_s = comm->timeout_s, c->delay_ms_per_mb = comm->delay_ms_per_mb;
+    return c;
 }
 
 static const dpt_comm_ops mpi_ops = {
@@ -182,9 +228,15 @@ static const dpt_comm_ops mpi_ops = {
     .allgather = mpi_allgather,
     .barrier = mpi_barrier,
     .free = mpi_free,
+    .dup = mpi_dup,
 };
 
 dpt_comm *dpt_comm_mpi_new(void)
+{
+    return mpi_wrap(MPI_COMM_WORLD);
+}
+
+static dpt_comm *mpi_wrap(MPI_Comm mc)
 {
     dpt_comm *comm = calloc(1, sizeof *comm);
     if (!comm) dpt_fatal("out of host memory for a communicator");
@@ -192,10 +244,11 @@ dpt_comm *dpt_comm_mpi_new(void)
     mpi_impl *im = calloc(1, sizeof *im);
     if (!im) dpt_fatal("out of host memory for a communicator");
     pthread_mutex_init(&im->mu, NULL);
+    im->comm = mc;
     comm->impl = im;
     comm->timeout_s = 300; /* the schema's default, until the config is read */
-    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &comm->rank));
-    CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &comm->size));
+    MPI_CALL(MPI_Comm_rank(mc, &comm->rank));
+    MPI_CALL(MPI_Comm_size(mc, &comm->size));
     return comm;
 }
 

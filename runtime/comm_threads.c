@@ -2,6 +2,7 @@
  * Allreduce: every thread publishes its buffer, then thread r sums slice r of all buffers in
  * rank order and writes the sum into every buffer; nobody else touches slice r meanwhile. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +13,10 @@
 struct dpt_thread_group {
     int size;
     pthread_barrier_t barrier;
-    void **bufs; /* published per rank */
+    void **bufs;               /* published per rank */
+    dpt_thread_group *handoff; /* dup: the new group, from rank 0 to the others */
+    bool owned_by_comms;       /* a dup's group: freed with the last of its communicators */
+    atomic_int comms;
 };
 
 dpt_thread_group *dpt_thread_group_new(int size)
@@ -95,7 +99,27 @@ static void threads_barrier(dpt_comm *comm, const char *what)
 }
 static void threads_free(dpt_comm *comm)
 {
+    dpt_thread_group *g = group_of(comm);
+    if (g->owned_by_comms && atomic_fetch_sub(&g->comms, 1) == 1) dpt_thread_group_free(g);
     free(comm);
+}
+
+/* A group of its own (its own barrier and buffers) for the same threads. */
+static dpt_comm *threads_dup(dpt_comm *comm, const char *purpose)
+{
+    (void)purpose;
+    dpt_thread_group *g = group_of(comm);
+    sync_all(g);
+    if (comm->rank == 0) {
+        g->handoff = dpt_thread_group_new(g->size);
+        g->handoff->owned_by_comms = true;
+        atomic_init(&g->handoff->comms, g->size);
+    }
+    sync_all(g);
+    dpt_comm *c = dpt_comm_thread_new(g->handoff, comm->rank);
+    c->timeout_s = comm->timeout_s, c->delay_ms_per_mb = comm->delay_ms_per_mb;
+    sync_all(g); /* every rank has it before a later dup replaces the handoff */
+    return c;
 }
 
 static const dpt_comm_ops thread_ops = {
@@ -106,6 +130,7 @@ static const dpt_comm_ops thread_ops = {
     .allgather = threads_allgather,
     .barrier = threads_barrier,
     .free = threads_free,
+    .dup = threads_dup,
 };
 
 dpt_comm *dpt_comm_thread_new(dpt_thread_group *group, int rank)

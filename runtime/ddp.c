@@ -40,7 +40,8 @@ typedef struct ring_entry {
 struct dpt_ddp {
     dpt_ctx *ctx;
     dpt_model *model;
-    dpt_comm *comm;
+    dpt_comm *comm;      /* start-up collectives (main thread) */
+    dpt_comm *grad_comm; /* the communication thread's: a duplicate of comm */
     dpt_ddp_options opt;
     int nparams;
     int *order;         /* parameter indices, reverse creation order: the order gradients finish */
@@ -87,7 +88,10 @@ static void *comm_thread_main(void *arg)
         char what[96];
         snprintf(what, sizeof what, "allreduce of bucket %d of %d, step %lld", b, d->nbuckets,
                  (long long)re->step);
-        dpt_comm_allreduce_f32(d->comm, bk->flat, bk->numel, what);
+        /* its own communicator; the settings follow the main one's (set after start-up) */
+        d->grad_comm->timeout_s = d->comm->timeout_s;
+        d->grad_comm->delay_ms_per_mb = d->comm->delay_ms_per_mb;
+        dpt_comm_allreduce_f32(d->grad_comm, bk->flat, bk->numel, what);
         d->ctx->be->scale(d->ctx, bk->numel, 1.0f / (float)d->comm->size, bk->flat, bk->flat);
         double t1 = dpt_now_s();
         if (d->timeline) dpt_timeline_span(d->timeline, "allreduce", 1, t0, t1);
@@ -319,6 +323,9 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
     rehome_grads(d, true);
     d->async = comm->ops->reduce_avg_async != NULL;
     if (!d->async) {
+        /* The communication thread's collectives go on a communicator of their own, so they
+         * never pair with the main thread's (SyncBN, evaluation, control) on another rank. */
+        d->grad_comm = comm->ops->dup ? comm->ops->dup(comm, "DDP gradients") : comm;
         pthread_mutex_init(&d->mu, NULL);
         pthread_cond_init(&d->work_cv, NULL);
         pthread_cond_init(&d->done_cv, NULL);
@@ -339,6 +346,7 @@ void dpt_ddp_free(dpt_ddp *d)
         pthread_cond_signal(&d->work_cv);
         pthread_mutex_unlock(&d->mu);
         pthread_join(d->thread, NULL);
+        if (d->grad_comm != d->comm) d->grad_comm->ops->free(d->grad_comm);
         pthread_mutex_destroy(&d->mu);
         pthread_cond_destroy(&d->work_cv);
         pthread_cond_destroy(&d->done_cv);

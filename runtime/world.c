@@ -44,9 +44,10 @@ bool dpt_world_init(dpt_world *w, int *argc, char ***argv, dpt_error *err)
     w->size = w->local_size = 1;
     gethostname(w->host, sizeof w->host - 1);
     if (!launched_by_mpi()) return true;
-    /* The reducer's communication thread calls MPI while the main thread computes, and the
-     * main thread calls MPI between steps: MULTIPLE is what that needs; SERIALIZED suffices
-     * because the two never call at the same time, so accept either. */
+    /* The reducer's communication thread calls MPI on its own communicator (a duplicate)
+     * while the main thread may call MPI too (SyncBN in backward, evaluation, the signal
+     * agreement): MULTIPLE is what that needs. With SERIALIZED only, every MPI call of ours
+     * goes through one lock (comm_mpi.c). */
     int provided = 0;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return dpt_errorf(err, "MPI_Init_thread failed\nHINT: check the MPI installation with "
@@ -60,6 +61,7 @@ bool dpt_world_init(dpt_world *w, int *argc, char ***argv, dpt_error *err)
                           provided);
     }
     w->mpi = true;
+    dpt_comm_mpi_serialize_calls(provided < MPI_THREAD_MULTIPLE);
     MPI_Comm_rank(MPI_COMM_WORLD, &w->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &w->size);
     MPI_Comm local;

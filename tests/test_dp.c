@@ -37,6 +37,40 @@ static void test_dp_matches_single(void **state)
     dpt_dataset_free(ds);
 }
 
+/* SyncBatchNorm across replica threads with one parameter per bucket: each replica's DDP
+ * thread reduces buckets while its main thread issues backward's SyncBN sums. Both must
+ * match one replica with the whole batch (each pair of collectives on its own group). */
+static void test_dp_sync_batchnorm(void **state)
+{
+    (void)state;
+    dpt_dataset *ds = ddp_dataset();
+    for (int n = 2; n <= 3; n++) {
+        ddp_run run = {.batch = 6,
+                       .accum = 1,
+                       .bucket_mb = 1e-9,
+                       .overlap = true,
+                       .steps = 6,
+                       .optim = "sgd",
+                       .drop_last = true,
+                       .model_sets = {"model.name=cnn", "model.channels=4,6", "model.fc=8", "model.dropout=0",
+                                      "model.sync_bn=true"}};
+        static ddp_replica_job job;
+        job.ds = ds, job.run = run;
+        dpt_run_replicas(n, ddp_replica_main, &job);
+        ddp_run single = run;
+        single.batch = 6 * n;
+        ddp_result ref = ddp_train(&single, NULL, ds);
+        double rel = ddp_rel_diff(&job.results[0], &ref);
+        print_message("DataParallel SyncBN %d x 6, one parameter per bucket, vs one replica x %d: %.2e\n", n,
+                      6 * n, rel);
+        assert_true(rel < 1e-5);
+        for (int i = 0; i < n; i++)
+            free(job.results[i].params);
+        free(ref.params);
+    }
+    dpt_dataset_free(ds);
+}
+
 /* A stand-in for a device communicator on the CPU: reduce_avg_async takes a snapshot of the
  * bucket when it is enqueued (what a stream ordered behind the compute stream at that point
  * would read) and join() reduces the snapshots and writes the averages back. A bucket
@@ -232,9 +266,8 @@ static void test_thread_collectives(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_thread_collectives),
-        cmocka_unit_test(test_dp_matches_single),
-        cmocka_unit_test(test_ddp_async_seam),
+        cmocka_unit_test(test_thread_collectives), cmocka_unit_test(test_dp_matches_single),
+        cmocka_unit_test(test_dp_sync_batchnorm),  cmocka_unit_test(test_ddp_async_seam),
         cmocka_unit_test(test_bucket_alignment),
     };
     return cmocka_run_group_tests_name("dataparallel", tests, NULL, NULL);
