@@ -92,7 +92,8 @@ static const schema_key schema[] = {
      "auto: cuda:<local rank> when a GPU is visible, else cpu"},
     {"train", "threads", T_INT, "0", 0, 1024, NULL, "CPU threads for BLAS and kernels (0 = all cores)"},
     {"train", "cpu_kernels", T_ENUM, "onednn", NO_RANGE, "onednn|native",
-     "cpu: convolutions on oneDNN (blocked layouts, JIT kernels) or the native im2col + OpenBLAS reference"},
+     "cpu: convolutions, batch norm and pooling on oneDNN (blocked layouts, JIT kernels) or the native "
+     "im2col + OpenBLAS reference"},
     {"train", "tf32", T_BOOL, "false", NO_RANGE, NULL,
      "cuda: TF32 tensor cores for float32 GEMMs and convolutions (faster; ~1e-3 relative error)"},
     {"train", "cudnn_benchmark", T_BOOL, "false", NO_RANGE, NULL,
