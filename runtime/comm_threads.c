@@ -1,18 +1,31 @@
 /* comm_threads.c: a communicator between threads of one process (DataParallel replicas).
  * Allreduce: every thread publishes its buffer, then thread r sums slice r of all buffers in
- * rank order and writes the sum into every buffer; nobody else touches slice r meanwhile. */
+ * rank order and writes the sum into every buffer; nobody else touches slice r meanwhile.
+ * Every wait for the other threads has the communicator's timeout ([distributed]
+ * comm_timeout_s): a replica that never arrives ends the process with a message naming the
+ * collective, as a rank does under MPI. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm.h"
 #include "error.h"
 #include "log.h"
 
+/* A barrier whose wait can time out (pthread_barrier_wait cannot). */
+typedef struct timed_barrier {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int count, waiting;
+    unsigned generation;
+} timed_barrier;
+
 struct dpt_thread_group {
     int size;
-    pthread_barrier_t barrier;
+    timed_barrier barrier;
     void **bufs;               /* published per rank */
     dpt_thread_group *handoff; /* dup: the new group, from rank 0 to the others */
     bool owned_by_comms;       /* a dup's group: freed with the last of its communicators */
@@ -25,15 +38,18 @@ dpt_thread_group *dpt_thread_group_new(int size)
     if (!g) dpt_fatal("out of host memory for a thread group");
     g->size = size;
     g->bufs = calloc((size_t)size, sizeof *g->bufs);
-    if (!g->bufs || pthread_barrier_init(&g->barrier, NULL, (unsigned)size) != 0)
+    if (!g->bufs || pthread_mutex_init(&g->barrier.mu, NULL) != 0 ||
+        pthread_cond_init(&g->barrier.cv, NULL) != 0)
         dpt_fatal("cannot create a barrier for %d threads", size);
+    g->barrier.count = size;
     return g;
 }
 
 void dpt_thread_group_free(dpt_thread_group *g)
 {
     if (!g) return;
-    pthread_barrier_destroy(&g->barrier);
+    pthread_mutex_destroy(&g->barrier.mu);
+    pthread_cond_destroy(&g->barrier.cv);
     free(g->bufs);
     free(g);
 }
@@ -43,15 +59,49 @@ static dpt_thread_group *group_of(dpt_comm *comm)
     return comm->impl;
 }
 
-static void sync_all(dpt_thread_group *g)
+/* false: the others did not all arrive within timeout_s (0: wait for ever). */
+static bool barrier_wait(timed_barrier *b, double timeout_s)
 {
-    pthread_barrier_wait(&g->barrier);
+    pthread_mutex_lock(&b->mu);
+    unsigned gen = b->generation;
+    if (++b->waiting == b->count) {
+        b->waiting = 0;
+        b->generation++;
+        pthread_cond_broadcast(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+        return true;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    double whole = (double)(int64_t)timeout_s;
+    deadline.tv_sec += (time_t)whole;
+    deadline.tv_nsec += (long)((timeout_s - whole) * 1e9);
+    if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    while (gen == b->generation) {
+        int rc = timeout_s > 0 ? pthread_cond_timedwait(&b->cv, &b->mu, &deadline)
+                               : pthread_cond_wait(&b->cv, &b->mu);
+        if (rc == ETIMEDOUT && gen == b->generation) {
+            pthread_mutex_unlock(&b->mu);
+            return false;
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    return true;
+}
+
+static void sync_all_named(dpt_comm *comm, const char *what)
+{
+    if (!barrier_wait(&group_of(comm)->barrier, comm->timeout_s))
+        dpt_abort_job("replica %d of %d: collective timed out after %g s: %s\n"
+                      "HINT: another DataParallel replica is stuck or much slower; raise [distributed] "
+                      "comm_timeout_s if steps are legitimately this slow",
+                      comm->rank, comm->size, comm->timeout_s, what ? what : "a collective");
 }
 
 #define ALLREDUCE_BODY(type)                                                                                 \
     dpt_thread_group *g = group_of(comm);                                                                    \
     g->bufs[comm->rank] = buf;                                                                               \
-    sync_all(g);                                                                                             \
+    sync_all_named(comm, what);                                                                              \
     int64_t per = (n + g->size - 1) / g->size;                                                               \
     int64_t lo = per * comm->rank, hi = lo + per < n ? lo + per : n;                                         \
     for (int64_t i = lo; i < hi; i++) {                                                                      \
@@ -61,7 +111,7 @@ static void sync_all(dpt_thread_group *g)
         for (int r = 0; r < g->size; r++)                                                                    \
             ((type *)g->bufs[r])[i] = sum;                                                                   \
     }                                                                                                        \
-    sync_all(g);
+    sync_all_named(comm, what);
 
 static void threads_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char *what)
 {
@@ -78,24 +128,24 @@ static void threads_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root,
 {
     dpt_thread_group *g = group_of(comm);
     g->bufs[comm->rank] = buf;
-    sync_all(g);
+    sync_all_named(comm, what);
     if (comm->rank != root) memcpy(buf, g->bufs[root], bytes);
-    sync_all(g);
+    sync_all_named(comm, what);
 }
 
 static void threads_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what)
 {
     dpt_thread_group *g = group_of(comm);
     g->bufs[comm->rank] = (void *)send;
-    sync_all(g);
+    sync_all_named(comm, what);
     for (int r = 0; r < g->size; r++)
         memcpy((char *)recv + (size_t)r * bytes, g->bufs[r], bytes);
-    sync_all(g);
+    sync_all_named(comm, what);
 }
 
 static void threads_barrier(dpt_comm *comm, const char *what)
 {
-    sync_all(group_of(comm));
+    sync_all_named(comm, what);
 }
 static void threads_free(dpt_comm *comm)
 {
@@ -107,18 +157,18 @@ static void threads_free(dpt_comm *comm)
 /* A group of its own (its own barrier and buffers) for the same threads. */
 static dpt_comm *threads_dup(dpt_comm *comm, const char *purpose)
 {
-    (void)purpose;
+    const char *what = purpose;
     dpt_thread_group *g = group_of(comm);
-    sync_all(g);
+    sync_all_named(comm, what);
     if (comm->rank == 0) {
         g->handoff = dpt_thread_group_new(g->size);
         g->handoff->owned_by_comms = true;
         atomic_init(&g->handoff->comms, g->size);
     }
-    sync_all(g);
+    sync_all_named(comm, what);
     dpt_comm *c = dpt_comm_thread_new(g->handoff, comm->rank);
     c->timeout_s = comm->timeout_s, c->delay_ms_per_mb = comm->delay_ms_per_mb;
-    sync_all(g); /* every rank has it before a later dup replaces the handoff */
+    sync_all_named(comm, what); /* every rank has it before a later dup replaces the handoff */
     return c;
 }
 

@@ -2,10 +2,12 @@
  * communicator give the same parameters as one replica with the whole batch, and the
  * shared-memory collectives themselves match a serial reference. */
 #include <pthread.h>
+#include <unistd.h>
 
 #include "tests/testutil.h"
 #include "tests/ddp_common.h"
 #include "runtime/comm.h"
+#include "runtime/log.h"
 
 static void test_dp_matches_single(void **state)
 {
@@ -69,6 +71,46 @@ static void test_dp_sync_batchnorm(void **state)
         free(ref.params);
     }
     dpt_dataset_free(ds);
+}
+
+/* A replica that never reaches a collective: the others end the process after the
+ * communicator's timeout with a message naming the collective (run in a child). */
+static void late_replica(int rank, dpt_comm *comm, void *user)
+{
+    (void)user;
+    dpt_comm_set_timeout(comm, 0.5);
+    if (rank == 1) dpt_sleep_ms(20000); /* stuck */
+    double x = 1.0;
+    dpt_comm_allreduce_f64(comm, &x, 1, "the stuck-replica test sum");
+}
+
+static void test_dp_timeout(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/dpt_dp_timeout_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(NULL);
+    double t0 = dpt_now_s();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fd, 2);
+        dpt_run_replicas(3, late_replica, NULL);
+        _exit(42); /* not reached */
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    double took = dpt_now_s() - t0;
+    char text[2048] = {0};
+    ssize_t got = pread(fd, text, sizeof text - 1, 0);
+    close(fd), unlink(path);
+    print_message("ended after %.1f s: %s", took, got > 0 ? text : "(nothing)\n");
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+    assert_non_null(strstr(text, "collective timed out after"));
+    assert_non_null(strstr(text, "the stuck-replica test sum"));
+    assert_true(took < 10.0);
 }
 
 /* A stand-in for a device communicator on the CPU: reduce_avg_async takes a snapshot of the
@@ -267,8 +309,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_thread_collectives), cmocka_unit_test(test_dp_matches_single),
-        cmocka_unit_test(test_dp_sync_batchnorm),  cmocka_unit_test(test_ddp_async_seam),
-        cmocka_unit_test(test_bucket_alignment),
+        cmocka_unit_test(test_dp_sync_batchnorm),  cmocka_unit_test(test_dp_timeout),
+        cmocka_unit_test(test_ddp_async_seam),     cmocka_unit_test(test_bucket_alignment),
     };
     return cmocka_run_group_tests_name("dataparallel", tests, NULL, NULL);
 }
