@@ -44,14 +44,22 @@ void dpt_set_abort_handler(dpt_abort_fn fn)
     abort_handler = fn;
 }
 
-void dpt_fatal_at(const char *file, int line, const char *fmt, ...)
+/* The one way a process ends with a message: claim the end (a second failing thread waits),
+ * print "<head>[file:line: ]<message>" on stderr. */
+static void print_last_words(const char *head, const char *file, int line, const char *fmt, va_list ap)
 {
     claim_the_end();
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "dptrain: fatal: %s:%d: ", file, line);
+    fputs(head, stderr);
+    if (file) fprintf(stderr, "%s:%d: ", file, line);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+}
+
+void dpt_fatal_at(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    print_last_words("dptrain: fatal: ", file, line, fmt, ap);
     va_end(ap);
     fflush(NULL);
     if (abort_handler) abort_handler(1);
@@ -60,24 +68,18 @@ void dpt_fatal_at(const char *file, int line, const char *fmt, ...)
 
 void dpt_library_failed_at(const char *file, int line, const char *fmt, ...)
 {
-    claim_the_end();
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "error: %s:%d: ", file, line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    print_last_words("error: ", file, line, fmt, ap);
     va_end(ap);
     end_process(1);
 }
 
 void dpt_abort_job(const char *fmt, ...)
 {
-    claim_the_end();
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    print_last_words("error: ", NULL, 0, fmt, ap);
     va_end(ap);
     end_process(1);
 }

@@ -123,6 +123,17 @@ static dnnl_state *state_of(dpt_ctx *ctx)
     return ctx->backend_state;
 }
 
+/* Append `item` to one of the state's growing lists of plans (list, its count, its capacity). */
+#define APPEND_PLAN(list, count, cap, item)                                                                  \
+    do {                                                                                                     \
+        if ((count) == (cap)) {                                                                              \
+            (cap) = (cap) ? 2 * (cap) : 16;                                                                  \
+            (list) = realloc((list), (size_t)(cap) * sizeof *(list));                                        \
+            if (!(list)) dpt_fatal("out of host memory for oneDNN plans");                                   \
+        }                                                                                                    \
+        (list)[(count)++] = (item);                                                                          \
+    } while (0)
+
 /* ---------------------------------------------------------------- plans */
 
 /* A reorder from one layout to another; NULL when they are equal and nothing is added. */
@@ -279,12 +290,9 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *s)
     dnnl_state *st = state_of(ctx);
     for (int i = 0; i < st->nplans; i++)
         if (!memcmp(&st->plans[i]->shape, s, sizeof *s)) return st->plans[i];
-    if (st->nplans == st->cap_plans) {
-        st->cap_plans = st->cap_plans ? 2 * st->cap_plans : 16;
-        st->plans = realloc(st->plans, (size_t)st->cap_plans * sizeof *st->plans);
-        if (!st->plans) dpt_fatal("out of host memory for oneDNN plans");
-    }
-    return st->plans[st->nplans++] = plan_create(ctx, s);
+    conv_plan *p = plan_create(ctx, s);
+    APPEND_PLAN(st->plans, st->nplans, st->cap_plans, p);
+    return p;
 }
 
 /* ---------------------------------------------------------------- execution */
@@ -374,12 +382,7 @@ static void dnnl_relayout(dpt_ctx *ctx, const float *src, dpt_layout from, float
             dnnl_primitive_destroy(r->reorder);
             r->reorder = make_reorder(st, &r->from_md, &r->to_md, false, &where);
         }
-        if (st->nrelayouts == st->cap_relayouts) {
-            st->cap_relayouts = st->cap_relayouts ? 2 * st->cap_relayouts : 16;
-            st->relayouts = realloc(st->relayouts, (size_t)st->cap_relayouts * sizeof *st->relayouts);
-            if (!st->relayouts) dpt_fatal("out of host memory for oneDNN reorders");
-        }
-        st->relayouts[st->nrelayouts++] = r;
+        APPEND_PLAN(st->relayouts, st->nrelayouts, st->cap_relayouts, r);
     }
     if (!r->reorder) { /* the same layout, nothing added */
         if (dst != src) memcpy(dst, src, dnnl_memory_desc_get_size(&r->from_md));
@@ -395,6 +398,16 @@ static dpt_layout dnnl_conv2d_out_layout(dpt_ctx *ctx, const dpt_conv_shape *s)
     return plan_for(ctx, s)->y_layout;
 }
 
+/* The shape's activation in NCHW for a native kernel: t itself, or a relayout into *b (which
+ * the caller returns with block_put). */
+static const float *as_nchw(dpt_ctx *ctx, const float *t, dpt_layout layout, const int64_t *shape, block *b)
+{
+    if (layout == DPT_LAYOUT_NCHW) return t;
+    size_t bytes = (size_t)(shape[0] * shape[1] * shape[2] * shape[3]) * sizeof(float);
+    dnnl_relayout(ctx, t, layout, block_get(ctx, b, bytes, "a relayout"), DPT_LAYOUT_NCHW, shape, false);
+    return b->ptr;
+}
+
 /* A shape without a oneDNN kernel: the native kernels, which read x (and write dx) in NCHW. */
 static void native_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
                        const float *bias, float *y)
@@ -402,14 +415,7 @@ static void native_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, co
     dpt_conv_shape plain = *s;
     plain.x_layout = DPT_LAYOUT_NCHW;
     block bx = {0};
-    if (s->x_layout != DPT_LAYOUT_NCHW) {
-        int64_t shape[4] = {s->n, s->c_in, s->h, s->w};
-        dnnl_relayout(
-            ctx, x, (dpt_layout)s->x_layout,
-            block_get(ctx, &bx, (size_t)(s->n * s->c_in * s->h * s->w) * sizeof(float), "a relayout"),
-            DPT_LAYOUT_NCHW, shape, false);
-        x = bx.ptr;
-    }
+    x = as_nchw(ctx, x, (dpt_layout)s->x_layout, (int64_t[]){s->n, s->c_in, s->h, s->w}, &bx);
     dpt_cpu_conv2d_fwd(ctx, &plain, x, w, bias, y);
     block_put(ctx, &bx);
 }
@@ -426,10 +432,9 @@ static void native_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, co
     int64_t shape[4] = {s->n, s->c_in, s->h, s->w};
     size_t bytes = (size_t)(s->n * s->c_in * s->h * s->w) * sizeof(float);
     block bx = {0}, bdx = {0};
-    dnnl_relayout(ctx, x, (dpt_layout)s->x_layout, block_get(ctx, &bx, bytes, "a relayout"), DPT_LAYOUT_NCHW,
-                  shape, false);
+    x = as_nchw(ctx, x, (dpt_layout)s->x_layout, shape, &bx);
     if (dx) memset(block_get(ctx, &bdx, bytes, "a relayout"), 0, bytes);
-    dpt_cpu_conv2d_bwd(ctx, &plain, bx.ptr, w, dy, bdx.ptr, true, dw, dbias);
+    dpt_cpu_conv2d_bwd(ctx, &plain, x, w, dy, bdx.ptr, true, dw, dbias);
     if (dx) dnnl_relayout(ctx, bdx.ptr, DPT_LAYOUT_NCHW, dx, (dpt_layout)s->x_layout, shape, dx_accumulate);
     block_put(ctx, &bdx), block_put(ctx, &bx);
 }
@@ -574,12 +579,8 @@ static bn_plan *bn_plan_for(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_
     dnnl_primitive_desc_destroy(fpd);
     dnnl_primitive_desc_destroy(bpd);
     dnnl_primitive_desc_destroy(ipd);
-    if (st->nbn == st->cap_bn) {
-        st->cap_bn = st->cap_bn ? 2 * st->cap_bn : 16;
-        st->bn_plans = realloc(st->bn_plans, (size_t)st->cap_bn * sizeof *st->bn_plans);
-        if (!st->bn_plans) dpt_fatal("out of host memory for oneDNN plans");
-    }
-    return st->bn_plans[st->nbn++] = b;
+    APPEND_PLAN(st->bn_plans, st->nbn, st->cap_bn, b);
+    return b;
 }
 
 static void dnnl_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
@@ -723,12 +724,8 @@ static pool_plan *pool_plan_for(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max
     }
     if (fpd) dnnl_primitive_desc_destroy(fpd);
     if (bpd) dnnl_primitive_desc_destroy(bpd);
-    if (st->npool == st->cap_pool) {
-        st->cap_pool = st->cap_pool ? 2 * st->cap_pool : 16;
-        st->pool_plans = realloc(st->pool_plans, (size_t)st->cap_pool * sizeof *st->pool_plans);
-        if (!st->pool_plans) dpt_fatal("out of host memory for oneDNN plans");
-    }
-    return st->pool_plans[st->npool++] = q;
+    APPEND_PLAN(st->pool_plans, st->npool, st->cap_pool, q);
+    return q;
 }
 
 static size_t native_ws_bytes(const dpt_pool_shape *ps)
@@ -750,13 +747,11 @@ static void native_pool_fwd(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max, co
     plain.layout = DPT_LAYOUT_NCHW;
     int64_t xs[4] = {ps->n, ps->c, ps->h, ps->w}, ys[4] = {ps->n, ps->c, ps->oh, ps->ow};
     block bx = {0}, by = {0};
-    const float *px = x;
-    float *py = y;
-    if (ps->layout != DPT_LAYOUT_NCHW) {
-        px = block_get(ctx, &bx, (size_t)(xs[0] * xs[1] * xs[2] * xs[3]) * sizeof(float), "a pooling input");
-        dnnl_relayout(ctx, x, (dpt_layout)ps->layout, (float *)px, DPT_LAYOUT_NCHW, xs, false);
-        py = block_get(ctx, &by, (size_t)(ys[0] * ys[1] * ys[2] * ys[3]) * sizeof(float), "a pooling output");
-    }
+    const float *px = as_nchw(ctx, x, (dpt_layout)ps->layout, xs, &bx);
+    float *py = ps->layout == DPT_LAYOUT_NCHW
+                    ? y
+                    : block_get(ctx, &by, (size_t)(ys[0] * ys[1] * ys[2] * ys[3]) * sizeof(float),
+                                "a pooling output");
     if (max)
         dpt_cpu_maxpool_fwd(ctx, &plain, px, py, ws);
     else
@@ -779,9 +774,8 @@ static void native_pool_bwd(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max, co
         return;
     }
     block bdy = {0}, bdx = {0};
-    float *pdy = block_get(ctx, &bdy, (size_t)(ys[0] * ys[1] * ys[2] * ys[3]) * sizeof(float), "a gradient");
+    const float *pdy = as_nchw(ctx, dy, (dpt_layout)ps->layout, ys, &bdy);
     float *pdx = block_get(ctx, &bdx, (size_t)(xs[0] * xs[1] * xs[2] * xs[3]) * sizeof(float), "a gradient");
-    dnnl_relayout(ctx, dy, (dpt_layout)ps->layout, pdy, DPT_LAYOUT_NCHW, ys, false);
     if (max)
         dpt_cpu_maxpool_bwd(ctx, &plain, pdy, ws, pdx, false);
     else
