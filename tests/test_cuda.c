@@ -515,36 +515,20 @@ static void test_dataparallel_two_gpus(void **state)
 #if DPT_NCCL
 #include <nccl.h>
 #endif
-#include <unistd.h>
 
 #include "runtime/cuda_check.h"
 
-/* Run `provoke` in a child with stderr captured: it must end the process with status 1 (not a
- * signal, not a core dump) after printing every fragment of `want`. */
+/* Run `provoke` in a child: it must end the process with status 1 (not a signal, not a core
+ * dump) after printing every fragment of `want`. */
 static void expect_check_message(void (*provoke)(void), const char *const *want, int nwant)
 {
-    char path[] = "/tmp/dpt_check_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(fd, 2);
-        provoke();
-        _exit(42); /* not reached: the check ends the process */
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    char text[4096] = {0};
-    ssize_t got = pread(fd, text, sizeof text - 1, 0);
-    close(fd), unlink(path);
-    print_message("%s", got > 0 ? text : "(nothing on stderr)\n");
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 1);
+    char text[4096];
+    int status = run_in_child(provoke, text, sizeof text);
+    print_message("%s", text[0] ? text : "(nothing on stderr)\n");
+    assert_int_equal(status, 1);
     assert_true(strncmp(text, "error: ", 7) == 0);
     for (int i = 0; i < nwant; i++)
-        if (!strstr(text, want[i])) fail_msg("the message lacks '%s'", want[i]);
+        assert_contains(text, want[i]);
 }
 
 static void fail_cuda(void)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -220,6 +221,29 @@ static inline int run_capture(char *out, size_t size, const char *fmt, ...)
     while (fread(sink, 1, sizeof sink, p) > 0) {
     }
     int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Run fn() in a forked child with its stderr captured into out (fn is expected to end the
+ * process); returns the exit status as run_capture does (128 + the signal if one ended it). */
+static inline int run_in_child(void (*fn)(void), char *out, size_t size)
+{
+    char path[] = "/tmp/dpt_child_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) fail_msg("mkstemp %s", path);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) fail_msg("fork");
+    if (pid == 0) {
+        dup2(fd, 2);
+        fn();
+        _exit(42); /* fn returned */
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ssize_t got = pread(fd, out, size - 1, 0);
+    out[got > 0 ? got : 0] = '\0';
+    close(fd), unlink(path);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
