@@ -550,7 +550,45 @@ void dpt_checkpoint_prune(const char *dir, int keep_last, int64_t keep_step);
  * zero padding (ckpt-step500.dpt); an error listing the folder's checkpoints otherwise. */
 bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t size, dpt_error *err);
 
-/* ---------------------------------------------------------------- model registry */
+/* ---------------------------------------------------------------- the trainer, with your own models */
+
+/* Builds a model for inputs (c, h, w) and num_classes, reading its settings from cfg; NULL
+ * with err set (naming the key) when they do not fit. */
+typedef dpt_model *(*dpt_model_builder)(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
+                                        int num_classes, dpt_error *err);
+/* Make a model trainable as [model] name = NAME by dpt_train_main (and ./train's code path):
+ * mpirun, DataParallel, checkpoints, schedules, logs, --expect. Call before dpt_train_main;
+ * false (with a message on stderr) for a bad or taken name. Built-in: mlp, cnn, resnet. */
+bool dpt_register_model(const char *name, dpt_model_builder build);
+
+/* A config key a model declares: validated, suggested and listed by --config-reference like
+ * the built-in ones, read with dpt_config_int and friends. */
+typedef enum dpt_key_type {
+    DPT_KEY_INT,
+    DPT_KEY_FLOAT,
+    DPT_KEY_BOOL,
+    DPT_KEY_STRING,
+    DPT_KEY_ENUM,    /* one of choices, "a|b|c"; read with dpt_config_str */
+    DPT_KEY_INT_LIST /* "256,256"; read with dpt_config_int_list */
+} dpt_key_type;
+typedef struct dpt_config_key {
+    const char *section; /* NULL: [model] */
+    const char *key;
+    dpt_key_type type;
+    const char *def;     /* the default, as written in an INI file */
+    double min, max;     /* numbers and list elements; no range when min > max (or both 0) */
+    const char *choices; /* DPT_KEY_ENUM */
+    const char *help;
+} dpt_config_key;
+/* Declare n keys for owner (a model's name). Before any config is made (so before
+ * dpt_train_main); a key another model declared identically is shared. false, with a message
+ * on stderr, for a bad name, a bad default, a clash with another declaration. */
+bool dpt_register_config_keys(const char *owner, const dpt_config_key *keys, int n);
+
+/* Everything ./train does, for a program with its own models: argv as ./train's (CONFIG,
+ * --set, --resume, --expect, --junit, ...), mpirun or DataParallel, signals, checkpoints,
+ * logs. Returns the exit code: 0, 1 = error, 2 = usage, 3 = an expectation failed. */
+int dpt_train_main(int argc, char **argv);
 
 /* Build the model named by [model] name for inputs (c, h, w) and num_classes. */
 dpt_model *dpt_model_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,

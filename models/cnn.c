@@ -68,3 +68,13 @@ dpt_model *dpt_cnn_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t
     dpt_model_set_summary(model, summary);
     return model;
 }
+
+/* [model] keys the cnn reads */
+const dpt_config_key dpt_cnn_keys[] = {
+    {NULL, "channels", DPT_KEY_INT_LIST, "32,64", 1, 65536, NULL, "channels of each conv3x3-BN-ReLU-maxpool stage"},
+    {NULL, "fc", DPT_KEY_INT, "128", 1, 1 << 20, NULL, "width of the hidden fully connected layer"},
+    {NULL, "dropout", DPT_KEY_FLOAT, "0.25", 0, 0.99, NULL, "dropout before the last layer"},
+    {NULL, "bn_momentum", DPT_KEY_FLOAT, "0.1", 0, 1, NULL, "batch norm running-statistics momentum"},
+    {NULL, "sync_bn", DPT_KEY_BOOL, "false", 1, 0, NULL, "SyncBatchNorm: batch statistics over all ranks"},
+};
+const int dpt_cnn_num_keys = sizeof dpt_cnn_keys / sizeof dpt_cnn_keys[0];

@@ -55,3 +55,10 @@ dpt_model *dpt_mlp_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t
     dpt_model_set_summary(model, summary);
     return model;
 }
+
+/* [model] keys the mlp reads */
+const dpt_config_key dpt_mlp_keys[] = {
+    {NULL, "hidden", DPT_KEY_INT_LIST, "256,256", 1, 65536, NULL, "hidden layer widths, comma separated"},
+    {NULL, "activation", DPT_KEY_ENUM, "relu", 1, 0, "relu|gelu", "activation between layers"},
+};
+const int dpt_mlp_num_keys = sizeof dpt_mlp_keys / sizeof dpt_mlp_keys[0];

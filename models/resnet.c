@@ -171,3 +171,15 @@ dpt_model *dpt_resnet_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int6
     dpt_model_set_summary(model, summary);
     return model;
 }
+
+/* [model] keys the resnet reads */
+const dpt_config_key dpt_resnet_keys[] = {
+    {NULL, "depth", DPT_KEY_INT, "20", 8, 1000, NULL,
+     "18/34/50/101/152 (ImageNet style) or 6n+2: 20/32/44/56/110 (CIFAR style)"},
+    {NULL, "width", DPT_KEY_INT, "0", 0, 4096, NULL,
+     "channels of the first stage (0 = 64 ImageNet style, 16 CIFAR style)"},
+    {NULL, "zero_init_residual", DPT_KEY_BOOL, "false", 1, 0, NULL, "start each block's last BN at gamma = 0"},
+    {NULL, "bn_momentum", DPT_KEY_FLOAT, "0.1", 0, 1, NULL, "batch norm running-statistics momentum"},
+    {NULL, "sync_bn", DPT_KEY_BOOL, "false", 1, 0, NULL, "SyncBatchNorm: batch statistics over all ranks"},
+};
+const int dpt_resnet_num_keys = sizeof dpt_resnet_keys / sizeof dpt_resnet_keys[0];

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -11,11 +13,15 @@
 
 #include "dpt.h"
 #include "error.h"
+#include "expect.h"
 #include "rng.h"
+#include "../models/registry.h"
 
-typedef enum key_type { T_INT, T_FLOAT, T_BOOL, T_STRING, T_ENUM, T_INT_LIST, T_TYPE_COUNT } key_type;
+/* The first six are dpt_key_type's, in its order; T_EXPECT is an [expect] comparison. */
+typedef enum key_type { T_INT, T_FLOAT, T_BOOL, T_STRING, T_ENUM, T_INT_LIST, T_EXPECT, T_TYPE_COUNT } key_type;
+_Static_assert((int)T_INT == (int)DPT_KEY_INT && (int)T_INT_LIST == (int)DPT_KEY_INT_LIST, "key types");
 
-static const char *const type_names[] = {"int", "float", "bool", "string", "enum", "int list"};
+static const char *const type_names[] = {"int", "float", "bool", "string", "enum", "int list", "comparison"};
 _Static_assert(sizeof type_names / sizeof type_names[0] == T_TYPE_COUNT, "type_names");
 
 typedef struct schema_key {
@@ -29,23 +35,13 @@ typedef struct schema_key {
 
 #define NO_RANGE 1, 0
 
-static const schema_key schema[] = {
+/* The runtime's own keys. A model's keys are declared by the model (dpt_register_config_keys:
+ * models/ for the built-in ones, a program's own models likewise) and appended to this table
+ * when registered, so the runtime knows no model's settings. */
+static const schema_key builtin_keys[] = {
     {"model", "name", T_STRING, "mlp", NO_RANGE, NULL,
-     "model to build, from the registry in models/ (mlp, cnn, resnet)"},
-    {"model", "hidden", T_INT_LIST, "256,256", 1, 65536, NULL, "mlp: hidden layer widths, comma separated"},
-    {"model", "activation", T_ENUM, "relu", NO_RANGE, "relu|gelu", "mlp: activation between layers"},
-    {"model", "channels", T_INT_LIST, "32,64", 1, 65536, NULL,
-     "cnn: channels of each conv3x3-BN-ReLU-maxpool stage"},
-    {"model", "fc", T_INT, "128", 1, 1 << 20, NULL, "cnn: width of the hidden fully connected layer"},
-    {"model", "dropout", T_FLOAT, "0.25", 0, 0.99, NULL, "cnn: dropout before the last layer"},
-    {"model", "depth", T_INT, "20", 8, 1000, NULL,
-     "resnet: 18/34/50/101/152 (ImageNet style) or 6n+2: 20/32/44/56/110 (CIFAR style)"},
-    {"model", "width", T_INT, "0", 0, 4096, NULL,
-     "resnet: channels of the first stage (0 = 64 ImageNet style, 16 CIFAR style)"},
-    {"model", "zero_init_residual", T_BOOL, "false", NO_RANGE, NULL,
-     "resnet: start each block's last BN at gamma = 0"},
-    {"model", "bn_momentum", T_FLOAT, "0.1", 0, 1, NULL, "batch norm running-statistics momentum"},
-    {"model", "sync_bn", T_BOOL, "false", NO_RANGE, NULL, "SyncBatchNorm: batch statistics over all ranks"},
+     "model to build: a registered model (built in: mlp, cnn, resnet; a program adds its own with "
+     "dpt_register_model)"},
 
     {"data", "source", T_ENUM, "idx", NO_RANGE, "idx|cifar|synthetic",
      "idx: MNIST / Fashion-MNIST files (.gz or raw); cifar: CIFAR-10 binary batches in dir; synthetic: "
@@ -178,8 +174,41 @@ static const schema_key schema[] = {
      "when the driver provides it)"},
     {"log", "metrics", T_STRING, "", NO_RANGE, NULL,
      "JSONL metrics file, one line per interval and per evaluation (empty = none)"},
+
+    /* CI smoke tests: checked after the run (exit code 3 when one fails); see --expect */
+    {"expect", "final_test_acc", T_EXPECT, "", NO_RANGE, NULL,
+     "after the run: 'OP VALUE' with OP one of >= <= == != and VALUE a fraction or a percentage, e.g. >= 85%"},
+    {"expect", "best_test_acc", T_EXPECT, "", NO_RANGE, NULL, "after the run: the best epoch's test accuracy"},
+    {"expect", "final_test_loss", T_EXPECT, "", NO_RANGE, NULL, "after the run: the last evaluation's test loss"},
+    {"expect", "final_train_loss", T_EXPECT, "", NO_RANGE, NULL,
+     "after the run: the last epoch's training loss (average over all ranks)"},
+    {"expect", "img_s", T_EXPECT, "", NO_RANGE, NULL,
+     "after the run: training images per second over the whole run, all ranks (evaluation time excluded)"},
 };
-enum { NKEYS = sizeof schema / sizeof schema[0], MAX_LIST = 32 };
+enum { NBUILTIN = sizeof builtin_keys / sizeof builtin_keys[0], MAX_LIST = 32, MAX_KEYS = 512 };
+
+/* The schema: the built-in keys, then the registered ones in registration order. Indices
+ * never change, so a config made earlier stays valid; registration happens before configs
+ * are made (a program registers its models first, then calls dpt_train_main). */
+static schema_key schema[MAX_KEYS];
+static char schema_owners[MAX_KEYS][128]; /* the models that declared a key ("cnn, resnet") */
+static int NKEYS;
+static pthread_mutex_t schema_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t schema_once = PTHREAD_ONCE_INIT;
+static int configs_made; /* registration after a config exists would leave it without the key */
+
+static void schema_init(void)
+{
+    for (int k = 0; k < NBUILTIN; k++)
+        schema[k] = builtin_keys[k];
+    NKEYS = NBUILTIN;
+    dpt_register_builtin_models(); /* models/registry.c: their keys, through dpt_register_config_keys */
+}
+
+static void schema_ready(void)
+{
+    pthread_once(&schema_once, schema_init);
+}
 
 /* Keys that cannot change the numbers a run computes (logging, checkpoint placement, timeouts,
  * prefetch depth, a memory cap): left out of the config hash, so changing one neither warns on
@@ -201,6 +230,11 @@ static const char *const outside_hash[] = {
     "log.timeline",
     "log.metrics",
     "log.gpu_stats",
+    "expect.final_test_acc",
+    "expect.final_test_loss",
+    "expect.best_test_acc",
+    "expect.final_train_loss",
+    "expect.img_s",
 };
 
 static bool is_outside_hash(int k)
@@ -224,13 +258,15 @@ typedef struct cfg_value {
 } cfg_value;
 
 struct dpt_config {
-    cfg_value values[NKEYS];
+    int nkeys; /* the schema's size when it was made */
+    cfg_value *values;
 };
 
 /* ---------------------------------------------------------------- schema look-up */
 
 static int find_key(const char *section, const char *key)
 {
+    schema_ready();
     for (int k = 0; k < NKEYS; k++)
         if (strcmp(schema[k].section, section) == 0 && strcmp(schema[k].key, key) == 0) return k;
     return -1;
@@ -238,6 +274,7 @@ static int find_key(const char *section, const char *key)
 
 static bool section_exists(const char *section)
 {
+    schema_ready();
     for (int k = 0; k < NKEYS; k++)
         if (strcmp(schema[k].section, section) == 0) return true;
     return false;
@@ -425,6 +462,14 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
         }
         break;
     }
+    case T_EXPECT: {
+        dpt_expectation e;
+        char msg[200];
+        if (*raw && !dpt_expectation_parse(sk->key, raw, &e, msg, sizeof msg))
+            return dpt_errorf(err, "%s: [%s] %s = %s: %s\nHINT: write OP VALUE, e.g. %s = >= 85%%", where,
+                              sk->section, sk->key, raw, msg, sk->key);
+        break;
+    }
     case T_STRING:
     case T_TYPE_COUNT:
         break;
@@ -441,14 +486,21 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
 
 dpt_config *dpt_config_defaults(void)
 {
+    schema_ready();
+    pthread_mutex_lock(&schema_lock);
+    configs_made++;
+    int nkeys = NKEYS;
+    pthread_mutex_unlock(&schema_lock);
     int found = 0;
     for (int k = 0; k < NKEYS; k++)
         found += is_outside_hash(k);
     DPT_ASSERT(found == (int)(sizeof outside_hash / sizeof outside_hash[0]),
                "an entry of outside_hash names no key of the schema");
     dpt_config *cfg = calloc(1, sizeof *cfg);
-    if (!cfg) dpt_fatal("out of host memory for a config");
-    for (int k = 0; k < NKEYS; k++) {
+    if (cfg) cfg->values = calloc((size_t)nkeys, sizeof *cfg->values);
+    if (!cfg || !cfg->values) dpt_fatal("out of host memory for a config");
+    cfg->nkeys = nkeys;
+    for (int k = 0; k < nkeys; k++) {
         dpt_error err;
         if (!set_value(&err, "default", k, schema[k].def, &cfg->values[k]))
             dpt_fatal("bad default in the config schema: %s", err.msg);
@@ -459,8 +511,9 @@ dpt_config *dpt_config_defaults(void)
 void dpt_config_free(dpt_config *cfg)
 {
     if (!cfg) return;
-    for (int k = 0; k < NKEYS; k++)
+    for (int k = 0; k < cfg->nkeys; k++)
         free(cfg->values[k].raw);
+    free(cfg->values);
     free(cfg);
 }
 
@@ -529,7 +582,8 @@ dpt_config *dpt_config_parse(const char *text, size_t len, const char *name, dpt
 static dpt_config *parse_stream(FILE *f, const char *path, dpt_error *err)
 {
     dpt_config *cfg = dpt_config_defaults();
-    int set_line[NKEYS] = {0};
+    int *set_line = calloc((size_t)cfg->nkeys, sizeof *set_line);
+    if (!set_line) dpt_fatal("out of host memory in the config parser");
     char section[64] = "";
     char where[320];
     char *line = NULL;
@@ -613,6 +667,7 @@ static dpt_config *parse_stream(FILE *f, const char *path, dpt_error *err)
     }
     if (ok && ferror(f)) ok = dpt_errorf(err, "%s: read error: %s", path, strerror(errno));
     free(line);
+    free(set_line);
     if (!ok) {
         dpt_config_free(cfg);
         return NULL;
@@ -651,8 +706,10 @@ bool dpt_config_set(dpt_config *cfg, const char *assignment, dpt_error *err)
 static const cfg_value *get(const dpt_config *cfg, const char *section, const char *key, key_type want)
 {
     int k = find_key(section, key);
-    DPT_ASSERT(k >= 0, "config key [%s] %s is not in the schema", section, key);
-    DPT_ASSERT(schema[k].type == want || (want == T_STRING && schema[k].type == T_ENUM),
+    DPT_ASSERT(k >= 0, "config key [%s] %s is not in the schema (a model's keys: dpt_register_config_keys)",
+               section, key);
+    DPT_ASSERT(k < cfg->nkeys, "config key [%s] %s was registered after this config was made", section, key);
+    DPT_ASSERT(schema[k].type == want || (want == T_STRING && (schema[k].type == T_ENUM || schema[k].type == T_EXPECT)),
                "[%s] %s is a %s, read as a %s", section, key, type_names[schema[k].type], type_names[want]);
     return &cfg->values[k];
 }
@@ -685,7 +742,7 @@ int dpt_config_int_list(const dpt_config *cfg, const char *s, const char *k, int
 const char *dpt_config_where(const dpt_config *cfg, const char *section, const char *key)
 {
     int k = find_key(section, key);
-    DPT_ASSERT(k >= 0, "config key [%s] %s is not in the schema", section, key);
+    DPT_ASSERT(k >= 0 && k < cfg->nkeys, "config key [%s] %s is not in this config's schema", section, key);
     return cfg->values[k].where;
 }
 
@@ -700,20 +757,34 @@ static bool needs_quotes(const char *v)
     return false;
 }
 
+/* Whether key k is the first of its section in the table (sections print in that order, all
+ * of a section's keys together, registered ones after the built-in ones). */
+static bool first_of_section(int k)
+{
+    for (int j = 0; j < k; j++)
+        if (!strcmp(schema[j].section, schema[k].section)) return false;
+    return true;
+}
+
 void dpt_config_print(const dpt_config *cfg, FILE *out)
 {
-    for (int k = 0; k < NKEYS; k++) {
-        if (k == 0 || strcmp(schema[k].section, schema[k - 1].section) != 0)
-            fprintf(out, "%s[%s]\n", k ? "\n" : "", schema[k].section);
-        const char *v = cfg->values[k].raw;
-        fprintf(out, needs_quotes(v) ? "%s = \"%s\"\n" : "%s = %s\n", schema[k].key, v);
+    bool first = true;
+    for (int s = 0; s < cfg->nkeys; s++) {
+        if (!first_of_section(s)) continue;
+        fprintf(out, "%s[%s]\n", first ? "" : "\n", schema[s].section);
+        first = false;
+        for (int k = s; k < cfg->nkeys; k++) {
+            if (strcmp(schema[k].section, schema[s].section)) continue;
+            const char *v = cfg->values[k].raw;
+            fprintf(out, needs_quotes(v) ? "%s = \"%s\"\n" : "%s = %s\n", schema[k].key, v);
+        }
     }
 }
 
 uint64_t dpt_config_hash(const dpt_config *cfg)
 {
     uint64_t h = DPT_HASH_SEED;
-    for (int k = 0; k < NKEYS; k++) {
+    for (int k = 0; k < cfg->nkeys; k++) {
         if (is_outside_hash(k)) continue;
         const char *parts[3] = {schema[k].section, schema[k].key, cfg->values[k].raw};
         for (int p = 0; p < 3; p++) {
@@ -724,6 +795,8 @@ uint64_t dpt_config_hash(const dpt_config *cfg)
     return h;
 }
 
+static void print_reference_row(FILE *out, int k);
+
 void dpt_config_print_reference(FILE *out)
 {
     fprintf(out, "# Config reference\n\n"
@@ -732,10 +805,19 @@ void dpt_config_print_reference(FILE *out)
                  "Every key is optional; a key that is not listed here is an error, as is a value of "
                  "the wrong type or out of range. Any key can be overridden on the command line with "
                  "`--set section.key=value`.\n");
-    for (int k = 0; k < NKEYS; k++) {
+    schema_ready();
+    for (int s = 0; s < NKEYS; s++) {
+        if (!first_of_section(s)) continue;
+        fprintf(out, "\n## [%s]\n\n| key | type | default | meaning |\n|---|---|---|---|\n", schema[s].section);
+        for (int k = s; k < NKEYS; k++)
+            if (!strcmp(schema[k].section, schema[s].section)) print_reference_row(out, k);
+    }
+}
+
+static void print_reference_row(FILE *out, int k)
+{
+    {
         const schema_key *sk = &schema[k];
-        if (k == 0 || strcmp(sk->section, schema[k - 1].section) != 0)
-            fprintf(out, "\n## [%s]\n\n| key | type | default | meaning |\n|---|---|---|---|\n", sk->section);
         char type[160];
         if (sk->type == T_ENUM)
             snprintf(type, sizeof type, "one of `%s`", sk->choices);
@@ -743,7 +825,99 @@ void dpt_config_print_reference(FILE *out)
             snprintf(type, sizeof type, "%s in [%g, %g]", type_names[sk->type], sk->min, sk->max);
         else
             snprintf(type, sizeof type, "%s", type_names[sk->type]);
-        fprintf(out, "| `%s` | %s | `%s` | %s%s |\n", sk->key, type, *sk->def ? sk->def : "\"\"", sk->help,
+        fprintf(out, "| `%s` | %s | `%s` | %s%s%s%s |\n", sk->key, type, *sk->def ? sk->def : "\"\"",
+                schema_owners[k], *schema_owners[k] ? ": " : "", sk->help,
                 is_outside_hash(k) ? " (not in the config hash: changing it keeps a resume exact)" : "");
     }
+}
+
+/* ---------------------------------------------------------------- keys a model declares */
+
+static bool valid_name(const char *s)
+{
+    if (!s || !*s || strlen(s) > 48) return false;
+    for (const char *c = s; *c; c++)
+        if (!islower((unsigned char)*c) && !isdigit((unsigned char)*c) && *c != '_') return false;
+    return true;
+}
+
+/* Called with schema_lock held. A key both declared and already known is shared when the two
+ * declarations agree in everything but the help (cnn and resnet both read bn_momentum). */
+static bool declare_key(const char *owner, const dpt_config_key *dk, dpt_error *err)
+{
+    const char *section = dk->section ? dk->section : "model";
+    if (!valid_name(section) || !valid_name(dk->key))
+        return dpt_errorf(err, "[%s] %s: section and key names are lower-case letters, digits and _", section,
+                          dk->key ? dk->key : "(null)");
+    if ((unsigned)dk->type > (unsigned)DPT_KEY_INT_LIST || !dk->help || !dk->def)
+        return dpt_errorf(err, "[%s] %s: needs a type of dpt_key_type, a default and a help text", section,
+                          dk->key);
+    if (dk->type == DPT_KEY_ENUM && (!dk->choices || !*dk->choices))
+        return dpt_errorf(err, "[%s] %s: an enum needs its choices (\"a|b|c\")", section, dk->key);
+    schema_key sk = {section, dk->key, (key_type)dk->type, dk->def, dk->min, dk->max, dk->choices, dk->help};
+    if (dk->type != DPT_KEY_INT && dk->type != DPT_KEY_FLOAT && dk->type != DPT_KEY_INT_LIST) sk.min = 1, sk.max = 0;
+    int k = -1;
+    for (int j = 0; j < NKEYS; j++)
+        if (!strcmp(schema[j].section, section) && !strcmp(schema[j].key, dk->key)) k = j;
+    if (k >= 0) {
+        const schema_key *o = &schema[k];
+        bool same = o->type == sk.type && !strcmp(o->def, sk.def) &&
+                    ((o->min > o->max && sk.min > sk.max) || (o->min == sk.min && o->max == sk.max)) &&
+                    !strcmp(o->choices ? o->choices : "", sk.choices ? sk.choices : "");
+        if (!same || !*schema_owners[k])
+            return dpt_errorf(err, "[%s] %s is already a key%s%s, with another type, default or range", section,
+                              dk->key, *schema_owners[k] ? " of " : " of the runtime", schema_owners[k]);
+        size_t used = strlen(schema_owners[k]);
+        snprintf(schema_owners[k] + used, sizeof schema_owners[k] - used, ", %s", owner);
+        return true;
+    }
+    if (NKEYS == MAX_KEYS) return dpt_errorf(err, "more than %d config keys", MAX_KEYS);
+    /* the strings are the caller's (static tables); copies keep a stack-built table safe */
+    char *copies[5] = {strdup(section), strdup(dk->key), strdup(dk->def), dk->choices ? strdup(dk->choices) : NULL,
+                       strdup(dk->help)};
+    if (!copies[0] || !copies[1] || !copies[2] || !copies[4] || (dk->choices && !copies[3]))
+        dpt_fatal("out of host memory in the config schema");
+    sk.section = copies[0], sk.key = copies[1], sk.def = copies[2], sk.choices = copies[3], sk.help = copies[4];
+    schema[NKEYS] = sk;
+    cfg_value v = {0};
+    if (!set_value(err, "default", NKEYS, sk.def, &v)) return false; /* the message names key and value */
+    free(v.raw);
+    snprintf(schema_owners[NKEYS], sizeof schema_owners[NKEYS], "%s", owner);
+    NKEYS++;
+    return true;
+}
+
+/* schema_init's: the built-in models' tables (under the once, so without the lock) */
+void dpt_config_declare_builtin(const char *owner, const dpt_config_key *keys, int n)
+{
+    dpt_error err;
+    for (int i = 0; i < n; i++)
+        if (!declare_key(owner, &keys[i], &err)) dpt_fatal("model %s's config keys: %s", owner, err.msg);
+}
+
+bool dpt_register_config_keys(const char *owner, const dpt_config_key *keys, int n)
+{
+    schema_ready();
+    pthread_mutex_lock(&schema_lock);
+    dpt_error err = {0};
+    bool ok = true;
+    if (configs_made)
+        ok = dpt_errorf(&err, "called after a config was made\nHINT: register models and their keys first, "
+                              "then call dpt_train_main");
+    else if (!valid_name(owner))
+        ok = dpt_errorf(&err, "owner '%s': lower-case letters, digits and _", owner ? owner : "(null)");
+    for (int i = 0; ok && i < n; i++)
+        ok = declare_key(owner, &keys[i], &err);
+    pthread_mutex_unlock(&schema_lock);
+    if (!ok) fprintf(stderr, "error: dpt_register_config_keys(%s): %s\n", owner ? owner : "(null)", err.msg);
+    return ok;
+}
+
+bool dpt_config_registration_open(void)
+{
+    schema_ready();
+    pthread_mutex_lock(&schema_lock);
+    bool open = configs_made == 0;
+    pthread_mutex_unlock(&schema_lock);
+    return open;
 }

@@ -1,0 +1,231 @@
+/* expect.c: expectations about a finished run and their JUnit report. */
+#include "expect.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const struct metric {
+    const char *name;
+    bool accuracy; /* may be written as a percentage */
+} metrics[] = {
+    {"final_test_acc", true}, {"best_test_acc", true}, {"final_test_loss", false},
+    {"final_train_loss", false}, {"img_s", false},
+};
+enum { NMETRICS = sizeof metrics / sizeof metrics[0] };
+static const char *const op_names[] = {">=", "<=", "==", "!="};
+
+static const struct metric *find_metric(const char *name)
+{
+    for (int i = 0; i < NMETRICS; i++)
+        if (!strcmp(metrics[i].name, name)) return &metrics[i];
+    return NULL;
+}
+
+static bool say(char *msg, size_t cap, const char *fmt, const char *a, const char *b)
+{
+    snprintf(msg, cap, fmt, a, b);
+    return false;
+}
+
+bool dpt_expectation_parse(const char *metric, const char *op_value, dpt_expectation *e, char *msg, size_t cap)
+{
+    memset(e, 0, sizeof *e);
+    const struct metric *m = find_metric(metric);
+    if (!m) {
+        if (!strcmp(metric, "weights_sha256"))
+            return say(msg, cap, "%s%s is not measured yet: it comes with ./train --inspect (bit-identical "
+                                 "weights, not in this version)", metric, "");
+        return say(msg, cap, "unknown metric '%s'%s; metrics are final_test_acc, best_test_acc, "
+                             "final_test_loss, final_train_loss, img_s", metric, "");
+    }
+    const char *s = op_value;
+    while (isspace((unsigned char)*s))
+        s++;
+    int op = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strncmp(s, op_names[i], 2)) op = i;
+    if (op < 0) return say(msg, cap, "'%s': expected an operator (>= <= == !=) before the value%s", op_value, "");
+    s += 2;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v)) return say(msg, cap, "'%s': expected a number after the operator%s", op_value, "");
+    /* the tolerance of == and !=: half a unit of the last digit written */
+    const char *dot = memchr(s, '.', (size_t)(end - s));
+    int decimals = dot ? (int)(end - dot - 1) : 0;
+    double tol = 0.5 * pow(10.0, -decimals);
+    bool percent = *end == '%';
+    if (percent) {
+        if (!m->accuracy) return say(msg, cap, "'%s': a percentage, but %s is not an accuracy", op_value, metric);
+        v /= 100.0, tol /= 100.0, end++;
+    }
+    while (isspace((unsigned char)*end))
+        end++;
+    if (*end) return say(msg, cap, "'%s': unexpected '%s' after the value", op_value, end);
+    if (m->accuracy && (v < 0 || v > 1))
+        return say(msg, cap, "'%s': an accuracy is a fraction (0.85) or a percentage (85%%)%s", op_value, "");
+    snprintf(e->metric, sizeof e->metric, "%s", metric);
+    e->op = (dpt_expect_op)op;
+    e->value = v;
+    e->tolerance = tol;
+    snprintf(e->text, sizeof e->text, "%s %s", metric, s - 2);
+    return true;
+}
+
+bool dpt_expectation_parse_flag(const char *text, dpt_expectation *e, char *msg, size_t cap)
+{
+    const char *s = text;
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = 0;
+    while (s[n] && (isalnum((unsigned char)s[n]) || s[n] == '_'))
+        n++;
+    char metric[64];
+    if (n == 0 || n >= sizeof metric) return say(msg, cap, "'%s': expected METRIC OP VALUE, e.g. 'final_test_acc >= 85%%'%s", text, "");
+    memcpy(metric, s, n);
+    metric[n] = '\0';
+    return dpt_expectation_parse(metric, s + n, e, msg, cap);
+}
+
+static double metric_value(const char *name, const dpt_run_result *r)
+{
+    if (!strcmp(name, "final_test_acc")) return r->final_test_acc;
+    if (!strcmp(name, "best_test_acc")) return r->best_test_acc;
+    if (!strcmp(name, "final_test_loss")) return r->final_test_loss;
+    if (!strcmp(name, "final_train_loss")) return r->final_train_loss;
+    if (!strcmp(name, "img_s")) return r->img_s;
+    return NAN;
+}
+
+bool dpt_expectation_holds(const dpt_expectation *e, const dpt_run_result *r, double *measured)
+{
+    double v = metric_value(e->metric, r);
+    *measured = v;
+    if (isnan(v)) return false; /* never measured (e.g. no evaluation ran): not met */
+    switch (e->op) {
+    case DPT_EXPECT_GE: return v >= e->value;
+    case DPT_EXPECT_LE: return v <= e->value;
+    case DPT_EXPECT_EQ: return fabs(v - e->value) <= e->tolerance;
+    case DPT_EXPECT_NE: return fabs(v - e->value) > e->tolerance;
+    }
+    return false;
+}
+
+void dpt_expectation_format(const dpt_expectation *e, double value, char *buf, size_t cap)
+{
+    const struct metric *m = find_metric(e->metric);
+    if (isnan(value))
+        snprintf(buf, cap, "not measured");
+    else if (m && m->accuracy)
+        snprintf(buf, cap, "%.2f%%", 100.0 * value);
+    else if (!strcmp(e->metric, "img_s"))
+        snprintf(buf, cap, "%.1f", value);
+    else
+        snprintf(buf, cap, "%.4f", value);
+}
+
+/* ---------------------------------------------------------------- JUnit XML */
+
+static void xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '&') fputs("&amp;", f);
+        else if (c == '<') fputs("&lt;", f);
+        else if (c == '>') fputs("&gt;", f);
+        else if (c == '"') fputs("&quot;", f);
+        else if (c < 0x20 && c != '\n' && c != '\t' && c != '\r') fputc('?', f); /* not allowed in XML 1.0 */
+        else fputc(c, f);
+    }
+}
+
+static void xml_cdata(FILE *f, const char *s)
+{
+    fputs("<![CDATA[", f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (!strncmp(s, "]]>", 3)) {
+            fputs("]]]]><![CDATA[>", f); /* a CDATA section cannot hold its own end */
+            s += 2;
+        } else if (c < 0x20 && c != '\n' && c != '\t' && c != '\r') {
+            fputc('?', f);
+        } else {
+            fputc(c, f);
+        }
+    }
+    fputs("]]>", f);
+}
+
+bool dpt_junit_write(const char *path, const char *suite, const dpt_expectation *e, int n,
+                     const dpt_run_result *r, int run_rc, const char *log_tail, char *msg, size_t cap)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        snprintf(msg, cap, "cannot write %s: %s", tmp, strerror(errno));
+        return false;
+    }
+    int failures = 0, errors = 0;
+    for (int i = 0; i < n; i++) {
+        double v;
+        if (run_rc != 0 && run_rc != 3)
+            errors++;
+        else if (!dpt_expectation_holds(&e[i], r, &v))
+            failures++;
+    }
+    time_t now = time(NULL);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", gmtime(&now));
+    bool run_failed = run_rc != 0 && run_rc != 3;
+    errors += run_failed;
+    /* the first testcase is the run itself: an error when it did not complete */
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"dptrain\" tests=\"%d\" "
+               "failures=\"%d\" errors=\"%d\" time=\"%.3f\">\n  <testsuite name=\"",
+            n + 1, failures, errors, r->seconds);
+    xml_text(f, suite);
+    fprintf(f, "\" tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"0\" time=\"%.3f\" timestamp=\"%s\">\n",
+            n + 1, failures, errors, r->seconds, stamp);
+    fprintf(f, "    <testcase classname=\"dptrain.run\" name=\"training run completes\" time=\"%.3f\">", r->seconds);
+    if (run_failed)
+        fprintf(f, "\n      <error type=\"run\" message=\"the run ended with exit code %d (its error is in "
+                   "system-out)\"/>\n    ", run_rc);
+    fputs("</testcase>\n", f);
+    for (int i = 0; i < n; i++) {
+        double v;
+        bool ok = dpt_expectation_holds(&e[i], r, &v);
+        char shown[48];
+        dpt_expectation_format(&e[i], v, shown, sizeof shown);
+        fputs("    <testcase classname=\"dptrain.expect\" name=\"", f);
+        xml_text(f, e[i].text);
+        fprintf(f, "\" time=\"%.3f\">", r->seconds);
+        if (run_rc != 0 && run_rc != 3) {
+            fprintf(f, "\n      <error type=\"run\" message=\"the run ended with exit code %d before this could be "
+                       "checked\"/>\n    ",
+                    run_rc);
+        } else if (!ok) {
+            fputs("\n      <failure type=\"expectation\" message=\"", f);
+            char text[200];
+            snprintf(text, sizeof text, "%s: measured %s", e[i].text, shown);
+            xml_text(f, text);
+            fputs("\"/>\n    ", f);
+        }
+        fputs("</testcase>\n", f);
+    }
+    fputs("    <system-out>", f);
+    xml_cdata(f, log_tail ? log_tail : "");
+    fputs("</system-out>\n  </testsuite>\n</testsuites>\n", f);
+    bool ok = !ferror(f);
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        snprintf(msg, cap, "cannot write %s: %s", path, strerror(errno));
+        remove(tmp);
+        return false;
+    }
+    return true;
+}

@@ -1,0 +1,501 @@
+/* train_main.c: dpt_train_main, the program ./train is: the command line, the config (read
+ * and typed once), the world (mpirun) or DataParallel's replica threads, and after the run
+ * the expectations a CI smoke test states (--expect, [expect], --junit). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer.h"
+#include "error.h"
+#include "rng.h"
+
+static void usage(FILE *out);
+static int parse_cli(int argc, char **argv, cli *args);
+static dpt_config *load_config(const cli *args, dpt_error *err);
+static bool report_config_errors(const dpt_world *world, bool ok, const dpt_error *err);
+static int print_env(const dpt_world *world, const run_config *run);
+static int run_data_parallel(const cli *args, const run_config *run, dpt_run_result *result);
+static int check_expectations(const dpt_world *world, const cli *args, const run_config *run, int rc,
+                              const dpt_run_result *result);
+
+int dpt_train_main(int argc, char **argv)
+{
+    cli args;
+    int rc = parse_cli(argc, argv, &args);
+    if (rc >= 0) return rc;
+    dpt_world world;
+    dpt_error err;
+    install_signal_handlers();
+    if (!dpt_world_init(&world, &argc, &argv, &err)) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 1;
+    }
+    dpt_config *cfg = load_config(&args, &err);
+    run_config *run = calloc(1, sizeof *run);
+    if (!run) dpt_fatal("out of host memory");
+    bool ok = cfg && run_config_build(run, cfg, &args, &err);
+    if (!report_config_errors(&world, ok, &err)) {
+        dpt_config_free(cfg);
+        free(run);
+        dpt_world_finalize(&world);
+        return 1;
+    }
+    dpt_comm_set_timeout(dpt_world_comm(&world), run->ddp.timeout_s);
+    dpt_run_result result = {0};
+    if (args.env) {
+        rc = print_env(&world, run);
+    } else if (*run->devices && world.size == 1) {
+        rc = run_data_parallel(&args, run, &result);
+    } else {
+        replica r = {.args = &args,
+                     .run = run,
+                     .comm = dpt_world_comm(&world),
+                     .rank = world.rank,
+                     .size = world.size,
+                     .local_rank = world.local_rank,
+                     .local_size = world.local_size,
+                     .print = world.rank == 0 || run->all_ranks,
+                     .ckpt_lock_fd = -1};
+        if (*run->devices) {
+            dpt_errorf(&err,
+                       "[distributed] devices = %s: DataParallel runs in one process; under "
+                       "mpirun each rank takes one device\nHINT: leave devices empty with mpirun",
+                       run->devices);
+            return fail(&r, &err);
+        }
+        train_replica(&r);
+        rc = r.rc;
+        result = r.result;
+    }
+    if (!args.env && !args.dry_run && !args.summary) rc = check_expectations(&world, &args, run, rc, &result);
+    dpt_config_free(cfg);
+    free(run);
+    dpt_world_finalize(&world);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the typed run config */
+
+static fault_kind parse_fault(const char *s)
+{
+    return !strcmp(s, "exit") ? FAULT_EXIT : !strcmp(s, "hang") ? FAULT_HANG : !strcmp(s, "nan") ? FAULT_NAN : FAULT_NONE;
+}
+
+/* The [expect] section's keys, then the --expect flags (a flag naming a metric the file also
+ * names adds a second expectation). */
+static bool collect_expectations(run_config *rc, const dpt_config *ini, const cli *args, dpt_error *err)
+{
+    static const char *const keys[] = {"final_test_acc", "best_test_acc", "final_test_loss", "final_train_loss",
+                                       "img_s"};
+    char msg[200];
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const char *v = dpt_config_str(ini, "expect", keys[i]);
+        if (!*v) continue;
+        if (!dpt_expectation_parse(keys[i], v, &rc->expect[rc->nexpect], msg, sizeof msg))
+            return dpt_errorf(err, "%s: [expect] %s = %s: %s", dpt_config_where(ini, "expect", keys[i]), keys[i], v,
+                              msg); /* the parser checked it already; kept for safety */
+        rc->nexpect++;
+    }
+    for (int i = 0; i < args->nexpects; i++) {
+        if (rc->nexpect == MAX_EXPECT) return dpt_errorf(err, "more than %d expectations", MAX_EXPECT);
+        if (!dpt_expectation_parse_flag(args->expects[i], &rc->expect[rc->nexpect], msg, sizeof msg))
+            return dpt_errorf(err, "--expect %s: %s\nHINT: e.g. --expect 'final_test_acc >= 85%%'", args->expects[i],
+                              msg);
+        rc->nexpect++;
+    }
+    return true;
+}
+
+bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, dpt_error *err)
+{
+    const dpt_config *c = ini;
+    memset(rc, 0, sizeof *rc);
+    rc->ini = ini;
+    rc->config_path = args->config_path ? args->config_path : "(defaults)";
+    rc->hash = dpt_config_hash(ini);
+    rc->epochs = (int)dpt_config_int(c, "train", "epochs");
+    rc->max_steps = dpt_config_int(c, "train", "max_steps");
+    rc->batch = dpt_config_int(c, "train", "batch");
+    rc->eval_batch = dpt_config_int(c, "train", "eval_batch");
+    rc->eval_every = dpt_config_int(c, "train", "eval_every_steps");
+    rc->device = dpt_config_str(c, "train", "device");
+    rc->ctx = (dpt_ctx_options){
+        .threads = (int)dpt_config_int(c, "train", "threads"),
+        .seed = (uint64_t)dpt_config_int(c, "train", "seed"),
+        .tf32 = dpt_config_bool(c, "train", "tf32"),
+        .cudnn_benchmark = dpt_config_bool(c, "train", "cudnn_benchmark"),
+        .cpu_kernels = strcmp(dpt_config_str(c, "train", "cpu_kernels"), "native") ? DPT_CPU_KERNELS_ONEDNN
+                                                                                   : DPT_CPU_KERNELS_NATIVE,
+        .memory_limit = (size_t)(dpt_config_float(c, "train", "memory_limit_mb") * 1048576.0),
+    };
+    rc->memory_check = dpt_config_bool(c, "train", "memory_check");
+    rc->label_smoothing = (float)dpt_config_float(c, "train", "label_smoothing");
+    rc->skip_nonfinite = strcmp(dpt_config_str(c, "train", "nonfinite"), "skip") == 0;
+    rc->train_data = (dpt_loader_options){
+        .batch = rc->batch,
+        .shuffle = dpt_config_bool(c, "data", "shuffle"),
+        .drop_last = dpt_config_bool(c, "data", "drop_last"),
+        .seed = rc->ctx.seed,
+        .mean = (float)dpt_config_float(c, "data", "mean"),
+        .std = (float)dpt_config_float(c, "data", "std"),
+        .limit = dpt_config_int(c, "data", "train_limit"),
+        .crop_pad = (int)dpt_config_int(c, "data", "random_crop_pad"),
+        .hflip = dpt_config_bool(c, "data", "hflip"),
+        .prefetch = (int)dpt_config_int(c, "data", "prefetch"),
+    };
+    rc->test_data = rc->train_data;
+    rc->test_data.crop_pad = 0, rc->test_data.hflip = false, rc->test_data.shuffle = false;
+    rc->test_data.batch = rc->eval_batch;
+    rc->test_data.exact_shards = true; /* every test sample counts exactly once over all ranks */
+    rc->test_data.limit = rc->test_limit = dpt_config_int(c, "data", "test_limit");
+    rc->data_dir = dpt_config_str(c, "data", "dir");
+    rc->prefetch = rc->train_data.prefetch;
+    rc->clip_norm = dpt_config_float(c, "optim", "clip_norm");
+    rc->lr_scaling = dpt_config_str(c, "optim", "lr_scaling");
+    rc->schedule = dpt_config_str(c, "optim", "schedule");
+    rc->accum = (int)dpt_config_int(c, "distributed", "accum_steps");
+    rc->devices = dpt_config_str(c, "distributed", "devices");
+    rc->ddp = (dpt_ddp_options){
+        .bucket_mb = dpt_config_float(c, "distributed", "bucket_mb"),
+        .overlap = dpt_config_bool(c, "distributed", "overlap"),
+        .find_unused = dpt_config_bool(c, "distributed", "find_unused"),
+        .timeout_s = dpt_config_float(c, "distributed", "comm_timeout_s"),
+        .config_hash = rc->hash,
+    };
+    rc->bench_comm_ms_per_mb = dpt_config_float(c, "distributed", "bench_comm_ms_per_mb");
+    rc->fault.kind = parse_fault(dpt_config_str(c, "distributed", "fault"));
+    rc->fault.rank = (int)dpt_config_int(c, "distributed", "fault_rank");
+    rc->fault.step = dpt_config_int(c, "distributed", "fault_step");
+    rc->ckpt_dir = dpt_config_str(c, "checkpoint", "dir");
+    rc->ckpt_every_steps = dpt_config_int(c, "checkpoint", "every_steps");
+    rc->ckpt_every_epochs = (int)dpt_config_int(c, "checkpoint", "every_epochs");
+    rc->keep_last = (int)dpt_config_int(c, "checkpoint", "keep_last");
+    rc->ckpt_archive = !strcmp(dpt_config_str(c, "checkpoint", "existing"), "archive");
+    rc->interval = dpt_config_int(c, "log", "interval");
+    rc->all_ranks = dpt_config_bool(c, "log", "all_ranks");
+    rc->gpu_stats = strcmp(dpt_config_str(c, "log", "gpu_stats"), "off") != 0;
+    rc->progress = dpt_config_str(c, "log", "progress");
+    rc->timeline = dpt_config_str(c, "log", "timeline");
+    rc->metrics = dpt_config_str(c, "log", "metrics");
+    return collect_expectations(rc, ini, args, err);
+}
+
+/* ---------------------------------------------------------------- DataParallel */
+
+typedef struct dp_job {
+    const cli *args;
+    const run_config *run;
+    int n;
+    int *rc; /* per replica */
+    dpt_run_result result; /* replica 0's */
+} dp_job;
+
+static void replica_entry(int rank, dpt_comm *comm, void *user)
+{
+    dp_job *job = user;
+    replica r = {.args = job->args,
+                 .run = job->run,
+                 .comm = comm,
+                 .rank = rank,
+                 .size = job->n,
+                 .data_parallel = true,
+                 .print = rank == 0,
+                 .ckpt_lock_fd = -1};
+    train_replica(&r);
+    job->rc[rank] = r.rc;
+    if (rank == 0) job->result = r.result;
+}
+
+/* A DataParallel device list is all CPUs in order (cpu:0,cpu:1,...) or distinct visible GPUs
+ * (cuda:0,cuda:1 or any other order); false with err naming the entry otherwise. */
+static bool check_device_list(const run_config *run, int n, dpt_error *err)
+{
+    const char *devices = run->devices;
+    const char *where = dpt_config_where(run->ini, "distributed", "devices");
+    bool cuda = !strncmp(devices, "cuda:", 5);
+    int gpus = cuda ? dpt_device_count(DPT_DEVICE_CUDA) : 0;
+    bool seen[256] = {false};
+    const char *tok = devices;
+    for (int i = 0; i < n; i++, tok = strchr(tok, ',') + 1) {
+        int len = (int)(strchr(tok, ',') ? strchr(tok, ',') - tok : (ptrdiff_t)strlen(tok));
+        char expect[32];
+        snprintf(expect, sizeof expect, "cpu:%d", i);
+        char *end = NULL;
+        long idx = cuda && !strncmp(tok, "cuda:", 5) ? strtol(tok + 5, &end, 10) : -1;
+        bool ok = cuda ? idx >= 0 && idx < 256 && end == tok + len && end != tok + 5
+                       : len == (int)strlen(expect) && !strncmp(tok, expect, (size_t)len);
+        if (!ok)
+            return dpt_errorf(err,
+                              "%s: [distributed] devices = %s: entry %d is '%.*s'\nHINT: list CPU devices in "
+                              "order (cpu:0,cpu:1) or GPUs (cuda:0,cuda:1), not both",
+                              where, devices, i, len, tok);
+        if (cuda && seen[idx])
+            return dpt_errorf(err,
+                              "%s: [distributed] devices = %s: cuda:%ld is listed twice\nHINT: one "
+                              "replica per GPU (NCCL cannot put two ranks on one device)",
+                              where, devices, idx);
+        if (cuda) seen[idx] = true;
+    }
+    for (int idx = gpus; idx < 256; idx++)
+        if (seen[idx])
+            return dpt_errorf(err,
+                              "%s: [distributed] devices = %s: cuda:%d is not visible (%d GPU%s)\nHINT: "
+                              "./train --env lists the GPUs; CUDA_VISIBLE_DEVICES renumbers them",
+                              where, devices, idx, gpus, gpus == 1 ? "" : "s");
+    if (cuda && !strcmp(run->device, "cpu"))
+        return dpt_errorf(err,
+                          "%s: [distributed] devices = %s, but [train] device = cpu\nHINT: set [train] "
+                          "device = cuda (or auto), or list cpu devices",
+                          where, devices);
+    return true;
+}
+
+/* DataParallel: one process, one replica thread per listed device; gradients averaged
+ * through a shared-memory communicator (CPU) or NCCL (GPUs); every replica applies the same
+ * update. */
+static int run_data_parallel(const cli *args, const run_config *run, dpt_run_result *result)
+{
+    int n = 1;
+    for (const char *c = run->devices; *c; c++)
+        n += *c == ',';
+    dpt_error err;
+    if (!check_device_list(run, n, &err)) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 1;
+    }
+    dp_job job = {.args = args, .run = run, .n = n, .rc = calloc((size_t)n, sizeof(int))};
+    if (!job.rc) dpt_fatal("out of host memory");
+    dpt_run_replicas(n, replica_entry, &job);
+    int rc = 0;
+    for (int i = 0; i < n; i++)
+        rc |= job.rc[i];
+    free(job.rc);
+    *result = job.result;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- --env */
+
+static int print_env(const dpt_world *world, const run_config *run)
+{
+    char mpi[160];
+    dpt_mpi_version(mpi, sizeof mpi);
+    printf("dptrain %s | world: %d rank%s, this is rank %d (local rank %d of %d) on %s\n", DPT_VERSION,
+           world->size, world->size > 1 ? "s" : "", world->rank, world->local_rank, world->local_size,
+           world->host);
+    printf("mpi: %s | %s\n", mpi, world->mpi ? "initialised" : "not used (run alone)");
+    dpt_print_env(stdout);
+    replica probe = {.run = run, .rank = world->rank, .local_rank = world->local_rank};
+    dpt_device dev = pick_device(&probe);
+    int gpus = dpt_device_count(DPT_DEVICE_CUDA);
+    if (dev.kind == DPT_DEVICE_CUDA)
+        printf("device for this rank: cuda:%d%s\n", dev.index,
+               dev.index < gpus ? "" : " (NOT VISIBLE: more ranks on this node than GPUs)");
+    else
+        printf("device for this rank: cpu ([train] device = %s)\n", run->device);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- expectations */
+
+/* After the run: each expectation printed with what was measured (rank 0), the JUnit report
+ * written; exit code 3 when one fails (every rank measured the same values, so all agree). */
+static int check_expectations(const dpt_world *world, const cli *args, const run_config *run, int rc,
+                              const dpt_run_result *result)
+{
+    int failed = 0;
+    bool show = world->rank == 0;
+    if (rc == 0 && run->nexpect) {
+        if (show) report_line("expectations (%d):\n", run->nexpect);
+        for (int i = 0; i < run->nexpect; i++) {
+            double v;
+            bool ok = dpt_expectation_holds(&run->expect[i], result, &v);
+            char shown[48];
+            dpt_expectation_format(&run->expect[i], v, shown, sizeof shown);
+            failed += !ok;
+            if (show) report_line("  %s  %s (measured %s)\n", ok ? "pass" : "FAIL", run->expect[i].text, shown);
+        }
+        if (show && failed) report_line("%d of %d expectations failed: exit code 3\n", failed, run->nexpect);
+        fflush(stdout);
+    }
+    if (failed) rc = 3;
+    if (args->junit && show) {
+        char msg[4400];
+        dpt_run_result r = *result;
+        if (!dpt_junit_write(args->junit, run->config_path, run->expect, run->nexpect, &r, rc, report_tail(), msg,
+                             sizeof msg)) {
+            fprintf(stderr, "error: --junit: %s\n", msg);
+            if (rc == 0) rc = 1;
+        }
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the command line */
+
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: ./train CONFIG [--set section.key=value ...] [--resume [PATH|latest]] [--dry-run]\n"
+        "                      [--expect 'METRIC OP VALUE' ...] [--junit PATH]\n"
+        "       mpirun -np N ./train CONFIG ...      (data-parallel over N ranks)\n"
+        "       ./train --config-reference | --help | --version\n"
+        "\n"
+        "Trains the model that the INI file CONFIG describes (see docs/config.md).\n"
+        "\n"
+        "  --set section.key=value  override one config key (repeatable), e.g. --set train.batch=128\n"
+        "  --resume [PATH|latest]   continue exactly from a checkpoint (default: the newest in\n"
+        "                           [checkpoint] dir); SIGINT/SIGTERM write one and stop cleanly\n"
+        "  --expect 'METRIC OP VALUE'  after the run, check a result (repeatable; also the [expect]\n"
+        "                           section): METRIC final_test_acc, best_test_acc, final_test_loss,\n"
+        "                           final_train_loss or img_s; OP >= <= == !=; accuracies as 0.85\n"
+        "                           or 85%%. Prints pass/FAIL for each; exit code 3 if one fails\n"
+        "  --junit PATH             write a JUnit XML report of the run and its expectations\n"
+        "  --dry-run                load everything, print the resolved config, and exit\n"
+        "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"
+        "  --config-reference       print every section and key as Markdown\n"
+        "  --env                    print CUDA/cuDNN/NCCL/MPI versions, the GPUs and the world, and exit\n"
+        "  --version                print the version\n"
+        "  --help                   this text\n"
+        "\n"
+        "exit codes: 0 done, 1 error, 2 usage, 3 an expectation failed\n"
+        "\n"
+        "examples:\n"
+        "  ./train configs/fmnist_mlp.ini --set train.epochs=1\n"
+        "  mpirun -np 2 ./train configs/fmnist_mlp.ini --set optim.lr_scaling=linear\n"
+        "  ./train configs/fmnist_mlp.ini --set distributed.devices=cpu:0,cpu:1\n"
+        "  ./train configs/fmnist_mlp.ini --set train.epochs=1 --expect 'final_test_acc >= 80%%' --junit run.xml\n");
+}
+
+/* The value of a flag that takes one: "--flag VALUE" or "--flag=VALUE"; NULL when missing. */
+static const char *flag_value(int argc, char **argv, int *i, const char *flag)
+{
+    size_t n = strlen(flag);
+    if (argv[*i][n] == '=') return argv[*i] + n + 1;
+    return *i + 1 < argc ? argv[++*i] : NULL;
+}
+
+static bool is_flag(const char *a, const char *flag)
+{
+    size_t n = strlen(flag);
+    return !strncmp(a, flag, n) && (a[n] == '\0' || a[n] == '=');
+}
+
+/* Returns an exit code to stop with, or -1 to go on training. */
+static int parse_cli(int argc, char **argv, cli *args)
+{
+    memset(args, 0, sizeof *args);
+    args->argc = argc, args->argv = argv;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--version")) {
+            printf("dptrain %s\n", DPT_VERSION);
+            return 0;
+        } else if (!strcmp(a, "--config-reference")) {
+            dpt_config_print_reference(stdout);
+            return 0;
+        } else if (!strcmp(a, "--dry-run")) {
+            args->dry_run = true;
+        } else if (!strcmp(a, "--summary")) {
+            args->summary = true;
+        } else if (!strcmp(a, "--env")) {
+            args->env = true;
+        } else if (!strcmp(a, "--resume")) {
+            args->resume =
+                i + 1 < argc && argv[i + 1][0] != '-' && !strstr(argv[i + 1], ".ini") ? argv[++i] : "latest";
+        } else if (is_flag(a, "--set") || is_flag(a, "--expect") || is_flag(a, "--junit")) {
+            const char *flag = is_flag(a, "--set") ? "--set" : is_flag(a, "--expect") ? "--expect" : "--junit";
+            const char *v = flag_value(argc, argv, &i, flag);
+            if (!v || !*v) {
+                fprintf(stderr, "error: %s needs %s\n", flag,
+                        flag[2] == 's' ? "section.key=value" : flag[2] == 'e' ? "'METRIC OP VALUE'" : "a file path");
+                return 2;
+            }
+            if (flag[2] == 'j') {
+                args->junit = v;
+            } else if (flag[2] == 's') {
+                if (args->nsets == MAX_SETS) {
+                    fprintf(stderr, "error: more than %d --set flags\n", MAX_SETS);
+                    return 2;
+                }
+                args->sets[args->nsets++] = v;
+            } else {
+                if (args->nexpects == MAX_EXPECT) {
+                    fprintf(stderr, "error: more than %d --expect flags\n", MAX_EXPECT);
+                    return 2;
+                }
+                args->expects[args->nexpects++] = v;
+            }
+        } else if (a[0] == '-') {
+            fprintf(stderr, "error: unknown flag %s\n\n", a);
+            usage(stderr);
+            return 2;
+        } else if (args->config_path) {
+            fprintf(stderr, "error: two config files given (%s and %s)\n", args->config_path, a);
+            return 2;
+        } else {
+            args->config_path = a;
+        }
+    }
+    if (!args->config_path && !args->env) {
+        fprintf(stderr, "error: no config file given\n\n");
+        usage(stderr);
+        return 2;
+    }
+    return -1;
+}
+
+static dpt_config *load_config(const cli *args, dpt_error *err)
+{
+    if (!args->config_path) return dpt_config_defaults(); /* --env alone */
+    dpt_config *cfg = dpt_config_load(args->config_path, err);
+    for (int i = 0; cfg && i < args->nsets; i++) {
+        if (!dpt_config_set(cfg, args->sets[i], err)) {
+            dpt_config_free(cfg);
+            cfg = NULL;
+        }
+    }
+    return cfg;
+}
+
+/* Every rank loads the config itself (a file on a node-local disk can differ or be missing on
+ * one node), so every rank's error must reach the user: the ranks compare verdicts, and the
+ * same error everywhere is printed once, different ones each with its rank. Then all stop
+ * together, cleanly. false when any rank failed. */
+static bool report_config_errors(const dpt_world *world, bool ok, const dpt_error *err)
+{
+    dpt_comm *comm = dpt_world_comm(world);
+    if (!comm || world->size == 1) {
+        if (!ok) fprintf(stderr, "error: %s\n", err->msg);
+        return ok;
+    }
+    typedef struct verdict {
+        int32_t failed, pad;
+        uint64_t msg_hash;
+    } verdict;
+    verdict mine = {.failed = !ok,
+                    .msg_hash = ok ? 0 : dpt_hash_bytes(DPT_HASH_SEED, err->msg, strlen(err->msg))};
+    verdict *all = calloc((size_t)world->size, sizeof *all);
+    if (!all) dpt_fatal("out of host memory");
+    dpt_comm_allgather(comm, &mine, all, sizeof mine, "start-up: config verdicts");
+    int failed = 0;
+    bool same = true;
+    for (int r = 0; r < world->size; r++) {
+        failed += all[r].failed;
+        same &= all[r].failed && all[r].msg_hash == all[0].msg_hash;
+    }
+    free(all);
+    if (!failed) return true;
+    if (same && world->rank == 0)
+        fprintf(stderr, "error: %s\n", err->msg);
+    else if (!same && !ok)
+        fprintf(stderr, "error: rank %d of %d: %s\n", world->rank, world->size, err->msg);
+    fflush(stderr);
+    dpt_comm_barrier_named(comm, "start-up: config errors printed"); /* messages out before any rank ends */
+    return false;
+}

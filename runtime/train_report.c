@@ -1,0 +1,262 @@
+/* train_report.c: what a run prints and logs: the header, the progress bar or lines, the log
+ * window's line and metrics, the evaluation lines, the last line; and the run's results for
+ * --expect. Lines go through report_line, which keeps the last ones for the JUnit report. */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer.h"
+#include "error.h"
+#include "../optim/optim.h"
+
+/* ---------------------------------------------------------------- the last lines */
+
+enum { TAIL_LINES = 40, TAIL_LINE = 512 };
+static char tail[TAIL_LINES][TAIL_LINE];
+static int tail_next, tail_count;
+static pthread_mutex_t tail_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void report_line(const char *fmt, ...)
+{
+    char line[TAIL_LINE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fputs(line, stdout);
+    fflush(stdout);
+    pthread_mutex_lock(&tail_lock);
+    snprintf(tail[tail_next], TAIL_LINE, "%s", line);
+    tail_next = (tail_next + 1) % TAIL_LINES;
+    if (tail_count < TAIL_LINES) tail_count++;
+    pthread_mutex_unlock(&tail_lock);
+}
+
+const char *report_tail(void)
+{
+    static char all[TAIL_LINES * TAIL_LINE];
+    size_t used = 0;
+    pthread_mutex_lock(&tail_lock);
+    for (int i = 0; i < tail_count; i++) {
+        const char *l = tail[(tail_next - tail_count + i + TAIL_LINES) % TAIL_LINES];
+        used += (size_t)snprintf(all + used, sizeof all - used, "%s", l);
+    }
+    pthread_mutex_unlock(&tail_lock);
+    return all;
+}
+
+/* ---------------------------------------------------------------- the header */
+
+void print_header(const trainer *t)
+{
+    const replica *r = t->r;
+    const run_config *run = t->run;
+    const char *unit = r->data_parallel ? "replica" : "rank";
+    report_line("dptrain %s | config %s (hash %016llx)\n", DPT_VERSION, run->config_path,
+                (unsigned long long)run->hash);
+    report_line("model %s %s | %lld parameters | %.1f MFLOP/sample forward\n", dpt_model_name(t->model),
+                dpt_model_summary(t->model), (long long)dpt_model_param_count(t->model),
+                dpt_model_flops(t->model) / 1e6);
+    char device[32];
+    dpt_device_str(dpt_ctx_device(t->ctx), device, sizeof device);
+    const char *kernels = dpt_ctx_backend_name(t->ctx);
+    report_line("device %s%s | %d threads | %d %s%s | batch %lld per rank x %d accum (%lld global)\n", device,
+                !strcmp(kernels, "cpu-onednn") ? " (oneDNN convolutions)"
+                : !strcmp(kernels, "cpu")      ? " (native kernels)"
+                                               : "",
+                dpt_ctx_threads(t->ctx), r->size, unit, r->size > 1 ? "s" : "", (long long)run->batch, run->accum,
+                (long long)(run->batch * r->size * run->accum));
+    if (t->ddp)
+        report_line("ddp %s | %d buckets of <= %g MiB | overlap %s | comm %s | loss and acc shown: %s\n",
+                    r->data_parallel ? "(DataParallel, one process)" : "(one process per rank)",
+                    dpt_ddp_num_buckets(t->ddp), run->ddp.bucket_mb, run->ddp.overlap ? "on" : "off",
+                    r->comm->ops->name,
+                    run->all_ranks ? "each rank's own shard" : "averages over all ranks");
+    report_line("data %s | train %lld per rank of %lld | test %lld | %dx%dx%d | %d classes | %lld steps/epoch\n",
+                run->data_dir, (long long)dpt_loader_num_samples(t->train_loader), (long long)t->train_set->n,
+                (long long)t->test_set->n, (int)t->train_set->c, (int)t->train_set->h, (int)t->train_set->w,
+                t->train_set->num_classes, (long long)t->steps_per_epoch);
+    report_line("optim %s | lr %g (%s scaling) | schedule %s\n", dpt_optim_name(t->optim), t->schedule.target_lr,
+                run->lr_scaling, run->schedule);
+    char total[32], p[32], a[32];
+    mib(total, sizeof total, t->need.total);
+    mib(p, sizeof p, t->need.params);
+    mib(a, sizeof a, t->need.activations);
+    report_line("memory ~%s per %s estimated (parameters and optimizer %s, activations %s)\n", total, unit, p, a);
+}
+
+/* ---------------------------------------------------------------- windows and progress */
+
+/* The window's loss and correct sums from the device meter (one read). Skipped steps were
+ * never added, so they do not poison the averages. */
+void meter_read(dpt_tensor *meter, int slot, window *w)
+{
+    float v[METER_SLOTS];
+    dpt_tensor_copy_to_host(meter, v);
+    w->loss = v[slot], w->correct = (int64_t)llround(v[slot + 1]);
+}
+
+progress progress_new(const replica *r, int64_t total_steps)
+{
+    const char *mode = r->run->progress;
+    /* Under mpirun stdout is often a pty of the launcher even when the job's output goes to a
+     * file, so "auto" means lines for multi-process runs. */
+    bool bar = !strcmp(mode, "bar") ||
+               (!strcmp(mode, "auto") && isatty(STDOUT_FILENO) && !getenv("OMPI_COMM_WORLD_SIZE") &&
+                !getenv("PMIX_RANK") && !getenv("PMI_RANK"));
+    return (progress){.bar = bar && r->print && r->rank == 0,
+                      .start = dpt_now_s(),
+                      .first_step = -1,
+                      .total_steps = total_steps};
+}
+
+/* The bar after step s of the epoch (at most 10 draws a second; rank 0's own window). */
+void progress_step(progress *p, const trainer *t, int64_t s)
+{
+    const dpt_train_state *st = &t->state;
+    if (p->first_step < 0) p->first_step = st->step - 1, p->start = dpt_now_s();
+    if (!p->bar) return;
+    double now = dpt_now_s();
+    if (now - p->last_draw < 0.1 && s < t->steps_per_epoch) return;
+    p->last_draw = now;
+    window w = t->win; /* the bar reads the device meter at most 10 times a second */
+    meter_read(t->meter, METER_WINDOW, &w);
+    double per_step = (now - p->start) / (double)(st->step - p->first_step);
+    int eta = (int)(per_step * (double)(p->total_steps - st->step));
+    char bar[31];
+    int fill = (int)(30 * s / t->steps_per_epoch);
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+    bar[30] = '\0';
+    printf("\repoch %d [%s] %3d%% %lld/%lld | loss %.4f | acc %5.1f%% | lr %.3g | ETA %d:%02d:%02d \033[K", st->epoch,
+           bar, (int)(100 * s / t->steps_per_epoch), (long long)s, (long long)t->steps_per_epoch,
+           w.samples ? w.loss / (double)w.samples : 0.0, w.samples ? 100.0 * (double)w.correct / (double)w.samples : 0.0,
+           (double)dpt_optim_lr(t->optim), eta / 3600, eta / 60 % 60, eta % 60);
+    fflush(stdout);
+}
+
+void progress_end_epoch(progress *p)
+{
+    if (p->bar) printf("\n");
+}
+
+/* The GPU's stats as JSON fields (",\"gpu_util\":87,..."), or "" when there are none. */
+static const char *gpu_json(const dpt_gpu_stats *s, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (s->valid)
+        snprintf(buf, cap,
+                 ",\"gpu_util\":%d,\"gpu_mem_used_mb\":%.0f,\"gpu_mem_total_mb\":%.0f,\"gpu_temp_c\":%d,"
+                 "\"gpu_power_w\":%.1f",
+                 s->util_pct, s->mem_used_mb, s->mem_total_mb, s->temp_c, s->power_w);
+    return buf;
+}
+
+/* The log window's line (step s of the epoch) and metrics record; then a new window. Under
+ * DDP the loss and accuracy are the averages over all ranks (one small AllReduce per line),
+ * unless every rank prints its own ([log] all_ranks). */
+void log_window(trainer *t, int64_t s)
+{
+    const replica *r = t->r;
+    window *w = &t->win;
+    int64_t window_syncs = dpt_ctx_host_syncs(t->ctx) - w->syncs_at_start; /* before this read */
+    meter_read(t->meter, METER_WINDOW, w);
+    double sums[3] = {w->loss, (double)w->correct, (double)w->samples};
+    if (r->comm && r->size > 1 && !t->run->all_ranks) dpt_comm_allreduce_f64(r->comm, sums, 3, "progress line sums");
+    double now = dpt_now_s();
+    int64_t steps = w->steps > 0 ? w->steps : 1;
+    double img_s = (double)w->samples * r->size / (now - w->start);
+    double loss = sums[2] ? sums[0] / sums[2] : NAN;
+    double acc = sums[2] ? sums[1] / sums[2] : NAN;
+    double lr = (double)dpt_optim_lr(t->optim);
+    /* the rank's GPU as nvidia-smi would show it ([log] gpu_stats; NVML loaded at run time) */
+    dpt_gpu_stats gs = {0};
+    char gpu[112] = "";
+    if (dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CUDA && t->run->gpu_stats) {
+        char pci[32], text[96];
+        dpt_cuda_pci_bus_id(dpt_ctx_device(t->ctx).index, pci, sizeof pci);
+        if (dpt_gpu_stats_read(dpt_ctx_device(t->ctx).index, pci, &gs))
+            snprintf(gpu, sizeof gpu, " | gpu %s", dpt_gpu_stats_str(&gs, text, sizeof text));
+    }
+    if (r->print && !t->bar.bar) {
+        char who[32] = "", comm[96] = "";
+        if (r->rank) snprintf(who, sizeof who, "[rank %d] ", r->rank);
+        if (r->comm)
+            snprintf(comm, sizeof comm, " | comm %.2f ms/step (%.0f%% hidden)", 1e3 * w->comm_s / (double)steps,
+                     w->comm_s > 0 ? 100.0 * w->hidden_s / w->comm_s : 0.0);
+        report_line("%sepoch %d | step %6lld/%lld | loss %.4f | acc %5.1f%% | %8.0f img/s%s%s\n", who, t->state.epoch,
+                    (long long)s, (long long)t->steps_per_epoch, loss, 100.0 * acc, img_s, comm, gpu);
+    }
+    dpt_mem_stats mem = dpt_ctx_mem_stats(t->ctx);
+    char json[160];
+    dpt_metrics_write(t->metrics,
+                      "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,\"loss\":%.6f,\"acc\":%.6f,"
+                      "\"img_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"comm_hidden\":%.4f,"
+                      "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"ranks\":%d,\"global_batch\":%lld,"
+                      "\"host_syncs_per_step\":%.2f%s",
+                      t->state.epoch, (long long)t->state.step, lr, loss, acc, img_s,
+                      1e3 * (now - w->start) / (double)steps, 1e3 * w->comm_s / (double)steps,
+                      w->comm_s > 0 ? w->hidden_s / w->comm_s : 0.0, t->grad_norm,
+                      (double)mem.peak_allocated / 1048576.0, r->size,
+                      (long long)(t->run->batch * r->size * t->run->accum), (double)window_syncs / (double)steps,
+                      gpu_json(&gs, json, sizeof json));
+    dpt_tensor_fill_slice(t->ctx, t->meter, METER_WINDOW, 2, 0.0f);
+    *w = (window){.start = dpt_now_s(), .syncs_at_start = dpt_ctx_host_syncs(t->ctx)};
+}
+
+/* After an evaluation (t->test): the epoch line (epoch_window != NULL, with the epoch's
+ * training loss and accuracy over all ranks) or a mid-epoch one. */
+void log_eval(trainer *t, const window *epoch_window)
+{
+    const replica *r = t->r;
+    const dpt_eval_result *test = &t->test;
+    double sums[3] = {0, 0, 0};
+    if (epoch_window) {
+        sums[0] = epoch_window->loss, sums[1] = (double)epoch_window->correct,
+        sums[2] = (double)epoch_window->samples;
+        if (r->comm) dpt_comm_allreduce_f64(r->comm, sums, 3, "epoch training sums");
+    }
+    double train_loss = sums[2] ? sums[0] / sums[2] : NAN, train_acc = sums[2] ? sums[1] / sums[2] : NAN;
+    if (epoch_window) t->r->result.final_train_loss = train_loss;
+    t->r->result.final_test_loss = test->loss, t->r->result.final_test_acc = test->accuracy;
+    if (r->rank == 0) {
+        if (epoch_window)
+            report_line("epoch %d done | %.1f s | train loss %.4f acc %.1f%% | test loss %.4f acc %.2f%% (%lld "
+                        "images)\n",
+                        t->state.epoch, dpt_now_s() - epoch_window->start, train_loss, 100.0 * train_acc, test->loss,
+                        100.0 * test->accuracy, (long long)test->samples);
+        else
+            report_line("eval at step %lld | test loss %.4f acc %.2f%% (%lld images)\n", (long long)t->state.step,
+                        test->loss, 100.0 * test->accuracy, (long long)test->samples);
+    }
+    dpt_metrics_write(t->metrics,
+                      "\"kind\":\"eval\",\"epoch\":%d,\"step\":%lld,\"test_loss\":%.6f,\"test_acc\":%.6f,"
+                      "\"train_loss\":%.6f,\"train_acc\":%.6f",
+                      t->state.epoch, (long long)t->state.step, test->loss, test->accuracy, train_loss, train_acc);
+}
+
+/* The run's last line (or, stopped by a signal, the command that resumes it), and its
+ * results for --expect: img/s over the training time, evaluation excluded, all ranks. */
+void print_final(trainer *t)
+{
+    replica *r = t->r;
+    const dpt_train_state *st = &t->state;
+    double seconds = dpt_now_s() - t->run_start;
+    double train_s = seconds - t->eval_s;
+    r->result.seconds = seconds;
+    r->result.best_test_acc = st->best_acc >= 0 ? st->best_acc : NAN;
+    r->result.img_s = train_s > 0 && t->samples_trained > 0 ? (double)t->samples_trained * r->size / train_s : NAN;
+    if (r->rank != 0) return;
+    if (t->signal_seen) {
+        printf("stopped by signal %d after step %lld; ", t->signal_seen, (long long)st->step);
+        print_resume_command(r, r->last_ckpt);
+        return;
+    }
+    report_line("done | %d epochs | %lld steps%s | %.1f s | best test acc %.2f%% (epoch %d) | final test acc %.2f%%\n",
+                st->epoch - 1, (long long)st->step, st->skipped ? " (some skipped)" : "", seconds,
+                100.0 * st->best_acc, st->best_epoch, 100.0 * t->test.accuracy);
+}

@@ -1,0 +1,311 @@
+/* train_support.c: what the loop leans on: the device a replica takes, the memory check
+ * before step 1, the checkpoint folder and writes, the command that resumes a run, signals
+ * (agreed by all ranks), the timeline, and how an error ends the job. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "trainer.h"
+#include "error.h"
+#include "../optim/optim.h"
+
+/* The device of token `index` of a DataParallel list ("cpu:0,cpu:1" or "cuda:0,cuda:1"). */
+static dpt_device list_device(const char *devices, int index)
+{
+    const char *tok = devices;
+    for (int i = 0; i < index; i++)
+        tok = strchr(tok, ',') + 1;
+    if (!strncmp(tok, "cuda:", 5)) return (dpt_device){DPT_DEVICE_CUDA, atoi(tok + 5)};
+    return (dpt_device){DPT_DEVICE_CPU, atoi(tok + 4)};
+}
+
+/* [train] device: CUDA device = local rank (mpirun), or the replica's entry of the
+ * DataParallel list. */
+dpt_device pick_device(const replica *r)
+{
+    if (r->data_parallel) return list_device(r->run->devices, r->rank);
+    const char *want = r->run->device;
+    bool cuda = !strcmp(want, "cuda") || (!strcmp(want, "auto") && dpt_device_count(DPT_DEVICE_CUDA) > 0);
+    if (!cuda) return (dpt_device){DPT_DEVICE_CPU, r->rank};
+    return (dpt_device){DPT_DEVICE_CUDA, r->local_rank};
+}
+
+/* Activations kept for backward, per float of the layer outputs the builders note: the
+ * noted outputs (conv, batch norm, linear, pool) plus the unnoted ones beside them (ReLU,
+ * residual sums, dropout masks, softmax) and the gradients alive during backward. Measured
+ * against the allocator's peak (make test checks it stays above; see test_memory_estimate). */
+#define ACTIVATION_FACTOR 3.5
+#define EVALUATION_FACTOR 2.0 /* the noted outputs and the unnoted ones beside them */
+
+memory_estimate estimate_memory(const trainer *t)
+{
+    const run_config *run = t->run;
+    const dpt_dataset *train = t->train_set, *test = t->test_set;
+    double per_sample = dpt_model_activation_floats(t->model, NULL);
+    double batch = (double)run->batch;
+    /* an evaluation batch is never larger than the test set (or its limit) */
+    int64_t test_n = run->test_limit > 0 && run->test_limit < test->n ? run->test_limit : test->n;
+    double eval_batch = (double)(run->eval_batch < test_n ? run->eval_batch : test_n);
+    double sample = (double)(train->c * train->h * train->w) * sizeof(float);
+    double slots = (double)run->prefetch + 1;
+    memory_estimate m = {
+        /* parameters, their gradients (DDP buckets), the optimizer's state */
+        .params = (double)dpt_model_param_count(t->model) * sizeof(float) * (2.0 + t->optim->nstate),
+        .activations = batch * (per_sample * sizeof(float) * ACTIVATION_FACTOR + sample),
+        /* no backward, but a forward pass's outputs live until the tape is cleared */
+        .evaluation = eval_batch * (per_sample * sizeof(float) * EVALUATION_FACTOR + sample),
+        .loader = slots * (batch + eval_batch) * sample,
+    };
+    /* training's tape is cleared before an evaluation starts: they do not add up */
+    m.total = m.params + (m.activations > m.evaluation ? m.activations : m.evaluation) + m.loader;
+    return m;
+}
+
+/* The memory this process can still take: MemAvailable, lowered by a cgroup limit. */
+static double available_host_memory(void)
+{
+    double avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &avail) == 1) avail *= 1024.0;
+    if (f) fclose(f);
+    const char *limits[][2] = {
+        {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+        {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+    for (int i = 0; i < 2; i++) {
+        double limit = 0, used = 0;
+        FILE *lf = fopen(limits[i][0], "r"), *uf = fopen(limits[i][1], "r");
+        if (lf && uf && fscanf(lf, "%lf", &limit) == 1 && fscanf(uf, "%lf", &used) == 1 && limit > used &&
+            limit - used < avail)
+            avail = limit - used;
+        if (lf) fclose(lf);
+        if (uf) fclose(uf);
+    }
+    return avail;
+}
+
+void mib(char *buf, size_t cap, double bytes)
+{
+    if (bytes >= 1073741824.0)
+        snprintf(buf, cap, "%.1f GiB", bytes / 1073741824.0);
+    else
+        snprintf(buf, cap, "%.0f MiB", bytes / 1048576.0);
+}
+
+/* Refuse a run that cannot fit before it starts (the kernel's OOM killer gives no message),
+ * naming the estimate's parts and the key to change. The replicas of a node share it. */
+bool check_memory(const trainer *t, dpt_error *err)
+{
+    const replica *r = t->r;
+    const dpt_ctx *ctx = t->ctx;
+    const memory_estimate *need = &t->need;
+    if (!t->run->memory_check) return true;
+    bool device = dpt_ctx_device(ctx).kind != DPT_DEVICE_CPU;
+    double have = 0, sharing = 1;
+    if (device) {
+        dpt_mem_stats st = dpt_ctx_mem_stats(ctx);
+        size_t free_b = 0, total_b = 0;
+        dpt_ctx_device_memory(ctx, &free_b, &total_b);
+        have = (double)free_b;
+        if (st.limit && (double)st.limit < have) have = (double)st.limit;
+    } else {
+        have = available_host_memory();
+        sharing = r->data_parallel ? r->size : (r->size > 1 ? r->local_size : 1);
+        dpt_mem_stats st = dpt_ctx_mem_stats(ctx);
+        if (st.limit && (double)st.limit < have / sharing) have = (double)st.limit * sharing;
+    }
+    if (have <= 0 || need->total * sharing <= have) return true;
+    char total[32], avail[32], p[32], a[32], e[32], l[32], per[32];
+    mib(total, sizeof total, need->total * sharing);
+    mib(avail, sizeof avail, have);
+    mib(p, sizeof p, need->params);
+    mib(a, sizeof a, need->activations);
+    mib(e, sizeof e, need->evaluation);
+    mib(l, sizeof l, need->loader);
+    mib(per, sizeof per, need->activations / (double)t->run->batch);
+    bool evaluation_big = need->evaluation > need->activations;
+    return dpt_errorf(
+        err,
+        "this run needs about %s%s but %s has %s available: per %s, parameters and optimizer state "
+        "%s, activations at [train] batch = %lld %s (%s per sample), evaluation at [train] "
+        "eval_batch = %lld %s, loader buffers %s\nHINT: %s; or set [train] memory_check = false if "
+        "the estimate is wrong",
+        total, sharing > 1 ? " (all replicas of this node)" : "", device ? "the device" : "this machine",
+        avail, r->data_parallel ? "replica" : "rank", p, (long long)t->run->batch, a, per,
+        (long long)t->run->eval_batch, e, l,
+        evaluation_big ? "lower [train] eval_batch"
+                       : "lower [train] batch and keep the global batch with [distributed] accum_steps, "
+                         "or spread it over more ranks");
+}
+
+/* Whether this run writes checkpoints on its own (not only when a signal stops it). */
+static bool periodic_checkpoints(const run_config *run)
+{
+    return run->ckpt_every_steps > 0 || run->ckpt_every_epochs > 0;
+}
+
+/* The same folder, whatever the spelling (checkpoints, ./checkpoints/, an absolute path). */
+static bool same_folder(const char *file, const char *dir)
+{
+    char parent[1100], a[4096], b[4096];
+    snprintf(parent, sizeof parent, "%s", file);
+    char *slash = strrchr(parent, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(parent, sizeof parent, ".");
+    return realpath(parent, a) && realpath(dir, b) && !strcmp(a, b);
+}
+
+/* Rank 0, at start-up and before the first write. A run that checkpoints periodically
+ * creates the folder now and meets [checkpoint] existing there; one that writes only when a
+ * signal stops it checks the folder can be made, and at that first write (no one to ask
+ * then) moves another run's checkpoints aside rather than mix with them. */
+bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err)
+{
+    const char *dir = r->run->ckpt_dir;
+    bool periodic = periodic_checkpoints(r->run);
+    dpt_ckpt_dir_options opt = {
+        .create = periodic || !at_start,
+        .resumed_here = *r->resumed && same_folder(r->resumed, dir),
+        .resumed_step = r->resumed_step,
+        .archive = r->run->ckpt_archive || !at_start,
+    };
+    opt.check_only = at_start && !periodic; /* the lock and the look inside wait for the first write */
+    if (!dpt_checkpoint_prepare_dir(dir, &opt, &r->ckpt_lock_fd, err)) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return dpt_errorf(err, "%s: %s", dpt_config_where(r->run->ini, "checkpoint", "dir"), msg);
+    }
+    r->ckpt_dir_ready = !opt.check_only;
+    return true;
+}
+
+/* Rank 0 writes; every rank holds the same state. */
+void save_checkpoint(trainer *t, const dpt_train_state *st)
+{
+    replica *r = t->r;
+    if (r->rank != 0) return;
+    const char *dir = t->run->ckpt_dir;
+    dpt_error err;
+    if (!r->ckpt_dir_ready && !prepare_checkpoint_dir(r, false, &err)) dpt_abort_job("%s", err.msg);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/ckpt-step%08lld.dpt", dir, (long long)st->step);
+    if (!dpt_checkpoint_save(path, t->model, t->optim, t->ctx, t->run->ini, st, r->size, &err))
+        dpt_abort_job("%s", err.msg);
+    dpt_checkpoint_prune(dir, t->run->keep_last, st->step);
+    snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
+    report_line("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
+}
+
+/* Quote a word for a POSIX shell when it needs it. */
+static void shell_word(FILE *out, const char *w)
+{
+    if (*w &&
+        strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=./:,@%") == strlen(w)) {
+        fputs(w, out);
+        return;
+    }
+    fputc('\'', out);
+    for (const char *c = w; *c; c++)
+        if (*c == '\'')
+            fputs("'\\''", out);
+        else
+            fputc(*c, out);
+    fputc('\'', out);
+}
+
+/* The command that continues this run: the original command line (under mpirun, with the
+ * same number of ranks), its --resume replaced by the checkpoint just written. */
+void print_resume_command(const replica *r, const char *path)
+{
+    if (!*path) {
+        printf("no checkpoint was written\n");
+        return;
+    }
+    bool mpi = r->size > 1 && !r->data_parallel;
+    printf("resume with: ");
+    if (mpi) printf("mpirun -np %d ", r->size);
+    const cli *a = r->args;
+    for (int i = 0; i < a->argc; i++) {
+        if (!strcmp(a->argv[i], "--resume")) { /* and its argument, if it took one */
+            if (i + 1 < a->argc && a->resume == a->argv[i + 1]) i++;
+            continue;
+        }
+        if (i) putchar(' ');
+        shell_word(stdout, a->argv[i]);
+    }
+    printf(" --resume ");
+    shell_word(stdout, path);
+    printf("\n");
+    if (mpi) printf("(with the other mpirun options this job was started with, e.g. --hostfile)\n");
+    fflush(stdout);
+}
+
+static volatile sig_atomic_t pending_signal;
+
+static void on_signal(int sig)
+{
+    pending_signal = sig;
+}
+
+void install_signal_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* A signal may reach the ranks at different steps: they agree (one tiny AllReduce per step)
+ * so that all stop after the same step and the checkpoint is consistent. */
+bool signal_agreed(const replica *r, int *signal_seen)
+{
+    double sig = (double)pending_signal;
+    if (r->comm && r->size > 1) {
+        dpt_comm_allreduce_f64(r->comm, &sig, 1, "signal agreement (once per step)");
+        if (sig > 0) sig = SIGTERM;
+    }
+    if (sig > 0 && r->rank == 0) {
+        fprintf(stderr, "\nreceived %s: finishing this step and writing a checkpoint\n",
+                (int)sig == SIGINT ? "SIGINT" : "SIGTERM");
+    }
+    *signal_seen = (int)sig;
+    return sig > 0;
+}
+
+dpt_timeline *open_timeline(const replica *r)
+{
+    const char *pattern = r->run->timeline;
+    if (!*pattern) return NULL;
+    char path[1024];
+    const char *mark = strstr(pattern, "{rank}");
+    if (mark)
+        snprintf(path, sizeof path, "%.*s%d%s", (int)(mark - pattern), pattern, r->rank, mark + 6);
+    else if (r->size > 1)
+        snprintf(path, sizeof path, "%s.rank%d", pattern, r->rank);
+    else
+        snprintf(path, sizeof path, "%s", pattern);
+    dpt_error err;
+    dpt_timeline *tl = dpt_timeline_open(path, r->rank, &err);
+    if (!tl) dpt_abort_job("%s", err.msg);
+    return tl;
+}
+
+/* A user-facing error. With other ranks or replica threads running, stop them too (they may
+ * wait in a collective for this one): the job ends once, with this rank's message (MPI_Abort
+ * under mpirun; the whole process under DataParallel). */
+int fail(const replica *r, const dpt_error *err)
+{
+    if (r->size > 1 && !r->data_parallel) dpt_abort_job("rank %d of %d: %s", r->rank, r->size, err->msg);
+    if (r->data_parallel) dpt_abort_job("%s", err->msg);
+    fprintf(stderr, "error: %s\n", err->msg);
+    return 1;
+}

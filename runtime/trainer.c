@@ -1,0 +1,367 @@
+/* trainer.c: one replica's training, top to bottom: open (context, data, model, optimizer,
+ * resume, DDP), then for each step train_step (micro-batches, gradient AllReduce, clip,
+ * optimizer) and after_step (log, evaluate, checkpoint, signals), then close. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer.h"
+#include "error.h"
+#include "../optim/optim.h"
+
+static bool trainer_open(trainer *t, replica *r, dpt_error *err);
+static void trainer_close(trainer *t);
+static void epoch_begin(trainer *t);
+static void train_step(trainer *t);
+static void after_step(trainer *t, int64_t s);
+static bool epoch_end(trainer *t);
+
+/* The training loop of one replica (a thread under DataParallel). */
+void *train_replica(void *arg)
+{
+    replica *r = arg;
+    trainer t;
+    dpt_error err;
+    r->rc = 1;
+    r->result = (dpt_run_result){NAN, NAN, NAN, NAN, NAN, 0};
+    if (!trainer_open(&t, r, &err)) {
+        r->rc = fail(r, &err);
+        return NULL;
+    }
+    if (r->args->dry_run || r->args->summary) {
+        if (r->rank == 0 && r->args->summary) dpt_model_print_summary(t.model, stdout);
+        if (r->rank == 0 && r->args->dry_run) dpt_config_print(t.run->ini, stdout);
+    } else {
+        for (; t.state.epoch <= t.run->epochs && !t.stop; t.state.epoch++) {
+            epoch_begin(&t);
+            for (int64_t s = t.state.batches_done / t.run->accum; s < t.steps_per_epoch && !t.stop; s++) {
+                train_step(&t);
+                after_step(&t, s);
+            }
+            if (epoch_end(&t)) break;
+        }
+        print_final(&t);
+    }
+    trainer_close(&t);
+    r->rc = 0;
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- open and close */
+
+/* Tests: is the [distributed] fault `kind` due on this rank at this step? */
+static bool fault_now(const trainer *t, fault_kind kind)
+{
+    return t->run->fault.kind == kind && t->r->rank == t->run->fault.rank && t->state.step == t->run->fault.step;
+}
+
+/* The loaders, and the steps they make per epoch; false when there is not one step. */
+static bool open_loaders(trainer *t, dpt_error *err)
+{
+    const run_config *run = t->run;
+    dpt_loader_options train_opt = run->train_data, test_opt = run->test_data;
+    train_opt.rank = test_opt.rank = t->r->rank;
+    train_opt.world_size = test_opt.world_size = t->r->size;
+    t->train_loader = dpt_loader_new(t->ctx, t->train_set, &train_opt);
+    const char *hint = dpt_ctx_set_oom_hint(t->ctx, DPT_EVAL_OOM_HINT);
+    t->test_loader = dpt_loader_new(t->ctx, t->test_set, &test_opt);
+    dpt_ctx_set_oom_hint(t->ctx, hint);
+    t->steps_per_epoch = dpt_loader_num_batches(t->train_loader) / run->accum;
+    if (t->steps_per_epoch > 0) return true;
+    return dpt_errorf(err,
+                      "rank %d gets %lld training samples per epoch, fewer than one step of %lld x %d "
+                      "accumulation with drop_last = %s\nHINT: lower [train] batch or "
+                      "[distributed] accum_steps, or use fewer ranks",
+                      t->r->rank, (long long)dpt_loader_num_samples(t->train_loader), (long long)run->batch,
+                      run->accum, train_opt.drop_last ? "true" : "false");
+}
+
+static bool resume(trainer *t, dpt_error *err)
+{
+    replica *r = t->r;
+    if (!dpt_checkpoint_resolve(r->args->resume, t->run->ckpt_dir, r->resumed, sizeof r->resumed, err) ||
+        !dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx, t->run->ini, &t->state, r->size, err))
+        return false;
+    r->resumed_step = t->state.step;
+    snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", r->resumed);
+    if (r->rank == 0)
+        printf("resumed from %s: epoch %d, step %lld\n", r->resumed, t->state.epoch, (long long)t->state.step);
+    return true;
+}
+
+/* Everything a run needs, in order; a failure unwinds what was built (through labels named
+ * for what they free) and returns false with err. */
+static bool trainer_open(trainer *t, replica *r, dpt_error *err)
+{
+    const run_config *run = r->run;
+    memset(t, 0, sizeof *t);
+    t->r = r, t->run = run;
+    t->state = (dpt_train_state){.epoch = 1, .best_acc = -1.0};
+    dpt_ctx_options ctx_opt = run->ctx;
+    ctx_opt.device = pick_device(r);
+    if (r->data_parallel && ctx_opt.threads == 0) { /* split the cores between replicas */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        ctx_opt.threads = (int)(cores / r->size > 0 ? cores / r->size : 1);
+    }
+    t->ctx = dpt_ctx_new(&ctx_opt, err);
+    if (!t->ctx) return false;
+    t->host_comm = r->comm;
+    dpt_comm_set_timeout(r->comm, run->ddp.timeout_s); /* NCCL's start too */
+    if (r->comm && dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CUDA) {
+        t->nccl = dpt_comm_nccl_new(t->ctx, r->comm, err);
+        if (!t->nccl) goto free_ctx;
+        r->comm = t->nccl;
+    }
+    if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto free_nccl;
+    t->model = dpt_model_build(t->ctx, run->ini, t->train_set->c, t->train_set->h, t->train_set->w,
+                               t->train_set->num_classes, err);
+    if (!t->model) goto free_data;
+    t->optim = dpt_optim_build(t->model, run->ini, err);
+    if (!t->optim) goto free_model;
+    t->need = estimate_memory(t);
+    if (!check_memory(t, err)) goto free_optim;
+    t->metrics = dpt_metrics_open(r->rank == 0 ? run->metrics : "", err);
+    if (!t->metrics) goto free_optim;
+    if (!open_loaders(t, err)) goto free_loaders;
+    if (r->args->resume && !resume(t, err)) goto free_loaders;
+    /* Everything that can stop a checkpoint is checked before the first step, not at the
+     * first save after hours of training. */
+    bool look_only = r->args->dry_run || r->args->summary;
+    if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, err)) goto free_loaders;
+    dpt_ctx_set_comm(t->ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
+    if (r->comm) {
+        dpt_ddp_options ddp_opt = run->ddp;
+        ddp_opt.dataset_len = t->train_set->n;
+        dpt_comm_set_delay(r->comm, run->bench_comm_ms_per_mb);
+        t->ddp = dpt_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, err);
+        if (!t->ddp) goto unlock_checkpoints;
+    }
+    t->timeline = open_timeline(r);
+    if (t->ddp) dpt_ddp_set_timeline(t->ddp, t->timeline);
+    int64_t all = run->epochs * t->steps_per_epoch;
+    t->total_steps = run->max_steps > 0 && run->max_steps < all ? run->max_steps : all;
+    t->schedule = dpt_lr_schedule_build(run->ini, r->size, t->steps_per_epoch, t->total_steps);
+    if (r->rank == 0) print_header(t);
+    t->meter = dpt_tensor_new(t->ctx, 1, (int64_t[]){METER_SLOTS});
+    dpt_tensor_fill_slice(t->ctx, t->meter, 0, METER_SLOTS, 0.0f);
+    t->bar = progress_new(r, t->total_steps);
+    t->run_start = dpt_now_s();
+    t->stop = t->state.step >= t->total_steps;
+    t->win = (window){.start = dpt_now_s(), .syncs_at_start = dpt_ctx_host_syncs(t->ctx)};
+    return true;
+
+unlock_checkpoints:
+    if (r->ckpt_lock_fd >= 0) close(r->ckpt_lock_fd), r->ckpt_lock_fd = -1;
+free_loaders:
+    dpt_loader_free(t->test_loader);
+    dpt_loader_free(t->train_loader);
+    dpt_metrics_close(t->metrics);
+free_optim:
+    dpt_optim_free(t->optim);
+free_model:
+    dpt_model_free(t->model);
+free_data:
+    dpt_dataset_free(t->test_set);
+    dpt_dataset_free(t->train_set);
+free_nccl:
+    if (t->nccl) t->nccl->ops->free(t->nccl);
+    r->comm = t->host_comm;
+free_ctx:
+    dpt_ctx_free(t->ctx);
+    return false;
+}
+
+static void trainer_close(trainer *t)
+{
+    dpt_tensor_free(t->meter);
+    dpt_timeline_close(t->timeline);
+    dpt_ddp_free(t->ddp);
+    dpt_metrics_close(t->metrics);
+    dpt_loader_free(t->test_loader);
+    dpt_loader_free(t->train_loader);
+    dpt_optim_free(t->optim);
+    dpt_model_free(t->model);
+    dpt_dataset_free(t->test_set);
+    dpt_dataset_free(t->train_set);
+    if (t->nccl) t->nccl->ops->free(t->nccl);
+    t->r->comm = t->host_comm;
+    dpt_ctx_free(t->ctx);
+    if (t->r->ckpt_lock_fd >= 0) close(t->r->ckpt_lock_fd); /* the folder is free for the next run */
+    t->r->ckpt_lock_fd = -1;
+}
+
+/* ---------------------------------------------------------------- the step */
+
+/* Tests: make this rank exit or hang at a chosen step ([distributed] fault; a NaN loss is
+ * injected in train_step). The one call site of fault injection outside the loss. */
+static void inject_fault(const trainer *t)
+{
+    bool exit_now = fault_now(t, FAULT_EXIT), hang_now = fault_now(t, FAULT_HANG);
+    if (!exit_now && !hang_now) return;
+    fprintf(stderr, "fault injection: rank %d %s at step %lld\n", t->r->rank, exit_now ? "exit" : "hang",
+            (long long)t->state.step);
+    fflush(stderr);
+    if (exit_now) _exit(70); /* like a crash: not one of dpt_train_main's own exit codes */
+    for (;;)
+        pause();
+}
+
+static void epoch_begin(trainer *t)
+{
+    dpt_loader_start_epoch(t->train_loader, t->state.epoch);
+    dpt_loader_skip(t->train_loader, t->state.batches_done); /* resuming mid-epoch */
+    t->whole = (window){.start = dpt_now_s()};
+    dpt_tensor_fill_slice(t->ctx, t->meter, METER_EPOCH, 2, 0.0f);
+}
+
+/* One micro-batch: forward, loss, backward (DDP's AllReduces start as buckets fill), and the
+ * loss and correct counts added up on the device. */
+static void micro_batch(trainer *t, bool last)
+{
+    const run_config *run = t->run;
+    dpt_batch b;
+    double t0 = dpt_now_s();
+    dpt_loader_next(t->train_loader, &b);
+    double t1 = dpt_now_s();
+    if (t->ddp) dpt_ddp_set_sync(t->ddp, last); /* no_sync while accumulating */
+    dpt_tensor *logits = dpt_model_forward(t->model, t->ctx, b.x);
+    dpt_tensor *loss = dpt_cross_entropy_dev(t->ctx, logits, b.device_labels, run->label_smoothing);
+    if (fault_now(t, FAULT_NAN)) loss = dpt_scale(t->ctx, loss, NAN);
+    double t2 = dpt_now_s();
+    /* Each micro-batch carries 1/accum of the step's mean loss. */
+    dpt_backward(t->ctx, run->accum > 1 ? dpt_scale(t->ctx, loss, 1.0f / (float)run->accum) : loss);
+    double t3 = dpt_now_s();
+    dpt_tensor_add_slice(t->ctx, t->meter, METER_STEP, loss, 0, 1, (float)b.size);
+    dpt_count_correct_into(t->ctx, logits, b.device_labels, t->meter, METER_STEP + 1);
+    t->step_samples += b.size;
+    dpt_tape_clear(t->ctx);
+    dpt_timeline_span(t->timeline, "data", 0, t0, t1);
+    dpt_timeline_span(t->timeline, "forward", 0, t1, t2);
+    dpt_timeline_span(t->timeline, "backward", 0, t2, t3);
+}
+
+/* After a non-finite gradient norm (the same on every rank): was it this rank's loss? Every
+ * rank reads its own step loss, and the ranks agree so that only one whose loss went bad
+ * reports it (a rank that only received the NaN through the AllReduce then waits to be
+ * stopped); when no loss went bad, it was the gradients. */
+static bool nonfinite_loss_is_mine(const trainer *t)
+{
+    const replica *r = t->r;
+    float v[METER_SLOTS];
+    dpt_tensor_copy_to_host(t->meter, v);
+    bool mine = !isfinite(v[METER_STEP]);
+    double bad = mine ? 1.0 : 0.0;
+    if (r->comm && r->size > 1) dpt_comm_allreduce_f64(r->comm, &bad, 1, "non-finite loss: which ranks");
+    if (bad > 0 && !mine && !t->run->skip_nonfinite)
+        for (;;)
+            pause(); /* the rank whose loss went bad ends the job with its message */
+    return mine || (bad > 0 && r->size == 1);
+}
+
+/* [train] nonfinite: skip the step and count it, or stop the job naming the step. */
+static void nonfinite_step(trainer *t)
+{
+    const replica *r = t->r;
+    dpt_train_state *st = &t->state;
+    bool loss_bad = nonfinite_loss_is_mine(t);
+    if (t->run->skip_nonfinite) {
+        st->skipped++;
+        if (r->rank == 0)
+            fprintf(stderr, "warning: step %lld skipped: non-finite %s (%lld skipped so far)\n", (long long)st->step,
+                    loss_bad ? "loss" : "gradient", (long long)st->skipped);
+    } else if (loss_bad) {
+        dpt_abort_job("rank %d: loss is nan or inf at step %lld (epoch %d)\nHINT: lower [optim] lr, set [optim] "
+                      "clip_norm, or [train] nonfinite = skip",
+                      r->rank, (long long)st->step, st->epoch);
+    } else {
+        dpt_abort_job("rank %d: gradient norm is %f at step %lld (epoch %d)\nHINT: lower [optim] lr, set [optim] "
+                      "clip_norm, or [train] nonfinite = skip",
+                      r->rank, t->grad_norm, (long long)st->step, st->epoch);
+    }
+}
+
+/* One optimizer step: accum micro-batches, the gradient AllReduce's end, clipping, the update. */
+static void train_step(trainer *t)
+{
+    inject_fault(t);
+    dpt_optim_set_lr(t->optim, (float)dpt_lr_at(&t->schedule, t->state.step));
+    t->step_samples = 0;
+    for (int micro = 0; micro < t->run->accum; micro++)
+        micro_batch(t, micro == t->run->accum - 1);
+    double t4 = dpt_now_s();
+    if (t->ddp) {
+        dpt_ddp_finish(t->ddp); /* gradients now hold the average over ranks */
+        dpt_ddp_stats st = dpt_ddp_last_stats(t->ddp);
+        t->win.comm_s += st.comm_s, t->win.hidden_s += st.hidden_s;
+    }
+    double t5 = dpt_now_s();
+    /* After the AllReduce every rank sees the same gradients, so all take the same decision
+     * here: a NaN on one rank has become a NaN everywhere. A NaN or Inf loss makes the
+     * gradients non-finite too, so this norm (the step's one read of the device) decides for
+     * both; the loss itself is read only then, to say which. */
+    t->grad_norm = dpt_clip_grad_norm(t->ctx, t->model, t->run->clip_norm);
+    if (isfinite(t->grad_norm)) {
+        dpt_optim_step(t->ctx, t->optim);
+        dpt_tensor_add_slice(t->ctx, t->meter, METER_WINDOW, t->meter, METER_STEP, 2, 1.0f);
+        dpt_tensor_add_slice(t->ctx, t->meter, METER_EPOCH, t->meter, METER_STEP, 2, 1.0f);
+        t->win.samples += t->step_samples, t->whole.samples += t->step_samples;
+        t->samples_trained += t->step_samples;
+    } else {
+        nonfinite_step(t);
+    }
+    dpt_tensor_fill_slice(t->ctx, t->meter, METER_STEP, 2, 0.0f);
+    dpt_model_zero_grad(t->model);
+    dpt_timeline_span(t->timeline, "wait allreduce", 0, t4, t5);
+    dpt_timeline_span(t->timeline, "optimizer", 0, t5, dpt_now_s());
+}
+
+static void evaluate_mid_epoch(trainer *t)
+{
+    double start = dpt_now_s();
+    t->test = dpt_eval_allreduce(t->r->comm, dpt_evaluate(t->ctx, t->model, t->test_loader));
+    log_eval(t, NULL);
+    t->eval_s += dpt_now_s() - start;
+    t->win.start = dpt_now_s(); /* evaluation time is not training throughput */
+}
+
+/* After step s of the epoch: the progress line, a mid-epoch evaluation, a checkpoint, and
+ * whether to stop (the last step, or a signal all ranks agreed on). */
+static void after_step(trainer *t, int64_t s)
+{
+    const run_config *run = t->run;
+    dpt_train_state *st = &t->state;
+    st->step++;
+    t->win.steps++;
+    st->batches_done = (s + 1) * run->accum;
+    t->stop = st->step >= t->total_steps;
+    if (signal_agreed(t->r, &t->signal_seen)) t->stop = true;
+    progress_step(&t->bar, t, s + 1);
+    if (st->step % run->interval == 0 || t->stop) log_window(t, s + 1);
+    if (run->eval_every && st->step % run->eval_every == 0 && s + 1 < t->steps_per_epoch) evaluate_mid_epoch(t);
+    if ((run->ckpt_every_steps && st->step % run->ckpt_every_steps == 0) || t->signal_seen) save_checkpoint(t, st);
+}
+
+/* The epoch's evaluation (each rank its shard of the test set, the sums combined) and its
+ * checkpoint; true when the loop ends here (a signal, or max_steps mid-epoch). */
+static bool epoch_end(trainer *t)
+{
+    dpt_train_state *st = &t->state;
+    if (t->signal_seen) return true;
+    progress_end_epoch(&t->bar);
+    double eval_start = dpt_now_s();
+    t->test = dpt_eval_allreduce(t->r->comm, dpt_evaluate(t->ctx, t->model, t->test_loader));
+    if (t->test.accuracy > st->best_acc) st->best_acc = t->test.accuracy, st->best_epoch = st->epoch;
+    meter_read(t->meter, METER_EPOCH, &t->whole);
+    log_eval(t, &t->whole);
+    t->eval_s += dpt_now_s() - eval_start;
+    t->win.start += dpt_now_s() - eval_start;
+    if (st->batches_done < t->steps_per_epoch * t->run->accum) return true; /* stopped mid-epoch (max_steps) */
+    st->batches_done = 0;
+    if (t->run->ckpt_every_epochs && st->epoch % t->run->ckpt_every_epochs == 0) {
+        dpt_train_state next = *st;
+        next.epoch++;
+        save_checkpoint(t, &next);
+    }
+    return false;
+}

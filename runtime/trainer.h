@@ -1,0 +1,183 @@
+/* trainer.h: the training program behind ./train and dpt_train_main, in four files:
+ *   train_main.c    the command line, the config (typed once), mpirun or DataParallel, --expect
+ *   trainer.c       one replica: open, the loop (train_step, after_step), close
+ *   train_report.c  what a run prints and logs: header, progress, windows, evaluations
+ *   train_support.c device choice, the memory check, checkpoints, signals, the timeline
+ * Internal to the library; the public entry points are dpt_train_main and dpt_register_model. */
+#ifndef DPT_TRAINER_H
+#define DPT_TRAINER_H
+
+#include "dpt.h"
+#include "../data/data.h"
+#include "comm.h"
+#include "expect.h"
+#include "log.h"
+
+enum { MAX_SETS = 64, MAX_EXPECT = 32 };
+
+typedef struct cli {
+    const char *config_path;
+    const char *sets[MAX_SETS];
+    int nsets;
+    const char *expects[MAX_EXPECT]; /* --expect 'METRIC OP VALUE' */
+    int nexpects;
+    const char *junit; /* --junit PATH, or NULL */
+    bool dry_run, summary, env;
+    const char *resume; /* checkpoint path, "latest", or NULL */
+    int argc;           /* the command line as given, for the command that resumes this run */
+    char **argv;
+} cli;
+
+typedef enum fault_kind { FAULT_NONE, FAULT_EXIT, FAULT_HANG, FAULT_NAN } fault_kind;
+
+/* The run's settings, read from the INI once and typed (the loop never looks a key up). */
+typedef struct run_config {
+    const dpt_config *ini; /* for what takes the config whole: data, model, optimizer, checkpoint */
+    const char *config_path;
+    uint64_t hash;
+    /* [train] */
+    int epochs;
+    int64_t max_steps, batch, eval_batch, eval_every;
+    const char *device;
+    dpt_ctx_options ctx; /* device filled per replica */
+    bool memory_check;
+    float label_smoothing;
+    bool skip_nonfinite;
+    /* [data] */
+    dpt_loader_options train_data, test_data; /* rank and world size filled per replica */
+    const char *data_dir;
+    int64_t test_limit;
+    int prefetch;
+    /* [optim] */
+    double clip_norm;
+    const char *lr_scaling, *schedule;
+    /* [distributed] */
+    int accum;
+    const char *devices; /* DataParallel device list, or "" */
+    dpt_ddp_options ddp; /* dataset_len filled per replica */
+    double bench_comm_ms_per_mb;
+    struct {
+        fault_kind kind;
+        int rank;
+        int64_t step;
+    } fault;
+    /* [checkpoint] */
+    const char *ckpt_dir;
+    int64_t ckpt_every_steps;
+    int ckpt_every_epochs, keep_last;
+    bool ckpt_archive;
+    /* [log] */
+    int64_t interval;
+    bool all_ranks, gpu_stats;
+    const char *progress, *timeline, *metrics;
+    /* [expect] and --expect */
+    dpt_expectation expect[MAX_EXPECT];
+    int nexpect;
+} run_config;
+
+/* One replica's view of the job: a process under mpirun, or a thread under DataParallel. */
+typedef struct replica {
+    const cli *args;
+    const run_config *run;
+    dpt_comm *comm; /* NULL when training alone */
+    int rank, size;
+    int local_rank; /* on this node (mpirun): the GPU it takes */
+    int local_size; /* ranks on this node (they share its memory) */
+    bool data_parallel;
+    bool print; /* this replica prints progress lines */
+    int rc;
+    dpt_run_result result; /* what the run measured (--expect) */
+    /* rank 0's checkpoint folder: checked (and locked) before the first write */
+    bool ckpt_dir_ready;
+    int ckpt_lock_fd;
+    char last_ckpt[1100]; /* the newest checkpoint this run wrote, or resumed from */
+    char resumed[1100];   /* the checkpoint this run resumed ("" for a new run) ... */
+    int64_t resumed_step; /* ... and its step */
+} replica;
+
+/* Loss and accuracy sums over a window of steps (a log interval, or the whole epoch). The
+ * sums live on the device (the meter) and are read into loss/correct only when shown, so a
+ * GPU step waits for the host once (the gradient norm), not at every micro-batch. */
+typedef struct window {
+    double start, loss, comm_s, hidden_s;
+    int64_t correct, samples, steps;
+    int64_t syncs_at_start; /* the context's host reads when the window opened */
+} window;
+/* The device meter's slots: this step's sums, then the log window's, then the epoch's. */
+enum { METER_STEP = 0, METER_WINDOW = 2, METER_EPOCH = 4, METER_SLOTS = 6 };
+
+/* A progress bar with ETA on a terminal; plain lines otherwise. */
+typedef struct progress {
+    bool bar;
+    double start, last_draw;
+    int64_t first_step, total_steps;
+} progress;
+
+/* What a run will allocate from here on, in bytes, by part (the memory check before step 1). */
+typedef struct memory_estimate {
+    double params, activations, evaluation, loader, total;
+} memory_estimate;
+
+/* One replica's training: what open builds, the loop's state, what close frees. */
+typedef struct trainer {
+    replica *r;
+    const run_config *run;
+    dpt_ctx *ctx;
+    dpt_comm *host_comm, *nccl; /* GPU buffers travel over NCCL, host-side collectives over host_comm */
+    dpt_dataset *train_set, *test_set;
+    dpt_model *model;
+    dpt_optim *optim;
+    dpt_metrics *metrics;
+    dpt_loader *train_loader, *test_loader;
+    dpt_ddp *ddp;
+    dpt_timeline *timeline;
+    dpt_tensor *meter;
+    memory_estimate need;
+    dpt_lr_schedule schedule;
+    int64_t steps_per_epoch, total_steps;
+    dpt_train_state state;
+    /* the loop */
+    window win;   /* the current log interval, across epoch ends */
+    window whole; /* the epoch */
+    progress bar;
+    int64_t step_samples;
+    int64_t samples_trained; /* this replica's, in steps that were not skipped */
+    double grad_norm;
+    double run_start, eval_s; /* evaluation time is not training throughput */
+    dpt_eval_result test;
+    int signal_seen;
+    bool stop;
+} trainer;
+
+/* trainer.c */
+void *train_replica(void *arg);
+
+/* train_main.c */
+bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, dpt_error *err);
+
+/* train_report.c */
+void report_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *report_tail(void); /* the last lines printed, for the JUnit report */
+void print_header(const trainer *t);
+void meter_read(dpt_tensor *meter, int slot, window *w);
+progress progress_new(const replica *r, int64_t total_steps);
+void progress_step(progress *p, const trainer *t, int64_t s);
+void progress_end_epoch(progress *p);
+void log_window(trainer *t, int64_t s);
+void log_eval(trainer *t, const window *epoch_window);
+void print_final(trainer *t);
+
+/* train_support.c */
+dpt_device pick_device(const replica *r);
+memory_estimate estimate_memory(const trainer *t);
+bool check_memory(const trainer *t, dpt_error *err);
+void mib(char *buf, size_t cap, double bytes);
+bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err);
+void save_checkpoint(trainer *t, const dpt_train_state *st);
+void print_resume_command(const replica *r, const char *path);
+void install_signal_handlers(void);
+bool signal_agreed(const replica *r, int *signal_seen);
+dpt_timeline *open_timeline(const replica *r);
+int fail(const replica *r, const dpt_error *err);
+
+#endif
