@@ -104,7 +104,7 @@ LIB      := $(BUILD)/libdpt.a
 TEST_SRCS  := $(wildcard tests/test_*.c)
 MPI_TEST_SRCS := $(if $(filter 1,$(MPI)),$(wildcard tests/mpi_*.c))
 TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(MPI_TEST_SRCS:tests/%.c=$(BUILD)/tests/%) \
-              $(BUILD)/tests/doc_example $(BUILD)/tests/test_cuda_harness $(BUILD)/tests/libfake_nvml.so
+              $(BUILD)/tests/doc_example $(BUILD)/tests/doc_trainer $(BUILD)/tests/test_cuda_harness $(BUILD)/tests/libfake_nvml.so
 BENCH_SRCS := $(wildcard bench/bench_*.c $(if $(filter 1,$(MPI)),bench/mpi_bench_*.c))
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
@@ -213,6 +213,16 @@ $(BUILD)/tests/doc_example.c: docs/writing-a-model.md
 	awk '/^```c$$/{on=1;next} /^```$$/{on=0} on' $< > $@
 
 $(BUILD)/tests/doc_example: $(BUILD)/tests/doc_example.c $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+# The same page's second program (its own model, dpt_train_main) and its config, built
+# against libdpt.a and include/ only; tests/doc_trainer.sh trains, interrupts and resumes it.
+$(BUILD)/tests/doc_trainer.c $(BUILD)/tests/doc_trainer.ini: docs/writing-a-model.md
+	@mkdir -p $(dir $@)
+	awk '/^```c my_trainer.c$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/doc_trainer.c
+	awk '/^```ini my_trainer.ini$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/doc_trainer.ini
+
+$(BUILD)/tests/doc_trainer: $(BUILD)/tests/doc_trainer.c $(BUILD)/tests/doc_trainer.ini $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(LIB)

@@ -46,6 +46,7 @@ bool dpt_expectation_parse(const char *metric, const char *op_value, dpt_expecta
     const char *s = op_value;
     while (isspace((unsigned char)*s))
         s++;
+    op_value = s; /* messages quote it without the leading blanks */
     int op = -1;
     for (int i = 0; i < 4; i++)
         if (!strncmp(s, op_names[i], 2)) op = i;

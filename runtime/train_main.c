@@ -429,6 +429,12 @@ static int parse_cli(int argc, char **argv, cli *args)
                     fprintf(stderr, "error: more than %d --expect flags\n", MAX_EXPECT);
                     return 2;
                 }
+                dpt_expectation e;
+                char msg[200];
+                if (!dpt_expectation_parse_flag(v, &e, msg, sizeof msg)) {
+                    fprintf(stderr, "error: --expect %s: %s\nHINT: e.g. --expect 'final_test_acc >= 85%%'\n", v, msg);
+                    return 2;
+                }
                 args->expects[args->nexpects++] = v;
             }
         } else if (a[0] == '-') {

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# expect.sh: the CI smoke-test mode: --expect and [expect] pass and fail with their exit codes
+# (0, 3; 2 for a malformed flag, 1 for a bad [expect] value naming file:line), the JUnit report
+# parsed by python3's xml.etree (testcases, failures, errors, system-out), a run that fails
+# before its expectations; and under mpirun -np 2 the progress line's loss and accuracy are
+# the averages over both ranks (the epoch line's, which sums over ranks, must match).
+set -u
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d /tmp/dpt_expect.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+small=(configs/fmnist_mlp.ini --set train.epochs=1 --set train.threads=1 --set data.train_limit=3200
+       --set data.test_limit=1000 --set log.interval=1000)
+failed=0
+check() { # name rc detail
+    if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1: $3"; failed=$((failed + 1)); fi
+}
+# junit FILE TESTS FAILURES ERRORS [needle in a failure message]
+junit() {
+    /usr/bin/python3 - "$@" <<'PY'
+import sys, xml.etree.ElementTree as ET
+path, tests, failures, errors = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+root = ET.parse(path).getroot()
+suite = root.find("testsuite")
+cases = suite.findall("testcase")
+got = (len(cases), len(suite.findall("testcase/failure")), len(suite.findall("testcase/error")))
+assert got == (tests, failures, errors), f"testcases/failures/errors {got}, expected {(tests, failures, errors)}"
+assert int(suite.get("tests")) == tests and int(suite.get("failures")) == failures and int(suite.get("errors")) == errors
+assert float(suite.get("time")) >= 0 and "done |" in (suite.findtext("system-out") or "") or errors, "system-out"
+if len(sys.argv) > 5:
+    msgs = [f.get("message") for f in suite.iter("failure")]
+    assert any(sys.argv[5] in m for m in msgs), f"{sys.argv[5]!r} not in {msgs}"
+PY
+}
+
+out=$(./train "${small[@]}" --expect 'final_test_acc >= 0.5' --expect 'final_train_loss <= 5' \
+      --expect 'img_s >= 1' --junit "$tmp/pass.xml" 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^  pass ' <<<"$out")" -eq 3 ] && junit "$tmp/pass.xml" 4 0 0
+check "expectations met: exit 0, three pass lines, JUnit with 4 testcases and no failure" $? "exit $rc: $(tail -6 <<<"$out")"
+
+acc=$(grep -o 'final test acc [0-9.]*' <<<"$out" | grep -o '[0-9.]*$')
+out=$(./train "${small[@]}" --expect "final_test_acc == ${acc}%" --expect 'best_test_acc >= 99%' \
+      --junit "$tmp/fail.xml" 2>&1); rc=$?
+[ $rc -eq 3 ] && grep -q "pass  final_test_acc == ${acc}%" <<<"$out" &&
+    grep -q "FAIL  best_test_acc >= 99% (measured ${acc}%)" <<<"$out" &&
+    junit "$tmp/fail.xml" 3 1 0 "best_test_acc >= 99%: measured ${acc}%"
+check "one expectation fails: exit 3, FAIL with the measured value, JUnit failure" $? "exit $rc: $(tail -6 <<<"$out")"
+
+cat > "$tmp/exp.ini" <<INI
+[train]
+epochs = 1
+threads = 1
+[data]
+train_limit = 3200
+test_limit = 1000
+[expect]
+final_test_acc = <= 10%
+INI
+out=$(./train "$tmp/exp.ini" 2>&1); rc=$?
+[ $rc -eq 3 ] && grep -q "FAIL  final_test_acc <= 10%" <<<"$out"
+check "an [expect] section in the INI is checked the same way" $? "exit $rc: $(tail -4 <<<"$out")"
+
+printf '[expect]\nfinal_test_acc = 85%%\n' > "$tmp/bad.ini"
+out=$(./train "$tmp/bad.ini" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "bad.ini:2: \[expect\] final_test_acc = 85%: '85%': expected an operator" <<<"$out"
+check "a malformed [expect] value: exit 1 naming file:line" $? "exit $rc: $out"
+out=$(./train "${small[@]}" --expect 'test_acc >= 1' 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "unknown metric 'test_acc'" <<<"$out"
+check "an unknown --expect metric: exit 2 listing the metrics" $? "exit $rc: $out"
+out=$(./train "${small[@]}" --expect 'final_test_loss >= 12%' 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "a percentage, but final_test_loss is not an accuracy" <<<"$out"
+check "a percentage for a loss: exit 2" $? "exit $rc: $out"
+
+out=$(./train "${small[@]}" --set data.dir="$tmp/none" --expect 'final_test_acc >= 0.5' --junit "$tmp/err.xml" 2>&1); rc=$?
+[ $rc -eq 1 ] && junit "$tmp/err.xml" 2 0 2
+check "a run that fails before its expectations: exit 1, JUnit errors" $? "exit $rc: $(cat "$tmp/err.xml" 2>&1)"
+
+if command -v mpirun >/dev/null && ! ./train --env | grep -q 'not in this build'; then
+    # one progress line per epoch: its loss must be the epoch's loss over both ranks
+    out=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${small[@]}" \
+          --set log.interval=25 --expect 'final_train_loss <= 5' 2>&1); rc=$?
+    line=$(grep -o 'step     25/25 | loss [0-9.]* | acc *[0-9.]*%' <<<"$out" | sed 's/.*loss \([0-9.]*\) | acc *\([0-9.]*\)%/\1 \2/')
+    epoch=$(grep -o 'train loss [0-9.]* acc [0-9.]*%' <<<"$out" | sed 's/train loss \([0-9.]*\) acc \([0-9.]*\)%/\1/')
+    [ $rc -eq 0 ] && [ -n "$line" ] && [ "${line%% *}" = "$epoch" ] && grep -q "loss and acc shown: averages over all ranks" <<<"$out"
+    check "2 ranks: the progress line shows the loss over all ranks ($line vs epoch $epoch)" $? "exit $rc: $out"
+fi
+[ $failed -eq 0 ]

@@ -1,0 +1,147 @@
+/* test_registry.c: a program's own model and config keys (dpt_register_model,
+ * dpt_register_config_keys): bad registrations refused with a message, a registered model's
+ * keys validated, suggested, hashed and listed like the built-in ones, and registration after
+ * a config exists refused. The tests run in this order: no config may exist before the second. */
+#include "tests/testutil.h"
+
+static char out[16384];
+
+static dpt_model *toy_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w, int num_classes,
+                            dpt_error *err)
+{
+    dpt_model *model = dpt_model_new(ctx, "toy", NULL);
+    dpt_model_param(model, "scale", 1, (int64_t[]){dpt_config_int(cfg, "model", "toy_width")});
+    (void)c, (void)h, (void)w, (void)num_classes, (void)err;
+    return model;
+}
+
+static const dpt_config_key toy_keys[] = {
+    {NULL, "toy_width", DPT_KEY_INT, "4", 1, 64, NULL, "units"},
+    {NULL, "toy_mode", DPT_KEY_ENUM, "fast", 1, 0, "fast|exact", "how"},
+    {NULL, "bn_momentum", DPT_KEY_FLOAT, "0.1", 0, 1, NULL, "batch norm running-statistics momentum"}, /* shared */
+    {"toy_data", "noise", DPT_KEY_FLOAT, "0.5", 0, 1, NULL, "a section of its own"},
+};
+
+static void reg_bad_model_name(void) { exit(dpt_register_model("Bad Name", toy_build) ? 0 : 1); }
+static void reg_builtin_name(void) { exit(dpt_register_model("mlp", toy_build) ? 0 : 1); }
+static void reg_twice(void) { exit(dpt_register_model("twice", toy_build) && !dpt_register_model("twice", toy_build) ? 1 : 0); }
+static void reg_bad_default(void)
+{
+    dpt_config_key k = {NULL, "toy_big", DPT_KEY_INT, "100", 1, 64, NULL, "units"};
+    exit(dpt_register_config_keys("toy", &k, 1) ? 0 : 1);
+}
+static void reg_clash_runtime(void)
+{
+    dpt_config_key k = {"train", "batch", DPT_KEY_FLOAT, "1", 0, 0, NULL, "not the runtime's"};
+    exit(dpt_register_config_keys("toy", &k, 1) ? 0 : 1);
+}
+static void reg_clash_model(void)
+{
+    dpt_config_key k = {NULL, "depth", DPT_KEY_INT, "50", 1, 1000, NULL, "another default than resnet's"};
+    exit(dpt_register_config_keys("toy", &k, 1) ? 0 : 1);
+}
+static void reg_enum_without_choices(void)
+{
+    dpt_config_key k = {NULL, "toy_kind", DPT_KEY_ENUM, "a", 0, 0, NULL, "kind"};
+    exit(dpt_register_config_keys("toy", &k, 1) ? 0 : 1);
+}
+
+/* Each in a child (the parent's schema stays clean): exit 1 = refused, with the message. */
+static void test_bad_registrations_refused(void **state)
+{
+    (void)state;
+    struct {
+        void (*fn)(void);
+        const char *msg;
+    } cases[] = {
+        {reg_bad_model_name, "dpt_register_model(Bad Name): a name of lower-case letters"},
+        {reg_builtin_name, "dpt_register_model(mlp): a built-in model has this name"},
+        {reg_twice, "dpt_register_model(twice): registered twice"},
+        {reg_bad_default, "[model] toy_big = 100: out of range, must be between 1 and 64"},
+        {reg_clash_runtime, "[train] batch is already a key of the runtime"},
+        {reg_clash_model, "[model] depth is already a key of resnet"},
+        {reg_enum_without_choices, "an enum needs its choices"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run_in_child(cases[i].fn, out, sizeof out);
+        if (rc != 1) fail_msg("case %zu: exit %d, expected 1 (refused); stderr:\n%s", i, rc, out);
+        assert_contains(out, cases[i].msg);
+    }
+}
+
+static void test_registered_model_and_keys(void **state)
+{
+    (void)state;
+    assert_true(dpt_register_model("toy", toy_build));
+    assert_true(dpt_register_config_keys("toy", toy_keys, 4));
+    /* the INI reads them like built-in keys; defaults fill the rest */
+    const char *ini = "[model]\nname = toy\ntoy_width = 7\n[toy_data]\nnoise = 0.25\n";
+    dpt_error err;
+    dpt_config *cfg = dpt_config_parse(ini, strlen(ini), "toy.ini", &err);
+    if (!cfg) fail_msg("%s", err.msg);
+    assert_int_equal(dpt_config_int(cfg, "model", "toy_width"), 7);
+    assert_string_equal(dpt_config_str(cfg, "model", "toy_mode"), "fast");
+    assert_true(dpt_config_float(cfg, "toy_data", "noise") == 0.25);
+    assert_string_equal(dpt_config_where(cfg, "model", "toy_width"), "toy.ini:3");
+    /* the model builds through the registry, with its key */
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_model *m = dpt_model_build(ctx, cfg, 1, 28, 28, 10, &err);
+    if (!m) fail_msg("%s", err.msg);
+    assert_int_equal(dpt_model_param_count(m), 7);
+    dpt_model_free(m);
+    /* the key is in the hash: changing it changes the hash */
+    uint64_t h = dpt_config_hash(cfg);
+    assert_true(dpt_config_set(cfg, "model.toy_width=8", &err));
+    assert_true(dpt_config_hash(cfg) != h);
+    /* a bad value, a typo: the same messages as for built-in keys */
+    assert_false(dpt_config_set(cfg, "model.toy_width=65", &err));
+    assert_contains(err.msg, "[model] toy_width = 65: out of range, must be between 1 and 64");
+    assert_false(dpt_config_set(cfg, "model.toy_mode=slow", &err));
+    assert_contains(err.msg, "not one of fast|exact");
+    assert_false(dpt_config_set(cfg, "model.toy_widht=3", &err));
+    assert_contains(err.msg, "did you mean 'toy_width'?");
+    /* an unknown model lists the registered ones */
+    assert_true(dpt_config_set(cfg, "model.name=toys", &err));
+    assert_null(dpt_model_build(ctx, cfg, 1, 28, 28, 10, &err));
+    assert_contains(err.msg, "known models are mlp, cnn, resnet, toy");
+    dpt_config_free(cfg);
+    dpt_ctx_free(ctx);
+    /* the reference: the model's keys under [model], a shared key with both owners, its section */
+    char path[] = "/tmp/dpt_ref_XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fdopen(fd, "w+");
+    dpt_config_print_reference(f);
+    rewind(f);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    fclose(f), unlink(path);
+    assert_contains(out, "| `toy_width` | int in [1, 64] | `4` | toy: units |");
+    assert_contains(out, "| `bn_momentum` | float in [0, 1] | `0.1` | cnn, resnet, toy: batch norm");
+    assert_contains(out, "## [toy_data]");
+    assert_true(strstr(out, "## [model]") < strstr(out, "`toy_width`") && strstr(out, "`toy_width`") < strstr(out, "## [data]"));
+}
+
+static void reg_late(void)
+{
+    dpt_config_key k = {NULL, "late", DPT_KEY_INT, "1", 0, 0, NULL, "too late"};
+    exit(dpt_register_config_keys("toy", &k, 1) ? 0 : 1);
+}
+
+static void test_registration_after_a_config_refused(void **state)
+{
+    (void)state;
+    dpt_config *cfg = dpt_config_defaults(); /* a config exists (the previous test made some too) */
+    assert_int_equal(run_in_child(reg_late, out, sizeof out), 1);
+    assert_contains(out, "called after a config was made");
+    dpt_config_free(cfg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_registrations_refused),
+        cmocka_unit_test(test_registered_model_and_keys),
+        cmocka_unit_test(test_registration_after_a_config_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
