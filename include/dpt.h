@@ -597,6 +597,12 @@ dpt_model *dpt_model_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64
  * total_steps optimizer steps. */
 dpt_lr_schedule dpt_lr_schedule_build(const dpt_config *cfg, int world_size, int64_t steps_per_epoch,
                                       int64_t total_steps);
+/* An optimizer's state for checkpoints: its state tensors (momentum, moments) in a fixed
+ * order, parameter-major, and the count of completed steps. */
+int dpt_optim_num_state(const dpt_optim *optim);
+dpt_tensor *dpt_optim_state_at(const dpt_optim *optim, int i);
+int64_t dpt_optim_steps(const dpt_optim *optim);
+void dpt_optim_set_steps(dpt_optim *optim, int64_t steps);
 /* Build the optimizer named by [optim] name. */
 dpt_optim *dpt_optim_build(dpt_model *model, const dpt_config *cfg, dpt_error *err);
 

@@ -40,7 +40,7 @@ static void xent_backward(dpt_ctx *ctx, dpt_node *node)
 {
     dpt_tensor *logits = node->in[0];
     ctx->be->xent_bwd(ctx, node->saved[0]->data, (const int32_t *)node->saved[1]->data, logits->shape[0],
-                      logits->shape[1], node->f[0], node->out->grad->data, dpt_grad_acc(ctx, logits)->data);
+                      logits->shape[1], node->arg.label_smoothing, node->out->grad->data, dpt_grad_acc(ctx, logits)->data);
 }
 
 static dpt_tensor *cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels, bool host_labels,
@@ -62,7 +62,7 @@ static dpt_tensor *cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t
     if (node) {
         node->saved[0] = probs;
         node->saved[1] = kept;
-        node->f[0] = label_smoothing;
+        node->arg.label_smoothing = label_smoothing;
     }
     return loss;
 }

@@ -8,36 +8,41 @@
 #include "../runtime/ctx.h"
 #include "../runtime/error.h"
 
-enum { BETA1, BETA2, EPS, WEIGHT_DECAY };
-
 static void adamw_step(dpt_ctx *ctx, dpt_optim *o)
 {
+    float beta1 = o->hp.adamw.beta1, beta2 = o->hp.adamw.beta2, eps = o->hp.adamw.eps, wd = o->hp.adamw.weight_decay;
     double t = (double)(o->steps + 1);
-    float bc1 = (float)(1.0 - pow(o->hyper[BETA1], t));
-    float bc2 = (float)(1.0 - pow(o->hyper[BETA2], t));
+    float bc1 = (float)(1.0 - pow(beta1, t));
+    float bc2 = (float)(1.0 - pow(beta2, t));
     const dpt_tensor_list *l = dpt_optim_list(o);
     if (ctx->be->adamw_step_multi) {
-        ctx->be->adamw_step_multi(ctx, l, o->lr, o->hyper[BETA1], o->hyper[BETA2], o->hyper[EPS],
-                                  o->hyper[WEIGHT_DECAY], bc1, bc2);
+        ctx->be->adamw_step_multi(ctx, l, o->lr, beta1, beta2, eps, wd, bc1, bc2);
         return;
     }
     for (int i = 0; i < l->count; i++) {
         float *const *q = &l->ptr[i * l->width];
-        ctx->be->adamw_step(ctx, l->numel[i], q[0], q[1], q[2], q[3], o->lr, o->hyper[BETA1], o->hyper[BETA2],
-                            o->hyper[EPS], o->hyper[WEIGHT_DECAY], bc1, bc2);
+        ctx->be->adamw_step(ctx, l->numel[i], q[0], q[1], q[2], q[3], o->lr, beta1, beta2, eps, wd, bc1, bc2);
     }
 }
 
-static const dpt_optim_ops adamw_ops = {.name = "adamw", .step = adamw_step};
+static dpt_optim *adamw_from_config(dpt_model *model, const dpt_config *cfg, float lr, float weight_decay)
+{
+    return dpt_adamw_new(model, lr, (float)dpt_config_float(cfg, "optim", "beta1"),
+                         (float)dpt_config_float(cfg, "optim", "beta2"), (float)dpt_config_float(cfg, "optim", "eps"),
+                         weight_decay);
+}
+
+const dpt_optim_ops dpt_adamw_ops = {
+    .name = "adamw", .nstate = 2, .step = adamw_step, .from_config = adamw_from_config};
 
 dpt_optim *dpt_adamw_new(dpt_model *model, float lr, float beta1, float beta2, float eps, float weight_decay)
 {
     DPT_ASSERT(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
                "AdamW betas (%g, %g) outside [0, 1)", beta1, beta2);
-    dpt_optim *o = dpt_optim_alloc(&adamw_ops, model, lr, 2);
-    o->hyper[BETA1] = beta1;
-    o->hyper[BETA2] = beta2;
-    o->hyper[EPS] = eps;
-    o->hyper[WEIGHT_DECAY] = weight_decay;
+    dpt_optim *o = dpt_optim_alloc(&dpt_adamw_ops, model, lr);
+    o->hp.adamw.beta1 = beta1;
+    o->hp.adamw.beta2 = beta2;
+    o->hp.adamw.eps = eps;
+    o->hp.adamw.weight_decay = weight_decay;
     return o;
 }

@@ -7,8 +7,9 @@
 #include "../runtime/error.h"
 #include "../runtime/tensor.h"
 
-dpt_optim *dpt_optim_alloc(const dpt_optim_ops *ops, dpt_model *model, float lr, int nstate)
+dpt_optim *dpt_optim_alloc(const dpt_optim_ops *ops, dpt_model *model, float lr)
 {
+    int nstate = ops->nstate;
     DPT_ASSERT(nstate <= DPT_OPTIM_MAX_STATE, "%d state tensors", nstate);
     dpt_optim *o = calloc(1, sizeof *o);
     if (!o) dpt_fatal("out of host memory for an optimizer");
@@ -75,19 +76,34 @@ const dpt_tensor_list *dpt_optim_list(dpt_optim *o)
     return &o->list;
 }
 
+/* What a checkpoint saves and restores, without knowing an optimizer's insides. */
+int dpt_optim_num_state(const dpt_optim *o)
+{
+    return dpt_model_num_params(o->model) * o->nstate;
+}
+dpt_tensor *dpt_optim_state_at(const dpt_optim *o, int i)
+{
+    DPT_ASSERT(i >= 0 && i < dpt_optim_num_state(o), "optimizer state %d of %d", i, dpt_optim_num_state(o));
+    return o->state[i];
+}
+int64_t dpt_optim_steps(const dpt_optim *o)
+{
+    return o->steps;
+}
+void dpt_optim_set_steps(dpt_optim *o, int64_t steps)
+{
+    o->steps = steps;
+}
+
+static const dpt_optim_ops *const optimizers[] = {&dpt_sgd_ops, &dpt_adamw_ops};
+
 dpt_optim *dpt_optim_build(dpt_model *model, const dpt_config *cfg, dpt_error *err)
 {
     const char *name = dpt_config_str(cfg, "optim", "name");
     float lr = (float)dpt_config_float(cfg, "optim", "lr");
     float wd = (float)dpt_config_float(cfg, "optim", "weight_decay");
-    if (strcmp(name, "sgd") == 0)
-        return dpt_sgd_new(model, lr, (float)dpt_config_float(cfg, "optim", "momentum"),
-                           (float)dpt_config_float(cfg, "optim", "dampening"), wd,
-                           dpt_config_bool(cfg, "optim", "nesterov"));
-    if (strcmp(name, "adamw") == 0)
-        return dpt_adamw_new(model, lr, (float)dpt_config_float(cfg, "optim", "beta1"),
-                             (float)dpt_config_float(cfg, "optim", "beta2"),
-                             (float)dpt_config_float(cfg, "optim", "eps"), wd);
+    for (size_t i = 0; i < sizeof optimizers / sizeof optimizers[0]; i++)
+        if (!strcmp(optimizers[i]->name, name)) return optimizers[i]->from_config(model, cfg, lr, wd);
     dpt_errorf(err, "[optim] name = %s: unknown optimizer\nHINT: use sgd or adamw", name);
     return NULL;
 }

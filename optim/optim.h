@@ -6,10 +6,16 @@
 #include "dpt.h"
 #include "../runtime/backend.h"
 
+/* One optimizer: its name in [optim] name, its state tensors per parameter, its step, and
+ * how it is made from [optim] (the table in optim.c lists them, like models/registry.c). */
 typedef struct dpt_optim_ops {
     const char *name;
+    int nstate;
     void (*step)(dpt_ctx *ctx, dpt_optim *optim);
+    dpt_optim *(*from_config)(dpt_model *model, const dpt_config *cfg, float lr, float weight_decay);
 } dpt_optim_ops;
+
+extern const dpt_optim_ops dpt_sgd_ops, dpt_adamw_ops;
 
 #define DPT_OPTIM_MAX_STATE 2
 
@@ -18,7 +24,15 @@ struct dpt_optim {
     dpt_model *model;
     float lr;
     int64_t steps;        /* completed steps (AdamW's t, SGD's "first step" flag) */
-    float hyper[6];       /* the optimizer's own hyper-parameters, named in its file */
+    union { /* the optimizer's own hyper-parameters */
+        struct {
+            float momentum, dampening, weight_decay;
+            bool nesterov;
+        } sgd;
+        struct {
+            float beta1, beta2, eps, weight_decay;
+        } adamw;
+    } hp;
     int nstate;           /* state tensors per parameter */
     dpt_tensor **state;   /* nparams * nstate, parameter-major */
     dpt_tensor_list list; /* (param, grad, state...) per parameter, rebuilt each step */
@@ -29,6 +43,6 @@ struct dpt_optim {
 const dpt_tensor_list *dpt_optim_list(dpt_optim *o);
 
 /* Allocate the common part with nstate zeroed state tensors per parameter. */
-dpt_optim *dpt_optim_alloc(const dpt_optim_ops *ops, dpt_model *model, float lr, int nstate);
+dpt_optim *dpt_optim_alloc(const dpt_optim_ops *ops, dpt_model *model, float lr);
 
 #endif

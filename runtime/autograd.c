@@ -16,13 +16,14 @@ dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward
     for (int i = 0; i < n_in; i++)
         any |= dpt_wants_grad(in[i]);
     if (!any) return NULL;
-    DPT_ASSERT(!ctx->tape_consumed, "%s recorded after backward without dpt_tape_clear()", op);
-    if (ctx->nnodes == ctx->cap_nodes) {
-        ctx->cap_nodes = ctx->cap_nodes ? 2 * ctx->cap_nodes : 128;
-        ctx->nodes = realloc(ctx->nodes, (size_t)ctx->cap_nodes * sizeof *ctx->nodes);
-        if (!ctx->nodes) dpt_fatal("out of host memory growing the tape");
+    dpt_tape *tape = &ctx->tape;
+    DPT_ASSERT(!tape->consumed, "%s recorded after backward without dpt_tape_clear()", op);
+    if (tape->nnodes == tape->cap_nodes) {
+        tape->cap_nodes = tape->cap_nodes ? 2 * tape->cap_nodes : 128;
+        tape->nodes = realloc(tape->nodes, (size_t)tape->cap_nodes * sizeof *tape->nodes);
+        if (!tape->nodes) dpt_fatal("out of host memory growing the tape");
     }
-    dpt_node *node = &ctx->nodes[ctx->nnodes++];
+    dpt_node *node = &tape->nodes[tape->nnodes++];
     memset(node, 0, sizeof *node);
     node->op = op;
     node->backward = backward;
@@ -59,17 +60,38 @@ dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate)
     return dpt_grad_acc(ctx, t);
 }
 
+void dpt_tape_keep(dpt_ctx *ctx, dpt_tensor *t)
+{
+    dpt_tape *tape = &ctx->tape;
+    if (tape->ntemps == tape->cap_temps) {
+        tape->cap_temps = tape->cap_temps ? 2 * tape->cap_temps : 256;
+        tape->temps = realloc(tape->temps, (size_t)tape->cap_temps * sizeof *tape->temps);
+        if (!tape->temps) dpt_fatal("out of host memory growing the tape");
+    }
+    tape->temps[tape->ntemps++] = t;
+    t->is_temp = true;
+}
+
 void *dpt_tape_scratch(dpt_ctx *ctx, size_t bytes)
 {
-    if (ctx->nscratch == ctx->cap_scratch) {
-        ctx->cap_scratch = ctx->cap_scratch ? 2 * ctx->cap_scratch : 16;
-        ctx->scratch = realloc(ctx->scratch, (size_t)ctx->cap_scratch * sizeof *ctx->scratch);
-        if (!ctx->scratch) dpt_fatal("out of host memory growing tape scratch");
+    dpt_tape *tape = &ctx->tape;
+    if (tape->nscratch == tape->cap_scratch) {
+        tape->cap_scratch = tape->cap_scratch ? 2 * tape->cap_scratch : 16;
+        tape->scratch = realloc(tape->scratch, (size_t)tape->cap_scratch * sizeof *tape->scratch);
+        if (!tape->scratch) dpt_fatal("out of host memory growing tape scratch");
     }
     void *p = malloc(bytes ? bytes : 1);
     if (!p) dpt_fatal("out of host memory for %zu bytes of tape scratch", bytes);
-    ctx->scratch[ctx->nscratch++] = p;
+    tape->scratch[tape->nscratch++] = p;
     return p;
+}
+
+void dpt_tape_free(dpt_ctx *ctx)
+{
+    free(ctx->tape.nodes);
+    free(ctx->tape.temps);
+    free(ctx->tape.scratch);
+    memset(&ctx->tape, 0, sizeof ctx->tape);
 }
 
 static bool is_reported_param(const dpt_tensor *t)
@@ -81,18 +103,18 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
 {
     DPT_ASSERT(loss->numel == 1, "backward from a tensor of %lld elements; reduce it to a scalar",
                (long long)loss->numel);
-    DPT_ASSERT(!ctx->tape_consumed, "backward twice on one tape; call dpt_tape_clear() between");
-    ctx->tape_consumed = true;
+    DPT_ASSERT(!ctx->tape.consumed, "backward twice on one tape; call dpt_tape_clear() between");
+    ctx->tape.consumed = true;
     if (!loss->requires_grad) return; /* nothing on the tape depends on a parameter */
 
     /* A parameter's gradient is final once every node that read it has run backward: count
      * the reads, then count down while walking the tape in reverse. */
-    for (int n = 0; n < ctx->nnodes; n++)
-        for (int i = 0; i < ctx->nodes[n].n_in; i++)
-            if (is_reported_param(ctx->nodes[n].in[i])) ctx->nodes[n].in[i]->pending_uses = 0;
-    for (int n = 0; n < ctx->nnodes; n++)
-        for (int i = 0; i < ctx->nodes[n].n_in; i++)
-            if (is_reported_param(ctx->nodes[n].in[i])) ctx->nodes[n].in[i]->pending_uses++;
+    for (int n = 0; n < ctx->tape.nnodes; n++)
+        for (int i = 0; i < ctx->tape.nodes[n].n_in; i++)
+            if (is_reported_param(ctx->tape.nodes[n].in[i])) ctx->tape.nodes[n].in[i]->pending_uses = 0;
+    for (int n = 0; n < ctx->tape.nnodes; n++)
+        for (int i = 0; i < ctx->tape.nodes[n].n_in; i++)
+            if (is_reported_param(ctx->tape.nodes[n].in[i])) ctx->tape.nodes[n].in[i]->pending_uses++;
 
     /* d loss / d loss = 1: written on the device (no read-back), unless something already
      * added into the loss's gradient */
@@ -106,8 +128,8 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
         ctx->be->fill(ctx, seed->data, 1, 1.0f);
     }
 
-    for (int n = ctx->nnodes - 1; n >= 0; n--) {
-        dpt_node *node = &ctx->nodes[n];
+    for (int n = ctx->tape.nnodes - 1; n >= 0; n--) {
+        dpt_node *node = &ctx->tape.nodes[n];
         if (node->out->grad) node->backward(ctx, node);
         for (int i = node->n_in - 1; i >= 0; i--) {
             dpt_tensor *t = node->in[i];
@@ -121,16 +143,16 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
 void dpt_tape_clear(dpt_ctx *ctx)
 {
     /* A temporary's gradient is a temporary too, freed by this same loop. */
-    for (int i = 0; i < ctx->ntemps; i++)
-        ctx->temps[i]->grad = NULL;
-    for (int i = 0; i < ctx->ntemps; i++)
-        dpt_tensor_free(ctx->temps[i]);
-    for (int i = 0; i < ctx->nscratch; i++)
-        free(ctx->scratch[i]);
-    ctx->ntemps = 0;
-    ctx->nscratch = 0;
-    ctx->nnodes = 0;
-    ctx->tape_consumed = false;
+    for (int i = 0; i < ctx->tape.ntemps; i++)
+        ctx->tape.temps[i]->grad = NULL;
+    for (int i = 0; i < ctx->tape.ntemps; i++)
+        dpt_tensor_free(ctx->tape.temps[i]);
+    for (int i = 0; i < ctx->tape.nscratch; i++)
+        free(ctx->tape.scratch[i]);
+    ctx->tape.ntemps = 0;
+    ctx->tape.nscratch = 0;
+    ctx->tape.nnodes = 0;
+    ctx->tape.consumed = false;
 }
 
 bool dpt_set_grad_enabled(dpt_ctx *ctx, bool enabled)

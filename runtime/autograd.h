@@ -11,6 +11,19 @@
 typedef struct dpt_node dpt_node;
 typedef void (*dpt_backward_fn)(dpt_ctx *ctx, dpt_node *node);
 
+/* The tape of one context: nodes in forward order, every temporary made since the last clear
+ * (freed by dpt_tape_clear), and host scratch of the same lifetime. Only autograd.c touches
+ * its fields. */
+typedef struct dpt_tape {
+    dpt_node *nodes;
+    int nnodes, cap_nodes;
+    bool consumed; /* backward ran on this tape; a second backward needs a new forward */
+    dpt_tensor **temps;
+    int ntemps, cap_temps;
+    void **scratch;
+    int nscratch, cap_scratch;
+} dpt_tape;
+
 struct dpt_node {
     const char *op;
     dpt_backward_fn backward;
@@ -20,8 +33,10 @@ struct dpt_node {
     dpt_tensor *saved[2]; /* extra tensors kept for backward (e.g. softmax probabilities) */
     const void *layer;    /* the layer's own settings, when the op needs them */
     void *scratch;        /* tape-lifetime host memory (e.g. a copy of the labels) */
-    float f[4];
-    int64_t i[4];
+    union { /* the op's one scalar argument */
+        float alpha;           /* scale, sum, mean: dy/dx = alpha */
+        float label_smoothing; /* cross-entropy */
+    } arg;
 };
 
 /* Record a node producing `out` from inputs (NULL entries allowed) when recording is on and
@@ -35,6 +50,10 @@ dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t);
  * temporary's gradient gets it uninitialised with *accumulate = false (and must write every
  * element: one pass less than a zero fill plus an add); later ones get *accumulate = true. */
 dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate);
+/* Keep the temporary t until dpt_tape_clear() (tensor.c, for every temporary it makes). */
+void dpt_tape_keep(dpt_ctx *ctx, dpt_tensor *t);
+/* The tape's own memory, at dpt_ctx_free (after a last dpt_tape_clear). */
+void dpt_tape_free(dpt_ctx *ctx);
 /* Host memory that lives until dpt_tape_clear(). */
 void *dpt_tape_scratch(dpt_ctx *ctx, size_t bytes);
 /* Should `t` receive a gradient in this backward? */

@@ -20,7 +20,6 @@
 
 #include "ctx.h"
 #include "error.h"
-#include "../optim/optim.h"
 
 #define CKPT_MAGIC "DPTCKPT"
 #define CKPT_END "DPTEND\0"
@@ -151,7 +150,7 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
 {
     writer w = {0};
     int nparams = dpt_model_num_params(model), nbuffers = dpt_model_num_buffers(model);
-    uint32_t nrecords = 3 + (uint32_t)(nparams + nbuffers + nparams * optim->nstate);
+    uint32_t nrecords = 3 + (uint32_t)(nparams + nbuffers + dpt_optim_num_state(optim));
     put(&w, CKPT_MAGIC, 8);
     put_u32(&w, CKPT_VERSION);
     put_u32(&w, nrecords);
@@ -163,7 +162,7 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
                      "step=%lld\nskipped=%lld\nbest_acc=%.17g\nbest_epoch=%d\nworld_size=%d\n"
                      "config_hash=%016llx\n",
                      dpt_model_name(model), dpt_model_summary(model), dpt_optim_name(optim),
-                     (long long)optim->steps, st->epoch, (long long)st->batches_done, (long long)st->step,
+                     (long long)dpt_optim_steps(optim), st->epoch, (long long)st->batches_done, (long long)st->step,
                      (long long)st->skipped, st->best_acc, st->best_epoch, world_size,
                      (unsigned long long)dpt_config_hash(cfg));
     put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
@@ -175,8 +174,8 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
         put_tensor(&w, "param/", dpt_model_param_at(model, i));
     for (int i = 0; i < nbuffers; i++)
         put_tensor(&w, "buffer/", dpt_model_buffer_at(model, i));
-    for (int i = 0; i < nparams * optim->nstate; i++)
-        put_tensor(&w, "optim/", optim->state[i]);
+    for (int i = 0; i < dpt_optim_num_state(optim); i++)
+        put_tensor(&w, "optim/", dpt_optim_state_at(optim, i));
     put(&w, CKPT_END, 8);
     bool ok = write_file(path, &w, err);
     free(w.buf);
@@ -485,7 +484,7 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
                         "([checkpoint] every_epochs), where a new world size is allowed",
                         path, (long long)saved_world, world_size);
     int nparams = dpt_model_num_params(model), nbuffers = dpt_model_num_buffers(model);
-    int nstate = nparams * optim->nstate, ntensors = nparams + nbuffers + nstate;
+    int nstate = dpt_optim_num_state(optim), ntensors = nparams + nbuffers + nstate;
     record **src = calloc((size_t)ntensors + 1, sizeof *src);
     if (!src) dpt_fatal("out of host memory reading a checkpoint");
     for (int i = 0; ok && i < nparams; i++)
@@ -494,7 +493,7 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
         ok = check_tensor(path, recs, n, "buffer/", dpt_model_buffer_at(model, i), model_desc, err,
                           &src[nparams + i]);
     for (int i = 0; ok && i < nstate; i++)
-        ok = check_tensor(path, recs, n, "optim/", optim->state[i], model_desc, err,
+        ok = check_tensor(path, recs, n, "optim/", dpt_optim_state_at(optim, i), model_desc, err,
                           &src[nparams + nbuffers + i]);
     if (ok && n != (uint32_t)(3 + ntensors))
         ok = dpt_errorf(err,
@@ -510,9 +509,9 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
         for (int i = 0; i < nbuffers; i++)
             dpt_tensor_copy_from_host(dpt_model_buffer_at(model, i), (float *)src[nparams + i]->data);
         for (int i = 0; i < nstate; i++)
-            dpt_tensor_copy_from_host(optim->state[i], (float *)src[nparams + nbuffers + i]->data);
+            dpt_tensor_copy_from_host(dpt_optim_state_at(optim, i), (float *)src[nparams + nbuffers + i]->data);
         memcpy(ctx->rng.s, rng->data, sizeof ctx->rng.s);
-        optim->steps = optim_steps;
+        dpt_optim_set_steps(optim, optim_steps);
         *st = loaded;
         char hash[32];
         snprintf(hash, sizeof hash, "%016llx", (unsigned long long)dpt_config_hash(cfg));

@@ -18,14 +18,7 @@ struct dpt_ctx {
     bool cudnn_benchmark; /* cuDNN: measure the convolution algorithms once per shape */
     dpt_rng rng;
     bool grad_enabled;
-    /* The tape: nodes in forward order and every temporary made since the last clear. */
-    dpt_node *nodes;
-    int nnodes, cap_nodes;
-    bool tape_consumed; /* backward ran on this tape; a second backward needs a new forward */
-    dpt_tensor **temps;
-    int ntemps, cap_temps;
-    void **scratch;
-    int nscratch, cap_scratch;
+    dpt_tape tape; /* autograd.c's */
     dpt_comm *comm; /* for SyncBatchNorm; NULL when alone */
     dpt_grad_ready_hook grad_ready_hook;
     void *grad_ready_user;

@@ -110,9 +110,7 @@ void dpt_ctx_free(dpt_ctx *ctx)
 {
     if (!ctx) return;
     dpt_tape_clear(ctx);
-    free(ctx->nodes);
-    free(ctx->temps);
-    free(ctx->scratch);
+    dpt_tape_free(ctx);
     size_t leaked = dpt_alloc_free(ctx->alloc);
     if (leaked)
         fprintf(stderr, "dptrain: warning: %zu bytes of %s tensors were never freed\n", leaked,

@@ -89,7 +89,7 @@ dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 static void scale_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *dy = node->out->grad;
-    ctx->be->axpy(ctx, dy->numel, node->f[0], dy->data, dpt_grad_acc(ctx, node->in[0])->data);
+    ctx->be->axpy(ctx, dy->numel, node->arg.alpha, dy->data, dpt_grad_acc(ctx, node->in[0])->data);
 }
 
 dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha)
@@ -98,7 +98,7 @@ dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha)
     dpt_tensor *out = dpt_temp_like(ctx, x);
     ctx->be->scale(ctx, out->numel, alpha, x->data, out->data);
     dpt_node *node = dpt_tape_record(ctx, "scale", scale_backward, out, 1, &x);
-    if (node) node->f[0] = alpha;
+    if (node) node->arg.alpha = alpha;
     return out;
 }
 
@@ -107,7 +107,7 @@ dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha)
 static void sum_backward(dpt_ctx *ctx, dpt_node *node)
 {
     dpt_tensor *x = node->in[0];
-    float dy = dpt_tensor_item(node->out->grad) * node->f[0];
+    float dy = dpt_tensor_item(node->out->grad) * node->arg.alpha;
     dpt_tensor *ones = dpt_temp_like(ctx, x);
     ctx->be->fill(ctx, ones->data, ones->numel, dy);
     ctx->be->axpy(ctx, x->numel, 1.0f, ones->data, dpt_grad_acc(ctx, x)->data);
@@ -121,7 +121,7 @@ static dpt_tensor *reduce(dpt_ctx *ctx, dpt_tensor *x, float factor, const char 
     float value = (float)(ctx->be->sum(ctx, x->data, x->numel) * factor);
     ctx->be->copy_h2d(ctx, out->data, &value, sizeof value);
     dpt_node *node = dpt_tape_record(ctx, op, sum_backward, out, 1, &x);
-    if (node) node->f[0] = factor;
+    if (node) node->arg.alpha = factor;
     return out;
 }
 

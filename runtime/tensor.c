@@ -7,17 +7,6 @@
 #include "ctx.h"
 #include "error.h"
 
-static void tape_keep(dpt_ctx *ctx, dpt_tensor *t)
-{
-    if (ctx->ntemps == ctx->cap_temps) {
-        ctx->cap_temps = ctx->cap_temps ? 2 * ctx->cap_temps : 256;
-        ctx->temps = realloc(ctx->temps, (size_t)ctx->cap_temps * sizeof *ctx->temps);
-        if (!ctx->temps) dpt_fatal("out of host memory growing the tape");
-    }
-    ctx->temps[ctx->ntemps++] = t;
-    t->is_temp = true;
-}
-
 static dpt_tensor *tensor_header(dpt_ctx *ctx, int ndim, const int64_t *shape)
 {
     DPT_ASSERT(ndim >= 0 && ndim <= DPT_MAX_DIMS, "ndim %d", ndim);
@@ -50,7 +39,7 @@ dpt_tensor *dpt_tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool 
     s->alloc = ctx->alloc;
     t->storage = s;
     t->data = s->ptr;
-    if (temp) tape_keep(ctx, t);
+    if (temp) dpt_tape_keep(ctx, t);
     return t;
 }
 
@@ -81,7 +70,7 @@ dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape
     v->storage = t->storage;
     v->storage->refcount++;
     v->data = t->data + offset;
-    tape_keep(ctx, v);
+    dpt_tape_keep(ctx, v);
     return v;
 }
 

@@ -11,7 +11,6 @@
 
 #include "trainer.h"
 #include "error.h"
-#include "../optim/optim.h"
 
 /* ---------------------------------------------------------------- the last lines */
 

@@ -11,7 +11,6 @@
 
 #include "trainer.h"
 #include "error.h"
-#include "../optim/optim.h"
 
 /* The device of token `index` of a DataParallel list ("cpu:0,cpu:1" or "cuda:0,cuda:1"). */
 static dpt_device list_device(const char *devices, int index)
@@ -54,7 +53,8 @@ memory_estimate estimate_memory(const trainer *t)
     double slots = (double)run->prefetch + 1;
     memory_estimate m = {
         /* parameters, their gradients (DDP buckets), the optimizer's state */
-        .params = (double)dpt_model_param_count(t->model) * sizeof(float) * (2.0 + t->optim->nstate),
+        .params = (double)dpt_model_param_count(t->model) * sizeof(float) *
+                  (2.0 + (double)dpt_optim_num_state(t->optim) / (dpt_model_num_params(t->model) ? dpt_model_num_params(t->model) : 1)),
         .activations = batch * (per_sample * sizeof(float) * ACTIVATION_FACTOR + sample),
         /* no backward, but a forward pass's outputs live until the tape is cleared */
         .evaluation = eval_batch * (per_sample * sizeof(float) * EVALUATION_FACTOR + sample),

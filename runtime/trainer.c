@@ -8,7 +8,6 @@
 
 #include "trainer.h"
 #include "error.h"
-#include "../optim/optim.h"
 
 static bool trainer_open(trainer *t, replica *r, dpt_error *err);
 static void trainer_close(trainer *t);

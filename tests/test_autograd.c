@@ -137,14 +137,14 @@ static void test_no_grad(void **state)
     bool was = dpt_set_grad_enabled(ctx, false);
     assert_true(was);
     dpt_tensor *loss = forward3(ctx, l, x, labels);
-    assert_int_equal(ctx->nnodes, 0);
+    assert_int_equal(ctx->tape.nnodes, 0);
     dpt_backward(ctx, loss); /* nothing recorded: a no-op, gradients stay zero */
     for (int64_t i = 0; i < dpt_tensor_numel(dpt_model_param_at(m, 0)); i++)
         assert_float_equal(dpt_tensor_grad(dpt_model_param_at(m, 0))->data[i], 0.0f, 0.0);
     dpt_tape_clear(ctx);
     dpt_set_grad_enabled(ctx, true);
     forward3(ctx, l, x, labels);
-    assert_true(ctx->nnodes > 0);
+    assert_true(ctx->tape.nnodes > 0);
     dpt_tape_clear(ctx);
     dpt_tensor_free(x);
     dpt_model_free(m);

@@ -8,7 +8,6 @@
 
 #include "tests/testutil.h"
 #include "tests/ckpt_bytes.h"
-#include "optim/optim.h"
 #include "runtime/ctx.h"
 
 static char dir[256];
@@ -90,10 +89,11 @@ static void assert_same_state(run *a, run *b)
         dpt_tensor *pa = dpt_model_param_at(a->model, i), *pb = dpt_model_param_at(b->model, i);
         assert_memory_equal(pa->data, pb->data, (size_t)pa->numel * sizeof(float));
     }
-    for (int i = 0; i < dpt_model_num_params(a->model) * a->optim->nstate; i++)
-        assert_memory_equal(a->optim->state[i]->data, b->optim->state[i]->data,
-                            (size_t)a->optim->state[i]->numel * sizeof(float));
-    assert_int_equal(a->optim->steps, b->optim->steps);
+    assert_int_equal(dpt_optim_num_state(a->optim), dpt_optim_num_state(b->optim));
+    for (int i = 0; i < dpt_optim_num_state(a->optim); i++)
+        assert_memory_equal(dpt_optim_state_at(a->optim, i)->data, dpt_optim_state_at(b->optim, i)->data,
+                            (size_t)dpt_optim_state_at(a->optim, i)->numel * sizeof(float));
+    assert_int_equal(dpt_optim_steps(a->optim), dpt_optim_steps(b->optim));
     assert_memory_equal(a->ctx->rng.s, b->ctx->rng.s, sizeof a->ctx->rng.s);
 }
 
