@@ -111,7 +111,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *backend = cuda ? (opt.tf32 ? "cuda (cuBLAS/cuDNN, TF32)" : "cuda (cuBLAS/cuDNN, FP32)")
-                          : !strcmp(dpt_ctx_backend_name(ctx), "cpu-onednn") ? "cpu (oneDNN convolutions)"
+                          : !strcmp(dpt_ctx_backend_name(ctx), "cpu-onednn") ? "cpu (oneDNN kernels)"
                                                                              : "cpu (im2col + OpenBLAS)";
     int64_t scale = cuda ? 4 : 1; /* a GPU needs bigger batches to be measured at all */
     const conv_case cases[] = {

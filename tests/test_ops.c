@@ -46,9 +46,12 @@ static void test_linear(void **state)
 {
     (void)state;
     const int64_t shapes[][3] = {{1, 1, 1}, {1, 5, 3}, {4, 7, 2},   {9, 13, 11},
-                                 {3, 1, 6}, {2, 6, 1}, {17, 32, 10}};
+                                 {3, 1, 6}, {2, 6, 1}, {17, 32, 10}, {33, 70, 40}};
+    /* both CPU kernel settings: oneDNN's sgemm (the default) and OpenBLAS (native) */
+    for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int bias = 0; bias < 2; bias++) {
+            test_kernels = (dpt_cpu_kernels)kernels;
             linear_case c = {shapes[s][0], shapes[s][1], shapes[s][2], bias, NULL, NULL};
             gradcheck gc = {
                 .n_in = bias ? 3 : 2,
@@ -66,10 +69,11 @@ static void test_linear(void **state)
                 .grad_atol = 1e-5,
             };
             char name[64];
-            snprintf(name, sizeof name, "linear(%lld,%lld,%lld,bias=%d)", (long long)c.batch, (long long)c.in,
-                     (long long)c.out, bias);
+            snprintf(name, sizeof name, "linear(%lld,%lld,%lld,bias=%d) %s", (long long)c.batch, (long long)c.in,
+                     (long long)c.out, bias, test_kernels_name());
             run_gradcheck(name, &gc, 100 + s * 2 + (uint64_t)bias);
         }
+    test_kernels = DPT_CPU_KERNELS_DEFAULT;
 }
 
 /* ---------------------------------------------------------------- elementwise and activations */
@@ -290,8 +294,10 @@ static void test_matmul(void **state)
 {
     (void)state;
     const int64_t shapes[][3] = {{1, 1, 1}, {2, 3, 4}, {7, 1, 5}, {1, 9, 1}, {13, 17, 6}};
+    for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++) {
+            test_kernels = (dpt_cpu_kernels)kernels;
             binary_case c = {.M = shapes[s][0],
                              .K = shapes[s][1],
                              .N = shapes[s][2],
@@ -312,10 +318,11 @@ static void test_matmul(void **state)
                 .grad_atol = 1e-5,
             };
             char name[80];
-            snprintf(name, sizeof name, "matmul(%lld,%lld,%lld,ta=%d,tb=%d)", (long long)c.M, (long long)c.K,
-                     (long long)c.N, c.trans_a, c.trans_b);
+            snprintf(name, sizeof name, "matmul(%lld,%lld,%lld,ta=%d,tb=%d) %s", (long long)c.M, (long long)c.K,
+                     (long long)c.N, c.trans_a, c.trans_b, test_kernels_name());
             run_gradcheck(name, &gc, 400 + s * 4 + (uint64_t)t);
         }
+    test_kernels = DPT_CPU_KERNELS_DEFAULT;
 }
 
 /* ---------------------------------------------------------------- cross-entropy */
