@@ -49,7 +49,11 @@ OMP_LIBS ?= $(OMP)
 # oneDNN (Debian libdnnl-dev) for the CPU convolutions; without it the native kernels run.
 DNNL     ?= $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),yes,no)
 CFLAGS   += $(if $(filter yes,$(DNNL)),-DDPT_DNNL=1)
-LDLIBS   := $(SAN) $(LDFLAGS_EXTRA) $(BLAS_LIBS) $(if $(filter yes,$(DNNL)),-ldnnl) $(MPI_LIBS) -lz -lm $(OMP_LIBS) -lpthread -ldl
+# OpenSSL's libcrypto (Debian libssl-dev) for the weights' SHA-256 (--inspect, weights_sha256).
+OPENSSL  ?= $(if $(wildcard /usr/include/openssl/evp.h),yes,no)
+CFLAGS   += $(if $(filter yes,$(OPENSSL)),-DDPT_OPENSSL=1)
+LDLIBS   := $(SAN) $(LDFLAGS_EXTRA) $(BLAS_LIBS) $(if $(filter yes,$(DNNL)),-ldnnl) $(MPI_LIBS) -lz -lm $(OMP_LIBS) -lpthread -ldl \
+            $(if $(filter yes,$(OPENSSL)),-lcrypto)
 
 # ---- CUDA auto-detection: nvcc, cuBLAS, cuDNN, NCCL. cuDNN and NCCL are looked for in
 # CUDNN_HOME / NCCL_HOME, then CUDA_HOME and /usr, then the nvidia-cudnn-* / nvidia-nccl-*
@@ -113,7 +117,7 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 all: summary train tests benches
 
 summary:
-	@echo "dptrain build: cc=$(CC) | blas=$(BLAS) onednn=$(DNNL) zlib openmp mpi=$(if $(filter 1,$(MPI)),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no ($(CUDA_OFF_WHY))) cudnn=$(HAVE_CUDNN)$(if $(filter yes,$(HAVE_CUDNN)), ($(CUDNN_HOME))) nccl=$(HAVE_NCCL)$(if $(filter yes,$(HAVE_NCCL)), ($(NCCL_HOME)))$(if $(GPU_BUNDLE), | bundle $(GPU_BUNDLE))"
+	@echo "dptrain build: cc=$(CC) | blas=$(BLAS) onednn=$(DNNL) sha256=$(OPENSSL) zlib openmp mpi=$(if $(filter 1,$(MPI)),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no ($(CUDA_OFF_WHY))) cudnn=$(HAVE_CUDNN)$(if $(filter yes,$(HAVE_CUDNN)), ($(CUDNN_HOME))) nccl=$(HAVE_NCCL)$(if $(filter yes,$(HAVE_NCCL)), ($(NCCL_HOME)))$(if $(GPU_BUNDLE), | bundle $(GPU_BUNDLE))"
 
 deps:
 	@scripts/deps.sh

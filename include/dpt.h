@@ -550,6 +550,12 @@ void dpt_checkpoint_prune(const char *dir, int keep_last, int64_t keep_step);
  * zero padding (ckpt-step500.dpt); an error listing the folder's checkpoints otherwise. */
 bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t size, dpt_error *err);
 
+/* Print what a checkpoint holds: step, epoch, world size, config hash, model, each tensor's
+ * name and shape, and "weights sha256 <64 hex digits>" over its parameters and buffers (the
+ * same hash a run's final weights get: two runs agree in it when their weights are
+ * bit-identical). false with err for an unreadable or damaged file. */
+bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err);
+
 /* ---------------------------------------------------------------- the trainer, with your own models */
 
 /* Builds a model for inputs (c, h, w) and num_classes, reading its settings from cfg; NULL

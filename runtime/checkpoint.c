@@ -19,6 +19,7 @@
 #include <zlib.h>
 
 #include "ctx.h"
+#include "digest.h"
 #include "error.h"
 
 #define CKPT_MAGIC "DPTCKPT"
@@ -747,4 +748,72 @@ bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t
         "--resume %s: no such checkpoint\nHINT: %s holds checkpoints of step%s %s; pass a path, a step "
         "number, or latest",
         arg, *folder ? folder : ".", n > 4 ? "s ..." : "s", have);
+}
+
+/* ---------------------------------------------------------------- --inspect */
+
+bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
+{
+    size_t size = 0;
+    uint8_t *buf = read_whole_file(path, &size, err);
+    if (!buf) return false;
+    reader r = {buf, size, 0};
+    record *recs = NULL;
+    uint32_t n = 0;
+    bool ok = parse(path, &r, &recs, &n, err);
+    free(buf);
+    if (!ok) return false;
+    record *meta = find(recs, n, "meta");
+    if (!meta || meta->kind != REC_BLOB) {
+        free_records(recs, n);
+        return dpt_errorf(err, "%s has no meta record\n" HINT_CORRUPT, path);
+    }
+    fprintf(out, "checkpoint %s | %zu bytes | format %u | %u records\n", path, size, CKPT_VERSION, n);
+    static const char *const keys[] = {"step",       "epoch",     "batches_done", "world_size", "config_hash",
+                                       "model",      "summary",   "optim",        "optim_steps", "skipped",
+                                       "best_acc",   "best_epoch"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        char val[512];
+        if (meta_get(meta, keys[k], val, sizeof val)) fprintf(out, "%-12s %s\n", keys[k], val);
+    }
+    /* every tensor, and the weights hash over parameters then buffers (the model's order,
+     * which is the file's), as dpt_model_weights_sha256 computes it from a model */
+    const char *why = NULL;
+    dpt_digest *d = dpt_digest_new(&why);
+    for (int pass = 0; pass < 3 && ok; pass++) {
+        const char *prefix = pass == 0 ? "param/" : pass == 1 ? "buffer/" : "optim/";
+        for (uint32_t i = 0; i < n && ok; i++) {
+            record *rec = &recs[i];
+            if (rec->kind != REC_TENSOR || strncmp(rec->name, prefix, strlen(prefix))) continue;
+            int64_t numel = 1;
+            char shape[128] = "";
+            size_t used = 0;
+            for (int j = 0; j < rec->ndim; j++) {
+                numel *= rec->dims[j];
+                used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%lld", j ? ", " : "",
+                                         (long long)rec->dims[j]);
+            }
+            if ((uint64_t)numel * sizeof(float) != rec->bytes) {
+                ok = dpt_errorf(err, "%s: tensor %.64s holds %llu bytes for shape [%s]\n" HINT_CORRUPT, path,
+                                rec->name, (unsigned long long)rec->bytes, shape);
+                break;
+            }
+            fprintf(out, "tensor %-40s [%s] %lld\n", rec->name, shape, (long long)numel);
+            if (d && pass < 2)
+                dpt_digest_tensor(d, rec->name + strlen(prefix), rec->ndim, rec->dims, (const float *)rec->data,
+                                  numel);
+        }
+    }
+    if (ok && d) {
+        char hex[65];
+        dpt_digest_finish(d, hex);
+        fprintf(out, "weights sha256 %s\n", hex);
+    } else if (d) {
+        char hex[65];
+        dpt_digest_finish(d, hex);
+    } else if (ok) {
+        fprintf(out, "weights sha256 unavailable: %s\n", why);
+    }
+    free_records(recs, n);
+    return ok;
 }

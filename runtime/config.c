@@ -88,8 +88,8 @@ static const schema_key builtin_keys[] = {
      "auto: cuda:<local rank> when a GPU is visible, else cpu"},
     {"train", "threads", T_INT, "0", 0, 1024, NULL, "CPU threads for BLAS and kernels (0 = all cores)"},
     {"train", "cpu_kernels", T_ENUM, "onednn", NO_RANGE, "onednn|native",
-     "cpu: convolutions, batch norm and pooling on oneDNN (blocked layouts, JIT kernels) or the native "
-     "im2col + OpenBLAS reference"},
+     "cpu: convolutions, batch norm, pooling and GEMMs (linear layers) on oneDNN (blocked layouts, JIT "
+     "kernels) or the native im2col + OpenBLAS reference"},
     {"train", "tf32", T_BOOL, "false", NO_RANGE, NULL,
      "cuda: TF32 tensor cores for float32 GEMMs and convolutions (faster; ~1e-3 relative error)"},
     {"train", "cudnn_benchmark", T_BOOL, "false", NO_RANGE, NULL,
@@ -184,6 +184,9 @@ static const schema_key builtin_keys[] = {
      "after the run: the last epoch's training loss (average over all ranks)"},
     {"expect", "img_s", T_EXPECT, "", NO_RANGE, NULL,
      "after the run: training images per second over the whole run, all ranks (evaluation time excluded)"},
+    {"expect", "weights_sha256", T_EXPECT, "", NO_RANGE, NULL,
+     "after the run: == or != the 64 hex digits of the final weights' SHA-256 (./train --inspect CKPT prints "
+     "a checkpoint's; the run prints its own)"},
 };
 enum { NBUILTIN = sizeof builtin_keys / sizeof builtin_keys[0], MAX_LIST = 32, MAX_KEYS = 512 };
 
@@ -235,6 +238,7 @@ static const char *const outside_hash[] = {
     "expect.best_test_acc",
     "expect.final_train_loss",
     "expect.img_s",
+    "expect.weights_sha256",
 };
 
 static bool is_outside_hash(int k)

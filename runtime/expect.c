@@ -14,7 +14,7 @@ static const struct metric {
     bool accuracy; /* may be written as a percentage */
 } metrics[] = {
     {"final_test_acc", true}, {"best_test_acc", true}, {"final_test_loss", false},
-    {"final_train_loss", false}, {"img_s", false},
+    {"final_train_loss", false}, {"img_s", false}, {"weights_sha256", false},
 };
 enum { NMETRICS = sizeof metrics / sizeof metrics[0] };
 static const char *const op_names[] = {">=", "<=", "==", "!="};
@@ -37,11 +37,8 @@ bool dpt_expectation_parse(const char *metric, const char *op_value, dpt_expecta
     memset(e, 0, sizeof *e);
     const struct metric *m = find_metric(metric);
     if (!m) {
-        if (!strcmp(metric, "weights_sha256"))
-            return say(msg, cap, "%s%s is not measured yet: it comes with ./train --inspect (bit-identical "
-                                 "weights, not in this version)", metric, "");
         return say(msg, cap, "unknown metric '%s'%s; metrics are final_test_acc, best_test_acc, "
-                             "final_test_loss, final_train_loss, img_s", metric, "");
+                             "final_test_loss, final_train_loss, img_s, weights_sha256", metric, "");
     }
     const char *s = op_value;
     while (isspace((unsigned char)*s))
@@ -52,6 +49,25 @@ bool dpt_expectation_parse(const char *metric, const char *op_value, dpt_expecta
         if (!strncmp(s, op_names[i], 2)) op = i;
     if (op < 0) return say(msg, cap, "'%s': expected an operator (>= <= == !=) before the value%s", op_value, "");
     s += 2;
+    if (!strcmp(metric, "weights_sha256")) { /* == or != 64 hex digits (./train --inspect prints them) */
+        while (isspace((unsigned char)*s))
+            s++;
+        size_t n = strspn(s, "0123456789abcdef");
+        const char *rest = s + n;
+        while (isspace((unsigned char)*rest))
+            rest++;
+        if (op != DPT_EXPECT_EQ && op != DPT_EXPECT_NE)
+            return say(msg, cap, "'%s': a hash is compared with == or !=%s", op_value, "");
+        if (n != 64 || *rest)
+            return say(msg, cap, "'%s': expected 64 lower-case hex digits (./train --inspect CKPT prints the %s)",
+                       op_value, "weights sha256");
+        snprintf(e->metric, sizeof e->metric, "%s", metric);
+        e->op = (dpt_expect_op)op;
+        memcpy(e->hex, s, 64);
+        e->hex[64] = '\0';
+        snprintf(e->text, sizeof e->text, "%s %s %.12s...", metric, op_names[op], e->hex);
+        return true;
+    }
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -105,6 +121,11 @@ static double metric_value(const char *name, const dpt_run_result *r)
 
 bool dpt_expectation_holds(const dpt_expectation *e, const dpt_run_result *r, double *measured)
 {
+    if (e->hex[0]) {
+        *measured = r->weights_sha256[0] ? 0.0 : NAN;
+        if (!r->weights_sha256[0]) return false;
+        return (strcmp(e->hex, r->weights_sha256) == 0) == (e->op == DPT_EXPECT_EQ);
+    }
     double v = metric_value(e->metric, r);
     *measured = v;
     if (isnan(v)) return false; /* never measured (e.g. no evaluation ran): not met */
@@ -117,10 +138,12 @@ bool dpt_expectation_holds(const dpt_expectation *e, const dpt_run_result *r, do
     return false;
 }
 
-void dpt_expectation_format(const dpt_expectation *e, double value, char *buf, size_t cap)
+void dpt_expectation_format(const dpt_expectation *e, const dpt_run_result *r, double value, char *buf, size_t cap)
 {
     const struct metric *m = find_metric(e->metric);
-    if (isnan(value))
+    if (e->hex[0] && r->weights_sha256[0])
+        snprintf(buf, cap, "%s", r->weights_sha256);
+    else if (isnan(value))
         snprintf(buf, cap, "not measured");
     else if (m && m->accuracy)
         snprintf(buf, cap, "%.2f%%", 100.0 * value);
@@ -200,8 +223,8 @@ bool dpt_junit_write(const char *path, const char *suite, const dpt_expectation 
     for (int i = 0; i < n; i++) {
         double v;
         bool ok = dpt_expectation_holds(&e[i], r, &v);
-        char shown[48];
-        dpt_expectation_format(&e[i], v, shown, sizeof shown);
+        char shown[80];
+        dpt_expectation_format(&e[i], r, v, shown, sizeof shown);
         fputs("    <testcase classname=\"dptrain.expect\" name=\"", f);
         xml_text(f, e[i].text);
         fprintf(f, "\" time=\"%.3f\">", r->seconds);
@@ -211,7 +234,7 @@ bool dpt_junit_write(const char *path, const char *suite, const dpt_expectation 
                     run_rc);
         } else if (!ok) {
             fputs("\n      <failure type=\"expectation\" message=\"", f);
-            char text[200];
+            char text[240];
             snprintf(text, sizeof text, "%s: measured %s", e[i].text, shown);
             xml_text(f, text);
             fputs("\"/>\n    ", f);

@@ -12,6 +12,7 @@ typedef struct dpt_expectation {
     char metric[32];
     dpt_expect_op op;
     double value;     /* a percentage is stored as its fraction */
+    char hex[65];     /* weights_sha256: the 64 hex digits */
     double tolerance; /* == and !=: half a unit of the last digit written (92.49% -> 0.00005) */
     char text[96];    /* as written: "final_test_acc >= 85%" */
 } dpt_expectation;
@@ -20,6 +21,7 @@ typedef struct dpt_expectation {
 typedef struct dpt_run_result {
     double final_test_acc, best_test_acc, final_test_loss, final_train_loss, img_s;
     double seconds; /* the whole run */
+    char weights_sha256[65]; /* "" when not computed */
 } dpt_run_result;
 
 /* "OP VALUE" for metric (an [expect] key's value); false with msg saying what is wrong. */
@@ -29,7 +31,7 @@ bool dpt_expectation_parse_flag(const char *text, dpt_expectation *e, char *msg,
 /* Whether the run meets e; *measured is the metric's value (NaN when the run has none). */
 bool dpt_expectation_holds(const dpt_expectation *e, const dpt_run_result *r, double *measured);
 /* The metric's value as the logs print it: accuracies in percent, the rest as numbers. */
-void dpt_expectation_format(const dpt_expectation *e, double value, char *buf, size_t cap);
+void dpt_expectation_format(const dpt_expectation *e, const dpt_run_result *r, double value, char *buf, size_t cap);
 
 /* The JUnit report: one testcase per expectation (failure or, when the run ended with an
  * error before they could be checked, error), the run's time, and log_tail in system-out.

@@ -86,8 +86,8 @@ static fault_kind parse_fault(const char *s)
  * names adds a second expectation). */
 static bool collect_expectations(run_config *rc, const dpt_config *ini, const cli *args, dpt_error *err)
 {
-    static const char *const keys[] = {"final_test_acc", "best_test_acc", "final_test_loss", "final_train_loss",
-                                       "img_s"};
+    static const char *const keys[] = {"final_test_acc", "best_test_acc",   "final_test_loss",
+                                       "final_train_loss", "img_s", "weights_sha256"};
     char msg[200];
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const char *v = dpt_config_str(ini, "expect", keys[i]);
@@ -311,8 +311,8 @@ static int check_expectations(const dpt_world *world, const cli *args, const run
         for (int i = 0; i < run->nexpect; i++) {
             double v;
             bool ok = dpt_expectation_holds(&run->expect[i], result, &v);
-            char shown[48];
-            dpt_expectation_format(&run->expect[i], v, shown, sizeof shown);
+            char shown[80];
+            dpt_expectation_format(&run->expect[i], result, v, shown, sizeof shown);
             failed += !ok;
             if (show) report_line("  %s  %s (measured %s)\n", ok ? "pass" : "FAIL", run->expect[i].text, shown);
         }
@@ -341,7 +341,7 @@ static void usage(FILE *out)
         "usage: ./train CONFIG [--set section.key=value ...] [--resume [PATH|latest]] [--dry-run]\n"
         "                      [--expect 'METRIC OP VALUE' ...] [--junit PATH]\n"
         "       mpirun -np N ./train CONFIG ...      (data-parallel over N ranks)\n"
-        "       ./train --config-reference | --help | --version\n"
+        "       ./train --inspect CKPT | --config-reference | --help | --version\n"
         "\n"
         "Trains the model that the INI file CONFIG describes (see docs/config.md).\n"
         "\n"
@@ -350,9 +350,12 @@ static void usage(FILE *out)
         "                           [checkpoint] dir); SIGINT/SIGTERM write one and stop cleanly\n"
         "  --expect 'METRIC OP VALUE'  after the run, check a result (repeatable; also the [expect]\n"
         "                           section): METRIC final_test_acc, best_test_acc, final_test_loss,\n"
-        "                           final_train_loss or img_s; OP >= <= == !=; accuracies as 0.85\n"
+        "                           final_train_loss, img_s or weights_sha256; OP >= <= == !=;\n"
+        "                           accuracies as 0.85\n"
         "                           or 85%%. Prints pass/FAIL for each; exit code 3 if one fails\n"
         "  --junit PATH             write a JUnit XML report of the run and its expectations\n"
+        "  --inspect CKPT           print what a checkpoint holds (step, epoch, world size, config hash,\n"
+        "                           tensors) and its weights' SHA-256, and exit\n"
         "  --dry-run                load everything, print the resolved config, and exit\n"
         "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"
         "  --config-reference       print every section and key as Markdown\n"
@@ -398,6 +401,18 @@ static int parse_cli(int argc, char **argv, cli *args)
             return 0;
         } else if (!strcmp(a, "--config-reference")) {
             dpt_config_print_reference(stdout);
+            return 0;
+        } else if (is_flag(a, "--inspect")) {
+            const char *v = flag_value(argc, argv, &i, "--inspect");
+            if (!v || !*v) {
+                fprintf(stderr, "error: --inspect needs a checkpoint file\n");
+                return 2;
+            }
+            dpt_error err;
+            if (!dpt_checkpoint_inspect(v, stdout, &err)) {
+                fprintf(stderr, "error: %s\n", err.msg);
+                return 1;
+            }
             return 0;
         } else if (!strcmp(a, "--dry-run")) {
             args->dry_run = true;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "digest.h"
 #include "error.h"
 
 /* ---------------------------------------------------------------- the last lines */
@@ -64,7 +65,7 @@ void print_header(const trainer *t)
     dpt_device_str(dpt_ctx_device(t->ctx), device, sizeof device);
     const char *kernels = dpt_ctx_backend_name(t->ctx);
     report_line("device %s%s | %d threads | %d %s%s | batch %lld per rank x %d accum (%lld global)\n", device,
-                !strcmp(kernels, "cpu-onednn") ? " (oneDNN convolutions)"
+                !strcmp(kernels, "cpu-onednn") ? " (oneDNN kernels)"
                 : !strcmp(kernels, "cpu")      ? " (native kernels)"
                                                : "",
                 dpt_ctx_threads(t->ctx), r->size, unit, r->size > 1 ? "s" : "", (long long)run->batch, run->accum,
@@ -249,6 +250,8 @@ void print_final(trainer *t)
     r->result.seconds = seconds;
     r->result.best_test_acc = st->best_acc >= 0 ? st->best_acc : NAN;
     r->result.img_s = train_s > 0 && t->samples_trained > 0 ? (double)t->samples_trained * r->size / train_s : NAN;
+    const char *why = NULL;
+    bool hashed = dpt_model_weights_sha256(t->model, r->result.weights_sha256, &why);
     if (r->rank != 0) return;
     if (t->signal_seen) {
         printf("stopped by signal %d after step %lld; ", t->signal_seen, (long long)st->step);
@@ -258,4 +261,8 @@ void print_final(trainer *t)
     report_line("done | %d epochs | %lld steps%s | %.1f s | best test acc %.2f%% (epoch %d) | final test acc %.2f%%\n",
                 st->epoch - 1, (long long)st->step, st->skipped ? " (some skipped)" : "", seconds,
                 100.0 * st->best_acc, st->best_epoch, 100.0 * t->test.accuracy);
+    if (hashed)
+        report_line("weights sha256 %s\n", r->result.weights_sha256);
+    else
+        report_line("weights sha256 unavailable: %s\n", why);
 }

@@ -23,7 +23,8 @@ void *train_replica(void *arg)
     trainer t;
     dpt_error err;
     r->rc = 1;
-    r->result = (dpt_run_result){NAN, NAN, NAN, NAN, NAN, 0};
+    r->result = (dpt_run_result){.final_test_acc = NAN, .best_test_acc = NAN, .final_test_loss = NAN,
+                                 .final_train_loss = NAN, .img_s = NAN};
     if (!trainer_open(&t, r, &err)) {
         r->rc = fail(r, &err);
         return NULL;

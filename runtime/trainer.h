@@ -21,7 +21,8 @@ typedef struct cli {
     int nsets;
     const char *expects[MAX_EXPECT]; /* --expect 'METRIC OP VALUE' */
     int nexpects;
-    const char *junit; /* --junit PATH, or NULL */
+    const char *junit;   /* --junit PATH, or NULL */
+    const char *inspect; /* --inspect CKPT, or NULL */
     bool dry_run, summary, env;
     const char *resume; /* checkpoint path, "latest", or NULL */
     int argc;           /* the command line as given, for the command that resumes this run */

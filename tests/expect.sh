@@ -2,8 +2,11 @@
 # expect.sh: the CI smoke-test mode: --expect and [expect] pass and fail with their exit codes
 # (0, 3; 2 for a malformed flag, 1 for a bad [expect] value naming file:line), the JUnit report
 # parsed by python3's xml.etree (testcases, failures, errors, system-out), a run that fails
-# before its expectations; and under mpirun -np 2 the progress line's loss and accuracy are
-# the averages over both ranks (the epoch line's, which sums over ranks, must match).
+# before its expectations; the weights' SHA-256: a run's own equals --inspect's of the
+# checkpoint of its last step, a rerun pins it with --expect, a resume from an earlier
+# checkpoint ends at the same hash, and --inspect refuses a damaged file; under mpirun -np 2
+# the progress line's loss and accuracy are the averages over both ranks (the epoch line's,
+# which sums over ranks, must match) and the weights are bit-identical to DataParallel's.
 set -u
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d /tmp/dpt_expect.XXXXXX)
@@ -74,6 +77,30 @@ out=$(./train "${small[@]}" --set data.dir="$tmp/none" --expect 'final_test_acc 
 [ $rc -eq 1 ] && junit "$tmp/err.xml" 2 0 2
 check "a run that fails before its expectations: exit 1, JUnit errors" $? "exit $rc: $(cat "$tmp/err.xml" 2>&1)"
 
+# the weights' hash: the run's, the checkpoint's, a rerun's, a resumed run's
+sha() { grep -o 'weights sha256 [0-9a-f]\{64\}' | grep -o '[0-9a-f]\{64\}'; }
+out=$(./train "${small[@]}" --set checkpoint.every_steps=25 --set checkpoint.dir="$tmp/ck" 2>&1); rc=$?
+run_hash=$(sha <<<"$out")
+ins=$(./train --inspect "$tmp/ck/ckpt-step00000050.dpt" 2>&1); rc2=$?
+[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ -n "$run_hash" ] && [ "$(sha <<<"$ins")" = "$run_hash" ] &&
+    grep -q '^step *50$' <<<"$ins" && grep -q '^world_size *1$' <<<"$ins" &&
+    grep -q '^tensor param/fc1.weight *\[256, 784\] 200704$' <<<"$ins"
+check "--inspect: step, world size, tensors, and the run's own weights hash" $? "exit $rc/$rc2: $ins"
+out=$(./train "${small[@]}" --expect "weights_sha256 == $run_hash" --expect "weights_sha256 != $run_hash" 2>&1); rc=$?
+[ $rc -eq 3 ] && grep -q "pass  weights_sha256 == ${run_hash:0:12}" <<<"$out" &&
+    grep -q "FAIL  weights_sha256 != ${run_hash:0:12}.* (measured $run_hash)" <<<"$out"
+check "a rerun pins the hash: == passes, != fails" $? "exit $rc: $(tail -4 <<<"$out")"
+out=$(./train "${small[@]}" --set checkpoint.dir="$tmp/ck2" --resume "$tmp/ck/ckpt-step00000025.dpt" 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$(sha <<<"$out")" = "$run_hash" ]
+check "resumed from step 25, the weights end bit-identical" $? "exit $rc: $(tail -3 <<<"$out")"
+head -c 100000 "$tmp/ck/ckpt-step00000050.dpt" > "$tmp/cut.dpt"
+out=$(./train --inspect "$tmp/cut.dpt" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "cut.dpt: .*HINT" <<<"$(tr '\n' ' ' <<<"$out")"
+check "--inspect of a truncated checkpoint: exit 1 naming it" $? "exit $rc: $out"
+out=$(./train "${small[@]}" --expect 'weights_sha256 >= 12ab' 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "a hash is compared with == or !=" <<<"$out"
+check "a hash compared with >=: exit 2" $? "exit $rc: $out"
+
 if command -v mpirun >/dev/null && ! ./train --env | grep -q 'not in this build'; then
     # one progress line per epoch: its loss must be the epoch's loss over both ranks
     out=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${small[@]}" \
@@ -82,5 +109,9 @@ if command -v mpirun >/dev/null && ! ./train --env | grep -q 'not in this build'
     epoch=$(grep -o 'train loss [0-9.]* acc [0-9.]*%' <<<"$out" | sed 's/train loss \([0-9.]*\) acc \([0-9.]*\)%/\1/')
     [ $rc -eq 0 ] && [ -n "$line" ] && [ "${line%% *}" = "$epoch" ] && grep -q "loss and acc shown: averages over all ranks" <<<"$out"
     check "2 ranks: the progress line shows the loss over all ranks ($line vs epoch $epoch)" $? "exit $rc: $out"
+    mpi_hash=$(sha <<<"$out")
+    out=$(./train "${small[@]}" --set log.interval=25 --set distributed.devices=cpu:0,cpu:1 2>&1); rc=$?
+    [ $rc -eq 0 ] && [ -n "$mpi_hash" ] && [ "$(sha <<<"$out")" = "$mpi_hash" ]
+    check "2 ranks under mpirun and DataParallel 2 x cpu end with bit-identical weights" $? "$mpi_hash vs $(sha <<<"$out")"
 fi
 [ $failed -eq 0 ]

@@ -1,4 +1,5 @@
-/* fuzz_checkpoint.c: the checkpoint loader into a small MLP with AdamW state. The harness
+/* fuzz_checkpoint.c: the checkpoint loader into a small MLP with AdamW state, and --inspect's
+ * reader (dpt_checkpoint_inspect) on the same bytes. The harness
  * recomputes every CRC of the mutated input (tests/ckpt_bytes.h), so mutations reach the
  * checks behind them. DPT_FUZZ_WRITE_SEED=DIR writes a valid checkpoint of this model there. */
 #include "tests/fuzz/fuzz_common.h"
@@ -46,6 +47,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (!err.msg[0]) {
         abort();
     }
+    static FILE *devnull;
+    if (!devnull) devnull = fopen("/dev/null", "w");
+    err.msg[0] = '\0';
+    if (!dpt_checkpoint_inspect(path, devnull, &err) && !err.msg[0]) abort();
     close(fd);
     free(copy);
     return 0;
