@@ -509,7 +509,9 @@ void dpt_ddp_set_timeline(dpt_ddp *ddp, dpt_timeline *tl);
 /* Where a run is: enough, with model, optimizer and RNG, to continue it exactly. */
 typedef struct dpt_train_state {
     int epoch;            /* epoch in progress, 1-based */
-    int64_t batches_done; /* loader batches consumed in that epoch */
+    int64_t batches_done; /* loader batches consumed in that epoch (per rank) */
+    int64_t samples_done; /* the same over all ranks: global samples of the epoch consumed (-1:
+                           * unknown, an old checkpoint), so a run resumes on another world size */
     int64_t step;         /* optimizer steps done */
     int64_t skipped;      /* steps skipped for a non-finite loss or gradient */
     double best_acc;

@@ -161,11 +161,11 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
     int n = snprintf(meta, sizeof meta,
                      "model=%s\nsummary=%s\noptim=%s\noptim_steps=%lld\nepoch=%d\nbatches_done=%lld\n"
                      "step=%lld\nskipped=%lld\nbest_acc=%.17g\nbest_epoch=%d\nworld_size=%d\n"
-                     "config_hash=%016llx\n",
+                     "config_hash=%016llx\nepoch_samples=%lld\n",
                      dpt_model_name(model), dpt_model_summary(model), dpt_optim_name(optim),
                      (long long)dpt_optim_steps(optim), st->epoch, (long long)st->batches_done, (long long)st->step,
                      (long long)st->skipped, st->best_acc, st->best_epoch, world_size,
-                     (unsigned long long)dpt_config_hash(cfg));
+                     (unsigned long long)dpt_config_hash(cfg), (long long)st->samples_done);
     put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
     char *text = config_text(cfg);
     put_record(&w, REC_BLOB, "config", 0, NULL, text, strlen(text));
@@ -418,6 +418,12 @@ static bool read_state(const char *path, const record *meta, dpt_train_state *st
               meta_int(path, meta, "best_epoch", 0, epoch, &best_epoch, err) &&
               meta_int(path, meta, "world_size", 1, 1 << 24, world_size, err);
     if (!ok) return false;
+    /* global samples of the epoch consumed; older checkpoints lack it (-1) */
+    char sv[64];
+    st->samples_done = -1;
+    if (meta_get(meta, "epoch_samples", sv, sizeof sv) &&
+        !meta_int(path, meta, "epoch_samples", -1, big, &st->samples_done, err))
+        return false;
     st->epoch = (int)epoch;
     st->best_epoch = (int)best_epoch;
     char val[64], *end;
@@ -478,7 +484,7 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
                         "%s holds %s optimizer state; the config asks for %s\nHINT: set [optim] name = %s "
                         "to resume, or start a new run",
                         path, val, dpt_optim_name(optim), val);
-    if (ok && saved_world != world_size && loaded.batches_done != 0)
+    if (ok && saved_world != world_size && loaded.batches_done != 0 && loaded.samples_done < 0)
         ok = dpt_errorf(err,
                         "%s was written mid-epoch by %lld ranks; this run has %d\nHINT: resume with the "
                         "same number of ranks, or from a checkpoint written at an epoch end "
@@ -769,7 +775,7 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
         return dpt_errorf(err, "%s has no meta record\n" HINT_CORRUPT, path);
     }
     fprintf(out, "checkpoint %s | %zu bytes | format %u | %u records\n", path, size, CKPT_VERSION, n);
-    static const char *const keys[] = {"step",       "epoch",     "batches_done", "world_size", "config_hash",
+    static const char *const keys[] = {"step",       "epoch",     "batches_done", "epoch_samples", "world_size", "config_hash",
                                        "model",      "summary",   "optim",        "optim_steps", "skipped",
                                        "best_acc",   "best_epoch"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {

@@ -80,7 +80,11 @@ static const schema_key builtin_keys[] = {
 
     {"train", "epochs", T_INT, "5", 1, 1e6, NULL, "passes over the training set"},
     {"train", "max_steps", T_INT, "0", 0, 1e12, NULL, "stop after this many optimizer steps (0 = no limit)"},
-    {"train", "batch", T_INT, "64", 1, 1 << 20, NULL, "samples per step (per rank)"},
+    {"train", "batch", T_INT, "64", 1, 1 << 20, NULL, "samples per step (per rank); see global_batch"},
+    {"train", "global_batch", T_INT, "0", 0, 1 << 30, NULL,
+     "samples per optimizer step over all ranks and accumulation steps (0 = batch x ranks x accum_steps). "
+     "When set, each rank's batch is global_batch / (ranks x accum_steps) and [train] batch is not used: the "
+     "same config runs on any world size that divides it, and resumes mid-epoch on another"},
     {"train", "eval_batch", T_INT, "1000", 1, 1 << 20, NULL, "samples per evaluation forward pass"},
     {"train", "seed", T_INT, "42", 0, 9.2e18, NULL,
      "seeds initialisation and shuffling: the same seed gives the same run"},

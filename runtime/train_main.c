@@ -34,7 +34,7 @@ int dpt_train_main(int argc, char **argv)
     dpt_config *cfg = load_config(&args, &err);
     run_config *run = calloc(1, sizeof *run);
     if (!run) dpt_fatal("out of host memory");
-    bool ok = cfg && run_config_build(run, cfg, &args, &err);
+    bool ok = cfg && run_config_build(run, cfg, &args, world.size, &err);
     if (!report_config_errors(&world, ok, &err)) {
         dpt_config_free(cfg);
         free(run);
@@ -107,7 +107,40 @@ static bool collect_expectations(run_config *rc, const dpt_config *ini, const cl
     return true;
 }
 
-bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, dpt_error *err)
+/* [train] global_batch split over the world: each rank's batch, or an error naming the world
+ * sizes that would divide it. */
+static bool split_global_batch(run_config *rc, const dpt_config *c, dpt_error *err)
+{
+    int64_t g = dpt_config_int(c, "train", "global_batch");
+    int64_t parts = (int64_t)rc->world_size * rc->accum;
+    if (g == 0) {
+        rc->global_batch = rc->batch * parts;
+        return true;
+    }
+    if (g % parts) {
+        char sizes[256] = "";
+        size_t used = 0;
+        for (int64_t w = 1; w <= g && used < sizeof sizes - 16; w++)
+            if (g % (w * rc->accum) == 0) used += (size_t)snprintf(sizes + used, sizeof sizes - used, "%s%lld", used ? ", " : "", (long long)w);
+        return dpt_errorf(err,
+                          "%s: [train] global_batch = %lld cannot be split over %d %s x %d accumulation step%s "
+                          "(%lld is not a multiple of %lld)\nHINT: world sizes that divide it: %s",
+                          dpt_config_where(c, "train", "global_batch"), (long long)g, rc->world_size,
+                          *rc->devices ? "replicas" : "ranks", rc->accum, rc->accum > 1 ? "s" : "", (long long)g,
+                          (long long)parts, sizes);
+    }
+    if (!strcmp(rc->lr_scaling, "linear"))
+        return dpt_errorf(err,
+                          "%s: [optim] lr_scaling = linear with [train] global_batch = %lld: the global batch no "
+                          "longer changes with the world size, so there is nothing to scale\nHINT: set [optim] lr "
+                          "for the global batch and lr_scaling = none",
+                          dpt_config_where(c, "optim", "lr_scaling"), (long long)g);
+    rc->global_batch = g;
+    rc->batch = g / parts;
+    return true;
+}
+
+bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, int world_size, dpt_error *err)
 {
     const dpt_config *c = ini;
     memset(rc, 0, sizeof *rc);
@@ -164,6 +197,12 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, dp
         .config_hash = rc->hash,
     };
     rc->bench_comm_ms_per_mb = dpt_config_float(c, "distributed", "bench_comm_ms_per_mb");
+    rc->world_size = world_size;
+    if (*rc->devices && world_size == 1)
+        for (const char *d = rc->devices; *d; d++)
+            rc->world_size += *d == ',';
+    if (!split_global_batch(rc, c, err)) return false;
+    rc->train_data.batch = rc->batch;
     rc->fault.kind = parse_fault(dpt_config_str(c, "distributed", "fault"));
     rc->fault.rank = (int)dpt_config_int(c, "distributed", "fault_rank");
     rc->fault.step = dpt_config_int(c, "distributed", "fault_step");

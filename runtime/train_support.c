@@ -187,10 +187,13 @@ bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err)
 }
 
 /* Rank 0 writes; every rank holds the same state. */
-void save_checkpoint(trainer *t, const dpt_train_state *st)
+void save_checkpoint(trainer *t, const dpt_train_state *state)
 {
     replica *r = t->r;
     if (r->rank != 0) return;
+    dpt_train_state at = *state; /* with the data position in global samples */
+    at.samples_done = at.batches_done * t->run->batch * r->size;
+    const dpt_train_state *st = &at;
     const char *dir = t->run->ckpt_dir;
     dpt_error err;
     if (!r->ckpt_dir_ready && !prepare_checkpoint_dir(r, false, &err)) dpt_abort_job("%s", err.msg);

@@ -85,8 +85,25 @@ static bool resume(trainer *t, dpt_error *err)
         return false;
     r->resumed_step = t->state.step;
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", r->resumed);
+    /* The data position is a global sample of the epoch's stream: this world takes it from
+     * there, whatever world wrote it (every rank draws the same permutation, and global step k
+     * reads its positions [k G, (k + 1) G) whatever the split). */
+    dpt_train_state *st = &t->state;
+    int64_t micro = t->run->batch * r->size, step_samples = micro * t->run->accum;
+    if (st->samples_done >= 0) {
+        if (st->samples_done % step_samples)
+            return dpt_errorf(err,
+                              "%s stopped after global sample %lld of epoch %d; this run takes %lld samples a "
+                              "step (%d %s x %lld x %d accumulation), which does not divide it\nHINT: resume "
+                              "with the global batch it was written with ([train] global_batch keeps it on any "
+                              "world size), or from a checkpoint written at an epoch end",
+                              r->resumed, (long long)st->samples_done, st->epoch, (long long)step_samples, r->size,
+                              r->data_parallel ? "replicas" : "ranks", (long long)t->run->batch, t->run->accum);
+        st->batches_done = st->samples_done / micro;
+    }
     if (r->rank == 0)
-        printf("resumed from %s: epoch %d, step %lld\n", r->resumed, t->state.epoch, (long long)t->state.step);
+        printf("resumed from %s: epoch %d, step %lld%s\n", r->resumed, t->state.epoch, (long long)t->state.step,
+               st->samples_done > 0 ? ", mid-epoch" : "");
     return true;
 }
 

@@ -38,7 +38,10 @@ typedef struct run_config {
     uint64_t hash;
     /* [train] */
     int epochs;
-    int64_t max_steps, batch, eval_batch, eval_every;
+    int64_t max_steps, eval_batch, eval_every;
+    int64_t batch;        /* per rank and micro-batch: [train] batch, or global_batch / (ranks x accum) */
+    int64_t global_batch; /* per optimizer step, all ranks */
+    int world_size;       /* ranks or replicas */
     const char *device;
     dpt_ctx_options ctx; /* device filled per replica */
     bool memory_check;
@@ -154,7 +157,9 @@ typedef struct trainer {
 void *train_replica(void *arg);
 
 /* train_main.c */
-bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, dpt_error *err);
+/* world_size: the ranks under mpirun (1 alone; DataParallel's replicas are counted from
+ * [distributed] devices) */
+bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, int world_size, dpt_error *err);
 
 /* train_report.c */
 void report_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

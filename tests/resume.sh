@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # resume.sh: a run stopped and resumed equals a run never stopped: the same per-step losses
 # and a byte-identical final checkpoint. Alone, under mpirun -np 2, and stopped by SIGTERM.
+# And [train] global_batch: split over any world size that divides it (an error naming the
+# sizes otherwise); a 2-rank checkpoint written mid-epoch resumes on 1 rank and on 4 replicas at
+# the next global sample and ends at the uninterrupted run's test loss (4 digits, SGD); a
+# position the new global step cannot continue from is refused naming the numbers.
 set -u
 cd "$(dirname "$0")/.."
 MPIRUN="mpirun --oversubscribe --allow-run-as-root"
@@ -62,6 +66,41 @@ if [ $rc -eq 0 ] && grep -q "stopped by signal 15 after step" "$work/sig.log" &&
 else
     bad "SIGTERM: exit $rc"; tail -5 "$work/sig.log"
 fi
+
+# ---- global_batch and another world size
+g="configs/fmnist_mlp.ini --set train.epochs=1 --set train.threads=1 --set data.train_limit=3200
+   --set data.test_limit=1000 --set log.interval=1000 --set optim.name=sgd --set optim.lr=0.05
+   --set train.global_batch=64"
+out=$(./train $g --set distributed.devices=cpu:0,cpu:1,cpu:2 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "global_batch = 64 cannot be split over 3 replicas" <<<"$out" &&
+   grep -q "HINT: world sizes that divide it: 1, 2, 4, 8, 16, 32, 64" <<<"$out"; then
+    ok "global_batch 64 over 3 replicas: refused, naming the world sizes that divide it"
+else
+    bad "global_batch over 3: exit $rc: $out"
+fi
+out=$(./train $g --set optim.lr_scaling=linear 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "lr_scaling = linear with \[train\] global_batch" <<<"$out" &&
+    ok "global_batch with linear lr scaling: refused" || bad "global_batch + linear: exit $rc: $out"
+rm -rf "$work/g2"
+$MPIRUN -np 2 ./train $g --set checkpoint.every_steps=20 --set checkpoint.dir="$work/g2" > "$work/g2.log" 2>&1
+full=$(grep -o 'test loss [0-9.]* acc [0-9.]*%' "$work/g2.log")
+for devs in cpu:0 cpu:0,cpu:1,cpu:2,cpu:3; do
+    n=$(tr ',' '\n' <<<"$devs" | wc -l)
+    out=$(./train $g --set distributed.devices=$devs --set checkpoint.dir="$work/g$n" \
+          --resume "$work/g2/ckpt-step00000020.dpt" 2>&1); rc=$?
+    got=$(grep -o 'test loss [0-9.]* acc [0-9.]*%' <<<"$out")
+    if [ $rc -eq 0 ] && [ -n "$full" ] && [ "$got" = "$full" ] && grep -q "step 20, mid-epoch" <<<"$out" &&
+       grep -q "done | 1 epochs | 50 steps" <<<"$out"; then
+        ok "2-rank checkpoint at step 20 (mid-epoch) resumed on $n: same end ($got)"
+    else
+        bad "resume on $n of a 2-rank checkpoint: exit $rc, '$got' vs '$full'"; tail -3 <<<"$out"
+    fi
+done
+out=$(./train $g --set train.global_batch=0 --set train.batch=48 --set checkpoint.dir="$work/g48" \
+      --resume "$work/g2/ckpt-step00000020.dpt" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "stopped after global sample 1280 of epoch 1; this run takes 48 samples a step" <<<"$out" &&
+    ok "a position the new step size cannot continue from: refused naming the numbers" ||
+    bad "resume at 1280 with 48 a step: exit $rc: $out"
 
 echo "resume: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -361,11 +361,22 @@ static void test_world_size(void **state)
     run a = make_run("8,5", "adamw", 1), b = make_run("8,5", "adamw", 2);
     char path[300];
     snprintf(path, sizeof path, "%s/ws.dpt", dir);
-    save(&a, path); /* mid-epoch (batches_done = 17), world size 1 */
     dpt_train_state st;
     dpt_error err;
+    /* mid-epoch (batches_done = 17), world size 1, the position in global samples unknown (as
+     * in a checkpoint from before epoch_samples): refused on another world size */
+    dpt_train_state unknown = some_state;
+    unknown.samples_done = -1;
+    assert_true(dpt_checkpoint_save(path, a.model, a.optim, a.ctx, a.cfg, &unknown, 1, &err));
     assert_false(dpt_checkpoint_load(path, b.model, b.optim, b.ctx, b.cfg, &st, 2, &err));
     assert_contains(err.msg, "written mid-epoch by 1 ranks; this run has 2");
+    /* with the position in global samples, another world size loads it (the trainer turns
+     * the samples into its own batches, or refuses a position its step cannot continue from) */
+    dpt_train_state known = some_state;
+    known.samples_done = 17 * 64;
+    assert_true(dpt_checkpoint_save(path, a.model, a.optim, a.ctx, a.cfg, &known, 1, &err));
+    assert_true(dpt_checkpoint_load(path, b.model, b.optim, b.ctx, b.cfg, &st, 2, &err));
+    assert_int_equal(st.samples_done, 17 * 64);
     dpt_train_state at_epoch_end = some_state;
     at_epoch_end.batches_done = 0;
     assert_true(dpt_checkpoint_save(path, a.model, a.optim, a.ctx, a.cfg, &at_epoch_end, 1, &err));
