@@ -150,7 +150,8 @@ static const schema_key builtin_keys[] = {
     {"distributed", "bench_comm_ms_per_mb", T_FLOAT, "0", 0, 1e5, NULL,
      "benchmarks: a slow network: each gradient AllReduce first sleeps this long per MiB"},
     {"distributed", "fault", T_ENUM, "none", NO_RANGE, "none|exit|hang|nan",
-     "tests: make fault_rank exit, hang, or compute a NaN loss at fault_step"},
+     "tests: make fault_rank exit, hang, or compute a NaN loss at fault_step (exit and hang: once; not again in "
+     "scripts/dptrun's restarts)"},
     {"distributed", "fault_rank", T_INT, "0", 0, 1e6, NULL, "tests: the rank that fails"},
     {"distributed", "fault_step", T_INT, "0", 0, 1e12, NULL, "tests: the step at which it fails"},
 

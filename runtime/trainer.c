@@ -3,6 +3,7 @@
  * optimizer) and after_step (log, evaluate, checkpoint, signals), then close. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -80,7 +81,16 @@ static bool open_loaders(trainer *t, dpt_error *err)
 static bool resume(trainer *t, dpt_error *err)
 {
     replica *r = t->r;
-    if (!dpt_checkpoint_resolve(r->args->resume, t->run->ckpt_dir, r->resumed, sizeof r->resumed, err) ||
+    const char *which = r->args->resume;
+    if (!strcmp(which, "auto")) { /* the newest checkpoint if there is one (scripts/dptrun's restarts) */
+        int64_t steps[1];
+        if (dpt_checkpoint_list(t->run->ckpt_dir, steps, 1) <= 0) {
+            if (r->rank == 0) printf("--resume auto: no checkpoint in %s yet: a new run\n", t->run->ckpt_dir);
+            return true;
+        }
+        which = "latest";
+    }
+    if (!dpt_checkpoint_resolve(which, t->run->ckpt_dir, r->resumed, sizeof r->resumed, err) ||
         !dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx, t->run->ini, &t->state, r->size, err))
         return false;
     r->resumed_step = t->state.step;
@@ -214,6 +224,9 @@ static void trainer_close(trainer *t)
  * injected in train_step). The one call site of fault injection outside the loss. */
 static void inject_fault(const trainer *t)
 {
+    /* a one-off failure: scripts/dptrun's restarts (DPTRUN_ATTEMPT > 0) do not meet it again */
+    const char *attempt = getenv("DPTRUN_ATTEMPT");
+    if (attempt && atoi(attempt) > 0) return;
     bool exit_now = fault_now(t, FAULT_EXIT), hang_now = fault_now(t, FAULT_HANG);
     if (!exit_now && !hang_now) return;
     fprintf(stderr, "fault injection: rank %d %s at step %lld\n", t->r->rank, exit_now ? "exit" : "hang",

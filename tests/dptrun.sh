@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# dptrun.sh: scripts/dptrun. Under mpirun -np 2, rank 1 killed at step 30 (fault injection):
+# the job is restarted from the step-15 checkpoint and ends with the weights (SHA-256) of an
+# uninterrupted run. With a stand-in launcher (MPIRUN) that fails on cue: restarts down to
+# --min-np after a restart fails at the same size, no restarts left, no restart for exit 3,
+# --resume replaced by --resume auto, argument errors. One ok/FAIL line per case.
+set -u
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d /tmp/dpt_dptrun.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+check() { if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1: $3"; failed=$((failed + 1)); fi; }
+sha() { grep -o 'weights sha256 [0-9a-f]\{64\}' | tail -1 | grep -o '[0-9a-f]\{64\}'; }
+
+if command -v mpirun >/dev/null && ! ./train --env | grep -q 'not in this build'; then
+    run=(configs/fmnist_mlp.ini --set train.epochs=1 --set train.threads=1 --set data.train_limit=3200
+         --set data.test_limit=1000 --set log.interval=1000 --set checkpoint.every_steps=5)
+    full=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${run[@]}" \
+           --set checkpoint.dir="$tmp/full" 2>&1 | sha)
+    out=$(timeout 300 scripts/dptrun -np 2 --max-restarts 2 --oversubscribe --allow-run-as-root ./train "${run[@]}" \
+          --set checkpoint.dir="$tmp/cut" --set distributed.fault=exit --set distributed.fault_rank=1 \
+          --set distributed.fault_step=15 2>&1); rc=$?
+    [ $rc -eq 0 ] && [ -n "$full" ] && [ "$(sha <<<"$out")" = "$full" ] &&
+        grep -q "fault injection: rank 1 exit at step 15" <<<"$out" &&
+        grep -q "restart 1 of 2 from the newest checkpoint" <<<"$out" &&
+        grep -q "resumed from $tmp/cut/ckpt-step00000015.dpt" <<<"$out" &&
+        grep -q "dptrun: done after 1 restart(s)" <<<"$out"
+    check "rank 1 killed at step 15: restarted from step 15, same weights as uninterrupted" $? \
+        "exit $rc, hash $(sha <<<"$out") vs $full: $(grep dptrun <<<"$out")"
+fi
+
+# a stand-in launcher: "-np N -x VAR PROGRAM ARGS"; exits with the next code of $tmp/codes
+cat > "$tmp/fake_mpirun" <<'SH'
+#!/usr/bin/env bash
+np=$2; shift 4
+echo "np=$np attempt=$DPTRUN_ATTEMPT args=$*" >> "$FAKE_LOG"
+code=$(head -n 1 "$FAKE_CODES"); sed -i 1d "$FAKE_CODES"
+exit "${code:-0}"
+SH
+chmod +x "$tmp/fake_mpirun"
+fake() { # CODES... -- DPTRUN ARGS: run dptrun with the stand-in; output in $out, log in $log
+    : > "$tmp/log"; : > "$tmp/codes"
+    while [ "$1" != -- ]; do echo "$1" >> "$tmp/codes"; shift; done
+    shift
+    out=$(MPIRUN="$tmp/fake_mpirun" FAKE_LOG="$tmp/log" FAKE_CODES="$tmp/codes" scripts/dptrun "$@" 2>&1); rc=$?
+    log=$(cat "$tmp/log")
+}
+fake 1 1 1 0 -- -np 3 --min-np 2 --max-restarts 5 ./train x.ini --resume 7 --set a.b=1
+[ $rc -eq 0 ] && [ "$(cut -d' ' -f1 <<<"$log" | tr '\n' ' ')" = "np=3 np=3 np=2 np=2 " ] &&
+    grep -q "continuing with 2 ranks" <<<"$out" && grep -q "done after 3 restart(s)" <<<"$out" &&
+    [ "$(sed -n 1p <<<"$log")" = "np=3 attempt=0 args=./train x.ini --resume 7 --set a.b=1" ] &&
+    [ "$(sed -n 2p <<<"$log")" = "np=3 attempt=1 args=./train x.ini --set a.b=1 --resume auto" ]
+check "restarts: the same size, then one rank fewer down to --min-np; --resume replaced by auto" $? "exit $rc: $log / $out"
+fake 1 1 9 -- -np 2 --max-restarts 2 ./train x.ini
+[ $rc -eq 9 ] && [ "$(wc -l <<<"$log")" -eq 3 ] && grep -q "no restarts left (2 of 2 used)" <<<"$out"
+check "no restarts left: the last attempt's exit code" $? "exit $rc: $out"
+fake 3 -- -np 2 ./train x.ini
+[ $rc -eq 3 ] && [ "$(wc -l <<<"$log")" -eq 1 ] && grep -q "not restarted" <<<"$out"
+check "a failed expectation (exit 3) is not restarted" $? "exit $rc: $out"
+fake -- -np 2 --hostfile hosts.txt --mca btl self ./train x.ini
+[ $rc -eq 0 ] && grep -q "args=--hostfile hosts.txt --mca btl self ./train x.ini" <<<"$log"
+check "mpirun options with values are passed through, not taken for the program" $? "$log"
+fake -- --max-restarts 2 ./train x.ini
+[ $rc -eq 2 ] && grep -q -- "-np N is required" <<<"$out"
+check "no -np: exit 2" $? "exit $rc: $out"
+fake -- -np 2 --min-np 3 ./train x.ini
+[ $rc -eq 2 ] && grep -q -- "--min-np must be between 1 and -np (2)" <<<"$out"
+check "--min-np above -np: exit 2" $? "exit $rc: $out"
+[ $failed -eq 0 ]
