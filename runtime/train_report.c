@@ -258,9 +258,16 @@ void print_final(trainer *t)
         print_resume_command(r, r->last_ckpt);
         return;
     }
-    report_line("done | %d epochs | %lld steps%s | %.1f s | best test acc %.2f%% (epoch %d) | final test acc %.2f%%\n",
-                st->epoch - 1, (long long)st->step, st->skipped ? " (some skipped)" : "", seconds,
-                100.0 * st->best_acc, st->best_epoch, 100.0 * t->test.accuracy);
+    /* stopped mid-epoch (max_steps): the epochs done as a fraction */
+    char epochs[32];
+    if (st->batches_done > 0)
+        snprintf(epochs, sizeof epochs, "%.2f", st->epoch - 1 + (double)st->batches_done /
+                                                                  (double)(t->steps_per_epoch * t->run->accum));
+    else
+        snprintf(epochs, sizeof epochs, "%d", st->epoch - 1);
+    report_line("done | %s epochs | %lld steps%s | %.1f s | best test acc %.2f%% (epoch %d) | final test acc %.2f%%\n",
+                epochs, (long long)st->step, st->skipped ? " (some skipped)" : "", seconds, 100.0 * st->best_acc,
+                st->best_epoch, 100.0 * t->test.accuracy);
     if (hashed)
         report_line("weights sha256 %s\n", r->result.weights_sha256);
     else

@@ -220,11 +220,12 @@ static void trainer_close(trainer *t)
 
 /* ---------------------------------------------------------------- the step */
 
-/* Tests: make this rank exit or hang at a chosen step ([distributed] fault; a NaN loss is
- * injected in train_step). The one call site of fault injection outside the loss. */
-static void inject_fault(const trainer *t)
+/* Tests ([distributed] fault), the one call site, before the step: make this rank exit or
+ * hang now, or make this step's loss NaN (t->nan_loss, which the micro-batches apply). */
+static void inject_fault(trainer *t)
 {
-    /* a one-off failure: scripts/dptrun's restarts (DPTRUN_ATTEMPT > 0) do not meet it again */
+    t->nan_loss = fault_now(t, FAULT_NAN);
+    /* exit and hang are one-off: scripts/dptrun's restarts (DPTRUN_ATTEMPT > 0) do not meet them */
     const char *attempt = getenv("DPTRUN_ATTEMPT");
     if (attempt && atoi(attempt) > 0) return;
     bool exit_now = fault_now(t, FAULT_EXIT), hang_now = fault_now(t, FAULT_HANG);
@@ -257,7 +258,7 @@ static void micro_batch(trainer *t, bool last)
     if (t->ddp) dpt_ddp_set_sync(t->ddp, last); /* no_sync while accumulating */
     dpt_tensor *logits = dpt_model_forward(t->model, t->ctx, b.x);
     dpt_tensor *loss = dpt_cross_entropy_dev(t->ctx, logits, b.device_labels, run->label_smoothing);
-    if (fault_now(t, FAULT_NAN)) loss = dpt_scale(t->ctx, loss, NAN);
+    if (t->nan_loss) loss = dpt_scale(t->ctx, loss, NAN);
     double t2 = dpt_now_s();
     /* Each micro-batch carries 1/accum of the step's mean loss. */
     dpt_backward(t->ctx, run->accum > 1 ? dpt_scale(t->ctx, loss, 1.0f / (float)run->accum) : loss);

@@ -147,6 +147,7 @@ typedef struct trainer {
     int64_t step_samples;
     int64_t samples_trained; /* this replica's, in steps that were not skipped */
     double grad_norm;
+    bool nan_loss; /* tests: [distributed] fault = nan is due this step */
     double run_start, eval_s; /* evaluation time is not training throughput */
     dpt_eval_result test;
     int signal_seen;
