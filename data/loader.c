@@ -119,7 +119,11 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     int64_t size = opt->world_size;
     /* Equal shares keep every rank stepping in lockstep: drop the remainder, or (drop_last =
      * false) pad by wrapping round the permutation, as torch's DistributedSampler does. */
-    if (opt->exact_shards)
+    DPT_ASSERT(opt->shards_per_rank == 0 || (opt->drop_last && !opt->exact_shards), "the block sampler drops");
+    if (opt->shards_per_rank > 0) { /* whole global steps only */
+        int64_t step = opt->batch * opt->shards_per_rank * size;
+        l->n_mine = l->n_total / step * opt->batch * opt->shards_per_rank;
+    } else if (opt->exact_shards)
         l->n_mine = (l->n_total - opt->rank + size - 1) / size;
     else
         l->n_mine = opt->drop_last ? l->n_total / size : (l->n_total + size - 1) / size;
@@ -238,8 +242,13 @@ static void new_order(dpt_loader *l, int epoch)
         for (int64_t i = 0; i < l->n_total; i++)
             l->perm[i] = i;
     }
+    int64_t S = l->opt.batch, per = l->opt.shards_per_rank, W = l->opt.world_size, r = l->opt.rank;
     for (int64_t i = 0; i < l->n_mine; i++) {
         int64_t pos = (int64_t)l->opt.rank + i * l->opt.world_size;
+        if (per > 0) { /* batch b = i / S is shard r * per + b % per of global step b / per */
+            int64_t b = i / S;
+            pos = (b / per) * (S * per * W) + (r * per + b % per) * S + i % S;
+        }
         l->mine[i] = l->perm[pos % l->n_total];
     }
 }

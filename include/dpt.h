@@ -367,6 +367,11 @@ typedef struct dpt_loader_options {
     int prefetch;         /* batches a background thread prepares ahead (decoding, and on a GPU
                            * the copy from pinned memory on the copy stream); 0: each batch is
                            * made on the calling thread inside dpt_loader_next */
+    int shards_per_rank;  /* > 0: the deterministic mode's block sampler. A global step of
+                           * world_size x shards_per_rank batches reads the next contiguous run
+                           * of the permutation, and rank r's m-th batch of it is shard
+                           * r x shards_per_rank + m of that run, whatever the world size
+                           * (drop_last; batch = the shard's samples) */
 } dpt_loader_options;
 
 typedef struct dpt_loader dpt_loader;

@@ -55,7 +55,50 @@ typedef struct bn_saved {
     double *mean, *invstd; /* (C) */
     double count;          /* elements per channel, over all ranks when synchronised */
     bool training;
+    bool synced; /* SyncBN: the statistics (and so the gradient sums) are over all ranks */
 } bn_saved;
+
+int64_t dpt_batchnorm_channels(const dpt_batchnorm *l)
+{
+    return l->channels;
+}
+
+/* Ghost batch norm (the deterministic mode): this shard's statistics for the trainer. */
+static void ghost_emit(dpt_ctx *ctx, dpt_batchnorm *l, const double *mean, const double *var)
+{
+    int64_t c = l->channels;
+    if (ctx->bn_ghost.n + 2 * c > ctx->bn_ghost.cap) {
+        ctx->bn_ghost.cap = 2 * (ctx->bn_ghost.n + 2 * c);
+        ctx->bn_ghost.vals = realloc(ctx->bn_ghost.vals, (size_t)ctx->bn_ghost.cap * sizeof(float));
+    }
+    if (ctx->bn_ghost.nlayers == ctx->bn_ghost.cap_layers) {
+        ctx->bn_ghost.cap_layers = ctx->bn_ghost.cap_layers ? 2 * ctx->bn_ghost.cap_layers : 16;
+        ctx->bn_ghost.layers =
+            realloc(ctx->bn_ghost.layers, (size_t)ctx->bn_ghost.cap_layers * sizeof *ctx->bn_ghost.layers);
+    }
+    if (!ctx->bn_ghost.vals || !ctx->bn_ghost.layers) dpt_fatal("out of host memory for ghost batch norm");
+    float *v = ctx->bn_ghost.vals + ctx->bn_ghost.n;
+    for (int64_t ch = 0; ch < c; ch++)
+        v[ch] = (float)mean[ch], v[c + ch] = (float)var[ch];
+    ctx->bn_ghost.n += 2 * c;
+    ctx->bn_ghost.layers[ctx->bn_ghost.nlayers++] = l;
+}
+
+void dpt_batchnorm_ghost_apply(dpt_batchnorm *l, const float *mean, const float *var)
+{
+    int64_t c = l->channels;
+    float *host = malloc((size_t)(2 * c) * sizeof *host);
+    if (!host) dpt_fatal("out of host memory in batch norm");
+    dpt_tensor_copy_to_host(l->running_mean, host);
+    dpt_tensor_copy_to_host(l->running_var, host + c);
+    for (int64_t ch = 0; ch < c; ch++) {
+        host[ch] = (float)((1 - l->momentum) * host[ch] + l->momentum * mean[ch]);
+        host[c + ch] = (float)((1 - l->momentum) * host[c + ch] + l->momentum * var[ch]);
+    }
+    dpt_tensor_copy_from_host(l->running_mean, host);
+    dpt_tensor_copy_from_host(l->running_var, host + c);
+    free(host);
+}
 
 static void host_copy(const dpt_tensor *t, float *out)
 {
@@ -75,8 +118,7 @@ static void batchnorm_backward(dpt_ctx *ctx, dpt_node *node)
     double *sum_dy = sums, *sum_dy_xmu = sums + c;
     ctx->be->bn_bwd_stats(ctx, x->data, dy->data, n, c, hw, sv->mean, sum_dy, sum_dy_xmu);
     ctx->host_syncs++; /* the host-statistics path (SyncBN) reads its sums */
-    if (l->sync && sv->training && ctx->comm)
-        dpt_comm_allreduce_f64(ctx->comm, sums, 2 * c, "SyncBN gradient sums (backward)");
+    if (sv->synced) dpt_comm_allreduce_f64(ctx->comm, sums, 2 * c, "SyncBN gradient sums (backward)");
     if (gamma)
         host_copy(gamma, g);
     else
@@ -86,7 +128,7 @@ static void batchnorm_backward(dpt_ctx *ctx, dpt_node *node)
         /* dgamma = sum(dy * xhat) = invstd * sum(dy (x - mean)); dbeta = sum(dy). Under sync the
          * sums are global, so every rank computes the same (full) parameter gradient; DDP then
          * averages identical values, which is why they are divided by the world size here. */
-        double ranks = l->sync && sv->training && ctx->comm ? (double)ctx->comm->size : 1.0;
+        double ranks = sv->synced ? (double)ctx->comm->size : 1.0;
         float *dg = malloc((size_t)(2 * c) * sizeof *dg), *db = dg + c;
         for (int64_t ch = 0; ch < c; ch++) {
             dg[ch] = (float)(sv->invstd[ch] * sum_dy_xmu[ch] / ranks);
@@ -188,7 +230,7 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
                   (long long)l->channels, dpt_shape_str(x, buf, sizeof buf));
     /* A backend that keeps the statistics on the device (cuDNN) does training-mode BN in two
      * calls; SyncBatchNorm needs the sums on the host for its AllReduce. */
-    if (training && ctx->be->bn_fused_fwd && !(l->sync && ctx->comm))
+    if (training && ctx->be->bn_fused_fwd && !(l->sync && ctx->comm) && !ctx->bn_ghost.on)
         return batchnorm_fused_forward(ctx, l, x);
     bool wants =
         dpt_grad_enabled(ctx) && (dpt_wants_grad(x) || dpt_wants_grad(l->gamma) || dpt_wants_grad(l->beta));
@@ -208,6 +250,7 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
     sv->mean = (double *)(sv + 1);
     sv->invstd = sv->mean + c;
     sv->training = training;
+    sv->synced = training && l->sync && ctx->comm && !ctx->bn_ghost.on; /* ghosts normalise alone */
     float *host = malloc((size_t)(4 * c) * sizeof *host), *scale = host + 2 * c, *shift = scale + c;
     if (!host) dpt_fatal("out of host memory in batch norm");
     if (training) {
@@ -215,11 +258,11 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
         ctx->be->bn_stats(ctx, x->data, n, c, hw, sums, sums + c);
         ctx->host_syncs++;
         sums[2 * c] = (double)(n * hw);
-        if (l->sync && ctx->comm)
-            dpt_comm_allreduce_f64(ctx->comm, sums, 2 * c + 1, "SyncBN statistics (forward)");
+        if (sv->synced) dpt_comm_allreduce_f64(ctx->comm, sums, 2 * c + 1, "SyncBN statistics (forward)");
         sv->count = sums[2 * c];
         host_copy(l->running_mean, host);
         host_copy(l->running_var, host + c);
+        double *ghost = ctx->bn_ghost.on ? malloc((size_t)(2 * c) * sizeof *ghost) : NULL;
         for (int64_t ch = 0; ch < c; ch++) {
             double mean = sums[ch] / sv->count;
             double var = sums[c + ch] / sv->count - mean * mean;
@@ -230,9 +273,15 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
             double unbiased = sv->count > 1 ? var * sv->count / (sv->count - 1) : var;
             host[ch] = (float)((1 - l->momentum) * host[ch] + l->momentum * mean);
             host[c + ch] = (float)((1 - l->momentum) * host[c + ch] + l->momentum * unbiased);
+            if (ghost) ghost[ch] = mean, ghost[c + ch] = unbiased;
         }
-        dpt_tensor_copy_from_host(l->running_mean, host);
-        dpt_tensor_copy_from_host(l->running_var, host + c);
+        if (ghost) { /* the trainer updates the running statistics once a step */
+            ghost_emit(ctx, l, ghost, ghost + c);
+            free(ghost);
+        } else {
+            dpt_tensor_copy_from_host(l->running_mean, host);
+            dpt_tensor_copy_from_host(l->running_var, host + c);
+        }
         free(sums);
     } else {
         host_copy(l->running_mean, host);

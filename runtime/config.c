@@ -86,6 +86,13 @@ static const schema_key builtin_keys[] = {
      "When set, each rank's batch is global_batch / (ranks x accum_steps) and [train] batch is not used: the "
      "same config runs on any world size that divides it, and resumes mid-epoch on another"},
     {"train", "eval_batch", T_INT, "1000", 1, 1 << 20, NULL, "samples per evaluation forward pass"},
+    {"train", "deterministic", T_BOOL, "false", NO_RANGE, NULL,
+     "bit-identical weights for any power-of-two world size (1, 2, 4, ...), DataParallel included: each step is "
+     "cut into shards of deterministic_shard samples, each shard's gradient computed alone and the shards "
+     "summed in one fixed binary tree; dropout drawn per shard. Needs the same [train] threads on every rank, "
+     "accum_steps = 1, drop_last, a power-of-two number of shards, the CPU, and no batch norm yet"},
+    {"train", "deterministic_shard", T_INT, "16", 1, 1 << 20, NULL,
+     "deterministic: samples per shard (the global batch / this must be a power of two)"},
     {"train", "seed", T_INT, "42", 0, 9.2e18, NULL,
      "seeds initialisation and shuffling: the same seed gives the same run"},
     {"train", "device", T_ENUM, "auto", NO_RANGE, "auto|cpu|cuda",

@@ -111,6 +111,8 @@ void dpt_ctx_free(dpt_ctx *ctx)
     if (!ctx) return;
     dpt_tape_clear(ctx);
     dpt_tape_free(ctx);
+    free(ctx->bn_ghost.vals);
+    free(ctx->bn_ghost.layers);
     size_t leaked = dpt_alloc_free(ctx->alloc);
     if (leaked)
         fprintf(stderr, "dptrain: warning: %zu bytes of %s tensors were never freed\n", leaked,

@@ -140,6 +140,54 @@ static bool split_global_batch(run_config *rc, const dpt_config *c, dpt_error *e
     return true;
 }
 
+static bool is_pow2(int64_t v)
+{
+    return v > 0 && (v & (v - 1)) == 0;
+}
+
+/* [train] deterministic: the global batch cut into a power-of-two number of shards, an equal
+ * power-of-two share on each rank; errors name the numbers and what would work. */
+static bool deterministic_split(run_config *rc, const dpt_config *c, dpt_error *err)
+{
+    const char *where = dpt_config_where(c, "train", "deterministic");
+    int64_t g = rc->global_batch, s = dpt_config_int(c, "train", "deterministic_shard");
+    int w = rc->world_size;
+    if (rc->accum != 1)
+        return dpt_errorf(err,
+                          "%s: [train] deterministic cuts each step into shards itself; [distributed] "
+                          "accum_steps = %d\nHINT: set accum_steps = 1 (the shards are the accumulation)",
+                          where, rc->accum);
+    if (!rc->train_data.drop_last)
+        return dpt_errorf(err, "%s: [train] deterministic needs [data] drop_last = true (a partial last step "
+                               "would be cut differently on each world size)", where);
+    if (rc->ctx.threads == 0)
+        return dpt_errorf(err,
+                          "%s: [train] deterministic needs [train] threads set (the same on every world size): "
+                          "a GEMM or convolution may split its sums by thread\nHINT: e.g. threads = 1",
+                          where);
+    if (g % s || !is_pow2(g / s))
+        return dpt_errorf(err,
+                          "%s: [train] deterministic: the global batch %lld is not a power-of-two number of "
+                          "shards of %lld samples\nHINT: set [train] deterministic_shard to %lld / 2^k, e.g. %lld",
+                          where, (long long)g, (long long)s, (long long)g, (long long)(g & -g));
+    int64_t shards = g / s;
+    if (!is_pow2(w) || shards % w)
+        return dpt_errorf(err,
+                          "%s: [train] deterministic: %d %s cannot share %lld shards of %lld samples alike; the "
+                          "mode needs a power-of-two world size of at most %lld\nHINT: run on 1, 2, 4, ... %lld "
+                          "ranks, or lower [train] deterministic_shard",
+                          where, w, *rc->devices ? "replicas" : "ranks", (long long)shards, (long long)s,
+                          (long long)shards, (long long)shards);
+    rc->deterministic = true;
+    rc->det_shard = s;
+    rc->det_shards = shards;
+    rc->det_per_rank = (int)(shards / w);
+    rc->batch = s;              /* the loader's batch: one shard */
+    rc->accum = rc->det_per_rank; /* micro-batches per step */
+    rc->train_data.shards_per_rank = rc->det_per_rank;
+    return true;
+}
+
 bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, int world_size, dpt_error *err)
 {
     const dpt_config *c = ini;
@@ -202,6 +250,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         for (const char *d = rc->devices; *d; d++)
             rc->world_size += *d == ',';
     if (!split_global_batch(rc, c, err)) return false;
+    if (dpt_config_bool(c, "train", "deterministic") && !deterministic_split(rc, c, err)) return false;
     rc->train_data.batch = rc->batch;
     rc->fault.kind = parse_fault(dpt_config_str(c, "distributed", "fault"));
     rc->fault.rank = (int)dpt_config_int(c, "distributed", "fault_rank");

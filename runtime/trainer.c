@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "ctx.h"
 #include "error.h"
+#include "rng.h"
 
 static bool trainer_open(trainer *t, replica *r, dpt_error *err);
 static void trainer_close(trainer *t);
@@ -117,6 +119,128 @@ static bool resume(trainer *t, dpt_error *err)
     return true;
 }
 
+/* ---------------------------------------------------------------- [train] deterministic */
+
+/* The mode's requirements the config could not check (the device, the model), and its
+ * buffers: a stack of log2(shards per rank) + 1 partial sums, and the ranks' gather. */
+static bool det_open(trainer *t, dpt_error *err)
+{
+    const dpt_config *ini = t->run->ini;
+    if (dpt_ctx_device(t->ctx).kind != DPT_DEVICE_CPU)
+        return dpt_errorf(err, "%s: [train] deterministic runs on the CPU in this version\nHINT: set [train] device "
+                               "= cpu, or deterministic = false", dpt_config_where(ini, "train", "deterministic"));
+    for (int i = 0; i < dpt_model_num_params(t->model); i++)
+        t->det.nparams += dpt_tensor_numel(dpt_model_param_at(t->model, i));
+    t->ctx->bn_ghost.on = true; /* batch norm: each shard's own statistics (ghost batch norm) */
+    return true;
+}
+
+/* At the first shard: the sum's length (the gradients, then the ghost batch-norm statistics,
+ * known once a forward has run) and the buffers; every buffer must be a running statistic. */
+static void det_alloc(trainer *t)
+{
+    dpt_ctx *ctx = t->ctx;
+    if (dpt_model_num_buffers(t->model) != 2 * ctx->bn_ghost.nlayers)
+        dpt_abort_job("[train] deterministic: model %s keeps %d buffers, but its batch norms account for %d "
+                      "(running mean and variance each): other buffers cannot be kept identical over world "
+                      "sizes\nHINT: deterministic = false for this model",
+                      dpt_model_name(t->model), dpt_model_num_buffers(t->model), 2 * ctx->bn_ghost.nlayers);
+    t->det.n = t->det.nparams + ctx->bn_ghost.n;
+    int depth = 1;
+    for (int per = t->run->det_per_rank; per > 1; per /= 2)
+        depth++;
+    t->det.depth = 0;
+    t->det.stack = calloc((size_t)depth, sizeof *t->det.stack);
+    t->det.level = calloc((size_t)depth, sizeof *t->det.level);
+    if (!t->det.stack || !t->det.level) dpt_fatal("out of host memory");
+    for (int i = 0; i < depth; i++)
+        if (!(t->det.stack[i] = malloc((size_t)t->det.n * sizeof(float)))) dpt_fatal("out of host memory");
+    if (t->r->size > 1 && !(t->det.gather = malloc((size_t)t->det.n * (size_t)t->r->size * sizeof(float))))
+        dpt_fatal("out of host memory for the deterministic gather (%d x %lld floats)", t->r->size,
+                  (long long)t->det.n);
+}
+
+static void det_close(trainer *t)
+{
+    if (t->ctx) t->ctx->bn_ghost.on = false;
+    if (!t->det.stack) return;
+    for (int per = t->run->det_per_rank, i = 0; per >= 1; per /= 2, i++)
+        free(t->det.stack[i]);
+    free(t->det.stack);
+    free(t->det.level);
+    free(t->det.gather);
+    memset(&t->det, 0, sizeof t->det);
+}
+
+/* right into left, element by element (a + b is the same bits as b + a, so only the tree's
+ * shape matters, and it is the same on every world size) */
+static void det_add(float *left, const float *right, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        left[i] += right[i];
+}
+
+/* The shard's gradient (the parameters' grads) onto the stack; equal levels combine, left
+ * (older) + right (newer), as in a binary counter. */
+static void det_push(trainer *t)
+{
+    if (!t->det.stack) det_alloc(t);
+    DPT_ASSERT(t->det.nparams + t->ctx->bn_ghost.n == t->det.n, "ghost statistics changed size between shards");
+    float *top = t->det.stack[t->det.depth];
+    int64_t off = 0;
+    for (int i = 0; i < dpt_model_num_params(t->model); i++) {
+        dpt_tensor *g = dpt_model_param_at(t->model, i)->grad;
+        memcpy(top + off, dpt_tensor_data(g), (size_t)dpt_tensor_numel(g) * sizeof(float));
+        off += dpt_tensor_numel(g);
+    }
+    memcpy(top + off, t->ctx->bn_ghost.vals, (size_t)t->ctx->bn_ghost.n * sizeof(float));
+    t->det.level[t->det.depth++] = 0;
+    while (t->det.depth >= 2 && t->det.level[t->det.depth - 1] == t->det.level[t->det.depth - 2]) {
+        float *left = t->det.stack[t->det.depth - 2], *right = t->det.stack[t->det.depth - 1];
+        det_add(left, right, t->det.n);
+        t->det.level[t->det.depth - 2]++;
+        t->det.depth--;
+    }
+    dpt_model_zero_grad(t->model); /* the next shard's gradient starts from zero */
+}
+
+/* The step's gradient: this rank's subtree (one sum: its shard count is a power of two), the
+ * ranks' subtrees gathered and summed pairwise in rank order (the tree recursive doubling
+ * builds), divided by the shard count (a power of two: exact), into the grads. */
+static void det_finish(trainer *t)
+{
+    DPT_ASSERT(t->det.depth == 1, "deterministic stack depth %d after a step", t->det.depth);
+    float *sum = t->det.stack[0];
+    int size = t->r->size;
+    if (size > 1) {
+        dpt_comm_allgather(t->r->comm, sum, t->det.gather, (size_t)t->det.n * sizeof(float),
+                           "deterministic gradient subtrees");
+        for (int span = 1; span < size; span *= 2)
+            for (int left = 0; left + span < size; left += 2 * span)
+                det_add(t->det.gather + (int64_t)left * t->det.n, t->det.gather + (int64_t)(left + span) * t->det.n,
+                        t->det.n);
+        sum = t->det.gather;
+    }
+    float scale = 1.0f / (float)t->run->det_shards;
+    int64_t off = 0;
+    for (int i = 0; i < dpt_model_num_params(t->model); i++) {
+        dpt_tensor *g = dpt_model_param_at(t->model, i)->grad;
+        float *dst = dpt_tensor_data(g);
+        for (int64_t j = 0; j < dpt_tensor_numel(g); j++)
+            dst[j] = sum[off + j] * scale;
+        off += dpt_tensor_numel(g);
+    }
+    /* the ghost statistics: their average over the shards, into the running statistics */
+    for (int64_t j = off; j < t->det.n; j++)
+        sum[j] *= scale;
+    for (int i = 0; i < t->ctx->bn_ghost.nlayers; i++) {
+        int64_t c = dpt_batchnorm_channels(t->ctx->bn_ghost.layers[i]);
+        dpt_batchnorm_ghost_apply(t->ctx->bn_ghost.layers[i], sum + off, sum + off + c);
+        off += 2 * c;
+    }
+    t->det.depth = 0;
+}
+
 /* Everything a run needs, in order; a failure unwinds what was built (through labels named
  * for what they free) and returns false with err. */
 static bool trainer_open(trainer *t, replica *r, dpt_error *err)
@@ -157,7 +281,8 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     bool look_only = r->args->dry_run || r->args->summary;
     if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, err)) goto free_loaders;
     dpt_ctx_set_comm(t->ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
-    if (r->comm) {
+    if (run->deterministic && !det_open(t, err)) goto unlock_checkpoints;
+    if (r->comm && !run->deterministic) {
         dpt_ddp_options ddp_opt = run->ddp;
         ddp_opt.dataset_len = t->train_set->n;
         dpt_comm_set_delay(r->comm, run->bench_comm_ms_per_mb);
@@ -179,6 +304,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     return true;
 
 unlock_checkpoints:
+    det_close(t);
     if (r->ckpt_lock_fd >= 0) close(r->ckpt_lock_fd), r->ckpt_lock_fd = -1;
 free_loaders:
     dpt_loader_free(t->test_loader);
@@ -201,6 +327,7 @@ free_ctx:
 
 static void trainer_close(trainer *t)
 {
+    det_close(t);
     dpt_tensor_free(t->meter);
     dpt_timeline_close(t->timeline);
     dpt_ddp_free(t->ddp);
@@ -256,12 +383,21 @@ static void micro_batch(trainer *t, bool last)
     dpt_loader_next(t->train_loader, &b);
     double t1 = dpt_now_s();
     if (t->ddp) dpt_ddp_set_sync(t->ddp, last); /* no_sync while accumulating */
+    if (run->deterministic) { /* dropout draws from the shard's own stream, not the rank's */
+        t->ctx->bn_ghost.n = 0, t->ctx->bn_ghost.nlayers = 0;
+        int64_t shard = (int64_t)t->r->rank * run->det_per_rank + t->micro;
+        uint64_t key[3] = {run->ctx.seed, (uint64_t)t->state.step, (uint64_t)shard};
+        dpt_rng_seed(&t->ctx->rng, dpt_hash_bytes(DPT_HASH_SEED, key, sizeof key));
+    }
     dpt_tensor *logits = dpt_model_forward(t->model, t->ctx, b.x);
     dpt_tensor *loss = dpt_cross_entropy_dev(t->ctx, logits, b.device_labels, run->label_smoothing);
     if (t->nan_loss) loss = dpt_scale(t->ctx, loss, NAN);
     double t2 = dpt_now_s();
-    /* Each micro-batch carries 1/accum of the step's mean loss. */
-    dpt_backward(t->ctx, run->accum > 1 ? dpt_scale(t->ctx, loss, 1.0f / (float)run->accum) : loss);
+    /* Each micro-batch carries 1/accum of the step's mean loss (a deterministic shard its own
+     * mean: the tree's sum is divided by the shard count at the end). */
+    bool scale = run->accum > 1 && !run->deterministic;
+    dpt_backward(t->ctx, scale ? dpt_scale(t->ctx, loss, 1.0f / (float)run->accum) : loss);
+    if (run->deterministic) det_push(t);
     double t3 = dpt_now_s();
     dpt_tensor_add_slice(t->ctx, t->meter, METER_STEP, loss, 0, 1, (float)b.size);
     dpt_count_correct_into(t->ctx, logits, b.device_labels, t->meter, METER_STEP + 1);
@@ -318,9 +454,10 @@ static void train_step(trainer *t)
     inject_fault(t);
     dpt_optim_set_lr(t->optim, (float)dpt_lr_at(&t->schedule, t->state.step));
     t->step_samples = 0;
-    for (int micro = 0; micro < t->run->accum; micro++)
-        micro_batch(t, micro == t->run->accum - 1);
+    for (t->micro = 0; t->micro < t->run->accum; t->micro++)
+        micro_batch(t, t->micro == t->run->accum - 1);
     double t4 = dpt_now_s();
+    if (t->run->deterministic) det_finish(t);
     if (t->ddp) {
         dpt_ddp_finish(t->ddp); /* gradients now hold the average over ranks */
         dpt_ddp_stats st = dpt_ddp_last_stats(t->ddp);

@@ -42,6 +42,11 @@ typedef struct run_config {
     int64_t batch;        /* per rank and micro-batch: [train] batch, or global_batch / (ranks x accum) */
     int64_t global_batch; /* per optimizer step, all ranks */
     int world_size;       /* ranks or replicas */
+    /* [train] deterministic: shards of det_shard samples, det_shards per step, det_per_rank
+     * of them on each rank (then batch = det_shard and accum = det_per_rank) */
+    bool deterministic;
+    int64_t det_shard, det_shards;
+    int det_per_rank;
     const char *device;
     dpt_ctx_options ctx; /* device filled per replica */
     bool memory_check;
@@ -145,9 +150,19 @@ typedef struct trainer {
     window whole; /* the epoch */
     progress bar;
     int64_t step_samples;
+    int micro; /* the micro-batch (deterministic: the shard of this rank) in progress */
     int64_t samples_trained; /* this replica's, in steps that were not skipped */
     double grad_norm;
     bool nan_loss; /* tests: [distributed] fault = nan is due this step */
+    /* [train] deterministic: the shard gradients' binary tree (a stack of partial sums, each
+     * with its level, like a binary counter) and the gather buffer for the ranks' sums */
+    struct {
+        int64_t nparams; /* gradient floats (all parameters, in order) */
+        int64_t n;       /* ... and the ghost batch-norm statistics after them */
+        float **stack;  /* levels 0..log2(per rank) */
+        int *level, depth;
+        float *gather;  /* world_size x n */
+    } det;
     double run_start, eval_s; /* evaluation time is not training throughput */
     dpt_eval_result test;
     int signal_seen;
