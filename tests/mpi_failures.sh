@@ -64,10 +64,11 @@ fi
 # A rank stopped (SIGSTOP) at a random moment, wherever the others are (gradient AllReduce,
 # the per-step signal agreement, evaluation): every collective is under the watchdog, so the
 # job ends with a timeout report in bounded time. Repeated: the hang hit 2 runs in 11 once.
+# (1000 epochs: the run must still be training when the stop comes; 50 had become 6 s.)
 sigstop_case() { # np run
     local np=$1 run=$2 log=/tmp/dpt_sigstop_$$.log
     $MPIRUN -np "$np" ./train configs/fmnist_mlp.ini --set data.train_limit=6000 --set data.test_limit=2000 \
-        --set train.threads=1 --set log.interval=10 --set train.eval_every_steps=7 --set train.epochs=50 \
+        --set train.threads=1 --set log.interval=10 --set train.eval_every_steps=7 --set train.epochs=1000 \
         --set distributed.comm_timeout_s=2 > "$log" 2>&1 &
     local launcher=$! victim="" want=$((RANDOM % np)) waited=0
     while [ -z "$victim" ] && [ $waited -lt 300 ]; do # until training is under way (30 s at most)
