@@ -36,6 +36,15 @@ int dpt_train_main(int argc, char **argv)
     if (!run) dpt_fatal("out of host memory");
     bool ok = cfg && run_config_build(run, cfg, &args, world.size, &err);
     if (!report_config_errors(&world, ok, &err)) {
+        if (args.junit && world.rank == 0) { /* a CI job's reporter still gets its failure */
+            report_note("error: %s\n", err.msg);
+            dpt_run_result none;
+            memset(&none, 0, sizeof none);
+            char msg[4400];
+            if (!dpt_junit_write(args.junit, args.config_path ? args.config_path : "(defaults)", NULL, 0, &none, 1,
+                                 report_tail(), msg, sizeof msg))
+                fprintf(stderr, "error: --junit: %s\n", msg);
+        }
         dpt_config_free(cfg);
         free(run);
         dpt_world_finalize(&world);

@@ -20,6 +20,15 @@ static char tail[TAIL_LINES][TAIL_LINE];
 static int tail_next, tail_count;
 static pthread_mutex_t tail_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static void keep_line(const char *line)
+{
+    pthread_mutex_lock(&tail_lock);
+    snprintf(tail[tail_next], TAIL_LINE, "%s", line);
+    tail_next = (tail_next + 1) % TAIL_LINES;
+    if (tail_count < TAIL_LINES) tail_count++;
+    pthread_mutex_unlock(&tail_lock);
+}
+
 void report_line(const char *fmt, ...)
 {
     char line[TAIL_LINE];
@@ -29,11 +38,17 @@ void report_line(const char *fmt, ...)
     va_end(ap);
     fputs(line, stdout);
     fflush(stdout);
-    pthread_mutex_lock(&tail_lock);
-    snprintf(tail[tail_next], TAIL_LINE, "%s", line);
-    tail_next = (tail_next + 1) % TAIL_LINES;
-    if (tail_count < TAIL_LINES) tail_count++;
-    pthread_mutex_unlock(&tail_lock);
+    keep_line(line);
+}
+
+void report_note(const char *fmt, ...)
+{
+    char line[TAIL_LINE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    keep_line(line);
 }
 
 const char *report_tail(void)

@@ -310,5 +310,6 @@ int fail(const replica *r, const dpt_error *err)
     if (r->size > 1 && !r->data_parallel) dpt_abort_job("rank %d of %d: %s", r->rank, r->size, err->msg);
     if (r->data_parallel) dpt_abort_job("%s", err->msg);
     fprintf(stderr, "error: %s\n", err->msg);
+    report_note("error: %s\n", err->msg); /* for the JUnit report's system-out */
     return 1;
 }

@@ -180,6 +180,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
 /* train_report.c */
 void report_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *report_tail(void); /* the last lines printed, for the JUnit report */
+void report_note(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* kept, not printed */
 void print_header(const trainer *t);
 void meter_read(dpt_tensor *meter, int slot, window *w);
 progress progress_new(const replica *r, int64_t total_steps);

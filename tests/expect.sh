@@ -74,8 +74,11 @@ out=$(./train "${small[@]}" --expect 'final_test_loss >= 12%' 2>&1); rc=$?
 check "a percentage for a loss: exit 2" $? "exit $rc: $out"
 
 out=$(./train "${small[@]}" --set data.dir="$tmp/none" --expect 'final_test_acc >= 0.5' --junit "$tmp/err.xml" 2>&1); rc=$?
-[ $rc -eq 1 ] && junit "$tmp/err.xml" 2 0 2
-check "a run that fails before its expectations: exit 1, JUnit errors" $? "exit $rc: $(cat "$tmp/err.xml" 2>&1)"
+[ $rc -eq 1 ] && junit "$tmp/err.xml" 2 0 2 && grep -q "error: .*\[data\] dir" "$tmp/err.xml"
+check "a run that fails before its expectations: exit 1, JUnit errors with the message" $? "exit $rc: $(cat "$tmp/err.xml" 2>&1)"
+out=$(./train "${small[@]}" --set train.bach=3 --junit "$tmp/cfg.xml" 2>&1); rc=$?
+[ $rc -eq 1 ] && junit "$tmp/cfg.xml" 1 0 1 && grep -q "unknown key 'bach' in \[train\]" "$tmp/cfg.xml"
+check "a config error: exit 1, and still a JUnit report with the error" $? "exit $rc: $(cat "$tmp/cfg.xml" 2>&1)"
 
 # the weights' hash: the run's, the checkpoint's, a rerun's, a resumed run's
 sha() { grep -o 'weights sha256 [0-9a-f]\{64\}' | grep -o '[0-9a-f]\{64\}'; }
@@ -113,5 +116,9 @@ if command -v mpirun >/dev/null && ! ./train --env | grep -q 'not in this build'
     out=$(./train "${small[@]}" --set log.interval=25 --set distributed.devices=cpu:0,cpu:1 2>&1); rc=$?
     [ $rc -eq 0 ] && [ -n "$mpi_hash" ] && [ "$(sha <<<"$out")" = "$mpi_hash" ]
     check "2 ranks under mpirun and DataParallel 2 x cpu end with bit-identical weights" $? "$mpi_hash vs $(sha <<<"$out")"
+    out=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${small[@]}" \
+          --expect 'final_test_acc >= 99%' --junit "$tmp/mpi.xml" 2>&1); rc=$?
+    [ $rc -eq 3 ] && [ "$(grep -c 'FAIL  final_test_acc >= 99%' <<<"$out")" -eq 1 ] && junit "$tmp/mpi.xml" 2 1 0
+    check "2 ranks: a failed expectation is printed once, mpirun exits 3, rank 0 writes the JUnit" $? "exit $rc: $(tail -5 <<<"$out")"
 fi
 [ $failed -eq 0 ]
