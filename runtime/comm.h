@@ -13,6 +13,9 @@ typedef struct dpt_comm_ops {
      * the timeout report (e.g. "evaluation sums"); backends keep it only while it runs. */
     void (*allreduce_f32)(dpt_comm *comm, float *buf, int64_t n, const char *what);
     void (*allreduce_f64)(dpt_comm *comm, double *buf, int64_t n, const char *what);
+    /* The same over 16-bit floats (bf16 or IEEE fp16, runtime/half.h), summed in float and
+     * rounded to nearest even after each addition. NULL: not offered. */
+    void (*allreduce_h16)(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16, const char *what);
     void (*broadcast)(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what);
     /* recv holds size * bytes: rank r's send lands at recv + r * bytes. */
     void (*allgather)(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what);
@@ -49,6 +52,7 @@ struct dpt_comm {
 /* The collectives, called through these (never through ops at call sites). */
 void dpt_comm_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char *what);
 void dpt_comm_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *what);
+void dpt_comm_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16, const char *what);
 void dpt_comm_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what);
 void dpt_comm_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what);
 void dpt_comm_barrier_named(dpt_comm *comm, const char *what);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "half.h"
 #include "comm.h"
 #include "error.h"
 #include "log.h"
@@ -155,6 +156,43 @@ static void mpi_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char 
     end(comm, slot);
 }
 
+/* MPI's reduction of two 16-bit buffers: each pair added in float and rounded back. */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = dpt_bf16_from_f32(dpt_f32_from_bf16(a[i]) + dpt_f32_from_bf16(b[i]));
+    (void)type;
+}
+
+static void fp16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = dpt_fp16_from_f32(dpt_f32_from_fp16(a[i]) + dpt_f32_from_fp16(b[i]));
+    (void)type;
+}
+
+static void mpi_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16, const char *what)
+{
+    static MPI_Op ops[2] = {MPI_OP_NULL, MPI_OP_NULL};
+    static pthread_mutex_t ops_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&ops_mu);
+    if (ops[bf16] == MPI_OP_NULL) MPI_CALL(MPI_Op_create(bf16 ? bf16_sum : fp16_sum, 1, &ops[bf16]));
+    pthread_mutex_unlock(&ops_mu);
+    add_delay(comm, n * (int64_t)sizeof(uint16_t));
+    int slot = begin(comm, what, n * (int64_t)sizeof(uint16_t));
+    for (int64_t off = 0; off < n; off += MPI_CHUNK) {
+        int count = (int)(n - off < MPI_CHUNK ? n - off : MPI_CHUNK);
+        MPI_Request req;
+        MPI_CALL(MPI_Iallreduce(MPI_IN_PLACE, buf + off, count, MPI_UINT16_T, ops[bf16], comm_of(comm), &req));
+        wait_request(comm, &req, what);
+    }
+    end(comm, slot);
+}
+
 static void mpi_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *what)
 {
     int slot = begin(comm, what, n * (int64_t)sizeof(double));
@@ -224,6 +262,7 @@ static const dpt_comm_ops mpi_ops = {
     .name = "mpi",
     .allreduce_f32 = mpi_allreduce_f32,
     .allreduce_f64 = mpi_allreduce_f64,
+    .allreduce_h16 = mpi_allreduce_h16,
     .broadcast = mpi_broadcast,
     .allgather = mpi_allgather,
     .barrier = mpi_barrier,

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "half.h"
 #include "comm.h"
 #include "error.h"
 #include "log.h"
@@ -124,6 +125,28 @@ static void threads_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const 
     ALLREDUCE_BODY(double)
 }
 
+/* Summed in float in rank order, rounded once: at least as close as MPI's pairwise roundings. */
+static void threads_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16, const char *what)
+{
+    dpt_sleep_ms(comm->delay_ms_per_mb * (double)n * sizeof(uint16_t) / 1048576.0);
+    dpt_thread_group *g = group_of(comm);
+    g->bufs[comm->rank] = buf;
+    sync_all_named(comm, what);
+    int64_t per = (n + g->size - 1) / g->size;
+    int64_t lo = per * comm->rank, hi = lo + per < n ? lo + per : n;
+    for (int64_t i = lo; i < hi; i++) {
+        float sum = 0;
+        for (int r = 0; r < g->size; r++) {
+            uint16_t h = ((uint16_t *)g->bufs[r])[i];
+            sum += bf16 ? dpt_f32_from_bf16(h) : dpt_f32_from_fp16(h);
+        }
+        uint16_t out = bf16 ? dpt_bf16_from_f32(sum) : dpt_fp16_from_f32(sum);
+        for (int r = 0; r < g->size; r++)
+            ((uint16_t *)g->bufs[r])[i] = out;
+    }
+    sync_all_named(comm, what);
+}
+
 static void threads_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
 {
     dpt_thread_group *g = group_of(comm);
@@ -176,6 +199,7 @@ static const dpt_comm_ops thread_ops = {
     .name = "threads",
     .allreduce_f32 = threads_allreduce_f32,
     .allreduce_f64 = threads_allreduce_f64,
+    .allreduce_h16 = threads_allreduce_h16,
     .broadcast = threads_broadcast,
     .allgather = threads_allgather,
     .barrier = threads_barrier,

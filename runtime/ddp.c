@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "half.h"
 #include "comm.h"
 #include "ctx.h"
 #include "error.h"
@@ -66,6 +67,7 @@ struct dpt_ddp {
     bool quit;
     ring_entry ring[RING];
     int ring_next;
+    uint16_t *wire; /* grad_compression: the largest bucket in 16 bits */
 };
 
 /* ---------------------------------------------------------------- communication thread */
@@ -91,7 +93,26 @@ static void *comm_thread_main(void *arg)
         /* its own communicator; the settings follow the main one's (set after start-up) */
         d->grad_comm->timeout_s = d->comm->timeout_s;
         d->grad_comm->delay_ms_per_mb = d->comm->delay_ms_per_mb;
-        dpt_comm_allreduce_f32(d->grad_comm, bk->flat, bk->numel, what);
+        if (d->wire) { /* 16 bits on the wire; fp32 again before the average */
+            bool bf16 = d->opt.compression == DPT_GRAD_COMPRESSION_BF16;
+            float *g = bk->flat;
+            uint16_t *w = d->wire;
+            if (bf16)
+                for (int64_t i = 0; i < bk->numel; i++)
+                    w[i] = dpt_bf16_from_f32(g[i]);
+            else
+                for (int64_t i = 0; i < bk->numel; i++)
+                    w[i] = dpt_fp16_from_f32(g[i]);
+            dpt_comm_allreduce_h16(d->grad_comm, w, bk->numel, bf16, what);
+            if (bf16)
+                for (int64_t i = 0; i < bk->numel; i++)
+                    g[i] = dpt_f32_from_bf16(w[i]);
+            else
+                for (int64_t i = 0; i < bk->numel; i++)
+                    g[i] = dpt_f32_from_fp16(w[i]);
+        } else {
+            dpt_comm_allreduce_f32(d->grad_comm, bk->flat, bk->numel, what);
+        }
         d->ctx->be->scale(d->ctx, bk->numel, 1.0f / (float)d->comm->size, bk->flat, bk->flat);
         double t1 = dpt_now_s();
         if (d->timeline) dpt_timeline_span(d->timeline, "allreduce", 1, t0, t1);
@@ -320,8 +341,23 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
         dpt_comm_broadcast(comm, t->data, (size_t)t->numel * sizeof(float), 0,
                            "DDP start-up: buffer broadcast");
     }
-    rehome_grads(d, true);
     d->async = comm->ops->reduce_avg_async != NULL;
+    if (opt->compression != DPT_GRAD_COMPRESSION_NONE) {
+        if (d->async || !comm->ops->allreduce_h16 || dpt_ctx_device(ctx).kind != DPT_DEVICE_CPU) {
+            dpt_errorf(err, "[distributed] grad_compression = %s: 16-bit AllReduce runs on host communicators "
+                            "(MPI, DataParallel threads) with CPU gradients in this version; this is %s\nHINT: "
+                            "grad_compression = none",
+                       opt->compression == DPT_GRAD_COMPRESSION_BF16 ? "bf16" : "fp16", comm->ops->name);
+            dpt_ddp_free(d);
+            return NULL;
+        }
+        int64_t most = 0;
+        for (int b = 0; b < d->nbuckets; b++)
+            most = d->buckets[b].numel > most ? d->buckets[b].numel : most;
+        d->wire = malloc((size_t)(most ? most : 1) * sizeof *d->wire);
+        if (!d->wire) dpt_fatal("out of host memory for the 16-bit gradient buffer");
+    }
+    rehome_grads(d, true);
     if (!d->async) {
         /* The communication thread's collectives go on a communicator of their own, so they
          * never pair with the main thread's (SyncBN, evaluation, control) on another rank. */
@@ -356,6 +392,7 @@ void dpt_ddp_free(dpt_ddp *d)
         dpt_set_grad_ready_hook(d->ctx, NULL, NULL);
         rehome_grads(d, false);
     }
+    free(d->wire);
     for (int b = 0; b < d->nbuckets; b++)
         dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted);
     free(d->buckets);
@@ -481,6 +518,7 @@ void dpt_ddp_finish(dpt_ddp *d)
     dpt_ddp_stats st = {.step = d->step, .buckets = d->nbuckets, .wait_s = waited};
     for (int b = 0; b < d->nbuckets; b++) {
         const bucket *bk = &d->buckets[b];
+        st.bytes += bk->numel * (d->wire ? 2 : 4);
         st.comm_s += bk->end_s - bk->start_s;
         double hidden_end = bk->end_s < backward_end ? bk->end_s : backward_end;
         if (hidden_end > bk->start_s) st.hidden_s += hidden_end - bk->start_s;

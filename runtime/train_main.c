@@ -252,6 +252,9 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .find_unused = dpt_config_bool(c, "distributed", "find_unused"),
         .timeout_s = dpt_config_float(c, "distributed", "comm_timeout_s"),
         .config_hash = rc->hash,
+        .compression = !strcmp(dpt_config_str(c, "distributed", "grad_compression"), "bf16")   ? DPT_GRAD_COMPRESSION_BF16
+                       : !strcmp(dpt_config_str(c, "distributed", "grad_compression"), "fp16") ? DPT_GRAD_COMPRESSION_FP16
+                                                                                               : DPT_GRAD_COMPRESSION_NONE,
     };
     rc->bench_comm_ms_per_mb = dpt_config_float(c, "distributed", "bench_comm_ms_per_mb");
     rc->world_size = world_size;

@@ -86,10 +86,13 @@ void print_header(const trainer *t)
                 dpt_ctx_threads(t->ctx), r->size, unit, r->size > 1 ? "s" : "", (long long)run->batch, run->accum,
                 (long long)(run->batch * r->size * run->accum));
     if (t->ddp)
-        report_line("ddp %s | %d buckets of <= %g MiB | overlap %s | comm %s | loss and acc shown: %s\n",
+        report_line("ddp %s | %d buckets of <= %g MiB | overlap %s | comm %s%s | loss and acc shown: %s\n",
                     r->data_parallel ? "(DataParallel, one process)" : "(one process per rank)",
                     dpt_ddp_num_buckets(t->ddp), run->ddp.bucket_mb, run->ddp.overlap ? "on" : "off",
                     r->comm->ops->name,
+                    run->ddp.compression == DPT_GRAD_COMPRESSION_BF16   ? ", gradients as bf16"
+                    : run->ddp.compression == DPT_GRAD_COMPRESSION_FP16 ? ", gradients as fp16"
+                                                                        : "",
                     run->all_ranks ? "each rank's own shard" : "averages over all ranks");
     report_line("data %s | train %lld per rank of %lld | test %lld | %dx%dx%d | %d classes | %lld steps/epoch\n",
                 run->data_dir, (long long)dpt_loader_num_samples(t->train_loader), (long long)t->train_set->n,
@@ -212,13 +215,13 @@ void log_window(trainer *t, int64_t s)
                       "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,\"loss\":%.6f,\"acc\":%.6f,"
                       "\"img_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"comm_hidden\":%.4f,"
                       "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"ranks\":%d,\"global_batch\":%lld,"
-                      "\"host_syncs_per_step\":%.2f%s",
+                      "\"host_syncs_per_step\":%.2f,\"comm_mb_per_step\":%.4f%s",
                       t->state.epoch, (long long)t->state.step, lr, loss, acc, img_s,
                       1e3 * (now - w->start) / (double)steps, 1e3 * w->comm_s / (double)steps,
                       w->comm_s > 0 ? w->hidden_s / w->comm_s : 0.0, t->grad_norm,
                       (double)mem.peak_allocated / 1048576.0, r->size,
                       (long long)(t->run->batch * r->size * t->run->accum), (double)window_syncs / (double)steps,
-                      gpu_json(&gs, json, sizeof json));
+                      w->comm_bytes / 1048576.0 / (double)steps, gpu_json(&gs, json, sizeof json));
     dpt_tensor_fill_slice(t->ctx, t->meter, METER_WINDOW, 2, 0.0f);
     *w = (window){.start = dpt_now_s(), .syncs_at_start = dpt_ctx_host_syncs(t->ctx)};
 }

@@ -461,7 +461,7 @@ static void train_step(trainer *t)
     if (t->ddp) {
         dpt_ddp_finish(t->ddp); /* gradients now hold the average over ranks */
         dpt_ddp_stats st = dpt_ddp_last_stats(t->ddp);
-        t->win.comm_s += st.comm_s, t->win.hidden_s += st.hidden_s;
+        t->win.comm_s += st.comm_s, t->win.hidden_s += st.hidden_s, t->win.comm_bytes += (double)st.bytes;
     }
     double t5 = dpt_now_s();
     /* After the AllReduce every rank sees the same gradients, so all take the same decision

@@ -108,7 +108,7 @@ typedef struct replica {
  * sums live on the device (the meter) and are read into loss/correct only when shown, so a
  * GPU step waits for the host once (the gradient norm), not at every micro-batch. */
 typedef struct window {
-    double start, loss, comm_s, hidden_s;
+    double start, loss, comm_s, hidden_s, comm_bytes;
     int64_t correct, samples, steps;
     int64_t syncs_at_start; /* the context's host reads when the window opened */
 } window;

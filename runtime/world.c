@@ -146,6 +146,11 @@ void dpt_comm_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char *w
 {
     comm->ops->allreduce_f32(comm, buf, n, what);
 }
+void dpt_comm_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16, const char *what)
+{
+    DPT_ASSERT(comm->ops->allreduce_h16, "the %s communicator has no 16-bit AllReduce", comm->ops->name);
+    comm->ops->allreduce_h16(comm, buf, n, bf16, what);
+}
 void dpt_comm_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *what)
 {
     comm->ops->allreduce_f64(comm, buf, n, what);

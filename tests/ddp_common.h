@@ -3,11 +3,13 @@
 #ifndef DPT_DDP_COMMON_H
 #define DPT_DDP_COMMON_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dpt.h"
+#include "runtime/half.h"
 #include "runtime/comm.h"
 #include "runtime/tensor.h"
 
@@ -45,6 +47,7 @@ typedef struct ddp_run {
     bool drop_last;
     const char *model_sets[6]; /* extra "model.key=value" settings (default: the MLP) */
     bool cuda;                 /* rank r trains on cuda:r, gradients over NCCL */
+    dpt_grad_compression compression;
 } ddp_run;
 
 typedef struct ddp_result {
@@ -120,7 +123,8 @@ static inline ddp_result ddp_train(const ddp_run *run, dpt_comm *comm, const dpt
                              .overlap = run->overlap,
                              .find_unused = run->find_unused,
                              .timeout_s = 60,
-                             .dataset_len = ds->n};
+                             .dataset_len = ds->n,
+                             .compression = run->compression};
         ddp = dpt_ddp_new(ctx, model, comm, &o, &err);
         if (!ddp) {
             fprintf(stderr, "rank %d: %s\n", rank, err.msg);
@@ -186,6 +190,38 @@ static inline void ddp_replica_main(int rank, dpt_comm *comm, void *user)
 }
 
 /* max |a - b| / max |b| */
+/* [distributed] grad_compression's collective: rank r's value i (any rank can compute any
+ * rank's), magnitudes over 7 decades and both signs. */
+static inline float h16_value(int r, int64_t i)
+{
+    return (float)(sin(0.37 * (double)i + 1.3 * r) * pow(10.0, (double)(i % 7) - 3.0));
+}
+
+/* The 16-bit AllReduce of h16_value over `comm`, averaged in fp32: the largest error against
+ * the exact (double) average, as a fraction of the bound ranks x u x mean |g_r| (u = 2^-8 for
+ * bf16, 2^-11 for fp16); *differs: whether any value differs from the exact average at all. */
+static inline double h16_bound_ratio(dpt_comm *comm, bool bf16, int64_t n, bool *differs)
+{
+    int rank = dpt_comm_rank(comm), size = dpt_comm_size(comm);
+    uint16_t *w = malloc((size_t)n * sizeof *w);
+    for (int64_t i = 0; i < n; i++)
+        w[i] = bf16 ? dpt_bf16_from_f32(h16_value(rank, i)) : dpt_fp16_from_f32(h16_value(rank, i));
+    dpt_comm_allreduce_h16(comm, w, n, bf16, "test: 16-bit allreduce");
+    double u = bf16 ? 1.0 / 256 : 1.0 / 2048, worst = 0;
+    *differs = false;
+    for (int64_t i = 0; i < n; i++) {
+        double exact = 0, mag = 0;
+        for (int r = 0; r < size; r++)
+            exact += h16_value(r, i), mag += fabs(h16_value(r, i));
+        float got = (bf16 ? dpt_f32_from_bf16(w[i]) : dpt_f32_from_fp16(w[i])) / (float)size;
+        double err = fabs((double)got - exact / size), bound = size * u * (mag / size) * 1.01 + 1e-30;
+        if (err / bound > worst) worst = err / bound;
+        if ((double)got != exact / size) *differs = true;
+    }
+    free(w);
+    return worst;
+}
+
 static inline double ddp_rel_diff(const ddp_result *a, const ddp_result *b)
 {
     double num = 0.0, den = 0.0;

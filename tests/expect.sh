@@ -120,5 +120,15 @@ if command -v mpirun >/dev/null && ! ./train --env | grep -q 'not in this build'
           --expect 'final_test_acc >= 99%' --junit "$tmp/mpi.xml" 2>&1); rc=$?
     [ $rc -eq 3 ] && [ "$(grep -c 'FAIL  final_test_acc >= 99%' <<<"$out")" -eq 1 ] && junit "$tmp/mpi.xml" 2 1 0
     check "2 ranks: a failed expectation is printed once, mpirun exits 3, rank 0 writes the JUnit" $? "exit $rc: $(tail -5 <<<"$out")"
+    # [distributed] grad_compression: half the bytes per step in the metrics, said in the header
+    for c in none bf16; do
+        timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${small[@]}" --set log.interval=10 \
+            --set distributed.grad_compression=$c --set log.metrics="$tmp/$c.jsonl" > "$tmp/$c.log" 2>&1
+    done
+    mb() { grep -o '"comm_mb_per_step":[0-9.]*' "$1" | tail -1 | cut -d: -f2; }
+    none_mb=$(mb "$tmp/none.jsonl") bf16_mb=$(mb "$tmp/bf16.jsonl")
+    /usr/bin/python3 -c "import sys; a, b = float('$none_mb'), float('$bf16_mb'); sys.exit(0 if a > 0 and b == a / 2 else 1)" 2>/dev/null &&
+        grep -q "gradients as bf16" "$tmp/bf16.log" && grep -q "^done" "$tmp/bf16.log"
+    check "2 ranks, grad_compression = bf16: $bf16_mb MiB a step on the wire instead of $none_mb" $? "$(tail -3 "$tmp/bf16.log")"
 fi
 [ $failed -eq 0 ]

@@ -294,10 +294,51 @@ static void test_thread_collectives(void **state)
     dpt_thread_group_free(g);
 }
 
+/* [distributed] grad_compression over DataParallel's thread communicator: the 16-bit
+ * AllReduce within the bound (and not exact), for bf16 and fp16, 3 replicas. */
+typedef struct h16_arg {
+    dpt_comm *comm;
+    double ratio[2];
+    bool differs[2];
+} h16_arg;
+
+static void *h16_main(void *p)
+{
+    h16_arg *a = p;
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        a->ratio[bf16] = h16_bound_ratio(a->comm, bf16, 1031, &a->differs[bf16]);
+    return NULL;
+}
+
+static void test_thread_h16(void **state)
+{
+    (void)state;
+    enum { N = 3 };
+    dpt_thread_group *g = dpt_thread_group_new(N);
+    h16_arg args[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        args[i].comm = dpt_comm_thread_new(g, i);
+        pthread_create(&th[i], NULL, h16_main, &args[i]);
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++) {
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            if (args[i].ratio[bf16] > 1.0)
+                fail_msg("replica %d, %s: error %.3f x the bound", i, bf16 ? "bf16" : "fp16", args[i].ratio[bf16]);
+            assert_true(args[i].differs[bf16]);
+        }
+        args[i].comm->ops->free(args[i].comm);
+    }
+    dpt_thread_group_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_thread_collectives), cmocka_unit_test(test_dp_matches_single),
+        cmocka_unit_test(test_thread_collectives), cmocka_unit_test(test_thread_h16),
+        cmocka_unit_test(test_dp_matches_single),
         cmocka_unit_test(test_dp_sync_batchnorm),  cmocka_unit_test(test_dp_timeout),
         cmocka_unit_test(test_ddp_async_seam),     cmocka_unit_test(test_bucket_alignment),
     };

@@ -1,0 +1,66 @@
+/* half.h: float <-> bfloat16 and IEEE half (fp16) conversions, round to nearest even, NaN kept
+ * a NaN, fp16 overflow to infinity and subnormals exact. Scalar and branch-light, so loops of
+ * them vectorise. Used for 16-bit gradient AllReduce ([distributed] grad_compression). */
+#ifndef DPT_HALF_H
+#define DPT_HALF_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline uint32_t dpt_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float dpt_f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* bfloat16 is float's upper half: round the lower half away to nearest even. */
+static inline uint16_t dpt_bf16_from_f32(float f)
+{
+    uint32_t u = dpt_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* a quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float dpt_f32_from_bf16(uint16_t h)
+{
+    return dpt_f32_from_bits((uint32_t)h << 16);
+}
+
+/* IEEE half: the float is scaled so that the hardware's own float rounding drops the bits a
+ * half cannot hold (at the half's exponent, subnormals included), then its exponent and
+ * mantissa are re-based. Magnitudes from 65520 round to infinity. */
+static inline uint16_t dpt_fp16_from_f32(float f)
+{
+    uint32_t w = dpt_f32_bits(f), twice = w + w, sign = w & 0x80000000u;
+    if (twice > 0xff000000u) return (uint16_t)((sign >> 16) | 0x7e00u); /* NaN */
+    float a = f < 0 ? -f : f;
+    float base = (a * 0x1.0p+112f) * 0x1.0p-110f; /* overflows to inf past the half's range */
+    uint32_t bias = twice & 0xff000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u; /* the smallest half exponent: subnormals */
+    base = dpt_f32_from_bits((bias >> 1) + 0x07800000u) + base;
+    uint32_t bits = dpt_f32_bits(base);
+    uint32_t nonsign = ((bits >> 13) & 0x7c00u) + (bits & 0x0fffu);
+    return (uint16_t)((sign >> 16) | nonsign);
+}
+
+static inline float dpt_f32_from_fp16(uint16_t h)
+{
+    uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, twice = w + w;
+    /* normal: move the exponent and mantissa into place and rescale; subnormal: a magic
+     * number whose low bits are the mantissa, minus the magic */
+    float normal = dpt_f32_from_bits((twice >> 4) + (0xe0u << 23)) * 0x1.0p-112f;
+    float subnormal = dpt_f32_from_bits((twice >> 17) | (126u << 23)) - 0.5f;
+    uint32_t r = sign | (twice < (1u << 27) ? dpt_f32_bits(subnormal) : dpt_f32_bits(normal));
+    return dpt_f32_from_bits(r);
+}
+
+#endif
