@@ -792,14 +792,16 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
             record *rec = &recs[i];
             if (rec->kind != REC_TENSOR || strncmp(rec->name, prefix, strlen(prefix))) continue;
             int64_t numel = 1;
+            bool overflow = false;
             char shape[128] = "";
             size_t used = 0;
             for (int j = 0; j < rec->ndim; j++) {
-                numel *= rec->dims[j];
-                used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%lld", j ? ", " : "",
-                                         (long long)rec->dims[j]);
+                overflow |= __builtin_mul_overflow(numel, rec->dims[j], &numel); /* a hostile shape */
+                if (used < sizeof shape)
+                    used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%lld", j ? ", " : "",
+                                             (long long)rec->dims[j]);
             }
-            if ((uint64_t)numel * sizeof(float) != rec->bytes) {
+            if (overflow || numel > ((int64_t)1 << 40) || (uint64_t)numel * sizeof(float) != rec->bytes) {
                 ok = dpt_errorf(err, "%s: tensor %.64s holds %llu bytes for shape [%s]\n" HINT_CORRUPT, path,
                                 rec->name, (unsigned long long)rec->bytes, shape);
                 break;
