@@ -1,6 +1,8 @@
 /* trainer.c: one replica's training, top to bottom: open (context, data, model, optimizer,
  * resume, DDP), then for each step train_step (micro-batches, gradient AllReduce, clip,
- * optimizer) and after_step (log, evaluate, checkpoint, signals), then close. */
+ * optimizer) and after_step (log, evaluate, checkpoint, signals), then close. In
+ * [train] deterministic mode the micro-batches are the step's shards and det_push/det_finish
+ * sum their gradients in one fixed binary tree instead of DDP. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
