@@ -20,6 +20,9 @@ typedef struct dpt_comm_ops {
     /* recv holds size * bytes: rank r's send lands at recv + r * bytes. */
     void (*allgather)(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what);
     void (*barrier)(dpt_comm *comm, const char *what);
+    /* Send `bytes` to rank peer and receive as many from it (both call it, with each other as
+     * peer, at the same point; send and recv do not overlap). NULL: not offered. */
+    void (*sendrecv)(dpt_comm *comm, const void *send, void *recv, size_t bytes, int peer, const char *what);
     void (*free)(dpt_comm *comm);
     /* A new communicator over the same ranks whose collectives never pair with this one's:
      * for a second thread of each rank that issues collectives of its own (the DDP
@@ -56,6 +59,7 @@ void dpt_comm_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16,
 void dpt_comm_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what);
 void dpt_comm_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what);
 void dpt_comm_barrier_named(dpt_comm *comm, const char *what);
+void dpt_comm_sendrecv(dpt_comm *comm, const void *send, void *recv, size_t bytes, int peer, const char *what);
 
 dpt_comm *dpt_comm_mpi_new(void); /* over MPI_COMM_WORLD */
 /* The MPI library gives MPI_THREAD_SERIALIZED only: every MPI call of the communicators is

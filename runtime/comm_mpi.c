@@ -223,6 +223,20 @@ static void mpi_allgather(dpt_comm *comm, const void *send, void *recv, size_t b
     end(comm, slot);
 }
 
+static void mpi_sendrecv(dpt_comm *comm, const void *send, void *recv, size_t bytes, int peer, const char *what)
+{
+    int slot = begin(comm, what, (int64_t)bytes);
+    for (size_t off = 0; off < bytes; off += (size_t)MPI_CHUNK) {
+        int count = (int)(bytes - off < (size_t)MPI_CHUNK ? bytes - off : (size_t)MPI_CHUNK);
+        MPI_Request req[2];
+        MPI_CALL(MPI_Irecv((char *)recv + off, count, MPI_BYTE, peer, 7, comm_of(comm), &req[0]));
+        MPI_CALL(MPI_Isend((const char *)send + off, count, MPI_BYTE, peer, 7, comm_of(comm), &req[1]));
+        wait_request(comm, &req[0], what);
+        wait_request(comm, &req[1], what);
+    }
+    end(comm, slot);
+}
+
 static void mpi_barrier(dpt_comm *comm, const char *what)
 {
     int slot = begin(comm, what, 0);
@@ -266,6 +280,7 @@ static const dpt_comm_ops mpi_ops = {
     .broadcast = mpi_broadcast,
     .allgather = mpi_allgather,
     .barrier = mpi_barrier,
+    .sendrecv = mpi_sendrecv,
     .free = mpi_free,
     .dup = mpi_dup,
 };

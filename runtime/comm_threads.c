@@ -166,6 +166,15 @@ static void threads_allgather(dpt_comm *comm, const void *send, void *recv, size
     sync_all_named(comm, what);
 }
 
+static void threads_sendrecv(dpt_comm *comm, const void *send, void *recv, size_t bytes, int peer, const char *what)
+{
+    dpt_thread_group *g = group_of(comm);
+    g->bufs[comm->rank] = (void *)send;
+    sync_all_named(comm, what); /* every replica takes part in the same exchange round */
+    memcpy(recv, g->bufs[peer], bytes);
+    sync_all_named(comm, what);
+}
+
 static void threads_barrier(dpt_comm *comm, const char *what)
 {
     sync_all_named(comm, what);
@@ -203,6 +212,7 @@ static const dpt_comm_ops thread_ops = {
     .broadcast = threads_broadcast,
     .allgather = threads_allgather,
     .barrier = threads_barrier,
+    .sendrecv = threads_sendrecv,
     .free = threads_free,
     .dup = threads_dup,
 };

@@ -157,9 +157,8 @@ static void det_alloc(trainer *t)
     if (!t->det.stack || !t->det.level) dpt_fatal("out of host memory");
     for (int i = 0; i < depth; i++)
         if (!(t->det.stack[i] = malloc((size_t)t->det.n * sizeof(float)))) dpt_fatal("out of host memory");
-    if (t->r->size > 1 && !(t->det.gather = malloc((size_t)t->det.n * (size_t)t->r->size * sizeof(float))))
-        dpt_fatal("out of host memory for the deterministic gather (%d x %lld floats)", t->r->size,
-                  (long long)t->det.n);
+    if (t->r->size > 1 && !(t->det.gather = malloc((size_t)t->det.n * sizeof(float))))
+        dpt_fatal("out of host memory for the deterministic exchange (%lld floats)", (long long)t->det.n);
 }
 
 static void det_close(trainer *t)
@@ -206,22 +205,20 @@ static void det_push(trainer *t)
     dpt_model_zero_grad(t->model); /* the next shard's gradient starts from zero */
 }
 
-/* The step's gradient: this rank's subtree (one sum: its shard count is a power of two), the
- * ranks' subtrees gathered and summed pairwise in rank order (the tree recursive doubling
- * builds), divided by the shard count (a power of two: exact), into the grads. */
+/* The step's gradient: this rank's subtree (one sum: its shard count is a power of two),
+ * then recursive doubling: in round j each rank swaps its sum with rank ^ 2^j and both add
+ * the two (a + b and b + a are the same bits), so after log2(world) rounds every rank holds
+ * the sum of one fixed binary tree over all shards, the tree a single rank builds alone;
+ * divided by the shard count (a power of two: exact), into the grads. */
 static void det_finish(trainer *t)
 {
     DPT_ASSERT(t->det.depth == 1, "deterministic stack depth %d after a step", t->det.depth);
     float *sum = t->det.stack[0];
-    int size = t->r->size;
-    if (size > 1) {
-        dpt_comm_allgather(t->r->comm, sum, t->det.gather, (size_t)t->det.n * sizeof(float),
-                           "deterministic gradient subtrees");
-        for (int span = 1; span < size; span *= 2)
-            for (int left = 0; left + span < size; left += 2 * span)
-                det_add(t->det.gather + (int64_t)left * t->det.n, t->det.gather + (int64_t)(left + span) * t->det.n,
-                        t->det.n);
-        sum = t->det.gather;
+    for (int span = 1; span < t->r->size; span *= 2) {
+        char what[64];
+        snprintf(what, sizeof what, "deterministic gradient exchange with rank %d", t->r->rank ^ span);
+        dpt_comm_sendrecv(t->r->comm, sum, t->det.gather, (size_t)t->det.n * sizeof(float), t->r->rank ^ span, what);
+        det_add(sum, t->det.gather, t->det.n);
     }
     float scale = 1.0f / (float)t->run->det_shards;
     int64_t off = 0;

@@ -161,7 +161,7 @@ typedef struct trainer {
         int64_t n;       /* ... and the ghost batch-norm statistics after them */
         float **stack;  /* levels 0..log2(per rank) */
         int *level, depth;
-        float *gather;  /* world_size x n */
+        float *gather;  /* the partner's sum in an exchange round */
     } det;
     double run_start, eval_s; /* evaluation time is not training throughput */
     dpt_eval_result test;

@@ -146,6 +146,13 @@ void dpt_comm_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char *w
 {
     comm->ops->allreduce_f32(comm, buf, n, what);
 }
+void dpt_comm_sendrecv(dpt_comm *comm, const void *send, void *recv, size_t bytes, int peer, const char *what)
+{
+    DPT_ASSERT(comm->ops->sendrecv, "the %s communicator has no point-to-point exchange", comm->ops->name);
+    DPT_ASSERT(peer >= 0 && peer < comm->size && peer != comm->rank, "sendrecv with rank %d of %d (this is %d)", peer,
+               comm->size, comm->rank);
+    comm->ops->sendrecv(comm, send, recv, bytes, peer, what);
+}
 void dpt_comm_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16, const char *what)
 {
     DPT_ASSERT(comm->ops->allreduce_h16, "the %s communicator has no 16-bit AllReduce", comm->ops->name);
