@@ -780,7 +780,7 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
                                        "best_acc",   "best_epoch"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         char val[512];
-        if (meta_get(meta, keys[k], val, sizeof val)) fprintf(out, "%-12s %s\n", keys[k], val);
+        if (meta_get(meta, keys[k], val, sizeof val)) fprintf(out, "%-14s %s\n", keys[k], val);
     }
     /* every tensor, and the weights hash over parameters then buffers (the model's order,
      * which is the file's), as dpt_model_weights_sha256 computes it from a model */
