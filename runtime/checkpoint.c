@@ -319,6 +319,15 @@ static const char *meta_get(const record *meta, const char *key, char *out, size
     return NULL;
 }
 
+/* A record's dims as "2, 3, 4" (cut short to fit). */
+static void dims_str(const record *rec, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int d = 0; d < rec->ndim && used < cap; d++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%lld", d ? ", " : "", (long long)rec->dims[d]);
+}
+
 /* Check that a tensor record exists with the tensor's shape. */
 static bool check_tensor(const char *path, record *recs, uint32_t n, const char *prefix, const dpt_tensor *t,
                          const char *model_desc, dpt_error *err, record **found)
@@ -335,14 +344,10 @@ static bool check_tensor(const char *path, record *recs, uint32_t n, const char 
     for (int d = 0; same && d < t->ndim; d++)
         same = rec->dims[d] == t->shape[d];
     if (!same || rec->bytes != (uint64_t)t->numel * sizeof(float)) {
-        size_t used = (size_t)snprintf(have, sizeof have, "(");
-        for (int d = 0; d < rec->ndim && used < sizeof have; d++)
-            used += (size_t)snprintf(have + used, sizeof have - used, "%s%lld", d ? ", " : "",
-                                     (long long)rec->dims[d]);
-        if (used < sizeof have) snprintf(have + used, sizeof have - used, ")");
+        dims_str(rec, have, sizeof have);
         char want[96];
         return dpt_errorf(err,
-                          "%s: %s has shape %s in the checkpoint but %s in the model\nHINT: the "
+                          "%s: %s has shape (%s) in the checkpoint but %s in the model\nHINT: the "
                           "checkpoint is from another model (%s)",
                           path, name, have, dpt_shape_str(t, want, sizeof want), model_desc);
     }
@@ -448,22 +453,28 @@ static bool check_finite(const char *path, const record *rec, dpt_error *err)
     return true;
 }
 
+/* The file's records, each checked (read_whole_file, then parse); false with err. */
+static bool read_records(const char *path, record **recs, uint32_t *n, size_t *size, dpt_error *err)
+{
+    uint8_t *buf = read_whole_file(path, size, err);
+    if (!buf) return false;
+    reader r = {buf, *size, 0};
+    bool ok = parse(path, &r, recs, n, err);
+    free(buf);
+    return ok;
+}
+
 bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *ctx,
                          const dpt_config *cfg, dpt_train_state *st, int world_size, dpt_error *err)
 {
     size_t size = 0;
-    uint8_t *buf = read_whole_file(path, &size, err);
-    if (!buf) return false;
-    reader r = {buf, size, 0};
     record *recs = NULL;
     uint32_t n = 0;
-    bool ok = parse(path, &r, &recs, &n, err);
-    free(buf);
-    if (!ok) return false;
+    if (!read_records(path, &recs, &n, &size, err)) return false;
 
     record *meta = find(recs, n, "meta"), *rng = find(recs, n, "rng");
     char val[256], model_desc[400] = "?";
-    ok = meta && rng && meta->kind == REC_BLOB && rng->kind == REC_BLOB && rng->bytes == sizeof ctx->rng.s;
+    bool ok = meta && rng && meta->kind == REC_BLOB && rng->kind == REC_BLOB && rng->bytes == sizeof ctx->rng.s;
     if (!ok) dpt_errorf(err, "%s lacks its meta or rng record\n" HINT_CORRUPT, path);
     dpt_train_state loaded = {0};
     int64_t optim_steps = 0, saved_world = 0;
@@ -761,14 +772,10 @@ bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t
 bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
 {
     size_t size = 0;
-    uint8_t *buf = read_whole_file(path, &size, err);
-    if (!buf) return false;
-    reader r = {buf, size, 0};
     record *recs = NULL;
     uint32_t n = 0;
-    bool ok = parse(path, &r, &recs, &n, err);
-    free(buf);
-    if (!ok) return false;
+    if (!read_records(path, &recs, &n, &size, err)) return false;
+    bool ok = true;
     record *meta = find(recs, n, "meta");
     if (!meta || meta->kind != REC_BLOB) {
         free_records(recs, n);
@@ -793,14 +800,10 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
             if (rec->kind != REC_TENSOR || strncmp(rec->name, prefix, strlen(prefix))) continue;
             int64_t numel = 1;
             bool overflow = false;
-            char shape[128] = "";
-            size_t used = 0;
-            for (int j = 0; j < rec->ndim; j++) {
+            char shape[128];
+            dims_str(rec, shape, sizeof shape);
+            for (int j = 0; j < rec->ndim; j++)
                 overflow |= __builtin_mul_overflow(numel, rec->dims[j], &numel); /* a hostile shape */
-                if (used < sizeof shape)
-                    used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%lld", j ? ", " : "",
-                                             (long long)rec->dims[j]);
-            }
             if (overflow || numel > ((int64_t)1 << 40) || (uint64_t)numel * sizeof(float) != rec->bytes) {
                 ok = dpt_errorf(err, "%s: tensor %.64s holds %llu bytes for shape [%s]\n" HINT_CORRUPT, path,
                                 rec->name, (unsigned long long)rec->bytes, shape);

@@ -136,11 +136,9 @@ static void threads_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool
     int64_t lo = per * comm->rank, hi = lo + per < n ? lo + per : n;
     for (int64_t i = lo; i < hi; i++) {
         float sum = 0;
-        for (int r = 0; r < g->size; r++) {
-            uint16_t h = ((uint16_t *)g->bufs[r])[i];
-            sum += bf16 ? dpt_f32_from_bf16(h) : dpt_f32_from_fp16(h);
-        }
-        uint16_t out = bf16 ? dpt_bf16_from_f32(sum) : dpt_fp16_from_f32(sum);
+        for (int r = 0; r < g->size; r++)
+            sum += dpt_f32_from_h16(((uint16_t *)g->bufs[r])[i], bf16);
+        uint16_t out = dpt_h16_from_f32(sum, bf16);
         for (int r = 0; r < g->size; r++)
             ((uint16_t *)g->bufs[r])[i] = out;
     }

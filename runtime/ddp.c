@@ -95,21 +95,9 @@ static void *comm_thread_main(void *arg)
         d->grad_comm->delay_ms_per_mb = d->comm->delay_ms_per_mb;
         if (d->wire) { /* 16 bits on the wire; fp32 again before the average */
             bool bf16 = d->opt.compression == DPT_GRAD_COMPRESSION_BF16;
-            float *g = bk->flat;
-            uint16_t *w = d->wire;
-            if (bf16)
-                for (int64_t i = 0; i < bk->numel; i++)
-                    w[i] = dpt_bf16_from_f32(g[i]);
-            else
-                for (int64_t i = 0; i < bk->numel; i++)
-                    w[i] = dpt_fp16_from_f32(g[i]);
-            dpt_comm_allreduce_h16(d->grad_comm, w, bk->numel, bf16, what);
-            if (bf16)
-                for (int64_t i = 0; i < bk->numel; i++)
-                    g[i] = dpt_f32_from_bf16(w[i]);
-            else
-                for (int64_t i = 0; i < bk->numel; i++)
-                    g[i] = dpt_f32_from_fp16(w[i]);
+            dpt_h16_from_f32_n(d->wire, bk->flat, bk->numel, bf16);
+            dpt_comm_allreduce_h16(d->grad_comm, d->wire, bk->numel, bf16, what);
+            dpt_f32_from_h16_n(bk->flat, d->wire, bk->numel, bf16);
         } else {
             dpt_comm_allreduce_f32(d->grad_comm, bk->flat, bk->numel, what);
         }

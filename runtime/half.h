@@ -4,6 +4,7 @@
 #ifndef DPT_HALF_H
 #define DPT_HALF_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -61,6 +62,37 @@ static inline float dpt_f32_from_fp16(uint16_t h)
     float subnormal = dpt_f32_from_bits((twice >> 17) | (126u << 23)) - 0.5f;
     uint32_t r = sign | (twice < (1u << 27) ? dpt_f32_bits(subnormal) : dpt_f32_bits(normal));
     return dpt_f32_from_bits(r);
+}
+
+/* Either kind, chosen by bf16 (a bucket, a reduction, a test's reference). */
+static inline uint16_t dpt_h16_from_f32(float f, bool bf16)
+{
+    return bf16 ? dpt_bf16_from_f32(f) : dpt_fp16_from_f32(f);
+}
+
+static inline float dpt_f32_from_h16(uint16_t h, bool bf16)
+{
+    return bf16 ? dpt_f32_from_bf16(h) : dpt_f32_from_fp16(h);
+}
+
+static inline void dpt_h16_from_f32_n(uint16_t *dst, const float *src, int64_t n, bool bf16)
+{
+    if (bf16)
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = dpt_bf16_from_f32(src[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = dpt_fp16_from_f32(src[i]);
+}
+
+static inline void dpt_f32_from_h16_n(float *dst, const uint16_t *src, int64_t n, bool bf16)
+{
+    if (bf16)
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = dpt_f32_from_bf16(src[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = dpt_f32_from_fp16(src[i]);
 }
 
 #endif

@@ -29,26 +29,31 @@ static void keep_line(const char *line)
     pthread_mutex_unlock(&tail_lock);
 }
 
-void report_line(const char *fmt, ...)
+static void keep_vline(bool print, const char *fmt, va_list ap)
 {
     char line[TAIL_LINE];
+    vsnprintf(line, sizeof line, fmt, ap);
+    if (print) {
+        fputs(line, stdout);
+        fflush(stdout);
+    }
+    keep_line(line);
+}
+
+void report_line(const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    keep_vline(true, fmt, ap);
     va_end(ap);
-    fputs(line, stdout);
-    fflush(stdout);
-    keep_line(line);
 }
 
 void report_note(const char *fmt, ...)
 {
-    char line[TAIL_LINE];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    keep_vline(false, fmt, ap);
     va_end(ap);
-    keep_line(line);
 }
 
 const char *report_tail(void)

@@ -205,7 +205,7 @@ static inline double h16_bound_ratio(dpt_comm *comm, bool bf16, int64_t n, bool 
     int rank = dpt_comm_rank(comm), size = dpt_comm_size(comm);
     uint16_t *w = malloc((size_t)n * sizeof *w);
     for (int64_t i = 0; i < n; i++)
-        w[i] = bf16 ? dpt_bf16_from_f32(h16_value(rank, i)) : dpt_fp16_from_f32(h16_value(rank, i));
+        w[i] = dpt_h16_from_f32(h16_value(rank, i), bf16);
     dpt_comm_allreduce_h16(comm, w, n, bf16, "test: 16-bit allreduce");
     double u = bf16 ? 1.0 / 256 : 1.0 / 2048, worst = 0;
     *differs = false;
@@ -213,7 +213,7 @@ static inline double h16_bound_ratio(dpt_comm *comm, bool bf16, int64_t n, bool 
         double exact = 0, mag = 0;
         for (int r = 0; r < size; r++)
             exact += h16_value(r, i), mag += fabs(h16_value(r, i));
-        float got = (bf16 ? dpt_f32_from_bf16(w[i]) : dpt_f32_from_fp16(w[i])) / (float)size;
+        float got = dpt_f32_from_h16(w[i], bf16) / (float)size;
         double err = fabs((double)got - exact / size), bound = size * u * (mag / size) * 1.01 + 1e-30;
         if (err / bound > worst) worst = err / bound;
         if ((double)got != exact / size) *differs = true;

@@ -25,6 +25,17 @@ static void free_result(ddp_result *r)
     free(r->params);
 }
 
+/* Every rank holds bit-identical parameters after a DDP run. */
+static void check_same_on_all_ranks(const ddp_result *res, const char *what)
+{
+    float *all = malloc((size_t)(res->n * size) * sizeof(float));
+    MPI_Allgather(res->params, (int)res->n, MPI_FLOAT, all, (int)res->n, MPI_FLOAT, MPI_COMM_WORLD);
+    for (int r = 1; r < size; r++)
+        CHECK(memcmp(all, all + r * res->n, (size_t)res->n * sizeof(float)) == 0,
+              "%s: rank %d's parameters differ from rank 0's", what, r);
+    free(all);
+}
+
 /* N ranks x batch B == 1 process x batch N*B (same samples per step, same update). */
 static void test_equivalence(dpt_comm *comm, const dpt_dataset *ds, const char *optim)
 {
@@ -43,13 +54,7 @@ static void test_equivalence(dpt_comm *comm, const dpt_dataset *ds, const char *
     if (rank == 0)
         printf("equivalence %s: %d ranks x 8 vs 1 x %d: max rel diff %.2e\n", optim, size, 8 * size, rel);
     CHECK(rel < 1e-5, "%s: %d ranks differ from one process by %.3e (relative)", optim, size, rel);
-    /* All ranks hold identical parameters. */
-    float *all = malloc((size_t)(multi.n * size) * sizeof(float));
-    MPI_Allgather(multi.params, (int)multi.n, MPI_FLOAT, all, (int)multi.n, MPI_FLOAT, MPI_COMM_WORLD);
-    for (int r = 1; r < size; r++)
-        CHECK(memcmp(all, all + r * multi.n, (size_t)multi.n * sizeof(float)) == 0,
-              "rank %d's parameters differ from rank 0's", r);
-    free(all);
+    check_same_on_all_ranks(&multi, optim);
     free_result(&multi);
     free_result(&ref);
 }
@@ -193,12 +198,7 @@ static void test_compression(dpt_comm *comm, const dpt_dataset *ds)
     double rel = ddp_rel_diff(&comp, &plain);
     if (rank == 0) printf("bf16 gradients vs fp32 DDP, %d ranks, 12 SGD steps: max rel diff %.2e\n", size, rel);
     CHECK(rel < 2e-2 && rel > 0, "bf16-compressed DDP differs from fp32 DDP by %.3e", rel);
-    float *all = malloc((size_t)(comp.n * size) * sizeof(float));
-    MPI_Allgather(comp.params, (int)comp.n, MPI_FLOAT, all, (int)comp.n, MPI_FLOAT, MPI_COMM_WORLD);
-    for (int r = 1; r < size; r++)
-        CHECK(memcmp(all, all + r * comp.n, (size_t)comp.n * sizeof(float)) == 0,
-              "bf16: rank %d's parameters differ from rank 0's", r);
-    free(all);
+    check_same_on_all_ranks(&comp, "bf16 gradients");
     free_result(&plain);
     free_result(&comp);
 }
