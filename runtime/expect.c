@@ -19,6 +19,11 @@ static const struct metric {
 enum { NMETRICS = sizeof metrics / sizeof metrics[0] };
 static const char *const op_names[] = {">=", "<=", "==", "!="};
 
+const char *dpt_expect_metric(int i)
+{
+    return i >= 0 && i < NMETRICS ? metrics[i].name : NULL;
+}
+
 static const struct metric *find_metric(const char *name)
 {
     for (int i = 0; i < NMETRICS; i++)

@@ -24,6 +24,9 @@ typedef struct dpt_run_result {
     char weights_sha256[65]; /* "" when not computed */
 } dpt_run_result;
 
+/* The metrics, in order (NULL past the last): the [expect] keys and --expect's names. */
+const char *dpt_expect_metric(int i);
+
 /* "OP VALUE" for metric (an [expect] key's value); false with msg saying what is wrong. */
 bool dpt_expectation_parse(const char *metric, const char *op_value, dpt_expectation *e, char *msg, size_t cap);
 /* "METRIC OP VALUE" (the --expect flag). */

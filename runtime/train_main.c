@@ -95,14 +95,12 @@ static fault_kind parse_fault(const char *s)
  * names adds a second expectation). */
 static bool collect_expectations(run_config *rc, const dpt_config *ini, const cli *args, dpt_error *err)
 {
-    static const char *const keys[] = {"final_test_acc", "best_test_acc",   "final_test_loss",
-                                       "final_train_loss", "img_s", "weights_sha256"};
     char msg[200];
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        const char *v = dpt_config_str(ini, "expect", keys[i]);
+    for (int i = 0; dpt_expect_metric(i); i++) {
+        const char *key = dpt_expect_metric(i), *v = dpt_config_str(ini, "expect", key);
         if (!*v) continue;
-        if (!dpt_expectation_parse(keys[i], v, &rc->expect[rc->nexpect], msg, sizeof msg))
-            return dpt_errorf(err, "%s: [expect] %s = %s: %s", dpt_config_where(ini, "expect", keys[i]), keys[i], v,
+        if (!dpt_expectation_parse(key, v, &rc->expect[rc->nexpect], msg, sizeof msg))
+            return dpt_errorf(err, "%s: [expect] %s = %s: %s", dpt_config_where(ini, "expect", key), key, v,
                               msg); /* the parser checked it already; kept for safety */
         rc->nexpect++;
     }
@@ -238,9 +236,8 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
     rc->test_data.crop_pad = 0, rc->test_data.hflip = false, rc->test_data.shuffle = false;
     rc->test_data.batch = rc->eval_batch;
     rc->test_data.exact_shards = true; /* every test sample counts exactly once over all ranks */
-    rc->test_data.limit = rc->test_limit = dpt_config_int(c, "data", "test_limit");
+    rc->test_data.limit = dpt_config_int(c, "data", "test_limit");
     rc->data_dir = dpt_config_str(c, "data", "dir");
-    rc->prefetch = rc->train_data.prefetch;
     rc->clip_norm = dpt_config_float(c, "optim", "clip_norm");
     rc->lr_scaling = dpt_config_str(c, "optim", "lr_scaling");
     rc->schedule = dpt_config_str(c, "optim", "schedule");
@@ -252,10 +249,11 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .find_unused = dpt_config_bool(c, "distributed", "find_unused"),
         .timeout_s = dpt_config_float(c, "distributed", "comm_timeout_s"),
         .config_hash = rc->hash,
-        .compression = !strcmp(dpt_config_str(c, "distributed", "grad_compression"), "bf16")   ? DPT_GRAD_COMPRESSION_BF16
-                       : !strcmp(dpt_config_str(c, "distributed", "grad_compression"), "fp16") ? DPT_GRAD_COMPRESSION_FP16
-                                                                                               : DPT_GRAD_COMPRESSION_NONE,
     };
+    const char *compression = dpt_config_str(c, "distributed", "grad_compression");
+    rc->ddp.compression = !strcmp(compression, "bf16")   ? DPT_GRAD_COMPRESSION_BF16
+                          : !strcmp(compression, "fp16") ? DPT_GRAD_COMPRESSION_FP16
+                                                         : DPT_GRAD_COMPRESSION_NONE;
     rc->bench_comm_ms_per_mb = dpt_config_float(c, "distributed", "bench_comm_ms_per_mb");
     rc->world_size = world_size;
     if (*rc->devices && world_size == 1)

@@ -47,10 +47,11 @@ memory_estimate estimate_memory(const trainer *t)
     double per_sample = dpt_model_activation_floats(t->model, NULL);
     double batch = (double)run->batch;
     /* an evaluation batch is never larger than the test set (or its limit) */
-    int64_t test_n = run->test_limit > 0 && run->test_limit < test->n ? run->test_limit : test->n;
+    int64_t limit = run->test_data.limit;
+    int64_t test_n = limit > 0 && limit < test->n ? limit : test->n;
     double eval_batch = (double)(run->eval_batch < test_n ? run->eval_batch : test_n);
     double sample = (double)(train->c * train->h * train->w) * sizeof(float);
-    double slots = (double)run->prefetch + 1;
+    double slots = (double)run->train_data.prefetch + 1;
     memory_estimate m = {
         /* parameters, their gradients (DDP buckets), the optimizer's state */
         .params = (double)dpt_model_param_count(t->model) * sizeof(float) *

@@ -148,14 +148,14 @@ static void det_alloc(trainer *t)
                       "sizes\nHINT: deterministic = false for this model",
                       dpt_model_name(t->model), dpt_model_num_buffers(t->model), 2 * ctx->bn_ghost.nlayers);
     t->det.n = t->det.nparams + ctx->bn_ghost.n;
-    int depth = 1;
+    t->det.nstack = 1; /* log2(shards per rank) + 1 levels */
     for (int per = t->run->det_per_rank; per > 1; per /= 2)
-        depth++;
+        t->det.nstack++;
     t->det.depth = 0;
-    t->det.stack = calloc((size_t)depth, sizeof *t->det.stack);
-    t->det.level = calloc((size_t)depth, sizeof *t->det.level);
+    t->det.stack = calloc((size_t)t->det.nstack, sizeof *t->det.stack);
+    t->det.level = calloc((size_t)t->det.nstack, sizeof *t->det.level);
     if (!t->det.stack || !t->det.level) dpt_fatal("out of host memory");
-    for (int i = 0; i < depth; i++)
+    for (int i = 0; i < t->det.nstack; i++)
         if (!(t->det.stack[i] = malloc((size_t)t->det.n * sizeof(float)))) dpt_fatal("out of host memory");
     if (t->r->size > 1 && !(t->det.gather = malloc((size_t)t->det.n * sizeof(float))))
         dpt_fatal("out of host memory for the deterministic exchange (%lld floats)", (long long)t->det.n);
@@ -165,7 +165,7 @@ static void det_close(trainer *t)
 {
     if (t->ctx) t->ctx->bn_ghost.on = false;
     if (!t->det.stack) return;
-    for (int per = t->run->det_per_rank, i = 0; per >= 1; per /= 2, i++)
+    for (int i = 0; i < t->det.nstack; i++)
         free(t->det.stack[i]);
     free(t->det.stack);
     free(t->det.level);
@@ -240,13 +240,14 @@ static void det_finish(trainer *t)
     t->det.depth = 0;
 }
 
-/* Everything a run needs, in order; a failure unwinds what was built (through labels named
- * for what they free) and returns false with err. */
+/* Everything a run needs, in order; a failure unwinds what was built (trainer_close takes a
+ * partly opened trainer: t starts zeroed and every part frees NULL) and returns false with err. */
 static bool trainer_open(trainer *t, replica *r, dpt_error *err)
 {
     const run_config *run = r->run;
     memset(t, 0, sizeof *t);
     t->r = r, t->run = run;
+    t->host_comm = r->comm; /* close puts it back (an NCCL communicator may take its place) */
     t->state = (dpt_train_state){.epoch = 1, .best_acc = -1.0};
     dpt_ctx_options ctx_opt = run->ctx;
     ctx_opt.device = pick_device(r);
@@ -256,37 +257,36 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     }
     t->ctx = dpt_ctx_new(&ctx_opt, err);
     if (!t->ctx) return false;
-    t->host_comm = r->comm;
     dpt_comm_set_timeout(r->comm, run->ddp.timeout_s); /* NCCL's start too */
     if (r->comm && dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CUDA) {
         t->nccl = dpt_comm_nccl_new(t->ctx, r->comm, err);
-        if (!t->nccl) goto free_ctx;
+        if (!t->nccl) goto fail;
         r->comm = t->nccl;
     }
-    if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto free_nccl;
+    if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto fail;
     t->model = dpt_model_build(t->ctx, run->ini, t->train_set->c, t->train_set->h, t->train_set->w,
                                t->train_set->num_classes, err);
-    if (!t->model) goto free_data;
+    if (!t->model) goto fail;
     t->optim = dpt_optim_build(t->model, run->ini, err);
-    if (!t->optim) goto free_model;
+    if (!t->optim) goto fail;
     t->need = estimate_memory(t);
-    if (!check_memory(t, err)) goto free_optim;
+    if (!check_memory(t, err)) goto fail;
     t->metrics = dpt_metrics_open(r->rank == 0 ? run->metrics : "", err);
-    if (!t->metrics) goto free_optim;
-    if (!open_loaders(t, err)) goto free_loaders;
-    if (r->args->resume && !resume(t, err)) goto free_loaders;
+    if (!t->metrics) goto fail;
+    if (!open_loaders(t, err)) goto fail;
+    if (r->args->resume && !resume(t, err)) goto fail;
     /* Everything that can stop a checkpoint is checked before the first step, not at the
      * first save after hours of training. */
     bool look_only = r->args->dry_run || r->args->summary;
-    if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, err)) goto free_loaders;
+    if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, err)) goto fail;
     dpt_ctx_set_comm(t->ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
-    if (run->deterministic && !det_open(t, err)) goto unlock_checkpoints;
+    if (run->deterministic && !det_open(t, err)) goto fail;
     if (r->comm && !run->deterministic) {
         dpt_ddp_options ddp_opt = run->ddp;
         ddp_opt.dataset_len = t->train_set->n;
         dpt_comm_set_delay(r->comm, run->bench_comm_ms_per_mb);
         t->ddp = dpt_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, err);
-        if (!t->ddp) goto unlock_checkpoints;
+        if (!t->ddp) goto fail;
     }
     t->timeline = open_timeline(r);
     if (t->ddp) dpt_ddp_set_timeline(t->ddp, t->timeline);
@@ -302,25 +302,8 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     t->win = (window){.start = dpt_now_s(), .syncs_at_start = dpt_ctx_host_syncs(t->ctx)};
     return true;
 
-unlock_checkpoints:
-    det_close(t);
-    if (r->ckpt_lock_fd >= 0) close(r->ckpt_lock_fd), r->ckpt_lock_fd = -1;
-free_loaders:
-    dpt_loader_free(t->test_loader);
-    dpt_loader_free(t->train_loader);
-    dpt_metrics_close(t->metrics);
-free_optim:
-    dpt_optim_free(t->optim);
-free_model:
-    dpt_model_free(t->model);
-free_data:
-    dpt_dataset_free(t->test_set);
-    dpt_dataset_free(t->train_set);
-free_nccl:
-    if (t->nccl) t->nccl->ops->free(t->nccl);
-    r->comm = t->host_comm;
-free_ctx:
-    dpt_ctx_free(t->ctx);
+fail:
+    trainer_close(t);
     return false;
 }
 

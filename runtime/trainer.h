@@ -55,8 +55,6 @@ typedef struct run_config {
     /* [data] */
     dpt_loader_options train_data, test_data; /* rank and world size filled per replica */
     const char *data_dir;
-    int64_t test_limit;
-    int prefetch;
     /* [optim] */
     double clip_norm;
     const char *lr_scaling, *schedule;
@@ -160,7 +158,7 @@ typedef struct trainer {
         int64_t nparams; /* gradient floats (all parameters, in order) */
         int64_t n;       /* ... and the ghost batch-norm statistics after them */
         float **stack;  /* levels 0..log2(per rank) */
-        int *level, depth;
+        int *level, depth, nstack; /* depth: entries in use; nstack: allocated */
         float *gather;  /* the partner's sum in an exchange round */
     } det;
     double run_start, eval_s; /* evaluation time is not training throughput */

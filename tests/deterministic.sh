@@ -1,18 +1,12 @@
 #!/usr/bin/env bash
 # deterministic.sh: [train] deterministic. The MLP's weights (SHA-256) after 30 steps of a
 # global batch of 64 are bit-identical on 1 rank, under mpirun -np 2 and -np 4, and on
-# DataParallel 2 x cpu, with AdamW and with SGD, and the CNN's (batch norm, dropout) too; 15 steps on 2 ranks, a checkpoint, and 15
-# more on 4 ranks equal 30 uninterrupted steps on 1, mid-epoch and across an epoch end; the
-# settings the mode cannot run with are refused naming the numbers. One ok/FAIL line per case.
-set -u
+# DataParallel 2 x cpu, with AdamW and with SGD, and the CNN's (batch norm, dropout) too; 15
+# steps on 2 ranks, a checkpoint, and 15 more on 4 ranks equal 30 uninterrupted steps on 1,
+# mid-epoch and across an epoch end; the settings the mode cannot run with are refused naming
+# the numbers. One ok/FAIL line per case.
 cd "$(dirname "$0")/.."
-tmp=$(mktemp -d /tmp/dpt_det.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-check() { if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1: $3"; failed=$((failed + 1)); fi; }
-sha() { grep -o 'weights sha256 [0-9a-f]\{64\}' | grep -o '[0-9a-f]\{64\}'; }
-mpi=0
-command -v mpirun >/dev/null && ! ./train --env | grep -q 'not in this build' && mpi=1
+. tests/common.sh
 run() { # NP|dpN ARGS...: the final weights hash of one run (NP ranks under mpirun, or N replicas)
     local where=$1
     shift

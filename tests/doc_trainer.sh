@@ -4,13 +4,11 @@
 # under mpirun -np 2 it trains, its key is validated and listed, and a run whose rank 1 dies
 # at step 120 resumes from the step-100 checkpoint and ends exactly where an uninterrupted
 # run ends. Prints one ok/FAIL line per case.
-set -u
 cd "$(dirname "$0")/.."
+. tests/common.sh
 bin=${BUILD:-build}/tests/doc_trainer
 ini=${BUILD:-build}/tests/doc_trainer.ini
-tmp=$(mktemp -d /tmp/dpt_doc_trainer.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-if command -v mpirun >/dev/null && [ "$(./train --env 2>/dev/null | grep -c 'not in this build')" -eq 0 ]; then
+if [ $mpi -eq 1 ]; then
     launch=(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2)
     two=()
 else
@@ -18,10 +16,6 @@ else
     two=(--set distributed.devices=cpu:0,cpu:1)
 fi
 common=(--set train.threads=1 --set data.test_limit=2000 "${two[@]}")
-failed=0
-check() { # name condition-rc detail
-    if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1: $3"; failed=$((failed + 1)); fi
-}
 
 # its key is the schema's: listed, validated, suggested
 ref=$("$bin" --config-reference)

@@ -1,18 +1,13 @@
 #!/usr/bin/env bash
-# dptrun.sh: scripts/dptrun. Under mpirun -np 2, rank 1 killed at step 30 (fault injection):
+# dptrun.sh: scripts/dptrun. Under mpirun -np 2, rank 1 killed at step 15 (fault injection):
 # the job is restarted from the step-15 checkpoint and ends with the weights (SHA-256) of an
 # uninterrupted run. With a stand-in launcher (MPIRUN) that fails on cue: restarts down to
 # --min-np after a restart fails at the same size, no restarts left, no restart for exit 3,
 # --resume replaced by --resume auto, argument errors. One ok/FAIL line per case.
-set -u
 cd "$(dirname "$0")/.."
-tmp=$(mktemp -d /tmp/dpt_dptrun.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-check() { if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1: $3"; failed=$((failed + 1)); fi; }
-sha() { grep -o 'weights sha256 [0-9a-f]\{64\}' | tail -1 | grep -o '[0-9a-f]\{64\}'; }
+. tests/common.sh
 
-if command -v mpirun >/dev/null && ! ./train --env | grep -q 'not in this build'; then
+if [ $mpi -eq 1 ]; then
     run=(configs/fmnist_mlp.ini --set train.epochs=1 --set train.threads=1 --set data.train_limit=3200
          --set data.test_limit=1000 --set log.interval=1000 --set checkpoint.every_steps=5)
     full=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${run[@]}" \

@@ -7,16 +7,10 @@
 # checkpoint ends at the same hash, and --inspect refuses a damaged file; under mpirun -np 2
 # the progress line's loss and accuracy are the averages over both ranks (the epoch line's,
 # which sums over ranks, must match) and the weights are bit-identical to DataParallel's.
-set -u
 cd "$(dirname "$0")/.."
-tmp=$(mktemp -d /tmp/dpt_expect.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+. tests/common.sh
 small=(configs/fmnist_mlp.ini --set train.epochs=1 --set train.threads=1 --set data.train_limit=3200
        --set data.test_limit=1000 --set log.interval=1000)
-failed=0
-check() { # name rc detail
-    if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1: $3"; failed=$((failed + 1)); fi
-}
 # junit FILE TESTS FAILURES ERRORS [needle in a failure message]
 junit() {
     /usr/bin/python3 - "$@" <<'PY'
@@ -81,7 +75,6 @@ out=$(./train "${small[@]}" --set train.bach=3 --junit "$tmp/cfg.xml" 2>&1); rc=
 check "a config error: exit 1, and still a JUnit report with the error" $? "exit $rc: $(cat "$tmp/cfg.xml" 2>&1)"
 
 # the weights' hash: the run's, the checkpoint's, a rerun's, a resumed run's
-sha() { grep -o 'weights sha256 [0-9a-f]\{64\}' | grep -o '[0-9a-f]\{64\}'; }
 out=$(./train "${small[@]}" --set checkpoint.every_steps=25 --set checkpoint.dir="$tmp/ck" 2>&1); rc=$?
 run_hash=$(sha <<<"$out")
 ins=$(./train --inspect "$tmp/ck/ckpt-step00000050.dpt" 2>&1); rc2=$?
@@ -104,7 +97,7 @@ out=$(./train "${small[@]}" --expect 'weights_sha256 >= 12ab' 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "a hash is compared with == or !=" <<<"$out"
 check "a hash compared with >=: exit 2" $? "exit $rc: $out"
 
-if command -v mpirun >/dev/null && ! ./train --env | grep -q 'not in this build'; then
+if [ $mpi -eq 1 ]; then
     # one progress line per epoch: its loss must be the epoch's loss over both ranks
     out=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${small[@]}" \
           --set log.interval=25 --expect 'final_train_loss <= 5' 2>&1); rc=$?
