@@ -273,8 +273,10 @@ void print_final(trainer *t)
     r->result.seconds = seconds;
     r->result.best_test_acc = st->best_acc >= 0 ? st->best_acc : NAN;
     r->result.img_s = train_s > 0 && t->samples_trained > 0 ? (double)t->samples_trained * r->size / train_s : NAN;
+    /* every rank of an mpirun job checks its expectations (the exit codes agree); of
+     * DataParallel's replicas, the first reports for the process */
     const char *why = NULL;
-    bool hashed = dpt_model_weights_sha256(t->model, r->result.weights_sha256, &why);
+    bool hashed = (r->rank == 0 || !r->data_parallel) && dpt_model_weights_sha256(t->model, r->result.weights_sha256, &why);
     if (r->rank != 0) return;
     if (t->signal_seen) {
         printf("stopped by signal %d after step %lld; ", t->signal_seen, (long long)st->step);
