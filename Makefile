@@ -52,8 +52,12 @@ CFLAGS   += $(if $(filter yes,$(DNNL)),-DDPT_DNNL=1)
 # OpenSSL's libcrypto (Debian libssl-dev) for the weights' SHA-256 (--inspect, weights_sha256).
 OPENSSL  ?= $(if $(wildcard /usr/include/openssl/evp.h),yes,no)
 CFLAGS   += $(if $(filter yes,$(OPENSSL)),-DDPT_OPENSSL=1)
+# libjpeg-turbo (Debian libjpeg62-turbo-dev) and libpng (libpng-dev) for [data] source = folder.
+JPEG     ?= $(if $(wildcard /usr/include/jpeglib.h $(GPU_BUNDLE)/include/jpeglib.h),yes,no)
+PNG      ?= $(if $(wildcard /usr/include/png.h $(GPU_BUNDLE)/include/png.h),yes,no)
+CFLAGS   += -DDPT_JPEG=$(if $(filter yes,$(JPEG)),1,0) -DDPT_PNG=$(if $(filter yes,$(PNG)),1,0)
 LDLIBS   := $(SAN) $(LDFLAGS_EXTRA) $(BLAS_LIBS) $(if $(filter yes,$(DNNL)),-ldnnl) $(MPI_LIBS) -lz -lm $(OMP_LIBS) -lpthread -ldl \
-            $(if $(filter yes,$(OPENSSL)),-lcrypto)
+            $(if $(filter yes,$(OPENSSL)),-lcrypto) $(if $(filter yes,$(JPEG)),-ljpeg) $(if $(filter yes,$(PNG)),-lpng16)
 
 # ---- CUDA auto-detection: nvcc, cuBLAS, cuDNN, NCCL. cuDNN and NCCL are looked for in
 # CUDNN_HOME / NCCL_HOME, then CUDA_HOME and /usr, then the nvidia-cudnn-* / nvidia-nccl-*
@@ -111,10 +115,11 @@ TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(MPI_TEST_SRCS:tests/%.c=
               $(BUILD)/tests/doc_example $(BUILD)/tests/doc_trainer $(BUILD)/tests/test_cuda_harness $(BUILD)/tests/libfake_nvml.so
 BENCH_SRCS := $(wildcard bench/bench_*.c $(if $(filter 1,$(MPI)),bench/mpi_bench_*.c))
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+TOOL_BINS  := $(patsubst tools/%.c,$(BUILD)/tools/%,$(wildcard tools/*.c))
 
-.PHONY: all deps demo test bench tests benches clean format compile_commands summary asan asan-build print-libs \
+.PHONY: all deps demo test bench tests benches tools clean format compile_commands summary asan asan-build print-libs \
         fuzz fuzz-build gpu-bundle gpu-selftest
-all: summary train tests benches
+all: summary train tests benches tools
 
 summary:
 	@echo "dptrain build: cc=$(CC) | blas=$(BLAS) onednn=$(DNNL) sha256=$(OPENSSL) zlib openmp mpi=$(if $(filter 1,$(MPI)),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no ($(CUDA_OFF_WHY))) cudnn=$(HAVE_CUDNN)$(if $(filter yes,$(HAVE_CUDNN)), ($(CUDNN_HOME))) nccl=$(HAVE_NCCL)$(if $(filter yes,$(HAVE_NCCL)), ($(NCCL_HOME)))$(if $(GPU_BUNDLE), | bundle $(GPU_BUNDLE))"
@@ -228,6 +233,12 @@ $(BUILD)/tests/doc_trainer.c $(BUILD)/tests/doc_trainer.ini: docs/writing-a-mode
 
 $(BUILD)/tests/doc_trainer: $(BUILD)/tests/doc_trainer.c $(BUILD)/tests/doc_trainer.ini $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+tools: $(TOOL_BINS)
+
+$(BUILD)/tools/%: tools/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I. -o $@ $< $(LIB) $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)

@@ -6,6 +6,7 @@
 
 #include "dpt.h"
 #include "data.h"
+#include "folder.h"
 #include "../runtime/error.h"
 #include <stdlib.h>
 
@@ -97,10 +98,79 @@ static bool check_classes(const dpt_config *cfg, dpt_dataset *train, dpt_dataset
     return true;
 }
 
+/* A two-number range key (scale, ratio): min <= max. */
+static bool read_range(const dpt_config *cfg, const char *key, double out[2], dpt_error *err)
+{
+    if (dpt_config_float_list(cfg, "data", key, out, 2) != 2 || out[0] > out[1])
+        return dpt_errorf(err, "%s: [data] %s needs two numbers, min,max (e.g. %s)", dpt_config_where(cfg, "data", key),
+                          key, !strcmp(key, "scale") ? "0.08,1" : "0.75,1.3333333333");
+    return true;
+}
+
+static bool open_folder(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
+{
+    if (!dpt_image_have_jpeg() || !dpt_image_have_png())
+        return dpt_errorf(err, "%s: [data] source = folder: this build has no %s decoder\nHINT: install %s "
+                               "(make deps) and rebuild",
+                          dpt_config_where(cfg, "data", "source"), dpt_image_have_jpeg() ? "PNG" : "JPEG",
+                          dpt_image_have_jpeg() ? "libpng-dev" : "libjpeg62-turbo-dev");
+    if (dpt_config_int(cfg, "data", "random_crop_pad"))
+        return dpt_errorf(err, "%s: [data] random_crop_pad is for images in memory; a folder's training images "
+                               "are cropped by RandomResizedCrop\nHINT: remove random_crop_pad, and set [data] "
+                               "scale and ratio",
+                          dpt_config_where(cfg, "data", "random_crop_pad"));
+    int size = (int)dpt_config_int(cfg, "data", "image_size"), resize = (int)dpt_config_int(cfg, "data", "resize_size");
+    if (resize < size)
+        return dpt_errorf(err, "%s: [data] resize_size = %d is smaller than image_size = %d: the center crop would "
+                               "not fit\nHINT: the usual pair is resize_size = 256, image_size = 224 (ratio 0.875)",
+                          dpt_config_where(cfg, "data", "resize_size"), resize, size);
+    dpt_image_view v = {.size = size,
+                        .resize = resize,
+                        .hflip = dpt_config_bool(cfg, "data", "hflip"),
+                        .dct_scaling = dpt_config_bool(cfg, "data", "jpeg_dct_scaling"),
+                        .max_pixels = dpt_config_int(cfg, "data", "max_image_pixels")};
+    if (!read_range(cfg, "scale", v.scale, err) || !read_range(cfg, "ratio", v.ratio, err)) return false;
+    dpt_folder_options opt = {.dir = dpt_config_str(cfg, "data", "dir"),
+                              .cache_dir = dpt_config_str(cfg, "checkpoint", "dir"),
+                              .train = v,
+                              .eval = v};
+    opt.train.train = true;
+    opt.eval.hflip = false;
+    return dpt_folder_open(&opt, train, test, err);
+}
+
+/* [data] mean and std: one value, or one per channel. */
+static bool check_normalisation(const dpt_config *cfg, const dpt_dataset *ds, dpt_error *err)
+{
+    const char *keys[2] = {"mean", "std"};
+    double v[32];
+    for (int k = 0; k < 2; k++) {
+        int n = dpt_config_float_list(cfg, "data", keys[k], v, 32);
+        if (n != 1 && (n != ds->c || n > 4))
+            return dpt_errorf(err, "%s: [data] %s has %d values, and the images have %lld channels\nHINT: give one "
+                                   "value for all channels, or one per channel (up to 4 channels)",
+                              dpt_config_where(cfg, "data", keys[k]), keys[k], n, (long long)ds->c);
+    }
+    return true;
+}
+
+static bool open_sets(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err);
+
 bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
+{
+    if (!open_sets(cfg, train, test, err)) return false;
+    if (check_normalisation(cfg, *train, err)) return true;
+    dpt_dataset_free(*train);
+    dpt_dataset_free(*test);
+    *train = *test = NULL;
+    return false;
+}
+
+static bool open_sets(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
 {
     *train = *test = NULL;
     const char *source = dpt_config_str(cfg, "data", "source");
+    if (!strcmp(source, "folder")) return open_folder(cfg, train, test, err);
     if (!strcmp(source, "synthetic")) {
         int64_t shape[3];
         if (dpt_config_int_list(cfg, "data", "synthetic_shape", shape, 3) != 3)

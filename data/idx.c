@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "dpt.h"
+#include "folder.h"
 #include "../runtime/error.h"
 
 #define IDX_HINT                                                                                             \
@@ -211,5 +212,6 @@ void dpt_dataset_free(dpt_dataset *ds)
     if (!ds) return;
     free(ds->images);
     free(ds->labels);
+    dpt_image_files_free(ds->files);
     free(ds);
 }

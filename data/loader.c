@@ -8,12 +8,24 @@
  * so the step never waits on a host-to-device copy. A slot handed out stays the consumer's
  * until the next call, which records `consumed` on the compute stream; the next copy into
  * that slot waits for it. The batch sequence is a function of (seed, epoch, position) only,
- * so prefetching changes no value (tested). */
+ * so prefetching changes no value (tested).
+ *
+ * Image files ([data] source = folder) are decoded and augmented per sample by a pool of
+ * worker threads (image.c), each sample's draw seeded by (seed, epoch, sample), so any
+ * number of workers gives the same batch. On the CPU a worker writes the normalised floats
+ * straight into the batch; on a device the batch stays uint8 HWC in pinned memory, a quarter
+ * of the floats' bytes, and the backend's images_to_float makes the float NCHW batch on the
+ * compute stream. */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dpt.h"
+#include "folder.h"
+#include "image.h"
 #include "../runtime/backend.h"
 #include "../runtime/ctx.h"
 #include "../runtime/error.h"
@@ -27,6 +39,10 @@ typedef struct slot {
     int64_t size;
     dpt_tensor *x_full, *x_partial; /* device memory; x_partial views x_full's (last batch) */
     dpt_event *copied, *consumed;   /* device backends with async copies */
+    uint8_t *host_u8;               /* image files on a device: the batch as uint8 HWC */
+    dpt_tensor *dev_u8;             /* its device copy (bytes in a float tensor's storage) */
+    char error[4800];               /* image files: the first unreadable sample's message */
+    int64_t error_at;               /* ...and its position in the batch */
 } slot;
 
 struct dpt_loader {
@@ -39,7 +55,9 @@ struct dpt_loader {
     int64_t *perm;     /* n_total */
     int64_t *mine;     /* n_mine indices into the dataset */
     int epoch;
-    float lut[256]; /* byte -> normalised value */
+    float lut[4][256]; /* byte -> normalised value, per channel (all use [0] unless per channel) */
+    int lut_channels;
+    float norm_scale[4], norm_shift[4]; /* the same as x * scale + shift (image files) */
     bool direct;    /* CPU: decode straight into the tensor */
     bool async;     /* device with pinned memory, a copy stream and events */
     slot *slots;
@@ -52,6 +70,20 @@ struct dpt_loader {
     bool threaded, busy, paused, quit;
     pthread_mutex_t mu;
     pthread_cond_t work_cv, ready_cv;
+    /* Image files: the worker pool. A job is one batch; a worker claims its samples one at a
+     * time under pool_mu, and the job's fields change only once every claimed one is done. */
+    bool files;
+    int nworkers;
+    pthread_t *workers;
+    dpt_image_scratch *scratch; /* nworkers + 1: the last is the producer's own */
+    uint8_t *sample_u8;         /* the same count of one-sample buffers (CPU) */
+    pthread_mutex_t pool_mu;
+    pthread_cond_t pool_go, pool_done;
+    slot *job_slot;
+    int64_t job_start, job_size, job_next, job_finished;
+    bool pool_quit;
+    atomic_llong bad_files;
+    atomic_int bad_reported;
 };
 
 static void free_slot(dpt_loader *l, slot *s)
@@ -59,7 +91,12 @@ static void free_slot(dpt_loader *l, slot *s)
     const dpt_backend *be = l->ctx->be;
     if (s->copied) be->event_sync(l->ctx, s->copied), be->event_free(l->ctx, s->copied);
     if (s->consumed) be->event_free(l->ctx, s->consumed);
-    if (!l->direct) {
+    if (l->files && !l->direct) {
+        if (l->async)
+            be->host_free(l->ctx, s->host_u8), be->host_free(l->ctx, s->labels);
+        else
+            free(s->host_u8), free(s->labels);
+    } else if (!l->direct) {
         if (l->async)
             be->host_free(l->ctx, s->host_x), be->host_free(l->ctx, s->labels);
         else
@@ -70,6 +107,7 @@ static void free_slot(dpt_loader *l, slot *s)
     dpt_tensor_free(s->x_partial);
     dpt_tensor_free(s->x_full);
     dpt_tensor_free(s->labels_dev);
+    dpt_tensor_free(s->dev_u8);
 }
 
 static void init_slot(dpt_loader *l, slot *s, bool partial)
@@ -82,7 +120,12 @@ static void init_slot(dpt_loader *l, slot *s, bool partial)
         s->x_partial = dpt_tensor_wrap(ctx, s->x_full->data, 4,
                                        (int64_t[]){l->n_mine % l->opt.batch, ds->c, ds->h, ds->w});
     size_t bytes = (size_t)(l->opt.batch * chw) * sizeof(float);
-    if (l->direct)
+    if (l->files && !l->direct) { /* uint8 on the wire, floats made on the device */
+        bytes = (size_t)(l->opt.batch * chw);
+        s->host_u8 = l->async ? ctx->be->host_alloc(ctx, bytes) : malloc(bytes);
+        s->dev_u8 = dpt_tensor_new(ctx, 1, (int64_t[]){(int64_t)(bytes + 3) / 4});
+        s->host_x = (float *)s->host_u8; /* only tested for NULL below */
+    } else if (l->direct)
         s->host_x = s->x_full->data;
     else if (l->async)
         s->host_x = ctx->be->host_alloc(ctx, bytes);
@@ -103,6 +146,8 @@ static void init_slot(dpt_loader *l, slot *s, bool partial)
 
 static void fill_slot(dpt_loader *l, int64_t b, slot *s);
 static void *producer_main(void *arg);
+static void start_pool(dpt_loader *l);
+static void stop_pool(dpt_loader *l);
 
 dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader_options *opt)
 {
@@ -136,10 +181,20 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     l->perm = malloc((size_t)l->n_total * sizeof *l->perm);
     l->mine = malloc((size_t)(l->n_mine ? l->n_mine : 1) * sizeof *l->mine);
     if (!l->perm || !l->mine) dpt_fatal("out of host memory for a loader");
-    for (int b = 0; b < 256; b++)
-        l->lut[b] = ((float)b / 255.0f - opt->mean) / opt->std;
+    DPT_ASSERT(opt->norm_channels <= 4, "norm_channels %d", opt->norm_channels);
+    l->lut_channels = opt->norm_channels > 1 ? opt->norm_channels : 1;
+    for (int ch = 0; ch < 4; ch++) {
+        bool own = ch < opt->norm_channels && opt->norm_channels > 1;
+        float mean = own ? opt->channel_mean[ch] : opt->mean, std = own ? opt->channel_std[ch] : opt->std;
+        for (int b = 0; b < 256; b++)
+            l->lut[ch][b] = ((float)b / 255.0f - mean) / std;
+        l->norm_scale[ch] = 1.0f / (255.0f * std), l->norm_shift[ch] = -mean / std;
+    }
     const dpt_backend *be = ctx->be;
     l->direct = ctx->device.kind == DPT_DEVICE_CPU;
+    l->files = ds->files != NULL;
+    DPT_ASSERT(!l->files || ds->c <= 4, "image files have %lld channels", (long long)ds->c);
+    DPT_ASSERT(!l->files || l->direct || be->images_to_float, "a device backend without images_to_float");
     l->async = !l->direct && be->host_alloc && be->copy_h2d_async && be->event_new;
     /* One slot is the consumer's, `prefetch` more are filled ahead. */
     l->nslots = opt->prefetch + 1;
@@ -151,6 +206,7 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->work_cv, NULL);
     pthread_cond_init(&l->ready_cv, NULL);
+    if (l->files) start_pool(l);
     dpt_loader_start_epoch(l, 0);
     if (opt->prefetch > 0) {
         if (pthread_create(&l->thread, NULL, producer_main, l) != 0)
@@ -170,6 +226,7 @@ void dpt_loader_free(dpt_loader *l)
         pthread_mutex_unlock(&l->mu);
         pthread_join(l->thread, NULL);
     }
+    if (l->files) stop_pool(l);
     for (int i = 0; i < l->nslots; i++)
         free_slot(l, &l->slots[i]);
     pthread_mutex_destroy(&l->mu);
@@ -260,10 +317,15 @@ void dpt_loader_start_epoch(dpt_loader *l, int epoch)
 
 /* Random crop of the zero-padded image and horizontal flip. The draw depends only on the
  * seed, the epoch and the sample, so every rank, and a resumed run, sees the same crops. */
+static void seed_draw(const dpt_loader *l, int64_t idx, dpt_rng *rng)
+{
+    dpt_rng_seed(rng, (l->opt.seed * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)l->epoch << 40) ^ (uint64_t)idx);
+}
+
 static void augment(const dpt_loader *l, int64_t idx, const uint8_t *src, float *dst)
 {
     dpt_rng rng;
-    dpt_rng_seed(&rng, (l->opt.seed * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)l->epoch << 40) ^ (uint64_t)idx);
+    seed_draw(l, idx, &rng);
     int64_t pad = l->opt.crop_pad, c = l->ds->c, h = l->ds->h, w = l->ds->w;
     int64_t dy = pad ? (int64_t)dpt_rng_below(&rng, (uint64_t)(2 * pad + 1)) - pad : 0;
     int64_t dx = pad ? (int64_t)dpt_rng_below(&rng, (uint64_t)(2 * pad + 1)) - pad : 0;
@@ -273,8 +335,127 @@ static void augment(const dpt_loader *l, int64_t idx, const uint8_t *src, float 
             for (int64_t x = 0; x < w; x++) {
                 int64_t sy = y + dy, sx = (flip ? w - 1 - x : x) + dx;
                 uint8_t v = sy >= 0 && sy < h && sx >= 0 && sx < w ? src[(ch * h + sy) * w + sx] : 0;
-                dst[(ch * h + y) * w + x] = l->lut[v];
+                dst[(ch * h + y) * w + x] = l->lut[ch < l->lut_channels ? ch : 0][v];
             }
+}
+
+/* ---------------------------------------------------------------- image files */
+
+/* Sample i of the batch at `start` from its file (w: the worker's scratch). A bad file stops
+ * the job (the lowest position's message is kept) or is replaced by the next file of the
+ * list, drawn with that file's own seed, so the batch is the same for any worker count. */
+static void make_sample(dpt_loader *l, slot *s, int64_t start, int64_t i, int w)
+{
+    const struct dpt_image_files *f = l->ds->files;
+    int64_t chw = l->ds->c * l->ds->h * l->ds->w, idx = l->mine[start + i];
+    uint8_t *u8 = l->direct ? l->sample_u8 + (size_t)w * chw : s->host_u8 + i * chw;
+    char path[8400], msg[700];
+    for (int64_t tries = 0, j = idx;; tries++, j = (j + 1) % f->n) {
+        dpt_rng rng;
+        seed_draw(l, j, &rng);
+        dpt_folder_path(f, j, path, sizeof path);
+        if (dpt_image_sample(path, &f->view, &rng, u8, &l->scratch[w], NULL, msg, sizeof msg)) {
+            s->labels[i] = l->ds->labels[j];
+            break;
+        }
+        if (l->opt.skip_bad_files && tries + 1 < f->n) {
+            atomic_fetch_add(&l->bad_files, 1);
+            int k = atomic_fetch_add(&l->bad_reported, 1);
+            if (k < 10)
+                fprintf(stderr, "warning: %s: %s (skipped: [data] bad_files = skip)%s\n", path, msg,
+                        k == 9 ? "; further bad files are only counted" : "");
+            continue;
+        }
+        pthread_mutex_lock(&l->pool_mu);
+        if (i < s->error_at) {
+            s->error_at = i;
+            snprintf(s->error, sizeof s->error, "%.4000s: %.700s%s", path, msg,
+                     tries ? " (and every other file of the set)" : "");
+        }
+        pthread_mutex_unlock(&l->pool_mu);
+        memset(u8, 0, (size_t)chw);
+        s->labels[i] = 0;
+        break;
+    }
+    if (l->direct)
+        dpt_cpu_images_to_float(l->ctx, u8, s->host_x + i * chw, 1, l->ds->c, l->ds->h * l->ds->w, l->norm_scale,
+                                l->norm_shift);
+}
+
+static void *worker_main(void *arg)
+{
+    dpt_loader *l = ((void **)arg)[0];
+    int w = (int)(intptr_t)((void **)arg)[1];
+    free(arg);
+    pthread_mutex_lock(&l->pool_mu);
+    for (;;) {
+        while (!l->pool_quit && l->job_next >= l->job_size)
+            pthread_cond_wait(&l->pool_go, &l->pool_mu);
+        if (l->pool_quit) break;
+        int64_t i = l->job_next++, start = l->job_start;
+        slot *s = l->job_slot;
+        pthread_mutex_unlock(&l->pool_mu);
+        make_sample(l, s, start, i, w);
+        pthread_mutex_lock(&l->pool_mu);
+        if (++l->job_finished == l->job_size) pthread_cond_signal(&l->pool_done);
+    }
+    pthread_mutex_unlock(&l->pool_mu);
+    return NULL;
+}
+
+static void start_pool(dpt_loader *l)
+{
+    int n = l->opt.workers > 0 ? l->opt.workers : 0;
+    int64_t chw = l->ds->c * l->ds->h * l->ds->w;
+    l->scratch = calloc((size_t)n + 1, sizeof *l->scratch);
+    l->sample_u8 = malloc((size_t)(n + 1) * (size_t)chw);
+    l->workers = calloc((size_t)n + 1, sizeof *l->workers);
+    if (!l->scratch || !l->sample_u8 || !l->workers) dpt_fatal("out of host memory for the loader's workers");
+    pthread_mutex_init(&l->pool_mu, NULL);
+    pthread_cond_init(&l->pool_go, NULL);
+    pthread_cond_init(&l->pool_done, NULL);
+    for (int w = 0; w < n; w++) {
+        void **arg = malloc(2 * sizeof *arg);
+        if (!arg) dpt_fatal("out of host memory for the loader's workers");
+        arg[0] = l, arg[1] = (void *)(intptr_t)w;
+        if (pthread_create(&l->workers[w], NULL, worker_main, arg) != 0)
+            dpt_fatal("cannot start loader worker %d of %d", w + 1, n);
+        l->nworkers++;
+    }
+}
+
+static void stop_pool(dpt_loader *l)
+{
+    pthread_mutex_lock(&l->pool_mu);
+    l->pool_quit = true;
+    pthread_cond_broadcast(&l->pool_go);
+    pthread_mutex_unlock(&l->pool_mu);
+    for (int w = 0; w < l->nworkers; w++)
+        pthread_join(l->workers[w], NULL);
+    for (int w = 0; w <= l->nworkers; w++)
+        dpt_image_scratch_free(&l->scratch[w]);
+    pthread_mutex_destroy(&l->pool_mu);
+    pthread_cond_destroy(&l->pool_go);
+    pthread_cond_destroy(&l->pool_done);
+    free(l->scratch), free(l->sample_u8), free(l->workers);
+}
+
+/* The samples of one batch, on the workers (or this thread when there are none). */
+static void fill_files(dpt_loader *l, int64_t start, int64_t size, slot *s)
+{
+    s->error[0] = '\0';
+    s->error_at = INT64_MAX;
+    if (!l->nworkers) {
+        for (int64_t i = 0; i < size; i++)
+            make_sample(l, s, start, i, 0);
+        return;
+    }
+    pthread_mutex_lock(&l->pool_mu);
+    l->job_slot = s, l->job_start = start, l->job_size = size, l->job_next = 0, l->job_finished = 0;
+    pthread_cond_broadcast(&l->pool_go);
+    while (l->job_finished < size)
+        pthread_cond_wait(&l->pool_done, &l->pool_mu);
+    pthread_mutex_unlock(&l->pool_mu);
 }
 
 /* Decode batch b of this epoch into slot s and, on a device, start its copy. Runs on the
@@ -286,15 +467,31 @@ static void fill_slot(dpt_loader *l, int64_t b, slot *s)
     int64_t size = l->n_mine - start < l->opt.batch ? l->n_mine - start : l->opt.batch;
     int64_t chw = l->ds->c * l->ds->h * l->ds->w;
     if (l->async) be->event_sync(l->ctx, s->copied); /* the previous copy has read host_x */
+    if (l->files) {
+        fill_files(l, start, size, s);
+        s->size = size;
+        if (l->direct) return;
+        size_t bytes = (size_t)(size * chw), label_bytes = (size_t)size * sizeof *s->labels;
+        if (l->async) {
+            be->stream_wait(l->ctx, DPT_STREAM_COPY, s->consumed);
+            be->copy_h2d_async(l->ctx, s->dev_u8->data, s->host_u8, bytes, DPT_STREAM_COPY);
+            be->copy_h2d_async(l->ctx, s->labels_dev->data, s->labels, label_bytes, DPT_STREAM_COPY);
+            be->event_record(l->ctx, s->copied, DPT_STREAM_COPY);
+        }
+        return;
+    }
     for (int64_t i = 0; i < size; i++) {
         int64_t idx = l->mine[start + i];
         const uint8_t *src = l->ds->images + idx * chw;
         float *dst = s->host_x + i * chw;
         if (l->opt.crop_pad || l->opt.hflip)
             augment(l, idx, src, dst);
-        else
+        else if (l->lut_channels == 1)
             for (int64_t j = 0; j < chw; j++)
-                dst[j] = l->lut[src[j]];
+                dst[j] = l->lut[0][src[j]];
+        else
+            for (int64_t j = 0, hw = chw / l->ds->c; j < chw; j++)
+                dst[j] = l->lut[j / hw][src[j]];
         s->labels[i] = l->ds->labels[idx];
     }
     s->size = size;
@@ -328,12 +525,27 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
     }
     l->next = b + 1;
     pthread_mutex_unlock(&l->mu);
-    if (l->async)
-        l->ctx->be->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);
+    if (s->error[0])
+        dpt_abort_job("%s\nHINT: replace or delete the file (then the file list is made again), or set [data] "
+                      "bad_files = skip to skip unreadable images and count them",
+                      s->error);
+    const dpt_backend *be = l->ctx->be;
+    if (l->files && !l->direct) {
+        int64_t hw = l->ds->h * l->ds->w, bytes = s->size * l->ds->c * hw;
+        if (l->async) {
+            be->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);
+        } else {
+            be->copy_h2d(l->ctx, s->dev_u8->data, s->host_u8, (size_t)bytes);
+            be->copy_h2d(l->ctx, s->labels_dev->data, s->labels, (size_t)s->size * sizeof *s->labels);
+        }
+        be->images_to_float(l->ctx, (const uint8_t *)s->dev_u8->data, s->x_full->data, s->size, l->ds->c, hw,
+                            l->norm_scale, l->norm_shift);
+    } else if (l->async)
+        be->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);
     else if (!l->direct) { /* a device backend without async copies: synchronous ones */
-        l->ctx->be->copy_h2d(l->ctx, s->x_full->data, s->host_x,
-                             (size_t)(s->size * l->ds->c * l->ds->h * l->ds->w) * sizeof(float));
-        l->ctx->be->copy_h2d(l->ctx, s->labels_dev->data, s->labels, (size_t)s->size * sizeof *s->labels);
+        be->copy_h2d(l->ctx, s->x_full->data, s->host_x,
+                     (size_t)(s->size * l->ds->c * l->ds->h * l->ds->w) * sizeof(float));
+        be->copy_h2d(l->ctx, s->labels_dev->data, s->labels, (size_t)s->size * sizeof *s->labels);
     }
     batch->x = s->size == l->opt.batch ? s->x_full : s->x_partial;
     batch->labels = s->labels;
@@ -349,6 +561,10 @@ int64_t dpt_loader_num_batches(const dpt_loader *l)
 int64_t dpt_loader_num_samples(const dpt_loader *l)
 {
     return l->n_mine;
+}
+int64_t dpt_loader_bad_files(const dpt_loader *l)
+{
+    return (int64_t)atomic_load(&((dpt_loader *)l)->bad_files);
 }
 
 void dpt_loader_skip(dpt_loader *l, int64_t n)

@@ -334,13 +334,16 @@ double dpt_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double max_norm);
 
 /* ---------------------------------------------------------------- data */
 
-/* Images (n, c, h, w) as bytes and labels as int32, in memory. */
+/* Images (n, c, h, w) as bytes and labels as int32, in memory; or ([data] source = folder)
+ * image files decoded and augmented per sample by the loader's workers, c x h x w being the
+ * samples' shape. */
 typedef struct dpt_dataset {
     int64_t n, c, h, w;
-    uint8_t *images; /* n*c*h*w bytes */
+    uint8_t *images; /* n*c*h*w bytes; NULL for files */
     int32_t *labels; /* n */
     int num_classes;
     char name[64];
+    struct dpt_image_files *files; /* data/folder.h; NULL for images in memory */
 } dpt_dataset;
 
 /* Read an IDX image file and its label file (gzip or raw; decided by content, not name).
@@ -359,6 +362,8 @@ typedef struct dpt_loader_options {
     uint64_t seed;
     int rank, world_size; /* this rank takes every world_size-th sample of the permutation */
     float mean, std;      /* x = (byte / 255 - mean) / std */
+    int norm_channels;    /* 2-4: per channel instead, channel_mean[ch] and channel_std[ch] */
+    float channel_mean[4], channel_std[4];
     int64_t limit;        /* use only the first `limit` samples (0 = all) */
     bool exact_shards;    /* evaluation: every sample exactly once over all ranks, shards may
                            * differ by one sample (no dropping, no padding) */
@@ -372,6 +377,9 @@ typedef struct dpt_loader_options {
                            * of the permutation, and rank r's m-th batch of it is shard
                            * r x shards_per_rank + m of that run, whatever the world size
                            * (drop_last; batch = the shard's samples) */
+    int workers;          /* image files: threads decoding and augmenting (0: the producer's own) */
+    bool skip_bad_files;  /* image files: an unreadable one is replaced by the next file of the list
+                           * and counted (dpt_loader_bad_files); otherwise the job stops naming it */
 } dpt_loader_options;
 
 typedef struct dpt_loader dpt_loader;
@@ -394,6 +402,8 @@ int64_t dpt_loader_num_samples(const dpt_loader *loader); /* this rank's samples
 void dpt_loader_next_cycle(dpt_loader *loader, dpt_batch *batch);
 /* Skip the next n batches of this epoch without reading them (resuming mid-epoch). */
 void dpt_loader_skip(dpt_loader *loader, int64_t n);
+/* Image files skipped as unreadable so far (skip_bad_files). */
+int64_t dpt_loader_bad_files(const dpt_loader *loader);
 
 /* Loss and accuracy of a model over every batch of a loader, without recording a tape. */
 typedef struct dpt_eval_result {
@@ -419,9 +429,11 @@ int64_t dpt_config_int(const dpt_config *cfg, const char *section, const char *k
 double dpt_config_float(const dpt_config *cfg, const char *section, const char *key);
 bool dpt_config_bool(const dpt_config *cfg, const char *section, const char *key);
 const char *dpt_config_str(const dpt_config *cfg, const char *section, const char *key);
-/* An int list value ("256,256"): returns the count, fills up to max values. */
+/* A list value ("256,256", "0.485,0.456,0.406"): returns the count, fills up to max values. */
 int dpt_config_int_list(const dpt_config *cfg, const char *section, const char *key, int64_t *values,
                         int max);
+int dpt_config_float_list(const dpt_config *cfg, const char *section, const char *key, double *values,
+                          int max);
 /* Where a key's value came from: "file:line", "--set ..." or "default" (for error messages). */
 const char *dpt_config_where(const dpt_config *cfg, const char *section, const char *key);
 /* Print the resolved config (defaults filled in) as INI. */
@@ -595,7 +607,8 @@ typedef enum dpt_key_type {
     DPT_KEY_BOOL,
     DPT_KEY_STRING,
     DPT_KEY_ENUM,    /* one of choices, "a|b|c"; read with dpt_config_str */
-    DPT_KEY_INT_LIST /* "256,256"; read with dpt_config_int_list */
+    DPT_KEY_INT_LIST,  /* "256,256"; read with dpt_config_int_list */
+    DPT_KEY_FLOAT_LIST /* "0.485,0.456,0.406"; read with dpt_config_float_list */
 } dpt_key_type;
 typedef struct dpt_config_key {
     const char *section; /* NULL: [model] */

@@ -64,6 +64,10 @@ typedef struct dpt_backend {
     void (*synchronize)(dpt_ctx *ctx); /* every stream of the context is idle on return */
     /* The device's free and total memory as its driver reports them (NULL: unknown). */
     void (*mem_info)(dpt_ctx *ctx, size_t *free_bytes, size_t *total_bytes);
+    /* Image batches (the loader's uint8 ones): n samples of hw pixels x c bytes, HWC, to float
+     * (n, c, h, w) with y = x * scale[ch] + shift[ch], c <= 4 (scale, shift: host arrays). */
+    void (*images_to_float)(dpt_ctx *ctx, const uint8_t *x, float *y, int64_t n, int64_t c, int64_t hw,
+                            const float *scale, const float *shift);
     /* Elementwise: x, y, out have n elements. */
     void (*fill)(dpt_ctx *ctx, float *x, int64_t n, float value);
     void (*axpy)(dpt_ctx *ctx, int64_t n, float alpha, const float *x, float *y);    /* y += alpha*x */
@@ -193,6 +197,9 @@ void dpt_tensor_list_free(dpt_tensor_list *l);
     } while (0)
 
 /* ops_cpu_nn.c: the CPU convolution, batch-norm and pooling kernels of the table. */
+/* The CPU's images_to_float (also the loader's, per sample, on its workers). */
+void dpt_cpu_images_to_float(dpt_ctx *ctx, const uint8_t *x, float *y, int64_t n, int64_t c, int64_t hw,
+                             const float *scale, const float *shift);
 void dpt_cpu_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
                         const float *bias, float *y);
 void dpt_cpu_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,

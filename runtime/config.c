@@ -17,11 +17,13 @@
 #include "rng.h"
 #include "../models/registry.h"
 
-/* The first six are dpt_key_type's, in its order; T_EXPECT is an [expect] comparison. */
-typedef enum key_type { T_INT, T_FLOAT, T_BOOL, T_STRING, T_ENUM, T_INT_LIST, T_EXPECT, T_TYPE_COUNT } key_type;
-_Static_assert((int)T_INT == (int)DPT_KEY_INT && (int)T_INT_LIST == (int)DPT_KEY_INT_LIST, "key types");
+/* The first seven are dpt_key_type's, in its order; T_EXPECT is an [expect] comparison. */
+typedef enum key_type { T_INT, T_FLOAT, T_BOOL, T_STRING, T_ENUM, T_INT_LIST, T_FLOAT_LIST, T_EXPECT, T_TYPE_COUNT } key_type;
+_Static_assert((int)T_INT == (int)DPT_KEY_INT && (int)T_INT_LIST == (int)DPT_KEY_INT_LIST &&
+                   (int)T_FLOAT_LIST == (int)DPT_KEY_FLOAT_LIST,
+               "key types");
 
-static const char *const type_names[] = {"int", "float", "bool", "string", "enum", "int list", "comparison"};
+static const char *const type_names[] = {"int", "float", "bool", "string", "enum", "int list", "float list", "comparison"};
 _Static_assert(sizeof type_names / sizeof type_names[0] == T_TYPE_COUNT, "type_names");
 
 typedef struct schema_key {
@@ -43,9 +45,10 @@ static const schema_key builtin_keys[] = {
      "model to build: a registered model (built in: mlp, cnn, resnet; a program adds its own with "
      "dpt_register_model)"},
 
-    {"data", "source", T_ENUM, "idx", NO_RANGE, "idx|cifar|synthetic",
+    {"data", "source", T_ENUM, "idx", NO_RANGE, "idx|cifar|synthetic|folder",
      "idx: MNIST / Fashion-MNIST files (.gz or raw); cifar: CIFAR-10 binary batches in dir; synthetic: "
-     "random images"},
+     "random images; folder: JPEG/PNG files in dir/train/<class>/ and dir/val/<class>/ (torchvision's "
+     "ImageFolder layout, classes numbered in sorted name order), decoded and augmented by [data] workers"},
     {"data", "dir", T_STRING, "/usr/share/datasets/fashion-mnist", NO_RANGE, NULL,
      "folder holding the data files (Debian package dataset-fashion-mnist)"},
     {"data", "train_images", T_STRING, "train-images-idx3-ubyte.gz", NO_RANGE, NULL,
@@ -59,8 +62,10 @@ static const schema_key builtin_keys[] = {
     {"data", "classes", T_INT, "0", 0, 1e6, NULL,
      "number of classes; a label >= classes is an error (0 = the largest label + 1, at least 10, and every "
      "class above 9 must occur)"},
-    {"data", "mean", T_FLOAT, "0.2860", -1e3, 1e3, NULL, "normalisation: x = (pixel/255 - mean) / std"},
-    {"data", "std", T_FLOAT, "0.3530", 1e-6, 1e3, NULL, "normalisation standard deviation"},
+    {"data", "mean", T_FLOAT_LIST, "0.2860", -1e3, 1e3, NULL,
+     "normalisation: x = (pixel/255 - mean) / std; one value, or one per channel (e.g. 0.485,0.456,0.406)"},
+    {"data", "std", T_FLOAT_LIST, "0.3530", 1e-6, 1e3, NULL,
+     "normalisation standard deviation; one value, or one per channel (e.g. 0.229,0.224,0.225)"},
     {"data", "shuffle", T_BOOL, "true", NO_RANGE, NULL,
      "new permutation of the training set each epoch (from seed and epoch)"},
     {"data", "drop_last", T_BOOL, "true", NO_RANGE, NULL, "drop the last partial training batch of an epoch"},
@@ -68,6 +73,26 @@ static const schema_key builtin_keys[] = {
      "training augmentation: random crop of the image zero-padded by N pixels (0 = off)"},
     {"data", "hflip", T_BOOL, "false", NO_RANGE, NULL,
      "training augmentation: horizontal flip with probability 1/2"},
+    {"data", "image_size", T_INT, "224", 8, 4096, NULL,
+     "folder: side of the square samples (training: RandomResizedCrop to it; evaluation: CenterCrop)"},
+    {"data", "resize_size", T_INT, "256", 8, 8192, NULL,
+     "folder, evaluation: the shorter side is resized to this before the center crop of image_size"},
+    {"data", "scale", T_FLOAT_LIST, "0.08,1", 1e-6, 1, NULL,
+     "folder, training: RandomResizedCrop's range of crop area, as fractions of the image's (min,max)"},
+    {"data", "ratio", T_FLOAT_LIST, "0.75,1.3333333333", 1e-3, 1e3, NULL,
+     "folder, training: RandomResizedCrop's range of crop aspect ratio, width/height (min,max)"},
+    {"data", "workers", T_INT, "-1", -1, 256, NULL,
+     "folder: threads decoding and augmenting images, per rank (-1: cores per rank minus one, at least 1; "
+     "0: on the loader's own thread). Batches are the same for any number"},
+    {"data", "bad_files", T_ENUM, "stop", NO_RANGE, "stop|skip",
+     "folder: an unreadable or corrupt image stops the job naming the file and the decoder's message, or "
+     "is skipped (replaced by the next file of the list) and counted in the log and the metrics"},
+    {"data", "max_image_pixels", T_INT, "89478485", 1, 1e12, NULL,
+     "folder: largest image decoded, in pixels after JPEG DCT scaling (PIL's decompression-bomb limit); "
+     "a larger one is a bad file"},
+    {"data", "jpeg_dct_scaling", T_BOOL, "true", NO_RANGE, NULL,
+     "folder: decode a JPEG at 1/2, 1/4 or 1/8 size when the crop still has image_size pixels a side "
+     "(far less decoding for large images; pixels differ slightly from a full decode and resize)"},
     {"data", "synthetic_shape", T_INT_LIST, "3,224,224", 1, 4096, NULL,
      "synthetic: channels, height, width of each image"},
     {"data", "synthetic_samples", T_INT, "1024", 1, 1e8, NULL,
@@ -273,7 +298,8 @@ typedef struct cfg_value {
     int64_t i;
     double f;
     bool b;
-    int64_t list[MAX_LIST];
+    int64_t list[MAX_LIST]; /* T_INT_LIST */
+    double flist[MAX_LIST]; /* T_FLOAT_LIST */
     int nlist;
 } cfg_value;
 
@@ -453,14 +479,17 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
                               raw, sk->choices, sk->help);
         break;
     }
-    case T_INT_LIST: {
+    case T_INT_LIST:
+    case T_FLOAT_LIST: {
         /* Split by hand: strtok would silently skip the empty element of "256,,256". */
+        bool ints = sk->type == T_INT_LIST;
         const char *tok = raw;
         for (;;) {
             const char *comma = strchr(tok, ',');
             size_t len = comma ? (size_t)(comma - tok) : strlen(tok);
             char item[64];
-            int64_t x;
+            int64_t x = 0;
+            double f = 0;
             bool ok = len < sizeof item;
             if (ok) {
                 memcpy(item, tok, len);
@@ -470,13 +499,15 @@ static bool set_value(dpt_error *err, const char *where, int k, const char *raw,
             if (ok && !*t)
                 return dpt_errorf(err, "%s: [%s] %s = %s: element %d is empty\nHINT: %s, e.g. %s", where,
                                   sk->section, sk->key, raw, parsed.nlist + 1, sk->help, sk->def);
-            if (!ok || parsed.nlist == MAX_LIST || !parse_int(t, &x) ||
-                !check_range(NULL, where, sk, t, (double)x))
+            if (ok) ok = ints ? parse_int(t, &x) : parse_double(t, &f);
+            if (!ok || parsed.nlist == MAX_LIST || !check_range(NULL, where, sk, t, ints ? (double)x : f))
                 return dpt_errorf(err,
-                                  "%s: [%s] %s = %s: expected up to %d comma-separated integers "
-                                  "between %g and %g\nHINT: %s",
-                                  where, sk->section, sk->key, raw, MAX_LIST, sk->min, sk->max, sk->help);
-            parsed.list[parsed.nlist++] = x;
+                                  "%s: [%s] %s = %s: expected up to %d comma-separated %s between %g "
+                                  "and %g\nHINT: %s",
+                                  where, sk->section, sk->key, raw, MAX_LIST, ints ? "integers" : "numbers",
+                                  sk->min, sk->max, sk->help);
+            parsed.list[parsed.nlist] = x;
+            parsed.flist[parsed.nlist++] = f;
             if (!comma) break;
             tok = comma + 1;
         }
@@ -759,6 +790,14 @@ int dpt_config_int_list(const dpt_config *cfg, const char *s, const char *k, int
     return v->nlist;
 }
 
+int dpt_config_float_list(const dpt_config *cfg, const char *s, const char *k, double *values, int max)
+{
+    const cfg_value *v = get(cfg, s, k, T_FLOAT_LIST);
+    for (int i = 0; i < v->nlist && i < max; i++)
+        values[i] = v->flist[i];
+    return v->nlist;
+}
+
 const char *dpt_config_where(const dpt_config *cfg, const char *section, const char *key)
 {
     int k = find_key(section, key);
@@ -869,13 +908,14 @@ static bool declare_key(const char *owner, const dpt_config_key *dk, dpt_error *
     if (!valid_name(section) || !valid_name(dk->key))
         return dpt_errorf(err, "[%s] %s: section and key names are lower-case letters, digits and _", section,
                           dk->key ? dk->key : "(null)");
-    if ((unsigned)dk->type > (unsigned)DPT_KEY_INT_LIST || !dk->help || !dk->def)
+    if ((unsigned)dk->type > (unsigned)DPT_KEY_FLOAT_LIST || !dk->help || !dk->def)
         return dpt_errorf(err, "[%s] %s: needs a type of dpt_key_type, a default and a help text", section,
                           dk->key);
     if (dk->type == DPT_KEY_ENUM && (!dk->choices || !*dk->choices))
         return dpt_errorf(err, "[%s] %s: an enum needs its choices (\"a|b|c\")", section, dk->key);
     schema_key sk = {section, dk->key, (key_type)dk->type, dk->def, dk->min, dk->max, dk->choices, dk->help};
-    if (dk->type != DPT_KEY_INT && dk->type != DPT_KEY_FLOAT && dk->type != DPT_KEY_INT_LIST) sk.min = 1, sk.max = 0;
+    if (dk->type != DPT_KEY_INT && dk->type != DPT_KEY_FLOAT && dk->type != DPT_KEY_INT_LIST &&
+        dk->type != DPT_KEY_FLOAT_LIST) sk.min = 1, sk.max = 0;
     int k = -1;
     for (int j = 0; j < NKEYS; j++)
         if (!strcmp(schema[j].section, section) && !strcmp(schema[j].key, dk->key)) k = j;

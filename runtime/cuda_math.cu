@@ -183,7 +183,32 @@ __global__ void correct_acc_kernel(const float *x, const int32_t *labels, int64_
     }
 }
 
+/* The loader's uint8 HWC batches to normalised float NCHW: one thread an output element,
+ * reading bytes c apart (the batch is a quarter of the floats' size on the wire). */
+typedef struct norm4 {
+    float scale[4], shift[4];
+} norm4;
+
+__global__ void images_to_float_kernel(const uint8_t *x, float *y, int64_t n, int64_t c, int64_t hw, norm4 k)
+{
+    GRID_STRIDE(i, n * c * hw)
+    {
+        int64_t p = i % hw, ch = (i / hw) % c, s = i / (hw * c);
+        y[i] = (float)x[(s * hw + p) * c + ch] * k.scale[ch] + k.shift[ch];
+    }
+}
+
 /* ---------------------------------------------------------------- launchers */
+
+static void cuda_images_to_float(dpt_ctx *ctx, const uint8_t *x, float *y, int64_t n, int64_t c, int64_t hw,
+                                 const float *scale, const float *shift)
+{
+    norm4 k;
+    for (int i = 0; i < 4; i++)
+        k.scale[i] = i < c ? scale[i] : 0, k.shift[i] = i < c ? shift[i] : 0;
+    LAUNCH(images_to_float_kernel, n * c * hw, x, y, n, c, hw, k);
+}
+
 
 static void cuda_fill(dpt_ctx *ctx, float *x, int64_t n, float v)
 {
@@ -299,6 +324,7 @@ static void cuda_correct_acc(dpt_ctx *ctx, const float *logits, const int32_t *l
 
 void cuda_math_entries(dpt_backend *be)
 {
+    be->images_to_float = cuda_images_to_float;
     be->fill = cuda_fill;
     be->axpy = cuda_axpy;
     be->scale = cuda_scale;

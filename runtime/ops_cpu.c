@@ -308,6 +308,18 @@ static void cpu_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels
     }
 }
 
+void dpt_cpu_images_to_float(dpt_ctx *ctx, const uint8_t *x, float *y, int64_t n, int64_t c, int64_t hw,
+                             const float *scale, const float *shift)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t ch = 0; ch < c; ch++) {
+            const uint8_t *src = x + i * hw * c + ch;
+            float *dst = y + (i * c + ch) * hw, a = scale[ch], b = shift[ch];
+            for (int64_t p = 0; p < hw; p++)
+                dst[p] = (float)src[p * c] * a + b;
+        }
+}
+
 static void cpu_correct_acc(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
                             int64_t cols, float *correct)
 {
@@ -381,6 +393,7 @@ const dpt_backend dpt_backend_cpu = {
     .xent_fwd = cpu_xent_fwd,
     .xent_bwd = cpu_xent_bwd,
     .correct_acc = cpu_correct_acc,
+    .images_to_float = dpt_cpu_images_to_float,
     .conv2d_fwd = dpt_cpu_conv2d_fwd,
     .conv2d_bwd = dpt_cpu_conv2d_bwd,
     .bn_stats = dpt_cpu_bn_stats,

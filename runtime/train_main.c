@@ -225,13 +225,20 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .shuffle = dpt_config_bool(c, "data", "shuffle"),
         .drop_last = dpt_config_bool(c, "data", "drop_last"),
         .seed = rc->ctx.seed,
-        .mean = (float)dpt_config_float(c, "data", "mean"),
-        .std = (float)dpt_config_float(c, "data", "std"),
         .limit = dpt_config_int(c, "data", "train_limit"),
         .crop_pad = (int)dpt_config_int(c, "data", "random_crop_pad"),
         .hflip = dpt_config_bool(c, "data", "hflip"),
         .prefetch = (int)dpt_config_int(c, "data", "prefetch"),
+        .workers = (int)dpt_config_int(c, "data", "workers"),
+        .skip_bad_files = !strcmp(dpt_config_str(c, "data", "bad_files"), "skip"),
     };
+    double mean[4], std[4]; /* one value, or one per channel (checked against the data when it opens) */
+    int nm = dpt_config_float_list(c, "data", "mean", mean, 4), ns = dpt_config_float_list(c, "data", "std", std, 4);
+    rc->train_data.mean = (float)mean[0], rc->train_data.std = (float)std[0];
+    rc->train_data.norm_channels = nm > ns ? nm : ns;
+    for (int ch = 0; ch < 4; ch++)
+        rc->train_data.channel_mean[ch] = (float)mean[nm > 1 && ch < nm ? ch : 0],
+        rc->train_data.channel_std[ch] = (float)std[ns > 1 && ch < ns ? ch : 0];
     rc->test_data = rc->train_data;
     rc->test_data.crop_pad = 0, rc->test_data.hflip = false, rc->test_data.shuffle = false;
     rc->test_data.batch = rc->eval_batch;

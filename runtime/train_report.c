@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "../data/folder.h"
 #include "digest.h"
 #include "error.h"
 
@@ -103,6 +104,14 @@ void print_header(const trainer *t)
                 run->data_dir, (long long)dpt_loader_num_samples(t->train_loader), (long long)t->train_set->n,
                 (long long)t->test_set->n, (int)t->train_set->c, (int)t->train_set->h, (int)t->train_set->w,
                 t->train_set->num_classes, (long long)t->steps_per_epoch);
+    if (t->train_set->files) {
+        char text[1024];
+        dpt_folder_describe(t->train_set, text, sizeof text);
+        report_line("%s\n", text);
+        report_line("images | train: %s | val: %s | %d decoding workers per loader | a bad file %s\n",
+                    t->train_set->files->list_note, t->test_set->files->list_note, t->workers,
+                    run->train_data.skip_bad_files ? "is skipped and counted" : "stops the job");
+    }
     report_line("optim %s | lr %g (%s scaling) | schedule %s\n", dpt_optim_name(t->optim), t->schedule.target_lr,
                 run->lr_scaling, run->schedule);
     char total[32], p[32], a[32];
@@ -237,29 +246,34 @@ void log_eval(trainer *t, const window *epoch_window)
 {
     const replica *r = t->r;
     const dpt_eval_result *test = &t->test;
-    double sums[3] = {0, 0, 0};
+    /* the image files skipped as unreadable so far, every rank's (bad_files = skip) */
+    double sums[4] = {0, 0, 0,
+                      (double)(dpt_loader_bad_files(t->train_loader) + dpt_loader_bad_files(t->test_loader))};
     if (epoch_window) {
         sums[0] = epoch_window->loss, sums[1] = (double)epoch_window->correct,
         sums[2] = (double)epoch_window->samples;
-        if (r->comm) dpt_comm_allreduce_f64(r->comm, sums, 3, "epoch training sums");
     }
+    if (r->comm) dpt_comm_allreduce_f64(r->comm, sums, 4, "epoch training sums");
+    char bad[64] = "";
+    if (sums[3] > 0) snprintf(bad, sizeof bad, " | %.0f bad files skipped", sums[3]);
     double train_loss = sums[2] ? sums[0] / sums[2] : NAN, train_acc = sums[2] ? sums[1] / sums[2] : NAN;
     if (epoch_window) t->r->result.final_train_loss = train_loss;
     t->r->result.final_test_loss = test->loss, t->r->result.final_test_acc = test->accuracy;
     if (r->rank == 0) {
         if (epoch_window)
             report_line("epoch %d done | %.1f s | train loss %.4f acc %.1f%% | test loss %.4f acc %.2f%% (%lld "
-                        "images)\n",
+                        "images)%s\n",
                         t->state.epoch, dpt_now_s() - epoch_window->start, train_loss, 100.0 * train_acc, test->loss,
-                        100.0 * test->accuracy, (long long)test->samples);
+                        100.0 * test->accuracy, (long long)test->samples, bad);
         else
-            report_line("eval at step %lld | test loss %.4f acc %.2f%% (%lld images)\n", (long long)t->state.step,
-                        test->loss, 100.0 * test->accuracy, (long long)test->samples);
+            report_line("eval at step %lld | test loss %.4f acc %.2f%% (%lld images)%s\n", (long long)t->state.step,
+                        test->loss, 100.0 * test->accuracy, (long long)test->samples, bad);
     }
     dpt_metrics_write(t->metrics,
                       "\"kind\":\"eval\",\"epoch\":%d,\"step\":%lld,\"test_loss\":%.6f,\"test_acc\":%.6f,"
-                      "\"train_loss\":%.6f,\"train_acc\":%.6f",
-                      t->state.epoch, (long long)t->state.step, test->loss, test->accuracy, train_loss, train_acc);
+                      "\"train_loss\":%.6f,\"train_acc\":%.6f,\"bad_files\":%.0f",
+                      t->state.epoch, (long long)t->state.step, test->loss, test->accuracy, train_loss, train_acc,
+                      sums[3]);
 }
 
 /* The run's last line (or, stopped by a signal, the command that resumes it), and its

@@ -68,6 +68,13 @@ static bool open_loaders(trainer *t, dpt_error *err)
     dpt_loader_options train_opt = run->train_data, test_opt = run->test_data;
     train_opt.rank = test_opt.rank = t->r->rank;
     train_opt.world_size = test_opt.world_size = t->r->size;
+    if (train_opt.workers < 0) { /* cores per rank minus one (the one that steps), at least one */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int ranks_here = t->r->local_size * (t->r->data_parallel ? t->r->size : 1);
+        int w = (int)(cores / (ranks_here > 0 ? ranks_here : 1)) - 1;
+        train_opt.workers = test_opt.workers = w > 1 ? w : 1;
+    }
+    t->workers = train_opt.workers;
     t->train_loader = dpt_loader_new(t->ctx, t->train_set, &train_opt);
     const char *hint = dpt_ctx_set_oom_hint(t->ctx, DPT_EVAL_OOM_HINT);
     t->test_loader = dpt_loader_new(t->ctx, t->test_set, &test_opt);

@@ -136,6 +136,7 @@ typedef struct trainer {
     dpt_optim *optim;
     dpt_metrics *metrics;
     dpt_loader *train_loader, *test_loader;
+    int workers; /* image files: each loader's decoding threads */
     dpt_ddp *ddp;
     dpt_timeline *timeline;
     dpt_tensor *meter;

@@ -1,0 +1,423 @@
+/* folder.c: the ImageFolder layout. The file list is what torchvision's ImageFolder builds
+ * (class folders in sorted order, each walked recursively, files with an image extension,
+ * sorted by folder then name), made once and cached so a million-file start does not walk
+ * the tree again: in the set's own folder (.dptrain-files), or, when that is read-only, in
+ * the checkpoint folder. The cache records the modification time of every folder it walked;
+ * adding, removing or renaming a file or folder changes one of them and the tree is walked
+ * again. Images are decoded per sample by the loader (image.c). */
+#define _GNU_SOURCE /* d_type, strcasecmp */
+#include "folder.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../runtime/error.h"
+#include "../runtime/rng.h"
+
+#define LIST_MAGIC "dptrain file list 1"
+
+/* A walk's result: this folder's classes and files, labels local to it. */
+typedef struct listing {
+    int nclasses;
+    char **classes;
+    int64_t n, cap;
+    char **files; /* "class/sub/x.jpg" */
+    int *cls;
+    int64_t ignored;
+    int ndirs, dirs_cap;
+    char **dirs; /* relative folders walked ("." = the root), for the cache's check */
+    struct timespec *mtime;
+} listing;
+
+static void listing_free(listing *l)
+{
+    for (int i = 0; i < l->nclasses; i++)
+        free(l->classes[i]);
+    for (int64_t i = 0; i < l->n; i++)
+        free(l->files[i]);
+    for (int i = 0; i < l->ndirs; i++)
+        free(l->dirs[i]);
+    free(l->classes), free(l->files), free(l->cls), free(l->dirs), free(l->mtime);
+    memset(l, 0, sizeof *l);
+}
+
+static char *xstrdup(const char *s)
+{
+    char *d = strdup(s);
+    if (!d) dpt_fatal("out of host memory listing image files");
+    return d;
+}
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) dpt_fatal("out of host memory listing image files");
+    return q;
+}
+
+static bool image_name(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    return dot && (!strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") || !strcasecmp(dot, ".png"));
+}
+
+static void add_dir(listing *l, const char *rel, const struct stat *st)
+{
+    if (l->ndirs == l->dirs_cap) {
+        l->dirs_cap = l->dirs_cap ? 2 * l->dirs_cap : 64;
+        l->dirs = xrealloc(l->dirs, (size_t)l->dirs_cap * sizeof *l->dirs);
+        l->mtime = xrealloc(l->mtime, (size_t)l->dirs_cap * sizeof *l->mtime);
+    }
+    l->dirs[l->ndirs] = xstrdup(rel);
+    l->mtime[l->ndirs++] = st->st_mtim;
+}
+
+static void add_file(listing *l, const char *rel, int cls)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 1024;
+        l->files = xrealloc(l->files, (size_t)l->cap * sizeof *l->files);
+        l->cls = xrealloc(l->cls, (size_t)l->cap * sizeof *l->cls);
+    }
+    l->files[l->n] = xstrdup(rel);
+    l->cls[l->n++] = cls;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The entries of one folder, sorted by name (no "." or ".."). */
+static int read_names(const char *path, char ***names, dpt_error *err)
+{
+    DIR *d = opendir(path);
+    if (!d) return dpt_errorf(err, "%s: cannot read the folder: %s", path, strerror(errno)), -1;
+    int n = 0, cap = 0;
+    char **v = NULL;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (n == cap) cap = cap ? 2 * cap : 64, v = xrealloc(v, (size_t)cap * sizeof *v);
+        v[n++] = xstrdup(e->d_name);
+    }
+    closedir(d);
+    qsort(v, (size_t)n, sizeof *v, cmp_str);
+    *names = v;
+    return n;
+}
+
+static void free_names(char **v, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* Walk root/rel: its files (sorted) first, then its folders (sorted), as torchvision's
+ * sorted(os.walk(...)) orders them; symbolic links to folders are followed (followlinks=True),
+ * to a depth of 32. */
+static bool walk(const char *root, const char *rel, int cls, int depth, listing *l, dpt_error *err)
+{
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    struct stat st;
+    if (stat(path, &st) != 0) return dpt_errorf(err, "%s: %s", path, strerror(errno));
+    add_dir(l, rel, &st);
+    char **names;
+    int n = read_names(path, &names, err);
+    if (n < 0) return false;
+    bool ok = true;
+    char sub[8192 + 512];
+    for (int pass = 0; pass < 2 && ok; pass++)
+        for (int i = 0; i < n && ok; i++) {
+            if ((size_t)snprintf(sub, sizeof sub, "%s/%s", path, names[i]) >= 4096) {
+                ok = dpt_errorf(err, "%s/%s: path longer than 4096 bytes", path, names[i]);
+                break;
+            }
+            bool is_dir = stat(sub, &st) == 0 && S_ISDIR(st.st_mode);
+            snprintf(sub, sizeof sub, "%s/%s", rel, names[i]);
+            if (pass == 0 && !is_dir) {
+                if (image_name(names[i]))
+                    add_file(l, sub, cls);
+                else
+                    l->ignored++;
+            } else if (pass == 1 && is_dir) {
+                if (depth >= 32)
+                    ok = dpt_errorf(err, "%s/%s: folders nested more than 32 deep (a link loop?)\nHINT: class "
+                                         "folders hold images, or folders of images, not links back up the tree",
+                                    root, sub);
+                else
+                    ok = walk(root, sub, cls, depth + 1, l, err);
+            }
+        }
+    free_names(names, n);
+    return ok;
+}
+
+static bool scan(const char *root, listing *l, dpt_error *err)
+{
+    memset(l, 0, sizeof *l);
+    struct stat st;
+    if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode))
+        return dpt_errorf(err, "%s: no such folder\nHINT: [data] source = folder reads dir/train/<class>/*.jpg and "
+                               "dir/val/<class>/*.jpg (torchvision's ImageFolder layout); "
+                               "scripts/make_image_folder.sh writes a small one",
+                          root);
+    add_dir(l, ".", &st);
+    char **names;
+    int n = read_names(root, &names, err);
+    if (n < 0) return false;
+    char sub[8192];
+    for (int i = 0; i < n; i++) {
+        snprintf(sub, sizeof sub, "%s/%s", root, names[i]);
+        if (stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
+            l->classes = xrealloc(l->classes, (size_t)(l->nclasses + 1) * sizeof *l->classes);
+            l->classes[l->nclasses++] = xstrdup(names[i]);
+        } else if (strcmp(names[i], ".dptrain-files") != 0) {
+            l->ignored++;
+        }
+    }
+    free_names(names, n);
+    if (!l->nclasses)
+        return dpt_errorf(err, "%s: no class folders in it\nHINT: put each class's images in a folder of its own "
+                               "under it (%s/<class>/<image>.jpg)",
+                          root, root);
+    for (int c = 0; c < l->nclasses; c++) {
+        int64_t before = l->n;
+        if (!walk(root, l->classes[c], c, 0, l, err)) return false;
+        if (l->n == before)
+            return dpt_errorf(err, "%s/%s: class folder without a .jpg, .jpeg or .png file\nHINT: add its images, "
+                                   "or remove the folder (it would be a class that never occurs)",
+                              root, l->classes[c]);
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- the cache */
+
+static void cache_paths(const char *root, const char *cache_dir, char own[4200], char other[4200])
+{
+    snprintf(own, 4200, "%s/.dptrain-files", root);
+    other[0] = '\0';
+    if (cache_dir && *cache_dir) {
+        char abs[4096];
+        const char *key = realpath(root, abs) ? abs : root;
+        snprintf(other, 4200, "%.4000s/dptrain-files-%016llx", cache_dir,
+                 (unsigned long long)dpt_hash_bytes(DPT_HASH_SEED, key, strlen(key)));
+    }
+}
+
+static bool write_cache(const char *path, const char *root, const listing *l)
+{
+    for (int64_t i = 0; i < l->n; i++)
+        if (strchr(l->files[i], '\n')) return false; /* a name the line format cannot hold */
+    for (int i = 0; i < l->nclasses; i++)
+        if (strchr(l->classes[i], '\n')) return false;
+    char tmp[8300];
+    /* ranks and DataParallel replicas may write at once: each its own file, renamed over */
+    snprintf(tmp, sizeof tmp, "%s.tmp%d.%lx", path, (int)getpid(), (unsigned long)pthread_self());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return false;
+    fprintf(f, "%s\nroot %s\ndirs %d\n", LIST_MAGIC, root, l->ndirs);
+    for (int i = 0; i < l->ndirs; i++)
+        fprintf(f, "%lld %ld %s\n", (long long)l->mtime[i].tv_sec, l->mtime[i].tv_nsec, l->dirs[i]);
+    fprintf(f, "classes %d\n", l->nclasses);
+    for (int i = 0; i < l->nclasses; i++)
+        fprintf(f, "%s\n", l->classes[i]);
+    fprintf(f, "files %lld ignored %lld\n", (long long)l->n, (long long)l->ignored);
+    for (int64_t i = 0; i < l->n; i++)
+        fprintf(f, "%d %s\n", l->cls[i], l->files[i]);
+    bool ok = !ferror(f);
+    ok = fclose(f) == 0 && ok;
+    if (ok) ok = rename(tmp, path) == 0;
+    if (!ok) unlink(tmp);
+    return ok;
+}
+
+static bool read_line(FILE *f, char *buf, size_t size)
+{
+    if (!fgets(buf, (int)size, f)) return false;
+    size_t n = strlen(buf);
+    if (!n || buf[n - 1] != '\n') return false;
+    buf[n - 1] = '\0';
+    return true;
+}
+
+/* The cached listing, if the file is one and every folder it walked is unchanged. */
+static bool read_cache(const char *path, const char *root, listing *l)
+{
+    memset(l, 0, sizeof *l);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char line[8400], sub[8400];
+    long long a, b;
+    int nd = 0, nc = 0;
+    bool ok = read_line(f, line, sizeof line) && !strcmp(line, LIST_MAGIC) && read_line(f, line, sizeof line) &&
+              !strncmp(line, "root ", 5) && !strcmp(line + 5, root) && read_line(f, line, sizeof line) &&
+              sscanf(line, "dirs %d", &nd) == 1 && nd > 0;
+    for (int i = 0; ok && i < nd; i++) {
+        int at = 0;
+        ok = read_line(f, line, sizeof line) && sscanf(line, "%lld %lld %n", &a, &b, &at) == 2 && at > 0;
+        struct stat st;
+        if (ok) {
+            snprintf(sub, sizeof sub, "%s/%s", root, line + at);
+            ok = stat(sub, &st) == 0 && st.st_mtim.tv_sec == a && st.st_mtim.tv_nsec == b;
+        }
+        if (ok) add_dir(l, line + at, &st);
+    }
+    ok = ok && read_line(f, line, sizeof line) && sscanf(line, "classes %d", &nc) == 1 && nc > 0;
+    for (int i = 0; ok && i < nc; i++) {
+        ok = read_line(f, line, sizeof line) && *line;
+        if (ok) {
+            l->classes = xrealloc(l->classes, (size_t)(l->nclasses + 1) * sizeof *l->classes);
+            l->classes[l->nclasses++] = xstrdup(line);
+        }
+    }
+    ok = ok && read_line(f, line, sizeof line) && sscanf(line, "files %lld ignored %lld", &a, &b) == 2 && a > 0;
+    int64_t nfiles = ok ? a : 0;
+    l->ignored = ok ? b : 0;
+    for (int64_t i = 0; ok && i < nfiles; i++) {
+        int cls = -1, at = 0;
+        ok = read_line(f, line, sizeof line) && sscanf(line, "%d %n", &cls, &at) == 1 && at > 0 && cls >= 0 &&
+             cls < l->nclasses;
+        if (ok) add_file(l, line + at, cls);
+    }
+    ok = ok && fgetc(f) == EOF;
+    fclose(f);
+    if (!ok) listing_free(l);
+    return ok;
+}
+
+/* The listing of root, from a valid cache or a walk (then cached where it can be). */
+static bool list_files(const char *root, const char *cache_dir, listing *l, char *note, size_t note_size,
+                       dpt_error *err)
+{
+    char own[4200], other[4200];
+    cache_paths(root, cache_dir, own, other);
+    if (read_cache(own, root, l)) return snprintf(note, note_size, "file list from %s", own), true;
+    if (*other && read_cache(other, root, l)) return snprintf(note, note_size, "file list from %s", other), true;
+    if (!scan(root, l, err)) {
+        listing_free(l);
+        return false;
+    }
+    if (write_cache(own, root, l))
+        snprintf(note, note_size, "walked, file list cached in %s", own);
+    else if (*other && write_cache(other, root, l))
+        snprintf(note, note_size, "walked, file list cached in %s", other);
+    else
+        snprintf(note, note_size, "walked (file list not cached: %s is read-only%s)", root,
+                 *other ? " and so is the checkpoint folder" : "");
+    return true;
+}
+
+/* ---------------------------------------------------------------- the data sets */
+
+static dpt_dataset *make_set(const char *root, listing *l, char **classes, int nclasses, const int *map,
+                             const dpt_image_view *view, const char *note)
+{
+    dpt_dataset *ds = calloc(1, sizeof *ds);
+    struct dpt_image_files *f = calloc(1, sizeof *f);
+    size_t bytes = 0;
+    for (int64_t i = 0; i < l->n; i++)
+        bytes += strlen(l->files[i]) + 1;
+    if (!ds || !f) dpt_fatal("out of host memory for a data set");
+    f->names = malloc(bytes ? bytes : 1);
+    f->offset = malloc((size_t)l->n * sizeof *f->offset);
+    f->class_count = calloc((size_t)nclasses, sizeof *f->class_count);
+    ds->labels = malloc((size_t)l->n * sizeof *ds->labels);
+    if (!f->names || !f->offset || !f->class_count || !ds->labels) dpt_fatal("out of host memory for a data set");
+    size_t at = 0;
+    for (int64_t i = 0; i < l->n; i++) {
+        size_t len = strlen(l->files[i]) + 1;
+        memcpy(f->names + at, l->files[i], len);
+        f->offset[i] = (int64_t)at;
+        at += len;
+        ds->labels[i] = map ? map[l->cls[i]] : l->cls[i];
+        f->class_count[ds->labels[i]]++;
+    }
+    snprintf(f->root, sizeof f->root, "%s", root);
+    f->n = l->n, f->nclasses = nclasses, f->classes = classes, f->ignored = l->ignored, f->view = *view;
+    snprintf(f->list_note, sizeof f->list_note, "%s", note);
+    ds->n = l->n, ds->c = 3, ds->h = ds->w = view->size, ds->num_classes = nclasses;
+    ds->files = f;
+    snprintf(ds->name, sizeof ds->name, "folder");
+    return ds;
+}
+
+bool dpt_folder_open(const dpt_folder_options *opt, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
+{
+    *train = *test = NULL;
+    char troot[4096], vroot[4096], note[2][4400];
+    snprintf(troot, sizeof troot, "%.4000s/train", opt->dir);
+    snprintf(vroot, sizeof vroot, "%.4000s/val", opt->dir);
+    listing tl, vl;
+    if (!list_files(troot, opt->cache_dir, &tl, note[0], sizeof note[0], err)) return false;
+    if (!list_files(vroot, opt->cache_dir, &vl, note[1], sizeof note[1], err)) {
+        listing_free(&tl);
+        return false;
+    }
+    /* validation labels are the training set's numbers for the same names */
+    int *map = xrealloc(NULL, (size_t)vl.nclasses * sizeof *map);
+    for (int c = 0; c < vl.nclasses; c++) {
+        char **hit = bsearch(&vl.classes[c], tl.classes, (size_t)tl.nclasses, sizeof *tl.classes, cmp_str);
+        if (!hit) {
+            dpt_errorf(err,
+                       "%s/%s: a validation class with no training folder of that name (the training classes "
+                       "are %s/*)\nHINT: the class folders of train/ and val/ must have the same names",
+                       vroot, vl.classes[c], troot);
+            free(map);
+            listing_free(&tl), listing_free(&vl);
+            return false;
+        }
+        map[c] = (int)(hit - tl.classes);
+    }
+    char **classes = tl.classes; /* the training set owns the names */
+    int nclasses = tl.nclasses;
+    tl.classes = NULL, tl.nclasses = 0;
+    *train = make_set(troot, &tl, classes, nclasses, NULL, &opt->train, note[0]);
+    *test = make_set(vroot, &vl, classes, nclasses, map, &opt->eval, note[1]);
+    (*train)->files->owns_classes = true; /* the validation set shares them */
+    free(map);
+    listing_free(&tl), listing_free(&vl);
+    return true;
+}
+
+void dpt_image_files_free(struct dpt_image_files *f)
+{
+    if (!f) return;
+    if (f->owns_classes) {
+        for (int i = 0; i < f->nclasses; i++)
+            free(f->classes[i]);
+        free(f->classes);
+    }
+    free(f->names), free(f->offset), free(f->class_count), free(f);
+}
+
+const char *dpt_folder_path(const struct dpt_image_files *f, int64_t i, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/%s", f->root, f->names + f->offset[i]);
+    return buf;
+}
+
+void dpt_folder_describe(const dpt_dataset *ds, char *buf, size_t size)
+{
+    const struct dpt_image_files *f = ds->files;
+    size_t at = (size_t)snprintf(buf, size, "%d classes:", f->nclasses);
+    int shown = f->nclasses <= 12 ? f->nclasses : 10;
+    for (int c = 0; c < shown && at < size; c++)
+        at += (size_t)snprintf(buf + at, size - at, "%s %d %s (%lld)", c ? "," : "", c, f->classes[c],
+                               (long long)f->class_count[c]);
+    if (shown < f->nclasses && at < size)
+        at += (size_t)snprintf(buf + at, size - at, ", ... %d %s (%lld)", f->nclasses - 1,
+                               f->classes[f->nclasses - 1], (long long)f->class_count[f->nclasses - 1]);
+    if (at < size && f->ignored)
+        snprintf(buf + at, size - at, " | %lld files without a .jpg/.jpeg/.png name ignored", (long long)f->ignored);
+}
