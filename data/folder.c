@@ -1,8 +1,8 @@
 /* folder.c: the ImageFolder layout. The file list is what torchvision's ImageFolder builds
  * (class folders in sorted order, each walked recursively, files with an image extension,
  * sorted by folder then name), made once and cached so a million-file start does not walk
- * the tree again: in the set's own folder (.dptrain-files), or, when that is read-only, in
- * the checkpoint folder. The cache records the modification time of every folder it walked;
+ * the tree again: beside the set's folder (dir/.dptrain-files-train), or, when that is
+ * read-only, in the checkpoint folder. The cache records the modification time of every folder it walked;
  * adding, removing or renaming a file or folder changes one of them and the tree is walked
  * again. Images are decoded per sample by the loader (image.c). */
 #define _GNU_SOURCE /* d_type, strcasecmp */
@@ -181,7 +181,7 @@ static bool scan(const char *root, listing *l, dpt_error *err)
         if (stat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
             l->classes = xrealloc(l->classes, (size_t)(l->nclasses + 1) * sizeof *l->classes);
             l->classes[l->nclasses++] = xstrdup(names[i]);
-        } else if (strcmp(names[i], ".dptrain-files") != 0) {
+        } else {
             l->ignored++;
         }
     }
@@ -203,9 +203,13 @@ static bool scan(const char *root, listing *l, dpt_error *err)
 
 /* ---------------------------------------------------------------- the cache */
 
+/* Beside the set's folder, not in it: writing a file into root would change the mtime the
+ * cache records for it. dir/train's list is dir/.dptrain-files-train. */
 static void cache_paths(const char *root, const char *cache_dir, char own[4200], char other[4200])
 {
-    snprintf(own, 4200, "%s/.dptrain-files", root);
+    const char *slash = strrchr(root, '/');
+    int parent = slash ? (int)(slash - root) : 0;
+    snprintf(own, 4200, "%.*s%s.dptrain-files-%s", parent, root, slash ? "/" : "", slash ? slash + 1 : root);
     other[0] = '\0';
     if (cache_dir && *cache_dir) {
         char abs[4096];

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# folder.sh: [data] source = folder end to end. A folder written by scripts/make_image_folder.sh
+# (JPEGs and PNGs of varied sizes, 10 classes) trains the same weights with 0 and 3 decoding
+# workers; the file list is cached and read back; an interrupted run resumed mid-epoch ends
+# with the uninterrupted run's weights; 2 ranks under mpirun share it; a truncated JPEG stops
+# the job naming it (bad_files = stop) or is skipped and counted (skip); bad settings and an
+# empty class folder are refused naming the key or folder. One ok/FAIL line per case.
+cd "$(dirname "$0")/.."
+. tests/common.sh
+
+if ! ./train --config-reference 2>/dev/null | grep -q 'folder'; then echo "skipped: no folder source"; exit 0; fi
+scripts/make_image_folder.sh "$tmp/img" --train 12 --val 4 --width 96 --height 72 --png-every 5 >/dev/null ||
+    { echo "FAIL make_image_folder.sh"; exit 1; }
+printf '[model]\nname = cnn\n' > "$tmp/cnn.ini"
+run=("$tmp/cnn.ini" --set data.source=folder --set data.dir="$tmp/img" --set data.image_size=32
+     --set data.resize_size=36 --set data.hflip=true --set data.mean=0.485,0.456,0.406
+     --set data.std=0.229,0.224,0.225 --set train.epochs=2 --set train.batch=8 --set train.threads=1
+     --set log.interval=1000)
+
+a=$(./train "${run[@]}" --set data.workers=0 --set checkpoint.dir="$tmp/a" 2>&1); rc=$?
+b=$(./train "${run[@]}" --set data.workers=3 --set checkpoint.dir="$tmp/b" 2>&1); rcb=$?
+[ $rc -eq 0 ] && [ $rcb -eq 0 ] && [ -n "$(sha <<<"$a")" ] && [ "$(sha <<<"$a")" = "$(sha <<<"$b")" ]
+check "0 and 3 workers: the same weights" $? "exit $rc/$rcb, $(sha <<<"$a") vs $(sha <<<"$b")"
+grep -q "^10 classes: 0 00_tshirt (12), 1 01_trouser (12)" <<<"$a" &&
+    grep -q "data $tmp/img | train 120 per rank of 120 | test 40 | 3x32x32 | 10 classes" <<<"$a"
+check "header: classes with counts, 3x32x32" $? "$(head -8 <<<"$a")"
+grep -q "train: walked, file list cached in $tmp/img/.dptrain-files-train" <<<"$a" &&
+    grep -q "train: file list from $tmp/img/.dptrain-files-train" <<<"$b"
+check "file list cached, then read back" $? "$(grep '^images' <<<"$a$b")"
+
+# interrupted at step 20 (mid epoch 2 of 15 steps), resumed: the uninterrupted weights
+./train "${run[@]}" --set checkpoint.dir="$tmp/c" --set checkpoint.every_steps=5 --set distributed.fault=exit \
+    --set distributed.fault_step=20 >/dev/null 2>&1
+c=$(./train "${run[@]}" --set checkpoint.dir="$tmp/c" --set checkpoint.every_steps=5 --resume auto 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$(sha <<<"$c")" = "$(sha <<<"$a")" ] && grep -q "resumed from $tmp/c/ckpt-step00000020" <<<"$c"
+check "killed at step 20, resumed mid-epoch: the uninterrupted weights" $? \
+    "exit $rc, $(sha <<<"$c") vs $(sha <<<"$a"): $(grep -i resum <<<"$c")"
+
+if [ $mpi -eq 1 ]; then
+    m=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${run[@]}" --set data.workers=1 \
+        --set checkpoint.dir="$tmp/m" 2>&1); rc=$?
+    [ $rc -eq 0 ] && grep -q "train 60 per rank of 120" <<<"$m" && [ -n "$(sha <<<"$m")" ]
+    check "mpirun -np 2: 60 files per rank, trains" $? "exit $rc: $(tail -3 <<<"$m")"
+fi
+
+# a truncated JPEG: stop names it; skip counts it
+cp -r "$tmp/img" "$tmp/bad"
+victim="$tmp/bad/train/03_dress/00002.jpg"
+head -c 1000 "$tmp/img/train/03_dress/00002.jpg" > "$victim"
+out=$(./train "${run[@]}" --set data.dir="$tmp/bad" --set checkpoint.dir="$tmp/d" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "error: $victim: truncated JPEG" <<<"$out" && grep -q "HINT: .*bad_files = skip" <<<"$out"
+check "truncated JPEG, bad_files = stop: exit 1 naming it" $? "exit $rc: $(tail -3 <<<"$out")"
+out=$(./train "${run[@]}" --set data.dir="$tmp/bad" --set data.bad_files=skip --set checkpoint.dir="$tmp/e" \
+      --set log.metrics="$tmp/e.jsonl" 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "warning: $victim: truncated JPEG" <<<"$out" && grep -q "epoch 2 done.*| 2 bad files skipped" <<<"$out" &&
+    grep -q '"bad_files":2' "$tmp/e.jsonl"
+check "truncated JPEG, bad_files = skip: skipped, counted in the log and metrics" $? "exit $rc: $(grep -i bad <<<"$out")"
+
+# refused settings and layouts, each named
+refused() { # NAME EXPECTED-TEXT ARGS...
+    local name=$1 want=$2; shift 2
+    out=$(./train "${run[@]}" --set checkpoint.dir="$tmp/r" "$@" 2>&1); rc=$?
+    [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q -- "$want" <<<"$out"
+    check "$name" $? "exit $rc: $(head -3 <<<"$out")"
+}
+refused "two means for three channels" "\[data\] mean has 2 values, and the images have 3 channels" --set data.mean=0.5,0.5
+refused "resize_size below image_size" "resize_size = 30 is smaller than image_size = 32" --set data.resize_size=30
+refused "random_crop_pad with a folder" "random_crop_pad is for images in memory" --set data.random_crop_pad=4
+refused "scale min > max" "\[data\] scale needs two numbers, min,max" --set data.scale=0.9,0.1
+mkdir "$tmp/bad/train/10_empty"
+refused "an empty class folder" "$tmp/bad/train/10_empty: class folder without" --set data.dir="$tmp/bad"
+refused "no such folder" "$tmp/none/train: no such folder" --set data.dir="$tmp/none"
+
+[ $failed -eq 0 ]
