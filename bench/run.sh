@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 # BENCH_FULL=1 adds the ResNet-50 training step (tens of seconds a step on 2 cores).
 for b in "$dir"/bench_*; do
     [ -x "$b" ] || continue
-    case "$(basename "$b")" in bench_step) continue ;; esac # driven by side_by_side.py below
+    case "$(basename "$b")" in bench_step | bench_images) continue ;; esac # driven by the side-by-sides below
     echo "=== $(basename "$b")"
     if [ "$(basename "$b")" = bench_conv ] && [ -z "${BENCH_FULL:-}" ]; then "$b" quick; else "$b"; fi
 done
@@ -15,6 +15,8 @@ done
 if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
     echo "=== side_by_side.py (dptrain vs PyTorch CPU)"
     /usr/bin/python3 bench/side_by_side.py --pairs 3 $([ -n "${BENCH_FULL:-}" ] || echo --quick)
+    echo "=== images_side_by_side.py (folder source vs torchvision ImageFolder + DataLoader)"
+    /usr/bin/python3 bench/images_side_by_side.py --pairs 3
 else
     echo "=== side_by_side.py skipped: PyTorch not installed (apt-get install python3-torch)"
 fi

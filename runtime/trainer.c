@@ -371,6 +371,7 @@ static void micro_batch(trainer *t, bool last)
     double t0 = dpt_now_s();
     dpt_loader_next(t->train_loader, &b);
     double t1 = dpt_now_s();
+    t->win.data_s += t1 - t0;
     if (t->ddp) dpt_ddp_set_sync(t->ddp, last); /* no_sync while accumulating */
     if (run->deterministic) { /* dropout draws from the shard's own stream, not the rank's */
         t->ctx->bn_ghost.n = 0, t->ctx->bn_ghost.nlayers = 0;

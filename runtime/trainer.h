@@ -107,6 +107,7 @@ typedef struct replica {
  * GPU step waits for the host once (the gradient norm), not at every micro-batch. */
 typedef struct window {
     double start, loss, comm_s, hidden_s, comm_bytes;
+    double data_s; /* waiting for the loader's next batch */
     int64_t correct, samples, steps;
     int64_t syncs_at_start; /* the context's host reads when the window opened */
 } window;

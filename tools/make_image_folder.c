@@ -67,7 +67,7 @@ static void paint(const uint8_t *src, int cls, int w, int h, dpt_rng *rng, uint8
                 float dx = (float)x / w - cx, dy = (float)y / h - cy, r = sqrtf(dx * dx + dy * dy);
                 v = fabsf(r - (0.1f + 0.035f * cls)) < 0.03f ? 230.0f : 0.0f;
             }
-            float grain = 18.0f * (dpt_rng_uniform(rng) - 0.5f);
+            float grain = 56.0f * (dpt_rng_uniform(rng) - 0.5f);
             for (int c = 0; c < 3; c++) {
                 float p = bg[c] + v * tint[c] + grain;
                 out[((size_t)y * w + x) * 3 + c] = (uint8_t)(p < 0 ? 0 : p > 255 ? 255 : p + 0.5f);
