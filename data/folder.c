@@ -423,5 +423,5 @@ void dpt_folder_describe(const dpt_dataset *ds, char *buf, size_t size)
         at += (size_t)snprintf(buf + at, size - at, ", ... %d %s (%lld)", f->nclasses - 1,
                                f->classes[f->nclasses - 1], (long long)f->class_count[f->nclasses - 1]);
     if (at < size && f->ignored)
-        snprintf(buf + at, size - at, " | %lld files without a .jpg/.jpeg/.png name ignored", (long long)f->ignored);
+        snprintf(buf + at, size - at, " | %lld file(s) without a .jpg/.jpeg/.png name ignored", (long long)f->ignored);
 }

@@ -48,6 +48,15 @@ static void test_values_and_defaults(void **state)
     assert_string_equal(dpt_config_str(cfg, "optim", "name"), "adamw");
     assert_contains(dpt_config_where(cfg, "train", "batch"), ":4");
     assert_string_equal(dpt_config_where(cfg, "train", "epochs"), "default");
+    double mean[4];
+    assert_int_equal(dpt_config_float_list(cfg, "data", "mean", mean, 4), 1); /* the default, one value */
+    assert_float_equal(mean[0], 0.2860, 1e-12);
+    dpt_config_free(cfg);
+    cfg = dpt_config_load(write_ini("[data]\nmean = 0.485, 0.456 ,4.06e-1\n"), &err);
+    if (!cfg) fail_msg("%s", err.msg);
+    assert_int_equal(dpt_config_float_list(cfg, "data", "mean", mean, 4), 3);
+    assert_float_equal(mean[1], 0.456, 1e-12);
+    assert_float_equal(mean[2], 0.406, 1e-12);
     dpt_config_free(cfg);
 }
 
@@ -125,6 +134,9 @@ static void test_bad_input(void **state)
     expect_load_error("[model]\nhidden = 256,\n", "element 2 is empty", NULL);
     expect_load_error("[model]\nhidden = 256, x\n", "comma-separated integers", NULL);
     expect_load_error("[model]\nhidden = 0\n", "comma-separated integers", NULL);
+    expect_load_error("[data]\nmean = 0.5,,0.5\n", "[data] mean = 0.5,,0.5: element 2 is empty", NULL);
+    expect_load_error("[data]\nmean = 0.5,grey\n", "comma-separated numbers between", NULL);
+    expect_load_error("[data]\nstd = 0.2,0\n", "comma-separated numbers between 1e-06", NULL);
     expect_load_error("batch = 3\n", "before any [section]", NULL);
     expect_load_error("[train]\nbatch = 3\nbatch = 4\n", ":3: [train] batch set twice", "first on line 2");
     expect_load_error("[data]\ndir = \"/tmp\n", "unterminated quote", NULL);
