@@ -194,7 +194,8 @@ __global__ void images_to_float_kernel(const uint8_t *x, float *y, int64_t n, in
     GRID_STRIDE(i, n * c * hw)
     {
         int64_t p = i % hw, ch = (i / hw) % c, s = i / (hw * c);
-        y[i] = (float)x[(s * hw + p) * c + ch] * k.scale[ch] + k.shift[ch];
+        /* no fused multiply-add: the same floats as the CPU's loop */
+        y[i] = __fadd_rn(__fmul_rn((float)x[(s * hw + p) * c + ch], k.scale[ch]), k.shift[ch]);
     }
 }
 

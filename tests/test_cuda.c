@@ -9,6 +9,9 @@
  * NCCL communicator (an average over one rank changes nothing); 1e-5 for DataParallel over
  * two GPUs against one GPU with the whole batch. */
 #include "tests/testutil.h"
+#include "data/folder.h"
+#include "data/image.h"
+#include <sys/stat.h>
 #include "tests/ddp_common.h"
 
 /* Built a second time as test_cuda_harness with the CPU standing in for the GPU: CI checks
@@ -435,6 +438,74 @@ static void test_loader_copy_stream(void **state)
     dpt_ctx_free(cpu), dpt_ctx_free(gpu);
 }
 
+/* Image files: on the device the batch travels as uint8 HWC and images_to_float makes the
+ * floats there; the batches must be the CPU loader's, bit for bit. */
+static void test_loader_image_files(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    if (!dpt_image_have_jpeg() || !dpt_image_have_png()) {
+        print_message("skipped: no JPEG/PNG decoder in this build\n");
+        skip();
+    }
+    char dir[] = "/tmp/dpt-test-cuda-images-XXXXXX", path[256], msg[256];
+    assert_non_null(mkdtemp(dir));
+    const char *sets[2] = {"train", "val"};
+    for (int s = 0; s < 2; s++) {
+        snprintf(path, sizeof path, "%s/%s", dir, sets[s]);
+        mkdir(path, 0755);
+        for (int c = 0; c < 2; c++) {
+            snprintf(path, sizeof path, "%s/%s/c%d", dir, sets[s], c);
+            mkdir(path, 0755);
+            for (int k = 0; k < 9; k++) {
+                int w = 40 + 13 * k, h = 30 + 7 * c;
+                uint8_t *pix = malloc((size_t)w * h * 3);
+                for (int i = 0; i < w * h * 3; i++)
+                    pix[i] = (uint8_t)(i * 7 + k * 31 + c * 5);
+                snprintf(path, sizeof path, "%s/%s/c%d/%d.%s", dir, sets[s], c, k, k % 3 ? "jpg" : "png");
+                bool ok = k % 3 ? dpt_image_write_jpeg(path, pix, w, h, 3, 90, msg, sizeof msg)
+                                : dpt_image_write_png(path, pix, w, h, 3, msg, sizeof msg);
+                free(pix);
+                if (!ok) fail_msg("%s", msg);
+            }
+        }
+    }
+    dpt_image_view v = {.train = true, .size = 24, .resize = 28, .scale = {0.08, 1}, .ratio = {0.75, 4.0 / 3.0},
+                        .hflip = true, .dct_scaling = true, .max_pixels = 1 << 24};
+    dpt_folder_options fo = {.dir = dir, .train = v, .eval = v};
+    fo.eval.train = false;
+    dpt_dataset *train, *val;
+    dpt_error err;
+    if (!dpt_folder_open(&fo, &train, &val, &err)) fail_msg("%s", err.msg);
+    dpt_ctx *cpu = make(DPT_DEVICE_CPU), *gpu = make(GPU);
+    dpt_loader_options lo = {.batch = 5, .shuffle = true, .drop_last = false, .seed = 3, .world_size = 1,
+                             .norm_channels = 3, .channel_mean = {0.485f, 0.456f, 0.406f},
+                             .channel_std = {0.229f, 0.224f, 0.225f}, .workers = 2};
+    for (int prefetch = 0; prefetch <= 2; prefetch += 2) {
+        lo.prefetch = prefetch;
+        dpt_loader *a = dpt_loader_new(cpu, train, &lo), *b = dpt_loader_new(gpu, train, &lo);
+        static float ha[5 * 3 * 24 * 24], hb[5 * 3 * 24 * 24];
+        for (int epoch = 0; epoch < 2; epoch++) {
+            dpt_loader_start_epoch(a, epoch), dpt_loader_start_epoch(b, epoch);
+            dpt_batch ba, bb;
+            while (dpt_loader_next(a, &ba)) {
+                assert_true(dpt_loader_next(b, &bb));
+                assert_int_equal(ba.size, bb.size);
+                dpt_tensor_copy_to_host(ba.x, ha);
+                dpt_tensor_copy_to_host(bb.x, hb);
+                assert_memory_equal(ha, hb, (size_t)dpt_tensor_numel(ba.x) * sizeof(float));
+                assert_memory_equal(ba.labels, bb.labels, (size_t)ba.size * sizeof(int32_t));
+            }
+            assert_false(dpt_loader_next(b, &bb));
+        }
+        dpt_loader_free(a), dpt_loader_free(b);
+    }
+    dpt_dataset_free(train), dpt_dataset_free(val);
+    dpt_ctx_free(cpu), dpt_ctx_free(gpu);
+    snprintf(path, sizeof path, "rm -rf %s", dir);
+    assert_int_equal(system(path), 0);
+}
+
 /* One rank over NCCL: the DDP engine's device path (events, communication stream, join)
  * must leave training exactly as it is without DDP. */
 static void test_ddp_nccl_one_rank(void **state)
@@ -592,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_conv_models),
         cmocka_unit_test(test_layers),
         cmocka_unit_test(test_loader_copy_stream),
+        cmocka_unit_test(test_loader_image_files),
         cmocka_unit_test(test_ddp_nccl_one_rank),
         cmocka_unit_test(test_dataparallel_two_gpus),
         cmocka_unit_test(test_check_family),
