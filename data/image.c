@@ -396,12 +396,20 @@ static bool decode_png(const uint8_t *buf, size_t len, const dpt_image_view *v, 
         png_image_free(&img);
         return false;
     }
-    img.format = PNG_FORMAT_RGB;
+    /* 16 bits a sample: read them as they are (libpng's 8-bit output would take them for
+     * linear light and gamma-encode them) and scale to 8 bits, v * 255 / 65535 */
+    bool wide = (img.format & PNG_FORMAT_FLAG_LINEAR) != 0;
+    img.format = wide ? PNG_FORMAT_LINEAR_RGB : PNG_FORMAT_RGB;
     s->pix = grow(s->pix, &s->pix_cap, PNG_IMAGE_SIZE(img));
     if (!png_image_finish_read(&img, NULL, s->pix, 0, NULL)) {
         snprintf(msg, msg_size, "PNG: %s", img.message);
         png_image_free(&img);
         return false;
+    }
+    if (wide) {
+        const uint16_t *w16 = (const uint16_t *)s->pix;
+        for (size_t i = 0, n = (size_t)W * H * 3; i < n; i++)
+            s->pix[i] = (uint8_t)((w16[i] * 255u + 32767u) / 65535u);
     }
     if (full) {
         *full_w = W, *full_h = H;
