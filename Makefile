@@ -141,7 +141,7 @@ bench:
 	@bench/run.sh $(BUILD)/bench
 
 # The unit tests once more under AddressSanitizer and UBSan, in their own build folder.
-ASAN_TESTS := test_ops test_autograd test_conv test_data test_config test_checkpoint test_schedule test_optim test_registry test_half
+ASAN_TESTS := test_ops test_autograd test_conv test_data test_config test_checkpoint test_schedule test_optim test_registry test_half test_image
 asan-build:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" \
 	    $(ASAN_TESTS:%=build-asan/tests/%)

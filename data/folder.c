@@ -109,7 +109,7 @@ static int read_names(const char *path, char ***names, dpt_error *err)
         v[n++] = xstrdup(e->d_name);
     }
     closedir(d);
-    qsort(v, (size_t)n, sizeof *v, cmp_str);
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_str);
     *names = v;
     return n;
 }
