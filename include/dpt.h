@@ -304,6 +304,9 @@ dpt_optim *dpt_sgd_new(dpt_model *model, float lr, float momentum, float dampeni
 /* torch.optim.AdamW semantics: decoupled weight decay p -= lr*wd*p, bias-corrected moments. */
 dpt_optim *dpt_adamw_new(dpt_model *model, float lr, float beta1, float beta2, float eps, float weight_decay);
 void dpt_optim_step(dpt_ctx *ctx, dpt_optim *optim);
+/* false: no weight decay on parameters of one dimension (biases, batch-norm scales and
+ * shifts), the usual ResNet/ImageNet recipe; true (the default, as torch.optim): every one. */
+void dpt_optim_set_decay_1d(dpt_optim *optim, bool decay);
 void dpt_optim_set_lr(dpt_optim *optim, float lr);
 float dpt_optim_lr(const dpt_optim *optim);
 const char *dpt_optim_name(const dpt_optim *optim);

@@ -14,14 +14,19 @@ static void adamw_step(dpt_ctx *ctx, dpt_optim *o)
     double t = (double)(o->steps + 1);
     float bc1 = (float)(1.0 - pow(beta1, t));
     float bc2 = (float)(1.0 - pow(beta2, t));
-    const dpt_tensor_list *l = dpt_optim_list(o);
-    if (ctx->be->adamw_step_multi) {
-        ctx->be->adamw_step_multi(ctx, l, o->lr, beta1, beta2, eps, wd, bc1, bc2);
-        return;
-    }
-    for (int i = 0; i < l->count; i++) {
-        float *const *q = &l->ptr[i * l->width];
-        ctx->be->adamw_step(ctx, l->numel[i], q[0], q[1], q[2], q[3], o->lr, beta1, beta2, eps, wd, bc1, bc2);
+    for (int g = 0; g < 2; g++) { /* the parameters with weight decay, then those without */
+        const dpt_tensor_list *l = dpt_optim_list(o, g);
+        float decay = g ? 0.0f : wd;
+        if (!l->count) continue;
+        if (ctx->be->adamw_step_multi) {
+            ctx->be->adamw_step_multi(ctx, l, o->lr, beta1, beta2, eps, decay, bc1, bc2);
+            continue;
+        }
+        for (int i = 0; i < l->count; i++) {
+            float *const *q = &l->ptr[i * l->width];
+            ctx->be->adamw_step(ctx, l->numel[i], q[0], q[1], q[2], q[3], o->lr, beta1, beta2, eps, decay, bc1,
+                                bc2);
+        }
     }
 }
 

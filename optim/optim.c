@@ -17,6 +17,7 @@ dpt_optim *dpt_optim_alloc(const dpt_optim_ops *ops, dpt_model *model, float lr)
     o->model = model;
     o->lr = lr;
     o->nstate = nstate;
+    o->decay_1d = true; /* torch.optim's default: every parameter */
     int n = dpt_model_num_params(model);
     o->state = calloc((size_t)(n * nstate) + 1, sizeof *o->state);
     if (!o->state) dpt_fatal("out of host memory for optimizer state");
@@ -57,23 +58,41 @@ void dpt_optim_free(dpt_optim *optim)
     for (int i = 0; i < n; i++)
         dpt_tensor_free(optim->state[i]);
     free(optim->state);
-    dpt_tensor_list_free(&optim->list);
+    dpt_tensor_list_free(&optim->list[0]);
+    dpt_tensor_list_free(&optim->list[1]);
     free(optim);
 }
 
-const dpt_tensor_list *dpt_optim_list(dpt_optim *o)
+static int group_of(const dpt_optim *o, const dpt_tensor *p)
 {
-    int n = dpt_model_num_params(o->model);
-    if (!o->list.ptr) dpt_tensor_list_init(&o->list, n, 2 + o->nstate);
-    for (int i = 0; i < n; i++) {
+    return !o->decay_1d && p->ndim <= 1;
+}
+
+const dpt_tensor_list *dpt_optim_list(dpt_optim *o, int group)
+{
+    int n = dpt_model_num_params(o->model), count = 0;
+    dpt_tensor_list *l = &o->list[group];
+    for (int i = 0; i < n; i++)
+        count += group_of(o, dpt_model_param_at(o->model, i)) == group;
+    if (!l->ptr || l->count != count) {
+        dpt_tensor_list_free(l);
+        dpt_tensor_list_init(l, count, 2 + o->nstate);
+    }
+    for (int i = 0, k = 0; i < n; i++) {
         dpt_tensor *p = dpt_model_param_at(o->model, i);
+        if (group_of(o, p) != group) continue;
         float *ptrs[2 + DPT_OPTIM_MAX_STATE] = {p->data, p->grad->data};
         for (int s = 0; s < o->nstate; s++)
             ptrs[2 + s] = o->state[i * o->nstate + s]->data;
-        dpt_tensor_list_set(&o->list, i, p->numel, ptrs);
+        dpt_tensor_list_set(l, k++, p->numel, ptrs);
     }
-    dpt_tensor_list_seal(&o->list);
-    return &o->list;
+    dpt_tensor_list_seal(l);
+    return l;
+}
+
+void dpt_optim_set_decay_1d(dpt_optim *o, bool decay)
+{
+    o->decay_1d = decay;
 }
 
 /* What a checkpoint saves and restores, without knowing an optimizer's insides. */
@@ -103,7 +122,11 @@ dpt_optim *dpt_optim_build(dpt_model *model, const dpt_config *cfg, dpt_error *e
     float lr = (float)dpt_config_float(cfg, "optim", "lr");
     float wd = (float)dpt_config_float(cfg, "optim", "weight_decay");
     for (size_t i = 0; i < sizeof optimizers / sizeof optimizers[0]; i++)
-        if (!strcmp(optimizers[i]->name, name)) return optimizers[i]->from_config(model, cfg, lr, wd);
+        if (!strcmp(optimizers[i]->name, name)) {
+            dpt_optim *o = optimizers[i]->from_config(model, cfg, lr, wd);
+            if (o) o->decay_1d = dpt_config_bool(cfg, "optim", "decay_norm_and_bias");
+            return o;
+        }
     dpt_errorf(err, "[optim] name = %s: unknown optimizer\nHINT: use sgd or adamw", name);
     return NULL;
 }

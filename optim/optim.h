@@ -33,14 +33,17 @@ struct dpt_optim {
             float beta1, beta2, eps, weight_decay;
         } adamw;
     } hp;
-    int nstate;           /* state tensors per parameter */
-    dpt_tensor **state;   /* nparams * nstate, parameter-major */
-    dpt_tensor_list list; /* (param, grad, state...) per parameter, rebuilt each step */
+    int nstate;              /* state tensors per parameter */
+    dpt_tensor **state;      /* nparams * nstate, parameter-major */
+    bool decay_1d;           /* weight decay also on 1-D parameters (biases, norm scales, shifts) */
+    dpt_tensor_list list[2]; /* (param, grad, state...) of the decayed, the undecayed parameters */
 };
 
-/* The (param, grad, state...) list of every parameter as of now: gradients move (DDP puts
- * them in its buckets), so it is rebuilt each step; its key changes only when a pointer does. */
-const dpt_tensor_list *dpt_optim_list(dpt_optim *o);
+/* The (param, grad, state...) list of group 0 (parameters with weight decay) or group 1
+ * (without: the 1-D ones when decay_1d is false; empty otherwise) as of now: gradients move
+ * (DDP puts them in its buckets), so it is rebuilt each step; its key changes only when a
+ * pointer does. */
+const dpt_tensor_list *dpt_optim_list(dpt_optim *o, int group);
 
 /* Allocate the common part with nstate zeroed state tensors per parameter. */
 dpt_optim *dpt_optim_alloc(const dpt_optim_ops *ops, dpt_model *model, float lr);

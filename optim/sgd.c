@@ -12,14 +12,18 @@ static void sgd_step(dpt_ctx *ctx, dpt_optim *o)
 {
     float momentum = o->hp.sgd.momentum, dampening = o->hp.sgd.dampening, wd = o->hp.sgd.weight_decay;
     bool nesterov = o->hp.sgd.nesterov, first = o->steps == 0;
-    const dpt_tensor_list *l = dpt_optim_list(o);
-    if (ctx->be->sgd_step_multi) {
-        ctx->be->sgd_step_multi(ctx, l, o->lr, momentum, dampening, wd, nesterov, first);
-        return;
-    }
-    for (int i = 0; i < l->count; i++) {
-        float *const *q = &l->ptr[i * l->width];
-        ctx->be->sgd_step(ctx, l->numel[i], q[0], q[1], q[2], o->lr, momentum, dampening, wd, nesterov, first);
+    for (int g = 0; g < 2; g++) { /* the parameters with weight decay, then those without */
+        const dpt_tensor_list *l = dpt_optim_list(o, g);
+        float decay = g ? 0.0f : wd;
+        if (!l->count) continue;
+        if (ctx->be->sgd_step_multi) {
+            ctx->be->sgd_step_multi(ctx, l, o->lr, momentum, dampening, decay, nesterov, first);
+            continue;
+        }
+        for (int i = 0; i < l->count; i++) {
+            float *const *q = &l->ptr[i * l->width];
+            ctx->be->sgd_step(ctx, l->numel[i], q[0], q[1], q[2], o->lr, momentum, dampening, decay, nesterov, first);
+        }
     }
 }
 

@@ -145,6 +145,9 @@ static const schema_key builtin_keys[] = {
     {"optim", "name", T_ENUM, "adamw", NO_RANGE, "sgd|adamw", "optimizer"},
     {"optim", "lr", T_FLOAT, "0.001", 0, 100, NULL, "learning rate"},
     {"optim", "weight_decay", T_FLOAT, "0", 0, 10, NULL, "sgd: added to the gradient; adamw: decoupled"},
+    {"optim", "decay_norm_and_bias", T_BOOL, "true", NO_RANGE, NULL,
+     "weight decay also on the parameters of one dimension: biases and batch-norm scales and shifts (true, as "
+     "torch.optim; false: the usual ResNet/ImageNet recipe, decay on weights only)"},
     {"optim", "momentum", T_FLOAT, "0.9", 0, 0.9999, NULL, "sgd: momentum (0 = plain SGD)"},
     {"optim", "dampening", T_FLOAT, "0", 0, 1, NULL, "sgd: momentum dampening"},
     {"optim", "nesterov", T_BOOL, "false", NO_RANGE, NULL, "sgd: Nesterov momentum (needs dampening = 0)"},

@@ -82,6 +82,41 @@ static void test_sgd_decay_dampening_literal(void **state)
     free_param(&o);
 }
 
+/* decay_1d = false (the ResNet recipe): a 1-D parameter (bias, batch-norm scale) steps
+ * without weight decay, a 2-D one with it, in both optimizers. Plain SGD, lr 0.5, wd 0.1,
+ * p = 2, g = 1: with decay p = 2 - 0.5 (1 + 0.2) = 1.4, without 1.5. AdamW, lr 0.1, wd 0.1,
+ * p = 1: with decay 1 (1 - 0.01) - 0.1 = 0.89, without 0.9. */
+static void test_no_decay_on_1d(void **state)
+{
+    (void)state;
+    for (int adam = 0; adam < 2; adam++) {
+        dpt_ctx *ctx = test_ctx(1, 1);
+        dpt_model *m = dpt_model_new(ctx, "m", NULL);
+        dpt_tensor *w = dpt_model_param(m, "w", 2, (int64_t[]){2, 2}), *b = dpt_model_param(m, "b", 1, (int64_t[]){3});
+        dpt_optim *opt = adam ? dpt_adamw_new(m, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f)
+                              : dpt_sgd_new(m, 0.5f, 0.0f, 0.0f, 0.1f, false);
+        for (int decay = 1; decay >= 0; decay--) {
+            dpt_optim_set_decay_1d(opt, decay);
+            dpt_optim_set_steps(opt, 0);
+            for (int i = 0; i < 4; i++)
+                dpt_tensor_data(w)[i] = adam ? 1.0f : 2.0f, dpt_tensor_grad(w)->data[i] = 1.0f;
+            for (int i = 0; i < 3; i++)
+                dpt_tensor_data(b)[i] = adam ? 1.0f : 2.0f, dpt_tensor_grad(b)->data[i] = 1.0f;
+            for (int i = 0; i < dpt_optim_num_state(opt); i++)
+                memset(dpt_optim_state_at(opt, i)->data, 0, (size_t)dpt_optim_state_at(opt, i)->numel * sizeof(float));
+            dpt_optim_step(ctx, opt);
+            float decayed = adam ? 0.89f : 1.4f, plain = adam ? 0.9f : 1.5f;
+            for (int i = 0; i < 4; i++)
+                assert_float_equal(dpt_tensor_data(w)[i], decayed, 1e-6);
+            for (int i = 0; i < 3; i++)
+                assert_float_equal(dpt_tensor_data(b)[i], decay ? decayed : plain, 1e-6);
+        }
+        dpt_optim_free(opt);
+        dpt_model_free(m);
+        dpt_ctx_free(ctx);
+    }
+}
+
 /* With a constant gradient Adam's bias-corrected step is exactly lr (up to eps), so with
  * decoupled decay p_t = p_{t-1} (1 - lr wd) - lr: 0.899, 0.798101, 0.6973029... */
 static void test_adamw_literal(void **state)
@@ -132,7 +167,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd_momentum_literal),        cmocka_unit_test(test_sgd_nesterov_literal),
         cmocka_unit_test(test_sgd_decay_dampening_literal), cmocka_unit_test(test_adamw_literal),
-        cmocka_unit_test(test_adamw_changing_gradients),
+        cmocka_unit_test(test_adamw_changing_gradients),    cmocka_unit_test(test_no_decay_on_1d),
     };
     return cmocka_run_group_tests_name("optim", tests, NULL, NULL);
 }
