@@ -140,57 +140,47 @@ static int coefficients(double in0, double scale, int lo, int hi, int n, dpt_ima
 
 static inline uint8_t to_byte(float v)
 {
-    v += 0.5f;
-    return v <= 0 ? 0 : v >= 255 ? 255 : (uint8_t)v;
+    v += 0.5f; /* round half up, clamped without branches (minss/maxss) */
+    v = v > 0.0f ? v : 0.0f;
+    v = v < 255.0f ? v : 255.0f;
+    return (uint8_t)(int)v;
 }
 
-/* Resample the decoded region pix (rows [y0, y0 + rows), columns [x0, x0 + cols) of the
- * decoded image, 3 bytes a pixel) to size x size: horizontal pass into float rows, then the
- * vertical pass, writing (flipped if asked) bytes. The tables are in decoded coordinates. */
-static void resample(const uint8_t *pix, int x0, int y0, int cols, int rows, int size, int kx, int ky,
+/* Resample the decoded region pix (rows [y0, y0 + rows) and columns [x0, x0 + cols) of the
+ * decoded image, 3 bytes a pixel) to size x size, one output row at a time: the vertical
+ * pass over the bytes of the columns [xa, xb) the row needs (contiguous, vectorised) into a
+ * float row, then the horizontal pass, writing (flipped if asked) bytes. The tables are in
+ * decoded coordinates. */
+static void resample(const uint8_t *pix, int x0, int y0, int cols, int xa, int xb, int size, int kx, int ky,
                      bool flip, dpt_image_scratch *s, uint8_t *out)
 {
     const float *cx = s->coef[0], *cy = s->coef[1];
     const int *bx = s->bounds[0], *by = s->bounds[1];
-    s->tmp = grow(s->tmp, &s->tmp_cap, (size_t)rows * size * 3 * sizeof(float));
-    float *tmp = s->tmp;
-    for (int r = 0; r < rows; r++) {
-        const uint8_t *src = pix + (size_t)r * cols * 3;
-        float *dst = tmp + (size_t)r * size * 3;
-        for (int i = 0; i < size; i++) {
-            const float *k = cx + (size_t)i * kx;
-            const uint8_t *p = src + (size_t)(bx[2 * i] - x0) * 3;
-            float a = 0, b = 0, c = 0;
-            for (int j = 0; j < bx[2 * i + 1]; j++, p += 3)
-                a += k[j] * p[0], b += k[j] * p[1], c += k[j] * p[2];
-            dst[3 * i] = a, dst[3 * i + 1] = b, dst[3 * i + 2] = c;
-        }
-    }
-    (void)cols;
+    int w3 = (xb - xa) * 3;
+    s->tmp = grow(s->tmp, &s->tmp_cap, (size_t)w3 * sizeof(float));
+    float *restrict acc = s->tmp;
     for (int i = 0; i < size; i++) {
         const float *k = cy + (size_t)i * ky;
-        const float *base = tmp + (size_t)(by[2 * i] - y0) * size * 3;
-        uint8_t *o = out + (size_t)i * size * 3;
-        float acc[3 * 1024];
-        float *row = size <= 1024 ? acc : NULL;
-        if (!row) row = malloc((size_t)size * 3 * sizeof *row);
-        if (!row) dpt_fatal("out of host memory resampling an image");
-        for (int x = 0; x < size * 3; x++)
-            row[x] = 0;
-        for (int j = 0; j < by[2 * i + 1]; j++) {
-            const float *t = base + (size_t)j * size * 3;
-            float w = k[j];
-            for (int x = 0; x < size * 3; x++)
-                row[x] += w * t[x];
+        const uint8_t *base = pix + ((size_t)(by[2 * i] - y0) * cols + (size_t)(xa - x0)) * 3;
+        float w = k[0];
+        for (int x = 0; x < w3; x++)
+            acc[x] = w * (float)base[x];
+        for (int j = 1; j < by[2 * i + 1]; j++) {
+            const uint8_t *restrict t = base + (size_t)j * cols * 3;
+            w = k[j];
+            for (int x = 0; x < w3; x++)
+                acc[x] += w * (float)t[x];
         }
-        if (flip)
-            for (int x = 0; x < size; x++)
-                for (int c = 0; c < 3; c++)
-                    o[3 * (size - 1 - x) + c] = to_byte(row[3 * x + c]);
-        else
-            for (int x = 0; x < size * 3; x++)
-                o[x] = to_byte(row[x]);
-        if (row != acc) free(row);
+        uint8_t *o = out + (size_t)i * size * 3;
+        for (int xx = 0; xx < size; xx++) {
+            const float *kk = cx + (size_t)xx * kx;
+            const float *p = acc + (size_t)(bx[2 * xx] - xa) * 3;
+            float a = 0, b = 0, c = 0;
+            for (int j = 0; j < bx[2 * xx + 1]; j++, p += 3)
+                a += kk[j] * p[0], b += kk[j] * p[1], c += kk[j] * p[2];
+            uint8_t *q = o + 3 * (flip ? size - 1 - xx : xx);
+            q[0] = to_byte(a), q[1] = to_byte(b), q[2] = to_byte(c);
+        }
     }
 }
 
@@ -376,7 +366,7 @@ static bool decode_jpeg(const uint8_t *buf, size_t len, const dpt_image_view *v,
         *full_w = W, *full_h = H;
         return true;
     }
-    resample(s->pix, (int)xoff, win.y0, (int)cw, rows, v->size, win.kx, win.ky, box->flip, s, out);
+    resample(s->pix, (int)xoff, win.y0, (int)cw, win.x0, win.x1, v->size, win.kx, win.ky, box->flip, s, out);
     return true;
 }
 #endif
@@ -419,7 +409,7 @@ static bool decode_png(const uint8_t *buf, size_t len, const dpt_image_view *v, 
     window win = plan(box, v->size, W, H, v->train, s);
     const uint8_t *first = s->pix + ((size_t)win.y0 * W) * 3;
     /* rows of the whole width: resample reads columns from bounds relative to x0 = 0 */
-    resample(first, 0, win.y0, W, win.y1 - win.y0, v->size, win.kx, win.ky, box->flip, s, out);
+    resample(first, 0, win.y0, W, win.x0, win.x1, v->size, win.kx, win.ky, box->flip, s, out);
     return true;
 }
 #endif
