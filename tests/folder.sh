@@ -4,7 +4,8 @@
 # workers; the file list is cached and read back; an interrupted run resumed mid-epoch ends
 # with the uninterrupted run's weights; 2 ranks under mpirun share it; a truncated JPEG stops
 # the job naming it (bad_files = stop) or is skipped and counted (skip); bad settings and an
-# empty class folder are refused naming the key or folder. One ok/FAIL line per case.
+# empty class folder are refused naming the key or folder; [train] deterministic gives one
+# process and two replicas the same weights. One ok/FAIL line per case.
 cd "$(dirname "$0")/.."
 . tests/common.sh
 
@@ -42,6 +43,16 @@ if [ $mpi -eq 1 ]; then
     [ $rc -eq 0 ] && grep -q "train 60 per rank of 120" <<<"$m" && [ -n "$(sha <<<"$m")" ]
     check "mpirun -np 2: 60 files per rank, trains" $? "exit $rc: $(tail -3 <<<"$m")"
 fi
+
+# [train] deterministic over the folder (its block sampler; draws seeded by the sample):
+# one process and two DataParallel replicas end with the same weights (an MLP: no batch norm)
+printf '[model]\nname = mlp\n' > "$tmp/mlp.ini"
+det=("$tmp/mlp.ini" "${run[@]:1}" --set train.deterministic=true --set train.global_batch=32
+     --set train.deterministic_shard=8 --set train.epochs=1)
+one=$(./train "${det[@]}" --set checkpoint.dir="$tmp/det1" 2>&1 | sha)
+two=$(./train "${det[@]}" --set checkpoint.dir="$tmp/det2" --set distributed.devices=cpu:0,cpu:1 2>&1 | sha)
+[ -n "$one" ] && [ "$one" = "$two" ]
+check "deterministic: 1 process and 2 replicas, the same weights" $? "$one vs $two"
 
 # a truncated JPEG: stop names it; skip counts it
 cp -r "$tmp/img" "$tmp/bad"
