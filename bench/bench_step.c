@@ -2,10 +2,11 @@
  * forward, cross-entropy, backward, DDP AllReduce under mpirun, SGD with momentum), on
  * synthetic data of the model's input shape. The side-by-side benchmark (side_by_side.py)
  * runs it turn by turn with bench/peer_pytorch.py on the same model, batch and threads.
- *   bench_step MODEL BATCH THREADS STEPS [native|cuda|cuda-tf32]   MODEL: mlp cnn resnet20 resnet50
+ *   bench_step MODEL BATCH THREADS STEPS [native|bf16|cuda|cuda-tf32]   MODEL: mlp cnn resnet20 resnet50
  *   mpirun -np 2 bench_step ...                         BATCH per rank; img/s is global
  * cuda runs on cuda:<local rank> (FP32; cuda-tf32 allows TF32), with more warm-up steps (cuDNN
- * picks algorithms and the caching allocator fills in the first ones).
+ * picks algorithms and the caching allocator fills in the first ones); bf16 runs the
+ * convolutions in bf16 on oneDNN ([train] precision = bf16).
  * Prints one JSON line. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ static const model_def models[] = {
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: bench_step MODEL BATCH THREADS STEPS [native|cuda|cuda-tf32]\n");
+        fprintf(stderr, "usage: bench_step MODEL BATCH THREADS STEPS [native|bf16|cuda|cuda-tf32]\n");
         return 2;
     }
     const model_def *def = NULL;
@@ -61,7 +62,8 @@ int main(int argc, char **argv)
                           .threads = threads,
                           .seed = 1,
                           .tf32 = !strcmp(mode, "cuda-tf32"),
-                          .cpu_kernels = native ? DPT_CPU_KERNELS_NATIVE : DPT_CPU_KERNELS_ONEDNN};
+                          .cpu_kernels = native ? DPT_CPU_KERNELS_NATIVE : DPT_CPU_KERNELS_ONEDNN,
+                          .precision = !strcmp(mode, "bf16") ? DPT_PRECISION_BF16 : DPT_PRECISION_FP32};
     dpt_ctx *ctx = dpt_ctx_new(&co, &err);
     if (!ctx) dpt_abort_job("%s", err.msg);
     dpt_config *cfg = dpt_config_defaults();

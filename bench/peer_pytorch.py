@@ -55,7 +55,7 @@ MODELS = {  # name: (builder, input shape, classes, batch)
     "resnet50": (lambda: resnet([3, 4, 6, 3], [64, 128, 256, 512], True, False, 3, 1000), (3, 224, 224), 1000, 32),
 }
 
-def img_s(name, steps, device, batch=None):
+def img_s(name, steps, device, batch=None, bf16=False):
     build, shape, classes, default_batch = MODELS[name]
     batch = batch or default_batch
     model = build().to(device)
@@ -68,7 +68,9 @@ def img_s(name, steps, device, batch=None):
             if device == "cuda": torch.cuda.synchronize()
             t0 = time.perf_counter()
         opt.zero_grad()
-        loss_fn(model(x), y).backward()
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
         opt.step()
     if device == "cuda": torch.cuda.synchronize()
     return batch * steps / (time.perf_counter() - t0), sum(p.numel() for p in model.parameters())
@@ -123,6 +125,7 @@ def main():
     ap.add_argument("--steps", type=int, help="timed steps for every model (default: each model's own)")
     ap.add_argument("--tf32", action="store_true", help="cuda: allow TF32 (dptrain's [train] tf32 = true)")
     ap.add_argument("--ddp", type=int, default=0, help="N gloo DDP ranks on this machine, --threads each")
+    ap.add_argument("--bf16", action="store_true", help="torch.autocast(dtype=torch.bfloat16) around forward and loss")
     ap.add_argument("--one", action="store_true", help="one model: print only its JSON line (side_by_side.py)")
     args = ap.parse_args()
     if args.device == "cuda":  # the same math as dptrain's default: FP32, no TF32, cuDNN heuristics
@@ -137,8 +140,8 @@ def main():
         else:
             torch.set_num_threads(args.threads)
             torch.manual_seed(0)
-            rate, _ = img_s(name, args.steps, args.device, batch)
-        print(json.dumps({"bench": "torch_step", "model": name, "batch": batch, "threads": args.threads,
+            rate, _ = img_s(name, args.steps, args.device, batch, args.bf16)
+        print(json.dumps({"bench": "torch_step", "model": name, "batch": batch, "threads": args.threads, "bf16": args.bf16,
                           "ranks": max(args.ddp, 1), "torch": torch.__version__, "img_s": round(rate, 2)}))
         return
     torch.set_num_threads(args.threads)

@@ -7,7 +7,7 @@ pairs, swapping which goes first each pair (the machine drifts: +-25% between ru
 each side's median img/s, the median of the per-pair ratios ours/PyTorch and their range, and
 one JSON line. 2-rank DDP runs `mpirun -np 2 bench_step` against PyTorch's gloo DDP on 2
 processes, 1 thread each.
-    bench/side_by_side.py [--pairs 3] [--quick] [--only resnet20] [--native]
+    bench/side_by_side.py [--pairs 3] [--quick] [--only resnet20] [--native] [--bf16]
 Debian: python3-torch (run with /usr/bin/python3)."""
 import argparse, json, os, statistics, subprocess, sys, time
 
@@ -27,15 +27,18 @@ def run_json(cmd, env=None):
             return json.loads(line)["img_s"]
     raise RuntimeError(f"{' '.join(cmd)} gave no result:\n{out.stdout}\n{out.stderr}")
 
+BF16 = False  # --bf16: [train] precision = bf16 against torch.autocast(dtype=torch.bfloat16)
+
 def ours_cmd(model, batch, threads, steps, native, ddp):
     cmd = [os.path.join(ROOT, "build/bench/bench_step"), model, str(batch), str(threads), str(steps)]
     if native: cmd.append("native")
+    elif BF16: cmd.append("bf16")
     return (MPIRUN + cmd) if ddp else cmd
 
 def torch_cmd(model, batch, threads, steps, ddp):
     cmd = ["/usr/bin/python3", os.path.join(HERE, "peer_pytorch.py"), "--one", "--models", model,
            "--batch", str(batch), "--threads", str(threads), "--steps", str(steps)]
-    return cmd + (["--ddp", "2"] if ddp else [])
+    return cmd + (["--ddp", "2"] if ddp else []) + (["--bf16"] if BF16 else [])
 
 def measure(model, batch, threads, steps, pairs, native, ddp=False):
     ours, torch, ratios = [], [], []
@@ -61,7 +64,11 @@ def main():
     ap.add_argument("--only", help="comma-separated models")
     ap.add_argument("--native", action="store_true", help="dptrain's native kernels instead of oneDNN")
     ap.add_argument("--no-ddp", action="store_true")
+    ap.add_argument("--bf16", action="store_true",
+                    help="both in bf16: [train] precision = bf16 and torch.autocast(\"cpu\", dtype=torch.bfloat16)")
     args = ap.parse_args()
+    global BF16
+    BF16 = args.bf16
     import torch
     print(f"dptrain vs PyTorch {torch.__version__} on this CPU ({os.cpu_count()} cores), "
           f"{time.strftime('%Y-%m-%d')}: img/s, median of {args.pairs} pairs run turn by turn; "
@@ -90,7 +97,7 @@ def main():
                   f"{r['ratio_median']:>7.2f}  [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]  "
                   f"(dptrain 1 rank {one:.1f}: {r['scaling']:.2f}x)", flush=True)
     print(json.dumps({"bench": "side_by_side", "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-                      "kernels": "native" if args.native else "onednn", "results": results}))
+                      "kernels": "native" if args.native else "onednn", "bf16": args.bf16, "results": results}))
 
 if __name__ == "__main__":
     main()

@@ -59,6 +59,10 @@ typedef enum dpt_cpu_kernels {
     DPT_CPU_KERNELS_NATIVE
 } dpt_cpu_kernels;
 
+/* The convolutions' arithmetic (torch.autocast's idea): bf16 inputs and weights, fp32
+ * accumulation and output; batch norm, the loss, GEMMs, weights and the optimizer stay fp32. */
+typedef enum dpt_precision { DPT_PRECISION_FP32 = 0, DPT_PRECISION_BF16, DPT_PRECISION_FP16 } dpt_precision;
+
 typedef struct dpt_ctx_options {
     dpt_device device;
     dpt_cpu_kernels cpu_kernels;
@@ -67,6 +71,7 @@ typedef struct dpt_ctx_options {
     bool tf32;            /* CUDA: TF32 tensor-core math in cuBLAS GEMMs and cuDNN convolutions */
     bool cudnn_benchmark; /* CUDA: time cuDNN's convolution algorithms once per shape (cudnnFind) */
     size_t memory_limit;  /* bytes the device's caching allocator may reserve (0 = no limit) */
+    dpt_precision precision; /* BF16: oneDNN on the CPU (fp32 where the CPU lacks AVX512-BF16) */
 } dpt_ctx_options;
 
 /* Create a context; NULL with err filled if the device cannot be used. */
@@ -103,6 +108,8 @@ const char *dpt_ctx_backend_name(const dpt_ctx *ctx);
 void dpt_onednn_version(char *buf, size_t cap);
 /* Threads actually used by this context's kernels. */
 int dpt_ctx_threads(const dpt_ctx *ctx);
+/* The precision the convolutions run in, and why it differs from the one asked for ("" if not). */
+dpt_precision dpt_ctx_precision(const dpt_ctx *ctx, const char **note);
 dpt_device dpt_ctx_device(const dpt_ctx *ctx);
 /* "cpu" or "cuda:N", written into buf (returned). */
 const char *dpt_device_str(dpt_device device, char *buf, size_t cap);

@@ -126,6 +126,10 @@ static const schema_key builtin_keys[] = {
     {"train", "cpu_kernels", T_ENUM, "onednn", NO_RANGE, "onednn|native",
      "cpu: convolutions, batch norm, pooling and GEMMs (linear layers) on oneDNN (blocked layouts, JIT "
      "kernels) or the native im2col + OpenBLAS reference"},
+    {"train", "precision", T_ENUM, "fp32", NO_RANGE, "fp32|bf16|fp16",
+     "bf16: convolutions read bf16 inputs and weights and accumulate in fp32 (torch.autocast's idea); batch "
+     "norm, the loss, linear layers, the weights and the optimizer stay fp32. CPU, oneDNN kernels; fp32 where "
+     "the CPU lacks AVX512-BF16 (said in the header). fp16 (loss scaling) and the GPU paths: not yet"},
     {"train", "tf32", T_BOOL, "false", NO_RANGE, NULL,
      "cuda: TF32 tensor cores for float32 GEMMs and convolutions (faster; ~1e-3 relative error)"},
     {"train", "cudnn_benchmark", T_BOOL, "false", NO_RANGE, NULL,

@@ -16,6 +16,8 @@ struct dpt_ctx {
     int threads;
     bool tf32;            /* CUDA math mode; read by the backend's init */
     bool cudnn_benchmark; /* cuDNN: measure the convolution algorithms once per shape */
+    dpt_precision precision;    /* the convolutions' (the backend's init may lower it to FP32) */
+    const char *precision_note; /* why it was lowered, or "" */
     dpt_rng rng;
     bool grad_enabled;
     dpt_tape tape; /* autograd.c's */

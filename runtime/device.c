@@ -1,5 +1,6 @@
 /* device.c: the context: picks the backend for its device, owns allocator, tape and RNG. */
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "ctx.h"
@@ -87,8 +88,23 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
                    (int)options->device.kind);
         return NULL;
     }
+    if (options->precision == DPT_PRECISION_FP16) {
+        dpt_errorf(err, "[train] precision = fp16: not built yet (it needs dynamic loss scaling)\nHINT: use bf16 "
+                        "(no loss scaling needed) on a CPU with AVX512-BF16, or fp32");
+        return NULL;
+    }
+    if (options->precision == DPT_PRECISION_BF16 && strcmp(be->name, "cpu-onednn") != 0) {
+        dpt_errorf(err, "[train] precision = bf16 runs the convolutions on oneDNN's CPU kernels; the %s backend has "
+                        "no bf16 path yet\nHINT: %s",
+                   be->name,
+                   options->device.kind == DPT_DEVICE_CPU ? "set [train] cpu_kernels = onednn"
+                                                          : "use precision = fp32 on a GPU for now");
+        return NULL;
+    }
     dpt_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) dpt_fatal("out of host memory for a context");
+    ctx->precision = options->precision;
+    ctx->precision_note = "";
     ctx->device = options->device;
     ctx->be = be;
     ctx->threads = options->threads > 0 ? options->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -167,6 +183,12 @@ void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *wha
 const char *dpt_ctx_backend_name(const dpt_ctx *ctx)
 {
     return ctx->be->name;
+}
+
+dpt_precision dpt_ctx_precision(const dpt_ctx *ctx, const char **note)
+{
+    if (note) *note = ctx->precision_note;
+    return ctx->precision;
 }
 
 int dpt_ctx_threads(const dpt_ctx *ctx)

@@ -209,18 +209,24 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
                          pad_right(s->w, s->kw, s->stride_w, s->pad_w, s->dil_w, s->ow)};
     int wnd = g > 1 ? 5 : 4;
     const int64_t *wd = g > 1 ? gw_dims : w_dims;
-    dnnl_memory_desc_t any_src, any_w, any_dst, blocked_dst;
+    /* [train] precision = bf16: what a convolution reads (x, w, dy) is bf16, what it writes
+     * (y, dx, dw, db) fp32, accumulated in fp32; the reorders into the primitives' layouts
+     * round to bf16 (nearest even) on the way. fp32: every type below is f32. */
+    dnnl_data_type_t in = ctx->precision == DPT_PRECISION_BF16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t any_src, any_w, any_dst, any_diff_src, any_diff_w, any_diff_dst, blocked_dst;
     activation_md(&p->src, src_dims, (dpt_layout)s->x_layout, s);
     activation_md(&p->dst, dst_dims, DPT_LAYOUT_NCHW, s);
     activation_md(&blocked_dst, dst_dims, DPT_LAYOUT_NCHW16C, s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->weights, wnd, wd, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw),
                "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->bias, 1, bias_dims, dnnl_f32, dnnl_x), "memory", s);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_src, 4, src_dims, dnnl_f32, dnnl_format_tag_any), "memory",
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_src, 4, src_dims, in, dnnl_format_tag_any), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_diff_src, 4, src_dims, dnnl_f32, dnnl_format_tag_any), "memory",
                s);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_dst, 4, dst_dims, dnnl_f32, dnnl_format_tag_any), "memory",
-               s);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_w, wnd, wd, dnnl_f32, dnnl_format_tag_any), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_dst, 4, dst_dims, dnnl_f32, dnnl_format_tag_any), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_diff_dst, 4, dst_dims, in, dnnl_format_tag_any), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_w, wnd, wd, in, dnnl_format_tag_any), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_diff_w, wnd, wd, dnnl_f32, dnnl_format_tag_any), "memory", s);
 
     dnnl_primitive_attr_t attr;
     CHECK_DNNL(dnnl_primitive_attr_create(&attr), "attributes", s);
@@ -233,12 +239,12 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
                                                          &any_src, &any_w, &p->bias, &any_dst, strides,
                                                          dilates, pad_l, pad_r) == dnnl_success &&
               dnnl_primitive_desc_create(&fpd, &fd, attr, st->engine, NULL) == dnnl_success &&
-              dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &any_src, &any_w,
-                                                               &any_dst, strides, dilates, pad_l,
+              dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &any_diff_src,
+                                                               &any_w, &any_diff_dst, strides, dilates, pad_l,
                                                                pad_r) == dnnl_success &&
               dnnl_primitive_desc_create(&bpd, &bd, attr, st->engine, fpd) == dnnl_success &&
               dnnl_dilated_convolution_backward_weights_desc_init(&wd_desc, dnnl_convolution_direct, &any_src,
-                                                                  &any_w, &p->bias, &any_dst, strides,
+                                                                  &any_diff_w, &p->bias, &any_diff_dst, strides,
                                                                   dilates, pad_l, pad_r) == dnnl_success &&
               dnnl_primitive_desc_create(&wpd, &wd_desc, attr, st->engine, fpd) == dnnl_success;
     dnnl_primitive_attr_destroy(attr);
@@ -865,6 +871,11 @@ static bool dnnl_init(dpt_ctx *ctx, dpt_error *err)
                           dnnl_status2str(rc));
     }
     ctx->backend_state = st;
+    if (ctx->precision == DPT_PRECISION_BF16 && dnnl_get_effective_cpu_isa() < dnnl_cpu_isa_avx512_core_bf16) {
+        /* oneDNN would emulate bf16 on this CPU, slower than fp32: fp32 it is, said in the header */
+        ctx->precision = DPT_PRECISION_FP32;
+        ctx->precision_note = "this CPU has no AVX512-BF16: the convolutions run in fp32";
+    }
     return true;
 }
 

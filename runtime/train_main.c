@@ -216,6 +216,9 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .cpu_kernels = strcmp(dpt_config_str(c, "train", "cpu_kernels"), "native") ? DPT_CPU_KERNELS_ONEDNN
                                                                                    : DPT_CPU_KERNELS_NATIVE,
         .memory_limit = (size_t)(dpt_config_float(c, "train", "memory_limit_mb") * 1048576.0),
+        .precision = !strcmp(dpt_config_str(c, "train", "precision"), "bf16")   ? DPT_PRECISION_BF16
+                     : !strcmp(dpt_config_str(c, "train", "precision"), "fp16") ? DPT_PRECISION_FP16
+                                                                               : DPT_PRECISION_FP32,
     };
     rc->memory_check = dpt_config_bool(c, "train", "memory_check");
     rc->label_smoothing = (float)dpt_config_float(c, "train", "label_smoothing");

@@ -91,6 +91,14 @@ void print_header(const trainer *t)
                                                : "",
                 dpt_ctx_threads(t->ctx), r->size, unit, r->size > 1 ? "s" : "", (long long)run->batch, run->accum,
                 (long long)(run->batch * r->size * run->accum));
+    const char *why;
+    dpt_precision prec = dpt_ctx_precision(t->ctx, &why);
+    if (prec != DPT_PRECISION_FP32 || *why)
+        report_line("precision %s%s%s%s\n",
+                    prec == DPT_PRECISION_BF16 ? "bf16: convolutions read bf16, accumulate and write fp32; batch norm, "
+                                                 "loss, linear layers, weights and optimizer fp32"
+                                               : "fp32",
+                    *why ? " (bf16 asked for: " : "", why, *why ? ")" : "");
     if (t->ddp)
         report_line("ddp %s | %d buckets of <= %g MiB | overlap %s | comm %s%s | loss and acc shown: %s\n",
                     r->data_parallel ? "(DataParallel, one process)" : "(one process per rank)",

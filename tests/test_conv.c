@@ -3,6 +3,8 @@
  * stride 2, padding 0/1/2, dilation, non-square and odd inputs, 1x1, groups, batch 1. */
 #include "tests/testutil.h"
 
+#include "runtime/half.h"
+
 /* ---------------------------------------------------------------- conv2d */
 
 typedef struct conv_case {
@@ -651,10 +653,101 @@ static void test_build_errors(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* [train] precision = bf16: oneDNN's bf16 convolutions must be exactly the float64
+ * convolution of the bf16-rounded operands (x and w forward, dy and w for dx, x and dy for
+ * dw), up to fp32 accumulation: rounding is the only error they add. Shapes: 3x3 stride 1
+ * and 2, 1x1, a first layer of one channel, 64 channels. */
+static double bf(float v)
+{
+    return (double)dpt_f32_from_bf16(dpt_bf16_from_f32(v));
+}
+
+static void test_conv2d_bf16(void **state)
+{
+    (void)state;
+    dpt_error err;
+    dpt_ctx_options o = {.device = {DPT_DEVICE_CPU, 0}, .threads = 2, .seed = 3, .precision = DPT_PRECISION_BF16};
+    dpt_ctx *ctx = dpt_ctx_new(&o, &err);
+    if (!ctx) fail_msg("%s", err.msg);
+    const char *why;
+    if (dpt_ctx_precision(ctx, &why) != DPT_PRECISION_BF16) {
+        print_message("skipped: %s\n", why);
+        dpt_ctx_free(ctx);
+        skip();
+    }
+    const int64_t cases[][7] = {/* n, c, hw, cout, k, stride, pad */
+                                {2, 16, 9, 32, 3, 1, 1},
+                                {2, 32, 10, 16, 3, 2, 1},
+                                {3, 16, 7, 64, 1, 1, 0},
+                                {2, 1, 12, 16, 3, 1, 1},
+                                {1, 64, 6, 64, 3, 1, 1}};
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 11);
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        int64_t n = cases[t][0], c = cases[t][1], hw = cases[t][2], co = cases[t][3], k = cases[t][4],
+                st = cases[t][5], pd = cases[t][6];
+        dpt_model *m = dpt_model_new(ctx, "t", NULL);
+        dpt_shape3 shape = {c, hw, hw};
+        dpt_conv2d *layer = dpt_conv2d_new(m, "conv", &shape, co, k, st, pd, 1, 1, true);
+        int64_t oh = shape.h, ow = shape.w, nx = n * c * hw * hw, ny = n * co * oh * ow, nw = co * c * k * k;
+        dpt_tensor *w = dpt_model_param_at(m, 0), *b = dpt_model_param_at(m, 1);
+        dpt_init_uniform(ctx, b, 0.5f);
+        dpt_tensor *x = test_input(ctx, &rng, 4, (int64_t[]){n, c, hw, hw}, -1, 1);
+        dpt_tensor *g = test_input(ctx, &rng, 2, (int64_t[]){n, co * oh * ow}, -1, 1);
+        dpt_tensor *y = dpt_conv2d_forward(ctx, layer, x);
+        dpt_backward(ctx, dpt_sum(ctx, dpt_mul(ctx, dpt_flatten(ctx, y), g)));
+        float *hx = malloc(sizeof(float) * (size_t)nx), *hw_ = malloc(sizeof(float) * (size_t)nw),
+              *hb = malloc(sizeof(float) * (size_t)co), *hg = malloc(sizeof(float) * (size_t)ny),
+              *hy = malloc(sizeof(float) * (size_t)ny), *hdx = malloc(sizeof(float) * (size_t)nx),
+              *hdw = malloc(sizeof(float) * (size_t)nw);
+        double *ry = calloc((size_t)ny, sizeof(double)), *rdx = calloc((size_t)nx, sizeof(double)),
+               *rdw = calloc((size_t)nw, sizeof(double));
+        dpt_tensor_copy_to_host(x, hx), dpt_tensor_copy_to_host(w, hw_), dpt_tensor_copy_to_host(b, hb);
+        dpt_tensor_copy_to_host(g, hg), dpt_tensor_copy_to_host(y, hy);
+        dpt_tensor_copy_to_host(dpt_tensor_grad(x), hdx), dpt_tensor_copy_to_host(dpt_tensor_grad(w), hdw);
+        for (int64_t in = 0; in < n; in++)
+            for (int64_t oc = 0; oc < co; oc++)
+                for (int64_t yy = 0; yy < oh; yy++)
+                    for (int64_t xx = 0; xx < ow; xx++) {
+                        int64_t yi = ((in * co + oc) * oh + yy) * ow + xx;
+                        double acc = hb[oc], gy = bf(hg[yi]);
+                        for (int64_t ci = 0; ci < c; ci++)
+                            for (int64_t ki = 0; ki < k; ki++)
+                                for (int64_t kj = 0; kj < k; kj++) {
+                                    int64_t iy = yy * st - pd + ki, ix = xx * st - pd + kj;
+                                    if (iy < 0 || iy >= hw || ix < 0 || ix >= hw) continue;
+                                    int64_t xi = ((in * c + ci) * hw + iy) * hw + ix, wi = ((oc * c + ci) * k + ki) * k + kj;
+                                    acc += bf(hx[xi]) * bf(hw_[wi]);
+                                    rdx[xi] += gy * bf(hw_[wi]);
+                                    rdw[wi] += gy * bf(hx[xi]);
+                                }
+                        ry[yi] = acc;
+                    }
+        const struct { const char *what; const float *got; const double *want; int64_t count; } check[3] = {
+            {"y", hy, ry, ny}, {"dx", hdx, rdx, nx}, {"dw", hdw, rdw, nw}};
+        for (int q = 0; q < 3; q++) {
+            double scale = 0, worst = 0;
+            for (int64_t i = 0; i < check[q].count; i++) {
+                scale = fmax(scale, fabs(check[q].want[i]));
+                worst = fmax(worst, fabs(check[q].got[i] - check[q].want[i]));
+            }
+            if (worst > 1e-5 * scale + 1e-6)
+                fail_msg("case %zu %s: bf16 convolution off the bf16-operand reference by %g (scale %g)", t,
+                         check[q].what, worst, scale);
+        }
+        free(hx), free(hw_), free(hb), free(hg), free(hy), free(hdx), free(hdw), free(ry), free(rdx), free(rdw);
+        dpt_tape_clear(ctx);
+        dpt_tensor_free(x), dpt_tensor_free(g);
+        dpt_model_free(m);
+    }
+    dpt_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_conv2d_bf16),
         cmocka_unit_test(test_blocked_chain),
         cmocka_unit_test(test_shared_input),
         cmocka_unit_test(test_batchnorm),
