@@ -41,17 +41,28 @@ def torch_cmd(model, batch, threads, steps, ddp):
     return cmd + (["--ddp", "2"] if ddp else []) + (["--bf16"] if BF16 else [])
 
 def measure(model, batch, threads, steps, pairs, native, ddp=False):
-    ours, torch, ratios = [], [], []
+    global BF16
+    ours, torch, ratios, fp32, speedups = [], [], [], [], []
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    bf16 = BF16
     for p in range(pairs):
         order = ["ours", "torch"] if p % 2 == 0 else ["torch", "ours"]
+        if bf16: order.insert(1, "ours_fp32")  # bf16 runs: our own fp32 step in the same pair
         got = {}
         for who in order:
-            cmd = ours_cmd(model, batch, threads, steps, native, ddp) if who == "ours" else \
-                  torch_cmd(model, batch, threads, steps, ddp)
+            BF16 = who != "ours_fp32" and bf16
+            cmd = torch_cmd(model, batch, threads, steps, ddp) if who == "torch" else \
+                  ours_cmd(model, batch, threads, steps, native, ddp)
             got[who] = run_json(cmd, env)
+        BF16 = bf16
         ours.append(got["ours"]); torch.append(got["torch"]); ratios.append(got["ours"] / got["torch"])
-    return {"model": model, "batch": batch, "threads": threads, "ranks": 2 if ddp else 1, "pairs": pairs,
+        if bf16: fp32.append(got["ours_fp32"]); speedups.append(got["ours"] / got["ours_fp32"])
+    extra = {}
+    if bf16:
+        extra = {"ours_fp32_median": round(statistics.median(fp32), 1),
+                 "bf16_speedup_median": round(statistics.median(speedups), 3),
+                 "bf16_speedup_min": round(min(speedups), 3), "bf16_speedup_max": round(max(speedups), 3)}
+    return {**extra, "model": model, "batch": batch, "threads": threads, "ranks": 2 if ddp else 1, "pairs": pairs,
             "ours_img_s": [round(v, 1) for v in ours], "torch_img_s": [round(v, 1) for v in torch],
             "ours_median": round(statistics.median(ours), 1), "torch_median": round(statistics.median(torch), 1),
             "ratio_median": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
@@ -82,8 +93,10 @@ def main():
         for threads in ([1] if args.quick else threads_list):
             r = measure(model, batch, threads, steps, args.pairs, args.native)
             results.append(r)
+            fp = (f"  dptrain fp32 {r['ours_fp32_median']:.1f}: bf16 {r['bf16_speedup_median']:.2f}x "
+                  f"[{r['bf16_speedup_min']:.2f}, {r['bf16_speedup_max']:.2f}]") if args.bf16 else ""
             print(f"{model:10} {batch:>5} {threads:>3} {1:>5} {r['ours_median']:>10.1f} {r['torch_median']:>10.1f} "
-                  f"{r['ratio_median']:>7.2f}  [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]", flush=True)
+                  f"{r['ratio_median']:>7.2f}  [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]{fp}", flush=True)
     if not args.no_ddp:
         for model, batch, steps in DDP_CASES:
             if only and model not in only: continue
