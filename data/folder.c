@@ -348,6 +348,8 @@ static dpt_dataset *make_set(const char *root, listing *l, char **classes, int n
         f->class_count[ds->labels[i]]++;
     }
     snprintf(f->root, sizeof f->root, "%s", root);
+    f->list_hash = dpt_hash_bytes(dpt_hash_bytes(DPT_HASH_SEED, f->names, at), ds->labels,
+                                  (size_t)l->n * sizeof *ds->labels);
     f->n = l->n, f->nclasses = nclasses, f->classes = classes, f->ignored = l->ignored, f->view = *view;
     snprintf(f->list_note, sizeof f->list_note, "%s", note);
     ds->n = l->n, ds->c = 3, ds->h = ds->w = view->size, ds->num_classes = nclasses;

@@ -17,6 +17,7 @@ struct dpt_image_files {
     bool owns_classes;     /* the training set frees them */
     int64_t *class_count;  /* nclasses: files of each class in this set */
     int64_t ignored;       /* files without an image extension */
+    uint64_t list_hash;    /* FNV-1a of the names and labels: every rank must have the same */
     char list_note[4400];  /* how the file list was had: "scanned", "cached in ..." */
     dpt_image_view view;   /* how a sample is made */
 };

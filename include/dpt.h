@@ -499,6 +499,8 @@ typedef struct dpt_ddp_options {
     bool find_unused;     /* treat a parameter without gradient as zero instead of an error */
     double timeout_s;     /* a bucket not reduced in this time ends the job with a report */
     int64_t dataset_len;  /* checked equal on all ranks */
+    uint64_t dataset_hash; /* the data's identity (a folder: its file list and labels; 0: not
+                            * known); checked equal on all ranks */
     uint64_t config_hash; /* checked equal on all ranks */
     dpt_grad_compression compression; /* gradients on the wire in 16 bits (host communicators) */
 } dpt_ddp_options;

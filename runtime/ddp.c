@@ -176,7 +176,7 @@ static void grad_ready_hook(dpt_tensor *param, int index, void *user)
 typedef struct plan {
     int32_t nparams, nbuffers, nbuckets, pad;
     int64_t scalars, dataset_len;
-    uint64_t names_hash, shapes_hash, bucket_hash, config_hash;
+    uint64_t names_hash, shapes_hash, bucket_hash, config_hash, dataset_hash;
     char model[48];
 } plan;
 
@@ -187,6 +187,7 @@ static plan make_plan(const dpt_ddp *d)
     pl.nbuffers = dpt_model_num_buffers(d->model);
     pl.nbuckets = d->nbuckets;
     pl.dataset_len = d->opt.dataset_len;
+    pl.dataset_hash = d->opt.dataset_hash;
     pl.config_hash = d->opt.config_hash;
     snprintf(pl.model, sizeof pl.model, "%s", dpt_model_name(d->model));
     pl.names_hash = pl.shapes_hash = pl.bucket_hash = DPT_HASH_SEED;
@@ -234,6 +235,12 @@ static bool check_plans(const dpt_ddp *d, const plan *all, dpt_error *err)
         else if (p->dataset_len != p0->dataset_len)
             what = "the data set length", snprintf(detail, sizeof detail, "%lld vs %lld samples",
                                                    (long long)p->dataset_len, (long long)p0->dataset_len);
+        else if (p->dataset_hash != p0->dataset_hash)
+            what = "the data set's files", snprintf(detail, sizeof detail,
+                                                    "file list and labels hash %016llx vs %016llx: another copy of "
+                                                    "the folder, or one changed since",
+                                                    (unsigned long long)p->dataset_hash,
+                                                    (unsigned long long)p0->dataset_hash);
         else if (p->config_hash != p0->config_hash)
             what = "the config",
             snprintf(detail, sizeof detail, "hash %016llx vs %016llx", (unsigned long long)p->config_hash,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "../data/folder.h"
 #include "ctx.h"
 #include "error.h"
 #include "rng.h"
@@ -291,6 +292,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     if (r->comm && !run->deterministic) {
         dpt_ddp_options ddp_opt = run->ddp;
         ddp_opt.dataset_len = t->train_set->n;
+        ddp_opt.dataset_hash = t->train_set->files ? t->train_set->files->list_hash : 0;
         dpt_comm_set_delay(r->comm, run->bench_comm_ms_per_mb);
         t->ddp = dpt_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, err);
         if (!t->ddp) goto fail;

@@ -42,6 +42,13 @@ if [ $mpi -eq 1 ]; then
         --set checkpoint.dir="$tmp/m" 2>&1); rc=$?
     [ $rc -eq 0 ] && grep -q "train 60 per rank of 120" <<<"$m" && [ -n "$(sha <<<"$m")" ]
     check "mpirun -np 2: 60 files per rank, trains" $? "exit $rc: $(tail -3 <<<"$m")"
+    # rank 1 reads another copy of the folder, one file renamed (the same count): refused
+    cp -r "$tmp/img" "$tmp/img_1" && rm -f "$tmp/img_1"/.dptrain-files-* && cp -r "$tmp/img" "$tmp/img_0"
+    mv "$tmp/img_1/train/04_coat/00003.jpg" "$tmp/img_1/train/04_coat/00003b.jpg"
+    m=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 sh -c \
+        "exec ./train $(printf '%q ' "${run[@]}") --set data.dir=$tmp/img_\$OMPI_COMM_WORLD_RANK --set checkpoint.dir=$tmp/m2" 2>&1); rc=$?
+    [ $rc -ne 0 ] && grep -q "rank 1 differs from rank 0 in the data set's files" <<<"$m"
+    check "mpirun -np 2, rank 1 on another copy of the folder: refused, naming it" $? "exit $rc: $(grep -m2 -i 'error\|differ' <<<"$m")"
 fi
 
 # [train] deterministic over the folder (its block sampler; draws seeded by the sample):
