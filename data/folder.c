@@ -142,10 +142,10 @@ static bool walk(const char *root, const char *rel, int cls, int depth, listing 
                 ok = dpt_errorf(err, "%s/%s: path longer than 4096 bytes", path, names[i]);
                 break;
             }
-            bool is_dir = stat(sub, &st) == 0 && S_ISDIR(st.st_mode);
+            bool found = stat(sub, &st) == 0, is_dir = found && S_ISDIR(st.st_mode);
             snprintf(sub, sizeof sub, "%s/%s", rel, names[i]);
-            if (pass == 0 && !is_dir) {
-                if (image_name(names[i]))
+            if (pass == 0 && !is_dir) { /* a FIFO, socket, device or dangling link is no image */
+                if (found && S_ISREG(st.st_mode) && image_name(names[i]))
                     add_file(l, sub, cls);
                 else
                     l->ignored++;

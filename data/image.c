@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../runtime/error.h"
 
@@ -218,26 +220,34 @@ static window plan(const dpt_image_box *box, int size, int dw, int dh, bool clam
 
 /* ---------------------------------------------------------------- files */
 
+/* The whole file into s->file. Opened without blocking, so that something other than a
+ * regular file under an image's name (a FIFO with no writer) is refused, not waited on. */
 static bool read_file(const char *path, dpt_image_scratch *s, size_t *len, char *msg, size_t msg_size)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return snprintf(msg, msg_size, "cannot open: %s", strerror(errno)), false;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return snprintf(msg, msg_size, "cannot open: %s", strerror(errno)), false;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
         return snprintf(msg, msg_size, "not a regular file"), false;
     }
     if (st.st_size == 0 || (size_t)st.st_size > MAX_FILE_BYTES) {
-        fclose(f);
+        close(fd);
         return snprintf(msg, msg_size, st.st_size ? "%lld bytes: larger than 1 GiB" : "empty file",
                         (long long)st.st_size),
                false;
     }
     s->file = grow(s->file, &s->file_cap, (size_t)st.st_size);
-    *len = fread(s->file, 1, (size_t)st.st_size, f);
+    *len = 0;
+    while (*len < (size_t)st.st_size) {
+        ssize_t n = read(fd, s->file + *len, (size_t)st.st_size - *len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        *len += (size_t)n;
+    }
     bool ok = *len == (size_t)st.st_size;
     if (!ok) snprintf(msg, msg_size, "read %zu of %lld bytes: %s", *len, (long long)st.st_size, strerror(errno));
-    fclose(f);
+    close(fd);
     return ok;
 }
 

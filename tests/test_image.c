@@ -327,6 +327,8 @@ static void test_bad_files(void **state)
     fclose(fopen(pathf(path, "empty.jpg"), "w"));
     expect_bad(path, &v, "empty");
     expect_bad(pathf(path, "missing.jpg"), &v, "cannot open");
+    assert_int_equal(mkfifo(pathf(path, "pipe.jpg"), 0600), 0); /* refused at once, not waited on */
+    expect_bad(path, &v, "not a regular file");
     /* a corrupt header: a JPEG's start marker, then garbage */
     memcpy(buf + 3, "garbage garbage garbage", 23);
     f = fopen(pathf(path, "header.jpg"), "wb");
@@ -403,9 +405,10 @@ static void test_folder_listing(void **state)
     make_flat_folder("f1", 3, 4, 2);
     FILE *f = fopen(pathf(path, "f1/train/classb/readme.txt"), "w");
     fclose(f);
+    assert_int_equal(mkfifo(pathf(path, "f1/train/classa/pipe.jpg"), 0600), 0); /* no image: ignored */
     assert_true(open_folder("f1", &tr, &te, &err));
     assert_int_equal(tr->n, 12), assert_int_equal(te->n, 6), assert_int_equal(tr->num_classes, 3);
-    assert_int_equal(tr->files->ignored, 1);
+    assert_int_equal(tr->files->ignored, 2);
     assert_non_null(strstr(tr->files->list_note, "walked"));
     /* sorted: class a's files, then b's, then c's, each in name order */
     char p[8400];
