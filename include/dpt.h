@@ -341,6 +341,10 @@ double dpt_lr_at(const dpt_lr_schedule *schedule, int64_t step);
 /* Scale all gradients so that their global L2 norm is at most max_norm (max_norm <= 0: only
  * measure). Returns the norm before clipping (NaN/Inf when a gradient is not finite). */
 double dpt_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double max_norm);
+/* The same for gradients of a loss multiplied by 1 / inv_scale (loss scaling): unscales them
+ * (one pass, with the clipping) and returns the norm of the unscaled gradients; when that is
+ * not finite the gradients are left as they are. */
+double dpt_unscale_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double inv_scale, double max_norm);
 
 /* ---------------------------------------------------------------- data */
 
@@ -558,6 +562,10 @@ typedef struct dpt_train_state {
     int64_t skipped;      /* steps skipped for a non-finite loss or gradient */
     double best_acc;
     int best_epoch;
+    /* [train] loss_scale = dynamic: the scale, the clean steps since it last changed, the steps
+     * skipped for an overflow (loss_scale 0: none saved, an old checkpoint or no scaling) */
+    double loss_scale;
+    int64_t scale_good_steps, scale_skips;
 } dpt_train_state;
 
 /* Write model parameters and buffers, optimizer state, the context's RNG, the train state,

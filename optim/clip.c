@@ -6,6 +6,11 @@
 
 double dpt_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double max_norm)
 {
+    return dpt_unscale_clip_grad_norm(ctx, model, 1.0, max_norm);
+}
+
+double dpt_unscale_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double inv_scale, double max_norm)
+{
     int n = dpt_model_num_params(model);
     dpt_tensor_list l;
     dpt_tensor_list_init(&l, n, 1);
@@ -24,9 +29,11 @@ double dpt_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double max_norm)
         ctx->host_syncs += n;
     }
     dpt_tensor_list_free(&l);
-    double norm = sqrt(total);
-    if (max_norm > 0 && isfinite(norm) && norm > max_norm) {
-        float scale = (float)(max_norm / (norm + 1e-6));
+    double norm = sqrt(total) * inv_scale; /* the unscaled gradients' */
+    double factor = inv_scale;
+    if (max_norm > 0 && isfinite(norm) && norm > max_norm) factor *= max_norm / (norm + 1e-6);
+    if (isfinite(norm) && factor != 1.0) {
+        float scale = (float)factor;
         for (int i = 0; i < dpt_model_num_params(model); i++) {
             dpt_tensor *g = dpt_model_param_at(model, i)->grad;
             ctx->be->scale(ctx, g->numel, scale, g->data, g->data);

@@ -161,11 +161,13 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
     int n = snprintf(meta, sizeof meta,
                      "model=%s\nsummary=%s\noptim=%s\noptim_steps=%lld\nepoch=%d\nbatches_done=%lld\n"
                      "step=%lld\nskipped=%lld\nbest_acc=%.17g\nbest_epoch=%d\nworld_size=%d\n"
-                     "config_hash=%016llx\nepoch_samples=%lld\n",
+                     "config_hash=%016llx\nepoch_samples=%lld\nloss_scale=%.17g\nscale_good_steps=%lld\n"
+                     "scale_skips=%lld\n",
                      dpt_model_name(model), dpt_model_summary(model), dpt_optim_name(optim),
                      (long long)dpt_optim_steps(optim), st->epoch, (long long)st->batches_done, (long long)st->step,
                      (long long)st->skipped, st->best_acc, st->best_epoch, world_size,
-                     (unsigned long long)dpt_config_hash(cfg), (long long)st->samples_done);
+                     (unsigned long long)dpt_config_hash(cfg), (long long)st->samples_done, st->loss_scale,
+                     (long long)st->scale_good_steps, (long long)st->scale_skips);
     put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
     char *text = config_text(cfg);
     put_record(&w, REC_BLOB, "config", 0, NULL, text, strlen(text));
@@ -429,6 +431,18 @@ static bool read_state(const char *path, const record *meta, dpt_train_state *st
     if (meta_get(meta, "epoch_samples", sv, sizeof sv) &&
         !meta_int(path, meta, "epoch_samples", -1, big, &st->samples_done, err))
         return false;
+    /* the loss scaler's state; older checkpoints lack it (0: start from [train] loss_scale_init) */
+    st->loss_scale = 0, st->scale_good_steps = 0, st->scale_skips = 0;
+    if (meta_get(meta, "scale_good_steps", sv, sizeof sv) &&
+        !(meta_int(path, meta, "scale_good_steps", 0, big, &st->scale_good_steps, err) &&
+          meta_int(path, meta, "scale_skips", 0, st->step, &st->scale_skips, err)))
+        return false;
+    if (meta_get(meta, "loss_scale", sv, sizeof sv)) {
+        char *e;
+        st->loss_scale = strtod(sv, &e);
+        if (*e || !(st->loss_scale >= 0 && st->loss_scale <= 1e38))
+            return dpt_errorf(err, "%s: meta loss_scale = %s is not a scale in [0, 1e38]\n" HINT_CORRUPT, path, sv);
+    }
     st->epoch = (int)epoch;
     st->best_epoch = (int)best_epoch;
     char val[64], *end;
@@ -784,7 +798,7 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
     fprintf(out, "checkpoint %s | %zu bytes | format %u | %u records\n", path, size, CKPT_VERSION, n);
     static const char *const keys[] = {"step",       "epoch",     "batches_done", "epoch_samples", "world_size", "config_hash",
                                        "model",      "summary",   "optim",        "optim_steps", "skipped",
-                                       "best_acc",   "best_epoch"};
+                                       "best_acc",   "best_epoch", "loss_scale", "scale_good_steps", "scale_skips"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         char val[512];
         if (meta_get(meta, keys[k], val, sizeof val)) fprintf(out, "%-14s %s\n", keys[k], val);

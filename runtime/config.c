@@ -130,6 +130,14 @@ static const schema_key builtin_keys[] = {
      "bf16: convolutions read bf16 inputs and weights and accumulate in fp32 (torch.autocast's idea); batch "
      "norm, the loss, linear layers, the weights and the optimizer stay fp32. CPU, oneDNN kernels; fp32 where "
      "the CPU lacks AVX512-BF16 (said in the header). fp16 (loss scaling) and the GPU paths: not yet"},
+    {"train", "loss_scale", T_ENUM, "none", NO_RANGE, "none|dynamic",
+     "dynamic: multiply the loss by a scale before backward and the gradients by its inverse after the "
+     "AllReduce (torch.cuda.amp.GradScaler's rule: a step whose gradients are inf or nan on any rank is "
+     "skipped by every rank and the scale halved; after loss_scale_growth clean steps it doubles); keeps small "
+     "gradients above fp16's smallest value, e.g. with [distributed] grad_compression = fp16"},
+    {"train", "loss_scale_init", T_FLOAT, "65536", 1, 1e38, NULL, "dynamic loss scaling: the first scale"},
+    {"train", "loss_scale_growth", T_INT, "2000", 1, 1e12, NULL,
+     "dynamic loss scaling: clean steps after which the scale doubles"},
     {"train", "tf32", T_BOOL, "false", NO_RANGE, NULL,
      "cuda: TF32 tensor cores for float32 GEMMs and convolutions (faster; ~1e-3 relative error)"},
     {"train", "cudnn_benchmark", T_BOOL, "false", NO_RANGE, NULL,

@@ -223,6 +223,9 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
     rc->memory_check = dpt_config_bool(c, "train", "memory_check");
     rc->label_smoothing = (float)dpt_config_float(c, "train", "label_smoothing");
     rc->skip_nonfinite = strcmp(dpt_config_str(c, "train", "nonfinite"), "skip") == 0;
+    rc->loss_scale = !strcmp(dpt_config_str(c, "train", "loss_scale"), "dynamic");
+    rc->loss_scale_init = dpt_config_float(c, "train", "loss_scale_init");
+    rc->loss_scale_growth = dpt_config_int(c, "train", "loss_scale_growth");
     rc->train_data = (dpt_loader_options){
         .batch = rc->batch,
         .shuffle = dpt_config_bool(c, "data", "shuffle"),

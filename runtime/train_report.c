@@ -229,26 +229,31 @@ void log_window(trainer *t, int64_t s)
             snprintf(comm, sizeof comm, " | comm %.2f ms/step (%.0f%% hidden)", 1e3 * w->comm_s / (double)steps,
                      w->comm_s > 0 ? 100.0 * w->hidden_s / w->comm_s : 0.0);
         /* the input pipeline falling behind: the share of the window spent waiting for batches */
-        char data[48] = "";
+        char data[96] = "";
         double wait = w->data_s / (now - w->start);
         if (wait >= 0.05) snprintf(data, sizeof data, " | waiting on data %.0f%%", 100.0 * wait);
+        if (t->run->loss_scale) /* the scale the next step multiplies the loss by */
+            snprintf(data + strlen(data), sizeof data - strlen(data), " | scale %g", t->state.loss_scale);
         report_line("%sepoch %d | step %6lld/%lld | loss %.4f | acc %5.1f%% | %8.0f img/s%s%s%s\n", who,
                     t->state.epoch, (long long)s, (long long)t->steps_per_epoch, loss, 100.0 * acc, img_s, comm, data,
                     gpu);
     }
     dpt_mem_stats mem = dpt_ctx_mem_stats(t->ctx);
-    char json[160];
+    char json[160], scale[96] = "";
+    if (t->run->loss_scale)
+        snprintf(scale, sizeof scale, ",\"loss_scale\":%.9g,\"scale_skips\":%lld", t->state.loss_scale,
+                 (long long)t->state.scale_skips);
     dpt_metrics_write(t->metrics,
                       "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,\"loss\":%.6f,\"acc\":%.6f,"
                       "\"img_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"comm_hidden\":%.4f,"
                       "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"ranks\":%d,\"global_batch\":%lld,"
-                      "\"host_syncs_per_step\":%.2f,\"comm_mb_per_step\":%.4f,\"data_wait_ms\":%.3f%s",
+                      "\"host_syncs_per_step\":%.2f,\"comm_mb_per_step\":%.4f,\"data_wait_ms\":%.3f%s%s",
                       t->state.epoch, (long long)t->state.step, lr, loss, acc, img_s,
                       1e3 * (now - w->start) / (double)steps, 1e3 * w->comm_s / (double)steps,
                       w->comm_s > 0 ? w->hidden_s / w->comm_s : 0.0, t->grad_norm,
                       (double)mem.peak_allocated / 1048576.0, r->size,
                       (long long)(t->run->batch * r->size * t->run->accum), (double)window_syncs / (double)steps,
-                      w->comm_bytes / 1048576.0 / (double)steps, 1e3 * w->data_s / (double)steps,
+                      w->comm_bytes / 1048576.0 / (double)steps, 1e3 * w->data_s / (double)steps, scale,
                       gpu_json(&gs, json, sizeof json));
     dpt_tensor_fill_slice(t->ctx, t->meter, METER_WINDOW, 2, 0.0f);
     *w = (window){.start = dpt_now_s(), .syncs_at_start = dpt_ctx_host_syncs(t->ctx)};

@@ -123,6 +123,11 @@ static bool resume(trainer *t, dpt_error *err)
                               r->data_parallel ? "replicas" : "ranks", (long long)t->run->batch, t->run->accum);
         st->batches_done = st->samples_done / micro;
     }
+    /* the loss scaler resumes where it was; a checkpoint without one starts from the first scale */
+    if (!t->run->loss_scale)
+        st->loss_scale = 0, st->scale_good_steps = 0;
+    else if (st->loss_scale <= 0)
+        st->loss_scale = t->run->loss_scale_init, st->scale_good_steps = 0;
     if (r->rank == 0)
         printf("resumed from %s: epoch %d, step %lld%s\n", r->resumed, t->state.epoch, (long long)t->state.step,
                st->samples_done > 0 ? ", mid-epoch" : "");
@@ -257,6 +262,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     t->r = r, t->run = run;
     t->host_comm = r->comm; /* close puts it back (an NCCL communicator may take its place) */
     t->state = (dpt_train_state){.epoch = 1, .best_acc = -1.0};
+    if (run->loss_scale) t->state.loss_scale = run->loss_scale_init;
     dpt_ctx_options ctx_opt = run->ctx;
     ctx_opt.device = pick_device(r);
     if (r->data_parallel && ctx_opt.threads == 0) { /* split the cores between replicas */
@@ -388,7 +394,8 @@ static void micro_batch(trainer *t, bool last)
     /* Each micro-batch carries 1/accum of the step's mean loss (a deterministic shard its own
      * mean: the tree's sum is divided by the shard count at the end). */
     bool scale = run->accum > 1 && !run->deterministic;
-    dpt_backward(t->ctx, scale ? dpt_scale(t->ctx, loss, 1.0f / (float)run->accum) : loss);
+    float factor = (scale ? 1.0f / (float)run->accum : 1.0f) * (run->loss_scale ? (float)t->state.loss_scale : 1.0f);
+    dpt_backward(t->ctx, factor != 1.0f ? dpt_scale(t->ctx, loss, factor) : loss);
     if (run->deterministic) det_push(t);
     double t3 = dpt_now_s();
     dpt_tensor_add_slice(t->ctx, t->meter, METER_STEP, loss, 0, 1, (float)b.size);
@@ -440,6 +447,31 @@ static void nonfinite_step(trainer *t)
     }
 }
 
+/* [train] loss_scale = dynamic, after the step's gradients (the same on every rank after the
+ * AllReduce, so every rank takes the same decision): a non-finite one skips the step and
+ * halves the scale; a scale below 1 means the gradients are not finite even unscaled, and the
+ * job stops. Clean steps double it every loss_scale_growth. */
+static void scaler_update(trainer *t, bool finite)
+{
+    dpt_train_state *st = &t->state;
+    if (finite) {
+        if (++st->scale_good_steps >= t->run->loss_scale_growth) st->loss_scale *= 2, st->scale_good_steps = 0;
+        return;
+    }
+    st->scale_skips++;
+    st->scale_good_steps = 0;
+    st->loss_scale *= 0.5;
+    if (t->r->rank == 0 && st->scale_skips <= 3)
+        fprintf(stderr, "loss scale: inf or nan gradients at step %lld: step skipped, scale %g -> %g%s\n",
+                (long long)st->step + 1, st->loss_scale * 2, st->loss_scale,
+                st->scale_skips == 3 ? " (further back-offs are counted in the metrics' scale_skips)" : "");
+    if (st->loss_scale < 1.0)
+        dpt_abort_job("the loss scale fell below 1 at step %lld after %lld skipped steps: the gradients are inf or "
+                      "nan even unscaled, the model diverges\nHINT: lower [optim] lr or set [optim] clip_norm; "
+                      "with 16-bit numbers, [train] precision = bf16 has fp32's range and needs no loss scaling",
+                      (long long)st->step + 1, (long long)st->scale_skips);
+}
+
 /* One optimizer step: accum micro-batches, the gradient AllReduce's end, clipping, the update. */
 static void train_step(trainer *t)
 {
@@ -460,14 +492,17 @@ static void train_step(trainer *t)
      * here: a NaN on one rank has become a NaN everywhere. A NaN or Inf loss makes the
      * gradients non-finite too, so this norm (the step's one read of the device) decides for
      * both; the loss itself is read only then, to say which. */
-    t->grad_norm = dpt_clip_grad_norm(t->ctx, t->model, t->run->clip_norm);
+    bool scaled = t->run->loss_scale;
+    t->grad_norm = dpt_unscale_clip_grad_norm(t->ctx, t->model, scaled ? 1.0 / t->state.loss_scale : 1.0,
+                                              t->run->clip_norm);
+    if (scaled) scaler_update(t, isfinite(t->grad_norm));
     if (isfinite(t->grad_norm)) {
         dpt_optim_step(t->ctx, t->optim);
         dpt_tensor_add_slice(t->ctx, t->meter, METER_WINDOW, t->meter, METER_STEP, 2, 1.0f);
         dpt_tensor_add_slice(t->ctx, t->meter, METER_EPOCH, t->meter, METER_STEP, 2, 1.0f);
         t->win.samples += t->step_samples, t->whole.samples += t->step_samples;
         t->samples_trained += t->step_samples;
-    } else {
+    } else if (!scaled) {
         nonfinite_step(t);
     }
     dpt_tensor_fill_slice(t->ctx, t->meter, METER_STEP, 2, 0.0f);

@@ -52,6 +52,9 @@ typedef struct run_config {
     bool memory_check;
     float label_smoothing;
     bool skip_nonfinite;
+    bool loss_scale;         /* [train] loss_scale = dynamic */
+    double loss_scale_init;
+    int64_t loss_scale_growth;
     /* [data] */
     dpt_loader_options train_data, test_data; /* rank and world size filled per replica */
     const char *data_dir;
