@@ -47,7 +47,7 @@ py=$(command -v python3)
 # 1. build [60 s]: only sm_90 (an H200); MPI=0 (no MPI here); BLAS, cmocka, zlib from .gpu
 [ -f .gpu/include/cblas.h ] || row "bundle .gpu/" "FAIL" "0s" "missing: run make gpu-bundle where apt works and carry .gpu"
 step "build (make MPI=0 CUDA_ARCHS=90)" 240 build.log make -j"$(nproc)" MPI=0 CUDA_ARCHS=90 train tests \
-    build/bench/bench_step build/bench/bench_conv
+    build/bench/bench_step build/bench/bench_conv build/tools/make_image_folder
 done_row "$(make -s MPI=0 CUDA_ARCHS=90 summary 2>/dev/null | sed 's/dptrain build: //' | cut -c1-150)"
 [ "$last_status" = ok ] || { row "total" "" "$(( $(date +%s) - t_all ))s" "stopped: no build"; exit 1; }
 
@@ -70,6 +70,14 @@ done_row "$(grep -o 'loss [0-9.]*' "$out/mlp.log" | sed -n '1p;$p' | tr '\n' ' '
 step "ResNet-20 on cuda:0, 150 steps" 120 resnet20.log ./train configs/resnet.ini $data --set train.device=cuda \
     --set train.max_steps=150 --set log.interval=25 --set checkpoint.every_epochs=0
 done_row "$(grep -o 'loss [0-9.]*' "$out/resnet20.log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o '[0-9]* img/s' "$out/resnet20.log" | tail -1)"
+
+# 4b. a folder of JPEGs on cuda:0 [40 s]: decoding workers, uint8 batches in pinned memory,
+# images_to_float on the device; the loader must keep up (no "waiting on data" share)
+step "JPEG folder: ResNet-50 on cuda:0, 40 steps" 90 folder.log sh -c "build/tools/make_image_folder \
+    /tmp/dpt_gpu_images --train 40 --val 5 --source synthetic && ./train configs/resnet50_imagenet.ini \
+    --set data.dir=/tmp/dpt_gpu_images --set train.device=cuda --set train.global_batch=64 --set train.max_steps=40 \
+    --set train.eval_batch=50 --set optim.warmup_epochs=0 --set log.interval=10 --set checkpoint.every_epochs=0"
+done_row "$(grep -o 'loss [0-9.]*' "$out/folder.log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o '[0-9]* img/s.*' "$out/folder.log" | tail -1)"
 
 # 5. DDP over NCCL at world size 1 [30 s]: DataParallel on cuda:0 (no MPI here)
 step "DDP over NCCL, world 1 (devices = cuda:0)" 90 nccl.log ./train configs/fmnist_mlp.ini $data \

@@ -63,14 +63,14 @@ inside() { chroot "$root" /usr/bin/env -i PATH=/opt/cuda/bin:/usr/bin:/bin HOME=
 log=/tmp/dpt_gpu_selftest.log
 echo "gpu-selftest: building in the chroot (make MPI=0 BUILD=build-gpuselftest)"
 start=$(date +%s)
-if ! inside "make -j$(nproc) MPI=0 CUDA_HOME=/opt/cuda BUILD=build-gpuselftest build-gpuselftest/train build-gpuselftest/tests/test_cuda" \
+if ! inside "make -j$(nproc) MPI=0 CUDA_HOME=/opt/cuda BUILD=build-gpuselftest build-gpuselftest/train build-gpuselftest/tests/test_cuda build-gpuselftest/tests/test_image build-gpuselftest/tools/make_image_folder" \
     > "$log" 2>&1; then
     tail -30 "$log"; echo "gpu-selftest: FAILED: the build (log: $log)"; exit 1
 fi
 summary=$(inside "make -s MPI=0 CUDA_HOME=/opt/cuda BUILD=build-gpuselftest summary")
 echo "  $summary ($(( $(date +%s) - start )) s)"
 for want in "cuda=yes" "cudnn=yes (/usr/lib/python3/dist-packages/nvidia/cudnn)" \
-    "nccl=yes (/usr/lib/python3/dist-packages/nvidia/nccl)" "mpi=no" "blas=cblas" "bundle .gpu"; do
+    "nccl=yes (/usr/lib/python3/dist-packages/nvidia/nccl)" "mpi=no" "blas=cblas" "jpeg=yes png=yes" "bundle .gpu"; do
     grep -qF "$want" <<< "$summary" || { echo "gpu-selftest: FAILED: the build summary lacks '$want'"; exit 1; }
 done
 ok=1
@@ -80,6 +80,9 @@ grep -q "mpi: not in this build" <<< "$env_out" || { echo "gpu-selftest: --env d
 cuda_out=$(inside "build-gpuselftest/tests/test_cuda" 2>&1) || ok=0
 echo "$cuda_out" | tail -3 | sed 's/^/  test_cuda | /'
 grep -q "SKIPPED" <<< "$cuda_out" || { echo "gpu-selftest: test_cuda did not reach its no-GPU skip"; ok=0; }
+image_out=$(inside "build-gpuselftest/tests/test_image" 2>&1) || ok=0
+echo "$image_out" | tail -1 | sed 's/^/  test_image | /'
+grep -q "PASSED" <<< "$image_out" || { echo "gpu-selftest: test_image (the folder source on the bundle's libjpeg and libpng) failed"; ok=0; }
 train_out=$(inside "build-gpuselftest/train configs/fmnist_mlp.ini --set data.dir=.gpu/data/fashion-mnist \
     --set data.train_images=t10k-images-idx3-ubyte.gz --set data.train_labels=t10k-labels-idx1-ubyte.gz \
     --set train.epochs=1 --set data.test_limit=2000 --set log.interval=1000" 2>&1) || ok=0
