@@ -526,9 +526,10 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
     l->next = b + 1;
     pthread_mutex_unlock(&l->mu);
     if (s->error[0])
-        dpt_abort_job("%s\nHINT: replace or delete the file (then the file list is made again), or set [data] "
+        dpt_abort_job("%s\nHINT: %sreplace or delete the file (then the file list is made again), or set [data] "
                       "bad_files = skip to skip unreadable images and count them",
-                      s->error);
+                      s->error, strstr(s->error, "max_image_pixels") ? "raise [data] max_image_pixels if the image "
+                                                                     "is wanted; " : "");
     const dpt_backend *be = l->ctx->be;
     if (l->files && !l->direct) {
         int64_t hw = l->ds->h * l->ds->w, bytes = s->size * l->ds->c * hw;
