@@ -566,6 +566,9 @@ typedef struct dpt_train_state {
      * skipped for an overflow (loss_scale 0: none saved, an old checkpoint or no scaling) */
     double loss_scale;
     int64_t scale_good_steps, scale_skips;
+    /* the training set's identity when it was written (a folder's file list and labels hash;
+     * 0: unknown), so a resume can say that the data changed since */
+    uint64_t data_hash;
 } dpt_train_state;
 
 /* Write model parameters and buffers, optimizer state, the context's RNG, the train state,

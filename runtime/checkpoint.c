@@ -162,12 +162,13 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
                      "model=%s\nsummary=%s\noptim=%s\noptim_steps=%lld\nepoch=%d\nbatches_done=%lld\n"
                      "step=%lld\nskipped=%lld\nbest_acc=%.17g\nbest_epoch=%d\nworld_size=%d\n"
                      "config_hash=%016llx\nepoch_samples=%lld\nloss_scale=%.17g\nscale_good_steps=%lld\n"
-                     "scale_skips=%lld\n",
+                     "scale_skips=%lld\ndata_hash=%016llx\n",
                      dpt_model_name(model), dpt_model_summary(model), dpt_optim_name(optim),
                      (long long)dpt_optim_steps(optim), st->epoch, (long long)st->batches_done, (long long)st->step,
                      (long long)st->skipped, st->best_acc, st->best_epoch, world_size,
                      (unsigned long long)dpt_config_hash(cfg), (long long)st->samples_done, st->loss_scale,
-                     (long long)st->scale_good_steps, (long long)st->scale_skips);
+                     (long long)st->scale_good_steps, (long long)st->scale_skips,
+                     (unsigned long long)st->data_hash);
     put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
     char *text = config_text(cfg);
     put_record(&w, REC_BLOB, "config", 0, NULL, text, strlen(text));
@@ -437,6 +438,13 @@ static bool read_state(const char *path, const record *meta, dpt_train_state *st
         !(meta_int(path, meta, "scale_good_steps", 0, big, &st->scale_good_steps, err) &&
           meta_int(path, meta, "scale_skips", 0, st->step, &st->scale_skips, err)))
         return false;
+    st->data_hash = 0;
+    if (meta_get(meta, "data_hash", sv, sizeof sv)) {
+        char *e;
+        st->data_hash = strtoull(sv, &e, 16);
+        if (*e || strlen(sv) != 16)
+            return dpt_errorf(err, "%s: meta data_hash = %s is not 16 hex digits\n" HINT_CORRUPT, path, sv);
+    }
     if (meta_get(meta, "loss_scale", sv, sizeof sv)) {
         char *e;
         st->loss_scale = strtod(sv, &e);
@@ -798,7 +806,7 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
     fprintf(out, "checkpoint %s | %zu bytes | format %u | %u records\n", path, size, CKPT_VERSION, n);
     static const char *const keys[] = {"step",       "epoch",     "batches_done", "epoch_samples", "world_size", "config_hash",
                                        "model",      "summary",   "optim",        "optim_steps", "skipped",
-                                       "best_acc",   "best_epoch", "loss_scale", "scale_good_steps", "scale_skips"};
+                                       "best_acc",   "best_epoch", "loss_scale", "scale_good_steps", "scale_skips", "data_hash"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         char val[512];
         if (meta_get(meta, keys[k], val, sizeof val)) fprintf(out, "%-14s %s\n", keys[k], val);

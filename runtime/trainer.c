@@ -123,6 +123,15 @@ static bool resume(trainer *t, dpt_error *err)
                               r->data_parallel ? "replicas" : "ranks", (long long)t->run->batch, t->run->accum);
         st->batches_done = st->samples_done / micro;
     }
+    /* the data it was written on: a changed folder resumes (data sets grow), but not silently */
+    uint64_t now = t->train_set->files ? t->train_set->files->list_hash : 0;
+    if (st->data_hash && now && st->data_hash != now && r->rank == 0)
+        fprintf(stderr,
+                "warning: %s was written on another file list of %s (hash %016llx, now %016llx: files added, "
+                "removed or renamed): this epoch's order and the samples it has seen differ from the "
+                "interrupted run's\n",
+                r->resumed, t->train_set->files->root, (unsigned long long)st->data_hash, (unsigned long long)now);
+    st->data_hash = now;
     /* the loss scaler resumes where it was; a checkpoint without one starts from the first scale */
     if (!t->run->loss_scale)
         st->loss_scale = 0, st->scale_good_steps = 0;
@@ -278,6 +287,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         r->comm = t->nccl;
     }
     if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto fail;
+    t->state.data_hash = t->train_set->files ? t->train_set->files->list_hash : 0;
     t->model = dpt_model_build(t->ctx, run->ini, t->train_set->c, t->train_set->h, t->train_set->w,
                                t->train_set->num_classes, err);
     if (!t->model) goto fail;

@@ -37,6 +37,16 @@ c=$(./train "${run[@]}" --set checkpoint.dir="$tmp/c" --set checkpoint.every_ste
 check "killed at step 20, resumed mid-epoch: the uninterrupted weights" $? \
     "exit $rc, $(sha <<<"$c") vs $(sha <<<"$a"): $(grep -i resum <<<"$c")"
 
+# the folder changed under a checkpoint: the resume goes on, saying so
+cp -r "$tmp/img" "$tmp/grown" && rm -f "$tmp/grown"/.dptrain-files-*
+./train "${run[@]}" --set data.dir="$tmp/grown" --set checkpoint.dir="$tmp/g" --set checkpoint.every_steps=5 \
+    --set distributed.fault=exit --set distributed.fault_step=10 >/dev/null 2>&1
+cp "$tmp/grown/train/00_tshirt/00001.jpg" "$tmp/grown/train/00_tshirt/00001b.jpg"
+g=$(./train "${run[@]}" --set data.dir="$tmp/grown" --set checkpoint.dir="$tmp/g" --set checkpoint.every_steps=5 \
+    --resume auto 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "warning: $tmp/g/ckpt-step00000010.dpt was written on another file list of $tmp/grown/train" <<<"$g"
+check "a file added since the checkpoint: resumed, with a warning naming the folder" $? "exit $rc: $(grep -i 'warn\|error' <<<"$g")"
+
 if [ $mpi -eq 1 ]; then
     m=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${run[@]}" --set data.workers=1 \
         --set checkpoint.dir="$tmp/m" 2>&1); rc=$?
