@@ -62,7 +62,7 @@ if [ $mpi -eq 1 ]; then
 fi
 
 # [train] deterministic over the folder (its block sampler; draws seeded by the sample):
-# one process and two DataParallel replicas end with the same weights (an MLP: no batch norm)
+# one process and two DataParallel replicas end with the same weights (an MLP: the quickest)
 printf '[model]\nname = mlp\n' > "$tmp/mlp.ini"
 det=("$tmp/mlp.ini" "${run[@]:1}" --set train.deterministic=true --set train.global_batch=32
      --set train.deterministic_shard=8 --set train.epochs=1)
