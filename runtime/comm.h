@@ -16,6 +16,10 @@ typedef struct dpt_comm_ops {
     /* The same over 16-bit floats (bf16 or IEEE fp16, runtime/half.h), summed in float and
      * rounded to nearest even after each addition. NULL: not offered. */
     void (*allreduce_h16)(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16, const char *what);
+    /* Device communicators: from now on reduce_avg_async carries its buckets (up to `most`
+     * floats) in 16 bits: converted on the communication stream (nearest even), summed by the
+     * library in that type, fp32 again before the average. NULL: not offered. */
+    bool (*wire16)(dpt_comm *comm, int64_t most, bool bf16, dpt_error *err);
     void (*broadcast)(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what);
     /* recv holds size * bytes: rank r's send lands at recv + r * bytes. */
     void (*allgather)(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what);

@@ -29,6 +29,8 @@ typedef struct nccl_impl {
     cudaEvent_t done;         /* communication -> compute: every reduction so far has finished */
     cudaEvent_t *start, *end; /* per reduction since the last join (timing) */
     int nlaunch, cap;
+    uint16_t *wire; /* wire16: the largest bucket in 16 bits, on the device (NULL: fp32) */
+    bool bf16;
 } nccl_impl;
 
 static nccl_impl *impl_of(dpt_comm *comm)
@@ -93,7 +95,14 @@ static void nccl_reduce_avg_async(dpt_comm *comm, float *buf, int64_t n)
     }
     after_compute(im);
     CHECK_CUDA(cudaEventRecord(im->start[im->nlaunch], im->stream));
-    CHECK_NCCL_COMM(im, ncclAllReduce(buf, buf, (size_t)n, ncclFloat, ncclAvg, im->nccl, im->stream));
+    if (im->wire) { /* one staging buffer: the stream runs the buckets one after another */
+        dpt_cuda_f32_to_h16(im->stream, im->wire, buf, n, im->bf16);
+        CHECK_NCCL_COMM(im, ncclAllReduce(im->wire, im->wire, (size_t)n, im->bf16 ? ncclBfloat16 : ncclFloat16,
+                                          ncclSum, im->nccl, im->stream));
+        dpt_cuda_h16_to_f32(im->stream, buf, im->wire, n, im->bf16, 1.0f / (float)comm->size);
+    } else {
+        CHECK_NCCL_COMM(im, ncclAllReduce(buf, buf, (size_t)n, ncclFloat, ncclAvg, im->nccl, im->stream));
+    }
     CHECK_CUDA(cudaEventRecord(im->end[im->nlaunch], im->stream));
     im->nlaunch++;
 }
@@ -168,11 +177,25 @@ static void nccl_barrier(dpt_comm *comm, const char *what)
     dpt_comm_barrier_named(impl_of(comm)->host, what);
 }
 
+static bool nccl_wire16(dpt_comm *comm, int64_t most, bool bf16, dpt_error *err)
+{
+    nccl_impl *im = impl_of(comm);
+    CHECK_CUDA(cudaSetDevice(im->device));
+    if (im->wire) cudaFree(im->wire), im->wire = NULL;
+    cudaError_t rc = cudaMalloc((void **)&im->wire, (size_t)(most > 0 ? most : 1) * sizeof *im->wire);
+    if (rc != cudaSuccess)
+        return dpt_errorf(err, "no device memory for the 16-bit gradient buffer (%lld values): %s",
+                          (long long)most, cudaGetErrorString(rc));
+    im->bf16 = bf16;
+    return true;
+}
+
 static void nccl_free(dpt_comm *comm)
 {
     nccl_impl *im = impl_of(comm);
     cudaSetDevice(im->device);
     cudaStreamSynchronize(im->stream);
+    if (im->wire) cudaFree(im->wire);
     if (im->nccl) ncclCommDestroy(im->nccl);
     for (int i = 0; i < im->cap; i++) {
         cudaEventDestroy(im->start[i]);
@@ -196,6 +219,7 @@ static const dpt_comm_ops nccl_ops = {
     .free = nccl_free,
     .reduce_avg_async = nccl_reduce_avg_async,
     .join = nccl_join,
+    .wire16 = nccl_wire16,
 };
 
 dpt_comm *dpt_comm_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)

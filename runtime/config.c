@@ -192,7 +192,7 @@ static const schema_key builtin_keys[] = {
     {"distributed", "grad_compression", T_ENUM, "none", NO_RANGE, "none|bf16|fp16",
      "gradient buckets AllReduced in 16 bits (half the bytes on the wire), rounded to nearest even after each "
      "addition, fp32 again before the optimizer; error per value about ranks x 2^-8 (bf16) or 2^-11 (fp16) of the "
-     "mean magnitude; host communicators (MPI, DataParallel threads) on the CPU"},
+     "mean magnitude; MPI and DataParallel threads on the CPU, NCCL's bf16/fp16 AllReduce on GPUs (unverified)"},
     {"distributed", "find_unused", T_BOOL, "false", NO_RANGE, NULL,
      "treat a parameter that got no gradient as zero instead of stopping with an error"},
     {"distributed", "comm_timeout_s", T_FLOAT, "300", 0.01, 1e7, NULL,

@@ -5,7 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "cuda_internal.h"
+#include "cuda_util.h"
 
 __global__ void fill_kernel(float *x, int64_t n, float v)
 {
@@ -197,6 +201,32 @@ __global__ void images_to_float_kernel(const uint8_t *x, float *y, int64_t n, in
         /* no fused multiply-add: the same floats as the CPU's loop */
         y[i] = __fadd_rn(__fmul_rn((float)x[(s * hw + p) * c + ch], k.scale[ch]), k.shift[ch]);
     }
+}
+
+/* 16-bit gradient buckets (NCCL's bf16/fp16 AllReduce) */
+__global__ void f32_to_h16_kernel(uint16_t *dst, const float *src, int64_t n, bool bf16)
+{
+    GRID_STRIDE(i, n)
+    dst[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(src[i])) : __half_as_ushort(__float2half_rn(src[i]));
+}
+
+__global__ void h16_to_f32_kernel(float *dst, const uint16_t *src, int64_t n, bool bf16, float scale)
+{
+    GRID_STRIDE(i, n)
+    dst[i] = (bf16 ? __bfloat162float(__ushort_as_bfloat16(src[i])) : __half2float(__ushort_as_half(src[i]))) * scale;
+}
+
+extern "C" void dpt_cuda_f32_to_h16(cudaStream_t s, uint16_t *dst, const float *src, int64_t n, bool bf16)
+{
+    f32_to_h16_kernel<<<blocks_for(n), THREADS, 0, s>>>(dst, src, n, bf16);
+    CHECK_LAUNCH();
+}
+
+extern "C" void dpt_cuda_h16_to_f32(cudaStream_t s, float *dst, const uint16_t *src, int64_t n, bool bf16,
+                                    float scale)
+{
+    h16_to_f32_kernel<<<blocks_for(n), THREADS, 0, s>>>(dst, src, n, bf16, scale);
+    CHECK_LAUNCH();
 }
 
 /* ---------------------------------------------------------------- launchers */

@@ -67,7 +67,8 @@ struct dpt_ddp {
     bool quit;
     ring_entry ring[RING];
     int ring_next;
-    uint16_t *wire; /* grad_compression: the largest bucket in 16 bits */
+    uint16_t *wire; /* grad_compression on a host communicator: the largest bucket in 16 bits */
+    bool h16;       /* grad_compression: 16 bits on the wire (either communicator) */
 };
 
 /* ---------------------------------------------------------------- communication thread */
@@ -338,19 +339,31 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
     }
     d->async = comm->ops->reduce_avg_async != NULL;
     if (opt->compression != DPT_GRAD_COMPRESSION_NONE) {
-        if (d->async || !comm->ops->allreduce_h16 || dpt_ctx_device(ctx).kind != DPT_DEVICE_CPU) {
-            dpt_errorf(err, "[distributed] grad_compression = %s: 16-bit AllReduce runs on host communicators "
-                            "(MPI, DataParallel threads) with CPU gradients in this version; this is %s\nHINT: "
-                            "grad_compression = none",
-                       opt->compression == DPT_GRAD_COMPRESSION_BF16 ? "bf16" : "fp16", comm->ops->name);
-            dpt_ddp_free(d);
-            return NULL;
-        }
+        bool bf16 = opt->compression == DPT_GRAD_COMPRESSION_BF16;
         int64_t most = 0;
         for (int b = 0; b < d->nbuckets; b++)
             most = d->buckets[b].numel > most ? d->buckets[b].numel : most;
-        d->wire = malloc((size_t)(most ? most : 1) * sizeof *d->wire);
-        if (!d->wire) dpt_fatal("out of host memory for the 16-bit gradient buffer");
+        /* a device communicator converts on its stream (NCCL's bf16/fp16 AllReduce); a host
+         * one gets the 16-bit values from the communication thread */
+        bool offered = d->async ? comm->ops->wire16 != NULL
+                           : comm->ops->allreduce_h16 != NULL && dpt_ctx_device(ctx).kind == DPT_DEVICE_CPU;
+        if (!offered) {
+            dpt_errorf(err, "[distributed] grad_compression = %s: the %s communicator has no 16-bit AllReduce for "
+                            "these gradients\nHINT: grad_compression = none",
+                       bf16 ? "bf16" : "fp16", comm->ops->name);
+            dpt_ddp_free(d);
+            return NULL;
+        }
+        d->h16 = true;
+        if (d->async) {
+            if (!comm->ops->wire16(comm, most, bf16, err)) {
+                dpt_ddp_free(d);
+                return NULL;
+            }
+        } else {
+            d->wire = malloc((size_t)(most ? most : 1) * sizeof *d->wire);
+            if (!d->wire) dpt_fatal("out of host memory for the 16-bit gradient buffer");
+        }
     }
     rehome_grads(d, true);
     if (!d->async) {
@@ -513,7 +526,7 @@ void dpt_ddp_finish(dpt_ddp *d)
     dpt_ddp_stats st = {.step = d->step, .buckets = d->nbuckets, .wait_s = waited};
     for (int b = 0; b < d->nbuckets; b++) {
         const bucket *bk = &d->buckets[b];
-        st.bytes += bk->numel * (d->wire ? 2 : 4);
+        st.bytes += bk->numel * (d->h16 ? 2 : 4);
         st.comm_s += bk->end_s - bk->start_s;
         double hidden_end = bk->end_s < backward_end ? bk->end_s : backward_end;
         if (hidden_end > bk->start_s) st.hidden_s += hidden_end - bk->start_s;
