@@ -271,10 +271,12 @@ static bool not_an_image(const uint8_t *b, size_t n, char *msg, size_t msg_size)
 static bool too_big(int w, int h, int denom, const dpt_image_view *v, char *msg, size_t msg_size)
 {
     if ((int64_t)w * h <= v->max_pixels) return false;
+    char scale[64] = "";
+    if (denom > 1) snprintf(scale, sizeof scale, " (decoded at 1/%d, as small as the crop allows)", denom);
     snprintf(msg, msg_size,
              "%d x %d pixels%s: more than [data] max_image_pixels = %lld (a decompression bomb, or an image "
              "far larger than training needs)",
-             w, h, denom > 1 ? " even at the smallest DCT scale" : "", (long long)v->max_pixels);
+             w, h, scale, (long long)v->max_pixels);
     return true;
 }
 
@@ -333,15 +335,11 @@ static bool decode_jpeg(const uint8_t *buf, size_t len, const dpt_image_view *v,
     window win = {0, W, 0, H, 0, 0};
     if (!full) {
         dpt_image_crop_box(W, H, v, rng, box);
-        if (v->dct_scaling) /* the crop must keep `size` pixels a side (eval: the resize's) */
-            for (int d = 8; d > 1; d /= 2) {
-                double need = v->train ? v->size : v->resize;
-                double side_w = v->train ? box->w : (W < H ? W : H), side_h = v->train ? box->h : side_w;
-                if (side_w / d >= need && side_h / d >= need) {
-                    denom = d;
-                    break;
-                }
-            }
+        /* the crop must keep `size` pixels a side (evaluation: the shorter side, `resize`) */
+        double need = v->train ? v->size : v->resize;
+        double side_w = v->train ? box->w : (W < H ? W : H), side_h = v->train ? box->h : side_w;
+        for (int d = 8; v->dct_scaling && d > 1 && denom == 1; d /= 2)
+            if (side_w / d >= need && side_h / d >= need) denom = d;
         box->scale_denom = denom;
     }
     cinfo.scale_num = 1, cinfo.scale_denom = (unsigned)denom;

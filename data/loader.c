@@ -91,19 +91,17 @@ static void free_slot(dpt_loader *l, slot *s)
     const dpt_backend *be = l->ctx->be;
     if (s->copied) be->event_sync(l->ctx, s->copied), be->event_free(l->ctx, s->copied);
     if (s->consumed) be->event_free(l->ctx, s->consumed);
-    if (l->files && !l->direct) {
+    if (!l->direct) { /* the staging buffer: floats, or an image batch's bytes */
+        void *staging = s->host_u8 ? (void *)s->host_u8 : (void *)s->host_x;
         if (l->async)
-            be->host_free(l->ctx, s->host_u8), be->host_free(l->ctx, s->labels);
+            be->host_free(l->ctx, staging);
         else
-            free(s->host_u8), free(s->labels);
-    } else if (!l->direct) {
-        if (l->async)
-            be->host_free(l->ctx, s->host_x), be->host_free(l->ctx, s->labels);
-        else
-            free(s->host_x), free(s->labels);
-    } else {
-        free(s->labels);
+            free(staging);
     }
+    if (l->async)
+        be->host_free(l->ctx, s->labels);
+    else
+        free(s->labels);
     dpt_tensor_free(s->x_partial);
     dpt_tensor_free(s->x_full);
     dpt_tensor_free(s->labels_dev);
@@ -124,7 +122,6 @@ static void init_slot(dpt_loader *l, slot *s, bool partial)
         bytes = (size_t)(l->opt.batch * chw);
         s->host_u8 = l->async ? ctx->be->host_alloc(ctx, bytes) : malloc(bytes);
         s->dev_u8 = dpt_tensor_new(ctx, 1, (int64_t[]){(int64_t)(bytes + 3) / 4});
-        s->host_x = (float *)s->host_u8; /* only tested for NULL below */
     } else if (l->direct)
         s->host_x = s->x_full->data;
     else if (l->async)
@@ -135,7 +132,7 @@ static void init_slot(dpt_loader *l, slot *s, bool partial)
     s->labels = l->async ? ctx->be->host_alloc(ctx, label_bytes) : malloc(label_bytes);
     /* the labels travel with the batch, so the loss needs no upload in the step */
     if (!l->direct) s->labels_dev = dpt_tensor_new(ctx, 1, (int64_t[]){l->opt.batch});
-    if (!s->host_x || !s->labels)
+    if ((!s->host_x && !s->host_u8) || !s->labels)
         dpt_fatal("out of host memory for a loader slot (%zu bytes)%s", bytes,
                   l->async ? " (pinned memory)" : "");
     if (l->async) {

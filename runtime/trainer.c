@@ -90,6 +90,12 @@ static bool open_loaders(trainer *t, dpt_error *err)
                       run->accum, train_opt.drop_last ? "true" : "false");
 }
 
+/* The training set's identity: a folder's file list and labels (0: images in memory). */
+static uint64_t train_data_hash(const trainer *t)
+{
+    return t->train_set->files ? t->train_set->files->list_hash : 0;
+}
+
 static bool resume(trainer *t, dpt_error *err)
 {
     replica *r = t->r;
@@ -124,7 +130,7 @@ static bool resume(trainer *t, dpt_error *err)
         st->batches_done = st->samples_done / micro;
     }
     /* the data it was written on: a changed folder resumes (data sets grow), but not silently */
-    uint64_t now = t->train_set->files ? t->train_set->files->list_hash : 0;
+    uint64_t now = train_data_hash(t);
     if (st->data_hash && now && st->data_hash != now && r->rank == 0)
         fprintf(stderr,
                 "warning: %s was written on another file list of %s (hash %016llx, now %016llx: files added, "
@@ -287,7 +293,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         r->comm = t->nccl;
     }
     if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto fail;
-    t->state.data_hash = t->train_set->files ? t->train_set->files->list_hash : 0;
+    t->state.data_hash = train_data_hash(t);
     t->model = dpt_model_build(t->ctx, run->ini, t->train_set->c, t->train_set->h, t->train_set->w,
                                t->train_set->num_classes, err);
     if (!t->model) goto fail;
@@ -308,7 +314,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     if (r->comm && !run->deterministic) {
         dpt_ddp_options ddp_opt = run->ddp;
         ddp_opt.dataset_len = t->train_set->n;
-        ddp_opt.dataset_hash = t->train_set->files ? t->train_set->files->list_hash : 0;
+        ddp_opt.dataset_hash = train_data_hash(t);
         dpt_comm_set_delay(r->comm, run->bench_comm_ms_per_mb);
         t->ddp = dpt_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, err);
         if (!t->ddp) goto fail;
