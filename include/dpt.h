@@ -60,7 +60,9 @@ typedef enum dpt_cpu_kernels {
 } dpt_cpu_kernels;
 
 /* The convolutions' arithmetic (torch.autocast's idea): bf16 inputs and weights, fp32
- * accumulation and output; batch norm, the loss, GEMMs, weights and the optimizer stay fp32. */
+ * accumulation; batch norm's statistics, the loss, GEMMs, weights, gradients and the optimizer
+ * stay fp32. The activations between convolutions, batch norm, relu and residual adds are
+ * kept in bf16 (half the memory) unless fp32_activations is set. */
 typedef enum dpt_precision { DPT_PRECISION_FP32 = 0, DPT_PRECISION_BF16, DPT_PRECISION_FP16 } dpt_precision;
 
 typedef struct dpt_ctx_options {
@@ -72,6 +74,7 @@ typedef struct dpt_ctx_options {
     bool cudnn_benchmark; /* CUDA: time cuDNN's convolution algorithms once per shape (cudnnFind) */
     size_t memory_limit;  /* bytes the device's caching allocator may reserve (0 = no limit) */
     dpt_precision precision; /* BF16: oneDNN on the CPU (fp32 where the CPU lacks AVX512-BF16) */
+    bool fp32_activations;   /* BF16: keep activations in fp32 (only the convolutions' inputs are bf16) */
 } dpt_ctx_options;
 
 /* Create a context; NULL with err filled if the device cannot be used. */
@@ -110,6 +113,8 @@ void dpt_onednn_version(char *buf, size_t cap);
 int dpt_ctx_threads(const dpt_ctx *ctx);
 /* The precision the convolutions run in, and why it differs from the one asked for ("" if not). */
 dpt_precision dpt_ctx_precision(const dpt_ctx *ctx, const char **note);
+/* Whether activations are kept in bf16 between the ops that take them. */
+bool dpt_ctx_bf16_activations(const dpt_ctx *ctx);
 dpt_device dpt_ctx_device(const dpt_ctx *ctx);
 /* "cpu" or "cuda:N", written into buf (returned). */
 const char *dpt_device_str(dpt_device device, char *buf, size_t cap);

@@ -7,14 +7,21 @@ static void relu_backward(dpt_ctx *ctx, dpt_node *node)
 {
     /* The output decides the mask (y > 0 <=> x > 0), so x need not be kept. */
     const dpt_tensor *y = node->out;
-    ctx->be->relu_bwd(ctx, y->data, y->grad->data, dpt_grad_acc(ctx, node->in[0])->data, y->numel);
+    float *dx = dpt_grad_acc(ctx, node->in[0])->data;
+    if (y->dtype == DPT_BF16)
+        ctx->be->relu16_bwd(ctx, (const uint16_t *)y->data, y->grad->data, dx, y->numel);
+    else
+        ctx->be->relu_bwd(ctx, y->data, y->grad->data, dx, y->numel);
 }
 
 dpt_tensor *dpt_relu(dpt_ctx *ctx, dpt_tensor *x)
 {
     dpt_require_contiguous("relu", x);
-    dpt_tensor *y = dpt_temp_like(ctx, x);
-    ctx->be->relu_fwd(ctx, x->data, y->data, x->numel);
+    dpt_tensor *y = dpt_temp_same(ctx, x); /* a 16-bit activation stays one */
+    if (x->dtype == DPT_BF16)
+        ctx->be->relu16_fwd(ctx, (const uint16_t *)x->data, (uint16_t *)y->data, x->numel);
+    else
+        ctx->be->relu_fwd(ctx, x->data, y->data, x->numel);
     dpt_tape_record(ctx, "relu", relu_backward, y, 1, &x);
     return y;
 }
@@ -27,6 +34,7 @@ static void gelu_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_gelu(dpt_ctx *ctx, dpt_tensor *x)
 {
+    x = dpt_widen(ctx, x);
     dpt_require_contiguous("gelu", x);
     dpt_tensor *y = dpt_temp_like(ctx, x);
     ctx->be->gelu_fwd(ctx, x->data, y->data, x->numel);

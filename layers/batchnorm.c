@@ -198,8 +198,8 @@ static void batchnorm_fused_backward(dpt_ctx *ctx, dpt_node *node)
     float *dx = dpt_wants_grad(x) ? dpt_grad_for_write(ctx, x, &acc)->data : dpt_temp_like(ctx, x)->data;
     float *dg = dpt_wants_grad(gamma) ? dpt_grad_acc(ctx, gamma)->data : constant_temp(ctx, c, 0.0f)->data;
     float *db = dpt_wants_grad(beta) ? dpt_grad_acc(ctx, beta)->data : constant_temp(ctx, c, 0.0f)->data;
-    ctx->be->bn_fused_bwd(ctx, x->data, node->out->grad->data, dx, acc, n, c, hw, x->layout, sv->gamma->data,
-                          dg, db, l->eps, sv->stats->data, sv->stats->data + c);
+    ctx->be->bn_fused_bwd(ctx, x->data, node->out->grad->data, dx, acc, n, c, hw, x->layout, x->dtype,
+                          sv->gamma->data, dg, db, l->eps, sv->stats->data, sv->stats->data + c);
 }
 
 static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x)
@@ -209,8 +209,8 @@ static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_t
     sv->stats = dpt_temp(ctx, 1, (int64_t[]){2 * c});
     dpt_tensor *beta;
     affine_or_identity(ctx, l, &sv->gamma, &beta);
-    dpt_tensor *y = dpt_temp_like(ctx, x);
-    ctx->be->bn_fused_fwd(ctx, x->data, y->data, n, c, hw, x->layout, sv->gamma->data, beta->data,
+    dpt_tensor *y = dpt_temp_same(ctx, x); /* a 16-bit activation stays one */
+    ctx->be->bn_fused_fwd(ctx, x->data, y->data, n, c, hw, x->layout, x->dtype, sv->gamma->data, beta->data,
                           l->running_mean->data, l->running_var->data, l->momentum, l->eps, sv->stats->data,
                           sv->stats->data + c);
     dpt_node *node = dpt_tape_record(ctx, "batchnorm", batchnorm_fused_backward, y, 3,
@@ -238,8 +238,8 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
         int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
         dpt_tensor *g, *b;
         affine_or_identity(ctx, l, &g, &b);
-        dpt_tensor *y = dpt_temp_like(ctx, x);
-        ctx->be->bn_fused_infer(ctx, x->data, y->data, n, c, hw, x->layout, g->data, b->data,
+        dpt_tensor *y = dpt_temp_same(ctx, x);
+        ctx->be->bn_fused_infer(ctx, x->data, y->data, n, c, hw, x->layout, x->dtype, g->data, b->data,
                                 l->running_mean->data, l->running_var->data, l->eps);
         return y;
     }

@@ -88,6 +88,8 @@ static dpt_conv_shape shape_of(const dpt_conv2d *l, const dpt_tensor *x)
         .dil_w = l->dilation,
         .groups = l->groups,
         .x_layout = x->layout,
+        .x_dtype = x->dtype,
+        .y_dtype = x->ctx->act16 ? DPT_BF16 : DPT_F32, /* what the context keeps activations in */
     };
     conv_out(s.h, s.kh, s.stride_h, s.pad_h, s.dil_h, &s.oh);
     conv_out(s.w, s.kw, s.stride_w, s.pad_w, s.dil_w, &s.ow);
@@ -117,9 +119,12 @@ dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *l, dpt_tensor *x)
                   (long long)l->in_channels, (long long)(l->dilation * (l->kernel - 1) + 1 - 2 * l->padding),
                   dpt_shape_str(x, buf, sizeof buf));
     DPT_REQUIRE_OP(ctx, conv2d_fwd, "conv2d");
-    if (!ctx->be->conv2d_out_layout) x = dpt_plain(ctx, x); /* kernels that read NCHW only */
+    if (!ctx->be->conv2d_out_layout || (x->dtype == DPT_BF16 && !ctx->be->act16))
+        x = dpt_plain(ctx, x); /* kernels that read NCHW F32 only */
     dpt_conv_shape s = shape_of(l, x);
-    dpt_tensor *y = dpt_temp(ctx, 4, (int64_t[]){s.n, s.c_out, s.oh, s.ow});
+    int64_t yshape[4] = {s.n, s.c_out, s.oh, s.ow};
+    bool y16 = ctx->be->conv2d_out_dtype && ctx->be->conv2d_out_dtype(ctx, &s) == DPT_BF16;
+    dpt_tensor *y = y16 ? dpt_temp16(ctx, 4, yshape) : dpt_temp(ctx, 4, yshape);
     if (ctx->be->conv2d_out_layout) y->layout = ctx->be->conv2d_out_layout(ctx, &s);
     ctx->be->conv2d_fwd(ctx, &s, x->data, l->weight->data, l->bias ? l->bias->data : NULL, y->data);
     dpt_node *node =

@@ -17,6 +17,7 @@ dpt_tensor *dpt_dropout(dpt_ctx *ctx, dpt_tensor *x, float p, bool training)
     DPT_ASSERT(p >= 0.0f && p < 1.0f, "dropout probability %g", p);
     if (!training || p == 0.0f) return x;
     DPT_ASSERT(dpt_tensor_is_contiguous(x), "dropout of a strided view");
+    x = dpt_widen(ctx, x);
     float *host = malloc((size_t)x->numel * sizeof *host);
     if (!host) dpt_fatal("out of host memory for a dropout mask");
     float keep_scale = 1.0f / (1.0f - p);

@@ -47,10 +47,10 @@ static dpt_pool_shape pool_shape(const char *op, const dpt_tensor *x, int64_t ke
     return s;
 }
 
-/* x as this backend's pooling takes it. */
+/* x as this backend's pooling takes it (F32: a 16-bit activation is widened). */
 static dpt_tensor *pool_input(dpt_ctx *ctx, dpt_tensor *x)
 {
-    return ctx->be->pool_any_layout ? x : dpt_plain(ctx, x);
+    return ctx->be->pool_any_layout ? dpt_widen(ctx, x) : dpt_plain(ctx, x);
 }
 
 static dpt_tensor *pool_output(dpt_ctx *ctx, const dpt_pool_shape *s)

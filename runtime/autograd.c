@@ -130,7 +130,17 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
 
     for (int n = ctx->tape.nnodes - 1; n >= 0; n--) {
         dpt_node *node = &ctx->tape.nodes[n];
-        if (node->out->grad) node->backward(ctx, node);
+        dpt_tensor *out = node->out;
+        if (out->grad) node->backward(ctx, node);
+        /* An intermediate's gradient has done its work once the node that made the tensor has
+         * run backward (every reader of the tensor is later on the tape): its memory goes back
+         * to the allocator now, for the next gradients, instead of at dpt_tape_clear. So the
+         * gradients alive at once are a few layers', not the whole network's (PyTorch frees
+         * them the same way; it keeps non-leaf gradients only when asked). */
+        if (out != loss && out->is_temp && out->grad && out->grad->is_temp) {
+            dpt_tensor_release(out->grad);
+            out->grad = NULL;
+        }
         for (int i = node->n_in - 1; i >= 0; i--) {
             dpt_tensor *t = node->in[i];
             if (!is_reported_param(t)) continue;

@@ -14,6 +14,8 @@
 typedef struct dpt_conv_shape {
     int64_t n, c_in, h, w, c_out, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, oh, ow;
     int64_t x_layout; /* dpt_layout of x (and of dx) */
+    int64_t x_dtype;  /* dpt_dtype of x (dx is F32) */
+    int64_t y_dtype;  /* dpt_dtype wished for y (conv2d_out_dtype says what it gets) */
 } dpt_conv_shape;
 
 /* Shapes of a 2-D pooling window: x (n, c, h, w) -> y (n, c, oh, ow), both (and their
@@ -108,10 +110,25 @@ typedef struct dpt_backend {
      * backend never produces anything but NCHW. */
     void (*relayout)(dpt_ctx *ctx, const float *src, dpt_layout src_layout, float *dst, dpt_layout dst_layout,
                      const int64_t *shape, bool accumulate);
+    /* 16-bit activations. act16: the backend keeps [train] precision = bf16's activations in
+     * BF16 between the ops that take them (conv2d's x and y per s->x_dtype and
+     * conv2d_out_dtype, the fused batch norm, relu16, add16); the entries below are then set.
+     * All shapes are (N, C, H, W). widen: dst (F32, dst_layout) = src (BF16, src_layout), or
+     * += with accumulate. relu16_bwd adds into dx; add16 rounds the float sum to nearest even. */
+    bool act16;
+    void (*widen)(dpt_ctx *ctx, const void *src, dpt_layout src_layout, float *dst, dpt_layout dst_layout,
+                  const int64_t *shape, bool accumulate);
+    void (*relu16_fwd)(dpt_ctx *ctx, const uint16_t *x, uint16_t *y, int64_t n);
+    void (*relu16_bwd)(dpt_ctx *ctx, const uint16_t *y, const float *dy, float *dx, int64_t n);
+    void (*add16)(dpt_ctx *ctx, int64_t n, const uint16_t *a, const uint16_t *b, uint16_t *out);
+    /* The dtype conv2d_fwd writes y in for this shape (s->y_dtype is the one wished for: BF16
+     * with act16 and precision = bf16); NULL: F32. dy and dx are always F32. */
+    dpt_dtype (*conv2d_out_dtype)(dpt_ctx *ctx, const dpt_conv_shape *s);
     /* The layout conv2d_fwd writes y in for this shape (s->x_layout is x's); NULL: NCHW, and x
      * must be NCHW. dy then arrives in that layout, and dx is written in x's. */
     dpt_layout (*conv2d_out_layout)(dpt_ctx *ctx, const dpt_conv_shape *s);
-    /* Convolution. dx, dw, db may be NULL (not wanted). dw and db accumulate (+=); dx too with
+    /* Convolution (x and y in the dtypes s names: BF16 data behind a float pointer, as in a
+     * tensor's `data`). dx, dw, db may be NULL (not wanted). dw and db accumulate (+=); dx too with
      * dx_accumulate, else it is written (its first writer: no zero fill, no read). */
     void (*conv2d_fwd)(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
                        const float *bias, float *y);
@@ -136,17 +153,18 @@ typedef struct dpt_backend {
      * move by `momentum` (unbiased variance); save_mean and save_stat (c each) are what
      * bn_fused_bwd needs (cuDNN: the inverse std; oneDNN: the variance). bn_fused_bwd writes
      * dx (or adds into it, with dx_accumulate) and adds into dgamma and dbeta. gamma and beta
-     * are never NULL. */
+     * are never NULL. x and y in `dtype` (BF16 only with act16; dy and dx are F32). */
     void (*bn_fused_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                         dpt_layout layout, const float *gamma, const float *beta, float *running_mean,
+                         dpt_layout layout, dpt_dtype dtype, const float *gamma, const float *beta,
+                         float *running_mean,
                          float *running_var, double momentum, double eps, float *save_mean, float *save_stat);
     void (*bn_fused_bwd)(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate,
-                         int64_t n, int64_t c, int64_t hw, dpt_layout layout, const float *gamma,
-                         float *dgamma, float *dbeta, double eps, const float *save_mean,
+                         int64_t n, int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype,
+                         const float *gamma, float *dgamma, float *dbeta, double eps, const float *save_mean,
                          const float *save_stat);
     /* Inference-mode batch norm from the running statistics (no gradient). */
     void (*bn_fused_infer)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                           dpt_layout layout, const float *gamma, const float *beta,
+                           dpt_layout layout, dpt_dtype dtype, const float *gamma, const float *beta,
                            const float *running_mean, const float *running_var, double eps);
     /* Pooling. Max pooling's forward leaves in `ws` where each maximum was, for its backward
      * (maxpool_ws_bytes of it; NULL entry: one int32 per output, the flat input index).
@@ -195,6 +213,11 @@ void dpt_tensor_list_free(dpt_tensor_list *l);
             dpt_abort_job("%s is not available on the %s backend yet\nHINT: set [train] device = cpu", op,   \
                           (ctx)->be->name);                                                                  \
     } while (0)
+
+/* ops_cpu.c: the 16-bit activations' elementwise kernels (a table with act16 takes them). */
+void dpt_cpu_relu16_fwd(dpt_ctx *ctx, const uint16_t *x, uint16_t *y, int64_t n);
+void dpt_cpu_relu16_bwd(dpt_ctx *ctx, const uint16_t *y, const float *dy, float *dx, int64_t n);
+void dpt_cpu_add16(dpt_ctx *ctx, int64_t n, const uint16_t *a, const uint16_t *b, uint16_t *out);
 
 /* ops_cpu_nn.c: the CPU convolution, batch-norm and pooling kernels of the table. */
 /* The CPU's images_to_float (also the loader's, per sample, on its workers). */

@@ -128,9 +128,14 @@ static const schema_key builtin_keys[] = {
      "cpu: convolutions, batch norm, pooling and GEMMs (linear layers) on oneDNN (blocked layouts, JIT "
      "kernels) or the native im2col + OpenBLAS reference"},
     {"train", "precision", T_ENUM, "fp32", NO_RANGE, "fp32|bf16|fp16",
-     "bf16: convolutions read bf16 inputs and weights and accumulate in fp32 (torch.autocast's idea); batch "
-     "norm, the loss, linear layers, the weights and the optimizer stay fp32. CPU, oneDNN kernels; fp32 where "
-     "the CPU lacks AVX512-BF16 (said in the header). fp16 (loss scaling) and the GPU paths: not yet"},
+     "bf16: convolutions read bf16 inputs and weights and accumulate in fp32 (torch.autocast's idea); the "
+     "activations between convolutions, batch norm, relu and residual adds are kept in bf16 (half the memory; "
+     "see bf16_activations); batch-norm statistics, the loss, linear layers, gradients, the weights and the "
+     "optimizer stay fp32. CPU, oneDNN kernels; fp32 where the CPU lacks AVX512-BF16 (said in the header). "
+     "fp16 (loss scaling) and the GPU paths: not yet"},
+    {"train", "bf16_activations", T_BOOL, "true", NO_RANGE, NULL,
+     "precision = bf16: keep the activations between convolutions, batch norm, relu and residual adds in "
+     "bf16 (false: in fp32, only the convolutions' inputs rounded to bf16; more memory, slower)"},
     {"train", "loss_scale", T_ENUM, "none", NO_RANGE, "none|dynamic",
      "dynamic: multiply the loss by a scale before backward and the gradients by its inverse after the "
      "AllReduce (torch.cuda.amp.GradScaler's rule: a step whose gradients are inf or nan on any rank is "

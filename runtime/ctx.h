@@ -18,6 +18,7 @@ struct dpt_ctx {
     bool cudnn_benchmark; /* cuDNN: measure the convolution algorithms once per shape */
     dpt_precision precision;    /* the convolutions' (the backend's init may lower it to FP32) */
     const char *precision_note; /* why it was lowered, or "" */
+    bool act16; /* activations between the ops that take them in BF16 (precision bf16, be->act16) */
     dpt_rng rng;
     bool grad_enabled;
     dpt_tape tape; /* autograd.c's */

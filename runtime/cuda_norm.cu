@@ -101,11 +101,11 @@ static void bn_descriptors(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw)
 #pragma GCC diagnostic ignored                                                                               \
     "-Wdeprecated-declarations" /* cuDNN 9 keeps these; the graph API replaces them */
 static void cuda_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                              dpt_layout layout, const float *gamma, const float *beta, float *running_mean,
-                              float *running_var, double momentum, double eps, float *save_mean,
-                              float *save_invstd)
+                              dpt_layout layout, dpt_dtype dtype, const float *gamma, const float *beta,
+                              float *running_mean, float *running_var, double momentum, double eps,
+                              float *save_mean, float *save_invstd)
 {
-    DPT_ASSERT(layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
+    DPT_ASSERT(layout == DPT_LAYOUT_NCHW && dtype == DPT_F32, "a blocked or 16-bit tensor on CUDA");
     cuda_state *s = state_of(ctx);
     bn_descriptors(ctx, n, c, hw);
     float one = 1.0f, zero = 0.0f;
@@ -115,11 +115,11 @@ static void cuda_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n,
 }
 
 static void cuda_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate,
-                              int64_t n, int64_t c, int64_t hw, dpt_layout layout, const float *gamma,
-                              float *dgamma, float *dbeta, double eps, const float *save_mean,
-                              const float *save_invstd)
+                              int64_t n, int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype,
+                              const float *gamma, float *dgamma, float *dbeta, double eps,
+                              const float *save_mean, const float *save_invstd)
 {
-    DPT_ASSERT(layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
+    DPT_ASSERT(layout == DPT_LAYOUT_NCHW && dtype == DPT_F32, "a blocked or 16-bit tensor on CUDA");
     cuda_state *s = state_of(ctx);
     bn_descriptors(ctx, n, c, hw);
     /* parameters: beta = 1 (gradients accumulate); data: beta = 0 when dx is written first
@@ -130,10 +130,10 @@ static void cuda_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, flo
                                                 dbeta, eps, save_mean, save_invstd));
 }
 static void cuda_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                                dpt_layout layout, const float *gamma, const float *beta,
+                                dpt_layout layout, dpt_dtype dtype, const float *gamma, const float *beta,
                                 const float *running_mean, const float *running_var, double eps)
 {
-    DPT_ASSERT(layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
+    DPT_ASSERT(layout == DPT_LAYOUT_NCHW && dtype == DPT_F32, "a blocked or 16-bit tensor on CUDA");
     cuda_state *s = state_of(ctx);
     bn_descriptors(ctx, n, c, hw);
     float one = 1.0f, zero = 0.0f;

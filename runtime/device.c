@@ -117,6 +117,8 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
         free(ctx);
         return NULL;
     }
+    /* after init, which may lower the precision */
+    ctx->act16 = ctx->precision == DPT_PRECISION_BF16 && be->act16 && !options->fp32_activations;
     ctx->alloc = dpt_alloc_new(be->raw_allocator(ctx));
     dpt_alloc_set_limit(ctx->alloc, options->memory_limit);
     return ctx;
@@ -183,6 +185,11 @@ void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *wha
 const char *dpt_ctx_backend_name(const dpt_ctx *ctx)
 {
     return ctx->be->name;
+}
+
+bool dpt_ctx_bf16_activations(const dpt_ctx *ctx)
+{
+    return ctx->act16;
 }
 
 dpt_precision dpt_ctx_precision(const dpt_ctx *ctx, const char **note)

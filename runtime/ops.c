@@ -22,25 +22,53 @@ static void plain_backward(dpt_ctx *ctx, dpt_node *node)
     dpt_tensor *x = node->in[0];
     const dpt_tensor *dy = node->out->grad;
     bool acc;
-    float *dx = dpt_grad_for_write(ctx, x, &acc)->data;
-    ctx->be->relayout(ctx, dy->data, DPT_LAYOUT_NCHW, dx, x->layout, x->shape, acc);
+    float *dx = dpt_grad_for_write(ctx, x, &acc)->data; /* F32, in x's layout */
+    if (x->layout == node->out->layout) { /* a widening in place: the gradient passes through */
+        if (acc)
+            ctx->be->axpy(ctx, dy->numel, 1.0f, dy->data, dx);
+        else
+            ctx->be->copy_d2d(ctx, dx, dy->data, (size_t)dy->numel * sizeof(float));
+        return;
+    }
+    ctx->be->relayout(ctx, dy->data, node->out->layout, dx, x->layout, x->shape, acc);
+}
+
+/* x as F32 in `layout` (x's own or NCHW), recorded. */
+static dpt_tensor *convert(dpt_ctx *ctx, dpt_tensor *x, dpt_layout layout)
+{
+    dpt_tensor *y = dpt_temp(ctx, x->ndim, x->shape);
+    y->layout = layout;
+    if (x->dtype == DPT_BF16) {
+        DPT_ASSERT(ctx->be->widen && x->ndim == 4, "a 16-bit activation on the %s backend", ctx->be->name);
+        ctx->be->widen(ctx, x->data, x->layout, y->data, layout, x->shape, false);
+    } else {
+        DPT_ASSERT(ctx->be->relayout, "a blocked tensor on the %s backend", ctx->be->name);
+        ctx->be->relayout(ctx, x->data, x->layout, y->data, layout, x->shape, false);
+    }
+    dpt_tape_record(ctx, x->dtype == DPT_BF16 ? "to_f32" : "to_nchw", plain_backward, y, 1, &x);
+    return y;
 }
 
 dpt_tensor *dpt_plain(dpt_ctx *ctx, dpt_tensor *x)
 {
-    if (!x || x->layout == DPT_LAYOUT_NCHW) return x;
-    DPT_ASSERT(ctx->be->relayout, "a blocked tensor on the %s backend", ctx->be->name);
-    dpt_tensor *y = dpt_temp(ctx, x->ndim, x->shape);
-    ctx->be->relayout(ctx, x->data, x->layout, y->data, DPT_LAYOUT_NCHW, x->shape, false);
-    dpt_tape_record(ctx, "to_nchw", plain_backward, y, 1, &x);
-    return y;
+    if (!x || (x->layout == DPT_LAYOUT_NCHW && x->dtype == DPT_F32)) return x;
+    return convert(ctx, x, DPT_LAYOUT_NCHW);
+}
+
+dpt_tensor *dpt_widen(dpt_ctx *ctx, dpt_tensor *x)
+{
+    if (!x || x->dtype == DPT_F32) return x;
+    return convert(ctx, x, x->layout);
 }
 
 dpt_layout dpt_common_layout(dpt_ctx *ctx, dpt_tensor **a, dpt_tensor **b)
 {
-    if ((*a)->layout == (*b)->layout) return (*a)->layout;
-    *a = dpt_plain(ctx, *a), *b = dpt_plain(ctx, *b);
-    return DPT_LAYOUT_NCHW;
+    if ((*a)->layout != (*b)->layout) {
+        *a = dpt_plain(ctx, *a), *b = dpt_plain(ctx, *b);
+        return DPT_LAYOUT_NCHW;
+    }
+    if ((*a)->dtype != (*b)->dtype) *a = dpt_widen(ctx, *a), *b = dpt_widen(ctx, *b);
+    return (*a)->layout;
 }
 
 /* ---------------------------------------------------------------- add, mul, scale
@@ -60,8 +88,11 @@ dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
     dpt_common_layout(ctx, &a, &b);
     dpt_require_contiguous("add", a);
     dpt_require_contiguous("add", b);
-    dpt_tensor *out = dpt_temp_like(ctx, a);
-    ctx->be->add(ctx, out->numel, a->data, b->data, out->data);
+    dpt_tensor *out = dpt_temp_same(ctx, a); /* two 16-bit activations add into a third (ResNet's skips) */
+    if (a->dtype == DPT_BF16)
+        ctx->be->add16(ctx, out->numel, (const uint16_t *)a->data, (const uint16_t *)b->data, (uint16_t *)out->data);
+    else
+        ctx->be->add(ctx, out->numel, a->data, b->data, out->data);
     dpt_tape_record(ctx, "add", add_backward, out, 2, (dpt_tensor *[]){a, b});
     return out;
 }
@@ -77,6 +108,7 @@ static void mul_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 {
     require_same_shape("mul", a, b);
+    a = dpt_widen(ctx, a), b = dpt_widen(ctx, b);
     dpt_common_layout(ctx, &a, &b);
     dpt_require_contiguous("mul", a);
     dpt_require_contiguous("mul", b);
@@ -94,6 +126,7 @@ static void scale_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha)
 {
+    x = dpt_widen(ctx, x);
     dpt_require_contiguous("scale", x);
     dpt_tensor *out = dpt_temp_like(ctx, x);
     ctx->be->scale(ctx, out->numel, alpha, x->data, out->data);
@@ -115,6 +148,7 @@ static void sum_backward(dpt_ctx *ctx, dpt_node *node)
 
 static dpt_tensor *reduce(dpt_ctx *ctx, dpt_tensor *x, float factor, const char *op)
 {
+    x = dpt_widen(ctx, x);
     dpt_require_contiguous(op, x);
     dpt_tensor *out = dpt_temp(ctx, 1, (int64_t[]){1});
     ctx->host_syncs++; /* the backend's sum comes back to the host */

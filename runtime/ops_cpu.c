@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "ctx.h"
 #include "error.h"
+#include "half.h"
 
 #define PAR_MIN 32768 /* elements below which a loop stays on one thread */
 
@@ -204,6 +205,48 @@ static void cpu_relu_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *d
         int64_t lo = c * chunk, len = n - lo < chunk ? n - lo : chunk;
         relu_bwd_range(y + lo, dy + lo, dx + lo, len);
     }
+}
+
+/* ---------------------------------------------------------------- 16-bit activations
+ * The elementwise ops a bf16 activation passes through between convolutions (relu, the
+ * residual add); a backend with act16 puts them in its table. Comparisons and sums in float,
+ * as the fp32 kernels do (a NaN's relu is 0 there and here). */
+
+void dpt_cpu_relu16_fwd(dpt_ctx *ctx, const uint16_t *x, uint16_t *y, int64_t n)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = dpt_f32_from_bf16(x[i]) > 0.0f ? x[i] : 0;
+}
+
+__attribute__((noinline)) static void relu16_bwd_range(const uint16_t *restrict y, const float *restrict dy,
+                                                       float *restrict dx, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) { /* the bit mask of relu_bwd_range: no branch per element */
+        uint32_t bits;
+        float g;
+        memcpy(&bits, &dy[i], sizeof bits);
+        bits &= -(uint32_t)(dpt_f32_from_bf16(y[i]) > 0.0f);
+        memcpy(&g, &bits, sizeof g);
+        dx[i] += g;
+    }
+}
+
+void dpt_cpu_relu16_bwd(dpt_ctx *ctx, const uint16_t *y, const float *dy, float *dx, int64_t n)
+{
+    int64_t chunk = 16384, chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t lo = c * chunk, len = n - lo < chunk ? n - lo : chunk;
+        relu16_bwd_range(y + lo, dy + lo, dx + lo, len);
+    }
+}
+
+void dpt_cpu_add16(dpt_ctx *ctx, int64_t n, const uint16_t *a, const uint16_t *b, uint16_t *out)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        out[i] = dpt_bf16_from_f32(dpt_f32_from_bf16(a[i]) + dpt_f32_from_bf16(b[i]));
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */

@@ -31,10 +31,11 @@ typedef struct conv_plan {
     dpt_conv_shape shape;
     bool native;         /* oneDNN has no kernel for this shape */
     dpt_layout y_layout; /* what forward writes y in */
+    dpt_dtype y_dtype;   /* and in which numbers (BF16: a 16-bit activation) */
     dnnl_primitive_t fwd, bwd_data, bwd_weights;
-    /* the caller's layouts: x (and dx) as it arrives, y (and dy) as forward writes it,
-     * weights and bias plain */
-    dnnl_memory_desc_t src, weights, dst, bias;
+    /* the caller's layouts: x as it arrives, y as forward writes it (each in its dtype), dx
+     * and dy in their layouts in F32, weights and bias plain */
+    dnnl_memory_desc_t src, weights, dst, bias, dx, dy;
     /* what each primitive reads and writes */
     dnnl_memory_desc_t fwd_src, fwd_weights, fwd_dst, bd_diff_src, bd_weights, bd_diff_dst, bw_src,
         bw_diff_weights, bw_diff_dst;
@@ -48,6 +49,7 @@ typedef struct conv_plan {
 typedef struct bn_plan {
     int64_t n, c, hw;
     dpt_layout layout;
+    dpt_dtype dtype; /* of x and y; a BF16 plan has no backward (it runs the F32 plan's) */
     dnnl_memory_desc_t data, stat; /* x/y/dx/dy; mean/variance/scale/shift (c) */
     dnnl_memory_desc_t fwd_scratch, bwd_scratch, infer_scratch;
     dnnl_primitive_t fwd, bwd, infer;
@@ -62,10 +64,11 @@ typedef struct pool_plan {
     dnnl_primitive_t fwd, bwd;
 } pool_plan;
 
-/* A cached reorder between NCHW and nChw16c of one shape. */
+/* A cached reorder between NCHW and nChw16c of one shape (and from BF16 to F32). */
 typedef struct relayout_plan {
     int64_t shape[4];
     dpt_layout from, to;
+    dpt_dtype from_dt, to_dt;
     bool accumulate;
     dnnl_memory_desc_t from_md, to_md;
     dnnl_primitive_t reorder;
@@ -182,12 +185,12 @@ static int64_t pad_right(int64_t in, int64_t k, int64_t stride, int64_t pad, int
     return r < 0 ? 0 : r;
 }
 
-/* The memory descriptor of an activation (N, C, H, W) in one of our layouts. */
-static void activation_md(dnnl_memory_desc_t *d, const int64_t *shape, dpt_layout layout,
+/* The memory descriptor of an activation (N, C, H, W) in one of our layouts and dtypes. */
+static void activation_md(dnnl_memory_desc_t *d, const int64_t *shape, dpt_layout layout, dpt_dtype dtype,
                           const dpt_conv_shape *s)
 {
     dnnl_dims_t dims = {shape[0], shape[1], shape[2], shape[3]};
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(d, 4, dims, dnnl_f32,
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(d, 4, dims, dtype == DPT_BF16 ? dnnl_bf16 : dnnl_f32,
                                             layout == DPT_LAYOUT_NCHW16C ? dnnl_nChw16c : dnnl_nchw),
                "memory", s);
 }
@@ -210,20 +213,27 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
     int wnd = g > 1 ? 5 : 4;
     const int64_t *wd = g > 1 ? gw_dims : w_dims;
     /* [train] precision = bf16: what a convolution reads (x, w, dy) is bf16, what it writes
-     * (y, dx, dw, db) fp32, accumulated in fp32; the reorders into the primitives' layouts
-     * round to bf16 (nearest even) on the way. fp32: every type below is f32. */
+     * (dx, dw, db) fp32, accumulated in fp32; the reorders into the primitives' layouts
+     * round to bf16 (nearest even) on the way. y is bf16 when the caller keeps 16-bit
+     * activations (s->y_dtype), else fp32; x arrives in either (s->x_dtype). fp32: every type
+     * below is f32. */
     dnnl_data_type_t in = ctx->precision == DPT_PRECISION_BF16 ? dnnl_bf16 : dnnl_f32;
+    dpt_dtype yt = in == dnnl_bf16 && s->y_dtype == DPT_BF16 ? DPT_BF16 : DPT_F32;
     dnnl_memory_desc_t any_src, any_w, any_dst, any_diff_src, any_diff_w, any_diff_dst, blocked_dst;
-    activation_md(&p->src, src_dims, (dpt_layout)s->x_layout, s);
-    activation_md(&p->dst, dst_dims, DPT_LAYOUT_NCHW, s);
-    activation_md(&blocked_dst, dst_dims, DPT_LAYOUT_NCHW16C, s);
+    activation_md(&p->src, src_dims, (dpt_layout)s->x_layout, (dpt_dtype)s->x_dtype, s);
+    activation_md(&p->dx, src_dims, (dpt_layout)s->x_layout, DPT_F32, s);
+    activation_md(&p->dst, dst_dims, DPT_LAYOUT_NCHW, yt, s);
+    activation_md(&p->dy, dst_dims, DPT_LAYOUT_NCHW, DPT_F32, s);
+    activation_md(&blocked_dst, dst_dims, DPT_LAYOUT_NCHW16C, yt, s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->weights, wnd, wd, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw),
                "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->bias, 1, bias_dims, dnnl_f32, dnnl_x), "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_src, 4, src_dims, in, dnnl_format_tag_any), "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_diff_src, 4, src_dims, dnnl_f32, dnnl_format_tag_any), "memory",
                s);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_dst, 4, dst_dims, dnnl_f32, dnnl_format_tag_any), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_dst, 4, dst_dims, yt == DPT_BF16 ? dnnl_bf16 : dnnl_f32,
+                                            dnnl_format_tag_any),
+               "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_diff_dst, 4, dst_dims, in, dnnl_format_tag_any), "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_w, wnd, wd, in, dnnl_format_tag_any), "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_diff_w, wnd, wd, dnnl_f32, dnnl_format_tag_any), "memory", s);
@@ -255,6 +265,7 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
                 sh);
         p->native = true;
         p->y_layout = DPT_LAYOUT_NCHW;
+        p->y_dtype = DPT_F32;
         if (fpd) dnnl_primitive_desc_destroy(fpd);
         if (bpd) dnnl_primitive_desc_destroy(bpd);
         return p;
@@ -274,19 +285,21 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
     dnnl_primitive_desc_destroy(bpd);
     dnnl_primitive_desc_destroy(wpd);
     /* y keeps oneDNN's blocked layout when it is ours (C a multiple of 16), else NCHW */
+    p->y_dtype = yt;
     if (s->c_out % 16 == 0 && dnnl_memory_desc_equal(&p->fwd_dst, &blocked_dst)) {
         p->dst = blocked_dst;
+        activation_md(&p->dy, dst_dims, DPT_LAYOUT_NCHW16C, DPT_F32, s);
         p->y_layout = DPT_LAYOUT_NCHW16C;
     }
     p->src_in = make_reorder(st, &p->src, &p->fwd_src, false, s);
     p->weights_in = make_reorder(st, &p->weights, &p->fwd_weights, false, s);
     p->dst_out = make_reorder(st, &p->fwd_dst, &p->dst, false, s);
-    p->diff_dst_in = make_reorder(st, &p->dst, &p->bd_diff_dst, false, s);
+    p->diff_dst_in = make_reorder(st, &p->dy, &p->bd_diff_dst, false, s);
     p->bd_weights_in = make_reorder(st, &p->weights, &p->bd_weights, false, s);
-    p->diff_src_acc = make_reorder(st, &p->bd_diff_src, &p->src, true, s);
-    p->diff_src_out = make_reorder(st, &p->bd_diff_src, &p->src, false, s);
+    p->diff_src_acc = make_reorder(st, &p->bd_diff_src, &p->dx, true, s);
+    p->diff_src_out = make_reorder(st, &p->bd_diff_src, &p->dx, false, s);
     p->bw_src_in = make_reorder(st, &p->src, &p->bw_src, false, s);
-    p->bw_diff_dst_in = make_reorder(st, &p->dst, &p->bw_diff_dst, false, s);
+    p->bw_diff_dst_in = make_reorder(st, &p->dy, &p->bw_diff_dst, false, s);
     p->diff_weights_acc = make_reorder(st, &p->bw_diff_weights, &p->weights, true, s);
     return p;
 }
@@ -364,8 +377,9 @@ static const void *laid_out(dpt_ctx *ctx, dnnl_primitive_t r, const dnnl_memory_
 
 /* ---------------------------------------------------------------- relayout */
 
-static void dnnl_relayout(dpt_ctx *ctx, const float *src, dpt_layout from, float *dst, dpt_layout to,
-                          const int64_t *shape, bool accumulate)
+/* dst (to, to_dt) = src (from, from_dt), or += with accumulate. */
+static void act_reorder(dpt_ctx *ctx, const void *src, dpt_layout from, dpt_dtype from_dt, void *dst, dpt_layout to,
+                        dpt_dtype to_dt, const int64_t *shape, bool accumulate)
 {
     dnnl_state *st = state_of(ctx);
     dpt_conv_shape where = {.n = shape[0], .c_in = shape[1], .h = shape[2], .w = shape[3]}; /* for messages */
@@ -373,16 +387,16 @@ static void dnnl_relayout(dpt_ctx *ctx, const float *src, dpt_layout from, float
     for (int i = 0; i < st->nrelayouts && !r; i++) {
         relayout_plan *c = st->relayouts[i];
         if (!memcmp(c->shape, shape, sizeof c->shape) && c->from == from && c->to == to &&
-            c->accumulate == accumulate)
+            c->from_dt == from_dt && c->to_dt == to_dt && c->accumulate == accumulate)
             r = c;
     }
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) dpt_fatal("out of host memory for a oneDNN reorder");
         memcpy(r->shape, shape, sizeof r->shape);
-        r->from = from, r->to = to, r->accumulate = accumulate;
-        activation_md(&r->from_md, shape, from, &where);
-        activation_md(&r->to_md, shape, to, &where);
+        r->from = from, r->to = to, r->from_dt = from_dt, r->to_dt = to_dt, r->accumulate = accumulate;
+        activation_md(&r->from_md, shape, from, from_dt, &where);
+        activation_md(&r->to_md, shape, to, to_dt, &where);
         r->reorder = make_reorder(st, &r->from_md, &r->to_md, true, &where);
         if (!accumulate) { /* make_reorder(accumulate = true) always gives one; this one must not add */
             dnnl_primitive_destroy(r->reorder);
@@ -397,6 +411,18 @@ static void dnnl_relayout(dpt_ctx *ctx, const float *src, dpt_layout from, float
     reorder(ctx, r->reorder, &r->from_md, src, &r->to_md, dst, &where);
 }
 
+static void dnnl_relayout(dpt_ctx *ctx, const float *src, dpt_layout from, float *dst, dpt_layout to,
+                          const int64_t *shape, bool accumulate)
+{
+    act_reorder(ctx, src, from, DPT_F32, dst, to, DPT_F32, shape, accumulate);
+}
+
+static void dnnl_widen(dpt_ctx *ctx, const void *src, dpt_layout from, float *dst, dpt_layout to,
+                       const int64_t *shape, bool accumulate)
+{
+    act_reorder(ctx, src, from, DPT_BF16, dst, to, DPT_F32, shape, accumulate);
+}
+
 /* ---------------------------------------------------------------- convolution */
 
 static dpt_layout dnnl_conv2d_out_layout(dpt_ctx *ctx, const dpt_conv_shape *s)
@@ -404,13 +430,20 @@ static dpt_layout dnnl_conv2d_out_layout(dpt_ctx *ctx, const dpt_conv_shape *s)
     return plan_for(ctx, s)->y_layout;
 }
 
-/* The shape's activation in NCHW for a native kernel: t itself, or a relayout into *b (which
- * the caller returns with block_put). */
-static const float *as_nchw(dpt_ctx *ctx, const float *t, dpt_layout layout, const int64_t *shape, block *b)
+static dpt_dtype dnnl_conv2d_out_dtype(dpt_ctx *ctx, const dpt_conv_shape *s)
 {
-    if (layout == DPT_LAYOUT_NCHW) return t;
+    return plan_for(ctx, s)->y_dtype;
+}
+
+/* The shape's activation in NCHW F32 for a native kernel: t itself, or a relayout (and
+ * widening) into *b (which the caller returns with block_put). */
+static const float *as_nchw(dpt_ctx *ctx, const float *t, dpt_layout layout, dpt_dtype dtype,
+                            const int64_t *shape, block *b)
+{
+    if (layout == DPT_LAYOUT_NCHW && dtype == DPT_F32) return t;
     size_t bytes = (size_t)(shape[0] * shape[1] * shape[2] * shape[3]) * sizeof(float);
-    dnnl_relayout(ctx, t, layout, block_get(ctx, b, bytes, "a relayout"), DPT_LAYOUT_NCHW, shape, false);
+    act_reorder(ctx, t, layout, dtype, block_get(ctx, b, bytes, "a relayout"), DPT_LAYOUT_NCHW, DPT_F32, shape,
+                false);
     return b->ptr;
 }
 
@@ -421,7 +454,9 @@ static void native_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, co
     dpt_conv_shape plain = *s;
     plain.x_layout = DPT_LAYOUT_NCHW;
     block bx = {0};
-    x = as_nchw(ctx, x, (dpt_layout)s->x_layout, (int64_t[]){s->n, s->c_in, s->h, s->w}, &bx);
+    plain.x_dtype = DPT_F32;
+    x = as_nchw(ctx, x, (dpt_layout)s->x_layout, (dpt_dtype)s->x_dtype, (int64_t[]){s->n, s->c_in, s->h, s->w},
+                &bx);
     dpt_cpu_conv2d_fwd(ctx, &plain, x, w, bias, y);
     block_put(ctx, &bx);
 }
@@ -429,16 +464,16 @@ static void native_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, co
 static void native_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *dy,
                        float *dx, bool dx_accumulate, float *dw, float *dbias)
 {
-    if (s->x_layout == DPT_LAYOUT_NCHW) {
+    if (s->x_layout == DPT_LAYOUT_NCHW && s->x_dtype == DPT_F32) {
         dpt_cpu_conv2d_bwd(ctx, s, x, w, dy, dx, dx_accumulate, dw, dbias);
         return;
     }
     dpt_conv_shape plain = *s;
-    plain.x_layout = DPT_LAYOUT_NCHW;
+    plain.x_layout = DPT_LAYOUT_NCHW, plain.x_dtype = DPT_F32;
     int64_t shape[4] = {s->n, s->c_in, s->h, s->w};
     size_t bytes = (size_t)(s->n * s->c_in * s->h * s->w) * sizeof(float);
     block bx = {0}, bdx = {0};
-    x = as_nchw(ctx, x, (dpt_layout)s->x_layout, shape, &bx);
+    x = as_nchw(ctx, x, (dpt_layout)s->x_layout, (dpt_dtype)s->x_dtype, shape, &bx);
     if (dx) memset(block_get(ctx, &bdx, bytes, "a relayout"), 0, bytes);
     dpt_cpu_conv2d_bwd(ctx, &plain, x, w, dy, bdx.ptr, true, dw, dbias);
     if (dx) dnnl_relayout(ctx, bdx.ptr, DPT_LAYOUT_NCHW, dx, (dpt_layout)s->x_layout, shape, dx_accumulate);
@@ -486,7 +521,7 @@ static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *
     dnnl_state *st = state_of(ctx);
     block bddst = {0}, bddst_w = {0};
     /* dy in the layout backward data wants; backward weights usually wants the same one */
-    const void *ddst = laid_out(ctx, p->diff_dst_in, &p->dst, dy, &p->bd_diff_dst, &bddst, s);
+    const void *ddst = laid_out(ctx, p->diff_dst_in, &p->dy, dy, &p->bd_diff_dst, &bddst, s);
     if (dx) {
         block bw = {0}, bdsrc = {0}, bscr = {0};
         const void *wts = laid_out(ctx, p->bd_weights_in, &p->weights, w, &p->bd_weights, &bw, s);
@@ -502,9 +537,9 @@ static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *
                                   mem(st, &p->bd_scratch, bscr.ptr, s)},
                 "convolution backward data", s);
         if (dx_accumulate)
-            reorder(ctx, p->diff_src_acc, &p->bd_diff_src, bdsrc.ptr, &p->src, dx, s); /* dx += */
+            reorder(ctx, p->diff_src_acc, &p->bd_diff_src, bdsrc.ptr, &p->dx, dx, s); /* dx += */
         else if (!direct)
-            reorder(ctx, p->diff_src_out, &p->bd_diff_src, bdsrc.ptr, &p->src, dx, s); /* dx = */
+            reorder(ctx, p->diff_src_out, &p->bd_diff_src, bdsrc.ptr, &p->dx, dx, s); /* dx = */
         block_put(ctx, &bscr), block_put(ctx, &bdsrc), block_put(ctx, &bw);
     }
     if (dw || dbias) {
@@ -513,7 +548,7 @@ static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *
         const void *ddst_w =
             dnnl_memory_desc_equal(&p->bw_diff_dst, &p->bd_diff_dst)
                 ? ddst
-                : laid_out(ctx, p->bw_diff_dst_in, &p->dst, dy, &p->bw_diff_dst, &bddst_w, s);
+                : laid_out(ctx, p->bw_diff_dst_in, &p->dy, dy, &p->bw_diff_dst, &bddst_w, s);
         block_get(ctx, &bdw, dnnl_memory_desc_get_size(&p->bw_diff_weights), "oneDNN weight gradient");
         float *db = block_get(ctx, &bdb, (size_t)s->c_out * sizeof(float), "oneDNN bias gradient");
         block_get(ctx, &bscr, dnnl_memory_desc_get_size(&p->bw_scratch), "oneDNN scratchpad");
@@ -539,19 +574,20 @@ static void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *
  * running statistics move here with the unbiased variance (torch.nn.BatchNorm2d's rule). The
  * variance, not the inverse std, is what its backward reads: it goes in the save_stat slot. */
 
-static bn_plan *bn_plan_for(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_layout layout, double eps)
+static bn_plan *bn_plan_for(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype,
+                           double eps)
 {
     dnnl_state *st = state_of(ctx);
     for (int i = 0; i < st->nbn; i++) {
         bn_plan *b = st->bn_plans[i];
-        if (b->n == n && b->c == c && b->hw == hw && b->layout == layout) return b;
+        if (b->n == n && b->c == c && b->hw == hw && b->layout == layout && b->dtype == dtype) return b;
     }
     dpt_conv_shape where = {.n = n, .c_in = c, .h = hw, .w = 1}; /* for messages */
     bn_plan *b = calloc(1, sizeof *b);
     if (!b) dpt_fatal("out of host memory for a oneDNN plan");
-    b->n = n, b->c = c, b->hw = hw, b->layout = layout;
+    b->n = n, b->c = c, b->hw = hw, b->layout = layout, b->dtype = dtype;
     /* (N, C, H*W, 1) is the same memory as (N, C, H, W) in either layout */
-    activation_md(&b->data, (int64_t[]){n, c, hw, 1}, layout, &where);
+    activation_md(&b->data, (int64_t[]){n, c, hw, 1}, layout, dtype, &where);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&b->stat, 1, (dnnl_dims_t){c}, dnnl_f32, dnnl_x), "memory",
                &where);
     dnnl_primitive_attr_t attr;
@@ -566,36 +602,41 @@ static bn_plan *bn_plan_for(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_
         "batch normalization forward", &where);
     CHECK_DNNL(dnnl_primitive_desc_create(&fpd, &fd, attr, st->engine, NULL), "batch normalization forward",
                &where);
-    CHECK_DNNL(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &b->data, &b->data, (float)eps,
-                                                           flags),
-               "batch normalization backward", &where);
-    CHECK_DNNL(dnnl_primitive_desc_create(&bpd, &bd, attr, st->engine, fpd), "batch normalization backward",
-               &where);
+    bpd = NULL;
+    if (dtype == DPT_F32) { /* a BF16 x is widened for backward: its gradients are F32 */
+        CHECK_DNNL(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &b->data, &b->data,
+                                                               (float)eps, flags),
+                   "batch normalization backward", &where);
+        CHECK_DNNL(dnnl_primitive_desc_create(&bpd, &bd, attr, st->engine, fpd), "batch normalization backward",
+                   &where);
+    }
     CHECK_DNNL(dnnl_batch_normalization_forward_desc_init(&id, dnnl_forward_inference, &b->data, (float)eps,
                                                           flags | dnnl_use_global_stats),
                "batch normalization inference", &where);
     CHECK_DNNL(dnnl_primitive_desc_create(&ipd, &id, attr, st->engine, NULL), "batch normalization inference",
                &where);
     dnnl_primitive_attr_destroy(attr);
-    b->fwd_scratch = *md(fpd, dnnl_query_scratchpad_md), b->bwd_scratch = *md(bpd, dnnl_query_scratchpad_md);
-    b->infer_scratch = *md(ipd, dnnl_query_scratchpad_md);
+    b->fwd_scratch = *md(fpd, dnnl_query_scratchpad_md), b->infer_scratch = *md(ipd, dnnl_query_scratchpad_md);
     CHECK_DNNL(dnnl_primitive_create(&b->fwd, fpd), "batch normalization forward", &where);
-    CHECK_DNNL(dnnl_primitive_create(&b->bwd, bpd), "batch normalization backward", &where);
     CHECK_DNNL(dnnl_primitive_create(&b->infer, ipd), "batch normalization inference", &where);
+    if (bpd) {
+        b->bwd_scratch = *md(bpd, dnnl_query_scratchpad_md);
+        CHECK_DNNL(dnnl_primitive_create(&b->bwd, bpd), "batch normalization backward", &where);
+        dnnl_primitive_desc_destroy(bpd);
+    }
     dnnl_primitive_desc_destroy(fpd);
-    dnnl_primitive_desc_destroy(bpd);
     dnnl_primitive_desc_destroy(ipd);
     APPEND_PLAN(st->bn_plans, st->nbn, st->cap_bn, b);
     return b;
 }
 
 static void dnnl_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                              dpt_layout layout, const float *gamma, const float *beta, float *running_mean,
-                              float *running_var, double momentum, double eps, float *save_mean,
-                              float *save_var)
+                              dpt_layout layout, dpt_dtype dtype, const float *gamma, const float *beta,
+                              float *running_mean, float *running_var, double momentum, double eps,
+                              float *save_mean, float *save_var)
 {
     dnnl_state *st = state_of(ctx);
-    bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, eps);
+    bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, dtype, eps);
     dpt_conv_shape where = {.n = n, .c_in = c, .h = hw, .w = 1};
     block scr = {0};
     block_get(ctx, &scr, dnnl_memory_desc_get_size(&b->fwd_scratch), "oneDNN scratchpad");
@@ -616,15 +657,20 @@ static void dnnl_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n,
 }
 
 static void dnnl_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate,
-                              int64_t n, int64_t c, int64_t hw, dpt_layout layout, const float *gamma,
-                              float *dgamma, float *dbeta, double eps, const float *save_mean,
+                              int64_t n, int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype,
+                              const float *gamma, float *dgamma, float *dbeta, double eps, const float *save_mean,
                               const float *save_var)
 {
     dnnl_state *st = state_of(ctx);
-    bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, eps);
+    bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, DPT_F32, eps);
     dpt_conv_shape where = {.n = n, .c_in = c, .h = hw, .w = 1};
     size_t bytes = (size_t)(n * c * hw) * sizeof(float);
-    block scr = {0}, bdx = {0}, bdp = {0};
+    block scr = {0}, bdx = {0}, bdp = {0}, bx = {0};
+    if (dtype == DPT_BF16) { /* x widened into a buffer of its own layout (the batch's statistics are F32) */
+        dnnl_widen(ctx, x, layout, block_get(ctx, &bx, bytes, "a widened batch-norm input"), layout,
+                   (int64_t[]){n, c, hw, 1}, false);
+        x = bx.ptr;
+    }
     float *out = dx_accumulate ? block_get(ctx, &bdx, bytes, "a batch-norm gradient") : dx;
     float *dscale = block_get(ctx, &bdp, (size_t)(2 * c) * sizeof(float), "batch-norm parameter gradients");
     block_get(ctx, &scr, dnnl_memory_desc_get_size(&b->bwd_scratch), "oneDNN scratchpad");
@@ -642,15 +688,15 @@ static void dnnl_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, flo
     if (dx_accumulate) dpt_backend_cpu.axpy(ctx, n * c * hw, 1.0f, out, dx);
     for (int64_t ch = 0; ch < c; ch++)
         dgamma[ch] += dscale[ch], dbeta[ch] += dscale[c + ch];
-    block_put(ctx, &scr), block_put(ctx, &bdp), block_put(ctx, &bdx);
+    block_put(ctx, &scr), block_put(ctx, &bdp), block_put(ctx, &bdx), block_put(ctx, &bx);
 }
 
 static void dnnl_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                                dpt_layout layout, const float *gamma, const float *beta,
+                                dpt_layout layout, dpt_dtype dtype, const float *gamma, const float *beta,
                                 const float *running_mean, const float *running_var, double eps)
 {
     dnnl_state *st = state_of(ctx);
-    bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, eps);
+    bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, dtype, eps);
     dpt_conv_shape where = {.n = n, .c_in = c, .h = hw, .w = 1};
     block scr = {0};
     block_get(ctx, &scr, dnnl_memory_desc_get_size(&b->infer_scratch), "oneDNN scratchpad");
@@ -695,8 +741,8 @@ static pool_plan *pool_plan_for(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max
     if (!q) dpt_fatal("out of host memory for a oneDNN plan");
     q->shape = *ps, q->max = max;
     dpt_conv_shape where = pool_where(ps);
-    activation_md(&q->src, (int64_t[]){ps->n, ps->c, ps->h, ps->w}, (dpt_layout)ps->layout, &where);
-    activation_md(&q->dst, (int64_t[]){ps->n, ps->c, ps->oh, ps->ow}, (dpt_layout)ps->layout, &where);
+    activation_md(&q->src, (int64_t[]){ps->n, ps->c, ps->h, ps->w}, (dpt_layout)ps->layout, DPT_F32, &where);
+    activation_md(&q->dst, (int64_t[]){ps->n, ps->c, ps->oh, ps->ow}, (dpt_layout)ps->layout, DPT_F32, &where);
     dnnl_dims_t strides = {ps->stride_h, ps->stride_w}, kernel = {ps->kh, ps->kw},
                 pad_l = {ps->pad_h, ps->pad_w},
                 pad_r = {pad_right(ps->h, ps->kh, ps->stride_h, ps->pad_h, 1, ps->oh),
@@ -753,7 +799,7 @@ static void native_pool_fwd(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max, co
     plain.layout = DPT_LAYOUT_NCHW;
     int64_t xs[4] = {ps->n, ps->c, ps->h, ps->w}, ys[4] = {ps->n, ps->c, ps->oh, ps->ow};
     block bx = {0}, by = {0};
-    const float *px = as_nchw(ctx, x, (dpt_layout)ps->layout, xs, &bx);
+    const float *px = as_nchw(ctx, x, (dpt_layout)ps->layout, DPT_F32, xs, &bx);
     float *py = ps->layout == DPT_LAYOUT_NCHW
                     ? y
                     : block_get(ctx, &by, (size_t)(ys[0] * ys[1] * ys[2] * ys[3]) * sizeof(float),
@@ -780,7 +826,7 @@ static void native_pool_bwd(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max, co
         return;
     }
     block bdy = {0}, bdx = {0};
-    const float *pdy = as_nchw(ctx, dy, (dpt_layout)ps->layout, ys, &bdy);
+    const float *pdy = as_nchw(ctx, dy, (dpt_layout)ps->layout, DPT_F32, ys, &bdy);
     float *pdx = block_get(ctx, &bdx, (size_t)(xs[0] * xs[1] * xs[2] * xs[3]) * sizeof(float), "a gradient");
     if (max)
         dpt_cpu_maxpool_bwd(ctx, &plain, pdy, ws, pdx, false);
@@ -888,7 +934,7 @@ static void dnnl_shutdown(dpt_ctx *ctx)
         free(st->plans);
         for (int i = 0; i < st->nbn; i++) {
             dnnl_primitive_destroy(st->bn_plans[i]->fwd);
-            dnnl_primitive_destroy(st->bn_plans[i]->bwd);
+            if (st->bn_plans[i]->bwd) dnnl_primitive_destroy(st->bn_plans[i]->bwd);
             dnnl_primitive_destroy(st->bn_plans[i]->infer);
             free(st->bn_plans[i]);
         }
@@ -947,6 +993,12 @@ static void table_fill(void)
     table.conv2d_bwd = dnnl_conv2d_bwd;
     table.conv2d_out_layout = dnnl_conv2d_out_layout;
     table.relayout = dnnl_relayout;
+    table.act16 = true;
+    table.widen = dnnl_widen;
+    table.relu16_fwd = dpt_cpu_relu16_fwd;
+    table.relu16_bwd = dpt_cpu_relu16_bwd;
+    table.add16 = dpt_cpu_add16;
+    table.conv2d_out_dtype = dnnl_conv2d_out_dtype;
     table.bn_fused_fwd = dnnl_bn_fused_fwd;
     table.bn_fused_bwd = dnnl_bn_fused_bwd;
     table.bn_fused_infer = dnnl_bn_fused_infer;

@@ -28,12 +28,13 @@ static dpt_tensor *tensor_header(dpt_ctx *ctx, int ndim, const int64_t *shape)
     return t;
 }
 
-dpt_tensor *dpt_tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool temp)
+static dpt_tensor *tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool temp, dpt_dtype dtype)
 {
     dpt_tensor *t = tensor_header(ctx, ndim, shape);
+    t->dtype = dtype;
     dpt_storage *s = calloc(1, sizeof *s);
     if (!s) dpt_fatal("out of host memory for a storage header");
-    size_t bytes = (size_t)t->numel * sizeof(float);
+    size_t bytes = (size_t)t->numel * dpt_dtype_size(dtype);
     s->ptr = dpt_ctx_alloc(ctx, bytes, &s->granted, "a tensor");
     s->refcount = 1;
     s->alloc = ctx->alloc;
@@ -41,6 +42,16 @@ dpt_tensor *dpt_tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool 
     t->data = s->ptr;
     if (temp) dpt_tape_keep(ctx, t);
     return t;
+}
+
+dpt_tensor *dpt_tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool temp)
+{
+    return tensor_alloc(ctx, ndim, shape, temp, DPT_F32);
+}
+
+dpt_tensor *dpt_temp16(dpt_ctx *ctx, int ndim, const int64_t *shape)
+{
+    return tensor_alloc(ctx, ndim, shape, true, DPT_BF16);
 }
 
 dpt_tensor *dpt_temp(dpt_ctx *ctx, int ndim, const int64_t *shape)
@@ -62,9 +73,17 @@ dpt_tensor *dpt_temp_like(dpt_ctx *ctx, const dpt_tensor *t)
     return out;
 }
 
+dpt_tensor *dpt_temp_same(dpt_ctx *ctx, const dpt_tensor *t)
+{
+    dpt_tensor *out = tensor_alloc(ctx, t->ndim, t->shape, true, t->dtype);
+    out->layout = t->layout;
+    return out;
+}
+
 dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                      int64_t offset)
 {
+    DPT_ASSERT(t->dtype == DPT_F32, "a view of a 16-bit activation (widen it first)");
     dpt_tensor *v = tensor_header(ctx, ndim, shape);
     if (strides) memcpy(v->strides, strides, (size_t)ndim * sizeof *strides);
     v->storage = t->storage;
@@ -93,13 +112,20 @@ dpt_tensor *dpt_tensor_new(dpt_ctx *ctx, int ndim, const int64_t *shape)
     return t;
 }
 
-void dpt_tensor_free(dpt_tensor *t)
+void dpt_tensor_release(dpt_tensor *t)
 {
-    if (!t) return;
     if (t->storage && --t->storage->refcount == 0) {
         if (t->storage->alloc) dpt_alloc_put(t->storage->alloc, t->storage->ptr, t->storage->granted);
         free(t->storage);
     }
+    t->storage = NULL;
+    t->data = NULL;
+}
+
+void dpt_tensor_free(dpt_tensor *t)
+{
+    if (!t) return;
+    dpt_tensor_release(t);
     /* A temporary's gradient is itself a temporary and is freed by the tape. */
     if (t->grad && !t->grad->is_temp) dpt_tensor_free(t->grad);
     free(t);
@@ -154,6 +180,7 @@ const char *dpt_tensor_name(const dpt_tensor *t)
 }
 float *dpt_tensor_data(dpt_tensor *t)
 {
+    DPT_ASSERT(t->dtype == DPT_F32, "the float data of a 16-bit activation (copy it to the host instead)");
     return t->data;
 }
 dpt_tensor *dpt_tensor_grad(dpt_tensor *t)
@@ -179,12 +206,15 @@ void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst)
 {
     DPT_ASSERT(dpt_tensor_is_contiguous(t), "copy from a strided view");
     t->ctx->host_syncs++;
-    if (t->layout != DPT_LAYOUT_NCHW) { /* a blocked activation reads out as NCHW */
+    if (t->layout != DPT_LAYOUT_NCHW || t->dtype != DPT_F32) { /* reads out as NCHW float */
         dpt_ctx *ctx = t->ctx;
         size_t granted;
         float *plain =
             dpt_ctx_alloc(ctx, (size_t)t->numel * sizeof(float), &granted, "a relayout for a copy");
-        ctx->be->relayout(ctx, t->data, t->layout, plain, DPT_LAYOUT_NCHW, t->shape, false);
+        if (t->dtype == DPT_BF16)
+            ctx->be->widen(ctx, t->data, t->layout, plain, DPT_LAYOUT_NCHW, t->shape, false);
+        else
+            ctx->be->relayout(ctx, t->data, t->layout, plain, DPT_LAYOUT_NCHW, t->shape, false);
         ctx->be->copy_d2h(ctx, dst, plain, (size_t)t->numel * sizeof(float));
         dpt_alloc_put(ctx->alloc, plain, granted);
         return;
@@ -194,7 +224,7 @@ void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst)
 
 float dpt_tensor_item(const dpt_tensor *t)
 {
-    DPT_ASSERT(t->numel == 1, "item() of a tensor with %lld elements", (long long)t->numel);
+    DPT_ASSERT(t->numel == 1 && t->dtype == DPT_F32, "item() of a tensor with %lld elements", (long long)t->numel);
     t->ctx->host_syncs++;
     float v;
     t->ctx->be->copy_d2h(t->ctx, &v, t->data, sizeof v);
@@ -207,6 +237,7 @@ void dpt_tensor_add_slice(dpt_ctx *ctx, dpt_tensor *dst, int64_t dst_at, const d
     DPT_ASSERT(dst_at >= 0 && src_at >= 0 && n >= 0 && dst_at + n <= dst->numel && src_at + n <= src->numel,
                "slice [%lld, +%lld) of %lld <- [%lld, +%lld) of %lld", (long long)dst_at, (long long)n,
                (long long)dst->numel, (long long)src_at, (long long)n, (long long)src->numel);
+    DPT_ASSERT(dst->dtype == DPT_F32 && src->dtype == DPT_F32, "a slice of a 16-bit activation");
     ctx->be->axpy(ctx, n, alpha, src->data + src_at, dst->data + dst_at);
 }
 
@@ -214,5 +245,6 @@ void dpt_tensor_fill_slice(dpt_ctx *ctx, dpt_tensor *t, int64_t at, int64_t n, f
 {
     DPT_ASSERT(at >= 0 && n >= 0 && at + n <= t->numel, "slice [%lld, +%lld) of %lld", (long long)at,
                (long long)n, (long long)t->numel);
+    DPT_ASSERT(t->dtype == DPT_F32, "a slice of a 16-bit activation");
     ctx->be->fill(ctx, t->data + at, n, value);
 }

@@ -20,9 +20,17 @@ typedef struct dpt_storage {
  * scale, mul, dropout), so no data ever leaves the tape in it. */
 typedef enum dpt_layout { DPT_LAYOUT_NCHW = 0, DPT_LAYOUT_NCHW16C = 1 } dpt_layout;
 
+/* The numbers a tensor holds. BF16 (bfloat16, 2 bytes, `data` then points at uint16_t) holds
+ * only activations, and only with [train] precision = bf16 on a backend that keeps them
+ * (act16): a convolution writes its output in it, batch norm, relu and add keep it, and every
+ * other op widens its input to F32 first (dpt_plain, dpt_widen). Parameters, gradients and
+ * whatever leaves the tape are always F32, so no data ever leaves the tape in it. */
+typedef enum dpt_dtype { DPT_F32 = 0, DPT_BF16 = 1 } dpt_dtype;
+
 struct dpt_tensor {
     int ndim;
     dpt_layout layout;
+    dpt_dtype dtype;
     int64_t shape[DPT_MAX_DIMS];
     int64_t strides[DPT_MAX_DIMS]; /* in elements */
     int64_t numel;
@@ -46,14 +54,28 @@ dpt_tensor *dpt_tensor_wrap(dpt_ctx *ctx, float *data, int ndim, const int64_t *
 /* A temporary (tape-owned) tensor; contents uninitialised / zero-filled. */
 dpt_tensor *dpt_temp(dpt_ctx *ctx, int ndim, const int64_t *shape);
 dpt_tensor *dpt_temp_zeros(dpt_ctx *ctx, int ndim, const int64_t *shape);
-dpt_tensor *dpt_temp_like(dpt_ctx *ctx, const dpt_tensor *t); /* same shape and layout */
-/* x in plain NCHW: x itself, or a recorded relayout (its backward relays the gradient back). */
+dpt_tensor *dpt_temp_like(dpt_ctx *ctx, const dpt_tensor *t); /* same shape and layout, F32 */
+dpt_tensor *dpt_temp_same(dpt_ctx *ctx, const dpt_tensor *t); /* same shape, layout and dtype */
+/* A temporary of this shape in 16 bits (BF16), layout NCHW until the caller sets it. */
+dpt_tensor *dpt_temp16(dpt_ctx *ctx, int ndim, const int64_t *shape);
+/* x in plain NCHW F32: x itself, or a recorded relayout/widening (its backward relays the
+ * gradient back). */
 dpt_tensor *dpt_plain(dpt_ctx *ctx, dpt_tensor *x);
-/* The layout two operands of an elementwise op share; converts both to plain if they differ. */
+/* x in F32, in its own layout: x itself, or a recorded widening of a BF16 activation. */
+dpt_tensor *dpt_widen(dpt_ctx *ctx, dpt_tensor *x);
+/* The layout two operands of an elementwise op share; converts both to plain if they differ,
+ * and widens a BF16 operand whose partner is F32. */
 dpt_layout dpt_common_layout(dpt_ctx *ctx, dpt_tensor **a, dpt_tensor **b);
+/* Bytes per element. */
+static inline size_t dpt_dtype_size(dpt_dtype d)
+{
+    return d == DPT_BF16 ? 2 : 4;
+}
 /* A temporary view of t's storage with another shape and strides. */
 dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                      int64_t offset);
+/* Give t's memory back (the header stays, with no data, until its owner frees it). */
+void dpt_tensor_release(dpt_tensor *t);
 bool dpt_tensor_is_contiguous(const dpt_tensor *t);
 /* Stop with a message naming op when t is a strided view (elementwise kernels need dense data). */
 void dpt_require_contiguous(const char *op, const dpt_tensor *t);

@@ -95,9 +95,12 @@ void print_header(const trainer *t)
     dpt_precision prec = dpt_ctx_precision(t->ctx, &why);
     if (prec != DPT_PRECISION_FP32 || *why)
         report_line("precision %s%s%s%s\n",
-                    prec == DPT_PRECISION_BF16 ? "bf16: convolutions read bf16, accumulate and write fp32; batch norm, "
-                                                 "loss, linear layers, weights and optimizer fp32"
-                                               : "fp32",
+                    prec != DPT_PRECISION_BF16 ? "fp32"
+                    : dpt_ctx_bf16_activations(t->ctx)
+                        ? "bf16: convolutions read bf16 and accumulate in fp32; activations kept in bf16; batch-norm "
+                          "statistics, loss, linear layers, gradients, weights and optimizer fp32"
+                        : "bf16: convolutions read bf16, accumulate and write fp32; activations, batch norm, loss, "
+                          "linear layers, weights and optimizer fp32",
                     *why ? " (bf16 asked for: " : "", why, *why ? ")" : "");
     if (t->ddp)
         report_line("ddp %s | %d buckets of <= %g MiB | overlap %s | comm %s%s | loss and acc shown: %s\n",

@@ -168,7 +168,10 @@ static void test_allocator_steady_state(void **state)
         dpt_optim_step(ctx, opt);
         dpt_model_zero_grad(m);
         dpt_tape_clear(ctx);
-        if (step == 0) after_first = dpt_ctx_mem_stats(ctx).system_allocs;
+        /* after two steps: the first creates AdamW's state, which takes blocks that backward
+         * handed back early (gradients are freed as soon as they are used), so the second
+         * step's tape may need one more block; from then on every block is reused */
+        if (step == 1) after_first = dpt_ctx_mem_stats(ctx).system_allocs;
     }
     dpt_mem_stats st = dpt_ctx_mem_stats(ctx);
     assert_int_equal(st.system_allocs, after_first);

@@ -655,18 +655,25 @@ static void test_build_errors(void **state)
 
 /* [train] precision = bf16: oneDNN's bf16 convolutions must be exactly the float64
  * convolution of the bf16-rounded operands (x and w forward, dy and w for dx, x and dy for
- * dw), up to fp32 accumulation: rounding is the only error they add. Shapes: 3x3 stride 1
- * and 2, 1x1, a first layer of one channel, 64 channels. */
+ * dw), up to fp32 accumulation: rounding is the only error they add. y is fp32 with
+ * bf16_activations = false; with them (the default) it is a bf16 number, the reference
+ * rounded to nearest (half an ulp, 2^-8 of it, plus the accumulation's error). Shapes: 3x3
+ * stride 1 and 2, 1x1, a first layer of one channel, 64 channels. */
 static double bf(float v)
 {
     return (double)dpt_f32_from_bf16(dpt_bf16_from_f32(v));
 }
 
-static void test_conv2d_bf16(void **state)
+static bool is_bf16(float v)
 {
-    (void)state;
+    return (dpt_f32_bits(v) & 0xffffu) == 0;
+}
+
+static dpt_ctx *bf16_ctx(bool fp32_activations)
+{
     dpt_error err;
-    dpt_ctx_options o = {.device = {DPT_DEVICE_CPU, 0}, .threads = 2, .seed = 3, .precision = DPT_PRECISION_BF16};
+    dpt_ctx_options o = {.device = {DPT_DEVICE_CPU, 0}, .threads = 2, .seed = 3, .precision = DPT_PRECISION_BF16,
+                         .fp32_activations = fp32_activations};
     dpt_ctx *ctx = dpt_ctx_new(&o, &err);
     if (!ctx) fail_msg("%s", err.msg);
     const char *why;
@@ -675,6 +682,13 @@ static void test_conv2d_bf16(void **state)
         dpt_ctx_free(ctx);
         skip();
     }
+    assert_int_equal(dpt_ctx_bf16_activations(ctx), !fp32_activations);
+    return ctx;
+}
+
+static void conv2d_bf16_cases(bool act16)
+{
+    dpt_ctx *ctx = bf16_ctx(!act16);
     const int64_t cases[][7] = {/* n, c, hw, cout, k, stride, pad */
                                 {2, 16, 9, 32, 3, 1, 1},
                                 {2, 32, 10, 16, 3, 2, 1},
@@ -727,13 +741,20 @@ static void test_conv2d_bf16(void **state)
             {"y", hy, ry, ny}, {"dx", hdx, rdx, nx}, {"dw", hdw, rdw, nw}};
         for (int q = 0; q < 3; q++) {
             double scale = 0, worst = 0;
-            for (int64_t i = 0; i < check[q].count; i++) {
+            bool rounded = act16 && q == 0; /* y stored in bf16 */
+            for (int64_t i = 0; i < check[q].count; i++)
                 scale = fmax(scale, fabs(check[q].want[i]));
-                worst = fmax(worst, fabs(check[q].got[i] - check[q].want[i]));
+            for (int64_t i = 0; i < check[q].count; i++) {
+                double err = fabs(check[q].got[i] - check[q].want[i]);
+                if (rounded) {
+                    if (!is_bf16(check[q].got[i])) fail_msg("case %zu: y[%lld] = %.9g is not a bf16 number", t, (long long)i, check[q].got[i]);
+                    err -= 0x1p-8 * fabs(check[q].want[i]); /* what rounding to bf16 may add */
+                }
+                worst = fmax(worst, err);
             }
             if (worst > 1e-5 * scale + 1e-6)
-                fail_msg("case %zu %s: bf16 convolution off the bf16-operand reference by %g (scale %g)", t,
-                         check[q].what, worst, scale);
+                fail_msg("case %zu %s%s: bf16 convolution off the bf16-operand reference by %g (scale %g)", t,
+                         check[q].what, rounded ? " (beyond its bf16 rounding)" : "", worst, scale);
         }
         free(hx), free(hw_), free(hb), free(hg), free(hy), free(hdx), free(hdw), free(ry), free(rdx), free(rdw);
         dpt_tape_clear(ctx);
@@ -743,11 +764,126 @@ static void test_conv2d_bf16(void **state)
     dpt_ctx_free(ctx);
 }
 
+static void test_conv2d_bf16(void **state)
+{
+    (void)state;
+    conv2d_bf16_cases(false);
+    conv2d_bf16_cases(true);
+}
+
+/* 16-bit activations through a residual block, each op against float64 on the values it was
+ * given (read back through dpt_tensor_copy_to_host, which widens them): conv -> batch norm ->
+ * relu -> conv -> + skip -> global average pool, in nChw16c (16 channels). Batch norm's
+ * output is the float64 normalisation of its bf16 input rounded to bf16; relu and the add are
+ * exact on bf16 numbers; the second convolution reads a bf16 input and its weight gradient
+ * is the float64 product of that input and the bf16-rounded pooling gradient. */
+static void test_bf16_activation_block(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = bf16_ctx(false);
+    const int64_t n = 4, c = 3, hw = 8, co = 16, sp = hw * hw, ny = n * co * sp;
+    dpt_model *m = dpt_model_new(ctx, "t", NULL);
+    dpt_shape3 shape = {c, hw, hw};
+    dpt_conv2d *c1 = dpt_conv2d_new(m, "c1", &shape, co, 3, 1, 1, 1, 1, false);
+    dpt_batchnorm *bn = dpt_batchnorm_new(m, "bn", &shape, 0.1f, 1e-5f, true, false);
+    dpt_conv2d *c2 = dpt_conv2d_new(m, "c2", &shape, co, 3, 1, 1, 1, 1, false);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 5);
+    dpt_tensor *x = test_input(ctx, &rng, 4, (int64_t[]){n, c, hw, hw}, -1, 1);
+    dpt_tensor *g = test_input(ctx, &rng, 2, (int64_t[]){n, co}, -1, 1);
+    dpt_tensor *y1 = dpt_conv2d_forward(ctx, c1, x);
+    dpt_tensor *z = dpt_batchnorm_forward(ctx, bn, y1, true);
+    dpt_tensor *r = dpt_relu(ctx, z);
+    dpt_tensor *y2 = dpt_conv2d_forward(ctx, c2, r);
+    dpt_tensor *sum = dpt_add(ctx, y2, r);
+    dpt_tensor *pooled = dpt_global_avgpool(ctx, sum);
+    const dpt_tensor *acts[] = {y1, z, r, y2, sum};
+    for (int i = 0; i < 5; i++) /* kept in 16 bits, blocked */
+        assert_true(acts[i]->dtype == DPT_BF16 && acts[i]->layout == DPT_LAYOUT_NCHW16C);
+    assert_true(pooled->dtype == DPT_F32);
+    dpt_backward(ctx, dpt_sum(ctx, dpt_mul(ctx, pooled, g)));
+    float *h[5], *hw2 = malloc(sizeof(float) * (size_t)(co * co * 9)), *hdw2 = malloc(sizeof(float) * (size_t)(co * co * 9)),
+                 hg[64], hp[64];
+    for (int i = 0; i < 5; i++) {
+        h[i] = malloc(sizeof(float) * (size_t)ny);
+        dpt_tensor_copy_to_host(acts[i], h[i]);
+        for (int64_t j = 0; j < ny; j++)
+            if (!is_bf16(h[i][j])) fail_msg("activation %d holds %.9g, not a bf16 number", i, h[i][j]);
+    }
+    dpt_tensor *w2 = dpt_model_param_at(m, 3);
+    assert_string_equal(dpt_tensor_name(w2), "c2.weight");
+    dpt_tensor_copy_to_host(w2, hw2), dpt_tensor_copy_to_host(dpt_tensor_grad(w2), hdw2);
+    dpt_tensor_copy_to_host(g, hg), dpt_tensor_copy_to_host(pooled, hp);
+    float *hy1 = h[0], *hz = h[1], *hr = h[2], *hy2 = h[3], *hs = h[4];
+    double worst = 0;
+    for (int64_t ch = 0; ch < co; ch++) { /* batch norm: gamma 1, beta 0 at init */
+        double mean = 0, var = 0;
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t i = 0; i < sp; i++)
+                mean += hy1[(b * co + ch) * sp + i];
+        mean /= (double)(n * sp);
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t i = 0; i < sp; i++)
+                var += pow(hy1[(b * co + ch) * sp + i] - mean, 2);
+        var /= (double)(n * sp);
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t i = 0; i < sp; i++) {
+                int64_t k = (b * co + ch) * sp + i;
+                double want = (hy1[k] - mean) / sqrt(var + 1e-5);
+                worst = fmax(worst, fabs(hz[k] - want) - 0x1p-8 * fabs(want));
+            }
+    }
+    if (worst > 1e-4) fail_msg("batch norm on bf16: off the float64 normalisation beyond rounding by %g", worst);
+    for (int64_t k = 0; k < ny; k++) {
+        assert_true(hr[k] == (hz[k] > 0 ? hz[k] : 0.0f));
+        assert_true(hs[k] == dpt_f32_from_bf16(dpt_bf16_from_f32(hy2[k] + hr[k])));
+    }
+    double scale = 0;
+    worst = 0;
+    double *rdw = calloc((size_t)(co * co * 9), sizeof(double));
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t oc = 0; oc < co; oc++) {
+            double dy = bf(hg[b * co + oc] / (float)sp), mean = 0; /* the pooling gradient, rounded for the conv */
+            for (int64_t yy = 0; yy < hw; yy++)
+                for (int64_t xx = 0; xx < hw; xx++) {
+                    double acc = 0;
+                    for (int64_t ci = 0; ci < co; ci++)
+                        for (int64_t ki = 0; ki < 3; ki++)
+                            for (int64_t kj = 0; kj < 3; kj++) {
+                                int64_t iy = yy - 1 + ki, ix = xx - 1 + kj;
+                                if (iy < 0 || iy >= hw || ix < 0 || ix >= hw) continue;
+                                int64_t xi = ((b * co + ci) * hw + iy) * hw + ix, wi = ((oc * co + ci) * 3 + ki) * 3 + kj;
+                                acc += hr[xi] * bf(hw2[wi]);
+                                rdw[wi] += dy * hr[xi];
+                            }
+                    int64_t yi = (b * co + oc) * sp + yy * hw + xx;
+                    scale = fmax(scale, fabs(acc));
+                    worst = fmax(worst, fabs(hy2[yi] - acc) - 0x1p-8 * fabs(acc));
+                    mean += hs[yi];
+                }
+            assert_float_equal(hp[b * co + oc], mean / (double)sp, 1e-5);
+        }
+    if (worst > 1e-5 * scale + 1e-6) fail_msg("conv on a bf16 input: off the reference beyond rounding by %g", worst);
+    double dscale = 0, dworst = 0;
+    for (int64_t i = 0; i < co * co * 9; i++)
+        dscale = fmax(dscale, fabs(rdw[i])), dworst = fmax(dworst, fabs(hdw2[i] - rdw[i]));
+    if (dworst > 1e-5 * dscale + 1e-7)
+        fail_msg("weight gradient from a bf16 input off the float64 one by %g (scale %g)", dworst, dscale);
+    for (int i = 0; i < 5; i++)
+        free(h[i]);
+    free(hw2), free(hdw2), free(rdw);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x), dpt_tensor_free(g);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d),
         cmocka_unit_test(test_conv2d_bf16),
+        cmocka_unit_test(test_bf16_activation_block),
         cmocka_unit_test(test_blocked_chain),
         cmocka_unit_test(test_shared_input),
         cmocka_unit_test(test_batchnorm),
