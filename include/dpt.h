@@ -457,7 +457,8 @@ int dpt_config_float_list(const dpt_config *cfg, const char *section, const char
 const char *dpt_config_where(const dpt_config *cfg, const char *section, const char *key);
 /* Print the resolved config (defaults filled in) as INI. */
 void dpt_config_print(const dpt_config *cfg, FILE *out);
-/* FNV-1a hash of the resolved config; ranks and checkpoints compare it. */
+/* FNV-1a hash of the resolved config (keys at their default left out, so a new key does not
+ * change it); ranks and checkpoints compare it. */
 uint64_t dpt_config_hash(const dpt_config *cfg);
 /* Print the reference of every section and key as Markdown (docs/config.md). */
 void dpt_config_print_reference(FILE *out);

@@ -865,7 +865,10 @@ uint64_t dpt_config_hash(const dpt_config *cfg)
 {
     uint64_t h = DPT_HASH_SEED;
     for (int k = 0; k < cfg->nkeys; k++) {
-        if (is_outside_hash(k)) continue;
+        /* A key at its default is left out, so a release that adds a key (at a default that
+         * keeps the old behaviour) does not change every config's hash and make resuming an
+         * older checkpoint warn that the run is not an exact continuation. */
+        if (is_outside_hash(k) || !strcmp(cfg->values[k].raw, schema[k].def)) continue;
         const char *parts[3] = {schema[k].section, schema[k].key, cfg->values[k].raw};
         for (int p = 0; p < 3; p++) {
             h = dpt_hash_bytes(h, parts[p], strlen(parts[p]));
