@@ -2,12 +2,14 @@
  * forward, cross-entropy, backward, DDP AllReduce under mpirun, SGD with momentum), on
  * synthetic data of the model's input shape. The side-by-side benchmark (side_by_side.py)
  * runs it turn by turn with bench/peer_pytorch.py on the same model, batch and threads.
- *   bench_step MODEL BATCH THREADS STEPS [native|bf16|cuda|cuda-tf32]   MODEL: mlp cnn resnet20 resnet50
+ *   bench_step MODEL BATCH THREADS STEPS [native|bf16|bf16-fp32act|cuda|cuda-tf32]
+ *   MODEL: mlp cnn resnet20 resnet50
  *   mpirun -np 2 bench_step ...                         BATCH per rank; img/s is global
  * cuda runs on cuda:<local rank> (FP32; cuda-tf32 allows TF32), with more warm-up steps (cuDNN
  * picks algorithms and the caching allocator fills in the first ones); bf16 runs the
- * convolutions in bf16 on oneDNN ([train] precision = bf16).
- * Prints one JSON line. */
+ * convolutions in bf16 on oneDNN ([train] precision = bf16) with the activations kept in bf16,
+ * bf16-fp32act with them in fp32 ([train] bf16_activations = false).
+ * Prints one JSON line, with the allocator's peak (activations, gradients, weights, state). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +38,7 @@ static const model_def models[] = {
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: bench_step MODEL BATCH THREADS STEPS [native|bf16|cuda|cuda-tf32]\n");
+        fprintf(stderr, "usage: bench_step MODEL BATCH THREADS STEPS [native|bf16|bf16-fp32act|cuda|cuda-tf32]\n");
         return 2;
     }
     const model_def *def = NULL;
@@ -63,7 +65,8 @@ int main(int argc, char **argv)
                           .seed = 1,
                           .tf32 = !strcmp(mode, "cuda-tf32"),
                           .cpu_kernels = native ? DPT_CPU_KERNELS_NATIVE : DPT_CPU_KERNELS_ONEDNN,
-                          .precision = !strcmp(mode, "bf16") ? DPT_PRECISION_BF16 : DPT_PRECISION_FP32};
+                          .precision = !strncmp(mode, "bf16", 4) ? DPT_PRECISION_BF16 : DPT_PRECISION_FP32,
+                          .fp32_activations = !strcmp(mode, "bf16-fp32act")};
     dpt_ctx *ctx = dpt_ctx_new(&co, &err);
     if (!ctx) dpt_abort_job("%s", err.msg);
     dpt_config *cfg = dpt_config_defaults();
@@ -115,9 +118,10 @@ int main(int argc, char **argv)
     if (world.rank == 0)
         printf("{\"bench\":\"step\",\"model\":\"%s\",\"batch\":%lld,\"threads\":%d,\"ranks\":%d,\"kernels\":"
                "\"%s\","
-               "\"steps\":%d,\"img_s\":%.2f}\n",
-               def->name, (long long)batch, dpt_ctx_threads(ctx), world.size, dpt_ctx_backend_name(ctx),
-               steps, (double)(batch * world.size * steps) / seconds);
+               "\"mode\":\"%s\",\"steps\":%d,\"img_s\":%.2f,\"mem_peak_mb\":%.1f}\n",
+               def->name, (long long)batch, dpt_ctx_threads(ctx), world.size, dpt_ctx_backend_name(ctx), mode,
+               steps, (double)(batch * world.size * steps) / seconds,
+               (double)dpt_ctx_mem_stats(ctx).peak_allocated / 1048576.0);
     dpt_ddp_free(ddp);
     dpt_loader_free(loader);
     dpt_dataset_free(ds);

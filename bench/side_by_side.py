@@ -20,11 +20,15 @@ CASES = [("mlp", 64, 300, [1, 2]), ("cnn", 64, 60, [1, 2]), ("resnet20", 128, 6,
          ("resnet50", 16, 3, [1, 2])]
 DDP_CASES = [("cnn", 64, 60)]
 
-def run_json(cmd, env=None):
+LAST_MEM = {}  # the last run's allocator peak (MiB) by who ran it; dptrain's only
+
+def run_json(cmd, env=None, who=None):
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=1800)
     for line in out.stdout.splitlines():
         if line.startswith("{"):
-            return json.loads(line)["img_s"]
+            j = json.loads(line)
+            if who and "mem_peak_mb" in j: LAST_MEM[who] = j["mem_peak_mb"]
+            return j["img_s"]
     raise RuntimeError(f"{' '.join(cmd)} gave no result:\n{out.stdout}\n{out.stderr}")
 
 BF16 = False  # --bf16: [train] precision = bf16 against torch.autocast(dtype=torch.bfloat16)
@@ -53,13 +57,14 @@ def measure(model, batch, threads, steps, pairs, native, ddp=False):
             BF16 = who != "ours_fp32" and bf16
             cmd = torch_cmd(model, batch, threads, steps, ddp) if who == "torch" else \
                   ours_cmd(model, batch, threads, steps, native, ddp)
-            got[who] = run_json(cmd, env)
+            got[who] = run_json(cmd, env, who)
         BF16 = bf16
         ours.append(got["ours"]); torch.append(got["torch"]); ratios.append(got["ours"] / got["torch"])
         if bf16: fp32.append(got["ours_fp32"]); speedups.append(got["ours"] / got["ours_fp32"])
     extra = {}
     if bf16:
         extra = {"ours_fp32_median": round(statistics.median(fp32), 1),
+                 "mem_peak_mb_bf16": LAST_MEM.get("ours"), "mem_peak_mb_fp32": LAST_MEM.get("ours_fp32"),
                  "bf16_speedup_median": round(statistics.median(speedups), 3),
                  "bf16_speedup_min": round(min(speedups), 3), "bf16_speedup_max": round(max(speedups), 3)}
     return {**extra, "model": model, "batch": batch, "threads": threads, "ranks": 2 if ddp else 1, "pairs": pairs,
@@ -94,7 +99,8 @@ def main():
             r = measure(model, batch, threads, steps, args.pairs, args.native)
             results.append(r)
             fp = (f"  dptrain fp32 {r['ours_fp32_median']:.1f}: bf16 {r['bf16_speedup_median']:.2f}x "
-                  f"[{r['bf16_speedup_min']:.2f}, {r['bf16_speedup_max']:.2f}]") if args.bf16 else ""
+                  f"[{r['bf16_speedup_min']:.2f}, {r['bf16_speedup_max']:.2f}]; peak memory fp32 "
+                  f"{r['mem_peak_mb_fp32']} MiB, bf16 {r['mem_peak_mb_bf16']} MiB") if args.bf16 else ""
             print(f"{model:10} {batch:>5} {threads:>3} {1:>5} {r['ours_median']:>10.1f} {r['torch_median']:>10.1f} "
                   f"{r['ratio_median']:>7.2f}  [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]{fp}", flush=True)
     if not args.no_ddp:
