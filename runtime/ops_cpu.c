@@ -214,9 +214,11 @@ static void cpu_relu_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *d
 
 void dpt_cpu_relu16_fwd(dpt_ctx *ctx, const uint16_t *x, uint16_t *y, int64_t n)
 {
-#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    /* On the bits: positive and finite or +inf is 0x0001..0x7f80 (a NaN, above, gives 0 as
+     * float relu does); integer compares vectorise where the float conversion did not. */
+#pragma omp parallel for simd num_threads(ctx->threads) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++)
-        y[i] = dpt_f32_from_bf16(x[i]) > 0.0f ? x[i] : 0;
+        y[i] = (uint16_t)(x[i] - 1u) < 0x7f80u ? x[i] : 0;
 }
 
 __attribute__((noinline)) static void relu16_bwd_range(const uint16_t *restrict y, const float *restrict dy,
@@ -226,7 +228,7 @@ __attribute__((noinline)) static void relu16_bwd_range(const uint16_t *restrict 
         uint32_t bits;
         float g;
         memcpy(&bits, &dy[i], sizeof bits);
-        bits &= -(uint32_t)(dpt_f32_from_bf16(y[i]) > 0.0f);
+        bits &= -(uint32_t)((uint16_t)(y[i] - 1u) < 0x7f80u); /* y > 0 (relu16_fwd's test) */
         memcpy(&g, &bits, sizeof g);
         dx[i] += g;
     }
@@ -244,9 +246,13 @@ void dpt_cpu_relu16_bwd(dpt_ctx *ctx, const uint16_t *y, const float *dy, float 
 
 void dpt_cpu_add16(dpt_ctx *ctx, int64_t n, const uint16_t *a, const uint16_t *b, uint16_t *out)
 {
-#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        out[i] = dpt_bf16_from_f32(dpt_f32_from_bf16(a[i]) + dpt_f32_from_bf16(b[i]));
+    /* half.h's rounding written without its early return, so the loop vectorises */
+#pragma omp parallel for simd num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = dpt_f32_bits(dpt_f32_from_bf16(a[i]) + dpt_f32_from_bf16(b[i]));
+        uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x0040u;
+        out[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+    }
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
