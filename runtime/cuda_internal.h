@@ -25,6 +25,7 @@ extern "C" {
  * convolution descriptor: it carries the math type of the algorithm chosen for it. */
 typedef struct conv_plan {
     dpt_conv_shape shape;
+    bool bf16; /* [train] precision = bf16: x, w, y (and dy, dx, dw) in bf16 for cuDNN, fp32 compute */
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv_fwd, conv_bwd_data, conv_bwd_filter;

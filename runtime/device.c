@@ -93,12 +93,11 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
                         "(no loss scaling needed) on a CPU with AVX512-BF16, or fp32");
         return NULL;
     }
-    if (options->precision == DPT_PRECISION_BF16 && strcmp(be->name, "cpu-onednn") != 0) {
-        dpt_errorf(err, "[train] precision = bf16 runs the convolutions on oneDNN's CPU kernels; the %s backend has "
-                        "no bf16 path yet\nHINT: %s",
-                   be->name,
-                   options->device.kind == DPT_DEVICE_CPU ? "set [train] cpu_kernels = onednn"
-                                                          : "use precision = fp32 on a GPU for now");
+    if (options->precision == DPT_PRECISION_BF16 && strcmp(be->name, "cpu-onednn") != 0 &&
+        strcmp(be->name, "cuda") != 0) {
+        dpt_errorf(err, "[train] precision = bf16 runs the convolutions on oneDNN's CPU kernels or cuDNN; the %s "
+                        "backend has no bf16 path\nHINT: set [train] cpu_kernels = onednn",
+                   be->name);
         return NULL;
     }
     dpt_ctx *ctx = calloc(1, sizeof *ctx);

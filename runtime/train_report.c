@@ -96,6 +96,9 @@ void print_header(const trainer *t)
     if (prec != DPT_PRECISION_FP32 || *why)
         report_line("precision %s%s%s%s\n",
                     prec != DPT_PRECISION_BF16 ? "fp32"
+                    : dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CUDA
+                        ? "bf16: convolutions on cuDNN in bf16 (tensor cores, fp32 accumulation; weight gradients "
+                          "come out in bf16); activations, batch norm, loss, linear layers, weights and optimizer fp32"
                     : dpt_ctx_bf16_activations(t->ctx)
                         ? "bf16: convolutions read bf16 and accumulate in fp32; activations kept in bf16; batch-norm "
                           "statistics, loss, linear layers, gradients, weights and optimizer fp32"

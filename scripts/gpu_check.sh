@@ -4,9 +4,9 @@
 # build from the bundle (make gpu-bundle here, carry .gpu), ./train --env with NVML, every GPU
 # test, short trainings on cuda:0 (loss must fall), DDP over NCCL at world size 1
 # (DataParallel on cuda:0), the out-of-memory report, GEMM/conv GFLOP/s, and ResNet-50 img/s
-# at batch 128 and 256 in FP32 and TF32 (warm-up excluded) beside PyTorch on the same GPU in
-# the same run. Each step has its own time limit (estimates for one H200 in brackets; about
-# 7 minutes in all); a failed step shows its first error line. The table and every log go
+# at batch 128 and 256 in FP32 and TF32, and bf16 at 256 (warm-up excluded), beside PyTorch on
+# the same GPU in the same run. Each step has its own time limit (estimates for one H200 in
+# brackets; about 8 minutes in all); a failed step shows its first error line. The table and every log go
 # to $OUT when that is set (the device tool brings them back), else /tmp/gpu_check.
 #   run: bash scripts/gpu_check.sh      (device tool: carry [".gpu"], timeout_s 540)
 set -u
@@ -71,6 +71,11 @@ step "ResNet-20 on cuda:0, 150 steps" 120 resnet20.log ./train configs/resnet.in
     --set train.max_steps=150 --set log.interval=25 --set checkpoint.every_epochs=0
 done_row "$(grep -o 'loss [0-9.]*' "$out/resnet20.log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o '[0-9]* img/s' "$out/resnet20.log" | tail -1)"
 
+step "ResNet-20 bf16 on cuda:0, 150 steps" 120 resnet20_bf16.log ./train configs/resnet.ini $data \
+    --set train.device=cuda --set train.precision=bf16 --set train.max_steps=150 --set log.interval=25 \
+    --set checkpoint.every_epochs=0
+done_row "$(grep -o 'loss [0-9.]*' "$out/resnet20_bf16.log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o '[0-9]* img/s' "$out/resnet20_bf16.log" | tail -1)"
+
 # 4b. a folder of JPEGs on cuda:0 [40 s]: decoding workers, uint8 batches in pinned memory,
 # images_to_float on the device; the loader must keep up (no "waiting on data" share)
 step "JPEG folder: ResNet-50 on cuda:0, 40 steps" 90 folder.log sh -c "build/tools/make_image_folder \
@@ -94,19 +99,22 @@ done_row "$(grep -m1 'out of memory' "$out/oom.log" | cut -c1-110)"
 step "bench_conv on cuda (GEMM, ResNet conv shapes)" 120 bench_conv.log env DPT_BENCH_DEVICE=cuda build/bench/bench_conv
 done_row "GEMM 4096^3 $(awk '$1 == 4096 {print $3}' "$out/bench_conv.log") GFLOP/s FP32; convs $(awk '$1 == "resnet50" {printf "%s ", $NF}' "$out/bench_conv.log")"
 
-# 8. ResNet-50 224px [150 s]: ours and PyTorch's img/s, turn by turn, FP32 and TF32
+# 8. ResNet-50 224px [190 s]: ours and PyTorch's img/s, turn by turn, FP32 and TF32, and bf16
+# (ours: [train] precision = bf16; PyTorch: torch.autocast bf16) at batch 256
 torch_ok=0
 "$py" -c "import torch; assert torch.cuda.is_available()" 2> /dev/null && torch_ok=1
 for b in 128 256; do
-    for math in fp32 tf32; do
-        mode=cuda; [ $math = tf32 ] && mode=cuda-tf32
+    for math in fp32 tf32 bf16; do
+        [ $math = bf16 ] && [ $b = 128 ] && continue # bf16 (against PyTorch's autocast) at batch 256 only
+        mode=cuda; [ $math = tf32 ] && mode=cuda-tf32; [ $math = bf16 ] && mode=cuda-bf16
         step "ResNet-50 batch $b $math: dptrain" 90 "r50_b${b}_$math.log" build/bench/bench_step resnet50 "$b" 1 20 "$mode"
         ours=$(grep -o '"img_s":[0-9.]*' "$out/r50_b${b}_$math.log" | cut -d: -f2)
         done_row "${ours:-?} img/s"
         peer=""
         if [ $torch_ok = 1 ]; then
             step "ResNet-50 batch $b $math: PyTorch" 90 "torch_r50_b${b}_$math.log" "$py" bench/peer_pytorch.py --one \
-                --device cuda --models resnet50 --batch "$b" --steps 20 $([ $math = tf32 ] && echo --tf32)
+                --device cuda --models resnet50 --batch "$b" --steps 20 $([ $math = tf32 ] && echo --tf32) \
+                $([ $math = bf16 ] && echo --bf16)
             peer=$(grep -o '"img_s": [0-9.]*' "$out/torch_r50_b${b}_$math.log" | awk '{print $2}')
             done_row "${peer:-?} img/s | ratio $(awk -v a="$ours" -v b="$peer" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }')"
         fi

@@ -129,12 +129,24 @@ static void test_training_controls(void **state)
     expect_fail(SMALL "--set distributed.devices=cuda:0,cuda:0", 1, "cuda:0 is listed twice",
                 "one replica per GPU");
     expect_fail(SMALL "--set distributed.devices=cuda:200", 1, "cuda:200 is not visible", "./train --env");
+    /* precisions a backend cannot run: refused with the key to change; bf16 says what it keeps */
+    expect_fail(SMALL "--set train.precision=bf16 --set train.cpu_kernels=native", 1,
+                "precision = bf16 runs the convolutions on oneDNN's CPU kernels or cuDNN; the cpu backend has no "
+                "bf16 path",
+                "HINT: set [train] cpu_kernels = onednn");
+    expect_fail(SMALL "--set train.precision=fp16", 1, "[train] precision = fp16: not built yet", "HINT: use bf16");
+    int rc = run_capture(out, sizeof out,
+                         "./train " SMALL "--set train.precision=bf16 --set train.max_steps=3 --set "
+                         "model.name=cnn --set model.channels=16,32 --set model.fc=32");
+    if (rc != 0) fail_msg("bf16 run failed:\n%s", out);
+    if (!strstr(out, "precision bf16: convolutions read bf16 and accumulate in fp32; activations kept in bf16"))
+        assert_contains(out, "this CPU has no AVX512-BF16: the convolutions run in fp32");
     /* a NaN loss: stop naming the step (default), or skip the step and count it */
     expect_fail(SMALL "--set distributed.fault=nan --set distributed.fault_step=5", 1,
                 "loss is nan or inf at step 5", "nonfinite = skip");
-    int rc = run_capture(out, sizeof out,
-                         "./train " SMALL "--set distributed.fault=nan --set distributed.fault_step=5 "
-                         "--set train.nonfinite=skip --set train.epochs=1");
+    rc = run_capture(out, sizeof out,
+                     "./train " SMALL "--set distributed.fault=nan --set distributed.fault_step=5 "
+                     "--set train.nonfinite=skip --set train.epochs=1");
     if (rc != 0) fail_msg("skip policy failed:\n%s", out);
     assert_contains(out, "step 5 skipped: non-finite loss (1 skipped so far)");
     assert_contains(out, "(some skipped)");

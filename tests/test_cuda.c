@@ -33,13 +33,18 @@
         }                                                                                                    \
     } while (0)
 
-static dpt_ctx *make(dpt_device_kind kind)
+static dpt_ctx *make_in(dpt_device_kind kind, dpt_precision precision)
 {
     dpt_error err;
-    dpt_ctx_options o = {.device = {kind, 0}, .threads = 1, .seed = 7};
+    dpt_ctx_options o = {.device = {kind, 0}, .threads = 1, .seed = 7, .precision = precision};
     dpt_ctx *ctx = dpt_ctx_new(&o, &err);
     if (!ctx) fail_msg("%s", err.msg);
     return ctx;
+}
+
+static dpt_ctx *make(dpt_device_kind kind)
+{
+    return make_in(kind, DPT_PRECISION_FP32);
 }
 
 typedef dpt_tensor *(*graph_fn)(dpt_ctx *ctx, dpt_tensor **in, int n_in, void *user);
@@ -241,6 +246,7 @@ typedef struct layer_case {
     int64_t out, k, stride, pad, dil, groups;
     bool bias_or_affine;
     double rtol;
+    double atol; /* 0: 1e-5 */
 } layer_case;
 
 typedef struct layer_run {
@@ -332,35 +338,23 @@ static void assert_same_tensor(const char *what, const layer_case *lc, const dpt
         da[j] = a[j], db[j] = b[j];
     char label[160];
     snprintf(label, sizeof label, "%s: %s (cuda vs cpu)", lc->name, what);
-    assert_close_d(label, db, da, n, lc->rtol, 1e-5);
+    assert_close_d(label, db, da, n, lc->rtol, lc->atol > 0 ? lc->atol : 1e-5);
     free(a), free(b), free(da), free(db);
 }
 
-static void test_layers(void **state)
+/* Both devices run each case's layer from the same inputs and parameters and must agree on
+ * the output, the input gradient, the parameter gradients and the running statistics. */
+static void compare_layers(const layer_case *cases, size_t count, dpt_precision precision)
 {
-    (void)state;
-    NEED_GPU();
-    static const layer_case cases[] = {
-        {"conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, 1e-3},
-        {"conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, 1e-3},
-        {"conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, 1e-3},
-        {"conv 7x7 stride 2 pad 3", 2, 3, 32, 32, 'c', 8, 7, 2, 3, 1, 1, false, 1e-3},
-        {"conv dilation 2", 2, 4, 11, 11, 'c', 4, 3, 1, 2, 2, 1, true, 1e-3},
-        {"conv groups 2", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 2, true, 1e-3},
-        {"conv depthwise", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 8, false, 1e-3},
-        {"batchnorm train affine", 8, 6, 5, 5, 'b', 0, 0, 0, 0, 0, 0, true, 1e-4},
-        {"batchnorm train plain", 4, 3, 7, 3, 'b', 0, 0, 0, 0, 0, 0, false, 1e-4},
-        {"batchnorm eval", 4, 6, 5, 5, 'e', 0, 0, 0, 0, 0, 0, true, 1e-4},
-        {"batchnorm inference", 4, 6, 5, 5, 'i', 0, 0, 0, 0, 0, 0, true, 1e-5},
-        {"batchnorm inference plain", 2, 3, 4, 4, 'i', 0, 0, 0, 0, 0, 0, false, 1e-5},
-        {"maxpool 3/2 pad 1", 2, 4, 9, 9, 'm', 0, 3, 2, 1, 0, 0, false, 1e-5},
-        {"maxpool 2/2", 3, 5, 8, 6, 'm', 0, 2, 2, 0, 0, 0, false, 1e-5},
-        {"avgpool 3/1 pad 1", 2, 4, 7, 7, 'a', 0, 3, 1, 1, 0, 0, false, 1e-5},
-        {"global avgpool", 4, 7, 5, 5, 'g', 0, 0, 0, 0, 0, 0, false, 1e-5},
-    };
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    for (size_t k = 0; k < count; k++) {
         const layer_case *lc = &cases[k];
-        dpt_ctx *cpu = make(DPT_DEVICE_CPU), *gpu = make(GPU);
+        dpt_ctx *cpu = make_in(DPT_DEVICE_CPU, precision), *gpu = make_in(GPU, precision);
+        const char *why;
+        if (dpt_ctx_precision(cpu, &why) != precision) { /* the CPU reference lacks AVX512-BF16 */
+            print_message("skipped: %s\n", why);
+            dpt_ctx_free(cpu), dpt_ctx_free(gpu);
+            skip();
+        }
         dpt_rng rng;
         dpt_rng_seed(&rng, 11 + k);
         int64_t nx = lc->n * lc->c * lc->h * lc->w;
@@ -387,6 +381,51 @@ static void test_layers(void **state)
         dpt_ctx_free(cpu), dpt_ctx_free(gpu);
         free(x), free(w);
     }
+}
+
+/* [train] precision = bf16: cuDNN's bf16 convolutions against oneDNN's. Both read the same
+ * bf16-rounded operands and accumulate in fp32; cuDNN's y, dx and dw come out in bf16 (the
+ * CPU's y too, its dx and dw in fp32), so they agree to a bf16 ulp (2^-7), plus the fp32
+ * accumulation's error near zero. */
+static void test_layers_bf16(void **state)
+{
+    (void)state;
+    NEED_GPU();
+#define ULP 0x1p-7, 1e-3
+    static const layer_case cases[] = {
+        {"bf16 conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, ULP},
+        {"bf16 conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, ULP},
+        {"bf16 conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, ULP},
+        {"bf16 conv 7x7 stride 2 pad 3", 2, 3, 32, 32, 'c', 16, 7, 2, 3, 1, 1, false, ULP},
+        {"bf16 conv 64 channels", 2, 64, 8, 8, 'c', 64, 3, 1, 1, 1, 1, false, ULP},
+    };
+#undef ULP
+    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_BF16);
+}
+
+static void test_layers(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    static const layer_case cases[] = {
+        {"conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, 1e-3, 0},
+        {"conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, 1e-3, 0},
+        {"conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, 1e-3, 0},
+        {"conv 7x7 stride 2 pad 3", 2, 3, 32, 32, 'c', 8, 7, 2, 3, 1, 1, false, 1e-3, 0},
+        {"conv dilation 2", 2, 4, 11, 11, 'c', 4, 3, 1, 2, 2, 1, true, 1e-3, 0},
+        {"conv groups 2", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 2, true, 1e-3, 0},
+        {"conv depthwise", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 8, false, 1e-3, 0},
+        {"batchnorm train affine", 8, 6, 5, 5, 'b', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
+        {"batchnorm train plain", 4, 3, 7, 3, 'b', 0, 0, 0, 0, 0, 0, false, 1e-4, 0},
+        {"batchnorm eval", 4, 6, 5, 5, 'e', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
+        {"batchnorm inference", 4, 6, 5, 5, 'i', 0, 0, 0, 0, 0, 0, true, 1e-5, 0},
+        {"batchnorm inference plain", 2, 3, 4, 4, 'i', 0, 0, 0, 0, 0, 0, false, 1e-5, 0},
+        {"maxpool 3/2 pad 1", 2, 4, 9, 9, 'm', 0, 3, 2, 1, 0, 0, false, 1e-5, 0},
+        {"maxpool 2/2", 3, 5, 8, 6, 'm', 0, 2, 2, 0, 0, 0, false, 1e-5, 0},
+        {"avgpool 3/1 pad 1", 2, 4, 7, 7, 'a', 0, 3, 1, 1, 0, 0, false, 1e-5, 0},
+        {"global avgpool", 4, 7, 5, 5, 'g', 0, 0, 0, 0, 0, 0, false, 1e-5, 0},
+    };
+    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32);
 }
 
 /* ---------------------------------------------------------------- loader, NCCL */
@@ -671,6 +710,7 @@ int main(void)
         cmocka_unit_test(test_training_steps),
         cmocka_unit_test(test_conv_models),
         cmocka_unit_test(test_layers),
+        cmocka_unit_test(test_layers_bf16),
         cmocka_unit_test(test_loader_copy_stream),
         cmocka_unit_test(test_loader_image_files),
         cmocka_unit_test(test_ddp_nccl_one_rank),
