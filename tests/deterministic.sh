@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deterministic.sh: [train] deterministic. The MLP's weights (SHA-256) after 30 steps of a
 # global batch of 64 are bit-identical on 1 rank, under mpirun -np 2 and -np 4, and on
-# DataParallel 2 x cpu, with AdamW and with SGD, and the CNN's (batch norm, dropout) too; 15
+# DataParallel 2 x cpu, with AdamW and with SGD, and the CNN's (batch norm, dropout) too, also
+# in bf16; 15
 # steps on 2 ranks, a checkpoint, and 15 more on 4 ranks equal 30 uninterrupted steps on 1,
 # mid-epoch and across an epoch end; the settings the mode cannot run with are refused naming
 # the numbers. One ok/FAIL line per case.
@@ -41,6 +42,16 @@ for w in $sizes; do
     [ -n "$want" ] && [ "$got" = "$want" ] || { all_same=1; echo "     cnn on $w: $got vs $want"; }
 done
 check "cnn (batch norm, dropout): bit-identical weights and running statistics after 20 steps on $sizes" $all_same ""
+# the same in bf16 (bf16 convolutions and activations; fp32 where the CPU has no AVX512-BF16)
+bsizes="dp2"
+[ $mpi -eq 1 ] && bsizes="2 dp2"
+want=$(run 1 "${cnn[@]}" --set train.precision=bf16)
+all_same=0
+for w in $bsizes; do
+    got=$(run $w "${cnn[@]}" --set train.precision=bf16)
+    [ -n "$want" ] && [ "$got" = "$want" ] || { all_same=1; echo "     cnn bf16 on $w: $got vs $want"; }
+done
+check "cnn in bf16: bit-identical weights after 20 steps on 1 $bsizes" $all_same ""
 
 # 15 steps on 2, then 15 on 4 == 30 on 1: mid-epoch (50 steps an epoch), and across an epoch
 # end (20 steps an epoch: the checkpoint is in epoch 1, the run ends in epoch 2)
