@@ -133,7 +133,7 @@ static const schema_key builtin_keys[] = {
      "see bf16_activations); batch-norm statistics, the loss, linear layers, gradients, the weights and the "
      "optimizer stay fp32. CPU: oneDNN kernels; fp32 where the CPU lacks AVX512-BF16 (said in the header). "
      "CUDA: cuDNN's bf16 convolutions (tensor cores; weight gradients come out in bf16), activations fp32. "
-     "fp16: not yet"},
+     "fp16: the same on CUDA in IEEE half, with loss_scale = dynamic (required); not on the CPU"},
     {"train", "bf16_activations", T_BOOL, "true", NO_RANGE, NULL,
      "precision = bf16 on the CPU: keep the activations between convolutions, batch norm, relu and residual "
      "adds in bf16 (false: in fp32, only the convolutions' inputs rounded to bf16; more memory). CUDA keeps "

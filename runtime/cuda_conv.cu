@@ -1,17 +1,19 @@
 /* cuda_conv.cu: convolutions on cuDNN: descriptors and algorithms chosen once per shape
  * (heuristics, or measured with [train] cudnn_benchmark) and cached, workspace from the
  * caching allocator, bias on our own kernels.
- * [train] precision = bf16: cuDNN's BFLOAT16 configuration (every tensor bf16, fp32
- * accumulation, tensor-core algorithms admitted): x, w and dy are rounded to bf16 (nearest
- * even) into buffers of their own, cuDNN writes y, dx and dw in bf16, and they are widened
- * into the fp32 tensors (dx and dw added where they accumulate). Activations and gradients
- * stay fp32 between layers on CUDA (cuDNN's batch norm takes no bf16). */
+ * [train] precision = bf16 (fp16): cuDNN's BFLOAT16 (PSEUDO_HALF) configuration: every tensor
+ * in 16 bits, fp32 accumulation, tensor-core algorithms admitted. x, w and dy are rounded
+ * (nearest even) into buffers of their own, cuDNN writes y, dx and dw in 16 bits, and they
+ * are widened into the fp32 tensors (dx and dw added where they accumulate). Activations and
+ * gradients stay fp32 between layers on CUDA (cuDNN's batch norm takes no bf16). fp16 needs
+ * [train] loss_scale = dynamic (the config refuses it without). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "cuda_internal.h"
 
@@ -49,7 +51,7 @@ static cudnnConvolutionDescriptor_t conv_descriptor(const dpt_conv_shape *sh)
         for (i_ = 0; i_ < (got); i_++) {                                                                     \
             if ((perf)[i_].status != CUDNN_STATUS_SUCCESS) continue;                                         \
             cudnnMathType_t m_ = (perf)[i_].mathType;                                                        \
-            bool any_ = ctx->tf32 || p->bf16; /* bf16 inputs: tensor cores are the point */                \
+            bool any_ = ctx->tf32 || p->h16; /* 16-bit inputs: tensor cores are the point */                \
             if (!any_ && m_ != CUDNN_FMA_MATH && m_ != CUDNN_DEFAULT_MATH) continue;                         \
             if (cudnnSetConvolutionMathType((desc), any_ ? m_ : CUDNN_FMA_MATH) != CUDNN_STATUS_SUCCESS)     \
                 continue;                                                                                    \
@@ -78,7 +80,8 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
     conv_plan *p = &s->plans[s->nplans++];
     p->shape = *sh;
     p->bf16 = ctx->precision == DPT_PRECISION_BF16;
-    cudnnDataType_t dt = p->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    p->h16 = p->bf16 || ctx->precision == DPT_PRECISION_FP16;
+    cudnnDataType_t dt = !p->h16 ? CUDNN_DATA_FLOAT : p->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
     CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->x));
     CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->y));
     CHECK_CUDNN(cudnnCreateFilterDescriptor(&p->w));
@@ -104,7 +107,7 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
         CHECK_CUDNN(cudnnSetConvolutionMathType(k == 0   ? p->conv_fwd
                                                 : k == 1 ? p->conv_bwd_data
                                                          : p->conv_bwd_filter,
-                                                ctx->tf32 || p->bf16 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+                                                ctx->tf32 || p->h16 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
     if (ctx->cudnn_benchmark)
         CHECK_CUDNN(
             cudnnFindConvolutionForwardAlgorithm(s->dnn, p->x, p->w, p->conv_fwd, p->y, MAX_ALGOS, &got, f));
@@ -180,34 +183,35 @@ __global__ void channel_sum_kernel(const float *dy, float *db, int64_t n, int64_
 
 /* ---------------------------------------------------------------- bf16 operands */
 
-__global__ void widen_kernel(float *dst, const uint16_t *src, int64_t n, bool accumulate)
+__global__ void widen_kernel(float *dst, const uint16_t *src, int64_t n, bool bf16, bool accumulate)
 {
     GRID_STRIDE(i, n)
     {
-        float v = __bfloat162float(__ushort_as_bfloat16(src[i]));
+        float v = bf16 ? __bfloat162float(__ushort_as_bfloat16(src[i])) : __half2float(__ushort_as_half(src[i]));
         dst[i] = accumulate ? dst[i] + v : v;
     }
 }
 
-/* A bf16 buffer of n elements from the caching allocator (workspace_put returns it). */
+/* A 16-bit buffer of n elements from the caching allocator (workspace_put returns it). */
 static workspace bf16_buffer(dpt_ctx *ctx, int64_t n)
 {
     workspace b = {NULL, 0};
-    b.ptr = dpt_ctx_alloc(ctx, (size_t)n * sizeof(uint16_t), &b.granted, "a bf16 convolution operand");
+    b.ptr = dpt_ctx_alloc(ctx, (size_t)n * sizeof(uint16_t), &b.granted, "a 16-bit convolution operand");
     return b;
 }
 
-/* src rounded to bf16 into a new buffer. */
-static workspace rounded(dpt_ctx *ctx, const float *src, int64_t n)
+/* src rounded to the plan's 16 bits into a new buffer. */
+static workspace rounded(dpt_ctx *ctx, const conv_plan *p, const float *src, int64_t n)
 {
     workspace b = bf16_buffer(ctx, n);
-    dpt_cuda_f32_to_h16(stream_of(ctx), (uint16_t *)b.ptr, src, n, true);
+    dpt_cuda_f32_to_h16(stream_of(ctx), (uint16_t *)b.ptr, src, n, p->bf16);
     return b;
 }
 
-static void widen_into(dpt_ctx *ctx, float *dst, const workspace *b, int64_t n, bool accumulate)
+static void widen_into(dpt_ctx *ctx, const conv_plan *p, float *dst, const workspace *b, int64_t n,
+                       bool accumulate)
 {
-    LAUNCH(widen_kernel, n, dst, (const uint16_t *)b->ptr, n, accumulate);
+    LAUNCH(widen_kernel, n, dst, (const uint16_t *)b->ptr, n, p->bf16, accumulate);
 }
 
 static int64_t x_count(const dpt_conv_shape *sh)
@@ -229,12 +233,12 @@ static void cuda_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float 
     conv_plan *p = plan_for(ctx, sh);
     workspace ws = workspace_get(ctx, p->workspace);
     float one = 1.0f, zero = 0.0f;
-    if (p->bf16) {
-        workspace x16 = rounded(ctx, x, x_count(sh)), w16 = rounded(ctx, w, w_count(sh)),
+    if (p->h16) {
+        workspace x16 = rounded(ctx, p, x, x_count(sh)), w16 = rounded(ctx, p, w, w_count(sh)),
                   y16 = bf16_buffer(ctx, y_count(sh));
         CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x16.ptr, p->w, w16.ptr, p->conv_fwd,
                                             p->fwd, ws.ptr, p->workspace, &zero, p->y, y16.ptr));
-        widen_into(ctx, y, &y16, y_count(sh), false);
+        widen_into(ctx, p, y, &y16, y_count(sh), false);
         workspace_put(ctx, y16), workspace_put(ctx, w16), workspace_put(ctx, x16);
     } else {
         CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x, p->w, w, p->conv_fwd, p->fwd,
@@ -254,23 +258,23 @@ static void cuda_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float 
     /* beta = 1: the weight gradient accumulates; the data gradient too, unless this is its
      * first writer (beta = 0: no zero fill before, no read of it) */
     float one = 1.0f, data_beta = dx_accumulate ? 1.0f : 0.0f;
-    if (p->bf16) { /* cuDNN writes bf16 (beta 0) into buffers, widened and added here */
+    if (p->h16) { /* cuDNN writes 16 bits (beta 0) into buffers, widened and added here */
         float zero = 0.0f;
-        workspace dy16 = rounded(ctx, dy, y_count(sh));
+        workspace dy16 = rounded(ctx, p, dy, y_count(sh));
         if (dx) {
-            workspace w16 = rounded(ctx, w, w_count(sh)), dx16 = bf16_buffer(ctx, x_count(sh));
+            workspace w16 = rounded(ctx, p, w, w_count(sh)), dx16 = bf16_buffer(ctx, x_count(sh));
             CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, w16.ptr, p->y, dy16.ptr,
                                                      p->conv_bwd_data, p->bwd_data, ws.ptr, p->workspace, &zero,
                                                      p->x, dx16.ptr));
-            widen_into(ctx, dx, &dx16, x_count(sh), dx_accumulate);
+            widen_into(ctx, p, dx, &dx16, x_count(sh), dx_accumulate);
             workspace_put(ctx, dx16), workspace_put(ctx, w16);
         }
         if (dw) {
-            workspace x16 = rounded(ctx, x, x_count(sh)), dw16 = bf16_buffer(ctx, w_count(sh));
+            workspace x16 = rounded(ctx, p, x, x_count(sh)), dw16 = bf16_buffer(ctx, w_count(sh));
             CHECK_CUDNN(cudnnConvolutionBackwardFilter(state_of(ctx)->dnn, &one, p->x, x16.ptr, p->y, dy16.ptr,
                                                        p->conv_bwd_filter, p->bwd_filter, ws.ptr, p->workspace,
                                                        &zero, p->w, dw16.ptr));
-            widen_into(ctx, dw, &dw16, w_count(sh), true);
+            widen_into(ctx, p, dw, &dw16, w_count(sh), true);
             workspace_put(ctx, dw16), workspace_put(ctx, x16);
         }
         workspace_put(ctx, dy16);

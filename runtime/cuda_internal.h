@@ -25,7 +25,8 @@ extern "C" {
  * convolution descriptor: it carries the math type of the algorithm chosen for it. */
 typedef struct conv_plan {
     dpt_conv_shape shape;
-    bool bf16; /* [train] precision = bf16: x, w, y (and dy, dx, dw) in bf16 for cuDNN, fp32 compute */
+    bool h16;  /* [train] precision = bf16|fp16: x, w, y (and dy, dx, dw) in 16 bits for cuDNN, fp32 compute */
+    bool bf16; /* which: bf16, or fp16 (IEEE half) */
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv_fwd, conv_bwd_data, conv_bwd_filter;

@@ -88,9 +88,11 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
                    (int)options->device.kind);
         return NULL;
     }
-    if (options->precision == DPT_PRECISION_FP16) {
-        dpt_errorf(err, "[train] precision = fp16: not built yet (it needs dynamic loss scaling)\nHINT: use bf16 "
-                        "(no loss scaling needed) on a CPU with AVX512-BF16, or fp32");
+    if (options->precision == DPT_PRECISION_FP16 && strcmp(be->name, "cuda") != 0) {
+        dpt_errorf(err, "[train] precision = fp16 runs the convolutions on cuDNN: the %s backend has no fp16 "
+                        "kernels (a CPU needs AVX512-FP16, which oneDNN 2.6 does not use for training)\nHINT: use "
+                        "precision = bf16 (fp32's range, no loss scaling needed) on a CPU with AVX512-BF16, or fp32",
+                   be->name);
         return NULL;
     }
     if (options->precision == DPT_PRECISION_BF16 && strcmp(be->name, "cpu-onednn") != 0 &&

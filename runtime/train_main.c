@@ -227,6 +227,12 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
     rc->loss_scale = !strcmp(dpt_config_str(c, "train", "loss_scale"), "dynamic");
     rc->loss_scale_init = dpt_config_float(c, "train", "loss_scale_init");
     rc->loss_scale_growth = dpt_config_int(c, "train", "loss_scale_growth");
+    if (rc->ctx.precision == DPT_PRECISION_FP16 && !rc->loss_scale)
+        return dpt_errorf(err,
+                          "%s: [train] precision = fp16 needs [train] loss_scale = dynamic: without it the gradients "
+                          "below fp16's smallest number (6e-8) vanish\nHINT: add --set train.loss_scale=dynamic, or use "
+                          "precision = bf16 (fp32's range, no loss scaling needed)",
+                          dpt_config_where(c, "train", "precision"));
     rc->train_data = (dpt_loader_options){
         .batch = rc->batch,
         .shuffle = dpt_config_bool(c, "data", "shuffle"),

@@ -95,7 +95,11 @@ void print_header(const trainer *t)
     dpt_precision prec = dpt_ctx_precision(t->ctx, &why);
     if (prec != DPT_PRECISION_FP32 || *why)
         report_line("precision %s%s%s%s\n",
-                    prec != DPT_PRECISION_BF16 ? "fp32"
+                    prec == DPT_PRECISION_FP16
+                        ? "fp16: convolutions on cuDNN in fp16 (tensor cores, fp32 accumulation; weight gradients "
+                          "come out in fp16), loss scaled; activations, batch norm, loss, linear layers, weights and "
+                          "optimizer fp32"
+                    : prec != DPT_PRECISION_BF16 ? "fp32"
                     : dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CUDA
                         ? "bf16: convolutions on cuDNN in bf16 (tensor cores, fp32 accumulation; weight gradients "
                           "come out in bf16); activations, batch norm, loss, linear layers, weights and optimizer fp32"

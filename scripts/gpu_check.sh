@@ -76,6 +76,11 @@ step "ResNet-20 bf16 on cuda:0, 150 steps" 120 resnet20_bf16.log ./train configs
     --set checkpoint.every_epochs=0
 done_row "$(grep -o 'loss [0-9.]*' "$out/resnet20_bf16.log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o '[0-9]* img/s' "$out/resnet20_bf16.log" | tail -1)"
 
+step "ResNet-20 fp16 + loss scaling, 150 steps" 90 resnet20_fp16.log ./train configs/resnet.ini $data \
+    --set train.device=cuda --set train.precision=fp16 --set train.loss_scale=dynamic --set train.max_steps=150 \
+    --set log.interval=25 --set checkpoint.every_epochs=0
+done_row "$(grep -o 'loss [0-9.]*' "$out/resnet20_fp16.log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o 'scale [0-9.e+]*' "$out/resnet20_fp16.log" | tail -1)"
+
 # 4b. a folder of JPEGs on cuda:0 [40 s]: decoding workers, uint8 batches in pinned memory,
 # images_to_float on the device; the loader must keep up (no "waiting on data" share)
 step "JPEG folder: ResNet-50 on cuda:0, 40 steps" 90 folder.log sh -c "build/tools/make_image_folder \

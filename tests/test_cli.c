@@ -134,7 +134,11 @@ static void test_training_controls(void **state)
                 "precision = bf16 runs the convolutions on oneDNN's CPU kernels or cuDNN; the cpu backend has no "
                 "bf16 path",
                 "HINT: set [train] cpu_kernels = onednn");
-    expect_fail(SMALL "--set train.precision=fp16", 1, "[train] precision = fp16: not built yet", "HINT: use bf16");
+    expect_fail(SMALL "--set train.precision=fp16", 1, "[train] precision = fp16 needs [train] loss_scale = dynamic",
+                "HINT: add --set train.loss_scale=dynamic, or use precision = bf16");
+    expect_fail(SMALL "--set train.precision=fp16 --set train.loss_scale=dynamic --set train.device=cpu", 1,
+                "[train] precision = fp16 runs the convolutions on cuDNN: the cpu-onednn backend has no fp16",
+                "HINT: use precision = bf16");
     int rc = run_capture(out, sizeof out,
                          "./train " SMALL "--set train.precision=bf16 --set train.max_steps=3 --set "
                          "model.name=cnn --set model.channels=16,32 --set model.fc=32");

@@ -344,11 +344,12 @@ static void assert_same_tensor(const char *what, const layer_case *lc, const dpt
 
 /* Both devices run each case's layer from the same inputs and parameters and must agree on
  * the output, the input gradient, the parameter gradients and the running statistics. */
-static void compare_layers(const layer_case *cases, size_t count, dpt_precision precision)
+static void compare_layers(const layer_case *cases, size_t count, dpt_precision precision,
+                           dpt_precision gpu_precision)
 {
     for (size_t k = 0; k < count; k++) {
         const layer_case *lc = &cases[k];
-        dpt_ctx *cpu = make_in(DPT_DEVICE_CPU, precision), *gpu = make_in(GPU, precision);
+        dpt_ctx *cpu = make_in(DPT_DEVICE_CPU, precision), *gpu = make_in(GPU, gpu_precision);
         const char *why;
         if (dpt_ctx_precision(cpu, &why) != precision) { /* the CPU reference lacks AVX512-BF16 */
             print_message("skipped: %s\n", why);
@@ -400,7 +401,26 @@ static void test_layers_bf16(void **state)
         {"bf16 conv 64 channels", 2, 64, 8, 8, 'c', 64, 3, 1, 1, 1, 1, false, ULP},
     };
 #undef ULP
-    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_BF16);
+    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_BF16, DPT_PRECISION_BF16);
+}
+
+/* [train] precision = fp16 (CUDA only): cuDNN's fp16 convolutions against the CPU's fp32
+ * ones. x, w and dy rounded to fp16 (2^-11 relative each), y, dx and dw out in fp16: agreement
+ * to a few fp16 ulps of the sums' magnitude (inputs in [-2, 2], weights in [-1, 1]). */
+static void test_layers_fp16(void **state)
+{
+    (void)state;
+    NEED_GPU();
+#ifdef DPT_TEST_HARNESS_ON_CPU
+    print_message("skipped: fp16 runs on cuDNN only (the harness's stand-in GPU is a CPU)\n");
+    skip();
+#endif
+    static const layer_case cases[] = {
+        {"fp16 conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, 1e-2, 5e-2},
+        {"fp16 conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, 1e-2, 5e-2},
+        {"fp16 conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, 1e-2, 5e-2},
+    };
+    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP16);
 }
 
 static void test_layers(void **state)
@@ -425,7 +445,7 @@ static void test_layers(void **state)
         {"avgpool 3/1 pad 1", 2, 4, 7, 7, 'a', 0, 3, 1, 1, 0, 0, false, 1e-5, 0},
         {"global avgpool", 4, 7, 5, 5, 'g', 0, 0, 0, 0, 0, 0, false, 1e-5, 0},
     };
-    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32);
+    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP32);
 }
 
 /* ---------------------------------------------------------------- loader, NCCL */
@@ -711,6 +731,7 @@ int main(void)
         cmocka_unit_test(test_conv_models),
         cmocka_unit_test(test_layers),
         cmocka_unit_test(test_layers_bf16),
+        cmocka_unit_test(test_layers_fp16),
         cmocka_unit_test(test_loader_copy_stream),
         cmocka_unit_test(test_loader_image_files),
         cmocka_unit_test(test_ddp_nccl_one_rank),
