@@ -225,8 +225,10 @@ static void test_memory(void **state)
      * last record's peak includes an evaluation): within [0.8, 1.6] */
     const char *runs[] = {"configs/fmnist_cnn.ini --set train.batch=128 --set data.train_limit=256",
                           "configs/resnet.ini --set train.batch=32 --set data.train_limit=64",
-                          "configs/resnet.ini --set train.batch=4 --set data.train_limit=16"};
-    for (int i = 0; i < 3; i++) {
+                          "configs/resnet.ini --set train.batch=4 --set data.train_limit=16",
+                          "configs/resnet.ini --set train.batch=256 --set data.train_limit=512",
+                          "configs/resnet.ini --set train.batch=256 --set data.train_limit=512 --set train.precision=bf16"};
+    for (int i = 0; i < 5; i++) {
         snprintf(
             args, sizeof args,
             "./train %s --set train.epochs=2 --set log.interval=1 --set log.metrics=%s/m.jsonl "
