@@ -333,9 +333,12 @@ void print_final(trainer *t)
                                                                   (double)(t->steps_per_epoch * t->run->accum));
     else
         snprintf(epochs, sizeof epochs, "%d", st->epoch - 1);
-    report_line("done | %s epochs | %lld steps%s | %.1f s | best test acc %.2f%% (epoch %d) | final test acc %.2f%%\n",
+    char peak[32]; /* the allocator's high-water mark on this rank: weights, state, activations, gradients */
+    mib(peak, sizeof peak, (double)dpt_ctx_mem_stats(t->ctx).peak_allocated);
+    report_line("done | %s epochs | %lld steps%s | %.1f s | best test acc %.2f%% (epoch %d) | final test acc %.2f%% | "
+                "peak memory %s\n",
                 epochs, (long long)st->step, st->skipped ? " (some skipped)" : "", seconds, 100.0 * st->best_acc,
-                st->best_epoch, 100.0 * t->test.accuracy);
+                st->best_epoch, 100.0 * t->test.accuracy, peak);
     if (hashed)
         report_line("weights sha256 %s\n", r->result.weights_sha256);
     else
