@@ -189,6 +189,11 @@ dpt_tensor *dpt_transpose(dpt_ctx *ctx, dpt_tensor *x); /* 2-D view */
 dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape);
 dpt_tensor *dpt_flatten(dpt_ctx *ctx, dpt_tensor *x); /* (B, ...) -> (B, prod) */
 dpt_tensor *dpt_relu(dpt_ctx *ctx, dpt_tensor *x);
+/* relu in x's own memory (torch's inplace=True: one activation less kept for backward) when
+ * that is safe for autograd (x is a temporary whose producer's backward does not read it,
+ * e.g. a convolution's, batch norm's, a linear layer's or an add's output, and no recorded op
+ * has read it yet); otherwise dpt_relu. x must not be used afterwards: use the result. */
+dpt_tensor *dpt_relu_(dpt_ctx *ctx, dpt_tensor *x);
 dpt_tensor *dpt_gelu(dpt_ctx *ctx, dpt_tensor *x);    /* tanh approximation */
 dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x); /* over the last dim */
 /* Mean softmax cross-entropy of logits (B, C) against labels[B] in [0, C); numerically

@@ -14,16 +14,27 @@ static void relu_backward(dpt_ctx *ctx, dpt_node *node)
         ctx->be->relu_bwd(ctx, y->data, y->grad->data, dx, y->numel);
 }
 
-dpt_tensor *dpt_relu(dpt_ctx *ctx, dpt_tensor *x)
+static dpt_tensor *relu(dpt_ctx *ctx, dpt_tensor *x, bool in_place)
 {
     dpt_require_contiguous("relu", x);
-    dpt_tensor *y = dpt_temp_same(ctx, x); /* a 16-bit activation stays one */
+    /* a 16-bit activation stays one; in place, y is x's memory under a new name */
+    dpt_tensor *y = in_place ? dpt_alias(ctx, x) : dpt_temp_same(ctx, x);
     if (x->dtype == DPT_BF16)
         ctx->be->relu16_fwd(ctx, (const uint16_t *)x->data, (uint16_t *)y->data, x->numel);
     else
         ctx->be->relu_fwd(ctx, x->data, y->data, x->numel);
-    dpt_tape_record(ctx, "relu", relu_backward, y, 1, &x);
+    dpt_tape_record(ctx, in_place ? "relu_" : "relu", relu_backward, y, 1, &x);
     return y;
+}
+
+dpt_tensor *dpt_relu(dpt_ctx *ctx, dpt_tensor *x)
+{
+    return relu(ctx, x, false);
+}
+
+dpt_tensor *dpt_relu_(dpt_ctx *ctx, dpt_tensor *x)
+{
+    return relu(ctx, x, dpt_tape_may_overwrite(ctx, x));
 }
 
 static void gelu_backward(dpt_ctx *ctx, dpt_node *node)

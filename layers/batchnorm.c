@@ -218,6 +218,7 @@ static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_t
     if (node) {
         node->layer = l;
         node->scratch = sv;
+        node->out_unread = true; /* backward reads x and the saved statistics */
     }
     return y;
 }
@@ -307,6 +308,7 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
     if (node) {
         node->layer = l;
         node->scratch = sv;
+        node->out_unread = true; /* backward reads x and the saved statistics */
     }
     return y;
 }

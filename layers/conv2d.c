@@ -129,6 +129,6 @@ dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *l, dpt_tensor *x)
     ctx->be->conv2d_fwd(ctx, &s, x->data, l->weight->data, l->bias ? l->bias->data : NULL, y->data);
     dpt_node *node =
         dpt_tape_record(ctx, "conv2d", conv2d_backward, y, 3, (dpt_tensor *[]){x, l->weight, l->bias});
-    if (node) node->layer = l;
+    if (node) node->layer = l, node->out_unread = true; /* backward reads x and w */
     return y;
 }

@@ -71,6 +71,6 @@ dpt_tensor *dpt_linear_forward(dpt_ctx *ctx, dpt_linear *layer, dpt_tensor *x)
     if (layer->bias) ctx->be->bias_add(ctx, y->data, layer->bias->data, batch, out);
     dpt_node *node = dpt_tape_record(ctx, "linear", linear_backward, y, 3,
                                      (dpt_tensor *[]){x, layer->weight, layer->bias});
-    if (node) node->layer = layer;
+    if (node) node->layer = layer, node->out_unread = true; /* backward reads x and w */
     return y;
 }

@@ -19,7 +19,7 @@ static dpt_tensor *mlp_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
     dpt_tensor *h = dpt_flatten(ctx, x); /* (B, C*H*W) */
     for (int i = 0; i < net->nlayers; i++) {
         h = dpt_linear_forward(ctx, net->layers[i], h);
-        if (i + 1 < net->nlayers) h = net->gelu ? dpt_gelu(ctx, h) : dpt_relu(ctx, h);
+        if (i + 1 < net->nlayers) h = net->gelu ? dpt_gelu(ctx, h) : dpt_relu_(ctx, h);
     }
     return h; /* (B, classes) */
 }

@@ -33,20 +33,20 @@ static dpt_tensor *block_forward(dpt_ctx *ctx, const block *b, dpt_tensor *x, bo
     dpt_tensor *h = x;
     for (int i = 0; i < b->nconv; i++) {
         h = dpt_batchnorm_forward(ctx, b->bn[i], dpt_conv2d_forward(ctx, b->conv[i], h), training);
-        if (i + 1 < b->nconv) h = dpt_relu(ctx, h);
+        if (i + 1 < b->nconv) h = dpt_relu_(ctx, h); /* in place: the batch norm output has no other reader */
     }
     dpt_tensor *shortcut =
         b->down_conv
             ? dpt_batchnorm_forward(ctx, b->down_bn, dpt_conv2d_forward(ctx, b->down_conv, x), training)
             : x;
-    return dpt_relu(ctx, dpt_add(ctx, h, shortcut)); /* the residual add */
+    return dpt_relu_(ctx, dpt_add(ctx, h, shortcut)); /* the residual add, relu in place */
 }
 
 static dpt_tensor *resnet_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
 {
     resnet *net = dpt_model_state(model);
     bool training = dpt_model_training(model);
-    dpt_tensor *h = dpt_relu(
+    dpt_tensor *h = dpt_relu_(
         ctx, dpt_batchnorm_forward(ctx, net->stem_bn, dpt_conv2d_forward(ctx, net->stem_conv, x), training));
     if (net->stem_pool) h = dpt_maxpool2d(ctx, h, 3, 2, 1);
     for (int i = 0; i < net->nblocks; i++)

@@ -33,6 +33,9 @@ struct dpt_node {
     dpt_tensor *saved[2]; /* extra tensors kept for backward (e.g. softmax probabilities) */
     const void *layer;    /* the layer's own settings, when the op needs them */
     void *scratch;        /* tape-lifetime host memory (e.g. a copy of the labels) */
+    /* backward reads only out's gradient, never out's values: an in-place op (dpt_relu_) may
+     * overwrite them (conv2d, batch norm, linear, add set it) */
+    bool out_unread;
     union { /* the op's one scalar argument */
         float alpha;           /* scale, sum, mean: dy/dx = alpha */
         float label_smoothing; /* cross-entropy */
@@ -54,6 +57,10 @@ dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate);
 void dpt_tape_keep(dpt_ctx *ctx, dpt_tensor *t);
 /* The tape's own memory, at dpt_ctx_free (after a last dpt_tape_clear). */
 void dpt_tape_free(dpt_ctx *ctx);
+/* Whether an op may overwrite x in place: no backward can need x's values (nothing is being
+ * recorded, or x is a temporary of its own storage whose producer does not read its output
+ * and which no recorded node has taken as an input). */
+bool dpt_tape_may_overwrite(dpt_ctx *ctx, const dpt_tensor *x);
 /* Host memory that lives until dpt_tape_clear(). */
 void *dpt_tape_scratch(dpt_ctx *ctx, size_t bytes);
 /* Should `t` receive a gradient in this backward? */

@@ -93,7 +93,8 @@ dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
         ctx->be->add16(ctx, out->numel, (const uint16_t *)a->data, (const uint16_t *)b->data, (uint16_t *)out->data);
     else
         ctx->be->add(ctx, out->numel, a->data, b->data, out->data);
-    dpt_tape_record(ctx, "add", add_backward, out, 2, (dpt_tensor *[]){a, b});
+    dpt_node *node = dpt_tape_record(ctx, "add", add_backward, out, 2, (dpt_tensor *[]){a, b});
+    if (node) node->out_unread = true;
     return out;
 }
 

@@ -80,6 +80,18 @@ dpt_tensor *dpt_temp_same(dpt_ctx *ctx, const dpt_tensor *t)
     return out;
 }
 
+dpt_tensor *dpt_alias(dpt_ctx *ctx, dpt_tensor *t)
+{
+    dpt_tensor *a = tensor_header(ctx, t->ndim, t->shape);
+    memcpy(a->strides, t->strides, sizeof a->strides);
+    a->layout = t->layout, a->dtype = t->dtype;
+    a->storage = t->storage;
+    a->storage->refcount++;
+    a->data = t->data;
+    dpt_tape_keep(ctx, a);
+    return a;
+}
+
 dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                      int64_t offset)
 {

@@ -71,6 +71,8 @@ static inline size_t dpt_dtype_size(dpt_dtype d)
 {
     return d == DPT_BF16 ? 2 : 4;
 }
+/* A temporary over t's storage with t's shape, layout and dtype (an in-place op's output). */
+dpt_tensor *dpt_alias(dpt_ctx *ctx, dpt_tensor *t);
 /* A temporary view of t's storage with another shape and strides. */
 dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                      int64_t offset);

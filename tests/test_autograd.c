@@ -183,6 +183,61 @@ static void test_allocator_steady_state(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* dpt_relu_ overwrites its input only where no backward can read it, and gives the same
+ * gradients as dpt_relu either way (bit for bit): after a linear layer it runs in place; on a
+ * tensor another op has already read (here a mul, whose backward reads it), after a relu (whose backward
+ * reads its output) and on a caller's own tensor it copies. */
+static void relu_grads(bool in_place, float *grads, bool *shared)
+{
+    dpt_ctx *ctx = test_ctx(1, 5);
+    dpt_linear *l[3];
+    dpt_model *m = three_layer(ctx, l);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 9);
+    dpt_tensor *x = test_input(ctx, &rng, 2, (int64_t[]){4, 6}, -1, 1);
+    int32_t labels[4] = {0, 2, 1, 1};
+    dpt_tensor *(*act)(dpt_ctx *, dpt_tensor *) = in_place ? dpt_relu_ : dpt_relu;
+    dpt_tensor *a = dpt_linear_forward(ctx, l[0], x);
+    dpt_tensor *h = act(ctx, a);
+    shared[0] = h->data == a->data; /* in place */
+    dpt_tensor *b = dpt_linear_forward(ctx, l[1], h);
+    dpt_tensor *skip = dpt_mul(ctx, b, b); /* b read by the mul (its backward reads b): relu_ must copy */
+    dpt_tensor *r = act(ctx, b);
+    shared[1] = r->data == b->data;
+    dpt_tensor *rr = act(ctx, r); /* r made by a relu, which reads its output */
+    shared[2] = rr->data == r->data;
+    dpt_tensor *own = act(ctx, x); /* the caller's tensor */
+    shared[3] = own->data == x->data;
+    dpt_backward(ctx, dpt_cross_entropy(ctx, dpt_linear_forward(ctx, l[2], dpt_add(ctx, rr, skip)), labels, 0.0f));
+    int k = 0;
+    for (int i = 0; i < dpt_model_num_params(m); i++) {
+        dpt_tensor *g = dpt_tensor_grad(dpt_model_param_at(m, i));
+        dpt_tensor_copy_to_host(g, grads + k);
+        k += (int)dpt_tensor_numel(g);
+    }
+    dpt_tensor_copy_to_host(dpt_tensor_grad(x), grads + k);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
+static void test_relu_in_place(void **state)
+{
+    (void)state;
+    float ref[200] = {0}, got[200] = {0};
+    bool ref_shared[4], shared[4];
+    relu_grads(false, ref, ref_shared);
+    relu_grads(true, got, shared);
+    for (int i = 0; i < 4; i++)
+        assert_false(ref_shared[i]);
+    assert_true(shared[0]);  /* after a linear layer: in place */
+    assert_false(shared[1]); /* already read by the mul */
+    assert_false(shared[2]); /* after a relu */
+    assert_false(shared[3]); /* the caller's tensor */
+    assert_memory_equal(ref, got, sizeof ref);
+}
+
 static void test_alloc_bins(void **state)
 {
     (void)state;
@@ -250,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_accumulate_and_zero),
         cmocka_unit_test(test_no_grad),
         cmocka_unit_test(test_allocator_steady_state),
+        cmocka_unit_test(test_relu_in_place),
         cmocka_unit_test(test_alloc_bins),
         cmocka_unit_test(test_alloc_limit),
     };

@@ -208,7 +208,7 @@ static void test_memory(void **state)
         "model.hidden=64 --set data.prefetch=0 --set train.eval_batch=5000 --set data.test_limit=5000 "
         "--set train.memory_check=false";
     char eval_args[600];
-    snprintf(eval_args, sizeof eval_args, "%s --set train.memory_limit_mb=18", eval); /* in the evaluation */
+    snprintf(eval_args, sizeof eval_args, "%s --set train.memory_limit_mb=17", eval); /* in the evaluation */
     expect_fail(eval_args, 1, "out of memory on cpu",
                 "HINT: this happened for evaluation: use a smaller [train] eval_batch");
     snprintf(eval_args, sizeof eval_args, "%s --set train.memory_limit_mb=10",
