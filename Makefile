@@ -50,7 +50,7 @@ OMP_LIBS ?= $(OMP)
 DNNL     ?= $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),yes,no)
 CFLAGS   += $(if $(filter yes,$(DNNL)),-DDPT_DNNL=1)
 # OpenSSL's libcrypto (Debian libssl-dev) for the weights' SHA-256 (--inspect, weights_sha256).
-OPENSSL  ?= $(if $(wildcard /usr/include/openssl/evp.h),yes,no)
+OPENSSL  ?= $(if $(wildcard /usr/include/openssl/evp.h $(GPU_BUNDLE)/include/openssl/evp.h),yes,no)
 CFLAGS   += $(if $(filter yes,$(OPENSSL)),-DDPT_OPENSSL=1)
 # libjpeg-turbo (Debian libjpeg62-turbo-dev) and libpng (libpng-dev) for [data] source = folder.
 JPEG     ?= $(if $(wildcard /usr/include/jpeglib.h $(GPU_BUNDLE)/include/jpeglib.h),yes,no)

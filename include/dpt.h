@@ -75,6 +75,7 @@ typedef struct dpt_ctx_options {
     size_t memory_limit;  /* bytes the device's caching allocator may reserve (0 = no limit) */
     dpt_precision precision; /* BF16: oneDNN on the CPU (fp32 where the CPU lacks AVX512-BF16) */
     bool fp32_activations;   /* BF16: keep activations in fp32 (only the convolutions' inputs are bf16) */
+    bool deterministic;      /* CUDA: only cuDNN algorithms that give the same bits on every run */
 } dpt_ctx_options;
 
 /* Create a context; NULL with err filled if the device cannot be used. */

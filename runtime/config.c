@@ -116,7 +116,8 @@ static const schema_key builtin_keys[] = {
      "cut into shards of deterministic_shard samples, each shard's gradient computed alone and the shards "
      "summed in one fixed binary tree; dropout drawn per shard, batch norm normalised per shard (ghost batch "
      "norm, running statistics averaged through the same tree). Needs the same [train] threads on every rank, "
-     "accum_steps = 1, drop_last, a power-of-two number of shards and the CPU"},
+     "accum_steps = 1, drop_last, a power-of-two number of shards; on GPUs cudnn_benchmark = false (deterministic "
+     "cuDNN algorithms; unverified on a GPU)"},
     {"train", "deterministic_shard", T_INT, "16", 1, 1 << 20, NULL,
      "deterministic: samples per shard (the global batch / this must be a power of two)"},
     {"train", "seed", T_INT, "42", 0, 9.2e18, NULL,

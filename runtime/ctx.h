@@ -16,6 +16,7 @@ struct dpt_ctx {
     int threads;
     bool tf32;            /* CUDA math mode; read by the backend's init */
     bool cudnn_benchmark; /* cuDNN: measure the convolution algorithms once per shape */
+    bool deterministic;   /* cuDNN: deterministic algorithms only ([train] deterministic) */
     dpt_precision precision;    /* the convolutions' (the backend's init may lower it to FP32) */
     const char *precision_note; /* why it was lowered, or "" */
     bool act16; /* activations between the ops that take them in BF16 (precision bf16, be->act16) */

@@ -50,6 +50,7 @@ static cudnnConvolutionDescriptor_t conv_descriptor(const dpt_conv_shape *sh)
         int i_;                                                                                              \
         for (i_ = 0; i_ < (got); i_++) {                                                                     \
             if ((perf)[i_].status != CUDNN_STATUS_SUCCESS) continue;                                         \
+            if (ctx->deterministic && (perf)[i_].determinism != CUDNN_DETERMINISTIC) continue;               \
             cudnnMathType_t m_ = (perf)[i_].mathType;                                                        \
             bool any_ = ctx->tf32 || p->h16; /* 16-bit inputs: tensor cores are the point */                \
             if (!any_ && m_ != CUDNN_FMA_MATH && m_ != CUDNN_DEFAULT_MATH) continue;                         \
@@ -96,7 +97,9 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
     /* Ranking: heuristics by default (a function of the shape and the GPU, so a resumed run
      * picks the same algorithms); measured once per shape with [train] cudnn_benchmark, as
      * PyTorch's benchmark mode (faster, but the choice may differ between runs). Exact FP32
-     * by default, to compare with the CPU backend; [train] tf32 admits TF32 tensor cores. */
+     * by default, to compare with the CPU backend; [train] tf32 admits TF32 tensor cores.
+     * [train] deterministic admits only algorithms cuDNN calls deterministic (the same bits
+     * on every run; torch.backends.cudnn.deterministic). */
     enum { MAX_ALGOS = 16 };
     int got = 0;
     size_t bytes_fwd = 0, bytes_bd = 0, bytes_bf = 0;

@@ -89,20 +89,27 @@ static __device__ __forceinline__ double block_total(double v)
     return partial[0];
 }
 
-/* Add the block's total of each thread's value to *out. */
-static __device__ __forceinline__ void block_sum_into(double acc, double *out)
+/* Fixed-order reductions (the same bits on every run: an atomicAdd's order is the
+ * hardware's): each block's total into partials[blockIdx.x], then cuda_total_partials adds
+ * the partials in order in one block. Grid-stride reductions run on RED_BLOCKS blocks, so
+ * every thread's share of the elements is fixed too. */
+#define RED_BLOCKS 256
+static __device__ __forceinline__ void block_partial(double acc, double *partials)
 {
     double total = block_total(acc);
-    if (threadIdx.x == 0) atomicAdd(out, total);
+    if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
 /* ops_cuda.cu: blocking copies on the compute stream (the host buffer may be reused at once);
- * the context's device scratch of doubles, zeroed and read back (one host sync). */
+ * the context's device scratch of doubles, its first read back (one host sync). */
 void cuda_h2d(dpt_ctx *ctx, void *dst, const void *src, size_t bytes);
 void cuda_d2h(dpt_ctx *ctx, void *dst, const void *src, size_t bytes);
-void cuda_zero_scratch(dpt_ctx *ctx);
 double cuda_read_scratch(dpt_ctx *ctx);
 double *cuda_scratch_doubles(dpt_ctx *ctx, size_t count); /* grown on demand */
+/* Room for `parts` block partials (returned: scratch + 1), and scratch[0] = their sum in
+ * order, enqueued on the compute stream (cuda_read_scratch reads it back). */
+double *cuda_partials(dpt_ctx *ctx, int64_t parts);
+void cuda_total_partials(dpt_ctx *ctx, int64_t parts);
 
 /* Each file's share of the backend table, and what it frees at shutdown. */
 void cuda_math_entries(dpt_backend *be);  /* cuda_math.cu: elementwise, reductions, GEMM, loss */

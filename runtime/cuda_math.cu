@@ -36,18 +36,18 @@ __global__ void mul_acc_kernel(int64_t n, const float *a, const float *b, float 
     GRID_STRIDE(i, n) o[i] += a[i] * b[i];
 }
 
-__global__ void dot_kernel(const float *a, const float *b, int64_t n, double *out)
+__global__ void dot_kernel(const float *a, const float *b, int64_t n, double *partials)
 {
     double acc = 0.0;
     GRID_STRIDE(i, n) acc += (double)a[i] * (double)b[i];
-    block_sum_into(acc, out);
+    block_partial(acc, partials);
 }
 
-__global__ void sum_kernel(const float *a, int64_t n, double *out)
+__global__ void sum_kernel(const float *a, int64_t n, double *partials)
 {
     double acc = 0.0;
     GRID_STRIDE(i, n) acc += (double)a[i];
-    block_sum_into(acc, out);
+    block_partial(acc, partials);
 }
 
 __global__ void transpose_acc_kernel(const float *src, float *dst, int64_t rows, int64_t cols)
@@ -135,8 +135,9 @@ __global__ void softmax_bwd_kernel(const float *y, const float *dy, float *dx, i
 }
 
 __global__ void xent_fwd_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols,
-                                float smoothing, float *probs, double *loss)
+                                float smoothing, float *probs, double *partials)
 {
+    double acc = 0.0;
     GRID_STRIDE(r, rows)
     {
         const float *xr = x + r * cols;
@@ -153,8 +154,9 @@ __global__ void xent_fwd_kernel(const float *x, const int32_t *labels, int64_t r
         double l = y < 0 || y >= cols
                        ? NAN /* out of range: a NaN loss, not a read out of bounds */
                        : (1.0 - smoothing) * (lse - xr[y]) + smoothing * (lse - sum_logits / (double)cols);
-        atomicAdd(loss, l);
+        acc += l;
     }
+    block_partial(acc, partials);
 }
 
 /* loss[0] = total[0] / rows: the mean, left on the device */
@@ -266,17 +268,23 @@ static void cuda_mul_acc(dpt_ctx *ctx, int64_t n, const float *a, const float *b
     LAUNCH(mul_acc_kernel, n, n, a, b, o);
 }
 
+/* Reductions on RED_BLOCKS blocks, totalled in order: run to run the same bits. */
+#define REDUCE(kernel, ...)                                                                                  \
+    do {                                                                                                     \
+        kernel<<<RED_BLOCKS, THREADS, 0, stream_of(ctx)>>>(__VA_ARGS__, cuda_partials(ctx, RED_BLOCKS));     \
+        CHECK_LAUNCH();                                                                                      \
+        cuda_total_partials(ctx, RED_BLOCKS);                                                                \
+    } while (0)
+
 static double cuda_sum(dpt_ctx *ctx, const float *x, int64_t n)
 {
-    cuda_zero_scratch(ctx);
-    LAUNCH(sum_kernel, n, x, n, state_of(ctx)->scratch);
+    REDUCE(sum_kernel, x, n);
     return cuda_read_scratch(ctx);
 }
 
 static double cuda_dot(dpt_ctx *ctx, const float *a, const float *b, int64_t n)
 {
-    cuda_zero_scratch(ctx);
-    LAUNCH(dot_kernel, n, a, b, n, state_of(ctx)->scratch);
+    REDUCE(dot_kernel, a, b, n);
     return cuda_read_scratch(ctx);
 }
 
@@ -335,8 +343,7 @@ static void cuda_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, floa
 static void cuda_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
                           int64_t cols, float smoothing, float *probs, float *loss)
 {
-    cuda_zero_scratch(ctx);
-    LAUNCH(xent_fwd_kernel, rows, logits, labels, rows, cols, smoothing, probs, state_of(ctx)->scratch);
+    REDUCE(xent_fwd_kernel, logits, labels, rows, cols, smoothing, probs);
     mean_kernel<<<1, 1, 0, stream_of(ctx)>>>(state_of(ctx)->scratch, rows, loss);
     CHECK_CUDA(cudaGetLastError());
 }

@@ -72,13 +72,13 @@ __global__ void adamw_multi_kernel(const mt_chunk *chunks, float lr, float b1, f
         adamw_one(c.p[0] + i, c.p[1] + i, c.p[2] + i, c.p[3] + i, lr, b1, b2, eps, wd, step_size, bc2_sqrt);
 }
 
-__global__ void sumsq_multi_kernel(const mt_chunk *chunks, double *out)
+__global__ void sumsq_multi_kernel(const mt_chunk *chunks, double *partials)
 {
     mt_chunk c = chunks[blockIdx.x];
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < c.n; i += blockDim.x)
         acc += (double)c.p[0][i] * (double)c.p[0][i];
-    block_sum_into(acc, out);
+    block_partial(acc, partials); /* one partial per chunk, totalled in chunk order */
 }
 
 /* ---------------------------------------------------------------- multi-tensor entries */
@@ -153,9 +153,9 @@ static double cuda_sumsq_multi(dpt_ctx *ctx, const dpt_tensor_list *l)
 {
     const mt_table *t = mt_upload(ctx, l);
     if (!t->nchunks) return 0.0;
-    cuda_zero_scratch(ctx);
-    sumsq_multi_kernel<<<(unsigned)t->nchunks, THREADS, 0, stream_of(ctx)>>>(t->dev, state_of(ctx)->scratch);
+    sumsq_multi_kernel<<<(unsigned)t->nchunks, THREADS, 0, stream_of(ctx)>>>(t->dev, cuda_partials(ctx, t->nchunks));
     CHECK_LAUNCH();
+    cuda_total_partials(ctx, t->nchunks);
     return cuda_read_scratch(ctx);
 }
 

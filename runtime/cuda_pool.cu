@@ -1,4 +1,6 @@
-/* cuda_pool.cu: max and average pooling kernels (NCHW; windows may overlap). */
+/* cuda_pool.cu: max and average pooling kernels (NCHW; windows may overlap). Backward gathers:
+ * a thread per input element adds the gradients of the windows that cover it, in window
+ * order, so the result is the same bits on every run (scattering with atomicAdd is not). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,12 +31,33 @@ __global__ void maxpool_fwd_kernel(dpt_pool_shape s, const float *x, float *y, i
     }
 }
 
-__global__ void maxpool_bwd_kernel(dpt_pool_shape s, const float *dy, const int32_t *argmax, float *dx)
+/* The output rows (columns) whose windows cover input row (column) i: [*lo, *hi]. */
+static __device__ __forceinline__ void covering(int64_t i, int64_t k, int64_t stride, int64_t pad, int64_t out,
+                                                int64_t *lo, int64_t *hi)
 {
-    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow)
+    int64_t first = i + pad - k + 1; /* the lowest window start that still reaches i */
+    *lo = first <= 0 ? 0 : (first + stride - 1) / stride;
+    *hi = (i + pad) / stride;
+    if (*hi > out - 1) *hi = out - 1;
+}
+
+__global__ void maxpool_bwd_kernel(dpt_pool_shape s, const float *dy, const int32_t *argmax, float *dx,
+                                   bool accumulate)
+{
+    GRID_STRIDE(i, s.n * s.c * s.h * s.w)
     {
-        int64_t plane = o / (s.ow * s.oh);
-        atomicAdd(&dx[plane * s.h * s.w + argmax[o]], dy[o]); /* windows may overlap */
+        int64_t ix = i % s.w, iy = i / s.w % s.h, plane = i / (s.w * s.h);
+        int64_t y0, y1, x0, x1;
+        covering(iy, s.kh, s.stride_h, s.pad_h, s.oh, &y0, &y1);
+        covering(ix, s.kw, s.stride_w, s.pad_w, s.ow, &x0, &x1);
+        int32_t me = (int32_t)(iy * s.w + ix);
+        float g = 0.0f;
+        for (int64_t oy = y0; oy <= y1; oy++)
+            for (int64_t ox = x0; ox <= x1; ox++) {
+                int64_t o = (plane * s.oh + oy) * s.ow + ox;
+                if (argmax[o] == me) g += dy[o];
+            }
+        dx[i] = accumulate ? dx[i] + g : g;
     }
 }
 
@@ -57,30 +80,20 @@ __global__ void avgpool_fwd_kernel(dpt_pool_shape s, const float *x, float *y)
     }
 }
 
-__global__ void avgpool_bwd_kernel(dpt_pool_shape s, const float *dy, float *dx)
+__global__ void avgpool_bwd_kernel(dpt_pool_shape s, const float *dy, float *dx, bool accumulate)
 {
-    GRID_STRIDE(o, s.n * s.c * s.oh * s.ow)
+    GRID_STRIDE(i, s.n * s.c * s.h * s.w)
     {
-        int64_t ox = o % s.ow, oy = o / s.ow % s.oh, plane = o / (s.ow * s.oh);
-        float g = dy[o] / (float)(s.kh * s.kw);
-        for (int64_t ki = 0; ki < s.kh; ki++) {
-            int64_t iy = oy * s.stride_h - s.pad_h + ki;
-            if (iy < 0 || iy >= s.h) continue;
-            for (int64_t kj = 0; kj < s.kw; kj++) {
-                int64_t ix = ox * s.stride_w - s.pad_w + kj;
-                if (ix >= 0 && ix < s.w) atomicAdd(&dx[plane * s.h * s.w + iy * s.w + ix], g);
-            }
-        }
+        int64_t ix = i % s.w, iy = i / s.w % s.h, plane = i / (s.w * s.h);
+        int64_t y0, y1, x0, x1;
+        covering(iy, s.kh, s.stride_h, s.pad_h, s.oh, &y0, &y1);
+        covering(ix, s.kw, s.stride_w, s.pad_w, s.ow, &x0, &x1);
+        float g = 0.0f;
+        for (int64_t oy = y0; oy <= y1; oy++)
+            for (int64_t ox = x0; ox <= x1; ox++)
+                g += dy[(plane * s.oh + oy) * s.ow + ox] / (float)(s.kh * s.kw); /* as the scatter did */
+        dx[i] = accumulate ? dx[i] + g : g;
     }
-}
-
-/* The kernels add into dx (windows may overlap): a first write starts from zeros. */
-static void zero_unless_accumulating(dpt_ctx *ctx, const dpt_pool_shape *s, float *dx, bool dx_accumulate)
-{
-    DPT_ASSERT(s->layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
-    if (!dx_accumulate)
-        CHECK_CUDA(
-            cudaMemsetAsync(dx, 0, (size_t)(s->n * s->c * s->h * s->w) * sizeof(float), stream_of(ctx)));
 }
 
 static void cuda_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, void *ws)
@@ -91,8 +104,8 @@ static void cuda_maxpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float 
 static void cuda_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const void *ws,
                              float *dx, bool dx_accumulate)
 {
-    zero_unless_accumulating(ctx, s, dx, dx_accumulate);
-    LAUNCH(maxpool_bwd_kernel, s->n * s->c * s->oh * s->ow, *s, dy, (const int32_t *)ws, dx);
+    DPT_ASSERT(s->layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
+    LAUNCH(maxpool_bwd_kernel, s->n * s->c * s->h * s->w, *s, dy, (const int32_t *)ws, dx, dx_accumulate);
 }
 static void cuda_avgpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y)
 {
@@ -102,8 +115,8 @@ static void cuda_avgpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float 
 static void cuda_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx,
                              bool dx_accumulate)
 {
-    zero_unless_accumulating(ctx, s, dx, dx_accumulate);
-    LAUNCH(avgpool_bwd_kernel, s->n * s->c * s->oh * s->ow, *s, dy, dx);
+    DPT_ASSERT(s->layout == DPT_LAYOUT_NCHW, "a blocked tensor on CUDA");
+    LAUNCH(avgpool_bwd_kernel, s->n * s->c * s->h * s->w, *s, dy, dx, dx_accumulate);
 }
 
 void cuda_pool_entries(dpt_backend *be)

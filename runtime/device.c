@@ -113,6 +113,7 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
     ctx->grad_enabled = true;
     ctx->tf32 = options->tf32;
     ctx->cudnn_benchmark = options->cudnn_benchmark;
+    ctx->deterministic = options->deterministic;
     dpt_rng_seed(&ctx->rng, options->seed);
     if (!be->init(ctx, err)) {
         free(ctx);

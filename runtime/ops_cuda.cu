@@ -203,16 +203,32 @@ static void cuda_mem_info(dpt_ctx *ctx, size_t *free_bytes, size_t *total_bytes)
 
 /* ---------------------------------------------------------------- device scratch */
 
-void cuda_zero_scratch(dpt_ctx *ctx)
-{
-    CHECK_CUDA(cudaMemsetAsync(state_of(ctx)->scratch, 0, sizeof(double), stream_of(ctx)));
-}
-
 double cuda_read_scratch(dpt_ctx *ctx)
 {
     double v;
     cuda_d2h(ctx, &v, state_of(ctx)->scratch, sizeof v);
     return v;
+}
+
+__global__ void total_partials_kernel(const double *partials, int64_t parts, double *out)
+{
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < parts; i += blockDim.x) /* a fixed share per thread */
+        acc += partials[i];
+    double total = block_total(acc);
+    if (threadIdx.x == 0) *out = total;
+}
+
+double *cuda_partials(dpt_ctx *ctx, int64_t parts)
+{
+    return cuda_scratch_doubles(ctx, (size_t)parts + 1) + 1;
+}
+
+void cuda_total_partials(dpt_ctx *ctx, int64_t parts)
+{
+    double *s = state_of(ctx)->scratch;
+    total_partials_kernel<<<1, THREADS, 0, stream_of(ctx)>>>(s + 1, parts, s);
+    CHECK_LAUNCH();
 }
 
 double *cuda_scratch_doubles(dpt_ctx *ctx, size_t count)

@@ -172,6 +172,12 @@ static bool deterministic_split(run_config *rc, const dpt_config *c, dpt_error *
                           "%s: [train] deterministic needs [train] threads set (the same on every world size): "
                           "a GEMM or convolution may split its sums by thread\nHINT: e.g. threads = 1",
                           where);
+    if (rc->ctx.cudnn_benchmark)
+        return dpt_errorf(err,
+                          "%s: [train] deterministic with [train] cudnn_benchmark = true: cuDNN's measured "
+                          "algorithm choice can differ between runs, and each algorithm sums in its own order\n"
+                          "HINT: set cudnn_benchmark = false (the mode takes deterministic algorithms by heuristics)",
+                          where);
     if (g % s || !is_pow2(g / s))
         return dpt_errorf(err,
                           "%s: [train] deterministic: the global batch %lld is not a power-of-two number of "
@@ -186,6 +192,7 @@ static bool deterministic_split(run_config *rc, const dpt_config *c, dpt_error *
                           where, w, *rc->devices ? "replicas" : "ranks", (long long)shards, (long long)s,
                           (long long)shards, (long long)shards);
     rc->deterministic = true;
+    rc->ctx.deterministic = true;
     rc->det_shard = s;
     rc->det_shards = shards;
     rc->det_per_rank = (int)(shards / w);

@@ -155,10 +155,6 @@ static bool resume(trainer *t, dpt_error *err)
  * buffers: a stack of log2(shards per rank) + 1 partial sums, and the ranks' gather. */
 static bool det_open(trainer *t, dpt_error *err)
 {
-    const dpt_config *ini = t->run->ini;
-    if (dpt_ctx_device(t->ctx).kind != DPT_DEVICE_CPU)
-        return dpt_errorf(err, "%s: [train] deterministic runs on the CPU in this version\nHINT: set [train] device "
-                               "= cpu, or deterministic = false", dpt_config_where(ini, "train", "deterministic"));
     for (int i = 0; i < dpt_model_num_params(t->model); i++)
         t->det.nparams += dpt_tensor_numel(dpt_model_param_at(t->model, i));
     t->ctx->bn_ghost.on = true; /* batch norm: each shard's own statistics (ghost batch norm) */
@@ -217,9 +213,9 @@ static void det_push(trainer *t)
     DPT_ASSERT(t->det.nparams + t->ctx->bn_ghost.n == t->det.n, "ghost statistics changed size between shards");
     float *top = t->det.stack[t->det.depth];
     int64_t off = 0;
-    for (int i = 0; i < dpt_model_num_params(t->model); i++) {
+    for (int i = 0; i < dpt_model_num_params(t->model); i++) { /* to the host (a GPU's too): the tree is summed there */
         dpt_tensor *g = dpt_model_param_at(t->model, i)->grad;
-        memcpy(top + off, dpt_tensor_data(g), (size_t)dpt_tensor_numel(g) * sizeof(float));
+        dpt_tensor_copy_to_host(g, top + off);
         off += dpt_tensor_numel(g);
     }
     memcpy(top + off, t->ctx->bn_ghost.vals, (size_t)t->ctx->bn_ghost.n * sizeof(float));
@@ -245,16 +241,18 @@ static void det_finish(trainer *t)
     for (int span = 1; span < t->r->size; span *= 2) {
         char what[64];
         snprintf(what, sizeof what, "deterministic gradient exchange with rank %d", t->r->rank ^ span);
-        dpt_comm_sendrecv(t->r->comm, sum, t->det.gather, (size_t)t->det.n * sizeof(float), t->r->rank ^ span, what);
+        /* the host communicator (MPI, or DataParallel's threads): the sums are in host memory */
+        dpt_comm_sendrecv(t->host_comm, sum, t->det.gather, (size_t)t->det.n * sizeof(float), t->r->rank ^ span,
+                          what);
         det_add(sum, t->det.gather, t->det.n);
     }
     float scale = 1.0f / (float)t->run->det_shards;
     int64_t off = 0;
+    for (int64_t j = 0; j < t->det.nparams; j++)
+        sum[j] *= scale;
     for (int i = 0; i < dpt_model_num_params(t->model); i++) {
         dpt_tensor *g = dpt_model_param_at(t->model, i)->grad;
-        float *dst = dpt_tensor_data(g);
-        for (int64_t j = 0; j < dpt_tensor_numel(g); j++)
-            dst[j] = sum[off + j] * scale;
+        dpt_tensor_copy_from_host(g, sum + off);
         off += dpt_tensor_numel(g);
     }
     /* the ghost statistics: their average over the shards, into the running statistics */

@@ -5,9 +5,10 @@
 # and a compiler, but no BLAS, cmocka, zlib headers, MPI or data. So:
 #   include/  cblas.h (Debian's reference CBLAS; the CPU there only checks the GPU's numbers),
 #             cmocka.h, zlib.h, zconf.h, jpeglib.h (+ jconfig.h, jmorecfg.h, jerror.h), png.h
-#             (+ pngconf.h, pnglibconf.h)
+#             (+ pngconf.h, pnglibconf.h), openssl/ (OpenSSL 3's headers)
 #   lib/      libblas.so (+ libgfortran, libquadmath it needs), libcmocka.so, libz.so, libjpeg.so
-#             (libjpeg-turbo), libpng16.so: the folder source and its tests
+#             (libjpeg-turbo), libpng16.so: the folder source and its tests; libcrypto.so
+#             (OpenSSL 3): the weights' SHA-256, so GPU runs print a hash to compare
 #   data/fashion-mnist/  the t10k files of Debian's dataset-fashion-mnist (10000 images)
 # The build finds .gpu/ by itself (Makefile: GPU_BUNDLE); MPI is left out (make MPI=0 there).
 # Only apt-get download is used: no root, nothing installed here.
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 limit_mb=40
 pkgs=(libblas3 libblas-dev libgfortran5 libquadmath0 libcmocka0 libcmocka-dev zlib1g zlib1g-dev
-      libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev dataset-fashion-mnist)
+      libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev libssl3 libssl-dev dataset-fashion-mnist)
 work=$(mktemp -d /tmp/dpt_gpu_bundle_XXXXXX)
 trap 'rm -rf "$work"' EXIT
 (cd "$work" && apt-get download "${pkgs[@]}" > "$work/download.log" 2>&1) || {
@@ -45,6 +46,10 @@ cp "$r/usr/include/x86_64-linux-gnu/jconfig.h" .gpu/include/
 cp -P "$r/$multiarch"/libjpeg.so* .gpu/lib/
 cp "$r/usr/include/libpng16/png.h" "$r/usr/include/libpng16/pngconf.h" "$r/usr/include/libpng16/pnglibconf.h" .gpu/include/
 cp -P "$r/$multiarch"/libpng16.so* .gpu/lib/
+mkdir -p .gpu/include/openssl
+cp "$r/usr/include/openssl/"*.h "$r/usr/include/x86_64-linux-gnu/openssl/"*.h .gpu/include/openssl/
+cp -P "$r/$multiarch"/libcrypto.so.3 .gpu/lib/
+ln -sf libcrypto.so.3 .gpu/lib/libcrypto.so
 cp "$r/usr/share/datasets/fashion-mnist/"t10k-* .gpu/data/fashion-mnist/
 grep -q '^/.gpu/' .gitignore 2>/dev/null || echo '/.gpu/' >> .gitignore
 size_kb=$(du -sk .gpu | cut -f1)

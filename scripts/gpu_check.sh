@@ -4,9 +4,10 @@
 # build from the bundle (make gpu-bundle here, carry .gpu), ./train --env with NVML, every GPU
 # test, short trainings on cuda:0 (loss must fall), DDP over NCCL at world size 1
 # (DataParallel on cuda:0), the out-of-memory report, GEMM/conv GFLOP/s, and ResNet-50 img/s
-# at batch 128 and 256 in FP32 and TF32, and bf16 at 256 (warm-up excluded), beside PyTorch on
-# the same GPU in the same run. Each step has its own time limit (estimates for one H200 in
-# brackets; about 8 minutes in all); a failed step shows its first error line. The table and every log go
+# at batch 256 in FP32, TF32 and bf16 (warm-up excluded), beside PyTorch on the same GPU in the
+# same run; bf16/fp16 training and the deterministic mode's reproducibility. Each step has its
+# own time limit (estimates for one H200 in brackets; about 8 minutes in all); a failed step
+# shows its first error line. The table and every log go
 # to $OUT when that is set (the device tool brings them back), else /tmp/gpu_check.
 #   run: bash scripts/gpu_check.sh      (device tool: carry [".gpu"], timeout_s 540)
 set -u
@@ -62,8 +63,9 @@ done_row "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+ test' "$out/test_cud
 grep -E "ERROR|max rel|skipped" "$out/test_cuda.log" | head -12 | sed 's/^/    /'
 
 # 4. training on cuda:0 [90 s]: the loss must fall
+# (no checkpoints: a run would refuse a folder holding an earlier step's)
 data="--set data.dir=.gpu/data/fashion-mnist --set data.train_images=t10k-images-idx3-ubyte.gz
-      --set data.train_labels=t10k-labels-idx1-ubyte.gz --set data.test_limit=2000"
+      --set data.train_labels=t10k-labels-idx1-ubyte.gz --set data.test_limit=2000 --set checkpoint.every_epochs=0"
 step "MLP on cuda:0, 2 epochs of 10000" 90 mlp.log ./train configs/fmnist_mlp.ini $data --set train.device=cuda \
     --set train.epochs=2 --set log.interval=50
 done_row "$(grep -o 'loss [0-9.]*' "$out/mlp.log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o 'final test acc [0-9.]*%' "$out/mlp.log")"
@@ -80,6 +82,15 @@ step "ResNet-20 fp16 + loss scaling, 150 steps" 90 resnet20_fp16.log ./train con
     --set train.device=cuda --set train.precision=fp16 --set train.loss_scale=dynamic --set train.max_steps=150 \
     --set log.interval=25 --set checkpoint.every_epochs=0
 done_row "$(grep -o 'loss [0-9.]*' "$out/resnet20_fp16.log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o 'scale [0-9.e+]*' "$out/resnet20_fp16.log" | tail -1)"
+
+# 4a. [train] deterministic on cuda:0 [30 s]: two runs, the same weights (deterministic cuDNN
+# algorithms, fixed-order reductions, gather pooling backward); the tree sum on the host
+step "deterministic on cuda:0: two runs, one hash" 120 det.log sh -c "for i in 1 2; do ./train configs/fmnist_cnn.ini \
+    $(echo $data) --set train.device=cuda --set train.deterministic=true --set train.threads=1 --set train.global_batch=64 \
+    --set train.max_steps=30 --set log.interval=10 | grep '^weights sha256'; done"
+det_hashes=$(grep -c '^weights sha256 [0-9a-f]' "$out/det.log"); det_distinct=$(grep '^weights sha256' "$out/det.log" | sort -u | wc -l)
+[ "$last_status" = ok ] && { [ "$det_hashes" = 2 ] && [ "$det_distinct" = 1 ]; } || { last_status=FAIL; last_row[1]=FAIL; }
+done_row "$(head -1 "$out/det.log" | cut -c1-40)... $det_hashes runs, $det_distinct distinct"
 
 # 4b. a folder of JPEGs on cuda:0 [40 s]: decoding workers, uint8 batches in pinned memory,
 # images_to_float on the device; the loader must keep up (no "waiting on data" share)
@@ -104,13 +115,12 @@ done_row "$(grep -m1 'out of memory' "$out/oom.log" | cut -c1-110)"
 step "bench_conv on cuda (GEMM, ResNet conv shapes)" 120 bench_conv.log env DPT_BENCH_DEVICE=cuda build/bench/bench_conv
 done_row "GEMM 4096^3 $(awk '$1 == 4096 {print $3}' "$out/bench_conv.log") GFLOP/s FP32; convs $(awk '$1 == "resnet50" {printf "%s ", $NF}' "$out/bench_conv.log")"
 
-# 8. ResNet-50 224px [190 s]: ours and PyTorch's img/s, turn by turn, FP32 and TF32, and bf16
-# (ours: [train] precision = bf16; PyTorch: torch.autocast bf16) at batch 256
+# 8. ResNet-50 224px [120 s]: ours and PyTorch's img/s at batch 256, turn by turn, FP32, TF32
+# and bf16 (ours: [train] precision = bf16; PyTorch: torch.autocast bf16)
 torch_ok=0
 "$py" -c "import torch; assert torch.cuda.is_available()" 2> /dev/null && torch_ok=1
-for b in 128 256; do
+for b in 256; do
     for math in fp32 tf32 bf16; do
-        [ $math = bf16 ] && [ $b = 128 ] && continue # bf16 (against PyTorch's autocast) at batch 256 only
         mode=cuda; [ $math = tf32 ] && mode=cuda-tf32; [ $math = bf16 ] && mode=cuda-bf16
         step "ResNet-50 batch $b $math: dptrain" 90 "r50_b${b}_$math.log" build/bench/bench_step resnet50 "$b" 1 20 "$mode"
         ours=$(grep -o '"img_s":[0-9.]*' "$out/r50_b${b}_$math.log" | cut -d: -f2)

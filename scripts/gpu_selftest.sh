@@ -70,7 +70,7 @@ fi
 summary=$(inside "make -s MPI=0 CUDA_HOME=/opt/cuda BUILD=build-gpuselftest summary")
 echo "  $summary ($(( $(date +%s) - start )) s)"
 for want in "cuda=yes" "cudnn=yes (/usr/lib/python3/dist-packages/nvidia/cudnn)" \
-    "nccl=yes (/usr/lib/python3/dist-packages/nvidia/nccl)" "mpi=no" "blas=cblas" "jpeg=yes png=yes" "bundle .gpu"; do
+    "nccl=yes (/usr/lib/python3/dist-packages/nvidia/nccl)" "mpi=no" "blas=cblas" "sha256=yes" "jpeg=yes png=yes" "bundle .gpu"; do
     grep -qF "$want" <<< "$summary" || { echo "gpu-selftest: FAILED: the build summary lacks '$want'"; exit 1; }
 done
 ok=1
@@ -88,6 +88,7 @@ train_out=$(inside "build-gpuselftest/train configs/fmnist_mlp.ini --set data.di
     --set train.epochs=1 --set data.test_limit=2000 --set log.interval=1000" 2>&1) || ok=0
 echo "$train_out" | tail -2 | sed 's/^/  train | /'
 grep -q "final test acc" <<< "$train_out" || { echo "gpu-selftest: the CPU training run failed"; ok=0; }
+grep -q "^weights sha256 [0-9a-f]\{64\}$" <<< "$train_out" || { echo "gpu-selftest: no weights hash (the bundle's OpenSSL)"; ok=0; }
 mpirun_out=$(inside "OMPI_COMM_WORLD_SIZE=2 build-gpuselftest/train configs/fmnist_mlp.ini" 2>&1) && ok=0
 grep -q "built without MPI" <<< "$mpirun_out" || { echo "gpu-selftest: a start by mpirun is not refused clearly"; ok=0; }
 [ $ok = 1 ] || { echo "gpu-selftest: FAILED"; exit 1; }

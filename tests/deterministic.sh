@@ -81,4 +81,5 @@ refuse "3 replicas" "3 replicas cannot share 4 shards of 12 samples alike" --set
 refuse "3 shards" "the global batch 48 is not a power-of-two number of shards of 16 samples" --set train.global_batch=48
 refuse "accumulation" "accum_steps = 2" --set distributed.accum_steps=2
 refuse "threads unset" "needs [train] threads set" --set train.threads=0
+refuse "cudnn_benchmark" "deterministic with [train] cudnn_benchmark = true" --set train.cudnn_benchmark=true
 [ $failed -eq 0 ]
