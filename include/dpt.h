@@ -170,6 +170,16 @@ bool dpt_grad_enabled(const dpt_ctx *ctx);
 void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss);
 /* Drop the tape and every temporary tensor; call once per step after the optimizer. */
 void dpt_tape_clear(dpt_ctx *ctx);
+/* A point on the tape, and the temporaries made since it handed back early: when nothing was
+ * recorded since the mark (evaluation, or no gradient wanted), every temporary made since is
+ * freed except `keep` (returned), so a model's block can give back its intermediates at once
+ * instead of holding a whole forward pass until dpt_tape_clear (PyTorch frees them by
+ * reference count under no_grad). While recording, it does nothing: backward needs them. */
+typedef struct dpt_tape_mark {
+    int temps, nodes;
+} dpt_tape_mark;
+dpt_tape_mark dpt_tape_mark_here(dpt_ctx *ctx);
+dpt_tensor *dpt_tape_release(dpt_ctx *ctx, dpt_tape_mark mark, dpt_tensor *keep);
 
 /* Fires once per parameter per backward, as soon as its gradient is final (the last use
  * of the parameter in forward order has run its backward). The DDP reducer listens here. */

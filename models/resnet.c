@@ -30,6 +30,7 @@ typedef struct resnet {
 
 static dpt_tensor *block_forward(dpt_ctx *ctx, const block *b, dpt_tensor *x, bool training)
 {
+    dpt_tape_mark mark = dpt_tape_mark_here(ctx); /* evaluation: the block's intermediates go at its end */
     dpt_tensor *h = x;
     for (int i = 0; i < b->nconv; i++) {
         h = dpt_batchnorm_forward(ctx, b->bn[i], dpt_conv2d_forward(ctx, b->conv[i], h), training);
@@ -39,7 +40,7 @@ static dpt_tensor *block_forward(dpt_ctx *ctx, const block *b, dpt_tensor *x, bo
         b->down_conv
             ? dpt_batchnorm_forward(ctx, b->down_bn, dpt_conv2d_forward(ctx, b->down_conv, x), training)
             : x;
-    return dpt_relu_(ctx, dpt_add(ctx, h, shortcut)); /* the residual add, relu in place */
+    return dpt_tape_release(ctx, mark, dpt_relu_(ctx, dpt_add(ctx, h, shortcut))); /* relu in place */
 }
 
 static dpt_tensor *resnet_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)

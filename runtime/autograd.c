@@ -168,6 +168,30 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
     }
 }
 
+dpt_tape_mark dpt_tape_mark_here(dpt_ctx *ctx)
+{
+    return (dpt_tape_mark){ctx->tape.ntemps, ctx->tape.nnodes};
+}
+
+dpt_tensor *dpt_tape_release(dpt_ctx *ctx, dpt_tape_mark mark, dpt_tensor *keep)
+{
+    dpt_tape *tape = &ctx->tape;
+    DPT_ASSERT(mark.temps <= tape->ntemps && mark.nodes <= tape->nnodes, "a tape mark from before a clear");
+    if (tape->nnodes != mark.nodes) return keep; /* recorded: backward will read them */
+    int kept = mark.temps;
+    for (int i = mark.temps; i < tape->ntemps; i++) {
+        dpt_tensor *t = tape->temps[i];
+        if (t == keep) {
+            tape->temps[kept++] = t;
+            continue;
+        }
+        t->grad = NULL; /* nothing was recorded: no temporary gradient hangs off it */
+        dpt_tensor_free(t); /* keep's storage, when t shares it, lives on by its count */
+    }
+    tape->ntemps = kept;
+    return keep;
+}
+
 void dpt_tape_clear(dpt_ctx *ctx)
 {
     /* A temporary's gradient is a temporary too, freed by this same loop. */

@@ -43,12 +43,17 @@ dpt_device pick_device(const replica *r)
 #define ACTIVATION_FACTOR 1.6
 #define ACTIVATION_BF16 0.6   /* the share left with bf16 activations (the gradients stay fp32) */
 #define EVALUATION_FACTOR 1.4 /* the noted outputs and the unnoted ones beside them */
+/* Evaluation keeps a forward pass's outputs until the tape is cleared, unless the model hands
+ * a block's back at its end (dpt_tape_release: the built-in CNN and ResNets): then about a
+ * block's worth is alive at once, bounded here by this many of the largest layer output. */
+#define EVALUATION_BLOCK 8.0
 
 memory_estimate estimate_memory(const trainer *t)
 {
     const run_config *run = t->run;
     const dpt_dataset *train = t->train_set, *test = t->test_set;
-    double per_sample = dpt_model_activation_floats(t->model, NULL);
+    double largest = 0, per_sample = dpt_model_activation_floats(t->model, &largest);
+    double eval_sample = per_sample < EVALUATION_BLOCK * largest ? per_sample : EVALUATION_BLOCK * largest;
     double batch = (double)run->batch;
     /* an evaluation batch is never larger than the test set (or its limit) */
     int64_t limit = run->test_data.limit;
@@ -63,7 +68,7 @@ memory_estimate estimate_memory(const trainer *t)
                   (2.0 + (double)dpt_optim_num_state(t->optim) / (dpt_model_num_params(t->model) ? dpt_model_num_params(t->model) : 1)),
         .activations = batch * (per_sample * sizeof(float) * ACTIVATION_FACTOR * act16 + sample),
         /* no backward, but a forward pass's outputs live until the tape is cleared */
-        .evaluation = eval_batch * (per_sample * sizeof(float) * EVALUATION_FACTOR * act16 + sample),
+        .evaluation = eval_batch * (eval_sample * sizeof(float) * EVALUATION_FACTOR * act16 + sample),
         .loader = slots * (batch + eval_batch) * sample,
     };
     /* training's tape is cleared before an evaluation starts: they do not add up */

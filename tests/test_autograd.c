@@ -238,6 +238,44 @@ static void test_relu_in_place(void **state)
     assert_memory_equal(ref, got, sizeof ref);
 }
 
+/* dpt_tape_release: with nothing recorded since the mark (grad off), the temporaries made since
+ * go back to the allocator at once except the one kept, which keeps its values; while
+ * recording it frees nothing (backward needs them) and the gradients are unchanged. */
+static void test_tape_release(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 5);
+    dpt_linear *l[3];
+    dpt_model *m = three_layer(ctx, l);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 2);
+    dpt_tensor *x = test_input(ctx, &rng, 2, (int64_t[]){64, 6}, -1, 1);
+    float want[64 * 4], got[64 * 4];
+    for (int recording = 0; recording < 2; recording++) {
+        bool was = dpt_set_grad_enabled(ctx, recording);
+        size_t before = dpt_ctx_mem_stats(ctx).allocated;
+        dpt_tape_mark mark = dpt_tape_mark_here(ctx);
+        dpt_tensor *h = dpt_relu_(ctx, dpt_linear_forward(ctx, l[0], x));
+        h = dpt_relu_(ctx, dpt_linear_forward(ctx, l[1], h));
+        size_t during = dpt_ctx_mem_stats(ctx).allocated;
+        dpt_tensor_copy_to_host(h, want);
+        dpt_tensor *kept = dpt_tape_release(ctx, mark, h);
+        assert_ptr_equal(kept, h);
+        size_t after = dpt_ctx_mem_stats(ctx).allocated;
+        dpt_tensor_copy_to_host(kept, got);
+        assert_memory_equal(want, got, sizeof want);
+        if (recording)
+            assert_int_equal(after, during); /* nothing freed */
+        else
+            assert_true(after < during && after > before); /* the first layer's output went, h stayed */
+        dpt_tape_clear(ctx);
+        dpt_set_grad_enabled(ctx, was);
+    }
+    dpt_tensor_free(x);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
 static void test_alloc_bins(void **state)
 {
     (void)state;
@@ -306,6 +344,7 @@ int main(void)
         cmocka_unit_test(test_no_grad),
         cmocka_unit_test(test_allocator_steady_state),
         cmocka_unit_test(test_relu_in_place),
+        cmocka_unit_test(test_tape_release),
         cmocka_unit_test(test_alloc_bins),
         cmocka_unit_test(test_alloc_limit),
     };

@@ -195,7 +195,7 @@ static void test_memory(void **state)
                 "activations at [train] batch = 1024");
     assert_contains(out,
                     "HINT: lower [train] batch and keep the global batch with [distributed] accum_steps");
-    expect_fail("configs/resnet50_synthetic.ini --set train.batch=2 --set data.synthetic_samples=2000 "
+    expect_fail("configs/resnet50_synthetic.ini --set train.batch=2 --set data.synthetic_samples=20000 "
                 "--set train.eval_batch=500000",
                 1, "evaluation at [train] eval_batch = 500", "HINT: lower [train] eval_batch");
     expect_fail(
