@@ -75,19 +75,15 @@ void dpt_tape_keep(dpt_ctx *ctx, dpt_tensor *t)
 bool dpt_tape_may_overwrite(dpt_ctx *ctx, const dpt_tensor *x)
 {
     if (!x->is_temp || !x->storage || x->storage->refcount != 1 || !dpt_tensor_is_contiguous(x)) return false;
-    if (!ctx->grad_enabled || !x->requires_grad) return true; /* no backward will run through x */
+    if (!ctx->grad_enabled) return true; /* nothing is recorded: no backward will read x */
     const dpt_tape *tape = &ctx->tape;
-    bool produced = false;
     for (int n = tape->nnodes - 1; n >= 0; n--) {
         const dpt_node *node = &tape->nodes[n];
         for (int i = 0; i < node->n_in; i++)
             if (node->in[i] == x) return false; /* a consumer's backward may read it */
-        if (node->out == x) {
-            produced = node->out_unread;
-            break; /* nothing before its producer can refer to it */
-        }
+        if (node->out == x) return node->out_unread; /* nothing before its producer refers to it */
     }
-    return produced;
+    return true; /* made by no recorded op (it wants no gradient) and read by none */
 }
 
 void *dpt_tape_scratch(dpt_ctx *ctx, size_t bytes)

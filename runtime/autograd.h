@@ -57,9 +57,9 @@ dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate);
 void dpt_tape_keep(dpt_ctx *ctx, dpt_tensor *t);
 /* The tape's own memory, at dpt_ctx_free (after a last dpt_tape_clear). */
 void dpt_tape_free(dpt_ctx *ctx);
-/* Whether an op may overwrite x in place: no backward can need x's values (nothing is being
- * recorded, or x is a temporary of its own storage whose producer does not read its output
- * and which no recorded node has taken as an input). */
+/* Whether an op may overwrite x in place: x is a temporary of its own storage and no backward
+ * can need its values (nothing is being recorded, or no recorded node has taken x as an input
+ * and its producer, if recorded, does not read its output). */
 bool dpt_tape_may_overwrite(dpt_ctx *ctx, const dpt_tensor *x);
 /* Host memory that lives until dpt_tape_clear(). */
 void *dpt_tape_scratch(dpt_ctx *ctx, size_t bytes);

@@ -208,6 +208,15 @@ static void relu_grads(bool in_place, float *grads, bool *shared)
     shared[2] = rr->data == r->data;
     dpt_tensor *own = act(ctx, x); /* the caller's tensor */
     shared[3] = own->data == x->data;
+    /* a temporary that wants no gradient, read by a recorded mul (its backward reads it for
+     * the other operand's gradient): relu_ must copy */
+    bool was = dpt_set_grad_enabled(ctx, false);
+    dpt_tensor *frozen = dpt_scale(ctx, dpt_linear_forward(ctx, l[1], h), 0.5f);
+    dpt_set_grad_enabled(ctx, was);
+    dpt_tensor *gated = dpt_mul(ctx, frozen, b);
+    dpt_tensor *fr = act(ctx, frozen);
+    shared[4] = fr->data == frozen->data;
+    skip = dpt_add(ctx, skip, gated);
     dpt_backward(ctx, dpt_cross_entropy(ctx, dpt_linear_forward(ctx, l[2], dpt_add(ctx, rr, skip)), labels, 0.0f));
     int k = 0;
     for (int i = 0; i < dpt_model_num_params(m); i++) {
@@ -226,15 +235,16 @@ static void test_relu_in_place(void **state)
 {
     (void)state;
     float ref[200] = {0}, got[200] = {0};
-    bool ref_shared[4], shared[4];
+    bool ref_shared[5], shared[5];
     relu_grads(false, ref, ref_shared);
     relu_grads(true, got, shared);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         assert_false(ref_shared[i]);
     assert_true(shared[0]);  /* after a linear layer: in place */
     assert_false(shared[1]); /* already read by the mul */
     assert_false(shared[2]); /* after a relu */
     assert_false(shared[3]); /* the caller's tensor */
+    assert_false(shared[4]); /* wants no gradient, but a recorded op read it */
     assert_memory_equal(ref, got, sizeof ref);
 }
 
