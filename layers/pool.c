@@ -44,6 +44,7 @@ static dpt_pool_shape pool_shape(const char *op, const dpt_tensor *x, int64_t ke
     s.n = x->shape[0], s.c = x->shape[1], s.h = x->shape[2], s.w = x->shape[3];
     s.kh = s.kw = kernel, s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = padding;
     s.layout = x->layout;
+    s.dtype = x->dtype;
     return s;
 }
 
@@ -53,9 +54,24 @@ static dpt_tensor *pool_input(dpt_ctx *ctx, dpt_tensor *x)
     return ctx->be->pool_any_layout ? dpt_widen(ctx, x) : dpt_plain(ctx, x);
 }
 
+/* Max and average pooling keep a 16-bit activation 16-bit where the backend pools it so
+ * (oneDNN; the gradients stay F32); the shape says which. */
+static dpt_tensor *pool_input16(dpt_ctx *ctx, dpt_tensor *x, const char *op, int64_t kernel, int64_t stride,
+                                int64_t padding, bool max, dpt_pool_shape *s)
+{
+    if (x->dtype == DPT_BF16 && ctx->be->pool_any_layout && ctx->be->pool16) {
+        *s = pool_shape(op, x, kernel, stride, padding);
+        if (ctx->be->pool16(ctx, s, max)) return x;
+    }
+    x = pool_input(ctx, x);
+    *s = pool_shape(op, x, kernel, stride, padding);
+    return x;
+}
+
 static dpt_tensor *pool_output(dpt_ctx *ctx, const dpt_pool_shape *s)
 {
-    dpt_tensor *y = dpt_temp(ctx, 4, (int64_t[]){s->n, s->c, s->oh, s->ow});
+    int64_t shape[4] = {s->n, s->c, s->oh, s->ow};
+    dpt_tensor *y = s->dtype == DPT_BF16 ? dpt_temp16(ctx, 4, shape) : dpt_temp(ctx, 4, shape);
     y->layout = (dpt_layout)s->layout;
     return y;
 }
@@ -69,8 +85,8 @@ static void maxpool_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_maxpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding)
 {
-    x = pool_input(ctx, x);
-    dpt_pool_shape s = pool_shape("maxpool2d", x, kernel, stride, padding);
+    dpt_pool_shape s;
+    x = pool_input16(ctx, x, "maxpool2d", kernel, stride, padding, true, &s);
     dpt_tensor *y = pool_output(ctx, &s);
     /* where the maxima are, in the backend's own form (a float tensor as storage) */
     size_t ws_bytes = ctx->be->maxpool_ws_bytes ? ctx->be->maxpool_ws_bytes(ctx, &s)
@@ -95,8 +111,8 @@ static void avgpool_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_avgpool2d(dpt_ctx *ctx, dpt_tensor *x, int64_t kernel, int64_t stride, int64_t padding)
 {
-    x = pool_input(ctx, x);
-    dpt_pool_shape s = pool_shape("avgpool2d", x, kernel, stride, padding);
+    dpt_pool_shape s;
+    x = pool_input16(ctx, x, "avgpool2d", kernel, stride, padding, false, &s);
     dpt_tensor *y = pool_output(ctx, &s);
     ctx->be->avgpool_fwd(ctx, &s, x->data, y->data);
     dpt_node *node = dpt_tape_record(ctx, "avgpool2d", avgpool_backward, y, 1, &x);

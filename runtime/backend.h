@@ -23,6 +23,7 @@ typedef struct dpt_conv_shape {
 typedef struct dpt_pool_shape {
     int64_t n, c, h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, oh, ow;
     int64_t layout; /* dpt_layout */
+    int64_t dtype;  /* dpt_dtype of x and y (BF16 only where pool16 says so); dx and dy are F32 */
 } dpt_pool_shape;
 
 /* Streams of a device context: kernels run on COMPUTE; the loader's host-to-device copies on
@@ -172,6 +173,8 @@ typedef struct dpt_backend {
      * (PyTorch's count_include_pad = True). pool_any_layout: x may come in a blocked layout
      * (y and the gradients share it); otherwise pooling takes NCHW. */
     bool pool_any_layout;
+    /* Whether this pooling runs on BF16 x and y (act16 backends; NULL: never). */
+    bool (*pool16)(dpt_ctx *ctx, const dpt_pool_shape *s, bool max);
     size_t (*maxpool_ws_bytes)(dpt_ctx *ctx, const dpt_pool_shape *s);
     void (*maxpool_fwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y, void *ws);
     void (*maxpool_bwd)(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, const void *ws, float *dx,

@@ -60,7 +60,9 @@ typedef struct pool_plan {
     dpt_pool_shape shape;
     bool max;
     bool native; /* oneDNN has no kernel: NCHW and the native kernels */
-    dnnl_memory_desc_t src, dst, ws, fwd_scratch, bwd_scratch;
+    /* x and y in the shape's dtype; dx and dy F32 (backward runs in F32 on a BF16 forward's
+     * workspace: oneDNN's maxima records are the same) */
+    dnnl_memory_desc_t src, dst, dsrc, ddst, ws, fwd_scratch, bwd_scratch;
     dnnl_primitive_t fwd, bwd;
 } pool_plan;
 
@@ -741,8 +743,11 @@ static pool_plan *pool_plan_for(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max
     if (!q) dpt_fatal("out of host memory for a oneDNN plan");
     q->shape = *ps, q->max = max;
     dpt_conv_shape where = pool_where(ps);
-    activation_md(&q->src, (int64_t[]){ps->n, ps->c, ps->h, ps->w}, (dpt_layout)ps->layout, DPT_F32, &where);
-    activation_md(&q->dst, (int64_t[]){ps->n, ps->c, ps->oh, ps->ow}, (dpt_layout)ps->layout, DPT_F32, &where);
+    int64_t xs[4] = {ps->n, ps->c, ps->h, ps->w}, ys[4] = {ps->n, ps->c, ps->oh, ps->ow};
+    activation_md(&q->src, xs, (dpt_layout)ps->layout, (dpt_dtype)ps->dtype, &where);
+    activation_md(&q->dst, ys, (dpt_layout)ps->layout, (dpt_dtype)ps->dtype, &where);
+    activation_md(&q->dsrc, xs, (dpt_layout)ps->layout, DPT_F32, &where);
+    activation_md(&q->ddst, ys, (dpt_layout)ps->layout, DPT_F32, &where);
     dnnl_dims_t strides = {ps->stride_h, ps->stride_w}, kernel = {ps->kh, ps->kw},
                 pad_l = {ps->pad_h, ps->pad_w},
                 pad_r = {pad_right(ps->h, ps->kh, ps->stride_h, ps->pad_h, 1, ps->oh),
@@ -757,7 +762,7 @@ static pool_plan *pool_plan_for(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max
     bool ok = dnnl_pooling_forward_desc_init(&fd, dnnl_forward_training, alg, &q->src, &q->dst, strides,
                                              kernel, pad_l, pad_r) == dnnl_success &&
               dnnl_primitive_desc_create(&fpd, &fd, attr, st->engine, NULL) == dnnl_success &&
-              dnnl_pooling_backward_desc_init(&bd, alg, &q->src, &q->dst, strides, kernel, pad_l, pad_r) ==
+              dnnl_pooling_backward_desc_init(&bd, alg, &q->dsrc, &q->ddst, strides, kernel, pad_l, pad_r) ==
                   dnnl_success &&
               dnnl_primitive_desc_create(&bpd, &bd, attr, st->engine, fpd) == dnnl_success;
     dnnl_primitive_attr_destroy(attr);
@@ -778,6 +783,11 @@ static pool_plan *pool_plan_for(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max
     if (bpd) dnnl_primitive_desc_destroy(bpd);
     APPEND_PLAN(st->pool_plans, st->npool, st->cap_pool, q);
     return q;
+}
+
+static bool dnnl_pool16(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max)
+{
+    return !pool_plan_for(ctx, ps, max)->native; /* the native kernels read F32 */
 }
 
 static size_t native_ws_bytes(const dpt_pool_shape *ps)
@@ -873,7 +883,7 @@ static void pool_bwd(dpt_ctx *ctx, const dpt_pool_shape *ps, bool max, const flo
         dx_accumulate ? block_get(ctx, &bdx, (size_t)count * sizeof(float), "a pooling gradient") : dx;
     block_get(ctx, &scr, dnnl_memory_desc_get_size(&q->bwd_scratch), "oneDNN scratchpad");
     int kinds[4] = {DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_SCRATCHPAD, DNNL_ARG_WORKSPACE};
-    dnnl_memory_t mems[4] = {mem(st, &q->dst, dy, &where), mem(st, &q->src, out, &where),
+    dnnl_memory_t mems[4] = {mem(st, &q->ddst, dy, &where), mem(st, &q->dsrc, out, &where),
                              mem(st, &q->bwd_scratch, scr.ptr, &where), NULL};
     if (max) mems[3] = mem(st, &q->ws, ws, &where);
     execute(ctx, q->bwd, max ? 4 : 3, kinds, mems, max ? "max pooling backward" : "average pooling backward",
@@ -1003,6 +1013,7 @@ static void table_fill(void)
     table.bn_fused_bwd = dnnl_bn_fused_bwd;
     table.bn_fused_infer = dnnl_bn_fused_infer;
     table.pool_any_layout = true;
+    table.pool16 = dnnl_pool16;
     table.maxpool_ws_bytes = dnnl_maxpool_ws_bytes;
     table.maxpool_fwd = dnnl_maxpool_fwd;
     table.maxpool_bwd = dnnl_maxpool_bwd;

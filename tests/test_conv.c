@@ -878,12 +878,93 @@ static void test_bf16_activation_block(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* Max and average pooling on 16-bit activations (oneDNN pools bf16, its backward runs in fp32
+ * on the same maxima): an identity 1x1 convolution makes x's integers (exact in bf16, no two
+ * equal in a window) a bf16 activation; the max pool equals the window maxima exactly, the
+ * average pool the window means rounded to bf16, and the convolution's weight gradient, which
+ * the pools' backward feeds, the float64 one from the routed and spread gradients. */
+static void test_bf16_pooling(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = bf16_ctx(false);
+    const int64_t n = 2, c = 16, hw = 8, sp = hw * hw, nx = n * c * sp, mo = 4, ao = 4;
+    dpt_model *m = dpt_model_new(ctx, "t", NULL);
+    dpt_shape3 shape = {c, hw, hw};
+    dpt_conv2d *conv = dpt_conv2d_new(m, "id", &shape, c, 1, 1, 0, 1, 1, false);
+    float *hwt = calloc((size_t)(c * c), sizeof *hwt), *hx = malloc(sizeof(float) * (size_t)nx);
+    for (int64_t i = 0; i < c; i++)
+        hwt[i * c + i] = 1.0f;
+    dpt_tensor_copy_from_host(dpt_model_param_at(m, 0), hwt);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t y = 0; y < hw; y++)
+                for (int64_t x = 0; x < hw; x++)
+                    hx[((b * c + ch) * hw + y) * hw + x] = (float)((b * 7 + ch * 13 + y * 17 + x * 19) % 251 - 125);
+    dpt_tensor *x = dpt_tensor_new(ctx, 4, (int64_t[]){n, c, hw, hw});
+    dpt_tensor_copy_from_host(x, hx);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 3);
+    dpt_tensor *g1 = test_input(ctx, &rng, 4, (int64_t[]){n, c, mo, mo}, -1, 1);
+    dpt_tensor *g2 = test_input(ctx, &rng, 4, (int64_t[]){n, c, ao, ao}, -1, 1);
+    dpt_tensor *y = dpt_conv2d_forward(ctx, conv, x);
+    dpt_tensor *mp = dpt_maxpool2d(ctx, y, 3, 2, 1), *ap = dpt_avgpool2d(ctx, y, 2, 2, 0);
+    assert_true(y->dtype == DPT_BF16 && mp->dtype == DPT_BF16 && ap->dtype == DPT_BF16);
+    dpt_backward(ctx, dpt_add(ctx, dpt_sum(ctx, dpt_mul(ctx, mp, g1)), dpt_sum(ctx, dpt_mul(ctx, ap, g2))));
+    float hmp[2 * 16 * 16], hap[2 * 16 * 16], hg1[2 * 16 * 16], hg2[2 * 16 * 16], hdw[16 * 16];
+    dpt_tensor_copy_to_host(mp, hmp), dpt_tensor_copy_to_host(ap, hap);
+    dpt_tensor_copy_to_host(g1, hg1), dpt_tensor_copy_to_host(g2, hg2);
+    dpt_tensor_copy_to_host(dpt_tensor_grad(dpt_model_param_at(m, 0)), hdw);
+    double *dy = calloc((size_t)nx, sizeof *dy), rdw[16 * 16] = {0};
+    for (int64_t p = 0; p < n * c; p++) {
+        const float *xp = hx + p * sp;
+        for (int64_t oy = 0; oy < mo; oy++)
+            for (int64_t ox = 0; ox < mo; ox++) { /* 3x3, stride 2, padding 1 */
+                int64_t best = -1;
+                for (int64_t ky = 0; ky < 3; ky++)
+                    for (int64_t kx = 0; kx < 3; kx++) {
+                        int64_t iy = oy * 2 - 1 + ky, ix = ox * 2 - 1 + kx;
+                        if (iy < 0 || iy >= hw || ix < 0 || ix >= hw) continue;
+                        if (best < 0 || xp[iy * hw + ix] > xp[best]) best = iy * hw + ix;
+                    }
+                assert_float_equal(hmp[p * mo * mo + oy * mo + ox], xp[best], 0.0);
+                dy[p * sp + best] += hg1[p * mo * mo + oy * mo + ox];
+            }
+        for (int64_t oy = 0; oy < ao; oy++)
+            for (int64_t ox = 0; ox < ao; ox++) { /* 2x2, stride 2 */
+                double mean = 0;
+                for (int64_t k = 0; k < 4; k++)
+                    mean += xp[(oy * 2 + k / 2) * hw + ox * 2 + k % 2] / 4.0;
+                double got = hap[p * ao * ao + oy * ao + ox];
+                if (!(fabs(got - mean) <= 0x1p-8 * fabs(mean) + 1e-6)) fail_msg("avgpool %g, mean %g", got, mean);
+                for (int64_t k = 0; k < 4; k++)
+                    dy[p * sp + (oy * 2 + k / 2) * hw + ox * 2 + k % 2] += hg2[p * ao * ao + oy * ao + ox] / 4.0f;
+            }
+    }
+    double scale = 0, worst = 0;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t oc = 0; oc < c; oc++)
+            for (int64_t q = 0; q < sp; q++) {
+                double d = bf((float)dy[(b * c + oc) * sp + q]); /* the conv reads dy in bf16 */
+                for (int64_t ci = 0; ci < c; ci++)
+                    rdw[oc * c + ci] += d * hx[(b * c + ci) * sp + q];
+            }
+    for (int64_t i = 0; i < c * c; i++)
+        scale = fmax(scale, fabs(rdw[i])), worst = fmax(worst, fabs(hdw[i] - rdw[i]));
+    if (worst > 1e-5 * scale) fail_msg("weight gradient through bf16 pooling off by %g (scale %g)", worst, scale);
+    free(dy), free(hwt), free(hx);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x), dpt_tensor_free(g1), dpt_tensor_free(g2);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d),
         cmocka_unit_test(test_conv2d_bf16),
         cmocka_unit_test(test_bf16_activation_block),
+        cmocka_unit_test(test_bf16_pooling),
         cmocka_unit_test(test_blocked_chain),
         cmocka_unit_test(test_shared_input),
         cmocka_unit_test(test_batchnorm),
