@@ -130,15 +130,15 @@ static const schema_key builtin_keys[] = {
      "kernels) or the native im2col + OpenBLAS reference"},
     {"train", "precision", T_ENUM, "fp32", NO_RANGE, "fp32|bf16|fp16",
      "bf16: convolutions read bf16 inputs and weights and accumulate in fp32 (torch.autocast's idea); the "
-     "activations between convolutions, batch norm, relu and residual adds are kept in bf16 (half the memory; "
-     "see bf16_activations); batch-norm statistics, the loss, linear layers, gradients, the weights and the "
+     "activations between convolutions, batch norm, relu, residual adds and pooling are kept in bf16 (about "
+     "half the activation memory; see bf16_activations); batch-norm statistics, the loss, linear layers, gradients, the weights and the "
      "optimizer stay fp32. CPU: oneDNN kernels; fp32 where the CPU lacks AVX512-BF16 (said in the header). "
      "CUDA: cuDNN's bf16 convolutions (tensor cores; weight gradients come out in bf16), activations fp32. "
      "fp16: the same on CUDA in IEEE half, with loss_scale = dynamic (required); not on the CPU"},
     {"train", "bf16_activations", T_BOOL, "true", NO_RANGE, NULL,
-     "precision = bf16 on the CPU: keep the activations between convolutions, batch norm, relu and residual "
-     "adds in bf16 (false: in fp32, only the convolutions' inputs rounded to bf16; more memory). CUDA keeps "
-     "them in fp32 either way"},
+     "precision = bf16 on the CPU: keep the activations between convolutions, batch norm, relu, residual adds "
+     "and pooling in bf16 (false: in fp32, only the convolutions' inputs rounded to bf16; more memory). CUDA "
+     "keeps them in fp32 either way"},
     {"train", "loss_scale", T_ENUM, "none", NO_RANGE, "none|dynamic",
      "dynamic: multiply the loss by a scale before backward and the gradients by its inverse after the "
      "AllReduce (torch.cuda.amp.GradScaler's rule: a step whose gradients are inf or nan on any rank is "
