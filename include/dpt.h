@@ -59,9 +59,9 @@ typedef enum dpt_cpu_kernels {
     DPT_CPU_KERNELS_NATIVE
 } dpt_cpu_kernels;
 
-/* The convolutions' arithmetic (torch.autocast's idea): bf16 inputs and weights, fp32
- * accumulation; batch norm's statistics, the loss, GEMMs, weights, gradients and the optimizer
- * stay fp32. The activations between convolutions, batch norm, relu, residual adds and pooling are
+/* The convolutions' and GEMMs' arithmetic (torch.autocast's idea): bf16 inputs and weights,
+ * fp32 accumulation (GEMMs in bf16 on the CPU only); batch norm's statistics, the loss,
+ * weights, gradients and the optimizer stay fp32. The activations between convolutions, batch norm, relu, residual adds and pooling are
  * kept in bf16 (half the memory) unless fp32_activations is set. */
 typedef enum dpt_precision { DPT_PRECISION_FP32 = 0, DPT_PRECISION_BF16, DPT_PRECISION_FP16 } dpt_precision;
 

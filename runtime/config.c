@@ -131,7 +131,7 @@ static const schema_key builtin_keys[] = {
     {"train", "precision", T_ENUM, "fp32", NO_RANGE, "fp32|bf16|fp16",
      "bf16: convolutions read bf16 inputs and weights and accumulate in fp32 (torch.autocast's idea); the "
      "activations between convolutions, batch norm, relu, residual adds and pooling are kept in bf16 (about "
-     "half the activation memory; see bf16_activations); batch-norm statistics, the loss, linear layers, gradients, the weights and the "
+     "half the activation memory; see bf16_activations); linear layers' GEMMs take bf16 inputs (CPU); batch-norm statistics, the loss, gradients, the weights and the "
      "optimizer stay fp32. CPU: oneDNN kernels; fp32 where the CPU lacks AVX512-BF16 (said in the header). "
      "CUDA: cuDNN's bf16 convolutions (tensor cores; weight gradients come out in bf16), activations fp32. "
      "fp16: the same on CUDA in IEEE half, with loss_scale = dynamic (required); not on the CPU"},

@@ -104,10 +104,10 @@ void print_header(const trainer *t)
                         ? "bf16: convolutions on cuDNN in bf16 (tensor cores, fp32 accumulation; weight gradients "
                           "come out in bf16); activations, batch norm, loss, linear layers, weights and optimizer fp32"
                     : dpt_ctx_bf16_activations(t->ctx)
-                        ? "bf16: convolutions read bf16 and accumulate in fp32; activations kept in bf16; batch-norm "
-                          "statistics, loss, linear layers, gradients, weights and optimizer fp32"
-                        : "bf16: convolutions read bf16, accumulate and write fp32; activations, batch norm, loss, "
-                          "linear layers, weights and optimizer fp32",
+                        ? "bf16: convolutions and GEMMs read bf16 and accumulate in fp32; activations kept in bf16; "
+                          "batch-norm statistics, loss, gradients, weights and optimizer fp32"
+                        : "bf16: convolutions and GEMMs read bf16, accumulate and write fp32; activations, batch norm, "
+                          "loss, weights and optimizer fp32",
                     *why ? " (bf16 asked for: " : "", why, *why ? ")" : "");
     if (t->ddp)
         report_line("ddp %s | %d buckets of <= %g MiB | overlap %s | comm %s%s | loss and acc shown: %s\n",

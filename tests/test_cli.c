@@ -143,7 +143,7 @@ static void test_training_controls(void **state)
                          "./train " SMALL "--set train.precision=bf16 --set train.max_steps=3 --set "
                          "model.name=cnn --set model.channels=16,32 --set model.fc=32");
     if (rc != 0) fail_msg("bf16 run failed:\n%s", out);
-    if (!strstr(out, "precision bf16: convolutions read bf16 and accumulate in fp32; activations kept in bf16"))
+    if (!strstr(out, "precision bf16: convolutions and GEMMs read bf16 and accumulate in fp32; activations kept in bf16"))
         assert_contains(out, "this CPU has no AVX512-BF16: the convolutions run in fp32");
     /* a NaN loss: stop naming the step (default), or skip the step and count it */
     expect_fail(SMALL "--set distributed.fault=nan --set distributed.fault_step=5", 1,

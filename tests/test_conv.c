@@ -958,6 +958,46 @@ static void test_bf16_pooling(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* GEMMs under precision = bf16 (oneDNN's bf16 matmul): C = A B^T with B a transposed view,
+ * and backward's accumulating products (beta = 1, both transposes): each equals the float64
+ * product of the bf16-rounded operands to fp32 accumulation's error. */
+static void test_bf16_gemm(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = bf16_ctx(false);
+    const int64_t M = 13, K = 37, N = 9;
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 21);
+    dpt_tensor *a = test_input(ctx, &rng, 2, (int64_t[]){M, K}, -1, 1);
+    dpt_tensor *bt = test_input(ctx, &rng, 2, (int64_t[]){N, K}, -1, 1); /* B = bt^T */
+    dpt_tensor *g = test_input(ctx, &rng, 2, (int64_t[]){M, N}, -1, 1);
+    dpt_tensor *c = dpt_matmul(ctx, a, dpt_transpose(ctx, bt));
+    dpt_backward(ctx, dpt_sum(ctx, dpt_mul(ctx, c, g)));
+    float ha[13 * 37], hb[9 * 37], hg[13 * 9], hc[13 * 9], hda[13 * 37], hdb[9 * 37];
+    dpt_tensor_copy_to_host(a, ha), dpt_tensor_copy_to_host(bt, hb), dpt_tensor_copy_to_host(g, hg);
+    dpt_tensor_copy_to_host(c, hc), dpt_tensor_copy_to_host(dpt_tensor_grad(a), hda);
+    dpt_tensor_copy_to_host(dpt_tensor_grad(bt), hdb);
+    double rc[13 * 9] = {0}, rda[13 * 37] = {0}, rdb[9 * 37] = {0};
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++)
+            for (int64_t k = 0; k < K; k++) {
+                rc[i * N + j] += bf(ha[i * K + k]) * bf(hb[j * K + k]);
+                rda[i * K + k] += bf(hg[i * N + j]) * bf(hb[j * K + k]);
+                rdb[j * K + k] += bf(ha[i * K + k]) * bf(hg[i * N + j]);
+            }
+    const struct { const char *what; const float *got; const double *want; int64_t n; } chk[3] = {
+        {"C", hc, rc, M * N}, {"dA", hda, rda, M * K}, {"dB", hdb, rdb, N * K}};
+    for (int q = 0; q < 3; q++) {
+        double scale = 0, worst = 0;
+        for (int64_t i = 0; i < chk[q].n; i++)
+            scale = fmax(scale, fabs(chk[q].want[i])), worst = fmax(worst, fabs(chk[q].got[i] - chk[q].want[i]));
+        if (worst > 1e-5 * scale + 1e-6) fail_msg("bf16 GEMM %s off by %g (scale %g)", chk[q].what, worst, scale);
+    }
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(a), dpt_tensor_free(bt), dpt_tensor_free(g);
+    dpt_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -965,6 +1005,7 @@ int main(void)
         cmocka_unit_test(test_conv2d_bf16),
         cmocka_unit_test(test_bf16_activation_block),
         cmocka_unit_test(test_bf16_pooling),
+        cmocka_unit_test(test_bf16_gemm),
         cmocka_unit_test(test_blocked_chain),
         cmocka_unit_test(test_shared_input),
         cmocka_unit_test(test_batchnorm),
