@@ -80,22 +80,11 @@ dpt_tensor *dpt_temp_same(dpt_ctx *ctx, const dpt_tensor *t)
     return out;
 }
 
-dpt_tensor *dpt_alias(dpt_ctx *ctx, dpt_tensor *t)
+/* A temporary header over t's storage (counted) with this shape, strides (NULL: contiguous)
+ * and element offset. */
+static dpt_tensor *share(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                         int64_t offset)
 {
-    dpt_tensor *a = tensor_header(ctx, t->ndim, t->shape);
-    memcpy(a->strides, t->strides, sizeof a->strides);
-    a->layout = t->layout, a->dtype = t->dtype;
-    a->storage = t->storage;
-    a->storage->refcount++;
-    a->data = t->data;
-    dpt_tape_keep(ctx, a);
-    return a;
-}
-
-dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
-                     int64_t offset)
-{
-    DPT_ASSERT(t->dtype == DPT_F32, "a view of a 16-bit activation (widen it first)");
     dpt_tensor *v = tensor_header(ctx, ndim, shape);
     if (strides) memcpy(v->strides, strides, (size_t)ndim * sizeof *strides);
     v->storage = t->storage;
@@ -103,6 +92,20 @@ dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape
     v->data = t->data + offset;
     dpt_tape_keep(ctx, v);
     return v;
+}
+
+dpt_tensor *dpt_alias(dpt_ctx *ctx, dpt_tensor *t)
+{
+    dpt_tensor *a = share(ctx, t, t->ndim, t->shape, t->strides, 0);
+    a->layout = t->layout, a->dtype = t->dtype;
+    return a;
+}
+
+dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                     int64_t offset)
+{
+    DPT_ASSERT(t->dtype == DPT_F32, "a view of a 16-bit activation (widen it first)"); /* offset in floats */
+    return share(ctx, t, ndim, shape, strides, offset);
 }
 
 dpt_tensor *dpt_tensor_wrap(dpt_ctx *ctx, float *data, int ndim, const int64_t *shape)
