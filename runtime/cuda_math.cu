@@ -1,5 +1,6 @@
 /* cuda_math.cu: CUDA C kernels for elementwise ops, reductions, activations, softmax and
- * cross-entropy (labels and the loss stay on the device), and cuBLAS SGEMM. */
+ * cross-entropy (labels and the loss stay on the device), and cuBLAS SGEMM (GemmEx with bf16/fp16
+ * inputs under [train] precision = bf16 | fp16). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,12 +294,45 @@ static void cuda_transpose_acc(dpt_ctx *ctx, const float *src, float *dst, int64
     LAUNCH(transpose_acc_kernel, rows * cols, src, dst, rows, cols);
 }
 
+/* The elements a rows x cols matrix with leading dimension ld spans in memory. */
+static int64_t span_of(int64_t rows, int64_t cols, int64_t ld)
+{
+    return rows == 0 || cols == 0 ? 0 : (rows - 1) * ld + cols;
+}
+
+/* [train] precision = bf16 | fp16 (autocast): A and B rounded (nearest even) into 16-bit
+ * buffers of the same layout and leading dimension (the whole span: the gaps of a strided
+ * view are rounded too, harmlessly), cublasGemmEx with fp32 compute and an fp32 C, so alpha,
+ * beta and C's accumulation stay fp32 as in torch.autocast. The buffers come from the caching
+ * allocator and go back behind the GEMM on the same stream. */
+static void gemm16(dpt_ctx *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                   int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    bool bf16 = ctx->precision == DPT_PRECISION_BF16;
+    cudaDataType_t t16 = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    int64_t na = ta ? span_of(K, M, lda) : span_of(M, K, lda), nb = tb ? span_of(N, K, ldb) : span_of(K, N, ldb);
+    size_t ga = 0, gb = 0;
+    uint16_t *a16 = (uint16_t *)dpt_ctx_alloc(ctx, (size_t)(na ? na : 1) * 2, &ga, "a 16-bit GEMM operand");
+    uint16_t *b16 = (uint16_t *)dpt_ctx_alloc(ctx, (size_t)(nb ? nb : 1) * 2, &gb, "a 16-bit GEMM operand");
+    if (na) dpt_cuda_f32_to_h16(stream_of(ctx), a16, A, na, bf16);
+    if (nb) dpt_cuda_f32_to_h16(stream_of(ctx), b16, B, nb, bf16);
+    CHECK_CUBLAS(cublasGemmEx(state_of(ctx)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              (int)N, (int)M, (int)K, &alpha, b16, t16, (int)ldb, a16, t16, (int)lda, &beta, C,
+                              CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    dpt_alloc_put(ctx->alloc, a16, ga);
+    dpt_alloc_put(ctx->alloc, b16, gb);
+}
+
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
 static void cuda_gemm(dpt_ctx *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                       const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                       int64_t ldc)
 {
     if (M == 0 || N == 0) return;
+    if (ctx->precision != DPT_PRECISION_FP32 && K > 0) {
+        gemm16(ctx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     CHECK_CUBLAS(cublasSgemm(state_of(ctx)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                              ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A,
                              (int)lda, &beta, C, (int)ldc));

@@ -49,11 +49,12 @@ static dpt_ctx *make(dpt_device_kind kind)
 
 typedef dpt_tensor *(*graph_fn)(dpt_ctx *ctx, dpt_tensor **in, int n_in, void *user);
 
-/* Run `graph` on both devices from the same inputs; compare output and input gradients. */
-static void compare(const char *name, graph_fn graph, int n_in, const int64_t shapes[][3], void *user,
-                    double rtol)
+/* Run `graph` on both devices from the same inputs, each in its precision; compare output and
+ * input gradients. */
+static void compare_in(const char *name, graph_fn graph, int n_in, const int64_t shapes[][3], void *user,
+                       double rtol, dpt_precision cpu_precision, dpt_precision gpu_precision)
 {
-    dpt_ctx *cpu = make(DPT_DEVICE_CPU), *gpu = make(GPU);
+    dpt_ctx *cpu = make_in(DPT_DEVICE_CPU, cpu_precision), *gpu = make_in(GPU, gpu_precision);
     dpt_rng rng;
     dpt_rng_seed(&rng, 42);
     dpt_tensor *in_c[4], *in_g[4];
@@ -94,6 +95,12 @@ static void compare(const char *name, graph_fn graph, int n_in, const int64_t sh
         dpt_tensor_free(in_c[i]), dpt_tensor_free(in_g[i]);
     free(a), free(b), free(da), free(db);
     dpt_ctx_free(cpu), dpt_ctx_free(gpu);
+}
+
+static void compare(const char *name, graph_fn graph, int n_in, const int64_t shapes[][3], void *user,
+                    double rtol)
+{
+    compare_in(name, graph, n_in, shapes, user, rtol, DPT_PRECISION_FP32, DPT_PRECISION_FP32);
 }
 
 static dpt_tensor *g_relu(dpt_ctx *c, dpt_tensor **in, int n, void *u)
@@ -157,6 +164,45 @@ static void test_gemm(void **state)
     const int64_t s1[][3] = {{7, 5, 0}, {7, 3, 0}}, s2[][3] = {{129, 65, 0}, {129, 257, 0}};
     compare("matmul(A^T B) small", g_matmul, 2, s1, NULL, 1e-3);
     compare("matmul(A^T B) odd sizes", g_matmul, 2, s2, NULL, 1e-3);
+}
+
+/* [train] precision = bf16: cuBLAS's GemmEx on bf16 operands against oneDNN's bf16 matmul.
+ * Both round A and B to bf16 (nearest even; the products are exact in fp32) and accumulate in
+ * fp32 into an fp32 C, so they differ only by summation order (tensor-core blocks against
+ * oneDNN's): 1e-3 relative, as the fp32 GEMM test. The backward products (dA = dC B^T,
+ * dB = A^T dC) go through the same path; A B^T too (a linear layer's product). */
+static dpt_tensor *g_matmul_bt(dpt_ctx *c, dpt_tensor **in, int n, void *u)
+{
+    (void)n, (void)u;
+    return dpt_matmul(c, in[0], dpt_transpose(c, in[1]));
+}
+
+static void test_gemm_bf16(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const int64_t s1[][3] = {{7, 5, 0}, {7, 3, 0}}, s2[][3] = {{129, 65, 0}, {129, 257, 0}},
+                  lin[][3] = {{33, 70, 0}, {19, 70, 0}};
+    compare_in("bf16 matmul(A^T B) small", g_matmul, 2, s1, NULL, 1e-3, DPT_PRECISION_BF16, DPT_PRECISION_BF16);
+    compare_in("bf16 matmul(A^T B) odd sizes", g_matmul, 2, s2, NULL, 1e-3, DPT_PRECISION_BF16,
+               DPT_PRECISION_BF16);
+    compare_in("bf16 matmul(A B^T)", g_matmul_bt, 2, lin, NULL, 1e-3, DPT_PRECISION_BF16, DPT_PRECISION_BF16);
+}
+
+/* [train] precision = fp16 (CUDA only): cuBLAS's fp16 GEMM against the CPU's fp32 one. Inputs
+ * in [-2, 2] rounded to fp16 (2^-11 relative), sums of up to 257 products: a few fp16 ulps of
+ * the sums' magnitude. */
+static void test_gemm_fp16(void **state)
+{
+    (void)state;
+    NEED_GPU();
+#ifdef DPT_TEST_HARNESS_ON_CPU
+    print_message("skipped: fp16 runs on cuBLAS only (the harness's stand-in GPU is a CPU)\n");
+    skip();
+#endif
+    const int64_t s2[][3] = {{129, 65, 0}, {129, 257, 0}}, lin[][3] = {{33, 70, 0}, {19, 70, 0}};
+    compare_in("fp16 matmul(A^T B)", g_matmul, 2, s2, NULL, 1e-2, DPT_PRECISION_FP32, DPT_PRECISION_FP16);
+    compare_in("fp16 matmul(A B^T)", g_matmul_bt, 2, lin, NULL, 1e-2, DPT_PRECISION_FP32, DPT_PRECISION_FP16);
 }
 
 /* A few optimizer steps of the same model (same seed, same data) on one device. */
@@ -727,6 +773,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_gemm_bf16),
+        cmocka_unit_test(test_gemm_fp16),
         cmocka_unit_test(test_training_steps),
         cmocka_unit_test(test_conv_models),
         cmocka_unit_test(test_layers),
