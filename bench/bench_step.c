@@ -2,14 +2,15 @@
  * forward, cross-entropy, backward, DDP AllReduce under mpirun, SGD with momentum), on
  * synthetic data of the model's input shape. The side-by-side benchmark (side_by_side.py)
  * runs it turn by turn with bench/peer_pytorch.py on the same model, batch and threads.
- *   bench_step MODEL BATCH THREADS STEPS [native|bf16|bf16-fp32act|cuda|cuda-tf32|cuda-bf16]
+ *   bench_step MODEL BATCH THREADS STEPS [native|bf16|bf16-fp32act|cuda|cuda-tf32|cuda-bf16][-nhwc]
  *   MODEL: mlp cnn resnet20 resnet50
  *   mpirun -np 2 bench_step ...                         BATCH per rank; img/s is global
  * cuda runs on cuda:<local rank> (FP32; cuda-tf32 allows TF32; cuda-bf16 runs the convolutions
  * in bf16 on cuDNN, [train] precision = bf16), with more warm-up steps (cuDNN
  * picks algorithms and the caching allocator fills in the first ones); bf16 runs the
  * convolutions in bf16 on oneDNN ([train] precision = bf16) with the activations kept in bf16,
- * bf16-fp32act with them in fp32 ([train] bf16_activations = false).
+ * bf16-fp32act with them in fp32 ([train] bf16_activations = false). A -nhwc suffix (or the
+ * mode nhwc alone) keeps the activations channels-last ([train] memory_format = nhwc).
  * Prints one JSON line, with the allocator's peak (activations, gradients, weights, state). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +40,8 @@ static const model_def models[] = {
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: bench_step MODEL BATCH THREADS STEPS [native|bf16|bf16-fp32act|cuda|cuda-tf32|cuda-bf16]\n");
+        fprintf(stderr, "usage: bench_step MODEL BATCH THREADS STEPS "
+                        "[native|bf16|bf16-fp32act|cuda|cuda-tf32|cuda-bf16][-nhwc]\n");
         return 2;
     }
     const model_def *def = NULL;
@@ -64,11 +66,13 @@ int main(int argc, char **argv)
     dpt_ctx_options co = {.device = {cuda ? DPT_DEVICE_CUDA : DPT_DEVICE_CPU, cuda ? world.local_rank : 0},
                           .threads = threads,
                           .seed = 1,
-                          .tf32 = !strcmp(mode, "cuda-tf32"),
+                          .tf32 = !strncmp(mode, "cuda-tf32", 9),
                           .cpu_kernels = native ? DPT_CPU_KERNELS_NATIVE : DPT_CPU_KERNELS_ONEDNN,
-                          .precision = !strncmp(mode, "bf16", 4) || !strcmp(mode, "cuda-bf16") ? DPT_PRECISION_BF16
-                                                                                             : DPT_PRECISION_FP32,
-                          .fp32_activations = !strcmp(mode, "bf16-fp32act")};
+                          .precision = !strncmp(mode, "bf16", 4) || !strncmp(mode, "cuda-bf16", 9)
+                                           ? DPT_PRECISION_BF16
+                                           : DPT_PRECISION_FP32,
+                          .fp32_activations = !strncmp(mode, "bf16-fp32act", 12),
+                          .channels_last = strstr(mode, "nhwc") != NULL};
     dpt_ctx *ctx = dpt_ctx_new(&co, &err);
     if (!ctx) dpt_abort_job("%s", err.msg);
     dpt_config *cfg = dpt_config_defaults();

@@ -60,7 +60,7 @@ typedef enum dpt_cpu_kernels {
 } dpt_cpu_kernels;
 
 /* The convolutions' and GEMMs' arithmetic (torch.autocast's idea): bf16 inputs and weights,
- * fp32 accumulation (GEMMs in bf16 on the CPU only); batch norm's statistics, the loss,
+ * fp32 accumulation (oneDNN on the CPU, cuDNN and cuBLAS on CUDA); batch norm's statistics, the loss,
  * weights, gradients and the optimizer stay fp32. The activations between convolutions, batch norm, relu, residual adds and pooling are
  * kept in bf16 (half the memory) unless fp32_activations is set. */
 typedef enum dpt_precision { DPT_PRECISION_FP32 = 0, DPT_PRECISION_BF16, DPT_PRECISION_FP16 } dpt_precision;
@@ -76,6 +76,8 @@ typedef struct dpt_ctx_options {
     dpt_precision precision; /* BF16: oneDNN on the CPU (fp32 where the CPU lacks AVX512-BF16) */
     bool fp32_activations;   /* BF16: keep activations in fp32 (only the convolutions' inputs are bf16) */
     bool deterministic;      /* CUDA: only cuDNN algorithms that give the same bits on every run */
+    bool channels_last;      /* [train] memory_format = nhwc: activations (N, H, W, C) in memory between the
+                                layers that take them (convolutions, batch norm, pooling, relu, adds) */
 } dpt_ctx_options;
 
 /* Create a context; NULL with err filled if the device cannot be used. */
@@ -114,6 +116,8 @@ void dpt_onednn_version(char *buf, size_t cap);
 int dpt_ctx_threads(const dpt_ctx *ctx);
 /* The precision the convolutions run in, and why it differs from the one asked for ("" if not). */
 dpt_precision dpt_ctx_precision(const dpt_ctx *ctx, const char **note);
+/* Whether activations are kept channels-last (NHWC) between the ops that take them. */
+bool dpt_ctx_channels_last(const dpt_ctx *ctx);
 /* Whether activations are kept in bf16 between the ops that take them. */
 bool dpt_ctx_bf16_activations(const dpt_ctx *ctx);
 dpt_device dpt_ctx_device(const dpt_ctx *ctx);

@@ -122,6 +122,10 @@ dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *l, dpt_tensor *x)
     if (!ctx->be->conv2d_out_layout || (x->dtype == DPT_BF16 && !ctx->be->act16))
         x = dpt_plain(ctx, x); /* kernels that read NCHW F32 only */
     dpt_conv_shape s = shape_of(l, x);
+    if (ctx->be->conv2d_same_layout && ctx->be->conv2d_out_layout) { /* cuDNN: x in y's layout */
+        dpt_layout want = ctx->be->conv2d_out_layout(ctx, &s);
+        if (x->layout != want) x = dpt_to_layout(ctx, x, want), s = shape_of(l, x);
+    }
     int64_t yshape[4] = {s.n, s.c_out, s.oh, s.ow};
     bool y16 = ctx->be->conv2d_out_dtype && ctx->be->conv2d_out_dtype(ctx, &s) == DPT_BF16;
     dpt_tensor *y = y16 ? dpt_temp16(ctx, 4, yshape) : dpt_temp(ctx, 4, yshape);

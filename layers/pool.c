@@ -132,8 +132,8 @@ dpt_tensor *dpt_global_avgpool(dpt_ctx *ctx, dpt_tensor *x)
     dpt_pool_shape s = pool_shape("global_avgpool", x, x->shape[2], 1, 0);
     dpt_tensor *y = pool_output(ctx, &s);
     ctx->be->avgpool_fwd(ctx, &s, x->data, y->data);
-    /* (N, C, 1, 1) in nChw16c is the same memory as in NCHW (C is a multiple of 16 in a
-     * blocked tensor): the result is plain as it is, no reorder before the classifier */
+    /* (N, C, 1, 1) in nChw16c (C is a multiple of 16 in a blocked tensor) or NHWC is the
+     * same memory as in NCHW: the result is plain as it is, no reorder before the classifier */
     y->layout = DPT_LAYOUT_NCHW;
     dpt_node *node = dpt_tape_record(ctx, "global_avgpool", avgpool_backward, y, 1, &x);
     if (node) {

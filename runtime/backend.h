@@ -111,6 +111,12 @@ typedef struct dpt_backend {
      * backend never produces anything but NCHW. */
     void (*relayout)(dpt_ctx *ctx, const float *src, dpt_layout src_layout, float *dst, dpt_layout dst_layout,
                      const int64_t *shape, bool accumulate);
+    /* [train] memory_format = nhwc is kept: conv2d_out_layout answers NHWC when ctx->nhwc, and
+     * batch norm and pooling (or plain() before them) take it. */
+    bool channels_last;
+    /* conv2d_fwd needs x in the layout it writes y in (cuDNN: x, w and y in one format); the
+     * layer converts x first. false: x arrives in any layout. */
+    bool conv2d_same_layout;
     /* 16-bit activations. act16: the backend keeps [train] precision = bf16's activations in
      * BF16 between the ops that take them (conv2d's x and y per s->x_dtype and
      * conv2d_out_dtype, the fused batch norm, relu16, add16); the entries below are then set.
@@ -170,8 +176,8 @@ typedef struct dpt_backend {
     /* Pooling. Max pooling's forward leaves in `ws` where each maximum was, for its backward
      * (maxpool_ws_bytes of it; NULL entry: one int32 per output, the flat input index).
      * Backward writes dx, or adds into it with dx_accumulate. Average pooling counts padding
-     * (PyTorch's count_include_pad = True). pool_any_layout: x may come in a blocked layout
-     * (y and the gradients share it); otherwise pooling takes NCHW. */
+     * (PyTorch's count_include_pad = True). pool_any_layout: x may come in any layout the backend
+     * makes (blocked, NHWC; y and the gradients share it); otherwise pooling takes NCHW. */
     bool pool_any_layout;
     /* Whether this pooling runs on BF16 x and y (act16 backends; NULL: never). */
     bool (*pool16)(dpt_ctx *ctx, const dpt_pool_shape *s, bool max);

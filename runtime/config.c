@@ -131,14 +131,22 @@ static const schema_key builtin_keys[] = {
     {"train", "precision", T_ENUM, "fp32", NO_RANGE, "fp32|bf16|fp16",
      "bf16: convolutions read bf16 inputs and weights and accumulate in fp32 (torch.autocast's idea); the "
      "activations between convolutions, batch norm, relu, residual adds and pooling are kept in bf16 (about "
-     "half the activation memory; see bf16_activations); linear layers' GEMMs take bf16 inputs (CPU); batch-norm statistics, the loss, gradients, the weights and the "
+     "half the activation memory; see bf16_activations); linear layers' GEMMs take bf16 inputs; batch-norm statistics, the loss, gradients, the weights and the "
      "optimizer stay fp32. CPU: oneDNN kernels; fp32 where the CPU lacks AVX512-BF16 (said in the header). "
-     "CUDA: cuDNN's bf16 convolutions (tensor cores; weight gradients come out in bf16), activations fp32. "
+     "CUDA: cuDNN's bf16 convolutions (tensor cores; weight gradients come out in bf16) and cuBLAS's bf16 GEMMs, "
+     "activations fp32. "
      "fp16: the same on CUDA in IEEE half, with loss_scale = dynamic (required); not on the CPU"},
     {"train", "bf16_activations", T_BOOL, "true", NO_RANGE, NULL,
      "precision = bf16 on the CPU: keep the activations between convolutions, batch norm, relu, residual adds "
      "and pooling in bf16 (false: in fp32, only the convolutions' inputs rounded to bf16; more memory). CUDA "
      "keeps them in fp32 either way"},
+    {"train", "memory_format", T_ENUM, "nchw", NO_RANGE, "nchw|nhwc",
+     "how activations lie in memory between the layers that take them. nchw: CPU: oneDNN's blocked nChw16c "
+     "where the channels are a multiple of 16 (its fastest), else NCHW; CUDA: NCHW. nhwc: channels last "
+     "(PyTorch's channels_last): convolutions, batch norm, pooling, relu and residual adds keep (N, H, W, C), "
+     "and CUDA's filters are handed to cuDNN as (K, R, S, C), where cuDNN's tensor-core kernels are fastest; "
+     "the rest (linear layers, the loss, reshapes) reads NCHW, converted once where it begins. The same "
+     "model and numbers either way; not with cpu_kernels = native"},
     {"train", "loss_scale", T_ENUM, "none", NO_RANGE, "none|dynamic",
      "dynamic: multiply the loss by a scale before backward and the gradients by its inverse after the "
      "AllReduce (torch.cuda.amp.GradScaler's rule: a step whose gradients are inf or nan on any rank is "

@@ -6,7 +6,10 @@
  * (nearest even) into buffers of their own, cuDNN writes y, dx and dw in 16 bits, and they
  * are widened into the fp32 tensors (dx and dw added where they accumulate). Activations and
  * gradients stay fp32 between layers on CUDA (cuDNN's batch norm takes no bf16). fp16 needs
- * [train] loss_scale = dynamic (the config refuses it without). */
+ * [train] loss_scale = dynamic (the config refuses it without).
+ * [train] memory_format = nhwc: x, y (and dx, dy) channels-last and the filter packed into
+ * (K, R, S, C) per call (with the 16-bit rounding when there is one), cuDNN's weight gradient
+ * unpacked and added into the (K, C, R, S) one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,15 +86,20 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
     p->bf16 = ctx->precision == DPT_PRECISION_BF16;
     p->h16 = p->bf16 || ctx->precision == DPT_PRECISION_FP16;
     cudnnDataType_t dt = !p->h16 ? CUDNN_DATA_FLOAT : p->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+    /* [train] memory_format = nhwc: x arrives in y's layout (conv2d_same_layout), and x, y and
+     * the filter are all channels-last, the format cuDNN's tensor-core kernels are fastest in
+     * (PyTorch's channels_last gives cuDNN the same three) */
+    p->nhwc = ctx->nhwc;
+    DPT_ASSERT((sh->x_layout == DPT_LAYOUT_NHWC) == p->nhwc, "a convolution input in another layout than its output");
+    cudnnTensorFormat_t fmt = p->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->x));
     CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->y));
     CHECK_CUDNN(cudnnCreateFilterDescriptor(&p->w));
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(p->x, fmt, dt, (int)sh->n, (int)sh->c_in, (int)sh->h, (int)sh->w));
     CHECK_CUDNN(
-        cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, dt, (int)sh->n, (int)sh->c_in, (int)sh->h, (int)sh->w));
-    CHECK_CUDNN(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, dt, (int)sh->n, (int)sh->c_out, (int)sh->oh,
-                                           (int)sh->ow));
-    CHECK_CUDNN(cudnnSetFilter4dDescriptor(p->w, dt, CUDNN_TENSOR_NCHW, (int)sh->c_out,
-                                           (int)(sh->c_in / sh->groups), (int)sh->kh, (int)sh->kw));
+        cudnnSetTensor4dDescriptor(p->y, fmt, dt, (int)sh->n, (int)sh->c_out, (int)sh->oh, (int)sh->ow));
+    CHECK_CUDNN(cudnnSetFilter4dDescriptor(p->w, dt, fmt, (int)sh->c_out, (int)(sh->c_in / sh->groups),
+                                           (int)sh->kh, (int)sh->kw));
     p->conv_fwd = conv_descriptor(sh), p->conv_bwd_data = conv_descriptor(sh),
     p->conv_bwd_filter = conv_descriptor(sh);
     /* Ranking: heuristics by default (a function of the shape and the GPU, so a resumed run
@@ -165,21 +173,22 @@ static workspace workspace_get(dpt_ctx *ctx, size_t bytes)
  * relies on the same stream order). */
 static void workspace_put(dpt_ctx *ctx, workspace ws)
 {
-    if (ws.ptr) dpt_alloc_put(ctx->alloc, ws.ptr, ws.granted);
+    if (ws.ptr && ws.granted) dpt_alloc_put(ctx->alloc, ws.ptr, ws.granted); /* granted 0: a tensor's own */
 }
 
-__global__ void channel_bias_kernel(float *y, const float *b, int64_t n, int64_t c, int64_t hw)
+/* The bias over (n, c, hw) activations in NCHW or NHWC (channel innermost). */
+__global__ void channel_bias_kernel(float *y, const float *b, int64_t n, int64_t c, int64_t hw, bool nhwc)
 {
-    GRID_STRIDE(i, n * c * hw) y[i] += b[(i / hw) % c];
+    GRID_STRIDE(i, n * c * hw) y[i] += b[nhwc ? i % c : (i / hw) % c];
 }
 
-__global__ void channel_sum_kernel(const float *dy, float *db, int64_t n, int64_t c, int64_t hw)
+__global__ void channel_sum_kernel(const float *dy, float *db, int64_t n, int64_t c, int64_t hw, bool nhwc)
 {
     /* one block per channel */
     int64_t ch = blockIdx.x;
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x)
-        acc += dy[(i / hw * c + ch) * hw + i % hw];
+        acc += dy[nhwc ? i * c + ch : (i / hw * c + ch) * hw + i % hw];
     double total = block_total(acc);
     if (threadIdx.x == 0) db[ch] += (float)total;
 }
@@ -192,6 +201,36 @@ __global__ void widen_kernel(float *dst, const uint16_t *src, int64_t n, bool bf
     {
         float v = bf16 ? __bfloat162float(__ushort_as_bfloat16(src[i])) : __half2float(__ushort_as_half(src[i]));
         dst[i] = accumulate ? dst[i] + v : v;
+    }
+}
+
+/* The filter (K, C, R, S) fp32 as cuDNN reads it: (K, R, S, C) with NHWC, in 16 bits with h16
+ * (rounded to nearest even), else fp32. One thread per source element. */
+__global__ void pack_filter_kernel(const float *w, void *dst, int64_t k, int64_t c, int64_t rs, bool nhwc, bool h16,
+                                   bool bf16)
+{
+    GRID_STRIDE(i, k * c * rs)
+    {
+        int64_t p = i % rs, ch = (i / rs) % c, o = i / (c * rs), j = nhwc ? (o * rs + p) * c + ch : i;
+        if (!h16)
+            ((float *)dst)[j] = w[i];
+        else
+            ((uint16_t *)dst)[j] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(w[i]))
+                                        : __half_as_ushort(__float2half_rn(w[i]));
+    }
+}
+
+/* dw (K, C, R, S) fp32 += what cuDNN wrote in the packed form above. */
+__global__ void unpack_filter_kernel(const void *src, float *dw, int64_t k, int64_t c, int64_t rs, bool nhwc, bool h16,
+                                     bool bf16)
+{
+    GRID_STRIDE(i, k * c * rs)
+    {
+        int64_t p = i % rs, ch = (i / rs) % c, o = i / (c * rs), j = nhwc ? (o * rs + p) * c + ch : i;
+        float v = !h16  ? ((const float *)src)[j]
+                  : bf16 ? __bfloat162float(__ushort_as_bfloat16(((const uint16_t *)src)[j]))
+                         : __half2float(__ushort_as_half(((const uint16_t *)src)[j]));
+        dw[i] += v;
     }
 }
 
@@ -217,6 +256,38 @@ static void widen_into(dpt_ctx *ctx, const conv_plan *p, float *dst, const works
     LAUNCH(widen_kernel, n, dst, (const uint16_t *)b->ptr, n, p->bf16, accumulate);
 }
 
+/* Whether cuDNN reads the filter from a buffer of its own (16 bits, or (K, R, S, C)). */
+static bool filter_packed(const conv_plan *p)
+{
+    return p->h16 || p->nhwc;
+}
+
+static workspace filter_buffer(dpt_ctx *ctx, const conv_plan *p, int64_t n)
+{
+    workspace b = {NULL, 0};
+    b.ptr = dpt_ctx_alloc(ctx, (size_t)n * (p->h16 ? sizeof(uint16_t) : sizeof(float)), &b.granted,
+                          "a convolution filter in cuDNN's layout");
+    return b;
+}
+
+/* w as cuDNN reads it (filter_packed: a new buffer; else w itself, granted 0). */
+static workspace filter_in(dpt_ctx *ctx, const conv_plan *p, const float *w)
+{
+    const dpt_conv_shape *sh = &p->shape;
+    if (!filter_packed(p)) return workspace{(void *)w, 0};
+    int64_t cg = sh->c_in / sh->groups, rs = sh->kh * sh->kw, n = sh->c_out * cg * rs;
+    workspace b = filter_buffer(ctx, p, n);
+    LAUNCH(pack_filter_kernel, n, w, b.ptr, sh->c_out, cg, rs, p->nhwc, p->h16, p->bf16);
+    return b;
+}
+
+static void filter_out(dpt_ctx *ctx, const conv_plan *p, const workspace *b, float *dw)
+{
+    const dpt_conv_shape *sh = &p->shape;
+    int64_t cg = sh->c_in / sh->groups, rs = sh->kh * sh->kw, n = sh->c_out * cg * rs;
+    LAUNCH(unpack_filter_kernel, n, b->ptr, dw, sh->c_out, cg, rs, p->nhwc, p->h16, p->bf16);
+}
+
 static int64_t x_count(const dpt_conv_shape *sh)
 {
     return sh->n * sh->c_in * sh->h * sh->w;
@@ -236,20 +307,21 @@ static void cuda_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float 
     conv_plan *p = plan_for(ctx, sh);
     workspace ws = workspace_get(ctx, p->workspace);
     float one = 1.0f, zero = 0.0f;
+    workspace wp = filter_in(ctx, p, w);
     if (p->h16) {
-        workspace x16 = rounded(ctx, p, x, x_count(sh)), w16 = rounded(ctx, p, w, w_count(sh)),
-                  y16 = bf16_buffer(ctx, y_count(sh));
-        CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x16.ptr, p->w, w16.ptr, p->conv_fwd,
+        workspace x16 = rounded(ctx, p, x, x_count(sh)), y16 = bf16_buffer(ctx, y_count(sh));
+        CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x16.ptr, p->w, wp.ptr, p->conv_fwd,
                                             p->fwd, ws.ptr, p->workspace, &zero, p->y, y16.ptr));
         widen_into(ctx, p, y, &y16, y_count(sh), false);
-        workspace_put(ctx, y16), workspace_put(ctx, w16), workspace_put(ctx, x16);
+        workspace_put(ctx, y16), workspace_put(ctx, x16);
     } else {
-        CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x, p->w, w, p->conv_fwd, p->fwd,
+        CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x, p->w, wp.ptr, p->conv_fwd, p->fwd,
                                             ws.ptr, p->workspace, &zero, p->y, y));
     }
+    workspace_put(ctx, wp);
     if (bias)
         LAUNCH(channel_bias_kernel, sh->n * sh->c_out * sh->oh * sh->ow, y, bias, sh->n, sh->c_out,
-               sh->oh * sh->ow);
+               sh->oh * sh->ow, p->nhwc);
     workspace_put(ctx, ws);
 }
 
@@ -258,51 +330,67 @@ static void cuda_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float 
 {
     conv_plan *p = plan_for(ctx, sh);
     workspace ws = workspace_get(ctx, p->workspace);
-    /* beta = 1: the weight gradient accumulates; the data gradient too, unless this is its
-     * first writer (beta = 0: no zero fill before, no read of it) */
-    float one = 1.0f, data_beta = dx_accumulate ? 1.0f : 0.0f;
-    if (p->h16) { /* cuDNN writes 16 bits (beta 0) into buffers, widened and added here */
-        float zero = 0.0f;
-        workspace dy16 = rounded(ctx, p, dy, y_count(sh));
-        if (dx) {
-            workspace w16 = rounded(ctx, p, w, w_count(sh)), dx16 = bf16_buffer(ctx, x_count(sh));
-            CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, w16.ptr, p->y, dy16.ptr,
+    /* fp32 in cuDNN's own layouts: beta = 1, the weight gradient accumulates; the data gradient
+     * too, unless this is its first writer (beta = 0: no zero fill before, no read of it).
+     * 16 bits (or a packed filter): cuDNN writes into buffers (beta 0), widened/unpacked and
+     * added here. */
+    float one = 1.0f, zero = 0.0f, data_beta = dx_accumulate ? 1.0f : 0.0f;
+    workspace dy16 = p->h16 ? rounded(ctx, p, dy, y_count(sh)) : workspace{(void *)dy, 0};
+    if (dx) {
+        workspace wp = filter_in(ctx, p, w);
+        if (p->h16) {
+            workspace dx16 = bf16_buffer(ctx, x_count(sh));
+            CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, wp.ptr, p->y, dy16.ptr,
                                                      p->conv_bwd_data, p->bwd_data, ws.ptr, p->workspace, &zero,
                                                      p->x, dx16.ptr));
             widen_into(ctx, p, dx, &dx16, x_count(sh), dx_accumulate);
-            workspace_put(ctx, dx16), workspace_put(ctx, w16);
+            workspace_put(ctx, dx16);
+        } else {
+            CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, wp.ptr, p->y, dy,
+                                                     p->conv_bwd_data, p->bwd_data, ws.ptr, p->workspace,
+                                                     &data_beta, p->x, dx));
         }
-        if (dw) {
-            workspace x16 = rounded(ctx, p, x, x_count(sh)), dw16 = bf16_buffer(ctx, w_count(sh));
+        workspace_put(ctx, wp);
+    }
+    if (dw) {
+        workspace x16 = p->h16 ? rounded(ctx, p, x, x_count(sh)) : workspace{(void *)x, 0};
+        if (filter_packed(p)) {
+            workspace dwp = filter_buffer(ctx, p, w_count(sh));
             CHECK_CUDNN(cudnnConvolutionBackwardFilter(state_of(ctx)->dnn, &one, p->x, x16.ptr, p->y, dy16.ptr,
                                                        p->conv_bwd_filter, p->bwd_filter, ws.ptr, p->workspace,
-                                                       &zero, p->w, dw16.ptr));
-            widen_into(ctx, p, dw, &dw16, w_count(sh), true);
-            workspace_put(ctx, dw16), workspace_put(ctx, x16);
+                                                       &zero, p->w, dwp.ptr));
+            filter_out(ctx, p, &dwp, dw);
+            workspace_put(ctx, dwp);
+        } else {
+            CHECK_CUDNN(cudnnConvolutionBackwardFilter(state_of(ctx)->dnn, &one, p->x, x, p->y, dy,
+                                                       p->conv_bwd_filter, p->bwd_filter, ws.ptr, p->workspace,
+                                                       &one, p->w, dw));
         }
-        workspace_put(ctx, dy16);
-        dx = NULL, dw = NULL; /* done; the bias gradient below reads the fp32 dy */
+        workspace_put(ctx, x16); /* granted 0 (x itself): nothing */
     }
-    if (dx)
-        CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, w, p->y, dy,
-                                                 p->conv_bwd_data, p->bwd_data, ws.ptr, p->workspace,
-                                                 &data_beta, p->x, dx));
-    if (dw)
-        CHECK_CUDNN(cudnnConvolutionBackwardFilter(state_of(ctx)->dnn, &one, p->x, x, p->y, dy,
-                                                   p->conv_bwd_filter, p->bwd_filter, ws.ptr, p->workspace,
-                                                   &one, p->w, dw));
-    if (dbias) {
+    workspace_put(ctx, dy16);
+    if (dbias) { /* from the fp32 dy */
         channel_sum_kernel<<<(unsigned)sh->c_out, THREADS, 0, stream_of(ctx)>>>(dy, dbias, sh->n, sh->c_out,
-                                                                                sh->oh * sh->ow);
+                                                                                sh->oh * sh->ow, p->nhwc);
         CHECK_LAUNCH();
     }
     workspace_put(ctx, ws);
+}
+
+/* [train] memory_format = nhwc: y (and so dy) channels-last; x converted to it by the layer */
+static dpt_layout cuda_conv2d_out_layout(dpt_ctx *ctx, const dpt_conv_shape *sh)
+{
+    (void)sh;
+    return ctx->nhwc ? DPT_LAYOUT_NHWC : DPT_LAYOUT_NCHW;
 }
 
 void cuda_conv_entries(dpt_backend *be)
 {
     be->conv2d_fwd = cuda_conv2d_fwd;
     be->conv2d_bwd = cuda_conv2d_bwd;
+    be->conv2d_out_layout = cuda_conv2d_out_layout;
+    be->conv2d_same_layout = true;
+    be->channels_last = true;
 }
 
 void cuda_conv_release(cuda_state *s)

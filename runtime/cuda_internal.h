@@ -27,6 +27,7 @@ typedef struct conv_plan {
     dpt_conv_shape shape;
     bool h16;  /* [train] precision = bf16|fp16: x, w, y (and dy, dx, dw) in 16 bits for cuDNN, fp32 compute */
     bool bf16; /* which: bf16, or fp16 (IEEE half) */
+    bool nhwc; /* [train] memory_format = nhwc: x, y in NHWC and the filter handed over as (K, R, S, C) */
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv_fwd, conv_bwd_data, conv_bwd_filter;

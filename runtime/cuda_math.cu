@@ -338,6 +338,35 @@ static void cuda_gemm(dpt_ctx *ctx, bool ta, bool tb, int64_t M, int64_t N, int6
                              (int)lda, &beta, C, (int)ldc));
 }
 
+/* [train] memory_format = nhwc: an activation between NCHW and NHWC (the only layouts CUDA
+ * makes), one thread per element of the NCHW side, written (or added) to the other side. */
+__global__ void relayout_kernel(const float *src, float *dst, int64_t n, int64_t c, int64_t hw, bool to_nhwc,
+                                bool accumulate)
+{
+    GRID_STRIDE(i, n * c * hw)
+    {
+        int64_t p = i % hw, ch = (i / hw) % c, b = i / (c * hw), j = (b * hw + p) * c + ch;
+        int64_t from = to_nhwc ? i : j, to = to_nhwc ? j : i;
+        dst[to] = accumulate ? dst[to] + src[from] : src[from];
+    }
+}
+
+static void cuda_relayout(dpt_ctx *ctx, const float *src, dpt_layout from, float *dst, dpt_layout to,
+                          const int64_t *shape, bool accumulate)
+{
+    DPT_ASSERT((from == DPT_LAYOUT_NCHW || from == DPT_LAYOUT_NHWC) && (to == DPT_LAYOUT_NCHW || to == DPT_LAYOUT_NHWC),
+               "a blocked tensor on CUDA");
+    int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+    if (from == to) {
+        if (accumulate)
+            LAUNCH(axpy_kernel, n, n, 1.0f, src, dst);
+        else
+            CHECK_CUDA(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, stream_of(ctx)));
+        return;
+    }
+    LAUNCH(relayout_kernel, n, src, dst, shape[0], shape[1], shape[2] * shape[3], to == DPT_LAYOUT_NHWC, accumulate);
+}
+
 static void cuda_bias_add(dpt_ctx *ctx, float *y, const float *b, int64_t rows, int64_t cols)
 {
     LAUNCH(bias_add_kernel, rows * cols, y, b, rows, cols);
@@ -407,6 +436,7 @@ void cuda_math_entries(dpt_backend *be)
     be->dot = cuda_dot;
     be->transpose_acc = cuda_transpose_acc;
     be->gemm = cuda_gemm;
+    be->relayout = cuda_relayout;
     be->bias_add = cuda_bias_add;
     be->bias_grad = cuda_bias_grad;
     be->relu_fwd = cuda_relu_fwd;

@@ -89,11 +89,14 @@ static void cuda_bn_bwd_stats(dpt_ctx *ctx, const float *x, const float *dy, int
 
 /* cuDNN's batch norm over (n, c, hw): the statistics never leave the device, so a BN layer
  * costs no host round trip (the SyncBatchNorm path above needs its sums on the host). */
-static void bn_descriptors(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw)
+static void bn_descriptors(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype)
 {
+    DPT_ASSERT((layout == DPT_LAYOUT_NCHW || layout == DPT_LAYOUT_NHWC) && dtype == DPT_F32,
+               "a blocked or 16-bit tensor on CUDA");
     cuda_state *s = state_of(ctx);
-    CHECK_CUDNN(
-        cudnnSetTensor4dDescriptor(s->bn_x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)c, (int)hw, 1));
+    /* (n, c, hw, 1) is the same memory as (n, c, h, w) in either layout */
+    CHECK_CUDNN(cudnnSetTensor4dDescriptor(s->bn_x, layout == DPT_LAYOUT_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                           CUDNN_DATA_FLOAT, (int)n, (int)c, (int)hw, 1));
     CHECK_CUDNN(cudnnDeriveBNTensorDescriptor(s->bn_c, s->bn_x, CUDNN_BATCHNORM_SPATIAL));
 }
 
@@ -105,9 +108,8 @@ static void cuda_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n,
                               float *running_mean, float *running_var, double momentum, double eps,
                               float *save_mean, float *save_invstd)
 {
-    DPT_ASSERT(layout == DPT_LAYOUT_NCHW && dtype == DPT_F32, "a blocked or 16-bit tensor on CUDA");
     cuda_state *s = state_of(ctx);
-    bn_descriptors(ctx, n, c, hw);
+    bn_descriptors(ctx, n, c, hw, layout, dtype);
     float one = 1.0f, zero = 0.0f;
     CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
         s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->bn_x, x, s->bn_x, y, s->bn_c, gamma, beta, momentum,
@@ -119,9 +121,8 @@ static void cuda_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, flo
                               const float *gamma, float *dgamma, float *dbeta, double eps,
                               const float *save_mean, const float *save_invstd)
 {
-    DPT_ASSERT(layout == DPT_LAYOUT_NCHW && dtype == DPT_F32, "a blocked or 16-bit tensor on CUDA");
     cuda_state *s = state_of(ctx);
-    bn_descriptors(ctx, n, c, hw);
+    bn_descriptors(ctx, n, c, hw, layout, dtype);
     /* parameters: beta = 1 (gradients accumulate); data: beta = 0 when dx is written first
      * (no zero fill and no read of it) */
     float one = 1.0f, data_beta = dx_accumulate ? 1.0f : 0.0f;
@@ -133,9 +134,8 @@ static void cuda_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t 
                                 dpt_layout layout, dpt_dtype dtype, const float *gamma, const float *beta,
                                 const float *running_mean, const float *running_var, double eps)
 {
-    DPT_ASSERT(layout == DPT_LAYOUT_NCHW && dtype == DPT_F32, "a blocked or 16-bit tensor on CUDA");
     cuda_state *s = state_of(ctx);
-    bn_descriptors(ctx, n, c, hw);
+    bn_descriptors(ctx, n, c, hw, layout, dtype);
     float one = 1.0f, zero = 0.0f;
     CHECK_CUDNN(cudnnBatchNormalizationForwardInference(s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->bn_x,
                                                         x, s->bn_x, y, s->bn_c, gamma, beta, running_mean,

@@ -102,6 +102,13 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
                    be->name);
         return NULL;
     }
+    if (options->channels_last && !be->channels_last) {
+        dpt_errorf(err, "[train] memory_format = nhwc keeps activations channels-last in oneDNN's or cuDNN's "
+                        "kernels; the %s backend's convolutions read NCHW only\nHINT: set [train] cpu_kernels = "
+                        "onednn, or memory_format = nchw",
+                   be->name);
+        return NULL;
+    }
     dpt_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) dpt_fatal("out of host memory for a context");
     ctx->precision = options->precision;
@@ -114,6 +121,7 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
     ctx->tf32 = options->tf32;
     ctx->cudnn_benchmark = options->cudnn_benchmark;
     ctx->deterministic = options->deterministic;
+    ctx->nhwc = options->channels_last;
     dpt_rng_seed(&ctx->rng, options->seed);
     if (!be->init(ctx, err)) {
         free(ctx);
@@ -187,6 +195,11 @@ void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *wha
 const char *dpt_ctx_backend_name(const dpt_ctx *ctx)
 {
     return ctx->be->name;
+}
+
+bool dpt_ctx_channels_last(const dpt_ctx *ctx)
+{
+    return ctx->nhwc;
 }
 
 bool dpt_ctx_bf16_activations(const dpt_ctx *ctx)

@@ -45,8 +45,15 @@ static dpt_tensor *convert(dpt_ctx *ctx, dpt_tensor *x, dpt_layout layout)
         DPT_ASSERT(ctx->be->relayout, "a blocked tensor on the %s backend", ctx->be->name);
         ctx->be->relayout(ctx, x->data, x->layout, y->data, layout, x->shape, false);
     }
-    dpt_tape_record(ctx, x->dtype == DPT_BF16 ? "to_f32" : "to_nchw", plain_backward, y, 1, &x);
+    dpt_tape_record(ctx, x->dtype == DPT_BF16 ? "to_f32" : layout == DPT_LAYOUT_NCHW ? "to_nchw" : "relayout",
+                    plain_backward, y, 1, &x);
     return y;
+}
+
+dpt_tensor *dpt_to_layout(dpt_ctx *ctx, dpt_tensor *x, dpt_layout layout)
+{
+    if (!x || (x->layout == layout && x->dtype == DPT_F32)) return x;
+    return convert(ctx, x, layout);
 }
 
 dpt_tensor *dpt_plain(dpt_ctx *ctx, dpt_tensor *x)

@@ -206,7 +206,9 @@ static void activation_md(dnnl_memory_desc_t *d, const int64_t *shape, dpt_layou
 {
     dnnl_dims_t dims = {shape[0], shape[1], shape[2], shape[3]};
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(d, 4, dims, dtype == DPT_BF16 ? dnnl_bf16 : dnnl_f32,
-                                            layout == DPT_LAYOUT_NCHW16C ? dnnl_nChw16c : dnnl_nchw),
+                                            layout == DPT_LAYOUT_NCHW16C ? dnnl_nChw16c
+                                            : layout == DPT_LAYOUT_NHWC  ? dnnl_nhwc
+                                                                         : dnnl_nchw),
                "memory", s);
 }
 
@@ -235,6 +237,10 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
     dnnl_data_type_t in = ctx->precision == DPT_PRECISION_BF16 ? dnnl_bf16 : dnnl_f32;
     dpt_dtype yt = in == dnnl_bf16 && s->y_dtype == DPT_BF16 ? DPT_BF16 : DPT_F32;
     dnnl_memory_desc_t any_src, any_w, any_dst, any_diff_src, any_diff_w, any_diff_dst, blocked_dst;
+    /* [train] memory_format = nhwc: the activations' side of all three primitives is channels
+     * last (PyTorch's channels_last on oneDNN), so y is written, and dy read, in NHWC with no
+     * reorder; nchw: oneDNN picks (its blocked layout, kept when it is ours). */
+    dnnl_format_tag_t act_tag = ctx->nhwc ? dnnl_nhwc : dnnl_format_tag_any;
     activation_md(&p->src, src_dims, (dpt_layout)s->x_layout, (dpt_dtype)s->x_dtype, s);
     activation_md(&p->dx, src_dims, (dpt_layout)s->x_layout, DPT_F32, s);
     activation_md(&p->dst, dst_dims, DPT_LAYOUT_NCHW, yt, s);
@@ -243,13 +249,12 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->weights, wnd, wd, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw),
                "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&p->bias, 1, bias_dims, dnnl_f32, dnnl_x), "memory", s);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_src, 4, src_dims, in, dnnl_format_tag_any), "memory", s);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_diff_src, 4, src_dims, dnnl_f32, dnnl_format_tag_any), "memory",
-               s);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_dst, 4, dst_dims, yt == DPT_BF16 ? dnnl_bf16 : dnnl_f32,
-                                            dnnl_format_tag_any),
-               "memory", s);
-    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_diff_dst, 4, dst_dims, in, dnnl_format_tag_any), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_src, 4, src_dims, in, act_tag), "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_diff_src, 4, src_dims, dnnl_f32, act_tag), "memory", s);
+    CHECK_DNNL(
+        dnnl_memory_desc_init_by_tag(&any_dst, 4, dst_dims, yt == DPT_BF16 ? dnnl_bf16 : dnnl_f32, act_tag),
+        "memory", s);
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_diff_dst, 4, dst_dims, in, act_tag), "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_w, wnd, wd, in, dnnl_format_tag_any), "memory", s);
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&any_diff_w, wnd, wd, dnnl_f32, dnnl_format_tag_any), "memory", s);
 
@@ -299,9 +304,14 @@ static conv_plan *plan_create(dpt_ctx *ctx, const dpt_conv_shape *s)
     dnnl_primitive_desc_destroy(fpd);
     dnnl_primitive_desc_destroy(bpd);
     dnnl_primitive_desc_destroy(wpd);
-    /* y keeps oneDNN's blocked layout when it is ours (C a multiple of 16), else NCHW */
+    /* y keeps oneDNN's blocked layout when it is ours (C a multiple of 16), else NCHW; NHWC
+     * with memory_format = nhwc */
     p->y_dtype = yt;
-    if (s->c_out % 16 == 0 && dnnl_memory_desc_equal(&p->fwd_dst, &blocked_dst)) {
+    if (ctx->nhwc) {
+        activation_md(&p->dst, dst_dims, DPT_LAYOUT_NHWC, yt, s);
+        activation_md(&p->dy, dst_dims, DPT_LAYOUT_NHWC, DPT_F32, s);
+        p->y_layout = DPT_LAYOUT_NHWC;
+    } else if (s->c_out % 16 == 0 && dnnl_memory_desc_equal(&p->fwd_dst, &blocked_dst)) {
         p->dst = blocked_dst;
         activation_md(&p->dy, dst_dims, DPT_LAYOUT_NCHW16C, DPT_F32, s);
         p->y_layout = DPT_LAYOUT_NCHW16C;
@@ -1106,6 +1116,7 @@ static void table_fill(void)
     table.bn_fused_bwd = dnnl_bn_fused_bwd;
     table.bn_fused_infer = dnnl_bn_fused_infer;
     table.pool_any_layout = true;
+    table.channels_last = true;
     table.pool16 = dnnl_pool16;
     table.maxpool_ws_bytes = dnnl_maxpool_ws_bytes;
     table.maxpool_fwd = dnnl_maxpool_fwd;

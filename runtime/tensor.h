@@ -14,11 +14,13 @@ typedef struct dpt_storage {
 
 /* How a 4-D activation (N, C, H, W) lies in memory. NCHW16C (oneDNN's nChw16c: blocks of
  * 16 channels innermost) only ever holds a tensor whose C is a multiple of 16, so it has the
- * same numel and size, and elementwise kernels run on it unchanged; ops that read positions
- * (pooling, reshape, matmul, the loss) take dpt_plain() of their input first. Only the oneDNN
- * kernels produce it, and only between the ops that accept it (conv, batch norm, relu, add,
- * scale, mul, dropout), so no data ever leaves the tape in it. */
-typedef enum dpt_layout { DPT_LAYOUT_NCHW = 0, DPT_LAYOUT_NCHW16C = 1 } dpt_layout;
+ * same numel and size, and elementwise kernels run on it unchanged; NHWC (channels last,
+ * [train] memory_format = nhwc) likewise for any C. Ops that read positions (reshape, matmul,
+ * the loss; pooling where the backend pools only NCHW) take dpt_plain() of their input first.
+ * Only the oneDNN and cuDNN convolutions produce them, and only between the ops that accept
+ * them (conv, batch norm, relu, add, scale, mul, dropout, pooling), so no data ever leaves the
+ * tape in them. */
+typedef enum dpt_layout { DPT_LAYOUT_NCHW = 0, DPT_LAYOUT_NCHW16C = 1, DPT_LAYOUT_NHWC = 2 } dpt_layout;
 
 /* The numbers a tensor holds. BF16 (bfloat16, 2 bytes, `data` then points at uint16_t) holds
  * only activations, and only with [train] precision = bf16 on a backend that keeps them
@@ -61,6 +63,8 @@ dpt_tensor *dpt_temp16(dpt_ctx *ctx, int ndim, const int64_t *shape);
 /* x in plain NCHW F32: x itself, or a recorded relayout/widening (its backward relays the
  * gradient back). */
 dpt_tensor *dpt_plain(dpt_ctx *ctx, dpt_tensor *x);
+/* x as F32 in `layout`: x itself, or a recorded relayout/widening. */
+dpt_tensor *dpt_to_layout(dpt_ctx *ctx, dpt_tensor *x, dpt_layout layout);
 /* x in F32, in its own layout: x itself, or a recorded widening of a BF16 activation. */
 dpt_tensor *dpt_widen(dpt_ctx *ctx, dpt_tensor *x);
 /* The layout two operands of an elementwise op share; converts both to plain if they differ,

@@ -227,6 +227,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
                      : !strcmp(dpt_config_str(c, "train", "precision"), "fp16") ? DPT_PRECISION_FP16
                                                                                : DPT_PRECISION_FP32,
         .fp32_activations = !dpt_config_bool(c, "train", "bf16_activations"),
+        .channels_last = !strcmp(dpt_config_str(c, "train", "memory_format"), "nhwc"),
     };
     rc->memory_check = dpt_config_bool(c, "train", "memory_check");
     rc->label_smoothing = (float)dpt_config_float(c, "train", "label_smoothing");

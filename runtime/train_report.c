@@ -96,19 +96,25 @@ void print_header(const trainer *t)
     if (prec != DPT_PRECISION_FP32 || *why)
         report_line("precision %s%s%s%s\n",
                     prec == DPT_PRECISION_FP16
-                        ? "fp16: convolutions on cuDNN in fp16 (tensor cores, fp32 accumulation; weight gradients "
-                          "come out in fp16), loss scaled; activations, batch norm, loss, linear layers, weights and "
-                          "optimizer fp32"
+                        ? "fp16: convolutions on cuDNN and GEMMs on cuBLAS in fp16 (tensor cores, fp32 accumulation; "
+                          "weight gradients come out of cuDNN in fp16), loss scaled; activations, batch norm, loss, "
+                          "weights and optimizer fp32"
                     : prec != DPT_PRECISION_BF16 ? "fp32"
                     : dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CUDA
-                        ? "bf16: convolutions on cuDNN in bf16 (tensor cores, fp32 accumulation; weight gradients "
-                          "come out in bf16); activations, batch norm, loss, linear layers, weights and optimizer fp32"
+                        ? "bf16: convolutions on cuDNN and GEMMs on cuBLAS in bf16 (tensor cores, fp32 accumulation; "
+                          "weight gradients come out of cuDNN in bf16); activations, batch norm, loss, weights and "
+                          "optimizer fp32"
                     : dpt_ctx_bf16_activations(t->ctx)
                         ? "bf16: convolutions and GEMMs read bf16 and accumulate in fp32; activations kept in bf16; "
                           "batch-norm statistics, loss, gradients, weights and optimizer fp32"
                         : "bf16: convolutions and GEMMs read bf16, accumulate and write fp32; activations, batch norm, "
                           "loss, weights and optimizer fp32",
                     *why ? " (bf16 asked for: " : "", why, *why ? ")" : "");
+    if (dpt_ctx_channels_last(t->ctx))
+        report_line("memory format nhwc: activations channels-last between convolutions, batch norm, pooling, relu "
+                    "and adds%s\n",
+                    dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CUDA ? "; filters handed to cuDNN as (K, R, S, C)"
+                                                                   : " (oneDNN's nhwc kernels)");
     if (t->ddp)
         report_line("ddp %s | %d buckets of <= %g MiB | overlap %s | comm %s%s | loss and acc shown: %s\n",
                     r->data_parallel ? "(DataParallel, one process)" : "(one process per rank)",

@@ -134,6 +134,11 @@ static void test_training_controls(void **state)
                 "precision = bf16 runs the convolutions on oneDNN's CPU kernels or cuDNN; the cpu backend has no "
                 "bf16 path",
                 "HINT: set [train] cpu_kernels = onednn");
+    expect_fail(SMALL "--set train.memory_format=nhwc --set train.cpu_kernels=native", 1,
+                "[train] memory_format = nhwc keeps activations channels-last in oneDNN's or cuDNN's kernels; the "
+                "cpu backend's convolutions read NCHW only",
+                "HINT: set [train] cpu_kernels = onednn, or memory_format = nchw");
+    expect_fail(SMALL "--set train.memory_format=nwhc", 1, "nwhc", "nchw|nhwc");
     expect_fail(SMALL "--set train.precision=fp16", 1, "[train] precision = fp16 needs [train] loss_scale = dynamic",
                 "HINT: add --set train.loss_scale=dynamic, or use precision = bf16");
     expect_fail(SMALL "--set train.precision=fp16 --set train.loss_scale=dynamic --set train.device=cpu", 1,

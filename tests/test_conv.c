@@ -73,10 +73,10 @@ static void test_conv2d(void **state)
         {2, 6, 5, 3, 4, 1, 1, 0, 1, 2, 1},  {1, 1, 3, 3, 2, 3, 1, 2, 1, 1, 1},
         {3, 2, 11, 6, 2, 5, 2, 2, 1, 1, 0},
     };
-    for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
+    for (int variant = 0; variant < TEST_VARIANTS; variant++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
             for (int threads = 1; threads <= 2; threads++) {
-                test_kernels = (dpt_cpu_kernels)kernels;
+                test_variant(variant);
                 const int64_t *v = cases[i];
                 conv_case c = {v[0], v[1], v[2],       v[3], v[4], v[5], v[6], v[7],
                                v[8], v[9], v[10] != 0, 0,    0,    NULL, NULL};
@@ -102,7 +102,7 @@ static void test_conv2d(void **state)
                 snprintf(name, sizeof name, "conv2d case %zu (threads %d, %s)", i, threads,
                          test_kernels_name());
                 run_gradcheck(name, &gc, 700 + i);
-                test_kernels = DPT_CPU_KERNELS_DEFAULT;
+                test_variant(-1);
             }
 }
 
@@ -242,9 +242,9 @@ static void test_shared_input(void **state)
 static void test_blocked_chain(void **state)
 {
     (void)state;
-    for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
+    for (int variant = 0; variant < TEST_VARIANTS; variant++)
         for (int threads = 1; threads <= 2; threads++) {
-            test_kernels = (dpt_cpu_kernels)kernels;
+            test_variant(variant);
             chain_case c = {0};
             gradcheck gc = {
                 .n_in = 6,
@@ -266,7 +266,7 @@ static void test_blocked_chain(void **state)
             snprintf(name, sizeof name, "conv-bn-add-conv chain (threads %d, %s)", threads,
                      test_kernels_name());
             run_gradcheck(name, &gc, 990);
-            test_kernels = DPT_CPU_KERNELS_DEFAULT;
+            test_variant(-1);
         }
 }
 
@@ -466,7 +466,9 @@ static dpt_tensor *conv_pool_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
 {
     conv_pool_case *c = user;
     dpt_tensor *y = dpt_conv2d_forward(ctx, c->conv.layer, in[0]);
-    if (test_kernels == DPT_CPU_KERNELS_ONEDNN && __builtin_cpu_supports("avx512f"))
+    if (test_channels_last)
+        assert_int_equal(y->layout, DPT_LAYOUT_NHWC);
+    else if (test_kernels == DPT_CPU_KERNELS_ONEDNN && __builtin_cpu_supports("avx512f"))
         assert_int_equal(y->layout, DPT_LAYOUT_NCHW16C); /* or this test would not test it */
     switch (c->kind) {
     case 0:
@@ -525,10 +527,10 @@ static void test_pooling_blocked(void **state)
 {
     (void)state;
     static const char *names[] = {"maxpool", "avgpool", "global avgpool", "maxpool + avgpool"};
-    for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
+    for (int variant = 0; variant < TEST_VARIANTS; variant++)
         for (int threads = 1; threads <= 2; threads++)
             for (int kind = 0; kind < 4; kind++) {
-                test_kernels = (dpt_cpu_kernels)kernels;
+                test_variant(variant);
                 conv_pool_case c = {{2, 8, 6, 6, 16, 3, 1, 1, 1, 1, false, 6, 6, NULL, NULL}, kind};
                 gradcheck gc = {.n_in = 2,
                                 .ndim = {4, 4},
@@ -548,7 +550,7 @@ static void test_pooling_blocked(void **state)
                 snprintf(name, sizeof name, "conv -> %s (threads %d, %s)", names[kind], threads,
                          test_kernels_name());
                 run_gradcheck(name, &gc, 960 + (uint64_t)kind);
-                test_kernels = DPT_CPU_KERNELS_DEFAULT;
+                test_variant(-1);
             }
 }
 
@@ -998,6 +1000,139 @@ static void test_bf16_gemm(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- channels last */
+
+/* One model, built from the same seed in a default context and in a [train] memory_format =
+ * nhwc one: a training step (loss and every parameter's gradient) and an evaluation forward
+ * (batch norm's inference path, no tape) agree. Each layer's NHWC kernels are checked against
+ * float64 above; this checks what joins them: the first convolution reading NCHW images, the
+ * residual adds and relu in place on NHWC, max pooling after the stem, global pooling and the
+ * flatten into the classifier (NHWC -> NCHW once), and the eval path. The two differ only in
+ * the order oneDNN sums in, so each parameter's gradient is compared as a whole, its distance
+ * relative to its norm: measured 1e-6 (ResNet-8, the CNN) to 4e-4 (ResNet-18 at 32x32, whose
+ * last stage normalises 4 values per channel: the native kernels differ from oneDNN's by as
+ * much), bound 2e-3; bf16 (activations bf16 in both; a different sum can tip a rounding):
+ * measured 7e-5 to 5e-4, bound 1e-2. A layout mistake is off by O(1). */
+static void channels_last_case(const char *const *sets, int64_t c, int64_t hw, dpt_precision precision)
+{
+    dpt_error err;
+    dpt_config *cfg = dpt_config_defaults();
+    for (int i = 0; sets[i]; i++)
+        if (!dpt_config_set(cfg, sets[i], &err)) fail_msg("%s", err.msg);
+    enum { N = 4 };
+    int64_t xshape[4] = {N, c, hw, hw};
+    static const int32_t labels[N] = {3, 0, 9, 5};
+    dpt_ctx *ctx[2];
+    dpt_model *m[2];
+    float *grads[2], *logits[2];
+    float loss[2];
+    int64_t total = 0;
+    dpt_rng rng;
+    for (int k = 0; k < 2; k++) {
+        dpt_ctx_options o = {.device = {DPT_DEVICE_CPU, 0},
+                             .threads = 1,
+                             .seed = 11,
+                             .precision = precision,
+                             .channels_last = k == 1};
+        ctx[k] = dpt_ctx_new(&o, &err);
+        if (!ctx[k]) fail_msg("%s", err.msg);
+        assert_int_equal(dpt_ctx_channels_last(ctx[k]), k == 1);
+        m[k] = dpt_model_build(ctx[k], cfg, c, hw, hw, 10, &err);
+        if (!m[k]) fail_msg("%s", err.msg);
+        dpt_rng_seed(&rng, 5);
+        dpt_tensor *x = test_input(ctx[k], &rng, 4, xshape, -1, 1);
+        x->requires_grad = false;
+        dpt_model_set_training(m[k], true);
+        dpt_tensor *l = dpt_cross_entropy(ctx[k], dpt_model_forward(m[k], ctx[k], x), labels, 0.0f);
+        dpt_tensor_copy_to_host(l, &loss[k]);
+        dpt_backward(ctx[k], l);
+        total = 0;
+        for (int i = 0; i < dpt_model_num_params(m[k]); i++)
+            total += dpt_model_param_at(m[k], i)->numel;
+        grads[k] = malloc((size_t)total * sizeof(float));
+        int64_t off = 0;
+        for (int i = 0; i < dpt_model_num_params(m[k]); i++) {
+            dpt_tensor *p = dpt_model_param_at(m[k], i);
+            dpt_tensor_copy_to_host(dpt_tensor_grad(p), grads[k] + off);
+            off += p->numel;
+        }
+        dpt_tape_clear(ctx[k]);
+        dpt_model_set_training(m[k], false);
+        bool was = dpt_set_grad_enabled(ctx[k], false);
+        dpt_tensor *y = dpt_model_forward(m[k], ctx[k], x);
+        logits[k] = malloc(N * 10 * sizeof(float));
+        dpt_tensor_copy_to_host(y, logits[k]);
+        dpt_tape_clear(ctx[k]);
+        dpt_set_grad_enabled(ctx[k], was);
+        dpt_tensor_free(x);
+    }
+    bool bf16 = precision == DPT_PRECISION_BF16;
+    double rtol = bf16 ? 2e-2 : 1e-4, atol = bf16 ? 2e-3 : 1e-5;
+    double a = loss[1], b = loss[0];
+    assert_close_d("channels-last loss vs nchw", &a, &b, 1, rtol, atol);
+    double *g1 = malloc((size_t)total * sizeof(double)), *g0 = malloc((size_t)total * sizeof(double));
+    double l1[N * 10], l0[N * 10];
+    for (int64_t j = 0; j < total; j++)
+        g1[j] = grads[1][j], g0[j] = grads[0][j];
+    for (int j = 0; j < N * 10; j++)
+        l1[j] = logits[1][j], l0[j] = logits[0][j];
+    /* per parameter, the gradient's distance relative to its size */
+    double worst = 0;
+    int worst_at = -1;
+    for (int i = 0, off = 0; i < dpt_model_num_params(m[0]); i++) {
+        int64_t n = dpt_model_param_at(m[0], i)->numel;
+        double d2 = 0, n2 = 0;
+        for (int64_t j = off; j < off + n; j++)
+            d2 += (g1[j] - g0[j]) * (g1[j] - g0[j]), n2 += g0[j] * g0[j];
+        double rel = sqrt(d2 / (n2 > 0 ? n2 : 1e-300));
+
+        if (rel > worst) worst = rel, worst_at = i;
+        off += (int)n;
+    }
+    if (getenv("DPT_TEST_VERBOSE")) printf("  %s: worst gradient %.3g\n", sets[0], worst);
+    if (worst > (bf16 ? 1e-2 : 2e-3))
+        fail_msg("channels-last gradient of %s: %.3g from nchw's, relative to its norm", 
+                 dpt_model_param_at(m[0], worst_at)->name, worst);
+    assert_close_d("channels-last evaluation logits vs nchw", l1, l0, N * 10, rtol, atol);
+    free(g1), free(g0);
+    for (int k = 0; k < 2; k++) {
+        free(grads[k]), free(logits[k]);
+        dpt_model_free(m[k]);
+        dpt_ctx_free(ctx[k]);
+    }
+    dpt_config_free(cfg);
+}
+
+static void test_channels_last_models(void **state)
+{
+    (void)state;
+    static const char *const resnet8[] = {"model.name=resnet", "model.depth=8", NULL};
+    static const char *const resnet18[] = {"model.name=resnet", "model.depth=18", "model.width=8", NULL};
+    static const char *const cnn[] = {"model.name=cnn", NULL};
+    channels_last_case(resnet8, 3, 16, DPT_PRECISION_FP32);
+    channels_last_case(resnet18, 3, 32, DPT_PRECISION_FP32);
+    channels_last_case(cnn, 1, 16, DPT_PRECISION_FP32);
+    dpt_ctx_options o = {.device = {DPT_DEVICE_CPU, 0}, .threads = 1, .precision = DPT_PRECISION_BF16};
+    dpt_error err;
+    dpt_ctx *probe = dpt_ctx_new(&o, &err);
+    bool has_bf16 = probe && dpt_ctx_precision(probe, NULL) == DPT_PRECISION_BF16;
+    dpt_ctx_free(probe);
+    if (!has_bf16) return; /* fp32 on a CPU without AVX512-BF16: the cases above */
+    channels_last_case(resnet8, 3, 16, DPT_PRECISION_BF16);
+    channels_last_case(cnn, 1, 16, DPT_PRECISION_BF16);
+}
+
+/* The native kernels read NCHW only: memory_format = nhwc there is an error naming both keys. */
+static void test_channels_last_refused(void **state)
+{
+    (void)state;
+    dpt_ctx_options o = {.device = {DPT_DEVICE_CPU, 0}, .cpu_kernels = DPT_CPU_KERNELS_NATIVE, .channels_last = true};
+    dpt_error err = {0};
+    assert_null(dpt_ctx_new(&o, &err));
+    assert_non_null(strstr(err.msg, "memory_format = nhwc"));
+    assert_non_null(strstr(err.msg, "cpu_kernels = onednn"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1014,6 +1149,8 @@ int main(void)
         cmocka_unit_test(test_pooling_blocked),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_build_errors),
+        cmocka_unit_test(test_channels_last_models),
+        cmocka_unit_test(test_channels_last_refused),
     };
     return cmocka_run_group_tests_name("conv", tests, NULL, NULL);
 }

@@ -33,13 +33,19 @@
         }                                                                                                    \
     } while (0)
 
-static dpt_ctx *make_in(dpt_device_kind kind, dpt_precision precision)
+static dpt_ctx *make_with(dpt_device_kind kind, dpt_precision precision, bool channels_last)
 {
     dpt_error err;
-    dpt_ctx_options o = {.device = {kind, 0}, .threads = 1, .seed = 7, .precision = precision};
+    dpt_ctx_options o = {
+        .device = {kind, 0}, .threads = 1, .seed = 7, .precision = precision, .channels_last = channels_last};
     dpt_ctx *ctx = dpt_ctx_new(&o, &err);
     if (!ctx) fail_msg("%s", err.msg);
     return ctx;
+}
+
+static dpt_ctx *make_in(dpt_device_kind kind, dpt_precision precision)
+{
+    return make_with(kind, precision, false);
 }
 
 static dpt_ctx *make(dpt_device_kind kind)
@@ -55,6 +61,12 @@ static void compare_in(const char *name, graph_fn graph, int n_in, const int64_t
                        double rtol, dpt_precision cpu_precision, dpt_precision gpu_precision)
 {
     dpt_ctx *cpu = make_in(DPT_DEVICE_CPU, cpu_precision), *gpu = make_in(GPU, gpu_precision);
+    const char *why;
+    if (dpt_ctx_precision(cpu, &why) != cpu_precision) { /* the CPU reference lacks AVX512-BF16 */
+        print_message("skipped: %s\n", why);
+        dpt_ctx_free(cpu), dpt_ctx_free(gpu);
+        skip();
+    }
     dpt_rng rng;
     dpt_rng_seed(&rng, 42);
     dpt_tensor *in_c[4], *in_g[4];
@@ -206,8 +218,8 @@ static void test_gemm_fp16(void **state)
 }
 
 /* A few optimizer steps of the same model (same seed, same data) on one device. */
-static void run_model(dpt_device_kind kind, const char *optim, const char *const *sets, float *params_out,
-                      int64_t *n_out)
+static void run_model(dpt_device_kind kind, bool nhwc, const char *optim, const char *const *sets,
+                      float *params_out, int64_t *n_out)
 {
     dpt_error err;
     dpt_config *cfg = dpt_config_defaults();
@@ -216,7 +228,7 @@ static void run_model(dpt_device_kind kind, const char *optim, const char *const
     dpt_config_set(cfg, set, &err);
     for (int i = 0; sets[i]; i++)
         if (!dpt_config_set(cfg, sets[i], &err)) fail_msg("%s", err.msg);
-    dpt_ctx *ctx = make(kind);
+    dpt_ctx *ctx = make_with(kind, DPT_PRECISION_FP32, nhwc);
     dpt_model *m = dpt_model_build(ctx, cfg, 1, 8, 8, 10, &err);
     dpt_optim *o = dpt_optim_build(m, cfg, &err);
     dpt_dataset *ds = dpt_synthetic_new(64, 1, 8, 8, 10, 3);
@@ -253,15 +265,16 @@ static void test_training_steps(void **state)
         const char *optim = k ? "adamw" : "sgd";
         int64_t n;
         const char *mlp[] = {"model.hidden=64,32", NULL};
-        run_model(DPT_DEVICE_CPU, optim, mlp, a, &n);
-        run_model(GPU, optim, mlp, b, &n);
+        run_model(DPT_DEVICE_CPU, false, optim, mlp, a, &n);
+        run_model(GPU, false, optim, mlp, b, &n);
         for (int64_t i = 0; i < n; i++)
             da[i] = a[i], db[i] = b[i];
         assert_close_d(optim, db, da, n, 1e-3, 1e-4);
     }
 }
 
-/* conv2d (cuDNN), batch norm, max/global pooling, residual adds: a CNN and a ResNet-8. */
+/* conv2d (cuDNN), batch norm, max/global pooling, residual adds: a CNN and a ResNet-8, each
+ * also with [train] memory_format = nhwc on the GPU (against the CPU's NCHW). */
 static void test_conv_models(void **state)
 {
     (void)state;
@@ -271,14 +284,16 @@ static void test_conv_models(void **state)
     const char *cnn[] = {"model.name=cnn", "model.channels=4,8", "model.fc=16", "model.dropout=0", NULL};
     const char *r8[] = {"model.name=resnet", "model.depth=8", "model.width=4", NULL};
     const char *const *models[] = {cnn, r8};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         int64_t n;
-        run_model(DPT_DEVICE_CPU, "sgd", models[k], a, &n);
-        run_model(GPU, "sgd", models[k], b, &n);
+        run_model(DPT_DEVICE_CPU, false, "sgd", models[k % 2], a, &n);
+        run_model(GPU, k >= 2, "sgd", models[k % 2], b, &n);
         assert_true(n <= 40000);
         for (int64_t i = 0; i < n; i++)
             da[i] = a[i], db[i] = b[i];
-        assert_close_d(models[k][0], db, da, n, 2e-3, 1e-4);
+        char what[96];
+        snprintf(what, sizeof what, "%s%s", models[k % 2][0], k >= 2 ? " (GPU channels-last)" : "");
+        assert_close_d(what, db, da, n, 2e-3, 1e-4);
     }
 }
 
@@ -335,31 +350,34 @@ static layer_run run_layer(dpt_ctx *ctx, const layer_case *lc, const float *x_ho
     lr.x = dpt_tensor_new(ctx, 4, (int64_t[]){lc->n, lc->c, lc->h, lc->w});
     dpt_tensor_copy_from_host(lr.x, x_host);
     lr.x->requires_grad = true;
+    /* [train] memory_format = nhwc: the layer takes a channels-last input (what a convolution
+     * before it would write); the gradient comes back through the relayout */
+    dpt_tensor *xin = dpt_ctx_channels_last(ctx) ? dpt_to_layout(ctx, lr.x, DPT_LAYOUT_NHWC) : lr.x;
     dpt_tensor *y = NULL;
     switch (lc->kind) {
     case 'c':
-        y = dpt_conv2d_forward(ctx, lr.layer, lr.x);
+        y = dpt_conv2d_forward(ctx, lr.layer, xin);
         break;
     case 'b':
-        y = dpt_batchnorm_forward(ctx, lr.layer, lr.x, true);
+        y = dpt_batchnorm_forward(ctx, lr.layer, xin, true);
         break;
     case 'e':
-        y = dpt_batchnorm_forward(ctx, lr.layer, lr.x, false);
+        y = dpt_batchnorm_forward(ctx, lr.layer, xin, false);
         break;
     case 'i': {
         bool was = dpt_set_grad_enabled(ctx, false);
-        lr.y = dpt_batchnorm_forward(ctx, lr.layer, lr.x, false);
+        lr.y = dpt_batchnorm_forward(ctx, lr.layer, xin, false);
         dpt_set_grad_enabled(ctx, was);
         return lr;
     }
     case 'm':
-        y = dpt_maxpool2d(ctx, lr.x, lc->k, lc->stride, lc->pad);
+        y = dpt_maxpool2d(ctx, xin, lc->k, lc->stride, lc->pad);
         break;
     case 'a':
-        y = dpt_avgpool2d(ctx, lr.x, lc->k, lc->stride, lc->pad);
+        y = dpt_avgpool2d(ctx, xin, lc->k, lc->stride, lc->pad);
         break;
     default:
-        y = dpt_global_avgpool(ctx, lr.x);
+        y = dpt_global_avgpool(ctx, xin);
         break;
     }
     /* a weighted sum, so that batch norm's input gradient is not identically zero */
@@ -391,11 +409,11 @@ static void assert_same_tensor(const char *what, const layer_case *lc, const dpt
 /* Both devices run each case's layer from the same inputs and parameters and must agree on
  * the output, the input gradient, the parameter gradients and the running statistics. */
 static void compare_layers(const layer_case *cases, size_t count, dpt_precision precision,
-                           dpt_precision gpu_precision)
+                           dpt_precision gpu_precision, bool gpu_nhwc)
 {
     for (size_t k = 0; k < count; k++) {
         const layer_case *lc = &cases[k];
-        dpt_ctx *cpu = make_in(DPT_DEVICE_CPU, precision), *gpu = make_in(GPU, gpu_precision);
+        dpt_ctx *cpu = make_in(DPT_DEVICE_CPU, precision), *gpu = make_with(GPU, gpu_precision, gpu_nhwc);
         const char *why;
         if (dpt_ctx_precision(cpu, &why) != precision) { /* the CPU reference lacks AVX512-BF16 */
             print_message("skipped: %s\n", why);
@@ -447,7 +465,7 @@ static void test_layers_bf16(void **state)
         {"bf16 conv 64 channels", 2, 64, 8, 8, 'c', 64, 3, 1, 1, 1, 1, false, ULP},
     };
 #undef ULP
-    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_BF16, DPT_PRECISION_BF16);
+    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_BF16, DPT_PRECISION_BF16, false);
 }
 
 /* [train] precision = fp16 (CUDA only): cuDNN's fp16 convolutions against the CPU's fp32
@@ -466,7 +484,7 @@ static void test_layers_fp16(void **state)
         {"fp16 conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, 1e-2, 5e-2},
         {"fp16 conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, 1e-2, 5e-2},
     };
-    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP16);
+    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP16, false);
 }
 
 static void test_layers(void **state)
@@ -491,7 +509,39 @@ static void test_layers(void **state)
         {"avgpool 3/1 pad 1", 2, 4, 7, 7, 'a', 0, 3, 1, 1, 0, 0, false, 1e-5, 0},
         {"global avgpool", 4, 7, 5, 5, 'g', 0, 0, 0, 0, 0, 0, false, 1e-5, 0},
     };
-    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP32);
+    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP32, false);
+}
+
+/* [train] memory_format = nhwc: every layer above on a channels-last GPU context (cuDNN's NHWC
+ * convolutions with (K, R, S, C) filters, NHWC batch norm, the pooling kernels' NHWC indexing,
+ * the relayout kernel both ways) against the CPU's NCHW, to the same tolerances; bf16
+ * convolutions too. */
+static void test_layers_nhwc(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    static const layer_case cases[] = {
+        {"nhwc conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, 1e-3, 0},
+        {"nhwc conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, 1e-3, 0},
+        {"nhwc conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, true, 1e-3, 0},
+        {"nhwc conv 7x7 stride 2 pad 3", 2, 3, 32, 32, 'c', 8, 7, 2, 3, 1, 1, false, 1e-3, 0},
+        {"nhwc conv groups 2", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 2, true, 1e-3, 0},
+        {"nhwc batchnorm train affine", 8, 6, 5, 5, 'b', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
+        {"nhwc batchnorm eval", 4, 6, 5, 5, 'e', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
+        {"nhwc batchnorm inference", 4, 6, 5, 5, 'i', 0, 0, 0, 0, 0, 0, true, 1e-5, 0},
+        {"nhwc maxpool 3/2 pad 1", 2, 4, 9, 9, 'm', 0, 3, 2, 1, 0, 0, false, 1e-5, 0},
+        {"nhwc maxpool 2/2", 3, 5, 8, 6, 'm', 0, 2, 2, 0, 0, 0, false, 1e-5, 0},
+        {"nhwc avgpool 3/1 pad 1", 2, 4, 7, 7, 'a', 0, 3, 1, 1, 0, 0, false, 1e-5, 0},
+        {"nhwc global avgpool", 4, 7, 5, 5, 'g', 0, 0, 0, 0, 0, 0, false, 1e-5, 0},
+    };
+    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP32, true);
+#define ULP 0x1p-7, 1e-3
+    static const layer_case cases16[] = {
+        {"nhwc bf16 conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, ULP},
+        {"nhwc bf16 conv 64 channels", 2, 64, 8, 8, 'c', 64, 3, 1, 1, 1, 1, false, ULP},
+    };
+#undef ULP
+    compare_layers(cases16, sizeof cases16 / sizeof cases16[0], DPT_PRECISION_BF16, DPT_PRECISION_BF16, true);
 }
 
 /* ---------------------------------------------------------------- loader, NCCL */
@@ -779,6 +829,7 @@ int main(void)
         cmocka_unit_test(test_conv_models),
         cmocka_unit_test(test_layers),
         cmocka_unit_test(test_layers_bf16),
+        cmocka_unit_test(test_layers_nhwc),
         cmocka_unit_test(test_layers_fp16),
         cmocka_unit_test(test_loader_copy_stream),
         cmocka_unit_test(test_loader_image_files),

@@ -25,17 +25,33 @@
 /* The CPU kernels the contexts below get: tests that cover both settings loop over
  * DPT_CPU_KERNELS_ONEDNN and DPT_CPU_KERNELS_NATIVE and set this. */
 static dpt_cpu_kernels test_kernels = DPT_CPU_KERNELS_DEFAULT;
+/* [train] memory_format = nhwc for the contexts below (oneDNN only). */
+static bool test_channels_last = false;
 
 static inline const char *test_kernels_name(void)
 {
-    return test_kernels == DPT_CPU_KERNELS_NATIVE ? "native" : "onednn";
+    return test_kernels == DPT_CPU_KERNELS_NATIVE ? "native" : test_channels_last ? "onednn nhwc" : "onednn";
+}
+
+/* The three ways the CPU runs a layer: oneDNN (blocked layouts), oneDNN channels-last, native
+ * (NCHW). Tests that cover them all loop v over [0, TEST_VARIANTS) and call this; -1 resets. */
+enum { TEST_VARIANTS = 3 };
+static inline void test_variant(int v)
+{
+    test_kernels = v < 0 ? DPT_CPU_KERNELS_DEFAULT : v == 2 ? DPT_CPU_KERNELS_NATIVE : DPT_CPU_KERNELS_ONEDNN;
+    test_channels_last = v == 1;
 }
 
 static inline dpt_ctx *test_ctx(int threads, uint64_t seed)
 {
     dpt_error err;
     dpt_ctx_options opt = {
-        .device = {DPT_DEVICE_CPU, 0}, .threads = threads, .seed = seed, .cpu_kernels = test_kernels};
+        .device = {DPT_DEVICE_CPU, 0},
+        .threads = threads,
+        .seed = seed,
+        .cpu_kernels = test_kernels,
+        .channels_last = test_channels_last,
+    };
     dpt_ctx *ctx = dpt_ctx_new(&opt, &err);
     if (!ctx) fail_msg("dpt_ctx_new: %s", err.msg);
     return ctx;
