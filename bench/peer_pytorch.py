@@ -55,12 +55,15 @@ MODELS = {  # name: (builder, input shape, classes, batch)
     "resnet50": (lambda: resnet([3, 4, 6, 3], [64, 128, 256, 512], True, False, 3, 1000), (3, 224, 224), 1000, 32),
 }
 
-def img_s(name, steps, device, batch=None, bf16=False):
+def img_s(name, steps, device, batch=None, bf16=False, channels_last=False):
     build, shape, classes, default_batch = MODELS[name]
     batch = batch or default_batch
     model = build().to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(batch, *shape, device=device)
+    if channels_last and len(shape) == 3:  # PyTorch's recipe: the model and its input both
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     y = torch.randint(0, classes, (batch,), device=device)
     loss_fn = nn.CrossEntropyLoss()
     for i in range(steps + 2):  # two warm-up steps, as bench_step
@@ -126,6 +129,8 @@ def main():
     ap.add_argument("--tf32", action="store_true", help="cuda: allow TF32 (dptrain's [train] tf32 = true)")
     ap.add_argument("--ddp", type=int, default=0, help="N gloo DDP ranks on this machine, --threads each")
     ap.add_argument("--bf16", action="store_true", help="torch.autocast(dtype=torch.bfloat16) around forward and loss")
+    ap.add_argument("--channels-last", action="store_true",
+                    help="model and input in torch.channels_last (dptrain's [train] memory_format = nhwc)")
     ap.add_argument("--one", action="store_true", help="one model: print only its JSON line (side_by_side.py)")
     args = ap.parse_args()
     if args.device == "cuda":  # the same math as dptrain's default: FP32, no TF32, cuDNN heuristics
@@ -140,8 +145,9 @@ def main():
         else:
             torch.set_num_threads(args.threads)
             torch.manual_seed(0)
-            rate, _ = img_s(name, args.steps, args.device, batch, args.bf16)
+            rate, _ = img_s(name, args.steps, args.device, batch, args.bf16, args.channels_last)
         print(json.dumps({"bench": "torch_step", "model": name, "batch": batch, "threads": args.threads, "bf16": args.bf16,
+                          "channels_last": args.channels_last,
                           "ranks": max(args.ddp, 1), "torch": torch.__version__, "img_s": round(rate, 2)}))
         return
     torch.set_num_threads(args.threads)

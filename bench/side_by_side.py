@@ -7,7 +7,7 @@ pairs, swapping which goes first each pair (the machine drifts: +-25% between ru
 each side's median img/s, the median of the per-pair ratios ours/PyTorch and their range, and
 one JSON line. 2-rank DDP runs `mpirun -np 2 bench_step` against PyTorch's gloo DDP on 2
 processes, 1 thread each.
-    bench/side_by_side.py [--pairs 3] [--quick] [--only resnet20] [--native] [--bf16]
+    bench/side_by_side.py [--pairs 3] [--quick] [--only resnet20] [--native] [--bf16] [--nhwc] [--peer-channels-last]
 Debian: python3-torch (run with /usr/bin/python3)."""
 import argparse, json, os, statistics, subprocess, sys, time
 
@@ -32,17 +32,20 @@ def run_json(cmd, env=None, who=None):
     raise RuntimeError(f"{' '.join(cmd)} gave no result:\n{out.stdout}\n{out.stderr}")
 
 BF16 = False  # --bf16: [train] precision = bf16 against torch.autocast(dtype=torch.bfloat16)
+NHWC = False  # --nhwc: [train] memory_format = nhwc against torch.channels_last
+PEER_CL = False  # --peer-channels-last: PyTorch in torch.channels_last, dptrain in its default layout
 
 def ours_cmd(model, batch, threads, steps, native, ddp):
     cmd = [os.path.join(ROOT, "build/bench/bench_step"), model, str(batch), str(threads), str(steps)]
     if native: cmd.append("native")
-    elif BF16: cmd.append("bf16")
+    elif BF16 or NHWC: cmd.append(("bf16" if BF16 else "") + ("-nhwc" if BF16 and NHWC else "nhwc" if NHWC else ""))
     return (MPIRUN + cmd) if ddp else cmd
 
 def torch_cmd(model, batch, threads, steps, ddp):
     cmd = ["/usr/bin/python3", os.path.join(HERE, "peer_pytorch.py"), "--one", "--models", model,
            "--batch", str(batch), "--threads", str(threads), "--steps", str(steps)]
-    return cmd + (["--ddp", "2"] if ddp else []) + (["--bf16"] if BF16 else [])
+    return cmd + (["--ddp", "2"] if ddp else []) + (["--bf16"] if BF16 else []) + \
+        (["--channels-last"] if NHWC or PEER_CL else [])
 
 def measure(model, batch, threads, steps, pairs, native, ddp=False):
     global BF16
@@ -82,9 +85,14 @@ def main():
     ap.add_argument("--no-ddp", action="store_true")
     ap.add_argument("--bf16", action="store_true",
                     help="both in bf16: [train] precision = bf16 and torch.autocast(\"cpu\", dtype=torch.bfloat16)")
+    ap.add_argument("--nhwc", action="store_true",
+                    help="both channels-last: [train] memory_format = nhwc and torch.channels_last")
+    ap.add_argument("--peer-channels-last", action="store_true",
+                    help="PyTorch in torch.channels_last (its fastest CPU layout in bf16), dptrain in its default "
+                         "(oneDNN's blocked layout): each side's best")
     args = ap.parse_args()
-    global BF16
-    BF16 = args.bf16
+    global BF16, NHWC, PEER_CL
+    BF16, NHWC, PEER_CL = args.bf16, args.nhwc, args.peer_channels_last
     import torch
     print(f"dptrain vs PyTorch {torch.__version__} on this CPU ({os.cpu_count()} cores), "
           f"{time.strftime('%Y-%m-%d')}: img/s, median of {args.pairs} pairs run turn by turn; "
@@ -116,7 +124,9 @@ def main():
                   f"{r['ratio_median']:>7.2f}  [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]  "
                   f"(dptrain 1 rank {one:.1f}: {r['scaling']:.2f}x)", flush=True)
     print(json.dumps({"bench": "side_by_side", "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-                      "kernels": "native" if args.native else "onednn", "bf16": args.bf16, "results": results}))
+                      "kernels": "native" if args.native else "onednn", "bf16": args.bf16, "nhwc": args.nhwc,
+                      "peer_channels_last": args.peer_channels_last,
+                      "results": results}))
 
 if __name__ == "__main__":
     main()

@@ -4,7 +4,7 @@
 # build from the bundle (make gpu-bundle here, carry .gpu), ./train --env with NVML, every GPU
 # test, short trainings on cuda:0 (loss must fall), DDP over NCCL at world size 1
 # (DataParallel on cuda:0), the out-of-memory report, GEMM/conv GFLOP/s, and ResNet-50 img/s
-# at batch 256 in FP32, TF32 and bf16 (warm-up excluded), beside PyTorch on the same GPU in the
+# at batch 256 in FP32, TF32, bf16 and bf16 channels-last (warm-up excluded), beside PyTorch on the same GPU in the
 # same run; bf16/fp16 training and the deterministic mode's reproducibility. Each step has its
 # own time limit (estimates for one H200 in brackets; about 8 minutes in all); a failed step
 # shows its first error line. The table and every log go
@@ -115,13 +115,14 @@ done_row "$(grep -m1 'out of memory' "$out/oom.log" | cut -c1-110)"
 step "bench_conv on cuda (GEMM, ResNet conv shapes)" 120 bench_conv.log env DPT_BENCH_DEVICE=cuda build/bench/bench_conv
 done_row "GEMM 4096^3 $(awk '$1 == 4096 {print $3}' "$out/bench_conv.log") GFLOP/s FP32; convs $(awk '$1 == "resnet50" {printf "%s ", $NF}' "$out/bench_conv.log")"
 
-# 8. ResNet-50 224px [120 s]: ours and PyTorch's img/s at batch 256, turn by turn, FP32, TF32
-# and bf16 (ours: [train] precision = bf16; PyTorch: torch.autocast bf16)
+# 8. ResNet-50 224px [160 s]: ours and PyTorch's img/s at batch 256, turn by turn, FP32, TF32,
+# bf16 (ours: [train] precision = bf16; PyTorch: torch.autocast bf16) and bf16 channels-last
+# (ours: [train] memory_format = nhwc; PyTorch: model and input in torch.channels_last)
 torch_ok=0
 "$py" -c "import torch; assert torch.cuda.is_available()" 2> /dev/null && torch_ok=1
 for b in 256; do
-    for math in fp32 tf32 bf16; do
-        mode=cuda; [ $math = tf32 ] && mode=cuda-tf32; [ $math = bf16 ] && mode=cuda-bf16
+    for math in fp32 tf32 bf16 bf16-nhwc; do
+        mode=cuda-$math; [ $math = fp32 ] && mode=cuda
         step "ResNet-50 batch $b $math: dptrain" 90 "r50_b${b}_$math.log" build/bench/bench_step resnet50 "$b" 1 20 "$mode"
         ours=$(grep -o '"img_s":[0-9.]*' "$out/r50_b${b}_$math.log" | cut -d: -f2)
         done_row "${ours:-?} img/s"
@@ -129,7 +130,7 @@ for b in 256; do
         if [ $torch_ok = 1 ]; then
             step "ResNet-50 batch $b $math: PyTorch" 90 "torch_r50_b${b}_$math.log" "$py" bench/peer_pytorch.py --one \
                 --device cuda --models resnet50 --batch "$b" --steps 20 $([ $math = tf32 ] && echo --tf32) \
-                $([ $math = bf16 ] && echo --bf16)
+                $(case $math in bf16*) echo --bf16 ;; esac) $([ $math = bf16-nhwc ] && echo --channels-last)
             peer=$(grep -o '"img_s": [0-9.]*' "$out/torch_r50_b${b}_$math.log" | awk '{print $2}')
             done_row "${peer:-?} img/s | ratio $(awk -v a="$ours" -v b="$peer" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }')"
         fi
