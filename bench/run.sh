@@ -18,6 +18,9 @@ if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import torch" 2>/dev/null; th
     echo "=== side_by_side.py --bf16 (dptrain bf16 and fp32 vs PyTorch autocast bf16, peak memory)"
     /usr/bin/python3 bench/side_by_side.py --bf16 --pairs 3 --no-ddp --only cnn,resnet20$([ -n "${BENCH_FULL:-}" ] && echo ,resnet50) \
         $([ -n "${BENCH_FULL:-}" ] || echo --quick)
+    echo "=== side_by_side.py --bf16 --peer-channels-last (dptrain's default layout vs PyTorch's channels_last, its fastest here)"
+    /usr/bin/python3 bench/side_by_side.py --bf16 --peer-channels-last --pairs 3 --no-ddp --only cnn,resnet20$([ -n "${BENCH_FULL:-}" ] && echo ,resnet50) \
+        $([ -n "${BENCH_FULL:-}" ] || echo --quick)
     echo "=== images_side_by_side.py (folder source vs torchvision ImageFolder + DataLoader)"
     /usr/bin/python3 bench/images_side_by_side.py --pairs 3
 else
