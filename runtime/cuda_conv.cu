@@ -154,28 +154,6 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
     return p;
 }
 
-typedef struct workspace {
-    void *ptr;
-    size_t granted;
-} workspace;
-
-static workspace workspace_get(dpt_ctx *ctx, size_t bytes)
-{
-    workspace ws = {NULL, 0};
-    if (bytes) {
-        ws.ptr = dpt_ctx_alloc(ctx, bytes, &ws.granted, "cuDNN convolution workspace");
-    }
-    return ws;
-}
-
-/* No synchronisation: the cache serves one stream (compute), so whatever reuses the block
- * next is enqueued behind the convolution that still reads it (PyTorch's caching allocator
- * relies on the same stream order). */
-static void workspace_put(dpt_ctx *ctx, workspace ws)
-{
-    if (ws.ptr && ws.granted) dpt_alloc_put(ctx->alloc, ws.ptr, ws.granted); /* granted 0: a tensor's own */
-}
-
 /* The bias over (n, c, hw) activations in NCHW or NHWC (channel innermost). */
 __global__ void channel_bias_kernel(float *y, const float *b, int64_t n, int64_t c, int64_t hw, bool nhwc)
 {
@@ -234,60 +212,6 @@ __global__ void unpack_filter_kernel(const void *src, float *dw, int64_t k, int6
     }
 }
 
-/* A 16-bit buffer of n elements from the caching allocator (workspace_put returns it). */
-static workspace bf16_buffer(dpt_ctx *ctx, int64_t n)
-{
-    workspace b = {NULL, 0};
-    b.ptr = dpt_ctx_alloc(ctx, (size_t)n * sizeof(uint16_t), &b.granted, "a 16-bit convolution operand");
-    return b;
-}
-
-/* src rounded to the plan's 16 bits into a new buffer. */
-static workspace rounded(dpt_ctx *ctx, const conv_plan *p, const float *src, int64_t n)
-{
-    workspace b = bf16_buffer(ctx, n);
-    dpt_cuda_f32_to_h16(stream_of(ctx), (uint16_t *)b.ptr, src, n, p->bf16);
-    return b;
-}
-
-static void widen_into(dpt_ctx *ctx, const conv_plan *p, float *dst, const workspace *b, int64_t n,
-                       bool accumulate)
-{
-    LAUNCH(widen_kernel, n, dst, (const uint16_t *)b->ptr, n, p->bf16, accumulate);
-}
-
-/* Whether cuDNN reads the filter from a buffer of its own (16 bits, or (K, R, S, C)). */
-static bool filter_packed(const conv_plan *p)
-{
-    return p->h16 || p->nhwc;
-}
-
-static workspace filter_buffer(dpt_ctx *ctx, const conv_plan *p, int64_t n)
-{
-    workspace b = {NULL, 0};
-    b.ptr = dpt_ctx_alloc(ctx, (size_t)n * (p->h16 ? sizeof(uint16_t) : sizeof(float)), &b.granted,
-                          "a convolution filter in cuDNN's layout");
-    return b;
-}
-
-/* w as cuDNN reads it (filter_packed: a new buffer; else w itself, granted 0). */
-static workspace filter_in(dpt_ctx *ctx, const conv_plan *p, const float *w)
-{
-    const dpt_conv_shape *sh = &p->shape;
-    if (!filter_packed(p)) return workspace{(void *)w, 0};
-    int64_t cg = sh->c_in / sh->groups, rs = sh->kh * sh->kw, n = sh->c_out * cg * rs;
-    workspace b = filter_buffer(ctx, p, n);
-    LAUNCH(pack_filter_kernel, n, w, b.ptr, sh->c_out, cg, rs, p->nhwc, p->h16, p->bf16);
-    return b;
-}
-
-static void filter_out(dpt_ctx *ctx, const conv_plan *p, const workspace *b, float *dw)
-{
-    const dpt_conv_shape *sh = &p->shape;
-    int64_t cg = sh->c_in / sh->groups, rs = sh->kh * sh->kw, n = sh->c_out * cg * rs;
-    LAUNCH(unpack_filter_kernel, n, b->ptr, dw, sh->c_out, cg, rs, p->nhwc, p->h16, p->bf16);
-}
-
 static int64_t x_count(const dpt_conv_shape *sh)
 {
     return sh->n * sh->c_in * sh->h * sh->w;
@@ -301,80 +225,128 @@ static int64_t w_count(const dpt_conv_shape *sh)
     return sh->c_out * (sh->c_in / sh->groups) * sh->kh * sh->kw;
 }
 
+/* A 16-bit buffer of n elements. */
+static cuda_block h16_buffer(dpt_ctx *ctx, int64_t n)
+{
+    return cuda_block_get(ctx, (size_t)n * sizeof(uint16_t), "a 16-bit convolution operand");
+}
+
+/* src rounded to the plan's 16 bits into a new buffer. */
+static cuda_block rounded(dpt_ctx *ctx, const conv_plan *p, const float *src, int64_t n)
+{
+    return cuda_rounded16(ctx, src, n, p->bf16, "a 16-bit convolution operand");
+}
+
+static void widen_into(dpt_ctx *ctx, const conv_plan *p, float *dst, const cuda_block *b, int64_t n,
+                       bool accumulate)
+{
+    LAUNCH(widen_kernel, n, dst, (const uint16_t *)b->ptr, n, p->bf16, accumulate);
+}
+
+/* Whether cuDNN reads the filter from a buffer of its own (16 bits, or (K, R, S, C)). */
+static bool filter_packed(const conv_plan *p)
+{
+    return p->h16 || p->nhwc;
+}
+
+static cuda_block filter_buffer(dpt_ctx *ctx, const conv_plan *p)
+{
+    return cuda_block_get(ctx, (size_t)w_count(&p->shape) * (p->h16 ? sizeof(uint16_t) : sizeof(float)),
+                          "a convolution filter in cuDNN's layout");
+}
+
+/* w as cuDNN reads it (filter_packed: a new buffer; else w itself, granted 0). */
+static cuda_block filter_in(dpt_ctx *ctx, const conv_plan *p, const float *w)
+{
+    const dpt_conv_shape *sh = &p->shape;
+    if (!filter_packed(p)) return cuda_block{(void *)w, 0};
+    cuda_block b = filter_buffer(ctx, p);
+    LAUNCH(pack_filter_kernel, w_count(sh), w, b.ptr, sh->c_out, sh->c_in / sh->groups, sh->kh * sh->kw, p->nhwc,
+           p->h16, p->bf16);
+    return b;
+}
+
+static void filter_out(dpt_ctx *ctx, const conv_plan *p, const cuda_block *b, float *dw)
+{
+    const dpt_conv_shape *sh = &p->shape;
+    LAUNCH(unpack_filter_kernel, w_count(sh), b->ptr, dw, sh->c_out, sh->c_in / sh->groups, sh->kh * sh->kw,
+           p->nhwc, p->h16, p->bf16);
+}
+
 static void cuda_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w,
                             const float *bias, float *y)
 {
     conv_plan *p = plan_for(ctx, sh);
-    workspace ws = workspace_get(ctx, p->workspace);
+    cuda_block ws = cuda_block_get(ctx, p->workspace, "cuDNN convolution workspace");
     float one = 1.0f, zero = 0.0f;
-    workspace wp = filter_in(ctx, p, w);
+    cuda_block wp = filter_in(ctx, p, w);
     if (p->h16) {
-        workspace x16 = rounded(ctx, p, x, x_count(sh)), y16 = bf16_buffer(ctx, y_count(sh));
+        cuda_block x16 = rounded(ctx, p, x, x_count(sh)), y16 = h16_buffer(ctx, y_count(sh));
         CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x16.ptr, p->w, wp.ptr, p->conv_fwd,
                                             p->fwd, ws.ptr, p->workspace, &zero, p->y, y16.ptr));
         widen_into(ctx, p, y, &y16, y_count(sh), false);
-        workspace_put(ctx, y16), workspace_put(ctx, x16);
+        cuda_block_put(ctx, y16), cuda_block_put(ctx, x16);
     } else {
         CHECK_CUDNN(cudnnConvolutionForward(state_of(ctx)->dnn, &one, p->x, x, p->w, wp.ptr, p->conv_fwd, p->fwd,
                                             ws.ptr, p->workspace, &zero, p->y, y));
     }
-    workspace_put(ctx, wp);
+    cuda_block_put(ctx, wp);
     if (bias)
         LAUNCH(channel_bias_kernel, sh->n * sh->c_out * sh->oh * sh->ow, y, bias, sh->n, sh->c_out,
                sh->oh * sh->ow, p->nhwc);
-    workspace_put(ctx, ws);
+    cuda_block_put(ctx, ws);
 }
 
 static void cuda_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w,
                             const float *dy, float *dx, bool dx_accumulate, float *dw, float *dbias)
 {
     conv_plan *p = plan_for(ctx, sh);
-    workspace ws = workspace_get(ctx, p->workspace);
+    cuda_block ws = cuda_block_get(ctx, p->workspace, "cuDNN convolution workspace");
     /* fp32 in cuDNN's own layouts: beta = 1, the weight gradient accumulates; the data gradient
      * too, unless this is its first writer (beta = 0: no zero fill before, no read of it).
      * 16 bits (or a packed filter): cuDNN writes into buffers (beta 0), widened/unpacked and
      * added here. */
     float one = 1.0f, zero = 0.0f, data_beta = dx_accumulate ? 1.0f : 0.0f;
-    workspace dy16 = p->h16 ? rounded(ctx, p, dy, y_count(sh)) : workspace{(void *)dy, 0};
+    cuda_block dy16 = p->h16 ? rounded(ctx, p, dy, y_count(sh)) : cuda_block{(void *)dy, 0};
     if (dx) {
-        workspace wp = filter_in(ctx, p, w);
+        cuda_block wp = filter_in(ctx, p, w);
         if (p->h16) {
-            workspace dx16 = bf16_buffer(ctx, x_count(sh));
+            cuda_block dx16 = h16_buffer(ctx, x_count(sh));
             CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, wp.ptr, p->y, dy16.ptr,
                                                      p->conv_bwd_data, p->bwd_data, ws.ptr, p->workspace, &zero,
                                                      p->x, dx16.ptr));
             widen_into(ctx, p, dx, &dx16, x_count(sh), dx_accumulate);
-            workspace_put(ctx, dx16);
+            cuda_block_put(ctx, dx16);
         } else {
             CHECK_CUDNN(cudnnConvolutionBackwardData(state_of(ctx)->dnn, &one, p->w, wp.ptr, p->y, dy,
                                                      p->conv_bwd_data, p->bwd_data, ws.ptr, p->workspace,
                                                      &data_beta, p->x, dx));
         }
-        workspace_put(ctx, wp);
+        cuda_block_put(ctx, wp);
     }
     if (dw) {
-        workspace x16 = p->h16 ? rounded(ctx, p, x, x_count(sh)) : workspace{(void *)x, 0};
+        cuda_block x16 = p->h16 ? rounded(ctx, p, x, x_count(sh)) : cuda_block{(void *)x, 0};
         if (filter_packed(p)) {
-            workspace dwp = filter_buffer(ctx, p, w_count(sh));
+            cuda_block dwp = filter_buffer(ctx, p);
             CHECK_CUDNN(cudnnConvolutionBackwardFilter(state_of(ctx)->dnn, &one, p->x, x16.ptr, p->y, dy16.ptr,
                                                        p->conv_bwd_filter, p->bwd_filter, ws.ptr, p->workspace,
                                                        &zero, p->w, dwp.ptr));
             filter_out(ctx, p, &dwp, dw);
-            workspace_put(ctx, dwp);
+            cuda_block_put(ctx, dwp);
         } else {
             CHECK_CUDNN(cudnnConvolutionBackwardFilter(state_of(ctx)->dnn, &one, p->x, x, p->y, dy,
                                                        p->conv_bwd_filter, p->bwd_filter, ws.ptr, p->workspace,
                                                        &one, p->w, dw));
         }
-        workspace_put(ctx, x16); /* granted 0 (x itself): nothing */
+        cuda_block_put(ctx, x16); /* granted 0 (x itself): nothing */
     }
-    workspace_put(ctx, dy16);
+    cuda_block_put(ctx, dy16);
     if (dbias) { /* from the fp32 dy */
         channel_sum_kernel<<<(unsigned)sh->c_out, THREADS, 0, stream_of(ctx)>>>(dy, dbias, sh->n, sh->c_out,
                                                                                 sh->oh * sh->ow, p->nhwc);
         CHECK_LAUNCH();
     }
-    workspace_put(ctx, ws);
+    cuda_block_put(ctx, ws);
 }
 
 /* [train] memory_format = nhwc: y (and so dy) channels-last; x converted to it by the layer */

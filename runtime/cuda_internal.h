@@ -101,6 +101,37 @@ static __device__ __forceinline__ void block_partial(double acc, double *partial
     if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
+/* A scratch block from the context's caching allocator (cuDNN workspace, 16-bit copies of
+ * operands); {NULL, 0} for 0 bytes. cuda_block_put hands it back with no synchronisation:
+ * the cache serves one stream (compute), so whatever reuses it next is enqueued behind the
+ * work that still reads it (PyTorch's caching allocator relies on the same stream order). A
+ * block with granted 0 stands for memory that is not the allocator's (a tensor's own, used
+ * as it is) and is left alone. */
+typedef struct cuda_block {
+    void *ptr;
+    size_t granted;
+} cuda_block;
+
+static inline cuda_block cuda_block_get(dpt_ctx *ctx, size_t bytes, const char *what)
+{
+    cuda_block b = {NULL, 0};
+    if (bytes) b.ptr = dpt_ctx_alloc(ctx, bytes, &b.granted, what);
+    return b;
+}
+
+static inline void cuda_block_put(dpt_ctx *ctx, cuda_block b)
+{
+    if (b.ptr && b.granted) dpt_alloc_put(ctx->alloc, b.ptr, b.granted);
+}
+
+/* n floats rounded (nearest even) to bf16 or fp16 into a new block, on the compute stream. */
+static inline cuda_block cuda_rounded16(dpt_ctx *ctx, const float *src, int64_t n, bool bf16, const char *what)
+{
+    cuda_block b = cuda_block_get(ctx, (size_t)n * sizeof(uint16_t), what);
+    if (n) dpt_cuda_f32_to_h16(stream_of(ctx), (uint16_t *)b.ptr, src, n, bf16);
+    return b;
+}
+
 /* ops_cuda.cu: blocking copies on the compute stream (the host buffer may be reused at once);
  * the context's device scratch of doubles, its first read back (one host sync). */
 void cuda_h2d(dpt_ctx *ctx, void *dst, const void *src, size_t bytes);

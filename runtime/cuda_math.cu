@@ -311,16 +311,12 @@ static void gemm16(dpt_ctx *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t
     bool bf16 = ctx->precision == DPT_PRECISION_BF16;
     cudaDataType_t t16 = bf16 ? CUDA_R_16BF : CUDA_R_16F;
     int64_t na = ta ? span_of(K, M, lda) : span_of(M, K, lda), nb = tb ? span_of(N, K, ldb) : span_of(K, N, ldb);
-    size_t ga = 0, gb = 0;
-    uint16_t *a16 = (uint16_t *)dpt_ctx_alloc(ctx, (size_t)(na ? na : 1) * 2, &ga, "a 16-bit GEMM operand");
-    uint16_t *b16 = (uint16_t *)dpt_ctx_alloc(ctx, (size_t)(nb ? nb : 1) * 2, &gb, "a 16-bit GEMM operand");
-    if (na) dpt_cuda_f32_to_h16(stream_of(ctx), a16, A, na, bf16);
-    if (nb) dpt_cuda_f32_to_h16(stream_of(ctx), b16, B, nb, bf16);
+    cuda_block a16 = cuda_rounded16(ctx, A, na, bf16, "a 16-bit GEMM operand"),
+               b16 = cuda_rounded16(ctx, B, nb, bf16, "a 16-bit GEMM operand");
     CHECK_CUBLAS(cublasGemmEx(state_of(ctx)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              (int)N, (int)M, (int)K, &alpha, b16, t16, (int)ldb, a16, t16, (int)lda, &beta, C,
-                              CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    dpt_alloc_put(ctx->alloc, a16, ga);
-    dpt_alloc_put(ctx->alloc, b16, gb);
+                              (int)N, (int)M, (int)K, &alpha, b16.ptr, t16, (int)ldb, a16.ptr, t16, (int)lda, &beta,
+                              C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cuda_block_put(ctx, a16), cuda_block_put(ctx, b16);
 }
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
@@ -354,16 +350,11 @@ __global__ void relayout_kernel(const float *src, float *dst, int64_t n, int64_t
 static void cuda_relayout(dpt_ctx *ctx, const float *src, dpt_layout from, float *dst, dpt_layout to,
                           const int64_t *shape, bool accumulate)
 {
-    DPT_ASSERT((from == DPT_LAYOUT_NCHW || from == DPT_LAYOUT_NHWC) && (to == DPT_LAYOUT_NCHW || to == DPT_LAYOUT_NHWC),
-               "a blocked tensor on CUDA");
+    /* callers relayout only between different layouts (ops.c and tensor.c check first) */
+    DPT_ASSERT((from == DPT_LAYOUT_NCHW || from == DPT_LAYOUT_NHWC) && (to == DPT_LAYOUT_NCHW || to == DPT_LAYOUT_NHWC) &&
+                   from != to,
+               "a relayout from %d to %d on CUDA", (int)from, (int)to);
     int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
-    if (from == to) {
-        if (accumulate)
-            LAUNCH(axpy_kernel, n, n, 1.0f, src, dst);
-        else
-            CHECK_CUDA(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, stream_of(ctx)));
-        return;
-    }
     LAUNCH(relayout_kernel, n, src, dst, shape[0], shape[1], shape[2] * shape[3], to == DPT_LAYOUT_NHWC, accumulate);
 }
 
