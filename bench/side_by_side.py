@@ -38,7 +38,9 @@ PEER_CL = False  # --peer-channels-last: PyTorch in torch.channels_last, dptrain
 def ours_cmd(model, batch, threads, steps, native, ddp):
     cmd = [os.path.join(ROOT, "build/bench/bench_step"), model, str(batch), str(threads), str(steps)]
     if native: cmd.append("native")
-    elif BF16 or NHWC: cmd.append(("bf16" if BF16 else "") + ("-nhwc" if BF16 and NHWC else "nhwc" if NHWC else ""))
+    else:  # bench_step's mode: bf16, nhwc, bf16-nhwc, or none
+        mode = "-".join(m for m, on in (("bf16", BF16), ("nhwc", NHWC)) if on)
+        if mode: cmd.append(mode)
     return (MPIRUN + cmd) if ddp else cmd
 
 def torch_cmd(model, batch, threads, steps, ddp):

@@ -53,6 +53,17 @@ static dpt_ctx *make(dpt_device_kind kind)
     return make_in(kind, DPT_PRECISION_FP32);
 }
 
+/* Skip (freeing both contexts) when the CPU reference could not take the precision asked
+ * for: bf16 on a CPU without AVX512-BF16 runs fp32, and would not be the reference. */
+static void skip_unless_reference(dpt_ctx *cpu, dpt_ctx *gpu, dpt_precision precision)
+{
+    const char *why;
+    if (dpt_ctx_precision(cpu, &why) == precision) return;
+    print_message("skipped: %s\n", why);
+    dpt_ctx_free(cpu), dpt_ctx_free(gpu);
+    skip();
+}
+
 typedef dpt_tensor *(*graph_fn)(dpt_ctx *ctx, dpt_tensor **in, int n_in, void *user);
 
 /* Run `graph` on both devices from the same inputs, each in its precision; compare output and
@@ -61,12 +72,7 @@ static void compare_in(const char *name, graph_fn graph, int n_in, const int64_t
                        double rtol, dpt_precision cpu_precision, dpt_precision gpu_precision)
 {
     dpt_ctx *cpu = make_in(DPT_DEVICE_CPU, cpu_precision), *gpu = make_in(GPU, gpu_precision);
-    const char *why;
-    if (dpt_ctx_precision(cpu, &why) != cpu_precision) { /* the CPU reference lacks AVX512-BF16 */
-        print_message("skipped: %s\n", why);
-        dpt_ctx_free(cpu), dpt_ctx_free(gpu);
-        skip();
-    }
+    skip_unless_reference(cpu, gpu, cpu_precision);
     dpt_rng rng;
     dpt_rng_seed(&rng, 42);
     dpt_tensor *in_c[4], *in_g[4];
@@ -389,7 +395,7 @@ static layer_run run_layer(dpt_ctx *ctx, const layer_case *lc, const float *x_ho
     return lr;
 }
 
-static void assert_same_tensor(const char *what, const layer_case *lc, const dpt_tensor *gpu,
+static void assert_same_tensor(const char *what, const layer_case *lc, bool gpu_nhwc, const dpt_tensor *gpu,
                                const dpt_tensor *cpu)
 {
     int64_t n = dpt_tensor_numel(cpu);
@@ -401,7 +407,7 @@ static void assert_same_tensor(const char *what, const layer_case *lc, const dpt
     for (int64_t j = 0; j < n; j++)
         da[j] = a[j], db[j] = b[j];
     char label[160];
-    snprintf(label, sizeof label, "%s: %s (cuda vs cpu)", lc->name, what);
+    snprintf(label, sizeof label, "%s%s: %s (cuda vs cpu)", lc->name, gpu_nhwc ? " (GPU channels-last)" : "", what);
     assert_close_d(label, db, da, n, lc->rtol, lc->atol > 0 ? lc->atol : 1e-5);
     free(a), free(b), free(da), free(db);
 }
@@ -414,12 +420,7 @@ static void compare_layers(const layer_case *cases, size_t count, dpt_precision 
     for (size_t k = 0; k < count; k++) {
         const layer_case *lc = &cases[k];
         dpt_ctx *cpu = make_in(DPT_DEVICE_CPU, precision), *gpu = make_with(GPU, gpu_precision, gpu_nhwc);
-        const char *why;
-        if (dpt_ctx_precision(cpu, &why) != precision) { /* the CPU reference lacks AVX512-BF16 */
-            print_message("skipped: %s\n", why);
-            dpt_ctx_free(cpu), dpt_ctx_free(gpu);
-            skip();
-        }
+        skip_unless_reference(cpu, gpu, precision);
         dpt_rng rng;
         dpt_rng_seed(&rng, 11 + k);
         int64_t nx = lc->n * lc->c * lc->h * lc->w;
@@ -429,16 +430,16 @@ static void compare_layers(const layer_case *cases, size_t count, dpt_precision 
         for (int64_t j = 0; j < 64 * nx; j++)
             w[j] = (float)(dpt_rng_uniform(&rng) * 2.0 - 1.0);
         layer_run c = run_layer(cpu, lc, x, w, NULL), g = run_layer(gpu, lc, x, w, &c);
-        assert_same_tensor("forward", lc, g.y, c.y);
-        if (lc->kind != 'i') assert_same_tensor("d/dx", lc, dpt_tensor_grad(g.x), dpt_tensor_grad(c.x));
+        assert_same_tensor("forward", lc, gpu_nhwc, g.y, c.y);
+        if (lc->kind != 'i') assert_same_tensor("d/dx", lc, gpu_nhwc, dpt_tensor_grad(g.x), dpt_tensor_grad(c.x));
         for (int i = 0; i < dpt_model_num_params(c.model) && lc->kind != 'i'; i++) {
             char what[96];
             snprintf(what, sizeof what, "d/d %s", dpt_model_param_at(c.model, i)->name);
-            assert_same_tensor(what, lc, dpt_tensor_grad(dpt_model_param_at(g.model, i)),
+            assert_same_tensor(what, lc, gpu_nhwc, dpt_tensor_grad(dpt_model_param_at(g.model, i)),
                                dpt_tensor_grad(dpt_model_param_at(c.model, i)));
         }
         for (int i = 0; i < dpt_model_num_buffers(c.model); i++) /* running statistics */
-            assert_same_tensor(dpt_model_buffer_at(c.model, i)->name, lc, dpt_model_buffer_at(g.model, i),
+            assert_same_tensor(dpt_model_buffer_at(c.model, i)->name, lc, gpu_nhwc, dpt_model_buffer_at(g.model, i),
                                dpt_model_buffer_at(c.model, i));
         dpt_tape_clear(cpu), dpt_tape_clear(gpu);
         dpt_tensor_free(c.x), dpt_tensor_free(g.x);
@@ -452,20 +453,22 @@ static void compare_layers(const layer_case *cases, size_t count, dpt_precision 
  * bf16-rounded operands and accumulate in fp32; cuDNN's y, dx and dw come out in bf16 (the
  * CPU's y too, its dx and dw in fp32), so they agree to a bf16 ulp (2^-7), plus the fp32
  * accumulation's error near zero. */
+#define ULP 0x1p-7, 1e-3
+static const layer_case bf16_cases[] = {
+    {"bf16 conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, ULP},
+    {"bf16 conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, ULP},
+    {"bf16 conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, ULP},
+    {"bf16 conv 7x7 stride 2 pad 3", 2, 3, 32, 32, 'c', 16, 7, 2, 3, 1, 1, false, ULP},
+    {"bf16 conv 64 channels", 2, 64, 8, 8, 'c', 64, 3, 1, 1, 1, 1, false, ULP},
+};
+#undef ULP
+
 static void test_layers_bf16(void **state)
 {
     (void)state;
     NEED_GPU();
-#define ULP 0x1p-7, 1e-3
-    static const layer_case cases[] = {
-        {"bf16 conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, ULP},
-        {"bf16 conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, ULP},
-        {"bf16 conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, ULP},
-        {"bf16 conv 7x7 stride 2 pad 3", 2, 3, 32, 32, 'c', 16, 7, 2, 3, 1, 1, false, ULP},
-        {"bf16 conv 64 channels", 2, 64, 8, 8, 'c', 64, 3, 1, 1, 1, 1, false, ULP},
-    };
-#undef ULP
-    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_BF16, DPT_PRECISION_BF16, false);
+    compare_layers(bf16_cases, sizeof bf16_cases / sizeof bf16_cases[0], DPT_PRECISION_BF16, DPT_PRECISION_BF16,
+                   false);
 }
 
 /* [train] precision = fp16 (CUDA only): cuDNN's fp16 convolutions against the CPU's fp32
@@ -487,61 +490,45 @@ static void test_layers_fp16(void **state)
     compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP16, false);
 }
 
+static const layer_case fp32_cases[] = {
+    {"conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, 1e-3, 0},
+    {"conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, 1e-3, 0},
+    {"conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, 1e-3, 0},
+    {"conv 7x7 stride 2 pad 3", 2, 3, 32, 32, 'c', 8, 7, 2, 3, 1, 1, false, 1e-3, 0},
+    {"conv dilation 2", 2, 4, 11, 11, 'c', 4, 3, 1, 2, 2, 1, true, 1e-3, 0},
+    {"conv groups 2", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 2, true, 1e-3, 0},
+    {"conv depthwise", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 8, false, 1e-3, 0},
+    {"batchnorm train affine", 8, 6, 5, 5, 'b', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
+    {"batchnorm train plain", 4, 3, 7, 3, 'b', 0, 0, 0, 0, 0, 0, false, 1e-4, 0},
+    {"batchnorm eval", 4, 6, 5, 5, 'e', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
+    {"batchnorm inference", 4, 6, 5, 5, 'i', 0, 0, 0, 0, 0, 0, true, 1e-5, 0},
+    {"batchnorm inference plain", 2, 3, 4, 4, 'i', 0, 0, 0, 0, 0, 0, false, 1e-5, 0},
+    {"maxpool 3/2 pad 1", 2, 4, 9, 9, 'm', 0, 3, 2, 1, 0, 0, false, 1e-5, 0},
+    {"maxpool 2/2", 3, 5, 8, 6, 'm', 0, 2, 2, 0, 0, 0, false, 1e-5, 0},
+    {"avgpool 3/1 pad 1", 2, 4, 7, 7, 'a', 0, 3, 1, 1, 0, 0, false, 1e-5, 0},
+    {"global avgpool", 4, 7, 5, 5, 'g', 0, 0, 0, 0, 0, 0, false, 1e-5, 0},
+};
+
 static void test_layers(void **state)
 {
     (void)state;
     NEED_GPU();
-    static const layer_case cases[] = {
-        {"conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, 1e-3, 0},
-        {"conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, 1e-3, 0},
-        {"conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, 1e-3, 0},
-        {"conv 7x7 stride 2 pad 3", 2, 3, 32, 32, 'c', 8, 7, 2, 3, 1, 1, false, 1e-3, 0},
-        {"conv dilation 2", 2, 4, 11, 11, 'c', 4, 3, 1, 2, 2, 1, true, 1e-3, 0},
-        {"conv groups 2", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 2, true, 1e-3, 0},
-        {"conv depthwise", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 8, false, 1e-3, 0},
-        {"batchnorm train affine", 8, 6, 5, 5, 'b', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
-        {"batchnorm train plain", 4, 3, 7, 3, 'b', 0, 0, 0, 0, 0, 0, false, 1e-4, 0},
-        {"batchnorm eval", 4, 6, 5, 5, 'e', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
-        {"batchnorm inference", 4, 6, 5, 5, 'i', 0, 0, 0, 0, 0, 0, true, 1e-5, 0},
-        {"batchnorm inference plain", 2, 3, 4, 4, 'i', 0, 0, 0, 0, 0, 0, false, 1e-5, 0},
-        {"maxpool 3/2 pad 1", 2, 4, 9, 9, 'm', 0, 3, 2, 1, 0, 0, false, 1e-5, 0},
-        {"maxpool 2/2", 3, 5, 8, 6, 'm', 0, 2, 2, 0, 0, 0, false, 1e-5, 0},
-        {"avgpool 3/1 pad 1", 2, 4, 7, 7, 'a', 0, 3, 1, 1, 0, 0, false, 1e-5, 0},
-        {"global avgpool", 4, 7, 5, 5, 'g', 0, 0, 0, 0, 0, 0, false, 1e-5, 0},
-    };
-    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP32, false);
+    compare_layers(fp32_cases, sizeof fp32_cases / sizeof fp32_cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP32,
+                   false);
 }
 
-/* [train] memory_format = nhwc: every layer above on a channels-last GPU context (cuDNN's NHWC
- * convolutions with (K, R, S, C) filters, NHWC batch norm, the pooling kernels' NHWC indexing,
- * the relayout kernel both ways) against the CPU's NCHW, to the same tolerances; bf16
- * convolutions too. */
+/* [train] memory_format = nhwc: every layer case above on a channels-last GPU context (cuDNN's
+ * NHWC convolutions with (K, R, S, C) filters, NHWC batch norm, the pooling kernels' NHWC
+ * indexing, the relayout kernel both ways) against the CPU's NCHW, to the same tolerances; the
+ * bf16 convolutions too. */
 static void test_layers_nhwc(void **state)
 {
     (void)state;
     NEED_GPU();
-    static const layer_case cases[] = {
-        {"nhwc conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, 1e-3, 0},
-        {"nhwc conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, 1e-3, 0},
-        {"nhwc conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, true, 1e-3, 0},
-        {"nhwc conv 7x7 stride 2 pad 3", 2, 3, 32, 32, 'c', 8, 7, 2, 3, 1, 1, false, 1e-3, 0},
-        {"nhwc conv groups 2", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 2, true, 1e-3, 0},
-        {"nhwc batchnorm train affine", 8, 6, 5, 5, 'b', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
-        {"nhwc batchnorm eval", 4, 6, 5, 5, 'e', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
-        {"nhwc batchnorm inference", 4, 6, 5, 5, 'i', 0, 0, 0, 0, 0, 0, true, 1e-5, 0},
-        {"nhwc maxpool 3/2 pad 1", 2, 4, 9, 9, 'm', 0, 3, 2, 1, 0, 0, false, 1e-5, 0},
-        {"nhwc maxpool 2/2", 3, 5, 8, 6, 'm', 0, 2, 2, 0, 0, 0, false, 1e-5, 0},
-        {"nhwc avgpool 3/1 pad 1", 2, 4, 7, 7, 'a', 0, 3, 1, 1, 0, 0, false, 1e-5, 0},
-        {"nhwc global avgpool", 4, 7, 5, 5, 'g', 0, 0, 0, 0, 0, 0, false, 1e-5, 0},
-    };
-    compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP32, true);
-#define ULP 0x1p-7, 1e-3
-    static const layer_case cases16[] = {
-        {"nhwc bf16 conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, ULP},
-        {"nhwc bf16 conv 64 channels", 2, 64, 8, 8, 'c', 64, 3, 1, 1, 1, 1, false, ULP},
-    };
-#undef ULP
-    compare_layers(cases16, sizeof cases16 / sizeof cases16[0], DPT_PRECISION_BF16, DPT_PRECISION_BF16, true);
+    compare_layers(fp32_cases, sizeof fp32_cases / sizeof fp32_cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP32,
+                   true);
+    compare_layers(bf16_cases, sizeof bf16_cases / sizeof bf16_cases[0], DPT_PRECISION_BF16, DPT_PRECISION_BF16,
+                   true);
 }
 
 /* ---------------------------------------------------------------- loader, NCCL */
