@@ -107,6 +107,18 @@ endif
 endif
 endif
 
+# ---- What this build detected, recorded in the build folder: when it changes (libdnnl-dev
+# installed since the last build, another compiler, other flags) every object is rebuilt, so a
+# tree built before a library arrived does not keep linking objects made without it.
+BUILD_CONFIG := $(CC) | $(CFLAGS) | $(NVFLAGS) | $(LDLIBS)
+CONFIG_STAMP := $(BUILD)/build-config.txt
+CONFIG_CHANGED := $(shell mkdir -p $(BUILD) && printf '%s\n' '$(BUILD_CONFIG)' > $(CONFIG_STAMP).new && \
+    if cmp -s $(CONFIG_STAMP).new $(CONFIG_STAMP); then rm -f $(CONFIG_STAMP).new; \
+    else if [ -f $(CONFIG_STAMP) ]; then echo changed; fi; mv $(CONFIG_STAMP).new $(CONFIG_STAMP); fi)
+ifneq ($(CONFIG_CHANGED),)
+  $(info dptrain build: the detected configuration of $(BUILD) changed (see $(CONFIG_STAMP)): rebuilding it)
+endif
+
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(CUDA_ON),$(CU_SRCS:%.cu=$(BUILD)/%.cu.o))
 LIB      := $(BUILD)/libdpt.a
 TEST_SRCS  := $(wildcard tests/test_*.c)
@@ -122,6 +134,7 @@ TOOL_BINS  := $(patsubst tools/%.c,$(BUILD)/tools/%,$(wildcard tools/*.c))
 all: summary train tests benches tools
 
 summary:
+	@echo "dptrain build: CPU kernels $(if $(filter yes,$(DNNL)),oneDNN (convolutions, batch norm, pooling, GEMMs) + $(BLAS),native im2col + $(BLAS) only: no oneDNN (install libdnnl-dev, then make rebuilds with it))"
 	@echo "dptrain build: cc=$(CC) | blas=$(BLAS) onednn=$(DNNL) sha256=$(OPENSSL) jpeg=$(JPEG) png=$(PNG) zlib openmp mpi=$(if $(filter 1,$(MPI)),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no ($(CUDA_OFF_WHY))) cudnn=$(HAVE_CUDNN)$(if $(filter yes,$(HAVE_CUDNN)), ($(CUDNN_HOME))) nccl=$(HAVE_NCCL)$(if $(filter yes,$(HAVE_NCCL)), ($(NCCL_HOME)))$(if $(GPU_BUNDLE), | bundle $(GPU_BUNDLE))"
 
 deps:
@@ -190,11 +203,11 @@ $(LIB): $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c -o $@ $<
 
