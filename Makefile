@@ -119,7 +119,7 @@ ifneq ($(CONFIG_CHANGED),)
   $(info dptrain build: the detected configuration of $(BUILD) changed (see $(CONFIG_STAMP)): rebuilding it)
 endif
 
-LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(CUDA_ON),$(CU_SRCS:%.cu=$(BUILD)/%.cu.o))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(CUDA_ON),$(CU_SRCS:%.cu=$(BUILD)/%.cu.o)) $(BUILD)/builtins.o
 LIB      := $(BUILD)/libdpt.a
 TEST_SRCS  := $(wildcard tests/test_*.c)
 MPI_TEST_SRCS := $(if $(filter 1,$(MPI)),$(wildcard tests/mpi_*.c))
@@ -198,6 +198,17 @@ train: train.c $(LIB)
 # ./train of another build folder (a build with other options must not replace ./train)
 $(BUILD)/train: train.c $(LIB)
 	$(CC) $(CFLAGS) -I. -o $@ train.c $(LIB) $(LDLIBS)
+
+# The built-in registrations: every DPT_BUILTIN(...) line of the library's sources (models,
+# optimizers, schedules, data sources, losses, backends, settings), listed for the registry, so a
+# new file registers itself with no central list to edit. Rewritten only when the list changes.
+BUILTIN_SRCS := $(LIB_SRCS) $(if $(CUDA_ON),$(CU_SRCS))
+$(BUILD)/builtins.c: $(BUILTIN_SRCS) scripts/builtins.sh
+	@mkdir -p $(dir $@)
+	@scripts/builtins.sh $(BUILTIN_SRCS) > $@.new && { cmp -s $@.new $@ && rm -f $@.new || mv $@.new $@; }
+
+$(BUILD)/builtins.o: $(BUILD)/builtins.c $(CONFIG_STAMP)
+	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(LIB): $(LIB_OBJS)
 	@rm -f $@

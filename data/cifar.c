@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include "dpt.h"
+#include "data.h"
 #include "../runtime/error.h"
+#include "../runtime/registry.h"
 
 #define CIFAR_RECORD 3073
 
@@ -79,3 +81,31 @@ dpt_dataset *dpt_cifar_load(const char *const *paths, int npaths, dpt_error *err
     free(record);
     return ds;
 }
+
+/* ---------------------------------------------------------------- [data] source = cifar */
+
+static bool cifar_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
+{
+    if (!dpt_data_require_dir(cfg,
+                              "download the CIFAR-10 binary version and point [data] dir at the folder with "
+                              "data_batch_1.bin ... test_batch.bin",
+                              err))
+        return false;
+    const char *dir = dpt_config_str(cfg, "data", "dir");
+    char names[6][2048];
+    const char *paths[6];
+    for (int i = 0; i < 5; i++) {
+        snprintf(names[i], sizeof names[i], "%s/data_batch_%d.bin", dir, i + 1);
+        paths[i] = names[i];
+    }
+    snprintf(names[5], sizeof names[5], "%s/test_batch.bin", dir);
+    paths[5] = names[5];
+    *train = dpt_cifar_load(paths, 5, err);
+    if (!*train) return false;
+    *test = dpt_cifar_load(paths + 5, 1, err);
+    if (!*test) return false;
+    return dpt_data_check_classes(cfg, *train, *test, "the CIFAR training files", "test_batch.bin", err);
+}
+
+static const dpt_data_impl cifar_impl = {.open = cifar_open};
+DPT_BUILTIN(data_cifar) = {DPT_KIND_DATA, "cifar", "CIFAR-10 binary batches in [data] dir", NULL, 0, &cifar_impl};

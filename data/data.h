@@ -1,10 +1,20 @@
-/* data.h: data sets chosen by the config. */
+/* data.h: opening the data [data] describes, and what the image sources share. */
 #ifndef DPT_DATA_H
 #define DPT_DATA_H
 
 #include "dpt.h"
 
-/* Load [data]'s train and test sets; false with err naming the file and a HINT. */
+/* Load [data]'s train and test sets from the source [data] source names; false with err
+ * naming the file and a HINT. */
 bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err);
+
+/* dir/file, or file when it is absolute or dir is empty. */
+void dpt_data_join(char *out, size_t size, const char *dir, const char *file);
+/* [data] dir must be a folder; err ends with this HINT otherwise. */
+bool dpt_data_require_dir(const dpt_config *cfg, const char *hint, dpt_error *err);
+/* [data] classes against the labels of both sets (stated: every label below it; 0: inferred,
+ * every class above 9 must occur); sets num_classes. The files name the sets in errors. */
+bool dpt_data_check_classes(const dpt_config *cfg, dpt_dataset *train, dpt_dataset *test, const char *train_file,
+                            const char *test_file, dpt_error *err);
 
 #endif

@@ -18,7 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data.h"
 #include "../runtime/error.h"
+#include "../runtime/registry.h"
 #include "../runtime/rng.h"
 
 #define LIST_MAGIC "dptrain file list 1"
@@ -434,3 +436,72 @@ void dpt_folder_describe(const dpt_dataset *ds, char *buf, size_t size)
     if (at < size && f->ignored)
         snprintf(buf + at, size - at, " | %lld file(s) without a .jpg/.jpeg/.png name ignored", (long long)f->ignored);
 }
+
+/* ---------------------------------------------------------------- [data] source = folder */
+
+/* A two-number range key (scale, ratio): min <= max. */
+static bool read_range(const dpt_config *cfg, const char *key, double out[2], dpt_error *err)
+{
+    if (dpt_config_float_list(cfg, "data", key, out, 2) != 2 || out[0] > out[1])
+        return dpt_errorf(err, "%s: [data] %s needs two numbers, min,max (e.g. %s)", dpt_config_where(cfg, "data", key),
+                          key, !strcmp(key, "scale") ? "0.08,1" : "0.75,1.3333333333");
+    return true;
+}
+
+static bool folder_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
+{
+    if (!dpt_image_have_jpeg() || !dpt_image_have_png())
+        return dpt_errorf(err, "%s: [data] source = folder: this build has no %s decoder\nHINT: install %s "
+                               "(make deps) and rebuild",
+                          dpt_config_where(cfg, "data", "source"), dpt_image_have_jpeg() ? "PNG" : "JPEG",
+                          dpt_image_have_jpeg() ? "libpng-dev" : "libjpeg62-turbo-dev");
+    if (dpt_config_int(cfg, "data", "random_crop_pad"))
+        return dpt_errorf(err, "%s: [data] random_crop_pad is for images in memory; a folder's training images "
+                               "are cropped by RandomResizedCrop\nHINT: remove random_crop_pad, and set [data] "
+                               "scale and ratio",
+                          dpt_config_where(cfg, "data", "random_crop_pad"));
+    int size = (int)dpt_config_int(cfg, "data", "image_size"), resize = (int)dpt_config_int(cfg, "data", "resize_size");
+    if (resize < size)
+        return dpt_errorf(err, "%s: [data] resize_size = %d is smaller than image_size = %d: the center crop would "
+                               "not fit\nHINT: the usual pair is resize_size = 256, image_size = 224 (ratio 0.875)",
+                          dpt_config_where(cfg, "data", "resize_size"), resize, size);
+    dpt_image_view v = {.size = size,
+                        .resize = resize,
+                        .hflip = dpt_config_bool(cfg, "data", "hflip"),
+                        .dct_scaling = dpt_config_bool(cfg, "data", "jpeg_dct_scaling"),
+                        .max_pixels = dpt_config_int(cfg, "data", "max_image_pixels")};
+    if (!read_range(cfg, "scale", v.scale, err) || !read_range(cfg, "ratio", v.ratio, err)) return false;
+    dpt_folder_options opt = {.dir = dpt_config_str(cfg, "data", "dir"),
+                              .cache_dir = dpt_config_str(cfg, "checkpoint", "dir"),
+                              .train = v,
+                              .eval = v};
+    opt.train.train = true;
+    opt.eval.hflip = false;
+    return dpt_folder_open(&opt, train, test, err);
+}
+
+static const dpt_data_impl folder_impl = {.open = folder_open};
+static const dpt_config_key folder_keys[] = {
+    {NULL, "image_size", DPT_KEY_INT, "224", 8, 4096, NULL,
+     "side of the square samples (training: RandomResizedCrop to it; evaluation: CenterCrop)", 0},
+    {NULL, "resize_size", DPT_KEY_INT, "256", 8, 8192, NULL,
+     "evaluation: the shorter side is resized to this before the center crop of image_size", 0},
+    {NULL, "scale", DPT_KEY_FLOAT_LIST, "0.08,1", 1e-6, 1, NULL,
+     "training: RandomResizedCrop's range of crop area, as fractions of the image's (min,max)", 0},
+    {NULL, "ratio", DPT_KEY_FLOAT_LIST, "0.75,1.3333333333", 1e-3, 1e3, NULL,
+     "training: RandomResizedCrop's range of crop aspect ratio, width/height (min,max)", 0},
+    {NULL, "workers", DPT_KEY_INT, "-1", -1, 256, NULL,
+     "threads decoding and augmenting images, per rank (-1: cores per rank minus one, at least 1; "
+     "0: on the loader's own thread). Batches are the same for any number", 0},
+    {NULL, "bad_files", DPT_KEY_ENUM, "stop", 1, 0, "stop|skip",
+     "an unreadable or corrupt image stops the job naming the file and the decoder's message, or "
+     "is skipped (replaced by the next file of the list) and counted in the log and the metrics", 0},
+    {NULL, "max_image_pixels", DPT_KEY_INT, "89478485", 1, 1e12, NULL,
+     "largest image decoded, in pixels after JPEG DCT scaling (PIL's decompression-bomb limit); "
+     "a larger one is a bad file", 0},
+    {NULL, "jpeg_dct_scaling", DPT_KEY_BOOL, "true", 1, 0, NULL,
+     "decode a JPEG at 1/2, 1/4 or 1/8 size when the crop still has image_size pixels a side "
+     "(far less decoding for large images; pixels differ slightly from a full decode and resize)", 0},
+};
+DPT_BUILTIN(data_folder) = {DPT_KIND_DATA, "folder", "JPEG/PNG files in torchvision's ImageFolder layout",
+                            folder_keys, DPT_COUNT(folder_keys), &folder_impl};

@@ -8,7 +8,9 @@
 
 #include "dpt.h"
 #include "folder.h"
+#include "data.h"
 #include "../runtime/error.h"
+#include "../runtime/registry.h"
 
 #define IDX_HINT                                                                                             \
     "HINT: install the Fashion-MNIST files with 'make deps' (Debian package "                                \
@@ -207,11 +209,44 @@ fail:
     return NULL;
 }
 
-void dpt_dataset_free(dpt_dataset *ds)
+/* ---------------------------------------------------------------- [data] source = idx */
+
+static bool idx_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
 {
-    if (!ds) return;
-    free(ds->images);
-    free(ds->labels);
-    dpt_image_files_free(ds->files);
-    free(ds);
+    if (!dpt_data_require_dir(cfg,
+                              "install the data set with 'make deps' (Debian package dataset-fashion-mnist, files "
+                              "under /usr/share/datasets/fashion-mnist) or set [data] dir to your copy",
+                              err))
+        return false;
+    const char *dir = dpt_config_str(cfg, "data", "dir");
+    char images[2048], labels[2048], train_labels[2048];
+    dpt_data_join(images, sizeof images, dir, dpt_config_str(cfg, "data", "train_images"));
+    dpt_data_join(train_labels, sizeof train_labels, dir, dpt_config_str(cfg, "data", "train_labels"));
+    *train = dpt_idx_load(images, train_labels, err);
+    if (!*train) return false;
+    dpt_data_join(images, sizeof images, dir, dpt_config_str(cfg, "data", "test_images"));
+    dpt_data_join(labels, sizeof labels, dir, dpt_config_str(cfg, "data", "test_labels"));
+    *test = dpt_idx_load(images, labels, err);
+    if (!*test) return false;
+    if ((*train)->c != (*test)->c || (*train)->h != (*test)->h || (*train)->w != (*test)->w)
+        return dpt_errorf(err,
+                          "train images are %lldx%lld but test images (%s) are %lldx%lld\nHINT: the train and test "
+                          "files must come from the same data set",
+                          (long long)(*train)->h, (long long)(*train)->w, images, (long long)(*test)->h,
+                          (long long)(*test)->w);
+    return dpt_data_check_classes(cfg, *train, *test, train_labels, labels, err);
 }
+
+static const dpt_data_impl idx_impl = {.open = idx_open};
+static const dpt_config_key idx_keys[] = {
+    {NULL, "train_images", DPT_KEY_STRING, "train-images-idx3-ubyte.gz", 1, 0, NULL,
+     "training images, relative to dir", 0},
+    {NULL, "train_labels", DPT_KEY_STRING, "train-labels-idx1-ubyte.gz", 1, 0, NULL,
+     "training labels, relative to dir", 0},
+    {NULL, "test_images", DPT_KEY_STRING, "t10k-images-idx3-ubyte.gz", 1, 0, NULL,
+     "test images, relative to dir", 0},
+    {NULL, "test_labels", DPT_KEY_STRING, "t10k-labels-idx1-ubyte.gz", 1, 0, NULL,
+     "test labels, relative to dir", 0},
+};
+DPT_BUILTIN(data_idx) = {DPT_KIND_DATA, "idx", "MNIST / Fashion-MNIST IDX files (.gz or raw)", idx_keys,
+                         DPT_COUNT(idx_keys), &idx_impl};

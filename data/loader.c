@@ -43,6 +43,11 @@ typedef struct slot {
     dpt_tensor *dev_u8;             /* its device copy (bytes in a float tensor's storage) */
     char error[4800];               /* image files: the first unreadable sample's message */
     int64_t error_at;               /* ...and its position in the batch */
+    dpt_tensor *label_full, *label_partial; /* image sets: the labels as an I32 tensor (B) on the device */
+    /* samples of declared fields (a source's get): per field, the batch on the device (and its
+     * partial view) and its host staging buffer (the tensor's own memory on the CPU) */
+    dpt_tensor *field_full[DPT_MAX_FIELDS], *field_partial[DPT_MAX_FIELDS];
+    void *field_host[DPT_MAX_FIELDS];
 } slot;
 
 struct dpt_loader {
@@ -60,6 +65,10 @@ struct dpt_loader {
     float norm_scale[4], norm_shift[4]; /* the same as x * scale + shift (image files) */
     bool direct;    /* CPU: decode straight into the tensor */
     bool async;     /* device with pinned memory, a copy stream and events */
+    bool generic;   /* samples of declared fields from the source's get */
+    int nfields;
+    dpt_field fields[DPT_MAX_FIELDS];
+    size_t field_bytes[DPT_MAX_FIELDS]; /* per sample */
     slot *slots;
     int nslots;
     /* Positions are batch numbers in this epoch. The consumer returns `next` and holds
@@ -91,6 +100,21 @@ static void free_slot(dpt_loader *l, slot *s)
     const dpt_backend *be = l->ctx->be;
     if (s->copied) be->event_sync(l->ctx, s->copied), be->event_free(l->ctx, s->copied);
     if (s->consumed) be->event_free(l->ctx, s->consumed);
+    dpt_tensor_free(s->label_partial);
+    dpt_tensor_free(s->label_full);
+    if (l->generic) {
+        for (int f = 0; f < l->nfields; f++) {
+            if (!l->direct) {
+                if (l->async)
+                    be->host_free(l->ctx, s->field_host[f]);
+                else
+                    free(s->field_host[f]);
+            }
+            dpt_tensor_free(s->field_partial[f]);
+            dpt_tensor_free(s->field_full[f]);
+        }
+        return;
+    }
     if (!l->direct) { /* the staging buffer: floats, or an image batch's bytes */
         void *staging = s->host_u8 ? (void *)s->host_u8 : (void *)s->host_x;
         if (l->async)
@@ -108,10 +132,48 @@ static void free_slot(dpt_loader *l, slot *s)
     dpt_tensor_free(s->dev_u8);
 }
 
+/* A tensor over another's memory with a new first dimension (the last, partial batch). */
+static dpt_tensor *rows_of(dpt_ctx *ctx, dpt_tensor *full, int64_t rows)
+{
+    int64_t shape[DPT_MAX_DIMS];
+    memcpy(shape, full->shape, sizeof shape);
+    shape[0] = rows;
+    dpt_tensor *t = dpt_tensor_wrap(ctx, full->data, full->ndim, shape);
+    t->dtype = full->dtype;
+    return t;
+}
+
+static void init_generic_slot(dpt_loader *l, slot *s, bool partial)
+{
+    dpt_ctx *ctx = l->ctx;
+    for (int f = 0; f < l->nfields; f++) {
+        const dpt_field *fd = &l->fields[f];
+        int64_t shape[DPT_MAX_DIMS] = {l->opt.batch};
+        for (int d = 0; d < fd->ndim; d++)
+            shape[1 + d] = fd->shape[d];
+        s->field_full[f] = dpt_tensor_new_dtype(ctx, fd->dtype, 1 + fd->ndim, shape);
+        if (partial) s->field_partial[f] = rows_of(ctx, s->field_full[f], l->n_mine % l->opt.batch);
+        size_t bytes = (size_t)l->opt.batch * l->field_bytes[f];
+        s->field_host[f] = l->direct ? (void *)s->field_full[f]->data
+                           : l->async ? ctx->be->host_alloc(ctx, bytes)
+                                      : malloc(bytes);
+        if (!s->field_host[f])
+            dpt_fatal("out of host memory for a loader slot (%zu bytes)%s", bytes, l->async ? " (pinned memory)" : "");
+    }
+    if (l->async) {
+        s->copied = ctx->be->event_new(ctx);
+        s->consumed = ctx->be->event_new(ctx);
+    }
+}
+
 static void init_slot(dpt_loader *l, slot *s, bool partial)
 {
     dpt_ctx *ctx = l->ctx;
     const dpt_dataset *ds = l->ds;
+    if (l->generic) {
+        init_generic_slot(l, s, partial);
+        return;
+    }
     int64_t chw = ds->c * ds->h * ds->w;
     s->x_full = dpt_tensor_new(ctx, 4, (int64_t[]){l->opt.batch, ds->c, ds->h, ds->w});
     if (partial)
@@ -132,6 +194,12 @@ static void init_slot(dpt_loader *l, slot *s, bool partial)
     s->labels = l->async ? ctx->be->host_alloc(ctx, label_bytes) : malloc(label_bytes);
     /* the labels travel with the batch, so the loss needs no upload in the step */
     if (!l->direct) s->labels_dev = dpt_tensor_new(ctx, 1, (int64_t[]){l->opt.batch});
+    if (s->labels) { /* the same as a tensor of the batch's fields */
+        s->label_full = s->labels_dev ? rows_of(ctx, s->labels_dev, l->opt.batch)
+                                      : dpt_tensor_wrap(ctx, (float *)s->labels, 1, (int64_t[]){l->opt.batch});
+        s->label_full->dtype = DPT_I32;
+        if (partial) s->label_partial = rows_of(ctx, s->label_full, l->n_mine % l->opt.batch);
+    }
     if ((!s->host_x && !s->host_u8) || !s->labels)
         dpt_fatal("out of host memory for a loader slot (%zu bytes)%s", bytes,
                   l->async ? " (pinned memory)" : "");
@@ -190,6 +258,14 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     const dpt_backend *be = ctx->be;
     l->direct = ctx->device.kind == DPT_DEVICE_CPU;
     l->files = ds->files != NULL;
+    l->generic = ds->get != NULL;
+    l->nfields = dpt_dataset_fields(ds, l->fields);
+    for (int f = 0; f < l->nfields; f++) {
+        size_t per = dpt_dtype_size(l->fields[f].dtype);
+        for (int d = 0; d < l->fields[f].ndim; d++)
+            per *= (size_t)l->fields[f].shape[d];
+        l->field_bytes[f] = per;
+    }
     DPT_ASSERT(!l->files || ds->c <= 4, "image files have %lld channels", (long long)ds->c);
     DPT_ASSERT(!l->files || l->direct || be->images_to_float, "a device backend without images_to_float");
     l->async = !l->direct && be->host_alloc && be->copy_h2d_async && be->event_new;
@@ -455,6 +531,26 @@ static void fill_files(dpt_loader *l, int64_t start, int64_t size, slot *s)
     pthread_mutex_unlock(&l->pool_mu);
 }
 
+/* Samples of declared fields: the source writes each into the slot's staging buffers; on a
+ * device the copies start on the copy stream. */
+static void fill_generic(dpt_loader *l, int64_t start, int64_t size, slot *s)
+{
+    const dpt_backend *be = l->ctx->be;
+    for (int64_t i = 0; i < size; i++) {
+        void *dst[DPT_MAX_FIELDS];
+        for (int f = 0; f < l->nfields; f++)
+            dst[f] = (char *)s->field_host[f] + (size_t)i * l->field_bytes[f];
+        l->ds->get(l->ds, l->mine[start + i], dst);
+    }
+    s->size = size;
+    if (!l->async) return;
+    be->stream_wait(l->ctx, DPT_STREAM_COPY, s->consumed); /* compute is done with the slot */
+    for (int f = 0; f < l->nfields; f++)
+        be->copy_h2d_async(l->ctx, s->field_full[f]->data, s->field_host[f], (size_t)size * l->field_bytes[f],
+                           DPT_STREAM_COPY);
+    be->event_record(l->ctx, s->copied, DPT_STREAM_COPY);
+}
+
 /* Decode batch b of this epoch into slot s and, on a device, start its copy. Runs on the
  * producer thread (or the caller's when prefetch = 0); touches nothing the consumer uses. */
 static void fill_slot(dpt_loader *l, int64_t b, slot *s)
@@ -464,6 +560,10 @@ static void fill_slot(dpt_loader *l, int64_t b, slot *s)
     int64_t size = l->n_mine - start < l->opt.batch ? l->n_mine - start : l->opt.batch;
     int64_t chw = l->ds->c * l->ds->h * l->ds->w;
     if (l->async) be->event_sync(l->ctx, s->copied); /* the previous copy has read host_x */
+    if (l->generic) {
+        fill_generic(l, start, size, s);
+        return;
+    }
     if (l->files) {
         fill_files(l, start, size, s);
         s->size = size;
@@ -528,6 +628,22 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
                       s->error, strstr(s->error, "max_image_pixels") ? "raise [data] max_image_pixels if the image "
                                                                      "is wanted; " : "");
     const dpt_backend *be = l->ctx->be;
+    bool full = s->size == l->opt.batch;
+    batch->size = s->size;
+    batch->nfields = l->nfields;
+    memcpy(batch->fields, l->fields, sizeof batch->fields);
+    if (l->generic) {
+        if (l->async)
+            be->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);
+        else if (!l->direct)
+            for (int f = 0; f < l->nfields; f++)
+                be->copy_h2d(l->ctx, s->field_full[f]->data, s->field_host[f], (size_t)s->size * l->field_bytes[f]);
+        for (int f = 0; f < l->nfields; f++)
+            batch->tensors[f] = full ? s->field_full[f] : s->field_partial[f];
+        batch->x = batch->tensors[0];
+        batch->labels = batch->device_labels = NULL;
+        return true;
+    }
     if (l->files && !l->direct) {
         int64_t hw = l->ds->h * l->ds->w, bytes = s->size * l->ds->c * hw;
         if (l->async) {
@@ -545,11 +661,35 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
                      (size_t)(s->size * l->ds->c * l->ds->h * l->ds->w) * sizeof(float));
         be->copy_h2d(l->ctx, s->labels_dev->data, s->labels, (size_t)s->size * sizeof *s->labels);
     }
-    batch->x = s->size == l->opt.batch ? s->x_full : s->x_partial;
+    batch->x = full ? s->x_full : s->x_partial;
     batch->labels = s->labels;
     batch->device_labels = s->labels_dev ? (const int32_t *)s->labels_dev->data : s->labels;
-    batch->size = s->size;
+    batch->tensors[0] = batch->x;
+    batch->tensors[1] = full ? s->label_full : s->label_partial;
     return true;
+}
+
+const dpt_dataset *dpt_loader_dataset(const dpt_loader *l)
+{
+    return l->ds;
+}
+
+int dpt_dataset_fields(const dpt_dataset *ds, dpt_field *out)
+{
+    if (ds->nfields > 0) {
+        memcpy(out, ds->fields, (size_t)ds->nfields * sizeof *out);
+        return ds->nfields;
+    }
+    out[0] = (dpt_field){.name = "image", .dtype = DPT_F32, .ndim = 3, .shape = {ds->c, ds->h, ds->w}};
+    out[1] = (dpt_field){.name = "label", .dtype = DPT_I32, .ndim = 0, .target = true};
+    return 2;
+}
+
+dpt_tensor *dpt_batch_get(const dpt_batch *b, const char *name)
+{
+    for (int f = 0; f < b->nfields; f++)
+        if (!strcmp(b->fields[f].name, name)) return b->tensors[f];
+    return NULL;
 }
 
 int64_t dpt_loader_num_batches(const dpt_loader *l)

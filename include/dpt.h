@@ -34,6 +34,119 @@ typedef struct dpt_error {
 /* Fill err (may be NULL) with a printf-style message; always returns false. */
 bool dpt_errorf(dpt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---------------------------------------------------------------- config */
+
+/* An INI file's settings, checked against the schema: every key some registration (below)
+ * declared, with its type, default, range and help. */
+typedef struct dpt_config dpt_config;
+
+typedef enum dpt_key_type {
+    DPT_KEY_INT,
+    DPT_KEY_FLOAT,
+    DPT_KEY_BOOL,
+    DPT_KEY_STRING,
+    DPT_KEY_ENUM,       /* one of choices, "a|b|c", or "@kind": the names registered for that kind
+                           ("@optimizer"); read with dpt_config_str, dpt_config_enum, dpt_config_choice */
+    DPT_KEY_INT_LIST,   /* "256,256"; read with dpt_config_int_list */
+    DPT_KEY_FLOAT_LIST, /* "0.485,0.456,0.406"; read with dpt_config_float_list */
+    DPT_KEY_COMPARISON, /* "OP VALUE" ([expect]: ">= 85%"); read with dpt_config_str */
+    DPT_KEY_TYPE_COUNT
+} dpt_key_type;
+
+/* flags of a key */
+enum {
+    DPT_KEY_NOT_HASHED = 1 /* cannot change the numbers a run computes (logging, where files go, timeouts):
+                              left out of the config hash, so changing it keeps a resume exact */
+};
+
+/* A config key a registration declares: validated, suggested on a typo, hashed and listed by
+ * --config-reference, read with dpt_config_int and friends. */
+typedef struct dpt_config_key {
+    const char *section; /* NULL: the section of the registration's kind ([model], [optim], [data], [train]) */
+    const char *key;
+    dpt_key_type type;
+    const char *def;     /* the default, as written in an INI file */
+    double min, max;     /* numbers and list elements; no range when min > max (or both 0) */
+    const char *choices; /* DPT_KEY_ENUM */
+    const char *help;
+    unsigned flags;      /* DPT_KEY_NOT_HASHED */
+} dpt_config_key;
+
+/* Parse an INI file against the schema; NULL with err naming the file, line and key. */
+dpt_config *dpt_config_load(const char *path, dpt_error *err);
+/* The same from text in memory; errors name `name` as the file. */
+dpt_config *dpt_config_parse(const char *text, size_t len, const char *name, dpt_error *err);
+/* A config with every key at its default (no file). */
+dpt_config *dpt_config_defaults(void);
+/* Apply "section.key=value" (the --set flag); false with err on an unknown key or bad value. */
+bool dpt_config_set(dpt_config *cfg, const char *assignment, dpt_error *err);
+void dpt_config_free(dpt_config *cfg);
+int64_t dpt_config_int(const dpt_config *cfg, const char *section, const char *key);
+double dpt_config_float(const dpt_config *cfg, const char *section, const char *key);
+bool dpt_config_bool(const dpt_config *cfg, const char *section, const char *key);
+const char *dpt_config_str(const dpt_config *cfg, const char *section, const char *key);
+/* An enum key's value as its position among the declared choices ("fp32|bf16|fp16": bf16 is
+ * 1), so code switches on it instead of comparing strings. */
+int dpt_config_enum(const dpt_config *cfg, const char *section, const char *key);
+/* A list value ("256,256", "0.485,0.456,0.406"): returns the count, fills up to max values. */
+int dpt_config_int_list(const dpt_config *cfg, const char *section, const char *key, int64_t *values,
+                        int max);
+int dpt_config_float_list(const dpt_config *cfg, const char *section, const char *key, double *values,
+                          int max);
+/* Where a key's value came from: "file:line", "--set ..." or "default" (for error messages). */
+const char *dpt_config_where(const dpt_config *cfg, const char *section, const char *key);
+/* Print the resolved config (defaults filled in) as INI. */
+void dpt_config_print(const dpt_config *cfg, FILE *out);
+/* FNV-1a hash of the resolved config (keys at their default and DPT_KEY_NOT_HASHED ones left
+ * out, keys taken in name order, so a new key or a new registration does not change it); ranks
+ * and checkpoints compare it. */
+uint64_t dpt_config_hash(const dpt_config *cfg);
+/* Print the reference of every section and key as Markdown (docs/config.md). */
+void dpt_config_print_reference(FILE *out);
+
+/* ---------------------------------------------------------------- the registry
+ * Every extension point is one mechanism: a registration {kind, name, keys, impl}. Models,
+ * optimizers, learning-rate schedules, data sources, losses and backends each register from
+ * their own file (the built-in ones are found when the library is built: a new file is picked
+ * up with no list to edit); a program adds its own with dpt_register before it calls
+ * dpt_train_main. The key that selects among a kind ([model] name, [optim] name, [optim]
+ * schedule, [data] source, ...) takes its choices from the registry, and a registration's keys
+ * are validated, suggested and listed by --config-reference like every other. */
+typedef enum dpt_kind {
+    DPT_KIND_MODEL = 0, /* impl: const dpt_model_impl *     ([model] name) */
+    DPT_KIND_OPTIMIZER, /* impl: const dpt_optim_impl *     ([optim] name) */
+    DPT_KIND_SCHEDULE,  /* impl: const dpt_schedule_impl *  ([optim] schedule) */
+    DPT_KIND_DATA,      /* impl: const dpt_data_impl *      ([data] source) */
+    DPT_KIND_LOSS,      /* impl: const dpt_loss_impl *      (a model's task names one) */
+    DPT_KIND_BACKEND,   /* impl: the library's own backend tables (runtime/backend.h) */
+    DPT_KIND_SETTINGS,  /* a subsystem's keys and nothing else (impl NULL) */
+    DPT_KIND_COUNT
+} dpt_kind;
+
+typedef struct dpt_registration {
+    dpt_kind kind;
+    const char *name; /* lower-case letters, digits and _, at most 48; unique within its kind */
+    const char *help; /* one line: what it is (--config-reference, hints) */
+    const dpt_config_key *keys; /* the keys it reads; a key another registration declared identically
+                                   (type, default, range, choices) is shared */
+    int nkeys;
+    const void *impl;
+} dpt_registration;
+
+/* Add a registration (its strings and keys are copied). Before any config is made, so before
+ * dpt_train_main; false, with a message on stderr, for a bad or taken name, a bad key or
+ * default, or a clash with another declaration of a key. */
+bool dpt_register(const dpt_registration *reg);
+/* The registration of that kind and name, or NULL. */
+const dpt_registration *dpt_registry_find(dpt_kind kind, const char *name);
+/* The registrations of a kind, in registration order (the built-in ones by name first). */
+int dpt_registry_count(dpt_kind kind);
+const dpt_registration *dpt_registry_at(dpt_kind kind, int i);
+/* "model", "optimizer", "schedule", "data source", "loss", "backend", "settings" */
+const char *dpt_kind_name(dpt_kind kind);
+/* The registration an "@kind" enum key names ([optim] name = adamw: adamw's). */
+const dpt_registration *dpt_config_choice(const dpt_config *cfg, const char *section, const char *key);
+
 /* ---------------------------------------------------------------- context */
 
 typedef enum dpt_device_kind {
@@ -148,8 +261,15 @@ dpt_mem_stats dpt_ctx_mem_stats(const dpt_ctx *ctx);
 
 typedef struct dpt_tensor dpt_tensor;
 
+/* The numbers a tensor holds. F32 everywhere a gradient flows; I32 for indices (labels, token
+ * ids); BF16 for 16-bit activations under [train] precision = bf16 (the library makes those). */
+typedef enum dpt_dtype { DPT_F32 = 0, DPT_BF16 = 1, DPT_I32 = 2, DPT_DTYPE_COUNT } dpt_dtype;
+
 /* A persistent zero-filled f32 tensor of the given shape; free with dpt_tensor_free(). */
 dpt_tensor *dpt_tensor_new(dpt_ctx *ctx, int ndim, const int64_t *shape);
+/* The same of another dtype (DPT_F32 or DPT_I32). */
+dpt_tensor *dpt_tensor_new_dtype(dpt_ctx *ctx, dpt_dtype dtype, int ndim, const int64_t *shape);
+dpt_dtype dpt_tensor_dtype(const dpt_tensor *t);
 void dpt_tensor_free(dpt_tensor *t);
 int dpt_tensor_ndim(const dpt_tensor *t);
 int64_t dpt_tensor_dim(const dpt_tensor *t, int axis); /* negative axis counts from the end */
@@ -162,6 +282,9 @@ dpt_tensor *dpt_tensor_grad(dpt_tensor *t);
 /* Copy n = numel floats between host memory and the tensor (any device). */
 void dpt_tensor_copy_from_host(dpt_tensor *t, const float *src);
 void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst);
+/* The same for an I32 tensor's n = numel int32 values. */
+void dpt_tensor_copy_from_host_i32(dpt_tensor *t, const int32_t *src);
+void dpt_tensor_copy_to_host_i32(const dpt_tensor *t, int32_t *dst);
 /* The value of a one-element tensor. */
 float dpt_tensor_item(const dpt_tensor *t);
 
@@ -194,6 +317,7 @@ void dpt_set_grad_ready_hook(dpt_ctx *ctx, dpt_grad_ready_hook hook, void *user)
 
 dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b); /* same shape */
 dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b); /* same shape */
+dpt_tensor *dpt_sub(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b); /* same shape */
 dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha);
 dpt_tensor *dpt_sum(dpt_ctx *ctx, dpt_tensor *x);  /* -> (1) */
 dpt_tensor *dpt_mean(dpt_ctx *ctx, dpt_tensor *x); /* -> (1) */
@@ -214,6 +338,9 @@ dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x); /* over the last dim */
 /* Mean softmax cross-entropy of logits (B, C) against labels[B] in [0, C); numerically
  * stable (log-sum-exp). label_smoothing in [0, 1) as in torch.nn.CrossEntropyLoss. */
 dpt_tensor *dpt_cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels, float label_smoothing);
+/* Mean squared error: the mean over every value of (output - target)^2 (the same number of
+ * values; torch.nn.MSELoss). */
+dpt_tensor *dpt_mse_loss(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target);
 /* Number of rows whose arg-max equals the label (no gradient). */
 int64_t dpt_count_correct(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels);
 /* The same two with labels already in device memory (a loader batch's device_labels): nothing
@@ -235,6 +362,9 @@ int64_t dpt_ctx_host_syncs(const dpt_ctx *ctx);
 /* ---------------------------------------------------------------- models and layers */
 
 typedef struct dpt_model dpt_model;
+typedef struct dpt_batch dpt_batch;     /* data, below */
+typedef struct dpt_dataset dpt_dataset; /* data, below */
+typedef struct dpt_task dpt_task;       /* data, below */
 /* A model's forward: input batch -> logits, recorded on ctx's tape. */
 typedef dpt_tensor *(*dpt_forward_fn)(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x);
 
@@ -256,6 +386,17 @@ int dpt_model_num_buffers(const dpt_model *model);
 dpt_tensor *dpt_model_buffer_at(const dpt_model *model, int index);
 int64_t dpt_model_param_count(const dpt_model *model); /* total scalars */
 dpt_tensor *dpt_model_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x);
+/* A forward that takes the whole batch (several inputs), used instead of the tensor form. */
+typedef dpt_tensor *(*dpt_batch_forward_fn)(dpt_model *model, dpt_ctx *ctx, const dpt_batch *batch);
+void dpt_model_set_batch_forward(dpt_model *model, dpt_batch_forward_fn forward);
+/* The model's output for a batch: its batch forward, or its forward on the task's input field. */
+dpt_tensor *dpt_model_forward_batch(dpt_model *model, dpt_ctx *ctx, const dpt_batch *batch, const dpt_task *task);
+/* What the model trains for (loss, metrics, unit, fields); what it leaves 0 or NULL comes from
+ * the data set (dpt_task_resolve). */
+void dpt_model_set_task(dpt_model *model, const dpt_task *task);
+/* The task of a model on a data set: the model's, then the data's, then the defaults; every
+ * field filled. false with err when a name it states is not registered or not in the data. */
+bool dpt_task_resolve(const dpt_model *model, const dpt_dataset *data, dpt_task *out, dpt_error *err);
 void dpt_model_zero_grad(dpt_model *model);
 void dpt_model_set_training(dpt_model *model, bool training);
 bool dpt_model_training(const dpt_model *model);
@@ -344,22 +485,52 @@ float dpt_optim_lr(const dpt_optim *optim);
 const char *dpt_optim_name(const dpt_optim *optim);
 void dpt_optim_free(dpt_optim *optim);
 
+/* Writing an optimizer: a registration of kind DPT_KIND_OPTIMIZER whose impl says how many
+ * state tensors it keeps per parameter (zero-filled at the start, saved in checkpoints), how
+ * to read its hyper-parameters (a struct of its own, hp_size bytes) from its [optim] keys, and
+ * how to update one group of parameters. The update is written with device-neutral calls (the
+ * dpt_foreach_* ops below), so it runs on every backend. */
+#define DPT_OPTIM_MAX_STATE 4
+typedef struct dpt_optim_group {
+    int count;                                    /* parameters in the group */
+    dpt_tensor *const *params;                    /* count */
+    dpt_tensor *const *grads;                     /* count, the parameters' gradients */
+    dpt_tensor *const *state[DPT_OPTIM_MAX_STATE]; /* state[s][i]: params[i]'s s-th state tensor */
+    float weight_decay; /* [optim] weight_decay, or 0 (1-D parameters without decay_norm_and_bias) */
+    const void *fused;  /* the library's: the group as one list for its fused kernels */
+} dpt_optim_group;
+typedef struct dpt_optim_impl {
+    int nstate;     /* state tensors per parameter, at most DPT_OPTIM_MAX_STATE */
+    size_t hp_size; /* its hyper-parameter struct */
+    /* Fill hp from its [optim] keys; false with err naming the key when they do not fit. */
+    bool (*configure)(void *hp, const dpt_config *cfg, dpt_error *err);
+    /* One step over a group at learning rate lr; t counts steps from 1 (Adam's bias correction). */
+    void (*step)(dpt_ctx *ctx, const dpt_optim_group *group, const void *hp, float lr, int64_t t);
+} dpt_optim_impl;
+/* An optimizer of a registered kind with hyper-parameters hp (copied; hp_size bytes). */
+dpt_optim *dpt_optim_new(dpt_model *model, const char *name, const void *hp, float lr, float weight_decay);
+/* Its hyper-parameters (the struct its impl reads). */
+const void *dpt_optim_hp(const dpt_optim *optim);
+
 /* Learning rate per optimizer step: a linear warm-up from start_lr to target_lr over
- * warmup_steps, then a constant, step, multistep or cosine schedule. */
-typedef enum dpt_lr_kind {
-    DPT_LR_CONSTANT,
-    DPT_LR_STEP,
-    DPT_LR_MULTISTEP,
-    DPT_LR_COSINE,
-    DPT_LR_KIND_COUNT
-} dpt_lr_kind;
+ * warmup_steps, then the registered schedule [optim] schedule names (constant, step,
+ * multistep, cosine, or a program's own). */
+typedef struct dpt_schedule_impl {
+    size_t state_size; /* at most 256 bytes (dpt_lr_schedule's state) */
+    /* Read its keys into state; false with err naming the key. */
+    bool (*configure)(void *state, const dpt_config *cfg, dpt_error *err);
+    /* The learning rate after warm-up, from target_lr: at `epoch` (fractional: step / steps per
+     * epoch) and `progress` (0 to 1 over the steps after warm-up). */
+    double (*lr)(const void *state, double target_lr, double epoch, double progress);
+} dpt_schedule_impl;
 typedef struct dpt_lr_schedule {
-    dpt_lr_kind kind;
-    double start_lr, target_lr, min_lr, gamma;
+    const dpt_schedule_impl *impl;
+    double start_lr, target_lr;
     int64_t warmup_steps, total_steps, steps_per_epoch;
-    int64_t step_epochs;    /* DPT_LR_STEP */
-    int64_t milestones[16]; /* DPT_LR_MULTISTEP, in epochs */
-    int nmilestones;
+    union {
+        unsigned char bytes[256]; /* the impl's own state */
+        double align_;
+    } state;
 } dpt_lr_schedule;
 double dpt_lr_at(const dpt_lr_schedule *schedule, int64_t step);
 
@@ -373,17 +544,59 @@ double dpt_unscale_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double inv_sca
 
 /* ---------------------------------------------------------------- data */
 
-/* Images (n, c, h, w) as bytes and labels as int32, in memory; or ([data] source = folder)
- * image files decoded and augmented per sample by the loader's workers, c x h x w being the
- * samples' shape. */
+/* What each sample of a data set holds: named fields of a dtype and a shape per sample. */
+enum { DPT_MAX_FIELDS = 4, DPT_FIELD_MAX_DIMS = 4 };
+typedef struct dpt_field {
+    const char *name; /* "image", "label", "x", "y", "tokens", "targets" */
+    dpt_dtype dtype;  /* DPT_F32 or DPT_I32 */
+    int ndim;         /* per sample (0: a scalar, e.g. a label) */
+    int64_t shape[DPT_FIELD_MAX_DIMS];
+    bool target; /* what the loss compares the model's output with (labels, next tokens, regression targets) */
+} dpt_field;
+
+/* What a model reports beside its loss. */
+enum { DPT_METRIC_ACCURACY = 1, DPT_METRIC_PERPLEXITY = 2 };
+
+/* What training on a data set means: the loss, the metrics printed beside it, the unit of
+ * throughput, and which fields go where. A data set states its defaults; a model may state its
+ * own (dpt_model_set_task); what neither states is the default below. */
+typedef struct dpt_task {
+    const char *loss;   /* a registered loss: "cross_entropy" (default), "mse" */
+    unsigned metrics;   /* DPT_METRIC_*, as far as the loss can measure them */
+    const char *unit;   /* throughput unit in the logs ("img" -> img/s; "samples", "tok") */
+    const char *input;  /* the field forward takes (default: the first field that is not a target) */
+    const char *target; /* the field the loss compares with (default: the first target field) */
+} dpt_task;
+
+/* A data set: images in memory ((n, c, h, w) bytes and int32 labels), image files decoded and
+ * augmented per sample by the loader's workers ([data] source = folder; c x h x w the samples'
+ * shape), or samples of any fields that a data source makes one at a time (`get`). */
 typedef struct dpt_dataset {
     int64_t n, c, h, w;
     uint8_t *images; /* n*c*h*w bytes; NULL for files */
     int32_t *labels; /* n */
-    int num_classes;
+    int num_classes; /* classification: labels (or token ids) in [0, num_classes); 0 otherwise */
     char name[64];
     struct dpt_image_files *files; /* data/folder.h; NULL for images in memory */
+    /* Samples of declared fields (images and files leave nfields 0: their fields are "image"
+     * (c, h, w) F32 and "label" () I32). get writes sample `index`'s fields into dst[f] (host
+     * memory of field f's size); it is called from the loader's thread while the step runs. */
+    int nfields;
+    dpt_field fields[DPT_MAX_FIELDS];
+    void (*get)(const dpt_dataset *ds, int64_t index, void *const *dst);
+    void *source;                      /* the source's own state, given to free_source */
+    void (*free_source)(void *source);
+    dpt_task task; /* the data's defaults (images: cross_entropy, accuracy, "img") */
 } dpt_dataset;
+
+/* The fields of a data set (its own, or an image set's "image" and "label"); returns the count. */
+int dpt_dataset_fields(const dpt_dataset *ds, dpt_field *out);
+
+/* A data source's impl (DPT_KIND_DATA, selected by [data] source): opens the train and test
+ * sets its [data] keys describe; false with err naming the file or key and a HINT. */
+typedef struct dpt_data_impl {
+    bool (*open)(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err);
+} dpt_data_impl;
 
 /* Read an IDX image file and its label file (gzip or raw; decided by content, not name).
  * Validates magic numbers, dimensions, sizes and that the counts agree. */
@@ -423,11 +636,16 @@ typedef struct dpt_loader_options {
 
 typedef struct dpt_loader dpt_loader;
 typedef struct dpt_batch {
-    dpt_tensor *x;                /* (B, C, H, W) owned by the loader, valid until the next call */
-    const int32_t *labels;        /* B, host memory, valid until the next call */
+    dpt_tensor *x;                /* the first field: images (B, C, H, W); owned by the loader, valid until the next call */
+    const int32_t *labels;        /* image sets: B labels, host memory, valid until the next call */
     const int32_t *device_labels; /* the same in the context's device memory (= labels on the CPU) */
     int64_t size;                 /* B (the last batch may be smaller when drop_last = false) */
+    int nfields;
+    dpt_field fields[DPT_MAX_FIELDS];
+    dpt_tensor *tensors[DPT_MAX_FIELDS]; /* each field's (B, ...) batch on the device */
 } dpt_batch;
+/* The batch of the field of that name, or NULL. */
+dpt_tensor *dpt_batch_get(const dpt_batch *batch, const char *name);
 
 dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader_options *opt);
 void dpt_loader_free(dpt_loader *loader);
@@ -444,44 +662,35 @@ void dpt_loader_skip(dpt_loader *loader, int64_t n);
 /* Image files skipped as unreadable so far (skip_bad_files). */
 int64_t dpt_loader_bad_files(const dpt_loader *loader);
 
-/* Loss and accuracy of a model over every batch of a loader, without recording a tape. */
+/* The data set a loader reads. */
+const dpt_dataset *dpt_loader_dataset(const dpt_loader *loader);
+
+/* A loss registration's impl (DPT_KIND_LOSS, named by a task). */
+typedef struct dpt_loss_impl {
+    size_t settings_size; /* its settings struct, filled by configure (NULL settings: its defaults) */
+    bool (*configure)(void *settings, const dpt_config *cfg, dpt_error *err);
+    /* Whether it can compare with this target field (its dtype); false with err saying why. */
+    bool (*accepts)(const dpt_field *target, dpt_error *err);
+    /* The mean loss over the batch's terms (e.g. rows of logits, or samples), recorded on the
+     * tape; output and target as the model and the data give them. */
+    dpt_tensor *(*forward)(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target, const void *settings);
+    /* The terms that mean is over, from the shapes (no device read). */
+    int64_t (*terms)(const dpt_tensor *output, const dpt_tensor *target);
+    unsigned metrics; /* DPT_METRIC_* it can measure (perplexity: exp of a cross-entropy) */
+    /* DPT_METRIC_ACCURACY: sums[at] += the correct predictions, on the device (no read). */
+    void (*count_correct)(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target, dpt_tensor *sums, int64_t at);
+} dpt_loss_impl;
+
+/* Loss and metrics of a model over every batch of a loader, without recording a tape, as the
+ * model's task (on the loader's data) declares them. */
 typedef struct dpt_eval_result {
-    double loss;     /* mean cross-entropy */
-    double accuracy; /* fraction correct */
+    double loss;       /* mean loss per term */
+    double accuracy;   /* fraction correct (NaN when the task does not measure it) */
+    double perplexity; /* exp(loss) for a cross-entropy (NaN otherwise) */
     int64_t samples;
+    int64_t terms;     /* what the loss averaged over (tokens, samples) */
 } dpt_eval_result;
 dpt_eval_result dpt_evaluate(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader);
-
-/* ---------------------------------------------------------------- config */
-
-typedef struct dpt_config dpt_config;
-/* Parse an INI file against the schema; NULL with err naming the file, line and key. */
-dpt_config *dpt_config_load(const char *path, dpt_error *err);
-/* The same from text in memory; errors name `name` as the file. */
-dpt_config *dpt_config_parse(const char *text, size_t len, const char *name, dpt_error *err);
-/* A config with every key at its default (no file). */
-dpt_config *dpt_config_defaults(void);
-/* Apply "section.key=value" (the --set flag); false with err on an unknown key or bad value. */
-bool dpt_config_set(dpt_config *cfg, const char *assignment, dpt_error *err);
-void dpt_config_free(dpt_config *cfg);
-int64_t dpt_config_int(const dpt_config *cfg, const char *section, const char *key);
-double dpt_config_float(const dpt_config *cfg, const char *section, const char *key);
-bool dpt_config_bool(const dpt_config *cfg, const char *section, const char *key);
-const char *dpt_config_str(const dpt_config *cfg, const char *section, const char *key);
-/* A list value ("256,256", "0.485,0.456,0.406"): returns the count, fills up to max values. */
-int dpt_config_int_list(const dpt_config *cfg, const char *section, const char *key, int64_t *values,
-                        int max);
-int dpt_config_float_list(const dpt_config *cfg, const char *section, const char *key, double *values,
-                          int max);
-/* Where a key's value came from: "file:line", "--set ..." or "default" (for error messages). */
-const char *dpt_config_where(const dpt_config *cfg, const char *section, const char *key);
-/* Print the resolved config (defaults filled in) as INI. */
-void dpt_config_print(const dpt_config *cfg, FILE *out);
-/* FNV-1a hash of the resolved config (keys at their default left out, so a new key does not
- * change it); ranks and checkpoints compare it. */
-uint64_t dpt_config_hash(const dpt_config *cfg);
-/* Print the reference of every section and key as Markdown (docs/config.md). */
-void dpt_config_print_reference(FILE *out);
 
 /* ---------------------------------------------------------------- distributed */
 
@@ -586,7 +795,8 @@ typedef struct dpt_train_state {
                            * unknown, an old checkpoint), so a run resumes on another world size */
     int64_t step;         /* optimizer steps done */
     int64_t skipped;      /* steps skipped for a non-finite loss or gradient */
-    double best_acc;
+    double best_acc;  /* the best epoch's test accuracy (tasks that measure it) */
+    double best_loss; /* ... or its test loss (tasks without accuracy: the lowest) */
     int best_epoch;
     /* [train] loss_scale = dynamic: the scale, the clean steps since it last changed, the steps
      * skipped for an overflow (loss_scale 0: none saved, an old checkpoint or no scaling) */
@@ -643,34 +853,24 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err);
  * with err set (naming the key) when they do not fit. */
 typedef dpt_model *(*dpt_model_builder)(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
                                         int num_classes, dpt_error *err);
-/* Make a model trainable as [model] name = NAME by dpt_train_main (and ./train's code path):
- * mpirun, DataParallel, checkpoints, schedules, logs, --expect. Call before dpt_train_main;
- * false (with a message on stderr) for a bad or taken name. Built-in: mlp, cnn, resnet. */
+/* A model registration's impl (DPT_KIND_MODEL): how [model] name = NAME is built. */
+typedef struct dpt_model_impl {
+    /* Build for this data set (its samples' shape and classes), reading its [model] keys; NULL
+     * with err set (naming the key) when they do not fit. */
+    dpt_model *(*build)(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dataset *data, dpt_error *err);
+    /* or, when build is NULL, the image-classifier form: (c, h, w) images and num_classes */
+    dpt_model_builder build_image;
+} dpt_model_impl;
+/* Make an image classifier trainable as [model] name = NAME by dpt_train_main (and ./train's
+ * code path): mpirun, DataParallel, checkpoints, schedules, logs, --expect. The short form of
+ * dpt_register with a dpt_model_impl {.build_image = build}; call before dpt_train_main; false
+ * (with a message on stderr) for a bad or taken name. Built-in: cnn, mlp, resnet. */
 bool dpt_register_model(const char *name, dpt_model_builder build);
 
-/* A config key a model declares: validated, suggested and listed by --config-reference like
- * the built-in ones, read with dpt_config_int and friends. */
-typedef enum dpt_key_type {
-    DPT_KEY_INT,
-    DPT_KEY_FLOAT,
-    DPT_KEY_BOOL,
-    DPT_KEY_STRING,
-    DPT_KEY_ENUM,    /* one of choices, "a|b|c"; read with dpt_config_str */
-    DPT_KEY_INT_LIST,  /* "256,256"; read with dpt_config_int_list */
-    DPT_KEY_FLOAT_LIST /* "0.485,0.456,0.406"; read with dpt_config_float_list */
-} dpt_key_type;
-typedef struct dpt_config_key {
-    const char *section; /* NULL: [model] */
-    const char *key;
-    dpt_key_type type;
-    const char *def;     /* the default, as written in an INI file */
-    double min, max;     /* numbers and list elements; no range when min > max (or both 0) */
-    const char *choices; /* DPT_KEY_ENUM */
-    const char *help;
-} dpt_config_key;
-/* Declare n keys for owner (a model's name). Before any config is made (so before
- * dpt_train_main); a key another model declared identically is shared. false, with a message
- * on stderr, for a bad name, a bad default, a clash with another declaration. */
+/* Declare n keys for owner (a model's name): keys of settings registered under that name,
+ * listed with it. Before any config is made (so before dpt_train_main); a key another model
+ * declared identically is shared. false, with a message on stderr, for a bad name, a bad
+ * default, a clash with another declaration. */
 bool dpt_register_config_keys(const char *owner, const dpt_config_key *keys, int n);
 
 /* Everything ./train does, for a program with its own models: argv as ./train's (CONFIG,
@@ -678,13 +878,15 @@ bool dpt_register_config_keys(const char *owner, const dpt_config_key *keys, int
  * logs. Returns the exit code: 0, 1 = error, 2 = usage, 3 = an expectation failed. */
 int dpt_train_main(int argc, char **argv);
 
-/* Build the model named by [model] name for inputs (c, h, w) and num_classes. */
+/* Build the model named by [model] name for a data set (its fields, shapes and classes). */
+dpt_model *dpt_model_build_for(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dataset *data, dpt_error *err);
+/* The same for images (c, h, w) and num_classes. */
 dpt_model *dpt_model_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
                            int num_classes, dpt_error *err);
 /* The schedule [optim] describes for a run of world_size x accum_steps, steps_per_epoch and
- * total_steps optimizer steps. */
-dpt_lr_schedule dpt_lr_schedule_build(const dpt_config *cfg, int world_size, int64_t steps_per_epoch,
-                                      int64_t total_steps);
+ * total_steps optimizer steps; false with err when the schedule's keys do not fit. */
+bool dpt_lr_schedule_build(const dpt_config *cfg, int world_size, int64_t steps_per_epoch, int64_t total_steps,
+                           dpt_lr_schedule *out, dpt_error *err);
 /* An optimizer's state for checkpoints: its state tensors (momentum, moments) in a fixed
  * order, parameter-major, and the count of completed steps. */
 int dpt_optim_num_state(const dpt_optim *optim);

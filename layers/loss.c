@@ -8,6 +8,7 @@
 #include "../runtime/autograd.h"
 #include "../runtime/ctx.h"
 #include "../runtime/error.h"
+#include "../runtime/registry.h"
 
 static void check_logits(const char *op, const dpt_tensor *logits)
 {
@@ -100,3 +101,71 @@ int64_t dpt_count_correct(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *label
                          counter->data);
     return (int64_t)dpt_tensor_item(counter); /* a read: evaluation and tests, not the step */
 }
+
+/* ---------------------------------------------------------------- the registered loss */
+
+typedef struct xent_settings {
+    float label_smoothing;
+} xent_settings;
+
+static bool xent_configure(void *settings, const dpt_config *cfg, dpt_error *err)
+{
+    ((xent_settings *)settings)->label_smoothing = (float)dpt_config_float(cfg, "train", "label_smoothing");
+    (void)err;
+    return true;
+}
+
+static bool xent_accepts(const dpt_field *target, dpt_error *err)
+{
+    if (target->dtype == DPT_I32) return true;
+    return dpt_errorf(err, "the loss cross_entropy compares logits with class indices, and the target field '%s' holds "
+                           "floats\nHINT: a model of real-valued targets trains with the loss mse",
+                      target->name);
+}
+
+/* Logits (..., C) as rows (N, C) against int32 targets (...) of N values. */
+static dpt_tensor *logit_rows(dpt_ctx *ctx, dpt_tensor *logits, const dpt_tensor *target, bool record)
+{
+    char a[96], b[96];
+    int64_t classes = logits->shape[logits->ndim - 1];
+    if (target->dtype != DPT_I32 || logits->ndim < 2 || logits->numel != target->numel * classes)
+        dpt_fatal("cross_entropy: logits %s do not fit targets %s (int32, one per row of logits)",
+                  dpt_shape_str(logits, a, sizeof a), dpt_shape_str(target, b, sizeof b));
+    if (logits->ndim == 2) return logits;
+    int64_t shape[2] = {target->numel, classes};
+    return record ? dpt_reshape(ctx, logits, 2, shape) : dpt_view(ctx, dpt_plain(ctx, logits), 2, shape, NULL, 0);
+}
+
+static dpt_tensor *xent_forward(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target, const void *settings)
+{
+    float smoothing = settings ? ((const xent_settings *)settings)->label_smoothing : 0.0f;
+    return cross_entropy(ctx, logit_rows(ctx, output, target, true), (const int32_t *)target->data, false, smoothing);
+}
+
+static int64_t xent_terms(const dpt_tensor *output, const dpt_tensor *target)
+{
+    (void)output;
+    return target->numel;
+}
+
+static void xent_count_correct(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target, dpt_tensor *sums, int64_t at)
+{
+    dpt_count_correct_into(ctx, logit_rows(ctx, output, target, false), (const int32_t *)target->data, sums, at);
+}
+
+static const dpt_loss_impl xent_impl = {
+    .settings_size = sizeof(xent_settings),
+    .configure = xent_configure,
+    .accepts = xent_accepts,
+    .forward = xent_forward,
+    .terms = xent_terms,
+    .metrics = DPT_METRIC_ACCURACY | DPT_METRIC_PERPLEXITY,
+    .count_correct = xent_count_correct,
+};
+
+static const dpt_config_key xent_keys[] = {
+    {"train", "label_smoothing", DPT_KEY_FLOAT, "0", 0, 0.999, NULL, "cross-entropy label smoothing", 0},
+};
+DPT_BUILTIN(loss_cross_entropy) = {DPT_KIND_LOSS, "cross_entropy",
+                                   "softmax cross-entropy of logits (..., C) against class indices (...), mean over rows",
+                                   xent_keys, DPT_COUNT(xent_keys), &xent_impl};

@@ -3,7 +3,7 @@
 #include <stdio.h>
 
 #include "dpt.h"
-#include "registry.h"
+#include "../runtime/registry.h"
 
 #define CNN_MAX_STAGES 8
 
@@ -31,7 +31,7 @@ static dpt_tensor *cnn_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
     return dpt_linear_forward(ctx, net->fc2, h); /* (B, classes) */
 }
 
-dpt_model *dpt_cnn_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
+static dpt_model *cnn_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
                          int num_classes, dpt_error *err)
 {
     int64_t channels[CNN_MAX_STAGES];
@@ -71,11 +71,13 @@ dpt_model *dpt_cnn_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t
 }
 
 /* [model] keys the cnn reads */
-const dpt_config_key dpt_cnn_keys[] = {
-    {NULL, "channels", DPT_KEY_INT_LIST, "32,64", 1, 65536, NULL, "channels of each conv3x3-BN-ReLU-maxpool stage"},
-    {NULL, "fc", DPT_KEY_INT, "128", 1, 1 << 20, NULL, "width of the hidden fully connected layer"},
-    {NULL, "dropout", DPT_KEY_FLOAT, "0.25", 0, 0.99, NULL, "dropout before the last layer"},
-    {NULL, "bn_momentum", DPT_KEY_FLOAT, "0.1", 0, 1, NULL, "batch norm running-statistics momentum"},
-    {NULL, "sync_bn", DPT_KEY_BOOL, "false", 1, 0, NULL, "SyncBatchNorm: batch statistics over all ranks"},
+static const dpt_config_key cnn_keys[] = {
+    {NULL, "channels", DPT_KEY_INT_LIST, "32,64", 1, 65536, NULL, "channels of each conv3x3-BN-ReLU-maxpool stage", 0},
+    {NULL, "fc", DPT_KEY_INT, "128", 1, 1 << 20, NULL, "width of the hidden fully connected layer", 0},
+    {NULL, "dropout", DPT_KEY_FLOAT, "0.25", 0, 0.99, NULL, "dropout before the last layer", 0},
+    {NULL, "bn_momentum", DPT_KEY_FLOAT, "0.1", 0, 1, NULL, "batch norm running-statistics momentum", 0},
+    {NULL, "sync_bn", DPT_KEY_BOOL, "false", 1, 0, NULL, "SyncBatchNorm: batch statistics over all ranks", 0},
 };
-const int dpt_cnn_num_keys = sizeof dpt_cnn_keys / sizeof dpt_cnn_keys[0];
+
+static const dpt_model_impl cnn_impl = {.build_image = cnn_build};
+DPT_BUILTIN(model_cnn) = {DPT_KIND_MODEL, "cnn", "conv3x3-BN-ReLU-maxpool stages, a hidden fully connected layer with dropout, a classifier", cnn_keys, DPT_COUNT(cnn_keys), &cnn_impl};

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "dpt.h"
-#include "registry.h"
+#include "../runtime/registry.h"
 
 #define MLP_MAX_LAYERS 33
 
@@ -24,7 +24,7 @@ static dpt_tensor *mlp_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
     return h; /* (B, classes) */
 }
 
-dpt_model *dpt_mlp_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
+static dpt_model *mlp_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
                          int num_classes, dpt_error *err)
 {
     int64_t hidden[MLP_MAX_LAYERS];
@@ -37,7 +37,7 @@ dpt_model *dpt_mlp_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t
     dpt_model *model = dpt_model_new(ctx, "mlp", mlp_forward);
     mlp *net = dpt_model_alloc(model, sizeof *net);
     dpt_model_set_state(model, net);
-    net->gelu = strcmp(dpt_config_str(cfg, "model", "activation"), "gelu") == 0;
+    net->gelu = dpt_config_enum(cfg, "model", "activation") == 1; /* relu|gelu */
     int64_t in = c * h * w;
     char summary[256];
     int used = snprintf(summary, sizeof summary, "%lld", (long long)in);
@@ -57,8 +57,10 @@ dpt_model *dpt_mlp_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t
 }
 
 /* [model] keys the mlp reads */
-const dpt_config_key dpt_mlp_keys[] = {
-    {NULL, "hidden", DPT_KEY_INT_LIST, "256,256", 1, 65536, NULL, "hidden layer widths, comma separated"},
-    {NULL, "activation", DPT_KEY_ENUM, "relu", 1, 0, "relu|gelu", "activation between layers"},
+static const dpt_config_key mlp_keys[] = {
+    {NULL, "hidden", DPT_KEY_INT_LIST, "256,256", 1, 65536, NULL, "hidden layer widths, comma separated", 0},
+    {NULL, "activation", DPT_KEY_ENUM, "relu", 1, 0, "relu|gelu", "activation between layers", 0},
 };
-const int dpt_mlp_num_keys = sizeof dpt_mlp_keys / sizeof dpt_mlp_keys[0];
+
+static const dpt_model_impl mlp_impl = {.build_image = mlp_build};
+DPT_BUILTIN(model_mlp) = {DPT_KIND_MODEL, "mlp", "multi-layer perceptron: flatten, hidden linear layers with relu or gelu, a linear classifier", mlp_keys, DPT_COUNT(mlp_keys), &mlp_impl};

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "dpt.h"
-#include "registry.h"
+#include "../runtime/registry.h"
 
 typedef struct block {
     dpt_conv2d *conv[3];
@@ -100,7 +100,7 @@ static void make_block(dpt_model *m, block *b, const char *prefix, dpt_shape3 *s
     }
 }
 
-dpt_model *dpt_resnet_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
+static dpt_model *resnet_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
                             int num_classes, dpt_error *err)
 {
     int64_t depth = dpt_config_int(cfg, "model", "depth"), width = dpt_config_int(cfg, "model", "width");
@@ -174,13 +174,15 @@ dpt_model *dpt_resnet_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int6
 }
 
 /* [model] keys the resnet reads */
-const dpt_config_key dpt_resnet_keys[] = {
+static const dpt_config_key resnet_keys[] = {
     {NULL, "depth", DPT_KEY_INT, "20", 8, 1000, NULL,
-     "18/34/50/101/152 (ImageNet style) or 6n+2: 20/32/44/56/110 (CIFAR style)"},
+     "18/34/50/101/152 (ImageNet style) or 6n+2: 20/32/44/56/110 (CIFAR style)", 0},
     {NULL, "width", DPT_KEY_INT, "0", 0, 4096, NULL,
-     "channels of the first stage (0 = 64 ImageNet style, 16 CIFAR style)"},
-    {NULL, "zero_init_residual", DPT_KEY_BOOL, "false", 1, 0, NULL, "start each block's last BN at gamma = 0"},
-    {NULL, "bn_momentum", DPT_KEY_FLOAT, "0.1", 0, 1, NULL, "batch norm running-statistics momentum"},
-    {NULL, "sync_bn", DPT_KEY_BOOL, "false", 1, 0, NULL, "SyncBatchNorm: batch statistics over all ranks"},
+     "channels of the first stage (0 = 64 ImageNet style, 16 CIFAR style)", 0},
+    {NULL, "zero_init_residual", DPT_KEY_BOOL, "false", 1, 0, NULL, "start each block's last BN at gamma = 0", 0},
+    {NULL, "bn_momentum", DPT_KEY_FLOAT, "0.1", 0, 1, NULL, "batch norm running-statistics momentum", 0},
+    {NULL, "sync_bn", DPT_KEY_BOOL, "false", 1, 0, NULL, "SyncBatchNorm: batch statistics over all ranks", 0},
 };
-const int dpt_resnet_num_keys = sizeof dpt_resnet_keys / sizeof dpt_resnet_keys[0];
+
+static const dpt_model_impl resnet_impl = {.build_image = resnet_build};
+DPT_BUILTIN(model_resnet) = {DPT_KIND_MODEL, "resnet", "ResNet: ImageNet style (18/34/50/101/152) or CIFAR style (6n+2), torchvision's layout", resnet_keys, DPT_COUNT(resnet_keys), &resnet_impl};

@@ -7,47 +7,54 @@
 
 #include "../runtime/ctx.h"
 #include "../runtime/error.h"
+#include "../runtime/registry.h"
 
-static void adamw_step(dpt_ctx *ctx, dpt_optim *o)
+typedef struct adamw_hp {
+    float beta1, beta2, eps;
+} adamw_hp;
+
+static void adamw_step(dpt_ctx *ctx, const dpt_optim_group *g, const void *hpv, float lr, int64_t t)
 {
-    float beta1 = o->hp.adamw.beta1, beta2 = o->hp.adamw.beta2, eps = o->hp.adamw.eps, wd = o->hp.adamw.weight_decay;
-    double t = (double)(o->steps + 1);
-    float bc1 = (float)(1.0 - pow(beta1, t));
-    float bc2 = (float)(1.0 - pow(beta2, t));
-    for (int g = 0; g < 2; g++) { /* the parameters with weight decay, then those without */
-        const dpt_tensor_list *l = dpt_optim_list(o, g);
-        float decay = g ? 0.0f : wd;
-        if (!l->count) continue;
-        if (ctx->be->adamw_step_multi) {
-            ctx->be->adamw_step_multi(ctx, l, o->lr, beta1, beta2, eps, decay, bc1, bc2);
-            continue;
-        }
-        for (int i = 0; i < l->count; i++) {
-            float *const *q = &l->ptr[i * l->width];
-            ctx->be->adamw_step(ctx, l->numel[i], q[0], q[1], q[2], q[3], o->lr, beta1, beta2, eps, decay, bc1,
-                                bc2);
-        }
+    const adamw_hp *hp = hpv;
+    float bc1 = (float)(1.0 - pow(hp->beta1, (double)t));
+    float bc2 = (float)(1.0 - pow(hp->beta2, (double)t));
+    const dpt_tensor_list *l = g->fused;
+    if (ctx->be->adamw_step_multi) {
+        ctx->be->adamw_step_multi(ctx, l, lr, hp->beta1, hp->beta2, hp->eps, g->weight_decay, bc1, bc2);
+        return;
+    }
+    for (int i = 0; i < l->count; i++) {
+        float *const *q = &l->ptr[i * l->width];
+        ctx->be->adamw_step(ctx, l->numel[i], q[0], q[1], q[2], q[3], lr, hp->beta1, hp->beta2, hp->eps,
+                            g->weight_decay, bc1, bc2);
     }
 }
 
-static dpt_optim *adamw_from_config(dpt_model *model, const dpt_config *cfg, float lr, float weight_decay)
+static bool adamw_configure(void *hpv, const dpt_config *cfg, dpt_error *err)
 {
-    return dpt_adamw_new(model, lr, (float)dpt_config_float(cfg, "optim", "beta1"),
-                         (float)dpt_config_float(cfg, "optim", "beta2"), (float)dpt_config_float(cfg, "optim", "eps"),
-                         weight_decay);
+    adamw_hp *hp = hpv;
+    hp->beta1 = (float)dpt_config_float(cfg, "optim", "beta1");
+    hp->beta2 = (float)dpt_config_float(cfg, "optim", "beta2");
+    hp->eps = (float)dpt_config_float(cfg, "optim", "eps");
+    (void)err; /* the keys' ranges are all it needs */
+    return true;
 }
 
-const dpt_optim_ops dpt_adamw_ops = {
-    .name = "adamw", .nstate = 2, .step = adamw_step, .from_config = adamw_from_config};
+static const dpt_optim_impl adamw_impl = {
+    .nstate = 2, .hp_size = sizeof(adamw_hp), .configure = adamw_configure, .step = adamw_step};
+
+static const dpt_config_key adamw_keys[] = {
+    {NULL, "beta1", DPT_KEY_FLOAT, "0.9", 0, 0.9999999, NULL, "first-moment decay", 0},
+    {NULL, "beta2", DPT_KEY_FLOAT, "0.999", 0, 0.9999999, NULL, "second-moment decay", 0},
+    {NULL, "eps", DPT_KEY_FLOAT, "1e-8", 0, 1, NULL, "denominator epsilon", 0},
+};
+DPT_BUILTIN(optim_adamw) = {DPT_KIND_OPTIMIZER, "adamw", "Adam with decoupled weight decay (torch.optim.AdamW)",
+                            adamw_keys, DPT_COUNT(adamw_keys), &adamw_impl};
 
 dpt_optim *dpt_adamw_new(dpt_model *model, float lr, float beta1, float beta2, float eps, float weight_decay)
 {
     DPT_ASSERT(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
                "AdamW betas (%g, %g) outside [0, 1)", beta1, beta2);
-    dpt_optim *o = dpt_optim_alloc(&dpt_adamw_ops, model, lr);
-    o->hp.adamw.beta1 = beta1;
-    o->hp.adamw.beta2 = beta2;
-    o->hp.adamw.eps = eps;
-    o->hp.adamw.weight_decay = weight_decay;
-    return o;
+    adamw_hp hp = {beta1, beta2, eps};
+    return dpt_optim_new(model, "adamw", &hp, lr, weight_decay);
 }

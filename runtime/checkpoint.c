@@ -162,13 +162,13 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
                      "model=%s\nsummary=%s\noptim=%s\noptim_steps=%lld\nepoch=%d\nbatches_done=%lld\n"
                      "step=%lld\nskipped=%lld\nbest_acc=%.17g\nbest_epoch=%d\nworld_size=%d\n"
                      "config_hash=%016llx\nepoch_samples=%lld\nloss_scale=%.17g\nscale_good_steps=%lld\n"
-                     "scale_skips=%lld\ndata_hash=%016llx\n",
+                     "scale_skips=%lld\ndata_hash=%016llx\nbest_loss=%.17g\n",
                      dpt_model_name(model), dpt_model_summary(model), dpt_optim_name(optim),
                      (long long)dpt_optim_steps(optim), st->epoch, (long long)st->batches_done, (long long)st->step,
                      (long long)st->skipped, st->best_acc, st->best_epoch, world_size,
                      (unsigned long long)dpt_config_hash(cfg), (long long)st->samples_done, st->loss_scale,
                      (long long)st->scale_good_steps, (long long)st->scale_skips,
-                     (unsigned long long)st->data_hash);
+                     (unsigned long long)st->data_hash, st->best_loss);
     put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
     char *text = config_text(cfg);
     put_record(&w, REC_BLOB, "config", 0, NULL, text, strlen(text));
@@ -459,6 +459,12 @@ static bool read_state(const char *path, const record *meta, dpt_train_state *st
         !(st->best_acc >= -1.0 && st->best_acc <= 1.0))
         return dpt_errorf(err, "%s: meta best_acc = %s is not an accuracy in [-1, 1]\n" HINT_CORRUPT, path,
                           val);
+    st->best_loss = INFINITY; /* the lowest test loss (tasks without accuracy); older files have none */
+    if (meta_get(meta, "best_loss", val, sizeof val)) {
+        st->best_loss = strtod(val, &end);
+        if (*end || isnan(st->best_loss))
+            return dpt_errorf(err, "%s: meta best_loss = %s is not a loss\n" HINT_CORRUPT, path, val);
+    }
     return true;
 }
 
@@ -806,7 +812,7 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
     fprintf(out, "checkpoint %s | %zu bytes | format %u | %u records\n", path, size, CKPT_VERSION, n);
     static const char *const keys[] = {"step",       "epoch",     "batches_done", "epoch_samples", "world_size", "config_hash",
                                        "model",      "summary",   "optim",        "optim_steps", "skipped",
-                                       "best_acc",   "best_epoch", "loss_scale", "scale_good_steps", "scale_skips", "data_hash"};
+                                       "best_acc",   "best_epoch", "best_loss", "loss_scale", "scale_good_steps", "scale_skips", "data_hash"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         char val[512];
         if (meta_get(meta, keys[k], val, sizeof val)) fprintf(out, "%-14s %s\n", keys[k], val);

@@ -1,5 +1,6 @@
 /* expect.c: expectations about a finished run and their JUnit report. */
 #include "expect.h"
+#include "registry.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -258,3 +259,20 @@ bool dpt_junit_write(const char *path, const char *suite, const dpt_expectation 
     }
     return true;
 }
+
+/* CI smoke tests: checked after the run (exit code 3 when one fails); see --expect */
+static const dpt_config_key expect_keys[] = {
+    {"expect", "final_test_acc", DPT_KEY_COMPARISON, "", 1, 0, NULL,
+     "after the run: 'OP VALUE' with OP one of >= <= == != and VALUE a fraction or a percentage, e.g. >= 85%", DPT_KEY_NOT_HASHED},
+    {"expect", "best_test_acc", DPT_KEY_COMPARISON, "", 1, 0, NULL, "after the run: the best epoch's test accuracy", DPT_KEY_NOT_HASHED},
+    {"expect", "final_test_loss", DPT_KEY_COMPARISON, "", 1, 0, NULL, "after the run: the last evaluation's test loss", DPT_KEY_NOT_HASHED},
+    {"expect", "final_train_loss", DPT_KEY_COMPARISON, "", 1, 0, NULL,
+     "after the run: the last epoch's training loss (average over all ranks)", DPT_KEY_NOT_HASHED},
+    {"expect", "img_s", DPT_KEY_COMPARISON, "", 1, 0, NULL,
+     "after the run: training images per second over the whole run, all ranks (evaluation time excluded)", DPT_KEY_NOT_HASHED},
+    {"expect", "weights_sha256", DPT_KEY_COMPARISON, "", 1, 0, NULL,
+     "after the run: == or != the 64 hex digits of the final weights' SHA-256 (./train --inspect CKPT prints "
+     "a checkpoint's; the run prints its own)", DPT_KEY_NOT_HASHED},
+};
+DPT_BUILTIN(settings_expect) = {DPT_KIND_SETTINGS, "expect", "what a run must reach", expect_keys,
+                                DPT_COUNT(expect_keys), NULL};

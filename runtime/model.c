@@ -5,12 +5,15 @@
 
 #include "ctx.h"
 #include "error.h"
+#include "registry.h"
 
 struct dpt_model {
     dpt_ctx *ctx;
     char name[64];
     char summary[256];
     dpt_forward_fn forward;
+    dpt_batch_forward_fn batch_forward;
+    dpt_task task; /* what the model declared (zero: the data's) */
     void *state;
     bool training;
     char error[1024]; /* first build error, "" when none */
@@ -209,6 +212,73 @@ dpt_tensor *dpt_model_forward(dpt_model *m, dpt_ctx *ctx, dpt_tensor *x)
     return m->forward(m, ctx, x);
 }
 
+void dpt_model_set_batch_forward(dpt_model *m, dpt_batch_forward_fn forward)
+{
+    m->batch_forward = forward;
+}
+
+dpt_tensor *dpt_model_forward_batch(dpt_model *m, dpt_ctx *ctx, const dpt_batch *batch, const dpt_task *task)
+{
+    if (m->batch_forward) return m->batch_forward(m, ctx, batch);
+    dpt_tensor *x = dpt_batch_get(batch, task->input);
+    DPT_ASSERT(x, "the batch has no field %s", task->input);
+    return dpt_model_forward(m, ctx, x);
+}
+
+void dpt_model_set_task(dpt_model *m, const dpt_task *task)
+{
+    m->task = *task;
+}
+
+/* The first field that is (or is not) a target, or NULL. */
+static const char *first_field(const dpt_field *fields, int n, bool target)
+{
+    for (int f = 0; f < n; f++)
+        if (fields[f].target == target) return fields[f].name;
+    return NULL;
+}
+
+static bool has_field(const dpt_field *fields, int n, const char *name)
+{
+    for (int f = 0; f < n; f++)
+        if (!strcmp(fields[f].name, name)) return true;
+    return false;
+}
+
+bool dpt_task_resolve(const dpt_model *m, const dpt_dataset *data, dpt_task *out, dpt_error *err)
+{
+    dpt_field fields[DPT_MAX_FIELDS];
+    int n = dpt_dataset_fields(data, fields);
+    const dpt_task *mine = &m->task, *data_task = &data->task;
+    dpt_task t = {
+        .loss = mine->loss ? mine->loss : data_task->loss ? data_task->loss : "cross_entropy",
+        .unit = mine->unit ? mine->unit : data_task->unit ? data_task->unit : data->nfields ? "samples" : "img",
+        .input = mine->input ? mine->input : data_task->input ? data_task->input : first_field(fields, n, false),
+        .target = mine->target ? mine->target : data_task->target ? data_task->target : first_field(fields, n, true),
+    };
+    const dpt_registration *r = dpt_registry_find(DPT_KIND_LOSS, t.loss);
+    if (!r)
+        return dpt_errorf(err, "model %s trains with the loss '%s', which is not registered\nHINT: a model's task "
+                               "names a registered loss (built in: cross_entropy, mse)",
+                          m->name, t.loss);
+    const dpt_loss_impl *loss = r->impl;
+    for (int f = 0; f < n && t.target; f++)
+        if (!strcmp(fields[f].name, t.target) && loss->accepts && !loss->accepts(&fields[f], err)) return false;
+    /* metrics: what was declared, else accuracy for a classifier's data, as far as the loss measures them */
+    unsigned want = mine->metrics ? mine->metrics : data_task->metrics ? data_task->metrics
+                                                  : data->num_classes > 0 ? DPT_METRIC_ACCURACY : 0;
+    t.metrics = want & loss->metrics;
+    const char *names[2] = {t.input, t.target};
+    for (int k = 0; k < 2; k++)
+        if (!names[k] || !has_field(fields, n, names[k]))
+            return dpt_errorf(err, "model %s takes the %s field '%s', which the data set %s does not have\nHINT: "
+                                   "its fields are %s%s%s%s",
+                              m->name, k ? "target" : "input", names[k] ? names[k] : "(none)", data->name,
+                              fields[0].name, n > 1 ? ", " : "", n > 1 ? fields[1].name : "", n > 2 ? ", ..." : "");
+    *out = t;
+    return true;
+}
+
 void dpt_model_zero_grad(dpt_model *m)
 {
     for (int i = 0; i < m->nparams; i++) {
@@ -259,4 +329,61 @@ void dpt_init_normal(dpt_ctx *ctx, dpt_tensor *t, float std)
 void dpt_init_constant(dpt_tensor *t, float value)
 {
     t->ctx->be->fill(t->ctx, t->data, t->numel, value);
+}
+
+/* ---------------------------------------------------------------- building by name */
+
+static const dpt_config_key model_keys[] = {
+    {"model", "name", DPT_KEY_ENUM, "mlp", 1, 0, "@model",
+     "model to build: a registered model (built in: cnn, mlp, resnet; a program adds its own with dpt_register "
+     "or dpt_register_model)", 0},
+};
+DPT_BUILTIN(settings_model) = {DPT_KIND_SETTINGS, "model", "the model to train", model_keys, DPT_COUNT(model_keys), NULL};
+
+bool dpt_register_model(const char *name, dpt_model_builder build)
+{
+    if (!build) {
+        fprintf(stderr, "error: dpt_register_model(%s): no builder\n", name ? name : "(null)");
+        return false;
+    }
+    /* the registry keeps the impl's address: one lives as long as the process */
+    dpt_model_impl *impl = calloc(1, sizeof *impl);
+    if (!impl) dpt_fatal("out of host memory registering a model");
+    impl->build_image = build;
+    dpt_registration r = {DPT_KIND_MODEL, name, "", NULL, 0, impl};
+    if (dpt_register(&r)) return true;
+    free(impl);
+    return false;
+}
+
+dpt_model *dpt_model_build_for(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dataset *data, dpt_error *err)
+{
+    const dpt_registration *r = dpt_config_choice(cfg, "model", "name");
+    const dpt_model_impl *impl = r->impl;
+    dpt_model *m;
+    if (impl->build) {
+        m = impl->build(ctx, cfg, data, err);
+    } else {
+        if (data->nfields > 0) { /* an image classifier on data that is not images */
+            dpt_errorf(err, "%s: [model] name = %s builds an image classifier; the data set %s has no images\nHINT: "
+                            "pick a model that takes its fields (mlp takes any)",
+                       dpt_config_where(cfg, "model", "name"), r->name, data->name);
+            return NULL;
+        }
+        m = impl->build_image(ctx, cfg, data->c, data->h, data->w, data->num_classes, err);
+    }
+    if (m && dpt_model_error(m)) {
+        dpt_errorf(err, "model %s: %s\nHINT: check the [model] settings against the input size %lldx%lldx%lld",
+                   r->name, dpt_model_error(m), (long long)data->c, (long long)data->h, (long long)data->w);
+        dpt_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+dpt_model *dpt_model_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w, int num_classes,
+                           dpt_error *err)
+{
+    dpt_dataset shape = {.c = c, .h = h, .w = w, .num_classes = num_classes, .name = "(images)"};
+    return dpt_model_build_for(ctx, cfg, &shape, err);
 }

@@ -105,6 +105,29 @@ dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
     return out;
 }
 
+static void sub_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    const dpt_tensor *dy = node->out->grad;
+    for (int i = 0; i < 2; i++)
+        if (dpt_wants_grad(node->in[i]))
+            ctx->be->axpy(ctx, dy->numel, i ? -1.0f : 1.0f, dy->data, dpt_grad_acc(ctx, node->in[i])->data);
+}
+
+dpt_tensor *dpt_sub(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
+{
+    require_same_shape("sub", a, b);
+    a = dpt_widen(ctx, a), b = dpt_widen(ctx, b);
+    dpt_common_layout(ctx, &a, &b);
+    dpt_require_contiguous("sub", a);
+    dpt_require_contiguous("sub", b);
+    dpt_tensor *out = dpt_temp_like(ctx, a);
+    ctx->be->copy_d2d(ctx, out->data, a->data, (size_t)a->numel * sizeof(float));
+    ctx->be->axpy(ctx, out->numel, -1.0f, b->data, out->data);
+    dpt_node *node = dpt_tape_record(ctx, "sub", sub_backward, out, 2, (dpt_tensor *[]){a, b});
+    if (node) node->out_unread = true;
+    return out;
+}
+
 static void mul_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *dy = node->out->grad;

@@ -49,6 +49,24 @@ dpt_tensor *dpt_tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool 
     return tensor_alloc(ctx, ndim, shape, temp, DPT_F32);
 }
 
+dpt_tensor *dpt_tensor_new_dtype(dpt_ctx *ctx, dpt_dtype dtype, int ndim, const int64_t *shape)
+{
+    DPT_ASSERT(dtype == DPT_F32 || dtype == DPT_I32, "a new tensor of dtype %d", (int)dtype);
+    dpt_tensor *t = tensor_alloc(ctx, ndim, shape, false, dtype);
+    ctx->be->fill(ctx, t->data, t->numel, 0.0f); /* zero bits: 0 in both */
+    return t;
+}
+
+dpt_tensor *dpt_temp_i32(dpt_ctx *ctx, int ndim, const int64_t *shape)
+{
+    return tensor_alloc(ctx, ndim, shape, true, DPT_I32);
+}
+
+dpt_dtype dpt_tensor_dtype(const dpt_tensor *t)
+{
+    return t->dtype;
+}
+
 dpt_tensor *dpt_temp16(dpt_ctx *ctx, int ndim, const int64_t *shape)
 {
     return tensor_alloc(ctx, ndim, shape, true, DPT_BF16);
@@ -195,8 +213,24 @@ const char *dpt_tensor_name(const dpt_tensor *t)
 }
 float *dpt_tensor_data(dpt_tensor *t)
 {
-    DPT_ASSERT(t->dtype == DPT_F32, "the float data of a 16-bit activation (copy it to the host instead)");
+    DPT_ASSERT(t->dtype == DPT_F32, "the float data of a %s tensor (copy it to the host instead)",
+               t->dtype == DPT_BF16 ? "16-bit" : "int32");
     return t->data;
+}
+
+void dpt_tensor_copy_from_host_i32(dpt_tensor *t, const int32_t *src)
+{
+    DPT_ASSERT(t->dtype == DPT_I32 && dpt_tensor_is_contiguous(t), "int32 values into a %s tensor",
+               t->dtype == DPT_I32 ? "strided" : "float");
+    t->ctx->be->copy_h2d(t->ctx, t->data, src, (size_t)t->numel * sizeof *src);
+}
+
+void dpt_tensor_copy_to_host_i32(const dpt_tensor *t, int32_t *dst)
+{
+    DPT_ASSERT(t->dtype == DPT_I32 && dpt_tensor_is_contiguous(t), "int32 values from a %s tensor",
+               t->dtype == DPT_I32 ? "strided" : "float");
+    t->ctx->host_syncs++;
+    t->ctx->be->copy_d2h(t->ctx, dst, t->data, (size_t)t->numel * sizeof *dst);
 }
 dpt_tensor *dpt_tensor_grad(dpt_tensor *t)
 {
@@ -220,6 +254,7 @@ void dpt_tensor_copy_from_host(dpt_tensor *t, const float *src)
 void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst)
 {
     DPT_ASSERT(dpt_tensor_is_contiguous(t), "copy from a strided view");
+    DPT_ASSERT(t->dtype != DPT_I32, "float values from an int32 tensor (dpt_tensor_copy_to_host_i32)");
     t->ctx->host_syncs++;
     if (t->layout != DPT_LAYOUT_NCHW || t->dtype != DPT_F32) { /* reads out as NCHW float */
         dpt_ctx *ctx = t->ctx;

@@ -22,12 +22,12 @@ typedef struct dpt_storage {
  * tape in them. */
 typedef enum dpt_layout { DPT_LAYOUT_NCHW = 0, DPT_LAYOUT_NCHW16C = 1, DPT_LAYOUT_NHWC = 2 } dpt_layout;
 
-/* The numbers a tensor holds. BF16 (bfloat16, 2 bytes, `data` then points at uint16_t) holds
- * only activations, and only with [train] precision = bf16 on a backend that keeps them
- * (act16): a convolution writes its output in it, batch norm, relu and add keep it, and every
- * other op widens its input to F32 first (dpt_plain, dpt_widen). Parameters, gradients and
- * whatever leaves the tape are always F32, so no data ever leaves the tape in it. */
-typedef enum dpt_dtype { DPT_F32 = 0, DPT_BF16 = 1 } dpt_dtype;
+/* dpt_dtype (dpt.h): BF16 (bfloat16, 2 bytes, `data` then points at uint16_t) holds only
+ * activations, and only with [train] precision = bf16 on a backend that keeps them (act16): a
+ * convolution writes its output in it, batch norm, relu and add keep it, and every other op
+ * widens its input to F32 first (dpt_plain, dpt_widen). Parameters, gradients and whatever
+ * leaves the tape are always F32, so no data ever leaves the tape in it. I32 (int32 behind the
+ * float pointer) holds indices: labels, token ids; no gradient flows into it. */
 
 struct dpt_tensor {
     int ndim;
@@ -60,6 +60,8 @@ dpt_tensor *dpt_temp_like(dpt_ctx *ctx, const dpt_tensor *t); /* same shape and 
 dpt_tensor *dpt_temp_same(dpt_ctx *ctx, const dpt_tensor *t); /* same shape, layout and dtype */
 /* A temporary of this shape in 16 bits (BF16), layout NCHW until the caller sets it. */
 dpt_tensor *dpt_temp16(dpt_ctx *ctx, int ndim, const int64_t *shape);
+/* A temporary of int32 values (indices), uninitialised. */
+dpt_tensor *dpt_temp_i32(dpt_ctx *ctx, int ndim, const int64_t *shape);
 /* x in plain NCHW F32: x itself, or a recorded relayout/widening (its backward relays the
  * gradient back). */
 dpt_tensor *dpt_plain(dpt_ctx *ctx, dpt_tensor *x);
@@ -73,7 +75,7 @@ dpt_layout dpt_common_layout(dpt_ctx *ctx, dpt_tensor **a, dpt_tensor **b);
 /* Bytes per element. */
 static inline size_t dpt_dtype_size(dpt_dtype d)
 {
-    return d == DPT_BF16 ? 2 : 4;
+    return d == DPT_BF16 ? 2 : 4; /* F32, I32 */
 }
 /* A temporary over t's storage with t's shape, layout and dtype (an in-place op's output). */
 dpt_tensor *dpt_alias(dpt_ctx *ctx, dpt_tensor *t);

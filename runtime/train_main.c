@@ -86,11 +86,6 @@ int dpt_train_main(int argc, char **argv)
 
 /* ---------------------------------------------------------------- the typed run config */
 
-static fault_kind parse_fault(const char *s)
-{
-    return !strcmp(s, "exit") ? FAULT_EXIT : !strcmp(s, "hang") ? FAULT_HANG : !strcmp(s, "nan") ? FAULT_NAN : FAULT_NONE;
-}
-
 /* The [expect] section's keys, then the --expect flags (a flag naming a metric the file also
  * names adds a second expectation). */
 static bool collect_expectations(run_config *rc, const dpt_config *ini, const cli *args, dpt_error *err)
@@ -220,19 +215,16 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .seed = (uint64_t)dpt_config_int(c, "train", "seed"),
         .tf32 = dpt_config_bool(c, "train", "tf32"),
         .cudnn_benchmark = dpt_config_bool(c, "train", "cudnn_benchmark"),
-        .cpu_kernels = strcmp(dpt_config_str(c, "train", "cpu_kernels"), "native") ? DPT_CPU_KERNELS_ONEDNN
-                                                                                   : DPT_CPU_KERNELS_NATIVE,
+        /* the enums' choices are declared in the enums' order (runtime/train_keys.c) */
+        .cpu_kernels = (dpt_cpu_kernels)(DPT_CPU_KERNELS_ONEDNN + dpt_config_enum(c, "train", "cpu_kernels")),
         .memory_limit = (size_t)(dpt_config_float(c, "train", "memory_limit_mb") * 1048576.0),
-        .precision = !strcmp(dpt_config_str(c, "train", "precision"), "bf16")   ? DPT_PRECISION_BF16
-                     : !strcmp(dpt_config_str(c, "train", "precision"), "fp16") ? DPT_PRECISION_FP16
-                                                                               : DPT_PRECISION_FP32,
+        .precision = (dpt_precision)dpt_config_enum(c, "train", "precision"),
         .fp32_activations = !dpt_config_bool(c, "train", "bf16_activations"),
-        .channels_last = !strcmp(dpt_config_str(c, "train", "memory_format"), "nhwc"),
+        .channels_last = dpt_config_enum(c, "train", "memory_format") == 1,
     };
     rc->memory_check = dpt_config_bool(c, "train", "memory_check");
-    rc->label_smoothing = (float)dpt_config_float(c, "train", "label_smoothing");
-    rc->skip_nonfinite = strcmp(dpt_config_str(c, "train", "nonfinite"), "skip") == 0;
-    rc->loss_scale = !strcmp(dpt_config_str(c, "train", "loss_scale"), "dynamic");
+    rc->skip_nonfinite = dpt_config_enum(c, "train", "nonfinite") == 1;
+    rc->loss_scale = dpt_config_enum(c, "train", "loss_scale") == 1;
     rc->loss_scale_init = dpt_config_float(c, "train", "loss_scale_init");
     rc->loss_scale_growth = dpt_config_int(c, "train", "loss_scale_growth");
     if (rc->ctx.precision == DPT_PRECISION_FP16 && !rc->loss_scale)
@@ -251,7 +243,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .hflip = dpt_config_bool(c, "data", "hflip"),
         .prefetch = (int)dpt_config_int(c, "data", "prefetch"),
         .workers = (int)dpt_config_int(c, "data", "workers"),
-        .skip_bad_files = !strcmp(dpt_config_str(c, "data", "bad_files"), "skip"),
+        .skip_bad_files = dpt_config_enum(c, "data", "bad_files") == 1,
     };
     double mean[4], std[4]; /* one value, or one per channel (checked against the data when it opens) */
     int nm = dpt_config_float_list(c, "data", "mean", mean, 4), ns = dpt_config_float_list(c, "data", "std", std, 4);
@@ -278,10 +270,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .timeout_s = dpt_config_float(c, "distributed", "comm_timeout_s"),
         .config_hash = rc->hash,
     };
-    const char *compression = dpt_config_str(c, "distributed", "grad_compression");
-    rc->ddp.compression = !strcmp(compression, "bf16")   ? DPT_GRAD_COMPRESSION_BF16
-                          : !strcmp(compression, "fp16") ? DPT_GRAD_COMPRESSION_FP16
-                                                         : DPT_GRAD_COMPRESSION_NONE;
+    rc->ddp.compression = (dpt_grad_compression)dpt_config_enum(c, "distributed", "grad_compression");
     rc->bench_comm_ms_per_mb = dpt_config_float(c, "distributed", "bench_comm_ms_per_mb");
     rc->world_size = world_size;
     if (*rc->devices && world_size == 1)
@@ -290,17 +279,17 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
     if (!split_global_batch(rc, c, err)) return false;
     if (dpt_config_bool(c, "train", "deterministic") && !deterministic_split(rc, c, err)) return false;
     rc->train_data.batch = rc->batch;
-    rc->fault.kind = parse_fault(dpt_config_str(c, "distributed", "fault"));
+    rc->fault.kind = (fault_kind)dpt_config_enum(c, "distributed", "fault");
     rc->fault.rank = (int)dpt_config_int(c, "distributed", "fault_rank");
     rc->fault.step = dpt_config_int(c, "distributed", "fault_step");
     rc->ckpt_dir = dpt_config_str(c, "checkpoint", "dir");
     rc->ckpt_every_steps = dpt_config_int(c, "checkpoint", "every_steps");
     rc->ckpt_every_epochs = (int)dpt_config_int(c, "checkpoint", "every_epochs");
     rc->keep_last = (int)dpt_config_int(c, "checkpoint", "keep_last");
-    rc->ckpt_archive = !strcmp(dpt_config_str(c, "checkpoint", "existing"), "archive");
+    rc->ckpt_archive = dpt_config_enum(c, "checkpoint", "existing") == 1;
     rc->interval = dpt_config_int(c, "log", "interval");
     rc->all_ranks = dpt_config_bool(c, "log", "all_ranks");
-    rc->gpu_stats = strcmp(dpt_config_str(c, "log", "gpu_stats"), "off") != 0;
+    rc->gpu_stats = dpt_config_enum(c, "log", "gpu_stats") == 0;
     rc->progress = dpt_config_str(c, "log", "progress");
     rc->timeline = dpt_config_str(c, "log", "timeline");
     rc->metrics = dpt_config_str(c, "log", "metrics");

@@ -70,6 +70,32 @@ const char *report_tail(void)
     return all;
 }
 
+/* ---------------------------------------------------------------- what the task measures */
+
+static bool has_acc(const trainer *t)
+{
+    return (t->task.metrics & DPT_METRIC_ACCURACY) != 0;
+}
+
+/* "images", "tokens", "samples": what the loss counts, by the task's unit */
+static const char *unit_noun(const char *unit)
+{
+    return !strcmp(unit, "img") ? "images" : !strcmp(unit, "tok") ? "tokens" : unit;
+}
+
+/* What the lines print beside a loss, after sep: "acc 77.5%" (width for the progress line's
+ * columns), "ppl 9.87", or nothing. */
+static const char *metric_str(const trainer *t, const char *sep, double loss, double acc, int acc_width,
+                              int acc_digits, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (has_acc(t))
+        snprintf(buf, cap, "%sacc %*.*f%%", sep, acc_width, acc_digits, 100.0 * acc);
+    else if (t->task.metrics & DPT_METRIC_PERPLEXITY)
+        snprintf(buf, cap, "%sppl %.2f", sep, exp(loss));
+    return buf;
+}
+
 /* ---------------------------------------------------------------- the header */
 
 void print_header(const trainer *t)
@@ -124,10 +150,29 @@ void print_header(const trainer *t)
                     : run->ddp.compression == DPT_GRAD_COMPRESSION_FP16 ? ", gradients as fp16"
                                                                         : "",
                     run->all_ranks ? "each rank's own shard" : "averages over all ranks");
-    report_line("data %s | train %lld per rank of %lld | test %lld | %dx%dx%d | %d classes | %lld steps/epoch\n",
-                run->data_dir, (long long)dpt_loader_num_samples(t->train_loader), (long long)t->train_set->n,
-                (long long)t->test_set->n, (int)t->train_set->c, (int)t->train_set->h, (int)t->train_set->w,
-                t->train_set->num_classes, (long long)t->steps_per_epoch);
+    char shape[256];
+    const dpt_dataset *ds = t->train_set;
+    if (!ds->nfields) {
+        snprintf(shape, sizeof shape, "%dx%dx%d | %d classes", (int)ds->c, (int)ds->h, (int)ds->w, ds->num_classes);
+    } else { /* the fields and the task: "x (16) | y (1) target | loss mse" */
+        size_t used = 0;
+        for (int f = 0; f < ds->nfields && used < sizeof shape; f++) {
+            const dpt_field *fd = &ds->fields[f];
+            used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%s (", f ? ", " : "", fd->name);
+            for (int d = 0; d < fd->ndim && used < sizeof shape; d++)
+                used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%lld", d ? "x" : "",
+                                         (long long)fd->shape[d]);
+            if (used < sizeof shape)
+                used += (size_t)snprintf(shape + used, sizeof shape - used, ")%s%s", fd->dtype == DPT_I32 ? " int" : "",
+                                         fd->target ? " target" : "");
+        }
+        if (used < sizeof shape && ds->num_classes)
+            used += (size_t)snprintf(shape + used, sizeof shape - used, " | %d classes", ds->num_classes);
+        if (used < sizeof shape) snprintf(shape + used, sizeof shape - used, " | loss %s", t->task.loss);
+    }
+    report_line("data %s | train %lld per rank of %lld | test %lld | %s | %lld steps/epoch\n",
+                ds->nfields ? ds->name : run->data_dir, (long long)dpt_loader_num_samples(t->train_loader),
+                (long long)ds->n, (long long)t->test_set->n, shape, (long long)t->steps_per_epoch);
     if (t->train_set->files) {
         char text[1024];
         dpt_folder_describe(t->train_set, text, sizeof text);
@@ -188,9 +233,11 @@ void progress_step(progress *p, const trainer *t, int64_t s)
     for (int i = 0; i < 30; i++)
         bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
     bar[30] = '\0';
-    printf("\repoch %d [%s] %3d%% %lld/%lld | loss %.4f | acc %5.1f%% | lr %.3g | ETA %d:%02d:%02d \033[K", st->epoch,
-           bar, (int)(100 * s / t->steps_per_epoch), (long long)s, (long long)t->steps_per_epoch,
-           w.samples ? w.loss / (double)w.samples : 0.0, w.samples ? 100.0 * (double)w.correct / (double)w.samples : 0.0,
+    double loss = w.units ? w.loss / (double)w.units : 0.0;
+    char metric[48];
+    metric_str(t, " | ", loss, w.units ? (double)w.correct / (double)w.units : 0.0, 5, 1, metric, sizeof metric);
+    printf("\repoch %d [%s] %3d%% %lld/%lld | loss %.4f%s | lr %.3g | ETA %d:%02d:%02d \033[K", st->epoch, bar,
+           (int)(100 * s / t->steps_per_epoch), (long long)s, (long long)t->steps_per_epoch, loss, metric,
            (double)dpt_optim_lr(t->optim), eta / 3600, eta / 60 % 60, eta % 60);
     fflush(stdout);
 }
@@ -221,11 +268,11 @@ void log_window(trainer *t, int64_t s)
     window *w = &t->win;
     int64_t window_syncs = dpt_ctx_host_syncs(t->ctx) - w->syncs_at_start; /* before this read */
     meter_read(t->meter, METER_WINDOW, w);
-    double sums[3] = {w->loss, (double)w->correct, (double)w->samples};
+    double sums[3] = {w->loss, (double)w->correct, (double)w->units};
     if (r->comm && r->size > 1 && !t->run->all_ranks) dpt_comm_allreduce_f64(r->comm, sums, 3, "progress line sums");
     double now = dpt_now_s();
     int64_t steps = w->steps > 0 ? w->steps : 1;
-    double img_s = (double)w->samples * r->size / (now - w->start);
+    double img_s = (double)w->units * r->size / (now - w->start); /* in the task's unit */
     double loss = sums[2] ? sums[0] / sums[2] : NAN;
     double acc = sums[2] ? sums[1] / sums[2] : NAN;
     double lr = (double)dpt_optim_lr(t->optim);
@@ -250,9 +297,10 @@ void log_window(trainer *t, int64_t s)
         if (wait >= 0.05) snprintf(data, sizeof data, " | waiting on data %.0f%%", 100.0 * wait);
         if (t->run->loss_scale) /* the scale the next step multiplies the loss by */
             snprintf(data + strlen(data), sizeof data - strlen(data), " | scale %g", t->state.loss_scale);
-        report_line("%sepoch %d | step %6lld/%lld | loss %.4f | acc %5.1f%% | %8.0f img/s%s%s%s\n", who,
-                    t->state.epoch, (long long)s, (long long)t->steps_per_epoch, loss, 100.0 * acc, img_s, comm, data,
-                    gpu);
+        char metric[48];
+        metric_str(t, " | ", loss, acc, 5, 1, metric, sizeof metric);
+        report_line("%sepoch %d | step %6lld/%lld | loss %.4f%s | %8.0f %s/s%s%s%s\n", who, t->state.epoch,
+                    (long long)s, (long long)t->steps_per_epoch, loss, metric, img_s, t->task.unit, comm, data, gpu);
     }
     dpt_mem_stats mem = dpt_ctx_mem_stats(t->ctx);
     char json[160], scale[96] = "";
@@ -260,11 +308,11 @@ void log_window(trainer *t, int64_t s)
         snprintf(scale, sizeof scale, ",\"loss_scale\":%.9g,\"scale_skips\":%lld", t->state.loss_scale,
                  (long long)t->state.scale_skips);
     dpt_metrics_write(t->metrics,
-                      "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,\"loss\":%.6f,\"acc\":%.6f,"
+                      "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,\"loss\":%.6f,\"acc\":%.6f,\"unit\":\"%s\","
                       "\"img_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"comm_hidden\":%.4f,"
                       "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"ranks\":%d,\"global_batch\":%lld,"
                       "\"host_syncs_per_step\":%.2f,\"comm_mb_per_step\":%.4f,\"data_wait_ms\":%.3f%s%s",
-                      t->state.epoch, (long long)t->state.step, lr, loss, acc, img_s,
+                      t->state.epoch, (long long)t->state.step, lr, loss, has_acc(t) ? acc : 0.0, t->task.unit, img_s,
                       1e3 * (now - w->start) / (double)steps, 1e3 * w->comm_s / (double)steps,
                       w->comm_s > 0 ? w->hidden_s / w->comm_s : 0.0, t->grad_norm,
                       (double)mem.peak_allocated / 1048576.0, r->size,
@@ -286,7 +334,7 @@ void log_eval(trainer *t, const window *epoch_window)
                       (double)(dpt_loader_bad_files(t->train_loader) + dpt_loader_bad_files(t->test_loader))};
     if (epoch_window) {
         sums[0] = epoch_window->loss, sums[1] = (double)epoch_window->correct,
-        sums[2] = (double)epoch_window->samples;
+        sums[2] = (double)epoch_window->units;
     }
     if (r->comm) dpt_comm_allreduce_f64(r->comm, sums, 4, "epoch training sums");
     char bad[64] = "";
@@ -295,20 +343,22 @@ void log_eval(trainer *t, const window *epoch_window)
     if (epoch_window) t->r->result.final_train_loss = train_loss;
     t->r->result.final_test_loss = test->loss, t->r->result.final_test_acc = test->accuracy;
     if (r->rank == 0) {
+        char train_metric[48], test_metric[48];
+        metric_str(t, " ", train_loss, train_acc, 0, 1, train_metric, sizeof train_metric);
+        metric_str(t, " ", test->loss, test->accuracy, 0, 2, test_metric, sizeof test_metric);
         if (epoch_window)
-            report_line("epoch %d done | %.1f s | train loss %.4f acc %.1f%% | test loss %.4f acc %.2f%% (%lld "
-                        "images)%s\n",
-                        t->state.epoch, dpt_now_s() - epoch_window->start, train_loss, 100.0 * train_acc, test->loss,
-                        100.0 * test->accuracy, (long long)test->samples, bad);
+            report_line("epoch %d done | %.1f s | train loss %.4f%s | test loss %.4f%s (%lld %s)%s\n", t->state.epoch,
+                        dpt_now_s() - epoch_window->start, train_loss, train_metric, test->loss, test_metric,
+                        (long long)test->terms, unit_noun(t->task.unit), bad);
         else
-            report_line("eval at step %lld | test loss %.4f acc %.2f%% (%lld images)%s\n", (long long)t->state.step,
-                        test->loss, 100.0 * test->accuracy, (long long)test->samples, bad);
+            report_line("eval at step %lld | test loss %.4f%s (%lld %s)%s\n", (long long)t->state.step, test->loss,
+                        test_metric, (long long)test->terms, unit_noun(t->task.unit), bad);
     }
     dpt_metrics_write(t->metrics,
                       "\"kind\":\"eval\",\"epoch\":%d,\"step\":%lld,\"test_loss\":%.6f,\"test_acc\":%.6f,"
                       "\"train_loss\":%.6f,\"train_acc\":%.6f,\"bad_files\":%.0f",
-                      t->state.epoch, (long long)t->state.step, test->loss, test->accuracy, train_loss, train_acc,
-                      sums[3]);
+                      t->state.epoch, (long long)t->state.step, test->loss, has_acc(t) ? test->accuracy : 0.0,
+                      train_loss, has_acc(t) ? train_acc : 0.0, sums[3]);
 }
 
 /* The run's last line (or, stopped by a signal, the command that resumes it), and its
@@ -320,8 +370,8 @@ void print_final(trainer *t)
     double seconds = dpt_now_s() - t->run_start;
     double train_s = seconds - t->eval_s;
     r->result.seconds = seconds;
-    r->result.best_test_acc = st->best_acc >= 0 ? st->best_acc : NAN;
-    r->result.img_s = train_s > 0 && t->samples_trained > 0 ? (double)t->samples_trained * r->size / train_s : NAN;
+    r->result.best_test_acc = has_acc(t) && st->best_acc >= 0 ? st->best_acc : NAN;
+    r->result.img_s = train_s > 0 && t->units_trained > 0 ? (double)t->units_trained * r->size / train_s : NAN;
     /* every rank of an mpirun job checks its expectations (the exit codes agree); of
      * DataParallel's replicas, the first reports for the process */
     const char *why = NULL;
@@ -341,10 +391,15 @@ void print_final(trainer *t)
         snprintf(epochs, sizeof epochs, "%d", st->epoch - 1);
     char peak[32]; /* the allocator's high-water mark on this rank: weights, state, activations, gradients */
     mib(peak, sizeof peak, (double)dpt_ctx_mem_stats(t->ctx).peak_allocated);
-    report_line("done | %s epochs | %lld steps%s | %.1f s | best test acc %.2f%% (epoch %d) | final test acc %.2f%% | "
-                "peak memory %s\n",
-                epochs, (long long)st->step, st->skipped ? " (some skipped)" : "", seconds, 100.0 * st->best_acc,
-                st->best_epoch, 100.0 * t->test.accuracy, peak);
+    char best[96];
+    if (has_acc(t))
+        snprintf(best, sizeof best, "best test acc %.2f%% (epoch %d) | final test acc %.2f%%", 100.0 * st->best_acc,
+                 st->best_epoch, 100.0 * t->test.accuracy);
+    else
+        snprintf(best, sizeof best, "best test loss %.4f (epoch %d) | final test loss %.4f", st->best_loss,
+                 st->best_epoch, t->test.loss);
+    report_line("done | %s epochs | %lld steps%s | %.1f s | %s | peak memory %s\n", epochs, (long long)st->step,
+                st->skipped ? " (some skipped)" : "", seconds, best, peak);
     if (hashed)
         report_line("weights sha256 %s\n", r->result.weights_sha256);
     else

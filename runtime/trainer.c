@@ -96,6 +96,16 @@ static uint64_t train_data_hash(const trainer *t)
     return t->train_set->files ? t->train_set->files->list_hash : 0;
 }
 
+/* The model's task on this data, and its loss with the config's settings for it. */
+static bool open_loss(trainer *t, dpt_error *err)
+{
+    if (!dpt_task_resolve(t->model, t->train_set, &t->task, err)) return false;
+    t->loss = dpt_registry_find(DPT_KIND_LOSS, t->task.loss)->impl;
+    t->loss_settings = calloc(1, t->loss->settings_size + 1);
+    if (!t->loss_settings) dpt_fatal("out of host memory");
+    return !t->loss->configure || t->loss->configure(t->loss_settings, t->run->ini, err);
+}
+
 static bool resume(trainer *t, dpt_error *err)
 {
     replica *r = t->r;
@@ -274,7 +284,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     memset(t, 0, sizeof *t);
     t->r = r, t->run = run;
     t->host_comm = r->comm; /* close puts it back (an NCCL communicator may take its place) */
-    t->state = (dpt_train_state){.epoch = 1, .best_acc = -1.0};
+    t->state = (dpt_train_state){.epoch = 1, .best_acc = -1.0, .best_loss = INFINITY};
     if (run->loss_scale) t->state.loss_scale = run->loss_scale_init;
     dpt_ctx_options ctx_opt = run->ctx;
     ctx_opt.device = pick_device(r);
@@ -292,9 +302,8 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     }
     if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto fail;
     t->state.data_hash = train_data_hash(t);
-    t->model = dpt_model_build(t->ctx, run->ini, t->train_set->c, t->train_set->h, t->train_set->w,
-                               t->train_set->num_classes, err);
-    if (!t->model) goto fail;
+    t->model = dpt_model_build_for(t->ctx, run->ini, t->train_set, err);
+    if (!t->model || !open_loss(t, err)) goto fail;
     t->optim = dpt_optim_build(t->model, run->ini, err);
     if (!t->optim) goto fail;
     t->need = estimate_memory(t);
@@ -321,7 +330,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     if (t->ddp) dpt_ddp_set_timeline(t->ddp, t->timeline);
     int64_t all = run->epochs * t->steps_per_epoch;
     t->total_steps = run->max_steps > 0 && run->max_steps < all ? run->max_steps : all;
-    t->schedule = dpt_lr_schedule_build(run->ini, r->size, t->steps_per_epoch, t->total_steps);
+    if (!dpt_lr_schedule_build(run->ini, r->size, t->steps_per_epoch, t->total_steps, &t->schedule, err)) goto fail;
     if (r->rank == 0) print_header(t);
     t->meter = dpt_tensor_new(t->ctx, 1, (int64_t[]){METER_SLOTS});
     dpt_tensor_fill_slice(t->ctx, t->meter, 0, METER_SLOTS, 0.0f);
@@ -346,6 +355,7 @@ static void trainer_close(trainer *t)
     dpt_loader_free(t->test_loader);
     dpt_loader_free(t->train_loader);
     dpt_optim_free(t->optim);
+    free(t->loss_settings);
     dpt_model_free(t->model);
     dpt_dataset_free(t->test_set);
     dpt_dataset_free(t->train_set);
@@ -401,8 +411,9 @@ static void micro_batch(trainer *t, bool last)
         uint64_t key[3] = {run->ctx.seed, (uint64_t)t->state.step, (uint64_t)shard};
         dpt_rng_seed(&t->ctx->rng, dpt_hash_bytes(DPT_HASH_SEED, key, sizeof key));
     }
-    dpt_tensor *logits = dpt_model_forward(t->model, t->ctx, b.x);
-    dpt_tensor *loss = dpt_cross_entropy_dev(t->ctx, logits, b.device_labels, run->label_smoothing);
+    dpt_tensor *out = dpt_model_forward_batch(t->model, t->ctx, &b, &t->task);
+    dpt_tensor *target = dpt_batch_get(&b, t->task.target);
+    dpt_tensor *loss = t->loss->forward(t->ctx, out, target, t->loss_settings);
     if (t->nan_loss) loss = dpt_scale(t->ctx, loss, NAN);
     double t2 = dpt_now_s();
     /* Each micro-batch carries 1/accum of the step's mean loss (a deterministic shard its own
@@ -412,9 +423,10 @@ static void micro_batch(trainer *t, bool last)
     dpt_backward(t->ctx, factor != 1.0f ? dpt_scale(t->ctx, loss, factor) : loss);
     if (run->deterministic) det_push(t);
     double t3 = dpt_now_s();
-    dpt_tensor_add_slice(t->ctx, t->meter, METER_STEP, loss, 0, 1, (float)b.size);
-    dpt_count_correct_into(t->ctx, logits, b.device_labels, t->meter, METER_STEP + 1);
-    t->step_samples += b.size;
+    int64_t units = t->loss->terms(out, target);
+    dpt_tensor_add_slice(t->ctx, t->meter, METER_STEP, loss, 0, 1, (float)units);
+    if (t->task.metrics & DPT_METRIC_ACCURACY) t->loss->count_correct(t->ctx, out, target, t->meter, METER_STEP + 1);
+    t->step_units += units;
     dpt_tape_clear(t->ctx);
     dpt_timeline_span(t->timeline, "data", 0, t0, t1);
     dpt_timeline_span(t->timeline, "forward", 0, t1, t2);
@@ -491,7 +503,7 @@ static void train_step(trainer *t)
 {
     inject_fault(t);
     dpt_optim_set_lr(t->optim, (float)dpt_lr_at(&t->schedule, t->state.step));
-    t->step_samples = 0;
+    t->step_units = 0;
     for (t->micro = 0; t->micro < t->run->accum; t->micro++)
         micro_batch(t, t->micro == t->run->accum - 1);
     double t4 = dpt_now_s();
@@ -514,8 +526,8 @@ static void train_step(trainer *t)
         dpt_optim_step(t->ctx, t->optim);
         dpt_tensor_add_slice(t->ctx, t->meter, METER_WINDOW, t->meter, METER_STEP, 2, 1.0f);
         dpt_tensor_add_slice(t->ctx, t->meter, METER_EPOCH, t->meter, METER_STEP, 2, 1.0f);
-        t->win.samples += t->step_samples, t->whole.samples += t->step_samples;
-        t->samples_trained += t->step_samples;
+        t->win.units += t->step_units, t->whole.units += t->step_units;
+        t->units_trained += t->step_units;
     } else if (!scaled) {
         nonfinite_step(t);
     }
@@ -560,7 +572,11 @@ static bool epoch_end(trainer *t)
     progress_end_epoch(&t->bar);
     double eval_start = dpt_now_s();
     t->test = dpt_eval_allreduce(t->r->comm, dpt_evaluate(t->ctx, t->model, t->test_loader));
-    if (t->test.accuracy > st->best_acc) st->best_acc = t->test.accuracy, st->best_epoch = st->epoch;
+    bool better = (t->task.metrics & DPT_METRIC_ACCURACY) ? t->test.accuracy > st->best_acc
+                                                          : t->test.loss < st->best_loss;
+    if (better)
+        st->best_acc = (t->task.metrics & DPT_METRIC_ACCURACY) ? t->test.accuracy : -1.0,
+        st->best_loss = t->test.loss, st->best_epoch = st->epoch;
     meter_read(t->meter, METER_EPOCH, &t->whole);
     log_eval(t, &t->whole);
     t->eval_s += dpt_now_s() - eval_start;

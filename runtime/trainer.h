@@ -50,7 +50,6 @@ typedef struct run_config {
     const char *device;
     dpt_ctx_options ctx; /* device filled per replica */
     bool memory_check;
-    float label_smoothing;
     bool skip_nonfinite;
     bool loss_scale;         /* [train] loss_scale = dynamic */
     double loss_scale_init;
@@ -111,7 +110,7 @@ typedef struct replica {
 typedef struct window {
     double start, loss, comm_s, hidden_s, comm_bytes;
     double data_s; /* waiting for the loader's next batch */
-    int64_t correct, samples, steps;
+    int64_t correct, units, steps; /* units: what the loss averages over (images, samples, tokens) */
     int64_t syncs_at_start; /* the context's host reads when the window opened */
 } window;
 /* The device meter's slots: this step's sums, then the log window's, then the epoch's. */
@@ -137,6 +136,9 @@ typedef struct trainer {
     dpt_comm *host_comm, *nccl; /* GPU buffers travel over NCCL, host-side collectives over host_comm */
     dpt_dataset *train_set, *test_set;
     dpt_model *model;
+    dpt_task task;              /* what it trains for: the loss, metrics, unit, fields */
+    const dpt_loss_impl *loss;  /* the task's loss ... */
+    void *loss_settings;        /* ... and its settings from the config */
     dpt_optim *optim;
     dpt_metrics *metrics;
     dpt_loader *train_loader, *test_loader;
@@ -152,9 +154,9 @@ typedef struct trainer {
     window win;   /* the current log interval, across epoch ends */
     window whole; /* the epoch */
     progress bar;
-    int64_t step_samples;
+    int64_t step_units;
     int micro; /* the micro-batch (deterministic: the shard of this rank) in progress */
-    int64_t samples_trained; /* this replica's, in steps that were not skipped */
+    int64_t units_trained; /* this replica's, in steps that were not skipped */
     double grad_norm;
     bool nan_loss; /* tests: [distributed] fault = nan is due this step */
     /* [train] deterministic: the shard gradients' binary tree (a stack of partial sums, each

@@ -4,6 +4,7 @@
 #if DPT_MPI
 #include <mpi.h>
 #endif
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -182,11 +183,14 @@ void dpt_comm_set_delay(dpt_comm *comm, double ms_per_mb)
 dpt_eval_result dpt_eval_allreduce(dpt_comm *comm, dpt_eval_result local)
 {
     if (!comm || comm->size == 1) return local;
-    double sums[3] = {local.loss * (double)local.samples, local.accuracy * (double)local.samples,
-                      (double)local.samples};
-    dpt_comm_allreduce_f64(comm, sums, 3, "evaluation sums");
-    dpt_eval_result r = {.samples = (int64_t)sums[2]};
-    r.loss = r.samples ? sums[0] / sums[2] : 0.0;
-    r.accuracy = r.samples ? sums[1] / sums[2] : 0.0;
+    /* sums over the ranks' terms (each rank's mean times its count); NaN metrics stay NaN */
+    bool acc = !isnan(local.accuracy), ppl = !isnan(local.perplexity);
+    double sums[4] = {local.loss * (double)local.terms, acc ? local.accuracy * (double)local.terms : 0.0,
+                      (double)local.terms, (double)local.samples};
+    dpt_comm_allreduce_f64(comm, sums, 4, "evaluation sums");
+    dpt_eval_result r = {.terms = (int64_t)sums[2], .samples = (int64_t)sums[3]};
+    r.loss = r.terms ? sums[0] / sums[2] : 0.0;
+    r.accuracy = acc ? (r.terms ? sums[1] / sums[2] : 0.0) : NAN;
+    r.perplexity = ppl ? exp(r.loss) : NAN;
     return r;
 }

@@ -16,10 +16,10 @@ static dpt_model *toy_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int6
 }
 
 static const dpt_config_key toy_keys[] = {
-    {NULL, "toy_width", DPT_KEY_INT, "4", 1, 64, NULL, "units"},
-    {NULL, "toy_mode", DPT_KEY_ENUM, "fast", 1, 0, "fast|exact", "how"},
-    {NULL, "bn_momentum", DPT_KEY_FLOAT, "0.1", 0, 1, NULL, "batch norm running-statistics momentum"}, /* shared */
-    {"toy_data", "noise", DPT_KEY_FLOAT, "0.5", 0, 1, NULL, "a section of its own"},
+    {NULL, "toy_width", DPT_KEY_INT, "4", 1, 64, NULL, "units", 0},
+    {NULL, "toy_mode", DPT_KEY_ENUM, "fast", 1, 0, "fast|exact", "how", 0},
+    {NULL, "bn_momentum", DPT_KEY_FLOAT, "0.1", 0, 1, NULL, "batch norm running-statistics momentum", 0}, /* shared */
+    {"toy_data", "noise", DPT_KEY_FLOAT, "0.5", 0, 1, NULL, "a section of its own", 0},
 };
 
 static void reg_bad_model_name(void) { exit(dpt_register_model("Bad Name", toy_build) ? 0 : 1); }
@@ -27,22 +27,22 @@ static void reg_builtin_name(void) { exit(dpt_register_model("mlp", toy_build) ?
 static void reg_twice(void) { exit(dpt_register_model("twice", toy_build) && !dpt_register_model("twice", toy_build) ? 1 : 0); }
 static void reg_bad_default(void)
 {
-    dpt_config_key k = {NULL, "toy_big", DPT_KEY_INT, "100", 1, 64, NULL, "units"};
+    dpt_config_key k = {NULL, "toy_big", DPT_KEY_INT, "100", 1, 64, NULL, "units", 0};
     exit(dpt_register_config_keys("toy", &k, 1) ? 0 : 1);
 }
 static void reg_clash_runtime(void)
 {
-    dpt_config_key k = {"train", "batch", DPT_KEY_FLOAT, "1", 0, 0, NULL, "not the runtime's"};
+    dpt_config_key k = {"train", "batch", DPT_KEY_FLOAT, "1", 0, 0, NULL, "not the runtime's", 0};
     exit(dpt_register_config_keys("toy", &k, 1) ? 0 : 1);
 }
 static void reg_clash_model(void)
 {
-    dpt_config_key k = {NULL, "depth", DPT_KEY_INT, "50", 1, 1000, NULL, "another default than resnet's"};
+    dpt_config_key k = {NULL, "depth", DPT_KEY_INT, "50", 1, 1000, NULL, "another default than resnet's", 0};
     exit(dpt_register_config_keys("toy", &k, 1) ? 0 : 1);
 }
 static void reg_enum_without_choices(void)
 {
-    dpt_config_key k = {NULL, "toy_kind", DPT_KEY_ENUM, "a", 0, 0, NULL, "kind"};
+    dpt_config_key k = {NULL, "toy_kind", DPT_KEY_ENUM, "a", 0, 0, NULL, "kind", 0};
     exit(dpt_register_config_keys("toy", &k, 1) ? 0 : 1);
 }
 
@@ -54,9 +54,9 @@ static void test_bad_registrations_refused(void **state)
         void (*fn)(void);
         const char *msg;
     } cases[] = {
-        {reg_bad_model_name, "dpt_register_model(Bad Name): a name of lower-case letters"},
-        {reg_builtin_name, "dpt_register_model(mlp): a built-in model has this name"},
-        {reg_twice, "dpt_register_model(twice): registered twice"},
+        {reg_bad_model_name, "dpt_register(model Bad Name): a name of lower-case letters"},
+        {reg_builtin_name, "dpt_register(model mlp): a built-in one has this name"},
+        {reg_twice, "dpt_register(model twice): registered twice"},
         {reg_bad_default, "[model] toy_big = 100: out of range, must be between 1 and 64"},
         {reg_clash_runtime, "[train] batch is already a key of the runtime"},
         {reg_clash_model, "[model] depth is already a key of resnet"},
@@ -100,10 +100,10 @@ static void test_registered_model_and_keys(void **state)
     assert_contains(err.msg, "not one of fast|exact");
     assert_false(dpt_config_set(cfg, "model.toy_widht=3", &err));
     assert_contains(err.msg, "did you mean 'toy_width'?");
-    /* an unknown model lists the registered ones */
-    assert_true(dpt_config_set(cfg, "model.name=toys", &err));
-    assert_null(dpt_model_build(ctx, cfg, 1, 28, 28, 10, &err));
-    assert_contains(err.msg, "known models are mlp, cnn, resnet, toy");
+    /* an unknown model lists the registered ones: the built-in ones by name, then the program's */
+    assert_false(dpt_config_set(cfg, "model.name=toys", &err));
+    assert_contains(err.msg, "[model] name = toys: not a registered model");
+    assert_contains(err.msg, "known models are cnn, mlp, resnet, toy");
     dpt_config_free(cfg);
     dpt_ctx_free(ctx);
     /* the reference: the model's keys under [model], a shared key with both owners, its section */
@@ -123,7 +123,7 @@ static void test_registered_model_and_keys(void **state)
 
 static void reg_late(void)
 {
-    dpt_config_key k = {NULL, "late", DPT_KEY_INT, "1", 0, 0, NULL, "too late"};
+    dpt_config_key k = {NULL, "late", DPT_KEY_INT, "1", 0, 0, NULL, "too late", 0};
     exit(dpt_register_config_keys("toy", &k, 1) ? 0 : 1);
 }
 

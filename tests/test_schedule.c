@@ -7,7 +7,8 @@ static dpt_lr_schedule build(const char *const *sets, int nsets, int world, int6
     dpt_error err;
     for (int i = 0; i < nsets; i++)
         if (!dpt_config_set(cfg, sets[i], &err)) fail_msg("%s", err.msg);
-    dpt_lr_schedule s = dpt_lr_schedule_build(cfg, world, spe, total);
+    dpt_lr_schedule s;
+    if (!dpt_lr_schedule_build(cfg, world, spe, total, &s, &err)) fail_msg("%s", err.msg);
     dpt_config_free(cfg);
     return s;
 }
