@@ -315,15 +315,75 @@ void dpt_set_grad_ready_hook(dpt_ctx *ctx, dpt_grad_ready_hook hook, void *user)
 
 /* ---------------------------------------------------------------- ops (return temporaries) */
 
-dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b); /* same shape */
-dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b); /* same shape */
-dpt_tensor *dpt_sub(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b); /* same shape */
+/* Elementwise functions of one tensor (dpt_unary, dpt_foreach_unary); values are append-only. */
+typedef enum dpt_unary_op {
+    DPT_UNARY_NEG = 0,
+    DPT_UNARY_ABS,
+    DPT_UNARY_SIGN, /* -1, 0, 1 (gradient 0) */
+    DPT_UNARY_SQRT,
+    DPT_UNARY_RSQRT, /* 1 / sqrt(x) */
+    DPT_UNARY_EXP,
+    DPT_UNARY_LOG,
+    DPT_UNARY_SQUARE,
+    DPT_UNARY_RECIPROCAL,
+    DPT_UNARY_TANH,
+    DPT_UNARY_SIGMOID,
+    DPT_UNARY_SILU,     /* x * sigmoid(x) */
+    DPT_UNARY_GELU_ERF, /* 0.5 x (1 + erf(x / sqrt(2))), the exact GELU */
+    DPT_UNARY_COUNT
+} dpt_unary_op;
+/* Broadcasting binary ops (dpt_add, dpt_sub, dpt_mul, dpt_div); values are append-only. */
+typedef enum dpt_binary_op { DPT_BINARY_ADD = 0, DPT_BINARY_SUB, DPT_BINARY_MUL, DPT_BINARY_DIV, DPT_BINARY_COUNT } dpt_binary_op;
+
+/* Elementwise, broadcasting as NumPy does (shapes aligned at the last axis, a dim of 1 stretches
+ * to the other's): (B, T, C) + (C), (B, H, T, T) * (1, 1, T, T), ... */
+dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
+dpt_tensor *dpt_sub(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
+dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
+dpt_tensor *dpt_div(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
+dpt_tensor *dpt_broadcast_binary(dpt_ctx *ctx, dpt_binary_op op, dpt_tensor *a, dpt_tensor *b);
 dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha);
 dpt_tensor *dpt_sum(dpt_ctx *ctx, dpt_tensor *x);  /* -> (1) */
 dpt_tensor *dpt_mean(dpt_ctx *ctx, dpt_tensor *x); /* -> (1) */
 /* (M, K) x (K, N) -> (M, N); a or b may be dpt_transpose() views (no copy). */
 dpt_tensor *dpt_matmul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
 dpt_tensor *dpt_transpose(dpt_ctx *ctx, dpt_tensor *x); /* 2-D view */
+/* Batched matmul (..., M, K) x (..., K, N) -> (..., M, N) over equal batch axes, or with b a
+ * (K, N) matrix shared by every batch element; operands may be dpt_transpose_axes views of
+ * their last two axes (read with a transpose flag, no copy). */
+dpt_tensor *dpt_bmm(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
+/* Views (no copy; their gradients flow back to the viewed tensor): axes permuted (y's axis i is
+ * x's axes[i]), two axes swapped, a slice [start, end) by step of one axis (negative start and
+ * end count from the end), length elements from start. */
+dpt_tensor *dpt_permute(dpt_ctx *ctx, dpt_tensor *x, const int *axes);
+dpt_tensor *dpt_transpose_axes(dpt_ctx *ctx, dpt_tensor *x, int a, int b);
+dpt_tensor *dpt_slice(dpt_ctx *ctx, dpt_tensor *x, int axis, int64_t start, int64_t end, int64_t step);
+dpt_tensor *dpt_narrow(dpt_ctx *ctx, dpt_tensor *x, int axis, int64_t start, int64_t length);
+/* x itself when its data is dense, else a dense copy (recorded). */
+dpt_tensor *dpt_contiguous(dpt_ctx *ctx, dpt_tensor *x);
+/* Tensors joined along an axis (equal elsewhere); and x cut along one into views of sizes. */
+dpt_tensor *dpt_concat(dpt_ctx *ctx, int n, dpt_tensor *const *xs, int axis);
+void dpt_split(dpt_ctx *ctx, dpt_tensor *x, int axis, int n, const int64_t *sizes, dpt_tensor **out);
+/* Over the last dim: (..., D) -> (..., 1) with keepdim, else (...). max's gradient goes to the
+ * first largest element. */
+dpt_tensor *dpt_sum_last(dpt_ctx *ctx, dpt_tensor *x, bool keepdim);
+dpt_tensor *dpt_mean_last(dpt_ctx *ctx, dpt_tensor *x, bool keepdim);
+dpt_tensor *dpt_max_last(dpt_ctx *ctx, dpt_tensor *x, bool keepdim);
+/* An elementwise function (dpt_unary_op), recorded with its derivative. */
+dpt_tensor *dpt_unary(dpt_ctx *ctx, dpt_unary_op op, dpt_tensor *x);
+dpt_tensor *dpt_silu(dpt_ctx *ctx, dpt_tensor *x);     /* x * sigmoid(x) */
+dpt_tensor *dpt_gelu_erf(dpt_ctx *ctx, dpt_tensor *x); /* the exact GELU; dpt_gelu is the tanh form */
+/* Rows of weight (vocab, dim) picked by int32 ids (...) -> (..., dim); the gradient adds into
+ * the picked rows in a fixed order (the same bits on every run). */
+dpt_tensor *dpt_embedding(dpt_ctx *ctx, dpt_tensor *weight, dpt_tensor *ids);
+/* Layer normalization over the last dim: (x - mean) / sqrt(var + eps) * weight + bias (var
+ * biased, as torch.nn.LayerNorm; weight and bias of the last dim's size, or NULL). */
+dpt_tensor *dpt_layer_norm(dpt_ctx *ctx, dpt_tensor *x, dpt_tensor *weight, dpt_tensor *bias, float eps);
+/* Optimizer building blocks: over lists of n dense float tensors of matching sizes, in place,
+ * outside autograd, one pass (one launch on a GPU): y = alpha * x + beta * y (beta 0: y is
+ * only written), and y = op(x) (y may be x). */
+void dpt_foreach_axpby(dpt_ctx *ctx, int n, dpt_tensor *const *y, float alpha, dpt_tensor *const *x, float beta);
+void dpt_foreach_unary(dpt_ctx *ctx, int n, dpt_tensor *const *y, dpt_unary_op op, dpt_tensor *const *x);
 /* A view with a new shape of the same numel; one dim may be -1. */
 dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape);
 dpt_tensor *dpt_flatten(dpt_ctx *ctx, dpt_tensor *x); /* (B, ...) -> (B, prod) */
@@ -334,10 +394,17 @@ dpt_tensor *dpt_relu(dpt_ctx *ctx, dpt_tensor *x);
  * has read it yet); otherwise dpt_relu. x must not be used afterwards: use the result. */
 dpt_tensor *dpt_relu_(dpt_ctx *ctx, dpt_tensor *x);
 dpt_tensor *dpt_gelu(dpt_ctx *ctx, dpt_tensor *x);    /* tanh approximation */
-dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x); /* over the last dim */
+dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x);     /* over the last dim */
+dpt_tensor *dpt_log_softmax(dpt_ctx *ctx, dpt_tensor *x); /* over the last dim */
 /* Mean softmax cross-entropy of logits (B, C) against labels[B] in [0, C); numerically
  * stable (log-sum-exp). label_smoothing in [0, 1) as in torch.nn.CrossEntropyLoss. */
 dpt_tensor *dpt_cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels, float label_smoothing);
+/* Cross-entropy of logits (..., C) against int32 targets (...) of the same leading shape, on the
+ * device (a batch's token or label tensor): the mean over the rows whose target is not
+ * ignore_index (PyTorch's ignore_index; DPT_IGNORE_INDEX is its default, -100). */
+#define DPT_IGNORE_INDEX (-100)
+dpt_tensor *dpt_cross_entropy_targets(dpt_ctx *ctx, dpt_tensor *logits, dpt_tensor *targets, float label_smoothing,
+                                      int32_t ignore_index);
 /* Mean squared error: the mean over every value of (output - target)^2 (the same number of
  * values; torch.nn.MSELoss). */
 dpt_tensor *dpt_mse_loss(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target);

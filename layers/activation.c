@@ -46,7 +46,7 @@ static void gelu_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_gelu(dpt_ctx *ctx, dpt_tensor *x)
 {
     x = dpt_widen(ctx, x);
-    dpt_require_contiguous("gelu", x);
+    x = dpt_contiguous(ctx, x);
     dpt_tensor *y = dpt_temp_like(ctx, x);
     ctx->be->gelu_fwd(ctx, x->data, y->data, x->numel);
     dpt_tape_record(ctx, "gelu", gelu_backward, y, 1, &x);
@@ -64,7 +64,7 @@ static void softmax_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_softmax(dpt_ctx *ctx, dpt_tensor *x)
 {
     x = dpt_plain(ctx, x);
-    dpt_require_contiguous("softmax", x);
+    x = dpt_contiguous(ctx, x);
     DPT_ASSERT(x->ndim >= 1 && x->shape[x->ndim - 1] > 0, "softmax over an empty dimension");
     dpt_tensor *y = dpt_temp_like(ctx, x);
     int64_t cols = x->shape[x->ndim - 1];

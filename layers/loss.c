@@ -18,10 +18,11 @@ static void check_logits(const char *op, const dpt_tensor *logits)
                   dpt_shape_str(logits, buf, sizeof buf));
 }
 
-/* A tape-lifetime device copy of `rows` labels (int32 in float-sized slots). */
+/* A tape-lifetime device copy of `rows` labels (int32 in float-sized slots), and one slot more
+ * (the cross-entropy's count of the rows it averaged). */
 static dpt_tensor *labels_on_tape(dpt_ctx *ctx, const int32_t *labels, int64_t rows, bool from_host)
 {
-    dpt_tensor *t = dpt_temp(ctx, 1, &rows);
+    dpt_tensor *t = dpt_temp(ctx, 1, (int64_t[]){rows + 1});
     if (from_host)
         ctx->be->copy_h2d(ctx, t->data, labels, (size_t)rows * sizeof *labels);
     else
@@ -29,10 +30,10 @@ static dpt_tensor *labels_on_tape(dpt_ctx *ctx, const int32_t *labels, int64_t r
     return t;
 }
 
-static void check_host_labels(const char *op, const int32_t *labels, int64_t rows, int64_t cols)
+static void check_host_labels(const char *op, const int32_t *labels, int64_t rows, int64_t cols, int32_t ignore)
 {
     for (int64_t r = 0; r < rows; r++)
-        if (labels[r] < 0 || labels[r] >= cols)
+        if ((labels[r] < 0 || labels[r] >= cols) && labels[r] != ignore)
             dpt_fatal("%s: label %d of row %lld is outside [0, %lld)", op, labels[r], (long long)r,
                       (long long)cols);
 }
@@ -40,43 +41,59 @@ static void check_host_labels(const char *op, const int32_t *labels, int64_t row
 static void xent_backward(dpt_ctx *ctx, dpt_node *node)
 {
     dpt_tensor *logits = node->in[0];
-    ctx->be->xent_bwd(ctx, node->saved[0]->data, (const int32_t *)node->saved[1]->data, logits->shape[0],
-                      logits->shape[1], node->arg.label_smoothing, node->out->grad->data, dpt_grad_acc(ctx, logits)->data);
+    int64_t rows = logits->shape[0];
+    ctx->be->xent_bwd(ctx, node->saved[0]->data, (const int32_t *)node->saved[1]->data, rows, logits->shape[1],
+                      node->arg.xent.label_smoothing, node->arg.xent.ignore_index, node->out->grad->data,
+                      node->saved[1]->data + rows, dpt_grad_acc(ctx, logits)->data);
 }
 
 static dpt_tensor *cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels, bool host_labels,
-                                 float label_smoothing)
+                                 float label_smoothing, int32_t ignore_index)
 {
     logits = dpt_plain(ctx, logits);
     check_logits("cross_entropy", logits);
     DPT_ASSERT(label_smoothing >= 0.0f && label_smoothing < 1.0f, "label smoothing %g", label_smoothing);
     int64_t rows = logits->shape[0], cols = logits->shape[1];
     DPT_ASSERT(rows > 0, "cross-entropy of an empty batch");
-    if (host_labels) check_host_labels("cross_entropy", labels, rows, cols);
+    if (host_labels) check_host_labels("cross_entropy", labels, rows, cols, ignore_index);
     /* The caller's label buffer may be reused (a loader's next batch) before backward runs. */
     dpt_tensor *kept = labels_on_tape(ctx, labels, rows, host_labels);
     dpt_tensor *probs = dpt_temp_like(ctx, logits);
     dpt_tensor *loss = dpt_temp(ctx, 1, (int64_t[]){1});
-    ctx->be->xent_fwd(ctx, logits->data, (const int32_t *)kept->data, rows, cols, label_smoothing,
-                      probs->data, loss->data);
+    ctx->be->xent_fwd(ctx, logits->data, (const int32_t *)kept->data, rows, cols, label_smoothing, ignore_index,
+                      probs->data, loss->data, kept->data + rows);
     dpt_node *node = dpt_tape_record(ctx, "cross_entropy", xent_backward, loss, 1, &logits);
     if (node) {
         node->saved[0] = probs;
         node->saved[1] = kept;
-        node->arg.label_smoothing = label_smoothing;
+        node->arg.xent.label_smoothing = label_smoothing;
+        node->arg.xent.ignore_index = ignore_index;
     }
     return loss;
 }
 
 dpt_tensor *dpt_cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels, float label_smoothing)
 {
-    return cross_entropy(ctx, logits, labels, true, label_smoothing);
+    return cross_entropy(ctx, logits, labels, true, label_smoothing, DPT_IGNORE_INDEX);
 }
 
 dpt_tensor *dpt_cross_entropy_dev(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *device_labels,
                                   float label_smoothing)
 {
-    return cross_entropy(ctx, logits, device_labels, false, label_smoothing);
+    return cross_entropy(ctx, logits, device_labels, false, label_smoothing, DPT_IGNORE_INDEX);
+}
+
+dpt_tensor *dpt_cross_entropy_targets(dpt_ctx *ctx, dpt_tensor *logits, dpt_tensor *targets, float label_smoothing,
+                                      int32_t ignore_index)
+{
+    char a[96], b[96];
+    int64_t classes = logits->shape[logits->ndim - 1];
+    if (targets->dtype != DPT_I32 || logits->ndim < 2 || logits->numel != targets->numel * classes ||
+        !dpt_tensor_is_contiguous(targets))
+        dpt_fatal("cross_entropy: logits %s do not fit targets %s (int32, contiguous, one per row of logits)",
+                  dpt_shape_str(logits, a, sizeof a), dpt_shape_str(targets, b, sizeof b));
+    if (logits->ndim > 2) logits = dpt_reshape(ctx, logits, 2, (int64_t[]){targets->numel, classes});
+    return cross_entropy(ctx, logits, (const int32_t *)targets->data, false, label_smoothing, ignore_index);
 }
 
 void dpt_count_correct_into(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *device_labels,
@@ -94,7 +111,7 @@ int64_t dpt_count_correct(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *label
 {
     logits = dpt_plain(ctx, logits);
     check_logits("count_correct", logits);
-    check_host_labels("count_correct", labels, logits->shape[0], logits->shape[1]);
+    check_host_labels("count_correct", labels, logits->shape[0], logits->shape[1], DPT_IGNORE_INDEX);
     dpt_tensor *dev = labels_on_tape(ctx, labels, logits->shape[0], true);
     dpt_tensor *counter = dpt_temp_zeros(ctx, 1, (int64_t[]){1});
     ctx->be->correct_acc(ctx, logits->data, (const int32_t *)dev->data, logits->shape[0], logits->shape[1],
@@ -139,7 +156,8 @@ static dpt_tensor *logit_rows(dpt_ctx *ctx, dpt_tensor *logits, const dpt_tensor
 static dpt_tensor *xent_forward(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target, const void *settings)
 {
     float smoothing = settings ? ((const xent_settings *)settings)->label_smoothing : 0.0f;
-    return cross_entropy(ctx, logit_rows(ctx, output, target, true), (const int32_t *)target->data, false, smoothing);
+    return cross_entropy(ctx, logit_rows(ctx, output, target, true), (const int32_t *)target->data, false, smoothing,
+                         DPT_IGNORE_INDEX);
 }
 
 static int64_t xent_terms(const dpt_tensor *output, const dpt_tensor *target)

@@ -38,7 +38,11 @@ struct dpt_node {
     bool out_unread;
     union { /* the op's one scalar argument */
         float alpha;           /* scale, sum, mean: dy/dx = alpha */
-        float label_smoothing; /* cross-entropy */
+        struct {
+            float label_smoothing;
+            int32_t ignore_index; /* rows with this label count for nothing */
+        } xent;
+        int32_t code; /* which of a family: a dpt_binary_op, dpt_unary_op, a reduction's kind */
     } arg;
 };
 

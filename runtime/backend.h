@@ -96,14 +96,15 @@ typedef struct dpt_backend {
     void (*softmax_bwd)(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t rows,
                         int64_t cols); /* += */
     /* Softmax cross-entropy over labels in device memory (in [0, cols); one outside gives a NaN
-     * loss for its row). probs (rows, cols) receives the softmax and *loss, one float on the
-     * device, the mean over the rows: nothing is read back to the host. */
+     * loss for its row; a row whose label is ignore_index counts for nothing). probs (rows,
+     * cols) receives the softmax, *count the rows counted and *loss the mean over them (0 of 0:
+     * NaN), floats on the device: nothing is read back to the host. */
     void (*xent_fwd)(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols,
-                     float smoothing, float *probs, float *loss);
-    /* dlogits += dloss[0] / rows * (probs - target), target = (1-s) onehot + s/cols; dloss is
-     * the loss's gradient, on the device. */
+                     float smoothing, int32_t ignore_index, float *probs, float *loss, float *count);
+    /* dlogits += dloss[0] / count[0] * (probs - target), target = (1-s) onehot + s/cols, for the
+     * rows counted; dloss is the loss's gradient, on the device. */
     void (*xent_bwd)(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
-                     float smoothing, const float *dloss, float *dlogits);
+                     float smoothing, int32_t ignore_index, const float *dloss, const float *count, float *dlogits);
     /* *correct (a float on the device) += the rows whose largest logit is their label. */
     void (*correct_acc)(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols,
                         float *correct);
@@ -202,9 +203,64 @@ typedef struct dpt_backend {
     void (*adamw_step_multi)(dpt_ctx *ctx, const dpt_tensor_list *l, float lr, float beta1, float beta2,
                              float eps, float weight_decay, float bias_correction1, float bias_correction2);
     double (*sumsq_multi)(dpt_ctx *ctx, const dpt_tensor_list *l);
+    /* Building blocks optimizers are written with (dpt_foreach_*), over a whole list in one
+     * call. axpby: lists (y, x), y = alpha * x + beta * y (beta 0: y's old values are not read).
+     * unary: lists (y, x), y = op(x) (y may be x). */
+    void (*axpby_multi)(dpt_ctx *ctx, const dpt_tensor_list *l, float alpha, float beta);
+    void (*unary_multi)(dpt_ctx *ctx, const dpt_tensor_list *l, dpt_unary_op op);
+
+    /* ---- tensor primitives (ops_cpu_tensor.c, cuda_tensor.cu): what attention, layer norm,
+     * embeddings and broadcasting are made of. Shapes have at most DPT_MAX_DIMS dims; strides
+     * are in elements. */
+    /* dst[i] = src[i] (or +=) for every index i of shape, each side addressed by its strides. */
+    void (*strided_copy)(dpt_ctx *ctx, int ndim, const int64_t *shape, const float *src, const int64_t *src_strides,
+                         float *dst, const int64_t *dst_strides, bool accumulate);
+    /* out (contiguous, shape) = a op b; a and b addressed by strides (0 along broadcast axes). */
+    void (*binary)(dpt_ctx *ctx, dpt_binary_op op, int ndim, const int64_t *shape, const float *a,
+                   const int64_t *a_strides, const float *b, const int64_t *b_strides, float *out);
+    /* dst = alpha * (the sum of src over the axes where dst's stride is 0) (or +=); src is
+     * contiguous in shape, dst addressed by dst_strides over shape. Every dst element sums its
+     * sources in index order (the same bits on every run and thread count). */
+    void (*reduce_into)(dpt_ctx *ctx, int ndim, const int64_t *shape, const float *src, float *dst,
+                        const int64_t *dst_strides, float alpha, bool accumulate);
+    /* Rows of x (rows, cols): y[r] = the sum, or the largest (arg in idx, int32; the first of ties). */
+    void (*rows_sum)(dpt_ctx *ctx, const float *x, int64_t rows, int64_t cols, float *y);
+    void (*rows_max)(dpt_ctx *ctx, const float *x, int64_t rows, int64_t cols, float *y, int32_t *idx);
+    /* dx[r, idx[r]] += dy[r] */
+    void (*rows_max_bwd)(dpt_ctx *ctx, const float *dy, const int32_t *idx, int64_t rows, int64_t cols, float *dx);
+    /* y = x - log(sum(exp(x))) per row; backward dx += dy - exp(y) * sum(dy) */
+    void (*log_softmax_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t rows, int64_t cols);
+    void (*log_softmax_bwd)(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t rows, int64_t cols);
+    /* y = op(x); backward dx += dy * op'(x) (from x and, where cheaper, y) */
+    void (*unary_fwd)(dpt_ctx *ctx, dpt_unary_op op, int64_t n, const float *x, float *y);
+    void (*unary_bwd)(dpt_ctx *ctx, dpt_unary_op op, int64_t n, const float *x, const float *y, const float *dy,
+                      float *dx);
+    /* out (n, dim) = weight[ids[i]] (weight (vocab, dim)); an id outside [0, vocab) gives NaN rows.
+     * Backward dweight[ids[i]] += dy[i] in i order for every row of dweight (no atomics: the same
+     * bits on every run). */
+    void (*embedding_fwd)(dpt_ctx *ctx, const float *weight, int64_t vocab, int64_t dim, const int32_t *ids,
+                          int64_t n, float *out);
+    void (*embedding_bwd)(dpt_ctx *ctx, const int32_t *ids, int64_t n, const float *dy, int64_t vocab, int64_t dim,
+                          float *dweight);
+    /* Layer normalization over the last dim of x (rows, dim): y = (x - mean) * rstd * w + b
+     * (w, b may be NULL: 1 and 0); mean and rstd (rows) kept for backward, which adds into dx,
+     * dw and db (each may be NULL). */
+    void (*layernorm_fwd)(dpt_ctx *ctx, const float *x, int64_t rows, int64_t dim, const float *w, const float *b,
+                          float eps, float *y, float *mean, float *rstd);
+    void (*layernorm_bwd)(dpt_ctx *ctx, const float *x, const float *dy, int64_t rows, int64_t dim, const float *w,
+                          const float *mean, const float *rstd, float *dx, float *dw, float *db);
+    /* batch GEMMs C_i (M, N) = alpha * op(A_i) op(B_i) + beta * C_i, A_i = A + i * stride_a, ... */
+    void (*gemm_batched)(dpt_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float *A, int64_t lda, int64_t stride_a, const float *B, int64_t ldb, int64_t stride_b,
+                         float beta, float *C, int64_t ldc, int64_t stride_c, int64_t batch);
 } dpt_backend;
 
-extern const dpt_backend dpt_backend_cpu;
+/* ops_cpu.c: the CPU table with the native kernels. Its static part is dpt_backend_cpu (other
+ * CPU files call its entries directly); dpt_backend_cpu_native() fills the families kept in
+ * files of their own (dpt_cpu_tensor_entries: ops_cpu_tensor.c) once and returns it. */
+extern dpt_backend dpt_backend_cpu;
+const dpt_backend *dpt_backend_cpu_native(void);
+void dpt_cpu_tensor_entries(dpt_backend *be);
 /* ops_cpu_dnnl.c: the CPU table with oneDNN convolutions; NULL in a build without oneDNN. */
 const dpt_backend *dpt_backend_cpu_onednn(void);
 

@@ -149,6 +149,7 @@ void cuda_optim_entries(dpt_backend *be); /* cuda_optim.cu: SGD, AdamW, multi-te
 void cuda_conv_entries(dpt_backend *be);  /* cuda_conv.cu: cuDNN convolution */
 void cuda_norm_entries(dpt_backend *be);  /* cuda_norm.cu: batch norm */
 void cuda_pool_entries(dpt_backend *be);  /* cuda_pool.cu: max and average pooling */
+void cuda_tensor_entries(dpt_backend *be); /* cuda_tensor.cu: the tensor primitives */
 void cuda_optim_release(cuda_state *s);
 void cuda_conv_release(cuda_state *s);
 

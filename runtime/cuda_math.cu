@@ -136,7 +136,7 @@ __global__ void softmax_bwd_kernel(const float *y, const float *dy, float *dx, i
 }
 
 __global__ void xent_fwd_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols,
-                                float smoothing, float *probs, double *partials)
+                                float smoothing, int32_t ignore, float *probs, double *partials)
 {
     double acc = 0.0;
     GRID_STRIDE(r, rows)
@@ -152,27 +152,34 @@ __global__ void xent_fwd_kernel(const float *x, const int32_t *labels, int64_t r
         for (int64_t c = 0; c < cols; c++)
             probs[r * cols + c] = (float)exp((double)xr[c] - lse);
         int32_t y = labels[r];
-        double l = y < 0 || y >= cols
-                       ? NAN /* out of range: a NaN loss, not a read out of bounds */
-                       : (1.0 - smoothing) * (lse - xr[y]) + smoothing * (lse - sum_logits / (double)cols);
+        double l = y == ignore                ? 0.0
+                   : y < 0 || y >= cols ? NAN /* out of range: a NaN loss, not a read out of bounds */
+                                        : (1.0 - smoothing) * (lse - xr[y]) + smoothing * (lse - sum_logits / (double)cols);
         acc += l;
     }
     block_partial(acc, partials);
 }
 
-/* loss[0] = total[0] / rows: the mean, left on the device */
-__global__ void mean_kernel(const double *total, int64_t rows, float *loss)
+/* *count = the rows whose label is not ignore (one block), and *loss = total[0] / *count: the
+ * mean, left on the device */
+__global__ void xent_mean_kernel(const double *total, const int32_t *labels, int64_t rows, int32_t ignore,
+                                 float *loss, float *count)
 {
-    if (blockIdx.x == 0 && threadIdx.x == 0) loss[0] = (float)(total[0] / (double)rows);
+    double n = 0.0;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+        n += labels[r] != ignore;
+    double counted = block_total(n);
+    if (threadIdx.x == 0) *count = (float)counted, *loss = (float)(total[0] / counted);
 }
 
 __global__ void xent_bwd_kernel(const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
-                                float smoothing, const float *dloss, float *dx)
+                                float smoothing, int32_t ignore, const float *dloss, const float *count, float *dx)
 {
-    float scale = dloss[0] / (float)rows;
+    float scale = dloss[0] / count[0];
     GRID_STRIDE(i, rows * cols)
     {
         int64_t r = i / cols, c = i % cols;
+        if (labels[r] == ignore) continue;
         float target = smoothing / (float)cols + (c == labels[r] ? 1.0f - smoothing : 0.0f);
         dx[i] += scale * (probs[i] - target);
     }
@@ -395,17 +402,17 @@ static void cuda_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, floa
 /* The labels are on the device already (the loader copies them with the batch), and the
  * loss stays there: no read-back in the step. */
 static void cuda_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
-                          int64_t cols, float smoothing, float *probs, float *loss)
+                          int64_t cols, float smoothing, int32_t ignore, float *probs, float *loss, float *count)
 {
-    REDUCE(xent_fwd_kernel, logits, labels, rows, cols, smoothing, probs);
-    mean_kernel<<<1, 1, 0, stream_of(ctx)>>>(state_of(ctx)->scratch, rows, loss);
-    CHECK_CUDA(cudaGetLastError());
+    REDUCE(xent_fwd_kernel, logits, labels, rows, cols, smoothing, ignore, probs);
+    xent_mean_kernel<<<1, THREADS, 0, stream_of(ctx)>>>(state_of(ctx)->scratch, labels, rows, ignore, loss, count);
+    CHECK_LAUNCH();
 }
 
 static void cuda_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
-                          float smoothing, const float *dloss, float *dlogits)
+                          float smoothing, int32_t ignore, const float *dloss, const float *count, float *dlogits)
 {
-    LAUNCH(xent_bwd_kernel, rows * cols, probs, labels, rows, cols, smoothing, dloss, dlogits);
+    LAUNCH(xent_bwd_kernel, rows * cols, probs, labels, rows, cols, smoothing, ignore, dloss, count, dlogits);
 }
 
 static void cuda_correct_acc(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,

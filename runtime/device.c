@@ -68,7 +68,7 @@ static const dpt_backend *backend_for(dpt_device_kind kind, dpt_cpu_kernels cpu_
     case DPT_DEVICE_CPU:
         if (cpu_kernels != DPT_CPU_KERNELS_NATIVE && dpt_backend_cpu_onednn())
             return dpt_backend_cpu_onednn();
-        return &dpt_backend_cpu;
+        return dpt_backend_cpu_native();
 #if DPT_CUDA
     case DPT_DEVICE_CUDA:
         return dpt_backend_cuda();

@@ -7,14 +7,6 @@
 #include "ctx.h"
 #include "error.h"
 
-static void require_same_shape(const char *op, const dpt_tensor *a, const dpt_tensor *b)
-{
-    char sa[96], sb[96];
-    if (!dpt_same_shape(a, b))
-        dpt_fatal("%s: shapes %s and %s differ", op, dpt_shape_str(a, sa, sizeof sa),
-                  dpt_shape_str(b, sb, sizeof sb));
-}
-
 /* ---------------------------------------------------------------- layouts */
 
 static void plain_backward(dpt_ctx *ctx, dpt_node *node)
@@ -52,19 +44,19 @@ static dpt_tensor *convert(dpt_ctx *ctx, dpt_tensor *x, dpt_layout layout)
 
 dpt_tensor *dpt_to_layout(dpt_ctx *ctx, dpt_tensor *x, dpt_layout layout)
 {
-    if (!x || (x->layout == layout && x->dtype == DPT_F32)) return x;
+    if (!x || (x->layout == layout && x->dtype != DPT_BF16)) return x;
     return convert(ctx, x, layout);
 }
 
 dpt_tensor *dpt_plain(dpt_ctx *ctx, dpt_tensor *x)
 {
-    if (!x || (x->layout == DPT_LAYOUT_NCHW && x->dtype == DPT_F32)) return x;
+    if (!x || (x->layout == DPT_LAYOUT_NCHW && x->dtype != DPT_BF16)) return x; /* F32, or I32 indices */
     return convert(ctx, x, DPT_LAYOUT_NCHW);
 }
 
 dpt_tensor *dpt_widen(dpt_ctx *ctx, dpt_tensor *x)
 {
-    if (!x || x->dtype == DPT_F32) return x;
+    if (!x || x->dtype != DPT_BF16) return x;
     return convert(ctx, x, x->layout);
 }
 
@@ -91,7 +83,8 @@ static void add_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 {
-    require_same_shape("add", a, b);
+    if (!dpt_same_shape(a, b) || !dpt_tensor_is_contiguous(a) || !dpt_tensor_is_contiguous(b))
+        return dpt_broadcast_binary(ctx, DPT_BINARY_ADD, a, b);
     dpt_common_layout(ctx, &a, &b);
     dpt_require_contiguous("add", a);
     dpt_require_contiguous("add", b);
@@ -115,7 +108,8 @@ static void sub_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_sub(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 {
-    require_same_shape("sub", a, b);
+    if (!dpt_same_shape(a, b) || !dpt_tensor_is_contiguous(a) || !dpt_tensor_is_contiguous(b))
+        return dpt_broadcast_binary(ctx, DPT_BINARY_SUB, a, b);
     a = dpt_widen(ctx, a), b = dpt_widen(ctx, b);
     dpt_common_layout(ctx, &a, &b);
     dpt_require_contiguous("sub", a);
@@ -138,7 +132,8 @@ static void mul_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 {
-    require_same_shape("mul", a, b);
+    if (!dpt_same_shape(a, b) || !dpt_tensor_is_contiguous(a) || !dpt_tensor_is_contiguous(b))
+        return dpt_broadcast_binary(ctx, DPT_BINARY_MUL, a, b);
     a = dpt_widen(ctx, a), b = dpt_widen(ctx, b);
     dpt_common_layout(ctx, &a, &b);
     dpt_require_contiguous("mul", a);
@@ -157,8 +152,7 @@ static void scale_backward(dpt_ctx *ctx, dpt_node *node)
 
 dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha)
 {
-    x = dpt_widen(ctx, x);
-    dpt_require_contiguous("scale", x);
+    x = dpt_contiguous(ctx, dpt_widen(ctx, x));
     dpt_tensor *out = dpt_temp_like(ctx, x);
     ctx->be->scale(ctx, out->numel, alpha, x->data, out->data);
     dpt_node *node = dpt_tape_record(ctx, "scale", scale_backward, out, 1, &x);

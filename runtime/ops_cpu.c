@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+
 #include "backend.h"
 #include "ctx.h"
 #include "error.h"
@@ -313,7 +315,7 @@ static void cpu_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, float
 }
 
 static void cpu_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols,
-                         float smoothing, float *probs, float *loss)
+                         float smoothing, int32_t ignore_index, float *probs, float *loss, float *count)
 {
     double *row_loss = malloc((size_t)rows * sizeof *row_loss);
     if (!row_loss) dpt_fatal("out of host memory in cross-entropy");
@@ -333,23 +335,27 @@ static void cpu_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *label
         for (int64_t c = 0; c < cols; c++)
             pr[c] = (float)exp((double)xr[c] - lse);
         /* -sum_c target_c log p_c with target = (1-s) onehot + s/C */
-        row_loss[r] = labels[r] < 0 || labels[r] >= cols ? NAN
-                                                         : (1.0 - smoothing) * (lse - xr[labels[r]]) +
-                                                               smoothing * (lse - sum_logits / (double)cols);
+        row_loss[r] = labels[r] == ignore_index                 ? 0.0
+                      : labels[r] < 0 || labels[r] >= cols ? NAN
+                                                           : (1.0 - smoothing) * (lse - xr[labels[r]]) +
+                                                                 smoothing * (lse - sum_logits / (double)cols);
     }
     double total = 0.0;
+    int64_t counted = 0;
     for (int64_t r = 0; r < rows; r++)
-        total += row_loss[r];
+        total += row_loss[r], counted += labels[r] != ignore_index;
     free(row_loss);
-    *loss = (float)(total / (double)rows);
+    *loss = (float)(total / (double)counted);
+    *count = (float)counted;
 }
 
 static void cpu_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
-                         float smoothing, const float *dloss, float *dlogits)
+                         float smoothing, int32_t ignore_index, const float *dloss, const float *count, float *dlogits)
 {
-    float uniform = smoothing / (float)cols, scale = dloss[0] / (float)rows;
+    float uniform = smoothing / (float)cols, scale = dloss[0] / count[0];
 #pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
+        if (labels[r] == ignore_index) continue;
         for (int64_t c = 0; c < cols; c++) {
             float target = uniform + (c == labels[r] ? 1.0f - smoothing : 0.0f);
             dlogits[r * cols + c] += scale * (probs[r * cols + c] - target);
@@ -413,7 +419,7 @@ static void cpu_adamw_step(dpt_ctx *ctx, int64_t n, float *param, const float *g
     }
 }
 
-const dpt_backend dpt_backend_cpu = {
+dpt_backend dpt_backend_cpu = {
     .name = "cpu",
     .init = cpu_init,
     .shutdown = cpu_shutdown,
@@ -457,3 +463,16 @@ const dpt_backend dpt_backend_cpu = {
     .sgd_step = cpu_sgd_step,
     .adamw_step = cpu_adamw_step,
 };
+
+static pthread_once_t native_once = PTHREAD_ONCE_INIT;
+
+static void native_fill(void)
+{
+    dpt_cpu_tensor_entries(&dpt_backend_cpu);
+}
+
+const dpt_backend *dpt_backend_cpu_native(void)
+{
+    pthread_once(&native_once, native_fill);
+    return &dpt_backend_cpu;
+}

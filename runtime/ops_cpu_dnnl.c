@@ -1097,7 +1097,7 @@ static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 static void table_fill(void)
 {
-    table = dpt_backend_cpu;
+    table = *dpt_backend_cpu_native();
     table.name = "cpu-onednn";
     table.init = dnnl_init;
     table.shutdown = dnnl_shutdown;

@@ -269,6 +269,7 @@ static dpt_backend make_backend(void)
     cuda_conv_entries(&be);
     cuda_norm_entries(&be);
     cuda_pool_entries(&be);
+    cuda_tensor_entries(&be);
     return be;
 }
 

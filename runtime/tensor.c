@@ -122,8 +122,10 @@ dpt_tensor *dpt_alias(dpt_ctx *ctx, dpt_tensor *t)
 dpt_tensor *dpt_view(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                      int64_t offset)
 {
-    DPT_ASSERT(t->dtype == DPT_F32, "a view of a 16-bit activation (widen it first)"); /* offset in floats */
-    return share(ctx, t, ndim, shape, strides, offset);
+    DPT_ASSERT(t->dtype != DPT_BF16, "a view of a 16-bit activation (widen it first)"); /* offset in 4-byte elements */
+    dpt_tensor *v = share(ctx, t, ndim, shape, strides, offset);
+    v->dtype = t->dtype;
+    return v;
 }
 
 dpt_tensor *dpt_tensor_wrap(dpt_ctx *ctx, float *data, int ndim, const int64_t *shape)

@@ -804,12 +804,82 @@ static void test_check_family(void **state)
 }
 #endif
 
+/* ---------------------------------------------------------------- the tensor primitives */
+
+/* int32 ids of this context (a temporary, as a batch's would be) */
+static dpt_tensor *ids_in(dpt_ctx *c, const int32_t *v, int ndim, const int64_t *shape)
+{
+    dpt_tensor *t = dpt_temp_i32(c, ndim, shape);
+    dpt_tensor_copy_from_host_i32(t, v);
+    return t;
+}
+
+static dpt_tensor *g_prim(dpt_ctx *c, dpt_tensor **in, int n, void *u)
+{
+    (void)n;
+    int which = *(int *)u;
+    dpt_tensor *x = in[0];
+    switch (which) {
+    case 0: /* permute, then a dense op */
+        return dpt_scale(c, dpt_permute(c, x, (int[]){2, 0, 1}), 1.5f);
+    case 1: /* a strided slice and a narrow, joined */
+        return dpt_concat(c, 2, (dpt_tensor *[]){dpt_slice(c, x, 1, 0, 3, 2), dpt_narrow(c, x, 1, 1, 2)}, 1);
+    case 2: /* broadcasting: (2, 3, 4) + (4), * (3, 1) rows, / a positive (4) */
+        return dpt_div(c, dpt_mul(c, dpt_add(c, x, in[1]), dpt_reshape(c, in[2], 2, (int64_t[]){3, 1})),
+                       dpt_unary(c, DPT_UNARY_EXP, in[1]));
+    case 3:
+        return dpt_add(c, dpt_sum_last(c, x, true), dpt_mul(c, dpt_mean_last(c, x, true), dpt_max_last(c, x, true)));
+    case 4:
+        return dpt_add(c, dpt_log_softmax(c, x), dpt_softmax(c, x));
+    case 5: { /* every unary op, on a positive input where the op needs one */
+        dpt_tensor *pos = dpt_add(c, dpt_mul(c, x, x), dpt_scale(c, dpt_unary(c, DPT_UNARY_ABS, x), 0.0f));
+        pos = dpt_unary(c, DPT_UNARY_EXP, dpt_scale(c, pos, 0.1f)); /* >= 1 */
+        dpt_tensor *acc = dpt_scale(c, x, 0.0f);
+        for (int op = 0; op < DPT_UNARY_COUNT; op++) {
+            bool positive = op == DPT_UNARY_SQRT || op == DPT_UNARY_RSQRT || op == DPT_UNARY_LOG ||
+                            op == DPT_UNARY_RECIPROCAL;
+            acc = dpt_add(c, acc, dpt_unary(c, (dpt_unary_op)op, positive ? pos : x));
+        }
+        return acc;
+    }
+    case 6:
+        return dpt_layer_norm(c, x, in[1], in[2], 1e-5f);
+    case 7: /* attention-shaped: q k^T, then a weight shared by every batch element */
+        return dpt_bmm(c, dpt_bmm(c, x, dpt_transpose_axes(c, in[1], -1, -2)), in[2]);
+    case 8: {
+        static const int32_t ids[6] = {2, 0, 2, 3, 1, 2};
+        return dpt_embedding(c, x, ids_in(c, ids, 2, (int64_t[]){2, 3}));
+    }
+    default: {
+        static const int32_t t[6] = {1, 4, DPT_IGNORE_INDEX, 0, 2, 3};
+        return dpt_cross_entropy_targets(c, x, ids_in(c, t, 2, (int64_t[]){2, 3}), 0.1f, DPT_IGNORE_INDEX);
+    }
+    }
+}
+
+static void test_tensor_primitives(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    static const char *const names[] = {"permute", "slice + concat", "broadcasting", "last-dim reductions",
+                                        "softmax + log_softmax", "unary ops", "layer_norm", "bmm", "embedding",
+                                        "cross_entropy (B, T, V)"};
+    const int64_t shapes[][3][3] = {
+        {{2, 3, 4}}, {{2, 4, 3}}, {{2, 3, 4}, {4}, {3}}, {{2, 3, 7}}, {{2, 3, 7}}, {{3, 5}},
+        {{2, 5, 16}, {16}, {16}}, {{3, 4, 5}, {3, 6, 5}, {6, 2}}, {{4, 6}}, {{2, 3, 5}},
+    };
+    const int inputs[] = {1, 1, 3, 1, 1, 1, 3, 3, 1, 1};
+    for (int which = 0; which < 10; which++) /* GEMMs and sums in other orders: 1e-3 as for the other GEMMs */
+        compare(names[which], g_prim, inputs[which], shapes[which], &which, which == 7 ? 1e-3 : 1e-4);
+}
+
 int main(void)
 {
     if (GPUS_VISIBLE() == 0) printf("test_cuda: skipped: no GPU visible\n");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_tensor_primitives),
         cmocka_unit_test(test_gemm_bf16),
         cmocka_unit_test(test_gemm_fp16),
         cmocka_unit_test(test_training_steps),

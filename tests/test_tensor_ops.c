@@ -1,0 +1,681 @@
+/* test_tensor_ops.c: the transformer primitives against float64 re-computations and central
+ * differences (run_gradcheck): views (permute, transposes, slices, narrow, split), concat,
+ * broadcasting binary ops, last-dim reductions, softmax and log-softmax over N-d inputs, every
+ * unary map, embeddings, layer norm, batched matmul (transposed views, a shared matrix, bf16),
+ * cross-entropy over (B, T, V) with an ignore index; the optimizers' list ops; and that the
+ * reductions and the embedding's backward give the same bits on 1 and 2 threads. */
+#include "tests/testutil.h"
+#include "runtime/half.h"
+
+/* ---------------------------------------------------------------- a generic N-d reference helper */
+
+static void strides_of(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--)
+        strides[d] = s, s *= shape[d];
+}
+
+static int64_t numel_of(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    return n;
+}
+
+/* ---------------------------------------------------------------- permute + contiguous */
+
+typedef struct perm_case {
+    int ndim;
+    int64_t shape[4];
+    int axes[4];
+    bool then_add; /* use the view in an op that needs dense data (dpt_contiguous inside) */
+} perm_case;
+
+static dpt_tensor *perm_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    perm_case *c = u;
+    dpt_tensor *v = dpt_permute(ctx, in[0], c->axes);
+    return c->then_add ? dpt_scale(ctx, v, 2.0f) : dpt_contiguous(ctx, v);
+}
+
+static void perm_ref(const double *const *in, double *out, void *u)
+{
+    perm_case *c = u;
+    int64_t xs[4], yshape[4], ys[4];
+    strides_of(c->ndim, c->shape, xs);
+    for (int d = 0; d < c->ndim; d++)
+        yshape[d] = c->shape[c->axes[d]];
+    strides_of(c->ndim, yshape, ys);
+    int64_t n = numel_of(c->ndim, c->shape);
+    for (int64_t j = 0; j < n; j++) {
+        int64_t rest = j, xoff = 0;
+        for (int d = 0; d < c->ndim; d++) {
+            int64_t i = rest / ys[d];
+            rest %= ys[d];
+            xoff += i * xs[c->axes[d]];
+        }
+        out[j] = (c->then_add ? 2.0 : 1.0) * in[0][xoff];
+    }
+}
+
+static void test_permute(void **state)
+{
+    (void)state;
+    perm_case cases[] = {
+        {3, {2, 3, 4}, {2, 0, 1}, false}, {4, {2, 3, 4, 5}, {0, 2, 1, 3}, false},
+        {4, {2, 3, 4, 5}, {3, 2, 1, 0}, true}, {2, {5, 7}, {1, 0}, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        perm_case *c = &cases[i];
+        gradcheck gc = {.n_in = 1, .ndim = {c->ndim}, .lo = -1, .hi = 1, .build = perm_build,
+                        .reference = perm_ref, .user = c, .fwd_rtol = 0, .grad_rtol = 1e-5, .grad_atol = 1e-6};
+        memcpy(gc.shape[0], c->shape, sizeof c->shape);
+        run_gradcheck("permute", &gc, 700 + i);
+    }
+}
+
+/* ---------------------------------------------------------------- slice, narrow, split, concat */
+
+typedef struct slice_case {
+    int kind; /* 0 slice with a step, 1 narrow then transpose, 2 split into 3 and concat in another order */
+} slice_case;
+
+static dpt_tensor *slice_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    slice_case *c = u;
+    if (c->kind == 0) return dpt_contiguous(ctx, dpt_slice(ctx, in[0], 1, 1, 8, 3)); /* (3, 8, 5) -> (3, 3, 5) */
+    if (c->kind == 1) return dpt_contiguous(ctx, dpt_transpose_axes(ctx, dpt_narrow(ctx, in[0], -1, 1, 3), 0, 2));
+    dpt_tensor *parts[3];
+    dpt_split(ctx, in[0], 1, 3, (int64_t[]){2, 5, 1}, parts);
+    return dpt_concat(ctx, 3, (dpt_tensor *[]){parts[2], parts[0], parts[1]}, 1);
+}
+
+static void slice_ref(const double *const *in, double *out, void *u)
+{
+    slice_case *c = u;
+    const double *x = in[0]; /* (3, 8, 5) */
+#define X(a, b, d) x[((a) * 8 + (b)) * 5 + (d)]
+    if (c->kind == 0) {
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++)
+                for (int d = 0; d < 5; d++)
+                    out[(a * 3 + b) * 5 + d] = X(a, 1 + 3 * b, d);
+    } else if (c->kind == 1) { /* narrow last axis to [1, 4): (3, 8, 3); transpose 0 and 2: (3, 8, 3) */
+        for (int e = 0; e < 3; e++)
+            for (int b = 0; b < 8; b++)
+                for (int a = 0; a < 3; a++)
+                    out[(e * 8 + b) * 3 + a] = X(a, b, 1 + e);
+    } else { /* rows [7], [0, 2), [2, 7) along axis 1 */
+        static const int order[8] = {7, 0, 1, 2, 3, 4, 5, 6};
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 8; b++)
+                for (int d = 0; d < 5; d++)
+                    out[(a * 8 + b) * 5 + d] = X(a, order[b], d);
+    }
+#undef X
+}
+
+static void test_slices_and_concat(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"slice with step", "narrow + transpose", "split + concat"};
+    for (int k = 0; k < 3; k++) {
+        slice_case c = {k};
+        gradcheck gc = {.n_in = 1, .ndim = {3}, .shape = {{3, 8, 5}}, .lo = -1, .hi = 1, .build = slice_build,
+                        .reference = slice_ref, .user = &c, .fwd_rtol = 0, .grad_rtol = 1e-5, .grad_atol = 1e-6};
+        run_gradcheck(names[k], &gc, 720 + (uint64_t)k);
+    }
+}
+
+/* ---------------------------------------------------------------- broadcasting */
+
+typedef struct bcast_case {
+    dpt_binary_op op;
+    int na, nb;
+    int64_t a[4], b[4];
+} bcast_case;
+
+static dpt_tensor *bcast_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    bcast_case *c = u;
+    switch (c->op) {
+    case DPT_BINARY_ADD:
+        return dpt_add(ctx, in[0], in[1]);
+    case DPT_BINARY_SUB:
+        return dpt_sub(ctx, in[0], in[1]);
+    case DPT_BINARY_MUL:
+        return dpt_mul(ctx, in[0], in[1]);
+    default:
+        return dpt_div(ctx, in[0], in[1]);
+    }
+}
+
+static void bcast_ref(const double *const *in, double *out, void *u)
+{
+    bcast_case *c = u;
+    int n = c->na > c->nb ? c->na : c->nb;
+    int64_t shape[4], as[4], bs[4], sa[4], sb[4];
+    strides_of(c->na, c->a, sa);
+    strides_of(c->nb, c->b, sb);
+    for (int d = 0; d < n; d++) {
+        int da = d - (n - c->na), db = d - (n - c->nb);
+        int64_t xa = da >= 0 ? c->a[da] : 1, xb = db >= 0 ? c->b[db] : 1;
+        shape[d] = xa > xb ? xa : xb;
+        as[d] = da >= 0 && xa != 1 ? sa[da] : 0;
+        bs[d] = db >= 0 && xb != 1 ? sb[db] : 0;
+    }
+    int64_t ys[4];
+    strides_of(n, shape, ys);
+    for (int64_t j = 0; j < numel_of(n, shape); j++) {
+        int64_t rest = j, ao = 0, bo = 0;
+        for (int d = 0; d < n; d++) {
+            int64_t i = rest / ys[d];
+            rest %= ys[d];
+            ao += i * as[d], bo += i * bs[d];
+        }
+        double x = in[0][ao], y = in[1][bo];
+        out[j] = c->op == DPT_BINARY_ADD ? x + y : c->op == DPT_BINARY_SUB ? x - y : c->op == DPT_BINARY_MUL ? x * y : x / y;
+    }
+}
+
+static void test_broadcasting(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"add", "sub", "mul", "div"};
+    bcast_case shapes[] = {
+        {0, 3, 1, {2, 3, 4}, {4}},          /* a bias over the last axis */
+        {0, 3, 2, {2, 1, 4}, {3, 1}},       /* both stretched */
+        {0, 4, 4, {2, 3, 4, 4}, {1, 1, 4, 4}}, /* a mask over the batch and heads */
+        {0, 2, 2, {3, 5}, {3, 5}},          /* same shape: the dense path */
+    };
+    for (int op = 0; op < DPT_BINARY_COUNT; op++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            bcast_case c = shapes[s];
+            c.op = (dpt_binary_op)op;
+            gradcheck gc = {.n_in = 2, .ndim = {c.na, c.nb}, .lo = 0.5f, .hi = 2.0f, /* away from 0 for div */
+                            .build = bcast_build, .reference = bcast_ref, .user = &c,
+                            .fwd_rtol = 1e-6, .grad_rtol = 1e-4, .grad_atol = 1e-5};
+            memcpy(gc.shape[0], c.a, sizeof c.a);
+            memcpy(gc.shape[1], c.b, sizeof c.b);
+            char name[64];
+            snprintf(name, sizeof name, "broadcast %s, case %zu", names[op], s);
+            run_gradcheck(name, &gc, 740 + 10 * (uint64_t)op + s);
+        }
+}
+
+/* ---------------------------------------------------------------- reductions, softmax, log-softmax */
+
+typedef struct rows_case {
+    int kind; /* 0 sum, 1 mean, 2 max, 3 softmax, 4 log_softmax */
+    bool keepdim;
+    int64_t rows, cols;
+} rows_case;
+
+static dpt_tensor *rows_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    rows_case *c = u;
+    switch (c->kind) {
+    case 0:
+        return dpt_sum_last(ctx, in[0], c->keepdim);
+    case 1:
+        return dpt_mean_last(ctx, in[0], c->keepdim);
+    case 2:
+        return dpt_max_last(ctx, in[0], c->keepdim);
+    case 3:
+        return dpt_softmax(ctx, in[0]);
+    default:
+        return dpt_log_softmax(ctx, in[0]);
+    }
+}
+
+static void rows_ref(const double *const *in, double *out, void *u)
+{
+    rows_case *c = u;
+    for (int64_t r = 0; r < c->rows; r++) {
+        const double *x = in[0] + r * c->cols;
+        double sum = 0, max = x[0], z = 0;
+        for (int64_t k = 0; k < c->cols; k++)
+            sum += x[k], max = x[k] > max ? x[k] : max;
+        for (int64_t k = 0; k < c->cols; k++)
+            z += exp(x[k] - max);
+        if (c->kind <= 2)
+            out[r] = c->kind == 0 ? sum : c->kind == 1 ? sum / (double)c->cols : max;
+        else
+            for (int64_t k = 0; k < c->cols; k++)
+                out[r * c->cols + k] = c->kind == 3 ? exp(x[k] - max) / z : x[k] - max - log(z);
+    }
+}
+
+static void test_rows(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"sum_last", "mean_last", "max_last", "softmax (N-d)", "log_softmax"};
+    for (int kind = 0; kind < 5; kind++)
+        for (int keep = 0; keep < 2; keep++) {
+            if (kind >= 3 && keep) continue;
+            rows_case c = {kind, keep, 2 * 3, 7};
+            gradcheck gc = {.n_in = 1, .ndim = {3}, .shape = {{2, 3, 7}}, .lo = -3, .hi = 3, .build = rows_build,
+                            .reference = rows_ref, .user = &c, .fwd_rtol = 1e-5, .grad_rtol = 1e-4, .grad_atol = 1e-6};
+            char name[64];
+            snprintf(name, sizeof name, "%s%s", names[kind], keep ? " keepdim" : "");
+            run_gradcheck(name, &gc, 800 + 2 * (uint64_t)kind + (uint64_t)keep);
+        }
+    /* the shapes: (2, 3, 7) -> (2, 3) or (2, 3, 1) */
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_tensor *x = dpt_tensor_new(ctx, 3, (int64_t[]){2, 3, 7});
+    assert_int_equal(dpt_tensor_ndim(dpt_sum_last(ctx, x, false)), 2);
+    dpt_tensor *k = dpt_mean_last(ctx, x, true);
+    assert_int_equal(dpt_tensor_ndim(k), 3);
+    assert_int_equal(dpt_tensor_dim(k, -1), 1);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x);
+    dpt_ctx_free(ctx);
+}
+
+/* ---------------------------------------------------------------- unary maps */
+
+typedef struct unary_case {
+    dpt_unary_op op;
+    int64_t n;
+} unary_case;
+
+static dpt_tensor *unary_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    unary_case *c = u;
+    return dpt_unary(ctx, c->op, in[0]);
+}
+
+static double unary_d(dpt_unary_op op, double v)
+{
+    switch (op) {
+    case DPT_UNARY_NEG:
+        return -v;
+    case DPT_UNARY_ABS:
+        return fabs(v);
+    case DPT_UNARY_SIGN:
+        return (v > 0) - (v < 0);
+    case DPT_UNARY_SQRT:
+        return sqrt(v);
+    case DPT_UNARY_RSQRT:
+        return 1.0 / sqrt(v);
+    case DPT_UNARY_EXP:
+        return exp(v);
+    case DPT_UNARY_LOG:
+        return log(v);
+    case DPT_UNARY_SQUARE:
+        return v * v;
+    case DPT_UNARY_RECIPROCAL:
+        return 1.0 / v;
+    case DPT_UNARY_TANH:
+        return tanh(v);
+    case DPT_UNARY_SIGMOID:
+        return 1.0 / (1.0 + exp(-v));
+    case DPT_UNARY_SILU:
+        return v / (1.0 + exp(-v));
+    default:
+        return 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
+    }
+}
+
+static void unary_ref(const double *const *in, double *out, void *u)
+{
+    unary_case *c = u;
+    for (int64_t i = 0; i < c->n; i++)
+        out[i] = unary_d(c->op, in[0][i]);
+}
+
+static void test_unary(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"neg",  "abs",     "sign", "sqrt", "rsqrt", "exp",     "log",
+                                        "square", "reciprocal", "tanh", "sigmoid", "silu", "gelu_erf"};
+    _Static_assert(sizeof names / sizeof names[0] == DPT_UNARY_COUNT, "a test per unary op");
+    for (int op = 0; op < DPT_UNARY_COUNT; op++) {
+        /* positive inputs where the op needs them; abs and sign away from their kink at 0 */
+        bool positive = op == DPT_UNARY_SQRT || op == DPT_UNARY_RSQRT || op == DPT_UNARY_LOG ||
+                        op == DPT_UNARY_RECIPROCAL || op == DPT_UNARY_ABS || op == DPT_UNARY_SIGN;
+        unary_case c = {(dpt_unary_op)op, 40};
+        gradcheck gc = {.n_in = 1, .ndim = {2}, .shape = {{5, 8}}, .lo = positive ? 0.3f : -3.0f,
+                        .hi = positive ? 3.0f : 3.0f, .build = unary_build, .reference = unary_ref, .user = &c,
+                        .fwd_rtol = 2e-6, .grad_rtol = 1e-4, .grad_atol = 1e-6};
+        run_gradcheck(names[op], &gc, 830 + (uint64_t)op);
+    }
+}
+
+/* ---------------------------------------------------------------- embedding */
+
+typedef struct emb_case {
+    int32_t ids[12];
+    int64_t vocab, dim, n;
+    dpt_tensor *ids_t;
+} emb_case;
+
+static void emb_setup(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    emb_case *c = u;
+    c->ids_t = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){3, 4});
+    dpt_tensor_copy_from_host_i32(c->ids_t, c->ids);
+    (void)in;
+}
+
+static void emb_teardown(void *u)
+{
+    dpt_tensor_free(((emb_case *)u)->ids_t);
+}
+
+static dpt_tensor *emb_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    return dpt_embedding(ctx, in[0], ((emb_case *)u)->ids_t);
+}
+
+static void emb_ref(const double *const *in, double *out, void *u)
+{
+    emb_case *c = u;
+    for (int64_t i = 0; i < c->n; i++)
+        for (int64_t d = 0; d < c->dim; d++)
+            out[i * c->dim + d] = in[0][c->ids[i] * c->dim + d];
+}
+
+static void test_embedding(void **state)
+{
+    (void)state;
+    /* repeated ids: their gradients add up */
+    emb_case c = {{3, 0, 3, 7, 1, 1, 1, 5, 0, 9, 3, 2}, 10, 6, 12, NULL};
+    gradcheck gc = {.n_in = 1, .ndim = {2}, .shape = {{10, 6}}, .lo = -1, .hi = 1, .setup = emb_setup,
+                    .teardown = emb_teardown, .build = emb_build, .reference = emb_ref, .user = &c,
+                    .fwd_rtol = 0, .grad_rtol = 1e-5, .grad_atol = 1e-6};
+    run_gradcheck("embedding", &gc, 860);
+    gc.threads = 2;
+    run_gradcheck("embedding, 2 threads", &gc, 861);
+}
+
+/* ---------------------------------------------------------------- layer norm */
+
+typedef struct ln_case {
+    bool affine;
+    int64_t rows, dim;
+} ln_case;
+
+static dpt_tensor *ln_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    ln_case *c = u;
+    return dpt_layer_norm(ctx, in[0], c->affine ? in[1] : NULL, c->affine ? in[2] : NULL, 1e-5f);
+}
+
+static void ln_ref(const double *const *in, double *out, void *u)
+{
+    ln_case *c = u;
+    for (int64_t r = 0; r < c->rows; r++) {
+        const double *x = in[0] + r * c->dim;
+        double mean = 0, var = 0;
+        for (int64_t k = 0; k < c->dim; k++)
+            mean += x[k];
+        mean /= (double)c->dim;
+        for (int64_t k = 0; k < c->dim; k++)
+            var += (x[k] - mean) * (x[k] - mean);
+        var /= (double)c->dim;
+        for (int64_t k = 0; k < c->dim; k++) {
+            double v = (x[k] - mean) / sqrt(var + 1e-5);
+            out[r * c->dim + k] = c->affine ? v * in[1][k] + in[2][k] : v;
+        }
+    }
+}
+
+static void test_layer_norm(void **state)
+{
+    (void)state;
+    for (int affine = 0; affine < 2; affine++)
+        for (int threads = 1; threads <= 2; threads++) {
+            ln_case c = {affine, 2 * 5, 16};
+            gradcheck gc = {.n_in = affine ? 3 : 1, .ndim = {3, 1, 1}, .shape = {{2, 5, 16}, {16}, {16}}, .lo = -2,
+                            .hi = 2, .build = ln_build, .reference = ln_ref, .user = &c, .fwd_rtol = 1e-5,
+                            .grad_rtol = 1e-3, .grad_atol = 1e-5, .threads = threads};
+            char name[64];
+            snprintf(name, sizeof name, "layer_norm%s, %d thread(s)", affine ? " (affine)" : "", threads);
+            run_gradcheck(name, &gc, 870 + 2 * (uint64_t)affine + (uint64_t)threads);
+        }
+}
+
+/* ---------------------------------------------------------------- batched matmul */
+
+typedef struct bmm_case {
+    int64_t B, M, K, N;
+    bool ta, tb, shared; /* a given as (B, K, M) and viewed transposed; b likewise; b one (K, N) */
+    bool bf16;
+} bmm_case;
+
+static dpt_tensor *bmm_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    bmm_case *c = u;
+    dpt_tensor *a = c->ta ? dpt_transpose_axes(ctx, in[0], -1, -2) : in[0];
+    dpt_tensor *b = c->tb ? dpt_transpose_axes(ctx, in[1], -1, -2) : in[1];
+    return dpt_bmm(ctx, a, b);
+}
+
+static double round_to(double v, bool bf16)
+{
+    return bf16 ? (double)dpt_f32_from_bf16(dpt_bf16_from_f32((float)v)) : v;
+}
+
+static void bmm_ref(const double *const *in, double *out, void *u)
+{
+    bmm_case *c = u;
+    for (int64_t i = 0; i < c->B; i++)
+        for (int64_t m = 0; m < c->M; m++)
+            for (int64_t n = 0; n < c->N; n++) {
+                double acc = 0;
+                for (int64_t k = 0; k < c->K; k++) {
+                    const double *a = in[0] + i * c->M * c->K, *b = in[1] + (c->shared ? 0 : i * c->K * c->N);
+                    double x = c->ta ? a[k * c->M + m] : a[m * c->K + k];
+                    double y = c->tb ? b[n * c->K + k] : b[k * c->N + n];
+                    acc += round_to(x, c->bf16) * round_to(y, c->bf16);
+                }
+                out[(i * c->M + m) * c->N + n] = acc;
+            }
+}
+
+static void test_bmm(void **state)
+{
+    (void)state;
+    bmm_case cases[] = {
+        {3, 4, 5, 6, false, false, false, false}, {3, 4, 5, 6, false, true, false, false}, /* q k^T */
+        {3, 4, 5, 6, true, false, false, false},  {2, 7, 3, 5, true, true, false, false},
+        {4, 3, 6, 5, false, false, true, false},  {4, 3, 6, 5, true, false, true, false}, /* a weight shared */
+    };
+    for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            bmm_case *c = &cases[i];
+            test_kernels = (dpt_cpu_kernels)kernels;
+            gradcheck gc = {.n_in = 2,
+                            .ndim = {3, c->shared ? 2 : 3},
+                            .shape = {{c->B, c->ta ? c->K : c->M, c->ta ? c->M : c->K},
+                                      {c->B, c->tb ? c->N : c->K, c->tb ? c->K : c->N}},
+                            .lo = -1, .hi = 1, .build = bmm_build, .reference = bmm_ref, .user = c,
+                            .fwd_rtol = 1e-5, .grad_rtol = 1e-4, .grad_atol = 1e-5};
+            if (c->shared) gc.shape[1][0] = c->tb ? c->N : c->K, gc.shape[1][1] = c->tb ? c->K : c->N;
+            char name[96];
+            snprintf(name, sizeof name, "bmm (%lld, %lld, %lld, %lld) ta %d tb %d%s %s", (long long)c->B,
+                     (long long)c->M, (long long)c->K, (long long)c->N, c->ta, c->tb, c->shared ? " shared" : "",
+                     test_kernels_name());
+            run_gradcheck(name, &gc, 900 + i);
+        }
+    test_kernels = DPT_CPU_KERNELS_DEFAULT;
+}
+
+/* bf16 (precision = bf16 on oneDNN): the product of the operands rounded to bf16, summed in
+ * fp32: against float64 of the rounded operands the error is fp32 accumulation over K terms,
+ * |err| <= K * 2^-24 * sum |a||b| (< 1e-5 relative at K = 32 with |a|, |b| <= 1). */
+static void test_bmm_bf16(void **state)
+{
+    (void)state;
+    dpt_error err;
+    dpt_ctx_options o = {.device = {DPT_DEVICE_CPU, 0}, .threads = 2, .seed = 3, .precision = DPT_PRECISION_BF16};
+    dpt_ctx *ctx = dpt_ctx_new(&o, &err);
+    if (!ctx) fail_msg("%s", err.msg);
+    const char *why;
+    if (dpt_ctx_precision(ctx, &why) != DPT_PRECISION_BF16) {
+        print_message("skipped: %s\n", why);
+        dpt_ctx_free(ctx);
+        skip();
+    }
+    bmm_case c = {2, 5, 32, 3, false, true, false, true};
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 91);
+    dpt_tensor *a = test_input(ctx, &rng, 3, (int64_t[]){2, 5, 32}, -1, 1);
+    dpt_tensor *b = test_input(ctx, &rng, 3, (int64_t[]){2, 3, 32}, -1, 1);
+    dpt_tensor *y = dpt_bmm(ctx, a, dpt_transpose_axes(ctx, b, -1, -2));
+    double *da = malloc(320 * sizeof(double)), *db = malloc(192 * sizeof(double)), ref[30];
+    for (int i = 0; i < 320; i++)
+        da[i] = a->data[i];
+    for (int i = 0; i < 192; i++)
+        db[i] = b->data[i];
+    bmm_ref((const double *const[]){da, db}, ref, &c);
+    float got[30];
+    dpt_tensor_copy_to_host(y, got);
+    for (int i = 0; i < 30; i++)
+        assert_true(fabs(got[i] - ref[i]) <= 32 * ldexp(1.0, -24) * 32 + 1e-6);
+    free(da), free(db);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(a), dpt_tensor_free(b);
+    dpt_ctx_free(ctx);
+}
+
+/* ---------------------------------------------------------------- cross-entropy over (B, T, V) */
+
+typedef struct lm_case {
+    int32_t targets[6];
+    dpt_tensor *t;
+} lm_case;
+
+static void lm_setup(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    lm_case *c = u;
+    c->t = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){2, 3});
+    dpt_tensor_copy_from_host_i32(c->t, c->targets);
+    (void)in;
+}
+static void lm_teardown(void *u)
+{
+    dpt_tensor_free(((lm_case *)u)->t);
+}
+static dpt_tensor *lm_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    return dpt_cross_entropy_targets(ctx, in[0], ((lm_case *)u)->t, 0.0f, DPT_IGNORE_INDEX);
+}
+static void lm_ref(const double *const *in, double *out, void *u)
+{
+    lm_case *c = u;
+    double total = 0;
+    int counted = 0;
+    for (int r = 0; r < 6; r++) {
+        if (c->targets[r] == DPT_IGNORE_INDEX) continue;
+        const double *x = in[0] + r * 5;
+        double m = x[0], z = 0;
+        for (int k = 1; k < 5; k++)
+            m = x[k] > m ? x[k] : m;
+        for (int k = 0; k < 5; k++)
+            z += exp(x[k] - m);
+        total += m + log(z) - x[c->targets[r]];
+        counted++;
+    }
+    out[0] = total / counted;
+}
+
+static void test_cross_entropy_tokens(void **state)
+{
+    (void)state;
+    lm_case c = {{1, 4, DPT_IGNORE_INDEX, 0, 2, DPT_IGNORE_INDEX}, NULL};
+    gradcheck gc = {.n_in = 1, .ndim = {3}, .shape = {{2, 3, 5}}, .lo = -2, .hi = 2, .setup = lm_setup,
+                    .teardown = lm_teardown, .build = lm_build, .reference = lm_ref, .user = &c, .fwd_rtol = 1e-6,
+                    .grad_rtol = 1e-4, .grad_atol = 1e-6};
+    run_gradcheck("cross_entropy (B, T, V) with ignored targets", &gc, 950);
+}
+
+/* ---------------------------------------------------------------- list ops and determinism */
+
+static void test_foreach(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(2, 1);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 5);
+    dpt_tensor *y[2], *x[2];
+    int64_t sizes[2] = {7, 70000}; /* one small, one above the threads' threshold */
+    float *want[2];
+    for (int i = 0; i < 2; i++) {
+        y[i] = test_input(ctx, &rng, 1, &sizes[i], -2, 2);
+        x[i] = test_input(ctx, &rng, 1, &sizes[i], -2, 2);
+        want[i] = malloc((size_t)sizes[i] * sizeof(float));
+        for (int64_t j = 0; j < sizes[i]; j++)
+            want[i][j] = 0.5f * x[i]->data[j] + -3.0f * y[i]->data[j];
+    }
+    dpt_foreach_axpby(ctx, 2, y, 0.5f, x, -3.0f);
+    for (int i = 0; i < 2; i++)
+        for (int64_t j = 0; j < sizes[i]; j++)
+            assert_true(y[i]->data[j] == want[i][j]);
+    dpt_foreach_unary(ctx, 2, y, DPT_UNARY_SIGN, y);
+    for (int i = 0; i < 2; i++)
+        for (int64_t j = 0; j < sizes[i]; j++)
+            assert_true(y[i]->data[j] == (float)((want[i][j] > 0) - (want[i][j] < 0)));
+    dpt_foreach_axpby(ctx, 1, x, 2.0f, y, 0.0f); /* beta 0: x's old values are not read */
+    for (int64_t j = 0; j < sizes[0]; j++)
+        assert_true(x[0]->data[j] == 2.0f * y[0]->data[j]);
+    for (int i = 0; i < 2; i++)
+        dpt_tensor_free(y[i]), dpt_tensor_free(x[i]), free(want[i]);
+    dpt_ctx_free(ctx);
+}
+
+/* A reduction's and the embedding gradient's bits do not depend on the thread count. */
+static void grads_on(int threads, float *out_sum, float *out_emb)
+{
+    dpt_ctx *ctx = test_ctx(threads, 9);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 17);
+    dpt_tensor *x = test_input(ctx, &rng, 2, (int64_t[]){300, 257}, -1, 1);
+    dpt_tensor *w = test_input(ctx, &rng, 2, (int64_t[]){50, 130}, -1, 1);
+    int32_t ids[600];
+    for (int i = 0; i < 600; i++)
+        ids[i] = (int32_t)dpt_rng_below(&rng, 50);
+    dpt_tensor *it = dpt_tensor_new_dtype(ctx, DPT_I32, 1, (int64_t[]){600});
+    dpt_tensor_copy_from_host_i32(it, ids);
+    dpt_tensor *b = test_input(ctx, &rng, 1, (int64_t[]){257}, -1, 1);
+    dpt_tensor *y = dpt_add(ctx, x, b); /* b's gradient sums over 300 rows */
+    dpt_tensor *e = dpt_embedding(ctx, w, it);
+    dpt_backward(ctx, dpt_add(ctx, dpt_sum(ctx, dpt_mul(ctx, y, y)), dpt_sum(ctx, dpt_mul(ctx, e, e))));
+    memcpy(out_sum, b->grad->data, 257 * sizeof(float));
+    memcpy(out_emb, w->grad->data, 50 * 130 * sizeof(float));
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x), dpt_tensor_free(w), dpt_tensor_free(it), dpt_tensor_free(b);
+    dpt_ctx_free(ctx);
+}
+
+static void test_same_bits_any_threads(void **state)
+{
+    (void)state;
+    static float s1[257], s2[257], e1[6500], e2[6500];
+    grads_on(1, s1, e1);
+    grads_on(2, s2, e2);
+    assert_memory_equal(s1, s2, sizeof s1);
+    assert_memory_equal(e1, e2, sizeof e1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_permute),
+        cmocka_unit_test(test_slices_and_concat),
+        cmocka_unit_test(test_broadcasting),
+        cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_unary),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_layer_norm),
+        cmocka_unit_test(test_bmm),
+        cmocka_unit_test(test_bmm_bf16),
+        cmocka_unit_test(test_cross_entropy_tokens),
+        cmocka_unit_test(test_foreach),
+        cmocka_unit_test(test_same_bits_any_threads),
+    };
+    return cmocka_run_group_tests_name("tensor_ops", tests, NULL, NULL);
+}
