@@ -124,7 +124,8 @@ LIB      := $(BUILD)/libdpt.a
 TEST_SRCS  := $(wildcard tests/test_*.c)
 MPI_TEST_SRCS := $(if $(filter 1,$(MPI)),$(wildcard tests/mpi_*.c))
 TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(MPI_TEST_SRCS:tests/%.c=$(BUILD)/tests/%) \
-              $(BUILD)/tests/doc_example $(BUILD)/tests/doc_trainer $(BUILD)/tests/test_cuda_harness $(BUILD)/tests/libfake_nvml.so
+              $(BUILD)/tests/doc_example $(BUILD)/tests/doc_trainer $(BUILD)/tests/extending \
+              $(BUILD)/tests/test_cuda_harness $(BUILD)/tests/libfake_nvml.so
 BENCH_SRCS := $(wildcard bench/bench_*.c $(if $(filter 1,$(MPI)),bench/mpi_bench_*.c))
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 TOOL_BINS  := $(patsubst tools/%.c,$(BUILD)/tools/%,$(wildcard tools/*.c))
@@ -256,6 +257,16 @@ $(BUILD)/tests/doc_trainer.c $(BUILD)/tests/doc_trainer.ini: docs/writing-a-mode
 	awk '/^```ini my_trainer.ini$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/doc_trainer.ini
 
 $(BUILD)/tests/doc_trainer: $(BUILD)/tests/doc_trainer.c $(BUILD)/tests/doc_trainer.ini $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+# docs/extending.md's program (a data source, a schedule, an optimizer and a model of its own)
+# and its config, built against libdpt.a and include/ only; tests/extending.sh trains it.
+$(BUILD)/tests/extending.c $(BUILD)/tests/extending.ini: docs/extending.md
+	@mkdir -p $(dir $@)
+	awk '/^```c my_extensions.c$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/extending.c
+	awk '/^```ini my_extensions.ini$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/extending.ini
+
+$(BUILD)/tests/extending: $(BUILD)/tests/extending.c $(BUILD)/tests/extending.ini $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 tools: $(TOOL_BINS)

@@ -482,7 +482,7 @@ void dpt_init_constant(dpt_tensor *t, float value);
 typedef struct dpt_linear dpt_linear;
 dpt_linear *dpt_linear_new(dpt_model *model, const char *name, int64_t in_features, int64_t out_features,
                            bool bias);
-dpt_tensor *dpt_linear_forward(dpt_ctx *ctx, dpt_linear *layer, dpt_tensor *x); /* (B, in) -> (B, out) */
+dpt_tensor *dpt_linear_forward(dpt_ctx *ctx, dpt_linear *layer, dpt_tensor *x); /* (..., in) -> (..., out) */
 
 /* Builders track the shape of the activation as they add layers; a layer whose settings do
  * not fit the incoming shape records an error on the model (the first one is kept), which
@@ -510,6 +510,12 @@ dpt_conv2d *dpt_conv2d_new(dpt_model *model, const char *name, dpt_shape3 *shape
                            int64_t kernel, int64_t stride, int64_t padding, int64_t dilation, int64_t groups,
                            bool bias);
 dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *layer, dpt_tensor *x); /* (N,C,H,W) */
+
+/* LayerNorm over the last dim (torch.nn.LayerNorm(dim, eps, elementwise_affine)): x (..., dim);
+ * weight starts at 1 and bias at 0. */
+typedef struct dpt_layernorm dpt_layernorm;
+dpt_layernorm *dpt_layernorm_new(dpt_model *model, const char *name, int64_t dim, float eps, bool affine);
+dpt_tensor *dpt_layernorm_forward(dpt_ctx *ctx, dpt_layernorm *layer, dpt_tensor *x);
 
 /* Batch norm over (N, H, W) per channel: batch statistics in training mode (running mean and
  * unbiased running variance updated with `momentum`), running statistics in eval mode.

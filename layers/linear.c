@@ -1,6 +1,7 @@
 /* linear.c: fully connected layer y = x W^T + b; GEMMs read W transposed in place. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../runtime/autograd.h"
 #include "../runtime/ctx.h"
@@ -45,7 +46,7 @@ static void linear_backward(dpt_ctx *ctx, dpt_node *node)
     const dpt_linear *layer = node->layer;
     dpt_tensor *x = node->in[0], *w = node->in[1], *b = node->in[2];
     const dpt_tensor *dy = node->out->grad; /* (B, out) */
-    int64_t batch = x->shape[0], in = layer->in_features, out = layer->out_features;
+    int64_t in = layer->in_features, out = layer->out_features, batch = x->numel / in; /* rows of (..., in) */
     if (dpt_wants_grad(x)) /* dx (B, in) += dy (B, out) W (out, in) */
         ctx->be->gemm(ctx, false, false, batch, in, out, 1.0f, dy->data, out, w->data, in, 1.0f,
                       dpt_grad_acc(ctx, x)->data, in);
@@ -58,14 +59,16 @@ static void linear_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_linear_forward(dpt_ctx *ctx, dpt_linear *layer, dpt_tensor *x)
 {
     char buf[96];
-    x = dpt_plain(ctx, x);
-    if (x->ndim != 2 || x->shape[1] != layer->in_features || !dpt_tensor_is_contiguous(x))
-        dpt_fatal("linear layer %s expects a contiguous (batch, %lld) input, got %s%s\n"
+    x = dpt_contiguous(ctx, dpt_plain(ctx, x));
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != layer->in_features)
+        dpt_fatal("linear layer %s expects a (..., %lld) input, got %s\n"
                   "HINT: flatten image batches with dpt_flatten() first",
-                  layer->name, (long long)layer->in_features, dpt_shape_str(x, buf, sizeof buf),
-                  dpt_tensor_is_contiguous(x) ? "" : " (strided view)");
-    int64_t batch = x->shape[0], in = layer->in_features, out = layer->out_features;
-    dpt_tensor *y = dpt_temp(ctx, 2, (int64_t[]){batch, out});
+                  layer->name, (long long)layer->in_features, dpt_shape_str(x, buf, sizeof buf));
+    int64_t in = layer->in_features, out = layer->out_features, batch = x->numel / in;
+    int64_t shape[DPT_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = out; /* (..., in) -> (..., out): the leading axes are rows */
+    dpt_tensor *y = dpt_temp(ctx, x->ndim, shape);
     ctx->be->gemm(ctx, false, true, batch, out, in, 1.0f, x->data, in, layer->weight->data, in, 0.0f, y->data,
                   out);
     if (layer->bias) ctx->be->bias_add(ctx, y->data, layer->bias->data, batch, out);

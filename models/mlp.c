@@ -1,4 +1,6 @@
-/* mlp.c: a multi-layer perceptron: flatten -> [linear -> activation]* -> linear (logits). */
+/* mlp.c: a multi-layer perceptron: flatten -> [linear -> activation]* -> linear. It takes any
+ * data set: its input field flattened, and as outputs the classes of a classifier's data (the
+ * logits) or the size of a real-valued target (a regression's y). */
 #include <stdio.h>
 #include <string.h>
 
@@ -24,9 +26,30 @@ static dpt_tensor *mlp_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
     return h; /* (B, classes) */
 }
 
-static dpt_model *mlp_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w,
-                         int num_classes, dpt_error *err)
+/* Values per sample of a field. */
+static int64_t per_sample(const dpt_field *f)
 {
+    int64_t n = 1;
+    for (int d = 0; d < f->ndim; d++)
+        n *= f->shape[d];
+    return n;
+}
+
+static dpt_model *mlp_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dataset *data, dpt_error *err)
+{
+    dpt_field fields[DPT_MAX_FIELDS];
+    int nfields = dpt_dataset_fields(data, fields);
+    const dpt_field *input = NULL, *target = NULL;
+    for (int f = nfields - 1; f >= 0; f--) /* the first input and the first target */
+        *(fields[f].target ? &target : &input) = &fields[f];
+    if (!input || !target || input->dtype != DPT_F32) {
+        dpt_errorf(err, "%s: [model] name = mlp takes a float input and a target; the data set %s has %s",
+                   dpt_config_where(cfg, "model", "name"), data->name,
+                   !input ? "no input field" : !target ? "no target field" : "integer inputs (token ids: embed them)");
+        return NULL;
+    }
+    /* a classifier's logits, or a real-valued target's values */
+    int64_t outputs = target->dtype == DPT_I32 ? data->num_classes : per_sample(target);
     int64_t hidden[MLP_MAX_LAYERS];
     int nhidden = dpt_config_int_list(cfg, "model", "hidden", hidden, MLP_MAX_LAYERS - 1);
     if (nhidden > MLP_MAX_LAYERS - 1) {
@@ -38,11 +61,11 @@ static dpt_model *mlp_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int6
     mlp *net = dpt_model_alloc(model, sizeof *net);
     dpt_model_set_state(model, net);
     net->gelu = dpt_config_enum(cfg, "model", "activation") == 1; /* relu|gelu */
-    int64_t in = c * h * w;
+    int64_t in = per_sample(input);
     char summary[256];
     int used = snprintf(summary, sizeof summary, "%lld", (long long)in);
     for (int i = 0; i <= nhidden; i++) {
-        int64_t out = i < nhidden ? hidden[i] : num_classes;
+        int64_t out = i < nhidden ? hidden[i] : outputs;
         char name[32];
         snprintf(name, sizeof name, "fc%d", i + 1);
         net->layers[net->nlayers++] = dpt_linear_new(model, name, in, out, true);
@@ -62,5 +85,5 @@ static const dpt_config_key mlp_keys[] = {
     {NULL, "activation", DPT_KEY_ENUM, "relu", 1, 0, "relu|gelu", "activation between layers", 0},
 };
 
-static const dpt_model_impl mlp_impl = {.build_image = mlp_build};
+static const dpt_model_impl mlp_impl = {.build = mlp_build};
 DPT_BUILTIN(model_mlp) = {DPT_KIND_MODEL, "mlp", "multi-layer perceptron: flatten, hidden linear layers with relu or gelu, a linear classifier", mlp_keys, DPT_COUNT(mlp_keys), &mlp_impl};
