@@ -60,17 +60,21 @@ LDLIBS   := $(SAN) $(LDFLAGS_EXTRA) $(BLAS_LIBS) $(if $(filter yes,$(DNNL)),-ldn
             $(if $(filter yes,$(OPENSSL)),-lcrypto) $(if $(filter yes,$(JPEG)),-ljpeg) $(if $(filter yes,$(PNG)),-lpng16)
 
 # ---- CUDA auto-detection: nvcc, cuBLAS, cuDNN, NCCL. cuDNN and NCCL are looked for in
-# CUDNN_HOME / NCCL_HOME, then CUDA_HOME and /usr, then the nvidia-cudnn-* / nvidia-nccl-*
-# packages of the python3 on PATH (where a GPU image with PyTorch keeps them).
+# CUDNN_HOME / NCCL_HOME, then CUDA_HOME and /usr, then the nvidia-* pip packages of the python3
+# on PATH (where a GPU image with PyTorch keeps them: nvidia/cudnn, nvidia/nccl, or CUDA 13's
+# nvidia/cu13); cuBLAS in CUDA_HOME's library folder, then the same packages (nvidia/cu13/lib,
+# nvidia/cublas/lib).
 CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda /usr/local/cuda-*))
 CUDA_ARCHS ?= 90 80 # Hopper (H100/H200) and Ampere (A100); gpu_check.sh builds 90 only
 NVCC      := $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
 ifneq ($(NVCC),)
   PY_NVIDIA := $(shell python3 -c 'import nvidia, os; print(" ".join(nvidia.__path__))' 2>/dev/null)
   CUDNN_HOME ?= $(firstword $(patsubst %/include/cudnn.h,%,$(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h \
-                $(addsuffix /cudnn/include/cudnn.h,$(PY_NVIDIA)))))
+                $(addsuffix /cudnn/include/cudnn.h,$(PY_NVIDIA)) $(addsuffix /cu13/include/cudnn.h,$(PY_NVIDIA)))))
   NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h \
-               $(addsuffix /nccl/include/nccl.h,$(PY_NVIDIA)))))
+               $(addsuffix /nccl/include/nccl.h,$(PY_NVIDIA)) $(addsuffix /cu13/include/nccl.h,$(PY_NVIDIA)))))
+  CUBLAS_LIB ?= $(firstword $(wildcard $(CUDA_HOME)/lib64/libcublas.so $(CUDA_HOME)/lib/libcublas.so \
+                $(addsuffix /cu13/lib/libcublas.so.*,$(PY_NVIDIA)) $(addsuffix /cublas/lib/libcublas.so.*,$(PY_NVIDIA))))
 endif
 HAVE_CUDNN := $(if $(wildcard $(CUDNN_HOME)/include/cudnn.h),yes,no)
 HAVE_NCCL  := $(if $(wildcard $(NCCL_HOME)/include/nccl.h),yes,no)
@@ -82,17 +86,18 @@ LIB_SRCS := $(wildcard runtime/*.c layers/*.c optim/*.c data/*.c models/*.c)
 CU_SRCS  := $(wildcard runtime/*.cu layers/*.cu optim/*.cu)
 # The CUDA backend needs cuDNN (convolutions, batch norm): without it the build is CPU-only
 # and the summary says why.
-CUDA_OFF_WHY := $(if $(NVCC),$(if $(filter no,$(HAVE_CUDNN)),cuDNN not found: set CUDNN_HOME),no nvcc)
+CUDA_OFF_WHY := $(if $(NVCC),$(if $(filter no,$(HAVE_CUDNN)),cuDNN not found: set CUDNN_HOME,$(if $(CUBLAS_LIB),,cuBLAS not found: set CUBLAS_LIB)),no nvcc)
 ifneq ($(NVCC),)
 ifneq ($(CU_SRCS),)
 ifeq ($(HAVE_CUDNN),yes)
+ifneq ($(CUBLAS_LIB),)
   CUDA_ON  := yes
   CFLAGS   += -DDPT_CUDA=1 -I$(CUDA_HOME)/include
   NVFLAGS  := -O2 -std=c++17 -Iinclude -Iruntime -I$(CUDA_HOME)/include -DDPT_CUDA=1 $(MPI_CFLAGS) -DDPT_MPI=$(MPI) \
               -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
               $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
   LDLIBS   += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
-              -Wl,-rpath,$(CUDA_HOME)/lib -lcudart -lcublas -lstdc++
+              -Wl,-rpath,$(CUDA_HOME)/lib -lcudart $(CUBLAS_LIB) -Wl,-rpath,$(dir $(CUBLAS_LIB)) -lstdc++
   ifeq ($(HAVE_CUDNN),yes)
     CFLAGS  += -DDPT_CUDNN=1 -I$(CUDNN_HOME)/include
     NVFLAGS += -DDPT_CUDNN=1 -I$(CUDNN_HOME)/include
@@ -103,6 +108,7 @@ ifeq ($(HAVE_CUDNN),yes)
     NVFLAGS += -DDPT_NCCL=1 -I$(NCCL_HOME)/include
     LDLIBS  += $(call libpath,$(NCCL_HOME),nccl) -Wl,-rpath,$(dir $(call libpath,$(NCCL_HOME),nccl))
   endif
+endif
 endif
 endif
 endif
@@ -136,7 +142,7 @@ all: summary train tests benches tools
 
 summary:
 	@echo "dptrain build: CPU kernels $(if $(filter yes,$(DNNL)),oneDNN (convolutions, batch norm, pooling, GEMMs) + $(BLAS),native im2col + $(BLAS) only: no oneDNN (install libdnnl-dev, then make rebuilds with it))"
-	@echo "dptrain build: cc=$(CC) | blas=$(BLAS) onednn=$(DNNL) sha256=$(OPENSSL) jpeg=$(JPEG) png=$(PNG) zlib openmp mpi=$(if $(filter 1,$(MPI)),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no ($(CUDA_OFF_WHY))) cudnn=$(HAVE_CUDNN)$(if $(filter yes,$(HAVE_CUDNN)), ($(CUDNN_HOME))) nccl=$(HAVE_NCCL)$(if $(filter yes,$(HAVE_NCCL)), ($(NCCL_HOME)))$(if $(GPU_BUNDLE), | bundle $(GPU_BUNDLE))"
+	@echo "dptrain build: cc=$(CC) | blas=$(BLAS) onednn=$(DNNL) sha256=$(OPENSSL) jpeg=$(JPEG) png=$(PNG) zlib openmp mpi=$(if $(filter 1,$(MPI)),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no ($(CUDA_OFF_WHY))) cudnn=$(HAVE_CUDNN)$(if $(filter yes,$(HAVE_CUDNN)), ($(CUDNN_HOME))) nccl=$(HAVE_NCCL)$(if $(filter yes,$(HAVE_NCCL)), ($(NCCL_HOME)))$(if $(CUDA_ON), cublas=$(dir $(CUBLAS_LIB)))$(if $(GPU_BUNDLE), | bundle $(GPU_BUNDLE))"
 
 deps:
 	@scripts/deps.sh

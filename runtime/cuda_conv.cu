@@ -45,17 +45,18 @@ static cudnnConvolutionDescriptor_t conv_descriptor(const dpt_conv_shape *sh)
 
 /* The algorithms cuDNN proposes for one direction come ranked (heuristics, or measured times
  * with [train] cudnn_benchmark). Walk them in order: skip what failed or is not supported;
- * set the descriptor to the candidate's own math type (FP32 only, unless TF32 is allowed);
- * size its workspace for exactly that pair, and fall back to the next candidate when cuDNN
- * calls the pair NOT_SUPPORTED or BAD_PARAM there; take the first that fits. */
-#define PICK_ALGORITHM(perf, got, desc, workspace_call, chosen, bytes, what)                                 \
+ * set the descriptor to the candidate's own math type (FP32 only, unless TF32 is allowed or
+ * `relaxed`, the fallback below); size its workspace for exactly that pair, and go on to the
+ * next candidate when cuDNN calls the pair NOT_SUPPORTED or BAD_PARAM there; take the first
+ * that fits, or leave `found` false. */
+#define PICK_ALGORITHM(perf, got, desc, workspace_call, chosen, bytes, found)                                \
     do {                                                                                                     \
-        int i_;                                                                                              \
-        for (i_ = 0; i_ < (got); i_++) {                                                                     \
+        (found) = false;                                                                                     \
+        for (int i_ = 0; i_ < (got) && !(found); i_++) {                                                     \
             if ((perf)[i_].status != CUDNN_STATUS_SUCCESS) continue;                                         \
             if (ctx->deterministic && (perf)[i_].determinism != CUDNN_DETERMINISTIC) continue;               \
             cudnnMathType_t m_ = (perf)[i_].mathType;                                                        \
-            bool any_ = ctx->tf32 || p->h16; /* 16-bit inputs: tensor cores are the point */                \
+            bool any_ = ctx->tf32 || p->h16 || relaxed; /* 16-bit inputs: tensor cores are the point */    \
             if (!any_ && m_ != CUDNN_FMA_MATH && m_ != CUDNN_DEFAULT_MATH) continue;                         \
             if (cudnnSetConvolutionMathType((desc), any_ ? m_ : CUDNN_FMA_MATH) != CUDNN_STATUS_SUCCESS)     \
                 continue;                                                                                    \
@@ -64,33 +65,33 @@ static cudnnConvolutionDescriptor_t conv_descriptor(const dpt_conv_shape *sh)
             if (st_ == CUDNN_STATUS_NOT_SUPPORTED || st_ == CUDNN_STATUS_BAD_PARAM) continue;                \
             CHECK_CUDNN(st_);                                                                                \
             if (b_ > ((size_t)1 << 30)) continue; /* more than 1 GiB of workspace: the next one */           \
-            (chosen) = (perf)[i_].algo, (bytes) = b_;                                                        \
-            break;                                                                                           \
+            (chosen) = (perf)[i_].algo, (bytes) = b_, (found) = true;                                        \
         }                                                                                                    \
-        if (i_ == (got))                                                                                     \
-            dpt_fatal("cuDNN offers no usable %s algorithm for convolution %s", what, conv_shape_str(sh));   \
     } while (0)
 
-static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
+/* The algorithms of the three directions for plan p's descriptors; false when one direction has
+ * none (then the caller may relax the math, or change the layout). */
+static bool choose_algorithms(dpt_ctx *ctx, conv_plan *p, bool relaxed, const char **failed);
+
+static conv_plan *new_plan(dpt_ctx *ctx, const dpt_conv_shape *sh)
 {
     cuda_state *s = state_of(ctx);
-    for (int i = 0; i < s->nplans; i++)
-        if (memcmp(&s->plans[i].shape, sh, sizeof *sh) == 0) return &s->plans[i];
     if (s->nplans == s->cap_plans) {
         s->cap_plans = s->cap_plans ? 2 * s->cap_plans : 32;
         s->plans = (conv_plan *)realloc(s->plans, (size_t)s->cap_plans * sizeof *s->plans);
         if (!s->plans) dpt_fatal("out of host memory for convolution plans");
     }
     conv_plan *p = &s->plans[s->nplans++];
+    memset(p, 0, sizeof *p);
     p->shape = *sh;
     p->bf16 = ctx->precision == DPT_PRECISION_BF16;
     p->h16 = p->bf16 || ctx->precision == DPT_PRECISION_FP16;
     cudnnDataType_t dt = !p->h16 ? CUDNN_DATA_FLOAT : p->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
     /* [train] memory_format = nhwc: x arrives in y's layout (conv2d_same_layout), and x, y and
      * the filter are all channels-last, the format cuDNN's tensor-core kernels are fastest in
-     * (PyTorch's channels_last gives cuDNN the same three) */
-    p->nhwc = ctx->nhwc;
-    DPT_ASSERT((sh->x_layout == DPT_LAYOUT_NHWC) == p->nhwc, "a convolution input in another layout than its output");
+     * (PyTorch's channels_last gives cuDNN the same three); a shape cuDNN has no NHWC algorithm
+     * for runs NCHW (cuda_conv2d_out_layout) */
+    p->nhwc = sh->x_layout == DPT_LAYOUT_NHWC;
     cudnnTensorFormat_t fmt = p->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->x));
     CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->y));
@@ -102,6 +103,48 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
                                            (int)sh->kh, (int)sh->kw));
     p->conv_fwd = conv_descriptor(sh), p->conv_bwd_data = conv_descriptor(sh),
     p->conv_bwd_filter = conv_descriptor(sh);
+    return p;
+}
+
+/* The plan of a shape, made once: exact FP32 algorithms first; when a direction has none (some
+ * shapes in cuDNN 9: channels-last FP32 with one input channel, grouped channels-last), any math
+ * cuDNN offers (TF32 possible), with a warning naming the shape once. p->usable is false when
+ * even that finds nothing (the caller changes the layout or stops with a message). */
+static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
+{
+    cuda_state *s = state_of(ctx);
+    for (int i = 0; i < s->nplans; i++)
+        if (memcmp(&s->plans[i].shape, sh, sizeof *sh) == 0) return &s->plans[i];
+    conv_plan *p = new_plan(ctx, sh);
+    const char *failed = NULL;
+    p->usable = choose_algorithms(ctx, p, false, &failed);
+    if (!p->usable && !ctx->tf32 && !p->h16) {
+        p->usable = choose_algorithms(ctx, p, true, &failed);
+        if (p->usable)
+            fprintf(stderr, "warning: cuDNN has no exact-FP32 %s algorithm for convolution %s: this shape runs "
+                            "with cuDNN's default math (TF32 tensor cores possible, ~1e-3 relative)\n",
+                    failed, conv_shape_str(sh));
+    }
+    if (!p->usable) p->failed = failed;
+    return p;
+}
+
+/* The plan of a shape that must run: a clear stop when cuDNN has no algorithm for it. */
+static conv_plan *plan_to_run(dpt_ctx *ctx, const dpt_conv_shape *sh)
+{
+    conv_plan *p = plan_for(ctx, sh);
+    if (!p->usable)
+        dpt_abort_job("cuDNN offers no usable %s algorithm for convolution %s%s\nHINT: %s", p->failed, conv_shape_str(sh),
+                      ctx->deterministic ? " among its deterministic ones" : "",
+                      ctx->deterministic ? "set [train] deterministic = false for this model"
+                                         : "report the shape; [train] device = cpu runs it on oneDNN");
+    return p;
+}
+
+static bool choose_algorithms(dpt_ctx *ctx, conv_plan *p, bool relaxed, const char **failed)
+{
+    cuda_state *s = state_of(ctx);
+    const dpt_conv_shape *sh = &p->shape;
     /* Ranking: heuristics by default (a function of the shape and the GPU, so a resumed run
      * picks the same algorithms); measured once per shape with [train] cudnn_benchmark, as
      * PyTorch's benchmark mode (faster, but the choice may differ between runs). Exact FP32
@@ -118,17 +161,19 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
         CHECK_CUDNN(cudnnSetConvolutionMathType(k == 0   ? p->conv_fwd
                                                 : k == 1 ? p->conv_bwd_data
                                                          : p->conv_bwd_filter,
-                                                ctx->tf32 || p->h16 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+                                                ctx->tf32 || p->h16 || relaxed ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
     if (ctx->cudnn_benchmark)
         CHECK_CUDNN(
             cudnnFindConvolutionForwardAlgorithm(s->dnn, p->x, p->w, p->conv_fwd, p->y, MAX_ALGOS, &got, f));
     else
         CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(s->dnn, p->x, p->w, p->conv_fwd, p->y, MAX_ALGOS,
                                                            &got, f));
+    bool found;
     PICK_ALGORITHM(
         f, got, p->conv_fwd,
         cudnnGetConvolutionForwardWorkspaceSize(s->dnn, p->x, p->w, p->conv_fwd, p->y, f[i_].algo, &b_),
-        p->fwd, bytes_fwd, "forward");
+        p->fwd, bytes_fwd, found);
+    if (!found) return *failed = "forward", false; /* (a comma: the reason, then the result) */
     if (ctx->cudnn_benchmark)
         CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(s->dnn, p->w, p->y, p->conv_bwd_data, p->x,
                                                               MAX_ALGOS, &got, d));
@@ -138,7 +183,8 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
     PICK_ALGORITHM(d, got, p->conv_bwd_data,
                    cudnnGetConvolutionBackwardDataWorkspaceSize(s->dnn, p->w, p->y, p->conv_bwd_data, p->x,
                                                                 d[i_].algo, &b_),
-                   p->bwd_data, bytes_bd, "backward-data");
+                   p->bwd_data, bytes_bd, found);
+    if (!found) return *failed = "backward-data", false;
     if (ctx->cudnn_benchmark)
         CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(s->dnn, p->x, p->y, p->conv_bwd_filter, p->w,
                                                                 MAX_ALGOS, &got, w));
@@ -148,10 +194,11 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *sh)
     PICK_ALGORITHM(w, got, p->conv_bwd_filter,
                    cudnnGetConvolutionBackwardFilterWorkspaceSize(s->dnn, p->x, p->y, p->conv_bwd_filter,
                                                                   p->w, w[i_].algo, &b_),
-                   p->bwd_filter, bytes_bf, "backward-filter");
+                   p->bwd_filter, bytes_bf, found);
+    if (!found) return *failed = "backward-filter", false;
     p->workspace = bytes_fwd > bytes_bd ? bytes_fwd : bytes_bd;
     if (bytes_bf > p->workspace) p->workspace = bytes_bf;
-    return p;
+    return true;
 }
 
 /* The bias over (n, c, hw) activations in NCHW or NHWC (channel innermost). */
@@ -276,7 +323,7 @@ static void filter_out(dpt_ctx *ctx, const conv_plan *p, const cuda_block *b, fl
 static void cuda_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w,
                             const float *bias, float *y)
 {
-    conv_plan *p = plan_for(ctx, sh);
+    conv_plan *p = plan_to_run(ctx, sh);
     cuda_block ws = cuda_block_get(ctx, p->workspace, "cuDNN convolution workspace");
     float one = 1.0f, zero = 0.0f;
     cuda_block wp = filter_in(ctx, p, w);
@@ -300,7 +347,7 @@ static void cuda_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float 
 static void cuda_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float *x, const float *w,
                             const float *dy, float *dx, bool dx_accumulate, float *dw, float *dbias)
 {
-    conv_plan *p = plan_for(ctx, sh);
+    conv_plan *p = plan_to_run(ctx, sh);
     cuda_block ws = cuda_block_get(ctx, p->workspace, "cuDNN convolution workspace");
     /* fp32 in cuDNN's own layouts: beta = 1, the weight gradient accumulates; the data gradient
      * too, unless this is its first writer (beta = 0: no zero fill before, no read of it).
@@ -349,11 +396,22 @@ static void cuda_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float 
     cuda_block_put(ctx, ws);
 }
 
-/* [train] memory_format = nhwc: y (and so dy) channels-last; x converted to it by the layer */
+/* [train] memory_format = nhwc: y (and so dy) channels-last; x converted to it by the layer.
+ * A shape cuDNN has no channels-last algorithm for (with any math) runs NCHW instead: the
+ * layer converts x to NCHW, and what follows takes y as it comes (a warning says so once). */
 static dpt_layout cuda_conv2d_out_layout(dpt_ctx *ctx, const dpt_conv_shape *sh)
 {
-    (void)sh;
-    return ctx->nhwc ? DPT_LAYOUT_NHWC : DPT_LAYOUT_NCHW;
+    if (!ctx->nhwc) return DPT_LAYOUT_NCHW;
+    dpt_conv_shape nhwc = *sh;
+    nhwc.x_layout = DPT_LAYOUT_NHWC;
+    conv_plan *p = plan_for(ctx, &nhwc);
+    if (p->usable) return DPT_LAYOUT_NHWC;
+    if (!p->warned)
+        fprintf(stderr, "warning: cuDNN has no channels-last %s algorithm for convolution %s: this shape runs in "
+                        "NCHW through a relayout\n",
+                p->failed, conv_shape_str(sh));
+    p->warned = true;
+    return DPT_LAYOUT_NCHW;
 }
 
 void cuda_conv_entries(dpt_backend *be)

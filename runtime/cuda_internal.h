@@ -35,6 +35,9 @@ typedef struct conv_plan {
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
     size_t workspace; /* the largest of the three */
+    bool usable;      /* cuDNN offered an algorithm for each direction */
+    const char *failed; /* when not: the direction that had none */
+    bool warned;      /* the fallback to NCHW was said */
 } conv_plan;
 
 typedef struct cuda_state {

@@ -2,18 +2,22 @@
 # gpu_selftest.sh (make gpu-selftest): prove here, without a GPU, that the GPU machine's build
 # works from the bundle alone. It builds dptrain inside a bare Debian chroot (debootstrap:
 # compiler, make and python3; no OpenBLAS, MPI, cmocka, zlib headers or oneDNN), with the CUDA
-# toolkit bind-mounted read-only but without cuDNN and NCCL in it: those sit where a PyTorch
-# image keeps them, in python3's nvidia/cudnn and nvidia/nccl packages. Then it runs
-# ./train --env, test_cuda to its "no GPU" skip, and a short CPU training run on the bundle's
-# data, and prints "gpu-selftest: ok". The chroot is cached (DPT_SELFTEST_ROOT) so a rerun
-# takes a minute. Needs root and debootstrap; not part of make test.
+# toolkit bind-mounted read-only but without cuBLAS, cuDNN and NCCL in it: those sit where the
+# GPU image's PyTorch keeps them, in python3's pip packages (nvidia/cu13/lib for cuBLAS,
+# nvidia/cudnn and nvidia/nccl). Then it runs ./train --env, test_cuda to its "no GPU" skip,
+# test_cuda_harness (the CPU standing in for the GPU, each test in a child as gpu_check runs
+# it: a test that needs what the image lacks must skip, not fail), and a short CPU training
+# run on the bundle's data, and prints "gpu-selftest: ok". The chroot is cached
+# (DPT_SELFTEST_ROOT) so a rerun takes a minute. Needs root; installs debootstrap itself (as
+# make test installs its packages); not part of make test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 root=${DPT_SELFTEST_ROOT:-/var/tmp/dptrain-gpu-selftest}
 cuda=$(readlink -f "${CUDA_HOME:-/usr/local/cuda}")
 [ "$(id -u)" = 0 ] || { echo "gpu-selftest: needs root (chroot, mounts)" >&2; exit 1; }
-command -v debootstrap > /dev/null || { echo "gpu-selftest: needs debootstrap (apt-get install debootstrap)" >&2; exit 1; }
+command -v debootstrap > /dev/null || scripts/deps.sh selftest > /dev/null ||
+    { echo "gpu-selftest: needs debootstrap (apt-get install debootstrap)" >&2; exit 1; }
 [ -x "$cuda/bin/nvcc" ] || { echo "gpu-selftest: no CUDA toolkit at $cuda (set CUDA_HOME)" >&2; exit 1; }
 [ -f .gpu/include/cblas.h ] || { echo "gpu-selftest: no bundle; run make gpu-bundle" >&2; exit 1; }
 
@@ -48,12 +52,13 @@ done
 for sub in include lib64; do
     mkdir -p "$farm/$sub"
     for f in "$cuda/$sub/"*; do
-        case "$(basename "$f")" in cudnn* | libcudnn* | nccl* | libnccl*) continue ;; esac
+        case "$(basename "$f")" in cudnn* | libcudnn* | nccl* | libnccl* | libcublas*) continue ;; esac
         ln -s "/host-cuda/$sub/$(basename "$f")" "$farm/$sub/$(basename "$f")"
     done
 done
 site=$root/usr/lib/python3/dist-packages/nvidia
-rm -rf "$site" && mkdir -p "$site/cudnn/include" "$site/cudnn/lib" "$site/nccl/include" "$site/nccl/lib"
+rm -rf "$site" && mkdir -p "$site/cudnn/include" "$site/cudnn/lib" "$site/nccl/include" "$site/nccl/lib" "$site/cu13/lib"
+cp -L "$cuda"/lib64/libcublas.so.[0-9]* "$cuda"/lib64/libcublasLt.so.[0-9]* "$site/cu13/lib/" # (nvidia-cublas: cu13/lib)
 cp "$cuda"/include/cudnn*.h "$site/cudnn/include/"
 cp -L "$cuda"/lib64/libcudnn*.so.[0-9] "$site/cudnn/lib/"
 cp "$cuda"/include/nccl*.h "$site/nccl/include/"
@@ -63,14 +68,16 @@ inside() { chroot "$root" /usr/bin/env -i PATH=/opt/cuda/bin:/usr/bin:/bin HOME=
 log=/tmp/dpt_gpu_selftest.log
 echo "gpu-selftest: building in the chroot (make MPI=0 BUILD=build-gpuselftest)"
 start=$(date +%s)
-if ! inside "make -j$(nproc) MPI=0 CUDA_HOME=/opt/cuda BUILD=build-gpuselftest build-gpuselftest/train build-gpuselftest/tests/test_cuda build-gpuselftest/tests/test_image build-gpuselftest/tools/make_image_folder" \
+mk="make -j$(nproc) MPI=0 CUDA_HOME=/opt/cuda GPU_BUNDLE=.gpu BUILD=build-gpuselftest"
+if ! inside "$mk build-gpuselftest/train build-gpuselftest/tests/test_cuda build-gpuselftest/tests/test_cuda_harness build-gpuselftest/tests/test_image build-gpuselftest/tools/make_image_folder" \
     > "$log" 2>&1; then
     tail -30 "$log"; echo "gpu-selftest: FAILED: the build (log: $log)"; exit 1
 fi
-summary=$(inside "make -s MPI=0 CUDA_HOME=/opt/cuda BUILD=build-gpuselftest summary")
+summary=$(inside "$mk -s summary")
 echo "  $summary ($(( $(date +%s) - start )) s)"
 for want in "cuda=yes" "cudnn=yes (/usr/lib/python3/dist-packages/nvidia/cudnn)" \
-    "nccl=yes (/usr/lib/python3/dist-packages/nvidia/nccl)" "mpi=no" "blas=cblas" "sha256=yes" "jpeg=yes png=yes" "bundle .gpu"; do
+    "nccl=yes (/usr/lib/python3/dist-packages/nvidia/nccl)" "cublas=/usr/lib/python3/dist-packages/nvidia/cu13/lib/" \
+    "mpi=no" "blas=cblas" "onednn=no" "sha256=yes" "jpeg=yes png=yes" "bundle .gpu"; do
     grep -qF "$want" <<< "$summary" || { echo "gpu-selftest: FAILED: the build summary lacks '$want'"; exit 1; }
 done
 ok=1
@@ -80,6 +87,9 @@ grep -q "mpi: not in this build" <<< "$env_out" || { echo "gpu-selftest: --env d
 cuda_out=$(inside "build-gpuselftest/tests/test_cuda" 2>&1) || ok=0
 echo "$cuda_out" | tail -3 | sed 's/^/  test_cuda | /'
 grep -q "SKIPPED" <<< "$cuda_out" || { echo "gpu-selftest: test_cuda did not reach its no-GPU skip"; ok=0; }
+harness_out=$(inside "DPT_TEST_FORK=1 build-gpuselftest/tests/test_cuda_harness" 2>&1) || ok=0
+echo "$harness_out" | grep -E "^\[  (PASSED|FAILED|SKIPPED) \] [0-9]|^\[  FAILED  \] test" | sed 's/^/  test_cuda_harness | /'
+grep -q "^\[  FAILED  \]" <<< "$harness_out" && { echo "gpu-selftest: test_cuda_harness failed as the image builds it"; ok=0; }
 image_out=$(inside "build-gpuselftest/tests/test_image" 2>&1) || ok=0
 echo "$image_out" | tail -1 | sed 's/^/  test_image | /'
 grep -q "PASSED" <<< "$image_out" || { echo "gpu-selftest: test_image (the folder source on the bundle's libjpeg and libpng) failed"; ok=0; }

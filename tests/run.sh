@@ -44,6 +44,18 @@ for isa in AVX2 AVX512_CORE AVX512_CORE_BF16; do
     done
 done
 
+# gpu_check runs test_cuda with each test in a child of its own (a crash or a hang is that
+# test's failure); the harness runs that way too, so the runner is tested where there is no GPU
+if [ -x "$dir/test_cuda_harness" ]; then
+    run_cmocka "test_cuda_harness (each test in a child)" "$dir/test_cuda_harness" DPT_TEST_FORK=1
+    echo "=== test_cuda_harness: a test that crashes is its own failure, the next ones still run"
+    out=$(DPT_TEST_FORK=1 DPT_TEST_FORK_CRASH=test_gemm "$dir/test_cuda_harness" 2>&1)
+    grep -q '^\[  FAILED  \] test_gemm (Segmentation fault)' <<<"$out" && grep -q '^\[       OK \] test_tensor_primitives' <<<"$out" &&
+        grep -q '^\[  FAILED  \] 1 test(s)' <<<"$out"
+    rc=$?; [ $rc -eq 0 ] || tail -n 5 <<<"$out"
+    record "test_cuda_harness: the forked runner survives a crash" $rc
+fi
+
 for t in build-asan/tests/test_*; do
     [ -x "$t" ] || continue
     echo "=== asan+ubsan $(basename "$t")"

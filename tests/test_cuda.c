@@ -13,6 +13,8 @@
 #include "data/image.h"
 #include <sys/stat.h>
 #include "tests/ddp_common.h"
+#include "runtime/half.h"
+#include <signal.h>
 
 /* Built a second time as test_cuda_harness with the CPU standing in for the GPU: CI checks
  * that every test here runs and passes CPU against CPU, so a GPU session tests the GPU code
@@ -41,6 +43,32 @@ static dpt_ctx *make_with(dpt_device_kind kind, dpt_precision precision, bool ch
     dpt_ctx *ctx = dpt_ctx_new(&o, &err);
     if (!ctx) fail_msg("%s", err.msg);
     return ctx;
+}
+
+/* The "GPU" context of a 16-bit test. A real GPU always takes one; the harness's stand-in CPU
+ * cannot without oneDNN (the GPU image's build has none), so the test skips there, saying why. */
+static dpt_ctx *make_gpu16(dpt_precision precision, bool channels_last)
+{
+    dpt_error err;
+    dpt_ctx_options o = {.device = {GPU, 0}, .threads = 1, .seed = 7, .precision = precision,
+                         .channels_last = channels_last};
+    dpt_ctx *ctx = dpt_ctx_new(&o, &err);
+    if (ctx) return ctx;
+    if (GPU == DPT_DEVICE_CUDA) fail_msg("%s", err.msg);
+    print_message("skipped: the stand-in GPU cannot run this precision: %s\n", err.msg);
+    skip();
+    return NULL;
+}
+
+/* Values rounded to the 16-bit format of a precision (nearest even), in place. The 16-bit
+ * tests give both devices operands that are exact in 16 bits: the GPU's roundings of its
+ * inputs then change nothing, and the reference is the CPU's plain fp32 (no bf16 kernels needed:
+ * the GPU image's build has no oneDNN). */
+static void round_to_16(float *v, int64_t n, dpt_precision precision)
+{
+    if (precision == DPT_PRECISION_FP32) return;
+    for (int64_t i = 0; i < n; i++)
+        v[i] = dpt_f32_from_h16(dpt_h16_from_f32(v[i], precision == DPT_PRECISION_BF16), precision == DPT_PRECISION_BF16);
 }
 
 static dpt_ctx *make_in(dpt_device_kind kind, dpt_precision precision)
@@ -79,6 +107,7 @@ static void compare_in(const char *name, graph_fn graph, int n_in, const int64_t
     for (int i = 0; i < n_in; i++) {
         int nd = shapes[i][2] ? 3 : shapes[i][1] ? 2 : 1;
         in_c[i] = test_input(cpu, &rng, nd, shapes[i], -2, 2);
+        if (cpu_precision == DPT_PRECISION_FP32) round_to_16(in_c[i]->data, in_c[i]->numel, gpu_precision);
         in_g[i] = dpt_tensor_new(gpu, nd, shapes[i]);
         dpt_tensor_copy_from_host(in_g[i], in_c[i]->data);
         in_g[i]->requires_grad = true;
@@ -189,27 +218,87 @@ static void test_gemm(void **state)
  * fp32 into an fp32 C, so they differ only by summation order (tensor-core blocks against
  * oneDNN's): 1e-3 relative, as the fp32 GEMM test. The backward products (dA = dC B^T,
  * dB = A^T dC) go through the same path; A B^T too (a linear layer's product). */
-static dpt_tensor *g_matmul_bt(dpt_ctx *c, dpt_tensor **in, int n, void *u)
+/* A 16-bit GEMM on the GPU (precision = bf16 | fp16: cuBLAS's GemmEx with fp32 accumulation)
+ * against float64 of the same 16-bit operands: a product of two 16-bit numbers is exact in fp32,
+ * so what differs is fp32 summation, at most gamma_K sum_k |a_k b_k| with gamma_K = K u / (1 -
+ * K u), u = 2^-24, for any order (doubled: tensor cores may truncate while they add), plus the
+ * rounding of the fp32 result. The gradients the same way (backward of sum(C): dC is all ones,
+ * exact in 16 bits). */
+static void check_gemm16(const char *name, dpt_precision precision, bool trans_a, bool trans_b, int64_t M, int64_t K,
+                         int64_t N)
 {
-    (void)n, (void)u;
-    return dpt_matmul(c, in[0], dpt_transpose(c, in[1]));
+    dpt_ctx *gpu = make_gpu16(precision, false);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 42);
+    int64_t na = M * K, nb = K * N;
+    float *a = malloc((size_t)na * sizeof *a), *b = malloc((size_t)nb * sizeof *b);
+    for (int64_t i = 0; i < na; i++)
+        a[i] = (float)(dpt_rng_uniform(&rng) * 4.0 - 2.0);
+    for (int64_t i = 0; i < nb; i++)
+        b[i] = (float)(dpt_rng_uniform(&rng) * 4.0 - 2.0);
+    round_to_16(a, na, precision), round_to_16(b, nb, precision);
+    /* stored as given: A (M, K) or its transpose (K, M); B (K, N) or (N, K) */
+    dpt_tensor *ta = dpt_tensor_new(gpu, 2, trans_a ? (int64_t[]){K, M} : (int64_t[]){M, K});
+    dpt_tensor *tb = dpt_tensor_new(gpu, 2, trans_b ? (int64_t[]){N, K} : (int64_t[]){K, N});
+    dpt_tensor_copy_from_host(ta, a), dpt_tensor_copy_from_host(tb, b);
+    ta->requires_grad = tb->requires_grad = true;
+    dpt_tensor *c = dpt_matmul(gpu, trans_a ? dpt_transpose(gpu, ta) : ta, trans_b ? dpt_transpose(gpu, tb) : tb);
+    float *got = malloc((size_t)(M * N) * sizeof *got), *ga = malloc((size_t)na * sizeof *ga),
+          *gb = malloc((size_t)nb * sizeof *gb);
+    dpt_tensor_copy_to_host(c, got);
+    dpt_backward(gpu, dpt_sum(gpu, c));
+    dpt_tensor_copy_to_host(dpt_tensor_grad(ta), ga), dpt_tensor_copy_to_host(dpt_tensor_grad(tb), gb);
+    const double u = ldexp(1.0, -24);
+#define A_(m, k) (double)a[trans_a ? (k) * M + (m) : (m) * K + (k)]
+#define B_(k, n) (double)b[trans_b ? (n) * K + (k) : (k) * N + (n)]
+    int bad = 0;
+    double worst = 0;
+    for (int64_t m = 0; m < M; m++) /* C */
+        for (int64_t n = 0; n < N; n++) {
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++)
+                ref += A_(m, k) * B_(k, n), mag += fabs(A_(m, k) * B_(k, n));
+            double bound = 2 * K * u / (1 - K * u) * mag + 2 * u * fabs(ref), err = fabs(got[m * N + n] - ref);
+            worst = fmax(worst, err / bound), bad += err > bound;
+        }
+    for (int64_t m = 0; m < M; m++) /* dA[m, k] = sum_n B[k, n] */
+        for (int64_t k = 0; k < K; k++) {
+            double ref = 0, mag = 0;
+            for (int64_t n = 0; n < N; n++)
+                ref += B_(k, n), mag += fabs(B_(k, n));
+            double bound = 2 * N * u / (1 - N * u) * mag + 2 * u * fabs(ref);
+            double err = fabs(ga[trans_a ? k * M + m : m * K + k] - ref);
+            worst = fmax(worst, err / bound), bad += err > bound;
+        }
+    for (int64_t k = 0; k < K; k++) /* dB[k, n] = sum_m A[m, k] */
+        for (int64_t n = 0; n < N; n++) {
+            double ref = 0, mag = 0;
+            for (int64_t m = 0; m < M; m++)
+                ref += A_(m, k), mag += fabs(A_(m, k));
+            double bound = 2 * M * u / (1 - M * u) * mag + 2 * u * fabs(ref);
+            double err = fabs(gb[trans_b ? n * K + k : k * N + n] - ref);
+            worst = fmax(worst, err / bound), bad += err > bound;
+        }
+#undef A_
+#undef B_
+    print_message("%s: worst error %.2f of its bound\n", name, worst);
+    if (bad) fail_msg("%s: %d values outside gamma_K sum |a b| of float64 on the 16-bit operands", name, bad);
+    dpt_tape_clear(gpu);
+    dpt_tensor_free(ta), dpt_tensor_free(tb);
+    free(a), free(b), free(got), free(ga), free(gb);
+    dpt_ctx_free(gpu);
 }
 
 static void test_gemm_bf16(void **state)
 {
     (void)state;
     NEED_GPU();
-    const int64_t s1[][3] = {{7, 5, 0}, {7, 3, 0}}, s2[][3] = {{129, 65, 0}, {129, 257, 0}},
-                  lin[][3] = {{33, 70, 0}, {19, 70, 0}};
-    compare_in("bf16 matmul(A^T B) small", g_matmul, 2, s1, NULL, 1e-3, DPT_PRECISION_BF16, DPT_PRECISION_BF16);
-    compare_in("bf16 matmul(A^T B) odd sizes", g_matmul, 2, s2, NULL, 1e-3, DPT_PRECISION_BF16,
-               DPT_PRECISION_BF16);
-    compare_in("bf16 matmul(A B^T)", g_matmul_bt, 2, lin, NULL, 1e-3, DPT_PRECISION_BF16, DPT_PRECISION_BF16);
+    check_gemm16("bf16 matmul(A^T B) small", DPT_PRECISION_BF16, true, false, 5, 7, 3);
+    check_gemm16("bf16 matmul(A^T B) odd sizes", DPT_PRECISION_BF16, true, false, 65, 129, 257);
+    check_gemm16("bf16 matmul(A B^T)", DPT_PRECISION_BF16, false, true, 33, 70, 19);
 }
 
-/* [train] precision = fp16 (CUDA only): cuBLAS's fp16 GEMM against the CPU's fp32 one. Inputs
- * in [-2, 2] rounded to fp16 (2^-11 relative), sums of up to 257 products: a few fp16 ulps of
- * the sums' magnitude. */
+/* [train] precision = fp16 (CUDA only): cuBLAS's fp16 GEMM, checked as the bf16 one. */
 static void test_gemm_fp16(void **state)
 {
     (void)state;
@@ -218,9 +307,8 @@ static void test_gemm_fp16(void **state)
     print_message("skipped: fp16 runs on cuBLAS only (the harness's stand-in GPU is a CPU)\n");
     skip();
 #endif
-    const int64_t s2[][3] = {{129, 65, 0}, {129, 257, 0}}, lin[][3] = {{33, 70, 0}, {19, 70, 0}};
-    compare_in("fp16 matmul(A^T B)", g_matmul, 2, s2, NULL, 1e-2, DPT_PRECISION_FP32, DPT_PRECISION_FP16);
-    compare_in("fp16 matmul(A B^T)", g_matmul_bt, 2, lin, NULL, 1e-2, DPT_PRECISION_FP32, DPT_PRECISION_FP16);
+    check_gemm16("fp16 matmul(A^T B)", DPT_PRECISION_FP16, true, false, 65, 129, 257);
+    check_gemm16("fp16 matmul(A B^T)", DPT_PRECISION_FP16, false, true, 33, 70, 19);
 }
 
 /* A few optimizer steps of the same model (same seed, same data) on one device. */
@@ -322,6 +410,9 @@ typedef struct layer_run {
     dpt_tensor *x, *y;
 } layer_run;
 
+/* The 16-bit format the layer tests round the parameters to (FP32: none), as their inputs. */
+static dpt_precision round_params = DPT_PRECISION_FP32;
+
 static layer_run run_layer(dpt_ctx *ctx, const layer_case *lc, const float *x_host, const float *w_host,
                            const layer_run *copy_from)
 {
@@ -343,6 +434,7 @@ static layer_run run_layer(dpt_ctx *ctx, const layer_case *lc, const float *x_ho
             free(tmp);
         } else {
             dpt_init_uniform(ctx, p, 1.0f);
+            round_to_16(p->data, p->numel, round_params); /* the CPU's: host memory */
         }
     }
     for (int i = 0; i < dpt_model_num_buffers(lr.model); i++) {
@@ -417,9 +509,14 @@ static void assert_same_tensor(const char *what, const layer_case *lc, bool gpu_
 static void compare_layers(const layer_case *cases, size_t count, dpt_precision precision,
                            dpt_precision gpu_precision, bool gpu_nhwc)
 {
+    /* a 16-bit GPU against the CPU's fp32: inputs, parameters and the output's weights exact in
+     * 16 bits, so the GPU's roundings of them change nothing */
+    round_params = precision == DPT_PRECISION_FP32 ? gpu_precision : DPT_PRECISION_FP32;
     for (size_t k = 0; k < count; k++) {
         const layer_case *lc = &cases[k];
-        dpt_ctx *cpu = make_in(DPT_DEVICE_CPU, precision), *gpu = make_with(GPU, gpu_precision, gpu_nhwc);
+        dpt_ctx *gpu = gpu_precision == DPT_PRECISION_FP32 ? make_with(GPU, gpu_precision, gpu_nhwc)
+                                                           : make_gpu16(gpu_precision, gpu_nhwc);
+        dpt_ctx *cpu = make_in(DPT_DEVICE_CPU, precision);
         skip_unless_reference(cpu, gpu, precision);
         dpt_rng rng;
         dpt_rng_seed(&rng, 11 + k);
@@ -429,6 +526,7 @@ static void compare_layers(const layer_case *cases, size_t count, dpt_precision 
             x[j] = (float)(dpt_rng_uniform(&rng) * 4.0 - 2.0);
         for (int64_t j = 0; j < 64 * nx; j++)
             w[j] = (float)(dpt_rng_uniform(&rng) * 2.0 - 1.0);
+        round_to_16(x, nx, round_params), round_to_16(w, 64 * nx, round_params);
         layer_run c = run_layer(cpu, lc, x, w, NULL), g = run_layer(gpu, lc, x, w, &c);
         assert_same_tensor("forward", lc, gpu_nhwc, g.y, c.y);
         if (lc->kind != 'i') assert_same_tensor("d/dx", lc, gpu_nhwc, dpt_tensor_grad(g.x), dpt_tensor_grad(c.x));
@@ -447,12 +545,13 @@ static void compare_layers(const layer_case *cases, size_t count, dpt_precision 
         dpt_ctx_free(cpu), dpt_ctx_free(gpu);
         free(x), free(w);
     }
+    round_params = DPT_PRECISION_FP32;
 }
 
-/* [train] precision = bf16: cuDNN's bf16 convolutions against oneDNN's. Both read the same
- * bf16-rounded operands and accumulate in fp32; cuDNN's y, dx and dw come out in bf16 (the
- * CPU's y too, its dx and dw in fp32), so they agree to a bf16 ulp (2^-7), plus the fp32
- * accumulation's error near zero. */
+/* [train] precision = bf16: cuDNN's bf16 convolutions against the CPU's fp32 ones on operands
+ * exact in bf16 (the GPU image has no oneDNN: no CPU bf16 kernels there). Both accumulate in
+ * fp32 from the same values; cuDNN's y, dx and dw come out rounded to bf16 (half a bf16 ulp,
+ * 2^-8, relative): within a bf16 ulp (2^-7), plus the fp32 accumulation's error near zero. */
 #define ULP 0x1p-7, 1e-3
 static const layer_case bf16_cases[] = {
     {"bf16 conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, ULP},
@@ -467,13 +566,13 @@ static void test_layers_bf16(void **state)
 {
     (void)state;
     NEED_GPU();
-    compare_layers(bf16_cases, sizeof bf16_cases / sizeof bf16_cases[0], DPT_PRECISION_BF16, DPT_PRECISION_BF16,
+    compare_layers(bf16_cases, sizeof bf16_cases / sizeof bf16_cases[0], DPT_PRECISION_FP32, DPT_PRECISION_BF16,
                    false);
 }
 
-/* [train] precision = fp16 (CUDA only): cuDNN's fp16 convolutions against the CPU's fp32
- * ones. x, w and dy rounded to fp16 (2^-11 relative each), y, dx and dw out in fp16: agreement
- * to a few fp16 ulps of the sums' magnitude (inputs in [-2, 2], weights in [-1, 1]). */
+/* [train] precision = fp16 (CUDA only): cuDNN's fp16 convolutions against the CPU's fp32 ones
+ * on operands exact in fp16: y, dx and dw come out rounded to fp16 (2^-11 relative): within
+ * an fp16 ulp (2^-10), plus the fp32 accumulation's error near zero. */
 static void test_layers_fp16(void **state)
 {
     (void)state;
@@ -483,9 +582,9 @@ static void test_layers_fp16(void **state)
     skip();
 #endif
     static const layer_case cases[] = {
-        {"fp16 conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, 1e-2, 5e-2},
-        {"fp16 conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, 1e-2, 5e-2},
-        {"fp16 conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, 1e-2, 5e-2},
+        {"fp16 conv 3x3 pad 1", 4, 3, 9, 9, 'c', 8, 3, 1, 1, 1, 1, true, 0x1p-10, 1e-3},
+        {"fp16 conv 3x3 stride 2", 3, 8, 10, 7, 'c', 16, 3, 2, 1, 1, 1, false, 0x1p-10, 1e-3},
+        {"fp16 conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, 0x1p-10, 1e-3},
     };
     compare_layers(cases, sizeof cases / sizeof cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP16, false);
 }
@@ -519,15 +618,21 @@ static void test_layers(void **state)
 
 /* [train] memory_format = nhwc: every layer case above on a channels-last GPU context (cuDNN's
  * NHWC convolutions with (K, R, S, C) filters, NHWC batch norm, the pooling kernels' NHWC
- * indexing, the relayout kernel both ways) against the CPU's NCHW, to the same tolerances; the
- * bf16 convolutions too. */
+ * indexing, the relayout kernel both ways) against the CPU's NCHW, to the same tolerances. */
 static void test_layers_nhwc(void **state)
 {
     (void)state;
     NEED_GPU();
     compare_layers(fp32_cases, sizeof fp32_cases / sizeof fp32_cases[0], DPT_PRECISION_FP32, DPT_PRECISION_FP32,
                    true);
-    compare_layers(bf16_cases, sizeof bf16_cases / sizeof bf16_cases[0], DPT_PRECISION_BF16, DPT_PRECISION_BF16,
+}
+
+/* The bf16 convolutions on a channels-last GPU context, as test_layers_bf16 checks them. */
+static void test_layers_nhwc_bf16(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    compare_layers(bf16_cases, sizeof bf16_cases / sizeof bf16_cases[0], DPT_PRECISION_FP32, DPT_PRECISION_BF16,
                    true);
 }
 
@@ -873,27 +978,88 @@ static void test_tensor_primitives(void **state)
         compare(names[which], g_prim, inputs[which], shapes[which], &which, which == 7 ? 1e-3 : 1e-4);
 }
 
+/* DPT_TEST_FORK=1 (scripts/gpu_check.sh): each test in a child of its own, with a time limit,
+ * so a fatal error, a crash or a hang in one is that test's failure and the rest still run.
+ * The children's cmocka lines are passed through (their per-group totals dropped) and one
+ * total is printed at the end, in cmocka's words. */
+static int run_forked(const struct CMUnitTest *tests, size_t n, unsigned limit_s)
+{
+    int passed = 0, failed = 0, skipped = 0;
+    for (size_t i = 0; i < n; i++) {
+        fflush(stdout), fflush(stderr);
+        int fd[2];
+        if (pipe(fd) != 0) return 1;
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fd[0]);
+            dup2(fd[1], STDOUT_FILENO), dup2(fd[1], STDERR_FILENO);
+            alarm(limit_s);
+            const char *crash = getenv("DPT_TEST_FORK_CRASH"); /* run.sh: the runner survives a crash */
+            if (crash && !strcmp(crash, tests[i].name)) raise(SIGSEGV);
+            _exit(_cmocka_run_group_tests(tests[i].name, &tests[i], 1, NULL, NULL) ? 1 : 0);
+        }
+        close(fd[1]);
+        FILE *f = fdopen(fd[0], "r");
+        char line[4096];
+        bool ok = false, skip_seen = false;
+        while (f && fgets(line, sizeof line, f)) {
+            bool skip_line = !strncmp(line, "[  SKIPPED ]", 12);
+            if (!strncmp(line, "[==========]", 12) || !strncmp(line, "[  PASSED  ] ", 13) ||
+                (!strncmp(line, "[  FAILED  ] ", 13) && line[13] >= '0' && line[13] <= '9') ||
+                (skip_line && (skip_seen || (line[13] >= '0' && line[13] <= '9'))) || strstr(line, "FAILED TEST") ||
+                strstr(line, "SKIPPED TEST") || line[0] == '\n')
+                continue; /* the child's group totals and lists: the parent's total replaces them */
+            ok |= !strncmp(line, "[       OK ]", 12);
+            skip_seen |= skip_line;
+            fputs(line, stdout);
+        }
+        if (f) fclose(f);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (skip_seen && !ok) {
+            skipped++;
+        } else if (ok && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+            passed++;
+        } else {
+            failed++;
+            if (WIFSIGNALED(status))
+                printf("[  FAILED  ] %s (%s)\n", tests[i].name,
+                       WTERMSIG(status) == SIGALRM ? "did not end within its time limit" : strsignal(WTERMSIG(status)));
+            else if (!ok)
+                printf("[  FAILED  ] %s (exit %d before it could report)\n", tests[i].name, WEXITSTATUS(status));
+        }
+    }
+    printf("[==========] %zu test(s) run, each in a child of its own.\n", n);
+    printf("[  PASSED  ] %d test(s).\n", passed);
+    if (skipped) printf("[  SKIPPED ] %d test(s).\n", skipped);
+    if (failed) printf("[  FAILED  ] %d test(s).\n", failed);
+    return failed ? 1 : 0;
+}
+
 int main(void)
 {
     if (GPUS_VISIBLE() == 0) printf("test_cuda: skipped: no GPU visible\n");
+    /* the riskiest last: cuDNN's rarer configurations (16 bits, channels-last), then NCCL */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_tensor_primitives),
-        cmocka_unit_test(test_gemm_bf16),
-        cmocka_unit_test(test_gemm_fp16),
-        cmocka_unit_test(test_training_steps),
-        cmocka_unit_test(test_conv_models),
         cmocka_unit_test(test_layers),
-        cmocka_unit_test(test_layers_bf16),
-        cmocka_unit_test(test_layers_nhwc),
-        cmocka_unit_test(test_layers_fp16),
+        cmocka_unit_test(test_training_steps),
         cmocka_unit_test(test_loader_copy_stream),
         cmocka_unit_test(test_loader_image_files),
+        cmocka_unit_test(test_gemm_bf16),
+        cmocka_unit_test(test_layers_bf16),
+        cmocka_unit_test(test_conv_models),
+        cmocka_unit_test(test_gemm_fp16),
+        cmocka_unit_test(test_layers_fp16),
+        cmocka_unit_test(test_layers_nhwc),
+        cmocka_unit_test(test_layers_nhwc_bf16),
+        cmocka_unit_test(test_check_family),
         cmocka_unit_test(test_ddp_nccl_one_rank),
         cmocka_unit_test(test_dataparallel_two_gpus),
-        cmocka_unit_test(test_check_family),
     };
+    if (getenv("DPT_TEST_FORK")) return run_forked(tests, sizeof tests / sizeof tests[0], 120);
 #ifdef DPT_TEST_HARNESS_ON_CPU
     return cmocka_run_group_tests_name("cuda harness (cpu vs cpu)", tests, NULL, NULL);
 #else
