@@ -12,7 +12,8 @@ LDFLAGS_EXTRA :=
 
 # ---- the GPU bundle (make gpu-bundle): the few Debian libraries a bare GPU image lacks
 # (reference BLAS, cmocka, zlib headers) unpacked under .gpu/; used where the system has no
-# OpenBLAS (a machine set up by make deps never needs it).
+# OpenBLAS (a machine set up by make deps never needs it), or when named (GPU_BUNDLE=.gpu, as
+# gpu_check.sh does): then its reference CBLAS is the BLAS, whatever else is installed.
 OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp
 HAVE_OPENBLAS := $(if $(wildcard $(OPENBLAS_OMP)/libopenblas.so.0 /usr/lib/x86_64-linux-gnu/libopenblas.so),yes,no)
 GPU_BUNDLE ?= $(if $(filter no,$(HAVE_OPENBLAS)),$(if $(wildcard .gpu/include/cblas.h),.gpu))
@@ -25,7 +26,10 @@ endif
 # With the default pthread build the two pools spin against each other and 2 threads run at
 # half the speed of 1 (bench_mlp measured 23k vs 44k img/s). Then the default OpenBLAS, then
 # any CBLAS as libblas (the GPU bundle's reference BLAS).
-ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so.0),)
+ifneq ($(GPU_BUNDLE),)
+  BLAS := cblas (reference, $(GPU_BUNDLE))
+  BLAS_LIBS := -lblas
+else ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so.0),)
   BLAS := openblas-openmp
   BLAS_LIBS := $(OPENBLAS_OMP)/libopenblas.so.0 -Wl,-rpath,$(OPENBLAS_OMP)
   CFLAGS += -DDPT_OPENBLAS=1

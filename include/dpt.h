@@ -313,6 +313,16 @@ dpt_tensor *dpt_tape_release(dpt_ctx *ctx, dpt_tape_mark mark, dpt_tensor *keep)
 typedef void (*dpt_grad_ready_hook)(dpt_tensor *param, int param_index, void *user);
 void dpt_set_grad_ready_hook(dpt_ctx *ctx, dpt_grad_ready_hook hook, void *user);
 
+/* With a hook set, training-mode batch norm normalises with its batch's own statistics and,
+ * instead of moving its running statistics, hands the hook the batch's mean and unbiased
+ * variance (channels each); the hook's owner applies them later with
+ * dpt_batchnorm_apply_stats (the deterministic mode's ghost batch norm: each shard alone, the
+ * statistics averaged through the gradients' tree). NULL: batch norm as usual. */
+typedef struct dpt_batchnorm dpt_batchnorm;
+typedef void (*dpt_bn_stats_hook)(dpt_batchnorm *layer, const double *mean, const double *var, int64_t channels,
+                                  void *user);
+void dpt_set_bn_stats_hook(dpt_ctx *ctx, dpt_bn_stats_hook hook, void *user);
+
 /* ---------------------------------------------------------------- ops (return temporaries) */
 
 /* Elementwise functions of one tensor (dpt_unary, dpt_foreach_unary); values are append-only. */
@@ -521,12 +531,15 @@ dpt_tensor *dpt_layernorm_forward(dpt_ctx *ctx, dpt_layernorm *layer, dpt_tensor
  * unbiased running variance updated with `momentum`), running statistics in eval mode.
  * sync = true: statistics and their gradients are summed over the ranks of the context's
  * communicator (SyncBatchNorm), so N ranks behave as one batch of N times the size. */
-typedef struct dpt_batchnorm dpt_batchnorm;
 dpt_batchnorm *dpt_batchnorm_new(dpt_model *model, const char *name, const dpt_shape3 *shape, float momentum,
                                  float eps, bool affine, bool sync);
 dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *layer, dpt_tensor *x, bool training);
 /* Set gamma to zero (zero-init of the last BN of a residual block). */
 void dpt_batchnorm_zero_gamma(dpt_batchnorm *layer);
+/* Statistics a dpt_bn_stats_hook received (averaged, say) into the running ones, with the
+ * layer's momentum, as a training step would have moved them. */
+void dpt_batchnorm_apply_stats(dpt_batchnorm *layer, const float *mean, const float *var);
+int64_t dpt_batchnorm_channels(const dpt_batchnorm *layer);
 
 /* Pooling over NCHW windows (kernel, stride, padding); `shape` updated as for conv2d when
  * not NULL. Average pooling counts padding (count_include_pad, PyTorch's default). */

@@ -63,28 +63,7 @@ int64_t dpt_batchnorm_channels(const dpt_batchnorm *l)
     return l->channels;
 }
 
-/* Ghost batch norm (the deterministic mode): this shard's statistics for the trainer. */
-static void ghost_emit(dpt_ctx *ctx, dpt_batchnorm *l, const double *mean, const double *var)
-{
-    int64_t c = l->channels;
-    if (ctx->bn_ghost.n + 2 * c > ctx->bn_ghost.cap) {
-        ctx->bn_ghost.cap = 2 * (ctx->bn_ghost.n + 2 * c);
-        ctx->bn_ghost.vals = realloc(ctx->bn_ghost.vals, (size_t)ctx->bn_ghost.cap * sizeof(float));
-    }
-    if (ctx->bn_ghost.nlayers == ctx->bn_ghost.cap_layers) {
-        ctx->bn_ghost.cap_layers = ctx->bn_ghost.cap_layers ? 2 * ctx->bn_ghost.cap_layers : 16;
-        ctx->bn_ghost.layers =
-            realloc(ctx->bn_ghost.layers, (size_t)ctx->bn_ghost.cap_layers * sizeof *ctx->bn_ghost.layers);
-    }
-    if (!ctx->bn_ghost.vals || !ctx->bn_ghost.layers) dpt_fatal("out of host memory for ghost batch norm");
-    float *v = ctx->bn_ghost.vals + ctx->bn_ghost.n;
-    for (int64_t ch = 0; ch < c; ch++)
-        v[ch] = (float)mean[ch], v[c + ch] = (float)var[ch];
-    ctx->bn_ghost.n += 2 * c;
-    ctx->bn_ghost.layers[ctx->bn_ghost.nlayers++] = l;
-}
-
-void dpt_batchnorm_ghost_apply(dpt_batchnorm *l, const float *mean, const float *var)
+void dpt_batchnorm_apply_stats(dpt_batchnorm *l, const float *mean, const float *var)
 {
     int64_t c = l->channels;
     float *host = malloc((size_t)(2 * c) * sizeof *host);
@@ -231,7 +210,7 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
                   (long long)l->channels, dpt_shape_str(x, buf, sizeof buf));
     /* A backend that keeps the statistics on the device (cuDNN) does training-mode BN in two
      * calls; SyncBatchNorm needs the sums on the host for its AllReduce. */
-    if (training && ctx->be->bn_fused_fwd && !(l->sync && ctx->comm) && !ctx->bn_ghost.on)
+    if (training && ctx->be->bn_fused_fwd && !(l->sync && ctx->comm) && !ctx->bn_stats_hook)
         return batchnorm_fused_forward(ctx, l, x);
     bool wants =
         dpt_grad_enabled(ctx) && (dpt_wants_grad(x) || dpt_wants_grad(l->gamma) || dpt_wants_grad(l->beta));
@@ -251,7 +230,7 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
     sv->mean = (double *)(sv + 1);
     sv->invstd = sv->mean + c;
     sv->training = training;
-    sv->synced = training && l->sync && ctx->comm && !ctx->bn_ghost.on; /* ghosts normalise alone */
+    sv->synced = training && l->sync && ctx->comm && !ctx->bn_stats_hook; /* hooked: the batch normalises alone */
     float *host = malloc((size_t)(4 * c) * sizeof *host), *scale = host + 2 * c, *shift = scale + c;
     if (!host) dpt_fatal("out of host memory in batch norm");
     if (training) {
@@ -263,7 +242,7 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
         sv->count = sums[2 * c];
         host_copy(l->running_mean, host);
         host_copy(l->running_var, host + c);
-        double *ghost = ctx->bn_ghost.on ? malloc((size_t)(2 * c) * sizeof *ghost) : NULL;
+        double *stats = ctx->bn_stats_hook ? malloc((size_t)(2 * c) * sizeof *stats) : NULL;
         for (int64_t ch = 0; ch < c; ch++) {
             double mean = sums[ch] / sv->count;
             double var = sums[c + ch] / sv->count - mean * mean;
@@ -274,11 +253,11 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
             double unbiased = sv->count > 1 ? var * sv->count / (sv->count - 1) : var;
             host[ch] = (float)((1 - l->momentum) * host[ch] + l->momentum * mean);
             host[c + ch] = (float)((1 - l->momentum) * host[c + ch] + l->momentum * unbiased);
-            if (ghost) ghost[ch] = mean, ghost[c + ch] = unbiased;
+            if (stats) stats[ch] = mean, stats[c + ch] = unbiased;
         }
-        if (ghost) { /* the trainer updates the running statistics once a step */
-            ghost_emit(ctx, l, ghost, ghost + c);
-            free(ghost);
+        if (stats) { /* the hook's owner updates the running statistics (dpt_batchnorm_apply_stats) */
+            ctx->bn_stats_hook(l, stats, stats + c, c, ctx->bn_stats_user);
+            free(stats);
         } else {
             dpt_tensor_copy_from_host(l->running_mean, host);
             dpt_tensor_copy_from_host(l->running_var, host + c);

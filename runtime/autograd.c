@@ -215,6 +215,12 @@ bool dpt_grad_enabled(const dpt_ctx *ctx)
     return ctx->grad_enabled;
 }
 
+void dpt_set_bn_stats_hook(dpt_ctx *ctx, dpt_bn_stats_hook hook, void *user)
+{
+    ctx->bn_stats_hook = hook;
+    ctx->bn_stats_user = user;
+}
+
 void dpt_set_grad_ready_hook(dpt_ctx *ctx, dpt_grad_ready_hook hook, void *user)
 {
     ctx->grad_ready_hook = hook;

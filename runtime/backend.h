@@ -255,6 +255,18 @@ typedef struct dpt_backend {
                          float beta, float *C, int64_t ldc, int64_t stride_c, int64_t batch);
 } dpt_backend;
 
+/* A backend's registration impl (DPT_KIND_BACKEND): the table for its kind of device, and the
+ * device-level questions (how many, what --env prints). Each backend registers from its own
+ * file (ops_cpu.c "native", ops_cpu_dnnl.c "onednn", ops_cuda.cu "cuda"); device.c picks by
+ * name and knows no backend. */
+typedef struct dpt_backend_impl {
+    dpt_device_kind device;
+    const dpt_backend *(*table)(void);
+    int (*device_count)(void);                            /* NULL: one (the CPU) */
+    void (*print_env)(FILE *out);                         /* NULL: nothing to say */
+    void (*pci_bus_id)(int index, char *buf, size_t cap); /* NULL: none */
+} dpt_backend_impl;
+
 /* ops_cpu.c: the CPU table with the native kernels. Its static part is dpt_backend_cpu (other
  * CPU files call its entries directly); dpt_backend_cpu_native() fills the families kept in
  * files of their own (dpt_cpu_tensor_entries: ops_cpu_tensor.c) once and returns it. */

@@ -32,23 +32,11 @@ struct dpt_ctx {
     const char *oom_hint;
     /* Device results read by the host so far (each one a wait for the device on a GPU). */
     int64_t host_syncs;
-    /* [train] deterministic's ghost batch norm: training-mode batch norm normalises with the
-     * shard's own statistics and, instead of updating its running statistics, appends the
-     * layer and its (mean, unbiased variance) here; the trainer sums them over the shards
-     * and ranks through the gradients' tree and applies the average once a step. */
-    struct {
-        bool on;
-        float *vals; /* per entry: mean[C], var[C] */
-        int64_t n, cap;
-        struct dpt_batchnorm **layers;
-        int nlayers, cap_layers;
-    } bn_ghost;
+    /* dpt_set_bn_stats_hook: training-mode batch norm hands its batch's statistics here instead
+     * of updating its running statistics (and does not synchronise them) */
+    dpt_bn_stats_hook bn_stats_hook;
+    void *bn_stats_user;
 };
-
-/* layers/batchnorm.c: a ghost entry's averaged statistics into the layer's running ones, with
- * its momentum (as a training step without ghosts would have). */
-void dpt_batchnorm_ghost_apply(struct dpt_batchnorm *l, const float *mean, const float *var);
-int64_t dpt_batchnorm_channels(const struct dpt_batchnorm *l);
 
 /* A block from the context's caching allocator, or the out-of-memory report naming `what`,
  * the request, what is in use, and what to change (it stops the job). */

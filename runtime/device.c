@@ -5,26 +5,32 @@
 
 #include "ctx.h"
 #include "error.h"
+#include "registry.h"
 
-#if DPT_CUDA
-/* ops_cuda.cu: the one seam where CUDA registers */
-const dpt_backend *dpt_backend_cuda(void);
-int dpt_cuda_device_count(void);
-void dpt_cuda_print_env(FILE *out);
-#endif
+/* The registered backend of that name that this build can run (its table), or NULL. */
+static const dpt_backend_impl *backend_named(const char *name)
+{
+    const dpt_registration *r = dpt_registry_find(DPT_KIND_BACKEND, name);
+    const dpt_backend_impl *impl = r ? r->impl : NULL;
+    return impl && impl->table() ? impl : NULL;
+}
 
-#if DPT_CUDA
-void dpt_cuda_pci_bus_id_impl(int index, char *buf, size_t cap); /* ops_cuda.cu */
-#endif
+/* The registered backend of a kind of device that answers the device-level questions (cuda for
+ * CUDA; the CPU needs none). */
+static const dpt_backend_impl *device_backend(dpt_device_kind kind)
+{
+    for (int i = 0; i < dpt_registry_count(DPT_KIND_BACKEND); i++) {
+        const dpt_backend_impl *impl = dpt_registry_at(DPT_KIND_BACKEND, i)->impl;
+        if (impl->device == kind && impl->device_count) return impl;
+    }
+    return NULL;
+}
 
 void dpt_cuda_pci_bus_id(int index, char *buf, size_t cap)
 {
     buf[0] = '\0';
-#if DPT_CUDA
-    dpt_cuda_pci_bus_id_impl(index, buf, cap);
-#else
-    (void)index, (void)cap;
-#endif
+    const dpt_backend_impl *cuda = device_backend(DPT_DEVICE_CUDA);
+    if (cuda && cuda->pci_bus_id) cuda->pci_bus_id(index, buf, cap);
 }
 
 /* NVML's view of every GPU, for --env. */
@@ -46,36 +52,31 @@ static void print_gpu_stats(FILE *out)
 int dpt_device_count(dpt_device_kind kind)
 {
     if (kind == DPT_DEVICE_CPU) return 1;
-#if DPT_CUDA
-    if (kind == DPT_DEVICE_CUDA) return dpt_cuda_device_count();
-#endif
-    return 0;
+    const dpt_backend_impl *impl = device_backend(kind);
+    return impl ? impl->device_count() : 0;
 }
 
 void dpt_print_env(FILE *out)
 {
-#if DPT_CUDA
-    dpt_cuda_print_env(out);
-#else
-    fprintf(out, "cuda: not in this build (no nvcc or no cuDNN found at build time: make prints why)\n");
-#endif
+    const dpt_backend_impl *cuda = device_backend(DPT_DEVICE_CUDA);
+    if (cuda && cuda->print_env)
+        cuda->print_env(out);
+    else
+        fprintf(out, "cuda: not in this build (no nvcc or no cuDNN found at build time: make prints why)\n");
     print_gpu_stats(out);
 }
 
+/* The kernels a context runs: the cuda backend, or on the CPU oneDNN's (the default, when the
+ * build has it) or the native ones. */
 static const dpt_backend *backend_for(dpt_device_kind kind, dpt_cpu_kernels cpu_kernels)
 {
-    switch (kind) {
-    case DPT_DEVICE_CPU:
-        if (cpu_kernels != DPT_CPU_KERNELS_NATIVE && dpt_backend_cpu_onednn())
-            return dpt_backend_cpu_onednn();
-        return dpt_backend_cpu_native();
-#if DPT_CUDA
-    case DPT_DEVICE_CUDA:
-        return dpt_backend_cuda();
-#endif
-    default:
-        return NULL;
-    }
+    const dpt_backend_impl *impl = NULL;
+    if (kind == DPT_DEVICE_CUDA)
+        impl = backend_named("cuda");
+    else if (kind == DPT_DEVICE_CPU)
+        impl = cpu_kernels != DPT_CPU_KERNELS_NATIVE && backend_named("onednn") ? backend_named("onednn")
+                                                                              : backend_named("native");
+    return impl ? impl->table() : NULL;
 }
 
 dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
@@ -139,8 +140,6 @@ void dpt_ctx_free(dpt_ctx *ctx)
     if (!ctx) return;
     dpt_tape_clear(ctx);
     dpt_tape_free(ctx);
-    free(ctx->bn_ghost.vals);
-    free(ctx->bn_ghost.layers);
     size_t leaked = dpt_alloc_free(ctx->alloc);
     if (leaked)
         fprintf(stderr, "dptrain: warning: %zu bytes of %s tensors were never freed\n", leaked,

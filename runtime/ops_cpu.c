@@ -12,6 +12,7 @@
 #include "ctx.h"
 #include "error.h"
 #include "half.h"
+#include "registry.h"
 
 #define PAR_MIN 32768 /* elements below which a loop stays on one thread */
 
@@ -476,3 +477,7 @@ const dpt_backend *dpt_backend_cpu_native(void)
     pthread_once(&native_once, native_fill);
     return &dpt_backend_cpu;
 }
+
+static const dpt_backend_impl native_impl = {.device = DPT_DEVICE_CPU, .table = dpt_backend_cpu_native};
+DPT_BUILTIN(backend_native) = {DPT_KIND_BACKEND, "native", "the CPU's own kernels: im2col + OpenBLAS (the reference)",
+                               NULL, 0, &native_impl};

@@ -21,6 +21,7 @@
 
 #include "backend.h"
 #include "ctx.h"
+#include "registry.h"
 #include "error.h"
 
 #if DPT_DNNL
@@ -1151,3 +1152,8 @@ void dpt_onednn_version(char *buf, size_t cap)
 }
 
 #endif
+
+/* registered in every build: without oneDNN its table is NULL and the native one runs instead */
+static const dpt_backend_impl onednn_impl = {.device = DPT_DEVICE_CPU, .table = dpt_backend_cpu_onednn};
+DPT_BUILTIN(backend_onednn) = {DPT_KIND_BACKEND, "onednn", "the CPU with oneDNN's convolutions, norms, pooling and bf16",
+                               NULL, 0, &onednn_impl};

@@ -13,6 +13,7 @@
 #include "../data/folder.h"
 #include "digest.h"
 #include "error.h"
+#include "reducer.h"
 
 /* ---------------------------------------------------------------- the last lines */
 
@@ -141,15 +142,14 @@ void print_header(const trainer *t)
                     "and adds%s\n",
                     dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CUDA ? "; filters handed to cuDNN as (K, R, S, C)"
                                                                    : " (oneDNN's nhwc kernels)");
-    if (t->ddp)
-        report_line("ddp %s | %d buckets of <= %g MiB | overlap %s | comm %s%s | loss and acc shown: %s\n",
-                    r->data_parallel ? "(DataParallel, one process)" : "(one process per rank)",
-                    dpt_ddp_num_buckets(t->ddp), run->ddp.bucket_mb, run->ddp.overlap ? "on" : "off",
-                    r->comm->ops->name,
-                    run->ddp.compression == DPT_GRAD_COMPRESSION_BF16   ? ", gradients as bf16"
-                    : run->ddp.compression == DPT_GRAD_COMPRESSION_FP16 ? ", gradients as fp16"
-                                                                        : "",
-                    run->all_ranks ? "each rank's own shard" : "averages over all ranks");
+    if (t->reducer) {
+        char how[256];
+        t->reducer->ops->describe(t->reducer, how, sizeof how);
+        if (!strcmp(t->reducer->ops->name, "ddp"))
+            report_line("ddp %s | %s | loss and acc shown: %s\n",
+                        r->data_parallel ? "(DataParallel, one process)" : "(one process per rank)", how,
+                        run->all_ranks ? "each rank's own shard" : "averages over all ranks");
+    }
     char shape[256];
     const dpt_dataset *ds = t->train_set;
     if (!ds->nfields) {

@@ -1,8 +1,8 @@
 /* trainer.c: one replica's training, top to bottom: open (context, data, model, optimizer,
- * resume, DDP), then for each step train_step (micro-batches, gradient AllReduce, clip,
- * optimizer) and after_step (log, evaluate, checkpoint, signals), then close. In
- * [train] deterministic mode the micro-batches are the step's shards and det_push/det_finish
- * sum their gradients in one fixed binary tree instead of DDP. */
+ * resume, the gradient reducer), then for each step train_step (micro-batches, the reducer's
+ * finish, clip, optimizer) and after_step (log, evaluate, checkpoint, signals), then close.
+ * The reducer (reducer.h) is DDP's buckets, or in [train] deterministic mode the fixed tree
+ * over the step's shards; the trainer knows neither. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +13,7 @@
 #include "../data/folder.h"
 #include "ctx.h"
 #include "error.h"
+#include "reducer.h"
 #include "rng.h"
 
 static bool trainer_open(trainer *t, replica *r, dpt_error *err);
@@ -159,123 +160,6 @@ static bool resume(trainer *t, dpt_error *err)
     return true;
 }
 
-/* ---------------------------------------------------------------- [train] deterministic */
-
-/* The mode's requirements the config could not check (the device, the model), and its
- * buffers: a stack of log2(shards per rank) + 1 partial sums, and the ranks' gather. */
-static bool det_open(trainer *t, dpt_error *err)
-{
-    for (int i = 0; i < dpt_model_num_params(t->model); i++)
-        t->det.nparams += dpt_tensor_numel(dpt_model_param_at(t->model, i));
-    t->ctx->bn_ghost.on = true; /* batch norm: each shard's own statistics (ghost batch norm) */
-    return true;
-}
-
-/* At the first shard: the sum's length (the gradients, then the ghost batch-norm statistics,
- * known once a forward has run) and the buffers; every buffer must be a running statistic. */
-static void det_alloc(trainer *t)
-{
-    dpt_ctx *ctx = t->ctx;
-    if (dpt_model_num_buffers(t->model) != 2 * ctx->bn_ghost.nlayers)
-        dpt_abort_job("[train] deterministic: model %s keeps %d buffers, but its batch norms account for %d "
-                      "(running mean and variance each): other buffers cannot be kept identical over world "
-                      "sizes\nHINT: deterministic = false for this model",
-                      dpt_model_name(t->model), dpt_model_num_buffers(t->model), 2 * ctx->bn_ghost.nlayers);
-    t->det.n = t->det.nparams + ctx->bn_ghost.n;
-    t->det.nstack = 1; /* log2(shards per rank) + 1 levels */
-    for (int per = t->run->det_per_rank; per > 1; per /= 2)
-        t->det.nstack++;
-    t->det.depth = 0;
-    t->det.stack = calloc((size_t)t->det.nstack, sizeof *t->det.stack);
-    t->det.level = calloc((size_t)t->det.nstack, sizeof *t->det.level);
-    if (!t->det.stack || !t->det.level) dpt_fatal("out of host memory");
-    for (int i = 0; i < t->det.nstack; i++)
-        if (!(t->det.stack[i] = malloc((size_t)t->det.n * sizeof(float)))) dpt_fatal("out of host memory");
-    if (t->r->size > 1 && !(t->det.gather = malloc((size_t)t->det.n * sizeof(float))))
-        dpt_fatal("out of host memory for the deterministic exchange (%lld floats)", (long long)t->det.n);
-}
-
-static void det_close(trainer *t)
-{
-    if (t->ctx) t->ctx->bn_ghost.on = false;
-    if (!t->det.stack) return;
-    for (int i = 0; i < t->det.nstack; i++)
-        free(t->det.stack[i]);
-    free(t->det.stack);
-    free(t->det.level);
-    free(t->det.gather);
-    memset(&t->det, 0, sizeof t->det);
-}
-
-/* right into left, element by element (a + b is the same bits as b + a, so only the tree's
- * shape matters, and it is the same on every world size) */
-static void det_add(float *left, const float *right, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        left[i] += right[i];
-}
-
-/* The shard's gradient (the parameters' grads) onto the stack; equal levels combine, left
- * (older) + right (newer), as in a binary counter. */
-static void det_push(trainer *t)
-{
-    if (!t->det.stack) det_alloc(t);
-    DPT_ASSERT(t->det.nparams + t->ctx->bn_ghost.n == t->det.n, "ghost statistics changed size between shards");
-    float *top = t->det.stack[t->det.depth];
-    int64_t off = 0;
-    for (int i = 0; i < dpt_model_num_params(t->model); i++) { /* to the host (a GPU's too): the tree is summed there */
-        dpt_tensor *g = dpt_model_param_at(t->model, i)->grad;
-        dpt_tensor_copy_to_host(g, top + off);
-        off += dpt_tensor_numel(g);
-    }
-    memcpy(top + off, t->ctx->bn_ghost.vals, (size_t)t->ctx->bn_ghost.n * sizeof(float));
-    t->det.level[t->det.depth++] = 0;
-    while (t->det.depth >= 2 && t->det.level[t->det.depth - 1] == t->det.level[t->det.depth - 2]) {
-        float *left = t->det.stack[t->det.depth - 2], *right = t->det.stack[t->det.depth - 1];
-        det_add(left, right, t->det.n);
-        t->det.level[t->det.depth - 2]++;
-        t->det.depth--;
-    }
-    dpt_model_zero_grad(t->model); /* the next shard's gradient starts from zero */
-}
-
-/* The step's gradient: this rank's subtree (one sum: its shard count is a power of two),
- * then recursive doubling: in round j each rank swaps its sum with rank ^ 2^j and both add
- * the two (a + b and b + a are the same bits), so after log2(world) rounds every rank holds
- * the sum of one fixed binary tree over all shards, the tree a single rank builds alone;
- * divided by the shard count (a power of two: exact), into the grads. */
-static void det_finish(trainer *t)
-{
-    DPT_ASSERT(t->det.depth == 1, "deterministic stack depth %d after a step", t->det.depth);
-    float *sum = t->det.stack[0];
-    for (int span = 1; span < t->r->size; span *= 2) {
-        char what[64];
-        snprintf(what, sizeof what, "deterministic gradient exchange with rank %d", t->r->rank ^ span);
-        /* the host communicator (MPI, or DataParallel's threads): the sums are in host memory */
-        dpt_comm_sendrecv(t->host_comm, sum, t->det.gather, (size_t)t->det.n * sizeof(float), t->r->rank ^ span,
-                          what);
-        det_add(sum, t->det.gather, t->det.n);
-    }
-    float scale = 1.0f / (float)t->run->det_shards;
-    int64_t off = 0;
-    for (int64_t j = 0; j < t->det.nparams; j++)
-        sum[j] *= scale;
-    for (int i = 0; i < dpt_model_num_params(t->model); i++) {
-        dpt_tensor *g = dpt_model_param_at(t->model, i)->grad;
-        dpt_tensor_copy_from_host(g, sum + off);
-        off += dpt_tensor_numel(g);
-    }
-    /* the ghost statistics: their average over the shards, into the running statistics */
-    for (int64_t j = off; j < t->det.n; j++)
-        sum[j] *= scale;
-    for (int i = 0; i < t->ctx->bn_ghost.nlayers; i++) {
-        int64_t c = dpt_batchnorm_channels(t->ctx->bn_ghost.layers[i]);
-        dpt_batchnorm_ghost_apply(t->ctx->bn_ghost.layers[i], sum + off, sum + off + c);
-        off += 2 * c;
-    }
-    t->det.depth = 0;
-}
-
 /* Everything a run needs, in order; a failure unwinds what was built (trainer_close takes a
  * partly opened trainer: t starts zeroed and every part frees NULL) and returns false with err. */
 static bool trainer_open(trainer *t, replica *r, dpt_error *err)
@@ -317,17 +201,18 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     bool look_only = r->args->dry_run || r->args->summary;
     if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, err)) goto fail;
     dpt_ctx_set_comm(t->ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
-    if (run->deterministic && !det_open(t, err)) goto fail;
-    if (r->comm && !run->deterministic) {
+    t->timeline = open_timeline(r);
+    if (run->deterministic) {
+        t->reducer = dpt_reducer_det_new(t->ctx, t->model, t->host_comm, r->rank, r->size, run->det_per_rank,
+                                         run->det_shards, run->ctx.seed);
+    } else if (r->comm) {
         dpt_ddp_options ddp_opt = run->ddp;
         ddp_opt.dataset_len = t->train_set->n;
         ddp_opt.dataset_hash = train_data_hash(t);
         dpt_comm_set_delay(r->comm, run->bench_comm_ms_per_mb);
-        t->ddp = dpt_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, err);
-        if (!t->ddp) goto fail;
+        t->reducer = dpt_reducer_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, t->timeline, err);
+        if (!t->reducer) goto fail;
     }
-    t->timeline = open_timeline(r);
-    if (t->ddp) dpt_ddp_set_timeline(t->ddp, t->timeline);
     int64_t all = run->epochs * t->steps_per_epoch;
     t->total_steps = run->max_steps > 0 && run->max_steps < all ? run->max_steps : all;
     if (!dpt_lr_schedule_build(run->ini, r->size, t->steps_per_epoch, t->total_steps, &t->schedule, err)) goto fail;
@@ -347,10 +232,9 @@ fail:
 
 static void trainer_close(trainer *t)
 {
-    det_close(t);
     dpt_tensor_free(t->meter);
     dpt_timeline_close(t->timeline);
-    dpt_ddp_free(t->ddp);
+    dpt_reducer_free(t->reducer);
     dpt_metrics_close(t->metrics);
     dpt_loader_free(t->test_loader);
     dpt_loader_free(t->train_loader);
@@ -404,13 +288,7 @@ static void micro_batch(trainer *t, bool last)
     dpt_loader_next(t->train_loader, &b);
     double t1 = dpt_now_s();
     t->win.data_s += t1 - t0;
-    if (t->ddp) dpt_ddp_set_sync(t->ddp, last); /* no_sync while accumulating */
-    if (run->deterministic) { /* dropout draws from the shard's own stream, not the rank's */
-        t->ctx->bn_ghost.n = 0, t->ctx->bn_ghost.nlayers = 0;
-        int64_t shard = (int64_t)t->r->rank * run->det_per_rank + t->micro;
-        uint64_t key[3] = {run->ctx.seed, (uint64_t)t->state.step, (uint64_t)shard};
-        dpt_rng_seed(&t->ctx->rng, dpt_hash_bytes(DPT_HASH_SEED, key, sizeof key));
-    }
+    if (t->reducer) t->reducer->ops->micro_begin(t->reducer, t->state.step, t->micro, last);
     dpt_tensor *out = dpt_model_forward_batch(t->model, t->ctx, &b, &t->task);
     dpt_tensor *target = dpt_batch_get(&b, t->task.target);
     dpt_tensor *loss = t->loss->forward(t->ctx, out, target, t->loss_settings);
@@ -421,7 +299,7 @@ static void micro_batch(trainer *t, bool last)
     bool scale = run->accum > 1 && !run->deterministic;
     float factor = (scale ? 1.0f / (float)run->accum : 1.0f) * (run->loss_scale ? (float)t->state.loss_scale : 1.0f);
     dpt_backward(t->ctx, factor != 1.0f ? dpt_scale(t->ctx, loss, factor) : loss);
-    if (run->deterministic) det_push(t);
+    if (t->reducer) t->reducer->ops->micro_end(t->reducer);
     double t3 = dpt_now_s();
     int64_t units = t->loss->terms(out, target);
     dpt_tensor_add_slice(t->ctx, t->meter, METER_STEP, loss, 0, 1, (float)units);
@@ -507,10 +385,9 @@ static void train_step(trainer *t)
     for (t->micro = 0; t->micro < t->run->accum; t->micro++)
         micro_batch(t, t->micro == t->run->accum - 1);
     double t4 = dpt_now_s();
-    if (t->run->deterministic) det_finish(t);
-    if (t->ddp) {
-        dpt_ddp_finish(t->ddp); /* gradients now hold the average over ranks */
-        dpt_ddp_stats st = dpt_ddp_last_stats(t->ddp);
+    if (t->reducer) { /* the gradients now hold the average over ranks */
+        dpt_reducer_stats st;
+        t->reducer->ops->finish(t->reducer, &st);
         t->win.comm_s += st.comm_s, t->win.hidden_s += st.hidden_s, t->win.comm_bytes += (double)st.bytes;
     }
     double t5 = dpt_now_s();

@@ -143,7 +143,7 @@ typedef struct trainer {
     dpt_metrics *metrics;
     dpt_loader *train_loader, *test_loader;
     int workers; /* image files: each loader's decoding threads */
-    dpt_ddp *ddp;
+    struct dpt_reducer *reducer; /* DDP's or the deterministic tree's (reducer.h); NULL alone */
     dpt_timeline *timeline;
     dpt_tensor *meter;
     memory_estimate need;
@@ -159,15 +159,6 @@ typedef struct trainer {
     int64_t units_trained; /* this replica's, in steps that were not skipped */
     double grad_norm;
     bool nan_loss; /* tests: [distributed] fault = nan is due this step */
-    /* [train] deterministic: the shard gradients' binary tree (a stack of partial sums, each
-     * with its level, like a binary counter) and the gather buffer for the ranks' sums */
-    struct {
-        int64_t nparams; /* gradient floats (all parameters, in order) */
-        int64_t n;       /* ... and the ghost batch-norm statistics after them */
-        float **stack;  /* levels 0..log2(per rank) */
-        int *level, depth, nstack; /* depth: entries in use; nstack: allocated */
-        float *gather;  /* the partner's sum in an exchange round */
-    } det;
     double run_start, eval_s; /* evaluation time is not training throughput */
     dpt_eval_result test;
     int signal_seen;

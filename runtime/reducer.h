@@ -1,0 +1,55 @@
+/* reducer.h: how a step's gradients become the same on every rank: one interface, one
+ * implementation per file: reduce_ddp.c (DDP's buckets, AllReduced while backward runs) and
+ * reduce_det.c ([train] deterministic: every shard's gradient summed in one fixed binary tree,
+ * whatever the world size). The trainer calls it around each micro-batch and before the
+ * optimizer, and knows neither. Internal to the library. */
+#ifndef DPT_REDUCER_H
+#define DPT_REDUCER_H
+
+#include "dpt.h"
+#include "comm.h"
+
+/* What the step's reduction took (the progress line and the metrics). */
+typedef struct dpt_reducer_stats {
+    double comm_s;   /* in collectives */
+    double hidden_s; /* of which behind backward */
+    int64_t bytes;   /* on the wire */
+} dpt_reducer_stats;
+
+typedef struct dpt_reducer dpt_reducer;
+typedef struct dpt_reducer_ops {
+    const char *name;
+    /* Before micro-batch `micro` of optimizer step `step` (last: the step's last). */
+    void (*micro_begin)(dpt_reducer *r, int64_t step, int micro, bool last);
+    /* After its backward. */
+    void (*micro_end)(dpt_reducer *r);
+    /* Before the optimizer: every rank's gradients hold the step's average. */
+    void (*finish)(dpt_reducer *r, dpt_reducer_stats *stats);
+    /* The header's line about it ("ddp ... | 2 buckets of <= 25 MiB ..."), or "". */
+    void (*describe)(const dpt_reducer *r, char *buf, size_t cap);
+    void (*free)(dpt_reducer *r);
+} dpt_reducer_ops;
+
+struct dpt_reducer {
+    const dpt_reducer_ops *ops;
+    void *impl;
+};
+
+/* reduce_ddp.c: DistributedDataParallel over comm (which the reducer does not own). */
+dpt_reducer *dpt_reducer_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_ddp_options *opt,
+                                 dpt_timeline *timeline, dpt_error *err);
+
+/* reduce_det.c: [train] deterministic. Each rank runs per_rank shards of a step whose global
+ * batch has `shards` of them; the shards' gradients (and, through the batch-norm statistics
+ * hook, their ghost batch-norm statistics) go into a binary tree of fixed shape, summed across
+ * ranks by recursive doubling over host_comm (NULL alone); each shard's dropout draws from a
+ * stream seeded by (seed, step, shard). */
+dpt_reducer *dpt_reducer_det_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *host_comm, int rank, int world,
+                                 int per_rank, int64_t shards, uint64_t seed);
+
+static inline void dpt_reducer_free(dpt_reducer *r)
+{
+    if (r) r->ops->free(r);
+}
+
+#endif
