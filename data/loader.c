@@ -98,15 +98,15 @@ struct dpt_loader {
 static void free_slot(dpt_loader *l, slot *s)
 {
     const dpt_backend *be = l->ctx->be;
-    if (s->copied) be->event_sync(l->ctx, s->copied), be->event_free(l->ctx, s->copied);
-    if (s->consumed) be->event_free(l->ctx, s->consumed);
+    if (s->copied) be->dev->event_sync(l->ctx, s->copied), be->dev->event_free(l->ctx, s->copied);
+    if (s->consumed) be->dev->event_free(l->ctx, s->consumed);
     dpt_tensor_free(s->label_partial);
     dpt_tensor_free(s->label_full);
     if (l->generic) {
         for (int f = 0; f < l->nfields; f++) {
             if (!l->direct) {
                 if (l->async)
-                    be->host_free(l->ctx, s->field_host[f]);
+                    be->dev->host_free(l->ctx, s->field_host[f]);
                 else
                     free(s->field_host[f]);
             }
@@ -118,12 +118,12 @@ static void free_slot(dpt_loader *l, slot *s)
     if (!l->direct) { /* the staging buffer: floats, or an image batch's bytes */
         void *staging = s->host_u8 ? (void *)s->host_u8 : (void *)s->host_x;
         if (l->async)
-            be->host_free(l->ctx, staging);
+            be->dev->host_free(l->ctx, staging);
         else
             free(staging);
     }
     if (l->async)
-        be->host_free(l->ctx, s->labels);
+        be->dev->host_free(l->ctx, s->labels);
     else
         free(s->labels);
     dpt_tensor_free(s->x_partial);
@@ -155,14 +155,14 @@ static void init_generic_slot(dpt_loader *l, slot *s, bool partial)
         if (partial) s->field_partial[f] = rows_of(ctx, s->field_full[f], l->n_mine % l->opt.batch);
         size_t bytes = (size_t)l->opt.batch * l->field_bytes[f];
         s->field_host[f] = l->direct ? (void *)s->field_full[f]->data
-                           : l->async ? ctx->be->host_alloc(ctx, bytes)
+                           : l->async ? ctx->be->dev->host_alloc(ctx, bytes)
                                       : malloc(bytes);
         if (!s->field_host[f])
             dpt_fatal("out of host memory for a loader slot (%zu bytes)%s", bytes, l->async ? " (pinned memory)" : "");
     }
     if (l->async) {
-        s->copied = ctx->be->event_new(ctx);
-        s->consumed = ctx->be->event_new(ctx);
+        s->copied = ctx->be->dev->event_new(ctx);
+        s->consumed = ctx->be->dev->event_new(ctx);
     }
 }
 
@@ -182,16 +182,16 @@ static void init_slot(dpt_loader *l, slot *s, bool partial)
     size_t bytes = (size_t)(l->opt.batch * chw) * sizeof(float);
     if (l->files && !l->direct) { /* uint8 on the wire, floats made on the device */
         bytes = (size_t)(l->opt.batch * chw);
-        s->host_u8 = l->async ? ctx->be->host_alloc(ctx, bytes) : malloc(bytes);
+        s->host_u8 = l->async ? ctx->be->dev->host_alloc(ctx, bytes) : malloc(bytes);
         s->dev_u8 = dpt_tensor_new(ctx, 1, (int64_t[]){(int64_t)(bytes + 3) / 4});
     } else if (l->direct)
         s->host_x = s->x_full->data;
     else if (l->async)
-        s->host_x = ctx->be->host_alloc(ctx, bytes);
+        s->host_x = ctx->be->dev->host_alloc(ctx, bytes);
     else
         s->host_x = malloc(bytes);
     size_t label_bytes = (size_t)l->opt.batch * sizeof *s->labels;
-    s->labels = l->async ? ctx->be->host_alloc(ctx, label_bytes) : malloc(label_bytes);
+    s->labels = l->async ? ctx->be->dev->host_alloc(ctx, label_bytes) : malloc(label_bytes);
     /* the labels travel with the batch, so the loss needs no upload in the step */
     if (!l->direct) s->labels_dev = dpt_tensor_new(ctx, 1, (int64_t[]){l->opt.batch});
     if (s->labels) { /* the same as a tensor of the batch's fields */
@@ -204,8 +204,8 @@ static void init_slot(dpt_loader *l, slot *s, bool partial)
         dpt_fatal("out of host memory for a loader slot (%zu bytes)%s", bytes,
                   l->async ? " (pinned memory)" : "");
     if (l->async) {
-        s->copied = ctx->be->event_new(ctx);
-        s->consumed = ctx->be->event_new(ctx);
+        s->copied = ctx->be->dev->event_new(ctx);
+        s->consumed = ctx->be->dev->event_new(ctx);
     }
 }
 
@@ -268,7 +268,7 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     }
     DPT_ASSERT(!l->files || ds->c <= 4, "image files have %lld channels", (long long)ds->c);
     DPT_ASSERT(!l->files || l->direct || be->images_to_float, "a device backend without images_to_float");
-    l->async = !l->direct && be->host_alloc && be->copy_h2d_async && be->event_new;
+    l->async = !l->direct && be->dev->host_alloc && be->dev->copy_h2d_async && be->dev->event_new;
     /* One slot is the consumer's, `prefetch` more are filled ahead. */
     l->nslots = opt->prefetch + 1;
     l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
@@ -340,7 +340,7 @@ static void release_held(dpt_loader *l)
 {
     if (l->released == l->next) return; /* nothing held */
     slot *s = &l->slots[(l->next - 1) % l->nslots];
-    if (l->async) l->ctx->be->event_record(l->ctx, s->consumed, DPT_STREAM_COMPUTE);
+    if (l->async) l->ctx->be->dev->event_record(l->ctx, s->consumed, DPT_STREAM_COMPUTE);
     l->released = l->next;
 }
 
@@ -544,11 +544,11 @@ static void fill_generic(dpt_loader *l, int64_t start, int64_t size, slot *s)
     }
     s->size = size;
     if (!l->async) return;
-    be->stream_wait(l->ctx, DPT_STREAM_COPY, s->consumed); /* compute is done with the slot */
+    be->dev->stream_wait(l->ctx, DPT_STREAM_COPY, s->consumed); /* compute is done with the slot */
     for (int f = 0; f < l->nfields; f++)
-        be->copy_h2d_async(l->ctx, s->field_full[f]->data, s->field_host[f], (size_t)size * l->field_bytes[f],
+        be->dev->copy_h2d_async(l->ctx, s->field_full[f]->data, s->field_host[f], (size_t)size * l->field_bytes[f],
                            DPT_STREAM_COPY);
-    be->event_record(l->ctx, s->copied, DPT_STREAM_COPY);
+    be->dev->event_record(l->ctx, s->copied, DPT_STREAM_COPY);
 }
 
 /* Decode batch b of this epoch into slot s and, on a device, start its copy. Runs on the
@@ -559,7 +559,7 @@ static void fill_slot(dpt_loader *l, int64_t b, slot *s)
     int64_t start = b * l->opt.batch;
     int64_t size = l->n_mine - start < l->opt.batch ? l->n_mine - start : l->opt.batch;
     int64_t chw = l->ds->c * l->ds->h * l->ds->w;
-    if (l->async) be->event_sync(l->ctx, s->copied); /* the previous copy has read host_x */
+    if (l->async) be->dev->event_sync(l->ctx, s->copied); /* the previous copy has read host_x */
     if (l->generic) {
         fill_generic(l, start, size, s);
         return;
@@ -570,10 +570,10 @@ static void fill_slot(dpt_loader *l, int64_t b, slot *s)
         if (l->direct) return;
         size_t bytes = (size_t)(size * chw), label_bytes = (size_t)size * sizeof *s->labels;
         if (l->async) {
-            be->stream_wait(l->ctx, DPT_STREAM_COPY, s->consumed);
-            be->copy_h2d_async(l->ctx, s->dev_u8->data, s->host_u8, bytes, DPT_STREAM_COPY);
-            be->copy_h2d_async(l->ctx, s->labels_dev->data, s->labels, label_bytes, DPT_STREAM_COPY);
-            be->event_record(l->ctx, s->copied, DPT_STREAM_COPY);
+            be->dev->stream_wait(l->ctx, DPT_STREAM_COPY, s->consumed);
+            be->dev->copy_h2d_async(l->ctx, s->dev_u8->data, s->host_u8, bytes, DPT_STREAM_COPY);
+            be->dev->copy_h2d_async(l->ctx, s->labels_dev->data, s->labels, label_bytes, DPT_STREAM_COPY);
+            be->dev->event_record(l->ctx, s->copied, DPT_STREAM_COPY);
         }
         return;
     }
@@ -593,12 +593,12 @@ static void fill_slot(dpt_loader *l, int64_t b, slot *s)
     }
     s->size = size;
     if (l->async) {
-        be->stream_wait(l->ctx, DPT_STREAM_COPY, s->consumed); /* compute is done with the slot */
-        be->copy_h2d_async(l->ctx, s->x_full->data, s->host_x, (size_t)(size * chw) * sizeof(float),
+        be->dev->stream_wait(l->ctx, DPT_STREAM_COPY, s->consumed); /* compute is done with the slot */
+        be->dev->copy_h2d_async(l->ctx, s->x_full->data, s->host_x, (size_t)(size * chw) * sizeof(float),
                            DPT_STREAM_COPY);
-        be->copy_h2d_async(l->ctx, s->labels_dev->data, s->labels, (size_t)size * sizeof *s->labels,
+        be->dev->copy_h2d_async(l->ctx, s->labels_dev->data, s->labels, (size_t)size * sizeof *s->labels,
                            DPT_STREAM_COPY);
-        be->event_record(l->ctx, s->copied, DPT_STREAM_COPY);
+        be->dev->event_record(l->ctx, s->copied, DPT_STREAM_COPY);
     }
 }
 
@@ -634,10 +634,10 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
     memcpy(batch->fields, l->fields, sizeof batch->fields);
     if (l->generic) {
         if (l->async)
-            be->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);
+            be->dev->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);
         else if (!l->direct)
             for (int f = 0; f < l->nfields; f++)
-                be->copy_h2d(l->ctx, s->field_full[f]->data, s->field_host[f], (size_t)s->size * l->field_bytes[f]);
+                be->dev->copy_h2d(l->ctx, s->field_full[f]->data, s->field_host[f], (size_t)s->size * l->field_bytes[f]);
         for (int f = 0; f < l->nfields; f++)
             batch->tensors[f] = full ? s->field_full[f] : s->field_partial[f];
         batch->x = batch->tensors[0];
@@ -647,19 +647,19 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
     if (l->files && !l->direct) {
         int64_t hw = l->ds->h * l->ds->w, bytes = s->size * l->ds->c * hw;
         if (l->async) {
-            be->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);
+            be->dev->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);
         } else {
-            be->copy_h2d(l->ctx, s->dev_u8->data, s->host_u8, (size_t)bytes);
-            be->copy_h2d(l->ctx, s->labels_dev->data, s->labels, (size_t)s->size * sizeof *s->labels);
+            be->dev->copy_h2d(l->ctx, s->dev_u8->data, s->host_u8, (size_t)bytes);
+            be->dev->copy_h2d(l->ctx, s->labels_dev->data, s->labels, (size_t)s->size * sizeof *s->labels);
         }
         be->images_to_float(l->ctx, (const uint8_t *)s->dev_u8->data, s->x_full->data, s->size, l->ds->c, hw,
                             l->norm_scale, l->norm_shift);
     } else if (l->async)
-        be->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);
+        be->dev->stream_wait(l->ctx, DPT_STREAM_COMPUTE, s->copied);
     else if (!l->direct) { /* a device backend without async copies: synchronous ones */
-        be->copy_h2d(l->ctx, s->x_full->data, s->host_x,
+        be->dev->copy_h2d(l->ctx, s->x_full->data, s->host_x,
                      (size_t)(s->size * l->ds->c * l->ds->h * l->ds->w) * sizeof(float));
-        be->copy_h2d(l->ctx, s->labels_dev->data, s->labels, (size_t)s->size * sizeof *s->labels);
+        be->dev->copy_h2d(l->ctx, s->labels_dev->data, s->labels, (size_t)s->size * sizeof *s->labels);
     }
     batch->x = full ? s->x_full : s->x_partial;
     batch->labels = s->labels;

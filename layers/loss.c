@@ -24,9 +24,9 @@ static dpt_tensor *labels_on_tape(dpt_ctx *ctx, const int32_t *labels, int64_t r
 {
     dpt_tensor *t = dpt_temp(ctx, 1, (int64_t[]){rows + 1});
     if (from_host)
-        ctx->be->copy_h2d(ctx, t->data, labels, (size_t)rows * sizeof *labels);
+        ctx->be->dev->copy_h2d(ctx, t->data, labels, (size_t)rows * sizeof *labels);
     else
-        ctx->be->copy_d2d(ctx, t->data, labels, (size_t)rows * sizeof *labels);
+        ctx->be->dev->copy_d2d(ctx, t->data, labels, (size_t)rows * sizeof *labels);
     return t;
 }
 

@@ -41,11 +41,10 @@ typedef struct dpt_tensor_list {
     uint64_t key;
 } dpt_tensor_list;
 
-typedef struct dpt_backend {
-    const char *name;
-    /* Set up / tear down ctx->backend_state (streams, handles, thread settings). */
-    bool (*init)(dpt_ctx *ctx, dpt_error *err);
-    void (*shutdown)(dpt_ctx *ctx);
+/* The device interface: memory, copies, streams and events, what the loader, DDP and the
+ * allocator use; a backend's kernels are the rest of its table. All pointers are device memory
+ * of the context's device unless named host_*. */
+typedef struct dpt_device_iface {
     /* Memory. */
     dpt_raw_allocator (*raw_allocator)(dpt_ctx *ctx);
     void (*copy_h2d)(dpt_ctx *ctx, void *dst, const void *host_src, size_t bytes);
@@ -67,6 +66,14 @@ typedef struct dpt_backend {
     void (*synchronize)(dpt_ctx *ctx); /* every stream of the context is idle on return */
     /* The device's free and total memory as its driver reports them (NULL: unknown). */
     void (*mem_info)(dpt_ctx *ctx, size_t *free_bytes, size_t *total_bytes);
+} dpt_device_iface;
+
+typedef struct dpt_backend {
+    const char *name;
+    /* Set up / tear down ctx->backend_state (streams, handles, thread settings). */
+    bool (*init)(dpt_ctx *ctx, dpt_error *err);
+    void (*shutdown)(dpt_ctx *ctx);
+    const dpt_device_iface *dev; /* memory, copies, streams, events */
     /* Image batches (the loader's uint8 ones): n samples of hw pixels x c bytes, HWC, to float
      * (n, c, h, w) with y = x * scale[ch] + shift[ch], c <= 4 (scale, shift: host arrays). */
     void (*images_to_float)(dpt_ctx *ctx, const uint8_t *x, float *y, int64_t n, int64_t c, int64_t hw,

@@ -157,7 +157,7 @@ static void rehome_grads(dpt_ddp *d, bool to_buckets)
                                 ? dpt_tensor_wrap(d->ctx, d->buckets[d->bucket_of[p]].flat + d->offset_of[p],
                                                   param->ndim, param->shape)
                                 : dpt_tensor_new(d->ctx, param->ndim, param->shape);
-        d->ctx->be->copy_d2d(d->ctx, fresh->data, old->data, (size_t)param->numel * sizeof(float));
+        d->ctx->be->dev->copy_d2d(d->ctx, fresh->data, old->data, (size_t)param->numel * sizeof(float));
         dpt_tensor_free(old);
         param->grad = fresh;
     }

@@ -130,7 +130,7 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
     }
     /* after init, which may lower the precision */
     ctx->act16 = ctx->precision == DPT_PRECISION_BF16 && be->act16 && !options->fp32_activations;
-    ctx->alloc = dpt_alloc_new(be->raw_allocator(ctx));
+    ctx->alloc = dpt_alloc_new(be->dev->raw_allocator(ctx));
     dpt_alloc_set_limit(ctx->alloc, options->memory_limit);
     return ctx;
 }
@@ -171,9 +171,9 @@ void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *wha
         human(lim, sizeof lim, (double)st.limit);
         snprintf(cap, sizeof cap, ", limit %s ([train] memory_limit_mb)", lim);
     }
-    if (ctx->be->mem_info) {
+    if (ctx->be->dev->mem_info) {
         size_t free_b = 0, total_b = 0;
-        ctx->be->mem_info(ctx, &free_b, &total_b);
+        ctx->be->dev->mem_info(ctx, &free_b, &total_b);
         char f[24], t[24];
         human(f, sizeof f, (double)free_b);
         human(t, sizeof t, (double)total_b);
@@ -223,7 +223,7 @@ void dpt_ctx_set_comm(dpt_ctx *ctx, dpt_comm *comm)
 void dpt_ctx_synchronize(dpt_ctx *ctx)
 {
     ctx->host_syncs++;
-    if (ctx->be->synchronize) ctx->be->synchronize(ctx);
+    if (ctx->be->dev->synchronize) ctx->be->dev->synchronize(ctx);
 }
 
 int64_t dpt_ctx_host_syncs(const dpt_ctx *ctx)
@@ -254,7 +254,7 @@ const char *dpt_ctx_set_oom_hint(dpt_ctx *ctx, const char *hint)
 void dpt_ctx_device_memory(const dpt_ctx *ctx, size_t *free_bytes, size_t *total_bytes)
 {
     *free_bytes = *total_bytes = 0;
-    if (ctx->be->mem_info) ctx->be->mem_info((dpt_ctx *)ctx, free_bytes, total_bytes);
+    if (ctx->be->dev->mem_info) ctx->be->dev->mem_info((dpt_ctx *)ctx, free_bytes, total_bytes);
 }
 
 dpt_mem_stats dpt_ctx_mem_stats(const dpt_ctx *ctx)

@@ -19,7 +19,7 @@ static void plain_backward(dpt_ctx *ctx, dpt_node *node)
         if (acc)
             ctx->be->axpy(ctx, dy->numel, 1.0f, dy->data, dx);
         else
-            ctx->be->copy_d2d(ctx, dx, dy->data, (size_t)dy->numel * sizeof(float));
+            ctx->be->dev->copy_d2d(ctx, dx, dy->data, (size_t)dy->numel * sizeof(float));
         return;
     }
     ctx->be->relayout(ctx, dy->data, node->out->layout, dx, x->layout, x->shape, acc);
@@ -115,7 +115,7 @@ dpt_tensor *dpt_sub(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
     dpt_require_contiguous("sub", a);
     dpt_require_contiguous("sub", b);
     dpt_tensor *out = dpt_temp_like(ctx, a);
-    ctx->be->copy_d2d(ctx, out->data, a->data, (size_t)a->numel * sizeof(float));
+    ctx->be->dev->copy_d2d(ctx, out->data, a->data, (size_t)a->numel * sizeof(float));
     ctx->be->axpy(ctx, out->numel, -1.0f, b->data, out->data);
     dpt_node *node = dpt_tape_record(ctx, "sub", sub_backward, out, 2, (dpt_tensor *[]){a, b});
     if (node) node->out_unread = true;
@@ -178,7 +178,7 @@ static dpt_tensor *reduce(dpt_ctx *ctx, dpt_tensor *x, float factor, const char 
     dpt_tensor *out = dpt_temp(ctx, 1, (int64_t[]){1});
     ctx->host_syncs++; /* the backend's sum comes back to the host */
     float value = (float)(ctx->be->sum(ctx, x->data, x->numel) * factor);
-    ctx->be->copy_h2d(ctx, out->data, &value, sizeof value);
+    ctx->be->dev->copy_h2d(ctx, out->data, &value, sizeof value);
     dpt_node *node = dpt_tape_record(ctx, op, sum_backward, out, 1, &x);
     if (node) node->arg.alpha = factor;
     return out;

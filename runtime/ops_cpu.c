@@ -420,14 +420,19 @@ static void cpu_adamw_step(dpt_ctx *ctx, int64_t n, float *param, const float *g
     }
 }
 
-dpt_backend dpt_backend_cpu = {
-    .name = "cpu",
-    .init = cpu_init,
-    .shutdown = cpu_shutdown,
+/* The CPU's device: host memory, and every call finished when it returns (no streams). */
+static const dpt_device_iface cpu_device = {
     .raw_allocator = cpu_raw_allocator,
     .copy_h2d = cpu_copy,
     .copy_d2h = cpu_copy,
     .copy_d2d = cpu_copy,
+};
+
+dpt_backend dpt_backend_cpu = {
+    .name = "cpu",
+    .init = cpu_init,
+    .shutdown = cpu_shutdown,
+    .dev = &cpu_device,
     .fill = cpu_fill,
     .axpy = cpu_axpy,
     .scale = cpu_scale,

@@ -245,26 +245,35 @@ double *cuda_scratch_doubles(dpt_ctx *ctx, size_t count)
     return s->scratch;
 }
 
+/* Memory, copies on the compute stream (blocking) or a given one, pinned host memory, events. */
+static dpt_device_iface make_device(void)
+{
+    dpt_device_iface d = {};
+    d.raw_allocator = cuda_raw_allocator;
+    d.copy_h2d = cuda_h2d;
+    d.copy_d2h = cuda_d2h;
+    d.copy_d2d = cuda_d2d;
+    d.host_alloc = cuda_host_alloc;
+    d.host_free = cuda_host_free;
+    d.copy_h2d_async = cuda_copy_h2d_async;
+    d.event_new = cuda_event_new;
+    d.event_free = cuda_event_free;
+    d.event_record = cuda_event_record;
+    d.stream_wait = cuda_stream_wait;
+    d.event_sync = cuda_event_sync;
+    d.mem_info = cuda_mem_info;
+    d.synchronize = cuda_synchronize;
+    return d;
+}
+static const dpt_device_iface cuda_device = make_device();
+
 static dpt_backend make_backend(void)
 {
     dpt_backend be = {};
     be.name = "cuda";
     be.init = cuda_init;
     be.shutdown = cuda_shutdown;
-    be.raw_allocator = cuda_raw_allocator;
-    be.copy_h2d = cuda_h2d;
-    be.copy_d2h = cuda_d2h;
-    be.copy_d2d = cuda_d2d;
-    be.host_alloc = cuda_host_alloc;
-    be.host_free = cuda_host_free;
-    be.copy_h2d_async = cuda_copy_h2d_async;
-    be.event_new = cuda_event_new;
-    be.event_free = cuda_event_free;
-    be.event_record = cuda_event_record;
-    be.stream_wait = cuda_stream_wait;
-    be.event_sync = cuda_event_sync;
-    be.mem_info = cuda_mem_info;
-    be.synchronize = cuda_synchronize;
+    be.dev = &cuda_device;
     cuda_math_entries(&be);
     cuda_optim_entries(&be);
     cuda_conv_entries(&be);

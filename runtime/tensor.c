@@ -224,7 +224,7 @@ void dpt_tensor_copy_from_host_i32(dpt_tensor *t, const int32_t *src)
 {
     DPT_ASSERT(t->dtype == DPT_I32 && dpt_tensor_is_contiguous(t), "int32 values into a %s tensor",
                t->dtype == DPT_I32 ? "strided" : "float");
-    t->ctx->be->copy_h2d(t->ctx, t->data, src, (size_t)t->numel * sizeof *src);
+    t->ctx->be->dev->copy_h2d(t->ctx, t->data, src, (size_t)t->numel * sizeof *src);
 }
 
 void dpt_tensor_copy_to_host_i32(const dpt_tensor *t, int32_t *dst)
@@ -232,7 +232,7 @@ void dpt_tensor_copy_to_host_i32(const dpt_tensor *t, int32_t *dst)
     DPT_ASSERT(t->dtype == DPT_I32 && dpt_tensor_is_contiguous(t), "int32 values from a %s tensor",
                t->dtype == DPT_I32 ? "strided" : "float");
     t->ctx->host_syncs++;
-    t->ctx->be->copy_d2h(t->ctx, dst, t->data, (size_t)t->numel * sizeof *dst);
+    t->ctx->be->dev->copy_d2h(t->ctx, dst, t->data, (size_t)t->numel * sizeof *dst);
 }
 dpt_tensor *dpt_tensor_grad(dpt_tensor *t)
 {
@@ -250,7 +250,7 @@ void dpt_tensor_copy_from_host(dpt_tensor *t, const float *src)
 {
     DPT_ASSERT(dpt_tensor_is_contiguous(t), "copy into a strided view");
     DPT_ASSERT(t->layout == DPT_LAYOUT_NCHW, "copy into a blocked activation");
-    t->ctx->be->copy_h2d(t->ctx, t->data, src, (size_t)t->numel * sizeof(float));
+    t->ctx->be->dev->copy_h2d(t->ctx, t->data, src, (size_t)t->numel * sizeof(float));
 }
 
 void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst)
@@ -267,11 +267,11 @@ void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst)
             ctx->be->widen(ctx, t->data, t->layout, plain, DPT_LAYOUT_NCHW, t->shape, false);
         else
             ctx->be->relayout(ctx, t->data, t->layout, plain, DPT_LAYOUT_NCHW, t->shape, false);
-        ctx->be->copy_d2h(ctx, dst, plain, (size_t)t->numel * sizeof(float));
+        ctx->be->dev->copy_d2h(ctx, dst, plain, (size_t)t->numel * sizeof(float));
         dpt_alloc_put(ctx->alloc, plain, granted);
         return;
     }
-    t->ctx->be->copy_d2h(t->ctx, dst, t->data, (size_t)t->numel * sizeof(float));
+    t->ctx->be->dev->copy_d2h(t->ctx, dst, t->data, (size_t)t->numel * sizeof(float));
 }
 
 float dpt_tensor_item(const dpt_tensor *t)
@@ -279,7 +279,7 @@ float dpt_tensor_item(const dpt_tensor *t)
     DPT_ASSERT(t->numel == 1 && t->dtype == DPT_F32, "item() of a tensor with %lld elements", (long long)t->numel);
     t->ctx->host_syncs++;
     float v;
-    t->ctx->be->copy_d2h(t->ctx, &v, t->data, sizeof v);
+    t->ctx->be->dev->copy_d2h(t->ctx, &v, t->data, sizeof v);
     return v;
 }
 

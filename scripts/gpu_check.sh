@@ -101,7 +101,7 @@ sed 's/^/    /' "$last_log" | head -12
 # test in a child of its own (a fatal error in one is that test's failure, not the binary's)
 step "test_cuda (ops, layers, loader, NCCL, DDP)" 30 180 test_cuda.log env DPT_TEST_FORK=1 build/tests/test_cuda
 done_row "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+ test' "$last_log" | tr '\n' ' ')"
-grep -E "^\[  FAILED  \] test|ERROR|max rel|skipped" "$last_log" | head -12 | sed 's/^/    /' | tee -a "$table"
+grep -E "^\[  FAILED  \] test|ERROR|max rel|worst error|skipped" "$last_log" | awk '!seen[$0]++' | head -16 | sed 's/^/    /' | tee -a "$table"
 
 # 4. ResNet-50 224px [120 s], the main result: ours and PyTorch's img/s at batch 256, turn by
 # turn, in FP32 and bf16 (ours: [train] precision = bf16; PyTorch: torch.autocast), then TF32
