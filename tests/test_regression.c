@@ -170,6 +170,10 @@ static void test_trains_with_mse(void **state)
     assert_contains(out, "samples/s");
     assert_contains(out, "best test loss");
     assert_contains(out, "pass  final_test_loss <= 0.0075");
+    /* the shipped config meets its own [expect] (the README's row) */
+    rc = run_capture(out, sizeof out, "./train configs/regression_mlp.ini --set checkpoint.dir=/tmp/dpt_regression_ck 2>&1");
+    if (rc != 0) fail_msg("configs/regression_mlp.ini: exit %d:\n%s", rc, out);
+    assert_contains(out, "pass  final_test_loss <= 0.004");
     /* a classifier's model on it is refused by name */
     rc = run_capture(out, sizeof out, "./train configs/fmnist_cnn.ini --set data.source=regression 2>&1");
     assert_int_equal(rc, 1);
