@@ -141,7 +141,7 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 TOOL_BINS  := $(patsubst tools/%.c,$(BUILD)/tools/%,$(wildcard tools/*.c))
 
 .PHONY: all deps demo test bench tests benches tools clean format compile_commands summary asan asan-build print-libs \
-        fuzz fuzz-build gpu-bundle gpu-selftest
+        fuzz fuzz-build gpu-bundle gpu-selftest fortunes
 all: summary train tests benches tools
 
 summary:
@@ -280,6 +280,13 @@ $(BUILD)/tests/extending: $(BUILD)/tests/extending.c $(BUILD)/tests/extending.in
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 tools: $(TOOL_BINS)
+
+# Byte-level token shards of Debian's fortunes (configs/gpt_fortunes.ini reads them).
+FORTUNES_DIR ?= /usr/share/games/fortunes
+fortunes: $(BUILD)/fortunes/train_000000.bin
+$(BUILD)/fortunes/train_000000.bin: $(BUILD)/tools/text_tokens
+	@test -d $(FORTUNES_DIR) || { echo "error: $(FORTUNES_DIR) is missing; HINT: make deps installs Debian's fortunes"; exit 1; }
+	$(BUILD)/tools/text_tokens --val-fraction 0.05 $(BUILD)/fortunes $$(find $(FORTUNES_DIR) -maxdepth 1 -type f ! -name '*.*' | LC_ALL=C sort)
 
 $(BUILD)/tools/%: tools/%.c $(LIB)
 	@mkdir -p $(dir $@)

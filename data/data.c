@@ -18,7 +18,8 @@ static const dpt_config_key data_keys[] = {
      "the data source: a registered one. Built in: idx (MNIST / Fashion-MNIST files, .gz or raw), cifar "
      "(CIFAR-10 binary batches in dir), synthetic (random images), folder (JPEG/PNG files in dir/train/<class>/ "
      "and dir/val/<class>/: torchvision's ImageFolder layout, classes numbered in sorted name order, decoded and "
-     "augmented by [data] workers), regression (y = f(x) on random x, for an MSE model)", 0},
+     "augmented by [data] workers), regression (y = f(x) on random x, for an MSE model), tokens (llm.c's token "
+     "shards, for language models)", 0},
     {"data", "dir", DPT_KEY_STRING, "/usr/share/datasets/fashion-mnist", 1, 0, NULL,
      "folder holding the data files (Debian package dataset-fashion-mnist)", 0},
     {"data", "classes", DPT_KEY_INT, "0", 0, 1e6, NULL,

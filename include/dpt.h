@@ -389,6 +389,16 @@ dpt_tensor *dpt_embedding(dpt_ctx *ctx, dpt_tensor *weight, dpt_tensor *ids);
 /* Layer normalization over the last dim: (x - mean) / sqrt(var + eps) * weight + bias (var
  * biased, as torch.nn.LayerNorm; weight and bias of the last dim's size, or NULL). */
 dpt_tensor *dpt_layer_norm(dpt_ctx *ctx, dpt_tensor *x, dpt_tensor *weight, dpt_tensor *bias, float eps);
+/* Multi-head scaled-dot-product self-attention of fused projections qkv (B, T, 3C): the rows
+ * hold q, k and v side by side, head h the slice [h hs, (h + 1) hs) of each (hs = C / heads);
+ * returns (B, T, C), head h's output in its slice: softmax(q k^T / sqrt(hs)) v, with a causal
+ * mask (position t sees 0..t) when causal. Computed a query row at a time with its softmax
+ * statistics kept (B, heads, T) and the scores recomputed in backward (FlashAttention's
+ * scheme): memory grows with T, not T^2 per head. */
+dpt_tensor *dpt_attention(dpt_ctx *ctx, dpt_tensor *qkv, int heads, bool causal);
+/* y = x W^T + b over the last dim of x (..., in) with W (out, in) and b (out) or NULL
+ * (torch.nn.functional.linear): one GEMM over all rows, the bias added in place. */
+dpt_tensor *dpt_affine(dpt_ctx *ctx, dpt_tensor *x, dpt_tensor *weight, dpt_tensor *bias);
 /* Optimizer building blocks: over lists of n dense float tensors of matching sizes, in place,
  * outside autograd, one pass (one launch on a GPU): y = alpha * x + beta * y (beta 0: y is
  * only written), and y = op(x) (y may be x). */

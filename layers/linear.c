@@ -41,12 +41,11 @@ dpt_linear *dpt_linear_new(dpt_model *model, const char *name, int64_t in_featur
     return layer;
 }
 
-static void linear_backward(dpt_ctx *ctx, dpt_node *node)
+static void affine_backward(dpt_ctx *ctx, dpt_node *node)
 {
-    const dpt_linear *layer = node->layer;
     dpt_tensor *x = node->in[0], *w = node->in[1], *b = node->in[2];
-    const dpt_tensor *dy = node->out->grad; /* (B, out) */
-    int64_t in = layer->in_features, out = layer->out_features, batch = x->numel / in; /* rows of (..., in) */
+    const dpt_tensor *dy = node->out->grad; /* (rows, out) */
+    int64_t out = w->shape[0], in = w->shape[1], batch = x->numel / in; /* rows of (..., in) */
     if (dpt_wants_grad(x)) /* dx (B, in) += dy (B, out) W (out, in) */
         ctx->be->gemm(ctx, false, false, batch, in, out, 1.0f, dy->data, out, w->data, in, 1.0f,
                       dpt_grad_acc(ctx, x)->data, in);
@@ -56,24 +55,33 @@ static void linear_backward(dpt_ctx *ctx, dpt_node *node)
     if (dpt_wants_grad(b)) ctx->be->bias_grad(ctx, dy->data, dpt_grad_acc(ctx, b)->data, batch, out);
 }
 
-dpt_tensor *dpt_linear_forward(dpt_ctx *ctx, dpt_linear *layer, dpt_tensor *x)
+dpt_tensor *dpt_affine(dpt_ctx *ctx, dpt_tensor *x, dpt_tensor *weight, dpt_tensor *bias)
 {
-    char buf[96];
+    char a[96], b[96];
     x = dpt_contiguous(ctx, dpt_plain(ctx, x));
-    if (x->ndim < 1 || x->shape[x->ndim - 1] != layer->in_features)
-        dpt_fatal("linear layer %s expects a (..., %lld) input, got %s\n"
+    if (weight->ndim != 2 || !dpt_tensor_is_contiguous(weight) || x->ndim < 1 ||
+        x->shape[x->ndim - 1] != weight->shape[1] || (bias && bias->numel != weight->shape[0]))
+        dpt_fatal("affine: x %s, weight %s: x must be (..., in), the weight a dense (out, in) matrix, the bias (out)\n"
                   "HINT: flatten image batches with dpt_flatten() first",
-                  layer->name, (long long)layer->in_features, dpt_shape_str(x, buf, sizeof buf));
-    int64_t in = layer->in_features, out = layer->out_features, batch = x->numel / in;
+                  dpt_shape_str(x, a, sizeof a), dpt_shape_str(weight, b, sizeof b));
+    int64_t out = weight->shape[0], in = weight->shape[1], batch = x->numel / in;
     int64_t shape[DPT_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = out; /* (..., in) -> (..., out): the leading axes are rows */
     dpt_tensor *y = dpt_temp(ctx, x->ndim, shape);
-    ctx->be->gemm(ctx, false, true, batch, out, in, 1.0f, x->data, in, layer->weight->data, in, 0.0f, y->data,
-                  out);
-    if (layer->bias) ctx->be->bias_add(ctx, y->data, layer->bias->data, batch, out);
-    dpt_node *node = dpt_tape_record(ctx, "linear", linear_backward, y, 3,
-                                     (dpt_tensor *[]){x, layer->weight, layer->bias});
-    if (node) node->layer = layer, node->out_unread = true; /* backward reads x and w */
+    ctx->be->gemm(ctx, false, true, batch, out, in, 1.0f, x->data, in, weight->data, in, 0.0f, y->data, out);
+    if (bias) ctx->be->bias_add(ctx, y->data, bias->data, batch, out);
+    dpt_node *node = dpt_tape_record(ctx, "linear", affine_backward, y, 3, (dpt_tensor *[]){x, weight, bias});
+    if (node) node->out_unread = true; /* backward reads x and w */
     return y;
+}
+
+dpt_tensor *dpt_linear_forward(dpt_ctx *ctx, dpt_linear *layer, dpt_tensor *x)
+{
+    char buf[96];
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != layer->in_features)
+        dpt_fatal("linear layer %s expects a (..., %lld) input, got %s\n"
+                  "HINT: flatten image batches with dpt_flatten() first",
+                  layer->name, (long long)layer->in_features, dpt_shape_str(x, buf, sizeof buf));
+    return dpt_affine(ctx, x, layer->weight, layer->bias);
 }

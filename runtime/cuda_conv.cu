@@ -144,7 +144,6 @@ static conv_plan *plan_to_run(dpt_ctx *ctx, const dpt_conv_shape *sh)
 static bool choose_algorithms(dpt_ctx *ctx, conv_plan *p, bool relaxed, const char **failed)
 {
     cuda_state *s = state_of(ctx);
-    const dpt_conv_shape *sh = &p->shape;
     /* Ranking: heuristics by default (a function of the shape and the GPU, so a resumed run
      * picks the same algorithms); measured once per shape with [train] cudnn_benchmark, as
      * PyTorch's benchmark mode (faster, but the choice may differ between runs). Exact FP32

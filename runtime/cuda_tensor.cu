@@ -319,6 +319,100 @@ static void cuda_embedding_bwd(dpt_ctx *ctx, const int32_t *ids, int64_t n, cons
 {
     LAUNCH(embedding_bwd_kernel, dim, ids, n, dy, vocab, dim, dw);
 }
+/* Attention (dpt_attention; the CPU kernels' comment has the formulas): a thread per query row
+ * for the output and dq, a thread per key row for dk and dv, each summing over the other side
+ * in order (no atomics: the same bits every run). Simple first kernels, not tiled. */
+static __device__ __forceinline__ float dot_row(const float *a, const float *b, int64_t n)
+{
+    float d = 0.0f;
+    for (int64_t c = 0; c < n; c++)
+        d += a[c] * b[c];
+    return d;
+}
+
+__global__ void attention_fwd_kernel(const float *qkv, int64_t B, int64_t T, int64_t H, int64_t hs, bool causal,
+                                     float *y, float *lse)
+{
+    int64_t C = H * hs, C3 = 3 * C;
+    float scale = rsqrtf((float)hs);
+    GRID_STRIDE(r, B * H * T)
+    {
+        int64_t b = r / (H * T), h = r / T % H, i = r % T, n = causal ? i + 1 : T;
+        const float *q = qkv + (b * T + i) * C3 + h * hs, *k0 = qkv + b * T * C3 + C + h * hs, *v0 = k0 + C;
+        float m = -INFINITY;
+        for (int64_t j = 0; j < n; j++)
+            m = fmaxf(m, scale * dot_row(q, k0 + j * C3, hs));
+        float *o = y + (b * T + i) * C + h * hs, sum = 0.0f;
+        for (int64_t c = 0; c < hs; c++)
+            o[c] = 0.0f;
+        for (int64_t j = 0; j < n; j++) {
+            float p = expf(scale * dot_row(q, k0 + j * C3, hs) - m);
+            sum += p;
+            for (int64_t c = 0; c < hs; c++)
+                o[c] += p * v0[j * C3 + c];
+        }
+        for (int64_t c = 0; c < hs; c++)
+            o[c] /= sum;
+        lse[r] = m + logf(sum);
+    }
+}
+
+__global__ void attention_dq_kernel(const float *qkv, const float *y, const float *dy, const float *lse, int64_t B,
+                                    int64_t T, int64_t H, int64_t hs, bool causal, float *dsum, float *dqkv)
+{
+    int64_t C = H * hs, C3 = 3 * C;
+    float scale = rsqrtf((float)hs);
+    GRID_STRIDE(r, B * H * T)
+    {
+        int64_t b = r / (H * T), h = r / T % H, i = r % T, n = causal ? i + 1 : T;
+        const float *q = qkv + (b * T + i) * C3 + h * hs, *k0 = qkv + b * T * C3 + C + h * hs, *v0 = k0 + C;
+        const float *dyi = dy + (b * T + i) * C + h * hs;
+        float D = dot_row(dyi, y + (b * T + i) * C + h * hs, hs), L = lse[r];
+        dsum[r] = D;
+        float *dq = dqkv + (b * T + i) * C3 + h * hs;
+        for (int64_t j = 0; j < n; j++) {
+            float p = expf(scale * dot_row(q, k0 + j * C3, hs) - L);
+            float ds = p * (dot_row(dyi, v0 + j * C3, hs) - D) * scale;
+            for (int64_t c = 0; c < hs; c++)
+                dq[c] += ds * k0[j * C3 + c];
+        }
+    }
+}
+
+__global__ void attention_dkv_kernel(const float *qkv, const float *dy, const float *lse, const float *dsum, int64_t B,
+                                     int64_t T, int64_t H, int64_t hs, bool causal, float *dqkv)
+{
+    int64_t C = H * hs, C3 = 3 * C;
+    float scale = rsqrtf((float)hs);
+    GRID_STRIDE(r, B * H * T)
+    {
+        int64_t b = r / (H * T), h = r / T % H, j = r % T;
+        const float *q0 = qkv + b * T * C3 + h * hs, *k = q0 + j * C3 + C, *v = k + C;
+        float *dk = dqkv + (b * T + j) * C3 + C + h * hs, *dv = dk + C;
+        for (int64_t i = causal ? j : 0; i < T; i++) {
+            const float *q = q0 + i * C3, *dyi = dy + (b * T + i) * C + h * hs;
+            int64_t row = (b * H + h) * T + i;
+            float p = expf(scale * dot_row(q, k, hs) - lse[row]);
+            float ds = p * (dot_row(dyi, v, hs) - dsum[row]) * scale;
+            for (int64_t c = 0; c < hs; c++) {
+                dv[c] += p * dyi[c];
+                dk[c] += ds * q[c];
+            }
+        }
+    }
+}
+
+static void cuda_attention_fwd(dpt_ctx *ctx, const float *qkv, int64_t B, int64_t T, int64_t H, int64_t hs, bool causal,
+                               float *y, float *lse)
+{
+    LAUNCH(attention_fwd_kernel, B * H * T, qkv, B, T, H, hs, causal, y, lse);
+}
+static void cuda_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, const float *dy, const float *lse,
+                               int64_t B, int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv)
+{
+    LAUNCH(attention_dq_kernel, B * H * T, qkv, y, dy, lse, B, T, H, hs, causal, scratch, dqkv);
+    LAUNCH(attention_dkv_kernel, B * H * T, qkv, dy, lse, scratch, B, T, H, hs, causal, dqkv);
+}
 static void cuda_layernorm_fwd(dpt_ctx *ctx, const float *x, int64_t rows, int64_t dim, const float *w, const float *b,
                                float eps, float *y, float *mean, float *rstd)
 {
@@ -399,6 +493,8 @@ void cuda_tensor_entries(dpt_backend *be)
     be->embedding_bwd = cuda_embedding_bwd;
     be->layernorm_fwd = cuda_layernorm_fwd;
     be->layernorm_bwd = cuda_layernorm_bwd;
+    be->attention_fwd = cuda_attention_fwd;
+    be->attention_bwd = cuda_attention_bwd;
     be->gemm_batched = cuda_gemm_batched;
     be->axpby_multi = cuda_axpby_multi;
     be->unary_multi = cuda_unary_multi;

@@ -8,9 +8,11 @@
 #include <string.h>
 
 #include "backend.h"
+#include "blas.h"
 #include "ctx.h"
 #include "error.h"
 #include "unary_math.h"
+#include "vec_math.h"
 
 #define PAR_MIN 32768 /* elements below which a loop stays on one thread */
 
@@ -326,6 +328,136 @@ static void cpu_layernorm_bwd(dpt_ctx *ctx, const float *x, const float *dy, int
     }
 }
 
+/* ---------------------------------------------------------------- attention */
+
+/* Query row i of head h of sequence b sees keys 0..i (causal) or all T. The forward keeps each
+ * row's log-sum-exp L_i of its scaled scores s_ij = q_i.k_j / sqrt(hs); backward recomputes
+ * p_ij = exp(s_ij - L_i) from it (no (T, T) matrix is ever stored), with D_i = dy_i.y_i:
+ *   dv_j += p_ij dy_i,  ds_ij = p_ij (dy_i.v_j - D_i) / sqrt(hs),  dq_i += ds_ij k_j,  dk_j += ds_ij q_i.
+ * Sums run in a fixed order per row (the SIMD width's, not the thread count's). */
+/* Tiles of ATTN_TILE query rows: the scores of a tile against the keys it sees, S = scale Q K^T
+ * (rows x n), are one small GEMM, softmax-ed in place, and O = P V another; backward recomputes
+ * P from the kept log-sum-exp and runs dV += P^T dO, dP = dO V^T, dS = P (dP - D) scale,
+ * dQ += dS K and dK += dS^T Q as GEMMs. Each thread holds at most 2 x ATTN_TILE x T floats: the
+ * memory grows with T, never with T^2. A tile's GEMMs run on the thread that owns it (CBLAS
+ * inside a parallel region is single-threaded), so the bits do not depend on the thread count. */
+#define ATTN_TILE 64
+
+static void sgemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N,
+                (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
+}
+
+/* Rows of S (rows x n, from query i0): masked past each row's own position when causal, then
+ * p = exp(s - m) with the row's max m; returns nothing, writes each row's log-sum-exp to lse
+ * (forward, normalising P) or takes it from lse (backward, P = exp(S - L)). */
+DPT_CLONES static void attn_softmax_rows(float *S, int64_t rows, int64_t n, int64_t i0, bool causal, float *lse,
+                                         bool forward)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float *s = S + r * n;
+        int64_t seen = causal ? i0 + r + 1 : n;
+        if (forward) {
+            float m = -INFINITY, sum = 0.0f;
+            for (int64_t j = 0; j < seen; j++)
+                m = s[j] > m ? s[j] : m;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j < seen; j++) {
+                s[j] = dpt_vexpf(s[j] - m);
+                sum += s[j];
+            }
+            float inv = 1.0f / sum;
+#pragma omp simd
+            for (int64_t j = 0; j < seen; j++)
+                s[j] *= inv;
+            lse[r] = m + logf(sum);
+        } else {
+            float L = lse[r];
+#pragma omp simd
+            for (int64_t j = 0; j < seen; j++)
+                s[j] = dpt_vexpf(s[j] - L);
+        }
+        for (int64_t j = seen; j < n; j++)
+            s[j] = 0.0f;
+    }
+}
+
+/* dS = P (dP - D) scale over a tile, D_r = dy_r . y_r */
+DPT_CLONES static void attn_dscores(const float *P, float *dP, int64_t rows, int64_t n, const float *dy, const float *y,
+                                   int64_t ld, int64_t hs, float scale)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+        for (int64_t c = 0; c < hs; c++)
+            D += dy[r * ld + c] * y[r * ld + c];
+        const float *p = P + r * n;
+        float *d = dP + r * n;
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++)
+            d[j] = p[j] * (d[j] - D) * scale;
+    }
+}
+
+static void cpu_attention_fwd(dpt_ctx *ctx, const float *qkv, int64_t B, int64_t T, int64_t H, int64_t hs, bool causal,
+                              float *y, float *lse)
+{
+    int64_t C = H * hs, C3 = 3 * C, tiles = (T + ATTN_TILE - 1) / ATTN_TILE, tasks = B * H * tiles;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel num_threads(ctx->threads)
+    {
+        float *S = malloc((size_t)ATTN_TILE * (size_t)T * sizeof *S);
+        if (!S) dpt_fatal("out of host memory for attention scores (%lld floats)", (long long)(ATTN_TILE * T));
+        /* a causal tile's cost grows with its position: hand them out one at a time */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < tasks; task++) {
+            int64_t bh = task / tiles, b = bh / H, h = bh % H, i0 = task % tiles * ATTN_TILE;
+            int64_t rows = T - i0 < ATTN_TILE ? T - i0 : ATTN_TILE, n = causal ? i0 + rows : T;
+            const float *q = qkv + (b * T + i0) * C3 + h * hs, *k = qkv + b * T * C3 + C + h * hs, *v = k + C;
+            sgemm_rm(false, true, rows, n, hs, scale, q, C3, k, C3, 0.0f, S, n);
+            attn_softmax_rows(S, rows, n, i0, causal, lse + bh * T + i0, true);
+            sgemm_rm(false, false, rows, hs, n, 1.0f, S, n, v, C3, 0.0f, y + (b * T + i0) * C + h * hs, C);
+        }
+        free(S);
+    }
+}
+
+static void cpu_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, const float *dy, const float *lse,
+                              int64_t B, int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv)
+{
+    int64_t C = H * hs, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    (void)scratch;
+    /* one (b, h) per task: its dk and dv rows are its own, so nothing is shared */
+#pragma omp parallel num_threads(ctx->threads)
+    {
+        float *P = malloc(2 * (size_t)ATTN_TILE * (size_t)T * sizeof *P), *dS = P + ATTN_TILE * T;
+        if (!P) dpt_fatal("out of host memory for attention scores (%lld floats)", (long long)(2 * ATTN_TILE * T));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t bh = 0; bh < B * H; bh++) {
+            int64_t b = bh / H, h = bh % H;
+            const float *k = qkv + b * T * C3 + C + h * hs, *v = k + C;
+            float *dk = dqkv + b * T * C3 + C + h * hs, *dv = dk + C;
+            for (int64_t i0 = 0; i0 < T; i0 += ATTN_TILE) {
+                int64_t rows = T - i0 < ATTN_TILE ? T - i0 : ATTN_TILE, n = causal ? i0 + rows : T;
+                const float *q = qkv + (b * T + i0) * C3 + h * hs;
+                const float *dyt = dy + (b * T + i0) * C + h * hs, *yt = y + (b * T + i0) * C + h * hs;
+                float *dq = dqkv + (b * T + i0) * C3 + h * hs;
+                sgemm_rm(false, true, rows, n, hs, scale, q, C3, k, C3, 0.0f, P, n);
+                attn_softmax_rows(P, rows, n, i0, causal, (float *)lse + bh * T + i0, false);
+                sgemm_rm(true, false, n, hs, rows, 1.0f, P, n, dyt, C, 1.0f, dv, C3); /* dV += P^T dO */
+                sgemm_rm(false, true, rows, n, hs, 1.0f, dyt, C, v, C3, 0.0f, dS, n); /* dP = dO V^T */
+                attn_dscores(P, dS, rows, n, dyt, yt, C, hs, scale);
+                sgemm_rm(false, false, rows, hs, n, 1.0f, dS, n, k, C3, 1.0f, dq, C3); /* dQ += dS K */
+                sgemm_rm(true, false, n, hs, rows, 1.0f, dS, n, q, C3, 1.0f, dk, C3);  /* dK += dS^T Q */
+            }
+        }
+        free(P);
+    }
+}
+
 /* ---------------------------------------------------------------- batched GEMM, list ops */
 
 /* One GEMM per batch element through the table's own GEMM (OpenBLAS, or oneDNN's bf16 matmul
@@ -377,6 +509,8 @@ void dpt_cpu_tensor_entries(dpt_backend *be)
     be->embedding_bwd = cpu_embedding_bwd;
     be->layernorm_fwd = cpu_layernorm_fwd;
     be->layernorm_bwd = cpu_layernorm_bwd;
+    be->attention_fwd = cpu_attention_fwd;
+    be->attention_bwd = cpu_attention_bwd;
     be->gemm_batched = cpu_gemm_batched;
     be->axpby_multi = cpu_axpby_multi;
     be->unary_multi = cpu_unary_multi;

@@ -509,6 +509,39 @@ dpt_tensor *dpt_layer_norm(dpt_ctx *ctx, dpt_tensor *x, dpt_tensor *weight, dpt_
     return y;
 }
 
+/* ---------------------------------------------------------------- attention */
+
+static void attention_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    dpt_tensor *qkv = node->in[0];
+    const dpt_tensor *y = node->out, *dy = node->out->grad, *stats = node->saved[0];
+    int64_t B = qkv->shape[0], T = qkv->shape[1], H = node->arg.code >> 1, C = qkv->shape[2] / 3;
+    bool causal = node->arg.code & 1;
+    ctx->be->attention_bwd(ctx, qkv->data, y->data, dy->data, stats->data, B, T, H, C / H, causal,
+                           stats->data + B * H * T, dpt_grad_acc(ctx, qkv)->data);
+}
+
+dpt_tensor *dpt_attention(dpt_ctx *ctx, dpt_tensor *qkv, int heads, bool causal)
+{
+    char a[96];
+    qkv = dpt_contiguous(ctx, dpt_widen(ctx, dpt_plain(ctx, qkv)));
+    if (qkv->ndim != 3 || heads < 1 || qkv->shape[2] % (3 * (int64_t)heads) != 0 || qkv->shape[1] < 1)
+        dpt_fatal("attention: qkv %s with %d heads: expected (B, T, 3 C) with C a multiple of the heads",
+                  dpt_shape_str(qkv, a, sizeof a), heads);
+    DPT_REQUIRE_OP(ctx, attention_fwd, "attention");
+    int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, H = heads;
+    dpt_tensor *y = dpt_temp(ctx, 3, (int64_t[]){B, T, C});
+    /* the rows' log-sum-exp, then room for backward's per-row dot products */
+    dpt_tensor *stats = dpt_temp(ctx, 1, (int64_t[]){2 * B * H * T});
+    ctx->be->attention_fwd(ctx, qkv->data, B, T, H, C / H, causal, y->data, stats->data);
+    dpt_node *node = dpt_tape_record(ctx, "attention", attention_backward, y, 1, &qkv);
+    if (node) {
+        node->saved[0] = stats;
+        node->arg.code = (int32_t)(H << 1 | (causal ? 1 : 0));
+    }
+    return y;
+}
+
 /* ---------------------------------------------------------------- batched matmul */
 
 /* How a (..., R, C) operand enters a batched GEMM: its matrices as stored (row-major, leading

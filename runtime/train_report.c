@@ -167,7 +167,8 @@ void print_header(const trainer *t)
                                          fd->target ? " target" : "");
         }
         if (used < sizeof shape && ds->num_classes)
-            used += (size_t)snprintf(shape + used, sizeof shape - used, " | %d classes", ds->num_classes);
+            used += (size_t)snprintf(shape + used, sizeof shape - used, " | %s %d",
+                                     !strcmp(t->task.unit, "tok") ? "vocabulary" : "classes", ds->num_classes);
         if (used < sizeof shape) snprintf(shape + used, sizeof shape - used, " | loss %s", t->task.loss);
     }
     report_line("data %s | train %lld per rank of %lld | test %lld | %s | %lld steps/epoch\n",

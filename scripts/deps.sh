@@ -2,7 +2,7 @@
 # deps.sh: check the Debian packages dptrain needs; install the missing ones when root.
 set -euo pipefail
 packages=(build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin zlib1g-dev libcmocka-dev
-          libdnnl-dev libssl-dev libjpeg62-turbo-dev libpng-dev dataset-fashion-mnist gnuplot-nox clang libclang-rt-14-dev)
+          libdnnl-dev libssl-dev libjpeg62-turbo-dev libpng-dev dataset-fashion-mnist fortunes gnuplot-nox clang libclang-rt-14-dev)
 # make bench also needs the peer it is measured against; make gpu-selftest a Debian chroot
 [ "${1:-}" = bench ] && packages+=(python3-torch python3-torchvision)
 [ "${1:-}" = selftest ] && packages+=(debootstrap)

@@ -38,7 +38,7 @@ done
 # without BF16 would run them (their bf16 cases skip, saying why), so a bound fitted to this
 # machine fails here, not on a user's.
 for isa in AVX2 AVX512_CORE AVX512_CORE_BF16; do
-    for name in test_conv test_models test_ops test_autograd test_train test_cuda_harness; do
+    for name in test_conv test_models test_ops test_autograd test_train test_tensor_ops test_cuda_harness; do
         [ -x "$dir/$name" ] || continue
         run_cmocka "$name (ONEDNN_MAX_CPU_ISA=$isa)" "$dir/$name" ONEDNN_MAX_CPU_ISA=$isa
     done

@@ -63,7 +63,7 @@ static void test_config_errors(void **state)
     expect_fail(args, 1, "range.ini:2: [optim] momentum = 1.5: out of range", NULL);
     expect_fail("configs/fmnist_mlp.ini --set train.batch=0", 1, "--set train.batch=0", "out of range");
     expect_fail("configs/fmnist_mlp.ini --set model.name=transformer", 1, "not a registered model",
-                "known models are cnn, mlp, resnet");
+                "known models are cnn, gpt, mlp, resnet");
 }
 
 static void test_data_errors(void **state)

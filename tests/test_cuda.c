@@ -955,6 +955,10 @@ static dpt_tensor *g_prim(dpt_ctx *c, dpt_tensor **in, int n, void *u)
         static const int32_t ids[6] = {2, 0, 2, 3, 1, 2};
         return dpt_embedding(c, x, ids_in(c, ids, 2, (int64_t[]){2, 3}));
     }
+    case 10: /* causal attention over fused qkv (2, 5, 3 x 2 heads x 4) */
+        return dpt_attention(c, x, 2, true);
+    case 11:
+        return dpt_attention(c, x, 2, false);
     default: {
         static const int32_t t[6] = {1, 4, DPT_IGNORE_INDEX, 0, 2, 3};
         return dpt_cross_entropy_targets(c, x, ids_in(c, t, 2, (int64_t[]){2, 3}), 0.1f, DPT_IGNORE_INDEX);
@@ -968,14 +972,14 @@ static void test_tensor_primitives(void **state)
     NEED_GPU();
     static const char *const names[] = {"permute", "slice + concat", "broadcasting", "last-dim reductions",
                                         "softmax + log_softmax", "unary ops", "layer_norm", "bmm", "embedding",
-                                        "cross_entropy (B, T, V)"};
+                                        "cross_entropy (B, T, V)", "attention (causal)", "attention"};
     const int64_t shapes[][3][3] = {
         {{2, 3, 4}}, {{2, 4, 3}}, {{2, 3, 4}, {4}, {3}}, {{2, 3, 7}}, {{2, 3, 7}}, {{3, 5}},
-        {{2, 5, 16}, {16}, {16}}, {{3, 4, 5}, {3, 6, 5}, {6, 2}}, {{4, 6}}, {{2, 3, 5}},
+        {{2, 5, 16}, {16}, {16}}, {{3, 4, 5}, {3, 6, 5}, {6, 2}}, {{4, 6}}, {{2, 3, 5}}, {{2, 5, 24}}, {{2, 5, 24}},
     };
-    const int inputs[] = {1, 1, 3, 1, 1, 1, 3, 3, 1, 1};
-    for (int which = 0; which < 10; which++) /* GEMMs and sums in other orders: 1e-3 as for the other GEMMs */
-        compare(names[which], g_prim, inputs[which], shapes[which], &which, which == 7 ? 1e-3 : 1e-4);
+    const int inputs[] = {1, 1, 3, 1, 1, 1, 3, 3, 1, 1, 1, 1};
+    for (int which = 0; which < 12; which++) /* GEMMs and sums in other orders: 1e-3 as for the other GEMMs */
+        compare(names[which], g_prim, inputs[which], shapes[which], &which, which == 7 || which >= 10 ? 1e-3 : 1e-4);
 }
 
 /* DPT_TEST_FORK=1 (scripts/gpu_check.sh): each test in a child of its own, with a time limit,

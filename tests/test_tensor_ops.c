@@ -438,6 +438,107 @@ static void test_layer_norm(void **state)
         }
 }
 
+/* ---------------------------------------------------------------- attention */
+
+typedef struct attn_case {
+    int64_t B, T, H, hs;
+    bool causal;
+} attn_case;
+
+static dpt_tensor *attn_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    attn_case *c = u;
+    return dpt_attention(ctx, in[0], (int)c->H, c->causal);
+}
+
+/* softmax(q k^T / sqrt(hs) + mask) v per (b, h), materialised in float64 */
+static void attn_ref(const double *const *in, double *out, void *u)
+{
+    attn_case *c = u;
+    int64_t C = c->H * c->hs, C3 = 3 * C;
+    double p[160];
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < c->H; h++)
+            for (int64_t i = 0; i < c->T; i++) {
+                const double *q = in[0] + (b * c->T + i) * C3 + h * c->hs;
+                double m = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < c->T; j++) {
+                    const double *k = in[0] + (b * c->T + j) * C3 + C + h * c->hs;
+                    double d = 0;
+                    for (int64_t e = 0; e < c->hs; e++)
+                        d += q[e] * k[e];
+                    p[j] = c->causal && j > i ? -INFINITY : d / sqrt((double)c->hs);
+                    m = fmax(m, p[j]);
+                }
+                for (int64_t j = 0; j < c->T; j++)
+                    sum += p[j] = exp(p[j] - m);
+                for (int64_t e = 0; e < c->hs; e++) {
+                    double o = 0;
+                    for (int64_t j = 0; j < c->T; j++)
+                        o += p[j] / sum * in[0][(b * c->T + j) * C3 + 2 * C + h * c->hs + e];
+                    out[(b * c->T + i) * C + h * c->hs + e] = o;
+                }
+            }
+}
+
+static void test_attention(void **state)
+{
+    (void)state;
+    /* T = 150: three of the kernel's 64-row tiles, the last one partial */
+    attn_case cases[] = {{2, 5, 2, 4, true}, {2, 5, 2, 4, false}, {1, 7, 3, 2, true}, {3, 1, 1, 8, true},
+                         {1, 150, 1, 3, true}, {1, 70, 2, 2, false}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int threads = 1; threads <= 2; threads++) {
+            attn_case *c = &cases[i];
+            gradcheck gc = {.n_in = 1, .ndim = {3}, .shape = {{c->B, c->T, 3 * c->H * c->hs}}, .lo = -2, .hi = 2,
+                            .build = attn_build, .reference = attn_ref, .user = c, .fwd_rtol = 1e-5,
+                            .grad_rtol = 1e-3, .grad_atol = 1e-5, .threads = threads};
+            char name[96];
+            snprintf(name, sizeof name, "attention B%lld T%lld H%lld hs%lld%s, %d thread(s)", (long long)c->B,
+                     (long long)c->T, (long long)c->H, (long long)c->hs, c->causal ? " causal" : "", threads);
+            run_gradcheck(name, &gc, 900 + 2 * i + (uint64_t)threads);
+        }
+}
+
+/* Large enough for the kernels' threads to split the work: the same bits on 1 and 2 threads,
+ * and memory for the scores that does not grow with T^2: the forward's tensors are the output
+ * and the (B, H, T) statistics (each thread's scratch is one 64-row tile of scores, 64 x T). */
+static void attention_on(int threads, float *y_out, float *g_out, int64_t *temp_bytes)
+{
+    dpt_ctx *ctx = test_ctx(threads, 9);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 4242);
+    enum { B = 2, T = 96, H = 4, HS = 16 };
+    dpt_tensor *qkv = test_input(ctx, &rng, 3, (int64_t[]){B, T, 3 * H * HS}, -1, 1);
+    size_t before = dpt_ctx_mem_stats(ctx).allocated;
+    dpt_tensor *y = dpt_attention(ctx, qkv, H, true);
+    *temp_bytes = (int64_t)(dpt_ctx_mem_stats(ctx).allocated - before);
+    dpt_backward(ctx, dpt_sum(ctx, dpt_mul(ctx, y, y)));
+    memcpy(y_out, y->data, (size_t)y->numel * sizeof(float));
+    memcpy(g_out, qkv->grad->data, (size_t)qkv->numel * sizeof(float));
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(qkv);
+    dpt_ctx_free(ctx);
+}
+
+static void test_attention_threads_and_memory(void **state)
+{
+    (void)state;
+    enum { N = 2 * 96 * 64 };
+    static float y1[N], y2[N], g1[3 * N], g2[3 * N];
+    int64_t b1, b2;
+    attention_on(1, y1, g1, &b1);
+    attention_on(2, y2, g2, &b2);
+    assert_memory_equal(y1, y2, sizeof y1);
+    assert_memory_equal(g1, g2, sizeof g1);
+    /* y (B, T, C) and 2 x (B, H, T) statistics (the allocator rounds each up); a materialised
+     * (B, H, T, T) score matrix alone would be 6 times y */
+    int64_t expected = (int64_t)(N + 2 * 2 * 4 * 96) * (int64_t)sizeof(float);
+    assert_true(b1 > 0);
+    if (b1 > 2 * expected) fail_msg("attention's forward made %lld bytes of temporaries; expected about %lld",
+                                       (long long)b1, (long long)expected);
+}
+
 /* ---------------------------------------------------------------- batched matmul */
 
 typedef struct bmm_case {
@@ -674,6 +775,8 @@ int main(void)
         cmocka_unit_test(test_unary),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_layer_norm),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_threads_and_memory),
         cmocka_unit_test(test_bmm),
         cmocka_unit_test(test_bmm_bf16),
         cmocka_unit_test(test_cross_entropy_tokens),

@@ -1,0 +1,204 @@
+/* tokens.c: [data] source = tokens, token shards in llm.c's format: a header of 256 little-endian
+ * int32 (magic 20240520, version 1, the token count, the rest zero), then that many uint16
+ * tokens. [data] train and val are glob patterns; their files, in name order, are mapped
+ * read-only and checked as hostile input (header, exact size, every token below the
+ * vocabulary) before the first step.
+ *
+ * Sample j of a shard is the seq_len tokens from offset j * seq_len and, as its targets, the
+ * same span one token later: unshuffled, a batch of B samples is exactly llm.c's batch (the
+ * B * T + 1 tokens from offset i * B * T cut into B rows), and under DDP a global batch covers
+ * the same tokens as llm.c's (each rank takes its own rows of it). A shard contributes
+ * (tokens - 1) / seq_len samples; samples never cross shards. The loader's position in the
+ * checkpoint makes a resume continue on the exact next sample. */
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dpt.h"
+#include "../runtime/error.h"
+#include "../runtime/registry.h"
+
+enum { TOKENS_MAGIC = 20240520, TOKENS_VERSION = 1, TOKENS_HEADER_INTS = 256, LLMC_MODEL_MAGIC = 20240326 };
+
+#define TOKENS_HINT                                                                                          \
+    "HINT: token shards are llm.c's format (its data scripts write them); tools/text_tokens turns any text " \
+    "into byte-level shards, and 'make fortunes' writes build/fortunes/ from Debian's fortunes"
+
+typedef struct shard {
+    const uint16_t *tokens;
+    int64_t ntok;
+    int64_t first; /* index of its first sample in the set */
+    void *map;
+    size_t map_len;
+} shard;
+
+typedef struct token_set {
+    int nshards;
+    shard *shards;
+    int64_t seq_len;
+} token_set;
+
+static void token_set_free(void *source)
+{
+    token_set *s = source;
+    if (!s) return;
+    for (int i = 0; i < s->nshards; i++)
+        if (s->shards[i].map) munmap(s->shards[i].map, s->shards[i].map_len);
+    free(s->shards);
+    free(s);
+}
+
+static void tokens_get(const dpt_dataset *ds, int64_t index, void *const *dst)
+{
+    const token_set *s = ds->source;
+    int lo = 0, hi = s->nshards - 1; /* the last shard whose first sample is <= index */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (s->shards[mid].first <= index)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const uint16_t *t = s->shards[lo].tokens + (index - s->shards[lo].first) * s->seq_len;
+    int32_t *x = dst[0], *y = dst[1];
+    for (int64_t i = 0; i < s->seq_len; i++)
+        x[i] = t[i], y[i] = t[i + 1];
+}
+
+/* Map one shard and check it; false with err naming the file. */
+static bool map_shard(const char *path, int64_t seq_len, int64_t vocab, shard *out, dpt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dpt_errorf(err, "token shard %s: %s\n" TOKENS_HINT, path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return dpt_errorf(err, "token shard %s is not a regular file\n" TOKENS_HINT, path);
+    }
+    int32_t header[TOKENS_HEADER_INTS];
+    if (st.st_size < (off_t)sizeof header || pread(fd, header, sizeof header, 0) != (ssize_t)sizeof header) {
+        close(fd);
+        return dpt_errorf(err, "token shard %s: %lld bytes, shorter than its 1024-byte header\n" TOKENS_HINT, path,
+                          (long long)st.st_size);
+    }
+    if (header[0] != TOKENS_MAGIC) {
+        close(fd);
+        return dpt_errorf(err, "token shard %s: magic %d, expected %d (llm.c's token files)%s\n" TOKENS_HINT, path,
+                          header[0], TOKENS_MAGIC,
+                          header[0] == LLMC_MODEL_MAGIC ? "; this is an llm.c model checkpoint, not tokens" : "");
+    }
+    if (header[1] != TOKENS_VERSION) {
+        close(fd);
+        return dpt_errorf(err, "token shard %s: version %d; only version 1 (uint16 tokens) is supported\n" TOKENS_HINT,
+                          path, header[1]);
+    }
+    int64_t ntok = header[2];
+    if (ntok < 0 || (int64_t)st.st_size != (int64_t)sizeof header + 2 * ntok) {
+        close(fd);
+        return dpt_errorf(err, "token shard %s: the header says %lld tokens (%lld bytes with the header) but the file "
+                               "has %lld bytes (truncated or not a token file)\n" TOKENS_HINT,
+                          path, (long long)ntok, (long long)(sizeof header + 2 * (uint64_t)(ntok < 0 ? 0 : ntok)),
+                          (long long)st.st_size);
+    }
+    if (ntok < seq_len + 1) {
+        close(fd);
+        return dpt_errorf(err, "token shard %s holds %lld tokens, fewer than one sample of [data] seq_len = %lld plus "
+                               "its next token\nHINT: use a smaller seq_len or a longer text",
+                          path, (long long)ntok, (long long)seq_len);
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return dpt_errorf(err, "token shard %s: cannot map it: %s", path, strerror(errno));
+    const uint16_t *t = (const uint16_t *)((const char *)map + sizeof header);
+    for (int64_t i = 0; i < ntok; i++)
+        if (t[i] >= vocab) {
+            unsigned bad = t[i];
+            munmap(map, (size_t)st.st_size);
+            return dpt_errorf(err, "token shard %s: token %lld is %u, not below [data] vocab_size = %lld\n"
+                                   "HINT: GPT-2's tokenizer has 50257 tokens, byte-level text 256; set vocab_size "
+                                   "to the tokenizer's",
+                              path, (long long)i, bad, (long long)vocab);
+        }
+    *out = (shard){.tokens = t, .ntok = ntok, .map = map, .map_len = (size_t)st.st_size};
+    return true;
+}
+
+static dpt_dataset *open_set(const dpt_config *cfg, const char *key, const char *name, dpt_error *err)
+{
+    const char *pattern = dpt_config_str(cfg, "data", key);
+    int64_t seq_len = dpt_config_int(cfg, "data", "seq_len"), vocab = dpt_config_int(cfg, "data", "vocab_size");
+    if (!*pattern) {
+        dpt_errorf(err, "%s: [data] source = tokens needs [data] %s, a glob of token shards\n" TOKENS_HINT,
+                   dpt_config_where(cfg, "data", key), key);
+        return NULL;
+    }
+    glob_t g;
+    int rc = glob(pattern, GLOB_ERR, NULL, &g);
+    if (rc != 0) {
+        dpt_errorf(err, "%s: [data] %s = %s: %s\n" TOKENS_HINT, dpt_config_where(cfg, "data", key), key, pattern,
+                   rc == GLOB_NOMATCH ? "no file matches" : "cannot read a folder of the pattern");
+        if (rc != GLOB_NOMATCH) globfree(&g);
+        return NULL;
+    }
+    token_set *s = calloc(1, sizeof *s);
+    dpt_dataset *ds = calloc(1, sizeof *ds);
+    if (!s || !ds || !(s->shards = calloc(g.gl_pathc, sizeof *s->shards))) dpt_fatal("out of host memory");
+    s->seq_len = seq_len;
+    int64_t n = 0, ntok = 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        if (!map_shard(g.gl_pathv[i], seq_len, vocab, &s->shards[i], err)) {
+            globfree(&g);
+            token_set_free(s);
+            free(ds);
+            return NULL;
+        }
+        s->nshards++;
+        s->shards[i].first = n;
+        n += (s->shards[i].ntok - 1) / seq_len;
+        ntok += s->shards[i].ntok;
+    }
+    ds->n = n;
+    snprintf(ds->name, sizeof ds->name, "tokens %s (%zu shard%s, %lld tokens)", name, g.gl_pathc,
+             g.gl_pathc == 1 ? "" : "s", (long long)ntok);
+    globfree(&g);
+    ds->num_classes = (int)vocab;
+    ds->nfields = 2;
+    ds->fields[0] = (dpt_field){.name = "tokens", .dtype = DPT_I32, .ndim = 1, .shape = {seq_len}};
+    ds->fields[1] = (dpt_field){.name = "targets", .dtype = DPT_I32, .ndim = 1, .shape = {seq_len}, .target = true};
+    ds->get = tokens_get;
+    ds->source = s;
+    ds->free_source = token_set_free;
+    ds->task = (dpt_task){.loss = "cross_entropy", .metrics = DPT_METRIC_PERPLEXITY, .unit = "tok"};
+    return ds;
+}
+
+static bool tokens_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
+{
+    *train = open_set(cfg, "train", "train", err);
+    if (!*train) return false;
+    *test = open_set(cfg, "val", "val", err);
+    if (!*test) {
+        dpt_dataset_free(*train);
+        *train = NULL;
+        return false;
+    }
+    return true;
+}
+
+static const dpt_data_impl tokens_impl = {.open = tokens_open};
+
+static const dpt_config_key tokens_keys[] = {
+    {NULL, "train", DPT_KEY_STRING, "", 0, 0, NULL, "glob of the training token shards (llm.c's format), e.g. data/*_train_*.bin", 0},
+    {NULL, "val", DPT_KEY_STRING, "", 0, 0, NULL, "glob of the validation token shards", 0},
+    {NULL, "seq_len", DPT_KEY_INT, "64", 1, 1 << 20, NULL, "tokens per sample (T); each sample's targets are the next tokens", 0},
+    {NULL, "vocab_size", DPT_KEY_INT, "50257", 2, 65536, NULL,
+     "tokens are ids below it (GPT-2's tokenizer 50257, byte-level text 256); the model's vocabulary", 0},
+};
+DPT_BUILTIN(data_tokens) = {DPT_KIND_DATA, "tokens", "token shards in llm.c's format (uint16 tokens), for language models",
+                            tokens_keys, DPT_COUNT(tokens_keys), &tokens_impl};

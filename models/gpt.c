@@ -1,0 +1,178 @@
+/* gpt.c: a GPT-2-class decoder-only transformer ([model] name = gpt), on token data (int32 ids).
+ *
+ *   h = wte[ids] + wpe[0..T)                         token and position embeddings
+ *   per layer: h += proj(attention(qkv(LN1(h))))     causal multi-head self-attention
+ *              h += fc2(gelu_tanh(fc(LN2(h))))       MLP, 4x wide
+ *   logits = LN_f(h) wte[0..V)^T                     tied with the token embedding
+ *
+ * GPT-2's choices (and llm.c's): pre-LN blocks, LayerNorm eps 1e-5, the tanh GELU, biases on
+ * every linear layer (bias = false drops them), weights N(0, 0.02) with the residual
+ * projections' divided by sqrt(2 layers), LayerNorm weights 1 and biases 0. The token
+ * embedding has padded_vocab_size rows (llm.c pads 50257 to 50304, a multiple of 128, for
+ * faster GEMMs); only the first vocab_size are read, so the padding changes no result.
+ * Parameters are named as in GPT-2 (wte, wpe, h.L.ln_1, h.L.attn.c_attn, ...), in llm.c's
+ * order within each kind. GPT-2 small (12 layers, 12 heads, 768 channels, 1024 positions,
+ * vocab 50257 padded to 50304) has 124,475,904 parameters. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dpt.h"
+#include "../runtime/registry.h"
+
+#define GPT_MAX_LAYERS 256
+
+typedef struct gpt_block {
+    dpt_tensor *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+    dpt_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+} gpt_block;
+
+typedef struct gpt {
+    int64_t layers, heads, channels, block_size, vocab, padded_vocab;
+    float dropout;
+    dpt_tensor *wte, *wpe, *lnf_w, *lnf_b;
+    gpt_block block[GPT_MAX_LAYERS];
+} gpt;
+
+static dpt_tensor *gpt_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *ids)
+{
+    gpt *g = dpt_model_state(model);
+    bool training = dpt_model_training(model);
+    int64_t T = dpt_tensor_dim(ids, 1); /* at most block_size: the builder checked the data's */
+    dpt_tensor *h = dpt_add(ctx, dpt_embedding(ctx, g->wte, ids), dpt_narrow(ctx, g->wpe, 0, 0, T)); /* (B, T, C) */
+    h = dpt_dropout(ctx, h, g->dropout, training);
+    for (int64_t l = 0; l < g->layers; l++) {
+        const gpt_block *b = &g->block[l];
+        dpt_tape_mark mark = dpt_tape_mark_here(ctx); /* evaluation: the block's intermediates go at its end */
+        dpt_tensor *a = dpt_layer_norm(ctx, h, b->ln1_w, b->ln1_b, 1e-5f);
+        a = dpt_attention(ctx, dpt_affine(ctx, a, b->qkv_w, b->qkv_b), (int)g->heads, true);
+        h = dpt_add(ctx, h, dpt_dropout(ctx, dpt_affine(ctx, a, b->proj_w, b->proj_b), g->dropout, training));
+        dpt_tensor *m = dpt_layer_norm(ctx, h, b->ln2_w, b->ln2_b, 1e-5f);
+        m = dpt_affine(ctx, dpt_gelu(ctx, dpt_affine(ctx, m, b->fc_w, b->fc_b)), b->fcproj_w, b->fcproj_b);
+        h = dpt_tape_release(ctx, mark, dpt_add(ctx, h, dpt_dropout(ctx, m, g->dropout, training)));
+    }
+    h = dpt_layer_norm(ctx, h, g->lnf_w, g->lnf_b, 1e-5f);
+    /* the tied output layer: one GEMM of every position with the vocabulary's rows */
+    return dpt_bmm(ctx, h, dpt_transpose(ctx, dpt_narrow(ctx, g->wte, 0, 0, g->vocab))); /* (B, T, V) */
+}
+
+static dpt_tensor *param(dpt_model *model, const char *fmt, int64_t layer, const char *what, int ndim, int64_t d0,
+                         int64_t d1)
+{
+    char name[96];
+    snprintf(name, sizeof name, fmt, (long long)layer, what);
+    return dpt_model_param(model, name, ndim, (int64_t[]){d0, d1});
+}
+
+static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dataset *data, dpt_error *err)
+{
+    dpt_field fields[DPT_MAX_FIELDS];
+    int nfields = dpt_dataset_fields(data, fields);
+    const dpt_field *input = NULL;
+    for (int f = nfields - 1; f >= 0; f--)
+        if (!fields[f].target) input = &fields[f];
+    if (!input || input->dtype != DPT_I32 || input->ndim != 1 || data->num_classes < 2) {
+        dpt_errorf(err, "%s: [model] name = gpt takes sequences of token ids; the data set %s has %s\n"
+                        "HINT: [data] source = tokens reads token shards",
+                   dpt_config_where(cfg, "model", "name"), data->name,
+                   !input ? "no input field" : input->dtype != DPT_I32 ? "float inputs" : "no sequences of ids");
+        return NULL;
+    }
+    int64_t L = dpt_config_int(cfg, "model", "n_layer"), H = dpt_config_int(cfg, "model", "n_head");
+    int64_t C = dpt_config_int(cfg, "model", "n_embd"), block = dpt_config_int(cfg, "model", "block_size");
+    int64_t V = data->num_classes, Vp = dpt_config_int(cfg, "model", "padded_vocab_size"), T = input->shape[0];
+    if (block == 0) block = T;
+    if (Vp == 0) Vp = (V + 127) / 128 * 128;
+    if (L > GPT_MAX_LAYERS)
+        return dpt_errorf(err, "%s: [model] n_layer = %lld; gpt supports at most %d", dpt_config_where(cfg, "model", "n_layer"),
+                          (long long)L, GPT_MAX_LAYERS), NULL;
+    if (C % H != 0)
+        return dpt_errorf(err, "%s: [model] n_embd = %lld is not a multiple of n_head = %lld\nHINT: each head takes "
+                               "n_embd / n_head channels (GPT-2 small: 768 and 12)",
+                          dpt_config_where(cfg, "model", "n_embd"), (long long)C, (long long)H), NULL;
+    if (Vp < V)
+        return dpt_errorf(err, "%s: [model] padded_vocab_size = %lld is below the vocabulary's %lld\nHINT: 0 rounds "
+                               "it up to a multiple of 128",
+                          dpt_config_where(cfg, "model", "padded_vocab_size"), (long long)Vp, (long long)V), NULL;
+    if (T > block)
+        return dpt_errorf(err, "%s: [model] block_size = %lld is shorter than the samples' %lld tokens\nHINT: raise "
+                               "block_size or lower [data] seq_len",
+                          dpt_config_where(cfg, "model", "block_size"), (long long)block, (long long)T), NULL;
+    bool bias = dpt_config_bool(cfg, "model", "bias");
+
+    dpt_model *model = dpt_model_new(ctx, "gpt", gpt_forward);
+    gpt *g = dpt_model_alloc(model, sizeof *g);
+    dpt_model_set_state(model, g);
+    *g = (gpt){.layers = L, .heads = H, .channels = C, .block_size = block, .vocab = V, .padded_vocab = Vp,
+               .dropout = (float)dpt_config_float(cfg, "model", "resid_dropout")};
+    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * (float)L);
+    g->wte = dpt_model_param(model, "wte", 2, (int64_t[]){Vp, C});
+    g->wpe = dpt_model_param(model, "wpe", 2, (int64_t[]){block, C});
+    dpt_init_normal(ctx, g->wte, std);
+    dpt_init_normal(ctx, g->wpe, std);
+    const char *f = "h.%lld.%s";
+    for (int64_t l = 0; l < L; l++) {
+        gpt_block *b = &g->block[l];
+        b->ln1_w = param(model, f, l, "ln_1.weight", 1, C, 0);
+        b->ln1_b = param(model, f, l, "ln_1.bias", 1, C, 0);
+        b->qkv_w = param(model, f, l, "attn.c_attn.weight", 2, 3 * C, C);
+        if (bias) b->qkv_b = param(model, f, l, "attn.c_attn.bias", 1, 3 * C, 0);
+        b->proj_w = param(model, f, l, "attn.c_proj.weight", 2, C, C);
+        if (bias) b->proj_b = param(model, f, l, "attn.c_proj.bias", 1, C, 0);
+        b->ln2_w = param(model, f, l, "ln_2.weight", 1, C, 0);
+        b->ln2_b = param(model, f, l, "ln_2.bias", 1, C, 0);
+        b->fc_w = param(model, f, l, "mlp.c_fc.weight", 2, 4 * C, C);
+        if (bias) b->fc_b = param(model, f, l, "mlp.c_fc.bias", 1, 4 * C, 0);
+        b->fcproj_w = param(model, f, l, "mlp.c_proj.weight", 2, C, 4 * C);
+        if (bias) b->fcproj_b = param(model, f, l, "mlp.c_proj.bias", 1, C, 0);
+        dpt_init_constant(b->ln1_w, 1.0f);
+        dpt_init_constant(b->ln2_w, 1.0f);
+        dpt_init_normal(ctx, b->qkv_w, std);
+        dpt_init_normal(ctx, b->proj_w, resid_std);
+        dpt_init_normal(ctx, b->fc_w, std);
+        dpt_init_normal(ctx, b->fcproj_w, resid_std);
+        /* per sample (a sequence of T): the GEMMs' 12 C^2 multiply-adds a token, the causal
+         * attention's T/2 keys a query for q.k and p v; the activations a block keeps, per
+         * token: about 16 C (LN outputs, qkv, attention output, the MLP's two 4C) */
+        double flops = 2.0 * (double)T * 12.0 * (double)C * (double)C + 2.0 * (double)T * (double)T * (double)C;
+        char name[32];
+        snprintf(name, sizeof name, "h.%lld", (long long)l);
+        dpt_model_note(model, "block", name, &(dpt_shape3){T, 16 * C, 1},
+                       12 * C * C + (bias ? 9 * C : 0) + 4 * C, flops);
+    }
+    g->lnf_w = dpt_model_param(model, "ln_f.weight", 1, (int64_t[]){C});
+    g->lnf_b = dpt_model_param(model, "ln_f.bias", 1, (int64_t[]){C});
+    dpt_init_constant(g->lnf_w, 1.0f);
+    dpt_model_note(model, "embedding", "wte+wpe", &(dpt_shape3){T, C, 1}, (Vp + block) * C, 0.0);
+    /* the logits and the loss's probabilities: 2 V a token */
+    dpt_model_note(model, "lm_head", "wte^T", &(dpt_shape3){T, 2 * V, 1}, 2 * C,
+                   2.0 * (double)T * (double)C * (double)V);
+    dpt_model_set_task(model, &(dpt_task){.loss = "cross_entropy", .metrics = DPT_METRIC_PERPLEXITY, .unit = "tok",
+                                          .input = input->name});
+    char summary[256], padded[96] = "";
+    if (Vp > V)
+        snprintf(padded, sizeof padded, " padded to %lld (%lld parameters without the padding)", (long long)Vp,
+                 (long long)(dpt_model_param_count(model) - (Vp - V) * C));
+    snprintf(summary, sizeof summary, "%lld layers, %lld heads, %lld channels, block %lld, vocab %lld%s", (long long)L,
+             (long long)H, (long long)C, (long long)block, (long long)V, padded);
+    dpt_model_set_summary(model, summary);
+    return model;
+}
+
+static const dpt_config_key gpt_keys[] = {
+    {NULL, "n_layer", DPT_KEY_INT, "4", 1, GPT_MAX_LAYERS, NULL, "transformer blocks (GPT-2 small: 12)", 0},
+    {NULL, "n_head", DPT_KEY_INT, "4", 1, 1024, NULL, "attention heads; n_embd / n_head channels each (GPT-2 small: 12)", 0},
+    {NULL, "n_embd", DPT_KEY_INT, "256", 1, 65536, NULL, "channels of the residual stream (GPT-2 small: 768)", 0},
+    {NULL, "block_size", DPT_KEY_INT, "0", 0, 1 << 20, NULL,
+     "positions the model has embeddings for (GPT-2: 1024; 0 = the data's sequence length)", 0},
+    {NULL, "padded_vocab_size", DPT_KEY_INT, "0", 0, 1 << 20, NULL,
+     "rows of the token embedding, at least the data's vocabulary (llm.c: 50304 for 50257; 0 = a multiple of 128)", 0},
+    {NULL, "resid_dropout", DPT_KEY_FLOAT, "0", 0, 0.99, NULL,
+     "dropout on the embeddings and on each block's attention and MLP outputs (GPT-2 pretraining: 0)", 0},
+    {NULL, "bias", DPT_KEY_BOOL, "true", 1, 0, NULL, "biases in the linear layers (GPT-2: true)", 0},
+};
+
+static const dpt_model_impl gpt_impl = {.build = gpt_build};
+DPT_BUILTIN(model_gpt) = {DPT_KIND_MODEL, "gpt",
+                          "GPT-2-class decoder-only transformer on token sequences (pre-LN, causal attention, tied embeddings)",
+                          gpt_keys, DPT_COUNT(gpt_keys), &gpt_impl};

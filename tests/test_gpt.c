@@ -1,0 +1,399 @@
+/* test_gpt.c: the gpt model and the tokens data source.
+ *  - GPT-2 small's parameter count is the reference's (124,475,904 with the vocabulary padded to
+ *    50,304; 124,439,808 without);
+ *  - a small GPT's loss equals a float64 re-implementation of GPT-2's forward written here from
+ *    the formulas (pre-LN, causal softmax attention, tanh GELU, tied embeddings, the loss over
+ *    the real vocabulary), and every parameter's gradient equals central differences of it; the
+ *    padding rows get no gradient;
+ *  - token shards: samples are the file's tokens at j * T and their next tokens, across shards in
+ *    name order; hostile files (bad magic, an llm.c model file, a wrong version, truncated, a
+ *    token beyond the vocabulary, too short for one sample) are refused naming the file;
+ *  - ./train learns byte-level text (the loss falls well below uniform's log 256), and the
+ *    deterministic mode gives the same weights on 1 and 2 ranks. */
+#include <glob.h>
+#include <unistd.h>
+
+#include "tests/testutil.h"
+#include "data/data.h"
+
+static dpt_config *config_with(const char *const *sets, int n)
+{
+    dpt_config *cfg = dpt_config_defaults();
+    dpt_error err;
+    for (int i = 0; i < n; i++)
+        if (!dpt_config_set(cfg, sets[i], &err)) fail_msg("%s", err.msg);
+    return cfg;
+}
+
+/* A data set of the shape a token source gives, without files (for building the model). */
+static dpt_dataset token_shape(int64_t T, int vocab)
+{
+    dpt_dataset ds = {.n = 1, .num_classes = vocab, .name = "tokens (test)", .nfields = 2};
+    ds.fields[0] = (dpt_field){.name = "tokens", .dtype = DPT_I32, .ndim = 1, .shape = {T}};
+    ds.fields[1] = (dpt_field){.name = "targets", .dtype = DPT_I32, .ndim = 1, .shape = {T}, .target = true};
+    ds.task = (dpt_task){.loss = "cross_entropy", .metrics = DPT_METRIC_PERPLEXITY, .unit = "tok"};
+    return ds;
+}
+
+static void test_gpt2_small_parameters(void **state)
+{
+    (void)state;
+    const char *sets[] = {"model.name=gpt", "model.n_layer=12", "model.n_head=12", "model.n_embd=768",
+                          "model.block_size=1024", "model.padded_vocab_size=50304"};
+    dpt_config *cfg = config_with(sets, 6);
+    dpt_ctx *ctx = test_ctx(2, 1);
+    dpt_dataset ds = token_shape(64, 50257);
+    dpt_error err;
+    dpt_model *m = dpt_model_build_for(ctx, cfg, &ds, &err);
+    if (!m) fail_msg("%s", err.msg);
+    assert_int_equal(dpt_model_param_count(m), 124475904);
+    assert_non_null(strstr(dpt_model_summary(m), "padded to 50304 (124439808 parameters without the padding)"));
+    dpt_model_free(m);
+    /* n_embd must divide into the heads: refused naming the key */
+    dpt_config_free(cfg);
+    const char *bad[] = {"model.name=gpt", "model.n_head=5", "model.n_embd=64"};
+    cfg = config_with(bad, 3);
+    assert_null(dpt_model_build_for(ctx, cfg, &ds, &err));
+    assert_non_null(strstr(err.msg, "n_embd = 64 is not a multiple of n_head = 5"));
+    dpt_config_free(cfg);
+    dpt_ctx_free(ctx);
+}
+
+/* ---------------------------------------------------------------- float64 GPT-2 */
+
+enum { L = 2, H = 2, C = 8, T = 5, V = 11, VP = 16, B = 2, NP = 4 + 12 * L };
+
+typedef struct ref_model {
+    double *p[NP]; /* in the model's parameter order */
+    int64_t n[NP];
+} ref_model;
+
+static void ln64(const double *x, const double *w, const double *b, double *y, int n)
+{
+    double mu = 0, var = 0;
+    for (int i = 0; i < n; i++)
+        mu += x[i];
+    mu /= n;
+    for (int i = 0; i < n; i++)
+        var += (x[i] - mu) * (x[i] - mu);
+    var /= n;
+    for (int i = 0; i < n; i++)
+        y[i] = (x[i] - mu) / sqrt(var + 1e-5) * w[i] + b[i];
+}
+
+/* y (out) = W (out, in) x + b */
+static void lin64(const double *x, const double *w, const double *b, double *y, int in, int out)
+{
+    for (int o = 0; o < out; o++) {
+        double s = b[o];
+        for (int i = 0; i < in; i++)
+            s += w[o * in + i] * x[i];
+        y[o] = s;
+    }
+}
+
+static double gelu64(double x)
+{
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static double ref_loss(const ref_model *r, const int32_t *ids, const int32_t *tgt)
+{
+    double loss = 0;
+    for (int b = 0; b < B; b++) {
+        double h[T][C], a[T][C], qkv[T][3 * C], y[T][C], f[T][4 * C], o[T][C];
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++)
+                h[t][c] = r->p[0][ids[b * T + t] * C + c] + r->p[1][t * C + c];
+        for (int l = 0; l < L; l++) {
+            double *const *p = r->p + 2 + 12 * l; /* ln1 w b, qkv w b, proj w b, ln2 w b, fc w b, fcproj w b */
+            for (int t = 0; t < T; t++) {
+                ln64(h[t], p[0], p[1], a[t], C);
+                lin64(a[t], p[2], p[3], qkv[t], C, 3 * C);
+            }
+            int hs = C / H;
+            for (int hh = 0; hh < H; hh++)
+                for (int t = 0; t < T; t++) {
+                    double s[T], m = -INFINITY, sum = 0;
+                    for (int j = 0; j <= t; j++) {
+                        double d = 0;
+                        for (int e = 0; e < hs; e++)
+                            d += qkv[t][hh * hs + e] * qkv[j][C + hh * hs + e];
+                        s[j] = d / sqrt(hs);
+                        m = fmax(m, s[j]);
+                    }
+                    for (int j = 0; j <= t; j++)
+                        sum += s[j] = exp(s[j] - m);
+                    for (int e = 0; e < hs; e++) {
+                        double acc = 0;
+                        for (int j = 0; j <= t; j++)
+                            acc += s[j] / sum * qkv[j][2 * C + hh * hs + e];
+                        y[t][hh * hs + e] = acc;
+                    }
+                }
+            for (int t = 0; t < T; t++) {
+                lin64(y[t], p[4], p[5], o[t], C, C);
+                for (int c = 0; c < C; c++)
+                    h[t][c] += o[t][c];
+                ln64(h[t], p[6], p[7], a[t], C);
+                lin64(a[t], p[8], p[9], f[t], C, 4 * C);
+                for (int c = 0; c < 4 * C; c++)
+                    f[t][c] = gelu64(f[t][c]);
+                lin64(f[t], p[10], p[11], o[t], 4 * C, C);
+                for (int c = 0; c < C; c++)
+                    h[t][c] += o[t][c];
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            ln64(h[t], r->p[NP - 2], r->p[NP - 1], a[t], C);
+            double logit[V], m = -INFINITY, sum = 0;
+            for (int v = 0; v < V; v++) { /* the real vocabulary only */
+                double d = 0;
+                for (int c = 0; c < C; c++)
+                    d += a[t][c] * r->p[0][v * C + c];
+                logit[v] = d;
+                m = fmax(m, d);
+            }
+            for (int v = 0; v < V; v++)
+                sum += exp(logit[v] - m);
+            loss += m + log(sum) - logit[tgt[b * T + t]];
+        }
+    }
+    return loss / (B * T);
+}
+
+static void test_gpt_matches_float64(void **state)
+{
+    (void)state;
+    const char *sets[] = {"model.name=gpt", "model.n_layer=2", "model.n_head=2", "model.n_embd=8",
+                          "model.padded_vocab_size=16"};
+    dpt_config *cfg = config_with(sets, 5);
+    dpt_ctx *ctx = test_ctx(2, 3);
+    dpt_dataset ds = token_shape(T, V);
+    dpt_error err;
+    dpt_model *m = dpt_model_build_for(ctx, cfg, &ds, &err);
+    if (!m) fail_msg("%s", err.msg);
+    assert_int_equal(dpt_model_num_params(m), NP);
+    ref_model r;
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 77);
+    for (int i = 0; i < NP; i++) {
+        dpt_tensor *p = dpt_model_param_at(m, i);
+        r.n[i] = dpt_tensor_numel(p);
+        r.p[i] = malloc((size_t)r.n[i] * sizeof(double));
+        float *d = dpt_tensor_data(p);
+        for (int64_t k = 0; k < r.n[i]; k++) /* away from GPT-2's init: LN and biases too */
+            r.p[i][k] = d[k] = d[k] * (i == 0 ? 10.0f : 1.0f) + 0.1f * (2.0f * dpt_rng_uniform(&rng) - 1.0f);
+    }
+    int32_t ids[B * T], tgt[B * T];
+    for (int i = 0; i < B * T; i++)
+        ids[i] = (int32_t)dpt_rng_below(&rng, V), tgt[i] = (int32_t)dpt_rng_below(&rng, V);
+    dpt_tensor *it = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){B, T});
+    dpt_tensor *tt = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){B, T});
+    dpt_tensor_copy_from_host_i32(it, ids);
+    dpt_tensor_copy_from_host_i32(tt, tgt);
+    dpt_model_zero_grad(m);
+    dpt_tensor *logits = dpt_model_forward(m, ctx, it);
+    assert_int_equal(dpt_tensor_dim(logits, -1), V); /* the padding is not an output */
+    dpt_tensor *loss = dpt_cross_entropy_targets(ctx, logits, tt, 0.0f, DPT_IGNORE_INDEX);
+    double want = ref_loss(&r, ids, tgt), got = dpt_tensor_item(loss);
+    if (fabs(got - want) > 1e-5 * fabs(want)) fail_msg("loss %.9g, float64 GPT-2 %.9g", got, want);
+    dpt_backward(ctx, loss);
+    int checked = 0;
+    for (int i = 0; i < NP; i++) {
+        dpt_tensor *p = dpt_model_param_at(m, i);
+        const float *g = dpt_tensor_data(dpt_tensor_grad(p));
+        for (int64_t k = 0; k < r.n[i]; k++) {
+            double keep = r.p[i][k], h = 1e-5;
+            r.p[i][k] = keep + h;
+            double up = ref_loss(&r, ids, tgt);
+            r.p[i][k] = keep - h;
+            double down = ref_loss(&r, ids, tgt);
+            r.p[i][k] = keep;
+            double fd = (up - down) / (2 * h);
+            if (i == 0 && k >= V * C) assert_true(fd == 0.0 && g[k] == 0.0f); /* padding rows */
+            if (fabs(g[k] - fd) > 2e-5 + 2e-3 * fabs(fd))
+                fail_msg("d loss / d %s[%lld]: %.7g, central differences of float64 GPT-2 %.7g", dpt_tensor_name(p),
+                         (long long)k, g[k], fd);
+            checked++;
+        }
+    }
+    assert_true(checked > 1500);
+    dpt_tape_clear(ctx);
+    for (int i = 0; i < NP; i++)
+        free(r.p[i]);
+    dpt_tensor_free(it), dpt_tensor_free(tt);
+    dpt_model_free(m);
+    dpt_config_free(cfg);
+    dpt_ctx_free(ctx);
+}
+
+/* ---------------------------------------------------------------- token shards */
+
+static void write_shard(const char *path, int32_t magic, int32_t version, int32_t count, const uint16_t *tokens,
+                        int64_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    int32_t header[256] = {magic, version, count};
+    assert_int_equal(fwrite(header, sizeof header, 1, f), 1);
+    if (n) assert_int_equal(fwrite(tokens, 2, (size_t)n, f), (size_t)n);
+    fclose(f);
+}
+
+static const char *open_error(const char *dir, const char *train, int64_t seq_len, int64_t vocab, char *msg, size_t cap)
+{
+    char a[512], b[512], c[64], d[64];
+    snprintf(a, sizeof a, "data.train=%s/%s", dir, train);
+    snprintf(b, sizeof b, "data.val=%s/val_*.bin", dir);
+    snprintf(c, sizeof c, "data.seq_len=%lld", (long long)seq_len);
+    snprintf(d, sizeof d, "data.vocab_size=%lld", (long long)vocab);
+    const char *sets[] = {"data.source=tokens", a, b, c, d};
+    dpt_config *cfg = config_with(sets, 5);
+    dpt_dataset *tr = NULL, *te = NULL;
+    dpt_error err;
+    bool ok = dpt_data_open(cfg, &tr, &te, &err);
+    snprintf(msg, cap, "%s", ok ? "" : err.msg);
+    if (ok) dpt_dataset_free(tr), dpt_dataset_free(te);
+    dpt_config_free(cfg);
+    return msg;
+}
+
+static void test_token_shards(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/dpt_tokens_XXXXXX", path[600], msg[2048];
+    assert_non_null(mkdtemp(dir));
+    uint16_t tok[300];
+    for (int i = 0; i < 300; i++)
+        tok[i] = (uint16_t)((i * 7 + 3) % 256);
+    snprintf(path, sizeof path, "%s/train_000000.bin", dir);
+    write_shard(path, 20240520, 1, 100, tok, 100);
+    snprintf(path, sizeof path, "%s/train_000001.bin", dir);
+    write_shard(path, 20240520, 1, 200, tok + 100, 200);
+    snprintf(path, sizeof path, "%s/val_000000.bin", dir);
+    write_shard(path, 20240520, 1, 50, tok, 50);
+
+    /* samples: shard 0 gives (100 - 1) / 8 = 12, shard 1 (200 - 1) / 8 = 24 */
+    char a[512], b[512];
+    snprintf(a, sizeof a, "data.train=%s/train_*.bin", dir);
+    snprintf(b, sizeof b, "data.val=%s/val_*.bin", dir);
+    const char *sets[] = {"data.source=tokens", a, b, "data.seq_len=8", "data.vocab_size=256"};
+    dpt_config *cfg = config_with(sets, 5);
+    dpt_dataset *tr, *te;
+    dpt_error err;
+    if (!dpt_data_open(cfg, &tr, &te, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(tr->n, 36);
+    assert_int_equal(te->n, 6);
+    assert_int_equal(tr->num_classes, 256);
+    for (int64_t j = 0; j < tr->n; j++) {
+        int32_t x[8], y[8];
+        tr->get(tr, j, (void *[]){x, y});
+        int64_t base = j < 12 ? j * 8 : 100 + (j - 12) * 8;
+        for (int i = 0; i < 8; i++) {
+            assert_int_equal(x[i], tok[base + i]);
+            assert_int_equal(y[i], tok[base + i + 1]);
+        }
+    }
+    dpt_dataset_free(tr), dpt_dataset_free(te);
+    dpt_config_free(cfg);
+
+    /* hostile files, each refused naming it */
+    struct {
+        int32_t magic, version, count;
+        int64_t written, seq_len, vocab;
+        const char *says;
+    } bad[] = {
+        {12345, 1, 100, 100, 8, 256, "magic 12345, expected 20240520"},
+        {20240326, 3, 100, 100, 8, 256, "an llm.c model checkpoint, not tokens"},
+        {20240520, 2, 100, 100, 8, 256, "version 2"},
+        {20240520, 1, 100, 60, 8, 256, "the header says 100 tokens"},
+        {20240520, 1, -5, 0, 8, 256, "the header says -5 tokens"},
+        {20240520, 1, 100, 100, 8, 200, "token 29 is 206, not below [data] vocab_size = 200"},
+        {20240520, 1, 100, 100, 100, 256, "holds 100 tokens, fewer than one sample of [data] seq_len = 100"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "%s/bad.bin", dir);
+        write_shard(path, bad[i].magic, bad[i].version, bad[i].count, tok, bad[i].written);
+        open_error(dir, "bad.bin", bad[i].seq_len, bad[i].vocab, msg, sizeof msg);
+        if (!strstr(msg, bad[i].says) || !strstr(msg, path))
+            fail_msg("case %zu: expected an error naming %s with '%s', got: %s", i, path, bad[i].says, msg);
+    }
+    FILE *f = fopen(path, "wb"); /* shorter than the header */
+    fputs("hello", f);
+    fclose(f);
+    open_error(dir, "bad.bin", 8, 256, msg, sizeof msg);
+    assert_non_null(strstr(msg, "shorter than its 1024-byte header"));
+    open_error(dir, "nothing_*.bin", 8, 256, msg, sizeof msg);
+    assert_non_null(strstr(msg, "no file matches"));
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* ---------------------------------------------------------------- ./train on text */
+
+static void make_text_shards(const char *dir)
+{
+    char cmd[1024], out[4096];
+    /* byte-level shards of the project's own docs: real text, always there */
+    snprintf(cmd, sizeof cmd, "rm -rf %s && build/tools/text_tokens --val-fraction 0.1 %s README.md docs/*.md 2>&1", dir,
+             dir);
+    int rc = run_capture(out, sizeof out, "%s", cmd);
+    if (rc != 0) fail_msg("%s: exit %d\n%s", cmd, rc, out);
+}
+
+static void test_trains_on_text(void **state)
+{
+    (void)state;
+    const char *dir = "/tmp/dpt_gpt_text";
+    make_text_shards(dir);
+    char out[1 << 15];
+    /* log(256) = 5.55 is a uniform guess; this run measured 2.87 here after 150 steps (3.3 after 60) */
+    int rc = run_capture(out, sizeof out, "%s",
+                         "./train configs/gpt_fortunes.ini --set data.train=/tmp/dpt_gpt_text/train_*.bin "
+                         "--set data.val=/tmp/dpt_gpt_text/val_*.bin --set train.max_steps=150 --set train.epochs=7 "
+                         "--set optim.warmup_epochs=0.5 --set model.n_layer=2 --set log.interval=50 "
+                         "--set checkpoint.dir=/tmp/dpt_gpt_ck --expect 'final_test_loss <= 3.1' 2>&1");
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
+    assert_non_null(strstr(out, "tok/s"));
+    assert_non_null(strstr(out, "ppl"));
+    assert_non_null(strstr(out, "pass  final_test_loss <= 3.1"));
+}
+
+/* The deterministic mode: the same weights on 1 and 2 ranks. */
+static void test_deterministic_ranks(void **state)
+{
+    (void)state;
+    if (system("command -v mpirun > /dev/null 2>&1") != 0) skip();
+    const char *dir = "/tmp/dpt_gpt_text";
+    make_text_shards(dir);
+    const char *args = "configs/gpt_fortunes.ini --set data.train=/tmp/dpt_gpt_text/train_*.bin "
+                       "--set data.val=/tmp/dpt_gpt_text/val_*.bin --set train.max_steps=6 --set train.epochs=1 "
+                       "--set model.n_layer=2 --set train.global_batch=16 --set train.deterministic=true --set train.deterministic_shard=4 "
+                       "--set train.threads=1 "
+                       "--set log.interval=3 --set checkpoint.dir=/tmp/dpt_gpt_det";
+    char cmd[2048], out1[1 << 15], out2[1 << 15];
+    snprintf(cmd, sizeof cmd, "./train %s 2>&1", args);
+    int rc = run_capture(out1, sizeof out1, "%s", cmd);
+    if (rc != 0) fail_msg("1 rank: exit %d\n%s", rc, out1);
+    snprintf(cmd, sizeof cmd, "mpirun --oversubscribe --allow-run-as-root -np 2 ./train %s 2>&1", args);
+    rc = run_capture(out2, sizeof out2, "%s", cmd);
+    if (rc != 0) fail_msg("2 ranks: exit %d\n%s", rc, out2);
+    const char *h1 = strstr(out1, "weights sha256 "), *h2 = strstr(out2, "weights sha256 ");
+    assert_non_null(h1);
+    assert_non_null(h2);
+    if (strncmp(h1, h2, 15 + 64) != 0) fail_msg("1 rank %.79s\n2 ranks %.79s", h1, h2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpt2_small_parameters),
+        cmocka_unit_test(test_gpt_matches_float64),
+        cmocka_unit_test(test_token_shards),
+        cmocka_unit_test(test_trains_on_text),
+        cmocka_unit_test(test_deterministic_ranks),
+    };
+    return cmocka_run_group_tests_name("gpt", tests, NULL, NULL);
+}

@@ -1,0 +1,114 @@
+/* text_tokens: text files -> byte-level token shards in llm.c's format, for [data] source = tokens
+ * with vocab_size = 256 (every byte one token, no tokenizer needed).
+ *
+ *   build/tools/text_tokens [--val-fraction F] [--shard-tokens N] OUTDIR FILE...
+ *
+ * Each file's last F of bytes (default 0.05, at a line start where there is one) go to the
+ * validation set, the rest to training, so both sets sample every file; the files are read in
+ * the order given. Writes OUTDIR/train_NNNNNN.bin and OUTDIR/val_NNNNNN.bin, each at most N
+ * tokens (default 100,000,000): a 256 x int32 little-endian header (magic 20240520, version
+ * 1, the token count) and the tokens as uint16. Files are written to a temporary name and
+ * renamed, so a reader never sees half a shard. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+enum { MAGIC = 20240520, VERSION = 1, HEADER_INTS = 256 };
+
+typedef struct writer {
+    const char *dir, *kind;
+    int64_t max_tokens, count, total;
+    int index;
+    uint16_t *buf;
+} writer;
+
+static void die(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "text_tokens: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n");
+    exit(1);
+}
+
+static void flush_shard(writer *w)
+{
+    if (w->count == 0) return;
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/%s_%06d.bin", w->dir, w->kind, w->index++);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) die("cannot write %s: %s", tmp, strerror(errno));
+    int32_t header[HEADER_INTS] = {MAGIC, VERSION, (int32_t)w->count};
+    if (fwrite(header, sizeof header, 1, f) != 1 || fwrite(w->buf, 2, (size_t)w->count, f) != (size_t)w->count ||
+        fclose(f) != 0)
+        die("cannot write %s: %s", tmp, strerror(errno));
+    if (rename(tmp, path) != 0) die("cannot rename %s: %s", tmp, strerror(errno));
+    printf("text_tokens: %s: %lld tokens\n", path, (long long)w->count);
+    w->total += w->count;
+    w->count = 0;
+}
+
+static void put(writer *w, const unsigned char *bytes, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        w->buf[w->count++] = bytes[i];
+        if (w->count == w->max_tokens) flush_shard(w);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    double val_fraction = 0.05;
+    int64_t shard_tokens = 100000000;
+    int a = 1;
+    for (; a < argc && !strncmp(argv[a], "--", 2); a++) {
+        char *end = NULL;
+        if (!strcmp(argv[a], "--val-fraction") && a + 1 < argc) {
+            val_fraction = strtod(argv[++a], &end);
+            if (*end || !(val_fraction >= 0 && val_fraction < 1)) die("--val-fraction %s: %s", argv[a], "not in [0, 1)");
+        } else if (!strcmp(argv[a], "--shard-tokens") && a + 1 < argc) {
+            shard_tokens = strtoll(argv[++a], &end, 10);
+            if (*end || shard_tokens < 2 || shard_tokens > INT32_MAX) die("--shard-tokens %s: %s", argv[a], "not in [2, 2^31)");
+        } else {
+            die("unknown option %s%s", argv[a], "\nusage: text_tokens [--val-fraction F] [--shard-tokens N] OUTDIR FILE...");
+        }
+    }
+    if (argc - a < 2) die("usage: %s%s", "text_tokens [--val-fraction F] [--shard-tokens N] OUTDIR FILE...", "");
+    const char *dir = argv[a++];
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) die("cannot make %s: %s", dir, strerror(errno));
+    writer train = {dir, "train", shard_tokens, 0, 0, 0, malloc((size_t)shard_tokens * 2)};
+    writer val = {dir, "val", shard_tokens, 0, 0, 0, malloc((size_t)shard_tokens * 2)};
+    if (!train.buf || !val.buf) die("out of memory for %s %s", "a shard", "buffer");
+    for (; a < argc; a++) {
+        FILE *f = fopen(argv[a], "rb");
+        if (!f) die("cannot read %s: %s", argv[a], strerror(errno));
+        unsigned char *text = NULL;
+        size_t n = 0, cap = 0;
+        for (;;) {
+            if (n == cap && !(text = realloc(text, cap = cap ? 2 * cap : 1 << 16))) die("out of memory reading %s%s", argv[a], "");
+            size_t got = fread(text + n, 1, cap - n, f);
+            if (got == 0) break;
+            n += got;
+        }
+        if (ferror(f)) die("cannot read %s: %s", argv[a], strerror(errno));
+        fclose(f);
+        size_t cut = n - (size_t)((double)n * val_fraction);
+        size_t line = cut;
+        while (line > 0 && line < n && text[line - 1] != '\n')
+            line--;
+        if (line > 0) cut = line; /* the validation part starts at a line */
+        put(&train, text, (int64_t)cut);
+        put(&val, text + cut, (int64_t)(n - cut));
+        free(text);
+    }
+    flush_shard(&train);
+    flush_shard(&val);
+    if (train.total == 0) die("no training text in the files given%s%s", "", "");
+    printf("text_tokens: %lld training and %lld validation tokens (bytes) in %s\n", (long long)train.total,
+           (long long)val.total, dir);
+    free(train.buf), free(val.buf);
+    return 0;
+}
