@@ -328,6 +328,39 @@ static void cpu_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, float
     }
 }
 
+/* One row of softmax cross-entropy: p = softmax(x) (exp(x - max) / sum, vectorised), returns
+ * the log-sum-exp and the sum of the logits (for label smoothing). */
+DPT_CLONES static float xent_row(const float *restrict x, float *restrict p, int64_t cols, float *sum_logits)
+{
+    float max = x[0], total = 0.0f, sl = 0.0f;
+#pragma omp simd reduction(max : max)
+    for (int64_t c = 0; c < cols; c++)
+        max = x[c] > max ? x[c] : max;
+#pragma omp simd reduction(+ : total, sl)
+    for (int64_t c = 0; c < cols; c++) {
+        p[c] = dpt_vexpf(x[c] - max);
+        total += p[c];
+        sl += x[c];
+    }
+    float inv = 1.0f / total;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; c++)
+        p[c] *= inv;
+    *sum_logits = sl;
+    return max + logf(total);
+}
+
+/* dlogits += scale (p - target), target = (1 - s) onehot(label) + s / C */
+DPT_CLONES static void xent_row_bwd(const float *restrict p, float *restrict d, int64_t cols, int32_t label,
+                                    float scale, float smoothing)
+{
+    float uniform = smoothing / (float)cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; c++)
+        d[c] += scale * (p[c] - uniform);
+    d[label] -= scale * (1.0f - smoothing);
+}
+
 static void cpu_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols,
                          float smoothing, int32_t ignore_index, float *probs, float *loss, float *count)
 {
@@ -336,23 +369,13 @@ static void cpu_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *label
 #pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = logits + r * cols;
-        float *pr = probs + r * cols;
-        float max = xr[0];
-        for (int64_t c = 1; c < cols; c++)
-            max = fmaxf(max, xr[c]);
-        double total = 0.0, sum_logits = 0.0;
-        for (int64_t c = 0; c < cols; c++) {
-            total += exp((double)xr[c] - max);
-            sum_logits += xr[c];
-        }
-        double lse = max + log(total);
-        for (int64_t c = 0; c < cols; c++)
-            pr[c] = (float)exp((double)xr[c] - lse);
+        float sum_logits;
+        double lse = xent_row(xr, probs + r * cols, cols, &sum_logits);
         /* -sum_c target_c log p_c with target = (1-s) onehot + s/C */
         row_loss[r] = labels[r] == ignore_index                 ? 0.0
                       : labels[r] < 0 || labels[r] >= cols ? NAN
                                                            : (1.0 - smoothing) * (lse - xr[labels[r]]) +
-                                                                 smoothing * (lse - sum_logits / (double)cols);
+                                                                 smoothing * (lse - (double)sum_logits / (double)cols);
     }
     double total = 0.0;
     int64_t counted = 0;
@@ -366,15 +389,11 @@ static void cpu_xent_fwd(dpt_ctx *ctx, const float *logits, const int32_t *label
 static void cpu_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
                          float smoothing, int32_t ignore_index, const float *dloss, const float *count, float *dlogits)
 {
-    float uniform = smoothing / (float)cols, scale = dloss[0] / count[0];
+    float scale = dloss[0] / count[0];
 #pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        if (labels[r] == ignore_index) continue;
-        for (int64_t c = 0; c < cols; c++) {
-            float target = uniform + (c == labels[r] ? 1.0f - smoothing : 0.0f);
-            dlogits[r * cols + c] += scale * (probs[r * cols + c] - target);
-        }
-    }
+    for (int64_t r = 0; r < rows; r++)
+        if (labels[r] != ignore_index && labels[r] >= 0 && labels[r] < cols)
+            xent_row_bwd(probs + r * cols, dlogits + r * cols, cols, labels[r], scale, smoothing);
 }
 
 void dpt_cpu_images_to_float(dpt_ctx *ctx, const uint8_t *x, float *y, int64_t n, int64_t c, int64_t hw,

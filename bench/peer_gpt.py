@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""peer_gpt.py: the PyTorch side of gpt_side_by_side.py: GPT-2 as llm.c trains it (the same
+architecture as dptrain's [model] name = gpt: pre-LN blocks, causal attention, tanh GELU, tied
+embeddings, vocabulary padded for the embedding only), AdamW, fp32, on random tokens.
+
+    peer_gpt.py --layers L --heads H --channels C --vocab V --padded-vocab VP --seq T --batch B
+                --threads N --steps S
+Prints one JSON line: tok_s over the timed steps (after 3 warm-up steps), and the last loss.
+PyTorch 1.13 (Debian python3-torch) has no fused attention on the CPU: it is the materialised
+masked softmax, as nanoGPT's fallback path. Run with /usr/bin/python3."""
+import argparse, json, math, time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, C, H, T):
+        super().__init__()
+        self.H = H
+        self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = F.softmax(att.masked_fill(~self.mask[:T, :T], float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.c_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, L, H, C, V, VP, T):
+        super().__init__()
+        self.V = V
+        self.wte, self.wpe = nn.Embedding(VP, C), nn.Embedding(T, C)
+        self.h = nn.ModuleList(Block(C, H, T) for _ in range(L))
+        self.ln_f = nn.LayerNorm(C)
+        for name, p in self.named_parameters():  # GPT-2's initialisation, as dptrain's
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * L) if name.endswith("c_proj.weight") or name.endswith("mlp_proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif "ln" not in name:
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        T = idx.size(1)
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for b in self.h:
+            x = b(x)
+        logits = self.ln_f(x) @ self.wte.weight[: self.V].t()  # tied, the real vocabulary only
+        return F.cross_entropy(logits.reshape(-1, self.V), targets.reshape(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for k, d in (("layers", 4), ("heads", 4), ("channels", 256), ("vocab", 50257), ("padded-vocab", 50304),
+                 ("seq", 256), ("batch", 8), ("threads", 1), ("steps", 10)):
+        ap.add_argument("--" + k, type=int, default=d)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    m = GPT(a.layers, a.heads, a.channels, a.vocab, a.padded_vocab, a.seq)
+    decay = [p for p in m.parameters() if p.dim() >= 2]
+    other = [p for p in m.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.999), eps=1e-8, foreach=True)
+    g = torch.Generator().manual_seed(1)
+    data = torch.randint(0, a.vocab, (a.steps + 3, a.batch, a.seq + 1), generator=g)
+    loss = None
+    for i in range(a.steps + 3):
+        if i == 3:
+            t0 = time.perf_counter()
+        x, y = data[i, :, :-1], data[i, :, 1:]
+        opt.zero_grad(set_to_none=True)
+        loss = m(x, y)
+        loss.backward()
+        opt.step()
+    dt = time.perf_counter() - t0
+    print(json.dumps({"tok_s": a.steps * a.batch * a.seq / dt, "loss": float(loss), "threads": a.threads}))
+
+
+if __name__ == "__main__":
+    main()
