@@ -4,8 +4,11 @@ architecture as dptrain's [model] name = gpt: pre-LN blocks, causal attention, t
 embeddings, vocabulary padded for the embedding only), AdamW, fp32, on random tokens.
 
     peer_gpt.py --layers L --heads H --channels C --vocab V --padded-vocab VP --seq T --batch B
-                --threads N --steps S
+                --threads N --steps S [--init-llmc CKPT --tokens SHARD]
 Prints one JSON line: tok_s over the timed steps (after 3 warm-up steps), and the last loss.
+With --init-llmc and --tokens (gpt_exactness.py): the weights of an llm.c checkpoint, batch i the
+B*T+1 tokens from i*B*T of the shard (llm.c's order), AdamW as llm.c's train_gpt2.c (lr 1e-4,
+0.9, 0.999, 1e-8, no weight decay), no warm-up steps; the JSON line has every step's loss.
 PyTorch 1.13 (Debian python3-torch) has no fused attention on the CPU: it is the materialised
 masked softmax, as nanoGPT's fallback path. Run with /usr/bin/python3."""
 import argparse, json, math, time
@@ -58,12 +61,42 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, self.V), targets.reshape(-1))
 
 
+def load_llmc(m, path, L):
+    """llm.c's fp32 GPT-2 file: 256 int32 header, then each kind of tensor for every layer."""
+    import numpy as np
+    with open(path, "rb") as f:
+        h = np.frombuffer(f.read(1024), dtype=np.int32)
+        assert h[0] == 20240326 and h[1] == 3, "not an llm.c fp32 checkpoint"
+        w = np.frombuffer(f.read(), dtype=np.float32)
+    kinds = [[m.wte.weight], [m.wpe.weight]] + [[rgetattr(b, n) for b in m.h] for n in (
+        "ln_1.weight", "ln_1.bias", "c_attn.weight", "c_attn.bias", "c_proj.weight", "c_proj.bias", "ln_2.weight",
+        "ln_2.bias", "c_fc.weight", "c_fc.bias", "mlp_proj.weight", "mlp_proj.bias")] + [[m.ln_f.weight], [m.ln_f.bias]]
+    at = 0
+    with torch.no_grad():
+        for ts in kinds:
+            for t in ts:
+                n = t.numel()
+                t.copy_(torch.from_numpy(w[at:at + n].copy()).view_as(t))
+                at += n
+    assert at == w.size, f"{path}: {w.size} floats, the model has {at}"
+
+
+def rgetattr(o, name):
+    for part in name.split("."):
+        o = getattr(o, part)
+    return o
+
+
 def main():
     ap = argparse.ArgumentParser()
     for k, d in (("layers", 4), ("heads", 4), ("channels", 256), ("vocab", 50257), ("padded-vocab", 50304),
                  ("seq", 256), ("batch", 8), ("threads", 1), ("steps", 10)):
         ap.add_argument("--" + k, type=int, default=d)
+    ap.add_argument("--init-llmc")
+    ap.add_argument("--tokens")
     a = ap.parse_args()
+    if a.init_llmc:
+        return exact(a)
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     m = GPT(a.layers, a.heads, a.channels, a.vocab, a.padded_vocab, a.seq)
@@ -84,6 +117,27 @@ def main():
         opt.step()
     dt = time.perf_counter() - t0
     print(json.dumps({"tok_s": a.steps * a.batch * a.seq / dt, "loss": float(loss), "threads": a.threads}))
+
+
+def exact(a):
+    import numpy as np
+    torch.set_num_threads(a.threads)
+    m = GPT(a.layers, a.heads, a.channels, a.vocab, a.padded_vocab, a.seq)
+    load_llmc(m, a.init_llmc, a.layers)
+    with open(a.tokens, "rb") as f:
+        f.read(1024)
+        tok = torch.from_numpy(np.frombuffer(f.read(), dtype=np.uint16).astype(np.int64))
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    B, T, losses = a.batch, a.seq, []
+    for i in range(a.steps):
+        buf = tok[i * B * T: i * B * T + B * T + 1]
+        x, y = buf[:-1].view(B, T), buf[1:].view(B, T)
+        opt.zero_grad(set_to_none=True)
+        loss = m(x, y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    print(json.dumps({"losses": losses}))
 
 
 if __name__ == "__main__":

@@ -13,9 +13,12 @@
  * Parameters are named as in GPT-2 (wte, wpe, h.L.ln_1, h.L.attn.c_attn, ...), in llm.c's
  * order within each kind. GPT-2 small (12 layers, 12 heads, 768 channels, 1024 positions,
  * vocab 50257 padded to 50304) has 124,475,904 parameters. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dpt.h"
 #include "../runtime/registry.h"
@@ -62,6 +65,96 @@ static dpt_tensor *param(dpt_model *model, const char *fmt, int64_t layer, const
     char name[96];
     snprintf(name, sizeof name, fmt, (long long)layer, what);
     return dpt_model_param(model, name, ndim, (int64_t[]){d0, d1});
+}
+
+/* ---------------------------------------------------------------- llm.c's checkpoint files */
+
+/* llm.c's GPT-2 file (train_gpt2.c): 256 little-endian int32 (magic 20240326, version 3 = fp32,
+ * max_seq_len, vocab_size, num_layers, num_heads, channels, padded_vocab_size), then the fp32
+ * tensors kind by kind, each kind for every layer: wte (Vp, C), wpe (maxT, C), ln1w, ln1b,
+ * qkvw (3C, C), qkvb, attprojw (C, C), attprojb, ln2w, ln2b, fcw (4C, C), fcb, fcprojw (C, 4C),
+ * fcprojb, lnfw, lnfb. Our parameters are the same matrices (Linear's (out, in) layout). */
+enum { LLMC_MAGIC = 20240326, LLMC_FP32 = 3, LLMC_BF16 = 5, LLMC_TOKENS_MAGIC = 20240520 };
+
+/* The tensor of kind k (0..15 in the file's order) of layer l. */
+static dpt_tensor *llmc_tensor(gpt *g, int k, int64_t l)
+{
+    gpt_block *b = &g->block[l];
+    dpt_tensor *per_layer[12] = {b->ln1_w, b->ln1_b, b->qkv_w, b->qkv_b, b->proj_w, b->proj_b,
+                                 b->ln2_w, b->ln2_b, b->fc_w, b->fc_b, b->fcproj_w, b->fcproj_b};
+    return k == 0 ? g->wte : k == 1 ? g->wpe : k == 14 ? g->lnf_w : k == 15 ? g->lnf_b : per_layer[k - 2];
+}
+
+static bool llmc_load(gpt *g, const char *path, const char *where, dpt_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return dpt_errorf(err, "%s: [model] init = llmc:%s: %s", where, path, strerror(errno));
+    int32_t h[256];
+    bool ok = fread(h, sizeof h, 1, f) == 1;
+    if (!ok || h[0] != LLMC_MAGIC || (h[1] != LLMC_FP32 && h[1] != LLMC_BF16)) {
+        fclose(f);
+        return dpt_errorf(err, "%s: %s is not an llm.c GPT-2 checkpoint (%s)\nHINT: llm.c writes them with "
+                               "train_gpt2.py (gpt2_124M.bin) or ./train --export llmc",
+                          where, path, !ok ? "shorter than its 1024-byte header"
+                                       : h[0] == LLMC_TOKENS_MAGIC ? "it is a token shard"
+                                       : h[0] != LLMC_MAGIC ? "wrong magic number" : "unknown version");
+    }
+    if (h[1] == LLMC_BF16) {
+        fclose(f);
+        return dpt_errorf(err, "%s: %s holds bf16 weights (llm.c's version 5)\nHINT: use the fp32 file (version 3, "
+                               "gpt2_124M.bin rather than gpt2_124M_bf16.bin)", where, path);
+    }
+    const char *names[6] = {"block_size (max_seq_len)", "vocab size", "n_layer", "n_head", "n_embd",
+                            "padded_vocab_size"};
+    int64_t ours[6] = {g->block_size, g->vocab, g->layers, g->heads, g->channels, g->padded_vocab};
+    for (int i = 0; i < 6; i++)
+        if (h[2 + i] != ours[i]) {
+            fclose(f);
+            return dpt_errorf(err, "%s: %s is a model with %s %d; this config's has %lld\nHINT: set [model] n_layer, "
+                                   "n_head, n_embd, block_size and padded_vocab_size (and [data] vocab_size) to the "
+                                   "file's: %d, %d, %d, %d, %d (%d)",
+                              where, path, names[i], h[2 + i], (long long)ours[i], h[4], h[5], h[6], h[2], h[7], h[3]);
+        }
+    if (!g->block[0].qkv_b && g->layers > 0) {
+        fclose(f);
+        return dpt_errorf(err, "%s: llm.c's GPT-2 has biases; this config sets [model] bias = false", where);
+    }
+    int64_t total = 0;
+    for (int k = 0; k < 16; k++)
+        for (int64_t l = 0; l < (k < 2 || k >= 14 ? 1 : g->layers); l++)
+            total += dpt_tensor_numel(llmc_tensor(g, k, l));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || (int64_t)st.st_size != 1024 + 4 * total) {
+        fclose(f);
+        return dpt_errorf(err, "%s: %s has %lld bytes; its header describes %lld parameters (%lld bytes with the "
+                               "header): truncated or not written by llm.c",
+                          where, path, (long long)st.st_size, (long long)total, (long long)(1024 + 4 * total));
+    }
+    float *buf = NULL;
+    size_t cap = 0;
+    for (int k = 0; k < 16 && ok; k++)
+        for (int64_t l = 0; l < (k < 2 || k >= 14 ? 1 : g->layers) && ok; l++) {
+            dpt_tensor *t = llmc_tensor(g, k, l);
+            size_t n = (size_t)dpt_tensor_numel(t);
+            if (n > cap && !(buf = realloc(buf, (cap = n) * sizeof *buf))) {
+                fclose(f);
+                return dpt_errorf(err, "out of host memory reading %s", path);
+            }
+            ok = fread(buf, sizeof *buf, n, f) == n;
+            for (size_t i = 0; ok && i < n; i++)
+                if (!isfinite(buf[i])) {
+                    dpt_errorf(err, "%s: %s: %s holds a non-finite value (%g at %zu)", where, path, dpt_tensor_name(t),
+                               (double)buf[i], i);
+                    free(buf);
+                    fclose(f);
+                    return false;
+                }
+            if (ok) dpt_tensor_copy_from_host(t, buf);
+        }
+    free(buf);
+    fclose(f);
+    if (!ok) return dpt_errorf(err, "%s: cannot read %s to its end", where, path);
+    return true;
 }
 
 static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dataset *data, dpt_error *err)
@@ -156,6 +249,19 @@ static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_datas
     snprintf(summary, sizeof summary, "%lld layers, %lld heads, %lld channels, block %lld, vocab %lld%s", (long long)L,
              (long long)H, (long long)C, (long long)block, (long long)V, padded);
     dpt_model_set_summary(model, summary);
+    const char *init = dpt_config_str(cfg, "model", "init");
+    if (*init) {
+        if (strncmp(init, "llmc:", 5) != 0) {
+            dpt_errorf(err, "%s: [model] init = %s: the gpt model starts from an llm.c checkpoint, llmc:PATH\n"
+                            "HINT: init = llmc:gpt2_124M.bin", dpt_config_where(cfg, "model", "init"), init);
+            dpt_model_free(model);
+            return NULL;
+        }
+        if (!llmc_load(g, init + 5, dpt_config_where(cfg, "model", "init"), err)) {
+            dpt_model_free(model);
+            return NULL;
+        }
+    }
     return model;
 }
 
@@ -170,6 +276,9 @@ static const dpt_config_key gpt_keys[] = {
     {NULL, "resid_dropout", DPT_KEY_FLOAT, "0", 0, 0.99, NULL,
      "dropout on the embeddings and on each block's attention and MLP outputs (GPT-2 pretraining: 0)", 0},
     {NULL, "bias", DPT_KEY_BOOL, "true", 1, 0, NULL, "biases in the linear layers (GPT-2: true)", 0},
+    {NULL, "init", DPT_KEY_STRING, "", 0, 0, NULL,
+     "start from these weights instead of GPT-2's initialisation: llmc:PATH, llm.c's fp32 GPT-2 checkpoint "
+     "(gpt2_124M.bin; the shape keys must match the file's)", 0},
 };
 
 static const dpt_model_impl gpt_impl = {.build = gpt_build};

@@ -331,6 +331,92 @@ static void test_token_shards(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* ---------------------------------------------------------------- llm.c's checkpoint files */
+
+/* llm.c's order: kind by kind, each kind for every layer (our parameters go layer by layer) */
+static void write_llmc(const char *path, dpt_model *m, int layers, const int32_t hdr[8], int64_t drop_bytes,
+                       bool plant_nan)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    int32_t h[256] = {0};
+    memcpy(h, hdr, 8 * sizeof *h);
+    fwrite(h, sizeof h, 1, f);
+    int per = 12, np = dpt_model_num_params(m);
+    int64_t written = 0, limit = -1;
+    if (drop_bytes) { /* the whole size minus drop_bytes */
+        limit = -drop_bytes;
+        for (int i = 0; i < np; i++)
+            limit += 4 * dpt_tensor_numel(dpt_model_param_at(m, i));
+    }
+    for (int k = 0; k < 16; k++)
+        for (int l = 0; l < (k < 2 || k >= 14 ? 1 : layers); l++) {
+            int index = k < 2 ? k : k >= 14 ? np - 2 + (k - 14) : 2 + l * per + (k - 2);
+            dpt_tensor *t = dpt_model_param_at(m, index);
+            float *d = dpt_tensor_data(t);
+            for (int64_t i = 0; i < dpt_tensor_numel(t); i++, written += 4) {
+                float v = plant_nan && k == 8 && i == 3 ? NAN : d[i];
+                if (limit < 0 || written < limit) fwrite(&v, 4, 1, f);
+            }
+        }
+    fclose(f);
+}
+
+static void test_llmc_checkpoint_in(void **state)
+{
+    (void)state;
+    const char *base[] = {"model.name=gpt", "model.n_layer=2", "model.n_head=2", "model.n_embd=8",
+                          "model.padded_vocab_size=16"};
+    dpt_config *cfg = config_with(base, 5);
+    dpt_ctx *ctx = test_ctx(1, 5);
+    dpt_dataset ds = token_shape(T, V);
+    dpt_error err;
+    dpt_model *a = dpt_model_build_for(ctx, cfg, &ds, &err);
+    if (!a) fail_msg("%s", err.msg);
+    const char *path = "/tmp/dpt_test_llmc.bin";
+    const int32_t good[8] = {20240326, 3, T, V, L, H, C, VP};
+    write_llmc(path, a, L, good, 0, false);
+    dpt_config_free(cfg);
+    const char *with[] = {"model.name=gpt", "model.n_layer=2", "model.n_head=2", "model.n_embd=8",
+                          "model.padded_vocab_size=16", "model.init=llmc:/tmp/dpt_test_llmc.bin", "train.seed=99"};
+    cfg = config_with(with, 7);
+    dpt_ctx *ctx2 = test_ctx(1, 99); /* another seed: only the file can make the weights equal */
+    dpt_model *b = dpt_model_build_for(ctx2, cfg, &ds, &err);
+    if (!b) fail_msg("%s", err.msg);
+    for (int i = 0; i < dpt_model_num_params(a); i++) {
+        dpt_tensor *pa = dpt_model_param_at(a, i), *pb = dpt_model_param_at(b, i);
+        assert_string_equal(dpt_tensor_name(pa), dpt_tensor_name(pb));
+        assert_memory_equal(dpt_tensor_data(pa), dpt_tensor_data(pb), (size_t)dpt_tensor_numel(pa) * sizeof(float));
+    }
+    dpt_model_free(b);
+    /* hostile or mismatched files, refused naming the file and what differs */
+    struct {
+        int32_t hdr[8];
+        int64_t drop;
+        bool nan;
+        const char *says;
+    } bad[] = {
+        {{20240520, 1, T, V, L, H, C, VP}, 0, false, "it is a token shard"},
+        {{1234, 3, T, V, L, H, C, VP}, 0, false, "wrong magic number"},
+        {{20240326, 5, T, V, L, H, C, VP}, 0, false, "holds bf16 weights"},
+        {{20240326, 3, T, V, 3, H, C, VP}, 0, false, "n_layer 3; this config's has 2"},
+        {{20240326, 3, T, V, L, H, C, 32}, 0, false, "padded_vocab_size 32; this config's has 16"},
+        {{20240326, 3, T, V, L, H, C, VP}, 8, false, "truncated or not written by llm.c"},
+        {{20240326, 3, T, V, L, H, C, VP}, 0, true, "h.0.ln_2.weight holds a non-finite value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_llmc(path, a, L, bad[i].hdr, bad[i].drop, bad[i].nan);
+        b = dpt_model_build_for(ctx2, cfg, &ds, &err);
+        if (b || !strstr(err.msg, bad[i].says) || !strstr(err.msg, path))
+            fail_msg("case %zu: expected an error naming %s with '%s', got: %s", i, path, bad[i].says, b ? "(built)" : err.msg);
+    }
+    unlink(path);
+    dpt_model_free(a);
+    dpt_config_free(cfg);
+    dpt_ctx_free(ctx2);
+    dpt_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- ./train on text */
 
 static void make_text_shards(const char *dir)
@@ -392,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_gpt2_small_parameters),
         cmocka_unit_test(test_gpt_matches_float64),
         cmocka_unit_test(test_token_shards),
+        cmocka_unit_test(test_llmc_checkpoint_in),
         cmocka_unit_test(test_trains_on_text),
         cmocka_unit_test(test_deterministic_ranks),
     };
