@@ -514,7 +514,7 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
         snprintf(model_desc, sizeof model_desc, "model %s %s", name, summary);
         if (strcmp(name, dpt_model_name(model)) != 0)
             ok = dpt_errorf(err,
-                            "%s was written by model %s, the config builds %s %s\nHINT: resume with "
+                            "%s was written by %s, the config builds %s %s\nHINT: resume with "
                             "the [model] settings that wrote it",
                             path, model_desc, dpt_model_name(model), dpt_model_summary(model));
     }

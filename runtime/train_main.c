@@ -77,7 +77,8 @@ int dpt_train_main(int argc, char **argv)
         rc = r.rc;
         result = r.result;
     }
-    if (!args.env && !args.dry_run && !args.summary) rc = check_expectations(&world, &args, run, rc, &result);
+    if (!args.env && !args.dry_run && !args.summary && !args.sample)
+        rc = check_expectations(&world, &args, run, rc, &result);
     dpt_config_free(cfg);
     free(run);
     dpt_world_finalize(&world);
@@ -473,7 +474,10 @@ static void usage(FILE *out)
         "  --inspect CKPT           print what a checkpoint holds (step, epoch, world size, config hash,\n"
         "                           tensors) and its weights' SHA-256, and exit\n"
         "  --dry-run                load everything, print the resolved config, and exit\n"
-        "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"
+        "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"        "  --sample CKPT            generate from a language model's checkpoint (text for byte-level\n"
+        "                           models, token ids otherwise) and exit; with --prompt TEXT,\n"
+        "                           --tokens N (200), --temperature T (1; 0 = the most likely),\n"
+        "                           --top-k K (0 = all), --seed S\n"
         "  --config-reference       print every section and key as Markdown\n"
         "  --env                    print CUDA/cuDNN/NCCL/MPI versions, the GPUs and the world, and exit\n"
         "  --version                print the version\n"
@@ -507,6 +511,7 @@ static int parse_cli(int argc, char **argv, cli *args)
 {
     memset(args, 0, sizeof *args);
     args->argc = argc, args->argv = argv;
+    args->sample_tokens = 200, args->temperature = 1.0f, args->top_k = 0, args->sample_seed = 1337;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -530,6 +535,40 @@ static int parse_cli(int argc, char **argv, cli *args)
                 return 1;
             }
             return 0;
+        } else if (is_flag(a, "--sample") || is_flag(a, "--prompt") || is_flag(a, "--tokens") ||
+                   is_flag(a, "--temperature") || is_flag(a, "--top-k") || is_flag(a, "--seed")) {
+            char flag[16];
+            snprintf(flag, sizeof flag, "%.*s", (int)strcspn(a, "="), a);
+            const char *v = flag_value(argc, argv, &i, flag);
+            char *end = NULL;
+            if (!v || (!*v && strcmp(flag, "--prompt") != 0)) {
+                fprintf(stderr, "error: %s needs a value\nHINT: ./train CONFIG --sample CKPT [--prompt TEXT] [--tokens N] "
+                                "[--temperature T] [--top-k K] [--seed S]\n", flag);
+                return 2;
+            }
+            bool bad = false;
+            if (!strcmp(flag, "--sample")) {
+                args->sample = args->resume = v;
+            } else if (!strcmp(flag, "--prompt")) {
+                args->prompt = v;
+            } else if (!strcmp(flag, "--tokens")) {
+                args->sample_tokens = strtoll(v, &end, 10);
+                bad = *end || args->sample_tokens < 1 || args->sample_tokens > 1000000;
+            } else if (!strcmp(flag, "--temperature")) {
+                args->temperature = strtof(v, &end);
+                bad = *end || !(args->temperature >= 0.0f && args->temperature <= 100.0f);
+            } else if (!strcmp(flag, "--top-k")) {
+                args->top_k = (int)strtol(v, &end, 10);
+                bad = *end || args->top_k < 0;
+            } else {
+                args->sample_seed = strtoull(v, &end, 10);
+                bad = *end != '\0';
+            }
+            if (bad) {
+                fprintf(stderr, "error: %s %s: not a valid value\nHINT: --tokens 1..1000000, --temperature 0..100, "
+                                "--top-k 0 or more, --seed an integer\n", flag, v);
+                return 2;
+            }
         } else if (!strcmp(a, "--dry-run")) {
             args->dry_run = true;
         } else if (!strcmp(a, "--summary")) {

@@ -14,6 +14,7 @@
 #include "ctx.h"
 #include "error.h"
 #include "reducer.h"
+#include "sample.h"
 #include "rng.h"
 
 static bool trainer_open(trainer *t, replica *r, dpt_error *err);
@@ -22,6 +23,17 @@ static void epoch_begin(trainer *t);
 static void train_step(trainer *t);
 static void after_step(trainer *t, int64_t s);
 static bool epoch_end(trainer *t);
+
+/* The length of the data's sequences (a language model's context for --sample), 0 if its
+ * input is not a sequence of ids. */
+static int64_t sequence_length(const trainer *t)
+{
+    dpt_field f[DPT_MAX_FIELDS];
+    int n = dpt_dataset_fields(t->train_set, f);
+    for (int i = 0; i < n; i++)
+        if (!f[i].target) return f[i].dtype == DPT_I32 && f[i].ndim == 1 ? f[i].shape[0] : 0;
+    return 0;
+}
 
 /* The training loop of one replica (a thread under DataParallel). */
 void *train_replica(void *arg)
@@ -36,7 +48,21 @@ void *train_replica(void *arg)
         r->rc = fail(r, &err);
         return NULL;
     }
-    if (r->args->dry_run || r->args->summary) {
+    if (r->args->sample) {
+        const cli *a = r->args;
+        dpt_sample_options o = {.prompt = a->prompt, .tokens = a->sample_tokens, .temperature = a->temperature,
+                                .top_k = a->top_k, .seed = a->sample_seed};
+        bool ok = sequence_length(&t) > 0 ||
+                  dpt_errorf(&err, "--sample generates from a language model; the data set %s has no sequence of token "
+                                   "ids as its input\nHINT: [data] source = tokens, [model] name = gpt", t.train_set->name);
+        if (ok && r->rank == 0)
+            ok = dpt_sample_run(t.ctx, t.model, t.train_set->num_classes, sequence_length(&t), &o, stdout, &err);
+        if (!ok) {
+            trainer_close(&t);
+            r->rc = fail(r, &err);
+            return NULL;
+        }
+    } else if (r->args->dry_run || r->args->summary) {
         if (r->rank == 0 && r->args->summary) dpt_model_print_summary(t.model, stdout);
         if (r->rank == 0 && r->args->dry_run) dpt_config_print(t.run->ini, stdout);
     } else {
@@ -198,7 +224,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     if (r->args->resume && !resume(t, err)) goto fail;
     /* Everything that can stop a checkpoint is checked before the first step, not at the
      * first save after hours of training. */
-    bool look_only = r->args->dry_run || r->args->summary;
+    bool look_only = r->args->dry_run || r->args->summary || r->args->sample;
     if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, err)) goto fail;
     dpt_ctx_set_comm(t->ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
     t->timeline = open_timeline(r);

@@ -25,6 +25,12 @@ typedef struct cli {
     const char *inspect; /* --inspect CKPT, or NULL */
     bool dry_run, summary, env;
     const char *resume; /* checkpoint path, "latest", or NULL */
+    const char *sample; /* --sample CKPT: generate from it instead of training (resume is CKPT too) */
+    const char *prompt; /* --prompt TEXT */
+    int64_t sample_tokens;
+    float temperature;
+    int top_k;
+    uint64_t sample_seed;
     int argc;           /* the command line as given, for the command that resumes this run */
     char **argv;
 } cli;

@@ -440,11 +440,35 @@ static void test_trains_on_text(void **state)
                          "./train configs/gpt_fortunes.ini --set data.train=/tmp/dpt_gpt_text/train_*.bin "
                          "--set data.val=/tmp/dpt_gpt_text/val_*.bin --set train.max_steps=150 --set train.epochs=7 "
                          "--set optim.warmup_epochs=0.5 --set model.n_layer=2 --set log.interval=50 "
-                         "--set checkpoint.dir=/tmp/dpt_gpt_ck --expect 'final_test_loss <= 3.1' 2>&1");
+                         "--set checkpoint.dir=/tmp/dpt_gpt_ck --set checkpoint.every_steps=150 "
+                         "--set checkpoint.existing=archive --expect 'final_test_loss <= 3.1' 2>&1");
     if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
     assert_non_null(strstr(out, "tok/s"));
     assert_non_null(strstr(out, "ppl"));
     assert_non_null(strstr(out, "pass  final_test_loss <= 3.1"));
+
+    /* --sample: text after the prompt; the same seed gives the same text, temperature 0 the
+     * most likely bytes; bad values and a model that is not a language model are refused */
+    const char *base = "./train configs/gpt_fortunes.ini --set data.train=/tmp/dpt_gpt_text/train_*.bin "
+                       "--set data.val=/tmp/dpt_gpt_text/val_*.bin --set model.n_layer=2 "
+                       "--set checkpoint.dir=/tmp/dpt_gpt_ck --sample /tmp/dpt_gpt_ck/ckpt-step00000150.dpt";
+    char a[1 << 14], b[1 << 14], c[1 << 14];
+    rc = run_capture(a, sizeof a, "%s --prompt 'The model ' --tokens 60 --seed 7 2>&1", base);
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, a);
+    rc = run_capture(b, sizeof b, "%s --prompt 'The model ' --tokens 60 --seed 7 2>&1", base);
+    assert_int_equal(rc, 0);
+    assert_string_equal(a, b);
+    const char *text = strstr(a, "The model ");
+    assert_non_null(text);
+    assert_true(strlen(text) >= 10 + 60); /* the prompt, 60 bytes (a newline may be one), and a newline */
+    rc = run_capture(c, sizeof c, "%s --prompt 'The model ' --tokens 60 --seed 8 2>&1", base);
+    assert_int_equal(rc, 0);
+    assert_true(strcmp(a, c) != 0);
+    rc = run_capture(c, sizeof c, "%s --tokens 0 2>&1", base);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(c, "--tokens 0: not a valid value"));
+    rc = run_capture(c, sizeof c, "./train configs/fmnist_mlp.ini --sample /tmp/dpt_gpt_ck/ckpt-step00000150.dpt 2>&1");
+    assert_int_equal(rc, 1);
 }
 
 /* The deterministic mode: the same weights on 1 and 2 ranks. */

@@ -1,0 +1,126 @@
+/* sample.c: ./train CONFIG --sample CKPT: text from a trained language model. The run's config
+ * builds the model and the checkpoint's weights are loaded (as --resume does, every mismatch
+ * named); then, from the prompt, each next token is drawn from softmax(logits / temperature) over
+ * the k most likely (top-k; temperature 0 takes the most likely), with the context cut to the
+ * data's sequence length. A byte-level model (vocabulary 256) reads and prints text; others
+ * read and print token ids. Each new token costs one forward of the context (no KV cache yet). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpt.h"
+#include "error.h"
+#include "rng.h"
+#include "sample.h"
+
+/* The prompt as token ids: its bytes for a byte-level model, else whitespace-separated ids. */
+static int64_t prompt_tokens(const char *prompt, int vocab, int32_t *out, int64_t cap, dpt_error *err)
+{
+    int64_t n = 0;
+    if (vocab == 256) {
+        for (const unsigned char *p = (const unsigned char *)prompt; *p && n < cap; p++)
+            out[n++] = *p;
+        return n;
+    }
+    for (const char *p = prompt; *p && n < cap;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            if (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') {
+                p++;
+                continue;
+            }
+            dpt_errorf(err, "--prompt '%s': a model of %d tokens takes token ids (numbers) as its prompt; '%c' is not "
+                            "one\nHINT: byte-level models (vocabulary 256) take text",
+                       prompt, vocab, *p);
+            return -1;
+        }
+        if (v < 0 || v >= vocab) {
+            dpt_errorf(err, "--prompt: token %ld is outside the vocabulary [0, %d)", v, vocab);
+            return -1;
+        }
+        out[n++] = (int32_t)v;
+        p = end;
+    }
+    return n;
+}
+
+static int by_value_desc(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+/* The next token from the last position's logits (vocab of them). */
+static int32_t draw(float *logits, float *scratch, int vocab, const dpt_sample_options *o, dpt_rng *rng)
+{
+    int best = 0;
+    for (int v = 1; v < vocab; v++)
+        if (logits[v] > logits[best]) best = v;
+    if (o->temperature <= 0.0f) return best;
+    float cut = -INFINITY; /* the k-th largest logit: below it, no chance */
+    if (o->top_k > 0 && o->top_k < vocab) {
+        memcpy(scratch, logits, (size_t)vocab * sizeof *scratch);
+        qsort(scratch, (size_t)vocab, sizeof *scratch, by_value_desc);
+        cut = scratch[o->top_k - 1];
+    }
+    double total = 0.0;
+    for (int v = 0; v < vocab; v++) {
+        double p = logits[v] >= cut ? exp((double)(logits[v] - logits[best]) / o->temperature) : 0.0;
+        scratch[v] = (float)p;
+        total += p;
+    }
+    double coin = dpt_rng_uniform(rng) * total, acc = 0.0;
+    for (int v = 0; v < vocab; v++) {
+        acc += scratch[v];
+        if (coin < acc) return v;
+    }
+    return best;
+}
+
+bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, const dpt_sample_options *o,
+                    FILE *out, dpt_error *err)
+{
+    int64_t cap = 4096 + o->tokens;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    float *logits = malloc((size_t)vocab * sizeof *logits), *scratch = malloc((size_t)vocab * sizeof *scratch);
+    if (!ids || !logits || !scratch) dpt_fatal("out of host memory for sampling");
+    int64_t n = prompt_tokens(o->prompt ? o->prompt : "", vocab, ids, 4096, err);
+    bool ok = n >= 0;
+    if (ok && n == 0) ids[n++] = vocab == 256 ? '\n' : vocab - 1; /* a line start, or GPT-2's <|endoftext|> */
+    if (ok && vocab == 256) fwrite(o->prompt ? o->prompt : "", 1, o->prompt ? strlen(o->prompt) : 0, out);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, o->seed);
+    bool was_enabled = dpt_set_grad_enabled(ctx, false);
+    dpt_model_set_training(model, false);
+    for (int64_t i = 0; ok && i < o->tokens; i++) {
+        int64_t len = n < context ? n : context;
+        dpt_tensor *x = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){1, len});
+        dpt_tensor_copy_from_host_i32(x, ids + n - len);
+        dpt_tensor *y = dpt_model_forward(model, ctx, x); /* (1, len, vocab) */
+        if (dpt_tensor_numel(y) != len * vocab) {
+            ok = dpt_errorf(err, "the model's output has %lld values for %lld positions; a language model gives "
+                                 "vocab_size = %d logits a position", (long long)dpt_tensor_numel(y), (long long)len, vocab);
+        } else {
+            float *all = malloc((size_t)(len * vocab) * sizeof *all);
+            if (!all) dpt_fatal("out of host memory for sampling");
+            dpt_tensor_copy_to_host(y, all);
+            memcpy(logits, all + (len - 1) * vocab, (size_t)vocab * sizeof *logits);
+            free(all);
+            int32_t next = draw(logits, scratch, vocab, o, &rng);
+            ids[n++] = next;
+            if (vocab == 256)
+                fputc(next, out);
+            else
+                fprintf(out, "%d ", next);
+            fflush(out);
+        }
+        dpt_tape_clear(ctx);
+        dpt_tensor_free(x);
+    }
+    if (ok) fputc('\n', out);
+    dpt_set_grad_enabled(ctx, was_enabled);
+    free(ids), free(logits), free(scratch);
+    return ok;
+}

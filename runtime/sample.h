@@ -1,0 +1,22 @@
+/* sample.h: generating tokens from a trained language model (./train CONFIG --sample CKPT). */
+#ifndef DPT_SAMPLE_H
+#define DPT_SAMPLE_H
+
+#include <stdio.h>
+
+#include "dpt.h"
+
+typedef struct dpt_sample_options {
+    const char *prompt; /* text (byte-level models) or token ids; NULL: a line start / end of text */
+    int64_t tokens;     /* how many to generate */
+    float temperature;  /* 0: always the most likely */
+    int top_k;          /* 0: every token */
+    uint64_t seed;
+} dpt_sample_options;
+
+/* Generate o->tokens tokens after the prompt from a language model's forward ((1, T) ids ->
+ * (1, T, vocab) logits), the context cut to `context` positions, printing them to out. */
+bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, const dpt_sample_options *o,
+                    FILE *out, dpt_error *err);
+
+#endif
