@@ -167,8 +167,8 @@ void print_header(const trainer *t)
                                          fd->target ? " target" : "");
         }
         if (used < sizeof shape && ds->num_classes)
-            used += (size_t)snprintf(shape + used, sizeof shape - used, " | %s %d",
-                                     !strcmp(t->task.unit, "tok") ? "vocabulary" : "classes", ds->num_classes);
+            used += (size_t)snprintf(shape + used, sizeof shape - used,
+                                     !strcmp(t->task.unit, "tok") ? " | vocabulary %d" : " | %d classes", ds->num_classes);
         if (used < sizeof shape) snprintf(shape + used, sizeof shape - used, " | loss %s", t->task.loss);
     }
     report_line("data %s | train %lld per rank of %lld | test %lld | %s | %lld steps/epoch\n",
@@ -405,4 +405,58 @@ void print_final(trainer *t)
         report_line("weights sha256 %s\n", r->result.weights_sha256);
     else
         report_line("weights sha256 unavailable: %s\n", why);
+}
+
+/* ---------------------------------------------------------------- shared by the reports */
+
+void mib(char *buf, size_t cap, double bytes)
+{
+    if (bytes >= 1073741824.0)
+        snprintf(buf, cap, "%.1f GiB", bytes / 1073741824.0);
+    else
+        snprintf(buf, cap, "%.0f MiB", bytes / 1048576.0);
+}
+
+/* Quote a word for a POSIX shell when it needs it. */
+static void shell_word(FILE *out, const char *w)
+{
+    if (*w &&
+        strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=./:,@%") == strlen(w)) {
+        fputs(w, out);
+        return;
+    }
+    fputc('\'', out);
+    for (const char *c = w; *c; c++)
+        if (*c == '\'')
+            fputs("'\\''", out);
+        else
+            fputc(*c, out);
+    fputc('\'', out);
+}
+
+/* The command that continues this run: the original command line (under mpirun, with the
+ * same number of ranks), its --resume replaced by the checkpoint just written. */
+void print_resume_command(const replica *r, const char *path)
+{
+    if (!*path) {
+        printf("no checkpoint was written\n");
+        return;
+    }
+    bool mpi = r->size > 1 && !r->data_parallel;
+    printf("resume with: ");
+    if (mpi) printf("mpirun -np %d ", r->size);
+    const cli *a = r->args;
+    for (int i = 0; i < a->argc; i++) {
+        if (!strcmp(a->argv[i], "--resume")) { /* and its argument, if it took one */
+            if (i + 1 < a->argc && a->resume == a->argv[i + 1]) i++;
+            continue;
+        }
+        if (i) putchar(' ');
+        shell_word(stdout, a->argv[i]);
+    }
+    printf(" --resume ");
+    shell_word(stdout, path);
+    printf("\n");
+    if (mpi) printf("(with the other mpirun options this job was started with, e.g. --hostfile)\n");
+    fflush(stdout);
 }

@@ -100,14 +100,6 @@ static double available_host_memory(void)
     return avail;
 }
 
-void mib(char *buf, size_t cap, double bytes)
-{
-    if (bytes >= 1073741824.0)
-        snprintf(buf, cap, "%.1f GiB", bytes / 1073741824.0);
-    else
-        snprintf(buf, cap, "%.0f MiB", bytes / 1048576.0);
-}
-
 /* Refuse a run that cannot fit before it starts (the kernel's OOM killer gives no message),
  * naming the estimate's parts and the key to change. The replicas of a node share it. */
 bool check_memory(const trainer *t, dpt_error *err)
@@ -215,50 +207,6 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
     dpt_checkpoint_prune(dir, t->run->keep_last, st->step);
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
     report_line("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
-}
-
-/* Quote a word for a POSIX shell when it needs it. */
-static void shell_word(FILE *out, const char *w)
-{
-    if (*w &&
-        strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=./:,@%") == strlen(w)) {
-        fputs(w, out);
-        return;
-    }
-    fputc('\'', out);
-    for (const char *c = w; *c; c++)
-        if (*c == '\'')
-            fputs("'\\''", out);
-        else
-            fputc(*c, out);
-    fputc('\'', out);
-}
-
-/* The command that continues this run: the original command line (under mpirun, with the
- * same number of ranks), its --resume replaced by the checkpoint just written. */
-void print_resume_command(const replica *r, const char *path)
-{
-    if (!*path) {
-        printf("no checkpoint was written\n");
-        return;
-    }
-    bool mpi = r->size > 1 && !r->data_parallel;
-    printf("resume with: ");
-    if (mpi) printf("mpirun -np %d ", r->size);
-    const cli *a = r->args;
-    for (int i = 0; i < a->argc; i++) {
-        if (!strcmp(a->argv[i], "--resume")) { /* and its argument, if it took one */
-            if (i + 1 < a->argc && a->resume == a->argv[i + 1]) i++;
-            continue;
-        }
-        if (i) putchar(' ');
-        shell_word(stdout, a->argv[i]);
-    }
-    printf(" --resume ");
-    shell_word(stdout, path);
-    printf("\n");
-    if (mpi) printf("(with the other mpirun options this job was started with, e.g. --hostfile)\n");
-    fflush(stdout);
 }
 
 static volatile sig_atomic_t pending_signal;

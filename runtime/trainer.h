@@ -191,15 +191,15 @@ void progress_end_epoch(progress *p);
 void log_window(trainer *t, int64_t s);
 void log_eval(trainer *t, const window *epoch_window);
 void print_final(trainer *t);
+void mib(char *buf, size_t cap, double bytes); /* "12 MiB", "1.5 GiB" */
+void print_resume_command(const replica *r, const char *path);
 
 /* train_support.c */
 dpt_device pick_device(const replica *r);
 memory_estimate estimate_memory(const trainer *t);
 bool check_memory(const trainer *t, dpt_error *err);
-void mib(char *buf, size_t cap, double bytes);
 bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err);
 void save_checkpoint(trainer *t, const dpt_train_state *st);
-void print_resume_command(const replica *r, const char *path);
 void install_signal_handlers(void);
 bool signal_agreed(const replica *r, int *signal_seen);
 dpt_timeline *open_timeline(const replica *r);
