@@ -9,8 +9,9 @@ Prints one JSON line: tok_s over the timed steps (after 3 warm-up steps), and th
 With --init-llmc and --tokens (gpt_exactness.py): the weights of an llm.c checkpoint, batch i the
 B*T+1 tokens from i*B*T of the shard (llm.c's order), AdamW as llm.c's train_gpt2.c (lr 1e-4,
 0.9, 0.999, 1e-8, no weight decay), no warm-up steps; the JSON line has every step's loss.
-PyTorch 1.13 (Debian python3-torch) has no fused attention on the CPU: it is the materialised
-masked softmax, as nanoGPT's fallback path. Run with /usr/bin/python3."""
+Attention: PyTorch 2's scaled_dot_product_attention where there is one (the GPU image), else
+(Debian's PyTorch 1.13) the materialised masked softmax, as nanoGPT's fallback path. --device
+cuda runs on the GPU (gpu_check.sh). Run with /usr/bin/python3 here."""
 import argparse, json, math, time
 
 import torch
@@ -31,9 +32,13 @@ class Block(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = F.softmax(att.masked_fill(~self.mask[:T, :T], float("-inf")), dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        if hasattr(F, "scaled_dot_product_attention"):  # PyTorch 2: its fused (flash) attention
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # 1.13 (Debian's): the materialised masked softmax, as nanoGPT's fallback
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = F.softmax(att.masked_fill(~self.mask[:T, :T], float("-inf")), dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         x = x + self.c_proj(y)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
@@ -54,7 +59,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         T = idx.size(1)
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for b in self.h:
             x = b(x)
         logits = self.ln_f(x) @ self.wte.weight[: self.V].t()  # tied, the real vocabulary only
@@ -92,6 +97,7 @@ def main():
     for k, d in (("layers", 4), ("heads", 4), ("channels", 256), ("vocab", 50257), ("padded-vocab", 50304),
                  ("seq", 256), ("batch", 8), ("threads", 1), ("steps", 10)):
         ap.add_argument("--" + k, type=int, default=d)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (gpu_check.sh)")
     ap.add_argument("--init-llmc")
     ap.add_argument("--tokens")
     a = ap.parse_args()
@@ -99,22 +105,25 @@ def main():
         return exact(a)
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    m = GPT(a.layers, a.heads, a.channels, a.vocab, a.padded_vocab, a.seq)
+    m = GPT(a.layers, a.heads, a.channels, a.vocab, a.padded_vocab, a.seq).to(a.device)
     decay = [p for p in m.parameters() if p.dim() >= 2]
     other = [p for p in m.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
                             lr=1e-4, betas=(0.9, 0.999), eps=1e-8, foreach=True)
     g = torch.Generator().manual_seed(1)
-    data = torch.randint(0, a.vocab, (a.steps + 3, a.batch, a.seq + 1), generator=g)
+    data = torch.randint(0, a.vocab, (a.steps + 3, a.batch, a.seq + 1), generator=g).to(a.device)
+    sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
     loss = None
     for i in range(a.steps + 3):
         if i == 3:
+            sync()
             t0 = time.perf_counter()
         x, y = data[i, :, :-1], data[i, :, 1:]
         opt.zero_grad(set_to_none=True)
         loss = m(x, y)
         loss.backward()
         opt.step()
+    sync()
     dt = time.perf_counter() - t0
     print(json.dumps({"tok_s": a.steps * a.batch * a.seq / dt, "loss": float(loss), "threads": a.threads}))
 

@@ -4,7 +4,7 @@
 # the toolchain it found, a build from the bundle (make gpu-bundle here, carry .gpu), ./train
 # --env, every GPU test (each in a child of its own: one crash does not hide the rest),
 # ResNet-50 img/s at batch 256 beside PyTorch on the same GPU (the main result, so it runs
-# early), short trainings on cuda:0 (the loss must fall), bf16/fp16, the deterministic mode,
+# early), GPT-2 small tokens/s beside PyTorch (if time is left), short trainings on cuda:0 (the loss must fall), bf16/fp16, the deterministic mode,
 # a JPEG folder, the out-of-memory report, GEMM/conv GFLOP/s, and last (the step most likely to
 # hang) DDP over NCCL at world size 1.
 #
@@ -88,7 +88,7 @@ sed 's/^/    /' "$logs/toolchain.log" | tee -a "$table"
 # 1. build [60 s]: only sm_90 (an H200); MPI=0 (no MPI here); BLAS, cmocka, zlib from the bundle
 mk=(make -j"$(nproc)" MPI=0 CUDA_ARCHS=90 GPU_BUNDLE=.gpu)
 step "build (make MPI=0 CUDA_ARCHS=90 GPU_BUNDLE=.gpu)" 60 240 build.log "${mk[@]}" train tests \
-    build/bench/bench_step build/bench/bench_conv build/tools/make_image_folder
+    build/bench/bench_step build/bench/bench_conv build/tools/make_image_folder build/tools/text_tokens
 done_row "$("${mk[@]}" -s summary 2>/dev/null | tail -1 | sed 's/dptrain build: //' | cut -c1-150)"
 [ "$last_status" = ok ] || finish "stopped: no build" 1
 
@@ -120,6 +120,24 @@ for math in fp32 bf16 tf32 bf16-nhwc; do
     peer=$(grep -o '"img_s": [0-9.]*' "$last_log" | awk '{print $2}')
     done_row "${peer:-?} img/s | ratio $(awk -v a="${ours:-0}" -v b="${peer:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }')"
 done
+
+# 4b. GPT-2 small (124M) on cuda:0 [80 s]: tokens/s at B 8, T 1024, fp32, AdamW, beside PyTorch
+# (its fused attention where it has one); the tokens are this repository's docs as bytes
+step "GPT-2 small B8 T1024: dptrain" 40 90 gpt2.log sh -c "build/tools/text_tokens --val-fraction 0.1 \
+    /tmp/dpt_gpu_text README.md docs/*.md > /dev/null && ./train configs/gpt_fortunes.ini --set train.device=cuda \
+    --set model.n_layer=12 --set model.n_head=12 --set model.n_embd=768 --set model.padded_vocab_size=50304 \
+    --set data.vocab_size=50257 --set data.seq_len=1024 --set 'data.train=/tmp/dpt_gpu_text/train_*.bin' \
+    --set 'data.val=/tmp/dpt_gpu_text/val_*.bin' --set data.test_limit=8 --set train.batch=8 --set train.eval_batch=4 \
+    --set train.epochs=3 --set train.max_steps=25 --set optim.warmup_epochs=0 --set log.interval=5 \
+    --set checkpoint.every_epochs=0"
+ours=$(grep -o '[0-9]* tok/s' "$last_log" | tail -1 | cut -d' ' -f1)
+done_row "$(grep -o 'loss [0-9.]*' "$last_log" | sed -n '1p;$p' | tr '\n' ' ')| ${ours:-?} tok/s"
+if [ $torch_ok = 1 ]; then
+    step "GPT-2 small B8 T1024: PyTorch" 30 90 torch_gpt2.log "$py" bench/peer_gpt.py --device cuda --layers 12 \
+        --heads 12 --channels 768 --seq 1024 --batch 8 --steps 20
+    peer=$(grep -o '"tok_s": [0-9.]*' "$last_log" | awk '{print $2}')
+    done_row "${peer:-?} tok/s | ratio $(awk -v a="${ours:-0}" -v b="${peer:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }')"
+fi
 
 # 5. training on cuda:0 [90 s]: the loss must fall
 # (no checkpoints: a run would refuse a folder holding an earlier step's)
