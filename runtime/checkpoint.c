@@ -660,19 +660,33 @@ bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt
         return false;
     }
     if (stat(dir, &st) != 0) {
-        /* Not created now (checkpoints only on a signal): its parent must exist. */
-        char parent[1024];
-        snprintf(parent, sizeof parent, "%s", dir);
-        char *slash = strrchr(parent, '/');
-        if (slash == parent)
-            slash[1] = '\0';
-        else if (slash)
-            *slash = '\0';
-        else
-            snprintf(parent, sizeof parent, ".");
-        if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
-            return dpt_errorf(err, "[checkpoint] dir = %s cannot be created: %s is not a folder\n%s", dir,
-                              parent, hint);
+        /* Not created now (checkpoints only on a signal, when every missing level is made):
+         * the nearest level that exists must be a folder (a fresh clone has no checkpoints/) */
+        char up[1024];
+        snprintf(up, sizeof up, "%s", dir);
+        for (;;) {
+            char *slash = strrchr(up, '/');
+            while (slash && slash > up && slash[1] == '\0') { /* "a/b/" */
+                *slash = '\0';
+                slash = strrchr(up, '/');
+            }
+            if (slash == up)
+                slash[1] = '\0';
+            else if (slash)
+                *slash = '\0';
+            else
+                snprintf(up, sizeof up, ".");
+            if (stat(up, &st) == 0) break;
+            if ((errno != ENOENT && errno != ENOTDIR) || !strcmp(up, ".") || !strcmp(up, "/"))
+                return dpt_errorf(err, "[checkpoint] dir = %s cannot be created: %s: %s\n%s", dir, up,
+                                  strerror(errno), hint);
+        }
+        if (!S_ISDIR(st.st_mode))
+            return dpt_errorf(err, "[checkpoint] dir = %s cannot be created: %s is not a folder\n%s", dir, up,
+                              hint);
+        if (access(up, W_OK | X_OK) != 0)
+            return dpt_errorf(err, "[checkpoint] dir = %s cannot be created in %s: %s\n%s", dir, up,
+                              strerror(errno), hint);
         return true;
     }
     if (opt->check_only) return true;

@@ -1,5 +1,6 @@
 /* test_cli.c: ./train end to end on bad input: each case exits non-zero with a message that
  * names the file, line, key or value, never a crash. Runs from the repository root. */
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/testutil.h"
@@ -382,8 +383,18 @@ static void test_checkpoint_folder(void **state)
     expect_fail(SMALL "--set checkpoint.every_epochs=1 --set checkpoint.dir=/proc/dptrain_x", 1,
                 "cannot create checkpoint folder /proc/dptrain_x", "HINT: set [checkpoint] dir");
     assert_true(strstr(out, "epoch 1 |") == NULL);
-    expect_fail(SMALL "--set checkpoint.dir=/nonexistent/a/b", 1,
-                "cannot be created: /nonexistent/a is not a folder", NULL);
+    char nested[1024];
+    snprintf(nested, sizeof nested, SMALL "--set checkpoint.dir=%s/sub/deeper", write_file("afile2", "x"));
+    expect_fail(nested, 1, "cannot be created: ", "afile2 is not a folder");
+    /* checkpoints only on a signal into levels that do not exist yet (a fresh clone has no
+     * checkpoints/): accepted, nothing made until a checkpoint is written */
+    char fresh[600];
+    snprintf(fresh, sizeof fresh, "%s/fresh/a/b", dir);
+    snprintf(args, sizeof args, SMALL "--set train.max_steps=2 --set checkpoint.every_epochs=0 --set checkpoint.dir=%s", fresh);
+    rc = run_capture(out, sizeof out, "./train %s", args);
+    if (rc != 0) fail_msg("a missing nested checkpoint folder was refused:\n%s", out);
+    struct stat st;
+    assert_true(stat(fresh, &st) != 0);
 #undef CK
 }
 
