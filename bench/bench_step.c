@@ -41,7 +41,7 @@ int main(int argc, char **argv)
 {
     if (argc < 5) {
         fprintf(stderr, "usage: bench_step MODEL BATCH THREADS STEPS "
-                        "[native|bf16|bf16-fp32act|cuda|cuda-tf32|cuda-bf16][-nhwc]\n");
+                        "[native|bf16|bf16-fp32act|cuda|cuda-tf32|cuda-bf16][-nhwc][-find]\n");
         return 2;
     }
     const model_def *def = NULL;
@@ -72,7 +72,9 @@ int main(int argc, char **argv)
                                            ? DPT_PRECISION_BF16
                                            : DPT_PRECISION_FP32,
                           .fp32_activations = !strncmp(mode, "bf16-fp32act", 12),
-                          .channels_last = strstr(mode, "nhwc") != NULL};
+                          .channels_last = strstr(mode, "nhwc") != NULL,
+                          /* -find: cuDNN's algorithms measured per shape ([train] cudnn_benchmark) */
+                          .cudnn_benchmark = strstr(mode, "find") != NULL};
     dpt_ctx *ctx = dpt_ctx_new(&co, &err);
     if (!ctx) dpt_abort_job("%s", err.msg);
     dpt_config *cfg = dpt_config_defaults();

@@ -46,27 +46,39 @@ static cudnnConvolutionDescriptor_t conv_descriptor(const dpt_conv_shape *sh)
 /* The algorithms cuDNN proposes for one direction come ranked (heuristics, or measured times
  * with [train] cudnn_benchmark). Walk them in order: skip what failed or is not supported;
  * set the descriptor to the candidate's own math type (FP32 only, unless TF32 is allowed or
- * `relaxed`, the fallback below); size its workspace for exactly that pair, and go on to the
+ * `relaxed`, the fallback below; with 16-bit operands the tensor-core candidates before any
+ * other, which cuDNN may rank first and which run the 16-bit data on FMA units many times
+ * slower than the FP32 path); size its workspace for exactly that pair, and go on to the
  * next candidate when cuDNN calls the pair NOT_SUPPORTED or BAD_PARAM there; take the first
  * that fits, or leave `found` false. */
 #define PICK_ALGORITHM(perf, got, desc, workspace_call, chosen, bytes, found)                                \
     do {                                                                                                     \
         (found) = false;                                                                                     \
-        for (int i_ = 0; i_ < (got) && !(found); i_++) {                                                     \
-            if ((perf)[i_].status != CUDNN_STATUS_SUCCESS) continue;                                         \
-            if (ctx->deterministic && (perf)[i_].determinism != CUDNN_DETERMINISTIC) continue;               \
-            cudnnMathType_t m_ = (perf)[i_].mathType;                                                        \
-            bool any_ = ctx->tf32 || p->h16 || relaxed; /* 16-bit inputs: tensor cores are the point */    \
-            if (!any_ && m_ != CUDNN_FMA_MATH && m_ != CUDNN_DEFAULT_MATH) continue;                         \
-            if (cudnnSetConvolutionMathType((desc), any_ ? m_ : CUDNN_FMA_MATH) != CUDNN_STATUS_SUCCESS)     \
-                continue;                                                                                    \
-            size_t b_ = 0;                                                                                   \
-            cudnnStatus_t st_ = (workspace_call);                                                            \
-            if (st_ == CUDNN_STATUS_NOT_SUPPORTED || st_ == CUDNN_STATUS_BAD_PARAM) continue;                \
-            CHECK_CUDNN(st_);                                                                                \
-            if (b_ > ((size_t)1 << 30)) continue; /* more than 1 GiB of workspace: the next one */           \
-            (chosen) = (perf)[i_].algo, (bytes) = b_, (found) = true;                                        \
-        }                                                                                                    \
+        picked = -1;                                                                                         \
+        /* 16 bits: a tensor-core candidate first (pass 0), any other only when none fits */              \
+        for (int pass_ = 0; pass_ < (p->h16 ? 2 : 1) && !(found); pass_++)                                  \
+            for (int i_ = 0; i_ < (got) && !(found); i_++) {                                                 \
+                if ((perf)[i_].status != CUDNN_STATUS_SUCCESS) continue;                                     \
+                if (ctx->deterministic && (perf)[i_].determinism != CUDNN_DETERMINISTIC) continue;           \
+                cudnnMathType_t m_ = (perf)[i_].mathType;                                                    \
+                bool tc_ = m_ == CUDNN_TENSOR_OP_MATH || m_ == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;        \
+                if (p->h16 && pass_ == 0 && !tc_) continue;                                                  \
+                bool any_ = ctx->tf32 || p->h16 || relaxed; /* 16-bit inputs: tensor cores are the point */\
+                if (!any_ && m_ != CUDNN_FMA_MATH && m_ != CUDNN_DEFAULT_MATH) continue;                     \
+                if (cudnnSetConvolutionMathType((desc), any_ ? m_ : CUDNN_FMA_MATH) != CUDNN_STATUS_SUCCESS) \
+                    continue;                                                                                \
+                size_t b_ = 0;                                                                               \
+                cudnnStatus_t st_ = (workspace_call);                                                        \
+                if (st_ == CUDNN_STATUS_NOT_SUPPORTED || st_ == CUDNN_STATUS_BAD_PARAM) continue;            \
+                CHECK_CUDNN(st_);                                                                            \
+                if (b_ > ((size_t)1 << 30)) continue; /* more than 1 GiB of workspace: the next one */       \
+                (chosen) = (perf)[i_].algo, (bytes) = b_, (found) = true, picked = i_;                       \
+            }                                                                                                \
+        if (log_plans && picked >= 0)                                                                        \
+            fprintf(stderr, "cudnn plan: %s | %s: algo %d, rank %d of %d, math %d, %.1f MiB, %s %.3f ms\n",   \
+                    conv_shape_str(&p->shape), #chosen + 3, (int)(perf)[picked].algo, picked, got,           \
+                    (int)(perf)[picked].mathType, (double)(bytes) / 1048576.0,                              \
+                    ctx->cudnn_benchmark ? "measured" : "heuristic", (double)(perf)[picked].time);           \
     } while (0)
 
 /* The algorithms of the three directions for plan p's descriptors; false when one direction has
@@ -156,11 +168,18 @@ static bool choose_algorithms(dpt_ctx *ctx, conv_plan *p, bool relaxed, const ch
     cudnnConvolutionFwdAlgoPerf_t f[MAX_ALGOS];
     cudnnConvolutionBwdDataAlgoPerf_t d[MAX_ALGOS];
     cudnnConvolutionBwdFilterAlgoPerf_t w[MAX_ALGOS];
+    /* DPT_CUDNN_LOG=1: each shape's three choices on stderr (algorithm, rank, math type,
+     * workspace; the measured time with cudnn_benchmark) */
+    static int log_plans = -1;
+    if (log_plans < 0) log_plans = getenv("DPT_CUDNN_LOG") != NULL;
+    int picked;
     for (int k = 0; k < 3; k++) /* heuristics and Find look at the descriptor's math type */
         CHECK_CUDNN(cudnnSetConvolutionMathType(k == 0   ? p->conv_fwd
                                                 : k == 1 ? p->conv_bwd_data
                                                          : p->conv_bwd_filter,
-                                                ctx->tf32 || p->h16 || relaxed ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+                                                p->h16                      ? CUDNN_TENSOR_OP_MATH
+                                                : ctx->tf32 || relaxed ? CUDNN_DEFAULT_MATH
+                                                                       : CUDNN_FMA_MATH));
     if (ctx->cudnn_benchmark)
         CHECK_CUDNN(
             cudnnFindConvolutionForwardAlgorithm(s->dnn, p->x, p->w, p->conv_fwd, p->y, MAX_ALGOS, &got, f));
