@@ -135,27 +135,49 @@ __global__ void softmax_bwd_kernel(const float *y, const float *dy, float *dx, i
     }
 }
 
+/* The largest v over the block (all threads get it). */
+static __device__ __forceinline__ float block_max(float v)
+{
+    __shared__ float part[THREADS];
+    __syncthreads();
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] = fmaxf(part[threadIdx.x], part[threadIdx.x + s]);
+        __syncthreads();
+    }
+    return part[0];
+}
+
+/* A block per row (rows blockIdx.x, + gridDim.x, ...), its threads over the classes: a
+ * language model's rows are 50k wide, where a thread per row left most of the GPU idle and
+ * ran each row's 150k exponentials one after another. Thread 0 adds the block's row losses
+ * in row order; every sum has a fixed order (the same bits every run). */
 __global__ void xent_fwd_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols,
                                 float smoothing, int32_t ignore, float *probs, double *partials)
 {
     double acc = 0.0;
-    GRID_STRIDE(r, rows)
-    {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * cols;
-        float m = xr[0];
-        for (int64_t c = 1; c < cols; c++)
+        float m = -INFINITY;
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
             m = fmaxf(m, xr[c]);
+        m = block_max(m);
         double total = 0.0, sum_logits = 0.0;
-        for (int64_t c = 0; c < cols; c++)
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
             total += exp((double)xr[c] - m), sum_logits += xr[c];
+        total = block_total(total);
+        sum_logits = block_total(sum_logits);
         double lse = m + log(total);
-        for (int64_t c = 0; c < cols; c++)
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
             probs[r * cols + c] = (float)exp((double)xr[c] - lse);
-        int32_t y = labels[r];
-        double l = y == ignore                ? 0.0
-                   : y < 0 || y >= cols ? NAN /* out of range: a NaN loss, not a read out of bounds */
-                                        : (1.0 - smoothing) * (lse - xr[y]) + smoothing * (lse - sum_logits / (double)cols);
-        acc += l;
+        if (threadIdx.x == 0) {
+            int32_t y = labels[r];
+            double l = y == ignore                ? 0.0
+                       : y < 0 || y >= cols ? NAN /* out of range: a NaN loss, not a read out of bounds */
+                                            : (1.0 - smoothing) * (lse - xr[y]) + smoothing * (lse - sum_logits / (double)cols);
+            acc += l;
+        }
     }
     block_partial(acc, partials);
 }

@@ -189,41 +189,52 @@ __global__ void embedding_bwd_kernel(const int32_t *ids, int64_t n, const float 
     }
 }
 
+/* Layer norm forward and dx: a warp per row (a thread per row read a GPT's 768-wide rows one
+ * element at a time, 32 rows apart in memory); sums in double, lane by lane then across the
+ * warp in a fixed butterfly: the same bits every run. */
+static __device__ __forceinline__ double warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 __global__ void layernorm_fwd_kernel(const float *x, int64_t rows, int64_t dim, const float *w, const float *b,
                                      float eps, float *y, float *mean, float *rstd)
 {
-    GRID_STRIDE(r, rows)
-    {
-        const float *xr = x + r * dim;
-        double s = 0.0, ss = 0.0;
-        for (int64_t c = 0; c < dim; c++)
-            s += xr[c];
-        double mu = s / (double)dim;
-        for (int64_t c = 0; c < dim; c++)
-            ss += ((double)xr[c] - mu) * ((double)xr[c] - mu);
-        float m = (float)mu, rs = (float)(1.0 / sqrt(ss / (double)dim + eps));
-        mean[r] = m, rstd[r] = rs;
-        for (int64_t c = 0; c < dim; c++)
-            y[r * dim + c] = (xr[c] - m) * rs * (w ? w[c] : 1.0f) + (b ? b[c] : 0.0f);
-    }
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    const float *xr = x + r * dim;
+    double s = 0.0, ss = 0.0;
+    for (int64_t c = lane; c < dim; c += 32)
+        s += xr[c];
+    double mu = warp_sum_d(s) / (double)dim;
+    for (int64_t c = lane; c < dim; c += 32)
+        ss += ((double)xr[c] - mu) * ((double)xr[c] - mu);
+    ss = warp_sum_d(ss);
+    float m = (float)mu, rs = (float)(1.0 / sqrt(ss / (double)dim + eps));
+    if (lane == 0) mean[r] = m, rstd[r] = rs;
+    for (int64_t c = lane; c < dim; c += 32)
+        y[r * dim + c] = (xr[c] - m) * rs * (w ? w[c] : 1.0f) + (b ? b[c] : 0.0f);
 }
 
 __global__ void layernorm_dx_kernel(const float *x, const float *dy, int64_t rows, int64_t dim, const float *w,
                                     const float *mean, const float *rstd, float *dx)
 {
-    GRID_STRIDE(r, rows)
-    {
-        float m = mean[r], rs = rstd[r];
-        double sg = 0.0, sgx = 0.0;
-        for (int64_t c = 0; c < dim; c++) {
-            float g = dy[r * dim + c] * (w ? w[c] : 1.0f), xh = (x[r * dim + c] - m) * rs;
-            sg += g, sgx += (double)g * xh;
-        }
-        float mg = (float)(sg / (double)dim), mgx = (float)(sgx / (double)dim);
-        for (int64_t c = 0; c < dim; c++) {
-            float g = dy[r * dim + c] * (w ? w[c] : 1.0f), xh = (x[r * dim + c] - m) * rs;
-            dx[r * dim + c] += rs * (g - mg - xh * mgx);
-        }
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    float m = mean[r], rs = rstd[r];
+    double sg = 0.0, sgx = 0.0;
+    for (int64_t c = lane; c < dim; c += 32) {
+        float g = dy[r * dim + c] * (w ? w[c] : 1.0f), xh = (x[r * dim + c] - m) * rs;
+        sg += g, sgx += (double)g * xh;
+    }
+    float mg = (float)(warp_sum_d(sg) / (double)dim), mgx = (float)(warp_sum_d(sgx) / (double)dim);
+    for (int64_t c = lane; c < dim; c += 32) {
+        float g = dy[r * dim + c] * (w ? w[c] : 1.0f), xh = (x[r * dim + c] - m) * rs;
+        dx[r * dim + c] += rs * (g - mg - xh * mgx);
     }
 }
 
@@ -319,109 +330,170 @@ static void cuda_embedding_bwd(dpt_ctx *ctx, const int32_t *ids, int64_t n, cons
 {
     LAUNCH(embedding_bwd_kernel, dim, ids, n, dy, vocab, dim, dw);
 }
-/* Attention (dpt_attention; the CPU kernels' comment has the formulas): a thread per query row
- * for the output and dq, a thread per key row for dk and dv, each summing over the other side
- * in order (no atomics: the same bits every run). Simple first kernels, not tiled. */
-static __device__ __forceinline__ float dot_row(const float *a, const float *b, int64_t n)
+/* Attention (dpt_attention; the CPU kernels' comment has the formulas) on cuBLAS: for each
+ * batch element, the H heads' scores S = scale Q K^T (T x T each) by one strided-batched GEMM
+ * (a head's q, k, v are hs columns at a stride of 3C in qkv, the next head hs further on),
+ * a warp per query row turns them into probabilities P in place (causal: 0 past the
+ * diagonal) and keeps the row's log-sum-exp, and Y = P V by a second GEMM. Backward recomputes
+ * P from the log-sum-exp and runs the four products of dV = P^T dY, dP = dY V^T,
+ * dS = P (dP - rowdot(dY, Y)) scale, dQ = dS K, dK = dS^T Q, adding into dqkv. The T x T
+ * scores exist for one batch element at a time (H T^2 floats from the caching allocator, two
+ * such in backward), so memory stays linear in B. Everything in fp32 (the CPU's attention is
+ * fp32 in every precision), in a fixed order: the same bits every run. The causal half above
+ * the diagonal is computed and discarded (a tiled kernel that skips it is the next step). */
+static void sgemm_rows(dpt_ctx *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                       int64_t lda, int64_t sa, const float *B, int64_t ldb, int64_t sb, float beta, float *C,
+                       int64_t ldc, int64_t sc, int64_t batch)
 {
+    /* row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T */
+    CHECK_CUBLAS(cublasSgemmStridedBatched(state_of(ctx)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                           ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B,
+                                           (int)ldb, sb, A, (int)lda, sa, &beta, C, (int)ldc, sc, (int)batch));
+}
+
+static __device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+static __device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* rows (H T) of scores, row r = h T + i: P = softmax over keys j < n (n = i + 1 causal, else
+ * T), 0 for the rest; lse[r] = max + log(sum). A warp per row. */
+__global__ void attention_softmax_kernel(float *S, int64_t rows, int64_t T, bool causal, float *lse)
+{
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    int64_t i = r % T, n = causal ? i + 1 : T;
+    float *row = S + r * T;
+    float m = -INFINITY;
+    for (int64_t j = lane; j < n; j += 32)
+        m = fmaxf(m, row[j]);
+    m = warp_max(m);
+    float sum = 0.0f;
+    for (int64_t j = lane; j < n; j += 32)
+        sum += expf(row[j] - m);
+    sum = warp_sum(sum);
+    float inv = 1.0f / sum;
+    for (int64_t j = lane; j < T; j += 32)
+        row[j] = j < n ? expf(row[j] - m) * inv : 0.0f;
+    if (lane == 0) lse[r] = m + logf(sum);
+}
+
+/* P recomputed from scores and the kept log-sum-exp (0 past the diagonal when causal). */
+__global__ void attention_probs_kernel(float *S, int64_t rows, int64_t T, bool causal, const float *lse)
+{
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    int64_t i = r % T, n = causal ? i + 1 : T;
+    float *row = S + r * T, L = lse[r];
+    for (int64_t j = lane; j < T; j += 32)
+        row[j] = j < n ? expf(row[j] - L) : 0.0f;
+}
+
+/* dS = P (dP - D[r]) scale, in place of dP; D[r] = dot(dY_i, Y_i) of the row's head. */
+__global__ void attention_dscores_kernel(const float *P, float *dP, int64_t rows, int64_t T, const float *D,
+                                         float scale)
+{
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    const float *p = P + r * T;
+    float *d = dP + r * T, Dr = D[r];
+    for (int64_t j = lane; j < T; j += 32)
+        d[j] = p[j] * (d[j] - Dr) * scale;
+}
+
+/* D (B, H, T) = dot(dY, Y) over each head's hs values; a warp per row. */
+__global__ void attention_rowdot_kernel(const float *y, const float *dy, int64_t B, int64_t T, int64_t H, int64_t hs,
+                                        float *D)
+{
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= B * H * T) return;
+    int64_t b = r / (H * T), h = r / T % H, i = r % T, C = H * hs;
+    const float *a = y + (b * T + i) * C + h * hs, *g = dy + (b * T + i) * C + h * hs;
     float d = 0.0f;
-    for (int64_t c = 0; c < n; c++)
-        d += a[c] * b[c];
-    return d;
+    for (int64_t c = lane; c < hs; c += 32)
+        d += a[c] * g[c];
+    d = warp_sum(d);
+    if (lane == 0) D[r] = d;
 }
 
-__global__ void attention_fwd_kernel(const float *qkv, int64_t B, int64_t T, int64_t H, int64_t hs, bool causal,
-                                     float *y, float *lse)
+static unsigned warp_rows_blocks(int64_t rows)
 {
-    int64_t C = H * hs, C3 = 3 * C;
-    float scale = rsqrtf((float)hs);
-    GRID_STRIDE(r, B * H * T)
-    {
-        int64_t b = r / (H * T), h = r / T % H, i = r % T, n = causal ? i + 1 : T;
-        const float *q = qkv + (b * T + i) * C3 + h * hs, *k0 = qkv + b * T * C3 + C + h * hs, *v0 = k0 + C;
-        float m = -INFINITY;
-        for (int64_t j = 0; j < n; j++)
-            m = fmaxf(m, scale * dot_row(q, k0 + j * C3, hs));
-        float *o = y + (b * T + i) * C + h * hs, sum = 0.0f;
-        for (int64_t c = 0; c < hs; c++)
-            o[c] = 0.0f;
-        for (int64_t j = 0; j < n; j++) {
-            float p = expf(scale * dot_row(q, k0 + j * C3, hs) - m);
-            sum += p;
-            for (int64_t c = 0; c < hs; c++)
-                o[c] += p * v0[j * C3 + c];
-        }
-        for (int64_t c = 0; c < hs; c++)
-            o[c] /= sum;
-        lse[r] = m + logf(sum);
-    }
-}
-
-__global__ void attention_dq_kernel(const float *qkv, const float *y, const float *dy, const float *lse, int64_t B,
-                                    int64_t T, int64_t H, int64_t hs, bool causal, float *dsum, float *dqkv)
-{
-    int64_t C = H * hs, C3 = 3 * C;
-    float scale = rsqrtf((float)hs);
-    GRID_STRIDE(r, B * H * T)
-    {
-        int64_t b = r / (H * T), h = r / T % H, i = r % T, n = causal ? i + 1 : T;
-        const float *q = qkv + (b * T + i) * C3 + h * hs, *k0 = qkv + b * T * C3 + C + h * hs, *v0 = k0 + C;
-        const float *dyi = dy + (b * T + i) * C + h * hs;
-        float D = dot_row(dyi, y + (b * T + i) * C + h * hs, hs), L = lse[r];
-        dsum[r] = D;
-        float *dq = dqkv + (b * T + i) * C3 + h * hs;
-        for (int64_t j = 0; j < n; j++) {
-            float p = expf(scale * dot_row(q, k0 + j * C3, hs) - L);
-            float ds = p * (dot_row(dyi, v0 + j * C3, hs) - D) * scale;
-            for (int64_t c = 0; c < hs; c++)
-                dq[c] += ds * k0[j * C3 + c];
-        }
-    }
-}
-
-__global__ void attention_dkv_kernel(const float *qkv, const float *dy, const float *lse, const float *dsum, int64_t B,
-                                     int64_t T, int64_t H, int64_t hs, bool causal, float *dqkv)
-{
-    int64_t C = H * hs, C3 = 3 * C;
-    float scale = rsqrtf((float)hs);
-    GRID_STRIDE(r, B * H * T)
-    {
-        int64_t b = r / (H * T), h = r / T % H, j = r % T;
-        const float *q0 = qkv + b * T * C3 + h * hs, *k = q0 + j * C3 + C, *v = k + C;
-        float *dk = dqkv + (b * T + j) * C3 + C + h * hs, *dv = dk + C;
-        for (int64_t i = causal ? j : 0; i < T; i++) {
-            const float *q = q0 + i * C3, *dyi = dy + (b * T + i) * C + h * hs;
-            int64_t row = (b * H + h) * T + i;
-            float p = expf(scale * dot_row(q, k, hs) - lse[row]);
-            float ds = p * (dot_row(dyi, v, hs) - dsum[row]) * scale;
-            for (int64_t c = 0; c < hs; c++) {
-                dv[c] += p * dyi[c];
-                dk[c] += ds * q[c];
-            }
-        }
-    }
+    return (unsigned)CEIL_DIV(rows, THREADS / 32);
 }
 
 static void cuda_attention_fwd(dpt_ctx *ctx, const float *qkv, int64_t B, int64_t T, int64_t H, int64_t hs, bool causal,
                                float *y, float *lse)
 {
-    LAUNCH(attention_fwd_kernel, B * H * T, qkv, B, T, H, hs, causal, y, lse);
+    if (B == 0 || T == 0) return;
+    int64_t C = H * hs, C3 = 3 * C, TT = T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    cuda_block sb = cuda_block_get(ctx, (size_t)(H * TT) * sizeof(float), "attention scores (H T^2 floats)");
+    float *S = (float *)sb.ptr;
+    for (int64_t b = 0; b < B; b++) {
+        const float *q = qkv + b * T * C3, *k = q + C, *v = q + 2 * C;
+        sgemm_rows(ctx, false, true, T, T, hs, scale, q, C3, hs, k, C3, hs, 0.0f, S, T, TT, H);
+        attention_softmax_kernel<<<warp_rows_blocks(H * T), THREADS, 0, stream_of(ctx)>>>(S, H * T, T, causal,
+                                                                                        lse + b * H * T);
+        CHECK_LAUNCH();
+        sgemm_rows(ctx, false, false, T, hs, T, 1.0f, S, T, TT, v, C3, hs, 0.0f, y + b * T * C, C, hs, H);
+    }
+    cuda_block_put(ctx, sb);
 }
+
 static void cuda_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, const float *dy, const float *lse,
                                int64_t B, int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv)
 {
-    LAUNCH(attention_dq_kernel, B * H * T, qkv, y, dy, lse, B, T, H, hs, causal, scratch, dqkv);
-    LAUNCH(attention_dkv_kernel, B * H * T, qkv, dy, lse, scratch, B, T, H, hs, causal, dqkv);
+    if (B == 0 || T == 0) return;
+    int64_t C = H * hs, C3 = 3 * C, TT = T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    attention_rowdot_kernel<<<warp_rows_blocks(B * H * T), THREADS, 0, stream_of(ctx)>>>(y, dy, B, T, H, hs, scratch);
+    CHECK_LAUNCH();
+    cuda_block pb = cuda_block_get(ctx, (size_t)(H * TT) * sizeof(float), "attention probabilities (H T^2 floats)");
+    cuda_block gb = cuda_block_get(ctx, (size_t)(H * TT) * sizeof(float), "attention score gradients (H T^2 floats)");
+    float *P = (float *)pb.ptr, *G = (float *)gb.ptr;
+    for (int64_t b = 0; b < B; b++) {
+        const float *q = qkv + b * T * C3, *k = q + C, *v = q + 2 * C, *g = dy + b * T * C;
+        float *dq = dqkv + b * T * C3, *dk = dq + C, *dv = dq + 2 * C;
+        sgemm_rows(ctx, false, true, T, T, hs, scale, q, C3, hs, k, C3, hs, 0.0f, P, T, TT, H);
+        attention_probs_kernel<<<warp_rows_blocks(H * T), THREADS, 0, stream_of(ctx)>>>(P, H * T, T, causal,
+                                                                                      lse + b * H * T);
+        CHECK_LAUNCH();
+        sgemm_rows(ctx, true, false, T, hs, T, 1.0f, P, T, TT, g, C, hs, 1.0f, dv, C3, hs, H);   /* dV += P^T dY */
+        sgemm_rows(ctx, false, true, T, T, hs, 1.0f, g, C, hs, v, C3, hs, 0.0f, G, T, TT, H);    /* dP = dY V^T */
+        attention_dscores_kernel<<<warp_rows_blocks(H * T), THREADS, 0, stream_of(ctx)>>>(P, G, H * T, T,
+                                                                                        scratch + b * H * T, scale);
+        CHECK_LAUNCH();
+        sgemm_rows(ctx, false, false, T, hs, T, 1.0f, G, T, TT, k, C3, hs, 1.0f, dq, C3, hs, H); /* dQ += dS K */
+        sgemm_rows(ctx, true, false, T, hs, T, 1.0f, G, T, TT, q, C3, hs, 1.0f, dk, C3, hs, H);  /* dK += dS^T Q */
+    }
+    cuda_block_put(ctx, pb), cuda_block_put(ctx, gb);
 }
 static void cuda_layernorm_fwd(dpt_ctx *ctx, const float *x, int64_t rows, int64_t dim, const float *w, const float *b,
                                float eps, float *y, float *mean, float *rstd)
 {
-    LAUNCH(layernorm_fwd_kernel, rows, x, rows, dim, w, b, eps, y, mean, rstd);
+    if (rows == 0) return;
+    layernorm_fwd_kernel<<<warp_rows_blocks(rows), THREADS, 0, stream_of(ctx)>>>(x, rows, dim, w, b, eps, y, mean, rstd);
+    CHECK_LAUNCH();
 }
 static void cuda_layernorm_bwd(dpt_ctx *ctx, const float *x, const float *dy, int64_t rows, int64_t dim,
                                const float *w, const float *mean, const float *rstd, float *dx, float *dw, float *db)
 {
-    if (dx) LAUNCH(layernorm_dx_kernel, rows, x, dy, rows, dim, w, mean, rstd, dx);
+    if (dx && rows) {
+        layernorm_dx_kernel<<<warp_rows_blocks(rows), THREADS, 0, stream_of(ctx)>>>(x, dy, rows, dim, w, mean, rstd, dx);
+        CHECK_LAUNCH();
+    }
     if (dw || db) LAUNCH(layernorm_dwb_kernel, dim, x, dy, rows, dim, mean, rstd, dw, db);
 }
 
