@@ -100,7 +100,7 @@ sed 's/^/    /' "$last_log" | head -12
 # 3. correctness [60 s]: every CUDA op and layer against the CPU, the loader, NCCL, DDP; each
 # test in a child of its own (a fatal error in one is that test's failure, not the binary's)
 step "test_cuda (ops, layers, loader, NCCL, DDP)" 30 180 test_cuda.log env DPT_TEST_FORK=1 build/tests/test_cuda
-done_row "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+ test' "$last_log" | tr '\n' ' ')"
+done_row "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ test' "$last_log" | tr '\n' ' ')"
 grep -E "^\[  FAILED  \] test|ERROR|max rel|worst error|skipped" "$last_log" | awk '!seen[$0]++' | head -16 | sed 's/^/    /' | tee -a "$table"
 
 # 4. ResNet-50 224px [120 s], the main result: ours and PyTorch's img/s at batch 256, turn by
@@ -110,7 +110,8 @@ torch_ok=0
 "$py" -c "import torch; assert torch.cuda.is_available()" 2> /dev/null && torch_ok=1
 for math in fp32 bf16 tf32 bf16-nhwc; do
     mode=cuda-$math; [ $math = fp32 ] && mode=cuda
-    step "ResNet-50 batch 256 $math: dptrain" 40 90 "r50_$math.log" build/bench/bench_step resnet50 256 1 20 "$mode"
+    step "ResNet-50 batch 256 $math: dptrain" 40 $([ $math = bf16-nhwc ] && echo 60 || echo 90) "r50_$math.log" \
+        env DPT_CUDNN_LOG=1 build/bench/bench_step resnet50 256 1 20 "$mode"
     ours=$(grep -o '"img_s":[0-9.]*' "$last_log" | cut -d: -f2)
     done_row "${ours:-?} img/s"
     [ $torch_ok = 1 ] || continue
@@ -120,6 +121,12 @@ for math in fp32 bf16 tf32 bf16-nhwc; do
     peer=$(grep -o '"img_s": [0-9.]*' "$last_log" | awk '{print $2}')
     done_row "${peer:-?} img/s | ratio $(awk -v a="${ours:-0}" -v b="${peer:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }')"
 done
+# 4a. bf16 with cuDNN's algorithms measured per shape ([train] cudnn_benchmark) [40 s]: beside
+# the heuristic choice above (r50_bf16.log has each shape's algorithm, math type, workspace)
+step "ResNet-50 batch 256 bf16, algorithms measured" 40 60 r50_bf16_find.log env DPT_CUDNN_LOG=1 \
+    build/bench/bench_step resnet50 256 1 10 cuda-bf16-find
+ours=$(grep -o '"img_s":[0-9.]*' "$last_log" | cut -d: -f2)
+done_row "${ours:-?} img/s | math types chosen: $(grep -o 'math [0-9]' "$last_log" | sort | uniq -c | tr -s ' ' | tr '\n' ' ')"
 
 # 4b. GPT-2 small (124M) on cuda:0 [80 s]: tokens/s at B 8, T 1024, fp32, AdamW, beside PyTorch
 # (its fused attention where it has one); the tokens are this repository's docs as bytes
@@ -131,11 +138,11 @@ step "GPT-2 small B8 T1024: dptrain" 40 90 gpt2.log sh -c "build/tools/text_toke
     --set train.epochs=3 --set train.max_steps=25 --set optim.warmup_epochs=0 --set log.interval=5 \
     --set checkpoint.every_epochs=0"
 ours=$(grep -o '[0-9]* tok/s' "$last_log" | tail -1 | cut -d' ' -f1)
-done_row "$(grep -o 'loss [0-9.]*' "$last_log" | sed -n '1p;$p' | tr '\n' ' ')| ${ours:-?} tok/s"
+done_row "$(grep -o 'loss [0-9][0-9.]*' "$last_log" | sed -n '1p;$p' | tr '\n' ' ')| ${ours:-?} tok/s"
 if [ $torch_ok = 1 ]; then
     step "GPT-2 small B8 T1024: PyTorch" 30 90 torch_gpt2.log "$py" bench/peer_gpt.py --device cuda --layers 12 \
         --heads 12 --channels 768 --seq 1024 --batch 8 --steps 20
-    peer=$(grep -o '"tok_s": [0-9.]*' "$last_log" | awk '{print $2}')
+    peer=$(grep -o '"tok_s": [0-9.]*' "$last_log" | tail -1 | awk '{printf "%.0f", $2}')
     done_row "${peer:-?} tok/s | ratio $(awk -v a="${ours:-0}" -v b="${peer:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }')"
 fi
 
@@ -145,12 +152,12 @@ data="--set data.dir=.gpu/data/fashion-mnist --set data.train_images=t10k-images
       --set data.train_labels=t10k-labels-idx1-ubyte.gz --set data.test_limit=2000 --set checkpoint.every_epochs=0"
 step "MLP on cuda:0, 2 epochs of 10000" 20 90 mlp.log ./train configs/fmnist_mlp.ini $data --set train.device=cuda \
     --set train.epochs=2 --set log.interval=50
-done_row "$(grep -o 'loss [0-9.]*' "$last_log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o 'final test acc [0-9.]*%' "$last_log")"
+done_row "$(grep -o 'loss [0-9][0-9.]*' "$last_log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o 'final test acc [0-9.]*%' "$last_log")"
 for prec in fp32 bf16 fp16; do
     extra=(); [ $prec = fp16 ] && extra=(--set train.loss_scale=dynamic)
     step "ResNet-20 $prec on cuda:0, 150 steps" 30 120 "resnet20_$prec.log" ./train configs/resnet.ini $data \
         --set train.device=cuda --set train.precision=$prec "${extra[@]}" --set train.max_steps=150 --set log.interval=25
-    done_row "$(grep -o 'loss [0-9.]*' "$last_log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o '[0-9]* img/s' "$last_log" | tail -1)"
+    done_row "$(grep -o 'loss [0-9][0-9.]*' "$last_log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o '[0-9]* img/s' "$last_log" | tail -1)"
 done
 
 # 6. [train] deterministic on cuda:0 [30 s]: two runs, the same weights (deterministic cuDNN
@@ -168,7 +175,7 @@ step "JPEG folder: ResNet-50 on cuda:0, 40 steps" 40 90 folder.log sh -c "build/
     /tmp/dpt_gpu_images --train 40 --val 5 --source synthetic && ./train configs/resnet50_imagenet.ini \
     --set data.dir=/tmp/dpt_gpu_images --set train.device=cuda --set train.global_batch=64 --set train.max_steps=40 \
     --set train.eval_batch=50 --set optim.warmup_epochs=0 --set log.interval=10 --set checkpoint.every_epochs=0"
-done_row "$(grep -o 'loss [0-9.]*' "$last_log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o '[0-9]* img/s.*' "$last_log" | tail -1)"
+done_row "$(grep -o 'loss [0-9][0-9.]*' "$last_log" | sed -n '1p;$p' | tr '\n' ' ')| $(grep -o '[0-9]* img/s.*' "$last_log" | tail -1)"
 
 # 8. the out-of-memory report [10 s]: a 600 MiB cap, the estimate off so the allocator trips
 step "out-of-memory report (memory_limit_mb 600)" 10 60 oom.log ./train configs/resnet50_synthetic.ini \
