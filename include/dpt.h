@@ -797,6 +797,12 @@ typedef struct dpt_world {
     int local_rank, local_size; /* on this node (MPI's shared-memory split) */
     bool mpi;                   /* launched by an MPI launcher */
     char host[64];
+    /* the cores this rank may use ([train] threads = 0): its own affinity mask when the
+     * launcher bound the node's ranks to disjoint sets, else the node's cores (the union of
+     * its ranks' masks) divided by its ranks, at least 1; node_cores that union; cores_why
+     * how (for the header) */
+    int cores, node_cores;
+    char cores_why[96];
 } dpt_world;
 
 bool dpt_world_init(dpt_world *world, int *argc, char ***argv, dpt_error *err);

@@ -26,7 +26,7 @@ static const dpt_config_key train_keys[] = {
      "seeds initialisation and shuffling: the same seed gives the same run", 0},
     {"train", "device", DPT_KEY_ENUM, "auto", 1, 0, "auto|cpu|cuda",
      "auto: cuda:<local rank> when a GPU is visible, else cpu", 0},
-    {"train", "threads", DPT_KEY_INT, "0", 0, 1024, NULL, "CPU threads for BLAS and kernels (0 = all cores)", 0},
+    {"train", "threads", DPT_KEY_INT, "0", 0, 1024, NULL, "CPU threads for BLAS and kernels per rank (0 = the cores this rank may use: the ones mpirun bound it to, else the node's cores / its ranks, split again between DataParallel replicas; the header says which)", 0},
     {"train", "cpu_kernels", DPT_KEY_ENUM, "onednn", 1, 0, "onednn|native",
      "cpu: convolutions, batch norm, pooling and GEMMs (linear layers) on oneDNN (blocked layouts, JIT "
      "kernels) or the native im2col + OpenBLAS reference", 0},

@@ -15,7 +15,8 @@ static int parse_cli(int argc, char **argv, cli *args);
 static dpt_config *load_config(const cli *args, dpt_error *err);
 static bool report_config_errors(const dpt_world *world, bool ok, const dpt_error *err);
 static int print_env(const dpt_world *world, const run_config *run);
-static int run_data_parallel(const cli *args, const run_config *run, dpt_run_result *result);
+static int run_data_parallel(const dpt_world *world, const cli *args, const run_config *run,
+                             dpt_run_result *result);
 static int check_expectations(const dpt_world *world, const cli *args, const run_config *run, int rc,
                               const dpt_run_result *result);
 
@@ -55,7 +56,7 @@ int dpt_train_main(int argc, char **argv)
     if (args.env) {
         rc = print_env(&world, run);
     } else if (*run->devices && world.size == 1) {
-        rc = run_data_parallel(&args, run, &result);
+        rc = run_data_parallel(&world, &args, run, &result);
     } else {
         replica r = {.args = &args,
                      .run = run,
@@ -64,6 +65,7 @@ int dpt_train_main(int argc, char **argv)
                      .size = world.size,
                      .local_rank = world.local_rank,
                      .local_size = world.local_size,
+                     .world = &world,
                      .print = world.rank == 0 || run->all_ranks,
                      .ckpt_lock_fd = -1};
         if (*run->devices) {
@@ -300,6 +302,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
 /* ---------------------------------------------------------------- DataParallel */
 
 typedef struct dp_job {
+    const dpt_world *world;
     const cli *args;
     const run_config *run;
     int n;
@@ -315,6 +318,7 @@ static void replica_entry(int rank, dpt_comm *comm, void *user)
                  .comm = comm,
                  .rank = rank,
                  .size = job->n,
+                 .world = job->world,
                  .data_parallel = true,
                  .print = rank == 0,
                  .ckpt_lock_fd = -1};
@@ -370,7 +374,8 @@ static bool check_device_list(const run_config *run, int n, dpt_error *err)
 /* DataParallel: one process, one replica thread per listed device; gradients averaged
  * through a shared-memory communicator (CPU) or NCCL (GPUs); every replica applies the same
  * update. */
-static int run_data_parallel(const cli *args, const run_config *run, dpt_run_result *result)
+static int run_data_parallel(const dpt_world *world, const cli *args, const run_config *run,
+                             dpt_run_result *result)
 {
     int n = 1;
     for (const char *c = run->devices; *c; c++)
@@ -380,7 +385,7 @@ static int run_data_parallel(const cli *args, const run_config *run, dpt_run_res
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
-    dp_job job = {.args = args, .run = run, .n = n, .rc = calloc((size_t)n, sizeof(int))};
+    dp_job job = {.world = world, .args = args, .run = run, .n = n, .rc = calloc((size_t)n, sizeof(int))};
     if (!job.rc) dpt_fatal("out of host memory");
     dpt_run_replicas(n, replica_entry, &job);
     int rc = 0;

@@ -112,11 +112,13 @@ void print_header(const trainer *t)
     char device[32];
     dpt_device_str(dpt_ctx_device(t->ctx), device, sizeof device);
     const char *kernels = dpt_ctx_backend_name(t->ctx);
-    report_line("device %s%s | %d threads | %d %s%s | batch %lld per rank x %d accum (%lld global)\n", device,
+    int threads = dpt_ctx_threads(t->ctx);
+    report_line("device %s%s | %d thread%s%s%s%s | %d %s%s | batch %lld per rank x %d accum (%lld global)\n", device,
                 !strcmp(kernels, "cpu-onednn") ? " (oneDNN kernels)"
                 : !strcmp(kernels, "cpu")      ? " (native kernels)"
                                                : "",
-                dpt_ctx_threads(t->ctx), r->size, unit, r->size > 1 ? "s" : "", (long long)run->batch, run->accum,
+                threads, threads == 1 ? "" : "s", *t->threads_why ? " (" : "", t->threads_why,
+                *t->threads_why ? ")" : "", r->size, unit, r->size > 1 ? "s" : "", (long long)run->batch, run->accum,
                 (long long)(run->batch * r->size * run->accum));
     const char *why;
     dpt_precision prec = dpt_ctx_precision(t->ctx, &why);

@@ -89,6 +89,42 @@ static bool fault_now(const trainer *t, fault_kind kind)
     return t->run->fault.kind == kind && t->r->rank == t->run->fault.rank && t->state.step == t->run->fault.step;
 }
 
+/* The cores one replica may use: the world's share for this rank (world.c: its binding, or the
+ * node's cores over its ranks), split again between DataParallel's replicas. */
+static int rank_cores(const replica *r)
+{
+    int cores = r->world && r->world->cores > 0 ? r->world->cores : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (r->data_parallel) cores /= r->size;
+    return cores > 0 ? cores : 1;
+}
+
+/* [train] threads = 0: this replica's cores (say how when it is not simply the process's own);
+ * any value: a warning when the node's ranks (or replicas) together run more threads than it
+ * has cores, the case that made 2 ranks of 2 threads on 2 cores 5.5x slower than 1 each. */
+static void resolve_threads(trainer *t, dpt_ctx_options *o)
+{
+    const replica *r = t->r;
+    t->threads_why[0] = '\0';
+    if (o->threads == 0) {
+        o->threads = rank_cores(r);
+        if (r->data_parallel)
+            snprintf(t->threads_why, sizeof t->threads_why, "%d cores / %d replicas",
+                     r->world ? r->world->cores : o->threads * r->size, r->size);
+        else if (r->world && r->world->local_size > 1)
+            snprintf(t->threads_why, sizeof t->threads_why, "%s", r->world->cores_why);
+    }
+    int sharing = r->data_parallel ? r->size : r->world ? r->world->local_size : 1;
+    int node = r->world && r->world->node_cores > 0 ? r->world->node_cores : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int fair = node / sharing > 0 ? node / sharing : 1;
+    if (r->rank == 0 && o->threads > fair && (long)o->threads * sharing > node)
+        fprintf(stderr,
+                "warning: %d %s x %d threads on this node exceed its %d cores: threads wait for each other's "
+                "cores and a step can run several times slower\nHINT: leave [train] threads unset (%s), or "
+                "set it to %d\n",
+                sharing, r->data_parallel ? "replicas" : "ranks", o->threads, node,
+                r->data_parallel ? "cores / replicas" : "cores / ranks on the node", fair);
+}
+
 /* The loaders, and the steps they make per epoch; false when there is not one step. */
 static bool open_loaders(trainer *t, dpt_error *err)
 {
@@ -97,9 +133,7 @@ static bool open_loaders(trainer *t, dpt_error *err)
     train_opt.rank = test_opt.rank = t->r->rank;
     train_opt.world_size = test_opt.world_size = t->r->size;
     if (train_opt.workers < 0) { /* cores per rank minus one (the one that steps), at least one */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        int ranks_here = t->r->local_size * (t->r->data_parallel ? t->r->size : 1);
-        int w = (int)(cores / (ranks_here > 0 ? ranks_here : 1)) - 1;
+        int w = rank_cores(t->r) - 1;
         train_opt.workers = test_opt.workers = w > 1 ? w : 1;
     }
     t->workers = train_opt.workers;
@@ -198,10 +232,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     if (run->loss_scale) t->state.loss_scale = run->loss_scale_init;
     dpt_ctx_options ctx_opt = run->ctx;
     ctx_opt.device = pick_device(r);
-    if (r->data_parallel && ctx_opt.threads == 0) { /* split the cores between replicas */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        ctx_opt.threads = (int)(cores / r->size > 0 ? cores / r->size : 1);
-    }
+    resolve_threads(t, &ctx_opt);
     t->ctx = dpt_ctx_new(&ctx_opt, err);
     if (!t->ctx) return false;
     dpt_comm_set_timeout(r->comm, run->ddp.timeout_s); /* NCCL's start too */

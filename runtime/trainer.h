@@ -98,6 +98,7 @@ typedef struct replica {
     int rank, size;
     int local_rank; /* on this node (mpirun): the GPU it takes */
     int local_size; /* ranks on this node (they share its memory) */
+    const dpt_world *world; /* its cores: [train] threads = 0 takes world->cores (shared by DataParallel's replicas) */
     bool data_parallel;
     bool print; /* this replica prints progress lines */
     int rc;
@@ -149,6 +150,7 @@ typedef struct trainer {
     dpt_metrics *metrics;
     dpt_loader *train_loader, *test_loader;
     int workers; /* image files: each loader's decoding threads */
+    char threads_why[128]; /* how [train] threads = 0 was resolved, when not simply this process's cores */
     struct dpt_reducer *reducer; /* DDP's or the deterministic tree's (reducer.h); NULL alone */
     dpt_timeline *timeline;
     dpt_tensor *meter;

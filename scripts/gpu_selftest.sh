@@ -47,9 +47,13 @@ farm=$root/opt/cuda
 rm -rf "$farm" && mkdir -p "$farm"
 for entry in "$cuda"/*; do
     name=$(basename "$entry")
-    case "$name" in include | lib64 | targets) ;; *) ln -s "/host-cuda/$name" "$farm/$name"; continue ;; esac
+    case "$name" in include | lib | lib64 | targets) ;; *) ln -s "/host-cuda/$name" "$farm/$name"; continue ;; esac
 done
-for sub in include lib64; do
+# the library folders without cuDNN, NCCL and cuBLAS (CUDA 13's Debian layout has lib64 -> lib:
+# a link stays a link, or cuBLAS would be found in the toolkit where the image has none)
+for sub in include lib lib64; do
+    [ -e "$cuda/$sub" ] || continue
+    if [ -L "$cuda/$sub" ]; then ln -s "$(readlink "$cuda/$sub")" "$farm/$sub"; continue; fi
     mkdir -p "$farm/$sub"
     for f in "$cuda/$sub/"*; do
         case "$(basename "$f")" in cudnn* | libcudnn* | nccl* | libnccl* | libcublas*) continue ;; esac
@@ -88,7 +92,7 @@ cuda_out=$(inside "build-gpuselftest/tests/test_cuda" 2>&1) || ok=0
 echo "$cuda_out" | tail -3 | sed 's/^/  test_cuda | /'
 grep -q "SKIPPED" <<< "$cuda_out" || { echo "gpu-selftest: test_cuda did not reach its no-GPU skip"; ok=0; }
 harness_out=$(inside "DPT_TEST_FORK=1 build-gpuselftest/tests/test_cuda_harness" 2>&1) || ok=0
-echo "$harness_out" | grep -E "^\[  (PASSED|FAILED|SKIPPED) \] [0-9]|^\[  FAILED  \] test" | sed 's/^/  test_cuda_harness | /'
+echo "$harness_out" | grep -E "^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]|^\[  FAILED  \] test|^ERROR|error:" | sed 's/^/  test_cuda_harness | /'
 grep -q "^\[  FAILED  \]" <<< "$harness_out" && { echo "gpu-selftest: test_cuda_harness failed as the image builds it"; ok=0; }
 image_out=$(inside "build-gpuselftest/tests/test_image" 2>&1) || ok=0
 echo "$image_out" | tail -1 | sed 's/^/  test_image | /'

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# threads.sh: [train] threads = 0 (the default) under mpirun and DataParallel takes this node's
+# cores divided by the ranks (replicas) on it, or the cores mpirun bound a rank to, and says so
+# in the header; more threads than the node has cores draws a warning; with the defaults,
+# mpirun -np 2 and DataParallel over 2 CPUs give the same weights (the same thread count each).
+cd "$(dirname "$0")/.."
+. tests/common.sh
+[ $mpi = 1 ] || { echo "ok   threads.sh: skipped (no mpirun or no MPI build)"; exit 0; }
+MPIRUN="mpirun --oversubscribe --allow-run-as-root"
+small=(configs/fmnist_mlp.ini --set data.train_limit=2000 --set data.test_limit=500 --set train.max_steps=12
+       --set log.interval=1000 --set checkpoint.every_epochs=0)
+cores=$(nproc)
+half=$(( cores / 2 > 0 ? cores / 2 : 1 ))
+threads_of() { grep -m1 '^device ' | grep -o '| [0-9]* threads\?' | grep -o '[0-9]*'; }
+
+out=$($MPIRUN --bind-to none -np 2 ./train "${small[@]}" 2>&1)
+n=$(threads_of <<< "$out")
+check "mpirun -np 2, unbound: $cores cores / 2 ranks = $half threads each" \
+    $([ "$n" = "$half" ] && grep -q "($cores cores / 2 ranks on this node)" <<< "$out"; echo $?) \
+    "got '$(grep -m1 '^device' <<< "$out")'"
+grep -q "exceed its" <<< "$out"; check "no oversubscription warning with the default" $((1 - $?)) "warned"
+hash_mpi=$(sha <<< "$out")
+
+out=$($MPIRUN -np 2 ./train "${small[@]}" 2>&1)
+n=$(threads_of <<< "$out")
+check "mpirun -np 2, default binding: at most the node's share" \
+    $([ -n "$n" ] && [ $(( n * 2 )) -le $(( cores > 2 ? cores : 2 )) ]; echo $?) "got '$(grep -m1 '^device' <<< "$out")'"
+
+if [ "$cores" -ge 2 ]; then
+    out=$($MPIRUN --bind-to none -np 2 ./train "${small[@]}" --set train.threads=$cores 2>&1)
+    check "mpirun -np 2 x $cores threads on $cores cores: a warning with the fair share" \
+        $(grep -q "warning: 2 ranks x $cores threads on this node exceed its $cores cores" <<< "$out" &&
+          grep -q "set it to $half" <<< "$out"; echo $?) "$(grep -m2 -E 'warning|HINT' <<< "$out")"
+fi
+
+out=$(./train "${small[@]}" --set distributed.devices=cpu:0,cpu:1 2>&1)
+n=$(threads_of <<< "$out")
+check "DataParallel over 2 CPUs: $half threads each, said" \
+    $([ "$n" = "$half" ] && grep -q "cores / 2 replicas)" <<< "$out"; echo $?) "got '$(grep -m1 '^device' <<< "$out")'"
+hash_dp=$(sha <<< "$out")
+check "defaults: mpirun -np 2 and DataParallel give one weights hash" \
+    $([ -n "$hash_mpi" ] && [ "$hash_mpi" = "$hash_dp" ]; echo $?) "mpirun $hash_mpi, DataParallel $hash_dp"
+
+out=$(./train "${small[@]}" 2>&1)
+n=$(threads_of <<< "$out")
+check "one process: all $cores cores, header unchanged" \
+    $([ "$n" = "$cores" ] && grep -q "| $cores thread" <<< "$out" && ! grep -q "cores /" <<< "$out"; echo $?) \
+    "got '$(grep -m1 '^device' <<< "$out")'"
+exit $failed
