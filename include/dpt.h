@@ -939,8 +939,10 @@ bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt
                                 dpt_error *err);
 /* Delete all but the newest keep_last checkpoints in dir, never the one of keep_step. */
 void dpt_checkpoint_prune(const char *dir, int keep_last, int64_t keep_step);
-/* The file --resume ARG means: "latest" in dir, a path, a step number or a name without the
- * zero padding (ckpt-step500.dpt); an error listing the folder's checkpoints otherwise. */
+/* The file --resume ARG (and --inspect ARG) means: a file; a folder (its newest checkpoint);
+ * "latest", a step number or a name without the zero padding (ckpt-step500.dpt), each in the
+ * folder ARG names (FOLDER/latest) or else in dir ("." when NULL or empty); an error listing
+ * that folder's checkpoints otherwise. */
 bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t size, dpt_error *err);
 
 /* Print what a checkpoint holds: step, epoch, world size, config hash, model, each tensor's

@@ -620,10 +620,12 @@ bool dpt_checkpoint_latest(const char *dir, char *path, size_t size, dpt_error *
     if (n < 0)
         return dpt_errorf(err,
                           "cannot open checkpoint folder %s: %s\nHINT: set [checkpoint] dir, "
-                          "or pass --resume PATH",
+                          "or pass a checkpoint file",
                           dir, strerror(errno));
     if (n == 0)
-        return dpt_errorf(err, "no checkpoint (ckpt-step*.dpt) in %s\nHINT: start without --resume", dir);
+        return dpt_errorf(err, "no checkpoint (ckpt-step*.dpt) in %s\nHINT: name the folder a run wrote its "
+                               "checkpoints in ([checkpoint] dir, e.g. checkpoints/NAME); a new run starts "
+                               "without --resume", dir);
     checkpoint_path(path, size, dir, steps[n - 1]);
     return true;
 }
@@ -771,30 +773,42 @@ void dpt_checkpoint_prune(const char *dir, int keep_last, int64_t keep_step)
     }
 }
 
+/* dpt_checkpoint_latest with its error starting "ARG: " like the resolver's others. */
+static bool latest_named(const char *arg, const char *folder, char *path, size_t size, dpt_error *err)
+{
+    if (dpt_checkpoint_latest(folder, path, size, err)) return true;
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return dpt_errorf(err, "%s: %s", arg, msg);
+}
+
 bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t size, dpt_error *err)
 {
-    if (!strcmp(arg, "latest")) return dpt_checkpoint_latest(dir, path, size, err);
     struct stat st;
     if (stat(arg, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return latest_named(arg, arg, path, size, err); /* a folder: its newest */
         snprintf(path, size, "%s", arg);
         return true;
     }
-    /* A step number, or a name without the zero padding: the file of that step. */
+    /* FOLDER/latest, a step number or a name without the zero padding: in the folder named,
+     * else in dir (the run's [checkpoint] dir; "." when there is none, as for --inspect) */
     const char *base = strrchr(arg, '/') ? strrchr(arg, '/') + 1 : arg;
     char folder[1024];
     if (base != arg)
         snprintf(folder, sizeof folder, "%.*s", (int)(base - arg - 1), arg);
     else
-        snprintf(folder, sizeof folder, "%s", dir);
+        snprintf(folder, sizeof folder, "%s", dir && *dir ? dir : ".");
+    if (!*folder) snprintf(folder, sizeof folder, "/");
+    if (!strcmp(base, "latest")) return latest_named(arg, folder, path, size, err);
     long long step = -1;
     int end = 0;
     if ((sscanf(base, "ckpt-step%lld.dpt%n", &step, &end) == 1 && base[end] == '\0') ||
         (sscanf(base, "%lld%n", &step, &end) == 1 && base[end] == '\0')) {
-        checkpoint_path(path, size, *folder ? folder : ".", step);
+        checkpoint_path(path, size, folder, step);
         if (step >= 0 && stat(path, &st) == 0) return true;
     }
     int64_t steps[DPT_CKPT_LIST_MAX];
-    int n = dpt_checkpoint_list(*folder ? folder : ".", steps, DPT_CKPT_LIST_MAX);
+    int n = dpt_checkpoint_list(folder, steps, DPT_CKPT_LIST_MAX);
     char have[256] = "none";
     if (n > 0) {
         size_t used = 0;
@@ -802,11 +816,10 @@ bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t
             used += (size_t)snprintf(have + used, sizeof have - used, "%s%lld", used ? ", " : "",
                                      (long long)steps[i]);
     }
-    return dpt_errorf(
-        err,
-        "--resume %s: no such checkpoint\nHINT: %s holds checkpoints of step%s %s; pass a path, a step "
-        "number, or latest",
-        arg, *folder ? folder : ".", n > 4 ? "s ..." : "s", have);
+    return dpt_errorf(err,
+                      "%s: no such checkpoint\nHINT: %s holds checkpoints of step%s %s; pass a file, a folder (its "
+                      "newest), a step number, or latest",
+                      arg, folder, n > 4 ? "s ..." : "s", have);
 }
 
 /* ---------------------------------------------------------------- --inspect */

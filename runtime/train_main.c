@@ -477,9 +477,11 @@ static void usage(FILE *out)
         "                           or 85%%. Prints pass/FAIL for each; exit code 3 if one fails\n"
         "  --junit PATH             write a JUnit XML report of the run and its expectations\n"
         "  --inspect CKPT           print what a checkpoint holds (step, epoch, world size, config hash,\n"
-        "                           tensors) and its weights' SHA-256, and exit\n"
+        "                           tensors) and its weights' SHA-256, and exit; CKPT as --resume takes it\n"
+        "                           (a file, a folder for its newest, FOLDER/latest, FOLDER/ckpt-step200.dpt)\n"
         "  --dry-run                load everything, print the resolved config, and exit\n"
-        "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"        "  --sample CKPT            generate from a language model's checkpoint (text for byte-level\n"
+        "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"
+        "  --sample CKPT            generate from a language model's checkpoint (text for byte-level\n"
         "                           models, token ids otherwise) and exit; with --prompt TEXT,\n"
         "                           --tokens N (200), --temperature T (1; 0 = the most likely),\n"
         "                           --top-k K (0 = all), --seed S\n"
@@ -535,7 +537,12 @@ static int parse_cli(int argc, char **argv, cli *args)
                 return 2;
             }
             dpt_error err;
-            if (!dpt_checkpoint_inspect(v, stdout, &err)) {
+            char path[1100];
+            if (!dpt_checkpoint_resolve(v, NULL, path, sizeof path, &err)) { /* --resume's resolver */
+                fprintf(stderr, "error: --inspect %s\n", err.msg);
+                return 1;
+            }
+            if (!dpt_checkpoint_inspect(path, stdout, &err)) {
                 fprintf(stderr, "error: %s\n", err.msg);
                 return 1;
             }

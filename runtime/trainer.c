@@ -179,8 +179,12 @@ static bool resume(trainer *t, dpt_error *err)
         }
         which = "latest";
     }
-    if (!dpt_checkpoint_resolve(which, t->run->ckpt_dir, r->resumed, sizeof r->resumed, err) ||
-        !dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx, t->run->ini, &t->state, r->size, err))
+    if (!dpt_checkpoint_resolve(which, t->run->ckpt_dir, r->resumed, sizeof r->resumed, err)) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return dpt_errorf(err, "--resume %s", msg);
+    }
+    if (!dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx, t->run->ini, &t->state, r->size, err))
         return false;
     r->resumed_step = t->state.step;
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", r->resumed);

@@ -373,6 +373,18 @@ static void test_checkpoint_folder(void **state)
     if (rc != 0) fail_msg("resume ckpt-step6.dpt failed:\n%s", out);
     snprintf(args, sizeof args, CK "--resume 3", ck);
     expect_fail(args, 1, "--resume 3: no such checkpoint", "holds checkpoints of steps 4, 6;");
+    /* --inspect resolves as --resume does: a folder (its newest), FOLDER/latest, an unpadded name */
+    const char *inspect[][2] = {{"", "step           6"}, {"/latest", "step           6"},
+                                {"/ckpt-step4.dpt", "step           4"}, {"/4", "step           4"}};
+    for (int i = 0; i < 4; i++) {
+        rc = run_capture(out, sizeof out, "./train --inspect %s%s", ck, inspect[i][0]);
+        if (rc != 0) fail_msg("--inspect %s%s failed:\n%s", ck, inspect[i][0], out);
+        assert_contains(out, inspect[i][1]);
+    }
+    rc = run_capture(out, sizeof out, "./train --inspect %s/3", ck);
+    assert_int_equal(rc, 1);
+    assert_contains(out, "/3: no such checkpoint");
+    assert_contains(out, "holds checkpoints of steps 4, 6;");
     /* resuming an older checkpoint where newer ones exist: refused (two continuations) */
     snprintf(args, sizeof args, CK "--set checkpoint.every_steps=2 --resume 4", ck);
     expect_fail(args, 1, "holds 1 checkpoint newer than step 4, the one this run resumes", "--resume latest");
