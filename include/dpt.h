@@ -950,6 +950,12 @@ bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t
  * same hash a run's final weights get: two runs agree in it when their weights are
  * bit-identical). false with err for an unreadable or damaged file. */
 bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err);
+/* Each parameter, then each buffer, of a checkpoint in the model's order, named without the
+ * file's "param/" / "buffer/" prefix (h.0.attn.c_attn.weight), after every record's CRC and
+ * each tensor's size were checked; fn returning false stops with its err. */
+typedef bool (*dpt_ckpt_tensor_fn)(void *user, const char *name, bool buffer, int ndim, const int64_t *dims,
+                                   const float *data, int64_t numel, dpt_error *err);
+bool dpt_checkpoint_tensors(const char *path, dpt_ckpt_tensor_fn fn, void *user, dpt_error *err);
 
 /* ---------------------------------------------------------------- the trainer, with your own models */
 
@@ -964,7 +970,18 @@ typedef struct dpt_model_impl {
     dpt_model *(*build)(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dataset *data, dpt_error *err);
     /* or, when build is NULL, the image-classifier form: (c, h, w) images and num_classes */
     dpt_model_builder build_image;
+    /* Optional: the weights in another program's format (./train CONFIG --export FORMAT CKPT
+     * OUT, the checkpoint loaded as --resume loads it): export_formats names them, comma
+     * separated ("llmc"); export_weights writes one to path (dpt_export_open and
+     * dpt_export_close below make the file safely). */
+    const char *export_formats;
+    bool (*export_weights)(dpt_model *model, const char *format, const char *path, dpt_error *err);
 } dpt_model_impl;
+/* A file written beside OUT under an unpredictable name (mkstemp: never through a planted
+ * link), put in OUT's place only when whole (flushed, fsync'ed, renamed); dpt_export_close
+ * with ok false removes it. tmp receives the temporary name (cap bytes). */
+bool dpt_export_open(const char *out, char *tmp, size_t cap, FILE **f, dpt_error *err);
+bool dpt_export_close(FILE *f, const char *tmp, const char *out, bool ok, dpt_error *err);
 /* Make an image classifier trainable as [model] name = NAME by dpt_train_main (and ./train's
  * code path): mpirun, DataParallel, checkpoints, schedules, logs, --expect. The short form of
  * dpt_register with a dpt_model_impl {.build_image = build}; call before dpt_train_main; false

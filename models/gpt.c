@@ -157,6 +157,43 @@ static bool llmc_load(gpt *g, const char *path, const char *where, dpt_error *er
     return true;
 }
 
+/* ./train CONFIG --export llmc CKPT OUT: the file llmc_load reads and llm.c's train_gpt2.c
+ * loads (gpt2_build_from_checkpoint): the header, then every tensor in the same order. */
+static bool gpt_export(dpt_model *model, const char *format, const char *path, dpt_error *err)
+{
+    gpt *g = dpt_model_state(model);
+    if (strcmp(format, "llmc") != 0) return dpt_errorf(err, "gpt writes llmc, not %s", format);
+    if (!g->block[0].qkv_b && g->layers > 0)
+        return dpt_errorf(err, "--export llmc: llm.c's GPT-2 has biases; this model has [model] bias = false");
+    int32_t h[256] = {LLMC_MAGIC, LLMC_FP32, (int32_t)g->block_size, (int32_t)g->vocab, (int32_t)g->layers,
+                      (int32_t)g->heads, (int32_t)g->channels, (int32_t)g->padded_vocab};
+    char tmp[1200];
+    FILE *f;
+    if (!dpt_export_open(path, tmp, sizeof tmp, &f, err)) return false;
+    bool ok = fwrite(h, sizeof h, 1, f) == 1;
+    float *buf = NULL;
+    size_t cap = 0;
+    for (int k = 0; k < 16 && ok; k++)
+        for (int64_t l = 0; l < (k < 2 || k >= 14 ? 1 : g->layers) && ok; l++) {
+            dpt_tensor *t = llmc_tensor(g, k, l);
+            size_t n = (size_t)dpt_tensor_numel(t);
+            if (n > cap) {
+                float *grown = realloc(buf, n * sizeof *buf);
+                if (!grown) {
+                    ok = false;
+                    errno = ENOMEM;
+                    break;
+                }
+                buf = grown, cap = n;
+            }
+            dpt_tensor_copy_to_host(t, buf);
+            ok = fwrite(buf, sizeof *buf, n, f) == n;
+        }
+    free(buf);
+    if (!ok) dpt_errorf(err, "writing %s failed: %s\nHINT: is the disk full?", tmp, strerror(errno));
+    return dpt_export_close(f, tmp, path, ok, err);
+}
+
 static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dataset *data, dpt_error *err)
 {
     dpt_field fields[DPT_MAX_FIELDS];
@@ -281,7 +318,7 @@ static const dpt_config_key gpt_keys[] = {
      "(gpt2_124M.bin; the shape keys must match the file's)", 0},
 };
 
-static const dpt_model_impl gpt_impl = {.build = gpt_build};
+static const dpt_model_impl gpt_impl = {.build = gpt_build, .export_formats = "llmc", .export_weights = gpt_export};
 DPT_BUILTIN(model_gpt) = {DPT_KIND_MODEL, "gpt",
                           "GPT-2-class decoder-only transformer on token sequences (pre-LN, causal attention, tied embeddings)",
                           gpt_keys, DPT_COUNT(gpt_keys), &gpt_impl};

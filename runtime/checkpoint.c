@@ -822,6 +822,39 @@ bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t
                       arg, folder, n > 4 ? "s ..." : "s", have);
 }
 
+/* ---------------------------------------------------------------- tensors (--export) */
+
+bool dpt_checkpoint_tensors(const char *path, dpt_ckpt_tensor_fn fn, void *user, dpt_error *err)
+{
+    size_t size = 0;
+    record *recs = NULL;
+    uint32_t n = 0;
+    if (!read_records(path, &recs, &n, &size, err)) return false;
+    bool ok = true;
+    for (int pass = 0; pass < 2 && ok; pass++) {
+        const char *prefix = pass == 0 ? "param/" : "buffer/";
+        for (uint32_t i = 0; i < n && ok; i++) {
+            record *rec = &recs[i];
+            if (rec->kind != REC_TENSOR || strncmp(rec->name, prefix, strlen(prefix))) continue;
+            int64_t numel = 1;
+            bool overflow = false;
+            for (int j = 0; j < rec->ndim; j++)
+                overflow |= __builtin_mul_overflow(numel, rec->dims[j], &numel);
+            if (overflow || numel > ((int64_t)1 << 40) || (uint64_t)numel * sizeof(float) != rec->bytes) {
+                char shape[128];
+                dims_str(rec, shape, sizeof shape);
+                ok = dpt_errorf(err, "%s: tensor %.64s holds %llu bytes for shape [%s]\n" HINT_CORRUPT, path,
+                                rec->name, (unsigned long long)rec->bytes, shape);
+                break;
+            }
+            ok = fn(user, rec->name + strlen(prefix), pass == 1, rec->ndim, rec->dims, (const float *)rec->data, numel,
+                    err);
+        }
+    }
+    free_records(recs, n);
+    return ok;
+}
+
 /* ---------------------------------------------------------------- --inspect */
 
 bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)

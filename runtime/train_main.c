@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "export.h"
 #include "error.h"
 #include "rng.h"
 
@@ -79,7 +80,7 @@ int dpt_train_main(int argc, char **argv)
         rc = r.rc;
         result = r.result;
     }
-    if (!args.env && !args.dry_run && !args.summary && !args.sample)
+    if (!args.env && !args.dry_run && !args.summary && !args.sample && !args.export_format)
         rc = check_expectations(&world, &args, run, rc, &result);
     dpt_config_free(cfg);
     free(run);
@@ -462,7 +463,7 @@ static void usage(FILE *out)
         "usage: ./train CONFIG [--set section.key=value ...] [--resume [PATH|latest]] [--dry-run]\n"
         "                      [--expect 'METRIC OP VALUE' ...] [--junit PATH]\n"
         "       mpirun -np N ./train CONFIG ...      (data-parallel over N ranks)\n"
-        "       ./train --inspect CKPT | --config-reference | --help | --version\n"
+        "       ./train --inspect CKPT | --export FORMAT CKPT OUT | --config-reference | --help | --version\n"
         "\n"
         "Trains the model that the INI file CONFIG describes (see docs/config.md).\n"
         "\n"
@@ -479,6 +480,8 @@ static void usage(FILE *out)
         "  --inspect CKPT           print what a checkpoint holds (step, epoch, world size, config hash,\n"
         "                           tensors) and its weights' SHA-256, and exit; CKPT as --resume takes it\n"
         "                           (a file, a folder for its newest, FOLDER/latest, FOLDER/ckpt-step200.dpt)\n"
+        "  --export FORMAT CKPT OUT write a checkpoint's weights for other programs and exit: safetensors\n"
+        "                           or npz (no CONFIG needed), or a model's own (llmc for gpt, after CONFIG)\n"
         "  --dry-run                load everything, print the resolved config, and exit\n"
         "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"
         "  --sample CKPT            generate from a language model's checkpoint (text for byte-level\n"
@@ -547,6 +550,14 @@ static int parse_cli(int argc, char **argv, cli *args)
                 return 1;
             }
             return 0;
+        } else if (!strcmp(a, "--export")) {
+            if (i + 3 >= argc || argv[i + 1][0] == '-' || argv[i + 2][0] == '-' || argv[i + 3][0] == '-') {
+                fprintf(stderr, "error: --export needs FORMAT CKPT OUT\nHINT: ./train --export safetensors "
+                                "checkpoints/NAME model.safetensors (or npz; llmc with the run's CONFIG first)\n");
+                return 2;
+            }
+            args->export_format = argv[i + 1], args->resume = argv[i + 2], args->export_out = argv[i + 3];
+            i += 3;
         } else if (is_flag(a, "--sample") || is_flag(a, "--prompt") || is_flag(a, "--tokens") ||
                    is_flag(a, "--temperature") || is_flag(a, "--top-k") || is_flag(a, "--seed")) {
             char flag[16];
@@ -629,6 +640,25 @@ static int parse_cli(int argc, char **argv, cli *args)
         } else {
             args->config_path = a;
         }
+    }
+    if (args->export_format && dpt_export_is_file_format(args->export_format)) { /* the checkpoint alone */
+        dpt_error err;
+        char path[1100];
+        int count = 0;
+        if (!dpt_checkpoint_resolve(args->resume, NULL, path, sizeof path, &err) ||
+            !dpt_export_checkpoint(args->export_format, path, args->export_out, &count, &err)) {
+            fprintf(stderr, "error: --export %s %s\n", args->export_format, err.msg);
+            return 1;
+        }
+        printf("exported %s: %d tensors (parameters, then buffers) to %s (%s)\n", path, count, args->export_out,
+               args->export_format);
+        return 0;
+    }
+    if (args->export_format && !args->config_path) {
+        fprintf(stderr, "error: --export %s is a model's own format: it needs the run's CONFIG to build the model\n"
+                        "HINT: ./train CONFIG --export %s CKPT OUT; safetensors and npz need no config\n",
+                args->export_format, args->export_format);
+        return 2;
     }
     if (!args->config_path && !args->env) {
         fprintf(stderr, "error: no config file given\n\n");

@@ -35,6 +35,37 @@ static int64_t sequence_length(const trainer *t)
     return 0;
 }
 
+/* --export FORMAT: the model's own writer for it, or NULL with err (before the checkpoint is
+ * loaded: a config of another model fails on the format, not on the file). */
+static const dpt_model_impl *exporter_for(const trainer *t, dpt_error *err)
+{
+    const char *fmt = t->r->args->export_format, *name = dpt_config_str(t->run->ini, "model", "name");
+    const dpt_registration *reg = dpt_registry_find(DPT_KIND_MODEL, name);
+    const dpt_model_impl *impl = reg ? reg->impl : NULL;
+    const char *have = impl && impl->export_formats ? impl->export_formats : "";
+    size_t n = strlen(fmt);
+    bool listed = false;
+    for (const char *p = have; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        while (*p == ' ')
+            p++;
+        listed |= !strncmp(p, fmt, n) && (p[n] == ',' || p[n] == '\0' || p[n] == ' ');
+    }
+    if (!listed || !impl->export_weights)
+        return dpt_errorf(err, "--export %s: not a format of model %s (its own: %s; any checkpoint: safetensors, npz)",
+                          fmt, name, *have ? have : "none"), NULL;
+    return impl;
+}
+
+/* --export FORMAT CKPT OUT in a format of the model's own (the checkpoint is loaded). */
+static bool export_model(trainer *t, dpt_error *err)
+{
+    const dpt_model_impl *impl = exporter_for(t, err);
+    if (!impl || !impl->export_weights(t->model, t->r->args->export_format, t->r->args->export_out, err)) return false;
+    printf("exported %s: model %s to %s (%s)\n", t->r->resumed, dpt_config_str(t->run->ini, "model", "name"),
+           t->r->args->export_out, t->r->args->export_format);
+    return true;
+}
+
 /* The training loop of one replica (a thread under DataParallel). */
 void *train_replica(void *arg)
 {
@@ -57,6 +88,13 @@ void *train_replica(void *arg)
                                    "ids as its input\nHINT: [data] source = tokens, [model] name = gpt", t.train_set->name);
         if (ok && r->rank == 0)
             ok = dpt_sample_run(t.ctx, t.model, t.train_set->num_classes, sequence_length(&t), &o, stdout, &err);
+        if (!ok) {
+            trainer_close(&t);
+            r->rc = fail(r, &err);
+            return NULL;
+        }
+    } else if (r->args->export_format) {
+        bool ok = r->rank != 0 || export_model(&t, &err);
         if (!ok) {
             trainer_close(&t);
             r->rc = fail(r, &err);
@@ -256,10 +294,11 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     t->metrics = dpt_metrics_open(r->rank == 0 ? run->metrics : "", err);
     if (!t->metrics) goto fail;
     if (!open_loaders(t, err)) goto fail;
+    if (r->args->export_format && !exporter_for(t, err)) goto fail;
     if (r->args->resume && !resume(t, err)) goto fail;
     /* Everything that can stop a checkpoint is checked before the first step, not at the
      * first save after hours of training. */
-    bool look_only = r->args->dry_run || r->args->summary || r->args->sample;
+    bool look_only = r->args->dry_run || r->args->summary || r->args->sample || r->args->export_format;
     if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, err)) goto fail;
     dpt_ctx_set_comm(t->ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
     t->timeline = open_timeline(r);

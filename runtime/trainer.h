@@ -26,6 +26,7 @@ typedef struct cli {
     bool dry_run, summary, env;
     const char *resume; /* checkpoint path, "latest", or NULL */
     const char *sample; /* --sample CKPT: generate from it instead of training (resume is CKPT too) */
+    const char *export_format, *export_out; /* --export FORMAT CKPT OUT (a model's format: resume is CKPT) */
     const char *prompt; /* --prompt TEXT */
     int64_t sample_tokens;
     float temperature;

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# export.sh: ./train --export FORMAT CKPT OUT. safetensors and npz from a checkpoint alone:
+# NumPy reads both (the npz with np.load, the safetensors with the 12-line reader of
+# docs/checkpoints.md), every tensor equal between them, and the SHA-256 NumPy computes over
+# them by the digest's definition (name, NUL, ndim, dims, float32 values) equals the one
+# --inspect prints for the checkpoint. llmc from a gpt run: the header llm.c's loader checks,
+# every tensor equal to the npz's in llm.c's order, and a run that starts from the file
+# (init = llmc:OUT) with a zero learning rate ends with the checkpoint's weights hash.
+cd "$(dirname "$0")/.."
+. tests/common.sh
+py=/usr/bin/python3
+printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$tmp/text.txt"
+build/tools/text_tokens --val-fraction 0.1 "$tmp/tok" "$tmp/text.txt" > /dev/null
+gpt=(configs/gpt_fortunes.ini --set model.n_layer=2 --set model.n_head=2 --set model.n_embd=32
+     --set "data.train=$tmp/tok/train_*.bin" --set "data.val=$tmp/tok/val_*.bin" --set data.seq_len=32
+     --set train.batch=4 --set train.epochs=1 --set train.max_steps=3 --set data.test_limit=8
+     --set log.interval=1000)
+./train "${gpt[@]}" --set checkpoint.dir="$tmp/ck" --set checkpoint.every_steps=3 > "$tmp/run.log" 2>&1
+check "a gpt run writes its checkpoint" $? "$(tail -3 "$tmp/run.log")"
+ck=$tmp/ck/ckpt-step00000003.dpt
+want=$(./train --inspect "$ck" | sha)
+
+./train --export safetensors "$tmp/ck" "$tmp/w.safetensors" > "$tmp/e1.log" 2>&1 &&
+    ./train --export npz "$tmp/ck/latest" "$tmp/w.npz" > "$tmp/e2.log" 2>&1
+check "--export safetensors and npz" $? "$(cat "$tmp/e1.log" "$tmp/e2.log")"
+out=$($py - "$tmp/w.safetensors" "$tmp/w.npz" "$want" <<'PY' 2>&1
+import hashlib, json, struct, sys
+import numpy as np
+def read_safetensors(path):  # the reader docs/checkpoints.md shows
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    header.pop("__metadata__", None)
+    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], "<f4").reshape(v["shape"])
+            for k, v in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])}
+st = read_safetensors(sys.argv[1])
+z = np.load(sys.argv[2])
+assert list(st) == list(z.files), (list(st)[:4], z.files[:4])
+for k in st:
+    assert st[k].shape == z[k].shape and np.array_equal(st[k], z[k]), k
+h = hashlib.sha256()
+for k, a in st.items():  # the weights digest: name, NUL, ndim (u32), dims (i64), float32 values
+    h.update(k.encode() + b"\0" + struct.pack("<I", a.ndim) + struct.pack(f"<{a.ndim}q", *a.shape) +
+             a.astype("<f4").tobytes())
+assert h.hexdigest() == sys.argv[3], (h.hexdigest(), sys.argv[3])
+print(f"{len(st)} tensors, {sum(a.size for a in st.values())} values, sha256 {h.hexdigest()[:16]}")
+PY
+)
+check "NumPy reads both, tensor for tensor, and their SHA-256 is --inspect's ($out)" $? "$out"
+
+./train "${gpt[@]}" --export llmc "$ck" "$tmp/w.bin" > "$tmp/e3.log" 2>&1
+check "--export llmc" $? "$(tail -3 "$tmp/e3.log")"
+out=$($py - "$tmp/w.bin" "$tmp/w.npz" <<'PY' 2>&1
+import sys
+import numpy as np
+h = np.fromfile(sys.argv[1], "<i4", 256)
+assert h[0] == 20240326 and h[1] == 3, h[:2]  # llm.c's magic, version 3 (fp32)
+maxT, V, L, NH, C, Vp = (int(v) for v in h[2:8])
+w = np.fromfile(sys.argv[1], "<f4", offset=1024)
+z = np.load(sys.argv[2])
+per = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+       "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+       "mlp.c_proj.weight", "mlp.c_proj.bias"]
+order = ["wte", "wpe"] + [[f"h.{l}.{p}" for l in range(L)] for p in per] + ["ln_f.weight", "ln_f.bias"]
+at = 0
+for item in order:
+    for name in (item if isinstance(item, list) else [item]):
+        n = z[name].size
+        assert np.array_equal(w[at:at + n], z[name].ravel()), name
+        at += n
+assert at == w.size, (at, w.size)
+print(f"L={L} NH={NH} C={C} maxT={maxT} V={V} Vp={Vp}, {at} values in llm.c's order")
+PY
+)
+check "llm.c's header and order, every tensor the npz's ($out)" $? "$out"
+got=$(./train "${gpt[@]}" --set model.init="llmc:$tmp/w.bin" --set optim.lr=0 --set train.max_steps=1 \
+      --set checkpoint.every_epochs=0 2>&1 | sha)
+check "init = llmc:the export, learning rate 0: the checkpoint's weights hash" \
+    $([ -n "$got" ] && [ "$got" = "$want" ]; echo $?) "got $got, want $want"
+
+./train --export llmc "$ck" "$tmp/x.bin" > "$tmp/e4.log" 2>&1
+check "llmc without a config: refused, saying why" \
+    $([ $? = 2 ] && grep -q "needs the run's CONFIG" "$tmp/e4.log"; echo $?) "$(cat "$tmp/e4.log")"
+./train configs/fmnist_mlp.ini --export llmc "$ck" "$tmp/x.bin" > "$tmp/e5.log" 2>&1
+check "llmc of an mlp config: refused, naming the formats" \
+    $([ $? != 0 ] && grep -q "not a format of model mlp" "$tmp/e5.log"; echo $?) "$(tail -2 "$tmp/e5.log")"
+./train --export safetensors "$tmp/ck/9" "$tmp/x.st" > "$tmp/e6.log" 2>&1
+check "a missing checkpoint: named, nothing written" \
+    $([ $? = 1 ] && grep -q "9: no such checkpoint" "$tmp/e6.log" && [ ! -e "$tmp/x.st" ] &&
+      [ -z "$(ls "$tmp" | grep 'x.st.')" ]; echo $?) "$(cat "$tmp/e6.log")"
+./train --export npz "$ck" /nonexistent/w.npz > "$tmp/e7.log" 2>&1
+check "an unwritable destination: named" $([ $? = 1 ] && grep -q "cannot write /nonexistent/w.npz" "$tmp/e7.log"; echo $?) \
+    "$(cat "$tmp/e7.log")"
+exit $failed
