@@ -111,7 +111,7 @@ static const dpt_config_key train_keys[] = {
     {"log", "progress", DPT_KEY_ENUM, "auto", 1, 0, "auto|bar|lines",
      "auto: a progress bar with ETA on a terminal, plain lines otherwise (CI logs)", DPT_KEY_NOT_HASHED},
     {"log", "timeline", DPT_KEY_STRING, "", 1, 0, NULL,
-     "Chrome-trace JSON per rank ({rank} in the path is replaced; else .rankN is appended when ranks > 1)", DPT_KEY_NOT_HASHED},
+     "Chrome-trace JSON per rank ({rank} in the path is replaced; else .rankN goes before the extension when ranks > 1: trace.rank0.json)", DPT_KEY_NOT_HASHED},
     {"log", "gpu_stats", DPT_KEY_ENUM, "auto", 1, 0, "auto|off",
      "auto: the GPU's utilisation, memory, temperature and power in the progress line and the metrics (NVML, "
      "when the driver provides it)", DPT_KEY_NOT_HASHED},

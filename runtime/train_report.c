@@ -173,9 +173,15 @@ void print_header(const trainer *t)
                                      !strcmp(t->task.unit, "tok") ? " | vocabulary %d" : " | %d classes", ds->num_classes);
         if (used < sizeof shape) snprintf(shape + used, sizeof shape - used, " | loss %s", t->task.loss);
     }
-    report_line("data %s | train %lld per rank of %lld | test %lld | %s | %lld steps/epoch\n",
+    char test[64]; /* [data] test_limit: the evaluation reads the first test_limit of the set */
+    int64_t tn = t->test_set->n, tl = run->test_data.limit;
+    if (tl > 0 && tl < tn)
+        snprintf(test, sizeof test, "%lld of %lld", (long long)tl, (long long)tn);
+    else
+        snprintf(test, sizeof test, "%lld", (long long)tn);
+    report_line("data %s | train %lld per rank of %lld | test %s | %s | %lld steps/epoch\n",
                 ds->nfields ? ds->name : run->data_dir, (long long)dpt_loader_num_samples(t->train_loader),
-                (long long)ds->n, (long long)t->test_set->n, shape, (long long)t->steps_per_epoch);
+                (long long)ds->n, test, shape, (long long)t->steps_per_epoch);
     if (t->train_set->files) {
         char text[1024];
         dpt_folder_describe(t->train_set, text, sizeof text);

@@ -251,8 +251,13 @@ dpt_timeline *open_timeline(const replica *r)
     const char *mark = strstr(pattern, "{rank}");
     if (mark)
         snprintf(path, sizeof path, "%.*s%d%s", (int)(mark - pattern), pattern, r->rank, mark + 6);
-    else if (r->size > 1)
-        snprintf(path, sizeof path, "%s.rank%d", pattern, r->rank);
+    else if (r->size > 1) { /* before the extension, so a viewer still sees .json: trace.rank0.json */
+        const char *slash = strrchr(pattern, '/'), *dot = strrchr(pattern, '.');
+        if (dot && (!slash || dot > slash + 1))
+            snprintf(path, sizeof path, "%.*s.rank%d%s", (int)(dot - pattern), pattern, r->rank, dot);
+        else
+            snprintf(path, sizeof path, "%s.rank%d", pattern, r->rank);
+    }
     else
         snprintf(path, sizeof path, "%s", pattern);
     dpt_error err;

@@ -33,9 +33,9 @@ assert all(e["dur"] >= 0 for e in ev)
 print(len(ev))'
 ok_tl=1
 for r in 0 1; do
-    n=$(python3 -c "$check" "$work/trace.json.rank$r" 2>&1) || { ok_tl=0; echo "$n" | tail -2; }
+    n=$(python3 -c "$check" "$work/trace.rank$r.json" 2>&1) || { ok_tl=0; echo "$n" | tail -2; }
 done
-if [ $ok_tl -eq 1 ]; then echo "ok   timeline: trace.json.rank0/1 parse as Chrome traces with compute and allreduce spans"; passed=$((passed + 1))
+if [ $ok_tl -eq 1 ]; then echo "ok   timeline: trace.rank0/1.json parse as Chrome traces with compute and allreduce spans"; passed=$((passed + 1))
 else echo "FAIL timeline"; failed=$((failed + 1)); fi
 
 echo "tools: $passed passed, $failed failed"
