@@ -102,6 +102,10 @@ static const dpt_config_key train_keys[] = {
      "write a checkpoint every N epochs, after evaluation (0 = off)", DPT_KEY_NOT_HASHED},
     {"checkpoint", "keep_last", DPT_KEY_INT, "3", 0, 1e6, NULL,
      "keep only the newest N checkpoints of this run (0 = keep all); another run's files are never deleted", DPT_KEY_NOT_HASHED},
+    {"checkpoint", "final", DPT_KEY_ENUM, "auto", 1, 0, "auto|true|false",
+     "a checkpoint of the last step when the run ends (max_steps mid-epoch, or past the last periodic one): auto "
+     "= when the run writes checkpoints every N steps or epochs; true = always (a run without periodic ones then "
+     "leaves one, and the next run in the folder meets [checkpoint] existing)", DPT_KEY_NOT_HASHED},
     {"checkpoint", "existing", DPT_KEY_ENUM, "stop", 1, 0, "stop|archive",
      "the folder holds another run's checkpoints (or, on resume, newer ones than the one resumed): stop "
      "with an error, or move them into dir/previous-<time>/ and go on", DPT_KEY_NOT_HASHED},

@@ -68,7 +68,8 @@ int dpt_train_main(int argc, char **argv)
                      .local_size = world.local_size,
                      .world = &world,
                      .print = world.rank == 0 || run->all_ranks,
-                     .ckpt_lock_fd = -1};
+                     .ckpt_lock_fd = -1,
+                     .last_ckpt_step = -1};
         if (*run->devices) {
             dpt_errorf(&err,
                        "[distributed] devices = %s: DataParallel runs in one process; under "
@@ -291,6 +292,8 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
     rc->ckpt_every_epochs = (int)dpt_config_int(c, "checkpoint", "every_epochs");
     rc->keep_last = (int)dpt_config_int(c, "checkpoint", "keep_last");
     rc->ckpt_archive = dpt_config_enum(c, "checkpoint", "existing") == 1;
+    int final = dpt_config_enum(c, "checkpoint", "final"); /* auto | true | false */
+    rc->ckpt_final = final == 1 || (final == 0 && (rc->ckpt_every_steps > 0 || rc->ckpt_every_epochs > 0));
     rc->interval = dpt_config_int(c, "log", "interval");
     rc->all_ranks = dpt_config_bool(c, "log", "all_ranks");
     rc->gpu_stats = dpt_config_enum(c, "log", "gpu_stats") == 0;
@@ -322,7 +325,8 @@ static void replica_entry(int rank, dpt_comm *comm, void *user)
                  .world = job->world,
                  .data_parallel = true,
                  .print = rank == 0,
-                 .ckpt_lock_fd = -1};
+                 .ckpt_lock_fd = -1,
+                 .last_ckpt_step = -1};
     train_replica(&r);
     job->rc[rank] = r.rc;
     if (rank == 0) job->result = r.result;

@@ -206,6 +206,7 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
         dpt_abort_job("%s", err.msg);
     dpt_checkpoint_prune(dir, t->run->keep_last, st->step);
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
+    r->last_ckpt_step = st->step;
     report_line("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
 }
 

@@ -112,6 +112,10 @@ void *train_replica(void *arg)
             }
             if (epoch_end(&t)) break;
         }
+        /* [checkpoint] final: the last step's weights are not lost to a max_steps mid-epoch or a
+         * last epoch between periodic checkpoints (a signal wrote its own) */
+        if (t.run->ckpt_final && !t.signal_seen && t.state.step > 0 && t.state.step != r->last_ckpt_step)
+            save_checkpoint(&t, &t.state);
         print_final(&t);
     }
     trainer_close(&t);
@@ -224,7 +228,7 @@ static bool resume(trainer *t, dpt_error *err)
     }
     if (!dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx, t->run->ini, &t->state, r->size, err))
         return false;
-    r->resumed_step = t->state.step;
+    r->resumed_step = r->last_ckpt_step = t->state.step;
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", r->resumed);
     /* The data position is a global sample of the epoch's stream: this world takes it from
      * there, whatever world wrote it (every rank draws the same permutation, and global step k

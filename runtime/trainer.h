@@ -82,6 +82,7 @@ typedef struct run_config {
     int64_t ckpt_every_steps;
     int ckpt_every_epochs, keep_last;
     bool ckpt_archive;
+    bool ckpt_final; /* [checkpoint] final, resolved: a checkpoint of the last step at the end */
     /* [log] */
     int64_t interval;
     bool all_ranks, gpu_stats;
@@ -108,6 +109,7 @@ typedef struct replica {
     bool ckpt_dir_ready;
     int ckpt_lock_fd;
     char last_ckpt[1100]; /* the newest checkpoint this run wrote, or resumed from */
+    int64_t last_ckpt_step; /* its step (-1: none) */
     char resumed[1100];   /* the checkpoint this run resumed ("" for a new run) ... */
     int64_t resumed_step; /* ... and its step */
 } replica;

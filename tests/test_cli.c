@@ -322,6 +322,42 @@ static bool exists(const char *fmt, const char *a, const char *b)
     return access(p, F_OK) == 0;
 }
 
+/* [checkpoint] final: a run that checkpoints every epoch but stops at max_steps mid-epoch
+ * leaves its last step (and a resume continues from it); final = false does not; auto without
+ * periodic checkpoints writes nothing; true writes the last step whatever the schedule. SMALL's
+ * 1280 samples at batch 64 make 20 steps an epoch. */
+static void test_final_checkpoint(void **state)
+{
+    (void)state;
+    char args[1600], ck[512];
+    const char *cases[][3] = {{"f1", "--set checkpoint.every_epochs=1", "00000007"},
+                              {"f2", "--set checkpoint.every_epochs=1 --set checkpoint.final=false", NULL},
+                              {"f3", "", NULL},
+                              {"f4", "--set checkpoint.final=true", "00000007"}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(ck, sizeof ck, "%s/%s", dir, cases[i][0]);
+        snprintf(args, sizeof args,
+                 SMALL "--set train.epochs=2 --set train.max_steps=7 --set log.interval=1000 --set checkpoint.dir=%s %s",
+                 ck, cases[i][1]);
+        int rc = run_capture(out, sizeof out, "./train %s", args);
+        if (rc != 0) fail_msg("./train %s failed:\n%s", args, out);
+        bool want = cases[i][2] != NULL;
+        if (exists("%s/ckpt-step%s.dpt", ck, "00000007") != want)
+            fail_msg("./train %s: the step-7 checkpoint %s\n%s", args, want ? "is missing" : "was written", out);
+        if (want) assert_contains(out, "ckpt-step00000007.dpt (epoch 1, step 7)");
+    }
+    /* the mid-epoch final checkpoint resumes exactly: on to step 9 */
+    snprintf(ck, sizeof ck, "%s/f1", dir);
+    snprintf(args, sizeof args,
+             SMALL "--set train.epochs=2 --set train.max_steps=9 --set log.interval=1000 --set checkpoint.dir=%s "
+                   "--set checkpoint.every_epochs=1 --resume",
+             ck);
+    int rc = run_capture(out, sizeof out, "./train %s", args);
+    if (rc != 0) fail_msg("resume from the final checkpoint failed:\n%s", out);
+    assert_contains(out, "ckpt-step00000007.dpt: epoch 1, step 7");
+    assert_true(exists("%s/ckpt-step%s.dpt", ck, "00000009"));
+}
+
 /* The checkpoint folder holds one run: another run's files are never deleted or mixed in,
  * a file this run reports stays, and a folder that cannot take checkpoints is an error
  * before the first step. */
@@ -419,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_dry_run),
         cmocka_unit_test(test_training_controls),
         cmocka_unit_test(test_checkpoint_folder),
+        cmocka_unit_test(test_final_checkpoint),
         cmocka_unit_test(test_data_parallel_failure),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_gpu_stats),
