@@ -116,6 +116,13 @@ void *train_replica(void *arg)
          * last epoch between periodic checkpoints (a signal wrote its own) */
         if (t.run->ckpt_final && !t.signal_seen && t.state.step > 0 && t.state.step != r->last_ckpt_step)
             save_checkpoint(&t, &t.state);
+        if (!t.evaluated && !t.signal_seen) { /* resumed at its end: nothing to train, the final numbers measured now */
+            if (r->rank == 0) printf("nothing left to train: %s is past its last epoch; evaluating its weights\n",
+                                     *r->resumed ? r->resumed : "the checkpoint");
+            t.test = dpt_eval_allreduce(r->comm, dpt_evaluate(t.ctx, t.model, t.test_loader));
+            t.evaluated = true;
+            r->result.final_test_loss = t.test.loss, r->result.final_test_acc = t.test.accuracy;
+        }
         print_final(&t);
     }
     trainer_close(&t);
@@ -522,6 +529,7 @@ static void evaluate_mid_epoch(trainer *t)
 {
     double start = dpt_now_s();
     t->test = dpt_eval_allreduce(t->r->comm, dpt_evaluate(t->ctx, t->model, t->test_loader));
+    t->evaluated = true;
     log_eval(t, NULL);
     t->eval_s += dpt_now_s() - start;
     t->win.start = dpt_now_s(); /* evaluation time is not training throughput */
@@ -553,6 +561,7 @@ static bool epoch_end(trainer *t)
     progress_end_epoch(&t->bar);
     double eval_start = dpt_now_s();
     t->test = dpt_eval_allreduce(t->r->comm, dpt_evaluate(t->ctx, t->model, t->test_loader));
+    t->evaluated = true;
     bool better = (t->task.metrics & DPT_METRIC_ACCURACY) ? t->test.accuracy > st->best_acc
                                                           : t->test.loss < st->best_loss;
     if (better)

@@ -172,6 +172,7 @@ typedef struct trainer {
     bool nan_loss; /* tests: [distributed] fault = nan is due this step */
     double run_start, eval_s; /* evaluation time is not training throughput */
     dpt_eval_result test;
+    bool evaluated; /* test holds an evaluation of this run (a resumed finished run has none) */
     int signal_seen;
     bool stop;
 } trainer;

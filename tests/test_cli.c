@@ -356,6 +356,20 @@ static void test_final_checkpoint(void **state)
     if (rc != 0) fail_msg("resume from the final checkpoint failed:\n%s", out);
     assert_contains(out, "ckpt-step00000007.dpt: epoch 1, step 7");
     assert_true(exists("%s/ckpt-step%s.dpt", ck, "00000009"));
+    /* a finished run resumed: nothing to train, its weights evaluated (the final accuracy was
+     * printed as 0.00% and --expect saw none), the same number the run ended with */
+    snprintf(ck, sizeof ck, "%s/f5", dir);
+    snprintf(args, sizeof args, SMALL "--set train.epochs=1 --set checkpoint.every_epochs=1 --set checkpoint.dir=%s", ck);
+    rc = run_capture(out, sizeof out, "./train %s", args);
+    if (rc != 0) fail_msg("./train %s failed:\n%s", args, out);
+    const char *acc = strstr(out, "final test acc ");
+    assert_non_null(acc);
+    char want[64];
+    snprintf(want, sizeof want, "%.*s", (int)strcspn(acc, "|\n"), acc);
+    rc = run_capture(out, sizeof out, "./train %s --resume --expect 'final_test_acc >= 50%%'", args);
+    if (rc != 0) fail_msg("resuming a finished run failed:\n%s", out);
+    assert_contains(out, "nothing left to train");
+    assert_contains(out, want);
 }
 
 /* The checkpoint folder holds one run: another run's files are never deleted or mixed in,
