@@ -907,6 +907,11 @@ typedef struct dpt_train_state {
     /* the training set's identity when it was written (a folder's file list and labels hash;
      * 0: unknown), so a resume can say that the data changed since */
     uint64_t data_hash;
+    /* mid-epoch: the epoch's training sums so far over every rank (loss, correct, units: what
+     * the loss averages over), so a resumed run's epoch line is an uninterrupted one's (0: none,
+     * an epoch start or an old checkpoint). No wall time: checkpoints stay byte-identical. */
+    double epoch_loss;
+    int64_t epoch_correct, epoch_units;
 } dpt_train_state;
 
 /* Write model parameters and buffers, optimizer state, the context's RNG, the train state,

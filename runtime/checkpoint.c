@@ -162,13 +162,15 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
                      "model=%s\nsummary=%s\noptim=%s\noptim_steps=%lld\nepoch=%d\nbatches_done=%lld\n"
                      "step=%lld\nskipped=%lld\nbest_acc=%.17g\nbest_epoch=%d\nworld_size=%d\n"
                      "config_hash=%016llx\nepoch_samples=%lld\nloss_scale=%.17g\nscale_good_steps=%lld\n"
-                     "scale_skips=%lld\ndata_hash=%016llx\nbest_loss=%.17g\n",
+                     "scale_skips=%lld\ndata_hash=%016llx\nbest_loss=%.17g\nepoch_loss=%.17g\nepoch_correct=%lld\n"
+                     "epoch_units=%lld\n",
                      dpt_model_name(model), dpt_model_summary(model), dpt_optim_name(optim),
                      (long long)dpt_optim_steps(optim), st->epoch, (long long)st->batches_done, (long long)st->step,
                      (long long)st->skipped, st->best_acc, st->best_epoch, world_size,
                      (unsigned long long)dpt_config_hash(cfg), (long long)st->samples_done, st->loss_scale,
                      (long long)st->scale_good_steps, (long long)st->scale_skips,
-                     (unsigned long long)st->data_hash, st->best_loss);
+                     (unsigned long long)st->data_hash, st->best_loss, st->epoch_loss, (long long)st->epoch_correct,
+                     (long long)st->epoch_units);
     put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
     char *text = config_text(cfg);
     put_record(&w, REC_BLOB, "config", 0, NULL, text, strlen(text));
@@ -459,6 +461,18 @@ static bool read_state(const char *path, const record *meta, dpt_train_state *st
         !(st->best_acc >= -1.0 && st->best_acc <= 1.0))
         return dpt_errorf(err, "%s: meta best_acc = %s is not an accuracy in [-1, 1]\n" HINT_CORRUPT, path,
                           val);
+    /* the epoch's sums so far (older files have none: 0) */
+    st->epoch_loss = 0.0, st->epoch_correct = st->epoch_units = 0;
+    const char *sums[3] = {"epoch_loss", "epoch_correct", "epoch_units"};
+    for (int k = 0; k < 3; k++) {
+        if (!meta_get(meta, sums[k], val, sizeof val)) continue;
+        double v = strtod(val, &end);
+        if (*end || !isfinite(v) || v < 0 || v > 1e18)
+            return dpt_errorf(err, "%s: meta %s = %s is not a sum\n" HINT_CORRUPT, path, sums[k], val);
+        if (k == 0) st->epoch_loss = v;
+        else if (k == 1) st->epoch_correct = (int64_t)v;
+        else st->epoch_units = (int64_t)v;
+    }
     st->best_loss = INFINITY; /* the lowest test loss (tasks without accuracy); older files have none */
     if (meta_get(meta, "best_loss", val, sizeof val)) {
         st->best_loss = strtod(val, &end);
@@ -872,7 +886,8 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
     fprintf(out, "checkpoint %s | %zu bytes | format %u | %u records\n", path, size, CKPT_VERSION, n);
     static const char *const keys[] = {"step",       "epoch",     "batches_done", "epoch_samples", "world_size", "config_hash",
                                        "model",      "summary",   "optim",        "optim_steps", "skipped",
-                                       "best_acc",   "best_epoch", "best_loss", "loss_scale", "scale_good_steps", "scale_skips", "data_hash"};
+                                       "best_acc",   "best_epoch", "best_loss", "loss_scale", "scale_good_steps", "scale_skips", "data_hash",
+                                       "epoch_loss", "epoch_correct", "epoch_units"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         char val[512];
         if (meta_get(meta, keys[k], val, sizeof val)) fprintf(out, "%-14s %s\n", keys[k], val);

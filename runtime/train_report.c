@@ -407,8 +407,8 @@ void print_final(trainer *t)
     else
         snprintf(best, sizeof best, "best test loss %.4f (epoch %d) | final test loss %.4f", st->best_loss,
                  st->best_epoch, t->test.loss);
-    report_line("done | %s epochs | %lld steps%s | %.1f s | %s | peak memory %s\n", epochs, (long long)st->step,
-                st->skipped ? " (some skipped)" : "", seconds, best, peak);
+    report_line("done | %s epochs | %lld steps%s | %.1f s%s | %s | peak memory %s\n", epochs, (long long)st->step,
+                st->skipped ? " (some skipped)" : "", seconds, *r->resumed ? " since the resume" : "", best, peak);
     if (hashed)
         report_line("weights sha256 %s\n", r->result.weights_sha256);
     else

@@ -193,9 +193,19 @@ bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err)
 void save_checkpoint(trainer *t, const dpt_train_state *state)
 {
     replica *r = t->r;
+    /* mid-epoch: the epoch's training sums over every rank (all ranks are here), so that the
+     * resumed run's epoch line is the uninterrupted run's */
+    double sums[3] = {0, 0, 0};
+    if (state->batches_done > 0) {
+        window w;
+        meter_read(t->meter, METER_EPOCH, &w);
+        sums[0] = w.loss, sums[1] = (double)w.correct, sums[2] = (double)t->whole.units;
+        if (r->comm && r->size > 1) dpt_comm_allreduce_f64(r->comm, sums, 3, "the epoch's sums for a checkpoint");
+    }
     if (r->rank != 0) return;
     dpt_train_state at = *state; /* with the data position in global samples */
     at.samples_done = at.batches_done * t->run->batch * r->size;
+    at.epoch_loss = sums[0], at.epoch_correct = (int64_t)sums[1], at.epoch_units = (int64_t)sums[2];
     const dpt_train_state *st = &at;
     const char *dir = t->run->ckpt_dir;
     dpt_error err;

@@ -236,6 +236,7 @@ static bool resume(trainer *t, dpt_error *err)
     if (!dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx, t->run->ini, &t->state, r->size, err))
         return false;
     r->resumed_step = r->last_ckpt_step = t->state.step;
+    t->carry_units = t->state.batches_done > 0 ? t->state.epoch_units : 0;
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", r->resumed);
     /* The data position is a global sample of the epoch's stream: this world takes it from
      * there, whatever world wrote it (every rank draws the same permutation, and global step k
@@ -387,6 +388,14 @@ static void epoch_begin(trainer *t)
     dpt_loader_skip(t->train_loader, t->state.batches_done); /* resuming mid-epoch */
     t->whole = (window){.start = dpt_now_s()};
     dpt_tensor_fill_slice(t->ctx, t->meter, METER_EPOCH, 2, 0.0f);
+    if (t->carry_units > 0) { /* resumed mid-epoch: the sums so far, on rank 0 (the others' add to them) */
+        if (t->r->rank == 0) {
+            dpt_tensor_fill_slice(t->ctx, t->meter, METER_EPOCH, 1, (float)t->state.epoch_loss);
+            dpt_tensor_fill_slice(t->ctx, t->meter, METER_EPOCH + 1, 1, (float)t->state.epoch_correct);
+            t->whole.units = t->carry_units;
+        }
+        t->carry_units = 0;
+    }
 }
 
 /* One micro-batch: forward, loss, backward (DDP's AllReduces start as buckets fill), and the

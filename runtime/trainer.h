@@ -173,6 +173,7 @@ typedef struct trainer {
     double run_start, eval_s; /* evaluation time is not training throughput */
     dpt_eval_result test;
     bool evaluated; /* test holds an evaluation of this run (a resumed finished run has none) */
+    int64_t carry_units; /* resumed mid-epoch: the epoch's units so far (state's sums go into the meter) */
     int signal_seen;
     bool stop;
 } trainer;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# resume.sh: a run stopped and resumed equals a run never stopped: the same per-step losses
-# and a byte-identical final checkpoint. Alone, under mpirun -np 2, and stopped by SIGTERM.
+# resume.sh: a run stopped and resumed equals a run never stopped: the same per-step losses,
+# the same epoch lines (the epoch's training sums travel in the checkpoint) and a
+# byte-identical final checkpoint. Alone, under mpirun -np 2, and stopped by SIGTERM.
 # And [train] global_batch: split over any world size that divides it (an error naming the
 # sizes otherwise); a 2-rank checkpoint written mid-epoch resumes on 1 rank and on 4 replicas at
 # the next global sample and ends at the uninterrupted run's test loss (4 digits, SGD); a
@@ -16,6 +17,9 @@ bad() { echo "FAIL $1"; failed=$((failed + 1)); }
 
 # per-step losses after step $2 (timing fields removed)
 losses_after() { grep '"kind":"train"' "$1" | sed 's/,"img_s".*//' | awk -F'"step":' -v k="$2" '{split($2,a,","); if (a[1] > k) print}'; }
+
+# "epoch N done" lines without their time (train and test loss and accuracy)
+epoch_lines() { grep "^epoch [0-9]* done" "$1" | sed 's/| [0-9.]* s |/|/'; }
 
 # run_pair NAME K CONFIG LAUNCH... : uninterrupted run vs K steps + resume, same checkpoint
 # dir name. (The schedule must not depend on max_steps, which sets the cosine horizon.)
@@ -34,6 +38,11 @@ run_pair() {
     if cmp -s "$work/ck_full/$last" "$work/ck/$last" && diff -q <(losses_after "$work/full.jsonl" $k) <(losses_after "$work/m.jsonl" $k) > /dev/null \
         && [ -n "$(losses_after "$work/m.jsonl" $k)" ]; then
         ok "$name: $k steps + resume == uninterrupted (losses after step $k and $last identical)"
+        # the epoch lines (train loss and accuracy over the whole epoch, the resumed one too)
+        local got want
+        got=$(epoch_lines "$work/resumed.log"); want=$(epoch_lines "$work/full.log" | tail -n "$(grep -c . <<< "$got")")
+        if [ -n "$got" ] && [ "$got" = "$want" ]; then ok "$name: the resumed run's epoch lines are the uninterrupted run's"
+        else bad "$name: epoch lines differ after the resume"; diff <(echo "$want") <(echo "$got") | head -4; fi
     else
         bad "$name: resumed run differs"; diff <(losses_after "$work/full.jsonl" $k) <(losses_after "$work/m.jsonl" $k) | head -5
         ls -l "$work/ck_full" "$work/ck"; tail -n 3 "$work/first.log" "$work/resumed.log"
