@@ -52,6 +52,14 @@ run_pair() {
 run_pair "1 process" 70 configs/fmnist_mlp.ini
 run_pair "mpirun -np 2" 40 configs/fmnist_mlp.ini $MPIRUN -np 2
 run_pair "cnn: batch norm buffers and dropout RNG" 45 "configs/fmnist_cnn.ini --set optim.schedule=constant --set data.test_limit=500"
+# a small gpt on token shards (AdamW, dropout, the token loader's position), alone and on 2 ranks
+printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$work/text.txt"
+build/tools/text_tokens --val-fraction 0.1 "$work/tok" "$work/text.txt" > /dev/null
+gpt="configs/gpt_fortunes.ini --set model.n_layer=2 --set model.n_head=2 --set model.n_embd=32 --set model.resid_dropout=0.1
+     --set data.train=$work/tok/train_*.bin --set data.val=$work/tok/val_*.bin --set data.seq_len=32 --set train.batch=4
+     --set data.test_limit=16 --set optim.schedule=constant"
+run_pair "gpt" 50 "$gpt"
+run_pair "gpt, mpirun -np 2" 25 "$gpt" $MPIRUN -np 2
 
 # SIGTERM mid-run: the job finishes the step, writes a checkpoint, exits 0; resuming ends
 # with the same final checkpoint as an uninterrupted run.
