@@ -79,6 +79,29 @@ got=$(./train "${gpt[@]}" --set model.init="llmc:$tmp/w.bin" --set optim.lr=0 --
 check "init = llmc:the export, learning rate 0: the checkpoint's weights hash" \
     $([ -n "$got" ] && [ "$got" = "$want" ]; echo $?) "got $got, want $want"
 
+# the other way round: a file written in llm.c's layout by NumPy (every tensor random, so no two
+# of one shape can be swapped unseen), loaded (init = llmc:), checkpointed untouched (lr 0) and
+# exported again: the same bytes
+$py - "$tmp/x0.bin" <<'PY'
+import sys
+import numpy as np
+L, H, C, V, VP, T = 2, 2, 32, 256, 256, 32
+rng = np.random.default_rng(7)
+shapes = [(VP, C), (T, C), (L, C), (L, C), (L, 3 * C, C), (L, 3 * C), (L, C, C), (L, C), (L, C), (L, C),
+          (L, 4 * C, C), (L, 4 * C), (L, C, 4 * C), (L, C), (C,), (C,)]
+h = np.zeros(256, np.int32)
+h[:8] = [20240326, 3, T, V, L, H, C, VP]
+with open(sys.argv[1], "wb") as f:
+    f.write(h.tobytes())
+    for s in shapes:
+        f.write((rng.standard_normal(s) * 0.1).astype("<f4").tobytes())
+PY
+./train "${gpt[@]}" --set model.init="llmc:$tmp/x0.bin" --set optim.lr=0 --set train.max_steps=1 \
+    --set checkpoint.dir="$tmp/ck0" --set checkpoint.final=true > "$tmp/r0.log" 2>&1 &&
+    ./train "${gpt[@]}" --export llmc "$tmp/ck0" "$tmp/x1.bin" > "$tmp/r1.log" 2>&1
+check "llm.c's layout written by NumPy -> init = llmc: -> checkpoint -> --export llmc: the same bytes" \
+    $(cmp -s "$tmp/x0.bin" "$tmp/x1.bin"; echo $?) "$(tail -n 2 "$tmp/r0.log" "$tmp/r1.log"; cmp "$tmp/x0.bin" "$tmp/x1.bin")"
+
 ./train --export llmc "$ck" "$tmp/x.bin" > "$tmp/e4.log" 2>&1
 check "llmc without a config: refused, saying why" \
     $([ $? = 2 ] && grep -q "needs the run's CONFIG" "$tmp/e4.log"; echo $?) "$(cat "$tmp/e4.log")"
