@@ -202,6 +202,7 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
         sums[0] = w.loss, sums[1] = (double)w.correct, sums[2] = (double)t->whole.units;
         if (r->comm && r->size > 1) dpt_comm_allreduce_f64(r->comm, sums, 3, "the epoch's sums for a checkpoint");
     }
+    r->last_ckpt_step = state->step; /* on every rank: the end-of-run decision must agree */
     if (r->rank != 0) return;
     dpt_train_state at = *state; /* with the data position in global samples */
     at.samples_done = at.batches_done * t->run->batch * r->size;
@@ -216,7 +217,6 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
         dpt_abort_job("%s", err.msg);
     dpt_checkpoint_prune(dir, t->run->keep_last, st->step);
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
-    r->last_ckpt_step = st->step;
     report_line("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
 }
 

@@ -30,10 +30,12 @@ run_pair() {
         --set log.interval=1 --set optim.warmup_epochs=0.5 --set checkpoint.every_epochs=1 --set checkpoint.dir=$work/ck
         --set log.metrics=$work/m.jsonl"
     rm -rf "$work/ck"
-    "$@" ./train $common > "$work/full.log" 2>&1 || { bad "$name: uninterrupted run failed"; tail "$work/full.log"; return; }
+    # (timeout: a collective that one rank skips, e.g. at the final checkpoint, hangs the job)
+    timeout 300 "$@" ./train $common > "$work/full.log" 2>&1 || { bad "$name: uninterrupted run failed"; tail "$work/full.log"; return; }
     rm -rf "$work/ck_full"; mv "$work/ck" "$work/ck_full"; cp "$work/m.jsonl" "$work/full.jsonl"
-    "$@" ./train $common --set checkpoint.every_steps=$k --set train.max_steps=$k > "$work/first.log" 2>&1
-    "$@" ./train $common --resume latest > "$work/resumed.log" 2>&1 || { bad "$name: resumed run failed"; tail "$work/resumed.log"; return; }
+    timeout 300 "$@" ./train $common --set checkpoint.every_steps=$k --set train.max_steps=$k > "$work/first.log" 2>&1 ||
+        { bad "$name: the first $k steps failed (exit $?)"; tail "$work/first.log"; return; }
+    timeout 300 "$@" ./train $common --resume latest > "$work/resumed.log" 2>&1 || { bad "$name: resumed run failed"; tail "$work/resumed.log"; return; }
     local last=$(ls "$work/ck_full" | tail -n 1)
     if cmp -s "$work/ck_full/$last" "$work/ck/$last" && diff -q <(losses_after "$work/full.jsonl" $k) <(losses_after "$work/m.jsonl" $k) > /dev/null \
         && [ -n "$(losses_after "$work/m.jsonl" $k)" ]; then
@@ -60,6 +62,20 @@ gpt="configs/gpt_fortunes.ini --set model.n_layer=2 --set model.n_head=2 --set m
      --set data.test_limit=16 --set optim.schedule=constant"
 run_pair "gpt" 50 "$gpt"
 run_pair "gpt, mpirun -np 2" 25 "$gpt" $MPIRUN -np 2
+
+# [checkpoint] final on 2 ranks, max_steps mid-epoch: with epoch checkpoints the final one is
+# step 7; with one every 7 steps, step 7's periodic one is the last and no rank writes again (a
+# rank that did would wait alone in the sums' AllReduce: the job hung). Each job must end.
+for every in every_epochs=1 every_steps=7; do
+    rm -rf "$work/fin"
+    if timeout 120 $MPIRUN -np 2 ./train configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=2000 \
+        --set checkpoint.$every --set train.max_steps=7 --set checkpoint.dir="$work/fin" > "$work/fin.log" 2>&1 &&
+        [ "$(ls "$work/fin" | grep -c dpt)" = 1 ] && [ -f "$work/fin/ckpt-step00000007.dpt" ]; then
+        ok "mpirun -np 2, $every, max_steps 7 mid-epoch: one checkpoint, of step 7, and the job ends"
+    else
+        bad "mpirun -np 2 final checkpoint with $every (exit $?)"; tail -n 5 "$work/fin.log"; ls "$work/fin"
+    fi
+done
 
 # SIGTERM mid-run: the job finishes the step, writes a checkpoint, exits 0; resuming ends
 # with the same final checkpoint as an uninterrupted run.
