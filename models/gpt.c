@@ -76,13 +76,27 @@ static dpt_tensor *param(dpt_model *model, const char *fmt, int64_t layer, const
  * fcprojb, lnfw, lnfb. Our parameters are the same matrices (Linear's (out, in) layout). */
 enum { LLMC_MAGIC = 20240326, LLMC_FP32 = 3, LLMC_BF16 = 5, LLMC_TOKENS_MAGIC = 20240520 };
 
-/* The tensor of kind k (0..15 in the file's order) of layer l. */
-static dpt_tensor *llmc_tensor(gpt *g, int k, int64_t l)
+/* The model's tensors in the file's order (kinds 0..15, each for every layer; wte, wpe and the
+ * final LN once): a new list of 4 + 12 layers entries (*count), with the values in all and the
+ * largest tensor's in most; NULL when out of memory. */
+static dpt_tensor **llmc_order(gpt *g, int *count, int64_t *all, size_t *most)
 {
-    gpt_block *b = &g->block[l];
-    dpt_tensor *per_layer[12] = {b->ln1_w, b->ln1_b, b->qkv_w, b->qkv_b, b->proj_w, b->proj_b,
-                                 b->ln2_w, b->ln2_b, b->fc_w, b->fc_b, b->fcproj_w, b->fcproj_b};
-    return k == 0 ? g->wte : k == 1 ? g->wpe : k == 14 ? g->lnf_w : k == 15 ? g->lnf_b : per_layer[k - 2];
+    dpt_tensor **list = malloc((size_t)(4 + 12 * g->layers) * sizeof *list);
+    if (!list) return NULL;
+    int n = 0;
+    *all = 0, *most = 0;
+    for (int k = 0; k < 16; k++)
+        for (int64_t l = 0; l < (k < 2 || k >= 14 ? 1 : g->layers); l++) {
+            gpt_block *b = &g->block[l];
+            dpt_tensor *per_layer[12] = {b->ln1_w, b->ln1_b, b->qkv_w, b->qkv_b, b->proj_w, b->proj_b,
+                                         b->ln2_w, b->ln2_b, b->fc_w, b->fc_b, b->fcproj_w, b->fcproj_b};
+            dpt_tensor *t = k == 0 ? g->wte : k == 1 ? g->wpe : k == 14 ? g->lnf_w : k == 15 ? g->lnf_b : per_layer[k - 2];
+            size_t numel = (size_t)dpt_tensor_numel(t);
+            list[n++] = t, *all += (int64_t)numel;
+            if (numel > *most) *most = numel;
+        }
+    *count = n;
+    return list;
 }
 
 static bool llmc_load(gpt *g, const char *path, const char *where, dpt_error *err)
@@ -119,39 +133,39 @@ static bool llmc_load(gpt *g, const char *path, const char *where, dpt_error *er
         fclose(f);
         return dpt_errorf(err, "%s: llm.c's GPT-2 has biases; this config sets [model] bias = false", where);
     }
-    int64_t total = 0;
-    for (int k = 0; k < 16; k++)
-        for (int64_t l = 0; l < (k < 2 || k >= 14 ? 1 : g->layers); l++)
-            total += dpt_tensor_numel(llmc_tensor(g, k, l));
+    int64_t total;
+    size_t most;
+    int count;
+    dpt_tensor **list = llmc_order(g, &count, &total, &most);
+    float *buf = list ? malloc(most * sizeof *buf) : NULL;
+    if (!buf) {
+        free(list);
+        fclose(f);
+        return dpt_errorf(err, "out of host memory reading %s", path);
+    }
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || (int64_t)st.st_size != 1024 + 4 * total) {
+        free(buf), free(list);
         fclose(f);
         return dpt_errorf(err, "%s: %s has %lld bytes; its header describes %lld parameters (%lld bytes with the "
                                "header): truncated or not written by llm.c",
                           where, path, (long long)st.st_size, (long long)total, (long long)(1024 + 4 * total));
     }
-    float *buf = NULL;
-    size_t cap = 0;
-    for (int k = 0; k < 16 && ok; k++)
-        for (int64_t l = 0; l < (k < 2 || k >= 14 ? 1 : g->layers) && ok; l++) {
-            dpt_tensor *t = llmc_tensor(g, k, l);
-            size_t n = (size_t)dpt_tensor_numel(t);
-            if (n > cap && !(buf = realloc(buf, (cap = n) * sizeof *buf))) {
+    for (int i = 0; i < count && ok; i++) {
+        dpt_tensor *t = list[i];
+        size_t n = (size_t)dpt_tensor_numel(t);
+        ok = fread(buf, sizeof *buf, n, f) == n;
+        for (size_t j = 0; ok && j < n; j++)
+            if (!isfinite(buf[j])) {
+                dpt_errorf(err, "%s: %s: %s holds a non-finite value (%g at %zu)", where, path, dpt_tensor_name(t),
+                           (double)buf[j], j);
+                free(buf), free(list);
                 fclose(f);
-                return dpt_errorf(err, "out of host memory reading %s", path);
+                return false;
             }
-            ok = fread(buf, sizeof *buf, n, f) == n;
-            for (size_t i = 0; ok && i < n; i++)
-                if (!isfinite(buf[i])) {
-                    dpt_errorf(err, "%s: %s: %s holds a non-finite value (%g at %zu)", where, path, dpt_tensor_name(t),
-                               (double)buf[i], i);
-                    free(buf);
-                    fclose(f);
-                    return false;
-                }
-            if (ok) dpt_tensor_copy_from_host(t, buf);
-        }
-    free(buf);
+        if (ok) dpt_tensor_copy_from_host(t, buf);
+    }
+    free(buf), free(list);
     fclose(f);
     if (!ok) return dpt_errorf(err, "%s: cannot read %s to its end", where, path);
     return true;
@@ -170,26 +184,18 @@ static bool gpt_export(dpt_model *model, const char *format, const char *path, d
     char tmp[1200];
     FILE *f;
     if (!dpt_export_open(path, tmp, sizeof tmp, &f, err)) return false;
-    bool ok = fwrite(h, sizeof h, 1, f) == 1;
-    float *buf = NULL;
-    size_t cap = 0;
-    for (int k = 0; k < 16 && ok; k++)
-        for (int64_t l = 0; l < (k < 2 || k >= 14 ? 1 : g->layers) && ok; l++) {
-            dpt_tensor *t = llmc_tensor(g, k, l);
-            size_t n = (size_t)dpt_tensor_numel(t);
-            if (n > cap) {
-                float *grown = realloc(buf, n * sizeof *buf);
-                if (!grown) {
-                    ok = false;
-                    errno = ENOMEM;
-                    break;
-                }
-                buf = grown, cap = n;
-            }
-            dpt_tensor_copy_to_host(t, buf);
-            ok = fwrite(buf, sizeof *buf, n, f) == n;
-        }
-    free(buf);
+    int64_t total;
+    size_t most;
+    int count;
+    dpt_tensor **list = llmc_order(g, &count, &total, &most);
+    float *buf = list ? malloc(most * sizeof *buf) : NULL;
+    bool ok = buf && fwrite(h, sizeof h, 1, f) == 1;
+    for (int i = 0; i < count && ok; i++) {
+        size_t n = (size_t)dpt_tensor_numel(list[i]);
+        dpt_tensor_copy_to_host(list[i], buf);
+        ok = fwrite(buf, sizeof *buf, n, f) == n;
+    }
+    free(buf), free(list);
     if (!ok) dpt_errorf(err, "writing %s failed: %s\nHINT: is the disk full?", tmp, strerror(errno));
     return dpt_export_close(f, tmp, path, ok, err);
 }
