@@ -451,9 +451,43 @@ void print_resume_command(const replica *r, const char *path)
         return;
     }
     bool mpi = r->size > 1 && !r->data_parallel;
-    printf("resume with: ");
-    if (mpi) printf("mpirun -np %d ", r->size);
     const cli *a = r->args;
+    /* Under mpirun, rank 0's parent on the launching node is mpirun itself: its command line
+     * up to this program gives the launcher's options exactly (--oversubscribe, --hostfile,
+     * --bind-to, ...). Elsewhere (an orted parent, MPMD ':' segments) say what is missing. */
+    char launcher[4096];
+    size_t llen = 0;
+    bool exact = false;
+    if (mpi) {
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/%d/cmdline", (int)getppid());
+        FILE *f = fopen(proc, "rb");
+        if (f) {
+            llen = fread(launcher, 1, sizeof launcher - 1, f);
+            bool whole = feof(f);
+            fclose(f);
+            launcher[llen] = '\0';
+            const char *base = strrchr(launcher, '/') ? strrchr(launcher, '/') + 1 : launcher;
+            bool is_mpirun = !strcmp(base, "mpirun") || !strcmp(base, "mpiexec") || !strcmp(base, "orterun") ||
+                             !strcmp(base, "prterun");
+            size_t prefix = 0;
+            bool colon = false;
+            for (size_t at = 0; whole && is_mpirun && at < llen; at += strlen(launcher + at) + 1) {
+                if (!strcmp(launcher + at, ":")) colon = true;
+                if (!prefix && at && !strcmp(launcher + at, a->argv[0])) prefix = at;
+            }
+            exact = whole && is_mpirun && prefix && !colon;
+            llen = exact ? prefix : 0;
+        }
+    }
+    printf("resume with: ");
+    if (exact)
+        for (size_t at = 0; at < llen; at += strlen(launcher + at) + 1) {
+            shell_word(stdout, launcher + at);
+            putchar(' ');
+        }
+    else if (mpi)
+        printf("mpirun -np %d ", r->size);
     for (int i = 0; i < a->argc; i++) {
         if (!strcmp(a->argv[i], "--resume")) { /* and its argument, if it took one */
             if (i + 1 < a->argc && a->resume == a->argv[i + 1]) i++;
@@ -465,6 +499,6 @@ void print_resume_command(const replica *r, const char *path)
     printf(" --resume ");
     shell_word(stdout, path);
     printf("\n");
-    if (mpi) printf("(with the other mpirun options this job was started with, e.g. --hostfile)\n");
+    if (mpi && !exact) printf("(with the other mpirun options this job was started with, e.g. --hostfile)\n");
     fflush(stdout);
 }

@@ -235,6 +235,11 @@ void install_signal_handlers(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* SIGUSR1: the same stop. mpirun forwards it to every rank and lets the job end by itself
+     * (exit 0), where Ctrl-C or SIGTERM to mpirun makes mpirun report the job as killed (exit 1
+     * whatever the ranks return); a batch system can send it before a time limit (Slurm:
+     * --signal=USR1@120). */
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 /* A signal may reach the ranks at different steps: they agree (one tiny AllReduce per step)
@@ -243,12 +248,13 @@ bool signal_agreed(const replica *r, int *signal_seen)
 {
     double sig = (double)pending_signal;
     if (r->comm && r->size > 1) {
+        double mine = sig;
         dpt_comm_allreduce_f64(r->comm, &sig, 1, "signal agreement (once per step)");
-        if (sig > 0) sig = SIGTERM;
+        if (sig > 0) sig = mine > 0 ? mine : SIGTERM; /* this rank's own, if it got one */
     }
     if (sig > 0 && r->rank == 0) {
         fprintf(stderr, "\nreceived %s: finishing this step and writing a checkpoint\n",
-                (int)sig == SIGINT ? "SIGINT" : "SIGTERM");
+                (int)sig == SIGINT ? "SIGINT" : (int)sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM");
     }
     *signal_seen = (int)sig;
     return sig > 0;

@@ -100,6 +100,33 @@ else
     bad "SIGTERM: exit $rc"; tail -5 "$work/sig.log"
 fi
 
+# SIGUSR1 to mpirun (issue 28 item 3): mpirun forwards it to the ranks and the job ends by itself
+# with exit 0 (Ctrl-C to mpirun makes mpirun exit 1 whatever the ranks return); the printed
+# resume command is mpirun's own command line (--oversubscribe --allow-run-as-root kept), and
+# run as printed it ends with the uninterrupted 2-rank run's checkpoint
+common2="configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=30000 --set train.epochs=4
+    --set checkpoint.every_epochs=1 --set checkpoint.dir=$work/cku --set log.interval=100"
+rm -rf "$work/cku" "$work/cku_full"
+timeout 300 $MPIRUN -np 2 ./train $common2 > /dev/null 2>&1 && mv "$work/cku" "$work/cku_full"
+$MPIRUN -np 2 ./train $common2 > "$work/usr.log" 2>&1 &
+pid=$!
+sleep 2
+kill -USR1 $pid
+wait $pid; rc=$?
+if [ $rc -eq 0 ] && grep -q "stopped by signal 10 after step" "$work/usr.log" &&
+    grep -q "resume with: mpirun --oversubscribe --allow-run-as-root -np 2 ./train" "$work/usr.log" &&
+    ! grep -q "with the other mpirun options" "$work/usr.log"; then
+    eval "timeout 300 $(sed -n 's/.*resume with: //p' "$work/usr.log")" > "$work/usr2.log" 2>&1
+    last=$(ls "$work/cku_full" | tail -n 1)
+    if grep -q "^done" "$work/usr2.log" && cmp -s "$work/cku_full/$last" "$work/cku/$last"; then
+        ok "SIGUSR1 to mpirun at $(grep -o 'after step [0-9]*' "$work/usr.log"): exit 0, mpirun's own command resumes it to the same checkpoint"
+    else
+        bad "SIGUSR1 resume differs"; tail -3 "$work/usr2.log"; ls "$work/cku_full" "$work/cku"
+    fi
+else
+    bad "SIGUSR1 to mpirun: exit $rc"; tail -5 "$work/usr.log"
+fi
+
 # ---- global_batch and another world size
 g="configs/fmnist_mlp.ini --set train.epochs=1 --set train.threads=1 --set data.train_limit=3200
    --set data.test_limit=1000 --set log.interval=1000 --set optim.name=sgd --set optim.lr=0.05
