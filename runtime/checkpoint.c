@@ -101,14 +101,20 @@ static char *config_text(const dpt_config *cfg)
 
 static bool write_file(const char *path, const writer *w, dpt_error *err)
 {
+    /* The temporary file: a name no one can predict, created exclusively (mkstemp: O_EXCL, so a
+     * link planted in a shared folder is never followed), renamed over path when whole. */
     char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= sizeof tmp)
+        return dpt_errorf(err, "checkpoint path %s is too long\nHINT: a shorter [checkpoint] dir", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0 || fchmod(fd, 0644) != 0) {
+        int e = errno;
+        if (fd >= 0) close(fd), unlink(tmp);
         return dpt_errorf(err,
                           "cannot write checkpoint %s: %s\nHINT: check [checkpoint] dir and "
                           "that it is writable",
-                          tmp, strerror(errno));
+                          tmp, strerror(e));
+    }
     size_t done = 0;
     const char *fault = getenv("DPT_TEST_CKPT_CRASH_AFTER"); /* tests: die mid-write */
     size_t crash_at = fault ? (size_t)atoll(fault) : (size_t)-1;
@@ -710,9 +716,21 @@ bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt
      * read-only mounts and /proc, so only a real write tells). */
     char lock_path[1100];
     snprintf(lock_path, sizeof lock_path, "%s/.dptrain.lock", dir);
-    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 && errno == ELOOP)
+        return dpt_errorf(err, "the lock file %s is a symbolic link, not dptrain's: refused (a link planted in a shared "
+                               "folder would make the run write where it points)\nHINT: remove it if it is yours, or "
+                               "give this run its own folder",
+                          lock_path);
     if (fd < 0)
         return dpt_errorf(err, "cannot write in checkpoint folder %s: %s\n%s", dir, strerror(errno), hint);
+    struct stat lk;
+    if (fstat(fd, &lk) != 0 || !S_ISREG(lk.st_mode) || lk.st_uid != geteuid()) {
+        close(fd);
+        return dpt_errorf(err, "the lock file %s is %s, not this user's dptrain lock: refused\nHINT: give this run its own "
+                               "folder ([checkpoint] dir)",
+                          lock_path, !S_ISREG(lk.st_mode) ? "not a regular file" : "owned by another user");
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         close(fd);
         return dpt_errorf(

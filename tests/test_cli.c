@@ -322,6 +322,36 @@ static bool exists(const char *fmt, const char *a, const char *b)
     return access(p, F_OK) == 0;
 }
 
+/* Links planted in a shared checkpoint folder (issue 27 item 1): at the lock's name the run is
+ * refused naming it; at the old predictable temporary name nothing follows it (the temporary
+ * has an unpredictable name, created exclusively). The victim is never written. */
+static void test_planted_links(void **state)
+{
+    (void)state;
+    char ck[512], victim[600], link_path[700], args[1600];
+    snprintf(ck, sizeof ck, "%s/shared", dir);
+    snprintf(victim, sizeof victim, "%s", write_file("victim", "precious\n"));
+    mkdir(ck, 0755);
+    snprintf(link_path, sizeof link_path, "%s/.dptrain.lock", ck);
+    assert_int_equal(symlink(victim, link_path), 0);
+    snprintf(args, sizeof args, SMALL "--set train.max_steps=4 --set checkpoint.every_steps=2 --set checkpoint.dir=%s", ck);
+    expect_fail(args, 1, "the lock file", "is a symbolic link, not dptrain's: refused");
+    unlink(link_path);
+    for (int step = 2; step <= 4; step += 2) { /* the names the old code wrote through */
+        snprintf(link_path, sizeof link_path, "%s/ckpt-step%08d.dpt.tmp", ck, step);
+        assert_int_equal(symlink(victim, link_path), 0);
+    }
+    int rc = run_capture(out, sizeof out, "./train %s", args);
+    if (rc != 0) fail_msg("./train %s failed:\n%s", args, out);
+    assert_true(exists("%s/ckpt-step%s.dpt", ck, "00000004"));
+    FILE *f = fopen(victim, "r");
+    char text[64] = "";
+    assert_non_null(f);
+    assert_non_null(fgets(text, sizeof text, f));
+    fclose(f);
+    assert_string_equal(text, "precious\n");
+}
+
 /* [checkpoint] final: a run that checkpoints every epoch but stops at max_steps mid-epoch
  * leaves its last step (and a resume continues from it); final = false does not; auto without
  * periodic checkpoints writes nothing; true writes the last step whatever the schedule. SMALL's
@@ -470,6 +500,7 @@ int main(void)
         cmocka_unit_test(test_training_controls),
         cmocka_unit_test(test_checkpoint_folder),
         cmocka_unit_test(test_final_checkpoint),
+        cmocka_unit_test(test_planted_links),
         cmocka_unit_test(test_data_parallel_failure),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_gpu_stats),
