@@ -235,10 +235,11 @@ static bool write_cache(const char *path, const char *root, const listing *l)
     for (int i = 0; i < l->nclasses; i++)
         if (strchr(l->classes[i], '\n')) return false;
     char tmp[8300];
-    /* ranks and DataParallel replicas may write at once: each its own file, renamed over */
-    snprintf(tmp, sizeof tmp, "%s.tmp%d.%lx", path, (int)getpid(), (unsigned long)pthread_self());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return false;
+    FILE *f;
+    dpt_error err;
+    /* ranks and DataParallel replicas may write at once: each its own unpredictable file
+     * (mkstemp, never through a link planted in a shared data folder), renamed over */
+    if (!dpt_atomic_file_open(path, tmp, sizeof tmp, &f, &err)) return false;
     fprintf(f, "%s\nroot %s\ndirs %d\n", LIST_MAGIC, root, l->ndirs);
     for (int i = 0; i < l->ndirs; i++)
         fprintf(f, "%lld %ld %s\n", (long long)l->mtime[i].tv_sec, l->mtime[i].tv_nsec, l->dirs[i]);
@@ -248,11 +249,7 @@ static bool write_cache(const char *path, const char *root, const listing *l)
     fprintf(f, "files %lld ignored %lld\n", (long long)l->n, (long long)l->ignored);
     for (int64_t i = 0; i < l->n; i++)
         fprintf(f, "%d %s\n", l->cls[i], l->files[i]);
-    bool ok = !ferror(f);
-    ok = fclose(f) == 0 && ok;
-    if (ok) ok = rename(tmp, path) == 0;
-    if (!ok) unlink(tmp);
-    return ok;
+    return dpt_atomic_file_close(f, tmp, path, !ferror(f), &err);
 }
 
 static bool read_line(FILE *f, char *buf, size_t size)

@@ -977,16 +977,16 @@ typedef struct dpt_model_impl {
     dpt_model_builder build_image;
     /* Optional: the weights in another program's format (./train CONFIG --export FORMAT CKPT
      * OUT, the checkpoint loaded as --resume loads it): export_formats names them, comma
-     * separated ("llmc"); export_weights writes one to path (dpt_export_open and
-     * dpt_export_close below make the file safely). */
+     * separated ("llmc"); export_weights writes one to path (dpt_atomic_file_open and
+     * dpt_atomic_file_close below make the file safely). */
     const char *export_formats;
     bool (*export_weights)(dpt_model *model, const char *format, const char *path, dpt_error *err);
 } dpt_model_impl;
 /* A file written beside OUT under an unpredictable name (mkstemp: never through a planted
- * link), put in OUT's place only when whole (flushed, fsync'ed, renamed); dpt_export_close
+ * link), put in OUT's place only when whole (flushed, fsync'ed, renamed); dpt_atomic_file_close
  * with ok false removes it. tmp receives the temporary name (cap bytes). */
-bool dpt_export_open(const char *out, char *tmp, size_t cap, FILE **f, dpt_error *err);
-bool dpt_export_close(FILE *f, const char *tmp, const char *out, bool ok, dpt_error *err);
+bool dpt_atomic_file_open(const char *out, char *tmp, size_t cap, FILE **f, dpt_error *err);
+bool dpt_atomic_file_close(FILE *f, const char *tmp, const char *out, bool ok, dpt_error *err);
 /* Make an image classifier trainable as [model] name = NAME by dpt_train_main (and ./train's
  * code path): mpirun, DataParallel, checkpoints, schedules, logs, --expect. The short form of
  * dpt_register with a dpt_model_impl {.build_image = build}; call before dpt_train_main; false

@@ -183,7 +183,7 @@ static bool gpt_export(dpt_model *model, const char *format, const char *path, d
                       (int32_t)g->heads, (int32_t)g->channels, (int32_t)g->padded_vocab};
     char tmp[1200];
     FILE *f;
-    if (!dpt_export_open(path, tmp, sizeof tmp, &f, err)) return false;
+    if (!dpt_atomic_file_open(path, tmp, sizeof tmp, &f, err)) return false;
     int64_t total;
     size_t most;
     int count;
@@ -197,7 +197,7 @@ static bool gpt_export(dpt_model *model, const char *format, const char *path, d
     }
     free(buf), free(list);
     if (!ok) dpt_errorf(err, "writing %s failed: %s\nHINT: is the disk full?", tmp, strerror(errno));
-    return dpt_export_close(f, tmp, path, ok, err);
+    return dpt_atomic_file_close(f, tmp, path, ok, err);
 }
 
 static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dataset *data, dpt_error *err)

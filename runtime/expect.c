@@ -195,10 +195,10 @@ bool dpt_junit_write(const char *path, const char *suite, const dpt_expectation 
                      const dpt_run_result *r, int run_rc, const char *log_tail, char *msg, size_t cap)
 {
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        snprintf(msg, cap, "cannot write %s: %s", tmp, strerror(errno));
+    FILE *f;
+    dpt_error err;
+    if (!dpt_atomic_file_open(path, tmp, sizeof tmp, &f, &err)) { /* not path.tmp: a planted link there */
+        snprintf(msg, cap, "%s", err.msg);
         return false;
     }
     int failures = 0, errors = 0;
@@ -250,11 +250,8 @@ bool dpt_junit_write(const char *path, const char *suite, const dpt_expectation 
     fputs("    <system-out>", f);
     xml_cdata(f, log_tail ? log_tail : "");
     fputs("</system-out>\n  </testsuite>\n</testsuites>\n", f);
-    bool ok = !ferror(f);
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        snprintf(msg, cap, "cannot write %s: %s", path, strerror(errno));
-        remove(tmp);
+    if (!dpt_atomic_file_close(f, tmp, path, !ferror(f), &err)) {
+        snprintf(msg, cap, "cannot write %s: %s", path, err.msg);
         return false;
     }
     return true;

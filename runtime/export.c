@@ -5,8 +5,8 @@
  *     "__metadata__": {...}}, padded with spaces to 8 bytes), then the tensors' bytes.
  *   npz: NumPy's np.savez layout: a zip archive (stored, no compression) of NAME.npy files,
  *     each a version 1.0 .npy header ('<f4', C order, the shape) and the values.
- * The file is written beside OUT under a name mkstemp makes, flushed, then renamed onto OUT:
- * a reader never sees half a file. Formats of one model (llm.c's for gpt) are the model's own
+ * The file is written beside OUT under a name mkstemp makes, flushed, then renamed onto OUT
+ * (dpt_atomic_file_open/close): a reader never sees half a file. Formats of one model (llm.c's for gpt) are the model's own
  * (dpt_model_impl.export_weights). */
 #include <errno.h>
 #include <stdio.h>
@@ -221,42 +221,15 @@ static bool write_npz(exporter *x, const char *ckpt, dpt_error *err)
            put_le(x, cd_start, 4, err) && put_le(x, 0, 2, err);
 }
 
-/* ---------------------------------------------------------------- the file */
-
-bool dpt_export_open(const char *out, char *tmp, size_t cap, FILE **f, dpt_error *err)
-{
-    const char *slash = strrchr(out, '/');
-    int dirlen = slash ? (int)(slash - out) : 0;
-    if ((size_t)snprintf(tmp, cap, "%.*s%s.%s.XXXXXX", dirlen, out, slash ? "/" : "", slash ? slash + 1 : out) >= cap)
-        return dpt_errorf(err, "--export: the path %s is too long", out);
-    int fd = mkstemp(tmp); /* O_EXCL, a name no one predicted: not a link someone planted */
-    if (fd < 0)
-        return dpt_errorf(err, "cannot write %s: %s\nHINT: the folder must exist and be writable", out,
-                          strerror(errno));
-    *f = fdopen(fd, "wb");
-    if (!*f) dpt_fatal("out of host memory");
-    return true;
-}
-
-bool dpt_export_close(FILE *f, const char *tmp, const char *out, bool ok, dpt_error *err)
-{
-    if (ok && (fflush(f) != 0 || fsync(fileno(f)) != 0)) ok = dpt_errorf(err, "cannot flush %s: %s", tmp, strerror(errno));
-    if (fclose(f) != 0 && ok) ok = dpt_errorf(err, "cannot close %s: %s", tmp, strerror(errno));
-    if (ok && chmod(tmp, 0644) != 0) ok = dpt_errorf(err, "cannot chmod %s: %s", tmp, strerror(errno));
-    if (ok && rename(tmp, out) != 0) ok = dpt_errorf(err, "cannot rename %s to %s: %s", tmp, out, strerror(errno));
-    if (!ok) unlink(tmp);
-    return ok;
-}
-
 bool dpt_export_checkpoint(const char *format, const char *ckpt, const char *out, int *count, dpt_error *err)
 {
     exporter x = {.out = out};
     bool ok = dpt_checkpoint_tensors(ckpt, collect, &x, err);
     char tmp[1200];
     if (ok && x.n == 0) ok = dpt_errorf(err, "%s holds no parameters", ckpt);
-    if (ok && (ok = dpt_export_open(out, tmp, sizeof tmp, &x.f, err))) {
+    if (ok && (ok = dpt_atomic_file_open(out, tmp, sizeof tmp, &x.f, err))) {
         ok = !strcmp(format, "npz") ? write_npz(&x, ckpt, err) : write_safetensors(&x, ckpt, err);
-        ok = dpt_export_close(x.f, tmp, out, ok, err);
+        ok = dpt_atomic_file_close(x.f, tmp, out, ok, err);
     }
     if (count) *count = x.n;
     for (int i = 0; i < x.n; i++)

@@ -350,6 +350,19 @@ static void test_planted_links(void **state)
     assert_non_null(fgets(text, sizeof text, f));
     fclose(f);
     assert_string_equal(text, "precious\n");
+    /* the JUnit report's old temporary name, planted: not followed either */
+    char report[600];
+    snprintf(report, sizeof report, "%s/run.xml", dir);
+    snprintf(link_path, sizeof link_path, "%s.tmp", report);
+    assert_int_equal(symlink(victim, link_path), 0);
+    rc = run_capture(out, sizeof out, "./train " SMALL "--set train.max_steps=2 --junit %s", report);
+    if (rc != 0) fail_msg("--junit failed:\n%s", out);
+    assert_true(exists("%s%s", report, ""));
+    f = fopen(victim, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(text, sizeof text, f));
+    fclose(f);
+    assert_string_equal(text, "precious\n");
 }
 
 /* [checkpoint] final: a run that checkpoints every epoch but stops at max_steps mid-epoch
