@@ -54,8 +54,29 @@ def write_tokens(path, count, text):
         f.write(data.tobytes())
 
 
+def run_train(sets, metrics):
+    """./train on configs/gpt_fortunes.ini with these --set values; its JSONL train records."""
+    if os.path.exists(metrics):
+        os.unlink(metrics)
+    cmd = [os.path.join(ROOT, "train"), os.path.join(ROOT, "configs/gpt_fortunes.ini")]
+    for k, v in dict(sets, **{"log.interval": 1, "log.metrics": metrics}).items():
+        cmd += ["--set", f"{k}={v}"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"dptrain failed:\n{out.stdout}\n{out.stderr}")
+    return [json.loads(l) for l in open(metrics) if '"kind":"train"' in l]
+
+
+def run_peer(args, threads):
+    """bench/peer_gpt.py with these arguments at this thread count; its last JSON line."""
+    cmd = ["/usr/bin/python3", os.path.join(HERE, "peer_gpt.py"), "--threads", str(threads)] + [str(x) for x in args]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    if out.returncode != 0:
+        sys.exit(f"PyTorch failed:\n{out.stdout}\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def ours(a, ckpt, tokens, work):
-    metrics = os.path.join(work, "ours.jsonl")
     sets = {"model.name": "gpt", "model.n_layer": a.layers, "model.n_head": a.heads, "model.n_embd": a.channels,
             "model.block_size": a.seq, "model.padded_vocab_size": 50304, "model.init": "llmc:" + ckpt,
             "data.source": "tokens", "data.train": tokens, "data.val": tokens, "data.seq_len": a.seq,
@@ -63,52 +84,49 @@ def ours(a, ckpt, tokens, work):
             "train.eval_batch": 4, "train.max_steps": a.steps, "train.threads": a.threads, "optim.name": "adamw",
             "optim.lr": 1e-4, "optim.beta1": 0.9, "optim.beta2": 0.999, "optim.eps": 1e-8, "optim.weight_decay": 0,
             "optim.clip_norm": 0, "optim.schedule": "constant", "optim.warmup_epochs": 0,
-            "log.interval": 1, "log.metrics": metrics, "checkpoint.dir": os.path.join(work, "ck")}
-    cmd = [os.path.join(ROOT, "train"), os.path.join(ROOT, "configs/gpt_fortunes.ini")]
-    for k, v in sets.items():
-        cmd += ["--set", f"{k}={v}"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"dptrain failed:\n{out.stdout}\n{out.stderr}")
-    losses = [json.loads(l)["loss"] for l in open(metrics) if '"kind":"train"' in l]
-    return losses
+            "checkpoint.dir": os.path.join(work, "ck")}
+    return [r["loss"] for r in run_train(sets, os.path.join(work, "ours.jsonl"))]
 
 
 def peer(a, ckpt, tokens):
-    cmd = ["/usr/bin/python3", os.path.join(HERE, "peer_gpt.py"), "--layers", str(a.layers), "--heads", str(a.heads),
-           "--channels", str(a.channels), "--seq", str(a.seq), "--batch", str(a.batch), "--steps", str(a.steps),
-           "--threads", str(a.threads), "--init-llmc", ckpt, "--tokens", tokens]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
-    if out.returncode != 0:
-        sys.exit(f"PyTorch failed:\n{out.stdout}\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["losses"]
+    return run_peer(["--layers", a.layers, "--heads", a.heads, "--channels", a.channels, "--seq", a.seq, "--batch",
+                     a.batch, "--steps", a.steps, "--init-llmc", ckpt, "--tokens", tokens], a.threads)["losses"]
 
 
-def build_llmc(src, work, a, ckpt, tokens):
-    """llm.c's train_gpt2.c, outside this repository, with our files, order and step count."""
-    d = os.path.join(work, "llmc")
+def build_llmc(src, d, ckpt, tokens, batch, seq, steps):
+    """llm.c's train_gpt2.c in folder d, outside this repository, with our files, llm.c's batch
+    order (unshuffled), B, T and the step count substituted and no validation passes; built
+    once per folder with -O3 -march=native -fopenmp (its Makefile's -Ofast relaxes IEEE)."""
+    exe = os.path.join(d, "train_gpt2")
+    if os.path.exists(exe):
+        return exe
     shutil.copytree(os.path.join(src, "llmc"), os.path.join(d, "llmc"))
     code = open(os.path.join(src, "train_gpt2.c")).read()
     code = code.replace('"gpt2_124M.bin"', json.dumps(ckpt))
     code = re.sub(r'const char\* train_tokens = [^;]*;', f'const char* train_tokens = {json.dumps(tokens)};', code)
     code = re.sub(r'const char\* val_tokens = [^;]*;', f'const char* val_tokens = {json.dumps(tokens)};', code)
-    code = code.replace("int B = 4;", f"int B = {a.batch};").replace("int T = 64;", f"int T = {a.seq};")
+    code = code.replace("int B = 4;", f"int B = {batch};").replace("int T = 64;", f"int T = {seq};")
     code = code.replace("dataloader_init(&train_loader, train_tokens, B, T, 0, 1, 1);",
                         "dataloader_init(&train_loader, train_tokens, B, T, 0, 1, 0);")  # llm.c's order, unshuffled
-    code = code.replace("step <= 40", f"step < {a.steps}").replace("step > 0 && step % 20 == 0", "0")
+    code = code.replace("step <= 40", f"step < {steps}").replace("step > 0 && step % 20 == 0", "0")
+    code = code.replace("step % 10 == 0", "0")  # no validation passes: training steps only
     open(os.path.join(d, "train_gpt2.c"), "w").write(code)
-    exe = os.path.join(d, "train_gpt2")
     subprocess.run(["cc", "-O3", "-march=native", "-fopenmp", "-DOMP", "-Wno-unused-result", "-o", exe,
                     os.path.join(d, "train_gpt2.c"), "-lm"], check=True, cwd=d)
     return exe
 
 
-def llmc(exe, a):
+def run_llmc(exe, threads):
+    """The built train_gpt2 at this thread count; its stdout."""
     out = subprocess.run([exe], capture_output=True, text=True, cwd=os.path.dirname(exe),
-                         env=dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
+                         env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
     if out.returncode != 0:
         sys.exit(f"llm.c failed:\n{out.stdout}\n{out.stderr}")
-    return [float(m) for m in re.findall(r"step \d+: train loss ([0-9.]+)", out.stdout)]
+    return out.stdout
+
+
+def llmc(exe, a):
+    return [float(m) for m in re.findall(r"step \d+: train loss ([0-9.]+)", run_llmc(exe, a.threads))]
 
 
 def main():
@@ -129,7 +147,7 @@ def main():
     write_tokens(tokens, a.batch * a.seq * (a.steps + 2) + 1, a.text)
     runs = {"dptrain": ours(a, ckpt, tokens, work), "pytorch": peer(a, ckpt, tokens)}
     if a.llmc:
-        runs["llm.c"] = llmc(build_llmc(a.llmc, work, a, ckpt, tokens), a)
+        runs["llm.c"] = llmc(build_llmc(a.llmc, os.path.join(work, "llmc"), ckpt, tokens, a.batch, a.seq, a.steps), a)
     names = list(runs)
     print(f"GPT {a.layers} layers x {a.channels} channels, {a.heads} heads, vocab 50257 (padded 50304), "
           f"B={a.batch} T={a.seq}, AdamW lr 1e-4, {a.steps} steps, {a.threads} threads")

@@ -15,72 +15,36 @@ tok/s and the median (min-max) of the per-pair ratios ours/peer, then one JSON l
 Cases: a small GPT (4 layers, 256 channels, 4 heads, T 256, B 8) and GPT-2 small (12 layers, 768
 channels, 12 heads, T 64, B 4), at 1 and 2 threads.
     /usr/bin/python3 bench/gpt_side_by_side.py [--pairs 3] [--steps 8] [--only small|gpt2] [--llmc DIR]"""
-import argparse, json, os, re, shutil, statistics, subprocess, sys, tempfile
+import argparse, json, os, re, shutil, statistics, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from gpt_exactness import write_checkpoint, write_tokens  # noqa: E402
+from gpt_exactness import build_llmc, run_llmc, run_peer, run_train, write_checkpoint, write_tokens  # noqa: E402
 
 CASES = {"small": dict(layers=4, channels=256, heads=4, seq=256, batch=8),
          "gpt2": dict(layers=12, channels=768, heads=12, seq=64, batch=4)}
 
 
 def ours(c, threads, steps, tokens, work):
-    metrics = os.path.join(work, "m.jsonl")
-    if os.path.exists(metrics):
-        os.unlink(metrics)
     sets = {"model.name": "gpt", "model.n_layer": c["layers"], "model.n_head": c["heads"], "model.n_embd": c["channels"],
             "model.padded_vocab_size": 50304, "data.source": "tokens", "data.train": tokens, "data.val": tokens,
             "data.seq_len": c["seq"], "data.vocab_size": 50257, "data.shuffle": "false", "data.test_limit": 1,
             "train.batch": c["batch"], "train.eval_batch": 1, "train.max_steps": steps + 2, "train.threads": threads,
             "optim.name": "adamw", "optim.lr": 1e-4, "optim.weight_decay": 0.1, "optim.decay_norm_and_bias": "false",
-            "optim.clip_norm": 0, "optim.schedule": "constant", "optim.warmup_epochs": 0, "log.interval": 1,
-            "log.metrics": metrics, "checkpoint.dir": os.path.join(work, "ck"), "checkpoint.existing": "archive"}
-    cmd = [os.path.join(ROOT, "train"), os.path.join(ROOT, "configs/gpt_fortunes.ini")]
-    for k, v in sets.items():
-        cmd += ["--set", f"{k}={v}"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"dptrain failed:\n{out.stdout}\n{out.stderr}")
-    ms = [json.loads(l)["step_ms"] for l in open(metrics) if '"kind":"train"' in l][2:]
+            "optim.clip_norm": 0, "optim.schedule": "constant", "optim.warmup_epochs": 0,
+            "checkpoint.dir": os.path.join(work, "ck"), "checkpoint.existing": "archive"}
+    ms = [r["step_ms"] for r in run_train(sets, os.path.join(work, "m.jsonl"))][2:]
     return c["batch"] * c["seq"] / (statistics.median(ms) / 1000.0)
 
 
 def torch_side(c, threads, steps):
-    cmd = ["/usr/bin/python3", os.path.join(HERE, "peer_gpt.py"), "--layers", str(c["layers"]), "--heads", str(c["heads"]),
-           "--channels", str(c["channels"]), "--seq", str(c["seq"]), "--batch", str(c["batch"]), "--steps", str(steps),
-           "--threads", str(threads)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
-    if out.returncode != 0:
-        sys.exit(f"PyTorch failed:\n{out.stdout}\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["tok_s"]
-
-
-def build_llmc(src, work, c, steps, ckpt, tokens):
-    d = os.path.join(work, "llmc_%d_%d" % (c["layers"], c["seq"]))
-    if os.path.exists(os.path.join(d, "train_gpt2")):
-        return os.path.join(d, "train_gpt2")
-    shutil.copytree(os.path.join(src, "llmc"), os.path.join(d, "llmc"))
-    code = open(os.path.join(src, "train_gpt2.c")).read()
-    code = code.replace('"gpt2_124M.bin"', json.dumps(ckpt))
-    code = re.sub(r'const char\* train_tokens = [^;]*;', f'const char* train_tokens = {json.dumps(tokens)};', code)
-    code = re.sub(r'const char\* val_tokens = [^;]*;', f'const char* val_tokens = {json.dumps(tokens)};', code)
-    code = code.replace("int B = 4;", f"int B = {c['batch']};").replace("int T = 64;", f"int T = {c['seq']};")
-    code = code.replace("step <= 40", f"step < {steps + 2}").replace("step > 0 && step % 20 == 0", "0")
-    code = code.replace("step % 10 == 0", "0")  # no validation passes: training steps only
-    open(os.path.join(d, "train_gpt2.c"), "w").write(code)
-    subprocess.run(["cc", "-O3", "-march=native", "-fopenmp", "-DOMP", "-Wno-unused-result", "-o",
-                    os.path.join(d, "train_gpt2"), os.path.join(d, "train_gpt2.c"), "-lm"], check=True, cwd=d)
-    return os.path.join(d, "train_gpt2")
+    return run_peer(["--layers", c["layers"], "--heads", c["heads"], "--channels", c["channels"], "--seq", c["seq"],
+                     "--batch", c["batch"], "--steps", steps], threads)["tok_s"]
 
 
 def llmc_side(exe, c, threads):
-    out = subprocess.run([exe], capture_output=True, text=True, cwd=os.path.dirname(exe),
-                         env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
-    if out.returncode != 0:
-        sys.exit(f"llm.c failed:\n{out.stdout}\n{out.stderr}")
-    ms = [float(m) for m in re.findall(r"took ([0-9.]+) ms", out.stdout)][2:]
+    ms = [float(m) for m in re.findall(r"took ([0-9.]+) ms", run_llmc(exe, threads))][2:]
     return c["batch"] * c["seq"] / (statistics.median(ms) / 1000.0)
 
 
@@ -103,7 +67,8 @@ def main():
         exe = None
         if a.llmc:
             write_checkpoint(ckpt, c["layers"], c["heads"], c["channels"], 50257, 50304, c["seq"], seed=1)
-            exe = build_llmc(a.llmc, work, c, a.steps, ckpt, tokens)
+            exe = build_llmc(a.llmc, os.path.join(work, "llmc_%d_%d" % (c["layers"], c["seq"])), ckpt, tokens,
+                             c["batch"], c["seq"], a.steps + 2)
         for threads in [int(t) for t in a.threads.split(",")]:
             got = {"dptrain": [], "pytorch": [], "llm.c": []}
             for p in range(a.pairs):

@@ -16,13 +16,16 @@
 #include "tests/testutil.h"
 #include "data/data.h"
 
-static dpt_config *config_with(const char *const *sets, int n)
+/* The small gpt of the float64 and llm.c tests (L = 2, H = 2, C = 8, vocabulary padded to
+ * VP = 16), with the lines of extra (n of them) after. */
+static dpt_config *small_gpt_config(const char *const *extra, int n)
 {
-    dpt_config *cfg = dpt_config_defaults();
-    dpt_error err;
+    const char *sets[8] = {"model.name=gpt", "model.n_layer=2", "model.n_head=2", "model.n_embd=8",
+                           "model.padded_vocab_size=16"};
+    assert_true(n <= 3);
     for (int i = 0; i < n; i++)
-        if (!dpt_config_set(cfg, sets[i], &err)) fail_msg("%s", err.msg);
-    return cfg;
+        sets[5 + i] = extra[i];
+    return test_config(sets, 5 + n);
 }
 
 /* A data set of the shape a token source gives, without files (for building the model). */
@@ -40,7 +43,7 @@ static void test_gpt2_small_parameters(void **state)
     (void)state;
     const char *sets[] = {"model.name=gpt", "model.n_layer=12", "model.n_head=12", "model.n_embd=768",
                           "model.block_size=1024", "model.padded_vocab_size=50304"};
-    dpt_config *cfg = config_with(sets, 6);
+    dpt_config *cfg = test_config(sets, 6);
     dpt_ctx *ctx = test_ctx(2, 1);
     dpt_dataset ds = token_shape(64, 50257);
     dpt_error err;
@@ -52,7 +55,7 @@ static void test_gpt2_small_parameters(void **state)
     /* n_embd must divide into the heads: refused naming the key */
     dpt_config_free(cfg);
     const char *bad[] = {"model.name=gpt", "model.n_head=5", "model.n_embd=64"};
-    cfg = config_with(bad, 3);
+    cfg = test_config(bad, 3);
     assert_null(dpt_model_build_for(ctx, cfg, &ds, &err));
     assert_non_null(strstr(err.msg, "n_embd = 64 is not a multiple of n_head = 5"));
     dpt_config_free(cfg);
@@ -165,9 +168,7 @@ static double ref_loss(const ref_model *r, const int32_t *ids, const int32_t *tg
 static void test_gpt_matches_float64(void **state)
 {
     (void)state;
-    const char *sets[] = {"model.name=gpt", "model.n_layer=2", "model.n_head=2", "model.n_embd=8",
-                          "model.padded_vocab_size=16"};
-    dpt_config *cfg = config_with(sets, 5);
+    dpt_config *cfg = small_gpt_config(NULL, 0);
     dpt_ctx *ctx = test_ctx(2, 3);
     dpt_dataset ds = token_shape(T, V);
     dpt_error err;
@@ -249,7 +250,7 @@ static const char *open_error(const char *dir, const char *train, int64_t seq_le
     snprintf(c, sizeof c, "data.seq_len=%lld", (long long)seq_len);
     snprintf(d, sizeof d, "data.vocab_size=%lld", (long long)vocab);
     const char *sets[] = {"data.source=tokens", a, b, c, d};
-    dpt_config *cfg = config_with(sets, 5);
+    dpt_config *cfg = test_config(sets, 5);
     dpt_dataset *tr = NULL, *te = NULL;
     dpt_error err;
     bool ok = dpt_data_open(cfg, &tr, &te, &err);
@@ -279,7 +280,7 @@ static void test_token_shards(void **state)
     snprintf(a, sizeof a, "data.train=%s/train_*.bin", dir);
     snprintf(b, sizeof b, "data.val=%s/val_*.bin", dir);
     const char *sets[] = {"data.source=tokens", a, b, "data.seq_len=8", "data.vocab_size=256"};
-    dpt_config *cfg = config_with(sets, 5);
+    dpt_config *cfg = test_config(sets, 5);
     dpt_dataset *tr, *te;
     dpt_error err;
     if (!dpt_data_open(cfg, &tr, &te, &err)) fail_msg("%s", err.msg);
@@ -365,9 +366,7 @@ static void write_llmc(const char *path, dpt_model *m, int layers, const int32_t
 static void test_llmc_checkpoint_in(void **state)
 {
     (void)state;
-    const char *base[] = {"model.name=gpt", "model.n_layer=2", "model.n_head=2", "model.n_embd=8",
-                          "model.padded_vocab_size=16"};
-    dpt_config *cfg = config_with(base, 5);
+    dpt_config *cfg = small_gpt_config(NULL, 0);
     dpt_ctx *ctx = test_ctx(1, 5);
     dpt_dataset ds = token_shape(T, V);
     dpt_error err;
@@ -377,9 +376,8 @@ static void test_llmc_checkpoint_in(void **state)
     const int32_t good[8] = {20240326, 3, T, V, L, H, C, VP};
     write_llmc(path, a, L, good, 0, false);
     dpt_config_free(cfg);
-    const char *with[] = {"model.name=gpt", "model.n_layer=2", "model.n_head=2", "model.n_embd=8",
-                          "model.padded_vocab_size=16", "model.init=llmc:/tmp/dpt_test_llmc.bin", "train.seed=99"};
-    cfg = config_with(with, 7);
+    const char *with[] = {"model.init=llmc:/tmp/dpt_test_llmc.bin", "train.seed=99"};
+    cfg = small_gpt_config(with, 2);
     dpt_ctx *ctx2 = test_ctx(1, 99); /* another seed: only the file can make the weights equal */
     dpt_model *b = dpt_model_build_for(ctx2, cfg, &ds, &err);
     if (!b) fail_msg("%s", err.msg);

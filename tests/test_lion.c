@@ -21,10 +21,8 @@ static void test_lion_matches_the_formula(void **state)
     (void)state;
     const char *sets[] = {"optim.name=lion", "optim.lr=0.01", "optim.weight_decay=0.3", "optim.lion_beta1=0.8",
                           "optim.lion_beta2=0.95", "optim.decay_norm_and_bias=false"};
-    dpt_config *cfg = dpt_config_defaults();
+    dpt_config *cfg = test_config(sets, (int)(sizeof sets / sizeof sets[0]));
     dpt_error err;
-    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
-        if (!dpt_config_set(cfg, sets[i], &err)) fail_msg("%s", err.msg);
     dpt_ctx *ctx = test_ctx(2, 1);
     dpt_model *model = dpt_model_new(ctx, "lion_test", NULL);
     dpt_tensor *w = dpt_model_param(model, "w", 2, (int64_t[]){3, 4}); /* decayed */

@@ -7,15 +7,6 @@
 #include "tests/testutil.h"
 #include "data/data.h"
 
-static dpt_config *config_with(const char *const *sets, int n)
-{
-    dpt_config *cfg = dpt_config_defaults();
-    dpt_error err;
-    for (int i = 0; i < n; i++)
-        if (!dpt_config_set(cfg, sets[i], &err)) fail_msg("%s", err.msg);
-    return cfg;
-}
-
 /* Solve the (F+1) x (F+1) normal equations A c = r by Gaussian elimination (float64). */
 static void solve(int n, double *a, double *r)
 {
@@ -50,7 +41,7 @@ static void test_samples_are_the_function(void **state)
     for (int sine = 0; sine < 2; sine++) {
         const char *sets[] = {"data.source=regression", "data.regression_features=5", "data.regression_noise=0",
                               sine ? "data.regression_function=sine" : "data.regression_function=linear"};
-        dpt_config *cfg = config_with(sets, 4);
+        dpt_config *cfg = test_config(sets, 4);
         dpt_dataset *train, *test;
         dpt_error err;
         if (!dpt_data_open(cfg, &train, &test, &err)) fail_msg("%s", err.msg);
@@ -111,7 +102,7 @@ static void test_loader_batches(void **state)
 {
     (void)state;
     const char *sets[] = {"data.source=regression", "data.regression_samples=100", "data.regression_outputs=2"};
-    dpt_config *cfg = config_with(sets, 3);
+    dpt_config *cfg = test_config(sets, 3);
     dpt_dataset *train, *test;
     dpt_error err;
     if (!dpt_data_open(cfg, &train, &test, &err)) fail_msg("%s", err.msg);

@@ -3,10 +3,8 @@
 
 static dpt_lr_schedule build(const char *const *sets, int nsets, int world, int64_t spe, int64_t total)
 {
-    dpt_config *cfg = dpt_config_defaults();
+    dpt_config *cfg = test_config(sets, nsets);
     dpt_error err;
-    for (int i = 0; i < nsets; i++)
-        if (!dpt_config_set(cfg, sets[i], &err)) fail_msg("%s", err.msg);
     dpt_lr_schedule s;
     if (!dpt_lr_schedule_build(cfg, world, spe, total, &s, &err)) fail_msg("%s", err.msg);
     dpt_config_free(cfg);

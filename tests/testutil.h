@@ -42,6 +42,16 @@ static inline void test_variant(int v)
     test_channels_last = v == 1;
 }
 
+/* The defaults with n "section.key=value" lines set (a failure names the line). */
+static inline dpt_config *test_config(const char *const *sets, int n)
+{
+    dpt_config *cfg = dpt_config_defaults();
+    dpt_error err;
+    for (int i = 0; i < n; i++)
+        if (!dpt_config_set(cfg, sets[i], &err)) fail_msg("%s", err.msg);
+    return cfg;
+}
+
 static inline dpt_ctx *test_ctx(int threads, uint64_t seed)
 {
     dpt_error err;
