@@ -59,8 +59,7 @@ static const dpt_model_impl *exporter_for(const trainer *t, dpt_error *err)
 /* --export FORMAT CKPT OUT in a format of the model's own (the checkpoint is loaded). */
 static bool export_model(trainer *t, dpt_error *err)
 {
-    const dpt_model_impl *impl = exporter_for(t, err);
-    if (!impl || !impl->export_weights(t->model, t->r->args->export_format, t->r->args->export_out, err)) return false;
+    if (!t->exporter->export_weights(t->model, t->r->args->export_format, t->r->args->export_out, err)) return false;
     printf("exported %s: model %s to %s (%s)\n", t->r->resumed, dpt_config_str(t->run->ini, "model", "name"),
            t->r->args->export_out, t->r->args->export_format);
     return true;
@@ -306,7 +305,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     t->metrics = dpt_metrics_open(r->rank == 0 ? run->metrics : "", err);
     if (!t->metrics) goto fail;
     if (!open_loaders(t, err)) goto fail;
-    if (r->args->export_format && !exporter_for(t, err)) goto fail;
+    if (r->args->export_format && !(t->exporter = exporter_for(t, err))) goto fail;
     if (r->args->resume && !resume(t, err)) goto fail;
     /* Everything that can stop a checkpoint is checked before the first step, not at the
      * first save after hours of training. */

@@ -174,6 +174,7 @@ typedef struct trainer {
     dpt_eval_result test;
     bool evaluated; /* test holds an evaluation of this run (a resumed finished run has none) */
     int64_t carry_units; /* resumed mid-epoch: the epoch's units so far (state's sums go into the meter) */
+    const dpt_model_impl *exporter; /* --export in a model's format: its writer, found before the checkpoint loads */
     int signal_seen;
     bool stop;
 } trainer;

@@ -112,7 +112,7 @@ bool dpt_world_init(dpt_world *w, int *argc, char ***argv, dpt_error *err)
         node += __builtin_popcount(all[i]);
     w->node_cores = node;
     if (w->local_size == 1) {
-        alone_cores(w);
+        /* alone on the node: alone_cores' values (set before MPI started) stand */
     } else if (sum <= node) {
         w->cores = mine;
         snprintf(w->cores_why, sizeof w->cores_why, "the %d core%s mpirun bound this rank to", mine,
