@@ -2,6 +2,7 @@
  * before step 1, the checkpoint folder and writes, the command that resumes a run, signals
  * (agreed by all ranks), the timeline, and how an error ends the job. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,12 +222,31 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
 }
 
 static volatile sig_atomic_t pending_signal;
+static sigset_t stop_signals;
 
 static void on_signal(int sig)
 {
     pending_signal = sig;
 }
 
+static void *signal_thread(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int sig;
+        if (sigwait(&stop_signals, &sig) == 0) pending_signal = sig;
+    }
+    return NULL;
+}
+
+/* SIGINT, SIGTERM and SIGUSR1 ask for a clean stop. They are taken by one thread of their own
+ * and blocked in every other: this one, and the threads it starts from here on (the loaders',
+ * OpenMP's, oneDNN's, the DDP reducer's, MPI's, CUDA's) inherit the mask. A handler must never
+ * run on a compute thread: oneDNN's JIT f32 GEMM kernels (Debian's 2.6 and every release before 3.11.1;
+ * oneDNN issue 4845) point rsp into a heap workspace, so a signal frame pushed there while one
+ * runs corrupts the heap (seen here as 'corrupted size vs. prev_size' a few steps after a
+ * SIGTERM, about one run in fifteen). The handler stays installed for a thread that existed
+ * before this call and did not block them. */
 void install_signal_handlers(void)
 {
     struct sigaction sa;
@@ -240,6 +260,20 @@ void install_signal_handlers(void)
      * whatever the ranks return); a batch system can send it before a time limit (Slurm:
      * --signal=USR1@120). */
     sigaction(SIGUSR1, &sa, NULL);
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGUSR1);
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_sigmask(SIG_BLOCK, &stop_signals, NULL) != 0 ||
+        pthread_create(&thread, &attr, signal_thread, NULL) != 0) {
+        /* without the thread, leave them unblocked: the handler still stops the run */
+        pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
+    }
+    pthread_attr_destroy(&attr);
 }
 
 /* A signal may reach the ranks at different steps: they agree (one tiny AllReduce per step)
