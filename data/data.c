@@ -53,12 +53,9 @@ void dpt_dataset_free(dpt_dataset *ds)
     free(ds);
 }
 
-void dpt_data_join(char *out, size_t size, const char *dir, const char *file)
+char *dpt_data_join(const char *dir, const char *file)
 {
-    if (file[0] == '/' || !*dir)
-        snprintf(out, size, "%s", file);
-    else
-        snprintf(out, size, "%s/%s", dir, file);
+    return file[0] == '/' || !*dir ? dpt_strf("%s", file) : dpt_strf("%s/%s", dir, file);
 }
 
 /* The first sample of ds whose label is >= classes, or -1. */

@@ -9,7 +9,7 @@
 bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err);
 
 /* dir/file, or file when it is absolute or dir is empty. */
-void dpt_data_join(char *out, size_t size, const char *dir, const char *file);
+char *dpt_data_join(const char *dir, const char *file); /* dir/file, or file when absolute (free it) */
 /* [data] dir must be a folder; err ends with this HINT otherwise. */
 bool dpt_data_require_dir(const dpt_config *cfg, const char *hint, dpt_error *err);
 /* [data] classes against the labels of both sets (stated: every label below it; 0: inferred,

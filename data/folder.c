@@ -36,7 +36,20 @@ typedef struct listing {
     int ndirs, dirs_cap;
     char **dirs; /* relative folders walked ("." = the root), for the cache's check */
     struct timespec *mtime;
+    /* the folders of the class being walked, by device and inode: each visited once however
+     * many links lead to it (22 levels of two links each would otherwise be 2^22 walks) */
+    uint64_t (*seen)[2];
+    int64_t nseen, seen_cap;
 } listing;
+
+static uint64_t seen_hash(uint64_t dev, uint64_t ino)
+{
+    uint64_t h = (dev * 0x9e3779b97f4a7c15ULL) ^ (ino + 0x632be59bd9b4e019ULL);
+    return h ^ (h >> 29);
+}
+
+/* Whether the folder is new to this class's walk (and now marked seen). */
+static bool first_visit(listing *l, const struct stat *st);
 
 static void listing_free(listing *l)
 {
@@ -46,7 +59,7 @@ static void listing_free(listing *l)
         free(l->files[i]);
     for (int i = 0; i < l->ndirs; i++)
         free(l->dirs[i]);
-    free(l->classes), free(l->files), free(l->cls), free(l->dirs), free(l->mtime);
+    free(l->classes), free(l->files), free(l->cls), free(l->dirs), free(l->mtime), free(l->seen);
     memset(l, 0, sizeof *l);
 }
 
@@ -62,6 +75,31 @@ static void *xrealloc(void *p, size_t n)
     void *q = realloc(p, n ? n : 1);
     if (!q) dpt_fatal("out of host memory listing image files");
     return q;
+}
+
+static bool first_visit(listing *l, const struct stat *st)
+{
+    if (2 * (l->nseen + 1) > l->seen_cap) { /* open addressing, at most half full; rehash */
+        int64_t cap = l->seen_cap ? 2 * l->seen_cap : 64;
+        uint64_t(*grown)[2] = calloc((size_t)cap, sizeof *grown);
+        if (!grown) dpt_fatal("out of host memory listing image files");
+        for (int64_t i = 0; i < l->seen_cap; i++)
+            if (l->seen[i][1]) {
+                int64_t at = (int64_t)(seen_hash(l->seen[i][0], l->seen[i][1]) & (uint64_t)(cap - 1));
+                while (grown[at][1])
+                    at = (at + 1) & (cap - 1);
+                grown[at][0] = l->seen[i][0], grown[at][1] = l->seen[i][1];
+            }
+        free(l->seen);
+        l->seen = grown, l->seen_cap = cap;
+    }
+    uint64_t dev = (uint64_t)st->st_dev, ino = (uint64_t)st->st_ino + 1; /* +1: 0 marks a free slot */
+    int64_t at = (int64_t)(seen_hash(dev, ino) & (uint64_t)(l->seen_cap - 1));
+    for (; l->seen[at][1]; at = (at + 1) & (l->seen_cap - 1))
+        if (l->seen[at][0] == dev && l->seen[at][1] == ino) return false;
+    l->seen[at][0] = dev, l->seen[at][1] = ino;
+    l->nseen++;
+    return true;
 }
 
 static bool image_name(const char *name)
@@ -125,13 +163,14 @@ static void free_names(char **v, int n)
 
 /* Walk root/rel: its files (sorted) first, then its folders (sorted), as torchvision's
  * sorted(os.walk(...)) orders them; symbolic links to folders are followed (followlinks=True),
- * to a depth of 32. */
+ * to a depth of 32, each real folder once per class (the first path that reaches it). */
 static bool walk(const char *root, const char *rel, int cls, int depth, listing *l, dpt_error *err)
 {
     char path[8192];
     snprintf(path, sizeof path, "%s/%s", root, rel);
     struct stat st;
     if (stat(path, &st) != 0) return dpt_errorf(err, "%s: %s", path, strerror(errno));
+    if (!first_visit(l, &st)) return true; /* reached before through another link */
     add_dir(l, rel, &st);
     char **names;
     int n = read_names(path, &names, err);
@@ -201,6 +240,8 @@ static bool scan(const char *root, listing *l, dpt_error *err)
                           root, root);
     for (int c = 0; c < l->nclasses; c++) {
         int64_t before = l->n;
+        l->nseen = 0; /* a folder linked from two classes belongs to both */
+        if (l->seen) memset(l->seen, 0, (size_t)l->seen_cap * sizeof *l->seen);
         if (!walk(root, l->classes[c], c, 0, l, err)) return false;
         if (l->n == before)
             return dpt_errorf(err, "%s/%s: class folder without a .jpg, .jpeg or .png file\nHINT: add its images, "
@@ -223,7 +264,7 @@ static void cache_paths(const char *root, const char *cache_dir, char own[4200],
     if (cache_dir && *cache_dir) {
         char abs[4096];
         const char *key = realpath(root, abs) ? abs : root;
-        snprintf(other, 4200, "%.4000s/dptrain-files-%016llx", cache_dir,
+        snprintf(other, 4200, "%s/dptrain-files-%016llx", cache_dir,
                  (unsigned long long)dpt_hash_bytes(DPT_HASH_SEED, key, strlen(key)));
     }
 }
@@ -234,12 +275,12 @@ static bool write_cache(const char *path, const char *root, const listing *l)
         if (strchr(l->files[i], '\n')) return false; /* a name the line format cannot hold */
     for (int i = 0; i < l->nclasses; i++)
         if (strchr(l->classes[i], '\n')) return false;
-    char tmp[8300];
-    FILE *f;
+    dpt_atomic_file af;
     dpt_error err;
     /* ranks and DataParallel replicas may write at once: each its own unpredictable file
      * (mkstemp, never through a link planted in a shared data folder), renamed over */
-    if (!dpt_atomic_file_open(path, tmp, sizeof tmp, &f, &err)) return false;
+    if (!dpt_atomic_file_open(&af, path, &err)) return false;
+    FILE *f = af.f;
     fprintf(f, "%s\nroot %s\ndirs %d\n", LIST_MAGIC, root, l->ndirs);
     for (int i = 0; i < l->ndirs; i++)
         fprintf(f, "%lld %ld %s\n", (long long)l->mtime[i].tv_sec, l->mtime[i].tv_nsec, l->dirs[i]);
@@ -249,7 +290,7 @@ static bool write_cache(const char *path, const char *root, const listing *l)
     fprintf(f, "files %lld ignored %lld\n", (long long)l->n, (long long)l->ignored);
     for (int64_t i = 0; i < l->n; i++)
         fprintf(f, "%d %s\n", l->cls[i], l->files[i]);
-    return dpt_atomic_file_close(f, tmp, path, !ferror(f), &err);
+    return dpt_atomic_file_close(&af, true, &err);
 }
 
 static bool read_line(FILE *f, char *buf, size_t size)
@@ -368,8 +409,17 @@ bool dpt_folder_open(const dpt_folder_options *opt, dpt_dataset **train, dpt_dat
 {
     *train = *test = NULL;
     char troot[4096], vroot[4096], note[2][4400];
-    snprintf(troot, sizeof troot, "%.4000s/train", opt->dir);
-    snprintf(vroot, sizeof vroot, "%.4000s/val", opt->dir);
+    /* the longest name written beside them: DIR/.dptrain-files-train.XXXXXX */
+    if (strlen(opt->dir) + strlen("/.dptrain-files-train.XXXXXX") >= sizeof troot)
+        return dpt_errorf(err, "[data] dir = %.200s... is %zu bytes long: past this system's limit of %zu for the files "
+                               "under it\nHINT: a shorter path (a link to the folder)",
+                          opt->dir, strlen(opt->dir), sizeof troot - 1);
+    if (opt->cache_dir && strlen(opt->cache_dir) + 64 >= sizeof troot)
+        return dpt_errorf(err, "[data] cache_dir = %.200s... is %zu bytes long: past this system's limit of %zu"
+                               "\nHINT: a shorter path",
+                          opt->cache_dir, strlen(opt->cache_dir), sizeof troot - 1);
+    snprintf(troot, sizeof troot, "%s/train", opt->dir);
+    snprintf(vroot, sizeof vroot, "%s/val", opt->dir);
     listing tl, vl;
     if (!list_files(troot, opt->cache_dir, &tl, note[0], sizeof note[0], err)) return false;
     if (!list_files(vroot, opt->cache_dir, &vl, note[1], sizeof note[1], err)) {

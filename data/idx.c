@@ -219,22 +219,20 @@ static bool idx_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **t
                               err))
         return false;
     const char *dir = dpt_config_str(cfg, "data", "dir");
-    char images[2048], labels[2048], train_labels[2048];
-    dpt_data_join(images, sizeof images, dir, dpt_config_str(cfg, "data", "train_images"));
-    dpt_data_join(train_labels, sizeof train_labels, dir, dpt_config_str(cfg, "data", "train_labels"));
-    *train = dpt_idx_load(images, train_labels, err);
-    if (!*train) return false;
-    dpt_data_join(images, sizeof images, dir, dpt_config_str(cfg, "data", "test_images"));
-    dpt_data_join(labels, sizeof labels, dir, dpt_config_str(cfg, "data", "test_labels"));
-    *test = dpt_idx_load(images, labels, err);
-    if (!*test) return false;
-    if ((*train)->c != (*test)->c || (*train)->h != (*test)->h || (*train)->w != (*test)->w)
-        return dpt_errorf(err,
-                          "train images are %lldx%lld but test images (%s) are %lldx%lld\nHINT: the train and test "
-                          "files must come from the same data set",
-                          (long long)(*train)->h, (long long)(*train)->w, images, (long long)(*test)->h,
-                          (long long)(*test)->w);
-    return dpt_data_check_classes(cfg, *train, *test, train_labels, labels, err);
+    char *train_images = dpt_data_join(dir, dpt_config_str(cfg, "data", "train_images"));
+    char *train_labels = dpt_data_join(dir, dpt_config_str(cfg, "data", "train_labels"));
+    char *images = dpt_data_join(dir, dpt_config_str(cfg, "data", "test_images"));
+    char *labels = dpt_data_join(dir, dpt_config_str(cfg, "data", "test_labels"));
+    bool ok = (*train = dpt_idx_load(train_images, train_labels, err)) && (*test = dpt_idx_load(images, labels, err));
+    if (ok && ((*train)->c != (*test)->c || (*train)->h != (*test)->h || (*train)->w != (*test)->w))
+        ok = dpt_errorf(err,
+                        "train images are %lldx%lld but test images (%s) are %lldx%lld\nHINT: the train and test "
+                        "files must come from the same data set",
+                        (long long)(*train)->h, (long long)(*train)->w, images, (long long)(*test)->h,
+                        (long long)(*test)->w);
+    ok = ok && dpt_data_check_classes(cfg, *train, *test, train_labels, labels, err);
+    free(train_images), free(train_labels), free(images), free(labels);
+    return ok;
 }
 
 static const dpt_data_impl idx_impl = {.open = idx_open};

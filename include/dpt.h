@@ -926,22 +926,32 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
                          const dpt_config *cfg, dpt_train_state *state, int world_size, dpt_error *err);
 /* The newest complete checkpoint (ckpt-step*.dpt, highest step) in dir. */
 bool dpt_checkpoint_latest(const char *dir, char *path, size_t size, dpt_error *err);
-/* The steps of dir's checkpoints, ascending (at most max); -1 if dir cannot be read. */
-#define DPT_CKPT_LIST_MAX 16384
-int dpt_checkpoint_list(const char *dir, int64_t *steps, int max);
+/* The steps of dir's checkpoints (ckpt-step*.dpt), ascending, however many (free the
+ * array); NULL with *count -1 when dir cannot be read. */
+int64_t *dpt_checkpoint_steps(const char *dir, int64_t *count);
 /* How a run meets its checkpoint folder at start-up. */
 typedef struct dpt_ckpt_dir_options {
     bool create;          /* the run writes checkpoints periodically: create dir now */
     bool resumed_here;    /* the run resumes a checkpoint in this dir ... */
     int64_t resumed_step; /* ... of this step; checkpoints newer than it are not this run's */
     bool archive;         /* move checkpoints that are not this run's to dir/previous-<time>/ (else: error) */
-    bool check_only;      /* only check that dir is, or can be made, a folder: no lock, no look inside */
+    bool claim;           /* only claim it (a run that writes only if a signal stops it): make dir if missing and
+                           * take the lock, no look inside (dpt_checkpoint_archive_foreign at the first write) */
+    char **created;       /* with claim: receives the first level made now (NULL if none; free it) */
 } dpt_ckpt_dir_options;
-/* Check (and with create, make) the folder: a folder, writable, not locked by another run,
- * holding no checkpoint that is not this run's (error, or archived). *lock_fd holds the
- * folder's lock for the life of the process (-1 when dir does not exist yet). */
+/* Check (and with create or claim, make) the folder: a folder, writable, not locked by another
+ * run, holding no checkpoint that is not this run's (error, or archived). *lock_fd holds the
+ * folder's lock for the life of the process. */
 bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt, int *lock_fd,
                                 dpt_error *err);
+/* Whether every file dptrain writes in dir has a name the system accepts (length, and each
+ * folder name's); an error naming dir otherwise. */
+bool dpt_checkpoint_path_ok(const char *dir, dpt_error *err);
+/* A claimed folder's first write: move the checkpoints that are not this run's aside. */
+bool dpt_checkpoint_archive_foreign(const char *dir, bool resumed_here, int64_t resumed_step, dpt_error *err);
+/* A claimed folder left unused: let the lock go and remove the levels made (made: from
+ * opt.created; NULL keeps the folder), each only if empty. */
+void dpt_checkpoint_unclaim(const char *dir, const char *made, int lock_fd);
 /* Delete all but the newest keep_last checkpoints in dir, never the one of keep_step. */
 void dpt_checkpoint_prune(const char *dir, int keep_last, int64_t keep_step);
 /* The file --resume ARG (and --inspect ARG) means: a file; a folder (its newest checkpoint);
@@ -983,10 +993,15 @@ typedef struct dpt_model_impl {
     bool (*export_weights)(dpt_model *model, const char *format, const char *path, dpt_error *err);
 } dpt_model_impl;
 /* A file written beside OUT under an unpredictable name (mkstemp: never through a planted
- * link), put in OUT's place only when whole (flushed, fsync'ed, renamed); dpt_atomic_file_close
- * with ok false removes it. tmp receives the temporary name (cap bytes). */
-bool dpt_atomic_file_open(const char *out, char *tmp, size_t cap, FILE **f, dpt_error *err);
-bool dpt_atomic_file_close(FILE *f, const char *tmp, const char *out, bool ok, dpt_error *err);
+ * link), put in OUT's place only when whole (flushed, fsync'ed, renamed, the folder fsync'ed);
+ * write to a.f between the two calls; dpt_atomic_file_close with ok false (or a write error
+ * on a.f) removes it. Any path length the system accepts. */
+typedef struct dpt_atomic_file {
+    FILE *f;
+    char *tmp, *out; /* the temporary's name, the destination's */
+} dpt_atomic_file;
+bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err);
+bool dpt_atomic_file_close(dpt_atomic_file *a, bool ok, dpt_error *err);
 /* Make an image classifier trainable as [model] name = NAME by dpt_train_main (and ./train's
  * code path): mpirun, DataParallel, checkpoints, schedules, logs, --expect. The short form of
  * dpt_register with a dpt_model_impl {.build_image = build}; call before dpt_train_main; false

@@ -181,9 +181,9 @@ static bool gpt_export(dpt_model *model, const char *format, const char *path, d
         return dpt_errorf(err, "--export llmc: llm.c's GPT-2 has biases; this model has [model] bias = false");
     int32_t h[256] = {LLMC_MAGIC, LLMC_FP32, (int32_t)g->block_size, (int32_t)g->vocab, (int32_t)g->layers,
                       (int32_t)g->heads, (int32_t)g->channels, (int32_t)g->padded_vocab};
-    char tmp[1200];
-    FILE *f;
-    if (!dpt_atomic_file_open(path, tmp, sizeof tmp, &f, err)) return false;
+    dpt_atomic_file af;
+    if (!dpt_atomic_file_open(&af, path, err)) return false;
+    FILE *f = af.f;
     int64_t total;
     size_t most;
     int count;
@@ -196,8 +196,8 @@ static bool gpt_export(dpt_model *model, const char *format, const char *path, d
         ok = fwrite(buf, sizeof *buf, n, f) == n;
     }
     free(buf), free(list);
-    if (!ok) dpt_errorf(err, "writing %s failed: %s\nHINT: is the disk full?", tmp, strerror(errno));
-    return dpt_atomic_file_close(f, tmp, path, ok, err);
+    if (!ok) dpt_errorf(err, "writing %s failed: %s\nHINT: is the disk full?", af.tmp, strerror(errno));
+    return dpt_atomic_file_close(&af, ok, err);
 }
 
 static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dataset *data, dpt_error *err)

@@ -1,9 +1,11 @@
 /* atomic_file.c: a file that appears whole or not at all, and never through a planted link:
  * written beside its destination under a name mkstemp makes (O_EXCL: an existing name, a link
- * included, is never opened), flushed and fsync'ed, then renamed over the destination. For
- * exports, JUnit reports and the image-folder caches; checkpoints do the same in checkpoint.c
- * (with their own crash-injection hook). */
+ * included, is never opened), flushed and fsync'ed, renamed over the destination, and the
+ * rename made durable (fsync of the folder). For checkpoints, exports, JUnit reports and the
+ * image-folder caches. Paths are measured, never cut to a buffer. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,28 +15,58 @@
 #include "dpt.h"
 #include "error.h"
 
-bool dpt_atomic_file_open(const char *out, char *tmp, size_t cap, FILE **f, dpt_error *err)
+char *dpt_strf(const char *fmt, ...)
 {
+    va_list ap, again;
+    va_start(ap, fmt);
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!s) dpt_fatal("out of host memory");
+    vsnprintf(s, (size_t)n + 1, fmt, again);
+    va_end(again);
+    return s;
+}
+
+bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err)
+{
+    memset(a, 0, sizeof *a);
     const char *slash = strrchr(out, '/');
     int dirlen = slash ? (int)(slash - out) : 0;
-    if ((size_t)snprintf(tmp, cap, "%.*s%s.%s.XXXXXX", dirlen, out, slash ? "/" : "", slash ? slash + 1 : out) >= cap)
-        return dpt_errorf(err, "the path %s is too long", out);
-    int fd = mkstemp(tmp); /* O_EXCL, a name no one predicted: not a link someone planted */
-    if (fd < 0)
-        return dpt_errorf(err, "cannot write %s: %s\nHINT: the folder must exist and be writable", out,
-                          strerror(errno));
-    *f = fdopen(fd, "wb");
-    if (!*f) dpt_fatal("out of host memory");
+    /* DIR/.NAME.XXXXXX: hidden, and never a name a reader of DIR looks for */
+    a->tmp = dpt_strf("%.*s%s.%s.XXXXXX", dirlen, out, slash ? "/" : "", slash ? slash + 1 : out);
+    int fd = mkstemp(a->tmp); /* O_EXCL, a name no one predicted: not a link someone planted */
+    if (fd < 0) {
+        int e = errno;
+        free(a->tmp), a->tmp = NULL;
+        return dpt_errorf(err, "cannot write %s: %s\nHINT: %s", out, strerror(e),
+                          e == ENAMETOOLONG ? "a shorter path" : "the folder must exist and be writable");
+    }
+    a->f = fdopen(fd, "wb");
+    if (!a->f) dpt_fatal("out of host memory");
+    a->out = dpt_strf("%s", out);
     return true;
 }
 
-bool dpt_atomic_file_close(FILE *f, const char *tmp, const char *out, bool ok, dpt_error *err)
+bool dpt_atomic_file_close(dpt_atomic_file *a, bool ok, dpt_error *err)
 {
-    if (ok && (fflush(f) != 0 || fsync(fileno(f)) != 0)) ok = dpt_errorf(err, "cannot flush %s: %s", tmp, strerror(errno));
-    if (fclose(f) != 0 && ok) ok = dpt_errorf(err, "cannot close %s: %s", tmp, strerror(errno));
-    if (ok && chmod(tmp, 0644) != 0) ok = dpt_errorf(err, "cannot chmod %s: %s", tmp, strerror(errno));
-    if (ok && rename(tmp, out) != 0) ok = dpt_errorf(err, "cannot rename %s to %s: %s", tmp, out, strerror(errno));
-    if (!ok) unlink(tmp);
+    if (!a->f) return false;
+    if (ok && ferror(a->f)) ok = dpt_errorf(err, "writing %s failed\nHINT: is the disk full?", a->tmp);
+    if (ok && (fflush(a->f) != 0 || fsync(fileno(a->f)) != 0))
+        ok = dpt_errorf(err, "cannot flush %s: %s\nHINT: is the disk full?", a->tmp, strerror(errno));
+    if (fclose(a->f) != 0 && ok) ok = dpt_errorf(err, "cannot close %s: %s", a->tmp, strerror(errno));
+    if (ok && chmod(a->tmp, 0644) != 0) ok = dpt_errorf(err, "cannot chmod %s: %s", a->tmp, strerror(errno));
+    if (ok && rename(a->tmp, a->out) != 0)
+        ok = dpt_errorf(err, "cannot rename %s to %s: %s", a->tmp, a->out, strerror(errno));
+    if (!ok) unlink(a->tmp);
+    if (ok) { /* the rename itself durable: the folder's entry on disk */
+        char *slash = strrchr(a->out, '/');
+        if (slash) *slash = '\0';
+        int dfd = open(slash ? (*a->out ? a->out : "/") : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) fsync(dfd), close(dfd);
+    }
+    free(a->tmp), free(a->out);
+    memset(a, 0, sizeof *a);
     return ok;
 }
-

@@ -11,6 +11,7 @@
 #include <sys/file.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,55 +102,25 @@ static char *config_text(const dpt_config *cfg)
 
 static bool write_file(const char *path, const writer *w, dpt_error *err)
 {
-    /* The temporary file: a name no one can predict, created exclusively (mkstemp: O_EXCL, so a
-     * link planted in a shared folder is never followed), renamed over path when whole. */
-    char tmp[1100];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= sizeof tmp)
-        return dpt_errorf(err, "checkpoint path %s is too long\nHINT: a shorter [checkpoint] dir", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0 || fchmod(fd, 0644) != 0) {
-        int e = errno;
-        if (fd >= 0) close(fd), unlink(tmp);
-        return dpt_errorf(err,
-                          "cannot write checkpoint %s: %s\nHINT: check [checkpoint] dir and "
-                          "that it is writable",
-                          tmp, strerror(e));
+    /* the safe file (runtime/atomic_file.c): an unpredictable temporary, renamed when whole */
+    dpt_atomic_file af;
+    if (!dpt_atomic_file_open(&af, path, err)) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return dpt_errorf(err, "checkpoint: %s", msg);
     }
-    size_t done = 0;
     const char *fault = getenv("DPT_TEST_CKPT_CRASH_AFTER"); /* tests: die mid-write */
     size_t crash_at = fault ? (size_t)atoll(fault) : (size_t)-1;
-    while (done < w->len) {
+    bool ok = true;
+    for (size_t done = 0; ok && done < w->len;) {
         size_t chunk = w->len - done < (1u << 20) ? w->len - done : (1u << 20);
         if (done < crash_at && done + chunk > crash_at) chunk = crash_at - done;
-        if (done == crash_at) _exit(7);
-        ssize_t n = write(fd, w->buf + done, chunk);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return dpt_errorf(err, "writing checkpoint %s failed: %s\nHINT: is the disk full?", tmp,
-                              strerror(e));
-        }
-        done += (size_t)n;
+        if (done == crash_at) fflush(af.f), _exit(7);
+        ok = fwrite(w->buf + done, 1, chunk, af.f) == chunk;
+        done += chunk;
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        unlink(tmp);
-        return dpt_errorf(err, "cannot flush checkpoint %s: %s", tmp, strerror(errno));
-    }
-    if (rename(tmp, path) != 0)
-        return dpt_errorf(err, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    /* Make the rename itself durable. */
-    char dir[1100];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return true;
+    if (!ok) dpt_errorf(err, "writing checkpoint %s failed: %s\nHINT: is the disk full?", af.tmp, strerror(errno));
+    return dpt_atomic_file_close(&af, ok, err);
 }
 
 bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_optim *optim, const dpt_ctx *ctx,
@@ -611,61 +582,164 @@ static int cmp_asc(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int dpt_checkpoint_list(const char *dir, int64_t *steps, int max)
+int64_t *dpt_checkpoint_steps(const char *dir, int64_t *count)
 {
+    *count = -1;
     DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
+    if (!d) return NULL;
+    int64_t n = 0, cap = 64;
+    int64_t *steps = malloc((size_t)cap * sizeof *steps);
+    if (!steps) dpt_fatal("out of host memory");
     long long step;
     struct dirent *e;
     while ((e = readdir(d)))
         if (is_checkpoint_name(e->d_name, &step)) {
-            if (n < max) steps[n] = step;
-            n++;
+            if (n == cap && !(steps = realloc(steps, (size_t)(cap *= 2) * sizeof *steps)))
+                dpt_fatal("out of host memory listing %s", dir);
+            steps[n++] = step;
         }
     closedir(d);
-    qsort(steps, (size_t)(n < max ? n : max), sizeof *steps, cmp_asc);
-    return n < max ? n : max;
+    qsort(steps, (size_t)n, sizeof *steps, cmp_asc);
+    *count = n;
+    return steps;
 }
 
-static void checkpoint_path(char *out, size_t size, const char *dir, int64_t step)
+static char *checkpoint_path(const char *dir, int64_t step)
 {
-    snprintf(out, size, "%s/ckpt-step%08lld.dpt", dir, (long long)step);
+    return dpt_strf("%s/ckpt-step%08lld.dpt", dir, (long long)step);
+}
+
+/* Into the caller's buffer, or an error naming it when it does not fit (never cut). */
+static bool give_path(char *out, size_t size, char *path, dpt_error *err)
+{
+    bool fits = strlen(path) < size;
+    if (fits) memcpy(out, path, strlen(path) + 1);
+    else dpt_errorf(err, "the path %s is too long (%zu bytes; this build keeps %zu)", path, strlen(path), size - 1);
+    free(path);
+    return fits;
 }
 
 bool dpt_checkpoint_latest(const char *dir, char *path, size_t size, dpt_error *err)
 {
-    int64_t steps[DPT_CKPT_LIST_MAX];
-    int n = dpt_checkpoint_list(dir, steps, DPT_CKPT_LIST_MAX);
+    int64_t n;
+    int64_t *steps = dpt_checkpoint_steps(dir, &n);
     if (n < 0)
         return dpt_errorf(err,
                           "cannot open checkpoint folder %s: %s\nHINT: set [checkpoint] dir, "
                           "or pass a checkpoint file",
                           dir, strerror(errno));
+    int64_t newest = n > 0 ? steps[n - 1] : -1;
+    free(steps);
     if (n == 0)
         return dpt_errorf(err, "no checkpoint (ckpt-step*.dpt) in %s\nHINT: name the folder a run wrote its "
                                "checkpoints in ([checkpoint] dir, e.g. checkpoints/NAME); a new run starts "
                                "without --resume", dir);
-    checkpoint_path(path, size, dir, steps[n - 1]);
-    return true;
+    return give_path(path, size, checkpoint_path(dir, newest), err);
 }
 
-/* mkdir -p */
-static bool make_dirs(const char *dir, dpt_error *err)
+/* mkdir -p; *made: the first level this call created (NULL when none), for the caller to
+ * remove again */
+static bool make_dirs(const char *dir, char **made, dpt_error *err)
 {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", dir);
+    char *buf = dpt_strf("%s", dir);
+    if (made) *made = NULL;
     for (char *p = buf + 1;; p++) {
         if (*p == '/' || *p == '\0') {
             char saved = *p;
             *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return dpt_errorf(err, "cannot create checkpoint folder %s: %s", buf, strerror(errno));
+            if (mkdir(buf, 0755) == 0) {
+                if (made && !*made) *made = dpt_strf("%s", buf);
+            } else if (errno != EEXIST) {
+                dpt_errorf(err, "cannot create checkpoint folder %s: %s", buf, strerror(errno));
+                free(buf);
+                return false;
+            }
             *p = saved;
             if (!saved) break;
         }
     }
+    free(buf);
     return true;
+}
+
+bool dpt_checkpoint_path_ok(const char *dir, dpt_error *err)
+{
+    /* the longest name written there: DIR/previous-YYYYmmdd-HHMMSS/.ckpt-stepN.dpt.XXXXXX */
+    size_t len = strlen(dir), longest = len + strlen("/previous-20261204-120000/.ckpt-step18446744073709551615.dpt.XXXXXX");
+    /* a path of thousands of bytes is shown by its two ends */
+    int head = len > 160 ? 100 : (int)len, tail = len > 160 ? 50 : 0;
+    const char *gap = len > 160 ? "..." : "";
+    if (longest >= PATH_MAX)
+        return dpt_errorf(err, "%.*s%s%s is too long for a checkpoint folder: %zu bytes, and the files in it reach %zu, "
+                               "past this system's limit of %d\nHINT: a shorter path",
+                          head, dir, gap, dir + len - tail, len, longest, PATH_MAX - 1);
+    for (const char *c = dir; *c;) {
+        size_t part = strcspn(c, "/");
+        if (part > NAME_MAX)
+            return dpt_errorf(err, "%.*s%s%s has a folder name of %zu bytes (the limit is %d): %.40s...\nHINT: a "
+                                   "shorter name",
+                              head, dir, gap, dir + len - tail, part, NAME_MAX, c);
+        c += part + (c[part] == '/');
+    }
+    return true;
+}
+
+/* The lock file: created, never through a link, this user's; flock'ed without waiting. */
+static bool take_lock(const char *dir, int *lock_fd, const char *hint, dpt_error *err)
+{
+    /* The lock doubles as the test that the folder is writable (root passes access(2) on
+     * read-only mounts and /proc, so only a real write tells). */
+    char *lock_path = dpt_strf("%s/.dptrain.lock", dir);
+    bool ok = false;
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    struct stat lk;
+    if (fd < 0 && errno == ELOOP)
+        dpt_errorf(err, "the lock file %s is a symbolic link, not dptrain's: refused (a link planted in a shared "
+                        "folder would make the run write where it points)\nHINT: remove it if it is yours, or "
+                        "give this run its own folder",
+                   lock_path);
+    else if (fd < 0)
+        dpt_errorf(err, "cannot write in checkpoint folder %s: %s\n%s", dir, strerror(errno), hint);
+    else if (fstat(fd, &lk) != 0 || !S_ISREG(lk.st_mode) || lk.st_uid != geteuid())
+        dpt_errorf(err, "the lock file %s is %s, not this user's dptrain lock: refused\nHINT: give this run its own "
+                        "folder ([checkpoint] dir)",
+                   lock_path, !S_ISREG(lk.st_mode) ? "not a regular file" : "owned by another user");
+    else if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+        dpt_errorf(err,
+                   "another dptrain run is writing checkpoints in %s (it holds %s)\nHINT: give this run "
+                   "its own folder: --set checkpoint.dir=DIR",
+                   dir, lock_path);
+    else
+        ok = true;
+    if (!ok && fd >= 0) close(fd);
+    *lock_fd = ok ? fd : -1;
+    free(lock_path);
+    return ok;
+}
+
+/* Move the checkpoints of steps[first..n) into dir/previous-<time>/. */
+static bool archive_foreign(const char *dir, const int64_t *steps, int64_t first, int64_t n, bool continuation,
+                            const char *hint, dpt_error *err)
+{
+    char stamp[32];
+    time_t now = time(NULL);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
+    char *archive = dpt_strf("%s/previous-%s", dir, stamp);
+    bool ok = mkdir(archive, 0755) == 0 || errno == EEXIST;
+    if (!ok) dpt_errorf(err, "cannot create %s: %s\n%s", archive, strerror(errno), hint);
+    for (int64_t i = first; ok && i < n; i++) {
+        char *from = checkpoint_path(dir, steps[i]), *to = checkpoint_path(archive, steps[i]);
+        if (rename(from, to) != 0) ok = dpt_errorf(err, "cannot move %s to %s: %s\n%s", from, to, strerror(errno), hint);
+        free(from), free(to);
+    }
+    if (ok) {
+        printf("checkpoint folder: moved %lld checkpoint%s of %s (steps %lld to %lld) to %s\n", (long long)(n - first),
+               n - first == 1 ? "" : "s", continuation ? "an abandoned continuation" : "an earlier run",
+               (long long)steps[first], (long long)steps[n - 1], archive);
+        fflush(stdout);
+    }
+    free(archive);
+    return ok;
 }
 
 bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt, int *lock_fd,
@@ -673,136 +747,119 @@ bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt
 {
     *lock_fd = -1;
     const char *hint = "HINT: set [checkpoint] dir to a folder this user can write";
+    if (!dpt_checkpoint_path_ok(dir, err)) return false;
     struct stat st;
     if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
         return dpt_errorf(err, "[checkpoint] dir = %s is not a folder\n%s", dir, hint);
-    if (opt->create && !make_dirs(dir, err)) {
+    if (opt->create && !make_dirs(dir, NULL, err)) {
         size_t len = strlen(err->msg);
         snprintf(err->msg + len, sizeof err->msg - len, "\n%s", hint);
         return false;
     }
-    if (stat(dir, &st) != 0) {
-        /* Not created now (checkpoints only on a signal, when every missing level is made):
-         * the nearest level that exists must be a folder (a fresh clone has no checkpoints/) */
-        char up[1024];
-        snprintf(up, sizeof up, "%s", dir);
-        for (;;) {
-            char *slash = strrchr(up, '/');
-            while (slash && slash > up && slash[1] == '\0') { /* "a/b/" */
-                *slash = '\0';
-                slash = strrchr(up, '/');
-            }
-            if (slash == up)
-                slash[1] = '\0';
-            else if (slash)
-                *slash = '\0';
-            else
-                snprintf(up, sizeof up, ".");
-            if (stat(up, &st) == 0) break;
-            if ((errno != ENOENT && errno != ENOTDIR) || !strcmp(up, ".") || !strcmp(up, "/"))
-                return dpt_errorf(err, "[checkpoint] dir = %s cannot be created: %s: %s\n%s", dir, up,
-                                  strerror(errno), hint);
+    if (opt->claim) { /* the folder made now if missing (and removed at the end if still empty) and locked */
+        char *made = NULL;
+        if (!make_dirs(dir, &made, err)) {
+            size_t len = strlen(err->msg);
+            snprintf(err->msg + len, sizeof err->msg - len, "\n%s", hint);
+            return false;
         }
-        if (!S_ISDIR(st.st_mode))
-            return dpt_errorf(err, "[checkpoint] dir = %s cannot be created: %s is not a folder\n%s", dir, up,
-                              hint);
-        if (access(up, W_OK | X_OK) != 0)
-            return dpt_errorf(err, "[checkpoint] dir = %s cannot be created in %s: %s\n%s", dir, up,
-                              strerror(errno), hint);
+        if (!take_lock(dir, lock_fd, hint, err)) {
+            if (made) dpt_checkpoint_unclaim(dir, made, -1);
+            free(made);
+            return false;
+        }
+        if (opt->created) *opt->created = made;
+        else free(made);
         return true;
     }
-    if (opt->check_only) return true;
-    /* The lock doubles as the test that the folder is writable (root passes access(2) on
-     * read-only mounts and /proc, so only a real write tells). */
-    char lock_path[1100];
-    snprintf(lock_path, sizeof lock_path, "%s/.dptrain.lock", dir);
-    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0 && errno == ELOOP)
-        return dpt_errorf(err, "the lock file %s is a symbolic link, not dptrain's: refused (a link planted in a shared "
-                               "folder would make the run write where it points)\nHINT: remove it if it is yours, or "
-                               "give this run its own folder",
-                          lock_path);
-    if (fd < 0)
-        return dpt_errorf(err, "cannot write in checkpoint folder %s: %s\n%s", dir, strerror(errno), hint);
-    struct stat lk;
-    if (fstat(fd, &lk) != 0 || !S_ISREG(lk.st_mode) || lk.st_uid != geteuid()) {
-        close(fd);
-        return dpt_errorf(err, "the lock file %s is %s, not this user's dptrain lock: refused\nHINT: give this run its own "
-                               "folder ([checkpoint] dir)",
-                          lock_path, !S_ISREG(lk.st_mode) ? "not a regular file" : "owned by another user");
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        close(fd);
-        return dpt_errorf(
-            err,
-            "another dptrain run is writing checkpoints in %s (it holds %s)\nHINT: give this run "
-            "its own folder: --set checkpoint.dir=DIR",
-            dir, lock_path);
-    }
+    if (stat(dir, &st) != 0)
+        return dpt_errorf(err, "[checkpoint] dir = %s: %s\n%s", dir, strerror(errno), hint);
+    if (!take_lock(dir, lock_fd, hint, err)) return false;
     /* Checkpoints that are not this run's: all of them for a new run; for a resumed one, those
      * newer than the checkpoint it continues (they belong to a continuation it replaces). */
-    int64_t steps[DPT_CKPT_LIST_MAX];
-    int n = dpt_checkpoint_list(dir, steps, DPT_CKPT_LIST_MAX), first_foreign = 0;
+    int64_t n, first_foreign = 0;
+    int64_t *steps = dpt_checkpoint_steps(dir, &n);
     if (opt->resumed_here)
         while (first_foreign < n && steps[first_foreign] <= opt->resumed_step)
             first_foreign++;
-    int foreign = n - first_foreign;
+    int64_t foreign = n - first_foreign;
+    bool ok = true;
     if (foreign > 0 && !opt->archive) {
-        close(fd);
         if (opt->resumed_here)
-            return dpt_errorf(
+            ok = dpt_errorf(
                 err,
-                "%s holds %d checkpoint%s newer than step %lld, the one this run resumes (the newest "
+                "%s holds %lld checkpoint%s newer than step %lld, the one this run resumes (the newest "
                 "is ckpt-step%08lld.dpt): continuing here would mix two continuations\nHINT: resume "
                 "the newest with --resume latest, or move the newer ones aside with --set "
                 "checkpoint.existing=archive",
-                dir, foreign, foreign == 1 ? "" : "s", (long long)opt->resumed_step, (long long)steps[n - 1]);
-        return dpt_errorf(
-            err,
-            "%s holds %d checkpoint%s of an earlier run (the newest is ckpt-step%08lld.dpt): a new "
-            "run there would mix with them, and pruning could delete them\nHINT: continue that run "
-            "with --resume latest, give this one its own folder with --set checkpoint.dir=DIR, or "
-            "move the old ones into %s/previous-<time>/ with --set checkpoint.existing=archive",
-            dir, foreign, foreign == 1 ? "" : "s", (long long)steps[n - 1], dir);
+                dir, (long long)foreign, foreign == 1 ? "" : "s", (long long)opt->resumed_step, (long long)steps[n - 1]);
+        else
+            ok = dpt_errorf(
+                err,
+                "%s holds %lld checkpoint%s of an earlier run (the newest is ckpt-step%08lld.dpt): a new "
+                "run there would mix with them, and pruning could delete them\nHINT: continue that run "
+                "with --resume latest, give this one its own folder with --set checkpoint.dir=DIR, or "
+                "move the old ones into %s/previous-<time>/ with --set checkpoint.existing=archive",
+                dir, (long long)foreign, foreign == 1 ? "" : "s", (long long)steps[n - 1], dir);
+    } else if (foreign > 0)
+        ok = archive_foreign(dir, steps, first_foreign, n, opt->resumed_here, hint, err);
+    free(steps);
+    if (!ok) close(*lock_fd), *lock_fd = -1;
+    return ok;
+}
+
+bool dpt_checkpoint_archive_foreign(const char *dir, bool resumed_here, int64_t resumed_step, dpt_error *err)
+{
+    int64_t n, first = 0;
+    int64_t *steps = dpt_checkpoint_steps(dir, &n);
+    if (n < 0) return dpt_errorf(err, "cannot open checkpoint folder %s: %s", dir, strerror(errno));
+    if (resumed_here)
+        while (first < n && steps[first] <= resumed_step)
+            first++;
+    bool ok = first >= n ||
+              archive_foreign(dir, steps, first, n, resumed_here, "HINT: set [checkpoint] dir to a folder this user "
+                                                                 "can write", err);
+    free(steps);
+    return ok;
+}
+
+void dpt_checkpoint_unclaim(const char *dir, const char *made, int lock_fd)
+{
+    if (!made) { /* the folder was there before: only the lock is let go */
+        if (lock_fd >= 0) close(lock_fd);
+        return;
     }
-    if (foreign > 0) {
-        char archive[1100], stamp[32];
-        time_t now = time(NULL);
-        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
-        snprintf(archive, sizeof archive, "%s/previous-%s", dir, stamp);
-        if (mkdir(archive, 0755) != 0 && errno != EEXIST) {
-            close(fd);
-            return dpt_errorf(err, "cannot create %s: %s\n%s", archive, strerror(errno), hint);
-        }
-        for (int i = first_foreign; i < n; i++) {
-            char from[1100], to[1200];
-            checkpoint_path(from, sizeof from, dir, steps[i]);
-            snprintf(to, sizeof to, "%s/ckpt-step%08lld.dpt", archive, (long long)steps[i]);
-            if (rename(from, to) != 0) {
-                close(fd);
-                return dpt_errorf(err, "cannot move %s to %s: %s\n%s", from, to, strerror(errno), hint);
-            }
-        }
-        printf("checkpoint folder: moved %d checkpoint%s of %s (steps %lld to %lld) to %s\n", foreign,
-               foreign == 1 ? "" : "s", opt->resumed_here ? "an abandoned continuation" : "an earlier run",
-               (long long)steps[first_foreign], (long long)steps[n - 1], archive);
-        fflush(stdout);
+    char *lock_path = dpt_strf("%s/.dptrain.lock", dir);
+    unlink(lock_path); /* while still held: a run that opened it meanwhile fails its flock */
+    free(lock_path);
+    if (lock_fd >= 0) close(lock_fd);
+    /* the levels this run created, deepest first, each only if empty */
+    char *p = dpt_strf("%s", dir);
+    size_t stop = strlen(made);
+    for (;;) {
+        if (rmdir(p) != 0) break;
+        size_t len = strlen(p);
+        while (len > 0 && p[len - 1] == '/')
+            p[--len] = '\0';
+        char *slash = strrchr(p, '/');
+        if (!slash || (size_t)(slash - p) < stop) break;
+        *slash = '\0';
     }
-    *lock_fd = fd;
-    return true;
+    free(p);
 }
 
 void dpt_checkpoint_prune(const char *dir, int keep_last, int64_t keep_step)
 {
     if (keep_last <= 0) return;
-    int64_t steps[DPT_CKPT_LIST_MAX];
-    int n = dpt_checkpoint_list(dir, steps, DPT_CKPT_LIST_MAX);
-    for (int i = 0; i < n - keep_last; i++) {
+    int64_t n;
+    int64_t *steps = dpt_checkpoint_steps(dir, &n);
+    for (int64_t i = 0; i < n - keep_last; i++) {
         if (steps[i] == keep_step) continue; /* never the file this run has just reported */
-        char path[1100];
-        checkpoint_path(path, sizeof path, dir, steps[i]);
+        char *path = checkpoint_path(dir, steps[i]);
         unlink(path);
+        free(path);
     }
+    free(steps);
 }
 
 /* dpt_checkpoint_latest with its error starting "ARG: " like the resolver's others. */
@@ -819,39 +876,46 @@ bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t
     struct stat st;
     if (stat(arg, &st) == 0) {
         if (S_ISDIR(st.st_mode)) return latest_named(arg, arg, path, size, err); /* a folder: its newest */
-        snprintf(path, size, "%s", arg);
-        return true;
+        return give_path(path, size, dpt_strf("%s", arg), err);
     }
     /* FOLDER/latest, a step number or a name without the zero padding: in the folder named,
      * else in dir (the run's [checkpoint] dir; "." when there is none, as for --inspect) */
     const char *base = strrchr(arg, '/') ? strrchr(arg, '/') + 1 : arg;
-    char folder[1024];
-    if (base != arg)
-        snprintf(folder, sizeof folder, "%.*s", (int)(base - arg - 1), arg);
-    else
-        snprintf(folder, sizeof folder, "%s", dir && *dir ? dir : ".");
-    if (!*folder) snprintf(folder, sizeof folder, "/");
-    if (!strcmp(base, "latest")) return latest_named(arg, folder, path, size, err);
+    char *folder = base != arg ? dpt_strf("%.*s", (int)(base - arg - 1), arg) : dpt_strf("%s", dir && *dir ? dir : ".");
+    if (!*folder) free(folder), folder = dpt_strf("/");
+    bool ok;
+    if (!strcmp(base, "latest")) {
+        ok = latest_named(arg, folder, path, size, err);
+        free(folder);
+        return ok;
+    }
     long long step = -1;
     int end = 0;
     if ((sscanf(base, "ckpt-step%lld.dpt%n", &step, &end) == 1 && base[end] == '\0') ||
         (sscanf(base, "%lld%n", &step, &end) == 1 && base[end] == '\0')) {
-        checkpoint_path(path, size, folder, step);
-        if (step >= 0 && stat(path, &st) == 0) return true;
+        char *named = checkpoint_path(folder, step);
+        if (step >= 0 && stat(named, &st) == 0) {
+            free(folder);
+            return give_path(path, size, named, err);
+        }
+        free(named);
     }
-    int64_t steps[DPT_CKPT_LIST_MAX];
-    int n = dpt_checkpoint_list(folder, steps, DPT_CKPT_LIST_MAX);
+    int64_t n;
+    int64_t *steps = dpt_checkpoint_steps(folder, &n);
     char have[256] = "none";
     if (n > 0) {
         size_t used = 0;
-        for (int i = n > 4 ? n - 4 : 0; i < n && used < sizeof have; i++)
+        for (int64_t i = n > 4 ? n - 4 : 0; i < n && used < sizeof have; i++)
             used += (size_t)snprintf(have + used, sizeof have - used, "%s%lld", used ? ", " : "",
                                      (long long)steps[i]);
     }
-    return dpt_errorf(err,
-                      "%s: no such checkpoint\nHINT: %s holds checkpoints of step%s %s; pass a file, a folder (its "
-                      "newest), a step number, or latest",
-                      arg, folder, n > 4 ? "s ..." : "s", have);
+    free(steps);
+    dpt_errorf(err,
+               "%s: no such checkpoint\nHINT: %s holds checkpoints of step%s %s; pass a file, a folder (its "
+               "newest), a step number, or latest",
+               arg, folder, n > 4 ? "s ..." : "s", have);
+    free(folder);
+    return false;
 }
 
 /* ---------------------------------------------------------------- tensors (--export) */

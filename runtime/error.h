@@ -31,6 +31,9 @@ DPT_NORETURN void dpt_library_failed_at(const char *file, int line, const char *
         if (!(cond)) dpt_fatal_at(__FILE__, __LINE__, "assertion '" #cond "' failed: " __VA_ARGS__);         \
     } while (0)
 
+/* A formatted string in memory of its own size (free it); never cut to a buffer. */
+char *dpt_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Installed by the world layer so that a fatal error on one rank stops every rank. */
 typedef void (*dpt_abort_fn)(int code);
 void dpt_set_abort_handler(dpt_abort_fn fn);

@@ -194,13 +194,13 @@ static void xml_cdata(FILE *f, const char *s)
 bool dpt_junit_write(const char *path, const char *suite, const dpt_expectation *e, int n,
                      const dpt_run_result *r, int run_rc, const char *log_tail, char *msg, size_t cap)
 {
-    char tmp[4200];
-    FILE *f;
+    dpt_atomic_file af;
     dpt_error err;
-    if (!dpt_atomic_file_open(path, tmp, sizeof tmp, &f, &err)) { /* not path.tmp: a planted link there */
+    if (!dpt_atomic_file_open(&af, path, &err)) { /* not path.tmp: a planted link there */
         snprintf(msg, cap, "%s", err.msg);
         return false;
     }
+    FILE *f = af.f;
     int failures = 0, errors = 0;
     for (int i = 0; i < n; i++) {
         double v;
@@ -250,7 +250,7 @@ bool dpt_junit_write(const char *path, const char *suite, const dpt_expectation 
     fputs("    <system-out>", f);
     xml_cdata(f, log_tail ? log_tail : "");
     fputs("</system-out>\n  </testsuite>\n</testsuites>\n", f);
-    if (!dpt_atomic_file_close(f, tmp, path, !ferror(f), &err)) {
+    if (!dpt_atomic_file_close(&af, true, &err)) {
         snprintf(msg, cap, "cannot write %s: %s", path, err.msg);
         return false;
     }

@@ -225,11 +225,12 @@ bool dpt_export_checkpoint(const char *format, const char *ckpt, const char *out
 {
     exporter x = {.out = out};
     bool ok = dpt_checkpoint_tensors(ckpt, collect, &x, err);
-    char tmp[1200];
     if (ok && x.n == 0) ok = dpt_errorf(err, "%s holds no parameters", ckpt);
-    if (ok && (ok = dpt_atomic_file_open(out, tmp, sizeof tmp, &x.f, err))) {
+    dpt_atomic_file af;
+    if (ok && (ok = dpt_atomic_file_open(&af, out, err))) {
+        x.f = af.f;
         ok = !strcmp(format, "npz") ? write_npz(&x, ckpt, err) : write_safetensors(&x, ckpt, err);
-        ok = dpt_atomic_file_close(x.f, tmp, out, ok, err);
+        ok = dpt_atomic_file_close(&af, ok, err);
     }
     if (count) *count = x.n;
     for (int i = 0; i < x.n; i++)

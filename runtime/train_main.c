@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "trainer.h"
@@ -544,7 +545,7 @@ static int parse_cli(int argc, char **argv, cli *args)
                 return 2;
             }
             dpt_error err;
-            char path[1100];
+            char path[PATH_MAX];
             if (!dpt_checkpoint_resolve(v, NULL, path, sizeof path, &err)) { /* --resume's resolver */
                 fprintf(stderr, "error: --inspect %s\n", err.msg);
                 return 1;
@@ -645,9 +646,26 @@ static int parse_cli(int argc, char **argv, cli *args)
             args->config_path = a;
         }
     }
+    /* a report written at the end: a path it cannot have is said now, not after the run */
+    if (args->junit) {
+        const char *slash = strrchr(args->junit, '/');
+        size_t base = strlen(slash ? slash + 1 : args->junit);
+        if (strlen(args->junit) + 8 >= PATH_MAX || base + 8 > NAME_MAX) {
+            fprintf(stderr, "error: --junit %.200s...: a path of %zu bytes (a name of %zu) is past this system's "
+                            "limits (%d, %d with the temporary's 8 more)\nHINT: a shorter path\n",
+                    args->junit, strlen(args->junit), base, PATH_MAX - 1, NAME_MAX);
+            return 2;
+        }
+        char *dir = slash ? dpt_strf("%.*s", (int)(slash - args->junit), args->junit) : dpt_strf(".");
+        struct stat st;
+        bool folder = stat(*dir ? dir : "/", &st) == 0 && S_ISDIR(st.st_mode);
+        if (!folder) fprintf(stderr, "error: --junit %s: the folder %s does not exist\nHINT: create it first\n", args->junit, dir);
+        free(dir);
+        if (!folder) return 2;
+    }
     if (args->export_format && dpt_export_is_file_format(args->export_format)) { /* the checkpoint alone */
         dpt_error err;
-        char path[1100];
+        char path[PATH_MAX];
         int count = 0;
         if (!dpt_checkpoint_resolve(args->resume, NULL, path, sizeof path, &err) ||
             !dpt_export_checkpoint(args->export_format, path, args->export_out, &count, &err)) {

@@ -150,44 +150,66 @@ bool check_memory(const trainer *t, dpt_error *err)
 /* Whether this run writes checkpoints on its own (not only when a signal stops it). */
 static bool periodic_checkpoints(const run_config *run)
 {
-    return run->ckpt_every_steps > 0 || run->ckpt_every_epochs > 0;
+    return run->ckpt_every_steps > 0 || run->ckpt_every_epochs > 0 || run->ckpt_final;
 }
 
 /* The same folder, whatever the spelling (checkpoints, ./checkpoints/, an absolute path). */
 static bool same_folder(const char *file, const char *dir)
 {
-    char parent[1100], a[4096], b[4096];
-    snprintf(parent, sizeof parent, "%s", file);
+    char *parent = dpt_strf("%s", file), a[PATH_MAX], b[PATH_MAX];
     char *slash = strrchr(parent, '/');
-    if (slash)
-        *slash = '\0';
-    else
-        snprintf(parent, sizeof parent, ".");
-    return realpath(parent, a) && realpath(dir, b) && !strcmp(a, b);
+    if (slash) *slash = '\0';
+    bool same = realpath(slash ? parent : ".", a) && realpath(dir, b) && !strcmp(a, b);
+    free(parent);
+    return same;
 }
 
-/* Rank 0, at start-up and before the first write. A run that checkpoints periodically
- * creates the folder now and meets [checkpoint] existing there; one that writes only when a
- * signal stops it checks the folder can be made, and at that first write (no one to ask
- * then) moves another run's checkpoints aside rather than mix with them. */
+/* Rank 0. At start-up, a run that checkpoints periodically creates the folder, locks it and
+ * meets [checkpoint] existing there; one that writes only if a signal stops it claims the
+ * folder (made if missing, locked: another live run there is refused now, not at the signal)
+ * and, at that first write (no one to ask then), moves another run's checkpoints aside rather
+ * than mix with them. */
 bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err)
 {
     const char *dir = r->run->ckpt_dir;
-    bool periodic = periodic_checkpoints(r->run);
-    dpt_ckpt_dir_options opt = {
-        .create = periodic || !at_start,
-        .resumed_here = *r->resumed && same_folder(r->resumed, dir),
-        .resumed_step = r->resumed_step,
-        .archive = r->run->ckpt_archive || !at_start,
-    };
-    opt.check_only = at_start && !periodic; /* the lock and the look inside wait for the first write */
-    if (!dpt_checkpoint_prepare_dir(dir, &opt, &r->ckpt_lock_fd, err)) {
+    bool resumed_here = *r->resumed && same_folder(r->resumed, dir);
+    bool ok;
+    if (!at_start && r->ckpt_lock_fd >= 0) /* claimed at start: only another run's files to move */
+        ok = dpt_checkpoint_archive_foreign(dir, resumed_here, r->resumed_step, err);
+    else {
+        bool periodic = periodic_checkpoints(r->run);
+        dpt_ckpt_dir_options opt = {
+            .create = periodic || !at_start,
+            .resumed_here = resumed_here,
+            .resumed_step = r->resumed_step,
+            .archive = r->run->ckpt_archive || !at_start,
+            .claim = at_start && !periodic,
+            .created = &r->ckpt_made,
+        };
+        ok = dpt_checkpoint_prepare_dir(dir, &opt, &r->ckpt_lock_fd, err);
+        if (ok && opt.claim) return true; /* ready at the first write */
+    }
+    if (!ok) {
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
         return dpt_errorf(err, "%s: %s", dpt_config_where(r->run->ini, "checkpoint", "dir"), msg);
     }
-    r->ckpt_dir_ready = !opt.check_only;
+    r->ckpt_dir_ready = true;
     return true;
+}
+
+/* The end of the run: a folder claimed and never written is let go as it was found. */
+void release_checkpoint_dir(replica *r)
+{
+    if (r->ckpt_lock_fd >= 0) {
+        if (r->ckpt_written)
+            close(r->ckpt_lock_fd); /* the folder is free for the next run */
+        else
+            dpt_checkpoint_unclaim(r->run->ckpt_dir, r->ckpt_made, r->ckpt_lock_fd);
+    }
+    r->ckpt_lock_fd = -1;
+    free(r->ckpt_made);
+    r->ckpt_made = NULL;
 }
 
 /* Rank 0 writes; every rank holds the same state. */
@@ -212,13 +234,15 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
     const char *dir = t->run->ckpt_dir;
     dpt_error err;
     if (!r->ckpt_dir_ready && !prepare_checkpoint_dir(r, false, &err)) dpt_abort_job("%s", err.msg);
-    char path[1100];
-    snprintf(path, sizeof path, "%s/ckpt-step%08lld.dpt", dir, (long long)st->step);
+    char *path = dpt_strf("%s/ckpt-step%08lld.dpt", dir, (long long)st->step);
     if (!dpt_checkpoint_save(path, t->model, t->optim, t->ctx, t->run->ini, st, r->size, &err))
         dpt_abort_job("%s", err.msg);
+    r->ckpt_written = true;
     dpt_checkpoint_prune(dir, t->run->keep_last, st->step);
+    DPT_ASSERT(strlen(path) < sizeof r->last_ckpt, "checked at start: %s", path);
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
     report_line("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
+    free(path);
 }
 
 static volatile sig_atomic_t pending_signal;
@@ -229,12 +253,46 @@ static void on_signal(int sig)
     pending_signal = sig;
 }
 
+static volatile sig_atomic_t signal_phase; /* 0: start-up, 1: training */
+
+void signals_training(void)
+{
+    signal_phase = 1;
+}
+
+static const char *signal_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
+}
+
+/* A thread, not a handler: it may print and exit. During start-up (a folder walk, loading,
+ * building) there is nothing to save: the process ends at once, as a scheduler's SIGTERM
+ * expects. In training the first signal stops the run after its step, with a checkpoint; a
+ * second one (not the echo of the first: a Ctrl-C reaches both mpirun, which forwards it, and
+ * the ranks in its process group) ends it at once without one, exit 128 + the signal. */
 static void *signal_thread(void *arg)
 {
     (void)arg;
+    double first = 0;
     for (;;) {
         int sig;
-        if (sigwait(&stop_signals, &sig) == 0) pending_signal = sig;
+        if (sigwait(&stop_signals, &sig) != 0) continue;
+        char msg[160];
+        if (!signal_phase) {
+            int n = snprintf(msg, sizeof msg, "\nreceived %s during start-up: stopping now (nothing to save yet)\n",
+                             signal_name(sig));
+            if (write(2, msg, (size_t)n) < 0) {}
+            _exit(128 + sig);
+        }
+        if (!pending_signal) {
+            first = dpt_now_s();
+            pending_signal = sig;
+        } else if (dpt_now_s() - first > 0.25) {
+            int n = snprintf(msg, sizeof msg, "\nreceived %s again: stopping now, without a checkpoint (exit %d)\n",
+                             signal_name(sig), 128 + sig);
+            if (write(2, msg, (size_t)n) < 0) {}
+            _exit(128 + sig);
+        }
     }
     return NULL;
 }
@@ -287,8 +345,9 @@ bool signal_agreed(const replica *r, int *signal_seen)
         if (sig > 0) sig = mine > 0 ? mine : SIGTERM; /* this rank's own, if it got one */
     }
     if (sig > 0 && r->rank == 0) {
-        fprintf(stderr, "\nreceived %s: finishing this step and writing a checkpoint\n",
-                (int)sig == SIGINT ? "SIGINT" : (int)sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM");
+        fprintf(stderr, "\nreceived %s: finishing this step and writing a checkpoint (a second one stops at once, "
+                        "without it)\n",
+                signal_name((int)sig));
     }
     *signal_seen = (int)sig;
     return sig > 0;
@@ -298,21 +357,21 @@ dpt_timeline *open_timeline(const replica *r)
 {
     const char *pattern = r->run->timeline;
     if (!*pattern) return NULL;
-    char path[1024];
+    char *path;
     const char *mark = strstr(pattern, "{rank}");
     if (mark)
-        snprintf(path, sizeof path, "%.*s%d%s", (int)(mark - pattern), pattern, r->rank, mark + 6);
+        path = dpt_strf("%.*s%d%s", (int)(mark - pattern), pattern, r->rank, mark + 6);
     else if (r->size > 1) { /* before the extension, so a viewer still sees .json: trace.rank0.json */
         const char *slash = strrchr(pattern, '/'), *dot = strrchr(pattern, '.');
         if (dot && (!slash || dot > slash + 1))
-            snprintf(path, sizeof path, "%.*s.rank%d%s", (int)(dot - pattern), pattern, r->rank, dot);
+            path = dpt_strf("%.*s.rank%d%s", (int)(dot - pattern), pattern, r->rank, dot);
         else
-            snprintf(path, sizeof path, "%s.rank%d", pattern, r->rank);
-    }
-    else
-        snprintf(path, sizeof path, "%s", pattern);
+            path = dpt_strf("%s.rank%d", pattern, r->rank);
+    } else
+        path = dpt_strf("%s", pattern);
     dpt_error err;
     dpt_timeline *tl = dpt_timeline_open(path, r->rank, &err);
+    free(path);
     if (!tl) dpt_abort_job("%s", err.msg);
     return tl;
 }

@@ -103,6 +103,7 @@ void *train_replica(void *arg)
         if (r->rank == 0 && r->args->summary) dpt_model_print_summary(t.model, stdout);
         if (r->rank == 0 && r->args->dry_run) dpt_config_print(t.run->ini, stdout);
     } else {
+        signals_training();
         for (; t.state.epoch <= t.run->epochs && !t.stop; t.state.epoch++) {
             epoch_begin(&t);
             for (int64_t s = t.state.batches_done / t.run->accum; s < t.steps_per_epoch && !t.stop; s++) {
@@ -220,8 +221,9 @@ static bool resume(trainer *t, dpt_error *err)
     replica *r = t->r;
     const char *which = r->args->resume;
     if (!strcmp(which, "auto")) { /* the newest checkpoint if there is one (scripts/dptrun's restarts) */
-        int64_t steps[1];
-        if (dpt_checkpoint_list(t->run->ckpt_dir, steps, 1) <= 0) {
+        int64_t n;
+        free(dpt_checkpoint_steps(t->run->ckpt_dir, &n));
+        if (n <= 0) {
             if (r->rank == 0) printf("--resume auto: no checkpoint in %s yet: a new run\n", t->run->ckpt_dir);
             return true;
         }
@@ -357,8 +359,7 @@ static void trainer_close(trainer *t)
     if (t->nccl) t->nccl->ops->free(t->nccl);
     t->r->comm = t->host_comm;
     dpt_ctx_free(t->ctx);
-    if (t->r->ckpt_lock_fd >= 0) close(t->r->ckpt_lock_fd); /* the folder is free for the next run */
-    t->r->ckpt_lock_fd = -1;
+    release_checkpoint_dir(t->r);
 }
 
 /* ---------------------------------------------------------------- the step */

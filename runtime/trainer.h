@@ -7,6 +7,8 @@
 #ifndef DPT_TRAINER_H
 #define DPT_TRAINER_H
 
+#include <limits.h>
+
 #include "dpt.h"
 #include "../data/data.h"
 #include "comm.h"
@@ -105,12 +107,15 @@ typedef struct replica {
     bool print; /* this replica prints progress lines */
     int rc;
     dpt_run_result result; /* what the run measured (--expect) */
-    /* rank 0's checkpoint folder: checked (and locked) before the first write */
+    /* rank 0's checkpoint folder: claimed (locked) at start, ready once another run's
+     * checkpoints are out of the way */
     bool ckpt_dir_ready;
     int ckpt_lock_fd;
-    char last_ckpt[1100]; /* the newest checkpoint this run wrote, or resumed from */
+    char *ckpt_made;   /* the first folder level the claim made (removed again if nothing is written) */
+    bool ckpt_written; /* this run wrote a checkpoint there */
+    char last_ckpt[PATH_MAX]; /* the newest checkpoint this run wrote, or resumed from */
     int64_t last_ckpt_step; /* its step (-1: none) */
-    char resumed[1100];   /* the checkpoint this run resumed ("" for a new run) ... */
+    char resumed[PATH_MAX];   /* the checkpoint this run resumed ("" for a new run) ... */
     int64_t resumed_step; /* ... and its step */
 } replica;
 
@@ -207,8 +212,12 @@ dpt_device pick_device(const replica *r);
 memory_estimate estimate_memory(const trainer *t);
 bool check_memory(const trainer *t, dpt_error *err);
 bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err);
+void release_checkpoint_dir(replica *r);
 void save_checkpoint(trainer *t, const dpt_train_state *st);
 void install_signal_handlers(void);
+/* The training loop has begun: a stop signal now finishes the step and checkpoints (before,
+ * it ends the process at once). */
+void signals_training(void);
 bool signal_agreed(const replica *r, int *signal_seen);
 dpt_timeline *open_timeline(const replica *r);
 int fail(const replica *r, const dpt_error *err);

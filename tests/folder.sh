@@ -99,4 +99,16 @@ mkdir "$tmp/bad/train/10_empty"
 refused "an empty class folder" "$tmp/bad/train/10_empty: class folder without" --set data.dir="$tmp/bad"
 refused "no such folder" "$tmp/none/train: no such folder" --set data.dir="$tmp/none"
 
+# links: 22 levels of two links each to the next level (no loop) under one class, one JPEG at
+# the bottom. Each real folder is walked once (2^22 walks otherwise, a start-up that never
+# ends): the class gains that one file, and start-up takes seconds (issue 27 item 6)
+cp -r "$tmp/img" "$tmp/maze" && rm -f "$tmp/maze"/.dptrain-files-*
+for i in $(seq 0 22); do mkdir -p "$tmp/mazestore/d$i"; done
+for i in $(seq 0 21); do ln -s "../d$((i + 1))" "$tmp/mazestore/d$i/a"; ln -s "../d$((i + 1))" "$tmp/mazestore/d$i/b"; done
+cp "$tmp/img/train/00_tshirt/00001.jpg" "$tmp/mazestore/d22/deep.jpg"
+ln -s "$tmp/mazestore/d0" "$tmp/maze/train/00_tshirt/maze"
+out=$(timeout 60 ./train "${run[@]}" --set data.dir="$tmp/maze" --set checkpoint.dir="$tmp/mz" --set train.max_steps=1 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "0 00_tshirt (13)" <<<"$out" && grep -q "train 121 per rank of 121" <<<"$out"
+check "22 levels of two links each: every folder walked once, the deep file listed once" $? "exit $rc: $(grep -m3 'tshirt\|error\|train 1' <<<"$out")"
+
 [ $failed -eq 0 ]

@@ -100,6 +100,16 @@ if [ "$threads" -ge 3 ] && [ "$open" = 1 ]; then
 else
     bad "stop signals open in $open of $threads threads (want exactly the signal thread)"
 fi
+# a second run that would checkpoint in the same folder only if stopped: refused at its start
+# (it claims the folder then), not at its signal, when its work would be lost (issue 27 item 3)
+out=$(./train configs/fmnist_mlp.ini --set train.threads=1 --set checkpoint.every_epochs=0 \
+    --set checkpoint.dir="$work/cks" --set train.max_steps=1 2>&1); rc2=$?
+if [ $rc2 -eq 1 ] && grep -q "another dptrain run is writing checkpoints in $work/cks" <<<"$out" &&
+    ! grep -q "^epoch 1 |" <<<"$out"; then
+    ok "a signal-only run in a folder a live run holds: refused at start"
+else
+    bad "signal-only run beside a live one: exit $rc2: $(tail -2 <<<"$out")"
+fi
 kill -TERM $pid
 wait $pid; rc=$?
 if [ $rc -eq 0 ] && grep -q "stopped by signal 15 after step" "$work/sig.log" && grep -q "resume with: ./train" "$work/sig.log"; then
@@ -113,6 +123,35 @@ if [ $rc -eq 0 ] && grep -q "stopped by signal 15 after step" "$work/sig.log" &&
     fi
 else
     bad "SIGTERM: exit $rc"; tail -5 "$work/sig.log"
+fi
+
+# A stop during start-up ends the process at once (nothing to save: a scheduler's SIGTERM
+# expects an exit within its grace period); a second stop in training ends it at once without
+# a checkpoint, exit 128 + the signal (issue 27 item 5). ResNet-50 on synthetic images: about
+# 1 s of start-up, then steps of seconds on 2 cores.
+r50="configs/resnet50_synthetic.ini --set train.threads=2 --set train.max_steps=50 --set checkpoint.dir=$work/r50"
+./train $r50 > "$work/up.log" 2>&1 &
+pid=$!
+sleep 0.25
+kill -TERM $pid
+t0=$(date +%s%N); wait $pid; rc=$?; took=$(( ($(date +%s%N) - t0) / 1000000 ))
+if [ $rc -eq 143 ] && grep -q "received SIGTERM during start-up: stopping now" "$work/up.log" && [ $took -lt 2000 ] &&
+    [ ! -e "$work/r50" ]; then
+    ok "SIGTERM during start-up: exit 143 within ${took} ms, saying so, nothing left behind"
+else
+    bad "SIGTERM during start-up: exit $rc after ${took} ms: $(tail -2 "$work/up.log")"
+fi
+./train $r50 > "$work/twice.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q "^memory" "$work/twice.log" && break; sleep 0.1; done
+sleep 0.5 # the first step (seconds long) under way
+kill -INT $pid; sleep 0.5; kill -INT $pid
+wait $pid; rc=$?
+if [ $rc -eq 130 ] && grep -q "received SIGINT again: stopping now, without a checkpoint (exit 130)" "$work/twice.log" &&
+    [ -z "$(ls "$work/r50" 2>/dev/null | grep dpt)" ]; then
+    ok "two SIGINTs half a second apart in training: exit 130 at the second, saying so, no checkpoint"
+else
+    bad "two SIGINTs: exit $rc: $(tail -3 "$work/twice.log")"
 fi
 
 # SIGUSR1 to mpirun (issue 28 item 3): mpirun forwards it to the ranks and the job ends by itself

@@ -1,6 +1,8 @@
 /* test_checkpoint.c: checkpoints round-trip every tensor and state bit; every kind of damage
  * (truncation at any length, any flipped byte, another version, another model or optimizer)
  * is a clear error that changes nothing; a crash mid-write leaves the previous file intact. */
+#include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 #include "tests/testutil.h"
 #include "tests/ckpt_bytes.h"
 #include "runtime/ctx.h"
+#include "runtime/error.h"
 
 static char dir[256];
 
@@ -420,7 +423,7 @@ static void test_latest_prune_and_crash(void **state)
     assert_int_equal(WEXITSTATUS(status), 7); /* died mid-write */
     assert_int_equal(access(path, F_OK), -1);
     char cmd[600], leftover[256];
-    snprintf(cmd, sizeof cmd, "ls %s.tmp.* 2>/dev/null | wc -l", path);
+    snprintf(cmd, sizeof cmd, "ls -a %s | grep -c '^\\.ckpt-step00000060\\.dpt\\.'", sub);
     FILE *ls = popen(cmd, "r");
     assert_non_null(ls);
     assert_non_null(fgets(leftover, sizeof leftover, ls));
@@ -437,10 +440,12 @@ static void test_latest_prune_and_crash(void **state)
     dpt_checkpoint_prune(sub, 1, 40);
     snprintf(path, sizeof path, "%s/ckpt-step00000040.dpt", sub);
     assert_int_equal(access(path, F_OK), 0);
-    int64_t steps[8];
-    assert_int_equal(dpt_checkpoint_list(sub, steps, 8), 2);
+    int64_t nsteps;
+    int64_t *steps = dpt_checkpoint_steps(sub, &nsteps);
+    assert_int_equal(nsteps, 2);
     assert_int_equal(steps[0], 40);
     assert_int_equal(steps[1], 50);
+    free(steps);
     /* the folder's lock: a second holder is refused while the first holds it */
     dpt_ckpt_dir_options opt = {.create = true, .resumed_here = true, .resumed_step = 50};
     int fd1, fd2;
@@ -458,6 +463,83 @@ static void test_latest_prune_and_crash(void **state)
     assert_contains(err.msg, "no checkpoint");
 }
 
+
+/* Issue 27 items 2-4: no cap on the listing (the newest by step among 20,000 names, which
+ * readdir returns in hash order, not sorted), a folder path the system cannot hold refused
+ * before anything is written, and a claim (a run that checkpoints only if stopped) that makes
+ * the folder, locks it against a second run, and removes what it made when unused. */
+static void test_many_long_and_claimed(void **state)
+{
+    (void)state;
+    char sub[600], path[700];
+    snprintf(sub, sizeof sub, "%s/many", dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    const int count = 20000;
+    for (int i = 0; i < count; i++) { /* empty files: only the names matter to the listing */
+        snprintf(path, sizeof path, "%s/ckpt-step%08d.dpt", sub, (i * 7919) % count);
+        int fd = open(path, O_CREAT | O_WRONLY, 0644);
+        assert_true(fd >= 0);
+        close(fd);
+    }
+    int64_t n;
+    int64_t *steps = dpt_checkpoint_steps(sub, &n);
+    assert_int_equal(n, count);
+    for (int64_t i = 0; i < n; i++)
+        assert_int_equal(steps[i], i); /* all of them, ascending */
+    free(steps);
+    char latest[PATH_MAX];
+    dpt_error err;
+    assert_true(dpt_checkpoint_latest(sub, latest, sizeof latest, &err));
+    snprintf(path, sizeof path, "ckpt-step%08d.dpt", count - 1);
+    assert_contains(latest, path);
+    dpt_checkpoint_prune(sub, 3, -1);
+    steps = dpt_checkpoint_steps(sub, &n);
+    assert_int_equal(n, 3);
+    assert_int_equal(steps[0], count - 3);
+    free(steps);
+
+    /* a folder whose files' names would pass PATH_MAX, and one folder name past NAME_MAX */
+    size_t len = PATH_MAX - 40;
+    char *longdir = malloc(len + 1);
+    memset(longdir, 'a', len);
+    for (size_t i = 200; i < len; i += 200)
+        longdir[i] = '/';
+    longdir[0] = '/', longdir[len] = '\0';
+    dpt_ckpt_dir_options opt = {.create = true};
+    int fd;
+    assert_false(dpt_checkpoint_prepare_dir(longdir, &opt, &fd, &err));
+    assert_contains(err.msg, "too long for a checkpoint folder");
+    assert_int_equal(access("/aaaaaaaaaa", F_OK), -1); /* nothing made */
+    char *wide = dpt_strf("%s/%0300d", dir, 7);
+    assert_false(dpt_checkpoint_prepare_dir(wide, &opt, &fd, &err));
+    assert_contains(err.msg, "folder name of 300 bytes");
+    free(wide), free(longdir);
+
+    /* claim: made now, a second claimant refused (another process), removed unused */
+    char *claimed = dpt_strf("%s/made/here", dir), *made = NULL;
+    dpt_ckpt_dir_options claim = {.claim = true, .created = &made};
+    int fd1;
+    if (!dpt_checkpoint_prepare_dir(claimed, &claim, &fd1, &err)) fail_msg("%s", err.msg);
+    assert_non_null(made);
+    assert_contains(made, "/made");
+    assert_int_equal(access(claimed, F_OK), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        char *other = NULL;
+        dpt_ckpt_dir_options c2 = {.claim = true, .created = &other};
+        int fd2;
+        _exit(dpt_checkpoint_prepare_dir(claimed, &c2, &fd2, &err) ? 0 : strstr(err.msg, "another dptrain run") ? 9 : 8);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    assert_int_equal(WEXITSTATUS(status), 9);
+    dpt_checkpoint_unclaim(claimed, made, fd1);
+    snprintf(path, sizeof path, "%s/made", dir);
+    assert_int_equal(access(path, F_OK), -1); /* both levels it made, gone */
+    assert_int_equal(access(dir, F_OK), 0);   /* the level that was there stays */
+    free(made), free(claimed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -466,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_world_size),
         cmocka_unit_test(test_latest_prune_and_crash),
+        cmocka_unit_test(test_many_long_and_claimed),
     };
     return cmocka_run_group_tests_name("checkpoint", tests, setup, teardown);
 }
