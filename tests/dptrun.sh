@@ -24,6 +24,25 @@ if [ $mpi -eq 1 ]; then
         "exit $rc, hash $(sha <<<"$out") vs $full: $(grep dptrun <<<"$out")"
 fi
 
+# a stop sent to dptrun (a scheduler's SIGTERM, Ctrl-C) is the user's, not a failure: passed
+# to the job, which writes its checkpoint; exit 0, not restarted, the command to continue said
+if [ $mpi -eq 1 ]; then
+    long=(configs/fmnist_mlp.ini --set train.epochs=50 --set train.threads=1 --set log.interval=100
+          --set checkpoint.every_epochs=10 --set checkpoint.dir="$tmp/stop")
+    # (a background job of a script starts with SIGINT ignored, which bash cannot trap: env
+    # gives it back its default, as a terminal's foreground job has it)
+    timeout 120 env --default-signal=INT scripts/dptrun -np 2 --oversubscribe --allow-run-as-root ./train "${long[@]}" \
+        > "$tmp/stop.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do grep -q "step.*img/s" "$tmp/stop.log" && break; sleep 0.1; done
+    pkill -INT -P $pid -f scripts/dptrun
+    wait $pid; rc=$?
+    [ $rc -eq 0 ] && grep -q "dptrun: stopped by SIGINT" "$tmp/stop.log" && grep -q "received SIGUSR1" "$tmp/stop.log" &&
+        ! grep -q "attempt 2" "$tmp/stop.log" && ls "$tmp/stop" | grep -q "ckpt-step.*dpt" &&
+        grep -q "continue with: scripts/dptrun -np 2 .*--resume latest" "$tmp/stop.log"
+    check "SIGINT to dptrun: passed on, checkpoint written, exit 0, not restarted" $? "exit $rc: $(grep -v '^epoch' "$tmp/stop.log" | tail -4)"
+fi
+
 # a stand-in launcher: "-np N -x VAR PROGRAM ARGS"; exits with the next code of $tmp/codes
 cat > "$tmp/fake_mpirun" <<'SH'
 #!/usr/bin/env bash
