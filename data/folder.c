@@ -524,7 +524,14 @@ static bool folder_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset 
                               .eval = v};
     opt.train.train = true;
     opt.eval.hflip = false;
-    return dpt_folder_open(&opt, train, test, err);
+    if (!dpt_folder_open(&opt, train, test, err)) return false;
+    /* the classes are the folders: a count stated otherwise is a mistake, not a setting */
+    int64_t stated = dpt_config_int(cfg, "data", "classes");
+    if (stated > 0 && stated != (*train)->num_classes)
+        return dpt_errorf(err, "%s: [data] classes = %lld, but %s/train has %d class folders\nHINT: remove [data] "
+                               "classes (a folder's classes are its folders), or the folders that are not classes",
+                          dpt_config_where(cfg, "data", "classes"), (long long)stated, opt.dir, (*train)->num_classes);
+    return true;
 }
 
 static const dpt_data_impl folder_impl = {.open = folder_open};

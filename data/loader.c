@@ -214,6 +214,41 @@ static void *producer_main(void *arg);
 static void start_pool(dpt_loader *l);
 static void stop_pool(dpt_loader *l);
 
+typedef struct loader_plan {
+    int64_t n_total, n_mine, batch, n_batches;
+} loader_plan;
+
+/* How the samples split: this rank's share and its batches (no buffer is made). */
+static loader_plan plan(const dpt_dataset *ds, const dpt_loader_options *opt)
+{
+    loader_plan p;
+    p.n_total = opt->limit > 0 && opt->limit < ds->n ? opt->limit : ds->n;
+    int64_t size = opt->world_size;
+    /* Equal shares keep every rank stepping in lockstep: drop the remainder, or (drop_last =
+     * false) pad by wrapping round the permutation, as torch's DistributedSampler does. */
+    DPT_ASSERT(opt->shards_per_rank == 0 || (opt->drop_last && !opt->exact_shards), "the block sampler drops");
+    if (opt->shards_per_rank > 0) { /* whole global steps only */
+        int64_t step = opt->batch * opt->shards_per_rank * size;
+        p.n_mine = p.n_total / step * opt->batch * opt->shards_per_rank;
+    } else if (opt->exact_shards)
+        p.n_mine = (p.n_total - opt->rank + size - 1) / size;
+    else
+        p.n_mine = opt->drop_last ? p.n_total / size : (p.n_total + size - 1) / size;
+    bool drop = opt->drop_last && !opt->exact_shards;
+    /* A batch larger than the whole share (an evaluation batch over a small test set) is the
+     * share: the same single batch, without buffers sized for samples that do not exist. */
+    p.batch = !drop && p.n_mine > 0 && opt->batch > p.n_mine ? p.n_mine : opt->batch;
+    p.n_batches = drop ? p.n_mine / p.batch : (p.n_mine + p.batch - 1) / p.batch;
+    return p;
+}
+
+int64_t dpt_loader_plan_batches(const dpt_dataset *ds, const dpt_loader_options *opt, int64_t *samples)
+{
+    loader_plan p = plan(ds, opt);
+    if (samples) *samples = p.n_mine;
+    return p.n_batches;
+}
+
 dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader_options *opt)
 {
     DPT_ASSERT(opt->batch > 0, "batch %lld", (long long)opt->batch);
@@ -225,24 +260,10 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     l->ctx = ctx;
     l->ds = ds;
     l->opt = *opt;
-    l->n_total = opt->limit > 0 && opt->limit < ds->n ? opt->limit : ds->n;
-    int64_t size = opt->world_size;
-    /* Equal shares keep every rank stepping in lockstep: drop the remainder, or (drop_last =
-     * false) pad by wrapping round the permutation, as torch's DistributedSampler does. */
-    DPT_ASSERT(opt->shards_per_rank == 0 || (opt->drop_last && !opt->exact_shards), "the block sampler drops");
-    if (opt->shards_per_rank > 0) { /* whole global steps only */
-        int64_t step = opt->batch * opt->shards_per_rank * size;
-        l->n_mine = l->n_total / step * opt->batch * opt->shards_per_rank;
-    } else if (opt->exact_shards)
-        l->n_mine = (l->n_total - opt->rank + size - 1) / size;
-    else
-        l->n_mine = opt->drop_last ? l->n_total / size : (l->n_total + size - 1) / size;
+    loader_plan p = plan(ds, opt);
+    l->n_total = p.n_total, l->n_mine = p.n_mine, l->opt.batch = p.batch, l->n_batches = p.n_batches;
     bool drop = opt->drop_last && !opt->exact_shards;
-    /* A batch larger than the whole share (an evaluation batch over a small test set) is the
-     * share: the same single batch, without buffers sized for samples that do not exist. */
-    if (!drop && l->n_mine > 0 && l->opt.batch > l->n_mine) l->opt.batch = l->n_mine;
     opt = &l->opt;
-    l->n_batches = drop ? l->n_mine / opt->batch : (l->n_mine + opt->batch - 1) / opt->batch;
     l->perm = malloc((size_t)l->n_total * sizeof *l->perm);
     l->mine = malloc((size_t)(l->n_mine ? l->n_mine : 1) * sizeof *l->mine);
     if (!l->perm || !l->mine) dpt_fatal("out of host memory for a loader");

@@ -95,12 +95,19 @@ int dpt_config_float_list(const dpt_config *cfg, const char *section, const char
                           int max);
 /* Where a key's value came from: "file:line", "--set ..." or "default" (for error messages). */
 const char *dpt_config_where(const dpt_config *cfg, const char *section, const char *key);
+/* Refuse a key set (in the file or with --set) that only registrations the config does not
+ * select read: [model] depth with [model] name = mlp. */
+bool dpt_config_check_owners(const dpt_config *cfg, dpt_error *err);
 /* Print the resolved config (defaults filled in) as INI. */
 void dpt_config_print(const dpt_config *cfg, FILE *out);
 /* FNV-1a hash of the resolved config (keys at their default and DPT_KEY_NOT_HASHED ones left
  * out, keys taken in name order, so a new key or a new registration does not change it); ranks
  * and checkpoints compare it. */
 uint64_t dpt_config_hash(const dpt_config *cfg);
+/* The config's keys by index (the schema's order, the same in every process of one build):
+ * section, key, whether the hash counts it, and the value as written. */
+int dpt_config_num_keys(const dpt_config *cfg);
+const char *dpt_config_key_value(const dpt_config *cfg, int k, const char **section, const char **key, bool *hashed);
 /* Print the reference of every section and key as Markdown (docs/config.md). */
 void dpt_config_print_reference(FILE *out);
 
@@ -749,6 +756,9 @@ void dpt_loader_start_epoch(dpt_loader *loader, int epoch);
 /* Fill the next batch of this epoch; false when the epoch is over. */
 bool dpt_loader_next(dpt_loader *loader, dpt_batch *batch);
 int64_t dpt_loader_num_batches(const dpt_loader *loader);
+/* The batches (and *samples, this rank's share) a loader with these options would make,
+ * without making it: checked before buffers sized by the batch are allocated. */
+int64_t dpt_loader_plan_batches(const dpt_dataset *ds, const dpt_loader_options *opt, int64_t *samples);
 int64_t dpt_loader_num_samples(const dpt_loader *loader); /* this rank's samples per epoch */
 /* The next batch, starting the following epoch when this one is over (benchmarks, fixed-step
  * loops). */
@@ -843,6 +853,7 @@ typedef struct dpt_ddp_options {
     uint64_t dataset_hash; /* the data's identity (a folder: its file list and labels; 0: not
                             * known); checked equal on all ranks */
     uint64_t config_hash; /* checked equal on all ranks */
+    const dpt_config *config; /* optional: when the hashes differ, the first key that differs is named */
     dpt_grad_compression compression; /* gradients on the wire in 16 bits (host communicators) */
 } dpt_ddp_options;
 

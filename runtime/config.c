@@ -427,6 +427,45 @@ const char *dpt_config_where(const dpt_config *cfg, const char *section, const c
     return cfg->values[k].where;
 }
 
+/* A key set for a model the config does not select ([model] depth with name = mlp) would be
+ * read by no one: refused, naming the key, where it was set, and its owners. Only where every
+ * owner is a model (a key shared with a user's settings is left alone), and not for a file's
+ * key when --set chose another model (switching models from the command line keeps working).
+ * [optim] and [data] are not checked: switching the optimizer or the source with --set over a
+ * file written for another is common, and their keys are often shared. */
+bool dpt_config_check_owners(const dpt_config *cfg, dpt_error *err)
+{
+    static const struct {
+        const char *section, *selector;
+        dpt_kind kind;
+    } selects[] = {{"model", "name", DPT_KIND_MODEL}};
+    for (int k = 0; k < cfg->nkeys; k++) {
+        const dpt_schema_key *sk = dpt_schema_at(k);
+        if (!*sk->owners || !strcmp(cfg->values[k].where, "default")) continue;
+        for (size_t s = 0; s < sizeof selects / sizeof *selects; s++) {
+            if (strcmp(sk->decl.section, selects[s].section) != 0) continue;
+            const char *chosen = dpt_config_str(cfg, selects[s].section, selects[s].selector);
+            const char *chosen_where = dpt_config_where(cfg, selects[s].section, selects[s].selector);
+            if (!strncmp(chosen_where, "--set", 5) && strncmp(cfg->values[k].where, "--set", 5) != 0) continue;
+            bool all_of_kind = true, mine = false;
+            char owners[sizeof sk->owners];
+            snprintf(owners, sizeof owners, "%s", sk->owners);
+            for (char *save = NULL, *o = strtok_r(owners, ", ", &save); o; o = strtok_r(NULL, ", ", &save)) {
+                all_of_kind = all_of_kind && dpt_registry_find(selects[s].kind, o) != NULL;
+                mine = mine || !strcmp(o, chosen);
+            }
+            if (all_of_kind && !mine)
+                return dpt_errorf(err,
+                                  "%s: [%s] %s is a key of %s %s, not of %s, the %s this config selects ([%s] %s = %s): "
+                                  "nothing would read it\nHINT: remove it, or select %s",
+                                  cfg->values[k].where, sk->decl.section, sk->decl.key,
+                                  dpt_kind_name(selects[s].kind), sk->owners, chosen, dpt_kind_name(selects[s].kind),
+                                  selects[s].section, selects[s].selector, chosen, sk->owners);
+        }
+    }
+    return true;
+}
+
 /* ---------------------------------------------------------------- printing and hashing */
 
 /* Whether a value must be quoted to read back the same: surrounding whitespace, or a '#' or
@@ -491,6 +530,19 @@ static int by_name(const void *pa, const void *pb)
     const dpt_config_key *a = decl(*(const int *)pa), *b = decl(*(const int *)pb);
     int c = strcmp(a->section, b->section);
     return c ? c : strcmp(a->key, b->key);
+}
+
+int dpt_config_num_keys(const dpt_config *cfg)
+{
+    return cfg->nkeys;
+}
+
+const char *dpt_config_key_value(const dpt_config *cfg, int k, const char **section, const char **key, bool *hashed)
+{
+    DPT_ASSERT(k >= 0 && k < cfg->nkeys, "key %d of %d", k, cfg->nkeys);
+    *section = decl(k)->section, *key = decl(k)->key;
+    *hashed = !(decl(k)->flags & DPT_KEY_NOT_HASHED);
+    return cfg->values[k].raw;
 }
 
 uint64_t dpt_config_hash(const dpt_config *cfg)

@@ -209,6 +209,52 @@ static plan make_plan(const dpt_ddp *d)
     return pl;
 }
 
+/* The first key (in the schema's order) whose value on rank r differs from rank 0's, with both
+ * values: every rank's per-key hashes, then every rank's value of that key (two collectives,
+ * on every rank alike, only on this error path). false without a config. */
+static bool config_difference(const dpt_ddp *d, int r, char *detail, size_t cap)
+{
+    const dpt_config *cfg = d->opt.config;
+    int size = d->comm->size, n = cfg ? dpt_config_num_keys(cfg) : 0;
+    int have = cfg != NULL, all_have = 1;
+    /* every rank has one, or none names a key (the collectives must match) */
+    int *flags = malloc((size_t)size * sizeof *flags);
+    if (!flags) dpt_fatal("out of host memory");
+    dpt_comm_allgather(d->comm, &have, flags, sizeof have, "DDP start-up: config comparison");
+    for (int i = 0; i < size; i++)
+        all_have = all_have && flags[i];
+    free(flags);
+    if (!all_have || n == 0) return false;
+    uint64_t *mine = malloc((size_t)n * sizeof *mine), *all = malloc((size_t)n * (size_t)size * sizeof *all);
+    if (!mine || !all) dpt_fatal("out of host memory");
+    for (int k = 0; k < n; k++) {
+        const char *section, *key;
+        bool hashed;
+        const char *v = dpt_config_key_value(cfg, k, &section, &key, &hashed);
+        mine[k] = hashed ? dpt_hash_bytes(DPT_HASH_SEED, v, strlen(v)) : 0;
+    }
+    dpt_comm_allgather(d->comm, mine, all, (size_t)n * sizeof *mine, "DDP start-up: config comparison");
+    int first = -1;
+    for (int k = 0; k < n && first < 0; k++)
+        if (all[(size_t)r * (size_t)n + (size_t)k] != all[k]) first = k;
+    free(mine), free(all);
+    if (first < 0) return false;
+    struct {
+        char v[96];
+    } value, *values = malloc((size_t)size * sizeof *values);
+    if (!values) dpt_fatal("out of host memory");
+    const char *section, *key;
+    bool hashed;
+    const char *v = dpt_config_key_value(cfg, first, &section, &key, &hashed);
+    snprintf(value.v, sizeof value.v, "%s", v);
+    dpt_comm_allgather(d->comm, &value, values, sizeof value, "DDP start-up: config comparison");
+    snprintf(detail, cap, "[%s] %s = %s%s on rank %d, %s%s on rank 0", section, key, values[r].v,
+             strlen(values[r].v) == sizeof value.v - 1 ? "..." : "", r, values[0].v,
+             strlen(values[0].v) == sizeof value.v - 1 ? "..." : "");
+    free(values);
+    return true;
+}
+
 /* Compare every rank's plan with rank 0's; the same verdict is reached on every rank. */
 static bool check_plans(const dpt_ddp *d, const plan *all, dpt_error *err)
 {
@@ -242,10 +288,12 @@ static bool check_plans(const dpt_ddp *d, const plan *all, dpt_error *err)
                                                     "the folder, or one changed since",
                                                     (unsigned long long)p->dataset_hash,
                                                     (unsigned long long)p0->dataset_hash);
-        else if (p->config_hash != p0->config_hash)
-            what = "the config",
-            snprintf(detail, sizeof detail, "hash %016llx vs %016llx", (unsigned long long)p->config_hash,
-                     (unsigned long long)p0->config_hash);
+        else if (p->config_hash != p0->config_hash) {
+            what = "the config";
+            if (!config_difference(d, r, detail, sizeof detail))
+                snprintf(detail, sizeof detail, "hash %016llx vs %016llx", (unsigned long long)p->config_hash,
+                         (unsigned long long)p0->config_hash);
+        }
         if (what)
             return dpt_errorf(err,
                               "ranks disagree: rank %d differs from rank 0 in %s%s%s%s\n"

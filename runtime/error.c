@@ -49,10 +49,16 @@ void dpt_set_abort_handler(dpt_abort_fn fn)
 static void print_last_words(const char *head, const char *file, int line, const char *fmt, va_list ap)
 {
     claim_the_end();
-    fputs(head, stderr);
-    if (file) fprintf(stderr, "%s:%d: ", file, line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    /* one write: ranks sharing a terminal or a log otherwise interleave their pieces
+     * ("error: error: rank 0 ...") */
+    char buf[8192];
+    size_t n = (size_t)snprintf(buf, sizeof buf, "%s", head);
+    if (file && n < sizeof buf) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s:%d: ", file, line);
+    if (n < sizeof buf) n += (size_t)vsnprintf(buf + n, sizeof buf - n, fmt, ap);
+    if (n >= sizeof buf - 1) n = sizeof buf - 2;
+    buf[n++] = '\n';
+    fflush(stderr);
+    if (write(2, buf, n) < 0) {}
 }
 
 void dpt_fatal_at(const char *file, int line, const char *fmt, ...)

@@ -98,6 +98,7 @@ refused "scale min > max" "\[data\] scale needs two numbers, min,max" --set data
 mkdir "$tmp/bad/train/10_empty"
 refused "an empty class folder" "$tmp/bad/train/10_empty: class folder without" --set data.dir="$tmp/bad"
 refused "no such folder" "$tmp/none/train: no such folder" --set data.dir="$tmp/none"
+refused "[data] classes = 2 for 10 class folders" "\[data\] classes = 2, but $tmp/img/train has 10 class folders" --set data.classes=2
 
 # links: 22 levels of two links each to the next level (no loop) under one class, one JPEG at
 # the bottom. Each real folder is walked once (2^22 walks otherwise, a start-up that never

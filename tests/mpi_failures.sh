@@ -53,6 +53,16 @@ expect "devices under mpirun" 60 "DataParallel runs in one process" \
 
 expect "config error on one rank only" 60 "error: rank 1 of 2: cannot open config file /nonexistent/rank1.ini" \
     $MPIRUN -np 1 ./train configs/fmnist_mlp.ini $SMALL : -np 1 ./train /nonexistent/rank1.ini $SMALL
+# ranks whose configs differ: the first key that differs is named, with both values, and no
+# two ranks' words interleave ("error: error: rank 0 ...": each message is one write)
+out=$($MPIRUN -np 1 ./train configs/fmnist_mlp.ini $SMALL --set optim.lr=0.001 : \
+      -np 1 ./train configs/fmnist_mlp.ini $SMALL --set optim.lr=0.002 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -q "differs from rank 0 in the config (\[optim\] lr = 0.002 on rank 1, 0.001 on rank 0)" <<<"$out" &&
+    ! grep -q "error: error:" <<<"$out"; then
+    echo "ok   configs that differ: the key named, with both values"; passed=$((passed + 1))
+else
+    echo "FAIL configs that differ: exit $rc: $(grep -m2 error <<<"$out")"; failed=$((failed + 1))
+fi
 # The same error on every rank is printed once, not once per rank.
 out=$($MPIRUN -np 3 ./train configs/fmnist_mlp.ini --set train.bach=1 2>&1); rc=$?
 if [ $rc -ne 0 ] && [ "$(grep -c "unknown key 'bach'" <<<"$out")" -eq 1 ]; then

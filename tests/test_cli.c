@@ -65,6 +65,19 @@ static void test_config_errors(void **state)
     expect_fail("configs/fmnist_mlp.ini --set train.batch=0", 1, "--set train.batch=0", "out of range");
     expect_fail("configs/fmnist_mlp.ini --set model.name=transformer", 1, "not a registered model",
                 "known models are cnn, gpt, mlp, resnet");
+    /* keys of another model than the one selected: read by no one, refused (issue 27 item 10) */
+    expect_fail("configs/fmnist_mlp.ini --set model.depth=50", 1,
+                "--set model.depth=50: [model] depth is a key of model resnet, not of mlp", "HINT: remove it");
+    snprintf(args, sizeof args, "%s", write_file("cnn_hidden.ini", "[model]\nname = cnn\nhidden = 64\n"));
+    expect_fail(args, 1, "cnn_hidden.ini:3: [model] hidden is a key of model mlp, not of cnn", NULL);
+    /* --set switching the model over a file written for another keeps working */
+    int rc = run_capture(out, sizeof out, "./train configs/fmnist_mlp.ini --set model.name=cnn --dry-run");
+    if (rc != 0) fail_msg("--set model.name=cnn over the MLP's file: exit %d\n%s", rc, out);
+    /* a batch larger than the data: refused before batch-sized buffers (1M x 784 floats, 3 GB
+     * each) are made, so within a 3 GB address space */
+    rc = run_capture(out, sizeof out, "ulimit -v 3000000; ./train configs/fmnist_mlp.ini --set train.batch=1048576");
+    if (rc != 1) fail_msg("batch 1048576: exit %d, expected 1\n%s", rc, out);
+    assert_contains(out, "fewer than one step of 1048576");
 }
 
 static void test_data_errors(void **state)
