@@ -70,11 +70,13 @@ void dpt_image_crop_box(int W, int H, const dpt_image_view *v, dpt_rng *rng, dpt
 {
     box->src_w = W, box->src_h = H, box->flip = false, box->scale_denom = 1;
     if (!v->train) { /* Resize(resize): the shorter side to `resize`; CenterCrop(size) */
-        int rw = W <= H ? v->resize : (int)((double)v->resize * W / H);
-        int rh = W <= H ? (int)((double)v->resize * H / W) : v->resize;
+        /* in double: a 1,000,000 x 1 image resized to 4096 on its short side is 4e9 wide,
+         * past int (torchvision truncates the long side the same way) */
+        double rw = W <= H ? v->resize : floor((double)v->resize * W / H);
+        double rh = W <= H ? floor((double)v->resize * H / W) : v->resize;
         double fx = (double)W / rw, fy = (double)H / rh; /* image pixels per resized pixel */
-        box->x = round_even((rw - v->size) / 2.0) * fx, box->w = v->size * fx;
-        box->y = round_even((rh - v->size) / 2.0) * fy, box->h = v->size * fy;
+        box->x = nearbyint((rw - v->size) / 2.0) * fx, box->w = v->size * fx;
+        box->y = nearbyint((rh - v->size) / 2.0) * fy, box->h = v->size * fy;
         return;
     }
     double area = (double)W * H, lr0 = log(v->ratio[0]), lr1 = log(v->ratio[1]);
@@ -222,7 +224,17 @@ static window plan(const dpt_image_box *box, int size, int dw, int dh, bool clam
 
 /* The whole file into s->file. Opened without blocking, so that something other than a
  * regular file under an image's name (a FIFO with no writer) is refused, not waited on. */
-static bool read_file(const char *path, dpt_image_scratch *s, size_t *len, char *msg, size_t msg_size)
+/* The largest file an image within max_pixels can be: 4 bytes a pixel (PNG's RGBA without any
+ * compression) and 16 MiB of metadata, at most 1 GiB; anything larger is refused by its size,
+ * before a byte is read (a sparse 1 GB file named .jpg was read whole). */
+static size_t max_file_bytes(int64_t max_pixels)
+{
+    double most = 4.0 * (double)(max_pixels > 0 ? max_pixels : 0) + 16.0 * 1048576.0;
+    return most < (double)MAX_FILE_BYTES ? (size_t)most : MAX_FILE_BYTES;
+}
+
+static bool read_file(const char *path, int64_t max_pixels, dpt_image_scratch *s, size_t *len, char *msg,
+                      size_t msg_size)
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return snprintf(msg, msg_size, "cannot open: %s", strerror(errno)), false;
@@ -231,10 +243,13 @@ static bool read_file(const char *path, dpt_image_scratch *s, size_t *len, char 
         close(fd);
         return snprintf(msg, msg_size, "not a regular file"), false;
     }
-    if (st.st_size == 0 || (size_t)st.st_size > MAX_FILE_BYTES) {
+    size_t most = max_file_bytes(max_pixels);
+    if (st.st_size == 0 || (size_t)st.st_size > most) {
         close(fd);
-        return snprintf(msg, msg_size, st.st_size ? "%lld bytes: larger than 1 GiB" : "empty file",
-                        (long long)st.st_size),
+        if (!st.st_size) return snprintf(msg, msg_size, "empty file"), false;
+        return snprintf(msg, msg_size,
+                        "%lld bytes: larger than any image of [data] max_image_pixels = %lld can be (%zu bytes)",
+                        (long long)st.st_size, (long long)max_pixels, most),
                false;
     }
     s->file = grow(s->file, &s->file_cap, (size_t)st.st_size);
@@ -426,7 +441,7 @@ static bool decode(const char *path, const dpt_image_view *v, dpt_rng *rng, uint
                    dpt_image_box *box, char *msg, size_t msg_size, bool full, int *fw, int *fh)
 {
     size_t len;
-    if (!read_file(path, s, &len, msg, msg_size)) return false;
+    if (!read_file(path, v->max_pixels, s, &len, msg, msg_size)) return false;
     if (is_jpeg(s->file, len)) {
 #if DPT_JPEG
         return decode_jpeg(s->file, len, v, rng, out, s, box, msg, msg_size, full, fw, fh);

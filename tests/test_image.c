@@ -2,6 +2,7 @@
  * resize against torchvision's definitions (a float64 re-computation of PIL's filter), the
  * seeded draws, DCT scaling, bad files, the ImageFolder listing and its cache, and the loader:
  * the same batches for any worker count, shards disjoint and covering, resume mid-epoch. */
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -245,6 +246,24 @@ static void test_crop_boxes(void **state)
         }
 }
 
+/* The evaluation crop of images far wider than tall (1,000,000 x 1 resized to 4096 on its
+ * short side: a long side of 4e9, past int; UBSan saw the overflow): a box inside the image. */
+static void test_extreme_aspect_eval_box(void **state)
+{
+    (void)state;
+    dpt_image_view v = train_view(32);
+    v.train = false, v.resize = 4096;
+    int sizes[][2] = {{1000000, 1}, {1, 1000000}, {2000000000, 3}};
+    for (int s = 0; s < 3; s++) {
+        dpt_rng rng;
+        dpt_rng_seed(&rng, 1);
+        dpt_image_box b;
+        dpt_image_crop_box(sizes[s][0], sizes[s][1], &v, &rng, &b);
+        assert_true(isfinite(b.x) && isfinite(b.y) && b.w > 0 && b.h > 0);
+        assert_true(b.x >= 0 && b.y >= 0 && b.x + b.w <= sizes[s][0] * (1 + 1e-9) && b.y + b.h <= sizes[s][1] * (1 + 1e-9));
+    }
+}
+
 /* dpt_image_sample's box is the draw dpt_image_crop_box makes from the same seed. */
 static void test_sample_box_is_the_draw(void **state)
 {
@@ -327,6 +346,12 @@ static void test_bad_files(void **state)
     fclose(fopen(pathf(path, "empty.jpg"), "w"));
     expect_bad(path, &v, "empty");
     expect_bad(pathf(path, "missing.jpg"), &v, "cannot open");
+    /* a sparse 1 GB file: refused by its size before a byte is read (an image within the
+     * default max_image_pixels is at most 4 bytes a pixel plus 16 MiB) */
+    int sparse = open(pathf(path, "sparse.jpg"), O_CREAT | O_WRONLY, 0600);
+    assert_true(sparse >= 0 && ftruncate(sparse, 1000000000) == 0);
+    close(sparse);
+    expect_bad(path, &v, "1000000000 bytes: larger than any image of [data] max_image_pixels");
     assert_int_equal(mkfifo(pathf(path, "pipe.jpg"), 0600), 0); /* refused at once, not waited on */
     expect_bad(path, &v, "not a regular file");
     /* a corrupt header: a JPEG's start marker, then garbage */
@@ -623,6 +648,7 @@ int main(void)
         cmocka_unit_test(test_eval_crop_exact),
         cmocka_unit_test(test_resize_matches_reference),
         cmocka_unit_test(test_crop_boxes),
+        cmocka_unit_test(test_extreme_aspect_eval_box),
         cmocka_unit_test(test_sample_box_is_the_draw),
         cmocka_unit_test(test_dct_scaling),
         cmocka_unit_test(test_bad_files),
