@@ -40,6 +40,10 @@ typedef struct listing {
      * many links lead to it (22 levels of two links each would otherwise be 2^22 walks) */
     uint64_t (*seen)[2];
     int64_t nseen, seen_cap;
+    /* named like an image but not a regular file (a FIFO, a device, a link to nothing or to
+     * itself): ignored, and said so with the first one's path (a walk's, not the cache's) */
+    int64_t odd;
+    char *odd_first;
 } listing;
 
 static uint64_t seen_hash(uint64_t dev, uint64_t ino)
@@ -59,7 +63,7 @@ static void listing_free(listing *l)
         free(l->files[i]);
     for (int i = 0; i < l->ndirs; i++)
         free(l->dirs[i]);
-    free(l->classes), free(l->files), free(l->cls), free(l->dirs), free(l->mtime), free(l->seen);
+    free(l->classes), free(l->files), free(l->cls), free(l->dirs), free(l->mtime), free(l->seen), free(l->odd_first);
     memset(l, 0, sizeof *l);
 }
 
@@ -196,6 +200,7 @@ static bool walk(const char *root, const char *rel, int cls, int depth, listing 
                     add_file(l, sub, cls);
                 else
                     l->ignored++;
+                if (kind[i] == NOT_A_FILE && image_name(names[i]) && !l->odd++) l->odd_first = dpt_strf("%s/%s", root, sub);
             } else if (pass == 1 && kind[i] == FOLDER) {
                 if (depth >= 32)
                     ok = dpt_errorf(err, "%s/%s: folders nested more than 32 deep (a link loop?)\nHINT: class "
@@ -359,13 +364,26 @@ static bool list_files(const char *root, const char *cache_dir, listing *l, char
         listing_free(l);
         return false;
     }
-    if (write_cache(own, root, l))
-        snprintf(note, note_size, "walked, file list cached in %s", own);
+    bool newline = false; /* a name the cache's one-name-a-line format cannot hold */
+    for (int64_t i = 0; i < l->n && !newline; i++)
+        newline = strchr(l->files[i], '\n') != NULL;
+    for (int i = 0; i < l->nclasses && !newline; i++)
+        newline = strchr(l->classes[i], '\n') != NULL;
+    size_t at;
+    if (newline)
+        at = (size_t)snprintf(note, note_size, "walked (file list not cached: a file or folder name holds a newline)");
+    else if (write_cache(own, root, l))
+        at = (size_t)snprintf(note, note_size, "walked, file list cached in %s", own);
     else if (*other && write_cache(other, root, l))
-        snprintf(note, note_size, "walked, file list cached in %s", other);
+        at = (size_t)snprintf(note, note_size, "walked, file list cached in %s", other);
     else
-        snprintf(note, note_size, "walked (file list not cached: %s is read-only%s)", root,
-                 *other ? " and so is the checkpoint folder" : "");
+        at = (size_t)snprintf(note, note_size, "walked (file list not cached: %s is read-only%s)", root,
+                              *other ? " and so is the checkpoint folder" : "");
+    if (l->odd && at < note_size)
+        snprintf(note + at, note_size - at,
+                 "; %lld named like an image but not a regular file (a FIFO, a device, a link to nothing or to "
+                 "itself), ignored: %s%s",
+                 (long long)l->odd, l->odd_first, l->odd > 1 ? ", ..." : "");
     return true;
 }
 
@@ -481,7 +499,8 @@ void dpt_folder_describe(const dpt_dataset *ds, char *buf, size_t size)
         at += (size_t)snprintf(buf + at, size - at, ", ... %d %s (%lld)", f->nclasses - 1,
                                f->classes[f->nclasses - 1], (long long)f->class_count[f->nclasses - 1]);
     if (at < size && f->ignored)
-        snprintf(buf + at, size - at, " | %lld file(s) without a .jpg/.jpeg/.png name ignored", (long long)f->ignored);
+        snprintf(buf + at, size - at, " | %lld entr%s ignored (not a regular file with a .jpg/.jpeg/.png name)",
+                 (long long)f->ignored, f->ignored == 1 ? "y" : "ies");
 }
 
 /* ---------------------------------------------------------------- [data] source = folder */

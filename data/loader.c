@@ -91,8 +91,9 @@ struct dpt_loader {
     slot *job_slot;
     int64_t job_start, job_size, job_next, job_finished;
     bool pool_quit;
-    atomic_llong bad_files;
+    atomic_llong bad_files; /* distinct files found unreadable (each once, however often drawn) */
     atomic_int bad_reported;
+    atomic_uchar *bad_mark; /* per file of the list: found unreadable */
 };
 
 static void free_slot(dpt_loader *l, slot *s)
@@ -279,6 +280,8 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     const dpt_backend *be = ctx->be;
     l->direct = ctx->device.kind == DPT_DEVICE_CPU;
     l->files = ds->files != NULL;
+    if (l->files && opt->skip_bad_files && !(l->bad_mark = calloc((size_t)ds->n, sizeof *l->bad_mark)))
+        dpt_fatal("out of host memory for a loader");
     l->generic = ds->get != NULL;
     l->nfields = dpt_dataset_fields(ds, l->fields);
     for (int f = 0; f < l->nfields; f++) {
@@ -329,6 +332,7 @@ void dpt_loader_free(dpt_loader *l)
     free(l->slots);
     free(l->perm);
     free(l->mine);
+    free(l->bad_mark);
     free(l);
 }
 
@@ -453,8 +457,10 @@ static void make_sample(dpt_loader *l, slot *s, int64_t start, int64_t i, int w)
             break;
         }
         if (l->opt.skip_bad_files && tries + 1 < f->n) {
+            if (atomic_exchange(&l->bad_mark[j], 1)) continue; /* counted and reported when first found */
             atomic_fetch_add(&l->bad_files, 1);
             int k = atomic_fetch_add(&l->bad_reported, 1);
+            dpt_printable(path), dpt_printable(msg);
             if (k < 10)
                 fprintf(stderr, "warning: %s: %s (skipped: [data] bad_files = skip)%s\n", path, msg,
                         k == 9 ? "; further bad files are only counted" : "");

@@ -29,6 +29,14 @@ static _Noreturn void end_process(int code)
     _exit(code);
 }
 
+void dpt_printable(char *s)
+{
+    /* a name or value with control bytes (ESC sequences, a carriage return that overwrites the
+     * line, a bell) reaches the terminal as '?': messages name files and values users chose */
+    for (; *s; s++)
+        if (((unsigned char)*s < 0x20 && *s != '\n' && *s != '\t') || *s == 0x7f) *s = '?';
+}
+
 bool dpt_errorf(dpt_error *err, const char *fmt, ...)
 {
     if (!err) return false;
@@ -36,6 +44,7 @@ bool dpt_errorf(dpt_error *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    dpt_printable(err->msg);
     return false;
 }
 
@@ -56,6 +65,8 @@ static void print_last_words(const char *head, const char *file, int line, const
     if (file && n < sizeof buf) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s:%d: ", file, line);
     if (n < sizeof buf) n += (size_t)vsnprintf(buf + n, sizeof buf - n, fmt, ap);
     if (n >= sizeof buf - 1) n = sizeof buf - 2;
+    buf[n] = '\0';
+    dpt_printable(buf);
     buf[n++] = '\n';
     fflush(stderr);
     if (write(2, buf, n) < 0) {}

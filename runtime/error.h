@@ -31,6 +31,10 @@ DPT_NORETURN void dpt_library_failed_at(const char *file, int line, const char *
         if (!(cond)) dpt_fatal_at(__FILE__, __LINE__, "assertion '" #cond "' failed: " __VA_ARGS__);         \
     } while (0)
 
+/* Control bytes other than newline and tab replaced by '?', in place (dpt_errorf does it to
+ * every message; names and values in output are the user's). */
+void dpt_printable(char *s);
+
 /* A formatted string in memory of its own size (free it); never cut to a buffer. */
 char *dpt_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -347,7 +347,7 @@ void log_eval(trainer *t, const window *epoch_window)
     }
     if (r->comm) dpt_comm_allreduce_f64(r->comm, sums, 4, "epoch training sums");
     char bad[64] = "";
-    if (sums[3] > 0) snprintf(bad, sizeof bad, " | %.0f bad files skipped", sums[3]);
+    if (sums[3] > 0) snprintf(bad, sizeof bad, " | %.0f bad file%s skipped", sums[3], sums[3] == 1 ? "" : "s");
     double train_loss = sums[2] ? sums[0] / sums[2] : NAN, train_acc = sums[2] ? sums[1] / sums[2] : NAN;
     if (epoch_window) t->r->result.final_train_loss = train_loss;
     t->r->result.final_test_loss = test->loss, t->r->result.final_test_acc = test->accuracy;
