@@ -11,6 +11,7 @@ static dpt_abort_fn abort_handler; /* set once at start-up by world_init; read-o
 /* The first thread to end the process does it; any other (a second DataParallel replica
  * failing at the same moment) waits for it instead of printing a second message or running
  * exit handlers concurrently, which crashed in __cxa_finalize. */
+static void (*last_words_hook)(const char *message);
 static atomic_flag ending = ATOMIC_FLAG_INIT;
 
 static void claim_the_end(void)
@@ -48,6 +49,11 @@ bool dpt_errorf(dpt_error *err, const char *fmt, ...)
     return false;
 }
 
+void dpt_set_last_words_hook(void (*fn)(const char *message))
+{
+    last_words_hook = fn;
+}
+
 void dpt_set_abort_handler(dpt_abort_fn fn)
 {
     abort_handler = fn;
@@ -70,6 +76,10 @@ static void print_last_words(const char *head, const char *file, int line, const
     buf[n++] = '\n';
     fflush(stderr);
     if (write(2, buf, n) < 0) {}
+    if (last_words_hook) {
+        buf[n - 1] = '\0';
+        last_words_hook(buf);
+    }
 }
 
 void dpt_fatal_at(const char *file, int line, const char *fmt, ...)

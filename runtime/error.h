@@ -38,6 +38,10 @@ void dpt_printable(char *s);
 /* A formatted string in memory of its own size (free it); never cut to a buffer. */
 char *dpt_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Called with the message of dpt_abort_job, dpt_library_failed_at or dpt_fatal, after it is
+ * printed and before the process ends (./train --junit writes its report there). */
+void dpt_set_last_words_hook(void (*fn)(const char *message));
+
 /* Installed by the world layer so that a fatal error on one rank stops every rank. */
 typedef void (*dpt_abort_fn)(int code);
 void dpt_set_abort_handler(dpt_abort_fn fn);

@@ -22,6 +22,21 @@ static int run_data_parallel(const dpt_world *world, const cli *args, const run_
 static int check_expectations(const dpt_world *world, const cli *args, const run_config *run, int rc,
                               const dpt_run_result *result);
 
+/* --junit when the job ends on an error after start-up (a NaN loss, an unreadable file mid-run,
+ * a timeout): the report is written from the last words, with the run's log tail, so a CI
+ * reporter sees the failure instead of a missing file. Rank 0's (or the one process's). */
+static const char *junit_path, *junit_suite;
+
+static void junit_last_words(const char *message)
+{
+    report_note("%s\n", message);
+    dpt_run_result none;
+    memset(&none, 0, sizeof none);
+    char msg[4400];
+    if (!dpt_junit_write(junit_path, junit_suite, NULL, 0, &none, 1, report_tail(), msg, sizeof msg))
+        fprintf(stderr, "error: --junit: %s\n", msg);
+}
+
 int dpt_train_main(int argc, char **argv)
 {
     cli args;
@@ -54,6 +69,10 @@ int dpt_train_main(int argc, char **argv)
         return 1;
     }
     dpt_comm_set_timeout(dpt_world_comm(&world), run->ddp.timeout_s);
+    if (args.junit && world.rank == 0) {
+        junit_path = args.junit, junit_suite = run->config_path;
+        dpt_set_last_words_hook(junit_last_words);
+    }
     dpt_run_result result = {0};
     if (args.env) {
         rc = print_env(&world, run);
