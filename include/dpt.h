@@ -932,7 +932,8 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
                          const dpt_config *cfg, const dpt_train_state *state, int world_size, dpt_error *err);
 /* Load into an already built model and optimizer. Every mismatch (truncated file, bad CRC,
  * other version, other model names/shapes, other optimizer) is an error naming what differs;
- * nothing is changed unless the whole checkpoint is valid. */
+ * nothing is changed unless the whole checkpoint is valid. cfg: warn when the checkpoint was
+ * written with another config (NULL: its weights are wanted, not a continuation). */
 bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *ctx,
                          const dpt_config *cfg, dpt_train_state *state, int world_size, dpt_error *err);
 /* The newest complete checkpoint (ckpt-step*.dpt, highest step) in dir. */

@@ -551,8 +551,8 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
         dpt_optim_set_steps(optim, optim_steps);
         *st = loaded;
         char hash[32];
-        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)dpt_config_hash(cfg));
-        if (strcmp(meta_get(meta, "config_hash", val, sizeof val) ? val : "", hash) != 0)
+        snprintf(hash, sizeof hash, "%016llx", cfg ? (unsigned long long)dpt_config_hash(cfg) : 0ULL);
+        if (cfg && strcmp(meta_get(meta, "config_hash", val, sizeof val) ? val : "", hash) != 0)
             fprintf(stderr,
                     "warning: %s was written with another config (hash %s, now %s); resuming, "
                     "but the run will not be an exact continuation\n",

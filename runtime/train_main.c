@@ -101,7 +101,7 @@ int dpt_train_main(int argc, char **argv)
         rc = r.rc;
         result = r.result;
     }
-    if (!args.env && !args.dry_run && !args.summary && !args.sample && !args.export_format)
+    if (!args.env && !args.dry_run && !args.summary && !args.sample && !args.export_format) /* --eval: yes */
         rc = check_expectations(&world, &args, run, rc, &result);
     dpt_config_free(cfg);
     free(run);
@@ -505,6 +505,8 @@ static void usage(FILE *out)
         "  --inspect CKPT           print what a checkpoint holds (step, epoch, world size, config hash,\n"
         "                           tensors) and its weights' SHA-256, and exit; CKPT as --resume takes it\n"
         "                           (a file, a folder for its newest, FOLDER/latest, FOLDER/ckpt-step200.dpt)\n"
+        "  --eval CKPT              evaluate a checkpoint on the test set ([data] as configured, or --set\n"
+        "                           data.* for another set) instead of training; --expect and --junit apply\n"
         "  --export FORMAT CKPT OUT write a checkpoint's weights for other programs and exit: safetensors\n"
         "                           or npz (no CONFIG needed), or a model's own (llmc for gpt, after CONFIG)\n"
         "  --dry-run                load everything, print the resolved config, and exit\n"
@@ -575,6 +577,14 @@ static int parse_cli(int argc, char **argv, cli *args)
                 return 1;
             }
             return 0;
+        } else if (is_flag(a, "--eval")) {
+            const char *v = flag_value(argc, argv, &i, "--eval");
+            if (!v || !*v) {
+                fprintf(stderr, "error: --eval needs a checkpoint\nHINT: ./train CONFIG --eval CKPT (a file, a "
+                                "folder's newest, a step number, or latest)\n");
+                return 2;
+            }
+            args->eval = args->resume = v;
         } else if (!strcmp(a, "--export")) {
             if (i + 3 >= argc || argv[i + 1][0] == '-' || argv[i + 2][0] == '-' || argv[i + 3][0] == '-') {
                 fprintf(stderr, "error: --export needs FORMAT CKPT OUT\nHINT: ./train --export safetensors "

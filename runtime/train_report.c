@@ -97,6 +97,15 @@ static const char *metric_str(const trainer *t, const char *sep, double loss, do
     return buf;
 }
 
+/* --eval: one line, with what the model's loss measures, and the result --expect reads. */
+void print_eval(const trainer *t)
+{
+    char metric[48];
+    metric_str(t, " | ", t->test.loss, t->test.accuracy, 0, 2, metric, sizeof metric);
+    report_line("eval | %s | test loss %.4f%s | %lld %s\n", t->r->resumed, t->test.loss, metric,
+                (long long)t->test.terms, unit_noun(t->task.unit));
+}
+
 /* ---------------------------------------------------------------- the header */
 
 void print_header(const trainer *t)

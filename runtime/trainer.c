@@ -92,6 +92,11 @@ void *train_replica(void *arg)
             r->rc = fail(r, &err);
             return NULL;
         }
+    } else if (r->args->eval) { /* the checkpoint's weights on the test set, sharded over the ranks */
+        t.test = dpt_eval_allreduce(r->comm, dpt_evaluate(t.ctx, t.model, t.test_loader));
+        t.evaluated = true;
+        r->result.final_test_loss = t.test.loss, r->result.final_test_acc = t.test.accuracy;
+        if (r->rank == 0) print_eval(&t);
     } else if (r->args->export_format) {
         bool ok = r->rank != 0 || export_model(&t, &err);
         if (!ok) {
@@ -237,11 +242,18 @@ static bool resume(trainer *t, dpt_error *err)
     if (!dpt_checkpoint_resolve(which, t->run->ckpt_dir, r->resumed, sizeof r->resumed, err)) {
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
-        return dpt_errorf(err, "--resume %s", msg);
+        return dpt_errorf(err, "%s %s", r->args->eval ? "--eval" : r->args->sample ? "--sample" : "--resume", msg);
     }
-    if (!dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx, t->run->ini, &t->state, r->size, err))
+    bool weights_only = r->args->eval || r->args->sample || r->args->export_format;
+    if (!dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx, weights_only ? NULL : t->run->ini, &t->state,
+                             r->size, err))
         return false;
     r->resumed_step = r->last_ckpt_step = t->state.step;
+    if (weights_only) { /* no data position, no continuation */
+        if (r->rank == 0 && r->args->eval)
+            printf("evaluating %s: epoch %d, step %lld\n", r->resumed, t->state.epoch, (long long)t->state.step);
+        return true;
+    }
     t->carry_units = t->state.batches_done > 0 ? t->state.epoch_units : 0;
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", r->resumed);
     /* The data position is a global sample of the epoch's stream: this world takes it from
@@ -316,7 +328,8 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     if (r->args->resume && !resume(t, err)) goto fail;
     /* Everything that can stop a checkpoint is checked before the first step, not at the
      * first save after hours of training. */
-    bool look_only = r->args->dry_run || r->args->summary || r->args->sample || r->args->export_format;
+    bool look_only =
+        r->args->dry_run || r->args->summary || r->args->sample || r->args->export_format || r->args->eval;
     if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, err)) goto fail;
     dpt_ctx_set_comm(t->ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
     t->timeline = open_timeline(r);

@@ -28,6 +28,7 @@ typedef struct cli {
     bool dry_run, summary, env;
     const char *resume; /* checkpoint path, "latest", or NULL */
     const char *sample; /* --sample CKPT: generate from it instead of training (resume is CKPT too) */
+    const char *eval;   /* --eval CKPT: evaluate it on the test set instead of training (resume is CKPT too) */
     const char *export_format, *export_out; /* --export FORMAT CKPT OUT (a model's format: resume is CKPT) */
     const char *prompt; /* --prompt TEXT */
     int64_t sample_tokens;
@@ -197,6 +198,7 @@ void report_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *report_tail(void); /* the last lines printed, for the JUnit report */
 void report_note(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* kept, not printed */
 void print_header(const trainer *t);
+void print_eval(const trainer *t);
 void meter_read(dpt_tensor *meter, int slot, window *w);
 progress progress_new(const replica *r, int64_t total_steps);
 void progress_step(progress *p, const trainer *t, int64_t s);

@@ -22,7 +22,8 @@ cases = suite.findall("testcase")
 got = (len(cases), len(suite.findall("testcase/failure")), len(suite.findall("testcase/error")))
 assert got == (tests, failures, errors), f"testcases/failures/errors {got}, expected {(tests, failures, errors)}"
 assert int(suite.get("tests")) == tests and int(suite.get("failures")) == failures and int(suite.get("errors")) == errors
-assert float(suite.get("time")) >= 0 and "done |" in (suite.findtext("system-out") or "") or errors, "system-out"
+out = suite.findtext("system-out") or ""
+assert float(suite.get("time")) >= 0 and ("done |" in out or "eval |" in out) or errors, "system-out"
 if len(sys.argv) > 5:
     msgs = [f.get("message") for f in suite.iter("failure")]
     assert any(sys.argv[5] in m for m in msgs), f"{sys.argv[5]!r} not in {msgs}"
@@ -79,7 +80,7 @@ check "a job that ends on an error mid-run (a NaN loss): still a JUnit report wi
 
 # the weights' hash: the run's, the checkpoint's, a rerun's, a resumed run's
 out=$(./train "${small[@]}" --set checkpoint.every_steps=25 --set checkpoint.dir="$tmp/ck" 2>&1); rc=$?
-run_hash=$(sha <<<"$out")
+run_hash=$(sha <<<"$out") run_out=$out
 ins=$(./train --inspect "$tmp/ck/ckpt-step00000050.dpt" 2>&1); rc2=$?
 [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ -n "$run_hash" ] && [ "$(sha <<<"$ins")" = "$run_hash" ] &&
     grep -q '^step *50$' <<<"$ins" && grep -q '^world_size *1$' <<<"$ins" &&
@@ -89,6 +90,24 @@ out=$(./train "${small[@]}" --expect "weights_sha256 == $run_hash" --expect "wei
 [ $rc -eq 3 ] && grep -q "pass  weights_sha256 == ${run_hash:0:12}" <<<"$out" &&
     grep -q "FAIL  weights_sha256 != ${run_hash:0:12}.* (measured $run_hash)" <<<"$out"
 check "a rerun pins the hash: == passes, != fails" $? "exit $rc: $(tail -4 <<<"$out")"
+# --eval (issue 28 item 9): the checkpoint of the last step on the test set gives the run's own
+# final evaluation; sharded over 2 ranks, the same; --expect and --junit apply; --set data.*
+# evaluates another part of the data
+final=$(sed -n 's/.*final test acc \([0-9.]*\)%.*/\1/p' <<<"$run_out")
+loss=$(grep "^epoch 1 done" <<<"$run_out" | sed -n 's/.*test loss \([0-9.]*\) .*/\1/p')
+out=$(./train "${small[@]}" --eval "$tmp/ck/50" --expect "final_test_acc >= 1%" --junit "$tmp/eval.xml" 2>&1); rc=$?
+[ $rc -eq 0 ] && [ -n "$final" ] && grep -q "^eval | $tmp/ck/ckpt-step00000050.dpt | test loss $loss | acc $final% | 1000 images" <<<"$out" &&
+    grep -q "pass  final_test_acc >= 1% (measured $final%)" <<<"$out" && junit "$tmp/eval.xml" 2 0 0 &&
+    ! grep -q "^epoch\|warning" <<<"$out"
+check "--eval: the run's own final test loss and accuracy ($loss, $final%), --expect and --junit" $? "exit $rc: $(grep -v '^ *$' <<<"$out" | tail -4)"
+if [ $mpi -eq 1 ]; then
+    out=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${small[@]}" --eval "$tmp/ck/50" 2>&1); rc=$?
+    [ $rc -eq 0 ] && grep -q "^eval | .* | test loss $loss | acc $final% | 1000 images" <<<"$out"
+    check "--eval on 2 ranks: the same numbers" $? "exit $rc: $(tail -2 <<<"$out")"
+fi
+out=$(./train "${small[@]}" --eval "$tmp/ck/50" --set data.test_limit=200 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "^eval | .* | 200 images" <<<"$out"
+check "--eval with --set data.test_limit=200: 200 images" $? "exit $rc: $(tail -2 <<<"$out")"
 out=$(./train "${small[@]}" --set checkpoint.dir="$tmp/ck2" --resume "$tmp/ck/ckpt-step00000025.dpt" 2>&1); rc=$?
 [ $rc -eq 0 ] && [ "$(sha <<<"$out")" = "$run_hash" ]
 check "resumed from step 25, the weights end bit-identical" $? "exit $rc: $(tail -3 <<<"$out")"
