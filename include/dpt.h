@@ -923,6 +923,9 @@ typedef struct dpt_train_state {
      * an epoch start or an old checkpoint). No wall time: checkpoints stay byte-identical. */
     double epoch_loss;
     int64_t epoch_correct, epoch_units;
+    /* [train] early_stop: the best value of its metric so far and the epoch it came (0: none) */
+    double stop_best;
+    int stop_best_epoch;
 } dpt_train_state;
 
 /* Write model parameters and buffers, optimizer state, the context's RNG, the train state,

@@ -134,20 +134,21 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
     put_u32(&w, nrecords);
     put_u32(&w, (uint32_t)crc32(0L, w.buf, 16));
 
-    char meta[1024];
+    char meta[2048];
     int n = snprintf(meta, sizeof meta,
                      "model=%s\nsummary=%s\noptim=%s\noptim_steps=%lld\nepoch=%d\nbatches_done=%lld\n"
                      "step=%lld\nskipped=%lld\nbest_acc=%.17g\nbest_epoch=%d\nworld_size=%d\n"
                      "config_hash=%016llx\nepoch_samples=%lld\nloss_scale=%.17g\nscale_good_steps=%lld\n"
                      "scale_skips=%lld\ndata_hash=%016llx\nbest_loss=%.17g\nepoch_loss=%.17g\nepoch_correct=%lld\n"
-                     "epoch_units=%lld\n",
+                     "epoch_units=%lld\nstop_best=%.17g\nstop_best_epoch=%d\n",
                      dpt_model_name(model), dpt_model_summary(model), dpt_optim_name(optim),
                      (long long)dpt_optim_steps(optim), st->epoch, (long long)st->batches_done, (long long)st->step,
                      (long long)st->skipped, st->best_acc, st->best_epoch, world_size,
                      (unsigned long long)dpt_config_hash(cfg), (long long)st->samples_done, st->loss_scale,
                      (long long)st->scale_good_steps, (long long)st->scale_skips,
                      (unsigned long long)st->data_hash, st->best_loss, st->epoch_loss, (long long)st->epoch_correct,
-                     (long long)st->epoch_units);
+                     (long long)st->epoch_units, st->stop_best, st->stop_best_epoch);
+    DPT_ASSERT(n > 0 && (size_t)n < sizeof meta, "checkpoint meta of %d bytes", n);
     put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
     char *text = config_text(cfg);
     put_record(&w, REC_BLOB, "config", 0, NULL, text, strlen(text));
@@ -449,6 +450,15 @@ static bool read_state(const char *path, const record *meta, dpt_train_state *st
         if (k == 0) st->epoch_loss = v;
         else if (k == 1) st->epoch_correct = (int64_t)v;
         else st->epoch_units = (int64_t)v;
+    }
+    st->stop_best = NAN, st->stop_best_epoch = 0; /* [train] early_stop's (older files have none) */
+    if (meta_get(meta, "stop_best_epoch", val, sizeof val)) {
+        int64_t e;
+        if (!meta_int(path, meta, "stop_best_epoch", 0, 1000000000, &e, err)) return false;
+        st->stop_best_epoch = (int)e;
+        st->stop_best = meta_get(meta, "stop_best", val, sizeof val) ? strtod(val, &end) : NAN;
+        if (!meta_get(meta, "stop_best", val, sizeof val) || *end)
+            return dpt_errorf(err, "%s: meta stop_best = %s is not a number\n" HINT_CORRUPT, path, val);
     }
     st->best_loss = INFINITY; /* the lowest test loss (tasks without accuracy); older files have none */
     if (meta_get(meta, "best_loss", val, sizeof val)) {
@@ -783,8 +793,26 @@ bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt
         while (first_foreign < n && steps[first_foreign] <= opt->resumed_step)
             first_foreign++;
     int64_t foreign = n - first_foreign;
+    char *best = dpt_strf("%s/best.dpt", dir);
+    bool foreign_best = !opt->resumed_here && stat(best, &st) == 0; /* an earlier run's best */
     bool ok = true;
-    if (foreign > 0 && !opt->archive) {
+    if (foreign == 0 && foreign_best && !opt->archive)
+        ok = dpt_errorf(err,
+                        "%s holds best.dpt of an earlier run: a new run there would replace it\nHINT: give this run "
+                        "its own folder with --set checkpoint.dir=DIR, or move it into %s/previous-<time>/ with --set "
+                        "checkpoint.existing=archive",
+                        dir, dir);
+    else if (foreign_best && opt->archive) {
+        char stamp[32];
+        time_t now = time(NULL);
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
+        char *archive = dpt_strf("%s/previous-%s", dir, stamp), *to = dpt_strf("%s/best.dpt", archive);
+        if ((mkdir(archive, 0755) != 0 && errno != EEXIST) || rename(best, to) != 0)
+            ok = dpt_errorf(err, "cannot move %s to %s: %s\n%s", best, to, strerror(errno), hint);
+        free(archive), free(to);
+    }
+    free(best);
+    if (ok && foreign > 0 && !opt->archive) {
         if (opt->resumed_here)
             ok = dpt_errorf(
                 err,
@@ -801,7 +829,7 @@ bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt
                 "with --resume latest, give this one its own folder with --set checkpoint.dir=DIR, or "
                 "move the old ones into %s/previous-<time>/ with --set checkpoint.existing=archive",
                 dir, (long long)foreign, foreign == 1 ? "" : "s", (long long)steps[n - 1], dir);
-    } else if (foreign > 0)
+    } else if (ok && foreign > 0)
         ok = archive_foreign(dir, steps, first_foreign, n, opt->resumed_here, hint, err);
     free(steps);
     if (!ok) close(*lock_fd), *lock_fd = -1;
@@ -888,6 +916,15 @@ bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t
         ok = latest_named(arg, folder, path, size, err);
         free(folder);
         return ok;
+    }
+    if (!strcmp(base, "best")) { /* [checkpoint] best's file */
+        char *best = dpt_strf("%s/best.dpt", folder);
+        ok = stat(best, &st) == 0;
+        if (!ok)
+            dpt_errorf(err, "%s: no best.dpt in %s\nHINT: [checkpoint] best = true keeps one (auto: when the run "
+                            "checkpoints every N steps or epochs)", arg, folder);
+        free(folder);
+        return ok ? give_path(path, size, best, err) : (free(best), false);
     }
     long long step = -1;
     int end = 0;

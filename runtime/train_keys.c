@@ -71,6 +71,10 @@ static const dpt_config_key train_keys[] = {
      "also evaluate every N optimizer steps (0 = only at the end of each epoch)", 0},
     {"train", "nonfinite", DPT_KEY_ENUM, "stop", 1, 0, "stop|skip",
      "a NaN/Inf loss or gradient: stop the job naming the step, or skip that step and count it", 0},
+    {"train", "early_stop", DPT_KEY_STRING, "", 1, 0, NULL,
+     "stop when the epochs' evaluation stops improving: METRIC:PATIENCE[:MIN_DELTA], METRIC test_loss or test_acc "
+     "(a fraction or a percentage for its delta), e.g. test_loss:3:0.001 (3 epochs without a fall of more than "
+     "0.001); \"\" = off", 0},
     {"distributed", "bucket_mb", DPT_KEY_FLOAT, "25", 1e-9, 1e5, NULL,
      "gradient bucket capacity in MiB (buckets fill in reverse parameter order)", 0},
     {"distributed", "overlap", DPT_KEY_BOOL, "true", 1, 0, NULL,
@@ -106,6 +110,10 @@ static const dpt_config_key train_keys[] = {
      "a checkpoint of the last step when the run ends (max_steps mid-epoch, or past the last periodic one): auto "
      "= when the run writes checkpoints every N steps or epochs; true = always (a run without periodic ones then "
      "leaves one, and the next run in the folder meets [checkpoint] existing)", DPT_KEY_NOT_HASHED},
+    {"checkpoint", "best", DPT_KEY_ENUM, "auto", 1, 0, "auto|true|false",
+     "keep dir/best.dpt, the checkpoint of the epoch with the best evaluation (test accuracy, or test loss for a "
+     "task without accuracy), rewritten when one beats it (--eval DIR/best, --resume DIR/best): auto = when the "
+     "run writes checkpoints every N steps or epochs", DPT_KEY_NOT_HASHED},
     {"checkpoint", "existing", DPT_KEY_ENUM, "stop", 1, 0, "stop|archive",
      "the folder holds another run's checkpoints (or, on resume, newer ones than the one resumed): stop "
      "with an error, or move them into dir/previous-<time>/ and go on", DPT_KEY_NOT_HASHED},

@@ -1,6 +1,7 @@
 /* train_main.c: dpt_train_main, the program ./train is: the command line, the config (read
  * and typed once), the world (mpirun) or DataParallel's replica threads, and after the run
  * the expectations a CI smoke test states (--expect, [expect], --junit). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +168,35 @@ static bool split_global_batch(run_config *rc, const dpt_config *c, dpt_error *e
     return true;
 }
 
+/* [train] early_stop = METRIC:PATIENCE[:MIN_DELTA] */
+static bool parse_early_stop(run_config *rc, const dpt_config *c, dpt_error *err)
+{
+    const char *v = dpt_config_str(c, "train", "early_stop");
+    rc->stop_metric = 0;
+    if (!*v) return true;
+    char metric[32];
+    int at = 0;
+    long long patience = 0;
+    double delta = 0;
+    const char *hint = "HINT: METRIC:PATIENCE[:MIN_DELTA] with METRIC test_loss or test_acc, e.g. test_loss:3:0.001 "
+                       "or test_acc:5:0.1%";
+    int got = sscanf(v, "%31[a-z_]:%lld%n", metric, &patience, &at);
+    bool ok = got == 2 && (!strcmp(metric, "test_loss") || !strcmp(metric, "test_acc")) && patience >= 1 &&
+              patience <= 1000000;
+    if (ok && v[at] == ':') {
+        char *end;
+        delta = strtod(v + at + 1, &end);
+        if (*end == '%' && !strcmp(metric, "test_acc")) delta /= 100.0, end++;
+        ok = end != v + at + 1 && !*end && isfinite(delta) && delta >= 0;
+    } else
+        ok = ok && !v[at];
+    if (!ok) return dpt_errorf(err, "%s: [train] early_stop = %s: not METRIC:PATIENCE[:MIN_DELTA]\n%s",
+                               dpt_config_where(c, "train", "early_stop"), v, hint);
+    rc->stop_metric = !strcmp(metric, "test_loss") ? 1 : 2;
+    rc->stop_patience = (int)patience, rc->stop_delta = delta;
+    return true;
+}
+
 static bool is_pow2(int64_t v)
 {
     return v > 0 && (v & (v - 1)) == 0;
@@ -315,6 +345,9 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
     rc->ckpt_archive = dpt_config_enum(c, "checkpoint", "existing") == 1;
     int final = dpt_config_enum(c, "checkpoint", "final"); /* auto | true | false */
     rc->ckpt_final = final == 1 || (final == 0 && (rc->ckpt_every_steps > 0 || rc->ckpt_every_epochs > 0));
+    int best = dpt_config_enum(c, "checkpoint", "best"); /* auto | true | false */
+    rc->ckpt_best = best == 1 || (best == 0 && (rc->ckpt_every_steps > 0 || rc->ckpt_every_epochs > 0));
+    if (!parse_early_stop(rc, c, err)) return false;
     rc->interval = dpt_config_int(c, "log", "interval");
     rc->all_ranks = dpt_config_bool(c, "log", "all_ranks");
     rc->gpu_stats = dpt_config_enum(c, "log", "gpu_stats") == 0;

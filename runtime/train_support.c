@@ -245,6 +245,24 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
     free(path);
 }
 
+/* [checkpoint] best: dir/best.dpt, an epoch-end state (nothing mid-epoch to sum), rewritten
+ * when an evaluation beats it; never pruned, never "latest" (not a ckpt-step name). */
+void save_best_checkpoint(trainer *t, const dpt_train_state *state)
+{
+    replica *r = t->r;
+    if (r->rank != 0) return;
+    dpt_train_state at = *state;
+    at.samples_done = at.batches_done * t->run->batch * r->size;
+    dpt_error err;
+    if (!r->ckpt_dir_ready && !prepare_checkpoint_dir(r, false, &err)) dpt_abort_job("%s", err.msg);
+    char *path = dpt_strf("%s/best.dpt", t->run->ckpt_dir);
+    if (!dpt_checkpoint_save(path, t->model, t->optim, t->ctx, t->run->ini, &at, r->size, &err))
+        dpt_abort_job("%s", err.msg);
+    r->ckpt_written = true;
+    report_line("best so far: %s (epoch %d)\n", path, state->epoch - 1);
+    free(path);
+}
+
 static volatile sig_atomic_t pending_signal;
 static sigset_t stop_signals;
 

@@ -23,6 +23,7 @@ static void epoch_begin(trainer *t);
 static void train_step(trainer *t);
 static void after_step(trainer *t, int64_t s);
 static bool epoch_end(trainer *t);
+static bool early_stop_due(trainer *t);
 
 /* The length of the data's sequences (a language model's context for --sample), 0 if its
  * input is not a sequence of ids. */
@@ -109,6 +110,10 @@ void *train_replica(void *arg)
         if (r->rank == 0 && r->args->dry_run) dpt_config_print(t.run->ini, stdout);
     } else {
         signals_training();
+        /* a run resumed after its early stop trains no further */
+        if (t.run->stop_metric && t.state.stop_best_epoch > 0 && t.state.batches_done == 0 &&
+            t.state.epoch - 1 - t.state.stop_best_epoch >= t.run->stop_patience)
+            t.stop = true;
         for (; t.state.epoch <= t.run->epochs && !t.stop; t.state.epoch++) {
             epoch_begin(&t);
             for (int64_t s = t.state.batches_done / t.run->accum; s < t.steps_per_epoch && !t.stop; s++) {
@@ -300,7 +305,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     memset(t, 0, sizeof *t);
     t->r = r, t->run = run;
     t->host_comm = r->comm; /* close puts it back (an NCCL communicator may take its place) */
-    t->state = (dpt_train_state){.epoch = 1, .best_acc = -1.0, .best_loss = INFINITY};
+    t->state = (dpt_train_state){.epoch = 1, .best_acc = -1.0, .best_loss = INFINITY, .stop_best = NAN};
     if (run->loss_scale) t->state.loss_scale = run->loss_scale_init;
     dpt_ctx_options ctx_opt = run->ctx;
     ctx_opt.device = pick_device(r);
@@ -317,6 +322,12 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     t->state.data_hash = train_data_hash(t);
     t->model = dpt_model_build_for(t->ctx, run->ini, t->train_set, err);
     if (!t->model || !open_loss(t, err)) goto fail;
+    if (run->stop_metric == 2 && !(t->task.metrics & DPT_METRIC_ACCURACY)) {
+        dpt_errorf(err, "%s: [train] early_stop on test_acc, but this model's loss (%s) measures no accuracy\nHINT: "
+                        "early_stop = test_loss:PATIENCE[:MIN_DELTA]",
+                   dpt_config_where(run->ini, "train", "early_stop"), t->task.loss);
+        goto fail;
+    }
     t->optim = dpt_optim_build(t->model, run->ini, err);
     if (!t->optim) goto fail;
     t->need = estimate_memory(t);
@@ -601,10 +612,36 @@ static bool epoch_end(trainer *t)
     t->win.start += dpt_now_s() - eval_start;
     if (st->batches_done < t->steps_per_epoch * t->run->accum) return true; /* stopped mid-epoch (max_steps) */
     st->batches_done = 0;
-    if (t->run->ckpt_every_epochs && st->epoch % t->run->ckpt_every_epochs == 0) {
-        dpt_train_state next = *st;
-        next.epoch++;
-        save_checkpoint(t, &next);
+    bool stop_early = early_stop_due(t);
+    dpt_train_state next = *st;
+    next.epoch++;
+    if (better && t->run->ckpt_best) save_best_checkpoint(t, &next);
+    if (t->run->ckpt_every_epochs && st->epoch % t->run->ckpt_every_epochs == 0) save_checkpoint(t, &next);
+    if (stop_early) st->epoch++; /* past this epoch, as the loop would be: the final checkpoint resumes there */
+    return stop_early;
+}
+
+/* [train] early_stop after a whole epoch's evaluation: the best value of its metric so far
+ * (better by more than min_delta), and whether patience epochs have passed without one. */
+static bool early_stop_due(trainer *t)
+{
+    const run_config *run = t->run;
+    dpt_train_state *st = &t->state;
+    if (!run->stop_metric) return false;
+    bool loss = run->stop_metric == 1;
+    double v = loss ? t->test.loss : t->test.accuracy;
+    if (isnan(st->stop_best) || (loss ? v < st->stop_best - run->stop_delta : v > st->stop_best + run->stop_delta)) {
+        st->stop_best = v, st->stop_best_epoch = st->epoch;
+        return false;
     }
-    return false;
+    if (st->epoch - st->stop_best_epoch < run->stop_patience) return false;
+    if (t->r->rank == 0) {
+        char best[32], delta[32];
+        snprintf(best, sizeof best, loss ? "%.4f" : "%.2f%%", loss ? st->stop_best : 100.0 * st->stop_best);
+        snprintf(delta, sizeof delta, loss ? "%g" : "%g%%", loss ? run->stop_delta : 100.0 * run->stop_delta);
+        report_line("early stop: test %s has not %s by more than %s for %d epoch%s (best %s, epoch %d)\n",
+                    loss ? "loss" : "acc", loss ? "fallen" : "risen", delta, run->stop_patience,
+                    run->stop_patience == 1 ? "" : "s", best, st->stop_best_epoch);
+    }
+    return true;
 }

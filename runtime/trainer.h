@@ -86,6 +86,11 @@ typedef struct run_config {
     int ckpt_every_epochs, keep_last;
     bool ckpt_archive;
     bool ckpt_final; /* [checkpoint] final, resolved: a checkpoint of the last step at the end */
+    bool ckpt_best;  /* [checkpoint] best, resolved: dir/best.dpt kept */
+    /* [train] early_stop: the metric (0 off, 1 test loss, 2 test accuracy), the epochs without
+     * an improvement of more than stop_delta that end the run */
+    int stop_metric, stop_patience;
+    double stop_delta;
     /* [log] */
     int64_t interval;
     bool all_ranks, gpu_stats;
@@ -216,6 +221,7 @@ bool check_memory(const trainer *t, dpt_error *err);
 bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err);
 void release_checkpoint_dir(replica *r);
 void save_checkpoint(trainer *t, const dpt_train_state *st);
+void save_best_checkpoint(trainer *t, const dpt_train_state *st);
 void install_signal_handlers(void);
 /* The training loop has begun: a stop signal now finishes the step and checkpoints (before,
  * it ends the process at once). */

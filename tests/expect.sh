@@ -108,6 +108,30 @@ fi
 out=$(./train "${small[@]}" --eval "$tmp/ck/50" --set data.test_limit=200 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q "^eval | .* | 200 images" <<<"$out"
 check "--eval with --set data.test_limit=200: 200 images" $? "exit $rc: $(tail -2 <<<"$out")"
+# [train] early_stop and [checkpoint] best (issue 28 item 12): the epoch the run stops at is
+# recomputed here from its own epoch lines (the rule: a fall of more than min_delta below the
+# best test loss resets the count; patience epochs without one stop the run); best.dpt holds
+# the best test accuracy's epoch (--eval DIR/best measures it again); a resume of the stopped
+# run trains no further
+es=(configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=6000 --set train.epochs=40
+    --set train.early_stop=test_loss:2:0.002 --set checkpoint.dir="$tmp/es" --set checkpoint.every_epochs=1
+    --set log.interval=1000)
+out=$(./train "${es[@]}" 2>&1); rc=$?
+want=$(grep "^epoch [0-9]* done" <<<"$out" | sed 's/^epoch \([0-9]*\) done.*test loss \([0-9.]*\) .*/\1 \2/' |
+       awk 'NR == 1 || $2 < best - 0.002 { best = $2; at = $1; next } $1 - at >= 2 { print $1; exit }')
+epochs=$(sed -n 's/^done | \([0-9]*\) epochs.*/\1/p' <<<"$out")
+best=$(sed -n 's/.*best test acc \([0-9.]*\)%.*/\1/p' <<<"$out")
+ev=$(./train "${es[@]}" --eval "$tmp/es/best" 2>&1)
+again=$(./train "${es[@]}" --resume latest 2>&1); rc2=$?
+[ $rc -eq 0 ] && [ -n "$want" ] && [ "$epochs" = "$want" ] && [ "$want" -lt 40 ] &&
+    grep -q "^early stop: test loss has not fallen by more than 0.002 for 2 epochs" <<<"$out" &&
+    grep -q "^eval | $tmp/es/best.dpt | .*acc $best%" <<<"$ev" &&
+    [ $rc2 -eq 0 ] && grep -q "nothing left to train" <<<"$again" && ! grep -q "^epoch $((want + 1))" <<<"$again"
+check "early_stop test_loss:2:0.002: stops at epoch $want as its own losses say; best.dpt = the best accuracy ($best%); a resume trains no further" $? \
+    "exit $rc/$rc2, stopped after $epochs epochs, want $want: $(grep -m2 'early\|eval |' <<<"$out$ev")"
+out=$(./train "${small[@]}" --set train.early_stop=test_acc:0 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "\[train\] early_stop = test_acc:0: not METRIC:PATIENCE\[:MIN_DELTA\]" <<<"$out"
+check "early_stop with patience 0: refused naming the key" $? "exit $rc: $(head -2 <<<"$out")"
 out=$(./train "${small[@]}" --set checkpoint.dir="$tmp/ck2" --resume "$tmp/ck/ckpt-step00000025.dpt" 2>&1); rc=$?
 [ $rc -eq 0 ] && [ "$(sha <<<"$out")" = "$run_hash" ]
 check "resumed from step 25, the weights end bit-identical" $? "exit $rc: $(tail -3 <<<"$out")"
