@@ -610,6 +610,9 @@ typedef struct dpt_optim_impl {
     /* One step over a group at learning rate lr; t counts steps from 1 (Adam's bias correction). */
     void (*step)(dpt_ctx *ctx, const dpt_optim_group *group, const void *hp, float lr, int64_t t);
 } dpt_optim_impl;
+/* Its parameter groups in words ("group 0: lr 0.001 (x1) weight_decay 0.01, 6 tensors (...) |
+ * frozen: ..."), for the header and --summary; the number of groups. */
+int dpt_optim_describe(const dpt_optim *optim, char *buf, size_t cap);
 /* An optimizer of a registered kind with hyper-parameters hp (copied; hp_size bytes). */
 dpt_optim *dpt_optim_new(dpt_model *model, const char *name, const void *hp, float lr, float weight_decay);
 /* Its hyper-parameters (the struct its impl reads). */

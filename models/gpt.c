@@ -292,14 +292,8 @@ static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_datas
     snprintf(summary, sizeof summary, "%lld layers, %lld heads, %lld channels, block %lld, vocab %lld%s", (long long)L,
              (long long)H, (long long)C, (long long)block, (long long)V, padded);
     dpt_model_set_summary(model, summary);
-    const char *init = dpt_config_str(cfg, "model", "init");
-    if (*init) {
-        if (strncmp(init, "llmc:", 5) != 0) {
-            dpt_errorf(err, "%s: [model] init = %s: the gpt model starts from an llm.c checkpoint, llmc:PATH\n"
-                            "HINT: init = llmc:gpt2_124M.bin", dpt_config_where(cfg, "model", "init"), init);
-            dpt_model_free(model);
-            return NULL;
-        }
+    const char *init = dpt_config_str(cfg, "model", "init"); /* a dptrain checkpoint is the runtime's to load */
+    if (!strncmp(init, "llmc:", 5)) {
         if (!llmc_load(g, init + 5, dpt_config_where(cfg, "model", "init"), err)) {
             dpt_model_free(model);
             return NULL;
@@ -319,9 +313,6 @@ static const dpt_config_key gpt_keys[] = {
     {NULL, "resid_dropout", DPT_KEY_FLOAT, "0", 0, 0.99, NULL,
      "dropout on the embeddings and on each block's attention and MLP outputs (GPT-2 pretraining: 0)", 0},
     {NULL, "bias", DPT_KEY_BOOL, "true", 1, 0, NULL, "biases in the linear layers (GPT-2: true)", 0},
-    {NULL, "init", DPT_KEY_STRING, "", 0, 0, NULL,
-     "start from these weights instead of GPT-2's initialisation: llmc:PATH, llm.c's fp32 GPT-2 checkpoint "
-     "(gpt2_124M.bin; the shape keys must match the file's)", 0},
 };
 
 static const dpt_model_impl gpt_impl = {.build = gpt_build, .export_formats = "llmc", .export_weights = gpt_export};

@@ -1,8 +1,12 @@
 /* optim.c: what every optimizer shares: state tensors per parameter (zero-filled, named for
- * checkpoints), the two weight-decay groups, the step count, and building the one [optim] name
- * selects from the registry. */
+ * checkpoints), parameter groups (weight decay on 1-D parameters or not, [optim] groups' lr
+ * scales and decays, [optim] freeze), the step count, and building the one [optim] name selects
+ * from the registry. */
 #include "optim.h"
 
+#include <fnmatch.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +23,15 @@ static const dpt_config_key optim_keys[] = {
     {"optim", "decay_norm_and_bias", DPT_KEY_BOOL, "true", 1, 0, NULL,
      "weight decay also on the parameters of one dimension: biases and batch-norm scales and shifts (true, as "
      "torch.optim; false: the usual ResNet/ImageNet recipe, decay on weights only)",
+     0},
+    {"optim", "groups", DPT_KEY_STRING, "", 1, 0, NULL,
+     "parameter groups: GLOB:LR_SCALE[:WEIGHT_DECAY], comma separated, matched against parameter names (see "
+     "--summary) in order, the first match wins, e.g. backbone.*:0.1,fc.*:1:0 (torch.optim's param_groups); the "
+     "rest keep lr and weight_decay; decay_norm_and_bias still applies",
+     0},
+    {"optim", "freeze", DPT_KEY_STRING, "", 1, 0, NULL,
+     "parameters kept fixed: GLOBs, comma separated, matched against parameter names, e.g. conv*,bn* (fine-tuning "
+     "a head); they are never stepped (no update, no weight decay)",
      0},
 };
 DPT_BUILTIN(settings_optim) = {DPT_KIND_SETTINGS, "optim", "the optimizer", optim_keys, DPT_COUNT(optim_keys), NULL};
@@ -66,28 +79,56 @@ const void *dpt_optim_hp(const dpt_optim *o)
     return o->hp;
 }
 
-/* The (param, grad, state...) list of group 0 (parameters with weight decay) or group 1
- * (without: the 1-D ones when decay_1d is false; empty otherwise) as of now: gradients move
- * (DDP puts them in its buckets), so it is rebuilt each step; its key changes only when a
- * pointer does. */
-static int group_of(const dpt_optim *o, const dpt_tensor *p)
+/* Each parameter's group from the rules and decay_1d: groups are the distinct (lr scale,
+ * weight decay) pairs in parameter order; a frozen parameter is in none. */
+static void build_groups(dpt_optim *o)
 {
-    return !o->decay_1d && p->ndim <= 1;
+    int n = dpt_model_num_params(o->model);
+    for (int g = 0; g < o->ngroups; g++)
+        dpt_tensor_list_free(&o->list[g]);
+    free(o->list), free(o->group_of), free(o->group_scale), free(o->group_decay);
+    o->group_of = malloc((size_t)(n + 1) * sizeof *o->group_of);
+    o->group_scale = malloc((size_t)(n + 1) * sizeof *o->group_scale);
+    o->group_decay = malloc((size_t)(n + 1) * sizeof *o->group_decay);
+    o->list = calloc((size_t)n + 1, sizeof *o->list);
+    if (!o->group_of || !o->group_scale || !o->group_decay || !o->list) dpt_fatal("out of host memory for an optimizer");
+    o->ngroups = 0;
+    for (int i = 0; i < n; i++) {
+        const dpt_tensor *p = dpt_model_param_at(o->model, i);
+        float scale = 1.0f, decay = o->weight_decay;
+        for (int r = 0; r < o->nrules; r++)
+            if (fnmatch(o->rules[r].glob, p->name, 0) == 0) {
+                scale = o->rules[r].lr_scale;
+                if (!isnan(o->rules[r].weight_decay)) decay = o->rules[r].weight_decay;
+                break;
+            }
+        if (!o->decay_1d && p->ndim <= 1) decay = 0.0f;
+        int g = -1;
+        if (scale > 0) {
+            for (g = 0; g < o->ngroups; g++)
+                if (o->group_scale[g] == scale && o->group_decay[g] == decay) break;
+            if (g == o->ngroups) o->group_scale[g] = scale, o->group_decay[g] = decay, o->ngroups++;
+        }
+        o->group_of[i] = g;
+    }
+    o->grouped = true;
 }
 
+/* The (param, grad, state...) list of a group as of now: gradients move (DDP puts them in its
+ * buckets), so it is rebuilt each step; its key changes only when a pointer does. */
 static const dpt_tensor_list *fused_list(dpt_optim *o, int group)
 {
     int n = dpt_model_num_params(o->model), count = 0;
     dpt_tensor_list *l = &o->list[group];
     for (int i = 0; i < n; i++)
-        count += group_of(o, dpt_model_param_at(o->model, i)) == group;
+        count += o->group_of[i] == group;
     if (!l->ptr || l->count != count) {
         dpt_tensor_list_free(l);
         dpt_tensor_list_init(l, count, 2 + o->nstate);
     }
     for (int i = 0, k = 0; i < n; i++) {
         dpt_tensor *p = dpt_model_param_at(o->model, i);
-        if (group_of(o, p) != group) continue;
+        if (o->group_of[i] != group) continue;
         float *ptrs[2 + DPT_OPTIM_MAX_STATE] = {p->data, p->grad->data};
         for (int s = 0; s < o->nstate; s++)
             ptrs[2 + s] = o->state[i * o->nstate + s]->data;
@@ -99,17 +140,18 @@ static const dpt_tensor_list *fused_list(dpt_optim *o, int group)
 
 void dpt_optim_step(dpt_ctx *ctx, dpt_optim *o)
 {
+    if (!o->grouped) build_groups(o);
     int n = dpt_model_num_params(o->model);
     dpt_tensor **arrays = malloc((size_t)(n + 1) * (2 + (size_t)o->nstate) * sizeof *arrays);
     if (!arrays) dpt_fatal("out of host memory in an optimizer step");
-    for (int group = 0; group < 2; group++) { /* the parameters with weight decay, then those without */
+    for (int group = 0; group < o->ngroups; group++) {
         dpt_tensor **params = arrays, **grads = arrays + n;
-        dpt_optim_group g = {.params = params, .grads = grads, .weight_decay = group ? 0.0f : o->weight_decay};
+        dpt_optim_group g = {.params = params, .grads = grads, .weight_decay = o->group_decay[group]};
         for (int s = 0; s < o->nstate; s++)
             g.state[s] = arrays + (size_t)(2 + s) * (size_t)n;
         for (int i = 0; i < n; i++) {
             dpt_tensor *p = dpt_model_param_at(o->model, i);
-            if (group_of(o, p) != group) continue;
+            if (o->group_of[i] != group) continue;
             params[g.count] = p, grads[g.count] = p->grad;
             for (int s = 0; s < o->nstate; s++)
                 arrays[(size_t)(2 + s) * (size_t)n + (size_t)g.count] = o->state[i * o->nstate + s];
@@ -117,10 +159,91 @@ void dpt_optim_step(dpt_ctx *ctx, dpt_optim *o)
         }
         if (!g.count) continue;
         g.fused = fused_list(o, group);
-        o->impl->step(ctx, &g, o->hp, o->lr, o->steps + 1);
+        o->impl->step(ctx, &g, o->hp, o->lr * o->group_scale[group], o->steps + 1);
     }
     free(arrays);
     o->steps++;
+}
+
+/* [optim] groups / freeze: the rules, each glob matching at least one parameter. */
+static bool parse_rules(dpt_optim *o, const char *text, bool freeze, const char *where, dpt_error *err)
+{
+    char *copy = dpt_strf("%s", text);
+    bool ok = true;
+    for (char *save = NULL, *item = strtok_r(copy, ",", &save); item && ok; item = strtok_r(NULL, ",", &save)) {
+        while (*item == ' ')
+            item++;
+        char *end = item + strlen(item);
+        while (end > item && end[-1] == ' ')
+            *--end = '\0';
+        struct optim_rule rule = {.lr_scale = 0.0f, .weight_decay = NAN};
+        char *colon = freeze ? NULL : strchr(item, ':');
+        if (!freeze) {
+            char *stop = NULL;
+            double scale = colon ? strtod(colon + 1, &stop) : NAN, decay = NAN;
+            if (stop && *stop == ':') decay = strtod(stop + 1, &stop);
+            if (!colon || colon == item || !stop || *stop || !(scale >= 0 && scale <= 1e6) ||
+                !(isnan(decay) || (decay >= 0 && decay <= 10))) {
+                ok = dpt_errorf(err, "%s: [optim] groups: '%s' is not GLOB:LR_SCALE[:WEIGHT_DECAY] (a scale in [0, "
+                                     "1e6], a decay in [0, 10])\nHINT: e.g. groups = backbone.*:0.1,fc.*:1:0",
+                                where, item);
+                break;
+            }
+            *colon = '\0';
+            rule.lr_scale = (float)scale, rule.weight_decay = (float)decay;
+        }
+        if (!*item) {
+            ok = dpt_errorf(err, "%s: [optim] %s: an empty pattern", where, freeze ? "freeze" : "groups");
+            break;
+        }
+        int hits = 0, n = dpt_model_num_params(o->model);
+        for (int i = 0; i < n; i++)
+            hits += fnmatch(item, dpt_model_param_at(o->model, i)->name, 0) == 0;
+        if (!hits) {
+            ok = dpt_errorf(err, "%s: [optim] %s: '%s' matches no parameter of %s (its first: %s)\nHINT: a "
+                                 "parameter is named LAYER.weight, LAYER.bias ...: ./train CONFIG --summary lists the "
+                                 "layers, ./train --inspect CKPT every tensor",
+                            where, freeze ? "freeze" : "groups", item, dpt_model_name(o->model),
+                            n ? dpt_model_param_at(o->model, 0)->name : "none");
+            break;
+        }
+        rule.glob = dpt_strf("%s", item);
+        o->rules = realloc(o->rules, (size_t)(o->nrules + 1) * sizeof *o->rules);
+        if (!o->rules) dpt_fatal("out of host memory for an optimizer");
+        o->rules[o->nrules++] = rule;
+    }
+    free(copy);
+    o->grouped = false;
+    return ok;
+}
+
+int dpt_optim_describe(const dpt_optim *optim, char *buf, size_t cap)
+{
+    dpt_optim *o = (dpt_optim *)optim;
+    if (!o->grouped) build_groups(o);
+    int n = dpt_model_num_params(o->model);
+    size_t at = 0;
+    buf[0] = '\0';
+    int64_t frozen = 0, frozen_tensors = 0;
+    for (int i = 0; i < n; i++)
+        if (o->group_of[i] < 0) frozen += dpt_model_param_at(o->model, i)->numel, frozen_tensors++;
+    for (int g = 0; g < o->ngroups && at < cap; g++) {
+        int64_t count = 0, tensors = 0;
+        const char *first = "";
+        for (int i = 0; i < n; i++)
+            if (o->group_of[i] == g) {
+                if (!tensors++) first = dpt_model_param_at(o->model, i)->name;
+                count += dpt_model_param_at(o->model, i)->numel;
+            }
+        at += (size_t)snprintf(buf + at, cap - at, "%sgroup %d: lr %g (x%g) weight_decay %g, %lld tensors (%lld "
+                                                   "parameters, from %s)",
+                               g ? " | " : "", g, (double)(o->lr * o->group_scale[g]), (double)o->group_scale[g],
+                               (double)o->group_decay[g], (long long)tensors, (long long)count, first);
+    }
+    if (frozen_tensors && at < cap)
+        snprintf(buf + at, cap - at, "%sfrozen: %lld tensors (%lld parameters)", at ? " | " : "",
+                 (long long)frozen_tensors, (long long)frozen);
+    return o->ngroups;
 }
 
 void dpt_optim_set_lr(dpt_optim *optim, float lr)
@@ -144,14 +267,19 @@ void dpt_optim_free(dpt_optim *optim)
         dpt_tensor_free(optim->state[i]);
     free(optim->state);
     free(optim->hp);
-    dpt_tensor_list_free(&optim->list[0]);
-    dpt_tensor_list_free(&optim->list[1]);
+    for (int g = 0; g < optim->ngroups; g++)
+        dpt_tensor_list_free(&optim->list[g]);
+    free(optim->list), free(optim->group_of), free(optim->group_scale), free(optim->group_decay);
+    for (int r = 0; r < optim->nrules; r++)
+        free(optim->rules[r].glob);
+    free(optim->rules);
     free(optim);
 }
 
 void dpt_optim_set_decay_1d(dpt_optim *o, bool decay)
 {
     o->decay_1d = decay;
+    o->grouped = false;
 }
 
 /* What a checkpoint saves and restores, without knowing an optimizer's insides. */
@@ -187,5 +315,11 @@ dpt_optim *dpt_optim_build(dpt_model *model, const dpt_config *cfg, dpt_error *e
                           (float)dpt_config_float(cfg, "optim", "weight_decay"));
     free(hp);
     o->decay_1d = dpt_config_bool(cfg, "optim", "decay_norm_and_bias");
+    /* freeze first: a frozen parameter stays frozen whatever group would match it */
+    if (!parse_rules(o, dpt_config_str(cfg, "optim", "freeze"), true, dpt_config_where(cfg, "optim", "freeze"), err) ||
+        !parse_rules(o, dpt_config_str(cfg, "optim", "groups"), false, dpt_config_where(cfg, "optim", "groups"), err)) {
+        dpt_optim_free(o);
+        return NULL;
+    }
     return o;
 }

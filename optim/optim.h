@@ -18,7 +18,20 @@ struct dpt_optim {
     int nstate;          /* state tensors per parameter */
     dpt_tensor **state;  /* nparams * nstate, parameter-major */
     bool decay_1d;       /* weight decay also on 1-D parameters (biases, norm scales, shifts) */
-    dpt_tensor_list list[2]; /* (param, grad, state...) of the decayed, the undecayed parameters */
+    /* [optim] groups and freeze: rules GLOB -> lr scale (0: frozen) and weight decay (NAN: the
+     * optimizer's), the first that matches a parameter's name wins */
+    int nrules;
+    struct optim_rule {
+        char *glob;
+        float lr_scale, weight_decay;
+    } *rules;
+    /* the parameter groups as of now (rebuilt when decay_1d or the rules change): each
+     * parameter's group (-1: frozen, never stepped), each group's lr scale and weight decay,
+     * and its (param, grad, state...) list for the fused kernels */
+    bool grouped;
+    int *group_of, ngroups;
+    float *group_scale, *group_decay;
+    dpt_tensor_list *list;
 };
 
 #endif

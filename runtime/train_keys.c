@@ -71,6 +71,16 @@ static const dpt_config_key train_keys[] = {
      "also evaluate every N optimizer steps (0 = only at the end of each epoch)", 0},
     {"train", "nonfinite", DPT_KEY_ENUM, "stop", 1, 0, "stop|skip",
      "a NaN/Inf loss or gradient: stop the job naming the step, or skip that step and count it", 0},
+    {"model", "init", DPT_KEY_STRING, "", 1, 0, NULL,
+     "start from these weights instead of the model's initialisation (fine-tuning): a dptrain checkpoint (a file, "
+     "or FOLDER/latest, FOLDER/best), its parameters and buffers by name, not its optimizer state or position; "
+     "or, for gpt, llmc:PATH, llm.c's fp32 GPT-2 checkpoint (gpt2_124M.bin; the shape keys must match the file's)",
+     0},
+    {"model", "init_exclude", DPT_KEY_STRING, "", 1, 0, NULL,
+     "with init: GLOBs, comma separated, of tensors left at the model's initialisation (a new head: fc2.*), "
+     "and of the checkpoint's tensors this model does not have; any other difference in names or shapes is an "
+     "error",
+     0},
     {"train", "early_stop", DPT_KEY_STRING, "", 1, 0, NULL,
      "stop when the epochs' evaluation stops improving: METRIC:PATIENCE[:MIN_DELTA], METRIC test_loss or test_acc "
      "(a fraction or a percentage for its delta), e.g. test_loss:3:0.001 (3 epochs without a fall of more than "

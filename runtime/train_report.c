@@ -201,6 +201,11 @@ void print_header(const trainer *t)
     }
     report_line("optim %s | lr %g (%s scaling) | schedule %s\n", dpt_optim_name(t->optim), t->schedule.target_lr,
                 run->lr_scaling, run->schedule);
+    if (*dpt_config_str(run->ini, "optim", "groups") || *dpt_config_str(run->ini, "optim", "freeze")) {
+        char groups[2048];
+        dpt_optim_describe(t->optim, groups, sizeof groups);
+        report_line("optim groups | %s\n", groups);
+    }
     char total[32], p[32], a[32];
     mib(total, sizeof total, t->need.total);
     mib(p, sizeof p, t->need.params);

@@ -2,6 +2,7 @@
  * before step 1, the checkpoint folder and writes, the command that resumes a run, signals
  * (agreed by all ranks), the timeline, and how an error ends the job. */
 #include <errno.h>
+#include <fnmatch.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 #include "trainer.h"
 #include "error.h"
+#include "tensor.h"
 
 /* The device of token `index` of a DataParallel list ("cpu:0,cpu:1" or "cuda:0,cuda:1"). */
 static dpt_device list_device(const char *devices, int index)
@@ -243,6 +245,125 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
     report_line("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
     free(path);
+}
+
+/* ---------------------------------------------------------------- [model] init (fine-tuning) */
+
+typedef struct init_load {
+    dpt_model *model;
+    const char *exclude; /* GLOBs, comma separated */
+    char *seen;          /* per parameter, then per buffer: loaded or excluded */
+    int loaded, kept, skipped;
+    char missing[600];   /* the checkpoint's tensors this model lacks, not excluded */
+} init_load;
+
+static bool excluded(const char *globs, const char *name)
+{
+    if (!*globs) return false;
+    char *copy = dpt_strf("%s", globs);
+    bool hit = false;
+    for (char *save = NULL, *g = strtok_r(copy, ", ", &save); g && !hit; g = strtok_r(NULL, ", ", &save))
+        hit = fnmatch(g, name, 0) == 0;
+    free(copy);
+    return hit;
+}
+
+static void dims_text(char *buf, size_t cap, int ndim, const int64_t *dims)
+{
+    size_t at = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && at < cap; d++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", d ? ", " : "", (long long)dims[d]);
+    if (at < cap) snprintf(buf + at, cap - at, "]");
+}
+
+static bool init_tensor(void *user, const char *name, bool buffer, int ndim, const int64_t *dims, const float *data,
+                        int64_t numel, dpt_error *err)
+{
+    init_load *l = user;
+    int np = dpt_model_num_params(l->model), n = buffer ? dpt_model_num_buffers(l->model) : np;
+    for (int i = 0; i < n; i++) {
+        dpt_tensor *t = buffer ? dpt_model_buffer_at(l->model, i) : dpt_model_param_at(l->model, i);
+        if (strcmp(t->name, name) != 0) continue;
+        l->seen[buffer ? np + i : i] = 1;
+        if (excluded(l->exclude, name)) {
+            l->kept++;
+            return true;
+        }
+        bool same = t->ndim == ndim;
+        for (int d = 0; same && d < ndim; d++)
+            same = t->shape[d] == dims[d];
+        if (!same) {
+            char a[96], b[96];
+            dims_text(a, sizeof a, ndim, dims), dims_text(b, sizeof b, t->ndim, t->shape);
+            return dpt_errorf(err, "%s is %s in the checkpoint and %s in this model\nHINT: [model] init_exclude = %s "
+                                   "starts it from the model's initialisation (a new head)",
+                              name, a, b, name);
+        }
+        dpt_tensor_copy_from_host(t, data);
+        l->loaded++;
+        return true;
+    }
+    (void)numel;
+    if (excluded(l->exclude, name)) {
+        l->skipped++;
+        return true;
+    }
+    size_t at = strlen(l->missing);
+    if (at + 1 < sizeof l->missing)
+        snprintf(l->missing + at, sizeof l->missing - at, "%s%s", at ? ", " : "", name);
+    return true;
+}
+
+/* [model] init = CKPT: the parameters and buffers of another run's checkpoint, by name, into
+ * the model just built (every rank reads it: no broadcast needed before DDP's own). Names and
+ * shapes must agree but for init_exclude's globs. */
+bool init_from_checkpoint(trainer *t, dpt_error *err)
+{
+    const dpt_config *cfg = t->run->ini;
+    const char *init = dpt_config_str(cfg, "model", "init"), *where = dpt_config_where(cfg, "model", "init");
+    if (!*init || !strncmp(init, "llmc:", 5)) return true; /* none, or the model's own format (gpt read it) */
+    char path[PATH_MAX];
+    if (!dpt_checkpoint_resolve(init, NULL, path, sizeof path, err)) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return dpt_errorf(err, "%s: [model] init = %s", where, msg);
+    }
+    int total = dpt_model_num_params(t->model) + dpt_model_num_buffers(t->model);
+    init_load l = {.model = t->model, .exclude = dpt_config_str(cfg, "model", "init_exclude")};
+    l.seen = calloc((size_t)total + 1, 1);
+    if (!l.seen) dpt_fatal("out of host memory");
+    bool ok = dpt_checkpoint_tensors(path, init_tensor, &l, err);
+    if (ok && *l.missing)
+        ok = dpt_errorf(err, "%s holds tensors this model (%s) does not have: %s\nHINT: [model] init_exclude = GLOB "
+                             "skips them (and starts this model's own new tensors from its initialisation)",
+                        path, dpt_model_name(t->model), l.missing);
+    char absent[600] = "";
+    for (int i = 0; ok && i < total; i++) {
+        if (l.seen[i]) continue;
+        int np = dpt_model_num_params(t->model);
+        const dpt_tensor *x = i < np ? dpt_model_param_at(t->model, i) : dpt_model_buffer_at(t->model, i - np);
+        if (excluded(l.exclude, x->name)) {
+            l.kept++;
+            continue;
+        }
+        size_t at = strlen(absent);
+        if (at + 1 < sizeof absent) snprintf(absent + at, sizeof absent - at, "%s%s", at ? ", " : "", x->name);
+    }
+    if (ok && *absent)
+        ok = dpt_errorf(err, "%s lacks tensors of this model (%s): %s\nHINT: [model] init_exclude = GLOB starts them "
+                             "from the model's initialisation",
+                        path, dpt_model_name(t->model), absent);
+    free(l.seen);
+    if (!ok) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return dpt_errorf(err, "%s: [model] init: %s", where, msg);
+    }
+    if (t->r->rank == 0)
+        report_line("init from %s: %d tensors loaded, %d at the model's initialisation, %d of the checkpoint's "
+                    "skipped ([model] init_exclude)\n",
+                    path, l.loaded, l.kept, l.skipped);
+    return true;
 }
 
 /* [checkpoint] best: dir/best.dpt, an epoch-end state (nothing mid-epoch to sum), rewritten

@@ -328,6 +328,8 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
                    dpt_config_where(run->ini, "train", "early_stop"), t->task.loss);
         goto fail;
     }
+    /* fine-tuning's start; a resumed run (or one that only looks) has its weights from CKPT */
+    if (!r->args->resume && !init_from_checkpoint(t, err)) goto fail;
     t->optim = dpt_optim_build(t->model, run->ini, err);
     if (!t->optim) goto fail;
     t->need = estimate_memory(t);

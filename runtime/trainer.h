@@ -222,6 +222,7 @@ bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err);
 void release_checkpoint_dir(replica *r);
 void save_checkpoint(trainer *t, const dpt_train_state *st);
 void save_best_checkpoint(trainer *t, const dpt_train_state *st);
+bool init_from_checkpoint(trainer *t, dpt_error *err);
 void install_signal_handlers(void);
 /* The training loop has begun: a stop signal now finishes the step and checkpoints (before,
  * it ends the process at once). */
