@@ -6,6 +6,9 @@
 
 #include "ctx.h"
 #include "error.h"
+#include "backend.h"
+#include "log.h"
+#include "profile.h"
 
 dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward, dpt_tensor *out, int n_in,
                           dpt_tensor *const *in)
@@ -32,6 +35,7 @@ dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward
     for (int i = 0; i < n_in; i++)
         node->in[i] = in[i];
     out->requires_grad = true;
+    if (ctx->profile) dpt_profile_forward(ctx, op);
     return node;
 }
 
@@ -145,7 +149,18 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
     for (int n = ctx->tape.nnodes - 1; n >= 0; n--) {
         dpt_node *node = &ctx->tape.nodes[n];
         dpt_tensor *out = node->out;
-        if (out->grad) node->backward(ctx, node);
+        if (out->grad) {
+            double start = 0;
+            if (ctx->profile) {
+                if (ctx->be->dev->synchronize) ctx->be->dev->synchronize(ctx); /* the kernels before, not in it */
+                start = dpt_now_s();
+            }
+            node->backward(ctx, node);
+            if (ctx->profile) {
+                if (ctx->be->dev->synchronize) ctx->be->dev->synchronize(ctx);
+                dpt_profile_backward(ctx, node->op, dpt_now_s() - start);
+            }
+        }
         /* An intermediate's gradient has done its work once the node that made the tensor has
          * run backward (every reader of the tensor is later on the tape): its memory goes back
          * to the allocator now, for the next gradients, instead of at dpt_tape_clear. So the

@@ -36,6 +36,7 @@ struct dpt_ctx {
      * of updating its running statistics (and does not synchronise them) */
     dpt_bn_stats_hook bn_stats_hook;
     void *bn_stats_user;
+    struct dpt_profile *profile; /* ./train --profile: per-op times (profile.c); NULL: off */
 };
 
 /* A block from the context's caching allocator, or the out-of-memory report naming `what`,

@@ -538,6 +538,8 @@ static void usage(FILE *out)
         "  --inspect CKPT           print what a checkpoint holds (step, epoch, world size, config hash,\n"
         "                           tensors) and its weights' SHA-256, and exit; CKPT as --resume takes it\n"
         "                           (a file, a folder for its newest, FOLDER/latest, FOLDER/ckpt-step200.dpt)\n"
+        "  --profile                time each op kind's forward and backward from step 2 on and print the\n"
+        "                           top ones at the end (on a GPU each op then waits for its kernels)\n"
         "  --eval CKPT              evaluate a checkpoint on the test set ([data] as configured, or --set\n"
         "                           data.* for another set) instead of training; --expect and --junit apply\n"
         "  --export FORMAT CKPT OUT write a checkpoint's weights for other programs and exit: safetensors\n"
@@ -662,6 +664,8 @@ static int parse_cli(int argc, char **argv, cli *args)
             }
         } else if (!strcmp(a, "--dry-run")) {
             args->dry_run = true;
+        } else if (!strcmp(a, "--profile")) {
+            args->profile = true;
         } else if (!strcmp(a, "--summary")) {
             args->summary = true;
         } else if (!strcmp(a, "--env")) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "profile.h"
 #include "../data/folder.h"
 #include "digest.h"
 #include "error.h"
@@ -423,6 +424,11 @@ void print_final(trainer *t)
                  st->best_epoch, t->test.loss);
     report_line("done | %s epochs | %lld steps%s | %.1f s%s | %s | peak memory %s\n", epochs, (long long)st->step,
                 st->skipped ? " (some skipped)" : "", seconds, *r->resumed ? " since the resume" : "", best, peak);
+    if (t->profile) {
+        fflush(stdout);
+        dpt_profile_print(t->profile, stdout, 15, dpt_now_s() - t->profile_start - (t->eval_s - t->profile_eval_s),
+                          t->profile_steps);
+    }
     if (hashed)
         report_line("weights sha256 %s\n", r->result.weights_sha256);
     else

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "profile.h"
 #include "../data/folder.h"
 #include "ctx.h"
 #include "error.h"
@@ -392,6 +393,7 @@ static void trainer_close(trainer *t)
     t->r->comm = t->host_comm;
     dpt_ctx_free(t->ctx);
     release_checkpoint_dir(t->r);
+    dpt_profile_free(t->profile);
 }
 
 /* ---------------------------------------------------------------- the step */
@@ -441,6 +443,7 @@ static void micro_batch(trainer *t, bool last)
     double t1 = dpt_now_s();
     t->win.data_s += t1 - t0;
     if (t->reducer) t->reducer->ops->micro_begin(t->reducer, t->state.step, t->micro, last);
+    dpt_profile_mark(t->ctx);
     dpt_tensor *out = dpt_model_forward_batch(t->model, t->ctx, &b, &t->task);
     dpt_tensor *target = dpt_batch_get(&b, t->task.target);
     dpt_tensor *loss = t->loss->forward(t->ctx, out, target, t->loss_settings);
@@ -584,6 +587,13 @@ static void after_step(trainer *t, int64_t s)
     dpt_train_state *st = &t->state;
     st->step++;
     t->win.steps++;
+    if (t->r->args->profile) {
+        if (!t->profile) { /* after the first step: its one-time set-up is not the step's cost */
+            t->ctx->profile = t->profile = dpt_profile_new();
+            t->profile_start = dpt_now_s(), t->profile_eval_s = t->eval_s;
+        } else
+            t->profile_steps++;
+    }
     st->batches_done = (s + 1) * run->accum;
     t->stop = st->step >= t->total_steps;
     if (signal_agreed(t->r, &t->signal_seen)) t->stop = true;

@@ -29,6 +29,7 @@ typedef struct cli {
     const char *resume; /* checkpoint path, "latest", or NULL */
     const char *sample; /* --sample CKPT: generate from it instead of training (resume is CKPT too) */
     const char *eval;   /* --eval CKPT: evaluate it on the test set instead of training (resume is CKPT too) */
+    bool profile;       /* --profile: per-op forward and backward times, a table at the end */
     const char *export_format, *export_out; /* --export FORMAT CKPT OUT (a model's format: resume is CKPT) */
     const char *prompt; /* --prompt TEXT */
     int64_t sample_tokens;
@@ -182,6 +183,10 @@ typedef struct trainer {
     double grad_norm;
     bool nan_loss; /* tests: [distributed] fault = nan is due this step */
     double run_start, eval_s; /* evaluation time is not training throughput */
+    /* --profile: from the second step (the first builds oneDNN primitives, cuDNN plans) */
+    struct dpt_profile *profile;
+    double profile_start, profile_eval_s;
+    int64_t profile_steps;
     dpt_eval_result test;
     bool evaluated; /* test holds an evaluation of this run (a resumed finished run has none) */
     int64_t carry_units; /* resumed mid-epoch: the epoch's units so far (state's sums go into the meter) */

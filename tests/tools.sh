@@ -38,5 +38,26 @@ done
 if [ $ok_tl -eq 1 ]; then echo "ok   timeline: trace.rank0/1.json parse as Chrome traces with compute and allreduce spans"; passed=$((passed + 1))
 else echo "FAIL timeline"; failed=$((failed + 1)); fi
 
+# --profile: a table of op kinds whose rows add up to its "ops" line, convolutions on top for
+# the CNN (their share of a CNN step is what PyTorch's profiler shows too), under the step time
+out=$(./train configs/fmnist_cnn.ini --set train.threads=2 --set train.max_steps=30 --set data.test_limit=500 \
+      --set log.interval=1000 --set checkpoint.dir="$work/pf" --profile 2>&1)
+res=$(python3 -c '
+import sys, re
+text = sys.stdin.read()
+m = re.search(r"^profile \| (\d+) steps \| ops ([\d.]+) ms a step of ([\d.]+) ms", text, re.M)
+rows = re.findall(r"^(\w+) +[\d.]+ +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)%$", text, re.M)
+assert m and rows, "no table"
+steps, ops, step = int(m.group(1)), float(m.group(2)), float(m.group(3))
+total = sum(float(r[3]) for r in rows)
+assert steps == 29, steps                          # from step 2 on
+assert abs(total - ops) <= 0.02 * ops + 0.01 * len(rows), (total, ops)
+assert rows[0][0] == "conv2d", rows[0]
+assert ops <= step * 1.001, (ops, step)
+assert all(abs(float(r[1]) + float(r[2]) - float(r[3])) <= 0.002 for r in rows)
+print("ok")' <<<"$out" 2>&1 | tail -1)
+if [ "$res" = ok ]; then echo "ok   --profile: op rows add up to the ops line, conv2d on top for the CNN"; passed=$((passed + 1))
+else echo "FAIL --profile: $res"; grep -A12 "^profile" <<<"$out"; failed=$((failed + 1)); fi
+
 echo "tools: $passed passed, $failed failed"
 [ $failed -eq 0 ]
