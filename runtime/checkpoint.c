@@ -752,6 +752,29 @@ static bool archive_foreign(const char *dir, const int64_t *steps, int64_t first
     return ok;
 }
 
+/* With the folder's lock held no other run writes here: a hidden temporary of a checkpoint
+ * (".ckpt-stepN.dpt.XXXXXX", mkstemp's six characters) is what a crash mid-write left. Removed
+ * when it is a regular file of this user's (a link or another user's file is left alone). */
+static int remove_stale_temporaries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long step;
+        int end = 0;
+        size_t len = strlen(e->d_name);
+        if (sscanf(e->d_name, ".ckpt-step%lld.dpt.%n", &step, &end) != 1 || !end || len != (size_t)end + 6) continue;
+        char *path = dpt_strf("%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && unlink(path) == 0) removed++;
+        free(path);
+    }
+    closedir(d);
+    return removed;
+}
+
 bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt, int *lock_fd,
                                 dpt_error *err)
 {
@@ -778,6 +801,7 @@ bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt
             free(made);
             return false;
         }
+        remove_stale_temporaries(dir);
         if (opt->created) *opt->created = made;
         else free(made);
         return true;
@@ -785,6 +809,12 @@ bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt
     if (stat(dir, &st) != 0)
         return dpt_errorf(err, "[checkpoint] dir = %s: %s\n%s", dir, strerror(errno), hint);
     if (!take_lock(dir, lock_fd, hint, err)) return false;
+    int stale = remove_stale_temporaries(dir);
+    if (stale) {
+        printf("checkpoint folder: removed %d unfinished checkpoint temporar%s of a crashed write\n", stale,
+               stale == 1 ? "y" : "ies");
+        fflush(stdout);
+    }
     /* Checkpoints that are not this run's: all of them for a new run; for a resumed one, those
      * newer than the checkpoint it continues (they belong to a continuation it replaces). */
     int64_t n, first_foreign = 0;

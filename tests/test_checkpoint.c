@@ -446,10 +446,22 @@ static void test_latest_prune_and_crash(void **state)
     assert_int_equal(steps[0], 40);
     assert_int_equal(steps[1], 50);
     free(steps);
-    /* the folder's lock: a second holder is refused while the first holds it */
+    /* the folder's lock: a second holder is refused while the first holds it; taking it
+     * removes the crashed write's temporary (nothing else: a link with such a name stays) */
+    char planted[700];
+    snprintf(planted, sizeof planted, "%s/.ckpt-step00000070.dpt.abcdef", sub);
+    assert_int_equal(symlink("/etc/passwd", planted), 0);
     dpt_ckpt_dir_options opt = {.create = true, .resumed_here = true, .resumed_step = 50};
     int fd1, fd2;
     if (!dpt_checkpoint_prepare_dir(sub, &opt, &fd1, &err)) fail_msg("%s", err.msg);
+    ls = popen(cmd, "r");
+    assert_non_null(ls);
+    assert_non_null(fgets(leftover, sizeof leftover, ls));
+    pclose(ls);
+    assert_int_equal(atoi(leftover), 0); /* the step-60 temporary: gone */
+    struct stat lst;
+    assert_int_equal(lstat(planted, &lst), 0); /* the link: left alone */
+    unlink(planted);
     pid_t child = fork();
     if (child == 0) _exit(dpt_checkpoint_prepare_dir(sub, &opt, &fd2, &err) ? 0 : 9);
     waitpid(child, &status, 0);
