@@ -427,41 +427,39 @@ const char *dpt_config_where(const dpt_config *cfg, const char *section, const c
     return cfg->values[k].where;
 }
 
-/* A key set for a model the config does not select ([model] depth with name = mlp) would be
- * read by no one: refused, naming the key, where it was set, and its owners. Only where every
- * owner is a model (a key shared with a user's settings is left alone), and not for a file's
- * key when --set chose another model (switching models from the command line keeps working).
- * [optim] and [data] are not checked: switching the optimizer or the source with --set over a
- * file written for another is common, and their keys are often shared. */
+/* Whether key k belongs only to models other than the one the config selects ([model] depth
+ * with name = mlp): every owner a model (a key shared with a user's settings is not), the
+ * selected one not among them. */
+static bool other_models_key(const dpt_config *cfg, int k)
+{
+    const dpt_schema_key *sk = dpt_schema_at(k);
+    if (!*sk->owners || strcmp(sk->decl.section, "model") != 0) return false;
+    const char *chosen = dpt_config_str(cfg, "model", "name");
+    char owners[sizeof sk->owners];
+    snprintf(owners, sizeof owners, "%s", sk->owners);
+    for (char *save = NULL, *o = strtok_r(owners, ", ", &save); o; o = strtok_r(NULL, ", ", &save))
+        if (!dpt_registry_find(DPT_KIND_MODEL, o) || !strcmp(o, chosen)) return false;
+    return true;
+}
+
+/* A key set for a model the config does not select would be read by no one: refused, naming
+ * the key, where it was set, and its owners. Not for a file's key when --set chose another
+ * model (switching models from the command line keeps working). [optim] and [data] are not
+ * checked: switching the optimizer or the source with --set over a file written for another
+ * is common, and their keys are often shared. */
 bool dpt_config_check_owners(const dpt_config *cfg, dpt_error *err)
 {
-    static const struct {
-        const char *section, *selector;
-        dpt_kind kind;
-    } selects[] = {{"model", "name", DPT_KIND_MODEL}};
+    const char *chosen = dpt_config_str(cfg, "model", "name");
+    bool switched = !strncmp(dpt_config_where(cfg, "model", "name"), "--set", 5);
     for (int k = 0; k < cfg->nkeys; k++) {
+        const char *where = cfg->values[k].where;
+        if (!strcmp(where, "default") || !other_models_key(cfg, k)) continue;
+        if (switched && strncmp(where, "--set", 5) != 0) continue;
         const dpt_schema_key *sk = dpt_schema_at(k);
-        if (!*sk->owners || !strcmp(cfg->values[k].where, "default")) continue;
-        for (size_t s = 0; s < sizeof selects / sizeof *selects; s++) {
-            if (strcmp(sk->decl.section, selects[s].section) != 0) continue;
-            const char *chosen = dpt_config_str(cfg, selects[s].section, selects[s].selector);
-            const char *chosen_where = dpt_config_where(cfg, selects[s].section, selects[s].selector);
-            if (!strncmp(chosen_where, "--set", 5) && strncmp(cfg->values[k].where, "--set", 5) != 0) continue;
-            bool all_of_kind = true, mine = false;
-            char owners[sizeof sk->owners];
-            snprintf(owners, sizeof owners, "%s", sk->owners);
-            for (char *save = NULL, *o = strtok_r(owners, ", ", &save); o; o = strtok_r(NULL, ", ", &save)) {
-                all_of_kind = all_of_kind && dpt_registry_find(selects[s].kind, o) != NULL;
-                mine = mine || !strcmp(o, chosen);
-            }
-            if (all_of_kind && !mine)
-                return dpt_errorf(err,
-                                  "%s: [%s] %s is a key of %s %s, not of %s, the %s this config selects ([%s] %s = %s): "
-                                  "nothing would read it\nHINT: remove it, or select %s",
-                                  cfg->values[k].where, sk->decl.section, sk->decl.key,
-                                  dpt_kind_name(selects[s].kind), sk->owners, chosen, dpt_kind_name(selects[s].kind),
-                                  selects[s].section, selects[s].selector, chosen, sk->owners);
-        }
+        return dpt_errorf(err,
+                          "%s: [model] %s is a key of model %s, not of %s, the model this config selects ([model] name "
+                          "= %s): nothing would read it\nHINT: remove it, or select %s",
+                          where, sk->decl.key, sk->owners, chosen, chosen, sk->owners);
     }
     return true;
 }
@@ -519,6 +517,7 @@ void dpt_config_print(const dpt_config *cfg, FILE *out)
         fprintf(out, "%s[%s]\n", s ? "\n" : "", section);
         for (int k = first[s]; k < cfg->nkeys; k++) {
             if (strcmp(decl(k)->section, section)) continue;
+            if (other_models_key(cfg, k)) continue; /* another model's: read by no one in this run */
             const char *v = cfg->values[k].raw;
             fprintf(out, needs_quotes(v) ? "%s = \"%s\"\n" : "%s = %s\n", decl(k)->key, v);
         }

@@ -70,6 +70,11 @@ static void test_config_errors(void **state)
                 "--set model.depth=50: [model] depth is a key of model resnet, not of mlp", "HINT: remove it");
     snprintf(args, sizeof args, "%s", write_file("cnn_hidden.ini", "[model]\nname = cnn\nhidden = 64\n"));
     expect_fail(args, 1, "cnn_hidden.ini:3: [model] hidden is a key of model mlp, not of cnn", NULL);
+    /* --dry-run shows the selected model's keys, not every registered model's */
+    int drc = run_capture(out, sizeof out, "./train configs/fmnist_mlp.ini --dry-run");
+    if (drc != 0) fail_msg("--dry-run: exit %d\n%s", drc, out);
+    assert_contains(out, "hidden = 256,256");
+    assert_true(strstr(out, "depth =") == NULL && strstr(out, "n_layer =") == NULL && strstr(out, "channels =") == NULL);
     /* --set switching the model over a file written for another keeps working */
     int rc = run_capture(out, sizeof out, "./train configs/fmnist_mlp.ini --set model.name=cnn --dry-run");
     if (rc != 0) fail_msg("--set model.name=cnn over the MLP's file: exit %d\n%s", rc, out);
