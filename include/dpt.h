@@ -610,6 +610,13 @@ typedef struct dpt_optim_impl {
     /* One step over a group at learning rate lr; t counts steps from 1 (Adam's bias correction). */
     void (*step)(dpt_ctx *ctx, const dpt_optim_group *group, const void *hp, float lr, int64_t t);
 } dpt_optim_impl;
+/* ZeRO stage 1: parameter i's optimizer state lives on rank owner[i]; on this rank the others
+ * are not stepped and their state tensors are freed (dpt_optim_state_at gives NULL). A whole
+ * state again (zero-filled where not this rank's, for a gather) with dpt_optim_make_all_state;
+ * dpt_optim_release_unowned frees the others' again. */
+void dpt_optim_shard(dpt_optim *optim, const int *owner, int rank);
+void dpt_optim_make_all_state(dpt_optim *optim);
+void dpt_optim_release_unowned(dpt_optim *optim);
 /* Its parameter groups in words ("group 0: lr 0.001 (x1) weight_decay 0.01, 6 tensors (...) |
  * frozen: ..."), for the header and --summary; the number of groups. */
 int dpt_optim_describe(const dpt_optim *optim, char *buf, size_t cap);

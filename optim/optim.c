@@ -104,7 +104,7 @@ static void build_groups(dpt_optim *o)
             }
         if (!o->decay_1d && p->ndim <= 1) decay = 0.0f;
         int g = -1;
-        if (scale > 0) {
+        if (scale > 0 && (!o->owner || o->owner[i] == o->rank)) { /* frozen, or another rank's: not stepped here */
             for (g = 0; g < o->ngroups; g++)
                 if (o->group_scale[g] == scale && o->group_decay[g] == decay) break;
             if (g == o->ngroups) o->group_scale[g] = scale, o->group_decay[g] = decay, o->ngroups++;
@@ -273,7 +273,45 @@ void dpt_optim_free(dpt_optim *optim)
     for (int r = 0; r < optim->nrules; r++)
         free(optim->rules[r].glob);
     free(optim->rules);
+    free(optim->owner);
     free(optim);
+}
+
+void dpt_optim_shard(dpt_optim *o, const int *owner, int rank)
+{
+    int n = dpt_model_num_params(o->model);
+    free(o->owner);
+    o->owner = malloc((size_t)(n + 1) * sizeof *o->owner);
+    if (!o->owner) dpt_fatal("out of host memory for an optimizer");
+    memcpy(o->owner, owner, (size_t)n * sizeof *owner);
+    o->rank = rank;
+    o->grouped = false;
+    dpt_optim_release_unowned(o);
+}
+
+void dpt_optim_release_unowned(dpt_optim *o)
+{
+    if (!o->owner) return;
+    int n = dpt_model_num_params(o->model);
+    for (int i = 0; i < n; i++)
+        if (o->owner[i] != o->rank)
+            for (int s = 0; s < o->nstate; s++) {
+                dpt_tensor_free(o->state[i * o->nstate + s]);
+                o->state[i * o->nstate + s] = NULL;
+            }
+}
+
+void dpt_optim_make_all_state(dpt_optim *o)
+{
+    int n = dpt_model_num_params(o->model);
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < o->nstate; s++) {
+            dpt_tensor **t = &o->state[i * o->nstate + s];
+            if (*t) continue;
+            const dpt_tensor *p = dpt_model_param_at(o->model, i);
+            *t = dpt_tensor_new(p->ctx, p->ndim, p->shape);
+            snprintf((*t)->name, sizeof (*t)->name, "%.48s.%s%d", p->name, o->name, s);
+        }
 }
 
 void dpt_optim_set_decay_1d(dpt_optim *o, bool decay)

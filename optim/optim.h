@@ -28,6 +28,9 @@ struct dpt_optim {
     /* the parameter groups as of now (rebuilt when decay_1d or the rules change): each
      * parameter's group (-1: frozen, never stepped), each group's lr scale and weight decay,
      * and its (param, grad, state...) list for the fused kernels */
+    /* [distributed] zero = 1: each parameter's owner rank (NULL: every parameter is this
+     * rank's); the others are not stepped here and their state tensors are NULL */
+    int *owner, rank;
     bool grouped;
     int *group_of, ngroups;
     float *group_scale, *group_decay;

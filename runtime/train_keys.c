@@ -89,6 +89,12 @@ static const dpt_config_key train_keys[] = {
      "gradient bucket capacity in MiB (buckets fill in reverse parameter order)", 0},
     {"distributed", "overlap", DPT_KEY_BOOL, "true", 1, 0, NULL,
      "AllReduce each bucket as soon as it is complete, during backward (false: after backward)", 0},
+    {"distributed", "zero", DPT_KEY_INT, "0", 0, 1, NULL,
+     "sharded optimizer state (ZeRO stage 1, as torch's ZeroRedundancyOptimizer: whole parameters assigned to "
+     "ranks, balanced by size): each rank keeps and steps the optimizer state of its own parameters only and "
+     "broadcasts them after the step; the weights are bit-identical to zero = 0's. Gradients are still all-reduced "
+     "whole (stage 2's reduce-scatter is not built). Host communicators (mpirun on CPUs, DataParallel), not CUDA yet",
+     DPT_KEY_NOT_HASHED},
     {"distributed", "accum_steps", DPT_KEY_INT, "1", 1, 1e6, NULL,
      "micro-batches per optimizer step; only the last one communicates (no_sync)", 0},
     {"distributed", "grad_compression", DPT_KEY_ENUM, "none", 1, 0, "none|bf16|fp16",

@@ -228,7 +228,11 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
         if (r->comm && r->size > 1) dpt_comm_allreduce_f64(r->comm, sums, 3, "the epoch's sums for a checkpoint");
     }
     r->last_ckpt_step = state->step; /* on every rank: the end-of-run decision must agree */
-    if (r->rank != 0) return;
+    zero_gather_state(t);
+    if (r->rank != 0) {
+        zero_release_state(t);
+        return;
+    }
     dpt_train_state at = *state; /* with the data position in global samples */
     at.samples_done = at.batches_done * t->run->batch * r->size;
     at.epoch_loss = sums[0], at.epoch_correct = (int64_t)sums[1], at.epoch_units = (int64_t)sums[2];
@@ -245,6 +249,7 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
     report_line("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
     free(path);
+    zero_release_state(t);
 }
 
 /* ---------------------------------------------------------------- [model] init (fine-tuning) */
@@ -366,12 +371,114 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
     return true;
 }
 
+/* ---------------------------------------------------------------- [distributed] zero = 1 */
+
+/* Owners: the largest parameters first, each to the rank with the fewest elements so far (the
+ * lowest on a tie): the same plan on every rank, from the model alone. */
+bool zero_shard(trainer *t, dpt_error *err)
+{
+    replica *r = t->r;
+    if (!t->run->zero || r->size < 2 || !t->host_comm) return true;
+    char dev[32];
+    if (dpt_ctx_device(t->ctx).kind != DPT_DEVICE_CPU)
+        return dpt_errorf(err, "%s: [distributed] zero = 1 runs on host communicators (CPU ranks, DataParallel on "
+                               "CPUs); on %s the parameters would have to travel over NCCL, which is not built yet\n"
+                               "HINT: zero = 0 on GPUs",
+                          dpt_config_where(t->run->ini, "distributed", "zero"),
+                          dpt_device_str(dpt_ctx_device(t->ctx), dev, sizeof dev));
+    int n = dpt_model_num_params(t->model);
+    t->zero_owner = malloc((size_t)(n + 1) * sizeof *t->zero_owner);
+    int64_t *load = calloc((size_t)r->size, sizeof *load);
+    char *done = calloc((size_t)n + 1, 1);
+    if (!t->zero_owner || !load || !done) dpt_fatal("out of host memory");
+    for (int k = 0; k < n; k++) {
+        int pick = -1;
+        for (int i = 0; i < n; i++) /* the largest left, the first on a tie */
+            if (!done[i] && (pick < 0 || dpt_model_param_at(t->model, i)->numel > dpt_model_param_at(t->model, pick)->numel))
+                pick = i;
+        int to = 0;
+        for (int q = 1; q < r->size; q++)
+            if (load[q] < load[to]) to = q;
+        t->zero_owner[pick] = to, load[to] += dpt_model_param_at(t->model, pick)->numel, done[pick] = 1;
+    }
+    size_t most = 0;
+    for (int q = 0; q < r->size; q++)
+        if ((size_t)load[q] > most) most = (size_t)load[q];
+    t->zero_buf_floats = most;
+    t->zero_buf = malloc((most + 1) * sizeof *t->zero_buf);
+    if (!t->zero_buf) dpt_fatal("out of host memory");
+    dpt_optim_shard(t->optim, t->zero_owner, r->rank);
+    if (r->rank == 0) {
+        int64_t total = 0;
+        for (int q = 0; q < r->size; q++)
+            total += load[q];
+        report_line("zero 1 | optimizer state sharded over %d %s by whole parameters: the largest share %.1f%% of "
+                    "%lld parameters (1/%d = %.1f%%)\n",
+                    r->size, r->data_parallel ? "replicas" : "ranks", 100.0 * (double)most / (double)total,
+                    (long long)total, r->size, 100.0 / r->size);
+    }
+    free(load), free(done);
+    return true;
+}
+
+/* After the optimizer stepped its own parameters: each rank's, packed, broadcast from it. */
+void zero_sync_params(trainer *t)
+{
+    if (!t->zero_owner) return;
+    replica *r = t->r;
+    int n = dpt_model_num_params(t->model);
+    for (int q = 0; q < r->size; q++) {
+        size_t used = 0;
+        for (int i = 0; i < n; i++) {
+            dpt_tensor *p = dpt_model_param_at(t->model, i);
+            if (t->zero_owner[i] != q) continue;
+            if (q == r->rank) memcpy(t->zero_buf + used, p->data, (size_t)p->numel * sizeof(float));
+            used += (size_t)p->numel;
+        }
+        if (!used) continue;
+        dpt_comm_broadcast(t->host_comm, t->zero_buf, used * sizeof(float), q, "zero: the parameters after the step");
+        if (q == r->rank) continue;
+        used = 0;
+        for (int i = 0; i < n; i++) {
+            dpt_tensor *p = dpt_model_param_at(t->model, i);
+            if (t->zero_owner[i] != q) continue;
+            memcpy(p->data, t->zero_buf + used, (size_t)p->numel * sizeof(float));
+            used += (size_t)p->numel;
+        }
+    }
+}
+
+/* Before a checkpoint (every rank): the whole optimizer state on every rank, each parameter's
+ * from its owner, so rank 0 writes the same file as unsharded training would (a resume on any
+ * world size, sharded or not, reads it). */
+void zero_gather_state(trainer *t)
+{
+    if (!t->zero_owner) return;
+    dpt_optim_make_all_state(t->optim);
+    int n = dpt_model_num_params(t->model), nstate = dpt_optim_num_state(t->optim) / (n ? n : 1);
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < nstate; s++) {
+            dpt_tensor *x = dpt_optim_state_at(t->optim, i * nstate + s);
+            dpt_comm_broadcast(t->host_comm, x->data, (size_t)x->numel * sizeof(float), t->zero_owner[i],
+                               "zero: optimizer state for a checkpoint");
+        }
+}
+
+void zero_release_state(trainer *t)
+{
+    if (t->zero_owner) dpt_optim_release_unowned(t->optim);
+}
+
 /* [checkpoint] best: dir/best.dpt, an epoch-end state (nothing mid-epoch to sum), rewritten
  * when an evaluation beats it; never pruned, never "latest" (not a ckpt-step name). */
 void save_best_checkpoint(trainer *t, const dpt_train_state *state)
 {
     replica *r = t->r;
-    if (r->rank != 0) return;
+    zero_gather_state(t);
+    if (r->rank != 0) {
+        zero_release_state(t);
+        return;
+    }
     dpt_train_state at = *state;
     at.samples_done = at.batches_done * t->run->batch * r->size;
     dpt_error err;
@@ -382,6 +489,7 @@ void save_best_checkpoint(trainer *t, const dpt_train_state *state)
     r->ckpt_written = true;
     report_line("best so far: %s (epoch %d)\n", path, state->epoch - 1);
     free(path);
+    zero_release_state(t);
 }
 
 static volatile sig_atomic_t pending_signal;

@@ -359,6 +359,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         t->reducer = dpt_reducer_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, t->timeline, err);
         if (!t->reducer) goto fail;
     }
+    if (t->reducer && !zero_shard(t, err)) goto fail;
     int64_t all = run->epochs * t->steps_per_epoch;
     t->total_steps = run->max_steps > 0 && run->max_steps < all ? run->max_steps : all;
     if (!dpt_lr_schedule_build(run->ini, r->size, t->steps_per_epoch, t->total_steps, &t->schedule, err)) goto fail;
@@ -393,6 +394,7 @@ static void trainer_close(trainer *t)
     t->r->comm = t->host_comm;
     dpt_ctx_free(t->ctx);
     release_checkpoint_dir(t->r);
+    free(t->zero_owner), free(t->zero_buf);
     dpt_profile_free(t->profile);
 }
 
@@ -556,6 +558,7 @@ static void train_step(trainer *t)
     if (scaled) scaler_update(t, isfinite(t->grad_norm));
     if (isfinite(t->grad_norm)) {
         dpt_optim_step(t->ctx, t->optim);
+        zero_sync_params(t); /* [distributed] zero: each parameter from the rank that stepped it */
         dpt_tensor_add_slice(t->ctx, t->meter, METER_WINDOW, t->meter, METER_STEP, 2, 1.0f);
         dpt_tensor_add_slice(t->ctx, t->meter, METER_EPOCH, t->meter, METER_STEP, 2, 1.0f);
         t->win.units += t->step_units, t->whole.units += t->step_units;
