@@ -6,10 +6,13 @@
 #endif
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -59,8 +62,23 @@ void dpt_mpi_version(char *buf, size_t cap)
     snprintf(buf, cap, "%s (MPI %d.%d)", v, major, minor);
 }
 
+/* MPI_Abort asks the launcher to end every rank; Open MPI's returns only when its daemon has
+ * answered, and a rank whose network is down (scripts/netlab.sh --down) waited in it until
+ * the link came back, holding its memory and its GPU. Its message is out by then: the process
+ * ends by itself ABORT_GRACE_S later whatever the launcher does. */
+#define ABORT_GRACE_S 5
+static void *abort_watchdog(void *arg)
+{
+    struct timespec ts = {.tv_sec = ABORT_GRACE_S};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    _exit((int)(intptr_t)arg);
+}
+
 static void mpi_abort(int code)
 {
+    pthread_t th;
+    if (pthread_create(&th, NULL, abort_watchdog, (void *)(intptr_t)code) == 0) pthread_detach(th);
     MPI_Abort(MPI_COMM_WORLD, code);
 }
 

@@ -3,8 +3,8 @@
 set -euo pipefail
 packages=(build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin zlib1g-dev libcmocka-dev
           libdnnl-dev libssl-dev libjpeg62-turbo-dev libpng-dev dataset-fashion-mnist fortunes gnuplot-nox clang libclang-rt-14-dev)
-# make bench also needs the peer it is measured against; make gpu-selftest a Debian chroot
-[ "${1:-}" = bench ] && packages+=(python3-torch python3-torchvision)
+# make bench also needs the peer it is measured against (and iproute2 for scripts/netlab.sh); make gpu-selftest a Debian chroot
+[ "${1:-}" = bench ] && packages+=(python3-torch python3-torchvision iproute2)
 [ "${1:-}" = selftest ] && packages+=(debootstrap)
 missing=()
 for p in "${packages[@]}"; do
