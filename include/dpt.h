@@ -887,6 +887,9 @@ void dpt_ddp_set_sync(dpt_ddp *ddp, bool sync);
 /* After backward: wait until every bucket is reduced; gradients then hold the average. */
 void dpt_ddp_finish(dpt_ddp *ddp);
 dpt_ddp_stats dpt_ddp_last_stats(const dpt_ddp *ddp);
+/* Each bucket's AllReduce in the last step, seconds (dpt_ddp_num_buckets of them), or NULL
+ * where the host cannot see them (a device stream's collectives). */
+const double *dpt_ddp_bucket_times(const dpt_ddp *ddp);
 int dpt_ddp_num_buckets(const dpt_ddp *ddp);
 /* Parameter indices of a bucket, in the order they fill it (exposed for tests). */
 int dpt_ddp_bucket_params(const dpt_ddp *ddp, int bucket, int *params, int max);

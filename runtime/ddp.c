@@ -67,6 +67,7 @@ struct dpt_ddp {
     bool quit;
     ring_entry ring[RING];
     int ring_next;
+    double *bucket_s; /* each bucket's AllReduce in the last step (host communicators) */
     uint16_t *wire; /* grad_compression on a host communicator: the largest bucket in 16 bits */
     bool h16;       /* grad_compression: 16 bits on the wire (either communicator) */
 };
@@ -317,7 +318,8 @@ static void build_buckets(dpt_ddp *d)
     d->ready = calloc((size_t)d->nparams + 1, sizeof *d->ready);
     d->reduce_count = calloc((size_t)d->nparams + 1, sizeof *d->reduce_count);
     d->buckets = calloc((size_t)d->nparams + 1, sizeof *d->buckets);
-    if (!d->order || !d->bucket_of || !d->offset_of || !d->ready || !d->reduce_count || !d->buckets)
+    d->bucket_s = calloc((size_t)d->nparams + 1, sizeof *d->bucket_s);
+    if (!d->order || !d->bucket_of || !d->offset_of || !d->ready || !d->reduce_count || !d->buckets || !d->bucket_s)
         dpt_fatal("out of host memory building DDP buckets");
     /* The first bucket is capped at 1 MiB (as in PyTorch DDP): the last layers' gradients go
      * on the wire while most of backward is still ahead. */
@@ -452,6 +454,7 @@ void dpt_ddp_free(dpt_ddp *d)
     for (int b = 0; b < d->nbuckets; b++)
         dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted);
     free(d->buckets);
+    free(d->bucket_s);
     free(d->order);
     free(d->bucket_of);
     free(d->offset_of);
@@ -576,6 +579,7 @@ void dpt_ddp_finish(dpt_ddp *d)
         const bucket *bk = &d->buckets[b];
         st.bytes += bk->numel * (d->h16 ? 2 : 4);
         st.comm_s += bk->end_s - bk->start_s;
+        d->bucket_s[b] = bk->end_s - bk->start_s;
         double hidden_end = bk->end_s < backward_end ? bk->end_s : backward_end;
         if (hidden_end > bk->start_s) st.hidden_s += hidden_end - bk->start_s;
     }
@@ -586,6 +590,10 @@ void dpt_ddp_finish(dpt_ddp *d)
 dpt_ddp_stats dpt_ddp_last_stats(const dpt_ddp *d)
 {
     return d->stats;
+}
+const double *dpt_ddp_bucket_times(const dpt_ddp *d)
+{
+    return d->async ? NULL : d->bucket_s;
 }
 int dpt_ddp_num_buckets(const dpt_ddp *d)
 {

@@ -29,7 +29,14 @@ static void ddp_finish(dpt_reducer *r, dpt_reducer_stats *stats)
     ddp_reducer *d = r->impl;
     dpt_ddp_finish(d->ddp); /* the gradients now hold the average over ranks */
     dpt_ddp_stats st = dpt_ddp_last_stats(d->ddp);
-    *stats = (dpt_reducer_stats){.comm_s = st.comm_s, .hidden_s = st.hidden_s, .bytes = st.bytes};
+    int n = d->comm->size;
+    *stats = (dpt_reducer_stats){.comm_s = st.comm_s,
+                                 .hidden_s = st.hidden_s,
+                                 .exposed_s = st.wait_s,
+                                 .bytes = st.bytes,
+                                 .bus_factor = 2.0 * (n - 1) / n,
+                                 .nbuckets = st.buckets,
+                                 .bucket_s = dpt_ddp_bucket_times(d->ddp)};
 }
 
 static void ddp_describe(const dpt_reducer *r, char *buf, size_t cap)

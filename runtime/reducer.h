@@ -11,9 +11,13 @@
 
 /* What the step's reduction took (the progress line and the metrics). */
 typedef struct dpt_reducer_stats {
-    double comm_s;   /* in collectives */
-    double hidden_s; /* of which behind backward */
-    int64_t bytes;   /* on the wire */
+    double comm_s;    /* in collectives */
+    double hidden_s;  /* of which behind backward */
+    double exposed_s; /* the step waited for them after backward's last gradient */
+    int64_t bytes;    /* the payload reduced (16 or 32 bits a value) */
+    double bus_factor; /* bytes each rank sends per payload byte in a ring: 2(N-1)/N (nccl-tests' busbw) */
+    int nbuckets;      /* with bucket_s: each bucket's collective this step, NULL where unknown */
+    const double *bucket_s;
 } dpt_reducer_stats;
 
 typedef struct dpt_reducer dpt_reducer;

@@ -283,6 +283,32 @@ static const char *gpu_json(const dpt_gpu_stats *s, char *buf, size_t cap)
     return buf;
 }
 
+/* The bus bandwidth of the window's collectives: what a ring AllReduce sends per rank
+ * (2(N-1)/N of the payload) over their time, in Gbit/s; on one link of rate R it is at most R. */
+static double comm_gbit_s(const window *w)
+{
+    return w->comm_s > 0 ? w->bus_bytes * 8.0 / w->comm_s / 1e9 : 0.0;
+}
+
+/* ,"bucket_ms":[...]: each bucket's AllReduce, averaged over the window's steps, in bucket order
+ * (the first is launched first); "" where the collectives run on a device stream. Past what
+ * the buffer holds, the rest are left out rather than cut mid-number. */
+static const char *bucket_json(const trainer *t, int64_t steps, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (!t->win_nbuckets) return buf;
+    size_t n = (size_t)snprintf(buf, cap, ",\"bucket_ms\":[");
+    for (int b = 0; b < t->win_nbuckets; b++) {
+        char one[32];
+        int k = snprintf(one, sizeof one, "%s%.3f", b ? "," : "", 1e3 * t->win_bucket_s[b] / (double)steps);
+        if (n + (size_t)k + 2 >= cap) break;
+        memcpy(buf + n, one, (size_t)k + 1);
+        n += (size_t)k;
+    }
+    memcpy(buf + n, "]", 2);
+    return buf;
+}
+
 /* The log window's line (step s of the epoch) and metrics record; then a new window. Under
  * DDP the loss and accuracy are the averages over all ranks (one small AllReduce per line),
  * unless every rank prints its own ([log] all_ranks). */
@@ -312,9 +338,10 @@ void log_window(trainer *t, int64_t s)
     if (r->print && !t->bar.bar) {
         char who[32] = "", comm[96] = "";
         if (r->rank) snprintf(who, sizeof who, "[rank %d] ", r->rank);
-        if (r->comm)
-            snprintf(comm, sizeof comm, " | comm %.2f ms/step (%.0f%% hidden)", 1e3 * w->comm_s / (double)steps,
-                     w->comm_s > 0 ? 100.0 * w->hidden_s / w->comm_s : 0.0);
+        if (r->comm) /* the payload, its collectives' time, their bus bandwidth (nccl-tests' busbw) */
+            snprintf(comm, sizeof comm, " | comm %.1f MiB %.2f ms/step %.2f Gbit/s (%.0f%% hidden)",
+                     w->comm_bytes / 1048576.0 / (double)steps, 1e3 * w->comm_s / (double)steps,
+                     comm_gbit_s(w), w->comm_s > 0 ? 100.0 * w->hidden_s / w->comm_s : 0.0);
         /* the input pipeline falling behind: the share of the window spent waiting for batches */
         char data[96] = "";
         double wait = w->data_s / (now - w->start);
@@ -327,7 +354,7 @@ void log_window(trainer *t, int64_t s)
                     (long long)s, (long long)t->steps_per_epoch, loss, metric, img_s, t->task.unit, comm, data, gpu);
     }
     dpt_mem_stats mem = dpt_ctx_mem_stats(t->ctx);
-    char json[160], scale[96] = "";
+    char json[160], scale[96] = "", buckets[1024];
     if (t->run->loss_scale)
         snprintf(scale, sizeof scale, ",\"loss_scale\":%.9g,\"scale_skips\":%lld", t->state.loss_scale,
                  (long long)t->state.scale_skips);
@@ -335,16 +362,20 @@ void log_window(trainer *t, int64_t s)
                       "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,\"loss\":%.6f,\"acc\":%.6f,\"unit\":\"%s\","
                       "\"img_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"comm_hidden\":%.4f,"
                       "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"ranks\":%d,\"global_batch\":%lld,"
-                      "\"host_syncs_per_step\":%.2f,\"comm_mb_per_step\":%.4f,\"data_wait_ms\":%.3f%s%s",
+                      "\"host_syncs_per_step\":%.2f,\"comm_mb_per_step\":%.4f,\"comm_exposed_ms\":%.3f,"
+                      "\"comm_gbit_s\":%.4f%s,\"data_wait_ms\":%.3f%s%s",
                       t->state.epoch, (long long)t->state.step, lr, loss, has_acc(t) ? acc : 0.0, t->task.unit, img_s,
                       1e3 * (now - w->start) / (double)steps, 1e3 * w->comm_s / (double)steps,
                       w->comm_s > 0 ? w->hidden_s / w->comm_s : 0.0, t->grad_norm,
                       (double)mem.peak_allocated / 1048576.0, r->size,
                       (long long)(t->run->batch * r->size * t->run->accum), (double)window_syncs / (double)steps,
-                      w->comm_bytes / 1048576.0 / (double)steps, 1e3 * w->data_s / (double)steps, scale,
+                      w->comm_bytes / 1048576.0 / (double)steps, 1e3 * w->exposed_s / (double)steps,
+                      comm_gbit_s(w), bucket_json(t, steps, buckets, sizeof buckets), 1e3 * w->data_s / (double)steps, scale,
                       gpu_json(&gs, json, sizeof json));
     dpt_tensor_fill_slice(t->ctx, t->meter, METER_WINDOW, 2, 0.0f);
     *w = (window){.start = dpt_now_s(), .syncs_at_start = dpt_ctx_host_syncs(t->ctx)};
+    for (int b = 0; b < t->win_nbuckets; b++)
+        t->win_bucket_s[b] = 0.0;
 }
 
 /* After an evaluation (t->test): the epoch line (epoch_window != NULL, with the epoch's

@@ -382,6 +382,7 @@ static void trainer_close(trainer *t)
     dpt_tensor_free(t->meter);
     dpt_timeline_close(t->timeline);
     dpt_reducer_free(t->reducer);
+    free(t->win_bucket_s);
     dpt_metrics_close(t->metrics);
     dpt_loader_free(t->test_loader);
     dpt_loader_free(t->train_loader);
@@ -545,7 +546,18 @@ static void train_step(trainer *t)
     if (t->reducer) { /* the gradients now hold the average over ranks */
         dpt_reducer_stats st;
         t->reducer->ops->finish(t->reducer, &st);
-        t->win.comm_s += st.comm_s, t->win.hidden_s += st.hidden_s, t->win.comm_bytes += (double)st.bytes;
+        t->win.comm_s += st.comm_s, t->win.hidden_s += st.hidden_s, t->win.exposed_s += st.exposed_s;
+        t->win.comm_bytes += (double)st.bytes, t->win.bus_bytes += st.bus_factor * (double)st.bytes;
+        if (st.bucket_s) {
+            if (st.nbuckets != t->win_nbuckets) {
+                free(t->win_bucket_s);
+                t->win_bucket_s = calloc((size_t)st.nbuckets, sizeof *t->win_bucket_s);
+                if (!t->win_bucket_s) dpt_fatal("out of host memory for the buckets' times");
+                t->win_nbuckets = st.nbuckets;
+            }
+            for (int b = 0; b < st.nbuckets; b++)
+                t->win_bucket_s[b] += st.bucket_s[b];
+        }
     }
     double t5 = dpt_now_s();
     /* After the AllReduce every rank sees the same gradients, so all take the same decision

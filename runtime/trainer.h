@@ -131,7 +131,7 @@ typedef struct replica {
  * sums live on the device (the meter) and are read into loss/correct only when shown, so a
  * GPU step waits for the host once (the gradient norm), not at every micro-batch. */
 typedef struct window {
-    double start, loss, comm_s, hidden_s, comm_bytes;
+    double start, loss, comm_s, hidden_s, exposed_s, comm_bytes, bus_bytes;
     double data_s; /* waiting for the loader's next batch */
     int64_t correct, units, steps; /* units: what the loss averages over (images, samples, tokens) */
     int64_t syncs_at_start; /* the context's host reads when the window opened */
@@ -177,6 +177,8 @@ typedef struct trainer {
     /* the loop */
     window win;   /* the current log interval, across epoch ends */
     window whole; /* the epoch */
+    double *win_bucket_s; /* each bucket's collectives summed over the window (win_nbuckets) */
+    int win_nbuckets;
     progress bar;
     int64_t step_units;
     int micro; /* the micro-batch (deterministic: the shard of this rank) in progress */
