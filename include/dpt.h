@@ -67,7 +67,7 @@ typedef struct dpt_config_key {
     dpt_key_type type;
     const char *def;     /* the default, as written in an INI file */
     double min, max;     /* numbers and list elements; no range when min > max (or both 0) */
-    const char *choices; /* DPT_KEY_ENUM */
+    const char *choices; /* DPT_KEY_ENUM; DPT_KEY_FLOAT: words also taken ("auto"), read as NAN */
     const char *help;
     unsigned flags;      /* DPT_KEY_NOT_HASHED */
 } dpt_config_key;
@@ -856,6 +856,7 @@ typedef enum dpt_grad_compression {
 
 typedef struct dpt_ddp_options {
     double bucket_mb;     /* bucket capacity; tiny = one parameter per bucket */
+    bool bucket_auto;     /* [distributed] bucket_mb = auto: the reducer measures sizes over the first steps */
     bool overlap;         /* false: all AllReduces after backward (for comparison) */
     bool find_unused;     /* treat a parameter without gradient as zero instead of an error */
     double timeout_s;     /* a bucket not reduced in this time ends the job with a report */
@@ -891,6 +892,12 @@ dpt_ddp_stats dpt_ddp_last_stats(const dpt_ddp *ddp);
  * where the host cannot see them (a device stream's collectives). */
 const double *dpt_ddp_bucket_times(const dpt_ddp *ddp);
 int dpt_ddp_num_buckets(const dpt_ddp *ddp);
+/* The bucket capacity in use (MiB), and how many buckets another capacity would make. */
+double dpt_ddp_bucket_mb(const dpt_ddp *ddp);
+int dpt_ddp_plan_count(dpt_ddp *ddp, double bucket_mb);
+/* Lay the buckets out again for another capacity, between steps; every rank at the same step
+ * with the same size ([distributed] bucket_mb = auto). */
+void dpt_ddp_replan(dpt_ddp *ddp, double bucket_mb);
 /* Parameter indices of a bucket, in the order they fill it (exposed for tests). */
 int dpt_ddp_bucket_params(const dpt_ddp *ddp, int bucket, int *params, int max);
 /* How many times each parameter's gradient was reduced so far (exposed for tests). */
@@ -939,6 +946,9 @@ typedef struct dpt_train_state {
     /* [train] early_stop: the best value of its metric so far and the epoch it came (0: none) */
     double stop_best;
     int stop_best_epoch;
+    /* [distributed] bucket_mb = auto: the size it chose (0: none yet), so a resume does not
+     * measure again */
+    double bucket_mb;
 } dpt_train_state;
 
 /* Write model parameters and buffers, optimizer state, the context's RNG, the train state,

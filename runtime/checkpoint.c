@@ -149,6 +149,9 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
                      (unsigned long long)st->data_hash, st->best_loss, st->epoch_loss, (long long)st->epoch_correct,
                      (long long)st->epoch_units, st->stop_best, st->stop_best_epoch);
     DPT_ASSERT(n > 0 && (size_t)n < sizeof meta, "checkpoint meta of %d bytes", n);
+    if (st->bucket_mb > 0) /* only where bucket_mb = auto chose: other files stay as they were */
+        n += snprintf(meta + n, sizeof meta - (size_t)n, "bucket_mb=%.17g\n", st->bucket_mb);
+    DPT_ASSERT((size_t)n < sizeof meta, "checkpoint meta of %d bytes", n);
     put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
     char *text = config_text(cfg);
     put_record(&w, REC_BLOB, "config", 0, NULL, text, strlen(text));
@@ -459,6 +462,12 @@ static bool read_state(const char *path, const record *meta, dpt_train_state *st
         st->stop_best = meta_get(meta, "stop_best", val, sizeof val) ? strtod(val, &end) : NAN;
         if (!meta_get(meta, "stop_best", val, sizeof val) || *end)
             return dpt_errorf(err, "%s: meta stop_best = %s is not a number\n" HINT_CORRUPT, path, val);
+    }
+    st->bucket_mb = 0; /* [distributed] bucket_mb = auto's choice, where it made one */
+    if (meta_get(meta, "bucket_mb", val, sizeof val)) {
+        st->bucket_mb = strtod(val, &end);
+        if (*end || !(st->bucket_mb >= 1e-9 && st->bucket_mb <= 1e5))
+            return dpt_errorf(err, "%s: meta bucket_mb = %s is not a bucket size\n" HINT_CORRUPT, path, val);
     }
     st->best_loss = INFINITY; /* the lowest test loss (tasks without accuracy); older files have none */
     if (meta_get(meta, "best_loss", val, sizeof val)) {

@@ -581,7 +581,8 @@ static void print_reference_row(FILE *out, int k)
     } else if (d->type == DPT_KEY_ENUM) {
         snprintf(type, sizeof type, "one of `%s`", d->choices);
     } else if (d->min <= d->max) {
-        snprintf(type, sizeof type, "%s in [%g, %g]", dpt_key_type_name(d->type), d->min, d->max);
+        snprintf(type, sizeof type, "%s in [%g, %g]%s%s", dpt_key_type_name(d->type), d->min, d->max,
+                 d->choices ? " or " : "", d->choices ? d->choices : "");
     } else {
         snprintf(type, sizeof type, "%s", dpt_key_type_name(d->type));
     }

@@ -127,9 +127,15 @@ bool dpt_value_parse(const dpt_config_key *k, const char *raw, const char *where
         if (!check_range(err, where, k, raw, (double)parsed.i)) return false;
         break;
     case DPT_KEY_FLOAT:
+        /* a number, or one of the key's words ("auto"): read as NAN, the word with dpt_config_str */
+        parsed.choice = k->choices ? choice_index(k->choices, raw) : -1;
+        if (parsed.choice >= 0) {
+            parsed.f = NAN;
+            break;
+        }
         if (!parse_double(raw, &parsed.f))
-            return dpt_errorf(err, "%s: [%s] %s = %s: expected a number\nHINT: %s", where, k->section, k->key, raw,
-                              k->help);
+            return dpt_errorf(err, "%s: [%s] %s = %s: expected a number%s%s\nHINT: %s", where, k->section, k->key,
+                              raw, k->choices ? " or " : "", k->choices ? k->choices : "", k->help);
         if (!check_range(err, where, k, raw, parsed.f)) return false;
         break;
     case DPT_KEY_BOOL:

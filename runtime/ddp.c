@@ -307,10 +307,57 @@ static bool check_plans(const dpt_ddp *d, const plan *all, dpt_error *err)
 
 /* ---------------------------------------------------------------- life cycle */
 
+/* The buckets of a capacity, greedily in reverse creation order (the order backward finishes
+ * gradients in, roughly): the first bucket fills first and its AllReduce starts earliest. It
+ * is capped at 1 MiB (as in PyTorch DDP): the last layers' gradients go on the wire while most
+ * of backward is still ahead. With place, the parameters' places are recorded; returns the
+ * count. */
+static int plan_buckets(dpt_ddp *d, double bucket_mb, bool place)
+{
+    double cap_bytes = bucket_mb * 1024.0 * 1024.0;
+    double first_cap = cap_bytes < 1048576.0 ? cap_bytes : 1048576.0;
+    int nbuckets = 0;
+    int64_t numel_in = 0, count_in = 0;
+    for (int k = 0; k < d->nparams; k++) {
+        int p = d->nparams - 1 - k;
+        int64_t numel = dpt_model_param_at(d->model, p)->numel;
+        double cap = nbuckets <= 1 ? first_cap : cap_bytes;
+        if (!nbuckets || (count_in > 0 && (double)(numel_in + numel) * sizeof(float) > cap)) {
+            nbuckets++;
+            numel_in = count_in = 0;
+            if (place) d->buckets[nbuckets - 1] = (bucket){.first = k};
+        }
+        /* Every gradient view starts on a 256-byte boundary of its bucket: cuBLAS and cuDNN
+         * pick kernels by pointer alignment (a view 8 bytes in gets slower ones), and the CPU
+         * kernels' vector loads like it too. The gaps are zeros the AllReduce carries along. */
+        int64_t offset = (numel_in + BUCKET_ALIGN_FLOATS - 1) / BUCKET_ALIGN_FLOATS * BUCKET_ALIGN_FLOATS;
+        numel_in = offset + numel;
+        count_in++;
+        if (place) {
+            d->order[k] = p;
+            d->bucket_of[p] = nbuckets - 1;
+            d->offset_of[p] = offset;
+            d->buckets[nbuckets - 1].numel = numel_in;
+            d->buckets[nbuckets - 1].count = (int)count_in;
+        }
+    }
+    return nbuckets;
+}
+
+/* Lay the buckets out for d->opt.bucket_mb and give each its flat buffer. */
+static void layout_buckets(dpt_ddp *d)
+{
+    d->nbuckets = plan_buckets(d, d->opt.bucket_mb, true);
+    for (int b = 0; b < d->nbuckets; b++) {
+        d->buckets[b].flat = dpt_ctx_alloc(d->ctx, (size_t)d->buckets[b].numel * sizeof(float),
+                                           &d->buckets[b].granted, "a DDP gradient bucket");
+        d->ctx->be->fill(d->ctx, d->buckets[b].flat, d->buckets[b].numel, 0.0f); /* the gaps stay 0 */
+        d->buckets[b].pending = d->buckets[b].count;
+    }
+}
+
 static void build_buckets(dpt_ddp *d)
 {
-    /* Reverse creation order approximates the order in which backward finishes gradients,
-     * so the first bucket fills first and its AllReduce starts earliest. */
     d->nparams = dpt_model_num_params(d->model);
     d->order = malloc((size_t)(d->nparams + 1) * sizeof *d->order);
     d->bucket_of = malloc((size_t)(d->nparams + 1) * sizeof *d->bucket_of);
@@ -321,35 +368,49 @@ static void build_buckets(dpt_ddp *d)
     d->bucket_s = calloc((size_t)d->nparams + 1, sizeof *d->bucket_s);
     if (!d->order || !d->bucket_of || !d->offset_of || !d->ready || !d->reduce_count || !d->buckets || !d->bucket_s)
         dpt_fatal("out of host memory building DDP buckets");
-    /* The first bucket is capped at 1 MiB (as in PyTorch DDP): the last layers' gradients go
-     * on the wire while most of backward is still ahead. */
-    double cap_bytes = d->opt.bucket_mb * 1024.0 * 1024.0;
-    double first_cap = cap_bytes < 1048576.0 ? cap_bytes : 1048576.0;
-    d->nbuckets = 0;
-    for (int k = 0; k < d->nparams; k++) {
-        int p = d->nparams - 1 - k;
-        d->order[k] = p;
-        int64_t numel = dpt_model_param_at(d->model, p)->numel;
-        bucket *cur = d->nbuckets ? &d->buckets[d->nbuckets - 1] : NULL;
-        double cap = d->nbuckets <= 1 ? first_cap : cap_bytes;
-        if (!cur || (cur->count > 0 && (double)(cur->numel + numel) * sizeof(float) > cap)) {
-            cur = &d->buckets[d->nbuckets++];
-            cur->first = k;
-        }
-        d->bucket_of[p] = d->nbuckets - 1;
-        /* Every gradient view starts on a 256-byte boundary of its bucket: cuBLAS and cuDNN
-         * pick kernels by pointer alignment (a view 8 bytes in gets slower ones), and the CPU
-         * kernels' vector loads like it too. The gaps are zeros the AllReduce carries along. */
-        d->offset_of[p] = (cur->numel + BUCKET_ALIGN_FLOATS - 1) / BUCKET_ALIGN_FLOATS * BUCKET_ALIGN_FLOATS;
-        cur->numel = d->offset_of[p] + numel;
-        cur->count++;
-    }
-    for (int b = 0; b < d->nbuckets; b++) {
-        d->buckets[b].flat = dpt_ctx_alloc(d->ctx, (size_t)d->buckets[b].numel * sizeof(float),
-                                           &d->buckets[b].granted, "a DDP gradient bucket");
-        d->ctx->be->fill(d->ctx, d->buckets[b].flat, d->buckets[b].numel, 0.0f); /* the gaps stay 0 */
-        d->buckets[b].pending = d->buckets[b].count;
-    }
+    layout_buckets(d);
+}
+
+/* The 16-bit wire buffer for the largest bucket (grad_compression): the communication thread's
+ * own, or the device communicator's. */
+static bool size_wire(dpt_ddp *d, dpt_error *err)
+{
+    int64_t most = 0;
+    for (int b = 0; b < d->nbuckets; b++)
+        most = d->buckets[b].numel > most ? d->buckets[b].numel : most;
+    if (d->async) return d->comm->ops->wire16(d->comm, most, d->opt.compression == DPT_GRAD_COMPRESSION_BF16, err);
+    free(d->wire);
+    d->wire = malloc((size_t)(most ? most : 1) * sizeof *d->wire);
+    if (!d->wire) dpt_fatal("out of host memory for the 16-bit gradient buffer");
+    return true;
+}
+
+int dpt_ddp_plan_count(dpt_ddp *d, double bucket_mb)
+{
+    return plan_buckets(d, bucket_mb, false);
+}
+
+/* Between steps only (no bucket in flight): the gradients move out, the buckets are laid out
+ * again for the new capacity, the gradients move into their new places. Every rank must call
+ * it at the same step with the same size (the plans must match, as at start). */
+void dpt_ddp_replan(dpt_ddp *d, double bucket_mb)
+{
+    DPT_ASSERT(d->hooked && d->launched == 0 && d->reduced == 0, "DDP re-planned mid-step");
+    if (bucket_mb == d->opt.bucket_mb) return;
+    rehome_grads(d, false);
+    for (int b = 0; b < d->nbuckets; b++)
+        dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted);
+    d->opt.bucket_mb = bucket_mb;
+    layout_buckets(d);
+    dpt_error err;
+    if (d->h16 && !size_wire(d, &err)) dpt_abort_job("%s", err.msg);
+    rehome_grads(d, true);
+    d->next_launch = 0;
+}
+
+double dpt_ddp_bucket_mb(const dpt_ddp *d)
+{
+    return d->opt.bucket_mb;
 }
 
 dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_ddp_options *opt,
@@ -390,9 +451,6 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
     d->async = comm->ops->reduce_avg_async != NULL;
     if (opt->compression != DPT_GRAD_COMPRESSION_NONE) {
         bool bf16 = opt->compression == DPT_GRAD_COMPRESSION_BF16;
-        int64_t most = 0;
-        for (int b = 0; b < d->nbuckets; b++)
-            most = d->buckets[b].numel > most ? d->buckets[b].numel : most;
         /* a device communicator converts on its stream (NCCL's bf16/fp16 AllReduce); a host
          * one gets the 16-bit values from the communication thread */
         bool offered = d->async ? comm->ops->wire16 != NULL
@@ -405,14 +463,9 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
             return NULL;
         }
         d->h16 = true;
-        if (d->async) {
-            if (!comm->ops->wire16(comm, most, bf16, err)) {
-                dpt_ddp_free(d);
-                return NULL;
-            }
-        } else {
-            d->wire = malloc((size_t)(most ? most : 1) * sizeof *d->wire);
-            if (!d->wire) dpt_fatal("out of host memory for the 16-bit gradient buffer");
+        if (!size_wire(d, err)) {
+            dpt_ddp_free(d);
+            return NULL;
         }
     }
     rehome_grads(d, true);

@@ -29,6 +29,12 @@ typedef struct dpt_reducer_ops {
     void (*micro_end)(dpt_reducer *r);
     /* Before the optimizer: every rank's gradients hold the step's average. */
     void (*finish)(dpt_reducer *r, dpt_reducer_stats *stats);
+    /* After the optimizer step, its wall time (optional): [distributed] bucket_mb = auto
+     * measures its candidate plans with it and returns the size chosen (MiB) at the step
+     * the ranks decide, with a line for the log in note; 0 otherwise. */
+    double (*step_end)(dpt_reducer *r, double step_s, char *note, size_t cap);
+    /* A resumed run's plan (the size a checkpoint recorded): adopted, no tuning (optional). */
+    void (*adopt)(dpt_reducer *r, double bucket_mb);
     /* The header's line about it ("ddp ... | 2 buckets of <= 25 MiB ..."), or "". */
     void (*describe)(const dpt_reducer *r, char *buf, size_t cap);
     void (*free)(dpt_reducer *r);

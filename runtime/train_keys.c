@@ -85,8 +85,13 @@ static const dpt_config_key train_keys[] = {
      "stop when the epochs' evaluation stops improving: METRIC:PATIENCE[:MIN_DELTA], METRIC test_loss or test_acc "
      "(a fraction or a percentage for its delta), e.g. test_loss:3:0.001 (3 epochs without a fall of more than "
      "0.001); \"\" = off", 0},
-    {"distributed", "bucket_mb", DPT_KEY_FLOAT, "25", 1e-9, 1e5, NULL,
-     "gradient bucket capacity in MiB (buckets fill in reverse parameter order)", 0},
+    {"distributed", "bucket_mb", DPT_KEY_FLOAT, "25", 1e-9, 1e5, "auto",
+     "gradient bucket capacity in MiB (buckets fill in reverse parameter order; the first is at most 1 MiB, as "
+     "PyTorch's). auto: the ranks measure sizes from 0.25 to 256 MiB (those that make different plans) turn by "
+     "turn over the first steps of the run, keep the fastest, say which in the log and the metrics, and record it in "
+     "checkpoints so a resume does not measure again; at 3 or more ranks MPI may sum a different size in another "
+     "order, so for bit-identical reruns set the size it chose. Host communicators and NCCL alike",
+     0},
     {"distributed", "overlap", DPT_KEY_BOOL, "true", 1, 0, NULL,
      "AllReduce each bucket as soon as it is complete, during backward (false: after backward)", 0},
     {"distributed", "zero", DPT_KEY_INT, "0", 0, 1, NULL,

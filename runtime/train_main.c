@@ -327,6 +327,8 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .config_hash = rc->hash,
     };
     rc->ddp.compression = (dpt_grad_compression)dpt_config_enum(c, "distributed", "grad_compression");
+    if (isnan(rc->ddp.bucket_mb)) /* auto: the first step runs with PyTorch's 25, then the reducer measures */
+        rc->ddp.bucket_mb = 25, rc->ddp.bucket_auto = true;
     rc->zero = (int)dpt_config_int(c, "distributed", "zero");
     rc->bench_comm_ms_per_mb = dpt_config_float(c, "distributed", "bench_comm_ms_per_mb");
     rc->world_size = world_size;

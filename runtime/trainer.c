@@ -358,7 +358,10 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         dpt_comm_set_delay(r->comm, run->bench_comm_ms_per_mb);
         t->reducer = dpt_reducer_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, t->timeline, err);
         if (!t->reducer) goto fail;
+        /* bucket_mb = auto resumed: the size the interrupted run chose, not measured again */
+        if (run->ddp.bucket_auto && t->state.bucket_mb > 0) t->reducer->ops->adopt(t->reducer, t->state.bucket_mb);
     }
+    if (!run->ddp.bucket_auto || !r->comm || run->deterministic) t->state.bucket_mb = 0;
     if (t->reducer && !zero_shard(t, err)) goto fail;
     int64_t all = run->epochs * t->steps_per_epoch;
     t->total_steps = run->max_steps > 0 && run->max_steps < all ? run->max_steps : all;
@@ -537,6 +540,7 @@ static void scaler_update(trainer *t, bool finite)
 /* One optimizer step: accum micro-batches, the gradient AllReduce's end, clipping, the update. */
 static void train_step(trainer *t)
 {
+    double step_start = dpt_now_s();
     inject_fault(t);
     dpt_optim_set_lr(t->optim, (float)dpt_lr_at(&t->schedule, t->state.step));
     t->step_units = 0;
@@ -582,6 +586,16 @@ static void train_step(trainer *t)
     dpt_model_zero_grad(t->model);
     dpt_timeline_span(t->timeline, "wait allreduce", 0, t4, t5);
     dpt_timeline_span(t->timeline, "optimizer", 0, t5, dpt_now_s());
+    if (t->reducer && t->reducer->ops->step_end) { /* [distributed] bucket_mb = auto */
+        char note[1024];
+        double chosen = t->reducer->ops->step_end(t->reducer, dpt_now_s() - step_start, note, sizeof note);
+        if (chosen > 0) {
+            t->state.bucket_mb = chosen;
+            if (t->r->rank == 0) printf("%s\n", note);
+            dpt_metrics_write(t->metrics, "\"kind\":\"bucket_tune\",\"step\":%lld,\"bucket_mb\":%g",
+                              (long long)t->state.step + 1, chosen);
+        }
+    }
 }
 
 static void evaluate_mid_epoch(trainer *t)

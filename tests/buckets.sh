@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# buckets.sh: [distributed] bucket_mb = auto (issue 30 item 3). The ranks try the sizes that make
+# different plans over the first steps, re-planning between steps, and keep the fastest. At 2
+# ranks every plan sums the same two numbers per element, so the weights must equal a fixed
+# size's bit for bit whatever it chose (the re-plans moved every gradient right); the choice is
+# said once, in the log and the metrics, and recorded in checkpoints: a resume takes it without
+# measuring again and ends at the uninterrupted run's checkpoint. DataParallel threads as well.
+# One ok/FAIL line per case.
+cd "$(dirname "$0")/.."
+. tests/common.sh
+
+if [ $mpi -eq 0 ]; then echo "skipped: no mpirun"; exit 0; fi
+M="timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2"
+base=(configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=3000 --set data.test_limit=500
+      --set train.epochs=2 --set log.interval=1000)
+
+plain=$($M ./train "${base[@]}" 2>&1 | sha)
+out=$($M ./train "${base[@]}" --set distributed.bucket_mb=auto --set log.metrics="$tmp/auto.jsonl" 2>&1); rc=$?
+line=$(grep "^bucket_mb = auto:" <<<"$out")
+[ $rc -eq 0 ] && [ -n "$plain" ] && [ "$(sha <<<"$out")" = "$plain" ] && [ "$(grep -c . <<<"$line")" = 1 ] &&
+    grep -q "buckets: bucket_mb = auto, [2-9] sizes to try" <<<"$out"
+check "2 ranks, bucket_mb = auto: the weights of bucket_mb = 25 (${plain:0:16}...), the choice said once" $? \
+    "exit $rc, $(sha <<<"$out") vs $plain: $line $(tail -2 <<<"$out")"
+chosen=$(sed -n 's/^bucket_mb = auto: \([0-9.]*\) MiB.*/\1/p' <<<"$line")
+grep -q "\"kind\":\"bucket_tune\",\"step\":[0-9]*,\"bucket_mb\":$chosen\$\|\"kind\":\"bucket_tune\",\"step\":[0-9]*,\"bucket_mb\":$chosen}" "$tmp/auto.jsonl"
+check "the metrics record the choice ($chosen MiB)" $? "$(grep bucket_tune "$tmp/auto.jsonl")"
+
+# every size it measured is one of the plans: measured at least twice each, in turn
+n=$(grep -o "[0-9.]\+:[0-9.]\+" <<<"$line" | wc -l)
+[ "$n" -ge 2 ]
+check "it measured $n sizes ($(grep -o 'size.*' <<<"$line"))" $? "$line"
+
+# checkpoints: the choice recorded; a resume adopts it (nothing measured) to the same end
+ck=(--set distributed.bucket_mb=auto --set checkpoint.every_steps=10 --set checkpoint.keep_last=0)
+$M ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/full" > "$tmp/full.log" 2>&1
+last=$(ls "$tmp"/full/ckpt-step*.dpt | tail -1)
+# the newest checkpoint written after the choice: resume from it with the uninterrupted run's files removed
+tuned_at=$(sed -n 's/^bucket_mb = auto: .* after \([0-9]*\) steps.*/\1/p' "$tmp/full.log")
+from=$(ls "$tmp"/full/ckpt-step*.dpt | awk -F'step' -v t="$tuned_at" '{ s = $2 + 0 } s > t { print; exit }')
+mkdir -p "$tmp/res" && cp "$from" "$tmp/res/"
+out=$($M ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/res" --resume latest 2>&1); rc=$?
+grep -q "bucket_mb=" <(./train --inspect "$from" 2>&1; strings "$from" 2>/dev/null | grep "^bucket_mb=") &&
+    [ $rc -eq 0 ] && ! grep -q "^bucket_mb = auto:" <<<"$out" && grep -q "buckets of <= $chosen MiB\|buckets of <= [0-9.]* MiB" <<<"$out" &&
+    cmp -s "$last" "$tmp/res/$(basename "$last")"
+check "resumed from $(basename "$from") (chosen at step $tuned_at): no new measurement, the uninterrupted run's last checkpoint" $? \
+    "exit $rc: $(grep -m1 "ddp\|bucket" <<<"$out") $(tail -2 <<<"$out")"
+
+# DataParallel 2 x cpu: the replica threads decide together
+plain=$(./train "${base[@]}" --set distributed.devices=cpu:0,cpu:1 2>&1 | sha)
+out=$(./train "${base[@]}" --set distributed.devices=cpu:0,cpu:1 --set distributed.bucket_mb=auto 2>&1); rc=$?
+[ $rc -eq 0 ] && [ -n "$plain" ] && [ "$(sha <<<"$out")" = "$plain" ] && grep -q "^bucket_mb = auto:" <<<"$out"
+check "DataParallel 2 x cpu, bucket_mb = auto: the weights of bucket_mb = 25" $? "exit $rc: $(tail -3 <<<"$out")"
+
+# a word it does not know: refused naming the key, the value and what it takes
+out=$(./train "${base[@]}" --set distributed.bucket_mb=fast 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "bucket_mb = fast: expected a number or auto" <<<"$out"
+check "bucket_mb = fast: refused, saying it takes a number or auto" $? "exit $rc: $out"
+
+exit $((failed > 0))
