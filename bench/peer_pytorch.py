@@ -106,6 +106,37 @@ def ddp_worker(rank, world, name, steps, batch, threads, port, out):
         out.put(batch * world * steps / (t.item() / world))
     dist.destroy_process_group()
 
+def ddp_env_main(name, steps, batch, threads, bucket_mb):
+    """One gloo DDP rank started by a launcher that sets torchrun's variables (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT: scripts/netlab.sh each): rank 0 prints the ranks' mean step time
+    over the timed steps (two warm-up steps first), in ms, as one JSON line."""
+    import os
+    import torch.distributed as dist
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    build, shape, classes, _ = MODELS[name]
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(build(), bucket_cap_mb=bucket_mb)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, *shape)
+    y = torch.randint(0, classes, (batch,))
+    loss_fn = nn.CrossEntropyLoss()
+    for i in range(steps + 2):
+        if i == 2:
+            dist.barrier()
+            t0 = time.perf_counter()
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    t = torch.tensor([time.perf_counter() - t0])
+    dist.all_reduce(t)
+    if rank == 0:
+        print(json.dumps({"bench": "torch_ddp_env", "model": name, "batch": batch, "threads": threads, "ranks": world,
+                          "bucket_mb": bucket_mb, "torch": torch.__version__,
+                          "step_ms": round(1e3 * t.item() / world / steps, 3)}), flush=True)
+    dist.destroy_process_group()
+
 def ddp_img_s(name, steps, batch, threads, world=2):
     import random
     import torch.multiprocessing as mp
@@ -132,7 +163,14 @@ def main():
     ap.add_argument("--channels-last", action="store_true",
                     help="model and input in torch.channels_last (dptrain's [train] memory_format = nhwc)")
     ap.add_argument("--one", action="store_true", help="one model: print only its JSON line (side_by_side.py)")
+    ap.add_argument("--env-ddp", action="store_true",
+                    help="one gloo DDP rank of --models (one model), RANK/WORLD_SIZE/MASTER_* from the environment "
+                         "(scripts/netlab.sh each); rank 0 prints the mean step time")
+    ap.add_argument("--bucket-mb", type=float, default=25.0, help="--env-ddp: DDP's bucket_cap_mb")
     args = ap.parse_args()
+    if args.env_ddp:
+        ddp_env_main(args.models, args.steps or 20, args.batch or MODELS[args.models][3], args.threads, args.bucket_mb)
+        return
     if args.device == "cuda":  # the same math as dptrain's default: FP32, no TF32, cuDNN heuristics
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
         torch.backends.cudnn.allow_tf32 = args.tf32

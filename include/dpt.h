@@ -857,6 +857,7 @@ typedef enum dpt_grad_compression {
 typedef struct dpt_ddp_options {
     double bucket_mb;     /* bucket capacity; tiny = one parameter per bucket */
     bool bucket_auto;     /* [distributed] bucket_mb = auto: the reducer measures sizes over the first steps */
+    bool compression_auto; /* [distributed] grad_compression = auto: then decides on bf16 by measuring */
     bool overlap;         /* false: all AllReduces after backward (for comparison) */
     bool find_unused;     /* treat a parameter without gradient as zero instead of an error */
     double timeout_s;     /* a bucket not reduced in this time ends the job with a report */
@@ -898,6 +899,8 @@ int dpt_ddp_plan_count(dpt_ddp *ddp, double bucket_mb);
 /* Lay the buckets out again for another capacity, between steps; every rank at the same step
  * with the same size ([distributed] bucket_mb = auto). */
 void dpt_ddp_replan(dpt_ddp *ddp, double bucket_mb);
+/* Gradients on the wire in 16 bits or not from the next step (host communicators). */
+void dpt_ddp_set_compression(dpt_ddp *ddp, dpt_grad_compression c);
 /* Parameter indices of a bucket, in the order they fill it (exposed for tests). */
 int dpt_ddp_bucket_params(const dpt_ddp *ddp, int bucket, int *params, int max);
 /* How many times each parameter's gradient was reduced so far (exposed for tests). */
@@ -946,9 +949,10 @@ typedef struct dpt_train_state {
     /* [train] early_stop: the best value of its metric so far and the epoch it came (0: none) */
     double stop_best;
     int stop_best_epoch;
-    /* [distributed] bucket_mb = auto: the size it chose (0: none yet), so a resume does not
-     * measure again */
+    /* [distributed] bucket_mb = auto: the size it chose (0: none yet), and grad_compression =
+     * auto's choice (1 none, 2 bf16; 0: none yet), so a resume does not measure again */
     double bucket_mb;
+    int grad_compression;
 } dpt_train_state;
 
 /* Write model parameters and buffers, optimizer state, the context's RNG, the train state,

@@ -151,6 +151,9 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
     DPT_ASSERT(n > 0 && (size_t)n < sizeof meta, "checkpoint meta of %d bytes", n);
     if (st->bucket_mb > 0) /* only where bucket_mb = auto chose: other files stay as they were */
         n += snprintf(meta + n, sizeof meta - (size_t)n, "bucket_mb=%.17g\n", st->bucket_mb);
+    if (st->grad_compression > 0)
+        n += snprintf(meta + n, sizeof meta - (size_t)n, "grad_compression_auto=%s\n",
+                      st->grad_compression == 2 ? "bf16" : "none");
     DPT_ASSERT((size_t)n < sizeof meta, "checkpoint meta of %d bytes", n);
     put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
     char *text = config_text(cfg);
@@ -468,6 +471,13 @@ static bool read_state(const char *path, const record *meta, dpt_train_state *st
         st->bucket_mb = strtod(val, &end);
         if (*end || !(st->bucket_mb >= 1e-9 && st->bucket_mb <= 1e5))
             return dpt_errorf(err, "%s: meta bucket_mb = %s is not a bucket size\n" HINT_CORRUPT, path, val);
+    }
+    st->grad_compression = 0; /* grad_compression = auto's choice, where it made one */
+    if (meta_get(meta, "grad_compression_auto", val, sizeof val)) {
+        st->grad_compression = !strcmp(val, "none") ? 1 : !strcmp(val, "bf16") ? 2 : -1;
+        if (st->grad_compression < 0)
+            return dpt_errorf(err, "%s: meta grad_compression_auto = %s is neither none nor bf16\n" HINT_CORRUPT,
+                              path, val);
     }
     st->best_loss = INFINITY; /* the lowest test loss (tasks without accuracy); older files have none */
     if (meta_get(meta, "best_loss", val, sizeof val)) {

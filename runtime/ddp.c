@@ -408,6 +408,22 @@ void dpt_ddp_replan(dpt_ddp *d, double bucket_mb)
     d->next_launch = 0;
 }
 
+/* Between steps: gradients on the wire in 16 bits or not ([distributed] grad_compression = auto;
+ * host communicators: the communication thread reads the setting per bucket). */
+void dpt_ddp_set_compression(dpt_ddp *d, dpt_grad_compression c)
+{
+    if (c == d->opt.compression) return;
+    DPT_ASSERT(!d->async && d->launched == 0 && d->reduced == 0, "gradient compression changed mid-step or on a device stream");
+    d->opt.compression = c;
+    d->h16 = c != DPT_GRAD_COMPRESSION_NONE;
+    dpt_error err;
+    if (d->h16 && !size_wire(d, &err)) dpt_abort_job("%s", err.msg);
+    if (!d->h16) {
+        free(d->wire);
+        d->wire = NULL;
+    }
+}
+
 double dpt_ddp_bucket_mb(const dpt_ddp *d)
 {
     return d->opt.bucket_mb;
@@ -449,6 +465,14 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
                            "DDP start-up: buffer broadcast");
     }
     d->async = comm->ops->reduce_avg_async != NULL;
+    if (opt->compression_auto && (d->async || !comm->ops->allreduce_h16 || dpt_ctx_device(ctx).kind != DPT_DEVICE_CPU)) {
+        dpt_errorf(err, "[distributed] grad_compression = auto: only on host communicators (mpirun on CPUs, "
+                        "DataParallel over CPUs) for now; the %s communicator cannot change it between steps\n"
+                        "HINT: grad_compression = bf16 or none",
+                   comm->ops->name);
+        dpt_ddp_free(d);
+        return NULL;
+    }
     if (opt->compression != DPT_GRAD_COMPRESSION_NONE) {
         bool bf16 = opt->compression == DPT_GRAD_COMPRESSION_BF16;
         /* a device communicator converts on its stream (NCCL's bf16/fp16 AllReduce); a host

@@ -20,6 +20,12 @@ typedef struct dpt_reducer_stats {
     const double *bucket_s;
 } dpt_reducer_stats;
 
+/* What the automatic settings chose (0: not chosen). */
+typedef struct dpt_reducer_plan {
+    double bucket_mb; /* [distributed] bucket_mb = auto */
+    int compression;  /* [distributed] grad_compression = auto: 1 none, 2 bf16 */
+} dpt_reducer_plan;
+
 typedef struct dpt_reducer dpt_reducer;
 typedef struct dpt_reducer_ops {
     const char *name;
@@ -29,12 +35,12 @@ typedef struct dpt_reducer_ops {
     void (*micro_end)(dpt_reducer *r);
     /* Before the optimizer: every rank's gradients hold the step's average. */
     void (*finish)(dpt_reducer *r, dpt_reducer_stats *stats);
-    /* After the optimizer step, its wall time (optional): [distributed] bucket_mb = auto
-     * measures its candidate plans with it and returns the size chosen (MiB) at the step
-     * the ranks decide, with a line for the log in note; 0 otherwise. */
-    double (*step_end)(dpt_reducer *r, double step_s, char *note, size_t cap);
-    /* A resumed run's plan (the size a checkpoint recorded): adopted, no tuning (optional). */
-    void (*adopt)(dpt_reducer *r, double bucket_mb);
+    /* After the optimizer step, its wall time (optional): [distributed] bucket_mb = auto and
+     * grad_compression = auto measure their candidates with it; true at a step where the ranks
+     * decided something, in plan (what is still open left 0), with lines for the log in note. */
+    bool (*step_end)(dpt_reducer *r, double step_s, dpt_reducer_plan *plan, char *note, size_t cap);
+    /* A resumed run's plan (what a checkpoint recorded): adopted, not measured again (optional). */
+    void (*adopt)(dpt_reducer *r, const dpt_reducer_plan *plan);
     /* The header's line about it ("ddp ... | 2 buckets of <= 25 MiB ..."), or "". */
     void (*describe)(const dpt_reducer *r, char *buf, size_t cap);
     void (*free)(dpt_reducer *r);

@@ -326,7 +326,9 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .timeout_s = dpt_config_float(c, "distributed", "comm_timeout_s"),
         .config_hash = rc->hash,
     };
-    rc->ddp.compression = (dpt_grad_compression)dpt_config_enum(c, "distributed", "grad_compression");
+    int compression = dpt_config_enum(c, "distributed", "grad_compression");
+    rc->ddp.compression_auto = compression == 3; /* none|bf16|fp16|auto: fp32 on the wire until it decides */
+    rc->ddp.compression = rc->ddp.compression_auto ? DPT_GRAD_COMPRESSION_NONE : (dpt_grad_compression)compression;
     if (isnan(rc->ddp.bucket_mb)) /* auto: the first step runs with PyTorch's 25, then the reducer measures */
         rc->ddp.bucket_mb = 25, rc->ddp.bucket_auto = true;
     rc->zero = (int)dpt_config_int(c, "distributed", "zero");

@@ -359,9 +359,13 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         t->reducer = dpt_reducer_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, t->timeline, err);
         if (!t->reducer) goto fail;
         /* bucket_mb = auto resumed: the size the interrupted run chose, not measured again */
-        if (run->ddp.bucket_auto && t->state.bucket_mb > 0) t->reducer->ops->adopt(t->reducer, t->state.bucket_mb);
+        if (!run->ddp.bucket_auto) t->state.bucket_mb = 0;
+        if (!run->ddp.compression_auto) t->state.grad_compression = 0;
+        dpt_reducer_plan plan = {.bucket_mb = t->state.bucket_mb, .compression = t->state.grad_compression};
+        if (plan.bucket_mb > 0 || plan.compression) t->reducer->ops->adopt(t->reducer, &plan);
+    } else {
+        t->state.bucket_mb = 0, t->state.grad_compression = 0;
     }
-    if (!run->ddp.bucket_auto || !r->comm || run->deterministic) t->state.bucket_mb = 0;
     if (t->reducer && !zero_shard(t, err)) goto fail;
     int64_t all = run->epochs * t->steps_per_epoch;
     t->total_steps = run->max_steps > 0 && run->max_steps < all ? run->max_steps : all;
@@ -587,13 +591,19 @@ static void train_step(trainer *t)
     dpt_timeline_span(t->timeline, "wait allreduce", 0, t4, t5);
     dpt_timeline_span(t->timeline, "optimizer", 0, t5, dpt_now_s());
     if (t->reducer && t->reducer->ops->step_end) { /* [distributed] bucket_mb = auto */
-        char note[1024];
-        double chosen = t->reducer->ops->step_end(t->reducer, dpt_now_s() - step_start, note, sizeof note);
-        if (chosen > 0) {
-            t->state.bucket_mb = chosen;
-            if (t->r->rank == 0) printf("%s\n", note);
-            dpt_metrics_write(t->metrics, "\"kind\":\"bucket_tune\",\"step\":%lld,\"bucket_mb\":%g",
-                              (long long)t->state.step + 1, chosen);
+        char note[1536];
+        dpt_reducer_plan plan = {0};
+        if (t->reducer->ops->step_end(t->reducer, dpt_now_s() - step_start, &plan, note, sizeof note)) {
+            if (plan.bucket_mb > 0) t->state.bucket_mb = plan.bucket_mb;
+            if (plan.compression) t->state.grad_compression = plan.compression;
+            if (t->r->rank == 0 && *note) printf("%s\n", note);
+            if (plan.bucket_mb > 0 || plan.compression)
+                dpt_metrics_write(t->metrics, "\"kind\":\"bucket_tune\",\"step\":%lld,\"bucket_mb\":%g,"
+                                              "\"grad_compression\":\"%s\"",
+                                  (long long)t->state.step + 1, t->state.bucket_mb,
+                                  t->state.grad_compression == 2 ? "bf16"
+                                  : t->state.grad_compression == 1 ? "none"
+                                                                   : "");
         }
     }
 }

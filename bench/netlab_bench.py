@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""netlab_bench.py: DDP over a capped network, dptrain beside PyTorch (needs root: scripts/netlab.sh).
+
+    sudo /usr/bin/python3 bench/netlab_bench.py [--caps 1gbit,5gbit] [--models cnn,resnet20]
+                                                [--pairs 3] [--windows 4] [--json FILE]
+
+For each cap and model, turn by turn, --pairs rounds of four runs (2 ranks x 1 thread, each
+rank in its own network namespace on its own core, talking TCP over links capped at the rate):
+  alone  one dptrain process on one core, no communication at all: compute alone
+  off    2 ranks, [distributed] overlap = false: the AllReduces run after backward, so their
+         time (the progress line's comm ms) is communication alone
+  on     2 ranks, overlap = true (the default)
+  torch  PyTorch's DDP over gloo, the same model, per-rank batch, SGD momentum 0.9, 1 thread
+dptrain's step time is the median of the JSONL windows after the first (warm-up); PyTorch's the
+mean over its timed steps. Printed per cap and model: medians over the pairs, with the spread
+(min-max); bound = max(alone, comm alone); on/bound (1.0 = communication fully hidden); the
+overlap's gain (off/on); PyTorch over dptrain (above 1: dptrain faster).
+What the lab cannot show: latency (no netem here) and NIC offloads (TCP costs the ranks' cores).
+"""
+import argparse, json, os, statistics, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NETLAB = os.path.join(ROOT, "scripts", "netlab.sh")
+TRAIN = os.path.join(ROOT, "train")
+
+# dptrain's side of each model: the peer's model (peer_pytorch.py), synthetic data of its shape,
+# SGD with momentum, one thread per rank; per-rank batch
+MODELS = {
+    "cnn": (64, ["model.name=cnn", "model.channels=32,64", "model.fc=128", "model.dropout=0.25",
+                 "data.synthetic_shape=1,28,28", "data.synthetic_classes=10"]),
+    "resnet20": (32, ["model.name=resnet", "model.depth=20",
+                      "data.synthetic_shape=3,32,32", "data.synthetic_classes=10"]),
+    "resnet50": (4, ["model.name=resnet", "model.depth=50",
+                     "data.synthetic_shape=3,224,224", "data.synthetic_classes=1000"]),
+}
+COMMON = ["data.source=synthetic", "data.test_limit=8", "train.epochs=1", "train.threads=1",
+          "optim.name=sgd", "optim.lr=0.01", "optim.momentum=0.9", "optim.weight_decay=0", "log.interval=10"]
+
+
+def ours(model, cap, mode, windows, metrics, bucket="25"):
+    """mode alone | off | on; bucket: [distributed] bucket_mb (auto: the windows after its choice)"""
+    batch, sets = MODELS[model]
+    skip = 0
+    if bucket == "auto":  # the steps it measures, rounded up to whole windows
+        skip = 10 * ((1 + 12 * 3) // 10 + 1)
+    steps = 10 * (windows + 1) + skip
+    sets = sets + COMMON + [f"train.batch={batch}", f"train.max_steps={steps}",
+                            f"data.synthetic_samples={batch * 2 * (steps + 1)}", f"log.metrics={metrics}",
+                            f"distributed.overlap={'false' if mode == 'off' else 'true'}",
+                            f"distributed.bucket_mb={bucket}"]
+    args = [TRAIN, os.path.join(ROOT, "configs", "fmnist_cnn.ini")]
+    for s in sets:
+        args += ["--set", s]
+    if os.path.exists(metrics):
+        os.unlink(metrics)
+    cmd = ["taskset", "-c", "0"] + args if mode == "alone" else [NETLAB, "--rate", cap, "mpi", "--"] + args
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode:
+        sys.exit(f"netlab_bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}")
+    records = [json.loads(l) for l in open(metrics)]
+    tuned = [x["step"] for x in records if x.get("kind") == "bucket_tune"]
+    chosen = [x["bucket_mb"] for x in records if x.get("kind") == "bucket_tune"]
+    rows = [x for x in records if x.get("kind") == "train"][1:]
+    if tuned:
+        rows = [x for x in rows if x["step"] - 10 >= tuned[0]]  # whole windows after the choice
+    return {"step_ms": statistics.median(x["step_ms"] for x in rows), "bucket_mb": chosen[0] if chosen else None,
+            "comm_ms": statistics.median(x["comm_ms"] for x in rows),
+            "exposed_ms": statistics.median(x.get("comm_exposed_ms", 0) for x in rows),
+            "gbit_s": statistics.median(x.get("comm_gbit_s", 0) for x in rows)}
+
+
+def torch_alone(model, windows):
+    batch, _ = MODELS[model]
+    cmd = ["taskset", "-c", "0", "/usr/bin/python3", os.path.join(ROOT, "bench", "peer_pytorch.py"), "--one",
+           "--models", model, "--batch", str(batch), "--threads", "1", "--steps", str(10 * windows)]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode or not lines:
+        sys.exit(f"netlab_bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}")
+    return {"step_ms": 1e3 * batch / json.loads(lines[-1])["img_s"]}
+
+
+def torch(model, cap, windows):
+    batch, _ = MODELS[model]
+    cmd = [NETLAB, "--rate", cap, "each", "--", "/usr/bin/python3", os.path.join(ROOT, "bench", "peer_pytorch.py"),
+           "--env-ddp", "--models", model, "--batch", str(batch), "--threads", "1", "--steps", str(10 * windows)]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode or not lines:
+        sys.exit(f"netlab_bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}")
+    return {"step_ms": json.loads(lines[-1])["step_ms"]}
+
+
+def spread(xs):
+    return f"{statistics.median(xs):7.1f} ({min(xs):.1f}-{max(xs):.1f})"
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--caps", default="1gbit,5gbit")
+    ap.add_argument("--models", default="cnn,resnet20")
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--windows", type=int, default=4, help="timed windows of 10 steps each run")
+    ap.add_argument("--sweep", help="instead: overlap on at each of these bucket_mb (e.g. 0.25,1,4,25) and auto")
+    ap.add_argument("--json", help="append one JSON line per cap and model here")
+    args = ap.parse_args()
+    if os.geteuid():
+        sys.exit("netlab_bench: needs root (network namespaces); HINT: sudo /usr/bin/python3 bench/netlab_bench.py")
+    metrics = os.path.join(tempfile.mkdtemp(prefix="netlab_bench."), "m.jsonl")
+    print(f"2 ranks x 1 thread, each in its own network namespace, links capped by tc tbf; {args.pairs} rounds; "
+          "step ms, median (min-max)")
+    if args.sweep:
+        sizes = args.sweep.split(",") + ["auto"]
+        print(f"{'cap':>6} {'model':>9} | " + " ".join(f"{'mb ' + x:>19}" for x in sizes) + " | auto/best  chosen")
+    else:
+        print(f"{'cap':>6} {'model':>9} | {'alone':>19} {'comm alone':>19} {'overlap off':>19} {'overlap on':>19} "
+              f"{'auto':>19} | {'torch alone':>19} {'torch ddp':>19} | on/bound auto/bound torch/on hidden Gbit/s")
+    for cap in args.caps.split(","):
+        for model in args.models.split(","):
+            if args.sweep:
+                runs = {x: [] for x in sizes}
+                for _ in range(args.pairs):  # turn by turn
+                    for x in sizes:
+                        runs[x].append(ours(model, cap, "on", args.windows, metrics, x))
+                col = {x: [r["step_ms"] for r in v] for x, v in runs.items()}
+                best = min(med(col[x]) for x in sizes[:-1])
+                chosen = sorted({r["bucket_mb"] for r in runs["auto"]})
+                print(f"{cap:>6} {model:>9} | " + " ".join(spread(col[x]) for x in sizes) +
+                      f" | {med(col['auto']) / best:9.3f}  {chosen}", flush=True)
+                record = {"bench": "netlab_sweep", "cap": cap, "model": model, "runs": runs}
+            else:
+                runs = {k: [] for k in ("alone", "off", "on", "auto", "torch_alone", "torch")}
+                for _ in range(args.pairs):  # turn by turn: the machine's drift hits every column alike
+                    for mode in ("alone", "off", "on"):
+                        runs[mode].append(ours(model, cap, mode, args.windows, metrics))
+                    runs["auto"].append(ours(model, cap, "on", args.windows, metrics, "auto"))
+                    runs["torch_alone"].append(torch_alone(model, args.windows))
+                    runs["torch"].append(torch(model, cap, args.windows))
+                col = {k: [x["step_ms"] for x in v] for k, v in runs.items()}
+                comm = [x["comm_ms"] for x in runs["off"]]
+                bound = [max(a, c) for a, c in zip(col["alone"], comm)]
+                on_bound = med([o / b for o, b in zip(col["on"], bound)])
+                auto_bound = med([o / b for o, b in zip(col["auto"], bound)])
+                torch_on = med([t / o for t, o in zip(col["torch"], col["on"])])
+                hidden = med([1 - x["exposed_ms"] / x["comm_ms"] if x["comm_ms"] else 0 for x in runs["on"]])
+                gbit = med([x["gbit_s"] for x in runs["off"]])
+                print(f"{cap:>6} {model:>9} | {spread(col['alone'])} {spread(comm)} {spread(col['off'])} "
+                      f"{spread(col['on'])} {spread(col['auto'])} | {spread(col['torch_alone'])} "
+                      f"{spread(col['torch'])} | {on_bound:8.2f} {auto_bound:10.2f} {torch_on:8.2f} "
+                      f"{100 * hidden:5.0f}% {gbit:6.2f}", flush=True)
+                record = {"bench": "netlab", "cap": cap, "model": model, "runs": runs}
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
