@@ -41,8 +41,8 @@ def ours(model, cap, mode, windows, metrics, bucket="25"):
     """mode alone | off | on; bucket: [distributed] bucket_mb (auto: the windows after its choice)"""
     batch, sets = MODELS[model]
     skip = 0
-    if bucket == "auto":  # the steps it measures, rounded up to whole windows
-        skip = 10 * ((1 + 12 * 3) // 10 + 1)
+    if bucket == "auto":  # the steps it may measure (12 sizes, 3 visits of 3 steps), in whole windows
+        skip = 10 * ((1 + 12 * 3 * 3) // 10 + 1)
     steps = 10 * (windows + 1) + skip
     sets = sets + COMMON + [f"train.batch={batch}", f"train.max_steps={steps}",
                             f"data.synthetic_samples={batch * 2 * (steps + 1)}", f"log.metrics={metrics}",

@@ -893,9 +893,10 @@ dpt_ddp_stats dpt_ddp_last_stats(const dpt_ddp *ddp);
  * where the host cannot see them (a device stream's collectives). */
 const double *dpt_ddp_bucket_times(const dpt_ddp *ddp);
 int dpt_ddp_num_buckets(const dpt_ddp *ddp);
-/* The bucket capacity in use (MiB), and how many buckets another capacity would make. */
+/* The bucket capacity in use (MiB), and how many buckets another capacity would make (and a
+ * signature of where they start: two capacities with one signature make the same plan). */
 double dpt_ddp_bucket_mb(const dpt_ddp *ddp);
-int dpt_ddp_plan_count(dpt_ddp *ddp, double bucket_mb);
+int dpt_ddp_plan_count(dpt_ddp *ddp, double bucket_mb, uint64_t *signature);
 /* Lay the buckets out again for another capacity, between steps; every rank at the same step
  * with the same size ([distributed] bucket_mb = auto). */
 void dpt_ddp_replan(dpt_ddp *ddp, double bucket_mb);

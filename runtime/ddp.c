@@ -312,8 +312,9 @@ static bool check_plans(const dpt_ddp *d, const plan *all, dpt_error *err)
  * is capped at 1 MiB (as in PyTorch DDP): the last layers' gradients go on the wire while most
  * of backward is still ahead. With place, the parameters' places are recorded; returns the
  * count. */
-static int plan_buckets(dpt_ddp *d, double bucket_mb, bool place)
+static int plan_buckets(dpt_ddp *d, double bucket_mb, bool place, uint64_t *signature)
 {
+    uint64_t sig = DPT_HASH_SEED;
     double cap_bytes = bucket_mb * 1024.0 * 1024.0;
     double first_cap = cap_bytes < 1048576.0 ? cap_bytes : 1048576.0;
     int nbuckets = 0;
@@ -324,6 +325,7 @@ static int plan_buckets(dpt_ddp *d, double bucket_mb, bool place)
         double cap = nbuckets <= 1 ? first_cap : cap_bytes;
         if (!nbuckets || (count_in > 0 && (double)(numel_in + numel) * sizeof(float) > cap)) {
             nbuckets++;
+            sig = dpt_hash_bytes(sig, &k, sizeof k); /* where each bucket starts: the plan */
             numel_in = count_in = 0;
             if (place) d->buckets[nbuckets - 1] = (bucket){.first = k};
         }
@@ -341,13 +343,14 @@ static int plan_buckets(dpt_ddp *d, double bucket_mb, bool place)
             d->buckets[nbuckets - 1].count = (int)count_in;
         }
     }
+    if (signature) *signature = sig;
     return nbuckets;
 }
 
 /* Lay the buckets out for d->opt.bucket_mb and give each its flat buffer. */
 static void layout_buckets(dpt_ddp *d)
 {
-    d->nbuckets = plan_buckets(d, d->opt.bucket_mb, true);
+    d->nbuckets = plan_buckets(d, d->opt.bucket_mb, true, NULL);
     for (int b = 0; b < d->nbuckets; b++) {
         d->buckets[b].flat = dpt_ctx_alloc(d->ctx, (size_t)d->buckets[b].numel * sizeof(float),
                                            &d->buckets[b].granted, "a DDP gradient bucket");
@@ -385,9 +388,9 @@ static bool size_wire(dpt_ddp *d, dpt_error *err)
     return true;
 }
 
-int dpt_ddp_plan_count(dpt_ddp *d, double bucket_mb)
+int dpt_ddp_plan_count(dpt_ddp *d, double bucket_mb, uint64_t *signature)
 {
-    return plan_buckets(d, bucket_mb, false);
+    return plan_buckets(d, bucket_mb, false, signature);
 }
 
 /* Between steps only (no bucket in flight): the gradients move out, the buckets are laid out

@@ -11,15 +11,15 @@
  * candidates turn by turn (the machine's drift hits every one alike): each visited TUNE_VISITS
  * times for 1 + TUNE_MEASURE steps (the first after a change not counted); then the ranks add
  * up their medians (one small AllReduce: every rank takes the same decision).
- *   [distributed] bucket_mb = auto: the capacities that make different plans (a size giving
- *   the same bucket count as a smaller one is left out), from the run's second step; the
+ *   [distributed] bucket_mb = auto: the capacities that make different plans (a size whose
+ *   buckets start where a smaller one's do is left out), from the run's second step; the
  *   fastest is kept.
  *   [distributed] grad_compression = auto: then, on the plan in use, the share of the step the
  *   AllReduces were exposed (waited for after backward): under TUNE_EXPOSED the gradients stay
  *   fp32 and no step ever ran in bf16 (the weights are none's bit for bit); above it, fp32 and
  *   bf16 on the wire are tried in turn and bf16 is kept only when the step is TUNE_GAIN faster. */
 #define TUNE_MAX 12
-#define TUNE_VISITS 2
+#define TUNE_VISITS 3
 #define TUNE_MEASURE 2
 #define TUNE_EXPOSED 0.05
 #define TUNE_GAIN 0.02
@@ -88,11 +88,16 @@ static void tune_start(ddp_reducer *d)
     tuner *t = &d->tune;
     *t = (tuner){.wire_auto = d->opt.compression_auto};
     int n = 0;
+    uint64_t seen[TUNE_MAX];
     if (d->opt.bucket_auto)
         for (size_t i = 0; i < sizeof tune_sizes / sizeof tune_sizes[0] && n < TUNE_MAX; i++) {
-            int count = dpt_ddp_plan_count(d->ddp, tune_sizes[i]);
-            if (n && count == t->buckets[n - 1]) continue;
-            t->mb[n] = tune_sizes[i], t->h16[n] = false;
+            uint64_t sig;
+            int count = dpt_ddp_plan_count(d->ddp, tune_sizes[i], &sig);
+            bool same = false;
+            for (int j = 0; j < n; j++)
+                same |= seen[j] == sig;
+            if (same) continue; /* another size's plan */
+            t->mb[n] = tune_sizes[i], t->h16[n] = false, seen[n] = sig;
             t->buckets[n++] = count;
             if (count == 1) break; /* one bucket: larger sizes are the same plan */
         }

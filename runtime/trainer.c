@@ -593,16 +593,19 @@ static void train_step(trainer *t)
     if (t->reducer && t->reducer->ops->step_end) { /* [distributed] bucket_mb = auto */
         char note[1536];
         dpt_reducer_plan plan = {0};
-        if (t->reducer->ops->step_end(t->reducer, dpt_now_s() - step_start, &plan, note, sizeof note)) {
+        /* the period from the last step's end: what the ranks' waiting for each other between
+         * steps (the signal agreement, the progress line) costs is part of a plan's price */
+        double now = dpt_now_s(), period = now - (t->last_step_end > 0 ? t->last_step_end : step_start);
+        t->last_step_end = now;
+        if (t->reducer->ops->step_end(t->reducer, period, &plan, note, sizeof note)) {
             if (plan.bucket_mb > 0) t->state.bucket_mb = plan.bucket_mb;
             if (plan.compression) t->state.grad_compression = plan.compression;
             if (t->r->rank == 0 && *note) printf("%s\n", note);
-            if (plan.bucket_mb > 0 || plan.compression)
-                dpt_metrics_write(t->metrics, "\"kind\":\"bucket_tune\",\"step\":%lld,\"bucket_mb\":%g,"
-                                              "\"grad_compression\":\"%s\"",
-                                  (long long)t->state.step + 1, t->state.bucket_mb,
-                                  t->state.grad_compression == 2 ? "bf16"
-                                  : t->state.grad_compression == 1 ? "none"
+            if (plan.bucket_mb > 0 || plan.compression) /* what has been decided so far */
+                dpt_metrics_write(t->metrics, "\"kind\":\"bucket_tune\",\"step\":%lld,\"bucket_mb\":%g%s",
+                                  (long long)t->state.step + 1, t->state.bucket_mb > 0 ? t->state.bucket_mb : t->run->ddp.bucket_mb,
+                                  t->state.grad_compression == 2   ? ",\"grad_compression\":\"bf16\""
+                                  : t->state.grad_compression == 1 ? ",\"grad_compression\":\"none\""
                                                                    : "");
         }
     }

@@ -186,6 +186,7 @@ typedef struct trainer {
     double grad_norm;
     bool nan_loss; /* tests: [distributed] fault = nan is due this step */
     double run_start, eval_s; /* evaluation time is not training throughput */
+    double last_step_end;     /* when the last optimizer step ended (the automatic plans' clock) */
     /* [distributed] zero = 1: each parameter's owner rank; a host buffer for one rank's
      * parameters, broadcast after each step */
     int *zero_owner;
