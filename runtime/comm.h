@@ -53,6 +53,11 @@ struct dpt_comm {
     /* A host collective not finished in this time ends the job with a report naming it and
      * this rank's recent collectives (0 = wait forever). [distributed] comm_timeout_s. */
     double timeout_s;
+    /* Set while this rank's compute thread has nothing to do but wait for this communicator's
+     * collectives (DDP after backward): a waiting thread then yields its core instead of
+     * napping, since nothing of its own rank needs it (other ranks' threads on the same core
+     * still get it: a yield, not a spin). Read and written with __atomic builtins. */
+    int hurry;
     void *impl;
 };
 

@@ -6,6 +6,7 @@
 #if DPT_MPI
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -138,6 +139,10 @@ static void wait_request(dpt_comm *comm, MPI_Request *req, const char *what)
             if (done) return;
         }
         if (deadline && dpt_now_s() > deadline) report_timeout(comm, what);
+        if (__atomic_load_n(&comm->hurry, __ATOMIC_RELAXED)) { /* the rank only waits for this: no nap */
+            sched_yield();
+            continue;
+        }
         dpt_sleep_ms(nap_ms);
         nap_ms = nap_ms * 2 < 0.25 ? nap_ms * 2 : 0.25;
     }

@@ -645,6 +645,8 @@ void dpt_ddp_finish(dpt_ddp *d)
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += (time_t)d->opt.timeout_s;
+    /* backward is over: the communication thread may have the core to itself */
+    __atomic_store_n(&d->grad_comm->hurry, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&d->mu);
     while (d->reduced < d->nbuckets) {
         int rc = pthread_cond_timedwait(&d->done_cv, &d->mu, &deadline);
@@ -652,6 +654,7 @@ void dpt_ddp_finish(dpt_ddp *d)
     }
     d->launched = d->reduced = 0;
     pthread_mutex_unlock(&d->mu);
+    __atomic_store_n(&d->grad_comm->hurry, 0, __ATOMIC_RELAXED);
     double waited = dpt_now_s() - backward_end;
 
     dpt_ddp_stats st = {.step = d->step, .buckets = d->nbuckets, .wait_s = waited};
