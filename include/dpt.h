@@ -1045,6 +1045,10 @@ typedef struct dpt_atomic_file {
 } dpt_atomic_file;
 bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err);
 bool dpt_atomic_file_close(dpt_atomic_file *a, bool ok, dpt_error *err);
+/* A file written as it goes (metrics, timelines), created or truncated safely: a symbolic
+ * link, a FIFO, a device, a hard link or another user's file at path is refused (err names
+ * what, the path and the config key to change); never blocks. */
+FILE *dpt_stream_file_open(const char *path, const char *what, const char *key, dpt_error *err);
 /* Make an image classifier trainable as [model] name = NAME by dpt_train_main (and ./train's
  * code path): mpirun, DataParallel, checkpoints, schedules, logs, --expect. The short form of
  * dpt_register with a dpt_model_impl {.build_image = build}; call before dpt_train_main; false

@@ -70,3 +70,45 @@ bool dpt_atomic_file_close(dpt_atomic_file *a, bool ok, dpt_error *err)
     memset(a, 0, sizeof *a);
     return ok;
 }
+
+/* A file written as it goes (metrics, a timeline: readers follow it live, so no temporary):
+ * created or truncated through no link (O_NOFOLLOW: a symbolic link at the name is refused),
+ * never blocking on a FIFO (opened non-blocking, then checked), and refused unless it is a
+ * plain file with one name: a FIFO, a device or a hard link to another file (whose other name
+ * a planted link would make us overwrite) is not dptrain's to write. */
+FILE *dpt_stream_file_open(const char *path, const char *what, const char *key, dpt_error *err)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP)
+            dpt_errorf(err, "cannot write %s %s: it is a symbolic link, and dptrain does not write through links (one "
+                            "planted in a shared folder would make it overwrite another file)\nHINT: remove the link "
+                            "or choose another path with %s",
+                       what, path, key);
+        else if (e == ENXIO) /* a FIFO without a reader (non-blocking open for writing) */
+            dpt_errorf(err, "cannot write %s %s: it is not a regular file (a FIFO, a device or a socket)\nHINT: remove "
+                            "it or choose another path with %s",
+                       what, path, key);
+        else
+            dpt_errorf(err, "cannot write %s %s: %s\nHINT: check %s and that its folder exists and is writable",
+                       what, path, strerror(e), key);
+        return NULL;
+    }
+    struct stat st;
+    const char *why = NULL;
+    if (fstat(fd, &st) != 0) why = strerror(errno);
+    else if (!S_ISREG(st.st_mode)) why = "it is not a regular file (a FIFO, a device or a socket)";
+    else if (st.st_nlink > 1) why = "it has another name (a hard link): writing it would change that file too";
+    else if (st.st_uid != geteuid()) why = "it belongs to another user";
+    if (!why && (fcntl(fd, F_SETFL, 0) != 0 || ftruncate(fd, 0) != 0)) why = strerror(errno);
+    if (why) {
+        close(fd);
+        dpt_errorf(err, "cannot write %s %s: %s\nHINT: remove it or choose another path with %s", what, path, why,
+                   key);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "w");
+    if (!f) dpt_fatal("out of host memory");
+    return f;
+}

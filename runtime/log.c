@@ -34,12 +34,8 @@ dpt_metrics *dpt_metrics_open(const char *path, dpt_error *err)
     dpt_metrics *m = calloc(1, sizeof *m);
     if (!m) dpt_fatal("out of host memory for a metrics writer");
     if (path && *path) {
-        m->file = fopen(path, "w");
+        m->file = dpt_stream_file_open(path, "the metrics file", "[log] metrics", err);
         if (!m->file) {
-            dpt_errorf(err,
-                       "cannot write metrics file %s: %s\nHINT: check [log] metrics and that "
-                       "its folder exists",
-                       path, strerror(errno));
             free(m);
             return NULL;
         }

@@ -19,14 +19,8 @@ struct dpt_timeline {
 
 dpt_timeline *dpt_timeline_open(const char *path, int rank, dpt_error *err)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        dpt_errorf(err,
-                   "cannot write timeline %s: %s\nHINT: check [log] timeline and that its "
-                   "folder exists",
-                   path, strerror(errno));
-        return NULL;
-    }
+    FILE *f = dpt_stream_file_open(path, "the timeline", "[log] timeline", err);
+    if (!f) return NULL;
     dpt_timeline *tl = calloc(1, sizeof *tl);
     if (!tl) dpt_fatal("out of host memory for a timeline");
     tl->file = f;

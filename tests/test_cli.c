@@ -381,6 +381,32 @@ static void test_planted_links(void **state)
     assert_non_null(fgets(text, sizeof text, f));
     fclose(f);
     assert_string_equal(text, "precious\n");
+
+    /* the files written as they go (issue 27 item 1): a link at the metrics path, a FIFO at the
+     * timeline's (opening it for writing would wait forever for a reader) and a hard link to the
+     * victim are each refused at start naming the file and the key; the victim is untouched */
+    char metrics[700], fifo[700], hard[700];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+    assert_int_equal(symlink(victim, metrics), 0);
+    snprintf(args, sizeof args, SMALL "--set train.max_steps=2 --set log.metrics=%s", metrics);
+    expect_fail(args, 1, "the metrics file", "is a symbolic link, and dptrain does not write through links");
+    assert_contains(out, "[log] metrics");
+    unlink(metrics);
+    snprintf(fifo, sizeof fifo, "%s/trace.json", dir);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    snprintf(args, sizeof args, SMALL "--set train.max_steps=2 --set log.timeline=%s", fifo);
+    expect_fail(args, 1, "the timeline", "not a regular file");
+    unlink(fifo);
+    snprintf(hard, sizeof hard, "%s/hard.jsonl", dir);
+    assert_int_equal(link(victim, hard), 0);
+    snprintf(args, sizeof args, SMALL "--set train.max_steps=2 --set log.metrics=%s", hard);
+    expect_fail(args, 1, "the metrics file", "another name (a hard link)");
+    unlink(hard);
+    f = fopen(victim, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(text, sizeof text, f));
+    fclose(f);
+    assert_string_equal(text, "precious\n");
 }
 
 /* [checkpoint] final: a run that checkpoints every epoch but stops at max_steps mid-epoch
