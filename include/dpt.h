@@ -1080,6 +1080,8 @@ bool dpt_lr_schedule_build(const dpt_config *cfg, int world_size, int64_t steps_
 int dpt_optim_num_state(const dpt_optim *optim);
 dpt_tensor *dpt_optim_state_at(const dpt_optim *optim, int i);
 int64_t dpt_optim_steps(const dpt_optim *optim);
+/* The optimizer state this rank holds, in bytes (under [distributed] zero: its share). */
+int64_t dpt_optim_state_bytes(const dpt_optim *optim);
 void dpt_optim_set_steps(dpt_optim *optim, int64_t steps);
 /* Build the optimizer named by [optim] name. */
 dpt_optim *dpt_optim_build(dpt_model *model, const dpt_config *cfg, dpt_error *err);

@@ -330,6 +330,15 @@ dpt_tensor *dpt_optim_state_at(const dpt_optim *o, int i)
     DPT_ASSERT(i >= 0 && i < dpt_optim_num_state(o), "optimizer state %d of %d", i, dpt_optim_num_state(o));
     return o->state[i];
 }
+int64_t dpt_optim_state_bytes(const dpt_optim *o)
+{
+    int64_t bytes = 0;
+    int n = dpt_model_num_params(o->model);
+    for (int i = 0; i < n * o->nstate; i++)
+        if (o->state[i]) bytes += dpt_tensor_numel(o->state[i]) * (int64_t)sizeof(float);
+    return bytes;
+}
+
 int64_t dpt_optim_steps(const dpt_optim *o)
 {
     return o->steps;

@@ -45,4 +45,17 @@ b=$($M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/rb" --se
 check "checkpoints: the same tensors and weights as the unsharded run's; resumed across zero = 1 and 0, the uninterrupted end" $? \
     "same $same, $a / $b vs $full"
 
+# what a rank holds (issue 26: within 10% of 1/N of the unsharded state): an MLP whose parameters
+# split evenly by whole tensors (784x256 on one rank, three 256x256 and the rest on the other);
+# AdamW keeps two floats a parameter. The metrics' optim_state_mb is rank 0's state, measured.
+even=("${base[@]}" --set model.hidden=256,256,256,256 --set train.epochs=1 --set log.interval=10)
+state() { grep '"kind":"train"' "$1" | tail -1 | grep -o '"optim_state_mb":[0-9.]*' | cut -d: -f2; }
+$M -np 2 ./train "${even[@]}" --set checkpoint.dir="$tmp/m0" --set log.metrics="$tmp/m0.jsonl" > /dev/null 2>&1
+$M -np 2 ./train "${even[@]}" --set checkpoint.dir="$tmp/m1" --set distributed.zero=1 --set log.metrics="$tmp/m1.jsonl" > /dev/null 2>&1
+full=$(state "$tmp/m0.jsonl") half=$(state "$tmp/m1.jsonl")
+params=$(( (784 * 256 + 3 * 256 * 256 + 256 * 10 + 4 * 256 + 10) ))
+awk -v f="$full" -v h="$half" -v p="$params" 'BEGIN { exit !(f > 0 && (f - 2 * p * 4 / 1048576) ^ 2 < 1e-6 && h / (f / 2) > 0.9 && h / (f / 2) < 1.1) }'
+check "2 ranks, zero = 1: rank 0 holds $half MiB of optimizer state, $(awk -v f="$full" -v h="$half" 'BEGIN { printf "%.3f", h / f }') of the unsharded $full MiB (AdamW: 2 x 4 bytes x $params)" $? \
+    "full '$full', rank 0 '$half'"
+
 [ $failed -eq 0 ]
