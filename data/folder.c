@@ -307,7 +307,24 @@ static bool read_line(FILE *f, char *buf, size_t size)
     return true;
 }
 
-/* The cached listing, if the file is one and every folder it walked is unchanged. */
+/* A path a cache may name: relative to the root and inside it (no leading '/', no empty or
+ * ".." component). A cache in a shared data folder is anyone's to write: one naming
+ * "../../etc/shadow" must not make the trainer read it as an image. */
+static bool inside_root(const char *rel)
+{
+    if (!*rel || *rel == '/') return false;
+    for (const char *c = rel; c;) {
+        const char *slash = strchr(c, '/');
+        size_t n = slash ? (size_t)(slash - c) : strlen(c);
+        if (n == 0 || (n == 2 && c[0] == '.' && c[1] == '.')) return false;
+        c = slash ? slash + 1 : NULL;
+    }
+    return true;
+}
+
+/* The cached listing, if the file is one and every folder it walked is unchanged: and every
+ * name in it inside the root, each file under its own class's folder (anything else is not
+ * a cache this build wrote: walked again). */
 static bool read_cache(const char *path, const char *root, listing *l)
 {
     memset(l, 0, sizeof *l);
@@ -321,7 +338,8 @@ static bool read_cache(const char *path, const char *root, listing *l)
               sscanf(line, "dirs %d", &nd) == 1 && nd > 0;
     for (int i = 0; ok && i < nd; i++) {
         int at = 0;
-        ok = read_line(f, line, sizeof line) && sscanf(line, "%lld %lld %n", &a, &b, &at) == 2 && at > 0;
+        ok = read_line(f, line, sizeof line) && sscanf(line, "%lld %lld %n", &a, &b, &at) == 2 && at > 0 &&
+             (!strcmp(line + at, ".") || inside_root(line + at));
         struct stat st;
         if (ok) {
             snprintf(sub, sizeof sub, "%s/%s", root, line + at);
@@ -331,7 +349,7 @@ static bool read_cache(const char *path, const char *root, listing *l)
     }
     ok = ok && read_line(f, line, sizeof line) && sscanf(line, "classes %d", &nc) == 1 && nc > 0;
     for (int i = 0; ok && i < nc; i++) {
-        ok = read_line(f, line, sizeof line) && *line;
+        ok = read_line(f, line, sizeof line) && inside_root(line) && !strchr(line, '/') && strcmp(line, ".");
         if (ok) {
             l->classes = xrealloc(l->classes, (size_t)(l->nclasses + 1) * sizeof *l->classes);
             l->classes[l->nclasses++] = xstrdup(line);
@@ -343,7 +361,11 @@ static bool read_cache(const char *path, const char *root, listing *l)
     for (int64_t i = 0; ok && i < nfiles; i++) {
         int cls = -1, at = 0;
         ok = read_line(f, line, sizeof line) && sscanf(line, "%d %n", &cls, &at) == 1 && at > 0 && cls >= 0 &&
-             cls < l->nclasses;
+             cls < l->nclasses && inside_root(line + at);
+        if (ok) { /* under its class's folder: "class/..." */
+            size_t k = strlen(l->classes[cls]);
+            ok = !strncmp(line + at, l->classes[cls], k) && line[at + k] == '/';
+        }
         if (ok) add_file(l, line + at, cls);
     }
     ok = ok && fgetc(f) == EOF;

@@ -28,6 +28,16 @@ check "header: classes with counts, 3x32x32" $? "$(head -8 <<<"$a")"
 grep -q "train: walked, file list cached in $tmp/img/.dptrain-files-train" <<<"$a" &&
     grep -q "train: file list from $tmp/img/.dptrain-files-train" <<<"$b"
 check "file list cached, then read back" $? "$(grep '^images' <<<"$a$b")"
+# a cache rewritten to name a file outside the folder (anyone who can write the data folder can
+# write it, mtimes and all): not trusted, walked again, the file outside never opened
+cp -r "$tmp/img" "$tmp/esc" && rm -f "$tmp/esc"/.dptrain-files-*
+./train "${run[@]}" --set data.dir="$tmp/esc" --set checkpoint.dir="$tmp/esc_a" --set train.max_steps=1 >/dev/null 2>&1
+sed -i 's#^0 00_tshirt/00001.jpg$#0 00_tshirt/../../../../../../../etc/passwd#' "$tmp/esc/.dptrain-files-train"
+e=$(./train "${run[@]}" --set data.dir="$tmp/esc" --set checkpoint.dir="$tmp/esc_b" --set train.max_steps=1 2>&1); rc=$?
+grep -q '/etc/passwd' "$tmp/esc/.dptrain-files-train" 2>/dev/null; planted=$?
+[ $rc -eq 0 ] && [ $planted -ne 0 ] && grep -q "train: walked, file list cached in $tmp/esc/.dptrain-files-train" <<<"$e"
+check "a cache naming ../../etc/passwd: refused, the folder walked and cached again" $? \
+    "exit $rc, planted still there: $((1 - planted)): $(grep '^images\|error' <<<"$e")"
 
 # interrupted at step 20 (mid epoch 2 of 15 steps), resumed: the uninterrupted weights
 ./train "${run[@]}" --set checkpoint.dir="$tmp/c" --set checkpoint.every_steps=5 --set distributed.fault=exit \
