@@ -53,14 +53,14 @@ check "SIGTERM mid-run: exit 143, no namespace or rank left" $? "exit $rc, $(lef
 
 # the link goes down mid-run: both ranks end with the report within comm_timeout_s plus the
 # abort grace (5 s) and a step's slack; mpirun itself waits for its daemon behind the dead
-# link (Open MPI), so the lab keeps it down 20 s and the ranks' end is timed apart from the job's
+# link (Open MPI), so the lab keeps it down 15 s and the ranks' end is timed apart from the job's
 ranks_alive() { # the rank processes of the run with checkpoint folder $1
     local p
     for p in $(pgrep -f -- "checkpoint.dir=$1"); do [ "$(cat /proc/$p/comm 2>/dev/null)" = train ] && echo $p; done
 }
 slow=("${run[@]}" --set train.epochs=3 --set checkpoint.every_steps=5 --set distributed.comm_timeout_s=3)
 full=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 "${slow[@]}" --set checkpoint.dir="$tmp/full" 2>&1 | sha)
-$L --rate 50mbit --down 4:20 mpi -- "${slow[@]}" --set checkpoint.dir="$tmp/ck" > "$tmp/down.log" 2>&1 &
+$L --rate 50mbit --down 4:15 mpi -- "${slow[@]}" --set checkpoint.dir="$tmp/ck" > "$tmp/down.log" 2>&1 &
 lab=$!
 down= ended=
 for _ in $(seq 1 300); do

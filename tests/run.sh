@@ -81,8 +81,10 @@ done
 # inputs and fuzz for 10 s each from their corpus (make fuzz FUZZ_S=600 for a real run).
 for script in tests/mpi_failures.sh tests/netlab.sh tests/buckets.sh tests/threads.sh tests/export.sh tests/finetune.sh tests/zero.sh tests/resume.sh tests/tools.sh tests/folder.sh tests/loss_scale.sh "env BUILD=${dir%/tests} tests/doc_trainer.sh" "env BUILD=${dir%/tests} tests/extending.sh" tests/expect.sh tests/dptrun.sh tests/deterministic.sh "scripts/fuzz.sh 10"; do
     echo "=== $script"
+    start=$(date +%s)
     out=$(timeout 900 $script 2>&1); rc=$?
     echo "$out"
+    echo "--- $script: $(( $(date +%s) - start )) s"
     n_ok=$(grep -c '^ok ' <<<"$out"); n_fail=$(grep -c '^FAIL ' <<<"$out")
     passed=$((passed + n_ok)); failed=$((failed + n_fail))
     [ $rc -ne 0 ] && [ "$n_fail" -eq 0 ] && { failed=$((failed + 1)); failures+=("$script (exit $rc)"); }
