@@ -118,7 +118,7 @@ static const dpt_config_key train_keys[] = {
      "tests: make fault_rank exit, hang, or compute a NaN loss at fault_step (exit and hang: once; not again in "
      "scripts/dptrun's restarts)", 0},
     {"distributed", "fault_rank", DPT_KEY_INT, "0", 0, 1e6, NULL, "tests: the rank that fails", 0},
-    {"distributed", "fault_step", DPT_KEY_INT, "0", 0, 1e12, NULL, "tests: the step at which it fails", 0},
+    {"distributed", "fault_step", DPT_KEY_INT, "0", 0, 1e12, NULL, "tests: after this many steps it fails (5: exit or hang before the 6th step, a NaN loss in the 6th, as messages number steps)", 0},
     {"checkpoint", "dir", DPT_KEY_STRING, "checkpoints", 1, 0, NULL,
      "folder for ckpt-step*.dpt files (written by rank 0)", DPT_KEY_NOT_HASHED},
     {"checkpoint", "every_steps", DPT_KEY_INT, "0", 0, 1e12, NULL,

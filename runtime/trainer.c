@@ -500,19 +500,23 @@ static void nonfinite_step(trainer *t)
     const replica *r = t->r;
     dpt_train_state *st = &t->state;
     bool loss_bad = nonfinite_loss_is_mine(t);
+    /* numbered as the progress lines, the loss scaler and checkpoints number steps: this is the
+     * (step + 1)-th, the one a checkpoint after it would be named by (it said "step 3" for the
+     * 4th, the step after the last progress line printed with that number) */
+    long long n = (long long)st->step + 1;
     if (t->run->skip_nonfinite) {
         st->skipped++;
         if (r->rank == 0)
-            fprintf(stderr, "warning: step %lld skipped: non-finite %s (%lld skipped so far)\n", (long long)st->step,
+            fprintf(stderr, "warning: step %lld skipped: non-finite %s (%lld skipped so far)\n", n,
                     loss_bad ? "loss" : "gradient", (long long)st->skipped);
     } else if (loss_bad) {
-        dpt_abort_job("rank %d: loss is nan or inf at step %lld (epoch %d)\nHINT: lower [optim] lr, set [optim] "
+        dpt_abort_job("rank %d: loss is nan or inf in step %lld (epoch %d)\nHINT: lower [optim] lr, set [optim] "
                       "clip_norm, or [train] nonfinite = skip",
-                      r->rank, (long long)st->step, st->epoch);
+                      r->rank, n, st->epoch);
     } else {
-        dpt_abort_job("rank %d: gradient norm is %f at step %lld (epoch %d)\nHINT: lower [optim] lr, set [optim] "
-                      "clip_norm, or [train] nonfinite = skip",
-                      r->rank, t->grad_norm, (long long)st->step, st->epoch);
+        dpt_abort_job("rank %d: gradient norm is %f in step %lld (epoch %d; the loss was finite)\nHINT: lower [optim] "
+                      "lr, set [optim] clip_norm, or [train] nonfinite = skip",
+                      r->rank, t->grad_norm, n, st->epoch);
     }
 }
 

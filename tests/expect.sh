@@ -75,7 +75,7 @@ out=$(./train "${small[@]}" --set train.bach=3 --junit "$tmp/cfg.xml" 2>&1); rc=
 [ $rc -eq 1 ] && junit "$tmp/cfg.xml" 1 0 1 && grep -q "unknown key 'bach' in \[train\]" "$tmp/cfg.xml"
 check "a config error: exit 1, and still a JUnit report with the error" $? "exit $rc: $(cat "$tmp/cfg.xml" 2>&1)"
 out=$(./train "${small[@]}" --set distributed.fault=nan --set distributed.fault_step=3 --junit "$tmp/nan.xml" 2>&1); rc=$?
-[ $rc -eq 1 ] && junit "$tmp/nan.xml" 1 0 1 && grep -q "loss is nan or inf at step 3" "$tmp/nan.xml"
+[ $rc -eq 1 ] && junit "$tmp/nan.xml" 1 0 1 && grep -q "loss is nan or inf in step 4" "$tmp/nan.xml"
 check "a job that ends on an error mid-run (a NaN loss): still a JUnit report with the error" $? "exit $rc: $(cat "$tmp/nan.xml" 2>&1)"
 
 # the weights' hash: the run's, the checkpoint's, a rerun's, a resumed run's

@@ -43,7 +43,7 @@ expect "rank exits mid-run" 60 "fault injection: rank 1 exit at step 5" \
 expect "rank hangs: collective timeout" 60 "collective timed out after 3 s: allreduce of bucket 0 of 2, step 3" \
     $MPIRUN -np 2 ./train configs/fmnist_mlp.ini $SMALL --set distributed.fault=hang \
             --set distributed.fault_rank=1 --set distributed.fault_step=3 --set distributed.comm_timeout_s=3
-expect "nan on one rank" 60 "rank 0: loss is nan or inf at step 4" \
+expect "nan on one rank" 60 "rank 0: loss is nan or inf in step 5" \
     $MPIRUN -np 2 ./train configs/fmnist_mlp.ini $SMALL --set distributed.fault=nan \
             --set distributed.fault_rank=0 --set distributed.fault_step=4
 expect "unused parameter" 60 "received no gradient in step 0: spare.weight, spare.bias" \
