@@ -78,43 +78,10 @@ def img_s(name, steps, device, batch=None, bf16=False, channels_last=False):
     if device == "cuda": torch.cuda.synchronize()
     return batch * steps / (time.perf_counter() - t0), sum(p.numel() for p in model.parameters())
 
-def ddp_worker(rank, world, name, steps, batch, threads, port, out):
-    """One gloo DDP rank (the peer of `mpirun -np 2 bench_step`): same model, per-rank batch,
-    SGD, threads per rank; the ranks' mean step time gives the global img/s."""
-    import os
+def ddp_seconds(name, steps, batch, bucket_mb=25.0):
+    """The timed part of a gloo DDP rank (the process group already joined): same model,
+    per-rank batch, SGD with momentum; two warm-up steps, then the ranks' summed seconds."""
     import torch.distributed as dist
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    torch.set_num_threads(threads)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    build, shape, classes, _ = MODELS[name]
-    torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(build())
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(batch, *shape)
-    y = torch.randint(0, classes, (batch,))
-    loss_fn = nn.CrossEntropyLoss()
-    for i in range(steps + 2):
-        if i == 2:
-            dist.barrier()
-            t0 = time.perf_counter()
-        opt.zero_grad()
-        loss_fn(model(x), y).backward()
-        opt.step()
-    t = torch.tensor([time.perf_counter() - t0])
-    dist.all_reduce(t)
-    if rank == 0:
-        out.put(batch * world * steps / (t.item() / world))
-    dist.destroy_process_group()
-
-def ddp_env_main(name, steps, batch, threads, bucket_mb):
-    """One gloo DDP rank started by a launcher that sets torchrun's variables (RANK, WORLD_SIZE,
-    MASTER_ADDR, MASTER_PORT: scripts/netlab.sh each): rank 0 prints the ranks' mean step time
-    over the timed steps (two warm-up steps first), in ms, as one JSON line."""
-    import os
-    import torch.distributed as dist
-    torch.set_num_threads(threads)
-    dist.init_process_group("gloo", init_method="env://")
-    rank, world = dist.get_rank(), dist.get_world_size()
     build, shape, classes, _ = MODELS[name]
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(build(), bucket_cap_mb=bucket_mb)
@@ -131,10 +98,34 @@ def ddp_env_main(name, steps, batch, threads, bucket_mb):
         opt.step()
     t = torch.tensor([time.perf_counter() - t0])
     dist.all_reduce(t)
+    return t.item()
+
+def ddp_worker(rank, world, name, steps, batch, threads, port, out):
+    """One gloo DDP rank (the peer of `mpirun -np 2 bench_step`): the ranks' mean step time
+    gives the global img/s."""
+    import os
+    import torch.distributed as dist
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    seconds = ddp_seconds(name, steps, batch)
+    if rank == 0:
+        out.put(batch * world * steps / (seconds / world))
+    dist.destroy_process_group()
+
+def ddp_env_main(name, steps, batch, threads, bucket_mb):
+    """One gloo DDP rank started by a launcher that sets torchrun's variables (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT: scripts/netlab.sh each): rank 0 prints the ranks' mean step time
+    over the timed steps, in ms, as one JSON line."""
+    import torch.distributed as dist
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    seconds = ddp_seconds(name, steps, batch, bucket_mb)
     if rank == 0:
         print(json.dumps({"bench": "torch_ddp_env", "model": name, "batch": batch, "threads": threads, "ranks": world,
                           "bucket_mb": bucket_mb, "torch": torch.__version__,
-                          "step_ms": round(1e3 * t.item() / world / steps, 3)}), flush=True)
+                          "step_ms": round(1e3 * seconds / world / steps, 3)}), flush=True)
     dist.destroy_process_group()
 
 def ddp_img_s(name, steps, batch, threads, world=2):
