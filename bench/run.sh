@@ -31,3 +31,16 @@ for b in "$dir"/mpi_bench_*; do
     echo "=== $(basename "$b") (mpirun -np 2)"
     mpirun --oversubscribe --allow-run-as-root --bind-to core -np 2 "$b"
 done
+# Over a capped network (scripts/netlab.sh: root and network namespaces): compute alone,
+# communication alone, overlap off/on/auto beside PyTorch's gloo DDP, then bucket_mb = auto
+# against sizes fixed by hand; 1 Gbit only unless BENCH_FULL=1 (5 Gbit too). About 10 minutes.
+if [ "$(id -u)" = 0 ] && ip netns add dpt_bench_probe$$ 2>/dev/null && ip netns del dpt_bench_probe$$ &&
+    /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    caps=1gbit
+    [ -n "${BENCH_FULL:-}" ] && caps=1gbit,5gbit
+    echo "=== netlab_bench.py (2 ranks in network namespaces, links capped by tc)"
+    /usr/bin/python3 bench/netlab_bench.py --caps $caps --models cnn,resnet20 --pairs 3
+    /usr/bin/python3 bench/netlab_bench.py --caps 1gbit --models cnn,resnet20 --pairs 3 --windows 3 --sweep 0.25,0.5,1,4,25
+else
+    echo "=== netlab_bench.py skipped: needs root, network namespaces and PyTorch"
+fi
