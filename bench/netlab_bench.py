@@ -69,26 +69,28 @@ def ours(model, cap, mode, windows, metrics, bucket="25"):
             "gbit_s": statistics.median(x.get("comm_gbit_s", 0) for x in rows)}
 
 
-def torch_alone(model, windows):
-    batch, _ = MODELS[model]
-    cmd = ["taskset", "-c", "0", "/usr/bin/python3", os.path.join(ROOT, "bench", "peer_pytorch.py"), "--one",
-           "--models", model, "--batch", str(batch), "--threads", "1", "--steps", str(10 * windows)]
+def peer(launcher, args):
+    """bench/peer_pytorch.py with args, started by launcher (a command prefix): its last JSON line"""
+    cmd = launcher + ["/usr/bin/python3", os.path.join(ROOT, "bench", "peer_pytorch.py")] + args
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
     if r.returncode or not lines:
         sys.exit(f"netlab_bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}")
-    return {"step_ms": 1e3 * batch / json.loads(lines[-1])["img_s"]}
+    return json.loads(lines[-1])
+
+
+def torch_alone(model, windows):
+    batch, _ = MODELS[model]
+    out = peer(["taskset", "-c", "0"], ["--one", "--models", model, "--batch", str(batch), "--threads", "1",
+                "--steps", str(10 * windows)])
+    return {"step_ms": 1e3 * batch / out["img_s"]}
 
 
 def torch(model, cap, windows):
     batch, _ = MODELS[model]
-    cmd = [NETLAB, "--rate", cap, "each", "--", "/usr/bin/python3", os.path.join(ROOT, "bench", "peer_pytorch.py"),
-           "--env-ddp", "--models", model, "--batch", str(batch), "--threads", "1", "--steps", str(10 * windows)]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
-    if r.returncode or not lines:
-        sys.exit(f"netlab_bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}")
-    return {"step_ms": json.loads(lines[-1])["step_ms"]}
+    out = peer([NETLAB, "--rate", cap, "each", "--"], ["--env-ddp", "--models", model, "--batch", str(batch),
+                "--threads", "1", "--steps", str(10 * windows)])
+    return {"step_ms": out["step_ms"]}
 
 
 def spread(xs):

@@ -661,8 +661,8 @@ void dpt_ddp_finish(dpt_ddp *d)
     for (int b = 0; b < d->nbuckets; b++) {
         const bucket *bk = &d->buckets[b];
         st.bytes += bk->numel * (d->h16 ? 2 : 4);
-        st.comm_s += bk->end_s - bk->start_s;
         d->bucket_s[b] = bk->end_s - bk->start_s;
+        st.comm_s += d->bucket_s[b];
         double hidden_end = bk->end_s < backward_end ? bk->end_s : backward_end;
         if (hidden_end > bk->start_s) st.hidden_s += hidden_end - bk->start_s;
     }

@@ -1,7 +1,6 @@
 /* log.c: timing and the JSONL metrics writer (flushed per line so a crashed run keeps its log). */
 #include "log.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>

@@ -169,15 +169,10 @@ static bool ddp_step_end(dpt_reducer *r, double step_s, dpt_reducer_plan *plan, 
             t->phase = PHASE_DONE;
             return true;
         }
-        /* the chosen plan's exposed share decides whether bf16 is worth a try */
-        double mb = t->mb[best], sh = share[best], tm = time[best];
-        t->mb[0] = mb, t->h16[0] = false, t->mb[1] = mb, t->h16[1] = true;
-        share[0] = sh, time[0] = tm;
-        t->n = 1;
+        /* the chosen plan, fp32 on the wire: its exposed share decides whether bf16 is worth a try */
+        t->mb[0] = t->mb[best], t->h16[0] = false, share[0] = share[best];
         apply(d, 0);
         if (used < cap) used += (size_t)snprintf(note + used, cap - used, "\n");
-    } else if (t->phase == PHASE_EXPOSED) {
-        plan->bucket_mb = 0;
     }
     if (t->phase == PHASE_BUCKETS || t->phase == PHASE_EXPOSED) {
         if (share[0] < TUNE_EXPOSED) {

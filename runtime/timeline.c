@@ -1,6 +1,5 @@
 /* timeline.c: Chrome-trace JSON ("traceEvents" with complete "X" events, microseconds). Spans
  * come from the main thread and the communication thread, so appends take a lock. */
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

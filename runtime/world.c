@@ -12,11 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "comm.h"
 #include "error.h"
+#include "log.h"
 
 static dpt_comm *world_comm; /* the one MPI communicator of the process (MPI is per process) */
 
@@ -69,9 +69,7 @@ void dpt_mpi_version(char *buf, size_t cap)
 #define ABORT_GRACE_S 5
 static void *abort_watchdog(void *arg)
 {
-    struct timespec ts = {.tv_sec = ABORT_GRACE_S};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
+    dpt_sleep_ms(1e3 * ABORT_GRACE_S);
     _exit((int)(intptr_t)arg);
 }
 
