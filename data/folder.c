@@ -441,6 +441,7 @@ static dpt_dataset *make_set(const char *root, listing *l, char **classes, int n
     snprintf(f->list_note, sizeof f->list_note, "%s", note);
     ds->n = l->n, ds->c = 3, ds->h = ds->w = view->size, ds->num_classes = nclasses;
     ds->files = f;
+    ds->content_hash = f->list_hash, ds->origin = f->root;
     snprintf(ds->name, sizeof ds->name, "folder");
     return ds;
 }

@@ -691,6 +691,10 @@ typedef struct dpt_dataset {
     int num_classes; /* classification: labels (or token ids) in [0, num_classes); 0 otherwise */
     char name[64];
     struct dpt_image_files *files; /* data/folder.h; NULL for images in memory */
+    /* What the samples are read from (a folder's file list and labels): a resume on another one
+     * warns. 0: not tracked. `origin` names it in messages (a folder's path; NULL: nothing). */
+    uint64_t content_hash;
+    const char *origin;
     /* Samples of declared fields (images and files leave nfields 0: their fields are "image"
      * (c, h, w) F32 and "label" () I32). get writes sample `index`'s fields into dst[f] (host
      * memory of field f's size); it is called from the loader's thread while the step runs. */

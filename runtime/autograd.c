@@ -64,18 +64,6 @@ dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate)
     return dpt_grad_acc(ctx, t);
 }
 
-void dpt_tape_keep(dpt_ctx *ctx, dpt_tensor *t)
-{
-    dpt_tape *tape = &ctx->tape;
-    if (tape->ntemps == tape->cap_temps) {
-        tape->cap_temps = tape->cap_temps ? 2 * tape->cap_temps : 256;
-        tape->temps = realloc(tape->temps, (size_t)tape->cap_temps * sizeof *tape->temps);
-        if (!tape->temps) dpt_fatal("out of host memory growing the tape");
-    }
-    tape->temps[tape->ntemps++] = t;
-    t->is_temp = true;
-}
-
 bool dpt_tape_may_overwrite(dpt_ctx *ctx, const dpt_tensor *x)
 {
     if (!x->is_temp || !x->storage || x->storage->refcount != 1 || !dpt_tensor_is_contiguous(x)) return false;
@@ -107,7 +95,6 @@ void *dpt_tape_scratch(dpt_ctx *ctx, size_t bytes)
 void dpt_tape_free(dpt_ctx *ctx)
 {
     free(ctx->tape.nodes);
-    free(ctx->tape.temps);
     free(ctx->tape.scratch);
     memset(&ctx->tape, 0, sizeof ctx->tape);
 }
@@ -181,38 +168,23 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
 
 dpt_tape_mark dpt_tape_mark_here(dpt_ctx *ctx)
 {
-    return (dpt_tape_mark){ctx->tape.ntemps, ctx->tape.nnodes};
+    return (dpt_tape_mark){dpt_temps_count(ctx), ctx->tape.nnodes};
 }
 
 dpt_tensor *dpt_tape_release(dpt_ctx *ctx, dpt_tape_mark mark, dpt_tensor *keep)
 {
-    dpt_tape *tape = &ctx->tape;
-    DPT_ASSERT(mark.temps <= tape->ntemps && mark.nodes <= tape->nnodes, "a tape mark from before a clear");
-    if (tape->nnodes != mark.nodes) return keep; /* recorded: backward will read them */
-    int kept = mark.temps;
-    for (int i = mark.temps; i < tape->ntemps; i++) {
-        dpt_tensor *t = tape->temps[i];
-        if (t == keep) {
-            tape->temps[kept++] = t;
-            continue;
-        }
-        t->grad = NULL; /* nothing was recorded: no temporary gradient hangs off it */
-        dpt_tensor_free(t); /* keep's storage, when t shares it, lives on by its count */
-    }
-    tape->ntemps = kept;
+    DPT_ASSERT(mark.temps <= dpt_temps_count(ctx) && mark.nodes <= ctx->tape.nnodes,
+               "a tape mark from before a clear");
+    if (ctx->tape.nnodes != mark.nodes) return keep; /* recorded: backward will read them */
+    dpt_temps_free_since(ctx, mark.temps, keep); /* nothing recorded: no temporary gradient either */
     return keep;
 }
 
 void dpt_tape_clear(dpt_ctx *ctx)
 {
-    /* A temporary's gradient is a temporary too, freed by this same loop. */
-    for (int i = 0; i < ctx->tape.ntemps; i++)
-        ctx->tape.temps[i]->grad = NULL;
-    for (int i = 0; i < ctx->tape.ntemps; i++)
-        dpt_tensor_free(ctx->tape.temps[i]);
+    dpt_temps_free_since(ctx, 0, NULL);
     for (int i = 0; i < ctx->tape.nscratch; i++)
         free(ctx->tape.scratch[i]);
-    ctx->tape.ntemps = 0;
     ctx->tape.nscratch = 0;
     ctx->tape.nnodes = 0;
     ctx->tape.consumed = false;

@@ -11,15 +11,13 @@
 typedef struct dpt_node dpt_node;
 typedef void (*dpt_backward_fn)(dpt_ctx *ctx, dpt_node *node);
 
-/* The tape of one context: nodes in forward order, every temporary made since the last clear
- * (freed by dpt_tape_clear), and host scratch of the same lifetime. Only autograd.c touches
- * its fields. */
+/* The tape of one context: nodes in forward order and host scratch that lives until the next
+ * dpt_tape_clear, which also frees the context's temporaries (tensor.c keeps the list). Only
+ * autograd.c touches its fields. */
 typedef struct dpt_tape {
     dpt_node *nodes;
     int nnodes, cap_nodes;
     bool consumed; /* backward ran on this tape; a second backward needs a new forward */
-    dpt_tensor **temps;
-    int ntemps, cap_temps;
     void **scratch;
     int nscratch, cap_scratch;
 } dpt_tape;
@@ -57,8 +55,6 @@ dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t);
  * temporary's gradient gets it uninitialised with *accumulate = false (and must write every
  * element: one pass less than a zero fill plus an add); later ones get *accumulate = true. */
 dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate);
-/* Keep the temporary t until dpt_tape_clear() (tensor.c, for every temporary it makes). */
-void dpt_tape_keep(dpt_ctx *ctx, dpt_tensor *t);
 /* The tape's own memory, at dpt_ctx_free (after a last dpt_tape_clear). */
 void dpt_tape_free(dpt_ctx *ctx);
 /* Whether an op may overwrite x in place: x is a temporary of its own storage and no backward

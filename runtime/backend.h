@@ -271,7 +271,7 @@ typedef struct dpt_backend {
 
 /* A backend's registration impl (DPT_KIND_BACKEND): the table for its kind of device, and the
  * device-level questions (how many, what --env prints). Each backend registers from its own
- * file (ops_cpu.c "native", ops_cpu_dnnl.c "onednn", ops_cuda.cu "cuda"); device.c picks by
+ * file (ops_cpu.c "native", ops_cpu_dnnl.c "onednn", ops_cuda.cu "cuda"); context.c picks by
  * name and knows no backend. */
 typedef struct dpt_backend_impl {
     dpt_device_kind device;

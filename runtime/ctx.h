@@ -23,7 +23,8 @@ struct dpt_ctx {
     bool nhwc;  /* [train] memory_format = nhwc: convolutions write (and take) channels-last activations */
     dpt_rng rng;
     bool grad_enabled;
-    dpt_tape tape; /* autograd.c's */
+    dpt_tape tape;   /* autograd.c's */
+    dpt_temps temps; /* tensor.c's: the temporaries the tape's clear frees */
     dpt_comm *comm; /* for SyncBatchNorm; NULL when alone */
     dpt_grad_ready_hook grad_ready_hook;
     void *grad_ready_user;

@@ -21,10 +21,11 @@ struct dpt_profile {
     double last; /* the previous record (or mark) */
 };
 
-dpt_profile *dpt_profile_new(void)
+dpt_profile *dpt_profile_attach(dpt_ctx *ctx)
 {
     dpt_profile *p = calloc(1, sizeof *p);
     if (!p) dpt_fatal("out of host memory");
+    ctx->profile = p;
     return p;
 }
 

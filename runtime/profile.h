@@ -12,7 +12,9 @@
 
 typedef struct dpt_profile dpt_profile;
 
-dpt_profile *dpt_profile_new(void);
+/* A new profile that the context's ops record into from now on (the context keeps pointing at
+ * it: free it after the context). */
+dpt_profile *dpt_profile_attach(dpt_ctx *ctx);
 void dpt_profile_free(dpt_profile *p);
 /* The forward's start (the context's profile, if it has one). */
 void dpt_profile_mark(dpt_ctx *ctx);

@@ -28,6 +28,48 @@ static dpt_tensor *tensor_header(dpt_ctx *ctx, int ndim, const int64_t *shape)
     return t;
 }
 
+/* t becomes a temporary: kept until dpt_tape_clear (or an earlier dpt_tape_release). */
+static void temps_keep(dpt_ctx *ctx, dpt_tensor *t)
+{
+    dpt_temps *temps = &ctx->temps;
+    if (temps->n == temps->cap) {
+        temps->cap = temps->cap ? 2 * temps->cap : 256;
+        temps->items = realloc(temps->items, (size_t)temps->cap * sizeof *temps->items);
+        if (!temps->items) dpt_fatal("out of host memory growing the list of temporaries");
+    }
+    temps->items[temps->n++] = t;
+    t->is_temp = true;
+}
+
+int dpt_temps_count(const dpt_ctx *ctx)
+{
+    return ctx->temps.n;
+}
+
+void dpt_temps_free_since(dpt_ctx *ctx, int from, const dpt_tensor *keep)
+{
+    dpt_temps *temps = &ctx->temps;
+    DPT_ASSERT(from >= 0 && from <= temps->n, "a mark of %d temporaries from before a clear", from);
+    /* A temporary's gradient is a temporary too, freed by the loop below, not through its owner. */
+    for (int i = from; i < temps->n; i++)
+        if (temps->items[i] != keep) temps->items[i]->grad = NULL;
+    int kept = from;
+    for (int i = from; i < temps->n; i++) {
+        dpt_tensor *t = temps->items[i];
+        if (t == keep)
+            temps->items[kept++] = t;
+        else
+            dpt_tensor_free(t); /* keep's storage, when t shares it, lives on by its count */
+    }
+    temps->n = kept;
+}
+
+void dpt_temps_destroy(dpt_ctx *ctx)
+{
+    free(ctx->temps.items);
+    memset(&ctx->temps, 0, sizeof ctx->temps);
+}
+
 static dpt_tensor *tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool temp, dpt_dtype dtype)
 {
     dpt_tensor *t = tensor_header(ctx, ndim, shape);
@@ -40,7 +82,7 @@ static dpt_tensor *tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bo
     s->alloc = ctx->alloc;
     t->storage = s;
     t->data = s->ptr;
-    if (temp) dpt_tape_keep(ctx, t);
+    if (temp) temps_keep(ctx, t);
     return t;
 }
 
@@ -108,7 +150,7 @@ static dpt_tensor *share(dpt_ctx *ctx, dpt_tensor *t, int ndim, const int64_t *s
     v->storage = t->storage;
     v->storage->refcount++;
     v->data = t->data + offset;
-    dpt_tape_keep(ctx, v);
+    temps_keep(ctx, v);
     return v;
 }
 

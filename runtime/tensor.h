@@ -42,11 +42,26 @@ struct dpt_tensor {
     dpt_tensor *grad;   /* same shape, contiguous; NULL until something accumulates into it */
     bool requires_grad; /* gradient wanted: a parameter, or computed from one */
     bool is_param;      /* a leaf whose gradient is persistent and reported by the hook */
-    bool is_temp;       /* owned by the tape; freed by dpt_tape_clear */
+    bool is_temp;       /* one of the context's temporaries (dpt_temps); freed by dpt_tape_clear */
     int param_index;    /* position in its model's parameter list */
     int pending_uses;   /* autograd: uses left in this backward before the gradient is final */
     char name[64];
 };
+
+/* Every temporary a context has made since the last dpt_tape_clear, in the order made. Only
+ * tensor.c touches its fields; autograd.c decides when they go (dpt_tape_clear, dpt_tape_release). */
+typedef struct dpt_temps {
+    dpt_tensor **items;
+    int n, cap;
+} dpt_temps;
+
+/* How many temporaries the context holds now (a mark to free back to). */
+int dpt_temps_count(const dpt_ctx *ctx);
+/* Free the temporaries made since the first `from` except `keep` (which stays, in order); their
+ * gradients are temporaries among them. */
+void dpt_temps_free_since(dpt_ctx *ctx, int from, const dpt_tensor *keep);
+/* The list's own memory, at dpt_ctx_free (after dpt_temps_free_since(ctx, 0, NULL)). */
+void dpt_temps_destroy(dpt_ctx *ctx);
 
 /* A new tensor with fresh (uninitialised) contiguous storage. */
 dpt_tensor *dpt_tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool temp);

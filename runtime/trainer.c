@@ -11,12 +11,9 @@
 
 #include "trainer.h"
 #include "profile.h"
-#include "../data/folder.h"
-#include "ctx.h"
 #include "error.h"
 #include "reducer.h"
 #include "sample.h"
-#include "rng.h"
 
 static bool trainer_open(trainer *t, replica *r, dpt_error *err);
 static void trainer_close(trainer *t);
@@ -216,12 +213,6 @@ static bool open_loaders(trainer *t, dpt_error *err)
     return true;
 }
 
-/* The training set's identity: a folder's file list and labels (0: images in memory). */
-static uint64_t train_data_hash(const trainer *t)
-{
-    return t->train_set->files ? t->train_set->files->list_hash : 0;
-}
-
 /* The model's task on this data, and its loss with the config's settings for it. */
 static bool open_loss(trainer *t, dpt_error *err)
 {
@@ -279,13 +270,13 @@ static bool resume(trainer *t, dpt_error *err)
         st->batches_done = st->samples_done / micro;
     }
     /* the data it was written on: a changed folder resumes (data sets grow), but not silently */
-    uint64_t now = train_data_hash(t);
+    uint64_t now = t->train_set->content_hash;
     if (st->data_hash && now && st->data_hash != now && r->rank == 0)
         fprintf(stderr,
-                "warning: %s was written on another file list of %s (hash %016llx, now %016llx: files added, "
+                "warning: %s was written on other data than %s holds now (hash %016llx, now %016llx: files added, "
                 "removed or renamed): this epoch's order and the samples it has seen differ from the "
                 "interrupted run's\n",
-                r->resumed, t->train_set->files->root, (unsigned long long)st->data_hash, (unsigned long long)now);
+                r->resumed, t->train_set->origin ? t->train_set->origin : t->train_set->name, (unsigned long long)st->data_hash, (unsigned long long)now);
     st->data_hash = now;
     /* the loss scaler resumes where it was; a checkpoint without one starts from the first scale */
     if (!t->run->loss_scale)
@@ -320,7 +311,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         r->comm = t->nccl;
     }
     if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto fail;
-    t->state.data_hash = train_data_hash(t);
+    t->state.data_hash = t->train_set->content_hash;
     t->model = dpt_model_build_for(t->ctx, run->ini, t->train_set, err);
     if (!t->model || !open_loss(t, err)) goto fail;
     if (run->stop_metric == 2 && !(t->task.metrics & DPT_METRIC_ACCURACY)) {
@@ -353,7 +344,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     } else if (r->comm) {
         dpt_ddp_options ddp_opt = run->ddp;
         ddp_opt.dataset_len = t->train_set->n;
-        ddp_opt.dataset_hash = train_data_hash(t);
+        ddp_opt.dataset_hash = t->train_set->content_hash;
         ddp_opt.config = run->ini; /* a config that differs: the first key that does is named */
         dpt_comm_set_delay(r->comm, run->bench_comm_ms_per_mb);
         t->reducer = dpt_reducer_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, t->timeline, err);
@@ -635,7 +626,7 @@ static void after_step(trainer *t, int64_t s)
     t->win.steps++;
     if (t->r->args->profile) {
         if (!t->profile) { /* after the first step: its one-time set-up is not the step's cost */
-            t->ctx->profile = t->profile = dpt_profile_new();
+            t->profile = dpt_profile_attach(t->ctx);
             t->profile_start = dpt_now_s(), t->profile_eval_s = t->eval_s;
         } else
             t->profile_steps++;

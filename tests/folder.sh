@@ -54,7 +54,7 @@ cp -r "$tmp/img" "$tmp/grown" && rm -f "$tmp/grown"/.dptrain-files-*
 cp "$tmp/grown/train/00_tshirt/00001.jpg" "$tmp/grown/train/00_tshirt/00001b.jpg"
 g=$(./train "${run[@]}" --set data.dir="$tmp/grown" --set checkpoint.dir="$tmp/g" --set checkpoint.every_steps=5 \
     --resume auto 2>&1); rc=$?
-[ $rc -eq 0 ] && grep -q "warning: $tmp/g/ckpt-step00000010.dpt was written on another file list of $tmp/grown/train" <<<"$g"
+[ $rc -eq 0 ] && grep -q "warning: $tmp/g/ckpt-step00000010.dpt was written on other data than $tmp/grown/train holds now" <<<"$g"
 check "a file added since the checkpoint: resumed, with a warning naming the folder" $? "exit $rc: $(grep -i 'warn\|error' <<<"$g")"
 
 if [ $mpi -eq 1 ]; then

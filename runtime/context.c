@@ -1,0 +1,102 @@
+/* context.c: making a context (the backend for its device and CPU kernels, checked against the
+ * precision and layout asked for; its allocator and RNG) and freeing it, tape and temporaries
+ * first. It stands above device.c, tensor.c and autograd.c, which use a context but never make one. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctx.h"
+#include "error.h"
+#include "registry.h"
+
+/* The registered backend of that name that this build can run (its table), or NULL. */
+static const dpt_backend_impl *backend_named(const char *name)
+{
+    const dpt_registration *r = dpt_registry_find(DPT_KIND_BACKEND, name);
+    const dpt_backend_impl *impl = r ? r->impl : NULL;
+    return impl && impl->table() ? impl : NULL;
+}
+
+/* The kernels a context runs: the cuda backend, or on the CPU oneDNN's (the default, when the
+ * build has it) or the native ones. */
+static const dpt_backend *backend_for(dpt_device_kind kind, dpt_cpu_kernels cpu_kernels)
+{
+    const dpt_backend_impl *impl = NULL;
+    if (kind == DPT_DEVICE_CUDA)
+        impl = backend_named("cuda");
+    else if (kind == DPT_DEVICE_CPU)
+        impl = cpu_kernels != DPT_CPU_KERNELS_NATIVE && backend_named("onednn") ? backend_named("onednn")
+                                                                              : backend_named("native");
+    return impl ? impl->table() : NULL;
+}
+
+dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
+{
+    const dpt_backend *be = backend_for(options->device.kind, options->cpu_kernels);
+    if (!be) {
+        dpt_errorf(err,
+                   "device kind %d is not available in this build\n"
+                   "HINT: rebuild with the CUDA toolkit installed (make prints what it found)",
+                   (int)options->device.kind);
+        return NULL;
+    }
+    if (options->precision == DPT_PRECISION_FP16 && strcmp(be->name, "cuda") != 0) {
+        dpt_errorf(err, "[train] precision = fp16 runs the convolutions on cuDNN: the %s backend has no fp16 "
+                        "kernels (a CPU needs AVX512-FP16, which oneDNN 2.6 does not use for training)\nHINT: use "
+                        "precision = bf16 (fp32's range, no loss scaling needed) on a CPU with AVX512-BF16, or fp32",
+                   be->name);
+        return NULL;
+    }
+    if (options->precision == DPT_PRECISION_BF16 && strcmp(be->name, "cpu-onednn") != 0 &&
+        strcmp(be->name, "cuda") != 0) {
+        dpt_errorf(err, "[train] precision = bf16 runs the convolutions on oneDNN's CPU kernels or cuDNN; the %s "
+                        "backend has no bf16 path\nHINT: set [train] cpu_kernels = onednn",
+                   be->name);
+        return NULL;
+    }
+    if (options->channels_last && !be->channels_last) {
+        dpt_errorf(err, "[train] memory_format = nhwc keeps activations channels-last in oneDNN's or cuDNN's "
+                        "kernels; the %s backend's convolutions read NCHW only\nHINT: set [train] cpu_kernels = "
+                        "onednn, or memory_format = nchw",
+                   be->name);
+        return NULL;
+    }
+    dpt_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) dpt_fatal("out of host memory for a context");
+    ctx->precision = options->precision;
+    ctx->precision_note = "";
+    ctx->device = options->device;
+    ctx->be = be;
+    ctx->threads = options->threads > 0 ? options->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (ctx->threads < 1) ctx->threads = 1;
+    ctx->grad_enabled = true;
+    ctx->tf32 = options->tf32;
+    ctx->cudnn_benchmark = options->cudnn_benchmark;
+    ctx->deterministic = options->deterministic;
+    ctx->nhwc = options->channels_last;
+    dpt_rng_seed(&ctx->rng, options->seed);
+    if (!be->init(ctx, err)) {
+        free(ctx);
+        return NULL;
+    }
+    /* after init, which may lower the precision */
+    ctx->act16 = ctx->precision == DPT_PRECISION_BF16 && be->act16 && !options->fp32_activations;
+    ctx->alloc = dpt_alloc_new(be->dev->raw_allocator(ctx));
+    dpt_alloc_set_limit(ctx->alloc, options->memory_limit);
+    return ctx;
+}
+
+void dpt_ctx_free(dpt_ctx *ctx)
+{
+    if (!ctx) return;
+    dpt_tape_clear(ctx); /* the temporaries too */
+    dpt_tape_free(ctx);
+    dpt_temps_destroy(ctx);
+    size_t leaked = dpt_alloc_free(ctx->alloc);
+    if (leaked)
+        fprintf(stderr, "dptrain: warning: %zu bytes of %s tensors were never freed\n", leaked,
+                ctx->be->name);
+    ctx->be->shutdown(ctx);
+    free(ctx);
+}
+
