@@ -403,6 +403,19 @@ dpt_tensor *dpt_layer_norm(dpt_ctx *ctx, dpt_tensor *x, dpt_tensor *weight, dpt_
  * statistics kept (B, heads, T) and the scores recomputed in backward (FlashAttention's
  * scheme): memory grows with T, not T^2 per head. */
 dpt_tensor *dpt_attention(dpt_ctx *ctx, dpt_tensor *qkv, int heads, bool causal);
+/* Incremental decoding (generation with a KV cache, outside autograd: gradients off). A cache
+ * holds every attention layer's keys and values for up to `positions` positions of one sequence
+ * (2 x layers x positions x heads x head_size floats, persistent, on the context's device). */
+typedef struct dpt_kv_cache dpt_kv_cache;
+dpt_kv_cache *dpt_kv_cache_new(dpt_ctx *ctx, int layers, int heads, int64_t head_size, int64_t positions);
+void dpt_kv_cache_free(dpt_kv_cache *cache);
+int64_t dpt_kv_cache_positions(const dpt_kv_cache *cache);
+/* dpt_attention (causal) of qkv (1, t, 3C) holding positions [pos, pos + t) of a sequence whose
+ * earlier positions went through this layer of the cache before: their keys and values are
+ * written into the cache and each new query attends to positions 0..its own. t > 1 only at
+ * pos 0 (a prompt in one call); then one position a call. Returns (1, t, C). */
+dpt_tensor *dpt_attention_cached(dpt_ctx *ctx, dpt_tensor *qkv, int heads, dpt_kv_cache *cache, int layer,
+                                 int64_t pos);
 /* y = x W^T + b over the last dim of x (..., in) with W (out, in) and b (out) or NULL
  * (torch.nn.functional.linear): one GEMM over all rows, the bias added in place. */
 dpt_tensor *dpt_affine(dpt_ctx *ctx, dpt_tensor *x, dpt_tensor *weight, dpt_tensor *bias);
@@ -485,6 +498,20 @@ typedef dpt_tensor *(*dpt_batch_forward_fn)(dpt_model *model, dpt_ctx *ctx, cons
 void dpt_model_set_batch_forward(dpt_model *model, dpt_batch_forward_fn forward);
 /* The model's output for a batch: its batch forward, or its forward on the task's input field. */
 dpt_tensor *dpt_model_forward_batch(dpt_model *model, dpt_ctx *ctx, const dpt_batch *batch, const dpt_task *task);
+/* A language model's incremental forward (./train --sample): the logits (1, V) of the last of
+ * ids (1, t), which hold positions [pos, pos + t) of a sequence whose positions before pos went
+ * through this cache (pos 0 starts a new one), the model's attention layers reading and writing
+ * it by dpt_attention_cached. `positions` is the most the model can attend to (its block size);
+ * the sampler makes the cache. */
+typedef dpt_tensor *(*dpt_decode_fn)(dpt_model *model, dpt_ctx *ctx, const dpt_tensor *ids, int64_t pos,
+                                     dpt_kv_cache *cache);
+typedef struct dpt_decoder {
+    dpt_decode_fn decode;
+    int layers, heads;
+    int64_t head_size, positions;
+} dpt_decoder;
+void dpt_model_set_decoder(dpt_model *model, const dpt_decoder *decoder);
+const dpt_decoder *dpt_model_decoder(const dpt_model *model); /* NULL: the model has none */
 /* What the model trains for (loss, metrics, unit, fields); what it leaves 0 or NULL comes from
  * the data set (dpt_task_resolve). */
 void dpt_model_set_task(dpt_model *model, const dpt_task *task);

@@ -37,26 +37,50 @@ typedef struct gpt {
     gpt_block block[GPT_MAX_LAYERS];
 } gpt;
 
-static dpt_tensor *gpt_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *ids)
+/* The embeddings of ids (B, T) at positions [pos, pos + T), the blocks and the final LN: the
+ * residual stream (B, T, C). Attention reads the whole sequence (training, evaluation) or, with
+ * a cache, this call's positions after the cached ones (generation). */
+static dpt_tensor *gpt_trunk(gpt *g, dpt_ctx *ctx, const dpt_tensor *ids, int64_t pos, dpt_kv_cache *cache,
+                             bool training)
 {
-    gpt *g = dpt_model_state(model);
-    bool training = dpt_model_training(model);
-    int64_t T = dpt_tensor_dim(ids, 1); /* at most block_size: the builder checked the data's */
-    dpt_tensor *h = dpt_add(ctx, dpt_embedding(ctx, g->wte, ids), dpt_narrow(ctx, g->wpe, 0, 0, T)); /* (B, T, C) */
-    h = dpt_dropout(ctx, h, g->dropout, training);
+    int64_t T = dpt_tensor_dim(ids, 1); /* pos + T at most block_size: the builder or the sampler checked */
+    dpt_tensor *h = dpt_add(ctx, dpt_embedding(ctx, g->wte, (dpt_tensor *)ids), dpt_narrow(ctx, g->wpe, 0, pos, T));
+    h = dpt_dropout(ctx, h, g->dropout, training); /* (B, T, C) */
     for (int64_t l = 0; l < g->layers; l++) {
         const gpt_block *b = &g->block[l];
         dpt_tape_mark mark = dpt_tape_mark_here(ctx); /* evaluation: the block's intermediates go at its end */
-        dpt_tensor *a = dpt_layer_norm(ctx, h, b->ln1_w, b->ln1_b, 1e-5f);
-        a = dpt_attention(ctx, dpt_affine(ctx, a, b->qkv_w, b->qkv_b), (int)g->heads, true);
+        dpt_tensor *a = dpt_affine(ctx, dpt_layer_norm(ctx, h, b->ln1_w, b->ln1_b, 1e-5f), b->qkv_w, b->qkv_b);
+        a = cache ? dpt_attention_cached(ctx, a, (int)g->heads, cache, (int)l, pos)
+                  : dpt_attention(ctx, a, (int)g->heads, true);
         h = dpt_add(ctx, h, dpt_dropout(ctx, dpt_affine(ctx, a, b->proj_w, b->proj_b), g->dropout, training));
         dpt_tensor *m = dpt_layer_norm(ctx, h, b->ln2_w, b->ln2_b, 1e-5f);
         m = dpt_affine(ctx, dpt_gelu(ctx, dpt_affine(ctx, m, b->fc_w, b->fc_b)), b->fcproj_w, b->fcproj_b);
         h = dpt_tape_release(ctx, mark, dpt_add(ctx, h, dpt_dropout(ctx, m, g->dropout, training)));
     }
-    h = dpt_layer_norm(ctx, h, g->lnf_w, g->lnf_b, 1e-5f);
-    /* the tied output layer: one GEMM of every position with the vocabulary's rows */
-    return dpt_bmm(ctx, h, dpt_transpose(ctx, dpt_narrow(ctx, g->wte, 0, 0, g->vocab))); /* (B, T, V) */
+    return dpt_layer_norm(ctx, h, g->lnf_w, g->lnf_b, 1e-5f);
+}
+
+/* The tied output layer: one GEMM of every position with the vocabulary's rows. */
+static dpt_tensor *gpt_logits(gpt *g, dpt_ctx *ctx, dpt_tensor *h)
+{
+    return dpt_bmm(ctx, h, dpt_transpose(ctx, dpt_narrow(ctx, g->wte, 0, 0, g->vocab)));
+}
+
+static dpt_tensor *gpt_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *ids)
+{
+    gpt *g = dpt_model_state(model);
+    return gpt_logits(g, ctx, gpt_trunk(g, ctx, ids, 0, NULL, dpt_model_training(model))); /* (B, T, V) */
+}
+
+/* Generation: the logits (1, V) of the last of this call's positions only (a prompt's others
+ * are never needed: their GEMM with the vocabulary is skipped). */
+static dpt_tensor *gpt_decode(dpt_model *model, dpt_ctx *ctx, const dpt_tensor *ids, int64_t pos, dpt_kv_cache *cache)
+{
+    gpt *g = dpt_model_state(model);
+    dpt_tensor *h = gpt_trunk(g, ctx, ids, pos, cache, false);
+    int64_t T = dpt_tensor_dim(h, 1);
+    h = dpt_reshape(ctx, dpt_contiguous(ctx, dpt_narrow(ctx, h, 1, T - 1, 1)), 2, (int64_t[]){1, g->channels});
+    return gpt_logits(g, ctx, h);
 }
 
 static dpt_tensor *param(dpt_model *model, const char *fmt, int64_t layer, const char *what, int ndim, int64_t d0,
@@ -292,6 +316,8 @@ static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_datas
     snprintf(summary, sizeof summary, "%lld layers, %lld heads, %lld channels, block %lld, vocab %lld%s", (long long)L,
              (long long)H, (long long)C, (long long)block, (long long)V, padded);
     dpt_model_set_summary(model, summary);
+    dpt_model_set_decoder(model, &(dpt_decoder){.decode = gpt_decode, .layers = (int)L, .heads = (int)H,
+                                                .head_size = C / H, .positions = block});
     const char *init = dpt_config_str(cfg, "model", "init"); /* a dptrain checkpoint is the runtime's to load */
     if (!strncmp(init, "llmc:", 5)) {
         if (!llmc_load(g, init + 5, dpt_config_where(cfg, "model", "init"), err)) {

@@ -13,6 +13,7 @@ struct dpt_model {
     char summary[256];
     dpt_forward_fn forward;
     dpt_batch_forward_fn batch_forward;
+    dpt_decoder decoder; /* decode NULL: none */
     dpt_task task; /* what the model declared (zero: the data's) */
     void *state;
     bool training;
@@ -210,6 +211,16 @@ dpt_tensor *dpt_model_forward(dpt_model *m, dpt_ctx *ctx, dpt_tensor *x)
 {
     DPT_ASSERT(m->forward, "model %s has no forward function", m->name);
     return m->forward(m, ctx, x);
+}
+
+void dpt_model_set_decoder(dpt_model *m, const dpt_decoder *decoder)
+{
+    m->decoder = *decoder;
+}
+
+const dpt_decoder *dpt_model_decoder(const dpt_model *m)
+{
+    return m->decoder.decode ? &m->decoder : NULL;
 }
 
 void dpt_model_set_batch_forward(dpt_model *m, dpt_batch_forward_fn forward)

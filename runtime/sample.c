@@ -3,7 +3,9 @@
  * named); then, from the prompt, each next token is drawn from softmax(logits / temperature) over
  * the k most likely (top-k; temperature 0 takes the most likely), with the context cut to the
  * data's sequence length. A byte-level model (vocabulary 256) reads and prints text; others
- * read and print token ids. Each new token costs one forward of the context (no KV cache yet). */
+ * read and print token ids. A model with a decoder (dpt_model_set_decoder: gpt) keeps every
+ * layer's keys and values (kv_cache.c), so a new token costs one position's forward; others run
+ * the full forward of the context for each token. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 
 #include "dpt.h"
 #include "error.h"
+#include "log.h"
 #include "rng.h"
 #include "sample.h"
 
@@ -79,6 +82,58 @@ static int32_t draw(float *logits, float *scratch, int vocab, const dpt_sample_o
     return best;
 }
 
+/* Print token `next` as the model's vocabulary reads: a byte, or an id. */
+static void emit(int32_t next, int vocab, FILE *out)
+{
+    if (vocab == 256)
+        fputc(next, out);
+    else
+        fprintf(out, "%d ", next);
+    fflush(out);
+}
+
+/* The logits (vocab) after ids[0..len) with the full forward (a model without a decoder). */
+static bool logits_full(dpt_ctx *ctx, dpt_model *model, const int32_t *ids, int64_t len, int vocab, float *logits,
+                        dpt_error *err)
+{
+    dpt_tensor *x = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){1, len});
+    dpt_tensor_copy_from_host_i32(x, ids);
+    dpt_tensor *y = dpt_model_forward(model, ctx, x); /* (1, len, vocab) */
+    bool ok = dpt_tensor_numel(y) == len * vocab;
+    if (!ok) {
+        dpt_errorf(err, "the model's output has %lld values for %lld positions; a language model gives "
+                        "vocab_size = %d logits a position", (long long)dpt_tensor_numel(y), (long long)len, vocab);
+    } else {
+        float *all = malloc((size_t)(len * vocab) * sizeof *all);
+        if (!all) dpt_fatal("out of host memory for sampling");
+        dpt_tensor_copy_to_host(y, all);
+        memcpy(logits, all + (len - 1) * vocab, (size_t)vocab * sizeof *logits);
+        free(all);
+    }
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x);
+    return ok;
+}
+
+/* The logits (vocab) after ids[0..len), which hold positions [pos, pos + len) of the cached
+ * sequence, with the model's decoder. */
+static bool logits_cached(dpt_ctx *ctx, dpt_model *model, const dpt_decoder *d, dpt_kv_cache *cache,
+                          const int32_t *ids, int64_t len, int64_t pos, int vocab, float *logits, dpt_error *err)
+{
+    dpt_tensor *x = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){1, len});
+    dpt_tensor_copy_from_host_i32(x, ids);
+    dpt_tensor *y = d->decode(model, ctx, x, pos, cache); /* (1, vocab) */
+    bool ok = dpt_tensor_numel(y) == vocab;
+    if (!ok)
+        dpt_errorf(err, "the model's decoder gave %lld values; it gives vocab_size = %d logits",
+                   (long long)dpt_tensor_numel(y), vocab);
+    else
+        dpt_tensor_copy_to_host(y, logits);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x);
+    return ok;
+}
+
 bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, const dpt_sample_options *o,
                     FILE *out, dpt_error *err)
 {
@@ -94,32 +149,40 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
     dpt_rng_seed(&rng, o->seed);
     bool was_enabled = dpt_set_grad_enabled(ctx, false);
     dpt_model_set_training(model, false);
+    const dpt_decoder *d = o->no_cache ? NULL : dpt_model_decoder(model);
+    if (d && d->positions < context) context = d->positions;
+    dpt_kv_cache *cache = d && ok ? dpt_kv_cache_new(ctx, d->layers, d->heads, d->head_size, context) : NULL;
+    /* With a cache: the prompt (its last `context` tokens) in one call, then one position a
+     * token; when the cache is full, the oldest half goes and the rest is read again at
+     * positions from 0 (each token then sees between context / 2 and context tokens, as
+     * llama.cpp's context shift; the full forward sees exactly the last `context`). */
+    int64_t pos = 0, keep = context / 2 > 0 ? context / 2 : 1, made = 0;
+    double start = dpt_now_s();
     for (int64_t i = 0; ok && i < o->tokens; i++) {
-        int64_t len = n < context ? n : context;
-        dpt_tensor *x = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){1, len});
-        dpt_tensor_copy_from_host_i32(x, ids + n - len);
-        dpt_tensor *y = dpt_model_forward(model, ctx, x); /* (1, len, vocab) */
-        if (dpt_tensor_numel(y) != len * vocab) {
-            ok = dpt_errorf(err, "the model's output has %lld values for %lld positions; a language model gives "
-                                 "vocab_size = %d logits a position", (long long)dpt_tensor_numel(y), (long long)len, vocab);
+        if (!cache) {
+            int64_t len = n < context ? n : context;
+            ok = logits_full(ctx, model, ids + n - len, len, vocab, logits, err);
+        } else if (i == 0 || pos == context) {
+            int64_t len = n < (i == 0 ? context : keep) ? n : (i == 0 ? context : keep);
+            ok = logits_cached(ctx, model, d, cache, ids + n - len, len, 0, vocab, logits, err);
+            pos = len;
         } else {
-            float *all = malloc((size_t)(len * vocab) * sizeof *all);
-            if (!all) dpt_fatal("out of host memory for sampling");
-            dpt_tensor_copy_to_host(y, all);
-            memcpy(logits, all + (len - 1) * vocab, (size_t)vocab * sizeof *logits);
-            free(all);
-            int32_t next = draw(logits, scratch, vocab, o, &rng);
-            ids[n++] = next;
-            if (vocab == 256)
-                fputc(next, out);
-            else
-                fprintf(out, "%d ", next);
-            fflush(out);
+            ok = logits_cached(ctx, model, d, cache, ids + n - 1, 1, pos, vocab, logits, err);
+            pos++;
         }
-        dpt_tape_clear(ctx);
-        dpt_tensor_free(x);
+        if (!ok) break;
+        int32_t next = draw(logits, scratch, vocab, o, &rng);
+        ids[n++] = next;
+        emit(next, vocab, out);
+        made++;
     }
     if (ok) fputc('\n', out);
+    double took = dpt_now_s() - start;
+    if (ok)
+        fprintf(stderr, "sampled %lld tokens in %.2f s (%.1f tok/s; %s)\n", (long long)made, took,
+                took > 0 ? (double)made / took : 0.0,
+                cache ? "KV cache" : o->no_cache ? "the full forward a token: --no-kv-cache" : "the full forward a token: the model has no decoder");
+    dpt_kv_cache_free(cache);
     dpt_set_grad_enabled(ctx, was_enabled);
     free(ids), free(logits), free(scratch);
     return ok;

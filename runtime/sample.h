@@ -12,6 +12,7 @@ typedef struct dpt_sample_options {
     float temperature;  /* 0: always the most likely */
     int top_k;          /* 0: every token */
     uint64_t seed;
+    bool no_cache;      /* the full forward of the context for every token, even with a decoder */
 } dpt_sample_options;
 
 /* Generate o->tokens tokens after the prompt from a language model's forward ((1, T) ids ->

@@ -554,7 +554,8 @@ static void usage(FILE *out)
         "  --sample CKPT            generate from a language model's checkpoint (text for byte-level\n"
         "                           models, token ids otherwise) and exit; with --prompt TEXT,\n"
         "                           --tokens N (200), --temperature T (1; 0 = the most likely),\n"
-        "                           --top-k K (0 = all), --seed S\n"
+        "                           --top-k K (0 = all), --seed S, --no-kv-cache (the whole context's\n"
+        "                           forward for every token instead of one position's)\n"
         "  --config-reference       print every section and key as Markdown\n"
         "  --env                    print CUDA/cuDNN/NCCL/MPI versions, the GPUs and the world, and exit\n"
         "  --version                print the version\n"
@@ -667,6 +668,8 @@ static int parse_cli(int argc, char **argv, cli *args)
                                 "--top-k 0 or more, --seed an integer\n", flag, v);
                 return 2;
             }
+        } else if (!strcmp(a, "--no-kv-cache")) {
+            args->sample_no_cache = true;
         } else if (!strcmp(a, "--dry-run")) {
             args->dry_run = true;
         } else if (!strcmp(a, "--profile")) {

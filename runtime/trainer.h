@@ -36,6 +36,7 @@ typedef struct cli {
     float temperature;
     int top_k;
     uint64_t sample_seed;
+    bool sample_no_cache; /* --no-kv-cache */
     int argc;           /* the command line as given, for the command that resumes this run */
     char **argv;
 } cli;

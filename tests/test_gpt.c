@@ -8,6 +8,7 @@
  *  - token shards: samples are the file's tokens at j * T and their next tokens, across shards in
  *    name order; hostile files (bad magic, an llm.c model file, a wrong version, truncated, a
  *    token beyond the vocabulary, too short for one sample) are refused naming the file;
+ *  - generation with a KV cache: each position's logits equal the full forward's;
  *  - ./train learns byte-level text (the loss falls well below uniform's log 256), and the
  *    deterministic mode gives the same weights on 1 and 2 ranks. */
 #include <glob.h>
@@ -224,6 +225,71 @@ static void test_gpt_matches_float64(void **state)
     for (int i = 0; i < NP; i++)
         free(r.p[i]);
     dpt_tensor_free(it), dpt_tensor_free(tt);
+    dpt_model_free(m);
+    dpt_config_free(cfg);
+    dpt_ctx_free(ctx);
+}
+
+/* Generation with a KV cache: the decoder's logits for each position, fed a prompt at once and
+ * then one token a call, equal the full forward's row for that position over the whole
+ * sequence (fp32 both, summed in other orders: a few ulps of logits of order 1-10), with the
+ * model's width (block 12 positions) filled to its end; a new sequence at position 0 reuses
+ * the cache. */
+static void test_kv_cache_matches_forward(void **state)
+{
+    (void)state;
+    enum { N = 12, PROMPT = 4 };
+    const char *block[] = {"model.block_size=12"};
+    dpt_config *cfg = small_gpt_config(block, 1);
+    dpt_ctx *ctx = test_ctx(2, 3);
+    dpt_dataset ds = token_shape(N, V);
+    dpt_error err;
+    dpt_model *m = dpt_model_build_for(ctx, cfg, &ds, &err);
+    if (!m) fail_msg("%s", err.msg);
+    const dpt_decoder *d = dpt_model_decoder(m);
+    assert_non_null(d);
+    assert_int_equal(d->positions, N);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 5);
+    for (int i = 0; i < dpt_model_num_params(m); i++) { /* away from the init: every value matters */
+        dpt_tensor *p = dpt_model_param_at(m, i);
+        float *v = dpt_tensor_data(p);
+        for (int64_t k = 0; k < dpt_tensor_numel(p); k++)
+            v[k] += 0.3f * (2.0f * dpt_rng_uniform(&rng) - 1.0f);
+    }
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)dpt_rng_below(&rng, V);
+    dpt_set_grad_enabled(ctx, false);
+    dpt_model_set_training(m, false);
+    dpt_tensor *all = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){1, N});
+    dpt_tensor_copy_from_host_i32(all, ids);
+    float want[N * V], got[V];
+    dpt_tensor_copy_to_host(dpt_model_forward(m, ctx, all), want);
+    dpt_tape_clear(ctx);
+    dpt_kv_cache *cache = dpt_kv_cache_new(ctx, d->layers, d->heads, d->head_size, d->positions);
+    for (int round = 0; round < 2; round++) { /* the second starts over in the same cache */
+        int prompt = round == 0 ? PROMPT : 1;
+        for (int pos = 0; pos < N;) {
+            int len = pos == 0 ? prompt : 1;
+            dpt_tensor *x = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){1, len});
+            dpt_tensor_copy_from_host_i32(x, ids + pos);
+            dpt_tensor *y = d->decode(m, ctx, x, pos, cache);
+            assert_int_equal(dpt_tensor_numel(y), V);
+            dpt_tensor_copy_to_host(y, got);
+            pos += len;
+            for (int v = 0; v < V; v++) {
+                float ref = want[(pos - 1) * V + v];
+                if (!(fabsf(got[v] - ref) <= 2e-5f * (1.0f + fabsf(ref))))
+                    fail_msg("round %d, position %d, logit %d: with the cache %.8g, the full forward %.8g", round,
+                             pos - 1, v, got[v], ref);
+            }
+            dpt_tape_clear(ctx);
+            dpt_tensor_free(x);
+        }
+    }
+    dpt_kv_cache_free(cache);
+    dpt_tensor_free(all);
     dpt_model_free(m);
     dpt_config_free(cfg);
     dpt_ctx_free(ctx);
@@ -462,6 +528,15 @@ static void test_trains_on_text(void **state)
     rc = run_capture(c, sizeof c, "%s --prompt 'The model ' --tokens 60 --seed 8 2>&1", base);
     assert_int_equal(rc, 0);
     assert_true(strcmp(a, c) != 0);
+    /* the sampler's loop with the KV cache (the default) and with the full forward a token: the
+     * same most likely bytes while the context (128) holds them all (10 + 110) */
+    rc = run_capture(b, sizeof b, "%s --prompt 'The model ' --tokens 110 --temperature 0 2>/dev/null", base);
+    assert_int_equal(rc, 0);
+    rc = run_capture(c, sizeof c, "%s --prompt 'The model ' --tokens 110 --temperature 0 --no-kv-cache 2>/dev/null", base);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(b, "The model "));
+    assert_true(strlen(strstr(b, "The model ")) >= 10 + 110);
+    assert_string_equal(b, c);
     rc = run_capture(c, sizeof c, "%s --tokens 0 2>&1", base);
     assert_int_equal(rc, 2);
     assert_non_null(strstr(c, "--tokens 0: not a valid value"));
@@ -499,6 +574,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_small_parameters),
         cmocka_unit_test(test_gpt_matches_float64),
+        cmocka_unit_test(test_kv_cache_matches_forward),
         cmocka_unit_test(test_token_shards),
         cmocka_unit_test(test_llmc_checkpoint_in),
         cmocka_unit_test(test_trains_on_text),
