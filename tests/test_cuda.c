@@ -1025,6 +1025,44 @@ static void test_tensor_primitives(void **state)
         compare(names[which], g_prim, inputs[which], shapes[which], &which, which == 7 || which >= 10 ? 1e-3 : 1e-4);
 }
 
+/* Generation's attention with a KV cache on the GPU (the backend's strided copy into the cache,
+ * batched GEMMs over strided views of it): each position's output, a 3-position prompt then one
+ * position a call, equals the CPU's full causal attention's row for it. */
+static void test_kv_cache_attention(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    enum { T = 9, H = 2, D = 4, C = H * D, PROMPT = 3 };
+    dpt_ctx *cpu = make(DPT_DEVICE_CPU), *gpu = make(GPU);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 11);
+    dpt_tensor *qkv = test_input(cpu, &rng, 3, (int64_t[]){1, T, 3 * C}, -2, 2);
+    float want[T * C], got[T * C], part[3 * C * T];
+    dpt_set_grad_enabled(cpu, false), dpt_set_grad_enabled(gpu, false);
+    dpt_tensor_copy_to_host(dpt_attention(cpu, qkv, H, true), want);
+    const float *all = dpt_tensor_data(qkv);
+    dpt_kv_cache *cache = dpt_kv_cache_new(gpu, 1, H, D, T);
+    for (int pos = 0; pos < T;) {
+        int len = pos == 0 ? PROMPT : 1;
+        dpt_tensor *x = dpt_tensor_new(gpu, 3, (int64_t[]){1, len, 3 * C});
+        memcpy(part, all + pos * 3 * C, (size_t)(len * 3 * C) * sizeof *part);
+        dpt_tensor_copy_from_host(x, part);
+        dpt_tensor_copy_to_host(dpt_attention_cached(gpu, x, H, cache, 0, pos), got + pos * C);
+        dpt_tape_clear(gpu);
+        dpt_tensor_free(x);
+        pos += len;
+    }
+    double a[T * C], b[T * C];
+    for (int i = 0; i < T * C; i++)
+        a[i] = want[i], b[i] = got[i];
+    assert_close_d("attention with a KV cache (cuda, a position a call) vs the full causal attention (cpu)", b, a,
+                   T * C, 1e-4, 1e-5);
+    dpt_kv_cache_free(cache);
+    dpt_tape_clear(cpu);
+    dpt_tensor_free(qkv);
+    dpt_ctx_free(cpu), dpt_ctx_free(gpu);
+}
+
 /* DPT_TEST_FORK=1 (scripts/gpu_check.sh): each test in a child of its own, with a time limit,
  * so a fatal error, a crash or a hang in one is that test's failure and the rest still run.
  * The children's cmocka lines are passed through (their per-group totals dropped) and one
@@ -1094,6 +1132,7 @@ int main(void)
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_tensor_primitives),
+        cmocka_unit_test(test_kv_cache_attention),
         cmocka_unit_test(test_layers),
         cmocka_unit_test(test_training_steps),
         cmocka_unit_test(test_loader_copy_stream),
