@@ -179,7 +179,7 @@ typedef struct record {
     char name[160];
     int ndim;
     int64_t dims[DPT_MAX_DIMS];
-    uint8_t *data; /* decompressed */
+    uint8_t *data; /* decompressed; NULL for a record the reader was told to skip */
     uint64_t bytes;
 } record;
 
@@ -204,8 +204,10 @@ static void free_records(record *recs, uint32_t n)
 }
 
 /* Parse and verify every record; false with err naming the first problem. Every error is
- * formatted before the records are freed (the message names the record). */
-static bool parse(const char *path, reader *r, record **out, uint32_t *count, dpt_error *err)
+ * formatted before the records are freed (the message names the record). Records whose name
+ * starts with `skip` (NULL: none) are checked (framing, CRC) but not decompressed: their data
+ * stays NULL (a weights-only read leaves the optimizer state, most of an AdamW checkpoint). */
+static bool parse(const char *path, reader *r, const char *skip, record **out, uint32_t *count, dpt_error *err)
 {
     char magic[8];
     uint32_t version, nrec, hcrc;
@@ -264,6 +266,7 @@ static bool parse(const char *path, reader *r, record **out, uint32_t *count, dp
         }
         rec->ndim = (int)ndim;
         rec->bytes = raw_bytes;
+        if (skip && !strncmp(rec->name, skip, strlen(skip))) continue;
         rec->data = malloc(raw_bytes + 1);
         uLongf got = (uLongf)raw_bytes;
         if (!rec->data || uncompress(rec->data, &got, comp, (uLong)comp_bytes) != Z_OK || got != raw_bytes) {
@@ -501,13 +504,15 @@ static bool check_finite(const char *path, const record *rec, dpt_error *err)
     return true;
 }
 
-/* The file's records, each checked (read_whole_file, then parse); false with err. */
-static bool read_records(const char *path, record **recs, uint32_t *n, size_t *size, dpt_error *err)
+/* The file's records, each checked (read_whole_file, then parse; those named skip... left
+ * compressed); false with err. */
+static bool read_records(const char *path, const char *skip, record **recs, uint32_t *n, size_t *size,
+                         dpt_error *err)
 {
     uint8_t *buf = read_whole_file(path, size, err);
     if (!buf) return false;
     reader r = {buf, *size, 0};
-    bool ok = parse(path, &r, recs, n, err);
+    bool ok = parse(path, &r, skip, recs, n, err);
     free(buf);
     return ok;
 }
@@ -518,7 +523,8 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
     size_t size = 0;
     record *recs = NULL;
     uint32_t n = 0;
-    if (!read_records(path, &recs, &n, &size, err)) return false;
+    bool weights_only = cfg == NULL; /* --sample, --eval, --export: the optimizer state is not read */
+    if (!read_records(path, weights_only ? "optim/" : NULL, &recs, &n, &size, err)) return false;
 
     record *meta = find(recs, n, "meta"), *rng = find(recs, n, "rng");
     char val[256], model_desc[400] = "?";
@@ -538,19 +544,19 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
                             "the [model] settings that wrote it",
                             path, model_desc, dpt_model_name(model), dpt_model_summary(model));
     }
-    if (ok && strcmp(meta_get(meta, "optim", val, sizeof val) ? val : "", dpt_optim_name(optim)) != 0)
+    if (ok && !weights_only && strcmp(meta_get(meta, "optim", val, sizeof val) ? val : "", dpt_optim_name(optim)) != 0)
         ok = dpt_errorf(err,
                         "%s holds %s optimizer state; the config asks for %s\nHINT: set [optim] name = %s "
                         "to resume, or start a new run",
                         path, val, dpt_optim_name(optim), val);
-    if (ok && saved_world != world_size && loaded.batches_done != 0 && loaded.samples_done < 0)
+    if (ok && !weights_only && saved_world != world_size && loaded.batches_done != 0 && loaded.samples_done < 0)
         ok = dpt_errorf(err,
                         "%s was written mid-epoch by %lld ranks; this run has %d\nHINT: resume with the "
                         "same number of ranks, or from a checkpoint written at an epoch end "
                         "([checkpoint] every_epochs), where a new world size is allowed",
                         path, (long long)saved_world, world_size);
     int nparams = dpt_model_num_params(model), nbuffers = dpt_model_num_buffers(model);
-    int nstate = dpt_optim_num_state(optim), ntensors = nparams + nbuffers + nstate;
+    int nstate = weights_only ? 0 : dpt_optim_num_state(optim), ntensors = nparams + nbuffers + nstate;
     record **src = calloc((size_t)ntensors + 1, sizeof *src);
     if (!src) dpt_fatal("out of host memory reading a checkpoint");
     for (int i = 0; ok && i < nparams; i++)
@@ -561,7 +567,10 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
     for (int i = 0; ok && i < nstate; i++)
         ok = check_tensor(path, recs, n, "optim/", dpt_optim_state_at(optim, i), model_desc, err,
                           &src[nparams + nbuffers + i]);
-    if (ok && n != (uint32_t)(3 + ntensors))
+    uint32_t counted = n; /* weights only: the records of the model's tensors */
+    for (uint32_t i = 0; weights_only && i < n; i++)
+        counted -= recs[i].kind != REC_TENSOR || !strncmp(recs[i].name, "optim/", 6);
+    if (ok && counted != (uint32_t)(weights_only ? ntensors : 3 + ntensors))
         ok = dpt_errorf(err,
                         "%s holds %u records; the model and optimizer need %d (the checkpoint has "
                         "tensors this model lacks: %s)\nHINT: resume with the model that wrote it",
@@ -577,7 +586,7 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
         for (int i = 0; i < nstate; i++)
             dpt_tensor_copy_from_host(dpt_optim_state_at(optim, i), (float *)src[nparams + nbuffers + i]->data);
         memcpy(ctx->rng.s, rng->data, sizeof ctx->rng.s);
-        dpt_optim_set_steps(optim, optim_steps);
+        if (!weights_only) dpt_optim_set_steps(optim, optim_steps);
         *st = loaded;
         char hash[32];
         snprintf(hash, sizeof hash, "%016llx", cfg ? (unsigned long long)dpt_config_hash(cfg) : 0ULL);
@@ -1011,7 +1020,7 @@ bool dpt_checkpoint_tensors(const char *path, dpt_ckpt_tensor_fn fn, void *user,
     size_t size = 0;
     record *recs = NULL;
     uint32_t n = 0;
-    if (!read_records(path, &recs, &n, &size, err)) return false;
+    if (!read_records(path, "optim/", &recs, &n, &size, err)) return false;
     bool ok = true;
     for (int pass = 0; pass < 2 && ok; pass++) {
         const char *prefix = pass == 0 ? "param/" : "buffer/";
@@ -1044,7 +1053,7 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
     size_t size = 0;
     record *recs = NULL;
     uint32_t n = 0;
-    if (!read_records(path, &recs, &n, &size, err)) return false;
+    if (!read_records(path, NULL, &recs, &n, &size, err)) return false;
     bool ok = true;
     record *meta = find(recs, n, "meta");
     if (!meta || meta->kind != REC_BLOB) {

@@ -1,4 +1,5 @@
-/* fuzz_checkpoint.c: the checkpoint loader into a small MLP with AdamW state, and --inspect's
+/* fuzz_checkpoint.c: the checkpoint loader into a small MLP with AdamW state (a resume, and a
+ * weights-only read), and --inspect's
  * reader (dpt_checkpoint_inspect) on the same bytes. The harness
  * recomputes every CRC of the mutated input (tests/ckpt_bytes.h), so mutations reach the
  * checks behind them. DPT_FUZZ_WRITE_SEED=DIR writes a valid checkpoint of this model there. */
@@ -44,6 +45,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     dpt_train_state st;
     if (dpt_checkpoint_load(path, model, optim, ctx, cfg, &st, 1, &err)) {
         if (st.epoch < 1 || st.step < 0 || st.batches_done < 0) abort(); /* accepted: sane */
+    } else if (!err.msg[0]) {
+        abort();
+    }
+    err.msg[0] = '\0'; /* weights only (--sample, --eval): the optimizer's records left compressed */
+    if (dpt_checkpoint_load(path, model, optim, ctx, NULL, &st, 1, &err)) {
+        if (st.epoch < 1 || st.step < 0) abort();
     } else if (!err.msg[0]) {
         abort();
     }
