@@ -480,6 +480,11 @@ void dpt_model_free(dpt_model *model);
 const char *dpt_model_name(const dpt_model *model);
 /* Zeroed memory that lives as long as the model (for layer structs, model state). */
 void *dpt_model_alloc(dpt_model *model, size_t bytes);
+/* Called once by dpt_model_free before the model's parameters, buffers and dpt_model_alloc
+ * memory go: for what the model made itself (tensors cached in its state, e.g. with
+ * dpt_tensor_new, files, handles), which would otherwise leak (a context reports tensors never
+ * freed when it is freed). */
+void dpt_model_set_destructor(dpt_model *model, void (*destroy)(dpt_model *model, void *state));
 /* The model's own state pointer (set once by the builder). */
 void dpt_model_set_state(dpt_model *model, void *state);
 void *dpt_model_state(const dpt_model *model);

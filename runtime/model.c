@@ -14,6 +14,7 @@ struct dpt_model {
     dpt_forward_fn forward;
     dpt_batch_forward_fn batch_forward;
     dpt_decoder decoder; /* decode NULL: none */
+    void (*destroy)(dpt_model *model, void *state); /* dpt_model_set_destructor; NULL: none */
     dpt_task task; /* what the model declared (zero: the data's) */
     void *state;
     bool training;
@@ -52,9 +53,15 @@ dpt_model *dpt_model_new(dpt_ctx *ctx, const char *name, dpt_forward_fn forward)
     return m;
 }
 
+void dpt_model_set_destructor(dpt_model *m, void (*destroy)(dpt_model *model, void *state))
+{
+    m->destroy = destroy;
+}
+
 void dpt_model_free(dpt_model *m)
 {
     if (!m) return;
+    if (m->destroy) m->destroy(m, m->state); /* first: its tensors and state are still there */
     for (int i = 0; i < m->nparams; i++)
         dpt_tensor_free(m->params[i]);
     for (int i = 0; i < m->nbuffers; i++)

@@ -88,6 +88,51 @@ static void overfit(const char *const *sets, int n, int64_t c, int64_t hw, int s
     dpt_ctx_free(ctx);
 }
 
+/* A model's destructor: called once, with its state, while its parameters still exist, and
+ * what it frees leaves the context's allocator where it was before the model (a cached tensor
+ * would otherwise be reported as never freed). */
+typedef struct cached_state {
+    dpt_tensor *cache, *weight;
+    int calls;
+    bool weight_alive;
+} cached_state;
+
+static cached_state destroyed;
+
+static void destroy_cached(dpt_model *model, void *state)
+{
+    cached_state *c = state;
+    c->calls++;
+    c->weight_alive = dpt_tensor_data(c->weight) != NULL && dpt_model_num_params(model) == 1;
+    dpt_tensor_free(c->cache);
+    destroyed = *c;
+}
+
+static dpt_tensor *forward_cached(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
+{
+    (void)model, (void)ctx;
+    return x;
+}
+
+static void test_destructor(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 1);
+    size_t before = dpt_ctx_mem_stats(ctx).allocated;
+    dpt_model *m = dpt_model_new(ctx, "cached", forward_cached);
+    cached_state *c = dpt_model_alloc(m, sizeof *c);
+    dpt_model_set_state(m, c);
+    c->weight = dpt_model_param(m, "w", 1, (int64_t[]){16});
+    c->cache = dpt_tensor_new(ctx, 2, (int64_t[]){64, 64});
+    dpt_model_set_destructor(m, destroy_cached);
+    assert_true(dpt_ctx_mem_stats(ctx).allocated > before);
+    dpt_model_free(m);
+    assert_int_equal(destroyed.calls, 1);
+    assert_true(destroyed.weight_alive);
+    assert_int_equal(dpt_ctx_mem_stats(ctx).allocated, before);
+    dpt_ctx_free(ctx);
+}
+
 static void test_overfit(void **state)
 {
     (void)state;
@@ -320,6 +365,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_param_counts),
         cmocka_unit_test(test_overfit),
+        cmocka_unit_test(test_destructor),
         cmocka_unit_test(test_onednn_matches_native),
         cmocka_unit_test(test_build_errors),
         cmocka_unit_test(test_summary),
