@@ -903,6 +903,8 @@ typedef struct dpt_ddp_options {
     uint64_t config_hash; /* checked equal on all ranks */
     const dpt_config *config; /* optional: when the hashes differ, the first key that differs is named */
     dpt_grad_compression compression; /* gradients on the wire in 16 bits (host communicators) */
+    int64_t steps_before; /* training steps done before the first reduction (a resumed run's): reports
+                           * number steps from steps_before + 1, as the progress lines do */
 } dpt_ddp_options;
 
 typedef struct dpt_ddp dpt_ddp;

@@ -74,6 +74,12 @@ struct dpt_ddp {
 
 /* ---------------------------------------------------------------- communication thread */
 
+/* A reduction's step as the progress lines number it (1-based, counting a resumed run's). */
+static int64_t step_label(const dpt_ddp *d, int64_t step)
+{
+    return d->opt.steps_before + step + 1;
+}
+
 static void *comm_thread_main(void *arg)
 {
     dpt_ddp *d = arg;
@@ -91,7 +97,7 @@ static void *comm_thread_main(void *arg)
         double t0 = dpt_now_s();
         char what[96];
         snprintf(what, sizeof what, "allreduce of bucket %d of %d, step %lld", b, d->nbuckets,
-                 (long long)re->step);
+                 (long long)step_label(d, re->step));
         /* its own communicator; the settings follow the main one's (set after start-up) */
         d->grad_comm->timeout_s = d->comm->timeout_s;
         d->grad_comm->delay_ms_per_mb = d->comm->delay_ms_per_mb;
@@ -561,7 +567,7 @@ static _Noreturn void report_timeout(dpt_ddp *d)
         const ring_entry *e = &d->ring[(d->ring_next + i) % RING];
         if (e->start_s == 0) continue;
         used += (size_t)snprintf(recent + used, sizeof recent - used,
-                                 "\n  step %lld bucket %d (%lld floats): %s", (long long)e->step, e->bucket,
+                                 "\n  step %lld bucket %d (%lld floats): %s", (long long)step_label(d, e->step), e->bucket,
                                  (long long)e->numel, e->end_s ? "done" : "IN FLIGHT");
         if (used >= sizeof recent) break;
     }
@@ -570,7 +576,7 @@ static _Noreturn void report_timeout(dpt_ddp *d)
                   "step %lld, %s\nrecent collectives on this rank:%s\n"
                   "HINT: another rank stopped or is much slower; raise [distributed] comm_timeout_s "
                   "if steps are legitimately this slow",
-                  d->comm->rank, d->comm->size, d->opt.timeout_s, d->reduced, d->nbuckets, (long long)d->step,
+                  d->comm->rank, d->comm->size, d->opt.timeout_s, d->reduced, d->nbuckets, (long long)step_label(d, d->step),
                   where, recent);
 }
 
@@ -635,7 +641,7 @@ void dpt_ddp_finish(dpt_ddp *d)
         dpt_abort_job("rank %d: %d parameter(s) received no gradient in step %lld: %s\n"
                       "HINT: every parameter must take part in the loss; if some are unused on purpose, "
                       "set [distributed] find_unused = true",
-                      d->comm->rank, unused, (long long)d->step, names);
+                      d->comm->rank, unused, (long long)step_label(d, d->step), names);
     launch_ready_buckets(d);
     if (d->async) {
         finish_async(d, backward_end);

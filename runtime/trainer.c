@@ -346,6 +346,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         ddp_opt.dataset_len = t->train_set->n;
         ddp_opt.dataset_hash = t->train_set->content_hash;
         ddp_opt.config = run->ini; /* a config that differs: the first key that does is named */
+        ddp_opt.steps_before = t->state.step;
         dpt_comm_set_delay(r->comm, run->bench_comm_ms_per_mb);
         t->reducer = dpt_reducer_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, t->timeline, err);
         if (!t->reducer) goto fail;
