@@ -119,17 +119,14 @@ dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *l, dpt_tensor *x)
                   (long long)l->in_channels, (long long)(l->dilation * (l->kernel - 1) + 1 - 2 * l->padding),
                   dpt_shape_str(x, buf, sizeof buf));
     DPT_REQUIRE_OP(ctx, conv2d_fwd, "conv2d");
-    if (!ctx->be->conv2d_out_layout || (x->dtype == DPT_BF16 && !ctx->be->act16))
-        x = dpt_plain(ctx, x); /* kernels that read NCHW F32 only */
     dpt_conv_shape s = shape_of(l, x);
-    if (ctx->be->conv2d_same_layout && ctx->be->conv2d_out_layout) { /* cuDNN: x in y's layout */
-        dpt_layout want = ctx->be->conv2d_out_layout(ctx, &s);
-        if (x->layout != want) x = dpt_to_layout(ctx, x, want), s = shape_of(l, x);
-    }
+    dpt_conv_io io = {DPT_LAYOUT_NCHW, true, DPT_LAYOUT_NCHW, DPT_F32}; /* kernels that read NCHW F32 only */
+    if (ctx->be->conv2d_io) ctx->be->conv2d_io(ctx, &s, &io);
+    if (x->layout != io.x_layout || (io.x_f32 && x->dtype == DPT_BF16))
+        x = dpt_to_layout(ctx, x, io.x_layout), s = shape_of(l, x);
     int64_t yshape[4] = {s.n, s.c_out, s.oh, s.ow};
-    bool y16 = ctx->be->conv2d_out_dtype && ctx->be->conv2d_out_dtype(ctx, &s) == DPT_BF16;
-    dpt_tensor *y = y16 ? dpt_temp16(ctx, 4, yshape) : dpt_temp(ctx, 4, yshape);
-    if (ctx->be->conv2d_out_layout) y->layout = ctx->be->conv2d_out_layout(ctx, &s);
+    dpt_tensor *y = io.y_dtype == DPT_BF16 ? dpt_temp16(ctx, 4, yshape) : dpt_temp(ctx, 4, yshape);
+    y->layout = io.y_layout;
     ctx->be->conv2d_fwd(ctx, &s, x->data, l->weight->data, l->bias ? l->bias->data : NULL, y->data);
     dpt_node *node =
         dpt_tape_record(ctx, "conv2d", conv2d_backward, y, 3, (dpt_tensor *[]){x, l->weight, l->bias});

@@ -15,8 +15,26 @@ typedef struct dpt_conv_shape {
     int64_t n, c_in, h, w, c_out, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, oh, ow;
     int64_t x_layout; /* dpt_layout of x (and of dx) */
     int64_t x_dtype;  /* dpt_dtype of x (dx is F32) */
-    int64_t y_dtype;  /* dpt_dtype wished for y (conv2d_out_dtype says what it gets) */
+    int64_t y_dtype;  /* dpt_dtype wished for y (conv2d_io says what it gets) */
 } dpt_conv_shape;
+
+/* How a backend's convolution takes x and writes y for one shape (conv2d_io): the layout x must
+ * be in (the layer converts it first), whether x must be F32 (else it is read as it comes,
+ * F32 or BF16), and y's layout and dtype. dy arrives in y's layout; dx is written in x's. */
+typedef struct dpt_conv_io {
+    dpt_layout x_layout;
+    bool x_f32;
+    dpt_layout y_layout;
+    dpt_dtype y_dtype;
+} dpt_conv_io;
+
+/* What a backend runs for [train] precision = asked (precision_for): `precision` is asked or a
+ * lower one it falls back to (`why` then says so, for the header), or -1 when it has no path
+ * for it (`why` then completes "the BACKEND backend ..." and `hint` is the error's HINT). */
+typedef struct dpt_precision_choice {
+    int precision;
+    const char *why, *hint;
+} dpt_precision_choice;
 
 /* Shapes of a 2-D pooling window: x (n, c, h, w) -> y (n, c, oh, ow), both (and their
  * gradients) in `layout` (NCHW unless the backend sets pool_any_layout). */
@@ -70,6 +88,9 @@ typedef struct dpt_device_iface {
 
 typedef struct dpt_backend {
     const char *name;
+    /* The precision it runs for the one asked (dpt_ctx_new decides with it, once, before init);
+     * NULL: fp32 only. */
+    dpt_precision_choice (*precision_for)(dpt_precision asked);
     /* Set up / tear down ctx->backend_state (streams, handles, thread settings). */
     bool (*init)(dpt_ctx *ctx, dpt_error *err);
     void (*shutdown)(dpt_ctx *ctx);
@@ -119,29 +140,24 @@ typedef struct dpt_backend {
      * backend never produces anything but NCHW. */
     void (*relayout)(dpt_ctx *ctx, const float *src, dpt_layout src_layout, float *dst, dpt_layout dst_layout,
                      const int64_t *shape, bool accumulate);
-    /* [train] memory_format = nhwc is kept: conv2d_out_layout answers NHWC when ctx->nhwc, and
-     * batch norm and pooling (or plain() before them) take it. */
+    /* [train] memory_format = nhwc is kept: conv2d_io answers NHWC when ctx->nhwc, and batch
+     * norm and pooling (or plain() before them) take it. */
     bool channels_last;
-    /* conv2d_fwd needs x in the layout it writes y in (cuDNN: x, w and y in one format); the
-     * layer converts x first. false: x arrives in any layout. */
-    bool conv2d_same_layout;
     /* 16-bit activations. act16: the backend keeps [train] precision = bf16's activations in
-     * BF16 between the ops that take them (conv2d's x and y per s->x_dtype and
-     * conv2d_out_dtype, the fused batch norm, relu16, add16); the entries below are then set.
-     * All shapes are (N, C, H, W). widen: dst (F32, dst_layout) = src (BF16, src_layout), or
-     * += with accumulate. relu16_bwd adds into dx; add16 rounds the float sum to nearest even. */
+     * BF16 between the ops that take them (conv2d's x and y per conv2d_io, the fused batch
+     * norm, relu16, add16); the entries below are then set. All shapes are (N, C, H, W).
+     * widen: dst (F32, dst_layout) = src (BF16, src_layout), or += with accumulate. relu16_bwd
+     * adds into dx; add16 rounds the float sum to nearest even. */
     bool act16;
     void (*widen)(dpt_ctx *ctx, const void *src, dpt_layout src_layout, float *dst, dpt_layout dst_layout,
                   const int64_t *shape, bool accumulate);
     void (*relu16_fwd)(dpt_ctx *ctx, const uint16_t *x, uint16_t *y, int64_t n);
     void (*relu16_bwd)(dpt_ctx *ctx, const uint16_t *y, const float *dy, float *dx, int64_t n);
     void (*add16)(dpt_ctx *ctx, int64_t n, const uint16_t *a, const uint16_t *b, uint16_t *out);
-    /* The dtype conv2d_fwd writes y in for this shape (s->y_dtype is the one wished for: BF16
-     * with act16 and precision = bf16); NULL: F32. dy and dx are always F32. */
-    dpt_dtype (*conv2d_out_dtype)(dpt_ctx *ctx, const dpt_conv_shape *s);
-    /* The layout conv2d_fwd writes y in for this shape (s->x_layout is x's); NULL: NCHW, and x
-     * must be NCHW. dy then arrives in that layout, and dx is written in x's. */
-    dpt_layout (*conv2d_out_layout)(dpt_ctx *ctx, const dpt_conv_shape *s);
+    /* The one place a convolution's layouts and dtypes are decided: how conv2d_fwd takes x and
+     * writes y for this shape (s->x_layout, s->x_dtype: x as it comes; s->y_dtype: what the
+     * context keeps activations in). NULL: NCHW F32 in and out. */
+    void (*conv2d_io)(dpt_ctx *ctx, const dpt_conv_shape *s, dpt_conv_io *io);
     /* Convolution (x and y in the dtypes s names: BF16 data behind a float pointer, as in a
      * tensor's `data`). dx, dw, db may be NULL (not wanted). dw and db accumulate (+=); dx too with
      * dx_accumulate, else it is written (its first writer: no zero fill, no read). */

@@ -40,18 +40,16 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
                    (int)options->device.kind);
         return NULL;
     }
-    if (options->precision == DPT_PRECISION_FP16 && strcmp(be->name, "cuda") != 0) {
-        dpt_errorf(err, "[train] precision = fp16 runs the convolutions on cuDNN: the %s backend has no fp16 "
-                        "kernels (a CPU needs AVX512-FP16, which oneDNN 2.6 does not use for training)\nHINT: use "
-                        "precision = bf16 (fp32's range, no loss scaling needed) on a CPU with AVX512-BF16, or fp32",
-                   be->name);
-        return NULL;
-    }
-    if (options->precision == DPT_PRECISION_BF16 && strcmp(be->name, "cpu-onednn") != 0 &&
-        strcmp(be->name, "cuda") != 0) {
-        dpt_errorf(err, "[train] precision = bf16 runs the convolutions on oneDNN's CPU kernels or cuDNN; the %s "
-                        "backend has no bf16 path\nHINT: set [train] cpu_kernels = onednn",
-                   be->name);
+    /* the precision, decided here once from what the backend says it runs */
+    static const char *const names[] = {"fp32", "bf16", "fp16"};
+    dpt_precision_choice pc = {DPT_PRECISION_FP32, "", ""};
+    if (be->precision_for)
+        pc = be->precision_for(options->precision);
+    else if (options->precision != DPT_PRECISION_FP32)
+        pc = (dpt_precision_choice){-1, "runs fp32 only", "set [train] precision = fp32"};
+    if (pc.precision < 0) {
+        dpt_errorf(err, "[train] precision = %s: the %s backend %s\nHINT: %s", names[options->precision], be->name,
+                   pc.why, pc.hint);
         return NULL;
     }
     if (options->channels_last && !be->channels_last) {
@@ -63,8 +61,8 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
     }
     dpt_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) dpt_fatal("out of host memory for a context");
-    ctx->precision = options->precision;
-    ctx->precision_note = "";
+    ctx->precision = (dpt_precision)pc.precision;
+    ctx->precision_note = pc.precision == (int)options->precision ? "" : pc.why;
     ctx->device = options->device;
     ctx->be = be;
     ctx->threads = options->threads > 0 ? options->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -79,7 +77,6 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
         free(ctx);
         return NULL;
     }
-    /* after init, which may lower the precision */
     ctx->act16 = ctx->precision == DPT_PRECISION_BF16 && be->act16 && !options->fp32_activations;
     ctx->alloc = dpt_alloc_new(be->dev->raw_allocator(ctx));
     dpt_alloc_set_limit(ctx->alloc, options->memory_limit);

@@ -99,10 +99,10 @@ static conv_plan *new_plan(dpt_ctx *ctx, const dpt_conv_shape *sh)
     p->bf16 = ctx->precision == DPT_PRECISION_BF16;
     p->h16 = p->bf16 || ctx->precision == DPT_PRECISION_FP16;
     cudnnDataType_t dt = !p->h16 ? CUDNN_DATA_FLOAT : p->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
-    /* [train] memory_format = nhwc: x arrives in y's layout (conv2d_same_layout), and x, y and
+    /* [train] memory_format = nhwc: x arrives in y's layout (cuda_conv2d_io), and x, y and
      * the filter are all channels-last, the format cuDNN's tensor-core kernels are fastest in
      * (PyTorch's channels_last gives cuDNN the same three); a shape cuDNN has no NHWC algorithm
-     * for runs NCHW (cuda_conv2d_out_layout) */
+     * for runs NCHW (out_layout) */
     p->nhwc = sh->x_layout == DPT_LAYOUT_NHWC;
     cudnnTensorFormat_t fmt = p->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->x));
@@ -417,7 +417,7 @@ static void cuda_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float 
 /* [train] memory_format = nhwc: y (and so dy) channels-last; x converted to it by the layer.
  * A shape cuDNN has no channels-last algorithm for (with any math) runs NCHW instead: the
  * layer converts x to NCHW, and what follows takes y as it comes (a warning says so once). */
-static dpt_layout cuda_conv2d_out_layout(dpt_ctx *ctx, const dpt_conv_shape *sh)
+static dpt_layout out_layout(dpt_ctx *ctx, const dpt_conv_shape *sh)
 {
     if (!ctx->nhwc) return DPT_LAYOUT_NCHW;
     dpt_conv_shape nhwc = *sh;
@@ -432,12 +432,19 @@ static dpt_layout cuda_conv2d_out_layout(dpt_ctx *ctx, const dpt_conv_shape *sh)
     return DPT_LAYOUT_NCHW;
 }
 
+/* cuDNN takes x, w and y in one format: x arrives in y's layout, F32 (16-bit operands are
+ * rounded into buffers of the convolution's own), and y is F32. */
+static void cuda_conv2d_io(dpt_ctx *ctx, const dpt_conv_shape *sh, dpt_conv_io *io)
+{
+    dpt_layout layout = out_layout(ctx, sh);
+    *io = (dpt_conv_io){.x_layout = layout, .x_f32 = true, .y_layout = layout, .y_dtype = DPT_F32};
+}
+
 void cuda_conv_entries(dpt_backend *be)
 {
     be->conv2d_fwd = cuda_conv2d_fwd;
     be->conv2d_bwd = cuda_conv2d_bwd;
-    be->conv2d_out_layout = cuda_conv2d_out_layout;
-    be->conv2d_same_layout = true;
+    be->conv2d_io = cuda_conv2d_io;
     be->channels_last = true;
 }
 

@@ -157,14 +157,13 @@ static conv_plan *plan_for(dpt_ctx *ctx, const dpt_conv_shape *s)
 
 /* ---------------------------------------------------------------- convolution */
 
-dpt_layout dnnl_conv2d_out_layout(dpt_ctx *ctx, const dpt_conv_shape *s)
+/* oneDNN reads x in any layout and dtype (a reorder of its own where its kernel wants another),
+ * and writes y as the shape's plan chose. */
+void dnnl_conv2d_io(dpt_ctx *ctx, const dpt_conv_shape *s, dpt_conv_io *io)
 {
-    return plan_for(ctx, s)->y_layout;
-}
-
-dpt_dtype dnnl_conv2d_out_dtype(dpt_ctx *ctx, const dpt_conv_shape *s)
-{
-    return plan_for(ctx, s)->y_dtype;
+    const conv_plan *p = plan_for(ctx, s);
+    *io = (dpt_conv_io){.x_layout = (dpt_layout)s->x_layout, .x_f32 = false, .y_layout = p->y_layout,
+                        .y_dtype = p->y_dtype};
 }
 
 /* The shape's activation in NCHW F32 for a native kernel: t itself, or a relayout (and

@@ -158,8 +158,7 @@ void dnnl_relayout(dpt_ctx *ctx, const float *src, dpt_layout from, float *dst, 
 int64_t dnnl_pad_right(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil, int64_t out);
 const float *dnnl_as_nchw(dpt_ctx *ctx, const float *t, dpt_layout layout, dpt_dtype dtype, const int64_t *shape,
                           dnnl_block *b);
-dpt_layout dnnl_conv2d_out_layout(dpt_ctx *ctx, const dpt_conv_shape *s);
-dpt_dtype dnnl_conv2d_out_dtype(dpt_ctx *ctx, const dpt_conv_shape *s);
+void dnnl_conv2d_io(dpt_ctx *ctx, const dpt_conv_shape *s, dpt_conv_io *io);
 void dnnl_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *bias, float *y);
 void dnnl_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *dy, float *dx,
                      bool dx_accumulate, float *dw, float *dbias);

@@ -460,8 +460,23 @@ static const dpt_device_iface cpu_device = {
     .copy_d2d = cpu_copy,
 };
 
+/* fp32: a CPU's 16-bit paths are oneDNN's (bf16; fp16 is cuDNN's alone). */
+static dpt_precision_choice cpu_precision_for(dpt_precision asked)
+{
+    if (asked == DPT_PRECISION_BF16)
+        return (dpt_precision_choice){-1, "has no bf16 path: bf16 runs the convolutions on oneDNN's CPU kernels or cuDNN",
+                                      "set [train] cpu_kernels = onednn"};
+    if (asked == DPT_PRECISION_FP16)
+        return (dpt_precision_choice){-1, "has no fp16 kernels: fp16 runs the convolutions on cuDNN (a CPU needs "
+                                          "AVX512-FP16, which oneDNN 2.6 does not use for training)",
+                                      "use precision = bf16 (fp32's range, no loss scaling needed) on a CPU with "
+                                      "AVX512-BF16, or fp32"};
+    return (dpt_precision_choice){DPT_PRECISION_FP32, "", ""};
+}
+
 dpt_backend dpt_backend_cpu = {
     .name = "cpu",
+    .precision_for = cpu_precision_for,
     .init = cpu_init,
     .shutdown = cpu_shutdown,
     .dev = &cpu_device,

@@ -43,12 +43,18 @@ static bool dnnl_init(dpt_ctx *ctx, dpt_error *err)
                           dnnl_status2str(rc));
     }
     ctx->backend_state = st;
-    if (ctx->precision == DPT_PRECISION_BF16 && dnnl_get_effective_cpu_isa() < dnnl_cpu_isa_avx512_core_bf16) {
-        /* oneDNN would emulate bf16 on this CPU, slower than fp32: fp32 it is, said in the header */
-        ctx->precision = DPT_PRECISION_FP32;
-        ctx->precision_note = "this CPU has no AVX512-BF16: the convolutions run in fp32";
-    }
     return true;
+}
+
+/* bf16 where the CPU has AVX512-BF16 (oneDNN would emulate it elsewhere, slower than fp32: fp32
+ * it is, said in the header); fp16 never (as the native kernels). */
+static dpt_precision_choice dnnl_precision_for(dpt_precision asked)
+{
+    if (asked == DPT_PRECISION_BF16 && dnnl_get_effective_cpu_isa() < dnnl_cpu_isa_avx512_core_bf16)
+        return (dpt_precision_choice){DPT_PRECISION_FP32, "this CPU has no AVX512-BF16: the convolutions run in fp32",
+                                      ""};
+    if (asked == DPT_PRECISION_BF16) return (dpt_precision_choice){DPT_PRECISION_BF16, "", ""};
+    return dpt_backend_cpu_native()->precision_for(asked);
 }
 
 static void dnnl_shutdown(dpt_ctx *ctx)
@@ -100,18 +106,18 @@ static void table_fill(void)
     table = *dpt_backend_cpu_native();
     table.name = "cpu-onednn";
     table.init = dnnl_init;
+    table.precision_for = dnnl_precision_for;
     table.shutdown = dnnl_shutdown;
     table.gemm = cpu_onednn_gemm;
     table.conv2d_fwd = dnnl_conv2d_fwd;
     table.conv2d_bwd = dnnl_conv2d_bwd;
-    table.conv2d_out_layout = dnnl_conv2d_out_layout;
+    table.conv2d_io = dnnl_conv2d_io;
     table.relayout = dnnl_relayout;
     table.act16 = true;
     table.widen = dnnl_widen;
     table.relu16_fwd = dpt_cpu_relu16_fwd;
     table.relu16_bwd = dpt_cpu_relu16_bwd;
     table.add16 = dpt_cpu_add16;
-    table.conv2d_out_dtype = dnnl_conv2d_out_dtype;
     table.bn_fused_fwd = dnnl_bn_fused_fwd;
     table.bn_fused_bwd = dnnl_bn_fused_bwd;
     table.bn_fused_infer = dnnl_bn_fused_infer;

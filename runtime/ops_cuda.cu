@@ -267,10 +267,17 @@ static dpt_device_iface make_device(void)
 }
 static const dpt_device_iface cuda_device = make_device();
 
+/* cuDNN and cuBLAS have fp32, bf16 and fp16 paths. */
+static dpt_precision_choice cuda_precision_for(dpt_precision asked)
+{
+    return dpt_precision_choice{(int)asked, "", ""};
+}
+
 static dpt_backend make_backend(void)
 {
     dpt_backend be = {};
     be.name = "cuda";
+    be.precision_for = cuda_precision_for;
     be.init = cuda_init;
     be.shutdown = cuda_shutdown;
     be.dev = &cuda_device;

@@ -150,8 +150,8 @@ static void test_training_controls(void **state)
     expect_fail(SMALL "--set distributed.devices=cuda:200", 1, "cuda:200 is not visible", "./train --env");
     /* precisions a backend cannot run: refused with the key to change; bf16 says what it keeps */
     expect_fail(SMALL "--set train.precision=bf16 --set train.cpu_kernels=native", 1,
-                "precision = bf16 runs the convolutions on oneDNN's CPU kernels or cuDNN; the cpu backend has no "
-                "bf16 path",
+                "[train] precision = bf16: the cpu backend has no bf16 path: bf16 runs the convolutions on oneDNN's "
+                "CPU kernels or cuDNN",
                 "HINT: set [train] cpu_kernels = onednn");
     expect_fail(SMALL "--set train.memory_format=nhwc --set train.cpu_kernels=native", 1,
                 "[train] memory_format = nhwc keeps activations channels-last in oneDNN's or cuDNN's kernels; the "
@@ -161,7 +161,8 @@ static void test_training_controls(void **state)
     expect_fail(SMALL "--set train.precision=fp16", 1, "[train] precision = fp16 needs [train] loss_scale = dynamic",
                 "HINT: add --set train.loss_scale=dynamic, or use precision = bf16");
     expect_fail(SMALL "--set train.precision=fp16 --set train.loss_scale=dynamic --set train.device=cpu", 1,
-                "[train] precision = fp16 runs the convolutions on cuDNN: the cpu-onednn backend has no fp16",
+                "[train] precision = fp16: the cpu-onednn backend has no fp16 kernels: fp16 runs the convolutions on "
+                "cuDNN",
                 "HINT: use precision = bf16");
     int rc = run_capture(out, sizeof out,
                          "./train " SMALL "--set train.precision=bf16 --set train.max_steps=3 --set "
