@@ -53,6 +53,18 @@ void dpt_dataset_free(dpt_dataset *ds)
     free(ds);
 }
 
+const char *dpt_dataset_sample_name(const dpt_dataset *ds, int64_t index)
+{
+    if (!ds->files || index < 0 || index >= ds->files->n) return NULL;
+    return ds->files->names + ds->files->offset[index];
+}
+
+const char *dpt_dataset_class_name(const dpt_dataset *ds, int label)
+{
+    if (!ds->files || label < 0 || label >= ds->files->nclasses) return NULL;
+    return ds->files->classes[label];
+}
+
 char *dpt_data_join(const char *dir, const char *file)
 {
     return file[0] == '/' || !*dir ? dpt_strf("%s", file) : dpt_strf("%s/%s", dir, file);

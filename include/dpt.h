@@ -740,6 +740,10 @@ typedef struct dpt_dataset {
 
 /* The fields of a data set (its own, or an image set's "image" and "label"); returns the count. */
 int dpt_dataset_fields(const dpt_dataset *ds, dpt_field *out);
+/* A sample's name where the data has one (a folder's relative path, "class/x.jpg"), and a
+ * class's (the folder's name); NULL otherwise. */
+const char *dpt_dataset_sample_name(const dpt_dataset *ds, int64_t index);
+const char *dpt_dataset_class_name(const dpt_dataset *ds, int label);
 
 /* A data source's impl (DPT_KIND_DATA, selected by [data] source): opens the train and test
  * sets its [data] keys describe; false with err naming the file or key and a HINT. */

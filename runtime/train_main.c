@@ -102,7 +102,7 @@ int dpt_train_main(int argc, char **argv)
         rc = r.rc;
         result = r.result;
     }
-    if (!args.env && !args.dry_run && !args.summary && !args.sample && !args.export_format) /* --eval: yes */
+    if (!args.env && !args.dry_run && !args.summary && !args.sample && !args.export_format && !args.predict) /* --eval: yes */
         rc = check_expectations(&world, &args, run, rc, &result);
     dpt_config_free(cfg);
     free(run);
@@ -556,6 +556,10 @@ static void usage(FILE *out)
         "                           --tokens N (200), --temperature T (1; 0 = the most likely),\n"
         "                           --top-k K (0 = all), --seed S, --no-kv-cache (the whole context's\n"
         "                           forward for every token instead of one position's)\n"
+        "  --predict CKPT           write the checkpoint's predictions over the test set (--set data.*\n"
+        "                           for another) as CSV and exit: per sample its index, name, label and\n"
+        "                           the --top-k K (5) most likely classes with their probabilities (a\n"
+        "                           language model: the next token); --out FILE (predictions.csv)\n"
         "  --config-reference       print every section and key as Markdown\n"
         "  --env                    print CUDA/cuDNN/NCCL/MPI versions, the GPUs and the world, and exit\n"
         "  --version                print the version\n"
@@ -589,7 +593,8 @@ static int parse_cli(int argc, char **argv, cli *args)
 {
     memset(args, 0, sizeof *args);
     args->argc = argc, args->argv = argv;
-    args->sample_tokens = 200, args->temperature = 1.0f, args->top_k = 0, args->sample_seed = 1337;
+    args->sample_tokens = 200, args->temperature = 1.0f, args->top_k = -1, args->sample_seed = 1337;
+    args->predict_out = "predictions.csv";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -626,6 +631,18 @@ static int parse_cli(int argc, char **argv, cli *args)
                 return 2;
             }
             args->eval = args->resume = v;
+        } else if (is_flag(a, "--predict") || is_flag(a, "--out")) {
+            bool predict = is_flag(a, "--predict");
+            const char *v = flag_value(argc, argv, &i, predict ? "--predict" : "--out");
+            if (!v || !*v) {
+                fprintf(stderr, "error: %s needs a value\nHINT: ./train CONFIG --predict CKPT [--out FILE.csv] "
+                                "[--top-k K]\n", predict ? "--predict" : "--out");
+                return 2;
+            }
+            if (predict)
+                args->predict = args->resume = v;
+            else
+                args->predict_out = v;
         } else if (!strcmp(a, "--export")) {
             if (i + 3 >= argc || argv[i + 1][0] == '-' || argv[i + 2][0] == '-' || argv[i + 3][0] == '-') {
                 fprintf(stderr, "error: --export needs FORMAT CKPT OUT\nHINT: ./train --export safetensors "

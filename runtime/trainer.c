@@ -13,6 +13,7 @@
 #include "profile.h"
 #include "error.h"
 #include "reducer.h"
+#include "predict.h"
 #include "sample.h"
 
 static bool trainer_open(trainer *t, replica *r, dpt_error *err);
@@ -80,12 +81,25 @@ void *train_replica(void *arg)
     if (r->args->sample) {
         const cli *a = r->args;
         dpt_sample_options o = {.prompt = a->prompt, .tokens = a->sample_tokens, .temperature = a->temperature,
-                                .top_k = a->top_k, .seed = a->sample_seed, .no_cache = a->sample_no_cache};
+                                .top_k = a->top_k < 0 ? 0 : a->top_k, .seed = a->sample_seed,
+                                .no_cache = a->sample_no_cache};
         bool ok = sequence_length(&t) > 0 ||
                   dpt_errorf(&err, "--sample generates from a language model; the data set %s has no sequence of token "
                                    "ids as its input\nHINT: [data] source = tokens, [model] name = gpt", t.train_set->name);
         if (ok && r->rank == 0)
             ok = dpt_sample_run(t.ctx, t.model, t.train_set->num_classes, sequence_length(&t), &o, stdout, &err);
+        if (!ok) {
+            trainer_close(&t);
+            r->rc = fail(r, &err);
+            return NULL;
+        }
+    } else if (r->args->predict) { /* the test set in order, in one process */
+        dpt_predict_options o = {.out = r->args->predict_out, .top_k = r->args->top_k < 0 ? 5 : r->args->top_k};
+        bool ok = r->size == 1 ||
+                  dpt_errorf(&err, "--predict writes one file in the data's order from one process; this run has %d %s\n"
+                                   "HINT: run it without mpirun and with one device",
+                             r->size, r->data_parallel ? "replicas" : "ranks");
+        ok = ok && dpt_predict_run(t.ctx, t.model, t.test_loader, &o, &err);
         if (!ok) {
             trainer_close(&t);
             r->rc = fail(r, &err);
@@ -239,9 +253,13 @@ static bool resume(trainer *t, dpt_error *err)
     if (!dpt_checkpoint_resolve(which, t->run->ckpt_dir, r->resumed, sizeof r->resumed, err)) {
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
-        return dpt_errorf(err, "%s %s", r->args->eval ? "--eval" : r->args->sample ? "--sample" : "--resume", msg);
+        return dpt_errorf(err, "%s %s", r->args->eval      ? "--eval"
+                                        : r->args->sample  ? "--sample"
+                                        : r->args->predict ? "--predict"
+                                                           : "--resume",
+                          msg);
     }
-    bool weights_only = r->args->eval || r->args->sample || r->args->export_format;
+    bool weights_only = r->args->eval || r->args->sample || r->args->export_format || r->args->predict;
     if (!dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx, weights_only ? NULL : t->run->ini, &t->state,
                              r->size, err))
         return false;
@@ -334,7 +352,8 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     /* Everything that can stop a checkpoint is checked before the first step, not at the
      * first save after hours of training. */
     bool look_only =
-        r->args->dry_run || r->args->summary || r->args->sample || r->args->export_format || r->args->eval;
+        r->args->dry_run || r->args->summary || r->args->sample || r->args->export_format || r->args->eval ||
+        r->args->predict;
     if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, err)) goto fail;
     dpt_ctx_set_comm(t->ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
     t->timeline = open_timeline(r);

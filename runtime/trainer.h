@@ -37,6 +37,8 @@ typedef struct cli {
     int top_k;
     uint64_t sample_seed;
     bool sample_no_cache; /* --no-kv-cache */
+    const char *predict;     /* --predict CKPT: the test set's predictions as CSV (resume is CKPT too) */
+    const char *predict_out; /* --out FILE */
     int argc;           /* the command line as given, for the command that resumes this run */
     char **argv;
 } cli;

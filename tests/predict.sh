@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# predict.sh: ./train CONFIG --predict CKPT. On Fashion-MNIST's test set: a row per sample in the
+# file's order; the label column equals the IDX file's labels (read here with od); the share of
+# rows whose top class is the label equals --eval's accuracy for the same checkpoint; with
+# --top-k 0 every class, probabilities falling and summing to 1. On an image folder: each row
+# names its file, the labels and classes by the folder's names, and a row's label is its file's
+# class folder. Under mpirun -np 2 it is refused, saying why.
+cd "$(dirname "$0")/.."
+. tests/common.sh
+mlp=(configs/fmnist_mlp.ini --set data.train_limit=3000 --set data.test_limit=700 --set train.epochs=1
+     --set train.threads=1 --set log.interval=1000 --set checkpoint.dir="$tmp/ck")
+./train "${mlp[@]}" --set checkpoint.final=true > "$tmp/train.log" 2>&1
+check "an mlp run writes its checkpoint" $? "$(tail -3 "$tmp/train.log")"
+
+./train "${mlp[@]}" --predict latest --out "$tmp/p.csv" > "$tmp/p.log" 2>&1 &&
+    grep -q "predicted 700 samples of idx into $tmp/p.csv" "$tmp/p.log"
+check "--predict writes 700 rows" $? "$(tail -3 "$tmp/p.log")"
+[ "$(head -1 "$tmp/p.csv")" = "index,label,top1,p1,top2,p2,top3,p3,top4,p4,top5,p5" ] && [ "$(wc -l < "$tmp/p.csv")" -eq 701 ]
+check "header and row count (5 classes a row by default)" $? "$(head -2 "$tmp/p.csv")"
+
+dir=$(./train configs/fmnist_mlp.ini --dry-run 2>/dev/null | awk -F' = ' '$1 == "dir" {print $2; exit}')
+zcat "$dir/t10k-labels-idx1-ubyte.gz" | tail -c +9 | head -c 700 | od -An -v -tu1 | tr -s ' ' '\n' | grep -v '^$' > "$tmp/want"
+tail -n +2 "$tmp/p.csv" | cut -d, -f2 > "$tmp/got"
+cmp -s "$tmp/want" "$tmp/got" && [ "$(wc -l < "$tmp/want")" -eq 700 ]
+check "the label column is the IDX file's labels, in order" $? "$(diff "$tmp/want" "$tmp/got" | head -3)"
+
+acc=$(./train "${mlp[@]}" --eval latest 2>&1 | grep -o 'acc [0-9.]*%' | grep -o '[0-9.]*')
+mine=$(tail -n +2 "$tmp/p.csv" | awk -F, '$2 == $3 {r++} END {printf "%.2f", 100 * r / NR}')
+[ -n "$acc" ] && [ "$acc" = "$mine" ]
+check "top-1 accuracy from the file equals --eval's" $? "--eval $acc%, the file $mine%"
+
+./train "${mlp[@]}" --predict latest --top-k 0 --out "$tmp/all.csv" > /dev/null 2>&1 &&
+    tail -n +2 "$tmp/all.csv" | awk -F, '
+        NF != 22 { bad = "fields " NF; exit }
+        { s = 0; for (j = 4; j <= 22; j += 2) { s += $j; if (j > 4 && $j > $(j - 2)) { bad = "not falling at row " NR; exit } }
+          if (s < 0.9999 || s > 1.0001) { bad = "sum " s " at row " NR; exit } }
+        END { if (bad) { print bad; exit 1 } }'
+check "--top-k 0: all 10 classes a row, probabilities falling, summing to 1" $? "$(head -2 "$tmp/all.csv")"
+
+./train "${mlp[@]}" --predict latest --out /nonexistent/p.csv > "$tmp/bad.log" 2>&1
+[ $? -ne 0 ] && grep -q "/nonexistent" "$tmp/bad.log"
+check "an unwritable --out: refused, naming it" $? "$(cat "$tmp/bad.log")"
+
+if ./train --config-reference 2>/dev/null | grep -q 'folder'; then
+    scripts/make_image_folder.sh "$tmp/img" --train 6 --val 3 --width 40 --height 30 > /dev/null
+    img=(configs/fmnist_mlp.ini --set data.source=folder --set data.dir="$tmp/img" --set data.image_size=16
+         --set data.resize_size=16 --set train.epochs=1 --set train.batch=8 --set train.threads=1
+         --set log.interval=1000 --set checkpoint.dir="$tmp/ick")
+    ./train "${img[@]}" --set checkpoint.final=true > "$tmp/itrain.log" 2>&1 &&
+        ./train "${img[@]}" --predict latest --top-k 2 --out "$tmp/img.csv" > "$tmp/ip.log" 2>&1
+    check "a folder model's predictions" $? "$(tail -n 3 "$tmp/itrain.log" "$tmp/ip.log")"
+    [ "$(head -1 "$tmp/img.csv")" = "index,name,label,top1,p1,top2,p2" ] && [ "$(wc -l < "$tmp/img.csv")" -eq 31 ] &&
+        tail -n +2 "$tmp/img.csv" | awk -F, '{ split($2, part, "/"); if (part[1] != $3 || $4 !~ /^[0-9][0-9]_/) { print; exit 1 } }'
+    check "folder rows: each file's name, its class folder as the label, classes by name" $? "$(head -3 "$tmp/img.csv")"
+fi
+
+if [ $mpi -eq 1 ]; then
+    mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${mlp[@]}" --predict latest --out "$tmp/m.csv" > "$tmp/m.log" 2>&1
+    [ $? -ne 0 ] && grep -q "one process; this run has 2 ranks" "$tmp/m.log" && [ ! -e "$tmp/m.csv" ]
+    check "under mpirun -np 2: refused, nothing written" $? "$(tail -3 "$tmp/m.log")"
+fi
+exit $((failed > 0))
