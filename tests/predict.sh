@@ -4,7 +4,8 @@
 # rows whose top class is the label equals --eval's accuracy for the same checkpoint; with
 # --top-k 0 every class, probabilities falling and summing to 1. On an image folder: each row
 # names its file, the labels and classes by the folder's names, and a row's label is its file's
-# class folder. Under mpirun -np 2 it is refused, saying why.
+# class folder. A regression's rows give --eval's test loss as their mean squared error. Under
+# mpirun -np 2 it is refused, saying why.
 cd "$(dirname "$0")/.."
 . tests/common.sh
 mlp=(configs/fmnist_mlp.ini --set data.train_limit=3000 --set data.test_limit=700 --set train.epochs=1
@@ -53,6 +54,15 @@ if ./train --config-reference 2>/dev/null | grep -q 'folder'; then
         tail -n +2 "$tmp/img.csv" | awk -F, '{ split($2, part, "/"); if (part[1] != $3 || $4 !~ /^[0-9][0-9]_/) { print; exit 1 } }'
     check "folder rows: each file's name, its class folder as the label, classes by name" $? "$(head -3 "$tmp/img.csv")"
 fi
+
+# a regression: the targets and the model's values; their mean squared error is --eval's test loss
+reg=(configs/regression_mlp.ini --set train.epochs=1 --set data.test_limit=300 --set checkpoint.dir="$tmp/rg")
+./train "${reg[@]}" --set checkpoint.final=true > /dev/null 2>&1
+./train "${reg[@]}" --predict latest --out "$tmp/r.csv" > /dev/null 2>&1
+loss=$(./train "${reg[@]}" --eval latest 2>&1 | grep -o 'test loss [0-9.]*' | grep -o '[0-9.]*$')
+mse=$(tail -n +2 "$tmp/r.csv" | awk -F, '{ s += ($4 - $2)^2 + ($5 - $3)^2; n += 2 } END { printf "%.4f", s / n }')
+[ "$(head -1 "$tmp/r.csv")" = "index,target0,target1,value0,value1" ] && [ -n "$loss" ] && [ "$loss" = "$mse" ]
+check "a regression's rows: their mean squared error is --eval's test loss" $? "--eval $loss, the file $mse"
 
 if [ $mpi -eq 1 ]; then
     mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${mlp[@]}" --predict latest --out "$tmp/m.csv" > "$tmp/m.log" 2>&1
