@@ -5,6 +5,7 @@
 #ifndef DPT_CKPT_BYTES_H
 #define DPT_CKPT_BYTES_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +49,7 @@ static inline void ckpt_fix_crcs(uint8_t *buf, size_t len)
 }
 
 typedef struct ckpt_rec {
-    uint32_t kind; /* 1 tensor, 2 blob */
+    uint32_t kind; /* 1 tensor (zlib), 2 blob (zlib), 3 tensor stored as it is */
     const char *name;
     int ndim;
     int64_t dims[6];
@@ -86,10 +87,13 @@ static inline size_t ckpt_build(const ckpt_rec *recs, int n, uint8_t **out)
         for (int d = 0; d < r->ndim; d++)
             ckpt_put(&buf, &len, &r->dims[d], 8);
         ckpt_put(&buf, &len, &raw_bytes, 8);
-        uLongf comp_bytes = r->comp ? (uLongf)r->comp_bytes : compressBound((uLong)r->raw_bytes);
+        bool stored = r->kind == 3 && !r->comp;
+        uLongf comp_bytes = r->comp ? (uLongf)r->comp_bytes : stored ? (uLongf)r->raw_bytes : compressBound((uLong)r->raw_bytes);
         uint8_t *comp = malloc(comp_bytes + 1);
         if (r->comp)
             memcpy(comp, r->comp, r->comp_bytes);
+        else if (stored)
+            memcpy(comp, r->raw, r->raw_bytes);
         else
             compress2(comp, &comp_bytes, r->raw, (uLong)r->raw_bytes, 1);
         uint64_t cb = comp_bytes;
