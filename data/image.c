@@ -482,12 +482,22 @@ bool dpt_image_decode(const char *path, uint8_t **pix, int *w, int *h, char *msg
 
 /* ---------------------------------------------------------------- encoders */
 
+/* An image file made through no link (a symbolic link at the name is refused, not followed), a
+ * plain file of one name, truncated: dpt_stream_file_open's rules. */
+static FILE *create(const char *path, char *msg, size_t msg_size)
+{
+    dpt_error err;
+    FILE *f = dpt_stream_file_open(path, "image", "a new OUT folder", &err);
+    if (!f) snprintf(msg, msg_size, "%s", err.msg);
+    return f;
+}
+
 bool dpt_image_write_jpeg(const char *path, const uint8_t *pix, int w, int h, int channels, int quality, char *msg,
                           size_t msg_size)
 {
 #if DPT_JPEG
-    FILE *f = fopen(path, "wb");
-    if (!f) return snprintf(msg, msg_size, "%s: %s", path, strerror(errno)), false;
+    FILE *f = create(path, msg, msg_size);
+    if (!f) return false;
     struct jpeg_compress_struct cinfo;
     jpeg_fail fail;
     cinfo.err = jpeg_std_error(&fail.pub);
@@ -528,9 +538,12 @@ bool dpt_image_write_png(const char *path, const uint8_t *pix, int w, int h, int
     img.version = PNG_IMAGE_VERSION;
     img.width = (png_uint_32)w, img.height = (png_uint_32)h;
     img.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-    if (!png_image_write_to_file(&img, path, 0, pix, 0, NULL))
-        return snprintf(msg, msg_size, "%s: PNG: %s", path, img.message), false;
-    return true;
+    FILE *f = create(path, msg, msg_size);
+    if (!f) return false;
+    bool ok = png_image_write_to_stdio(&img, f, 0, pix, 0, NULL);
+    if (!ok) snprintf(msg, msg_size, "%s: PNG: %s", path, img.message);
+    if (fclose(f) != 0 && ok) ok = false, snprintf(msg, msg_size, "%s: %s", path, strerror(errno));
+    return ok;
 #else
     return snprintf(msg, msg_size, "this build has no PNG encoder (libpng-dev)"), false;
 #endif

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tools.sh: the scripts around a run: plot.sh turns a real run's metrics into a PNG.
+# tools.sh: the scripts around a run: plot.sh turns a real run's metrics into a PNG; the
+# timeline and --profile; make_image_folder refuses a planted link.
 set -u
 cd "$(dirname "$0")/.."
 work=$(mktemp -d /tmp/dpt_tools_XXXXXX)
@@ -58,6 +59,15 @@ assert all(abs(float(r[1]) + float(r[2]) - float(r[3])) <= 0.002 for r in rows)
 print("ok")' <<<"$out" 2>&1 | tail -1)
 if [ "$res" = ok ]; then echo "ok   --profile: op rows add up to the ops line, conv2d on top for the CNN"; passed=$((passed + 1))
 else echo "FAIL --profile: $res"; grep -A12 "^profile" <<<"$out"; failed=$((failed + 1)); fi
+
+# make_image_folder writes through no link: one planted at an image's name is refused, by name,
+# and the file it points at is left as it was
+echo keep > "$work/victim"
+mkdir -p "$work/img/train/00_tshirt" && ln -s "$work/victim" "$work/img/train/00_tshirt/00000.jpg"
+out=$(build/tools/make_image_folder "$work/img" --train 2 --val 1 --width 20 --height 16 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -q "00000.jpg: it is a symbolic link" <<<"$out" && [ "$(cat "$work/victim")" = keep ]; then
+    echo "ok   make_image_folder: a link planted at an image's name refused, its target untouched"; passed=$((passed + 1))
+else echo "FAIL make_image_folder through a planted link: exit $rc, $out"; failed=$((failed + 1)); fi
 
 echo "tools: $passed passed, $failed failed"
 [ $failed -eq 0 ]
