@@ -32,13 +32,21 @@ static void keep_line(const char *line)
     pthread_mutex_unlock(&tail_lock);
 }
 
+static FILE *report_out; /* NULL: stdout */
+
+void report_to(FILE *out)
+{
+    report_out = out;
+}
+
 static void keep_vline(bool print, const char *fmt, va_list ap)
 {
     char line[TAIL_LINE];
     vsnprintf(line, sizeof line, fmt, ap);
     if (print) {
-        fputs(line, stdout);
-        fflush(stdout);
+        FILE *out = report_out ? report_out : stdout;
+        fputs(line, out);
+        fflush(out);
     }
     keep_line(line);
 }

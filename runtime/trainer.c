@@ -381,6 +381,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     int64_t all = run->epochs * t->steps_per_epoch;
     t->total_steps = run->max_steps > 0 && run->max_steps < all ? run->max_steps : all;
     if (!dpt_lr_schedule_build(run->ini, r->size, t->steps_per_epoch, t->total_steps, &t->schedule, err)) goto fail;
+    if (r->args->sample) report_to(stderr); /* the generated text alone on stdout */
     if (r->rank == 0) print_header(t);
     t->meter = dpt_tensor_new(t->ctx, 1, (int64_t[]){METER_SLOTS});
     dpt_tensor_fill_slice(t->ctx, t->meter, 0, METER_SLOTS, 0.0f);

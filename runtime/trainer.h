@@ -217,6 +217,8 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
 
 /* train_report.c */
 void report_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Where report_line prints (NULL: stdout; --sample: stderr, so stdout holds only the text). */
+void report_to(FILE *out);
 const char *report_tail(void); /* the last lines printed, for the JUnit report */
 void report_note(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* kept, not printed */
 void print_header(const trainer *t);
