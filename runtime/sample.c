@@ -162,8 +162,8 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
         if (!cache) {
             int64_t len = n < context ? n : context;
             ok = logits_full(ctx, model, ids + n - len, len, vocab, logits, err);
-        } else if (i == 0 || pos == context) {
-            int64_t len = n < (i == 0 ? context : keep) ? n : (i == 0 ? context : keep);
+        } else if (i == 0 || pos == context) { /* a prompt, or the last `keep` tokens again */
+            int64_t want = i == 0 ? context : keep, len = n < want ? n : want;
             ok = logits_cached(ctx, model, d, cache, ids + n - len, len, 0, vocab, logits, err);
             pos = len;
         } else {
@@ -181,7 +181,9 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
     if (ok)
         fprintf(stderr, "sampled %lld tokens in %.2f s (%.1f tok/s; %s)\n", (long long)made, took,
                 took > 0 ? (double)made / took : 0.0,
-                cache ? "KV cache" : o->no_cache ? "the full forward a token: --no-kv-cache" : "the full forward a token: the model has no decoder");
+                cache        ? "KV cache"
+                : o->no_cache ? "the full forward a token: --no-kv-cache"
+                              : "the full forward a token: the model has no decoder");
     dpt_kv_cache_free(cache);
     dpt_set_grad_enabled(ctx, was_enabled);
     free(ids), free(logits), free(scratch);
