@@ -15,7 +15,8 @@
  *   buckets start where a smaller one's do is left out), from the run's second step; the
  *   fastest is kept.
  *   [distributed] grad_compression = auto: then, on the plan in use, the share of the step the
- *   AllReduces were exposed (waited for after backward): under TUNE_EXPOSED the gradients stay
+ *   AllReduces were exposed (waited for after backward) on the rank that waited least (the
+ *   others' wait adds imbalance, which bf16 does not shorten): under TUNE_EXPOSED the gradients stay
  *   fp32 and no step ever ran in bf16 (the weights are none's bit for bit); above it, fp32 and
  *   bf16 on the wire are tried in turn and bf16 is kept only when the step is TUNE_GAIN faster. */
 #define TUNE_MAX 12
@@ -124,7 +125,10 @@ static bool trial_step(ddp_reducer *d, double step_s)
     return true;
 }
 
-/* Each candidate's median step time (and exposed share), summed over the ranks: the same on every rank. */
+/* Each candidate's median step time, the mean over the ranks, and its exposed share, the least
+ * over the ranks: the same on every rank. A rank that finishes backward early also waits for
+ * the others (imbalance, a noisy neighbour), which no format on the wire shortens; the rank that
+ * finishes last waits for the communication alone, so its share is what bf16 could save. */
 static void scores(ddp_reducer *d, double *time, double *share)
 {
     tuner *t = &d->tune;
@@ -133,9 +137,24 @@ static void scores(ddp_reducer *d, double *time, double *share)
         v[i] = median(t->times[i], t->count[i]);
         v[t->n + i] = median(t->exposed[i], t->count[i]) / v[i];
     }
-    if (d->comm->size > 1) dpt_comm_allreduce_f64(d->comm, v, 2 * t->n, "automatic plan: the measurements");
-    for (int i = 0; i < t->n; i++)
-        time[i] = v[i] / d->comm->size, share[i] = v[t->n + i] / d->comm->size;
+    int size = d->comm->size;
+    double *all = NULL;
+    if (size > 1) {
+        all = malloc((size_t)size * 2 * (size_t)t->n * sizeof *all);
+        if (!all) dpt_fatal("automatic plan: out of memory for %d ranks' measurements", size);
+        dpt_comm_allgather(d->comm, v, all, 2 * (size_t)t->n * sizeof *v, "automatic plan: the measurements");
+    }
+    for (int i = 0; i < t->n; i++) {
+        time[i] = v[i], share[i] = v[t->n + i];
+        if (!all) continue;
+        time[i] = 0;
+        for (int r = 0; r < size; r++) {
+            const double *m = all + (size_t)r * 2 * (size_t)t->n;
+            time[i] += m[i] / size;
+            if (m[t->n + i] < share[i] || r == 0) share[i] = m[t->n + i];
+        }
+    }
+    free(all);
 }
 
 static bool ddp_step_end(dpt_reducer *r, double step_s, dpt_reducer_plan *plan, char *note, size_t cap)

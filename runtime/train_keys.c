@@ -105,7 +105,7 @@ static const dpt_config_key train_keys[] = {
     {"distributed", "grad_compression", DPT_KEY_ENUM, "none", 1, 0, "none|bf16|fp16|auto",
      "gradient buckets AllReduced in 16 bits (half the bytes on the wire), rounded to nearest even after each "
      "addition, fp32 again before the optimizer; error per value about ranks x 2^-8 (bf16) or 2^-11 (fp16) of the "
-     "mean magnitude; MPI and DataParallel threads on the CPU, NCCL's bf16/fp16 AllReduce on GPUs (checked on one H200 at world size 1; not across GPUs). auto: after bucket_mb's choice (or from the second step), the share of the step the AllReduces were exposed is measured; under 5% the gradients stay fp32 (no step ever in bf16: the weights are none's), above it fp32 and bf16 are tried in turn and bf16 kept only if the step is 2% faster; said in the log, kept in checkpoints; host communicators only", 0},
+     "mean magnitude; MPI and DataParallel threads on the CPU, NCCL's bf16/fp16 AllReduce on GPUs (checked on one H200 at world size 1; not across GPUs). auto: after bucket_mb's choice (or from the second step), the share of the step the AllReduces were exposed is measured on the rank that waited least (the others add imbalance, which bf16 does not shorten); under 5% the gradients stay fp32 (no step ever in bf16: the weights are none's), above it fp32 and bf16 are tried in turn and bf16 kept only if the step is 2% faster; said in the log, kept in checkpoints; host communicators only", 0},
     {"distributed", "find_unused", DPT_KEY_BOOL, "false", 1, 0, NULL,
      "treat a parameter that got no gradient as zero instead of stopping with an error", 0},
     {"distributed", "comm_timeout_s", DPT_KEY_FLOAT, "300", 0.01, 1e7, NULL,
