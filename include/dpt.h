@@ -526,6 +526,23 @@ bool dpt_task_resolve(const dpt_model *model, const dpt_dataset *data, dpt_task 
 void dpt_model_zero_grad(dpt_model *model);
 void dpt_model_set_training(dpt_model *model, bool training);
 bool dpt_model_training(const dpt_model *model);
+/* Weight averages ([train] ema_decay): an exponential moving average of the model's parameters
+ * and buffers, avg = decay * avg + (1 - decay) * value after each optimizer step (timm's
+ * ModelEmaV2; torch.optim.swa_utils.AveragedModel with get_ema_multi_avg_fn and
+ * use_buffers=True). dpt_ema_new starts them at the model's current values; the model owns them
+ * (freed with it). Checkpoints save them as "ema/" records and a resume restores them. */
+typedef struct dpt_ema dpt_ema;
+dpt_ema *dpt_ema_new(dpt_ctx *ctx, dpt_model *model, double decay);
+dpt_ema *dpt_model_ema(const dpt_model *model); /* NULL: none */
+double dpt_ema_decay(const dpt_ema *ema);
+void dpt_ema_update(dpt_ctx *ctx, dpt_ema *ema);
+void dpt_ema_reset(dpt_ctx *ctx, dpt_ema *ema); /* the averages := the model's values */
+/* The model's values and the averages exchanged (bit for bit; again: back as they were), e.g.
+ * to evaluate the averages; the model keeps its tensors, only their numbers move. */
+void dpt_ema_swap(dpt_ctx *ctx, dpt_ema *ema);
+/* The averages: the parameters' in their order, then the buffers'; named as the model's. */
+int dpt_ema_count(const dpt_ema *ema);
+dpt_tensor *dpt_ema_at(const dpt_ema *ema, int index);
 /* A one-line description, e.g. "784-256-256-10 relu", set by the builder. */
 void dpt_model_set_summary(dpt_model *model, const char *summary);
 const char *dpt_model_summary(const dpt_model *model);
@@ -1009,6 +1026,11 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
  * written with another config (NULL: its weights are wanted, not a continuation). */
 bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *ctx,
                          const dpt_config *cfg, dpt_train_state *state, int world_size, dpt_error *err);
+/* Weights only (as dpt_checkpoint_load with cfg NULL), the run's weight averages ([train]
+ * ema_decay, "ema/" records) in place of its weights: --eval, --predict, --sample, --export with
+ * --ema. An error saying so when the checkpoint holds none. */
+bool dpt_checkpoint_load_averages(const char *path, dpt_model *model, dpt_ctx *ctx, dpt_train_state *state,
+                                  dpt_error *err);
 /* The newest complete checkpoint (ckpt-step*.dpt, highest step) in dir. */
 bool dpt_checkpoint_latest(const char *dir, char *path, size_t size, dpt_error *err);
 /* The steps of dir's checkpoints (ckpt-step*.dpt), ascending, however many (free the
@@ -1056,6 +1078,9 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err);
 typedef bool (*dpt_ckpt_tensor_fn)(void *user, const char *name, bool buffer, int ndim, const int64_t *dims,
                                    const float *data, int64_t numel, dpt_error *err);
 bool dpt_checkpoint_tensors(const char *path, dpt_ckpt_tensor_fn fn, void *user, dpt_error *err);
+/* The same over the weight averages ([train] ema_decay) when averages is true, named as the
+ * weights they average; an error when the checkpoint holds none. */
+bool dpt_checkpoint_tensors_of(const char *path, bool averages, dpt_ckpt_tensor_fn fn, void *user, dpt_error *err);
 
 /* ---------------------------------------------------------------- the trainer, with your own models */
 

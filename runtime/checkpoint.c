@@ -134,7 +134,9 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
     const char *fault = getenv("DPT_TEST_CKPT_CRASH_AFTER"); /* tests: die mid-write */
     writer w = {.f = af.f, .crash_at = fault ? (size_t)atoll(fault) : (size_t)-1, .ok = true};
     int nparams = dpt_model_num_params(model), nbuffers = dpt_model_num_buffers(model);
-    uint32_t nrecords = 3 + (uint32_t)(nparams + nbuffers + dpt_optim_num_state(optim));
+    const dpt_ema *ema = dpt_model_ema(model); /* [train] ema_decay: the weight averages, "ema/" records */
+    int naverages = ema ? dpt_ema_count(ema) : 0;
+    uint32_t nrecords = 3 + (uint32_t)(nparams + nbuffers + dpt_optim_num_state(optim) + naverages);
     w.crc = crc32(0L, NULL, 0);
     put(&w, CKPT_MAGIC, 8);
     put_u32(&w, CKPT_VERSION);
@@ -173,6 +175,8 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
         put_tensor(&w, "buffer/", dpt_model_buffer_at(model, i));
     for (int i = 0; i < dpt_optim_num_state(optim); i++)
         put_tensor(&w, "optim/", dpt_optim_state_at(optim, i));
+    for (int i = 0; i < naverages; i++) /* the parameters' averages, then the buffers' */
+        put_tensor(&w, i < nparams ? "ema/param/" : "ema/buffer/", dpt_ema_at(ema, i));
     put(&w, CKPT_END, 8);
     if (!w.ok) dpt_errorf(err, "writing checkpoint %s failed: %s\nHINT: is the disk full?", af.tmp, strerror(errno));
     return dpt_atomic_file_close(&af, w.ok, err);
@@ -213,6 +217,17 @@ static void free_records(record *recs, uint32_t n)
  * formatted before the records are freed (the message names the record). Records whose name
  * starts with `skip` (NULL: none) are checked (framing, CRC) but not decompressed: their data
  * stays NULL (a weights-only read leaves the optimizer state, most of an AdamW checkpoint). */
+/* Whether a record's name starts with one of skip's prefixes ("optim/|ema/"; NULL: none). */
+static bool skipped(const char *name, const char *skip)
+{
+    for (const char *p = skip; p && *p;) {
+        size_t len = strcspn(p, "|");
+        if (len && !strncmp(name, p, len)) return true;
+        p += len + (p[len] == '|');
+    }
+    return false;
+}
+
 static bool parse(const char *path, reader *r, const char *skip, record **out, uint32_t *count, dpt_error *err)
 {
     char magic[8];
@@ -279,7 +294,7 @@ static bool parse(const char *path, reader *r, const char *skip, record **out, u
         }
         rec->ndim = (int)ndim;
         rec->bytes = raw_bytes;
-        if (skip && !strncmp(rec->name, skip, strlen(skip))) continue;
+        if (skipped(rec->name, skip)) continue;
         rec->data = malloc(raw_bytes + 1);
         uLongf got = (uLongf)raw_bytes;
         if (stored && rec->data) memcpy(rec->data, comp, raw_bytes);
@@ -532,14 +547,56 @@ static bool read_records(const char *path, const char *skip, record **recs, uint
     return ok;
 }
 
+/* The weight averages a resume restores into the model's (a run with [train] ema_decay): all,
+ * checked; or none, when the checkpoint was written without them (*found NULL). */
+static bool find_averages(const char *path, record *recs, uint32_t n, const dpt_model *ema_model,
+                          const char *model_desc, record **src, bool *found, dpt_error *err)
+{
+    const dpt_ema *ema = dpt_model_ema(ema_model);
+    int have = 0;
+    for (uint32_t i = 0; i < n; i++)
+        have += recs[i].kind == REC_TENSOR && !strncmp(recs[i].name, "ema/", 4);
+    *found = have > 0;
+    if (!have) return true;
+    if (have != dpt_ema_count(ema))
+        return dpt_errorf(err, "%s holds %d weight averages; this model has %d tensors (%s)\nHINT: resume with the "
+                               "model that wrote it",
+                          path, have, dpt_ema_count(ema), model_desc);
+    bool ok = true;
+    int nparams = dpt_model_num_params(ema_model);
+    for (int i = 0; ok && i < dpt_ema_count(ema); i++)
+        ok = check_tensor(path, recs, n, i < nparams ? "ema/param/" : "ema/buffer/", dpt_ema_at(ema, i), model_desc,
+                          err, &src[i]) &&
+             check_finite(path, src[i], err);
+    return ok;
+}
+
+static bool load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *ctx, const dpt_config *cfg,
+                 dpt_train_state *st, int world_size, bool averages, dpt_error *err);
+
 bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *ctx,
                          const dpt_config *cfg, dpt_train_state *st, int world_size, dpt_error *err)
+{
+    return load(path, model, optim, ctx, cfg, st, world_size, false, err);
+}
+
+bool dpt_checkpoint_load_averages(const char *path, dpt_model *model, dpt_ctx *ctx, dpt_train_state *st,
+                                  dpt_error *err)
+{
+    return load(path, model, NULL, ctx, NULL, st, 1, true, err);
+}
+
+/* averages: weights only, with the checkpoint's weight averages in place of its weights. */
+static bool load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *ctx, const dpt_config *cfg,
+                 dpt_train_state *st, int world_size, bool averages, dpt_error *err)
 {
     size_t size = 0;
     record *recs = NULL;
     uint32_t n = 0;
     bool weights_only = cfg == NULL; /* --sample, --eval, --export: the optimizer state is not read */
-    if (!read_records(path, weights_only ? "optim/" : NULL, &recs, &n, &size, err)) return false;
+    dpt_ema *ema = weights_only ? NULL : dpt_model_ema(model); /* a resume restores the averages */
+    const char *skip = averages ? "optim/" : weights_only ? "optim/|ema/" : ema ? NULL : "ema/";
+    if (!read_records(path, skip, &recs, &n, &size, err)) return false;
 
     record *meta = find(recs, n, "meta"), *rng = find(recs, n, "rng");
     char val[256], model_desc[400] = "?";
@@ -582,9 +639,28 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
     for (int i = 0; ok && i < nstate; i++)
         ok = check_tensor(path, recs, n, "optim/", dpt_optim_state_at(optim, i), model_desc, err,
                           &src[nparams + nbuffers + i]);
-    uint32_t counted = n; /* weights only: the records of the model's tensors */
-    for (uint32_t i = 0; weights_only && i < n; i++)
-        counted -= recs[i].kind != REC_TENSOR || !strncmp(recs[i].name, "optim/", 6);
+    if (ok && averages) { /* the averages stand in for the weights: the same names under ema/ */
+        bool any = false;
+        for (uint32_t i = 0; i < n; i++)
+            any |= recs[i].kind == REC_TENSOR && !strncmp(recs[i].name, "ema/", 4);
+        if (!any)
+            ok = dpt_errorf(err, "%s holds no weight averages\nHINT: it was written by a run without [train] "
+                                 "ema_decay; leave out --ema",
+                            path);
+        for (int i = 0; ok && i < nparams + nbuffers; i++)
+            ok = i < nparams ? check_tensor(path, recs, n, "ema/param/", dpt_model_param_at(model, i), model_desc, err,
+                                            &src[i])
+                             : check_tensor(path, recs, n, "ema/buffer/", dpt_model_buffer_at(model, i - nparams),
+                                            model_desc, err, &src[i]);
+    }
+    record **avg_src = calloc((size_t)(ema ? dpt_ema_count(ema) : 0) + 1, sizeof *avg_src);
+    if (!avg_src) dpt_fatal("out of host memory reading a checkpoint");
+    bool avg_found = false;
+    if (ok && ema) ok = find_averages(path, recs, n, model, model_desc, avg_src, &avg_found, err);
+    uint32_t counted = n; /* the records of the model's tensors (and the run's, resuming); averages apart */
+    for (uint32_t i = 0; i < n; i++)
+        counted -= (weights_only && (recs[i].kind != REC_TENSOR || !strncmp(recs[i].name, "optim/", 6))) ||
+                   (recs[i].kind == REC_TENSOR && !strncmp(recs[i].name, "ema/", 4));
     if (ok && counted != (uint32_t)(weights_only ? ntensors : 3 + ntensors))
         ok = dpt_errorf(err,
                         "%s holds %u records; the model and optimizer need %d (the checkpoint has "
@@ -600,6 +676,13 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
             dpt_tensor_copy_from_host(dpt_model_buffer_at(model, i), (float *)src[nparams + i]->data);
         for (int i = 0; i < nstate; i++)
             dpt_tensor_copy_from_host(dpt_optim_state_at(optim, i), (float *)src[nparams + nbuffers + i]->data);
+        if (ema && avg_found)
+            for (int i = 0; i < dpt_ema_count(ema); i++)
+                dpt_tensor_copy_from_host(dpt_ema_at(ema, i), (float *)avg_src[i]->data);
+        else if (ema) { /* written without averages: they start from its weights */
+            dpt_ema_reset(ctx, ema);
+            fprintf(stderr, "%s holds no weight averages: [train] ema_decay's start from its weights\n", path);
+        }
         memcpy(ctx->rng.s, rng->data, sizeof ctx->rng.s);
         if (!weights_only) dpt_optim_set_steps(optim, optim_steps);
         *st = loaded;
@@ -612,6 +695,7 @@ bool dpt_checkpoint_load(const char *path, dpt_model *model, dpt_optim *optim, d
                     path, val, hash);
     }
     free(src);
+    free(avg_src);
     free_records(recs, n);
     return ok;
 }
@@ -1032,13 +1116,27 @@ bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t
 
 bool dpt_checkpoint_tensors(const char *path, dpt_ckpt_tensor_fn fn, void *user, dpt_error *err)
 {
+    return dpt_checkpoint_tensors_of(path, false, fn, user, err);
+}
+
+bool dpt_checkpoint_tensors_of(const char *path, bool averages, dpt_ckpt_tensor_fn fn, void *user, dpt_error *err)
+{
     size_t size = 0;
     record *recs = NULL;
     uint32_t n = 0;
-    if (!read_records(path, "optim/", &recs, &n, &size, err)) return false;
+    if (!read_records(path, averages ? "optim/|param/|buffer/" : "optim/|ema/", &recs, &n, &size, err)) return false;
     bool ok = true;
+    if (averages) {
+        bool any = false;
+        for (uint32_t i = 0; i < n; i++)
+            any |= recs[i].kind == REC_TENSOR && !strncmp(recs[i].name, "ema/", 4);
+        if (!any)
+            ok = dpt_errorf(err, "%s holds no weight averages\nHINT: it was written by a run without [train] "
+                                 "ema_decay; leave out --ema",
+                            path);
+    }
     for (int pass = 0; pass < 2 && ok; pass++) {
-        const char *prefix = pass == 0 ? "param/" : "buffer/";
+        const char *prefix = averages ? (pass == 0 ? "ema/param/" : "ema/buffer/") : pass == 0 ? "param/" : "buffer/";
         for (uint32_t i = 0; i < n && ok; i++) {
             record *rec = &recs[i];
             if (rec->kind != REC_TENSOR || strncmp(rec->name, prefix, strlen(prefix))) continue;
@@ -1087,9 +1185,10 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
     /* every tensor, and the weights hash over parameters then buffers (the model's order,
      * which is the file's), as dpt_model_weights_sha256 computes it from a model */
     const char *why = NULL;
-    dpt_digest *d = dpt_digest_new(&why);
-    for (int pass = 0; pass < 3 && ok; pass++) {
-        const char *prefix = pass == 0 ? "param/" : pass == 1 ? "buffer/" : "optim/";
+    dpt_digest *d = dpt_digest_new(&why), *avg = NULL; /* avg: the weight averages' hash, where there are some */
+    for (int pass = 0; pass < 5 && ok; pass++) {
+        static const char *const prefixes[] = {"param/", "buffer/", "optim/", "ema/param/", "ema/buffer/"};
+        const char *prefix = prefixes[pass];
         for (uint32_t i = 0; i < n && ok; i++) {
             record *rec = &recs[i];
             if (rec->kind != REC_TENSOR || strncmp(rec->name, prefix, strlen(prefix))) continue;
@@ -1108,7 +1207,15 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
             if (d && pass < 2)
                 dpt_digest_tensor(d, rec->name + strlen(prefix), rec->ndim, rec->dims, (const float *)rec->data,
                                   numel);
+            if (d && pass >= 3 && (avg || (avg = dpt_digest_new(&why))))
+                dpt_digest_tensor(avg, rec->name + strlen(prefix), rec->ndim, rec->dims, (const float *)rec->data,
+                                  numel);
         }
+    }
+    if (avg) { /* as the weights hash of a model holding them (--eval --ema's) */
+        char hex[65];
+        dpt_digest_finish(avg, hex);
+        if (ok) fprintf(out, "averages sha256 %s\n", hex);
     }
     if (ok && d) {
         char hex[65];

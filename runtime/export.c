@@ -36,6 +36,7 @@ typedef struct exporter {
     uint64_t *local;  /* npz: each entry's local header offset */
     uint32_t *crc;    /* npz: each entry's CRC-32 */
     uint64_t *stored; /* npz: each entry's stored bytes (.npy header and data) */
+    bool averages;    /* --ema: the weight averages in place of the weights */
 } exporter;
 
 bool dpt_export_is_file_format(const char *format)
@@ -138,7 +139,7 @@ static bool write_safetensors(exporter *x, const char *ckpt, dpt_error *err)
     for (size_t i = len; ok && i < padded; i++)
         ok = put(x, " ", 1, err);
     free(json);
-    return ok && dpt_checkpoint_tensors(ckpt, safetensors_data, x, err);
+    return ok && dpt_checkpoint_tensors_of(ckpt, x->averages, safetensors_data, x, err);
 }
 
 /* ---------------------------------------------------------------- npz */
@@ -202,7 +203,7 @@ static bool write_npz(exporter *x, const char *ckpt, dpt_error *err)
     x->crc = calloc((size_t)x->n + 1, sizeof *x->crc);
     x->stored = calloc((size_t)x->n + 1, sizeof *x->stored);
     if (!x->local || !x->crc || !x->stored) dpt_fatal("out of host memory");
-    if (!dpt_checkpoint_tensors(ckpt, npz_entry, x, err)) return false;
+    if (!dpt_checkpoint_tensors_of(ckpt, x->averages, npz_entry, x, err)) return false;
     uint64_t cd_start = x->offset, cd_size = 0;
     bool ok = true;
     for (int i = 0; i < x->n && ok; i++) {
@@ -221,10 +222,11 @@ static bool write_npz(exporter *x, const char *ckpt, dpt_error *err)
            put_le(x, cd_start, 4, err) && put_le(x, 0, 2, err);
 }
 
-bool dpt_export_checkpoint(const char *format, const char *ckpt, const char *out, int *count, dpt_error *err)
+bool dpt_export_checkpoint(const char *format, const char *ckpt, const char *out, bool averages, int *count,
+                           dpt_error *err)
 {
-    exporter x = {.out = out};
-    bool ok = dpt_checkpoint_tensors(ckpt, collect, &x, err);
+    exporter x = {.out = out, .averages = averages};
+    bool ok = dpt_checkpoint_tensors_of(ckpt, averages, collect, &x, err);
     if (ok && x.n == 0) ok = dpt_errorf(err, "%s holds no parameters", ckpt);
     dpt_atomic_file af;
     if (ok && (ok = dpt_atomic_file_open(&af, out, err))) {

@@ -30,6 +30,16 @@ struct dpt_model {
     int nbuffers, cap_buffers;
     void **allocs; /* layer structs and other builder memory, freed with the model */
     int nallocs, cap_allocs;
+    dpt_ema *ema; /* dpt_ema_new; NULL: none */
+};
+
+/* The averages of the parameters, then the buffers (their order), and where the model's own
+ * values wait while the averages stand in for them (dpt_ema_swap). */
+struct dpt_ema {
+    dpt_model *model;
+    double decay;
+    int n;
+    dpt_tensor **avg, **spare, **values; /* n each; values: the model's tensors */
 };
 
 static void push(void ***list, int *count, int *cap, void *item)
@@ -62,6 +72,11 @@ void dpt_model_free(dpt_model *m)
 {
     if (!m) return;
     if (m->destroy) m->destroy(m, m->state); /* first: its tensors and state are still there */
+    if (m->ema) {
+        for (int i = 0; i < m->ema->n; i++)
+            dpt_tensor_free(m->ema->avg[i]), dpt_tensor_free(m->ema->spare[i]);
+        free(m->ema->avg), free(m->ema->spare), free(m->ema->values), free(m->ema);
+    }
     for (int i = 0; i < m->nparams; i++)
         dpt_tensor_free(m->params[i]);
     for (int i = 0; i < m->nbuffers; i++)
@@ -404,4 +419,72 @@ dpt_model *dpt_model_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64
 {
     dpt_dataset shape = {.c = c, .h = h, .w = w, .num_classes = num_classes, .name = "(images)"};
     return dpt_model_build_for(ctx, cfg, &shape, err);
+}
+
+/* ---------------------------------------------------------------- weight averages */
+
+dpt_ema *dpt_ema_new(dpt_ctx *ctx, dpt_model *m, double decay)
+{
+    DPT_ASSERT(!m->ema, "model %s has its weight averages already", m->name);
+    DPT_ASSERT(decay >= 0 && decay < 1, "ema decay %g outside [0, 1)", decay);
+    dpt_ema *e = calloc(1, sizeof *e);
+    if (!e) dpt_fatal("out of host memory for weight averages");
+    e->model = m, e->decay = decay, e->n = m->nparams + m->nbuffers;
+    e->avg = calloc((size_t)e->n + 1, sizeof *e->avg);
+    e->spare = calloc((size_t)e->n + 1, sizeof *e->spare);
+    e->values = calloc((size_t)e->n + 1, sizeof *e->values);
+    if (!e->avg || !e->spare || !e->values) dpt_fatal("out of host memory for weight averages");
+    for (int i = 0; i < e->n; i++) {
+        dpt_tensor *v = i < m->nparams ? m->params[i] : m->buffers[i - m->nparams];
+        e->values[i] = v;
+        e->avg[i] = dpt_tensor_new(ctx, v->ndim, v->shape);
+        e->spare[i] = dpt_tensor_new(ctx, v->ndim, v->shape);
+        snprintf(e->avg[i]->name, sizeof e->avg[i]->name, "%s", v->name);
+        snprintf(e->spare[i]->name, sizeof e->spare[i]->name, "%s", v->name);
+    }
+    m->ema = e;
+    dpt_ema_reset(ctx, e);
+    return e;
+}
+
+dpt_ema *dpt_model_ema(const dpt_model *m)
+{
+    return m->ema;
+}
+
+double dpt_ema_decay(const dpt_ema *e)
+{
+    return e->decay;
+}
+
+int dpt_ema_count(const dpt_ema *e)
+{
+    return e->n;
+}
+
+dpt_tensor *dpt_ema_at(const dpt_ema *e, int index)
+{
+    DPT_ASSERT(index >= 0 && index < e->n, "weight average %d of %d", index, e->n);
+    return e->avg[index];
+}
+
+void dpt_ema_reset(dpt_ctx *ctx, dpt_ema *e)
+{
+    dpt_foreach_axpby(ctx, e->n, e->avg, 1.0f, e->values, 0.0f);
+}
+
+/* avg = decay * avg + (1 - decay) * value (torch.optim.swa_utils.get_ema_multi_avg_fn) */
+void dpt_ema_update(dpt_ctx *ctx, dpt_ema *e)
+{
+    dpt_foreach_axpby(ctx, e->n, e->avg, (float)(1.0 - e->decay), e->values, (float)e->decay);
+}
+
+/* Copies only (alpha 1, beta 0: bit for bit): the model's values into the spare tensors, the
+ * averages into the model; the spare then holds what the averages will be given back. */
+void dpt_ema_swap(dpt_ctx *ctx, dpt_ema *e)
+{
+    dpt_foreach_axpby(ctx, e->n, e->spare, 1.0f, e->values, 0.0f);
+    dpt_foreach_axpby(ctx, e->n, e->values, 1.0f, e->avg, 0.0f);
+    dpt_tensor **t = e->avg;
+    e->avg = e->spare, e->spare = t;
 }

@@ -81,6 +81,11 @@ static const dpt_config_key train_keys[] = {
      "and of the checkpoint's tensors this model does not have; any other difference in names or shapes is an "
      "error",
      0},
+    {"train", "ema_decay", DPT_KEY_FLOAT, "0", 0, 0.999999, NULL,
+     "keep an exponential moving average of the weights (parameters and buffers, timm's ModelEmaV2): after each "
+     "optimizer step avg = decay * avg + (1 - decay) * weights, e.g. 0.999; every evaluation also evaluates the "
+     "averages (\"ema test loss\" on the epoch line, ema_test_* in the metrics), checkpoints keep them, --eval/--predict/"
+     "--sample --ema use them; best.dpt and early_stop follow the weights. 0 = none", 0},
     {"train", "early_stop", DPT_KEY_STRING, "", 1, 0, NULL,
      "stop when the epochs' evaluation stops improving: METRIC:PATIENCE[:MIN_DELTA], METRIC test_loss or test_acc "
      "(a fraction or a percentage for its delta), e.g. test_loss:3:0.001 (3 epochs without a fall of more than "

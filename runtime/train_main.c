@@ -315,6 +315,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
     rc->test_data.limit = dpt_config_int(c, "data", "test_limit");
     rc->data_dir = dpt_config_str(c, "data", "dir");
     rc->clip_norm = dpt_config_float(c, "optim", "clip_norm");
+    rc->ema_decay = dpt_config_float(c, "train", "ema_decay");
     rc->lr_scaling = dpt_config_str(c, "optim", "lr_scaling");
     rc->schedule = dpt_config_str(c, "optim", "schedule");
     rc->accum = (int)dpt_config_int(c, "distributed", "accum_steps");
@@ -547,6 +548,8 @@ static void usage(FILE *out)
         "                           top ones at the end (on a GPU each op then waits for its kernels)\n"
         "  --eval CKPT              evaluate a checkpoint on the test set ([data] as configured, or --set\n"
         "                           data.* for another set) instead of training; --expect and --junit apply\n"
+        "  --ema                    with --eval, --predict, --sample or --export: the checkpoint's weight averages\n"
+        "                           ([train] ema_decay) in place of its weights\n"
         "  --export FORMAT CKPT OUT write a checkpoint's weights for other programs and exit: safetensors\n"
         "                           or npz (no CONFIG needed), or a model's own (llmc for gpt, after CONFIG)\n"
         "  --dry-run                load everything, print the resolved config, and exit\n"
@@ -687,6 +690,8 @@ static int parse_cli(int argc, char **argv, cli *args)
             }
         } else if (!strcmp(a, "--no-kv-cache")) {
             args->sample_no_cache = true;
+        } else if (!strcmp(a, "--ema")) {
+            args->ema = true;
         } else if (!strcmp(a, "--dry-run")) {
             args->dry_run = true;
         } else if (!strcmp(a, "--profile")) {
@@ -738,6 +743,12 @@ static int parse_cli(int argc, char **argv, cli *args)
             args->config_path = a;
         }
     }
+    if (args->ema && !args->eval && !args->predict && !args->sample && !args->export_format) {
+        fprintf(stderr, "error: --ema chooses the weight averages a checkpoint holds: it goes with --eval, --predict, "
+                        "--sample or --export\nHINT: ./train CONFIG --eval CKPT --ema; to keep averages while "
+                        "training, set [train] ema_decay\n");
+        return 2;
+    }
     /* a report written at the end: a path it cannot have is said now, not after the run */
     if (args->junit) {
         const char *slash = strrchr(args->junit, '/');
@@ -760,12 +771,12 @@ static int parse_cli(int argc, char **argv, cli *args)
         char path[PATH_MAX];
         int count = 0;
         if (!dpt_checkpoint_resolve(args->resume, NULL, path, sizeof path, &err) ||
-            !dpt_export_checkpoint(args->export_format, path, args->export_out, &count, &err)) {
+            !dpt_export_checkpoint(args->export_format, path, args->export_out, args->ema, &count, &err)) {
             fprintf(stderr, "error: --export %s %s\n", args->export_format, err.msg);
             return 1;
         }
-        printf("exported %s: %d tensors (parameters, then buffers) to %s (%s)\n", path, count, args->export_out,
-               args->export_format);
+        printf("exported %s: %d tensors (%s, then buffers) to %s (%s)\n", path, count,
+               args->ema ? "the weight averages of the parameters" : "parameters", args->export_out, args->export_format);
         return 0;
     }
     if (args->export_format && !args->config_path) {

@@ -111,8 +111,9 @@ void print_eval(const trainer *t)
 {
     char metric[48];
     metric_str(t, " | ", t->test.loss, t->test.accuracy, 0, 2, metric, sizeof metric);
-    report_line("eval | %s | test loss %.4f%s | %lld %s\n", t->r->resumed, t->test.loss, metric,
-                (long long)t->test.terms, unit_noun(t->task.unit));
+    report_line("eval | %s%s | test loss %.4f%s | %lld %s\n", t->r->resumed,
+                t->r->args->ema ? " (weight averages)" : "", t->test.loss, metric, (long long)t->test.terms,
+                unit_noun(t->task.unit));
 }
 
 /* ---------------------------------------------------------------- the header */
@@ -409,19 +410,29 @@ void log_eval(trainer *t, const window *epoch_window)
         char train_metric[48], test_metric[48];
         metric_str(t, " ", train_loss, train_acc, 0, 1, train_metric, sizeof train_metric);
         metric_str(t, " ", test->loss, test->accuracy, 0, 2, test_metric, sizeof test_metric);
+        char ema[96] = ""; /* [train] ema_decay: the weight averages' evaluation */
+        if (dpt_model_ema(t->model)) {
+            char ema_metric[48];
+            metric_str(t, " ", t->test_ema.loss, t->test_ema.accuracy, 0, 2, ema_metric, sizeof ema_metric);
+            snprintf(ema, sizeof ema, " | ema test loss %.4f%s", t->test_ema.loss, ema_metric);
+        }
         if (epoch_window)
-            report_line("epoch %d done | %.1f s | train loss %.4f%s | test loss %.4f%s (%lld %s)%s\n", t->state.epoch,
+            report_line("epoch %d done | %.1f s | train loss %.4f%s | test loss %.4f%s (%lld %s)%s%s\n", t->state.epoch,
                         dpt_now_s() - epoch_window->start, train_loss, train_metric, test->loss, test_metric,
-                        (long long)test->terms, unit_noun(t->task.unit), bad);
+                        (long long)test->terms, unit_noun(t->task.unit), ema, bad);
         else
-            report_line("eval at step %lld | test loss %.4f%s (%lld %s)%s\n", (long long)t->state.step, test->loss,
-                        test_metric, (long long)test->terms, unit_noun(t->task.unit), bad);
+            report_line("eval at step %lld | test loss %.4f%s (%lld %s)%s%s\n", (long long)t->state.step, test->loss,
+                        test_metric, (long long)test->terms, unit_noun(t->task.unit), ema, bad);
     }
+    char ema_json[96] = "";
+    if (dpt_model_ema(t->model))
+        snprintf(ema_json, sizeof ema_json, ",\"ema_test_loss\":%.6f,\"ema_test_acc\":%.6f", t->test_ema.loss,
+                 has_acc(t) ? t->test_ema.accuracy : 0.0);
     dpt_metrics_write(t->metrics,
                       "\"kind\":\"eval\",\"epoch\":%d,\"step\":%lld,\"test_loss\":%.6f,\"test_acc\":%.6f,"
-                      "\"train_loss\":%.6f,\"train_acc\":%.6f,\"bad_files\":%.0f",
+                      "\"train_loss\":%.6f,\"train_acc\":%.6f,\"bad_files\":%.0f%s",
                       t->state.epoch, (long long)t->state.step, test->loss, has_acc(t) ? test->accuracy : 0.0,
-                      train_loss, has_acc(t) ? train_acc : 0.0, sums[3]);
+                      train_loss, has_acc(t) ? train_acc : 0.0, sums[3], ema_json);
 }
 
 /* The run's last line (or, stopped by a signal, the command that resumes it), and its

@@ -74,6 +74,10 @@ memory_estimate estimate_memory(const trainer *t)
         .evaluation = eval_batch * (eval_sample * sizeof(float) * EVALUATION_FACTOR * act16 + sample),
         .loader = slots * (batch + eval_batch) * sample,
     };
+    /* [train] ema_decay: the averages and their spare (dpt_ema_swap), of every parameter and buffer */
+    const dpt_ema *ema = dpt_model_ema(t->model);
+    for (int i = 0; ema && i < dpt_ema_count(ema); i++)
+        m.params += 2.0 * (double)dpt_tensor_numel(dpt_ema_at(ema, i)) * sizeof(float);
     /* training's tape is cleared before an evaluation starts: they do not add up */
     m.total = m.params + (m.activations > m.evaluation ? m.activations : m.evaluation) + m.loader;
     return m;

@@ -65,6 +65,20 @@ static bool export_model(trainer *t, dpt_error *err)
     return true;
 }
 
+/* The test set's evaluation (each rank its shard, the sums combined) and, where the run keeps
+ * weight averages, theirs beside it (the averages swapped in and out: copies, bit for bit). */
+static void evaluate(trainer *t)
+{
+    t->test = dpt_eval_allreduce(t->r->comm, dpt_evaluate(t->ctx, t->model, t->test_loader));
+    dpt_ema *ema = dpt_model_ema(t->model);
+    if (ema) {
+        dpt_ema_swap(t->ctx, ema);
+        t->test_ema = dpt_eval_allreduce(t->r->comm, dpt_evaluate(t->ctx, t->model, t->test_loader));
+        dpt_ema_swap(t->ctx, ema);
+    }
+    t->evaluated = true;
+}
+
 /* The training loop of one replica (a thread under DataParallel). */
 void *train_replica(void *arg)
 {
@@ -106,8 +120,7 @@ void *train_replica(void *arg)
             return NULL;
         }
     } else if (r->args->eval) { /* the checkpoint's weights on the test set, sharded over the ranks */
-        t.test = dpt_eval_allreduce(r->comm, dpt_evaluate(t.ctx, t.model, t.test_loader));
-        t.evaluated = true;
+        evaluate(&t);
         r->result.final_test_loss = t.test.loss, r->result.final_test_acc = t.test.accuracy;
         if (r->rank == 0) print_eval(&t);
     } else if (r->args->export_format) {
@@ -141,8 +154,7 @@ void *train_replica(void *arg)
         if (!t.evaluated && !t.signal_seen) { /* resumed at its end: nothing to train, the final numbers measured now */
             if (r->rank == 0) printf("nothing left to train: %s is past its last epoch; evaluating its weights\n",
                                      *r->resumed ? r->resumed : "the checkpoint");
-            t.test = dpt_eval_allreduce(r->comm, dpt_evaluate(t.ctx, t.model, t.test_loader));
-            t.evaluated = true;
+            evaluate(&t);
             r->result.final_test_loss = t.test.loss, r->result.final_test_acc = t.test.accuracy;
         }
         print_final(&t);
@@ -260,13 +272,15 @@ static bool resume(trainer *t, dpt_error *err)
                           msg);
     }
     bool weights_only = r->args->eval || r->args->sample || r->args->export_format || r->args->predict;
-    if (!dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx, weights_only ? NULL : t->run->ini, &t->state,
-                             r->size, err))
+    if (weights_only && r->args->ema ? !dpt_checkpoint_load_averages(r->resumed, t->model, t->ctx, &t->state, err)
+                                     : !dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx,
+                                                            weights_only ? NULL : t->run->ini, &t->state, r->size, err))
         return false;
     r->resumed_step = r->last_ckpt_step = t->state.step;
     if (weights_only) { /* no data position, no continuation */
         if (r->rank == 0 && r->args->eval)
-            printf("evaluating %s: epoch %d, step %lld\n", r->resumed, t->state.epoch, (long long)t->state.step);
+            printf("evaluating %s%s: epoch %d, step %lld\n", r->args->ema ? "the weight averages of " : "", r->resumed,
+                   t->state.epoch, (long long)t->state.step);
         return true;
     }
     t->carry_units = t->state.batches_done > 0 ? t->state.epoch_units : 0;
@@ -342,6 +356,10 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     if (!r->args->resume && !init_from_checkpoint(t, err)) goto fail;
     t->optim = dpt_optim_build(t->model, run->ini, err);
     if (!t->optim) goto fail;
+    bool look_only =
+        r->args->dry_run || r->args->summary || r->args->sample || r->args->export_format || r->args->eval ||
+        r->args->predict;
+    if (run->ema_decay > 0 && !look_only) dpt_ema_new(t->ctx, t->model, run->ema_decay); /* a resume restores them */
     t->need = estimate_memory(t);
     if (!check_memory(t, err)) goto fail;
     t->metrics = dpt_metrics_open(r->rank == 0 ? run->metrics : "", err);
@@ -351,9 +369,6 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     if (r->args->resume && !resume(t, err)) goto fail;
     /* Everything that can stop a checkpoint is checked before the first step, not at the
      * first save after hours of training. */
-    bool look_only =
-        r->args->dry_run || r->args->summary || r->args->sample || r->args->export_format || r->args->eval ||
-        r->args->predict;
     if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, err)) goto fail;
     dpt_ctx_set_comm(t->ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
     t->timeline = open_timeline(r);
@@ -378,6 +393,8 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         t->state.bucket_mb = 0, t->state.grad_compression = 0;
     }
     if (t->reducer && !zero_shard(t, err)) goto fail;
+    /* a new run's averages start from the weights every rank holds now (rank 0's, broadcast) */
+    if (dpt_model_ema(t->model) && !*r->resumed) dpt_ema_reset(t->ctx, dpt_model_ema(t->model));
     int64_t all = run->epochs * t->steps_per_epoch;
     t->total_steps = run->max_steps > 0 && run->max_steps < all ? run->max_steps : all;
     if (!dpt_lr_schedule_build(run->ini, r->size, t->steps_per_epoch, t->total_steps, &t->schedule, err)) goto fail;
@@ -595,6 +612,7 @@ static void train_step(trainer *t)
     if (isfinite(t->grad_norm)) {
         dpt_optim_step(t->ctx, t->optim);
         zero_sync_params(t); /* [distributed] zero: each parameter from the rank that stepped it */
+        if (dpt_model_ema(t->model)) dpt_ema_update(t->ctx, dpt_model_ema(t->model)); /* [train] ema_decay */
         dpt_tensor_add_slice(t->ctx, t->meter, METER_WINDOW, t->meter, METER_STEP, 2, 1.0f);
         dpt_tensor_add_slice(t->ctx, t->meter, METER_EPOCH, t->meter, METER_STEP, 2, 1.0f);
         t->win.units += t->step_units, t->whole.units += t->step_units;
@@ -630,8 +648,7 @@ static void train_step(trainer *t)
 static void evaluate_mid_epoch(trainer *t)
 {
     double start = dpt_now_s();
-    t->test = dpt_eval_allreduce(t->r->comm, dpt_evaluate(t->ctx, t->model, t->test_loader));
-    t->evaluated = true;
+    evaluate(t);
     log_eval(t, NULL);
     t->eval_s += dpt_now_s() - start;
     t->win.start = dpt_now_s(); /* evaluation time is not training throughput */
@@ -669,8 +686,7 @@ static bool epoch_end(trainer *t)
     if (t->signal_seen) return true;
     progress_end_epoch(&t->bar);
     double eval_start = dpt_now_s();
-    t->test = dpt_eval_allreduce(t->r->comm, dpt_evaluate(t->ctx, t->model, t->test_loader));
-    t->evaluated = true;
+    evaluate(t);
     bool better = (t->task.metrics & DPT_METRIC_ACCURACY) ? t->test.accuracy > st->best_acc
                                                           : t->test.loss < st->best_loss;
     if (better)

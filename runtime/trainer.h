@@ -39,6 +39,7 @@ typedef struct cli {
     bool sample_no_cache; /* --no-kv-cache */
     const char *predict;     /* --predict CKPT: the test set's predictions as CSV (resume is CKPT too) */
     const char *predict_out; /* --out FILE */
+    bool ema;                /* --ema: --eval, --predict, --sample with the checkpoint's weight averages */
     int argc;           /* the command line as given, for the command that resumes this run */
     char **argv;
 } cli;
@@ -96,6 +97,7 @@ typedef struct run_config {
      * an improvement of more than stop_delta that end the run */
     int stop_metric, stop_patience;
     double stop_delta;
+    double ema_decay; /* [train] ema_decay: weight averages kept and evaluated (0: none) */
     /* [log] */
     int64_t interval;
     bool all_ranks, gpu_stats;
@@ -200,6 +202,7 @@ typedef struct trainer {
     double profile_start, profile_eval_s;
     int64_t profile_steps;
     dpt_eval_result test;
+    dpt_eval_result test_ema; /* the weight averages' evaluation beside it ([train] ema_decay) */
     bool evaluated; /* test holds an evaluation of this run (a resumed finished run has none) */
     int64_t carry_units; /* resumed mid-epoch: the epoch's units so far (state's sums go into the meter) */
     const dpt_model_impl *exporter; /* --export in a model's format: its writer, found before the checkpoint loads */

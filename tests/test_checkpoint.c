@@ -2,6 +2,7 @@
  * (truncation at any length, any flipped byte, another version, another model or optimizer)
  * is a clear error that changes nothing; a crash mid-write leaves the previous file intact. */
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -127,6 +128,91 @@ static void test_round_trip(void **state)
 
 static uint8_t *read_all(const char *path, size_t *len);
 static void write_all(const char *path, const uint8_t *buf, size_t len);
+/* Weight averages (dpt_ema): an update is decay * avg + (1 - decay) * w in float (recomputed
+ * here in double, within float's rounding); a swap there and back leaves every bit where it was;
+ * a checkpoint carries them to a resume, --eval --ema's load puts them in the weights' place, a
+ * run without averages reads the file as before, and a file without them is refused for --ema. */
+static void test_weight_averages(void **state)
+{
+    (void)state;
+    run a = make_run("8,5", "adamw", 1), b = make_run("8,5", "adamw", 2), c = make_run("8,5", "adamw", 3);
+    const double decay = 0.75;
+    dpt_ema *ema = dpt_ema_new(a.ctx, a.model, decay);
+    int n = dpt_ema_count(ema), np = dpt_model_num_params(a.model);
+    assert_int_equal(n, np + dpt_model_num_buffers(a.model));
+    float *before = NULL;
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += (size_t)dpt_ema_at(ema, i)->numel;
+    before = malloc(total * sizeof *before);
+    assert_non_null(before);
+    for (int i = 0, at = 0; i < np; i++) { /* the start: the weights */
+        dpt_tensor *p = dpt_model_param_at(a.model, i);
+        assert_memory_equal(dpt_ema_at(ema, i)->data, p->data, (size_t)p->numel * sizeof(float));
+        memcpy(before + at, p->data, (size_t)p->numel * sizeof(float)), at += (int)p->numel;
+    }
+    train_a_little(&a); /* moves the weights, not the averages */
+    dpt_ema_update(a.ctx, ema);
+    for (int i = 0, at = 0; i < np; i++) {
+        const float *w = dpt_model_param_at(a.model, i)->data, *avg = dpt_ema_at(ema, i)->data;
+        for (int64_t k = 0; k < dpt_ema_at(ema, i)->numel; k++, at++) {
+            double want = decay * (double)before[at] + (1 - decay) * (double)w[k];
+            assert_true(fabs((double)avg[k] - want) <= 4 * FLT_EPSILON * (fabs(before[at]) + fabs(w[k])));
+        }
+    }
+    /* a swap there and back: bit for bit */
+    float *weights = malloc(total * sizeof *weights), *averages = malloc(total * sizeof *averages);
+    assert_true(weights && averages);
+    for (int i = 0, at = 0; i < np; i++) {
+        memcpy(weights + at, dpt_model_param_at(a.model, i)->data, (size_t)dpt_ema_at(ema, i)->numel * sizeof(float));
+        memcpy(averages + at, dpt_ema_at(ema, i)->data, (size_t)dpt_ema_at(ema, i)->numel * sizeof(float));
+        at += (int)dpt_ema_at(ema, i)->numel;
+    }
+    dpt_ema_swap(a.ctx, ema);
+    for (int i = 0, at = 0; i < np; i++) {
+        assert_memory_equal(dpt_model_param_at(a.model, i)->data, averages + at,
+                            (size_t)dpt_ema_at(ema, i)->numel * sizeof(float));
+        at += (int)dpt_ema_at(ema, i)->numel;
+    }
+    dpt_ema_swap(a.ctx, ema);
+    for (int i = 0, at = 0; i < np; i++) {
+        assert_memory_equal(dpt_model_param_at(a.model, i)->data, weights + at,
+                            (size_t)dpt_ema_at(ema, i)->numel * sizeof(float));
+        assert_memory_equal(dpt_ema_at(ema, i)->data, averages + at, (size_t)dpt_ema_at(ema, i)->numel * sizeof(float));
+        at += (int)dpt_ema_at(ema, i)->numel;
+    }
+    /* a resume into a run keeping averages gets them; one without reads the same file */
+    char path[300], plain[300];
+    snprintf(path, sizeof path, "%s/ema.dpt", dir);
+    save(&a, path);
+    dpt_ema *emb = dpt_ema_new(b.ctx, b.model, decay);
+    dpt_train_state st = {0};
+    dpt_error err;
+    if (!dpt_checkpoint_load(path, b.model, b.optim, b.ctx, b.cfg, &st, 1, &err)) fail_msg("%s", err.msg);
+    assert_same_state(&a, &b);
+    for (int i = 0; i < n; i++)
+        assert_memory_equal(dpt_ema_at(emb, i)->data, dpt_ema_at(ema, i)->data,
+                            (size_t)dpt_ema_at(ema, i)->numel * sizeof(float));
+    if (!dpt_checkpoint_load(path, c.model, c.optim, c.ctx, c.cfg, &st, 1, &err)) fail_msg("%s", err.msg);
+    assert_same_state(&a, &c);
+    /* --eval --ema: the averages in the weights' place */
+    if (!dpt_checkpoint_load_averages(path, c.model, c.ctx, &st, &err)) fail_msg("%s", err.msg);
+    for (int i = 0, at = 0; i < np; i++) {
+        assert_memory_equal(dpt_model_param_at(c.model, i)->data, averages + at,
+                            (size_t)dpt_ema_at(ema, i)->numel * sizeof(float));
+        at += (int)dpt_ema_at(ema, i)->numel;
+    }
+    /* a file without averages: refused for --ema, its weights for a resume keeping them */
+    snprintf(plain, sizeof plain, "%s/plain.dpt", dir);
+    save(&c, plain);
+    assert_false(dpt_checkpoint_load_averages(plain, c.model, c.ctx, &st, &err));
+    assert_non_null(strstr(err.msg, "holds no weight averages"));
+    free(before), free(weights), free(averages);
+    free_run(&a);
+    free_run(&b);
+    free_run(&c);
+}
+
 
 /* Weights only (cfg NULL: --sample, --eval, --export): the parameters and buffers arrive bit for
  * bit whatever the optimizer (an AdamW checkpoint into an SGD run), which keeps its own state;
@@ -653,6 +739,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_weights_only),
+        cmocka_unit_test(test_weight_averages),
         cmocka_unit_test(test_compressed_tensors),
         cmocka_unit_test(test_damage),
         cmocka_unit_test(test_hostile),

@@ -1,5 +1,6 @@
 /* fuzz_checkpoint.c: the checkpoint loader into a small MLP with AdamW state (a resume, and a
- * weights-only read), and --inspect's
+ * weights-only read), into the same keeping weight averages (a resume), the averages' read
+ * (--eval --ema), and --inspect's
  * reader (dpt_checkpoint_inspect) on the same bytes. The harness
  * recomputes every CRC of the mutated input (tests/ckpt_bytes.h), so mutations reach the
  * checks behind them. DPT_FUZZ_WRITE_SEED=DIR writes a valid checkpoint of this model there. */
@@ -11,6 +12,8 @@ static dpt_ctx *ctx;
 static dpt_config *cfg;
 static dpt_model *model;
 static dpt_optim *optim;
+static dpt_model *ema_model; /* the same MLP keeping weight averages ([train] ema_decay) */
+static dpt_optim *ema_optim;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -22,7 +25,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (!ctx || !dpt_config_set(cfg, "model.hidden=8,5", &err)) abort();
     model = dpt_model_build(ctx, cfg, 1, 4, 4, 3, &err);
     optim = model ? dpt_optim_build(model, cfg, &err) : NULL;
-    if (!optim) abort();
+    ema_model = dpt_model_build(ctx, cfg, 1, 4, 4, 3, &err);
+    ema_optim = ema_model ? dpt_optim_build(ema_model, cfg, &err) : NULL;
+    if (!optim || !ema_optim) abort();
+    dpt_ema_new(ctx, ema_model, 0.9);
     const char *seed_dir = getenv("DPT_FUZZ_WRITE_SEED");
     if (seed_dir) {
         char path[1024];
@@ -30,6 +36,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         dpt_train_state st = {
             .epoch = 2, .batches_done = 3, .step = 40, .skipped = 1, .best_acc = 0.5, .best_epoch = 1};
         if (!dpt_checkpoint_save(path, model, optim, ctx, cfg, &st, 1, &err)) abort();
+        snprintf(path, sizeof path, "%s/mlp-adamw-ema.dpt", seed_dir);
+        if (!dpt_checkpoint_save(path, ema_model, ema_optim, ctx, cfg, &st, 1, &err)) abort();
     }
     return 0;
 }
@@ -54,6 +62,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (!err.msg[0]) {
         abort();
     }
+    err.msg[0] = '\0'; /* a resume keeping averages; the averages in the weights' place */
+    if (!dpt_checkpoint_load(path, ema_model, ema_optim, ctx, cfg, &st, 1, &err) && !err.msg[0]) abort();
+    err.msg[0] = '\0';
+    if (!dpt_checkpoint_load_averages(path, model, ctx, &st, &err) && !err.msg[0]) abort();
     static FILE *devnull;
     if (!devnull) devnull = fopen("/dev/null", "w");
     err.msg[0] = '\0';
