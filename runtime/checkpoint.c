@@ -547,15 +547,31 @@ static bool read_records(const char *path, const char *skip, record **recs, uint
     return ok;
 }
 
+/* How many weight-average records ([train] ema_decay's "ema/") the file holds. */
+static int count_averages(const record *recs, uint32_t n)
+{
+    int have = 0;
+    for (uint32_t i = 0; i < n; i++)
+        have += recs[i].kind == REC_TENSOR && !strncmp(recs[i].name, "ema/", 4);
+    return have;
+}
+
+/* --ema: the file must hold averages. */
+static bool has_averages(const char *path, const record *recs, uint32_t n, dpt_error *err)
+{
+    return count_averages(recs, n) > 0 ||
+           dpt_errorf(err, "%s holds no weight averages\nHINT: it was written by a run without [train] ema_decay; "
+                           "leave out --ema",
+                      path);
+}
+
 /* The weight averages a resume restores into the model's (a run with [train] ema_decay): all,
  * checked; or none, when the checkpoint was written without them (*found NULL). */
 static bool find_averages(const char *path, record *recs, uint32_t n, const dpt_model *ema_model,
                           const char *model_desc, record **src, bool *found, dpt_error *err)
 {
     const dpt_ema *ema = dpt_model_ema(ema_model);
-    int have = 0;
-    for (uint32_t i = 0; i < n; i++)
-        have += recs[i].kind == REC_TENSOR && !strncmp(recs[i].name, "ema/", 4);
+    int have = count_averages(recs, n);
     *found = have > 0;
     if (!have) return true;
     if (have != dpt_ema_count(ema))
@@ -640,13 +656,7 @@ static bool load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *
         ok = check_tensor(path, recs, n, "optim/", dpt_optim_state_at(optim, i), model_desc, err,
                           &src[nparams + nbuffers + i]);
     if (ok && averages) { /* the averages stand in for the weights: the same names under ema/ */
-        bool any = false;
-        for (uint32_t i = 0; i < n; i++)
-            any |= recs[i].kind == REC_TENSOR && !strncmp(recs[i].name, "ema/", 4);
-        if (!any)
-            ok = dpt_errorf(err, "%s holds no weight averages\nHINT: it was written by a run without [train] "
-                                 "ema_decay; leave out --ema",
-                            path);
+        ok = has_averages(path, recs, n, err);
         for (int i = 0; ok && i < nparams + nbuffers; i++)
             ok = i < nparams ? check_tensor(path, recs, n, "ema/param/", dpt_model_param_at(model, i), model_desc, err,
                                             &src[i])
@@ -1126,15 +1136,7 @@ bool dpt_checkpoint_tensors_of(const char *path, bool averages, dpt_ckpt_tensor_
     uint32_t n = 0;
     if (!read_records(path, averages ? "optim/|param/|buffer/" : "optim/|ema/", &recs, &n, &size, err)) return false;
     bool ok = true;
-    if (averages) {
-        bool any = false;
-        for (uint32_t i = 0; i < n; i++)
-            any |= recs[i].kind == REC_TENSOR && !strncmp(recs[i].name, "ema/", 4);
-        if (!any)
-            ok = dpt_errorf(err, "%s holds no weight averages\nHINT: it was written by a run without [train] "
-                                 "ema_decay; leave out --ema",
-                            path);
-    }
+    if (averages) ok = has_averages(path, recs, n, err);
     for (int pass = 0; pass < 2 && ok; pass++) {
         const char *prefix = averages ? (pass == 0 ? "ema/param/" : "ema/buffer/") : pass == 0 ? "param/" : "buffer/";
         for (uint32_t i = 0; i < n && ok; i++) {
