@@ -87,6 +87,16 @@ static void save(run *r, const char *path)
         fail_msg("%s", err.msg);
 }
 
+/* The small AdamW MLP trained a little and saved as dir/name (path gets the file's path). */
+static run saved_run(const char *name, char *path, size_t cap)
+{
+    run a = make_run("8,5", "adamw", 1);
+    train_a_little(&a);
+    snprintf(path, cap, "%s/%s", dir, name);
+    save(&a, path);
+    return a;
+}
+
 static void assert_same_state(run *a, run *b)
 {
     for (int i = 0; i < dpt_model_num_params(a->model); i++) {
@@ -221,12 +231,9 @@ static void test_weight_averages(void **state)
 static void test_weights_only(void **state)
 {
     (void)state;
-    run a = make_run("8,5", "adamw", 1), b = make_run("8,5", "sgd", 2);
-    train_a_little(&a);
-    train_a_little(&b);
     char path[300];
-    snprintf(path, sizeof path, "%s/weights.dpt", dir);
-    save(&a, path);
+    run a = saved_run("weights.dpt", path, sizeof path), b = make_run("8,5", "sgd", 2);
+    train_a_little(&b);
     dpt_train_state st = {0};
     dpt_error err;
     int64_t sgd_steps = dpt_optim_steps(b.optim);
@@ -293,12 +300,9 @@ static void expect_load_error(const char *path, const char *hidden, const char *
 static void test_damage(void **state)
 {
     (void)state;
-    run a = make_run("8,5", "adamw", 1);
-    train_a_little(&a);
     char good[300], bad[300];
-    snprintf(good, sizeof good, "%s/good.dpt", dir);
+    run a = saved_run("good.dpt", good, sizeof good);
     snprintf(bad, sizeof bad, "%s/bad.dpt", dir);
-    save(&a, good);
     size_t len;
     uint8_t *buf = read_all(good, &len);
     /* truncated at every length from 0 to len-1 in steps */
@@ -417,12 +421,9 @@ static void expect_meta_error(const uint8_t *good, size_t len, const char *bad, 
 static void test_compressed_tensors(void **state)
 {
     (void)state;
-    run a = make_run("8,5", "adamw", 1);
-    train_a_little(&a);
     char path[300], old[300];
-    snprintf(path, sizeof path, "%s/stored.dpt", dir);
+    run a = saved_run("stored.dpt", path, sizeof path);
     snprintf(old, sizeof old, "%s/compressed.dpt", dir);
-    save(&a, path);
     size_t len;
     uint8_t *buf = read_all(path, &len);
     ckpt_rec recs[64];
