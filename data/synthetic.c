@@ -14,6 +14,7 @@ dpt_dataset *dpt_synthetic_new(int64_t n, int64_t c, int64_t h, int64_t w, int n
     if (!ds) dpt_fatal("out of host memory for a dataset");
     ds->n = n, ds->c = c, ds->h = h, ds->w = w, ds->num_classes = num_classes;
     snprintf(ds->name, sizeof ds->name, "synthetic");
+    ds->origin = "synthetic (random images, no files)"; /* the data line: no [data] dir is read */
     size_t bytes = (size_t)(n * c * h * w);
     ds->images = malloc(bytes);
     ds->labels = malloc((size_t)n * sizeof *ds->labels);

@@ -199,7 +199,8 @@ void print_header(const trainer *t)
     else
         snprintf(test, sizeof test, "%lld", (long long)tn);
     report_line("data %s | train %lld per rank of %lld | test %s | %s | %lld steps/epoch\n",
-                ds->nfields ? ds->name : run->data_dir, (long long)dpt_loader_num_samples(t->train_loader),
+                ds->nfields ? ds->name : ds->origin && !ds->files ? ds->origin : run->data_dir,
+                (long long)dpt_loader_num_samples(t->train_loader),
                 (long long)ds->n, test, shape, (long long)t->steps_per_epoch);
     if (t->train_set->files) {
         char text[1024];
