@@ -20,6 +20,7 @@ struct dpt_ctx {
     dpt_precision precision;    /* the convolutions' (the backend's init may lower it to FP32) */
     const char *precision_note; /* why it was lowered, or "" */
     bool act16; /* activations between the ops that take them in BF16 (precision bf16, be->act16) */
+    bool skip_init; /* dpt_ctx_skip_init: random initialisation left out (weights loaded over it) */
     bool nhwc;  /* [train] memory_format = nhwc: convolutions write (and take) channels-last activations */
     dpt_rng rng;
     bool grad_enabled;

@@ -343,12 +343,18 @@ const char *dpt_model_summary(const dpt_model *m)
  * on every device and every rank. */
 static void init_with(dpt_ctx *ctx, dpt_tensor *t, float a, bool normal)
 {
+    if (ctx->skip_init) return; /* a checkpoint's weights go over it */
     float *host = malloc((size_t)t->numel * sizeof *host);
     if (!host) dpt_fatal("out of host memory initialising %s", t->name);
     for (int64_t i = 0; i < t->numel; i++)
         host[i] = normal ? a * dpt_rng_normal(&ctx->rng) : a * (2.0f * dpt_rng_uniform(&ctx->rng) - 1.0f);
     dpt_tensor_copy_from_host(t, host);
     free(host);
+}
+
+void dpt_ctx_skip_init(dpt_ctx *ctx, bool skip)
+{
+    ctx->skip_init = skip;
 }
 
 void dpt_init_uniform(dpt_ctx *ctx, dpt_tensor *t, float bound)

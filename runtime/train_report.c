@@ -198,10 +198,12 @@ void print_header(const trainer *t)
         snprintf(test, sizeof test, "%lld of %lld", (long long)tl, (long long)tn);
     else
         snprintf(test, sizeof test, "%lld", (long long)tn);
-    report_line("data %s | train %lld per rank of %lld | test %s | %s | %lld steps/epoch\n",
+    char steps[48] = ""; /* a run that does not train (--sample, --eval ...) has no training loader */
+    if (t->train_loader) snprintf(steps, sizeof steps, " | %lld steps/epoch", (long long)t->steps_per_epoch);
+    report_line("data %s | train %lld per rank of %lld | test %s | %s%s\n",
                 ds->nfields ? ds->name : ds->origin && !ds->files ? ds->origin : run->data_dir,
-                (long long)dpt_loader_num_samples(t->train_loader),
-                (long long)ds->n, test, shape, (long long)t->steps_per_epoch);
+                (long long)(t->train_loader ? dpt_loader_num_samples(t->train_loader) : ds->n),
+                (long long)ds->n, test, shape, steps);
     if (t->train_set->files) {
         char text[1024];
         dpt_folder_describe(t->train_set, text, sizeof text);
@@ -210,9 +212,10 @@ void print_header(const trainer *t)
                     t->train_set->files->list_note, t->test_set->files->list_note, t->workers,
                     run->train_data.skip_bad_files ? "is skipped and counted" : "stops the job");
     }
-    report_line("optim %s | lr %g (%s scaling) | schedule %s\n", dpt_optim_name(t->optim), t->schedule.target_lr,
-                run->lr_scaling, run->schedule);
-    if (*dpt_config_str(run->ini, "optim", "groups") || *dpt_config_str(run->ini, "optim", "freeze")) {
+    if (t->optim) /* none where only the weights are read (--sample, --eval, --predict, --export) */
+        report_line("optim %s | lr %g (%s scaling) | schedule %s\n", dpt_optim_name(t->optim), t->schedule.target_lr,
+                    run->lr_scaling, run->schedule);
+    if (t->optim && (*dpt_config_str(run->ini, "optim", "groups") || *dpt_config_str(run->ini, "optim", "freeze"))) {
         char groups[2048];
         dpt_optim_describe(t->optim, groups, sizeof groups);
         report_line("optim groups | %s\n", groups);
@@ -396,7 +399,7 @@ void log_eval(trainer *t, const window *epoch_window)
     const dpt_eval_result *test = &t->test;
     /* the image files skipped as unreadable so far, every rank's (bad_files = skip) */
     double sums[4] = {0, 0, 0,
-                      (double)(dpt_loader_bad_files(t->train_loader) + dpt_loader_bad_files(t->test_loader))};
+                      (double)((t->train_loader ? dpt_loader_bad_files(t->train_loader) : 0) + dpt_loader_bad_files(t->test_loader))};
     if (epoch_window) {
         sums[0] = epoch_window->loss, sums[1] = (double)epoch_window->correct,
         sums[2] = (double)epoch_window->units;

@@ -65,15 +65,21 @@ memory_estimate estimate_memory(const trainer *t)
     double sample = (double)(train->c * train->h * train->w) * sizeof(float);
     double act16 = dpt_ctx_bf16_activations(t->ctx) ? ACTIVATION_BF16 : 1.0;
     double slots = (double)run->train_data.prefetch + 1;
+    int nparams = dpt_model_num_params(t->model);
+    double nstate = t->optim && nparams ? (double)dpt_optim_num_state(t->optim) / nparams : 0;
     memory_estimate m = {
         /* parameters, their gradients (DDP buckets), the optimizer's state */
-        .params = (double)dpt_model_param_count(t->model) * sizeof(float) *
-                  (2.0 + (double)dpt_optim_num_state(t->optim) / (dpt_model_num_params(t->model) ? dpt_model_num_params(t->model) : 1)),
+        .params = (double)dpt_model_param_count(t->model) * sizeof(float) * (2.0 + nstate),
         .activations = batch * (per_sample * sizeof(float) * ACTIVATION_FACTOR * act16 + sample),
         /* no backward, but a forward pass's outputs live until the tape is cleared */
         .evaluation = eval_batch * (eval_sample * sizeof(float) * EVALUATION_FACTOR * act16 + sample),
         .loader = slots * (batch + eval_batch) * sample,
     };
+    /* what a run that does not train holds: --eval and --predict an evaluation, --sample and
+     * --export neither (--sample's cache: 2 x layers x block x channels floats, left out) */
+    const cli *a = t->r->args;
+    if (a->eval || a->predict) m.activations = 0, m.loader = slots * eval_batch * sample;
+    if (a->sample || a->export_format) m.activations = m.evaluation = m.loader = 0;
     /* [train] ema_decay: the averages and their spare (dpt_ema_swap), of every parameter and buffer */
     const dpt_ema *ema = dpt_model_ema(t->model);
     for (int i = 0; ema && i < dpt_ema_count(ema); i++)

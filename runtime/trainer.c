@@ -220,6 +220,11 @@ static bool open_loaders(trainer *t, dpt_error *err)
         train_opt.workers = test_opt.workers = w > 1 ? w : 1;
     }
     t->workers = train_opt.workers;
+    const cli *a = t->r->args;
+    if (a->sample || a->export_format || a->eval || a->predict) { /* no training: no training batches */
+        t->test_loader = dpt_loader_new(t->ctx, t->test_set, &test_opt);
+        return true;
+    }
     /* not one step: said before batch-sized buffers are made (a batch of 1M took 15 s and 9.8 GB
      * to be refused) */
     int64_t samples, batches = dpt_loader_plan_batches(t->train_set, &train_opt, &samples);
@@ -344,7 +349,11 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     }
     if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto fail;
     t->state.data_hash = t->train_set->content_hash;
+    /* --sample, --eval, --predict, --export load every weight over the model's: no random init */
+    bool weights_only = r->args->sample || r->args->export_format || r->args->eval || r->args->predict;
+    dpt_ctx_skip_init(t->ctx, weights_only);
     t->model = dpt_model_build_for(t->ctx, run->ini, t->train_set, err);
+    dpt_ctx_skip_init(t->ctx, false);
     if (!t->model || !open_loss(t, err)) goto fail;
     if (run->stop_metric == 2 && !(t->task.metrics & DPT_METRIC_ACCURACY)) {
         dpt_errorf(err, "%s: [train] early_stop on test_acc, but this model's loss (%s) measures no accuracy\nHINT: "
@@ -354,11 +363,10 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     }
     /* fine-tuning's start; a resumed run (or one that only looks) has its weights from CKPT */
     if (!r->args->resume && !init_from_checkpoint(t, err)) goto fail;
-    t->optim = dpt_optim_build(t->model, run->ini, err);
-    if (!t->optim) goto fail;
-    bool look_only =
-        r->args->dry_run || r->args->summary || r->args->sample || r->args->export_format || r->args->eval ||
-        r->args->predict;
+    /* no optimizer either where only weights are read (its state would be zero-filled memory,
+     * two floats per parameter for AdamW, never read) */
+    bool look_only = weights_only || r->args->dry_run || r->args->summary;
+    if (!weights_only && !(t->optim = dpt_optim_build(t->model, run->ini, err))) goto fail;
     if (run->ema_decay > 0 && !look_only) dpt_ema_new(t->ctx, t->model, run->ema_decay); /* a resume restores them */
     t->need = estimate_memory(t);
     if (!check_memory(t, err)) goto fail;
@@ -392,7 +400,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     } else {
         t->state.bucket_mb = 0, t->state.grad_compression = 0;
     }
-    if (t->reducer && !zero_shard(t, err)) goto fail;
+    if (t->reducer && t->optim && !zero_shard(t, err)) goto fail;
     /* a new run's averages start from the weights every rank holds now (rank 0's, broadcast) */
     if (dpt_model_ema(t->model) && !*r->resumed) dpt_ema_reset(t->ctx, dpt_model_ema(t->model));
     int64_t all = run->epochs * t->steps_per_epoch;

@@ -5,7 +5,8 @@
 # them by the digest's definition (name, NUL, ndim, dims, float32 values) equals the one
 # --inspect prints for the checkpoint. llmc from a gpt run: the header llm.c's loader checks,
 # every tensor equal to the npz's in llm.c's order, and a run that starts from the file
-# (init = llmc:OUT) with a zero learning rate ends with the checkpoint's weights hash.
+# (init = llmc:OUT) with a zero learning rate ends with the checkpoint's weights hash. A memory
+# limit too small for training does not stop --sample or --eval.
 cd "$(dirname "$0")/.."
 . tests/common.sh
 py=/usr/bin/python3
@@ -112,6 +113,22 @@ check "llmc of an mlp config: refused, naming the formats" \
 check "a missing checkpoint: named, nothing written" \
     $([ $? = 1 ] && grep -q "9: no such checkpoint" "$tmp/e6.log" && [ ! -e "$tmp/x.st" ] &&
       [ -z "$(ls "$tmp" | grep 'x.st.')" ]; echo $?) "$(cat "$tmp/e6.log")"
+# reading weights only does not need what training would: a machine (the allocator's limit
+# standing in) too small for this config's training batch still samples, evaluates and
+# exports its checkpoint, with no optimizer built (the header has no optim line) and no
+# training loader (a batch larger than the training set is no error there)
+small=(--set train.batch=2000 --set train.eval_batch=8 --set train.memory_limit_mb=48)
+./train "${gpt[@]}" "${small[@]}" > "$tmp/m1.log" 2>&1
+rc1=$?
+./train "${gpt[@]}" "${small[@]}" --sample "$ck" --tokens 5 --prompt the > "$tmp/m2.log" 2> "$tmp/m2.err"
+rc2=$?
+./train "${gpt[@]}" "${small[@]}" --eval "$ck" > "$tmp/m3.log" 2>&1
+rc3=$?
+[ $rc1 -eq 1 ] && grep -q "activations at \[train\] batch = 2000" "$tmp/m1.log" && [ $rc2 -eq 0 ] &&
+    [ "$(wc -c < "$tmp/m2.log")" -ge 8 ] && [ $rc3 -eq 0 ] && grep -q "^eval | " "$tmp/m3.log" &&
+    ! grep -q "^optim " "$tmp/m2.err" "$tmp/m3.log"
+check "a machine too small for training at batch 2000 (more than the 379 samples): training refused, --sample and --eval run without an optimizer" \
+    $? "exit $rc1 $rc2 $rc3: $(head -c 300 "$tmp/m1.log") | $(tail -n 2 "$tmp/m2.err") | $(tail -n 2 "$tmp/m3.log")"
 ./train --export npz "$ck" /nonexistent/w.npz > "$tmp/e7.log" 2>&1
 check "an unwritable destination: named" $([ $? = 1 ] && grep -q "cannot write /nonexistent/w.npz" "$tmp/e7.log"; echo $?) \
     "$(cat "$tmp/e7.log")"
