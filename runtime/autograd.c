@@ -10,6 +10,20 @@
 #include "log.h"
 #include "profile.h"
 
+/* --profile: the layer a node belongs to, by the first parameter it takes ("conv1" for
+ * conv1.weight, "h.0.attn.c_proj" for h.0.attn.c_proj.bias, "wte" for wte); NULL: none. */
+static const char *node_layer(const dpt_node *node, char *buf, size_t cap)
+{
+    for (int i = 0; i < node->n_in; i++) {
+        const dpt_tensor *t = node->in[i];
+        if (!t || !t->is_param) continue;
+        const char *dot = strrchr(t->name, '.');
+        snprintf(buf, cap, "%.*s", dot ? (int)(dot - t->name) : (int)strlen(t->name), t->name);
+        return buf;
+    }
+    return NULL;
+}
+
 dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward, dpt_tensor *out, int n_in,
                           dpt_tensor *const *in)
 {
@@ -35,7 +49,10 @@ dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward
     for (int i = 0; i < n_in; i++)
         node->in[i] = in[i];
     out->requires_grad = true;
-    if (ctx->profile) dpt_profile_forward(ctx, op);
+    if (ctx->profile) {
+        char layer[64];
+        dpt_profile_forward(ctx, op, node_layer(node, layer, sizeof layer));
+    }
     return node;
 }
 
@@ -145,7 +162,8 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
             node->backward(ctx, node);
             if (ctx->profile) {
                 if (ctx->be->dev->synchronize) ctx->be->dev->synchronize(ctx);
-                dpt_profile_backward(ctx, node->op, dpt_now_s() - start);
+                char layer[64];
+                dpt_profile_backward(ctx, node->op, node_layer(node, layer, sizeof layer), start, dpt_now_s());
             }
         }
         /* An intermediate's gradient has done its work once the node that made the tensor has

@@ -673,6 +673,7 @@ static void after_step(trainer *t, int64_t s)
     if (t->r->args->profile) {
         if (!t->profile) { /* after the first step: its one-time set-up is not the step's cost */
             t->profile = dpt_profile_attach(t->ctx);
+            dpt_profile_set_timeline(t->profile, t->timeline); /* a span per op, by layer */
             t->profile_start = dpt_now_s(), t->profile_eval_s = t->eval_s;
         } else
             t->profile_steps++;

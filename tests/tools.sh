@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools.sh: the scripts around a run: plot.sh turns a real run's metrics into a PNG; the
-# timeline and --profile; make_image_folder refuses a planted link.
+# timeline and --profile (op kinds and layers); make_image_folder refuses a planted link.
 set -u
 cd "$(dirname "$0")/.."
 work=$(mktemp -d /tmp/dpt_tools_XXXXXX)
@@ -42,7 +42,7 @@ else echo "FAIL timeline"; failed=$((failed + 1)); fi
 # --profile: a table of op kinds whose rows add up to its "ops" line, convolutions on top for
 # the CNN (their share of a CNN step is what PyTorch's profiler shows too), under the step time
 out=$(./train configs/fmnist_cnn.ini --set train.threads=2 --set train.max_steps=30 --set data.test_limit=500 \
-      --set log.interval=1000 --set checkpoint.dir="$work/pf" --profile 2>&1)
+      --set log.interval=1000 --set checkpoint.dir="$work/pf" --set log.timeline="$work/pf.json" --profile 2>&1)
 res=$(python3 -c '
 import sys, re
 text = sys.stdin.read()
@@ -59,6 +59,34 @@ assert all(abs(float(r[1]) + float(r[2]) - float(r[3])) <= 0.002 for r in rows)
 print("ok")' <<<"$out" 2>&1 | tail -1)
 if [ "$res" = ok ]; then echo "ok   --profile: op rows add up to the ops line, conv2d on top for the CNN"; passed=$((passed + 1))
 else echo "FAIL --profile: $res"; grep -A12 "^profile" <<<"$out"; failed=$((failed + 1)); fi
+# its layers (issue 28 item 13): one row per layer's op, named by the parameters' names (the
+# CNN's conv1, conv2, bn1, bn2, fc1, fc2), adding up to the layers line, which with the ops
+# without parameters makes the ops line; the timeline holds a forward and a backward span per
+# layer per profiled step (29), inside the step's forward and backward phases
+res=$(python3 -c '
+import sys, re, json
+text = open(sys.argv[1]).read()
+m = re.search(r"^profile \| (\d+) steps \| ops ([\d.]+) ms", text, re.M)
+l = re.search(r"^layers \| (\d+) with parameters: ([\d.]+) ms a step; ops without parameters ([\d.]+) ms", text, re.M)
+rows = re.findall(r"^([\w.]+) +(\w+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)%$", text, re.M)
+assert m and l and rows, "no layer table"
+layers = {r[0]: r for r in rows}
+assert set(layers) == {"conv1", "conv2", "bn1", "bn2", "fc1", "fc2"}, sorted(layers)
+assert layers["conv1"][1] == "conv2d" and layers["bn1"][1] == "batchnorm", layers
+assert all(float(r[2]) == 1.0 for r in rows), rows                     # once a step each
+total = sum(float(r[5]) for r in rows)
+assert abs(total - float(l.group(2))) <= 0.002 * len(rows) + 0.01 * total, (total, l.group(2))
+assert abs(float(l.group(2)) + float(l.group(3)) - float(m.group(2))) <= 0.002 + 0.01 * float(m.group(2)), (l.groups(), m.group(2))
+ev = [e for e in json.load(open(sys.argv[2]))["traceEvents"] if e.get("ph") == "X"]
+names = [e["name"] for e in ev]
+assert names.count("conv1 conv2d") == 29 and names.count("conv1 conv2d backward") == 29, (names.count("conv1 conv2d"))
+assert names.count("fc2 linear backward") == 29 and "maxpool2d backward" in names, sorted(set(names))
+fw = [e for e in ev if e["name"] == "forward"][-1]
+inner = [e for e in ev if e["name"] == "conv1 conv2d" and fw["ts"] - 1 <= e["ts"] <= fw["ts"] + fw["dur"] + 1]
+assert len(inner) == 1, (fw, len(inner))
+print("ok")' <(cat <<<"$out") "$work/pf.json" 2>&1 | tail -1)
+if [ "$res" = ok ]; then echo "ok   --profile: a row per layer (conv1 conv2 bn1 bn2 fc1 fc2) adding up, and its spans in the timeline"; passed=$((passed + 1))
+else echo "FAIL --profile's layers: $res"; grep -A12 "^layers" <<<"$out"; failed=$((failed + 1)); fi
 
 # make_image_folder writes through no link: one planted at an image's name is refused, by name,
 # and the file it points at is left as it was
