@@ -337,6 +337,8 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
     const dpt_config *cfg = t->run->ini;
     const char *init = dpt_config_str(cfg, "model", "init"), *where = dpt_config_where(cfg, "model", "init");
     if (!*init || !strncmp(init, "llmc:", 5)) return true; /* none, or the model's own format (gpt read it) */
+    bool averages = !strncmp(init, "ema:", 4); /* the checkpoint's weight averages ([train] ema_decay) */
+    if (averages) init += 4;
     char path[PATH_MAX];
     if (!dpt_checkpoint_resolve(init, NULL, path, sizeof path, err)) {
         char msg[sizeof err->msg];
@@ -347,7 +349,7 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
     init_load l = {.model = t->model, .exclude = dpt_config_str(cfg, "model", "init_exclude")};
     l.seen = calloc((size_t)total + 1, 1);
     if (!l.seen) dpt_fatal("out of host memory");
-    bool ok = dpt_checkpoint_tensors(path, init_tensor, &l, err);
+    bool ok = dpt_checkpoint_tensors_of(path, averages, init_tensor, &l, err);
     if (ok && *l.missing)
         ok = dpt_errorf(err, "%s holds tensors this model (%s) does not have: %s\nHINT: [model] init_exclude = GLOB "
                              "skips them (and starts this model's own new tensors from its initialisation)",
@@ -375,9 +377,9 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
         return dpt_errorf(err, "%s: [model] init: %s", where, msg);
     }
     if (t->r->rank == 0)
-        report_line("init from %s: %d tensors loaded, %d at the model's initialisation, %d of the checkpoint's "
+        report_line("init from %s%s: %d tensors loaded, %d at the model's initialisation, %d of the checkpoint's "
                     "skipped ([model] init_exclude)\n",
-                    path, l.loaded, l.kept, l.skipped);
+                    averages ? "the weight averages of " : "", path, l.loaded, l.kept, l.skipped);
     return true;
 }
 

@@ -5,7 +5,8 @@
 # (w - avg)) recomputed in float64 by NumPy from the weights of the start (a run at learning
 # rate 0) and of every step, all exported by --export npz. Keeping averages changes no weight;
 # a resume continues them bit for bit; a checkpoint without them starts them from its weights,
-# saying so; --eval --ema gives the epoch line's "ema test loss"; --ema without averages, or
+# saying so; --eval --ema gives the epoch line's "ema test loss"; [model] init = ema:CKPT starts
+# from them; --ema without averages, or
 # without --eval/--predict/--sample/--export, is refused; deterministic mode keeps them
 # bit-identical on 1 and 2 ranks; DDP, ZeRO 1 and DataParallel on 2 agree. One ok/FAIL line per case.
 cd "$(dirname "$0")/.."
@@ -96,6 +97,17 @@ got=$(./train "${cnn[@]}" --eval "$tmp/a/ckpt-step00000020.dpt" 2>&1 | sed -n 's
 [ -n "$want_ema" ] && [ "$got_ema" = "$want_ema" ] && [ -n "$want" ] && [ "$got" = "$want" ] && [ "$want" != "$want_ema" ]
 check "--eval --ema: the epoch line's ema test loss ($want_ema); --eval: its test loss ($want)" $? \
     "ema $got_ema vs $want_ema, weights $got vs $want"
+
+# fine-tuning from the averages: [model] init = ema:CKPT, one step at learning rate 0 (the MLP:
+# no statistics move) ends with the weights hash --inspect gives the averages
+mlp=(configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=640 --set data.test_limit=100
+     --set train.epochs=1 --set log.interval=1000)
+./train "${mlp[@]}" "${ema[@]}" --set checkpoint.dir="$tmp/m" --set checkpoint.every_epochs=1 > /dev/null 2>&1
+want=$(./train --inspect "$tmp/m" 2>&1 | sed -n 's/^averages sha256 //p')
+out=$(./train "${mlp[@]}" --set model.init="ema:$tmp/m" --set optim.lr=0 --set train.max_steps=1 --set checkpoint.dir="$tmp/m2" 2>&1)
+[ -n "$want" ] && [ "$(sha <<<"$out")" = "$want" ] && grep -q "^init from the weight averages of " <<<"$out"
+check "[model] init = ema:CKPT, learning rate 0: the weights are the checkpoint's averages (${want:0:16}...)" $? \
+    "$(sha <<<"$out") vs $want: $(grep init <<<"$out")"
 
 # refused: averages a checkpoint lacks; --ema with nothing to choose for
 out=$(./train "${cnn[@]}" --eval "$tmp/b/ckpt-step00000020.dpt" --ema 2>&1)
