@@ -566,7 +566,7 @@ static bool has_averages(const char *path, const record *recs, uint32_t n, dpt_e
 }
 
 /* The weight averages a resume restores into the model's (a run with [train] ema_decay): all,
- * checked; or none, when the checkpoint was written without them (*found NULL). */
+ * checked; or none, when the checkpoint was written without them (*found false). */
 static bool find_averages(const char *path, record *recs, uint32_t n, const dpt_model *ema_model,
                           const char *model_desc, record **src, bool *found, dpt_error *err)
 {
@@ -611,7 +611,9 @@ static bool load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *
     uint32_t n = 0;
     bool weights_only = cfg == NULL; /* --sample, --eval, --export: the optimizer state is not read */
     dpt_ema *ema = weights_only ? NULL : dpt_model_ema(model); /* a resume restores the averages */
-    const char *skip = averages ? "optim/" : weights_only ? "optim/|ema/" : ema ? NULL : "ema/";
+    /* the records not applied stay compressed (their framing and CRC still checked; --ema: the
+     * weights' only for their names and shapes) */
+    const char *skip = averages ? "optim/|param/|buffer/" : weights_only ? "optim/|ema/" : ema ? NULL : "ema/";
     if (!read_records(path, skip, &recs, &n, &size, err)) return false;
 
     record *meta = find(recs, n, "meta"), *rng = find(recs, n, "rng");

@@ -221,7 +221,7 @@ static bool open_loaders(trainer *t, dpt_error *err)
     }
     t->workers = train_opt.workers;
     const cli *a = t->r->args;
-    if (a->sample || a->export_format || a->eval || a->predict) { /* no training: no training batches */
+    if (cli_weights_only(a)) { /* no training: no training batches */
         t->test_loader = dpt_loader_new(t->ctx, t->test_set, &test_opt);
         return true;
     }
@@ -276,7 +276,7 @@ static bool resume(trainer *t, dpt_error *err)
                                                            : "--resume",
                           msg);
     }
-    bool weights_only = r->args->eval || r->args->sample || r->args->export_format || r->args->predict;
+    bool weights_only = cli_weights_only(r->args);
     if (weights_only && r->args->ema ? !dpt_checkpoint_load_averages(r->resumed, t->model, t->ctx, &t->state, err)
                                      : !dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx,
                                                             weights_only ? NULL : t->run->ini, &t->state, r->size, err))
@@ -350,7 +350,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto fail;
     t->state.data_hash = t->train_set->content_hash;
     /* --sample, --eval, --predict, --export load every weight over the model's: no random init */
-    bool weights_only = r->args->sample || r->args->export_format || r->args->eval || r->args->predict;
+    bool weights_only = cli_weights_only(r->args);
     dpt_ctx_skip_init(t->ctx, weights_only);
     t->model = dpt_model_build_for(t->ctx, run->ini, t->train_set, err);
     dpt_ctx_skip_init(t->ctx, false);

@@ -44,6 +44,13 @@ typedef struct cli {
     char **argv;
 } cli;
 
+/* --sample, --eval, --predict, --export: a checkpoint's weights are read, nothing is trained
+ * (no optimizer, no training loader, no random initialisation, no training memory). */
+static inline bool cli_weights_only(const cli *a)
+{
+    return a->sample || a->eval || a->predict || a->export_format;
+}
+
 typedef enum fault_kind { FAULT_NONE, FAULT_EXIT, FAULT_HANG, FAULT_NAN } fault_kind;
 
 /* The run's settings, read from the INI once and typed (the loop never looks a key up). */
