@@ -140,8 +140,27 @@ const dpt_backend *dpt_backend_cpu_onednn(void)
 void dpt_onednn_version(char *buf, size_t cap)
 {
     const dnnl_version_t *v = dnnl_version();
-    snprintf(buf, cap, "oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch,
-             v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime");
+    /* the instruction set its kernels use: the CPU's best, or ONEDNN_MAX_CPU_ISA's cap */
+    static const struct {
+        dnnl_cpu_isa_t isa;
+        const char *name;
+    } isas[] = {{dnnl_cpu_isa_sse41, "sse41"},
+                {dnnl_cpu_isa_avx, "avx"},
+                {dnnl_cpu_isa_avx2, "avx2"},
+                {dnnl_cpu_isa_avx2_vnni, "avx2_vnni"},
+                {dnnl_cpu_isa_avx512_core, "avx512_core"},
+                {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"},
+                {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
+                {dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"}};
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    const char *name = "other";
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
+        if (isas[i].isa == isa) name = isas[i].name;
+    const char *cap_env = getenv("ONEDNN_MAX_CPU_ISA");
+    snprintf(buf, cap, "oneDNN %d.%d.%d (%s) | CPU ISA %s%s%s", v->major, v->minor, v->patch,
+             v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime", name,
+             cap_env ? " (ONEDNN_MAX_CPU_ISA=" : "", cap_env ? cap_env : "");
+    if (cap_env && strlen(buf) + 2 < cap) strcat(buf, ")");
 }
 
 #else /* no oneDNN in this build */
