@@ -535,7 +535,9 @@ typedef struct dpt_ema dpt_ema;
 dpt_ema *dpt_ema_new(dpt_ctx *ctx, dpt_model *model, double decay);
 dpt_ema *dpt_model_ema(const dpt_model *model); /* NULL: none */
 double dpt_ema_decay(const dpt_ema *ema);
-void dpt_ema_update(dpt_ctx *ctx, dpt_ema *ema);
+/* avg = decay * avg + (1 - decay) * value with this update's decay (dpt_ema_decay's, or less
+ * in a warm-up: [train] ema_warmup). */
+void dpt_ema_update(dpt_ctx *ctx, dpt_ema *ema, double decay);
 void dpt_ema_reset(dpt_ctx *ctx, dpt_ema *ema); /* the averages := the model's values */
 /* The model's values and the averages exchanged (bit for bit; again: back as they were), e.g.
  * to evaluate the averages; the model keeps its tensors, only their numbers move. */

@@ -480,9 +480,10 @@ void dpt_ema_reset(dpt_ctx *ctx, dpt_ema *e)
 }
 
 /* avg = decay * avg + (1 - decay) * value (torch.optim.swa_utils.get_ema_multi_avg_fn) */
-void dpt_ema_update(dpt_ctx *ctx, dpt_ema *e)
+void dpt_ema_update(dpt_ctx *ctx, dpt_ema *e, double decay)
 {
-    dpt_foreach_axpby(ctx, e->n, e->avg, (float)(1.0 - e->decay), e->values, (float)e->decay);
+    DPT_ASSERT(decay >= 0 && decay < 1, "ema decay %g outside [0, 1)", decay);
+    dpt_foreach_axpby(ctx, e->n, e->avg, (float)(1.0 - decay), e->values, (float)decay);
 }
 
 /* Copies only (alpha 1, beta 0: bit for bit): the model's values into the spare tensors, the

@@ -86,6 +86,9 @@ static const dpt_config_key train_keys[] = {
      "optimizer step avg = decay * avg + (1 - decay) * weights, e.g. 0.999; every evaluation also evaluates the "
      "averages (\"ema test loss\" on the epoch line, ema_test_* in the metrics), checkpoints keep them, --eval/--predict/"
      "--sample --ema use them; best.dpt and early_stop follow the weights. 0 = none", 0},
+    {"train", "ema_warmup", DPT_KEY_BOOL, "false", 1, 0, NULL,
+     "ema_decay's warm-up: at step k the decay is min(ema_decay, (1 + k) / (10 + k)) (TensorFlow's "
+     "ExponentialMovingAverage with num_updates), so the first averages follow the weights instead of the start", 0},
     {"train", "early_stop", DPT_KEY_STRING, "", 1, 0, NULL,
      "stop when the epochs' evaluation stops improving: METRIC:PATIENCE[:MIN_DELTA], METRIC test_loss or test_acc "
      "(a fraction or a percentage for its delta), e.g. test_loss:3:0.001 (3 epochs without a fall of more than "

@@ -316,6 +316,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
     rc->data_dir = dpt_config_str(c, "data", "dir");
     rc->clip_norm = dpt_config_float(c, "optim", "clip_norm");
     rc->ema_decay = dpt_config_float(c, "train", "ema_decay");
+    rc->ema_warmup = dpt_config_bool(c, "train", "ema_warmup");
     rc->lr_scaling = dpt_config_str(c, "optim", "lr_scaling");
     rc->schedule = dpt_config_str(c, "optim", "schedule");
     rc->accum = (int)dpt_config_int(c, "distributed", "accum_steps");

@@ -582,6 +582,17 @@ static void scaler_update(trainer *t, bool finite)
                       (long long)st->step + 1, (long long)st->scale_skips);
 }
 
+/* [train] ema_decay after step k = step + 1 (1-based, skipped steps counted, so a resume goes on
+ * with the same numbers); ema_warmup: min(decay, (1 + k) / (10 + k)), TensorFlow's
+ * ExponentialMovingAverage with num_updates, so early averages are not dominated by the start. */
+static void ema_update(trainer *t)
+{
+    dpt_ema *ema = dpt_model_ema(t->model);
+    double decay = dpt_ema_decay(ema), k = (double)(t->state.step + 1);
+    if (t->run->ema_warmup && (1 + k) / (10 + k) < decay) decay = (1 + k) / (10 + k);
+    dpt_ema_update(t->ctx, ema, decay);
+}
+
 /* One optimizer step: accum micro-batches, the gradient AllReduce's end, clipping, the update. */
 static void train_step(trainer *t)
 {
@@ -620,7 +631,7 @@ static void train_step(trainer *t)
     if (isfinite(t->grad_norm)) {
         dpt_optim_step(t->ctx, t->optim);
         zero_sync_params(t); /* [distributed] zero: each parameter from the rank that stepped it */
-        if (dpt_model_ema(t->model)) dpt_ema_update(t->ctx, dpt_model_ema(t->model)); /* [train] ema_decay */
+        if (dpt_model_ema(t->model)) ema_update(t);
         dpt_tensor_add_slice(t->ctx, t->meter, METER_WINDOW, t->meter, METER_STEP, 2, 1.0f);
         dpt_tensor_add_slice(t->ctx, t->meter, METER_EPOCH, t->meter, METER_STEP, 2, 1.0f);
         t->win.units += t->step_units, t->whole.units += t->step_units;

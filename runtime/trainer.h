@@ -105,6 +105,7 @@ typedef struct run_config {
     int stop_metric, stop_patience;
     double stop_delta;
     double ema_decay; /* [train] ema_decay: weight averages kept and evaluated (0: none) */
+    bool ema_warmup;  /* [train] ema_warmup: the decay min(ema_decay, (1 + k) / (10 + k)) at step k */
     /* [log] */
     int64_t interval;
     bool all_ranks, gpu_stats;

@@ -3,7 +3,7 @@
 # trained 20 steps with decay 0.8, a checkpoint every step: the last checkpoint's averages
 # equal PyTorch's formula (torch.optim.swa_utils.get_ema_multi_avg_fn: avg += (1 - decay) *
 # (w - avg)) recomputed in float64 by NumPy from the weights of the start (a run at learning
-# rate 0) and of every step, all exported by --export npz. Keeping averages changes no weight;
+# rate 0) and of every step, all exported by --export npz, also with ema_warmup. Keeping averages changes no weight;
 # a resume continues them bit for bit; a checkpoint without them starts them from its weights,
 # saying so; --eval --ema gives the epoch line's "ema test loss"; [model] init = ema:CKPT starts
 # from them; --ema without averages, or
@@ -33,10 +33,15 @@ for s in $(seq 1 20); do
     ./train --export npz "$tmp/a/ckpt-step$(printf %08d "$s").dpt" "$tmp/npz/w$s.npz" > /dev/null 2>&1 || echo "w$s export failed"
 done
 ./train --export npz "$tmp/a/ckpt-step00000020.dpt" "$tmp/npz/ema20.npz" --ema > "$tmp/e.log" 2>&1 || cat "$tmp/e.log"
-out=$($py - "$tmp/npz" <<'PY' 2>&1
+# the same run with ema_warmup (the same weights: averages change no weight), its last averages
+./train "${cnn[@]}" "${ema[@]}" --set train.ema_warmup=true --set checkpoint.dir="$tmp/wu" \
+    --set checkpoint.every_steps=20 > "$tmp/wu.log" 2>&1 || tail -n 3 "$tmp/wu.log"
+./train --export npz "$tmp/wu/ckpt-step00000020.dpt" "$tmp/npz/wu20.npz" --ema > "$tmp/e.log" 2>&1 || cat "$tmp/e.log"
+averages_check() { # NAME WARMUP: NumPy's recurrence against npz/NAME.npz
+$py - "$tmp/npz" "$1" "$2" <<'PY' 2>&1
 import sys
 import numpy as np
-d = sys.argv[1]
+d, name, warmup = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 decay = 0.8
 w0 = np.load(f"{d}/w0.npz")
 avg = {k: w0[k].astype(np.float64) for k in w0.files}
@@ -45,9 +50,11 @@ for k in avg:  # batch norm's statistics start at mean 0, variance 1 (torch.nn.B
     if k.endswith("running_var"): avg[k][:] = 1
 for s in range(1, 21):
     w = np.load(f"{d}/w{s}.npz")
+    # warm-up: TensorFlow's ExponentialMovingAverage(num_updates = s)
+    ds = min(decay, (1 + s) / (10 + s)) if warmup else decay
     for k in avg:  # torch.optim.swa_utils.get_ema_multi_avg_fn, in float64
-        avg[k] += (1 - decay) * (w[k].astype(np.float64) - avg[k])
-got = np.load(f"{d}/ema20.npz")
+        avg[k] += (1 - ds) * (w[k].astype(np.float64) - avg[k])
+got = np.load(f"{d}/{name}.npz")
 assert sorted(got.files) == sorted(avg), (got.files, list(avg))
 worst = 0.0
 for k in avg:
@@ -61,8 +68,14 @@ buffers = [k for k in avg if "running" in k]
 assert buffers, "no buffer averaged"
 print(f"{len(avg)} tensors ({len(buffers)} buffers), largest error {worst:.2e} of each tensor's magnitude")
 PY
-)
+}
+out=$(averages_check ema20 0)
 check "the averages after 20 steps are NumPy's float64 recurrence from the weights of every step: $out" $? "$out"
+out=$(averages_check wu20 1)
+check "with ema_warmup, the recurrence at min(0.8, (1 + k) / (10 + k)): $out" $? "$out"
+out=$(averages_check wu20 0)
+[ $? -ne 0 ]
+check "(and the warm-up's averages are not the plain recurrence's)" $? "$out"
 
 # keeping averages changes no weight
 ./train "${cnn[@]}" --set checkpoint.dir="$tmp/b" --set checkpoint.every_steps=1 > "$tmp/b.log" 2>&1

@@ -162,7 +162,7 @@ static void test_weight_averages(void **state)
         memcpy(before + at, p->data, (size_t)p->numel * sizeof(float)), at += (int)p->numel;
     }
     train_a_little(&a); /* moves the weights, not the averages */
-    dpt_ema_update(a.ctx, ema);
+    dpt_ema_update(a.ctx, ema, dpt_ema_decay(ema));
     for (int i = 0, at = 0; i < np; i++) {
         const float *w = dpt_model_param_at(a.model, i)->data, *avg = dpt_ema_at(ema, i)->data;
         for (int64_t k = 0; k < dpt_ema_at(ema, i)->numel; k++, at++) {
