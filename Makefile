@@ -1,9 +1,10 @@
 # dptrain: plain make. `make` builds; `make demo`, `make test`, `make bench` also install the
 # Debian packages that are missing (scripts/deps.sh). CUDA parts are built when nvcc is found.
 
-# Every core, unless the command line says -j (a clean `make test` built on one of CI's two
-# cores: 3 min 15 s serially).
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
+# Every core (make -jN on the command line still decides); at the top level only: a sub-make
+# shares its parent's jobserver, and a -j of its own would start a second pool. A clean
+# `make test` built on one of CI's two cores: 3 min 15 s serially.
+ifeq ($(MAKELEVEL),0)
   MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 endif
 
