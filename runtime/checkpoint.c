@@ -565,25 +565,36 @@ static bool has_averages(const char *path, const record *recs, uint32_t n, dpt_e
                       path);
 }
 
+/* The average of each of the model's parameters, then buffers: an ema/param/ or ema/buffer/
+ * record of its name and shape (src[i] for tensor i, the order of dpt_ema_at). */
+static bool check_averages(const char *path, record *recs, uint32_t n, const dpt_model *model,
+                           const char *model_desc, record **src, dpt_error *err)
+{
+    int nparams = dpt_model_num_params(model), nbuffers = dpt_model_num_buffers(model);
+    bool ok = true;
+    for (int i = 0; ok && i < nparams + nbuffers; i++)
+        ok = i < nparams ? check_tensor(path, recs, n, "ema/param/", dpt_model_param_at(model, i), model_desc, err,
+                                        &src[i])
+                         : check_tensor(path, recs, n, "ema/buffer/", dpt_model_buffer_at(model, i - nparams),
+                                        model_desc, err, &src[i]);
+    return ok;
+}
+
 /* The weight averages a resume restores into the model's (a run with [train] ema_decay): all,
  * checked; or none, when the checkpoint was written without them (*found false). */
-static bool find_averages(const char *path, record *recs, uint32_t n, const dpt_model *ema_model,
+static bool find_averages(const char *path, record *recs, uint32_t n, const dpt_model *model,
                           const char *model_desc, record **src, bool *found, dpt_error *err)
 {
-    const dpt_ema *ema = dpt_model_ema(ema_model);
-    int have = count_averages(recs, n);
+    int have = count_averages(recs, n), want = dpt_ema_count(dpt_model_ema(model));
     *found = have > 0;
     if (!have) return true;
-    if (have != dpt_ema_count(ema))
+    if (have != want)
         return dpt_errorf(err, "%s holds %d weight averages; this model has %d tensors (%s)\nHINT: resume with the "
                                "model that wrote it",
-                          path, have, dpt_ema_count(ema), model_desc);
-    bool ok = true;
-    int nparams = dpt_model_num_params(ema_model);
-    for (int i = 0; ok && i < dpt_ema_count(ema); i++)
-        ok = check_tensor(path, recs, n, i < nparams ? "ema/param/" : "ema/buffer/", dpt_ema_at(ema, i), model_desc,
-                          err, &src[i]) &&
-             check_finite(path, src[i], err);
+                          path, have, want, model_desc);
+    bool ok = check_averages(path, recs, n, model, model_desc, src, err);
+    for (int i = 0; ok && i < want; i++)
+        ok = check_finite(path, src[i], err);
     return ok;
 }
 
@@ -657,14 +668,8 @@ static bool load(const char *path, dpt_model *model, dpt_optim *optim, dpt_ctx *
     for (int i = 0; ok && i < nstate; i++)
         ok = check_tensor(path, recs, n, "optim/", dpt_optim_state_at(optim, i), model_desc, err,
                           &src[nparams + nbuffers + i]);
-    if (ok && averages) { /* the averages stand in for the weights: the same names under ema/ */
-        ok = has_averages(path, recs, n, err);
-        for (int i = 0; ok && i < nparams + nbuffers; i++)
-            ok = i < nparams ? check_tensor(path, recs, n, "ema/param/", dpt_model_param_at(model, i), model_desc, err,
-                                            &src[i])
-                             : check_tensor(path, recs, n, "ema/buffer/", dpt_model_buffer_at(model, i - nparams),
-                                            model_desc, err, &src[i]);
-    }
+    /* --ema: the averages stand in for the weights (their finiteness checked below, as src) */
+    if (ok && averages) ok = has_averages(path, recs, n, err) && check_averages(path, recs, n, model, model_desc, src, err);
     record **avg_src = calloc((size_t)(ema ? dpt_ema_count(ema) : 0) + 1, sizeof *avg_src);
     if (!avg_src) dpt_fatal("out of host memory reading a checkpoint");
     bool avg_found = false;

@@ -36,7 +36,6 @@ struct dpt_model {
 /* The averages of the parameters, then the buffers (their order), and where the model's own
  * values wait while the averages stand in for them (dpt_ema_swap). */
 struct dpt_ema {
-    dpt_model *model;
     double decay;
     int n;
     dpt_tensor **avg, **spare, **values; /* n each; values: the model's tensors */
@@ -435,7 +434,7 @@ dpt_ema *dpt_ema_new(dpt_ctx *ctx, dpt_model *m, double decay)
     DPT_ASSERT(decay >= 0 && decay < 1, "ema decay %g outside [0, 1)", decay);
     dpt_ema *e = calloc(1, sizeof *e);
     if (!e) dpt_fatal("out of host memory for weight averages");
-    e->model = m, e->decay = decay, e->n = m->nparams + m->nbuffers;
+    e->decay = decay, e->n = m->nparams + m->nbuffers;
     e->avg = calloc((size_t)e->n + 1, sizeof *e->avg);
     e->spare = calloc((size_t)e->n + 1, sizeof *e->spare);
     e->values = calloc((size_t)e->n + 1, sizeof *e->values);

@@ -157,10 +157,9 @@ void dpt_onednn_version(char *buf, size_t cap)
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
         if (isas[i].isa == isa) name = isas[i].name;
     const char *cap_env = getenv("ONEDNN_MAX_CPU_ISA");
-    snprintf(buf, cap, "oneDNN %d.%d.%d (%s) | CPU ISA %s%s%s", v->major, v->minor, v->patch,
+    snprintf(buf, cap, "oneDNN %d.%d.%d (%s) | CPU ISA %s%s%s%s", v->major, v->minor, v->patch,
              v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime", name,
-             cap_env ? " (ONEDNN_MAX_CPU_ISA=" : "", cap_env ? cap_env : "");
-    if (cap_env && strlen(buf) + 2 < cap) strcat(buf, ")");
+             cap_env ? " (ONEDNN_MAX_CPU_ISA=" : "", cap_env ? cap_env : "", cap_env ? ")" : "");
 }
 
 #else /* no oneDNN in this build */

@@ -138,23 +138,23 @@ static void scores(ddp_reducer *d, double *time, double *share)
         v[t->n + i] = median(t->exposed[i], t->count[i]) / v[i];
     }
     int size = d->comm->size;
-    double *all = NULL;
+    double *gathered = NULL;
+    const double *all = v; /* every rank's v, one after another (one rank: its own) */
     if (size > 1) {
-        all = malloc((size_t)size * 2 * (size_t)t->n * sizeof *all);
-        if (!all) dpt_fatal("automatic plan: out of memory for %d ranks' measurements", size);
-        dpt_comm_allgather(d->comm, v, all, 2 * (size_t)t->n * sizeof *v, "automatic plan: the measurements");
+        gathered = malloc((size_t)size * 2 * (size_t)t->n * sizeof *gathered);
+        if (!gathered) dpt_fatal("automatic plan: out of memory for %d ranks' measurements", size);
+        dpt_comm_allgather(d->comm, v, gathered, 2 * (size_t)t->n * sizeof *v, "automatic plan: the measurements");
+        all = gathered;
     }
     for (int i = 0; i < t->n; i++) {
-        time[i] = v[i], share[i] = v[t->n + i];
-        if (!all) continue;
-        time[i] = 0;
+        time[i] = 0, share[i] = all[t->n + i];
         for (int r = 0; r < size; r++) {
             const double *m = all + (size_t)r * 2 * (size_t)t->n;
             time[i] += m[i] / size;
-            if (m[t->n + i] < share[i] || r == 0) share[i] = m[t->n + i];
+            if (m[t->n + i] < share[i]) share[i] = m[t->n + i];
         }
     }
-    free(all);
+    free(gathered);
 }
 
 static bool ddp_step_end(dpt_reducer *r, double step_s, dpt_reducer_plan *plan, char *note, size_t cap)
