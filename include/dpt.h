@@ -664,12 +664,16 @@ typedef struct dpt_optim_impl {
     bool (*configure)(void *hp, const dpt_config *cfg, dpt_error *err);
     /* One step over a group at learning rate lr; t counts steps from 1 (Adam's bias correction). */
     void (*step)(dpt_ctx *ctx, const dpt_optim_group *group, const void *hp, float lr, int64_t t);
+    /* Its update of an element reads other elements of the tensor (a norm: LAMB, LARS): ZeRO,
+     * which steps ranges of elements, refuses it. false: elementwise (SGD, AdamW, Lion). */
+    bool whole_tensors;
 } dpt_optim_impl;
-/* ZeRO stage 1: parameter i's optimizer state lives on rank owner[i]; on this rank the others
- * are not stepped and their state tensors are freed (dpt_optim_state_at gives NULL). A whole
- * state again (zero-filled where not this rank's, for a gather) with dpt_optim_make_all_state;
- * dpt_optim_release_unowned frees the others' again. */
-void dpt_optim_shard(dpt_optim *optim, const int *owner, int rank);
+/* ZeRO: this rank steps only elements [lo[i], hi[i]) of parameter i (lo == hi: none) and keeps
+ * only their state (dpt_optim_state_at: 1-D tensors of hi - lo elements, NULL where empty). A
+ * whole state again (zeros outside the slices, for a gather) with dpt_optim_make_all_state;
+ * dpt_optim_release_unowned keeps the slices again. A registered optimizer whose update of a
+ * tensor reads the whole tensor (LAMB's norms) sets whole_tensors and cannot be sharded. */
+void dpt_optim_shard(dpt_optim *optim, const int64_t *lo, const int64_t *hi);
 void dpt_optim_make_all_state(dpt_optim *optim);
 void dpt_optim_release_unowned(dpt_optim *optim);
 /* Its parameter groups in words ("group 0: lr 0.001 (x1) weight_decay 0.01, 6 tensors (...) |
@@ -679,6 +683,8 @@ int dpt_optim_describe(const dpt_optim *optim, char *buf, size_t cap);
 dpt_optim *dpt_optim_new(dpt_model *model, const char *name, const void *hp, float lr, float weight_decay);
 /* Its hyper-parameters (the struct its impl reads). */
 const void *dpt_optim_hp(const dpt_optim *optim);
+/* Whether its registration reads whole tensors (dpt_optim_impl.whole_tensors). */
+bool dpt_optim_whole_tensors(const dpt_optim *optim);
 
 /* Learning rate per optimizer step: a linear warm-up from start_lr to target_lr over
  * warmup_steps, then the registered schedule [optim] schedule names (constant, step,
@@ -932,6 +938,10 @@ typedef struct dpt_ddp_options {
     dpt_grad_compression compression; /* gradients on the wire in 16 bits (host communicators) */
     int64_t steps_before; /* training steps done before the first reduction (a resumed run's): reports
                            * number steps from steps_before + 1, as the progress lines do */
+    bool reduce_scatter;  /* [distributed] zero = 2 (host communicators, fp32): each bucket is
+                           * reduce-scattered, not AllReduced: after finish() a rank's gradients
+                           * hold the average only in its ranges (runtime/zero.h's split of the
+                           * bucket), the rest is undefined */
 } dpt_ddp_options;
 
 typedef struct dpt_ddp dpt_ddp;
@@ -958,6 +968,10 @@ dpt_ddp_stats dpt_ddp_last_stats(const dpt_ddp *ddp);
  * where the host cannot see them (a device stream's collectives). */
 const double *dpt_ddp_bucket_times(const dpt_ddp *ddp);
 int dpt_ddp_num_buckets(const dpt_ddp *ddp);
+/* Where parameter p's gradient lives: its bucket and first element there; a bucket's length
+ * (the gaps that align each view included). */
+void dpt_ddp_param_place(const dpt_ddp *ddp, int p, int *bucket, int64_t *offset);
+int64_t dpt_ddp_bucket_numel(const dpt_ddp *ddp, int b);
 /* The bucket capacity in use (MiB), and how many buckets another capacity would make (and a
  * signature of where they start: two capacities with one signature make the same plan). */
 double dpt_ddp_bucket_mb(const dpt_ddp *ddp);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../runtime/ctx.h"
 #include "../runtime/error.h"
 #include "../runtime/registry.h"
 #include "../runtime/tensor.h"
@@ -78,6 +79,17 @@ const void *dpt_optim_hp(const dpt_optim *o)
 {
     return o->hp;
 }
+bool dpt_optim_whole_tensors(const dpt_optim *o)
+{
+    return o->impl->whole_tensors;
+}
+
+/* The elements of parameter i this rank steps. */
+static void slice_of(const dpt_optim *o, int i, int64_t *lo, int64_t *hi)
+{
+    *lo = o->lo ? o->lo[i] : 0;
+    *hi = o->hi ? o->hi[i] : dpt_model_param_at(o->model, i)->numel;
+}
 
 /* Each parameter's group from the rules and decay_1d: groups are the distinct (lr scale,
  * weight decay) pairs in parameter order; a frozen parameter is in none. */
@@ -104,7 +116,9 @@ static void build_groups(dpt_optim *o)
             }
         if (!o->decay_1d && p->ndim <= 1) decay = 0.0f;
         int g = -1;
-        if (scale > 0 && (!o->owner || o->owner[i] == o->rank)) { /* frozen, or another rank's: not stepped here */
+        int64_t lo, hi;
+        slice_of(o, i, &lo, &hi);
+        if (scale > 0 && hi > lo) { /* frozen, or all of it another rank's: not stepped here */
             for (g = 0; g < o->ngroups; g++)
                 if (o->group_scale[g] == scale && o->group_decay[g] == decay) break;
             if (g == o->ngroups) o->group_scale[g] = scale, o->group_decay[g] = decay, o->ngroups++;
@@ -129,10 +143,12 @@ static const dpt_tensor_list *fused_list(dpt_optim *o, int group)
     for (int i = 0, k = 0; i < n; i++) {
         dpt_tensor *p = dpt_model_param_at(o->model, i);
         if (o->group_of[i] != group) continue;
-        float *ptrs[2 + DPT_OPTIM_MAX_STATE] = {p->data, p->grad->data};
+        int64_t lo, hi;
+        slice_of(o, i, &lo, &hi);
+        float *ptrs[2 + DPT_OPTIM_MAX_STATE] = {p->data + lo, p->grad->data + lo};
         for (int s = 0; s < o->nstate; s++)
             ptrs[2 + s] = o->state[i * o->nstate + s]->data;
-        dpt_tensor_list_set(l, k++, p->numel, ptrs);
+        dpt_tensor_list_set(l, k++, hi - lo, ptrs);
     }
     dpt_tensor_list_seal(l);
     return l;
@@ -153,6 +169,11 @@ void dpt_optim_step(dpt_ctx *ctx, dpt_optim *o)
             dpt_tensor *p = dpt_model_param_at(o->model, i);
             if (o->group_of[i] != group) continue;
             params[g.count] = p, grads[g.count] = p->grad;
+            if (o->lo) { /* sharded: the slices as 1-D views */
+                int64_t lo = o->lo[i], len = o->hi[i] - o->lo[i];
+                params[g.count] = dpt_tensor_wrap(ctx, p->data + lo, 1, &len);
+                grads[g.count] = dpt_tensor_wrap(ctx, p->grad->data + lo, 1, &len);
+            }
             for (int s = 0; s < o->nstate; s++)
                 arrays[(size_t)(2 + s) * (size_t)n + (size_t)g.count] = o->state[i * o->nstate + s];
             g.count++;
@@ -160,6 +181,8 @@ void dpt_optim_step(dpt_ctx *ctx, dpt_optim *o)
         if (!g.count) continue;
         g.fused = fused_list(o, group);
         o->impl->step(ctx, &g, o->hp, o->lr * o->group_scale[group], o->steps + 1);
+        for (int k = 0; o->lo && k < g.count; k++)
+            dpt_tensor_free(params[k]), dpt_tensor_free(grads[k]);
     }
     free(arrays);
     o->steps++;
@@ -273,45 +296,72 @@ void dpt_optim_free(dpt_optim *optim)
     for (int r = 0; r < optim->nrules; r++)
         free(optim->rules[r].glob);
     free(optim->rules);
-    free(optim->owner);
+    free(optim->lo), free(optim->hi);
     free(optim);
 }
 
-void dpt_optim_shard(dpt_optim *o, const int *owner, int rank)
+static void copy_range(dpt_tensor *dst, int64_t at, const dpt_tensor *src, int64_t from, int64_t n)
 {
+    dst->ctx->be->dev->copy_d2d(dst->ctx, dst->data + at, src->data + from, (size_t)n * sizeof(float));
+}
+
+/* A state tensor of parameter i: its whole shape, or its slice [lo, hi) in one dimension. */
+static dpt_tensor *state_tensor(const dpt_optim *o, int i, int s, bool whole, int64_t lo, int64_t hi)
+{
+    const dpt_tensor *p = dpt_model_param_at(o->model, i);
+    int64_t len = hi - lo;
+    dpt_tensor *t = whole ? dpt_tensor_new(p->ctx, p->ndim, p->shape) : dpt_tensor_new(p->ctx, 1, &len);
+    snprintf(t->name, sizeof t->name, "%.48s.%s%d", p->name, o->name, s);
+    return t;
+}
+
+void dpt_optim_shard(dpt_optim *o, const int64_t *lo, const int64_t *hi)
+{
+    DPT_ASSERT(!o->impl->whole_tensors, "optimizer %s reads whole tensors: it cannot be sharded", o->name);
+    DPT_ASSERT(!o->lo, "optimizer sharded twice");
     int n = dpt_model_num_params(o->model);
-    free(o->owner);
-    o->owner = malloc((size_t)(n + 1) * sizeof *o->owner);
-    if (!o->owner) dpt_fatal("out of host memory for an optimizer");
-    memcpy(o->owner, owner, (size_t)n * sizeof *owner);
-    o->rank = rank;
+    o->lo = malloc((size_t)(n + 1) * sizeof *o->lo);
+    o->hi = malloc((size_t)(n + 1) * sizeof *o->hi);
+    if (!o->lo || !o->hi) dpt_fatal("out of host memory for an optimizer");
+    memcpy(o->lo, lo, (size_t)n * sizeof *lo);
+    memcpy(o->hi, hi, (size_t)n * sizeof *hi);
+    o->full = true; /* the whole state until now (a resumed run's, loaded) */
     o->grouped = false;
     dpt_optim_release_unowned(o);
 }
 
+/* The slices again: each whole state tensor's elements [lo, hi) kept, the rest freed. */
 void dpt_optim_release_unowned(dpt_optim *o)
 {
-    if (!o->owner) return;
-    int n = dpt_model_num_params(o->model);
-    for (int i = 0; i < n; i++)
-        if (o->owner[i] != o->rank)
-            for (int s = 0; s < o->nstate; s++) {
-                dpt_tensor_free(o->state[i * o->nstate + s]);
-                o->state[i * o->nstate + s] = NULL;
-            }
-}
-
-void dpt_optim_make_all_state(dpt_optim *o)
-{
+    if (!o->lo || !o->full) return;
     int n = dpt_model_num_params(o->model);
     for (int i = 0; i < n; i++)
         for (int s = 0; s < o->nstate; s++) {
             dpt_tensor **t = &o->state[i * o->nstate + s];
-            if (*t) continue;
-            const dpt_tensor *p = dpt_model_param_at(o->model, i);
-            *t = dpt_tensor_new(p->ctx, p->ndim, p->shape);
-            snprintf((*t)->name, sizeof (*t)->name, "%.48s.%s%d", p->name, o->name, s);
+            dpt_tensor *slice = NULL;
+            if (o->hi[i] > o->lo[i]) {
+                slice = state_tensor(o, i, s, false, o->lo[i], o->hi[i]);
+                copy_range(slice, 0, *t, o->lo[i], o->hi[i] - o->lo[i]);
+            }
+            dpt_tensor_free(*t);
+            *t = slice;
         }
+    o->full = false;
+}
+
+void dpt_optim_make_all_state(dpt_optim *o)
+{
+    if (!o->lo || o->full) return;
+    int n = dpt_model_num_params(o->model);
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < o->nstate; s++) {
+            dpt_tensor **t = &o->state[i * o->nstate + s];
+            dpt_tensor *whole = state_tensor(o, i, s, true, 0, 0);
+            if (*t) copy_range(whole, o->lo[i], *t, 0, o->hi[i] - o->lo[i]);
+            dpt_tensor_free(*t);
+            *t = whole;
+        }
+    o->full = true;
 }
 
 void dpt_optim_set_decay_1d(dpt_optim *o, bool decay)

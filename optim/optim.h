@@ -28,9 +28,11 @@ struct dpt_optim {
     /* the parameter groups as of now (rebuilt when decay_1d or the rules change): each
      * parameter's group (-1: frozen, never stepped), each group's lr scale and weight decay,
      * and its (param, grad, state...) list for the fused kernels */
-    /* [distributed] zero = 1: each parameter's owner rank (NULL: every parameter is this
-     * rank's); the others are not stepped here and their state tensors are NULL */
-    int *owner, rank;
+    /* [distributed] zero: the elements [lo[i], hi[i]) of parameter i this rank steps (NULL:
+     * all); their state tensors are 1-D slices of hi - lo (NULL where empty), or the whole
+     * state (zeros outside the slice) while `full` (dpt_optim_make_all_state) */
+    int64_t *lo, *hi;
+    bool full;
     bool grouped;
     int *group_of, ngroups;
     float *group_scale, *group_decay;

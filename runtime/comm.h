@@ -20,6 +20,13 @@ typedef struct dpt_comm_ops {
      * floats) in 16 bits: converted on the communication stream (nearest even), summed by the
      * library in that type, fp32 again before the average. NULL: not offered. */
     bool (*wire16)(dpt_comm *comm, int64_t most, bool bf16, dpt_error *err);
+    /* ZeRO's halves of an AllReduce, in place over buf, rank q's range being [displs[q],
+     * displs[q + 1]) (displs: size + 1 ascending offsets, 0 first, n last): reduce_scatter
+     * leaves the sum over ranks of this rank's range there (the rest of buf is then undefined);
+     * allgatherv copies every rank's range of its buf into everyone's. NULL: not offered (the
+     * dpt_comm_ wrappers fall back on an AllReduce and on broadcasts). */
+    void (*reduce_scatter_f32)(dpt_comm *comm, float *buf, const int64_t *displs, const char *what);
+    void (*allgatherv_f32)(dpt_comm *comm, float *buf, const int64_t *displs, const char *what);
     void (*broadcast)(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what);
     /* recv holds size * bytes: rank r's send lands at recv + r * bytes. */
     void (*allgather)(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what);
@@ -65,6 +72,8 @@ struct dpt_comm {
 void dpt_comm_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char *what);
 void dpt_comm_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *what);
 void dpt_comm_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16, const char *what);
+void dpt_comm_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what);
+void dpt_comm_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what);
 void dpt_comm_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what);
 void dpt_comm_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what);
 void dpt_comm_barrier_named(dpt_comm *comm, const char *what);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "half.h"
 #include "comm.h"
@@ -208,6 +209,48 @@ static void mpi_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char
     end(comm, slot);
 }
 
+/* MPI's counts are int: the ranges of one call (a bucket, a segment) stay under 2^31 floats
+ * (ZeRO's plan checks it). */
+static void int_counts(const dpt_comm *comm, const int64_t *displs, int *counts, int *offsets)
+{
+    DPT_ASSERT(displs[comm->size] <= INT32_MAX, "%lld floats in one MPI call", (long long)displs[comm->size]);
+    for (int q = 0; q < comm->size; q++)
+        counts[q] = (int)(displs[q + 1] - displs[q]), offsets[q] = (int)displs[q];
+}
+
+static void mpi_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
+{
+    int64_t n = displs[comm->size], mine = displs[comm->rank + 1] - displs[comm->rank];
+    add_delay(comm, n * (int64_t)sizeof(float) / 2); /* half of an AllReduce's traffic */
+    int slot = begin(comm, what, n * (int64_t)sizeof(float));
+    int *counts = malloc((size_t)comm->size * 2 * sizeof *counts);
+    if (!counts) dpt_fatal("out of host memory");
+    int_counts(comm, displs, counts, counts + comm->size);
+    MPI_Request req;
+    MPI_CALL(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, comm_of(comm), &req));
+    wait_request(comm, &req, what);
+    /* in place, MPI leaves this rank's sum at the start of buf */
+    if (mine && displs[comm->rank]) memmove(buf + displs[comm->rank], buf, (size_t)mine * sizeof(float));
+    free(counts);
+    end(comm, slot);
+}
+
+static void mpi_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
+{
+    int64_t n = displs[comm->size];
+    add_delay(comm, n * (int64_t)sizeof(float) / 2);
+    int slot = begin(comm, what, n * (int64_t)sizeof(float));
+    int *counts = malloc((size_t)comm->size * 2 * sizeof *counts);
+    if (!counts) dpt_fatal("out of host memory");
+    int_counts(comm, displs, counts, counts + comm->size);
+    MPI_Request req;
+    MPI_CALL(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, counts + comm->size, MPI_FLOAT,
+                             comm_of(comm), &req));
+    wait_request(comm, &req, what);
+    free(counts);
+    end(comm, slot);
+}
+
 static void mpi_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
 {
     int slot = begin(comm, what, (int64_t)bytes);
@@ -283,6 +326,8 @@ static const dpt_comm_ops mpi_ops = {
     .allreduce_f32 = mpi_allreduce_f32,
     .allreduce_f64 = mpi_allreduce_f64,
     .allreduce_h16 = mpi_allreduce_h16,
+    .reduce_scatter_f32 = mpi_reduce_scatter_f32,
+    .allgatherv_f32 = mpi_allgatherv_f32,
     .broadcast = mpi_broadcast,
     .allgather = mpi_allgather,
     .barrier = mpi_barrier,

@@ -145,6 +145,34 @@ static void threads_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool
     sync_all_named(comm, what);
 }
 
+/* Each replica sums its own range over every replica's buffer, in rank order as the
+ * AllReduce does (the same bits), and writes it to its own buffer only. */
+static void threads_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
+{
+    dpt_thread_group *g = group_of(comm);
+    dpt_sleep_ms(comm->delay_ms_per_mb * (double)displs[g->size] * sizeof(float) / 1048576.0);
+    g->bufs[comm->rank] = buf;
+    sync_all_named(comm, what);
+    for (int64_t i = displs[comm->rank]; i < displs[comm->rank + 1]; i++) {
+        float sum = 0;
+        for (int r = 0; r < g->size; r++)
+            sum += ((float *)g->bufs[r])[i];
+        buf[i] = sum;
+    }
+    sync_all_named(comm, what);
+}
+
+static void threads_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
+{
+    dpt_thread_group *g = group_of(comm);
+    g->bufs[comm->rank] = buf;
+    sync_all_named(comm, what);
+    for (int r = 0; r < g->size; r++)
+        if (r != comm->rank && displs[r + 1] > displs[r])
+            memcpy(buf + displs[r], (float *)g->bufs[r] + displs[r], (size_t)(displs[r + 1] - displs[r]) * sizeof(float));
+    sync_all_named(comm, what);
+}
+
 static void threads_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
 {
     dpt_thread_group *g = group_of(comm);
@@ -207,6 +235,8 @@ static const dpt_comm_ops thread_ops = {
     .allreduce_f32 = threads_allreduce_f32,
     .allreduce_f64 = threads_allreduce_f64,
     .allreduce_h16 = threads_allreduce_h16,
+    .reduce_scatter_f32 = threads_reduce_scatter_f32,
+    .allgatherv_f32 = threads_allgatherv_f32,
     .broadcast = threads_broadcast,
     .allgather = threads_allgather,
     .barrier = threads_barrier,

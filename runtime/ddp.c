@@ -18,6 +18,7 @@
 #include "error.h"
 #include "log.h"
 #include "rng.h"
+#include "zero.h"
 
 typedef struct bucket {
     int first, count; /* slice of ddp->order */
@@ -25,6 +26,7 @@ typedef struct bucket {
     float *flat;    /* gradients of its parameters, back to back (their .grad views) */
     size_t granted; /* allocator block size of flat */
     int pending;    /* parameters not yet ready this step */
+    int64_t *displs; /* reduce_scatter: each rank's range of flat (size + 1 starts) */
     double start_s, end_s;
 } bucket;
 
@@ -101,7 +103,14 @@ static void *comm_thread_main(void *arg)
         /* its own communicator; the settings follow the main one's (set after start-up) */
         d->grad_comm->timeout_s = d->comm->timeout_s;
         d->grad_comm->delay_ms_per_mb = d->comm->delay_ms_per_mb;
-        if (d->wire) { /* 16 bits on the wire; fp32 again before the average */
+        if (bk->displs) { /* zero = 2: this rank's range of the sum only */
+            int me = d->comm->rank;
+            snprintf(what, sizeof what, "reduce-scatter of bucket %d of %d, step %lld", b, d->nbuckets,
+                     (long long)step_label(d, re->step));
+            dpt_comm_reduce_scatter_f32(d->grad_comm, bk->flat, bk->displs, what);
+            d->ctx->be->scale(d->ctx, bk->displs[me + 1] - bk->displs[me], 1.0f / (float)d->comm->size,
+                              bk->flat + bk->displs[me], bk->flat + bk->displs[me]);
+        } else if (d->wire) { /* 16 bits on the wire; fp32 again before the average */
             bool bf16 = d->opt.compression == DPT_GRAD_COMPRESSION_BF16;
             dpt_h16_from_f32_n(d->wire, bk->flat, bk->numel, bf16);
             dpt_comm_allreduce_h16(d->grad_comm, d->wire, bk->numel, bf16, what);
@@ -109,7 +118,7 @@ static void *comm_thread_main(void *arg)
         } else {
             dpt_comm_allreduce_f32(d->grad_comm, bk->flat, bk->numel, what);
         }
-        d->ctx->be->scale(d->ctx, bk->numel, 1.0f / (float)d->comm->size, bk->flat, bk->flat);
+        if (!bk->displs) d->ctx->be->scale(d->ctx, bk->numel, 1.0f / (float)d->comm->size, bk->flat, bk->flat);
         double t1 = dpt_now_s();
         if (d->timeline) dpt_timeline_span(d->timeline, "allreduce", 1, t0, t1);
 
@@ -362,6 +371,15 @@ static void layout_buckets(dpt_ddp *d)
                                            &d->buckets[b].granted, "a DDP gradient bucket");
         d->ctx->be->fill(d->ctx, d->buckets[b].flat, d->buckets[b].numel, 0.0f); /* the gaps stay 0 */
         d->buckets[b].pending = d->buckets[b].count;
+        if (d->opt.reduce_scatter) {
+            int size = d->comm->size;
+            int64_t *displs = malloc((size_t)(size + 1) * sizeof *displs), hi;
+            if (!displs) dpt_fatal("out of host memory");
+            for (int q = 0; q < size; q++)
+                dpt_zero_range(d->buckets[b].numel, size, q, &displs[q], &hi);
+            displs[size] = d->buckets[b].numel;
+            d->buckets[b].displs = displs;
+        }
     }
 }
 
@@ -406,6 +424,7 @@ void dpt_ddp_replan(dpt_ddp *d, double bucket_mb)
 {
     DPT_ASSERT(d->hooked && d->launched == 0 && d->reduced == 0, "DDP re-planned mid-step");
     if (bucket_mb == d->opt.bucket_mb) return;
+    DPT_ASSERT(!d->opt.reduce_scatter, "zero = 2's buckets re-planned");
     rehome_grads(d, false);
     for (int b = 0; b < d->nbuckets; b++)
         dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted);
@@ -482,6 +501,16 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
         dpt_ddp_free(d);
         return NULL;
     }
+    if (opt->reduce_scatter && (d->async || opt->compression != DPT_GRAD_COMPRESSION_NONE || opt->compression_auto ||
+                                opt->bucket_auto)) {
+        dpt_errorf(err, "[distributed] zero = 2 reduce-scatters fp32 gradients in fixed buckets over a host "
+                        "communicator; %s\nHINT: zero = 1 (gradients AllReduced) takes it",
+                   d->async ? "this one is a device communicator (NCCL)"
+                   : opt->bucket_auto ? "bucket_mb = auto would move the shards between steps"
+                                      : "16-bit gradients (grad_compression) are not built for it");
+        dpt_ddp_free(d);
+        return NULL;
+    }
     if (opt->compression != DPT_GRAD_COMPRESSION_NONE) {
         bool bf16 = opt->compression == DPT_GRAD_COMPRESSION_BF16;
         /* a device communicator converts on its stream (NCCL's bf16/fp16 AllReduce); a host
@@ -538,7 +567,7 @@ void dpt_ddp_free(dpt_ddp *d)
     }
     free(d->wire);
     for (int b = 0; b < d->nbuckets; b++)
-        dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted);
+        dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted), free(d->buckets[b].displs);
     free(d->buckets);
     free(d->bucket_s);
     free(d->order);
@@ -699,4 +728,13 @@ int dpt_ddp_bucket_params(const dpt_ddp *d, int b, int *params, int max)
     for (int k = 0; k < bk->count && k < max; k++)
         params[k] = d->order[bk->first + k];
     return bk->count;
+}
+
+void dpt_ddp_param_place(const dpt_ddp *d, int p, int *in_bucket, int64_t *offset)
+{
+    *in_bucket = d->bucket_of[p], *offset = d->offset_of[p];
+}
+int64_t dpt_ddp_bucket_numel(const dpt_ddp *d, int b)
+{
+    return d->buckets[b].numel;
 }

@@ -258,7 +258,8 @@ static void ddp_finish(dpt_reducer *r, dpt_reducer_stats *stats)
                                  .hidden_s = st.hidden_s,
                                  .exposed_s = st.wait_s,
                                  .bytes = st.bytes,
-                                 .bus_factor = 2.0 * (n - 1) / n,
+                                 /* a reduce-scatter is half a ring AllReduce */
+                                 .bus_factor = (d->opt.reduce_scatter ? 1.0 : 2.0) * (n - 1) / n,
                                  .nbuckets = st.buckets,
                                  .bucket_s = dpt_ddp_bucket_times(d->ddp)};
 }
@@ -271,11 +272,19 @@ static void ddp_describe(const dpt_reducer *r, char *buf, size_t cap)
         snprintf(size, sizeof size, "buckets: bucket_mb = auto, %d sizes to try", d->tune.n);
     else
         snprintf(size, sizeof size, "%d buckets of <= %g MiB", dpt_ddp_num_buckets(d->ddp), dpt_ddp_bucket_mb(d->ddp));
-    snprintf(buf, cap, "%s | overlap %s | comm %s%s", size, d->opt.overlap ? "on" : "off", d->comm->ops->name,
+    snprintf(buf, cap, "%s | overlap %s | comm %s%s%s", size, d->opt.overlap ? "on" : "off", d->comm->ops->name,
+             d->opt.reduce_scatter ? ", reduce-scatter (zero 2)" : "",
              d->opt.compression_auto                          ? ", grad_compression = auto"
              : d->opt.compression == DPT_GRAD_COMPRESSION_BF16 ? ", gradients as bf16"
              : d->opt.compression == DPT_GRAD_COMPRESSION_FP16 ? ", gradients as fp16"
                                                                : "");
+}
+
+static void ddp_place(const dpt_reducer *r, int p, int *segment, int64_t *offset, int64_t *segment_numel)
+{
+    const ddp_reducer *d = r->impl;
+    dpt_ddp_param_place(d->ddp, p, segment, offset);
+    *segment_numel = dpt_ddp_bucket_numel(d->ddp, *segment);
 }
 
 static void ddp_free(dpt_reducer *r)
@@ -293,6 +302,7 @@ static const dpt_reducer_ops ddp_ops = {.name = "ddp",
                                         .step_end = ddp_step_end,
                                         .adopt = ddp_adopt,
                                         .describe = ddp_describe,
+                                        .place = ddp_place,
                                         .free = ddp_free};
 
 dpt_reducer *dpt_reducer_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_ddp_options *opt,

@@ -43,6 +43,9 @@ typedef struct dpt_reducer_ops {
     void (*adopt)(dpt_reducer *r, const dpt_reducer_plan *plan);
     /* The header's line about it ("ddp ... | 2 buckets of <= 25 MiB ..."), or "". */
     void (*describe)(const dpt_reducer *r, char *buf, size_t cap);
+    /* [distributed] zero = 2: where parameter p's gradient is reduce-scattered (its bucket, its
+     * first element there, the bucket's length); NULL: the reducer does not scatter. */
+    void (*place)(const dpt_reducer *r, int p, int *segment, int64_t *offset, int64_t *segment_numel);
     void (*free)(dpt_reducer *r);
 } dpt_reducer_ops;
 

@@ -102,11 +102,12 @@ static const dpt_config_key train_keys[] = {
      0},
     {"distributed", "overlap", DPT_KEY_BOOL, "true", 1, 0, NULL,
      "AllReduce each bucket as soon as it is complete, during backward (false: after backward)", 0},
-    {"distributed", "zero", DPT_KEY_INT, "0", 0, 1, NULL,
-     "sharded optimizer state (ZeRO stage 1, as torch's ZeroRedundancyOptimizer: whole parameters assigned to "
-     "ranks, balanced by size): each rank keeps and steps the optimizer state of its own parameters only and "
-     "broadcasts them after the step; the weights are bit-identical to zero = 0's. Gradients are still all-reduced "
-     "whole (stage 2's reduce-scatter is not built). Host communicators (mpirun on CPUs, DataParallel), not CUDA yet",
+    {"distributed", "zero", DPT_KEY_INT, "0", 0, 2, NULL,
+     "ZeRO: 1 = the optimizer state and update sharded over the ranks (each rank keeps and steps 1/N of every "
+     "parameter's elements, gradients AllReduced as with 0, the updated ranges all-gathered: bit-identical to 0 at any "
+     "world size); 2 = the gradients also reduce-scattered by those ranges instead of AllReduced (bit-identical to 0 "
+     "at 2 ranks; at 3 or more MPI sums in another order). Host communicators (mpirun on CPUs, DataParallel), not "
+     "CUDA yet; 2 needs fixed buckets and fp32 gradients",
      DPT_KEY_NOT_HASHED},
     {"distributed", "accum_steps", DPT_KEY_INT, "1", 1, 1e6, NULL,
      "micro-batches per optimizer step; only the last one communicates (no_sync)", 0},

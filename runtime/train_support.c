@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "zero.h"
+#include "reducer.h"
 #include "error.h"
 #include "tensor.h"
 
@@ -67,6 +69,8 @@ memory_estimate estimate_memory(const trainer *t)
     double slots = (double)run->train_data.prefetch + 1;
     int nparams = dpt_model_num_params(t->model);
     double nstate = t->optim && nparams ? (double)dpt_optim_num_state(t->optim) / nparams : 0;
+    /* [distributed] zero: a rank keeps 1/N of it (plus up to 64 floats a segment) */
+    if (run->zero && t->r->size > 1) nstate /= t->r->size;
     memory_estimate m = {
         /* parameters, their gradients (DDP buckets), the optimizer's state */
         .params = (double)dpt_model_param_count(t->model) * sizeof(float) * (2.0 + nstate),
@@ -383,102 +387,111 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
     return true;
 }
 
-/* ---------------------------------------------------------------- [distributed] zero = 1 */
+/* ---------------------------------------------------------------- [distributed] zero */
 
-/* Owners: the largest parameters first, each to the rank with the fewest elements so far (the
- * lowest on a tie): the same plan on every rank, from the model alone. */
+/* The plan: zero = 2 cuts DDP's buckets (the reduce-scatter's ranges are the optimizer's), zero
+ * = 1 and the deterministic mode's tree (every rank holds the whole sum) segments of its own. */
 bool zero_shard(trainer *t, dpt_error *err)
 {
     replica *r = t->r;
+    const char *where = dpt_config_where(t->run->ini, "distributed", "zero");
     if (!t->run->zero || r->size < 2 || !t->host_comm) return true;
     char dev[32];
     if (dpt_ctx_device(t->ctx).kind != DPT_DEVICE_CPU)
-        return dpt_errorf(err, "%s: [distributed] zero = 1 runs on host communicators (CPU ranks, DataParallel on "
+        return dpt_errorf(err, "%s: [distributed] zero = %d runs on host communicators (CPU ranks, DataParallel on "
                                "CPUs); on %s the parameters would have to travel over NCCL, which is not built yet\n"
                                "HINT: zero = 0 on GPUs",
-                          dpt_config_where(t->run->ini, "distributed", "zero"),
-                          dpt_device_str(dpt_ctx_device(t->ctx), dev, sizeof dev));
+                          where, t->run->zero, dpt_device_str(dpt_ctx_device(t->ctx), dev, sizeof dev));
+    if (dpt_optim_whole_tensors(t->optim))
+        return dpt_errorf(err, "%s: [distributed] zero = %d steps ranges of elements, and optimizer %s reads whole "
+                               "tensors (its registration's whole_tensors)\nHINT: zero = 0 for this optimizer",
+                          where, t->run->zero, dpt_optim_name(t->optim));
     int n = dpt_model_num_params(t->model);
-    t->zero_owner = malloc((size_t)(n + 1) * sizeof *t->zero_owner);
-    int64_t *load = calloc((size_t)r->size, sizeof *load);
-    char *done = calloc((size_t)n + 1, 1);
-    if (!t->zero_owner || !load || !done) dpt_fatal("out of host memory");
-    for (int k = 0; k < n; k++) {
-        int pick = -1;
-        for (int i = 0; i < n; i++) /* the largest left, the first on a tie */
-            if (!done[i] && (pick < 0 || dpt_model_param_at(t->model, i)->numel > dpt_model_param_at(t->model, pick)->numel))
-                pick = i;
-        int to = 0;
-        for (int q = 1; q < r->size; q++)
-            if (load[q] < load[to]) to = q;
-        t->zero_owner[pick] = to, load[to] += dpt_model_param_at(t->model, pick)->numel, done[pick] = 1;
+    dpt_zero_layout layout = {0}, *use = NULL;
+    int *segment_of = NULL;
+    int64_t *offset_of = NULL, *numel = NULL;
+    if (t->run->zero == 2 && t->reducer->ops->place) {
+        segment_of = malloc((size_t)(n + 1) * sizeof *segment_of);
+        offset_of = malloc((size_t)(n + 1) * sizeof *offset_of);
+        numel = calloc((size_t)n + 1, sizeof *numel);
+        if (!segment_of || !offset_of || !numel) dpt_fatal("out of host memory");
+        for (int p = 0; p < n; p++) {
+            int64_t len;
+            t->reducer->ops->place(t->reducer, p, &segment_of[p], &offset_of[p], &len);
+            numel[segment_of[p]] = len;
+            if (segment_of[p] + 1 > layout.nsegments) layout.nsegments = segment_of[p] + 1;
+        }
+        layout.segment_of = segment_of, layout.offset_of = offset_of, layout.segment_numel = numel;
+        use = &layout;
     }
-    size_t most = 0;
-    for (int q = 0; q < r->size; q++)
-        if ((size_t)load[q] > most) most = (size_t)load[q];
-    t->zero_buf_floats = most;
-    t->zero_buf = malloc((most + 1) * sizeof *t->zero_buf);
-    if (!t->zero_buf) dpt_fatal("out of host memory");
-    dpt_optim_shard(t->optim, t->zero_owner, r->rank);
+    t->zero = dpt_zero_new(t->model, t->host_comm, use);
+    free(segment_of), free(offset_of), free(numel);
+    dpt_optim_shard(t->optim, dpt_zero_lo(t->zero), dpt_zero_hi(t->zero));
     if (r->rank == 0) {
-        int64_t total = 0;
-        for (int q = 0; q < r->size; q++)
-            total += load[q];
-        report_line("zero 1 | optimizer state sharded over %d %s by whole parameters: the largest share %.1f%% of "
-                    "%lld parameters (1/%d = %.1f%%)\n",
-                    r->size, r->data_parallel ? "replicas" : "ranks", 100.0 * (double)most / (double)total,
-                    (long long)total, r->size, 100.0 / r->size);
+        int64_t most = 0, total = dpt_model_param_count(t->model);
+        dpt_zero_owned(t->zero, &most);
+        report_line("zero %d | optimizer state sharded over %d %s: the largest share %.1f%% of %lld parameters (1/%d "
+                    "= %.1f%%)%s\n",
+                    t->run->zero, r->size, r->data_parallel ? "replicas" : "ranks",
+                    100.0 * (double)most / (double)(total ? total : 1), (long long)total, r->size, 100.0 / r->size,
+                    t->run->zero == 2 && use ? "; gradients reduce-scattered by the same ranges"
+                    : t->run->zero == 2     ? "; gradients whole on every rank (the deterministic tree)"
+                                            : "");
     }
-    free(load), free(done);
     return true;
 }
 
-/* After the optimizer stepped its own parameters: each rank's, packed, broadcast from it. */
-void zero_sync_params(trainer *t)
+static float *param_data(int p, void *model)
 {
-    if (!t->zero_owner) return;
-    replica *r = t->r;
-    int n = dpt_model_num_params(t->model);
-    for (int q = 0; q < r->size; q++) {
-        size_t used = 0;
-        for (int i = 0; i < n; i++) {
-            dpt_tensor *p = dpt_model_param_at(t->model, i);
-            if (t->zero_owner[i] != q) continue;
-            if (q == r->rank) memcpy(t->zero_buf + used, p->data, (size_t)p->numel * sizeof(float));
-            used += (size_t)p->numel;
-        }
-        if (!used) continue;
-        dpt_comm_broadcast(t->host_comm, t->zero_buf, used * sizeof(float), q, "zero: the parameters after the step");
-        if (q == r->rank) continue;
-        used = 0;
-        for (int i = 0; i < n; i++) {
-            dpt_tensor *p = dpt_model_param_at(t->model, i);
-            if (t->zero_owner[i] != q) continue;
-            memcpy(p->data, t->zero_buf + used, (size_t)p->numel * sizeof(float));
-            used += (size_t)p->numel;
-        }
-    }
+    return dpt_model_param_at(model, p)->data;
 }
 
-/* Before a checkpoint (every rank): the whole optimizer state on every rank, each parameter's
- * from its owner, so rank 0 writes the same file as unsharded training would (a resume on any
+/* After the optimizer stepped this rank's ranges: every rank's, gathered. */
+void zero_sync_params(trainer *t)
+{
+    if (t->zero) dpt_zero_allgather(t->zero, param_data, t->model, "zero: the parameters after the step");
+}
+
+typedef struct state_of {
+    dpt_optim *optim;
+    int nstate, s;
+} state_of;
+
+static float *state_data(int p, void *user)
+{
+    state_of *u = user;
+    return dpt_optim_state_at(u->optim, p * u->nstate + u->s)->data;
+}
+
+/* Before a checkpoint (every rank): the whole optimizer state on every rank, each range from
+ * the rank that keeps it, so rank 0 writes the file unsharded training would (a resume on any
  * world size, sharded or not, reads it). */
 void zero_gather_state(trainer *t)
 {
-    if (!t->zero_owner) return;
+    if (!t->zero) return;
     dpt_optim_make_all_state(t->optim);
-    int n = dpt_model_num_params(t->model), nstate = dpt_optim_num_state(t->optim) / (n ? n : 1);
-    for (int i = 0; i < n; i++)
-        for (int s = 0; s < nstate; s++) {
-            dpt_tensor *x = dpt_optim_state_at(t->optim, i * nstate + s);
-            dpt_comm_broadcast(t->host_comm, x->data, (size_t)x->numel * sizeof(float), t->zero_owner[i],
-                               "zero: optimizer state for a checkpoint");
-        }
+    int n = dpt_model_num_params(t->model);
+    state_of u = {.optim = t->optim, .nstate = n ? dpt_optim_num_state(t->optim) / n : 0};
+    for (u.s = 0; u.s < u.nstate; u.s++)
+        dpt_zero_allgather(t->zero, state_data, &u, "zero: optimizer state for a checkpoint");
 }
 
 void zero_release_state(trainer *t)
 {
-    if (t->zero_owner) dpt_optim_release_unowned(t->optim);
+    if (t->zero) dpt_optim_release_unowned(t->optim);
+}
+
+static void sum_over_ranks(double *total, void *comm)
+{
+    dpt_comm_allreduce_f64(comm, total, 1, "zero: the gradients' squares");
+}
+
+double zero_clip(trainer *t, double inv_scale, double max_norm)
+{
+    if (!t->zero || t->run->zero != 2 || t->run->deterministic) /* every rank holds the whole sum */
+        return dpt_unscale_clip_grad_norm(t->ctx, t->model, inv_scale, max_norm);
+    return dpt_unscale_clip_grad_norm_ranges(t->ctx, t->model, dpt_zero_lo(t->zero), dpt_zero_hi(t->zero), inv_scale,
+                                             max_norm, sum_over_ranks, t->host_comm);
 }
 
 /* [checkpoint] best: dir/best.dpt, an epoch-end state (nothing mid-epoch to sum), rewritten

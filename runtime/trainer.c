@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "zero.h"
 #include "profile.h"
 #include "error.h"
 #include "reducer.h"
@@ -389,6 +390,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         ddp_opt.dataset_hash = t->train_set->content_hash;
         ddp_opt.config = run->ini; /* a config that differs: the first key that does is named */
         ddp_opt.steps_before = t->state.step;
+        ddp_opt.reduce_scatter = run->zero == 2 && t->optim; /* [distributed] zero = 2 */
         dpt_comm_set_delay(r->comm, run->bench_comm_ms_per_mb);
         t->reducer = dpt_reducer_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, t->timeline, err);
         if (!t->reducer) goto fail;
@@ -439,7 +441,7 @@ static void trainer_close(trainer *t)
     t->r->comm = t->host_comm;
     dpt_ctx_free(t->ctx);
     release_checkpoint_dir(t->r);
-    free(t->zero_owner), free(t->zero_buf);
+    dpt_zero_free(t->zero);
     dpt_profile_free(t->profile);
 }
 
@@ -625,8 +627,7 @@ static void train_step(trainer *t)
      * gradients non-finite too, so this norm (the step's one read of the device) decides for
      * both; the loss itself is read only then, to say which. */
     bool scaled = t->run->loss_scale;
-    t->grad_norm = dpt_unscale_clip_grad_norm(t->ctx, t->model, scaled ? 1.0 / t->state.loss_scale : 1.0,
-                                              t->run->clip_norm);
+    t->grad_norm = zero_clip(t, scaled ? 1.0 / t->state.loss_scale : 1.0, t->run->clip_norm);
     if (scaled) scaler_update(t, isfinite(t->grad_norm));
     if (isfinite(t->grad_norm)) {
         dpt_optim_step(t->ctx, t->optim);

@@ -67,7 +67,7 @@ typedef struct run_config {
     /* [train] deterministic: shards of det_shard samples, det_shards per step, det_per_rank
      * of them on each rank (then batch = det_shard and accum = det_per_rank) */
     bool deterministic;
-    int zero; /* [distributed] zero: 1 = optimizer state sharded over the ranks */
+    int zero; /* [distributed] zero: 1 = optimizer state sharded over the ranks, 2 = gradients reduce-scattered too */
     int64_t det_shard, det_shards;
     int det_per_rank;
     const char *device;
@@ -200,11 +200,8 @@ typedef struct trainer {
     bool nan_loss; /* tests: [distributed] fault = nan is due this step */
     double run_start, eval_s; /* evaluation time is not training throughput */
     double last_step_end;     /* when the last optimizer step ended (the automatic plans' clock) */
-    /* [distributed] zero = 1: each parameter's owner rank; a host buffer for one rank's
-     * parameters, broadcast after each step */
-    int *zero_owner;
-    float *zero_buf;
-    size_t zero_buf_floats;
+    /* [distributed] zero: the shard plan (runtime/zero.h); NULL unsharded */
+    struct dpt_zero *zero;
     /* --profile: from the second step (the first builds oneDNN primitives, cuDNN plans) */
     struct dpt_profile *profile;
     double profile_start, profile_eval_s;
@@ -253,12 +250,14 @@ void release_checkpoint_dir(replica *r);
 void save_checkpoint(trainer *t, const dpt_train_state *st);
 void save_best_checkpoint(trainer *t, const dpt_train_state *st);
 bool init_from_checkpoint(trainer *t, dpt_error *err);
-/* [distributed] zero = 1 (train_support.c): shard the optimizer state over the ranks; after a
- * step, every parameter from its owner; around a checkpoint, the whole state on every rank. */
+/* [distributed] zero (train_support.c): shard the optimizer state over the ranks; after a
+ * step, every rank's ranges of the parameters gathered; around a checkpoint, the whole state on
+ * every rank. zero_clip: the gradient norm (unscaled, clipped) over what zero = 2 reduced. */
 bool zero_shard(trainer *t, dpt_error *err);
 void zero_sync_params(trainer *t);
 void zero_gather_state(trainer *t);
 void zero_release_state(trainer *t);
+double zero_clip(trainer *t, double inv_scale, double max_norm);
 void install_signal_handlers(void);
 /* The training loop has begun: a stop signal now finishes the step and checkpoints (before,
  * it ends the process at once). */

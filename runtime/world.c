@@ -231,6 +231,23 @@ void dpt_comm_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *
 {
     comm->ops->allreduce_f64(comm, buf, n, what);
 }
+void dpt_comm_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
+{
+    if (comm->ops->reduce_scatter_f32)
+        comm->ops->reduce_scatter_f32(comm, buf, displs, what);
+    else /* the whole sum: this rank's range among it */
+        comm->ops->allreduce_f32(comm, buf, displs[comm->size], what);
+}
+void dpt_comm_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
+{
+    if (comm->ops->allgatherv_f32) {
+        comm->ops->allgatherv_f32(comm, buf, displs, what);
+        return;
+    }
+    for (int q = 0; q < comm->size; q++)
+        if (displs[q + 1] > displs[q])
+            comm->ops->broadcast(comm, buf + displs[q], (size_t)(displs[q + 1] - displs[q]) * sizeof(float), q, what);
+}
 void dpt_comm_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
 {
     comm->ops->broadcast(comm, buf, bytes, root, what);

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "tests/ddp_common.h"
+#include "runtime/zero.h"
 
 static int rank, size, checks;
 
@@ -203,6 +204,55 @@ static void test_compression(dpt_comm *comm, const dpt_dataset *ds)
     free_result(&comp);
 }
 
+/* [distributed] zero's collectives: dpt_zero_range cuts [0, n) into one contiguous range per
+ * rank at 64-float boundaries; the reduce-scatter leaves this rank's range of the sum (float64
+ * reference, within the rounding of size - 1 additions) and, bit for bit, what the AllReduce
+ * gives there (the bit-identity of zero = 2 with zero = 0 rests on it: Open MPI's non-blocking
+ * reduce-scatter and AllReduce add in the same order); the all-gather copies every range. */
+static void test_reduce_scatter(dpt_comm *comm)
+{
+    const int64_t sizes[] = {1, 63, 64, 65, 1000, 4099, 100003};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int64_t n = sizes[k], *displs = malloc((size_t)(size + 1) * sizeof *displs), lo, hi, prev_hi = 0;
+        for (int q = 0; q < size; q++) {
+            dpt_zero_range(n, size, q, &lo, &hi);
+            CHECK(lo == prev_hi && hi >= lo && hi <= n && (lo % 64 == 0 || lo == n),
+                  "n %lld: rank %d's range [%lld, %lld) after %lld", (long long)n, q, (long long)lo, (long long)hi,
+                  (long long)prev_hi);
+            displs[q] = lo, prev_hi = hi;
+        }
+        CHECK(prev_hi == n, "n %lld: the ranges end at %lld", (long long)n, (long long)prev_hi);
+        displs[size] = n;
+        float *mine = malloc((size_t)n * sizeof *mine), *rs = malloc((size_t)n * sizeof *rs),
+              *ar = malloc((size_t)n * sizeof *ar), *all = malloc((size_t)n * (size_t)size * sizeof *all);
+        for (int64_t i = 0; i < n; i++) /* the same numbers every rank can make for every rank */
+            for (int q = 0; q < size; q++)
+                all[(size_t)q * (size_t)n + (size_t)i] = sinf(0.37f * (float)i + 1.3f * (float)q) * (1.0f + (float)q);
+        memcpy(mine, all + (size_t)rank * (size_t)n, (size_t)n * sizeof *mine);
+        memcpy(rs, mine, (size_t)n * sizeof *rs);
+        memcpy(ar, mine, (size_t)n * sizeof *ar);
+        dpt_comm_reduce_scatter_f32(comm, rs, displs, "test reduce-scatter");
+        dpt_comm_allreduce_f32(comm, ar, n, "test allreduce");
+        for (int64_t i = displs[rank]; i < displs[rank + 1]; i++) {
+            double sum = 0, mag = 0;
+            for (int q = 0; q < size; q++)
+                sum += all[(size_t)q * (size_t)n + (size_t)i], mag += fabs(all[(size_t)q * (size_t)n + (size_t)i]);
+            CHECK(fabs(rs[i] - sum) <= (size - 1) * mag * 0x1p-24 + 1e-30, "n %lld [%lld]: %.9g vs %.9g", (long long)n,
+                  (long long)i, rs[i], sum);
+            CHECK(memcmp(&rs[i], &ar[i], sizeof rs[i]) == 0, "n %lld [%lld]: reduce-scatter %.9g, AllReduce %.9g",
+                  (long long)n, (long long)i, rs[i], ar[i]);
+        }
+        for (int64_t i = 0; i < n; i++) /* every rank's own range: its numbers, the rest poisoned */
+            rs[i] = i >= displs[rank] && i < displs[rank + 1] ? mine[i] : NAN;
+        dpt_comm_allgatherv_f32(comm, rs, displs, "test allgatherv");
+        for (int q = 0; q < size; q++)
+            for (int64_t i = displs[q]; i < displs[q + 1]; i++)
+                CHECK(rs[i] == all[(size_t)q * (size_t)n + (size_t)i], "allgatherv n %lld [%lld] from rank %d",
+                      (long long)n, (long long)i, q);
+        free(mine), free(rs), free(ar), free(all), free(displs);
+    }
+}
+
 static void test_eval_exactly_once(dpt_comm *comm, const dpt_dataset *ds)
 {
     dpt_error err;
@@ -279,6 +329,7 @@ int main(int argc, char **argv)
     test_uneven(comm, ds);
     test_eval_exactly_once(comm, ds);
     test_compression(comm, ds);
+    test_reduce_scatter(comm);
     run_unused(comm, ds, true);
     int total = 0;
     MPI_Reduce(&checks, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);

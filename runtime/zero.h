@@ -1,0 +1,48 @@
+/* zero.h: [distributed] zero (ZeRO, issue 26): the optimizer's state and its update split
+ * across the ranks by ranges of elements. The parameters are laid out back to back in
+ * segments, every parameter at a 64-float boundary (stage 2: DDP's buckets, whose gradients
+ * are reduce-scattered by these ranges; stage 1: segments of its own), and each segment is cut
+ * into one contiguous range per rank (dpt_zero_range: 64-float boundaries, any length, the
+ * last ranges shorter or empty). A rank steps the elements in its ranges only and keeps only
+ * their optimizer state; after the step every rank's ranges are all-gathered. Each element's
+ * update is the one an unsharded optimizer makes (the built-in optimizers are elementwise), so
+ * the weights are unsharded training's bit for bit wherever the gradients are. Internal. */
+#ifndef DPT_ZERO_H
+#define DPT_ZERO_H
+
+#include "dpt.h"
+#include "comm.h"
+
+typedef struct dpt_zero_layout {
+    int nsegments;
+    const int *segment_of;        /* per parameter */
+    const int64_t *offset_of;     /* per parameter: its first element in its segment */
+    const int64_t *segment_numel; /* per segment, gaps included */
+} dpt_zero_layout;
+
+typedef struct dpt_zero dpt_zero;
+
+/* Rank q's range [lo, hi) of a segment of n floats split over size ranks. */
+void dpt_zero_range(int64_t n, int size, int q, int64_t *lo, int64_t *hi);
+
+/* The plan over comm's ranks for the model's parameters: layout's segments, or (NULL) its own
+ * (the parameters in order, segments of at most 16 MiB). */
+dpt_zero *dpt_zero_new(dpt_model *model, dpt_comm *comm, const dpt_zero_layout *layout);
+void dpt_zero_free(dpt_zero *z);
+/* Per parameter, the elements this rank steps: [lo[p], hi[p]) (lo == hi: none). */
+const int64_t *dpt_zero_lo(const dpt_zero *z);
+const int64_t *dpt_zero_hi(const dpt_zero *z);
+/* Elements this rank steps, and the most any rank steps. */
+int64_t dpt_zero_owned(const dpt_zero *z, int64_t *most);
+/* Every parameter-sized array whole on every rank, from each rank's ranges: full(p, user) is
+ * parameter p's array here (numel floats), whose elements [lo[p], hi[p]) this rank holds. One
+ * all-gather per segment, through a staging buffer of the largest. */
+void dpt_zero_allgather(dpt_zero *z, float *(*full)(int p, void *user), void *user, const char *what);
+
+/* dpt_unscale_clip_grad_norm over elements [lo[i], hi[i]) of each gradient (what zero = 2
+ * reduced on this rank), the sum of squares added over the ranks by sum(total, user) (optim/clip.c). */
+double dpt_unscale_clip_grad_norm_ranges(dpt_ctx *ctx, dpt_model *model, const int64_t *lo, const int64_t *hi,
+                                         double inv_scale, double max_norm, void (*sum)(double *total, void *user),
+                                         void *user);
+
+#endif
