@@ -24,9 +24,11 @@ typedef struct dpt_comm_ops {
      * displs[q + 1]) (displs: size + 1 ascending offsets, 0 first, n last): reduce_scatter
      * leaves the sum over ranks of this rank's range there (the rest of buf is then undefined);
      * allgatherv copies every rank's range of its buf into everyone's. NULL: not offered (the
-     * dpt_comm_ wrappers fall back on an AllReduce and on broadcasts). */
+     * dpt_comm_ wrappers fall back on an AllReduce, on broadcasts, on the all-gather). */
     void (*reduce_scatter_f32)(dpt_comm *comm, float *buf, const int64_t *displs, const char *what);
     void (*allgatherv_f32)(dpt_comm *comm, float *buf, const int64_t *displs, const char *what);
+    /* The same into root's buf only (the others' buf is left as it was). */
+    void (*gatherv_f32)(dpt_comm *comm, float *buf, const int64_t *displs, int root, const char *what);
     void (*broadcast)(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what);
     /* recv holds size * bytes: rank r's send lands at recv + r * bytes. */
     void (*allgather)(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what);
@@ -74,6 +76,7 @@ void dpt_comm_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *
 void dpt_comm_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16, const char *what);
 void dpt_comm_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what);
 void dpt_comm_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what);
+void dpt_comm_gatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, int root, const char *what);
 void dpt_comm_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what);
 void dpt_comm_allgather(dpt_comm *comm, const void *send, void *recv, size_t bytes, const char *what);
 void dpt_comm_barrier_named(dpt_comm *comm, const char *what);

@@ -251,6 +251,26 @@ static void mpi_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs
     end(comm, slot);
 }
 
+static void mpi_gatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, int root, const char *what)
+{
+    int64_t n = displs[comm->size];
+    int slot = begin(comm, what, n * (int64_t)sizeof(float));
+    int *counts = malloc((size_t)comm->size * 2 * sizeof *counts);
+    if (!counts) dpt_fatal("out of host memory");
+    int_counts(comm, displs, counts, counts + comm->size);
+    MPI_Request req;
+    int me = comm->rank;
+    if (me == root)
+        MPI_CALL(MPI_Igatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, counts + comm->size, MPI_FLOAT, root,
+                              comm_of(comm), &req));
+    else
+        MPI_CALL(MPI_Igatherv(buf + displs[me], counts[me], MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, root,
+                              comm_of(comm), &req));
+    wait_request(comm, &req, what);
+    free(counts);
+    end(comm, slot);
+}
+
 static void mpi_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
 {
     int slot = begin(comm, what, (int64_t)bytes);
@@ -328,6 +348,7 @@ static const dpt_comm_ops mpi_ops = {
     .allreduce_h16 = mpi_allreduce_h16,
     .reduce_scatter_f32 = mpi_reduce_scatter_f32,
     .allgatherv_f32 = mpi_allgatherv_f32,
+    .gatherv_f32 = mpi_gatherv_f32,
     .broadcast = mpi_broadcast,
     .allgather = mpi_allgather,
     .barrier = mpi_barrier,

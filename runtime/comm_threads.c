@@ -173,6 +173,17 @@ static void threads_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *di
     sync_all_named(comm, what);
 }
 
+static void threads_gatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, int root, const char *what)
+{
+    dpt_thread_group *g = group_of(comm);
+    g->bufs[comm->rank] = buf;
+    sync_all_named(comm, what);
+    for (int r = 0; comm->rank == root && r < g->size; r++)
+        if (r != root && displs[r + 1] > displs[r])
+            memcpy(buf + displs[r], (float *)g->bufs[r] + displs[r], (size_t)(displs[r + 1] - displs[r]) * sizeof(float));
+    sync_all_named(comm, what);
+}
+
 static void threads_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
 {
     dpt_thread_group *g = group_of(comm);
@@ -237,6 +248,7 @@ static const dpt_comm_ops thread_ops = {
     .allreduce_h16 = threads_allreduce_h16,
     .reduce_scatter_f32 = threads_reduce_scatter_f32,
     .allgatherv_f32 = threads_allgatherv_f32,
+    .gatherv_f32 = threads_gatherv_f32,
     .broadcast = threads_broadcast,
     .allgather = threads_allgather,
     .barrier = threads_barrier,

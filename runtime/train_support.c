@@ -441,39 +441,42 @@ bool zero_shard(trainer *t, dpt_error *err)
     return true;
 }
 
-static float *param_data(int p, void *model)
+typedef struct zero_arrays {
+    trainer *t;
+    int nstate, s; /* s < 0: the parameters */
+} zero_arrays;
+
+static float *zero_array(int p, bool whole, void *user)
 {
-    return dpt_model_param_at(model, p)->data;
+    zero_arrays *u = user;
+    if (u->s < 0) {
+        float *data = dpt_model_param_at(u->t->model, p)->data;
+        return whole ? data : data + dpt_zero_lo(u->t->zero)[p];
+    }
+    float *data = dpt_optim_state_at(u->t->optim, p * u->nstate + u->s)->data;
+    /* whole on the rank that gathers (dpt_optim_make_all_state), the slice elsewhere */
+    return whole || u->t->r->rank != 0 ? data : data + dpt_zero_lo(u->t->zero)[p];
 }
 
 /* After the optimizer stepped this rank's ranges: every rank's, gathered. */
 void zero_sync_params(trainer *t)
 {
-    if (t->zero) dpt_zero_allgather(t->zero, param_data, t->model, "zero: the parameters after the step");
+    zero_arrays u = {.t = t, .s = -1};
+    if (t->zero) dpt_zero_gather(t->zero, zero_array, &u, -1, "zero: the parameters after the step");
 }
 
-typedef struct state_of {
-    dpt_optim *optim;
-    int nstate, s;
-} state_of;
-
-static float *state_data(int p, void *user)
-{
-    state_of *u = user;
-    return dpt_optim_state_at(u->optim, p * u->nstate + u->s)->data;
-}
-
-/* Before a checkpoint (every rank): the whole optimizer state on every rank, each range from
- * the rank that keeps it, so rank 0 writes the file unsharded training would (a resume on any
- * world size, sharded or not, reads it). */
+/* Before a checkpoint (every rank): the whole optimizer state on rank 0 only (the others keep
+ * their slices: the state never has to fit whole on them), each range from the rank that
+ * keeps it, so rank 0 writes the file unsharded training would (a resume on any world size,
+ * sharded or not, reads it). */
 void zero_gather_state(trainer *t)
 {
     if (!t->zero) return;
-    dpt_optim_make_all_state(t->optim);
+    if (t->r->rank == 0) dpt_optim_make_all_state(t->optim);
     int n = dpt_model_num_params(t->model);
-    state_of u = {.optim = t->optim, .nstate = n ? dpt_optim_num_state(t->optim) / n : 0};
+    zero_arrays u = {.t = t, .nstate = n ? dpt_optim_num_state(t->optim) / n : 0};
     for (u.s = 0; u.s < u.nstate; u.s++)
-        dpt_zero_allgather(t->zero, state_data, &u, "zero: optimizer state for a checkpoint");
+        dpt_zero_gather(t->zero, zero_array, &u, 0, "zero: optimizer state for a checkpoint");
 }
 
 void zero_release_state(trainer *t)

@@ -248,6 +248,13 @@ void dpt_comm_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, 
         if (displs[q + 1] > displs[q])
             comm->ops->broadcast(comm, buf + displs[q], (size_t)(displs[q + 1] - displs[q]) * sizeof(float), q, what);
 }
+void dpt_comm_gatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, int root, const char *what)
+{
+    if (comm->ops->gatherv_f32)
+        comm->ops->gatherv_f32(comm, buf, displs, root, what);
+    else
+        dpt_comm_allgatherv_f32(comm, buf, displs, what);
+}
 void dpt_comm_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
 {
     comm->ops->broadcast(comm, buf, bytes, root, what);

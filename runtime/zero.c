@@ -120,18 +120,23 @@ int64_t dpt_zero_owned(const dpt_zero *z, int64_t *most)
     return mine;
 }
 
-void dpt_zero_allgather(dpt_zero *z, float *(*full)(int p, void *user), void *user, const char *what)
+void dpt_zero_gather(dpt_zero *z, float *(*at)(int p, bool whole, void *user), void *user, int root, const char *what)
 {
     int size = z->comm->size;
+    bool receive = root < 0 || root == z->comm->rank;
     for (int s = 0; s < z->nsegments; s++) {
         for (int p = 0; p < z->nparams; p++)
             if (z->segment_of[p] == s && z->hi[p] > z->lo[p])
-                memcpy(z->staging + z->offset_of[p] + z->lo[p], full(p, user) + z->lo[p],
+                memcpy(z->staging + z->offset_of[p] + z->lo[p], at(p, false, user),
                        (size_t)(z->hi[p] - z->lo[p]) * sizeof(float));
-        dpt_comm_allgatherv_f32(z->comm, z->staging, z->displs + (size_t)s * (size_t)(size + 1), what);
-        for (int p = 0; p < z->nparams; p++)
+        const int64_t *displs = z->displs + (size_t)s * (size_t)(size + 1);
+        if (root < 0)
+            dpt_comm_allgatherv_f32(z->comm, z->staging, displs, what);
+        else
+            dpt_comm_gatherv_f32(z->comm, z->staging, displs, root, what);
+        for (int p = 0; receive && p < z->nparams; p++)
             if (z->segment_of[p] == s)
-                memcpy(full(p, user), z->staging + z->offset_of[p],
+                memcpy(at(p, true, user), z->staging + z->offset_of[p],
                        (size_t)dpt_model_param_at(z->model, p)->numel * sizeof(float));
     }
 }

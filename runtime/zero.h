@@ -34,10 +34,11 @@ const int64_t *dpt_zero_lo(const dpt_zero *z);
 const int64_t *dpt_zero_hi(const dpt_zero *z);
 /* Elements this rank steps, and the most any rank steps. */
 int64_t dpt_zero_owned(const dpt_zero *z, int64_t *most);
-/* Every parameter-sized array whole on every rank, from each rank's ranges: full(p, user) is
- * parameter p's array here (numel floats), whose elements [lo[p], hi[p]) this rank holds. One
- * all-gather per segment, through a staging buffer of the largest. */
-void dpt_zero_allgather(dpt_zero *z, float *(*full)(int p, void *user), void *user, const char *what);
+/* A parameter-sized array whole on every rank (root < 0) or on root only, from each rank's
+ * ranges: at(p, whole, user) is parameter p's array here (whole: all numel floats, asked on the
+ * ranks that receive) or this rank's elements of it ([lo[p], hi[p]) back to back). One
+ * collective per segment, through a staging buffer of the largest. */
+void dpt_zero_gather(dpt_zero *z, float *(*at)(int p, bool whole, void *user), void *user, int root, const char *what);
 
 /* dpt_unscale_clip_grad_norm over elements [lo[i], hi[i]) of each gradient (what zero = 2
  * reduced on this rank), the sum of squares added over the ranks by sum(total, user) (optim/clip.c). */

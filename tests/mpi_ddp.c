@@ -208,7 +208,8 @@ static void test_compression(dpt_comm *comm, const dpt_dataset *ds)
  * rank at 64-float boundaries; the reduce-scatter leaves this rank's range of the sum (float64
  * reference, within the rounding of size - 1 additions) and, bit for bit, what the AllReduce
  * gives there (the bit-identity of zero = 2 with zero = 0 rests on it: Open MPI's non-blocking
- * reduce-scatter and AllReduce add in the same order); the all-gather copies every range. */
+ * reduce-scatter and AllReduce add in the same order); the all-gather copies every range, the
+ * gather (a checkpoint's state) every range to the root only. */
 static void test_reduce_scatter(dpt_comm *comm)
 {
     const int64_t sizes[] = {1, 63, 64, 65, 1000, 4099, 100003};
@@ -249,6 +250,14 @@ static void test_reduce_scatter(dpt_comm *comm)
             for (int64_t i = displs[q]; i < displs[q + 1]; i++)
                 CHECK(rs[i] == all[(size_t)q * (size_t)n + (size_t)i], "allgatherv n %lld [%lld] from rank %d",
                       (long long)n, (long long)i, q);
+        int root = size - 1; /* the gather: root gets every range, the others keep theirs */
+        for (int64_t i = 0; i < n; i++)
+            rs[i] = i >= displs[rank] && i < displs[rank + 1] ? mine[i] : -1.0f;
+        dpt_comm_gatherv_f32(comm, rs, displs, root, "test gatherv");
+        for (int q = 0; q < size; q++)
+            for (int64_t i = displs[q]; i < displs[q + 1]; i++)
+                CHECK(rs[i] == (rank == root || q == rank ? all[(size_t)q * (size_t)n + (size_t)i] : -1.0f),
+                      "gatherv to %d: n %lld [%lld] from rank %d on rank %d", root, (long long)n, (long long)i, q, rank);
         free(mine), free(rs), free(ar), free(all), free(displs);
     }
 }
