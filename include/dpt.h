@@ -669,13 +669,19 @@ typedef struct dpt_optim_impl {
     bool whole_tensors;
 } dpt_optim_impl;
 /* ZeRO: this rank steps only elements [lo[i], hi[i]) of parameter i (lo == hi: none) and keeps
- * only their state (dpt_optim_state_at: 1-D tensors of hi - lo elements, NULL where empty). A
- * whole state again (zeros outside the slices, for a gather) with dpt_optim_make_all_state;
- * dpt_optim_release_unowned keeps the slices again. A registered optimizer whose update of a
- * tensor reads the whole tensor (LAMB's norms) sets whole_tensors and cannot be sharded. */
+ * only their state (dpt_optim_state_at: 1-D tensors of hi - lo elements, NULL where empty).
+ * A registered optimizer whose update of a tensor reads the whole tensor (LAMB's norms) sets
+ * whole_tensors and cannot be sharded. */
 void dpt_optim_shard(dpt_optim *optim, const int64_t *lo, const int64_t *hi);
-void dpt_optim_make_all_state(dpt_optim *optim);
-void dpt_optim_release_unowned(dpt_optim *optim);
+/* A sharded optimizer's state tensor i whole, for a checkpoint: gather(param, whole, mine,
+ * user) collects parameter param's slices from every rank into whole (on the rank that writes)
+ * or sends this rank's (mine, NULL where empty; whole NULL): a collective, so every rank asks
+ * for the same i in the same order. dpt_optim_state_whole(optim, i, receive): with receive, a
+ * tensor of the whole shape the optimizer keeps until the next call (an unsharded optimizer's
+ * own state tensor); without, only this rank's part sent (NULL). */
+void dpt_optim_set_gather(dpt_optim *optim, void (*gather)(int param, float *whole, const float *mine, void *user),
+                          void *user);
+dpt_tensor *dpt_optim_state_whole(dpt_optim *optim, int i, bool receive);
 /* Its parameter groups in words ("group 0: lr 0.001 (x1) weight_decay 0.01, 6 tensors (...) |
  * frozen: ..."), for the header and --summary; the number of groups. */
 int dpt_optim_describe(const dpt_optim *optim, char *buf, size_t cap);
@@ -1038,7 +1044,7 @@ typedef struct dpt_train_state {
 /* Write model parameters and buffers, optimizer state, the context's RNG, the train state,
  * the resolved config and the world size: zlib-compressed records with a CRC32 each, to
  * path.tmp, fsync'ed, then renamed over path (a crash never leaves a half-written path). */
-bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_optim *optim, const dpt_ctx *ctx,
+bool dpt_checkpoint_save(const char *path, const dpt_model *model, dpt_optim *optim, const dpt_ctx *ctx,
                          const dpt_config *cfg, const dpt_train_state *state, int world_size, dpt_error *err);
 /* Load into an already built model and optimizer. Every mismatch (truncated file, bad CRC,
  * other version, other model names/shapes, other optimizer) is an error naming what differs;

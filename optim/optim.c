@@ -297,6 +297,7 @@ void dpt_optim_free(dpt_optim *optim)
         free(optim->rules[r].glob);
     free(optim->rules);
     free(optim->lo), free(optim->hi);
+    dpt_tensor_free(optim->whole);
     free(optim);
 }
 
@@ -315,23 +316,8 @@ static dpt_tensor *state_tensor(const dpt_optim *o, int i, int s, bool whole, in
     return t;
 }
 
-void dpt_optim_shard(dpt_optim *o, const int64_t *lo, const int64_t *hi)
-{
-    DPT_ASSERT(!o->impl->whole_tensors, "optimizer %s reads whole tensors: it cannot be sharded", o->name);
-    DPT_ASSERT(!o->lo, "optimizer sharded twice");
-    int n = dpt_model_num_params(o->model);
-    o->lo = malloc((size_t)(n + 1) * sizeof *o->lo);
-    o->hi = malloc((size_t)(n + 1) * sizeof *o->hi);
-    if (!o->lo || !o->hi) dpt_fatal("out of host memory for an optimizer");
-    memcpy(o->lo, lo, (size_t)n * sizeof *lo);
-    memcpy(o->hi, hi, (size_t)n * sizeof *hi);
-    o->full = true; /* the whole state until now (a resumed run's, loaded) */
-    o->grouped = false;
-    dpt_optim_release_unowned(o);
-}
-
-/* The slices again: each whole state tensor's elements [lo, hi) kept, the rest freed. */
-void dpt_optim_release_unowned(dpt_optim *o)
+/* The slices: each whole state tensor's elements [lo, hi) kept, the rest freed. */
+static void keep_slices(dpt_optim *o)
 {
     if (!o->lo || !o->full) return;
     int n = dpt_model_num_params(o->model);
@@ -349,19 +335,38 @@ void dpt_optim_release_unowned(dpt_optim *o)
     o->full = false;
 }
 
-void dpt_optim_make_all_state(dpt_optim *o)
+void dpt_optim_shard(dpt_optim *o, const int64_t *lo, const int64_t *hi)
 {
-    if (!o->lo || o->full) return;
+    DPT_ASSERT(!o->impl->whole_tensors, "optimizer %s reads whole tensors: it cannot be sharded", o->name);
+    DPT_ASSERT(!o->lo, "optimizer sharded twice");
     int n = dpt_model_num_params(o->model);
-    for (int i = 0; i < n; i++)
-        for (int s = 0; s < o->nstate; s++) {
-            dpt_tensor **t = &o->state[i * o->nstate + s];
-            dpt_tensor *whole = state_tensor(o, i, s, true, 0, 0);
-            if (*t) copy_range(whole, o->lo[i], *t, 0, o->hi[i] - o->lo[i]);
-            dpt_tensor_free(*t);
-            *t = whole;
-        }
-    o->full = true;
+    o->lo = malloc((size_t)(n + 1) * sizeof *o->lo);
+    o->hi = malloc((size_t)(n + 1) * sizeof *o->hi);
+    if (!o->lo || !o->hi) dpt_fatal("out of host memory for an optimizer");
+    memcpy(o->lo, lo, (size_t)n * sizeof *lo);
+    memcpy(o->hi, hi, (size_t)n * sizeof *hi);
+    o->full = true; /* the whole state until now (a resumed run's, loaded) */
+    o->grouped = false;
+    keep_slices(o);
+}
+
+/* The slices again: each whole state tensor's elements [lo, hi) kept, the rest freed. */
+void dpt_optim_set_gather(dpt_optim *o, void (*gather)(int param, float *whole, const float *mine, void *user),
+                          void *user)
+{
+    o->gather = gather, o->gather_user = user;
+}
+
+dpt_tensor *dpt_optim_state_whole(dpt_optim *o, int i, bool receive)
+{
+    DPT_ASSERT(i >= 0 && i < dpt_optim_num_state(o), "optimizer state %d of %d", i, dpt_optim_num_state(o));
+    if (!o->lo || o->full) return o->state[i];
+    DPT_ASSERT(o->gather, "a sharded optimizer's state asked whole without a gather");
+    int p = i / o->nstate;
+    dpt_tensor_free(o->whole);
+    o->whole = receive ? state_tensor(o, p, i % o->nstate, true, 0, 0) : NULL;
+    o->gather(p, receive ? o->whole->data : NULL, o->state[i] ? o->state[i]->data : NULL, o->gather_user);
+    return o->whole;
 }
 
 void dpt_optim_set_decay_1d(dpt_optim *o, bool decay)

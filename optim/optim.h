@@ -30,9 +30,12 @@ struct dpt_optim {
      * and its (param, grad, state...) list for the fused kernels */
     /* [distributed] zero: the elements [lo[i], hi[i]) of parameter i this rank steps (NULL:
      * all); their state tensors are 1-D slices of hi - lo (NULL where empty), or the whole
-     * state (zeros outside the slice) while `full` (dpt_optim_make_all_state) */
+     * state while `full` (a resumed run's, loaded before dpt_optim_shard) */
     int64_t *lo, *hi;
     bool full;
+    void (*gather)(int param, float *whole, const float *mine, void *user); /* dpt_optim_set_gather */
+    void *gather_user;
+    dpt_tensor *whole; /* dpt_optim_state_whole's last */
     bool grouped;
     int *group_of, ngroups;
     float *group_scale, *group_decay;

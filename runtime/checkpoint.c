@@ -121,7 +121,7 @@ static char *config_text(const dpt_config *cfg)
     return text;
 }
 
-bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_optim *optim, const dpt_ctx *ctx,
+bool dpt_checkpoint_save(const char *path, const dpt_model *model, dpt_optim *optim, const dpt_ctx *ctx,
                          const dpt_config *cfg, const dpt_train_state *st, int world_size, dpt_error *err)
 {
     /* the safe file (runtime/atomic_file.c): an unpredictable temporary, renamed when whole */
@@ -174,7 +174,7 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, const dpt_opt
     for (int i = 0; i < nbuffers; i++)
         put_tensor(&w, "buffer/", dpt_model_buffer_at(model, i));
     for (int i = 0; i < dpt_optim_num_state(optim); i++)
-        put_tensor(&w, "optim/", dpt_optim_state_at(optim, i));
+        put_tensor(&w, "optim/", dpt_optim_state_whole(optim, i, true)); /* ZeRO: gathered one at a time */
     for (int i = 0; i < naverages; i++) /* the parameters' averages, then the buffers' */
         put_tensor(&w, i < nparams ? "ema/param/" : "ema/buffer/", dpt_ema_at(ema, i));
     put(&w, CKPT_END, 8);

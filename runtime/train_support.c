@@ -242,9 +242,8 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
         if (r->comm && r->size > 1) dpt_comm_allreduce_f64(r->comm, sums, 3, "the epoch's sums for a checkpoint");
     }
     r->last_ckpt_step = state->step; /* on every rank: the end-of-run decision must agree */
-    zero_gather_state(t);
     if (r->rank != 0) {
-        zero_release_state(t);
+        zero_send_state(t);
         return;
     }
     dpt_train_state at = *state; /* with the data position in global samples */
@@ -263,7 +262,6 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
     report_line("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
     free(path);
-    zero_release_state(t);
 }
 
 /* ---------------------------------------------------------------- [model] init (fine-tuning) */
@@ -389,6 +387,15 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
 
 /* ---------------------------------------------------------------- [distributed] zero */
 
+/* A checkpoint's optimizer state, one tensor at a time on rank 0 (the writer): the whole
+ * state never has to fit on any rank, and the file is the one unsharded training writes (a
+ * resume on any world size, sharded or not, reads it). */
+static void gather_state(int param, float *whole, const float *mine, void *user)
+{
+    trainer *t = user;
+    dpt_zero_gather_one(t->zero, param, whole, mine, 0, "zero: optimizer state for a checkpoint");
+}
+
 /* The plan: zero = 2 cuts DDP's buckets (the reduce-scatter's ranges are the optimizer's), zero
  * = 1 and the deterministic mode's tree (every rank holds the whole sum) segments of its own. */
 bool zero_shard(trainer *t, dpt_error *err)
@@ -427,6 +434,7 @@ bool zero_shard(trainer *t, dpt_error *err)
     t->zero = dpt_zero_new(t->model, t->host_comm, use);
     free(segment_of), free(offset_of), free(numel);
     dpt_optim_shard(t->optim, dpt_zero_lo(t->zero), dpt_zero_hi(t->zero));
+    dpt_optim_set_gather(t->optim, gather_state, t);
     if (r->rank == 0) {
         int64_t most = 0, total = dpt_model_param_count(t->model);
         dpt_zero_owned(t->zero, &most);
@@ -441,47 +449,25 @@ bool zero_shard(trainer *t, dpt_error *err)
     return true;
 }
 
-typedef struct zero_arrays {
-    trainer *t;
-    int nstate, s; /* s < 0: the parameters */
-} zero_arrays;
-
-static float *zero_array(int p, bool whole, void *user)
+static float *param_range(int p, bool whole, void *user)
 {
-    zero_arrays *u = user;
-    if (u->s < 0) {
-        float *data = dpt_model_param_at(u->t->model, p)->data;
-        return whole ? data : data + dpt_zero_lo(u->t->zero)[p];
-    }
-    float *data = dpt_optim_state_at(u->t->optim, p * u->nstate + u->s)->data;
-    /* whole on the rank that gathers (dpt_optim_make_all_state), the slice elsewhere */
-    return whole || u->t->r->rank != 0 ? data : data + dpt_zero_lo(u->t->zero)[p];
+    trainer *t = user;
+    float *data = dpt_model_param_at(t->model, p)->data;
+    return whole ? data : data + dpt_zero_lo(t->zero)[p];
 }
 
 /* After the optimizer stepped this rank's ranges: every rank's, gathered. */
 void zero_sync_params(trainer *t)
 {
-    zero_arrays u = {.t = t, .s = -1};
-    if (t->zero) dpt_zero_gather(t->zero, zero_array, &u, -1, "zero: the parameters after the step");
+    if (t->zero) dpt_zero_gather(t->zero, param_range, t, -1, "zero: the parameters after the step");
 }
 
-/* Before a checkpoint (every rank): the whole optimizer state on rank 0 only (the others keep
- * their slices: the state never has to fit whole on them), each range from the rank that
- * keeps it, so rank 0 writes the file unsharded training would (a resume on any world size,
- * sharded or not, reads it). */
-void zero_gather_state(trainer *t)
+/* The ranks that do not write a checkpoint: their parts of the state, in the writer's order. */
+void zero_send_state(trainer *t)
 {
     if (!t->zero) return;
-    if (t->r->rank == 0) dpt_optim_make_all_state(t->optim);
-    int n = dpt_model_num_params(t->model);
-    zero_arrays u = {.t = t, .nstate = n ? dpt_optim_num_state(t->optim) / n : 0};
-    for (u.s = 0; u.s < u.nstate; u.s++)
-        dpt_zero_gather(t->zero, zero_array, &u, 0, "zero: optimizer state for a checkpoint");
-}
-
-void zero_release_state(trainer *t)
-{
-    if (t->zero) dpt_optim_release_unowned(t->optim);
+    for (int i = 0; i < dpt_optim_num_state(t->optim); i++)
+        dpt_optim_state_whole(t->optim, i, false);
 }
 
 static void sum_over_ranks(double *total, void *comm)
@@ -502,9 +488,8 @@ double zero_clip(trainer *t, double inv_scale, double max_norm)
 void save_best_checkpoint(trainer *t, const dpt_train_state *state)
 {
     replica *r = t->r;
-    zero_gather_state(t);
     if (r->rank != 0) {
-        zero_release_state(t);
+        zero_send_state(t);
         return;
     }
     dpt_train_state at = *state;
@@ -517,7 +502,6 @@ void save_best_checkpoint(trainer *t, const dpt_train_state *state)
     r->ckpt_written = true;
     report_line("best so far: %s (epoch %d)\n", path, state->epoch - 1);
     free(path);
-    zero_release_state(t);
 }
 
 static volatile sig_atomic_t pending_signal;

@@ -251,12 +251,11 @@ void save_checkpoint(trainer *t, const dpt_train_state *st);
 void save_best_checkpoint(trainer *t, const dpt_train_state *st);
 bool init_from_checkpoint(trainer *t, dpt_error *err);
 /* [distributed] zero (train_support.c): shard the optimizer state over the ranks; after a
- * step, every rank's ranges of the parameters gathered; around a checkpoint, the whole state on
- * every rank. zero_clip: the gradient norm (unscaled, clipped) over what zero = 2 reduced. */
+ * step, every rank's ranges of the parameters gathered; a checkpoint's state gathered tensor by
+ * tensor on rank 0 as it writes (zero_send_state: the other ranks' side). zero_clip: the gradient norm (unscaled, clipped) over what zero = 2 reduced. */
 bool zero_shard(trainer *t, dpt_error *err);
 void zero_sync_params(trainer *t);
-void zero_gather_state(trainer *t);
-void zero_release_state(trainer *t);
+void zero_send_state(trainer *t);
 double zero_clip(trainer *t, double inv_scale, double max_norm);
 void install_signal_handlers(void);
 /* The training loop has begun: a stop signal now finishes the step and checkpoints (before,

@@ -140,3 +140,25 @@ void dpt_zero_gather(dpt_zero *z, float *(*at)(int p, bool whole, void *user), v
                        (size_t)dpt_model_param_at(z->model, p)->numel * sizeof(float));
     }
 }
+
+void dpt_zero_gather_one(dpt_zero *z, int p, float *whole, const float *mine, int root, const char *what)
+{
+    int size = z->comm->size, me = z->comm->rank;
+    int64_t numel = dpt_model_param_at(z->model, p)->numel, a = z->offset_of[p];
+    const int64_t *d = z->displs + (size_t)z->segment_of[p] * (size_t)(size + 1);
+    int64_t *displs = malloc((size_t)(size + 1) * sizeof *displs);
+    if (!displs) dpt_fatal("out of host memory");
+    for (int q = 0; q <= size; q++) { /* the segment's ranges, within this parameter */
+        int64_t at = (q == size ? d[size] : d[q]) - a;
+        displs[q] = at < 0 ? 0 : at > numel ? numel : at;
+    }
+    displs[size] = numel;
+    int64_t len = z->hi[p] - z->lo[p];
+    DPT_ASSERT(len == displs[me + 1] - displs[me], "parameter %d: %lld elements here, %lld in the plan", p,
+               (long long)len, (long long)(displs[me + 1] - displs[me]));
+    /* the root gathers in place in whole; the others send from the staging buffer at their place */
+    float *buf = me == root ? whole : z->staging;
+    if (len) memcpy(buf + displs[me], mine, (size_t)len * sizeof(float));
+    dpt_comm_gatherv_f32(z->comm, buf, displs, root, what);
+    free(displs);
+}

@@ -40,6 +40,11 @@ int64_t dpt_zero_owned(const dpt_zero *z, int64_t *most);
  * collective per segment, through a staging buffer of the largest. */
 void dpt_zero_gather(dpt_zero *z, float *(*at)(int p, bool whole, void *user), void *user, int root, const char *what);
 
+/* Parameter p's array (a state tensor of it) on root alone: whole there (numel floats, this
+ * rank's elements already in place or not: they are copied from mine), mine (this rank's
+ * elements, NULL where none) sent from the others. A collective of every rank. */
+void dpt_zero_gather_one(dpt_zero *z, int p, float *whole, const float *mine, int root, const char *what);
+
 /* dpt_unscale_clip_grad_norm over elements [lo[i], hi[i]) of each gradient (what zero = 2
  * reduced on this rank), the sum of squares added over the ranks by sum(total, user) (optim/clip.c). */
 double dpt_unscale_clip_grad_norm_ranges(dpt_ctx *ctx, dpt_model *model, const int64_t *lo, const int64_t *hi,

@@ -162,12 +162,94 @@ static void test_adamw_changing_gradients(void **state)
     free_param(&o);
 }
 
+/* ZeRO (dpt_optim_shard): two optimizers that each step a complementary slice of every
+ * parameter (one slice empty, one parameter split inside), their slices merged after each
+ * step as the all-gather does, reach the unsharded optimizer's parameters bit for bit, and the
+ * state gathered whole (dpt_optim_state_whole through a gather callback) is its state. SGD with
+ * momentum and weight decay, AdamW without decay on 1-D parameters, Lion. */
+typedef struct two_shards {
+    dpt_optim *other;
+    const int64_t *lo[2], *hi[2];
+    int state; /* the state index asked for */
+} two_shards;
+
+static void gather_two(int param, float *whole, const float *mine, void *user)
+{
+    two_shards *g = user;
+    int nstate = dpt_optim_num_state(g->other) / 3;
+    int64_t lo0 = g->lo[0][param], n0 = g->hi[0][param] - lo0, lo1 = g->lo[1][param], n1 = g->hi[1][param] - lo1;
+    assert_non_null(whole);
+    if (n0) memcpy(whole + lo0, mine, (size_t)n0 * sizeof(float));
+    if (n1) memcpy(whole + lo1, dpt_optim_state_at(g->other, param * nstate + g->state)->data, (size_t)n1 * sizeof(float));
+}
+
+static void test_sharded_steps(void **state)
+{
+    (void)state;
+    const int64_t shapes[3][2] = {{35, 20}, {20, 1}, {13, 10}};
+    const int64_t lo0[3] = {0, 0, 0}, hi0[3] = {389, 0, 130}, lo1[3] = {389, 0, 130}, hi1[3] = {700, 20, 130};
+    for (int kind = 0; kind < 3; kind++) {
+        dpt_ctx *ctx = test_ctx(1, 1);
+        dpt_model *m[3];
+        dpt_optim *o[3];
+        for (int k = 0; k < 3; k++) {
+            m[k] = dpt_model_new(ctx, "m", NULL);
+            for (int p = 0; p < 3; p++) {
+                char name[16];
+                snprintf(name, sizeof name, "p%d", p);
+                dpt_tensor *t = shapes[p][1] == 1 ? dpt_model_param(m[k], name, 1, (int64_t[]){shapes[p][0]})
+                                                  : dpt_model_param(m[k], name, 2, shapes[p]);
+                for (int64_t i = 0; i < t->numel; i++)
+                    t->data[i] = sinf(0.1f * (float)i + (float)p);
+            }
+            if (kind == 0) o[k] = dpt_sgd_new(m[k], 0.05f, 0.9f, 0.0f, 0.01f, false);
+            else if (kind == 1) o[k] = dpt_adamw_new(m[k], 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f);
+            else o[k] = dpt_optim_new(m[k], "lion", (float[]){0.9f, 0.99f}, 0.001f, 0.1f);
+            if (kind == 1) dpt_optim_set_decay_1d(o[k], false);
+        }
+        dpt_optim_shard(o[1], lo0, hi0);
+        dpt_optim_shard(o[2], lo1, hi1);
+        assert_null(dpt_optim_state_at(o[1], 1 * (dpt_optim_num_state(o[1]) / 3))); /* p1: none of it here */
+        for (int step = 0; step < 5; step++) {
+            for (int k = 0; k < 3; k++) {
+                for (int p = 0; p < 3; p++) {
+                    dpt_tensor *t = dpt_model_param_at(m[k], p);
+                    for (int64_t i = 0; i < t->numel; i++)
+                        dpt_tensor_grad(t)->data[i] = cosf(0.37f * (float)i + (float)(step * 3 + p));
+                }
+                dpt_optim_step(ctx, o[k]);
+            }
+            for (int p = 0; p < 3; p++) { /* the all-gather: each shard's slice into the other */
+                float *a = dpt_model_param_at(m[1], p)->data, *b = dpt_model_param_at(m[2], p)->data;
+                memcpy(a + lo1[p], b + lo1[p], (size_t)(hi1[p] - lo1[p]) * sizeof(float));
+                memcpy(b + lo0[p], a + lo0[p], (size_t)(hi0[p] - lo0[p]) * sizeof(float));
+                for (int k = 1; k < 3; k++)
+                    assert_memory_equal(dpt_model_param_at(m[k], p)->data, dpt_model_param_at(m[0], p)->data,
+                                        (size_t)dpt_model_param_at(m[0], p)->numel * sizeof(float));
+            }
+        }
+        two_shards g = {.other = o[2], .lo = {lo0, lo1}, .hi = {hi0, hi1}};
+        dpt_optim_set_gather(o[1], gather_two, &g);
+        for (int i = 0; i < dpt_optim_num_state(o[0]); i++) {
+            g.state = i % (dpt_optim_num_state(o[0]) / 3);
+            dpt_tensor *whole = dpt_optim_state_whole(o[1], i, true), *want = dpt_optim_state_at(o[0], i);
+            assert_int_equal(dpt_tensor_numel(whole), dpt_tensor_numel(want));
+            assert_string_equal(whole->name, want->name);
+            assert_memory_equal(whole->data, want->data, (size_t)want->numel * sizeof(float));
+        }
+        for (int k = 0; k < 3; k++)
+            dpt_optim_free(o[k]), dpt_model_free(m[k]);
+        dpt_ctx_free(ctx);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd_momentum_literal),        cmocka_unit_test(test_sgd_nesterov_literal),
         cmocka_unit_test(test_sgd_decay_dampening_literal), cmocka_unit_test(test_adamw_literal),
         cmocka_unit_test(test_adamw_changing_gradients),    cmocka_unit_test(test_no_decay_on_1d),
+        cmocka_unit_test(test_sharded_steps),
     };
     return cmocka_run_group_tests_name("optim", tests, NULL, NULL);
 }

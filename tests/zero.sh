@@ -32,12 +32,13 @@ one=$($M -np 2 ./train "${base[@]}" "${sgd[@]}" --set checkpoint.dir="$tmp/zs1" 
 two=$($M -np 2 ./train "${base[@]}" "${sgd[@]}" --set checkpoint.dir="$tmp/zs2" --set distributed.zero=2 2>&1 | sha)
 [ -n "$plain" ] && [ "$one" = "$plain" ] && [ "$two" = "$plain" ]
 check "sgd with momentum, 2 ranks: zero = 1 and 2 bit-identical" $? "$one / $two vs $plain"
-dp=(--set distributed.devices=cpu:0,cpu:1)
+dp=(--set distributed.devices=cpu:0,cpu:1 --set checkpoint.every_steps=20)
 plain=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/pd" 2>&1 | sha)
 one=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/zd1" --set distributed.zero=1 2>&1 | sha)
 two=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/zd2" --set distributed.zero=2 2>&1 | sha)
-[ -n "$plain" ] && [ "$one" = "$plain" ] && [ "$two" = "$plain" ]
-check "DataParallel 2 x cpu: zero = 1 and 2 bit-identical" $? "$one / $two vs $plain"
+[ -n "$plain" ] && [ "$one" = "$plain" ] && [ "$two" = "$plain" ] &&
+    cmp -s <(./train --inspect "$tmp/pd/ckpt-step00000020.dpt" | sed 1d) <(./train --inspect "$tmp/zd2/ckpt-step00000020.dpt" | sed 1d)
+check "DataParallel 2 x cpu: zero = 1 and 2 bit-identical, zero = 2's checkpoint (the replicas' state gathered) the unsharded one's" $? "$one / $two vs $plain"
 
 # clipping under zero = 2: the global norm from the ranks' partial sums of squares (one small
 # AllReduce); it equals the whole gradient's to double rounding (printed to 6 digits: equal
