@@ -78,14 +78,25 @@ def img_s(name, steps, device, batch=None, bf16=False, channels_last=False):
     if device == "cuda": torch.cuda.synchronize()
     return batch * steps / (time.perf_counter() - t0), sum(p.numel() for p in model.parameters())
 
-def ddp_seconds(name, steps, batch, bucket_mb=25.0):
+ZERO_STATE = {}  # ddp_seconds with zero: the optimizer state this rank holds, MiB
+
+def ddp_seconds(name, steps, batch, bucket_mb=25.0, adamw=False, zero=False):
     """The timed part of a gloo DDP rank (the process group already joined): same model,
-    per-rank batch, SGD with momentum; two warm-up steps, then the ranks' summed seconds."""
+    per-rank batch, SGD with momentum (adamw: AdamW, lr 1e-3; zero: wrapped in
+    ZeroRedundancyOptimizer, each rank keeping its parameters' state); two warm-up steps, then
+    the ranks' summed seconds."""
     import torch.distributed as dist
     build, shape, classes, _ = MODELS[name]
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(build(), bucket_cap_mb=bucket_mb)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW if adamw else torch.optim.SGD,
+                                      lr=1e-3 if adamw else 0.01, **({} if adamw else {"momentum": 0.9}))
+    elif adamw:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(batch, *shape)
     y = torch.randint(0, classes, (batch,))
     loss_fn = nn.CrossEntropyLoss()
@@ -98,19 +109,22 @@ def ddp_seconds(name, steps, batch, bucket_mb=25.0):
         opt.step()
     t = torch.tensor([time.perf_counter() - t0])
     dist.all_reduce(t)
+    inner = opt.optim if zero else opt  # the state this rank holds
+    ZERO_STATE["mb"] = sum(v.numel() * v.element_size() for st in inner.state.values() for v in st.values()
+                           if torch.is_tensor(v) and v.dim() > 0) / 1048576
     return t.item()
 
-def ddp_worker(rank, world, name, steps, batch, threads, port, out):
+def ddp_worker(rank, world, name, steps, batch, threads, port, out, adamw=False, zero=False):
     """One gloo DDP rank (the peer of `mpirun -np 2 bench_step`): the ranks' mean step time
-    gives the global img/s."""
+    gives the global img/s (with rank 0's optimizer state, MiB)."""
     import os
     import torch.distributed as dist
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    seconds = ddp_seconds(name, steps, batch)
+    seconds = ddp_seconds(name, steps, batch, adamw=adamw, zero=zero)
     if rank == 0:
-        out.put(batch * world * steps / (seconds / world))
+        out.put((batch * world * steps / (seconds / world), ZERO_STATE["mb"]))
     dist.destroy_process_group()
 
 def ddp_env_main(name, steps, batch, threads, bucket_mb):
@@ -128,16 +142,18 @@ def ddp_env_main(name, steps, batch, threads, bucket_mb):
                           "step_ms": round(1e3 * seconds / world / steps, 3)}), flush=True)
     dist.destroy_process_group()
 
-def ddp_img_s(name, steps, batch, threads, world=2):
+def ddp_img_s(name, steps, batch, threads, world=2, adamw=False, zero=False, state=None):
     import random
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = random.randint(20000, 40000)
-    procs = [ctx.Process(target=ddp_worker, args=(r, world, name, steps, batch, threads, port, out)) for r in range(world)]
+    procs = [ctx.Process(target=ddp_worker, args=(r, world, name, steps, batch, threads, port, out, adamw, zero))
+             for r in range(world)]
     for p in procs: p.start()
-    rate = out.get()
+    rate, mb = out.get()
     for p in procs: p.join()
+    if state is not None: state["optim_state_mb"] = round(mb, 4)
     return rate
 
 def main():
@@ -158,6 +174,9 @@ def main():
                     help="one gloo DDP rank of --models (one model), RANK/WORLD_SIZE/MASTER_* from the environment "
                          "(scripts/netlab.sh each); rank 0 prints the mean step time")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="--env-ddp: DDP's bucket_cap_mb")
+    ap.add_argument("--adamw", action="store_true", help="--ddp: AdamW (lr 1e-3) instead of SGD with momentum")
+    ap.add_argument("--zero", action="store_true",
+                    help="--ddp: the optimizer in torch.distributed.optim.ZeroRedundancyOptimizer (ZeRO stage 1)")
     args = ap.parse_args()
     if args.env_ddp:
         ddp_env_main(args.models, args.steps or 20, args.batch or MODELS[args.models][3], args.threads, args.bucket_mb)
@@ -169,15 +188,17 @@ def main():
     if args.one:
         name = args.models
         batch = args.batch or MODELS[name][3]
+        extra = {}
         if args.ddp:
-            rate = ddp_img_s(name, args.steps, batch, args.threads, args.ddp)
+            rate = ddp_img_s(name, args.steps, batch, args.threads, args.ddp, args.adamw, args.zero, extra)
         else:
             torch.set_num_threads(args.threads)
             torch.manual_seed(0)
             rate, _ = img_s(name, args.steps, args.device, batch, args.bf16, args.channels_last)
         print(json.dumps({"bench": "torch_step", "model": name, "batch": batch, "threads": args.threads, "bf16": args.bf16,
                           "channels_last": args.channels_last,
-                          "ranks": max(args.ddp, 1), "torch": torch.__version__, "img_s": round(rate, 2)}))
+                          "ranks": max(args.ddp, 1), "torch": torch.__version__, "img_s": round(rate, 2),
+                          "adamw": args.adamw, "zero": args.zero, **extra}))
         return
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -23,6 +23,10 @@ if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import torch" 2>/dev/null; th
         $([ -n "${BENCH_FULL:-}" ] || echo --quick)
     echo "=== images_side_by_side.py (folder source vs torchvision ImageFolder + DataLoader)"
     /usr/bin/python3 bench/images_side_by_side.py --pairs 3
+    if command -v mpirun > /dev/null; then
+        echo "=== zero_side_by_side.py ([distributed] zero 0/1/2 vs PyTorch DDP and ZeroRedundancyOptimizer, 2 ranks, AdamW)"
+        /usr/bin/python3 bench/zero_side_by_side.py --pairs 3 $([ -n "${BENCH_FULL:-}" ] && echo --full)
+    fi
 else
     echo "=== side_by_side.py skipped: PyTorch not installed (apt-get install python3-torch)"
 fi
