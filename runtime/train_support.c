@@ -449,17 +449,10 @@ bool zero_shard(trainer *t, dpt_error *err)
     return true;
 }
 
-static float *param_range(int p, bool whole, void *user)
-{
-    trainer *t = user;
-    float *data = dpt_model_param_at(t->model, p)->data;
-    return whole ? data : data + dpt_zero_lo(t->zero)[p];
-}
-
 /* After the optimizer stepped this rank's ranges: every rank's, gathered. */
 void zero_sync_params(trainer *t)
 {
-    if (t->zero) dpt_zero_gather(t->zero, param_range, t, -1, "zero: the parameters after the step");
+    if (t->zero) dpt_zero_sync_params(t->zero, "zero: the parameters after the step");
 }
 
 /* The ranks that do not write a checkpoint: their parts of the state, in the writer's order. */

@@ -1,10 +1,12 @@
 /* zero.c: the shard plan of [distributed] zero and the all-gather that makes the ranks' ranges
- * whole again (zero.h). */
+ * whole again (zero.h). The parameters move into their segments (one buffer each, laid out as
+ * the plan says), so the all-gather after a step works in place: no copy in or out. */
 #include "zero.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctx.h"
 #include "error.h"
 #include "tensor.h"
 
@@ -19,8 +21,53 @@ struct dpt_zero {
     int64_t *offset_of, *segment_numel;
     int64_t *lo, *hi;  /* per parameter, this rank's elements */
     int64_t *displs;   /* per segment, size + 1 range starts */
-    float *staging;    /* the largest segment */
+    dpt_ctx *ctx;
+    float **segment;   /* per segment, the parameters' storage (NULL: they keep their own) */
+    size_t *granted;
+    float *staging;    /* what a collective sends or receives by copy (grown as needed) */
+    int64_t staging_floats;
 };
+
+static float *staging(dpt_zero *z, int64_t floats)
+{
+    if (floats > z->staging_floats) {
+        free(z->staging);
+        z->staging = calloc((size_t)floats, sizeof *z->staging);
+        if (!z->staging) dpt_fatal("out of host memory for ZeRO's buffer (%lld floats)", (long long)floats);
+        z->staging_floats = floats;
+    }
+    return z->staging;
+}
+
+/* Each parameter's storage moved to its place in its segment's buffer (values kept); not done
+ * when one shares its storage with another tensor (a view would keep the old one). */
+static void rehome_params(dpt_zero *z)
+{
+    for (int p = 0; p < z->nparams; p++) {
+        const dpt_tensor *t = dpt_model_param_at(z->model, p);
+        if (!t->storage || t->storage->refcount != 1 || t->data != t->storage->ptr || !dpt_tensor_is_contiguous(t))
+            return;
+    }
+    z->ctx = dpt_model_param_at(z->model, 0)->ctx;
+    z->segment = calloc((size_t)z->nsegments, sizeof *z->segment);
+    z->granted = calloc((size_t)z->nsegments, sizeof *z->granted);
+    if (!z->segment || !z->granted) dpt_fatal("out of host memory");
+    for (int s = 0; s < z->nsegments; s++) {
+        z->segment[s] = dpt_ctx_alloc(z->ctx, (size_t)z->segment_numel[s] * sizeof(float), &z->granted[s],
+                                      "ZeRO's parameter segments");
+        z->ctx->be->fill(z->ctx, z->segment[s], z->segment_numel[s], 0.0f); /* the gaps */
+    }
+    for (int p = 0; p < z->nparams; p++) {
+        dpt_tensor *t = dpt_model_param_at(z->model, p);
+        float *at = z->segment[z->segment_of[p]] + z->offset_of[p];
+        z->ctx->be->dev->copy_d2d(z->ctx, at, t->data, (size_t)t->numel * sizeof(float));
+        dpt_storage *own = calloc(1, sizeof *own);
+        if (!own) dpt_fatal("out of host memory");
+        own->ptr = at, own->refcount = 1; /* no allocator: the segment is zero's */
+        dpt_tensor_release(t);
+        t->storage = own, t->data = at;
+    }
+}
 
 void dpt_zero_range(int64_t n, int size, int q, int64_t *lo, int64_t *hi)
 {
@@ -78,14 +125,17 @@ dpt_zero *dpt_zero_new(dpt_model *model, dpt_comm *comm, const dpt_zero_layout *
         if (hi < lo) hi = lo = a;
         z->lo[p] = lo - a, z->hi[p] = hi - a;
     }
-    z->staging = calloc((size_t)most, sizeof *z->staging);
-    if (!z->staging) dpt_fatal("out of host memory for ZeRO's all-gather buffer (%lld floats)", (long long)most);
+    (void)most;
+    rehome_params(z);
     return z;
 }
 
 void dpt_zero_free(dpt_zero *z)
 {
     if (!z) return;
+    for (int s = 0; z->segment && s < z->nsegments; s++)
+        dpt_alloc_put(z->ctx->alloc, z->segment[s], z->granted[s]);
+    free(z->segment), free(z->granted);
     free(z->segment_of), free(z->offset_of), free(z->segment_numel);
     free(z->lo), free(z->hi), free(z->displs), free(z->staging);
     free(z);
@@ -120,25 +170,31 @@ int64_t dpt_zero_owned(const dpt_zero *z, int64_t *most)
     return mine;
 }
 
-void dpt_zero_gather(dpt_zero *z, float *(*at)(int p, bool whole, void *user), void *user, int root, const char *what)
+void dpt_zero_sync_params(dpt_zero *z, const char *what)
 {
     int size = z->comm->size;
-    bool receive = root < 0 || root == z->comm->rank;
     for (int s = 0; s < z->nsegments; s++) {
+        const int64_t *displs = z->displs + (size_t)s * (size_t)(size + 1);
+        if (z->segment) { /* in place */
+            dpt_comm_allgatherv_f32(z->comm, z->segment[s], displs, what);
+            continue;
+        }
+        float *buf = staging(z, z->segment_numel[s]);
         for (int p = 0; p < z->nparams; p++)
             if (z->segment_of[p] == s && z->hi[p] > z->lo[p])
-                memcpy(z->staging + z->offset_of[p] + z->lo[p], at(p, false, user),
+                memcpy(buf + z->offset_of[p] + z->lo[p], dpt_model_param_at(z->model, p)->data + z->lo[p],
                        (size_t)(z->hi[p] - z->lo[p]) * sizeof(float));
-        const int64_t *displs = z->displs + (size_t)s * (size_t)(size + 1);
-        if (root < 0)
-            dpt_comm_allgatherv_f32(z->comm, z->staging, displs, what);
-        else
-            dpt_comm_gatherv_f32(z->comm, z->staging, displs, root, what);
-        for (int p = 0; receive && p < z->nparams; p++)
+        dpt_comm_allgatherv_f32(z->comm, buf, displs, what);
+        for (int p = 0; p < z->nparams; p++)
             if (z->segment_of[p] == s)
-                memcpy(at(p, true, user), z->staging + z->offset_of[p],
+                memcpy(dpt_model_param_at(z->model, p)->data, buf + z->offset_of[p],
                        (size_t)dpt_model_param_at(z->model, p)->numel * sizeof(float));
     }
+}
+
+bool dpt_zero_in_place(const dpt_zero *z)
+{
+    return z->segment != NULL;
 }
 
 void dpt_zero_gather_one(dpt_zero *z, int p, float *whole, const float *mine, int root, const char *what)
@@ -157,7 +213,7 @@ void dpt_zero_gather_one(dpt_zero *z, int p, float *whole, const float *mine, in
     DPT_ASSERT(len == displs[me + 1] - displs[me], "parameter %d: %lld elements here, %lld in the plan", p,
                (long long)len, (long long)(displs[me + 1] - displs[me]));
     /* the root gathers in place in whole; the others send from the staging buffer at their place */
-    float *buf = me == root ? whole : z->staging;
+    float *buf = me == root ? whole : staging(z, numel);
     if (len) memcpy(buf + displs[me], mine, (size_t)len * sizeof(float));
     dpt_comm_gatherv_f32(z->comm, buf, displs, root, what);
     free(displs);

@@ -26,7 +26,9 @@ typedef struct dpt_zero dpt_zero;
 void dpt_zero_range(int64_t n, int size, int q, int64_t *lo, int64_t *hi);
 
 /* The plan over comm's ranks for the model's parameters: layout's segments, or (NULL) its own
- * (the parameters in order, segments of at most 16 MiB). */
+ * (the parameters in order, segments of at most 16 MiB); the parameters' storage moves into
+ * the segments (values kept, the tensors the same: call it before anything keeps a parameter's
+ * data pointer). */
 dpt_zero *dpt_zero_new(dpt_model *model, dpt_comm *comm, const dpt_zero_layout *layout);
 void dpt_zero_free(dpt_zero *z);
 /* Per parameter, the elements this rank steps: [lo[p], hi[p]) (lo == hi: none). */
@@ -34,11 +36,11 @@ const int64_t *dpt_zero_lo(const dpt_zero *z);
 const int64_t *dpt_zero_hi(const dpt_zero *z);
 /* Elements this rank steps, and the most any rank steps. */
 int64_t dpt_zero_owned(const dpt_zero *z, int64_t *most);
-/* A parameter-sized array whole on every rank (root < 0) or on root only, from each rank's
- * ranges: at(p, whole, user) is parameter p's array here (whole: all numel floats, asked on the
- * ranks that receive) or this rank's elements of it ([lo[p], hi[p]) back to back). One
- * collective per segment, through a staging buffer of the largest. */
-void dpt_zero_gather(dpt_zero *z, float *(*at)(int p, bool whole, void *user), void *user, int root, const char *what);
+/* After a step: every rank's ranges of the parameters on every rank, one all-gather per
+ * segment, in place (the parameters live in the segments' buffers since dpt_zero_new, unless
+ * one shared its storage with another tensor: then through a copy). */
+void dpt_zero_sync_params(dpt_zero *z, const char *what);
+bool dpt_zero_in_place(const dpt_zero *z);
 
 /* Parameter p's array (a state tensor of it) on root alone: whole there (numel floats, this
  * rank's elements already in place or not: they are copied from mine), mine (this rank's
