@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""zero_side_by_side.py: [distributed] zero = 0, 1 and 2 on 2 ranks against PyTorch's DDP and
+"""zero_side_by_side.py: [distributed] zero = 0, 1 and 2 on 2 ranks (--ranks N) against PyTorch's DDP and
 its ZeroRedundancyOptimizer (gloo), turn by turn in one run.
 
 The same model as bench/peer_pytorch.py (MLP 784-256-256-10, the 2-stage CNN, ResNet-20; with
@@ -10,13 +10,14 @@ time is the median of its metrics windows after the first ([log] metrics, step_m
 its timed steps' mean after two warm-up steps. Rank 0's optimizer state (MiB) is what each
 holds: dptrain's allocator (optim_state_mb), PyTorch's optimizer.state tensors. Prints a table
 and one JSON line per model.
-    /usr/bin/python3 bench/zero_side_by_side.py [--pairs 3] [--only mlp] [--full]
+    /usr/bin/python3 bench/zero_side_by_side.py [--pairs 3] [--only mlp] [--full] [--ranks 4]
 Debian: python3-torch (run with /usr/bin/python3), mpirun."""
 import argparse, json, os, statistics, subprocess, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np", "2"]
+MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np"]
+RANKS = 2
 
 # model: (config, --set of the shape, per-rank batch, steps, metrics interval)
 CASES = {
@@ -34,11 +35,11 @@ def ours(model, zero, tmp):
     if os.path.exists(metrics): os.remove(metrics)
     sets = shape + [f"train.batch={batch}", "train.global_batch=0", "train.threads=1", f"train.max_steps={steps}",
                     "data.source=synthetic", "data.synthetic_classes=10" if model != "resnet50" else
-                    "data.synthetic_classes=1000", f"data.synthetic_samples={batch * 2 * (steps + 2)}",
+                    "data.synthetic_classes=1000", f"data.synthetic_samples={batch * RANKS * (steps + 2)}",
                     "optim.name=adamw", "optim.lr=0.001", "optim.weight_decay=0.01", "optim.schedule=constant",
                     f"log.interval={interval}", f"log.metrics={metrics}", f"checkpoint.dir={tmp}/ckpt-{model}-{zero}",
                     "checkpoint.every_epochs=0", f"distributed.zero={zero}", "train.epochs=1"]
-    cmd = MPIRUN + ["./train", config] + [a for s in sets for a in ("--set", s)]
+    cmd = MPIRUN + [str(RANKS), "./train", config] + [a for s in sets for a in ("--set", s)]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     rows = [json.loads(l) for l in open(metrics) if '"kind":"train"' in l] if os.path.exists(metrics) else []
     if out.returncode != 0 or len(rows) < 3:
@@ -50,13 +51,13 @@ def ours(model, zero, tmp):
 def theirs(model, zero):
     _, _, batch, steps, _ = CASES[model]
     cmd = ["/usr/bin/python3", os.path.join(HERE, "peer_pytorch.py"), "--one", "--models", model, "--batch",
-           str(batch), "--threads", "1", "--steps", str(steps), "--ddp", "2", "--adamw"] + (["--zero"] if zero else [])
+           str(batch), "--threads", "1", "--steps", str(steps), "--ddp", str(RANKS), "--adamw"] + (["--zero"] if zero else [])
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
                          timeout=1800)
     for line in out.stdout.splitlines():
         if line.startswith("{"):
             j = json.loads(line)
-            return {"step_ms": 1e3 * batch * 2 / j["img_s"], "optim_state_mb": j["optim_state_mb"]}
+            return {"step_ms": 1e3 * batch * RANKS / j["img_s"], "optim_state_mb": j["optim_state_mb"]}
     raise RuntimeError(f"{' '.join(cmd)} gave no result:\n{out.stdout}\n{out.stderr}")
 
 
@@ -65,10 +66,13 @@ def main():
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--only", help="comma-separated models (mlp,cnn,resnet20,resnet50)")
     ap.add_argument("--full", action="store_true", help="ResNet-50 too (minutes)")
+    ap.add_argument("--ranks", type=int, default=2, help="ranks on this machine (more than its cores: memory only)")
     args = ap.parse_args()
+    global RANKS
+    RANKS = args.ranks
     models = args.only.split(",") if args.only else ["mlp", "cnn", "resnet20"] + (["resnet50"] if args.full else [])
     who = ["zero0", "zero1", "zero2", "torch_ddp", "torch_zero"]
-    print("2 ranks x 1 thread, AdamW; step ms (median over pairs) and rank 0's optimizer state")
+    print(f"{RANKS} ranks x 1 thread, AdamW; step ms (median over pairs) and rank 0's optimizer state")
     print(f"{'model':9} {'zero 0':>8} {'zero 1':>8} {'zero 2':>8} {'torch':>8} {'torch ZeRO':>10} "
           f"{'z1/z0':>6} {'z2/z0':>6} {'z2/tZ':>6} {'state z0/z1/z2 MiB':>21} {'torch/ZeRO MiB':>15}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,7 +90,7 @@ def main():
                   f"{med['torch_zero']:10.2f} {statistics.median(r10):6.3f} {statistics.median(r20):6.3f} "
                   f"{statistics.median(r2t):6.3f} {state['zero0']:7.3f}/{state['zero1']:.3f}/{state['zero2']:.3f} "
                   f"{state['torch_ddp']:7.3f}/{state['torch_zero']:.3f}")
-            print(json.dumps({"bench": "zero_side_by_side", "model": model, "ranks": 2, "threads": 1,
+            print(json.dumps({"bench": "zero_side_by_side", "model": model, "ranks": RANKS, "threads": 1,
                               "batch": CASES[model][2], "pairs": args.pairs,
                               "step_ms": {w: [round(r["step_ms"], 3) for r in got[w]] for w in who},
                               "median_ms": {w: round(v, 3) for w, v in med.items()},

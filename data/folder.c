@@ -493,6 +493,52 @@ bool dpt_folder_open(const dpt_folder_options *opt, dpt_dataset **train, dpt_dat
     return true;
 }
 
+bool dpt_folder_open_input(const char *path, const dpt_dataset *like, dpt_dataset **out, dpt_error *err)
+{
+    *out = NULL;
+    const char *hint = "HINT: --input takes a folder of .jpg, .jpeg or .png files (its subfolders too) or one such file";
+    if (!like->files)
+        return dpt_errorf(err, "--input %s: the images are made as the config's data set makes its samples, and its "
+                               "[data] source (%s) reads no image files\nHINT: --input needs [data] source = folder "
+                               "(the training config's); for other data, --set data.* names another labelled set",
+                          path, like->name);
+    struct stat st;
+    if (stat(path, &st) != 0) return dpt_errorf(err, "--input %s: %s\n%s", path, strerror(errno), hint);
+    if (strlen(path) >= sizeof like->files->root - 16)
+        return dpt_errorf(err, "--input %.200s...: a path of %zu bytes is too long\nHINT: a shorter path (a link)", path,
+                          strlen(path));
+    listing l;
+    memset(&l, 0, sizeof l);
+    char root[4096];
+    snprintf(root, sizeof root, "%s", path);
+    if (S_ISDIR(st.st_mode)) {
+        if (!walk(root, ".", 0, 0, &l, err)) {
+            listing_free(&l);
+            return false;
+        }
+        for (int64_t i = 0; i < l.n; i++) /* "./a/x.jpg" -> "a/x.jpg" */
+            memmove(l.files[i], l.files[i] + 2, strlen(l.files[i] + 2) + 1);
+    } else if (S_ISREG(st.st_mode) && image_name(path)) {
+        char *slash = strrchr(root, '/');
+        if (slash) *slash = '\0';
+        add_file(&l, slash ? slash + 1 : path, 0);
+        if (!slash) snprintf(root, sizeof root, ".");
+    } else {
+        return dpt_errorf(err, "--input %s: neither a folder nor a .jpg, .jpeg or .png file\n%s", path, hint);
+    }
+    if (!l.n) {
+        listing_free(&l);
+        return dpt_errorf(err, "--input %s: no .jpg, .jpeg or .png file in it or its subfolders\n%s", path, hint);
+    }
+    const struct dpt_image_files *lf = like->files;
+    *out = make_set(root, &l, lf->classes, lf->nclasses, NULL, &lf->view, "walked for --input");
+    (*out)->files->unlabelled = true; /* the classes are like's: not freed with this set */
+    (*out)->num_classes = like->num_classes, (*out)->c = like->c, (*out)->h = like->h, (*out)->w = like->w;
+    (*out)->task = like->task;
+    listing_free(&l);
+    return true;
+}
+
 void dpt_image_files_free(struct dpt_image_files *f)
 {
     if (!f) return;

@@ -20,6 +20,7 @@ struct dpt_image_files {
     uint64_t list_hash;    /* FNV-1a of the names and labels: every rank must have the same */
     char list_note[4400];  /* how the file list was had: "scanned", "cached in ..." */
     dpt_image_view view;   /* how a sample is made */
+    bool unlabelled;       /* --predict --input: files without a class (every label 0) */
 };
 
 typedef struct dpt_folder_options {
@@ -31,6 +32,11 @@ typedef struct dpt_folder_options {
 /* Open dir/train and dir/val; the validation classes must be among the training ones (their
  * numbers are the training set's). False with err naming the folder and a HINT. */
 bool dpt_folder_open(const dpt_folder_options *opt, dpt_dataset **train, dpt_dataset **test, dpt_error *err);
+
+/* ./train CONFIG --predict CKPT --input PATH: the .jpg/.jpeg/.png files under PATH (a folder,
+ * walked recursively in sorted order as a class folder is, or one file), made as `like`'s
+ * samples are (a folder set's evaluation view) and named by its classes, without labels. */
+bool dpt_folder_open_input(const char *path, const dpt_dataset *like, dpt_dataset **out, dpt_error *err);
 
 void dpt_image_files_free(struct dpt_image_files *f);
 

@@ -1,5 +1,6 @@
-/* predict.c: ./train CONFIG --predict CKPT [--out FILE] [--top-k K]: the checkpoint's model over
- * the config's test set (--set data.* names another), in order, one CSV row a sample. A
+/* predict.c: ./train CONFIG --predict CKPT [--out FILE] [--top-k K] [--input PATH]: the checkpoint's
+ * model over the config's test set (--set data.* names another; --input a folder or file of
+ * images without labels, the label column then empty), in order, one CSV row a sample. A
  * classifier's row has the sample's index, its name where the data has one (a folder's
  * relative path), its label, and the K most likely classes with their softmax probabilities,
  * most likely first (a language model: the next token after the sequence, against the
@@ -12,6 +13,7 @@
 #include "dpt.h"
 #include "error.h"
 #include "predict.h"
+#include "../data/folder.h"
 
 /* A CSV field: the text as it is, or quoted (quotes doubled) when it holds a comma, a quote or
  * a line break. */
@@ -59,6 +61,7 @@ bool dpt_predict_run(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader, const d
     dpt_task task;
     if (!dpt_task_resolve(model, ds, &task, err)) return false;
     bool classifier = !strcmp(task.loss, "cross_entropy");
+    bool unlabelled = ds->files && ds->files->unlabelled; /* --input */
     dpt_atomic_file af;
     if (!dpt_atomic_file_open(&af, o->out, err)) return false;
     FILE *f = af.f;
@@ -118,7 +121,7 @@ bool dpt_predict_run(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader, const d
             if (name) fputc(',', f), csv_field(f, name);
             if (classifier) {
                 fputc(',', f);
-                class_field(f, ds, labels[b * per + per - 1]);
+                if (!unlabelled) class_field(f, ds, labels[b * per + per - 1]); /* --input: empty */
                 top_k(host + b * n, n, k, idx);
                 for (int j = 0; j < k; j++) {
                     fputc(',', f);

@@ -564,7 +564,9 @@ static void usage(FILE *out)
         "  --predict CKPT           write the checkpoint's predictions over the test set (--set data.*\n"
         "                           for another) as CSV and exit: per sample its index, name, label and\n"
         "                           the --top-k K (5) most likely classes with their probabilities (a\n"
-        "                           language model: the next token); --out FILE (predictions.csv)\n"
+        "                           language model: the next token); --out FILE (predictions.csv);\n"
+        "                           --input PATH: a folder (its subfolders too) or one .jpg/.png\n"
+        "                           file instead, without labels ([data] source = folder's transform)\n"
         "  --config-reference       print every section and key as Markdown\n"
         "  --env                    print CUDA/cuDNN/NCCL/MPI versions, the GPUs and the world, and exit\n"
         "  --version                print the version\n"
@@ -636,18 +638,20 @@ static int parse_cli(int argc, char **argv, cli *args)
                 return 2;
             }
             args->eval = args->resume = v;
-        } else if (is_flag(a, "--predict") || is_flag(a, "--out")) {
-            bool predict = is_flag(a, "--predict");
-            const char *v = flag_value(argc, argv, &i, predict ? "--predict" : "--out");
+        } else if (is_flag(a, "--predict") || is_flag(a, "--out") || is_flag(a, "--input")) {
+            const char *flag = is_flag(a, "--predict") ? "--predict" : is_flag(a, "--out") ? "--out" : "--input";
+            const char *v = flag_value(argc, argv, &i, flag);
             if (!v || !*v) {
                 fprintf(stderr, "error: %s needs a value\nHINT: ./train CONFIG --predict CKPT [--out FILE.csv] "
-                                "[--top-k K]\n", predict ? "--predict" : "--out");
+                                "[--top-k K] [--input FOLDER_OR_IMAGE]\n", flag);
                 return 2;
             }
-            if (predict)
+            if (flag[2] == 'p')
                 args->predict = args->resume = v;
-            else
+            else if (flag[2] == 'o')
                 args->predict_out = v;
+            else
+                args->predict_input = v;
         } else if (!strcmp(a, "--export")) {
             if (i + 3 >= argc || argv[i + 1][0] == '-' || argv[i + 2][0] == '-' || argv[i + 3][0] == '-') {
                 fprintf(stderr, "error: --export needs FORMAT CKPT OUT\nHINT: ./train --export safetensors "
@@ -744,6 +748,11 @@ static int parse_cli(int argc, char **argv, cli *args)
         } else {
             args->config_path = a;
         }
+    }
+    if (args->predict_input && !args->predict) {
+        fprintf(stderr, "error: --input names the images --predict reads instead of the test set: it goes with "
+                        "--predict\nHINT: ./train CONFIG --predict CKPT --input FOLDER_OR_IMAGE [--out FILE.csv]\n");
+        return 2;
     }
     if (args->ema && !args->eval && !args->predict && !args->sample && !args->export_format) {
         fprintf(stderr, "error: --ema chooses the weight averages a checkpoint holds: it goes with --eval, --predict, "

@@ -39,6 +39,7 @@ typedef struct cli {
     bool sample_no_cache; /* --no-kv-cache */
     const char *predict;     /* --predict CKPT: the test set's predictions as CSV (resume is CKPT too) */
     const char *predict_out; /* --out FILE */
+    const char *predict_input; /* --input PATH: images without labels instead of the test set */
     bool ema;                /* --ema: --eval, --predict, --sample with the checkpoint's weight averages */
     int argc;           /* the command line as given, for the command that resumes this run */
     char **argv;

@@ -4,8 +4,10 @@
 # rows whose top class is the label equals --eval's accuracy for the same checkpoint; with
 # --top-k 0 every class, probabilities falling and summing to 1. On an image folder: each row
 # names its file, the labels and classes by the folder's names, and a row's label is its file's
-# class folder. A regression's rows give --eval's test loss as their mean squared error. Under
-# mpirun -np 2 it is refused, saying why.
+# class folder; --input, the same images copied without class folders (renamed, nested), gives
+# each its labelled row's classes and probabilities with an empty label. A regression's rows
+# give --eval's test loss as their mean squared error. Under mpirun -np 2 it is refused, saying
+# why.
 cd "$(dirname "$0")/.."
 . tests/common.sh
 mlp=(configs/fmnist_mlp.ini --set data.train_limit=3000 --set data.test_limit=700 --set train.epochs=1
@@ -53,7 +55,44 @@ if ./train --config-reference 2>/dev/null | grep -q 'folder'; then
     [ "$(head -1 "$tmp/img.csv")" = "index,name,label,top1,p1,top2,p2" ] && [ "$(wc -l < "$tmp/img.csv")" -eq 31 ] &&
         tail -n +2 "$tmp/img.csv" | awk -F, '{ split($2, part, "/"); if (part[1] != $3 || $4 !~ /^[0-9][0-9]_/) { print; exit 1 } }'
     check "folder rows: each file's name, its class folder as the label, classes by name" $? "$(head -3 "$tmp/img.csv")"
+
+    # --input: the validation images copied without their class folders (renamed, nested, beside
+    # a file that is no image) give each image the labelled run's probabilities, no label
+    mkdir -p "$tmp/in/deep/er"
+    echo "not an image" > "$tmp/in/notes.txt"
+    k=0
+    for f in $(cd "$tmp/img/val" && ls */*); do
+        k=$((k + 1)); [ $((k % 2)) -eq 0 ] && to="deep/er/img$k.${f##*.}" || to="img$k.${f##*.}"
+        cp "$tmp/img/val/$f" "$tmp/in/$to"
+        echo "$f $to" >> "$tmp/in.map"
+    done
+    ./train "${img[@]}" --predict latest --top-k 2 --input "$tmp/in" --out "$tmp/in.csv" > "$tmp/in.log" 2>&1; rc=$?
+    same=0
+    while read -r from to; do
+        a=$(grep ",$from," "$tmp/img.csv" | cut -d, -f4-) b=$(grep ",$to," "$tmp/in.csv" | cut -d, -f4-)
+        [ -n "$a" ] && [ "$a" = "$b" ] && [ -z "$(grep ",$to," "$tmp/in.csv" | cut -d, -f3)" ] || same=1
+    done < "$tmp/in.map"
+    [ $rc -eq 0 ] && [ $same -eq 0 ] && [ "$(head -1 "$tmp/in.csv")" = "index,name,label,top1,p1,top2,p2" ] &&
+        [ "$(wc -l < "$tmp/in.csv")" -eq $((k + 1)) ] && grep -q "deep/er/img2\." "$tmp/in.csv"
+    check "--input FOLDER: $k unlabelled images (nested, renamed) get the labelled run's classes and probabilities, no label" $? \
+        "exit $rc, same $same: $(head -3 "$tmp/in.csv"; tail -2 "$tmp/in.log")"
+    one=$(sed -n 1p "$tmp/in.map")
+    ./train "${img[@]}" --predict latest --top-k 2 --input "$tmp/in/${one#* }" --out "$tmp/one.csv" > /dev/null 2>&1
+    [ "$(wc -l < "$tmp/one.csv")" -eq 2 ] &&
+        [ "$(tail -1 "$tmp/one.csv" | cut -d, -f4-)" = "$(grep ",${one% *}," "$tmp/img.csv" | cut -d, -f4-)" ]
+    check "--input one image: one row, its probabilities" $? "$(cat "$tmp/one.csv")"
+    for bad in "$tmp/nothing-here" "$tmp/in/notes.txt"; do
+        ./train "${img[@]}" --predict latest --input "$bad" --out "$tmp/bad.csv" > "$tmp/bad.log" 2>&1
+        [ $? -ne 0 ] && grep -q "^error: --input $bad" "$tmp/bad.log" && grep -q HINT "$tmp/bad.log" && [ ! -e "$tmp/bad.csv" ]
+        check "--input $(basename "$bad"): refused, naming it" $? "$(cat "$tmp/bad.log")"
+    done
 fi
+./train "${mlp[@]}" --predict latest --input "$tmp" --out "$tmp/bad.csv" > "$tmp/bad.log" 2>&1
+[ $? -ne 0 ] && grep -q "source = folder" "$tmp/bad.log" && [ ! -e "$tmp/bad.csv" ]
+check "--input under a config whose data are not image files: refused" $? "$(cat "$tmp/bad.log")"
+./train "${mlp[@]}" --input "$tmp" > "$tmp/bad.log" 2>&1
+[ $? -eq 2 ] && grep -q "goes with --predict" "$tmp/bad.log"
+check "--input without --predict: a usage error" $? "$(cat "$tmp/bad.log")"
 
 # a regression: the targets and the model's values; their mean squared error is --eval's test loss
 reg=(configs/regression_mlp.ini --set train.epochs=1 --set data.test_limit=300 --set checkpoint.dir="$tmp/rg")
