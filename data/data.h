@@ -8,6 +8,16 @@
  * naming the file and a HINT. */
 bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err);
 
+/* ./train CONFIG --predict CKPT --input PATH: samples without labels made as `like`'s (the
+ * config's test set): a folder set's images under PATH (a folder, recursively, or one file), an
+ * IDX set's images in the IDX file PATH; false with err naming PATH (or the source that takes
+ * no --input) and a HINT. */
+bool dpt_data_open_input(const dpt_config *cfg, const char *path, const dpt_dataset *like, dpt_dataset **out,
+                         dpt_error *err);
+
+/* The two --input readers (folder.c keeps its own in folder.h). */
+bool dpt_idx_open_input(const char *path, const dpt_dataset *like, dpt_dataset **out, dpt_error *err);
+
 /* dir/file, or file when it is absolute or dir is empty. */
 char *dpt_data_join(const char *dir, const char *file); /* dir/file, or file when absolute (free it) */
 /* [data] dir must be a folder; err ends with this HINT otherwise. */

@@ -497,11 +497,7 @@ bool dpt_folder_open_input(const char *path, const dpt_dataset *like, dpt_datase
 {
     *out = NULL;
     const char *hint = "HINT: --input takes a folder of .jpg, .jpeg or .png files (its subfolders too) or one such file";
-    if (!like->files)
-        return dpt_errorf(err, "--input %s: the images are made as the config's data set makes its samples, and its "
-                               "[data] source (%s) reads no image files\nHINT: --input needs [data] source = folder "
-                               "(the training config's); for other data, --set data.* names another labelled set",
-                          path, like->name);
+    DPT_ASSERT(like->files, "--input %s: a folder set's input asked of %s", path, like->name);
     struct stat st;
     if (stat(path, &st) != 0) return dpt_errorf(err, "--input %s: %s\n%s", path, strerror(errno), hint);
     if (strlen(path) >= sizeof like->files->root - 16)
@@ -531,8 +527,9 @@ bool dpt_folder_open_input(const char *path, const dpt_dataset *like, dpt_datase
         return dpt_errorf(err, "--input %s: no .jpg, .jpeg or .png file in it or its subfolders\n%s", path, hint);
     }
     const struct dpt_image_files *lf = like->files;
+    /* the classes are like's (not freed with this set); every label 0 */
     *out = make_set(root, &l, lf->classes, lf->nclasses, NULL, &lf->view, "walked for --input");
-    (*out)->files->unlabelled = true; /* the classes are like's: not freed with this set */
+    (*out)->unlabelled = true;
     (*out)->num_classes = like->num_classes, (*out)->c = like->c, (*out)->h = like->h, (*out)->w = like->w;
     (*out)->task = like->task;
     listing_free(&l);

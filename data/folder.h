@@ -20,7 +20,6 @@ struct dpt_image_files {
     uint64_t list_hash;    /* FNV-1a of the names and labels: every rank must have the same */
     char list_note[4400];  /* how the file list was had: "scanned", "cached in ..." */
     dpt_image_view view;   /* how a sample is made */
-    bool unlabelled;       /* --predict --input: files without a class (every label 0) */
 };
 
 typedef struct dpt_folder_options {

@@ -211,6 +211,36 @@ fail:
 
 /* ---------------------------------------------------------------- [data] source = idx */
 
+bool dpt_idx_open_input(const char *path, const dpt_dataset *like, dpt_dataset **out, dpt_error *err)
+{
+    idx_file images;
+    *out = NULL;
+    if (!idx_read(path, 3, &images, err)) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return dpt_errorf(err, "--input: %s\nHINT: --input takes an IDX image file (magic 0x803, as "
+                               "t10k-images-idx3-ubyte.gz) for this config's idx data",
+                          msg);
+    }
+    if (images.dims[1] != like->h || images.dims[2] != like->w) {
+        free(images.data);
+        return dpt_errorf(err, "--input %s: images of %lld x %lld, and the model reads %lld x %lld (its data's)\n"
+                               "HINT: the images must have the training images' size",
+                          path, (long long)images.dims[1], (long long)images.dims[2], (long long)like->h,
+                          (long long)like->w);
+    }
+    dpt_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) dpt_fatal("out of host memory for a dataset");
+    ds->n = images.dims[0], ds->c = 1, ds->h = images.dims[1], ds->w = images.dims[2];
+    ds->images = images.data;
+    ds->labels = calloc((size_t)ds->n + 1, sizeof *ds->labels); /* no labels: 0 for the loader */
+    if (!ds->labels) dpt_fatal("out of host memory for labels");
+    ds->num_classes = like->num_classes, ds->task = like->task, ds->unlabelled = true;
+    snprintf(ds->name, sizeof ds->name, "idx");
+    *out = ds;
+    return true;
+}
+
 static bool idx_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
 {
     if (!dpt_data_require_dir(cfg,

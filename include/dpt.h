@@ -771,6 +771,7 @@ typedef struct dpt_dataset {
     void *source;                      /* the source's own state, given to free_source */
     void (*free_source)(void *source);
     dpt_task task; /* the data's defaults (images: cross_entropy, accuracy, "img") */
+    bool unlabelled; /* samples without labels (--predict --input): every label is 0 */
 } dpt_dataset;
 
 /* The fields of a data set (its own, or an image set's "image" and "label"); returns the count. */

@@ -600,12 +600,14 @@ static _Noreturn void report_timeout(dpt_ddp *d)
                                  (long long)e->numel, e->end_s ? "done" : "IN FLIGHT");
         if (used >= sizeof recent) break;
     }
-    const char *where = d->reduced < d->launched ? "in AllReduce" : "waiting for gradients (not launched)";
-    dpt_abort_job("rank %d of %d: collective timed out after %.0f s: allreduce of bucket %d of %d, "
+    const char *where = d->reduced < d->launched ? (d->opt.reduce_scatter ? "in the reduce-scatter" : "in AllReduce")
+                                                 : "waiting for gradients (not launched)";
+    dpt_abort_job("rank %d of %d: collective timed out after %.0f s: %s of bucket %d of %d, "
                   "step %lld, %s\nrecent collectives on this rank:%s\n"
                   "HINT: another rank stopped or is much slower; raise [distributed] comm_timeout_s "
                   "if steps are legitimately this slow",
-                  d->comm->rank, d->comm->size, d->opt.timeout_s, d->reduced, d->nbuckets, (long long)step_label(d, d->step),
+                  d->comm->rank, d->comm->size, d->opt.timeout_s, d->opt.reduce_scatter ? "reduce-scatter" : "allreduce",
+                  d->reduced, d->nbuckets, (long long)step_label(d, d->step),
                   where, recent);
 }
 

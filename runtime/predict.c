@@ -1,6 +1,6 @@
 /* predict.c: ./train CONFIG --predict CKPT [--out FILE] [--top-k K] [--input PATH]: the checkpoint's
- * model over the config's test set (--set data.* names another; --input a folder or file of
- * images without labels, the label column then empty), in order, one CSV row a sample. A
+ * model over the config's test set (--set data.* names another; --input images without
+ * labels, a folder's or an IDX file's, the label column then empty), in order, one CSV row a sample. A
  * classifier's row has the sample's index, its name where the data has one (a folder's
  * relative path), its label, and the K most likely classes with their softmax probabilities,
  * most likely first (a language model: the next token after the sequence, against the
@@ -13,7 +13,6 @@
 #include "dpt.h"
 #include "error.h"
 #include "predict.h"
-#include "../data/folder.h"
 
 /* A CSV field: the text as it is, or quoted (quotes doubled) when it holds a comma, a quote or
  * a line break. */
@@ -61,7 +60,7 @@ bool dpt_predict_run(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader, const d
     dpt_task task;
     if (!dpt_task_resolve(model, ds, &task, err)) return false;
     bool classifier = !strcmp(task.loss, "cross_entropy");
-    bool unlabelled = ds->files && ds->files->unlabelled; /* --input */
+    bool unlabelled = ds->unlabelled; /* --input */
     dpt_atomic_file af;
     if (!dpt_atomic_file_open(&af, o->out, err)) return false;
     FILE *f = af.f;

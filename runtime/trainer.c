@@ -15,7 +15,7 @@
 #include "error.h"
 #include "reducer.h"
 #include "predict.h"
-#include "../data/folder.h"
+#include "../data/data.h"
 #include "sample.h"
 
 static bool trainer_open(trainer *t, replica *r, dpt_error *err);
@@ -353,7 +353,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto fail;
     if (r->args->predict_input) { /* --predict --input: these images, made as the test set's */
         dpt_dataset *input;
-        if (!dpt_folder_open_input(r->args->predict_input, t->test_set, &input, err)) goto fail;
+        if (!dpt_data_open_input(run->ini, r->args->predict_input, t->test_set, &input, err)) goto fail;
         dpt_dataset_free(t->test_set);
         t->test_set = input;
     }

@@ -5,7 +5,8 @@
 # --top-k 0 every class, probabilities falling and summing to 1. On an image folder: each row
 # names its file, the labels and classes by the folder's names, and a row's label is its file's
 # class folder; --input, the same images copied without class folders (renamed, nested), gives
-# each its labelled row's classes and probabilities with an empty label. A regression's rows
+# each its labelled row's classes and probabilities with an empty label, as does the IDX test
+# image file alone for the Fashion-MNIST model. A regression's rows
 # give --eval's test loss as their mean squared error. Under mpirun -np 2 it is refused, saying
 # why.
 cd "$(dirname "$0")/.."
@@ -87,9 +88,15 @@ if ./train --config-reference 2>/dev/null | grep -q 'folder'; then
         check "--input $(basename "$bad"): refused, naming it" $? "$(cat "$tmp/bad.log")"
     done
 fi
-./train "${mlp[@]}" --predict latest --input "$tmp" --out "$tmp/bad.csv" > "$tmp/bad.log" 2>&1
-[ $? -ne 0 ] && grep -q "source = folder" "$tmp/bad.log" && [ ! -e "$tmp/bad.csv" ]
-check "--input under a config whose data are not image files: refused" $? "$(cat "$tmp/bad.log")"
+# --input of an IDX model: the test set's image file alone, all 10000 images, without labels;
+# the first 700 rows are the labelled run's (p.csv) but for the empty label
+./train "${mlp[@]}" --predict latest --input "$dir/t10k-images-idx3-ubyte.gz" --out "$tmp/idx.csv" > "$tmp/idx.log" 2>&1
+[ $? -eq 0 ] && [ "$(wc -l < "$tmp/idx.csv")" -eq 10001 ] && [ -z "$(tail -n +2 "$tmp/idx.csv" | cut -d, -f2 | sort -u)" ] &&
+    cmp -s <(sed -n 2,701p "$tmp/idx.csv" | cut -d, -f1,3-) <(tail -n +2 "$tmp/p.csv" | cut -d, -f1,3-)
+check "--input an IDX image file: 10000 rows without labels, the first 700 the labelled run's" $? "$(tail -2 "$tmp/idx.log"; sed -n 2,3p "$tmp/idx.csv")"
+./train "${mlp[@]}" --predict latest --input "$dir/t10k-labels-idx1-ubyte.gz" --out "$tmp/bad.csv" > "$tmp/bad.log" 2>&1
+[ $? -ne 0 ] && grep -q "t10k-labels-idx1-ubyte.gz" "$tmp/bad.log" && grep -q "HINT: --input takes an IDX image file" "$tmp/bad.log" && [ ! -e "$tmp/bad.csv" ]
+check "--input a labels file where images are wanted: refused, naming it" $? "$(cat "$tmp/bad.log")"
 ./train "${mlp[@]}" --input "$tmp" > "$tmp/bad.log" 2>&1
 [ $? -eq 2 ] && grep -q "goes with --predict" "$tmp/bad.log"
 check "--input without --predict: a usage error" $? "$(cat "$tmp/bad.log")"
@@ -102,6 +109,9 @@ loss=$(./train "${reg[@]}" --eval latest 2>&1 | grep -o 'test loss [0-9.]*' | gr
 mse=$(tail -n +2 "$tmp/r.csv" | awk -F, '{ s += ($4 - $2)^2 + ($5 - $3)^2; n += 2 } END { printf "%.4f", s / n }')
 [ "$(head -1 "$tmp/r.csv")" = "index,target0,target1,value0,value1" ] && [ -n "$loss" ] && [ "$loss" = "$mse" ]
 check "a regression's rows: their mean squared error is --eval's test loss" $? "--eval $loss, the file $mse"
+./train "${reg[@]}" --predict latest --input "$tmp" --out "$tmp/bad.csv" > "$tmp/bad.log" 2>&1
+[ $? -ne 0 ] && grep -q "source = regression has no unlabelled input" "$tmp/bad.log" && [ ! -e "$tmp/bad.csv" ]
+check "--input under a source that has none (regression): refused, saying which sources take it" $? "$(cat "$tmp/bad.log")"
 
 if [ $mpi -eq 1 ]; then
     mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${mlp[@]}" --predict latest --out "$tmp/m.csv" > "$tmp/m.log" 2>&1
