@@ -168,15 +168,3 @@ bool dpt_data_require_dir(const dpt_config *cfg, const char *hint, dpt_error *er
     return dpt_errorf(err, "%s: [data] dir = %s: no such folder\nHINT: %s", dpt_config_where(cfg, "data", "dir"), dir,
                       hint);
 }
-
-bool dpt_data_open_input(const dpt_config *cfg, const char *path, const dpt_dataset *like, dpt_dataset **out,
-                         dpt_error *err)
-{
-    *out = NULL;
-    if (like->files) return dpt_folder_open_input(path, like, out, err);
-    if (!strcmp(like->name, "idx")) return dpt_idx_open_input(path, like, out, err);
-    return dpt_errorf(err, "--input %s: [data] source = %s has no unlabelled input; --input reads image files for "
-                           "[data] source = folder and an IDX image file for idx\nHINT: --set data.* names another "
-                           "labelled set of this source (a language model: --set data.val=SHARD)",
-                      path, dpt_config_str(cfg, "data", "source"));
-}

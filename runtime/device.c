@@ -56,9 +56,6 @@ void dpt_print_env(FILE *out)
     else
         fprintf(out, "cuda: not in this build (no nvcc or no cuDNN found at build time: make prints why)\n");
     print_gpu_stats(out);
-    char dnnl[160];
-    dpt_onednn_version(dnnl, sizeof dnnl);
-    fprintf(out, "onednn: %s\n", dnnl);
 }
 
 static void human(char *buf, size_t cap, double bytes)

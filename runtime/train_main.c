@@ -473,6 +473,9 @@ static int print_env(const dpt_world *world, const run_config *run)
            world->host);
     printf("mpi: %s | %s\n", mpi, world->mpi ? "initialised" : "not used (run alone)");
     dpt_print_env(stdout);
+    char dnnl[160]; /* the CPU's library (not device.c's: the oneDNN backend stands above it) */
+    dpt_onednn_version(dnnl, sizeof dnnl);
+    printf("onednn: %s\n", dnnl);
     replica probe = {.run = run, .rank = world->rank, .local_rank = world->local_rank};
     dpt_device dev = pick_device(&probe);
     int gpus = dpt_device_count(DPT_DEVICE_CUDA);
