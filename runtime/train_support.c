@@ -58,6 +58,9 @@ memory_estimate estimate_memory(const trainer *t)
     const run_config *run = t->run;
     const dpt_dataset *train = t->train_set, *test = t->test_set;
     double largest = 0, per_sample = dpt_model_activation_floats(t->model, &largest);
+    /* a model whose builder noted no layers: what its traced forward produced */
+    if (per_sample == 0 && t->trace.output_floats > 0)
+        per_sample = t->trace.output_floats / ACTIVATION_FACTOR, largest = per_sample;
     double eval_sample = per_sample < EVALUATION_BLOCK * largest ? per_sample : EVALUATION_BLOCK * largest;
     double batch = (double)run->batch;
     /* an evaluation batch is never larger than the test set (or its limit) */

@@ -133,7 +133,12 @@ void *train_replica(void *arg)
             return NULL;
         }
     } else if (r->args->dry_run || r->args->summary) {
-        if (r->rank == 0 && r->args->summary) dpt_model_print_summary(t.model, stdout);
+        if (r->rank == 0 && r->args->summary) {
+            dpt_model_print_summary(t.model, stdout);
+            printf("traced (one forward at batch 1): %d ops, %.2f MFLOP forward per sample in convolutions, linear "
+                   "layers, matmuls and attention; %.0f floats of op outputs per sample\n",
+                   t.trace.ops, t.trace.flops / 1e6, t.trace.output_floats);
+        }
         if (r->rank == 0 && r->args->dry_run) dpt_config_print(t.run->ini, stdout);
     } else {
         signals_training();
@@ -364,6 +369,12 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     t->model = dpt_model_build_for(t->ctx, run->ini, t->train_set, err);
     dpt_ctx_skip_init(t->ctx, false);
     if (!t->model || !open_loss(t, err)) goto fail;
+    /* what forward does, read from one forward at batch 1: the header's FLOPs, --summary, and
+     * the memory estimate of a model whose builder noted no layers. Not for --sample and
+     * --export (they need neither), nor, unless --summary asks, where the builders noted over
+     * 20 GFLOP a sample (GPT-2 small at T = 1024: seconds of a CPU's start) */
+    bool trace = !r->args->sample && !r->args->export_format && (r->args->summary || dpt_model_flops(t->model) <= 2e10);
+    if (trace) dpt_model_trace(t->ctx, t->model, t->train_set, &t->task, &t->trace);
     if (run->stop_metric == 2 && !(t->task.metrics & DPT_METRIC_ACCURACY)) {
         dpt_errorf(err, "%s: [train] early_stop on test_acc, but this model's loss (%s) measures no accuracy\nHINT: "
                         "early_stop = test_loss:PATIENCE[:MIN_DELTA]",

@@ -10,6 +10,7 @@
 #include <limits.h>
 
 #include "dpt.h"
+#include "trace.h"
 #include "../data/data.h"
 #include "comm.h"
 #include "expect.h"
@@ -201,6 +202,9 @@ typedef struct trainer {
     bool nan_loss; /* tests: [distributed] fault = nan is due this step */
     double run_start, eval_s; /* evaluation time is not training throughput */
     double last_step_end;     /* when the last optimizer step ended (the automatic plans' clock) */
+    /* one forward at batch 1 read back (runtime/trace.h): FLOPs and outputs the builders did
+     * not note; zero where not traced (--sample, --export) */
+    dpt_trace trace;
     /* [distributed] zero: the shard plan (runtime/zero.h); NULL unsharded */
     struct dpt_zero *zero;
     /* --profile: from the second step (the first builds oneDNN primitives, cuDNN plans) */

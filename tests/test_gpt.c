@@ -16,6 +16,7 @@
 
 #include "tests/testutil.h"
 #include "data/data.h"
+#include "runtime/trace.h"
 
 /* The small gpt of the float64 and llm.c tests (L = 2, H = 2, C = 8, vocabulary padded to
  * VP = 16), with the lines of extra (n of them) after. */
@@ -66,6 +67,32 @@ static void test_gpt2_small_parameters(void **state)
 /* ---------------------------------------------------------------- float64 GPT-2 */
 
 enum { L = 2, H = 2, C = 8, T = 5, V = 11, VP = 16, B = 2, NP = 4 + 12 * L };
+
+/* The traced forward (runtime/trace.h) counts what the model runs, by hand: per layer the
+ * linear layers 2 T C (3C + C + 4C + 4C) and attention's Q K^T and P V 2 x 2 T T C; then the
+ * tied output GEMM 2 T C V over the real vocabulary. The builder's notes cannot see the
+ * attention inside forward; the trace does, every op of it recorded once. */
+static void test_traced_flops(void **state)
+{
+    (void)state;
+    dpt_config *cfg = small_gpt_config(NULL, 0);
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_dataset ds = token_shape(T, V);
+    dpt_error err;
+    dpt_model *m = dpt_model_build_for(ctx, cfg, &ds, &err);
+    if (!m) fail_msg("%s", err.msg);
+    dpt_task task;
+    assert_true(dpt_task_resolve(m, &ds, &task, &err));
+    dpt_trace tr;
+    dpt_model_trace(ctx, m, &ds, &task, &tr);
+    double want = L * (2.0 * T * C * (3 * C + C + 4 * C + 4 * C) + 4.0 * T * T * C) + 2.0 * T * C * V;
+    assert_float_equal(tr.flops, want, 0.0);
+    assert_true(tr.ops > 10 && tr.output_floats > (double)T * V);
+    assert_true(dpt_model_training(m)); /* traced in evaluation mode, the mode given back */
+    dpt_model_free(m);
+    dpt_config_free(cfg);
+    dpt_ctx_free(ctx);
+}
 
 typedef struct ref_model {
     double *p[NP]; /* in the model's parameter order */
@@ -578,6 +605,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_small_parameters),
+        cmocka_unit_test(test_traced_flops),
         cmocka_unit_test(test_gpt_matches_float64),
         cmocka_unit_test(test_kv_cache_matches_forward),
         cmocka_unit_test(test_token_shards),

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "tests/testutil.h"
+#include "runtime/trace.h"
 
 static dpt_model *build(dpt_ctx *ctx, const char *const *sets, int n, int64_t c, int64_t h, int64_t w,
                         int classes, dpt_error *err)
@@ -273,6 +274,14 @@ static void test_summary(void **state)
     /* conv1 2*32*9*784 + conv2 2*64*32*9*196 + fc 2*(3136*128 + 128*10) + BN + pools */
     double expect = 2.0 * 32 * 9 * 784 + 2.0 * 64 * 32 * 9 * 196 + 2.0 * (3136 * 128 + 128 * 10);
     assert_true(dpt_model_flops(m) > expect && dpt_model_flops(m) < expect * 1.02);
+    /* the traced forward: the convolutions and linear layers exactly (elementwise ops not counted) */
+    dpt_dataset ds = {.n = 1, .c = 1, .h = 28, .w = 28, .num_classes = 10, .name = "shape"};
+    dpt_task task;
+    assert_true(dpt_task_resolve(m, &ds, &task, &err));
+    dpt_trace tr;
+    dpt_model_trace(ctx, m, &ds, &task, &tr);
+    assert_float_equal(tr.flops, expect, 0.0);
+    assert_true(tr.output_floats >= 32 * 784 + 64 * 196 + 128 + 10);
     free(text);
     dpt_model_free(m);
     dpt_ctx_free(ctx);

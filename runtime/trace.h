@@ -1,0 +1,21 @@
+/* trace.h: what a model's forward does, read from one recorded forward at batch 1 (issue 28
+ * item 8: builders note their layers, but ops a forward calls itself, an attention, a matmul
+ * between activations, were counted nowhere). Internal. */
+#ifndef DPT_TRACE_H
+#define DPT_TRACE_H
+
+#include "dpt.h"
+
+typedef struct dpt_trace {
+    double flops;         /* forward FLOPs a sample: 2 x the multiply-adds of conv2d, linear, matmul,
+                           * bmm and attention (causal attention counted whole, as PyTorch's flop
+                           * counter does); elementwise ops not counted */
+    double output_floats; /* floats a sample of every recorded op's output */
+    int ops;              /* ops recorded */
+} dpt_trace;
+
+/* One forward in evaluation mode (no dropout drawn, no running statistics moved) of one sample
+ * of zeros of the data's fields, recorded on ctx's tape (cleared after). */
+void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, dpt_trace *out);
+
+#endif
