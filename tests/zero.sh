@@ -55,6 +55,19 @@ awk '{ n++; if ($1 > 0.5) over++; d = $1 - $2; if (d < 0) d = -d; if (d > 1.5e-6
 check "clip_norm under zero = 2: every step's gradient norm (from the shards) equals zero = 0's ($(wc -l < "$tmp/norms") steps, $(awk '$1 > 0.5' "$tmp/norms" | wc -l) clipped)" $? \
     "$(head -3 "$tmp/norms" | tr '\n\t' '; ')"
 
+# gradient accumulation (no_sync, then the reduce-scatter on the last micro-batch) and the loss
+# scaler skipping a step whose gradients a rank made NaN (the decision from the shards' norm)
+acc=("${base[@]}" --set train.global_batch=128 --set distributed.accum_steps=2)
+nan=("${base[@]}" --set train.global_batch=128 --set train.loss_scale=dynamic --set distributed.fault=nan
+     --set distributed.fault_rank=1 --set distributed.fault_step=5)
+a0=$($M -np 2 ./train "${acc[@]}" --set checkpoint.dir="$tmp/a0" 2>&1 | sha)
+a2=$($M -np 2 ./train "${acc[@]}" --set checkpoint.dir="$tmp/a2" --set distributed.zero=2 2>&1 | sha)
+n0=$($M -np 2 ./train "${nan[@]}" --set checkpoint.dir="$tmp/n0" 2>&1 | sha)
+out=$($M -np 2 ./train "${nan[@]}" --set checkpoint.dir="$tmp/n2" --set distributed.zero=2 2>&1)
+[ -n "$a0" ] && [ "$a2" = "$a0" ] && [ -n "$n0" ] && [ "$(sha <<<"$out")" = "$n0" ] && grep -q "step skipped" <<<"$out"
+check "zero = 2 with accumulation (2 micro-batches) and with a NaN step the loss scaler skips: zero = 0's weights" $? \
+    "accum $a2 vs $a0, nan $(sha <<<"$out") vs $n0"
+
 # deterministic mode: every stage on 2 and 4 ranks gives one process's weights
 det=(configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=3200 --set data.test_limit=500
      --set log.interval=1000 --set train.global_batch=64 --set train.deterministic=true --set train.max_steps=50)
