@@ -133,13 +133,21 @@ void print_header(const trainer *t)
     dpt_device_str(dpt_ctx_device(t->ctx), device, sizeof device);
     const char *kernels = dpt_ctx_backend_name(t->ctx);
     int threads = dpt_ctx_threads(t->ctx);
-    report_line("device %s%s | %d thread%s%s%s%s | %d %s%s | batch %lld per rank x %d accum (%lld global)\n", device,
+    /* the batch this run uses: training's, an evaluation's (--eval, --predict), or none (--sample,
+     * --export read weights only) */
+    char batch[96] = "";
+    const cli *args = r->args;
+    if (args->eval || args->predict)
+        snprintf(batch, sizeof batch, " | evaluation batch %lld", (long long)run->eval_batch);
+    else if (!args->sample && !args->export_format)
+        snprintf(batch, sizeof batch, " | batch %lld per rank x %d accum (%lld global)", (long long)run->batch,
+                 run->accum, (long long)(run->batch * r->size * run->accum));
+    report_line("device %s%s | %d thread%s%s%s%s | %d %s%s%s\n", device,
                 !strcmp(kernels, "cpu-onednn") ? " (oneDNN kernels)"
                 : !strcmp(kernels, "cpu")      ? " (native kernels)"
                                                : "",
                 threads, threads == 1 ? "" : "s", *t->threads_why ? " (" : "", t->threads_why,
-                *t->threads_why ? ")" : "", r->size, unit, r->size > 1 ? "s" : "", (long long)run->batch, run->accum,
-                (long long)(run->batch * r->size * run->accum));
+                *t->threads_why ? ")" : "", r->size, unit, r->size > 1 ? "s" : "", batch);
     const char *why;
     dpt_precision prec = dpt_ctx_precision(t->ctx, &why);
     if (prec != DPT_PRECISION_FP32 || *why)
