@@ -653,7 +653,9 @@ static void train_step(trainer *t)
     if (scaled) scaler_update(t, isfinite(t->grad_norm));
     if (isfinite(t->grad_norm)) {
         dpt_optim_step(t->ctx, t->optim);
-        zero_sync_params(t); /* [distributed] zero: each parameter from the rank that stepped it */
+        double g0 = dpt_now_s();
+        zero_sync_params(t); /* [distributed] zero: every rank's ranges of the parameters */
+        t->win.gather_s += dpt_now_s() - g0;
         if (dpt_model_ema(t->model)) ema_update(t);
         dpt_tensor_add_slice(t->ctx, t->meter, METER_WINDOW, t->meter, METER_STEP, 2, 1.0f);
         dpt_tensor_add_slice(t->ctx, t->meter, METER_EPOCH, t->meter, METER_STEP, 2, 1.0f);

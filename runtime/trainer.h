@@ -148,6 +148,7 @@ typedef struct replica {
 typedef struct window {
     double start, loss, comm_s, hidden_s, exposed_s, comm_bytes, bus_bytes;
     double data_s; /* waiting for the loader's next batch */
+    double gather_s; /* [distributed] zero: the parameters' all-gather after the step */
     int64_t correct, units, steps; /* units: what the loss averages over (images, samples, tokens) */
     int64_t syncs_at_start; /* the context's host reads when the window opened */
 } window;

@@ -7,7 +7,8 @@
 # in deterministic mode identical to one process at 2 and 4 ranks; a sharded run's checkpoints
 # hold the whole state (tensor for tensor the unsharded run's), so a checkpoint of any stage
 # resumes in any other and on another world size to the uninterrupted end; a rank holds 1/N of
-# the state (within 10%, the allocator's measure in the metrics). One ok/FAIL line per case.
+# the state (within 10%, the allocator's measure in the metrics, beside the all-gather's time,
+# zero_gather_ms). One ok/FAIL line per case.
 cd "$(dirname "$0")/.."
 . tests/common.sh
 
@@ -123,7 +124,9 @@ for run in "2 1" "4 2"; do
         --set log.metrics="$tmp/m$1$2.jsonl" > /dev/null 2>&1
     part=$(state "$tmp/m$1$2.jsonl")
     awk -v f="$full" -v h="$part" -v p="$params" -v n=$1 \
-        'BEGIN { exit !(f > 0 && (f - 2 * p * 4 / 1048576) ^ 2 < 1e-6 && h * n / f > 0.9 && h * n / f < 1.1) }'
+        'BEGIN { exit !(f > 0 && (f - 2 * p * 4 / 1048576) ^ 2 < 1e-6 && h * n / f > 0.9 && h * n / f < 1.1) }' &&
+        grep '"kind":"train"' "$tmp/m$1$2.jsonl" | tail -1 | grep -q '"zero_gather_ms":[0-9.]*[1-9]' &&
+        ! grep -q zero_gather_ms "$tmp/m0.jsonl"
     check "$1 ranks, zero = $2: rank 0 holds $part MiB of optimizer state, $(awk -v f="$full" -v h="$part" 'BEGIN { printf "%.3f", h / f }') of the unsharded $full MiB (AdamW: 2 x 4 bytes x $params; 1/$1 wanted)" $? \
         "full '$full', rank 0 '$part'"
 done
