@@ -26,6 +26,9 @@ typedef struct dpt_comm_ops {
      * allgatherv copies every rank's range of its buf into everyone's. NULL: not offered (the
      * dpt_comm_ wrappers fall back on an AllReduce, on broadcasts, on the all-gather). */
     void (*reduce_scatter_f32)(dpt_comm *comm, float *buf, const int64_t *displs, const char *what);
+    /* The same over 16-bit floats, summed as allreduce_h16 sums (the same bits where the library
+     * adds in the AllReduce's order). NULL: not offered. */
+    void (*reduce_scatter_h16)(dpt_comm *comm, uint16_t *buf, const int64_t *displs, bool bf16, const char *what);
     void (*allgatherv_f32)(dpt_comm *comm, float *buf, const int64_t *displs, const char *what);
     /* The same into root's buf only (the others' buf is left as it was). */
     void (*gatherv_f32)(dpt_comm *comm, float *buf, const int64_t *displs, int root, const char *what);
@@ -75,6 +78,7 @@ void dpt_comm_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char *w
 void dpt_comm_allreduce_f64(dpt_comm *comm, double *buf, int64_t n, const char *what);
 void dpt_comm_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16, const char *what);
 void dpt_comm_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what);
+void dpt_comm_reduce_scatter_h16(dpt_comm *comm, uint16_t *buf, const int64_t *displs, bool bf16, const char *what);
 void dpt_comm_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what);
 void dpt_comm_gatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, int root, const char *what);
 void dpt_comm_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what);

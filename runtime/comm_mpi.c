@@ -182,19 +182,27 @@ static void fp16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
     (void)type;
 }
 
-static void mpi_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16, const char *what)
+/* The 16-bit sums as MPI operations, made once. */
+static MPI_Op h16_op(bool bf16)
 {
     static MPI_Op ops[2] = {MPI_OP_NULL, MPI_OP_NULL};
     static pthread_mutex_t ops_mu = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&ops_mu);
     if (ops[bf16] == MPI_OP_NULL) MPI_CALL(MPI_Op_create(bf16 ? bf16_sum : fp16_sum, 1, &ops[bf16]));
+    MPI_Op op = ops[bf16];
     pthread_mutex_unlock(&ops_mu);
+    return op;
+}
+
+static void mpi_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool bf16, const char *what)
+{
+    MPI_Op op = h16_op(bf16);
     add_delay(comm, n * (int64_t)sizeof(uint16_t));
     int slot = begin(comm, what, n * (int64_t)sizeof(uint16_t));
     for (int64_t off = 0; off < n; off += MPI_CHUNK) {
         int count = (int)(n - off < MPI_CHUNK ? n - off : MPI_CHUNK);
         MPI_Request req;
-        MPI_CALL(MPI_Iallreduce(MPI_IN_PLACE, buf + off, count, MPI_UINT16_T, ops[bf16], comm_of(comm), &req));
+        MPI_CALL(MPI_Iallreduce(MPI_IN_PLACE, buf + off, count, MPI_UINT16_T, op, comm_of(comm), &req));
         wait_request(comm, &req, what);
     }
     end(comm, slot);
@@ -231,6 +239,23 @@ static void mpi_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *di
     wait_request(comm, &req, what);
     /* in place, MPI leaves this rank's sum at the start of buf */
     if (mine && displs[comm->rank]) memmove(buf + displs[comm->rank], buf, (size_t)mine * sizeof(float));
+    free(counts);
+    end(comm, slot);
+}
+
+static void mpi_reduce_scatter_h16(dpt_comm *comm, uint16_t *buf, const int64_t *displs, bool bf16, const char *what)
+{
+    MPI_Op op = h16_op(bf16);
+    int64_t n = displs[comm->size], mine = displs[comm->rank + 1] - displs[comm->rank];
+    add_delay(comm, n * (int64_t)sizeof(uint16_t) / 2);
+    int slot = begin(comm, what, n * (int64_t)sizeof(uint16_t));
+    int *counts = malloc((size_t)comm->size * 2 * sizeof *counts);
+    if (!counts) dpt_fatal("out of host memory");
+    int_counts(comm, displs, counts, counts + comm->size);
+    MPI_Request req;
+    MPI_CALL(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_UINT16_T, op, comm_of(comm), &req));
+    wait_request(comm, &req, what);
+    if (mine && displs[comm->rank]) memmove(buf + displs[comm->rank], buf, (size_t)mine * sizeof *buf);
     free(counts);
     end(comm, slot);
 }
@@ -347,6 +372,7 @@ static const dpt_comm_ops mpi_ops = {
     .allreduce_f64 = mpi_allreduce_f64,
     .allreduce_h16 = mpi_allreduce_h16,
     .reduce_scatter_f32 = mpi_reduce_scatter_f32,
+    .reduce_scatter_h16 = mpi_reduce_scatter_h16,
     .allgatherv_f32 = mpi_allgatherv_f32,
     .gatherv_f32 = mpi_gatherv_f32,
     .broadcast = mpi_broadcast,

@@ -162,6 +162,22 @@ static void threads_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t
     sync_all_named(comm, what);
 }
 
+/* As threads_allreduce_h16 sums: in float in rank order, rounded once. */
+static void threads_reduce_scatter_h16(dpt_comm *comm, uint16_t *buf, const int64_t *displs, bool bf16, const char *what)
+{
+    dpt_thread_group *g = group_of(comm);
+    dpt_sleep_ms(comm->delay_ms_per_mb * (double)displs[g->size] * sizeof(uint16_t) / 1048576.0);
+    g->bufs[comm->rank] = buf;
+    sync_all_named(comm, what);
+    for (int64_t i = displs[comm->rank]; i < displs[comm->rank + 1]; i++) {
+        float sum = 0;
+        for (int r = 0; r < g->size; r++)
+            sum += dpt_f32_from_h16(((uint16_t *)g->bufs[r])[i], bf16);
+        buf[i] = dpt_h16_from_f32(sum, bf16);
+    }
+    sync_all_named(comm, what);
+}
+
 static void threads_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
 {
     dpt_thread_group *g = group_of(comm);
@@ -247,6 +263,7 @@ static const dpt_comm_ops thread_ops = {
     .allreduce_f64 = threads_allreduce_f64,
     .allreduce_h16 = threads_allreduce_h16,
     .reduce_scatter_f32 = threads_reduce_scatter_f32,
+    .reduce_scatter_h16 = threads_reduce_scatter_h16,
     .allgatherv_f32 = threads_allgatherv_f32,
     .gatherv_f32 = threads_gatherv_f32,
     .broadcast = threads_broadcast,

@@ -105,9 +105,17 @@ static void *comm_thread_main(void *arg)
         d->grad_comm->delay_ms_per_mb = d->comm->delay_ms_per_mb;
         if (bk->displs) { /* zero = 2: this rank's range of the sum only */
             int me = d->comm->rank;
+            int64_t lo = bk->displs[me], len = bk->displs[me + 1] - lo;
             snprintf(what, sizeof what, "reduce-scatter of bucket %d of %d, step %lld", b, d->nbuckets,
                      (long long)step_label(d, re->step));
-            dpt_comm_reduce_scatter_f32(d->grad_comm, bk->flat, bk->displs, what);
+            if (d->wire) { /* 16 bits on the wire, this rank's range fp32 again */
+                bool bf16 = d->opt.compression == DPT_GRAD_COMPRESSION_BF16;
+                dpt_h16_from_f32_n(d->wire, bk->flat, bk->numel, bf16);
+                dpt_comm_reduce_scatter_h16(d->grad_comm, d->wire, bk->displs, bf16, what);
+                dpt_f32_from_h16_n(bk->flat + lo, d->wire + lo, len, bf16);
+            } else {
+                dpt_comm_reduce_scatter_f32(d->grad_comm, bk->flat, bk->displs, what);
+            }
             d->ctx->be->scale(d->ctx, bk->displs[me + 1] - bk->displs[me], 1.0f / (float)d->comm->size,
                               bk->flat + bk->displs[me], bk->flat + bk->displs[me]);
         } else if (d->wire) { /* 16 bits on the wire; fp32 again before the average */
@@ -501,13 +509,13 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
         dpt_ddp_free(d);
         return NULL;
     }
-    if (opt->reduce_scatter && (d->async || opt->compression != DPT_GRAD_COMPRESSION_NONE || opt->compression_auto ||
-                                opt->bucket_auto)) {
-        dpt_errorf(err, "[distributed] zero = 2 reduce-scatters fp32 gradients in fixed buckets over a host "
+    if (opt->reduce_scatter && (d->async || opt->compression_auto || opt->bucket_auto)) {
+        dpt_errorf(err, "[distributed] zero = 2 reduce-scatters the gradients in fixed buckets over a host "
                         "communicator; %s\nHINT: zero = 1 (gradients AllReduced) takes it",
                    d->async ? "this one is a device communicator (NCCL)"
                    : opt->bucket_auto ? "bucket_mb = auto would move the shards between steps"
-                                      : "16-bit gradients (grad_compression) are not built for it");
+                                      : "grad_compression = auto would change the wire between steps (bf16 or fp16 "
+                                        "set by hand is taken)");
         dpt_ddp_free(d);
         return NULL;
     }

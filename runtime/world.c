@@ -238,6 +238,13 @@ void dpt_comm_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *disp
     else /* the whole sum: this rank's range among it */
         comm->ops->allreduce_f32(comm, buf, displs[comm->size], what);
 }
+void dpt_comm_reduce_scatter_h16(dpt_comm *comm, uint16_t *buf, const int64_t *displs, bool bf16, const char *what)
+{
+    if (comm->ops->reduce_scatter_h16)
+        comm->ops->reduce_scatter_h16(comm, buf, displs, bf16, what);
+    else
+        dpt_comm_allreduce_h16(comm, buf, displs[comm->size], bf16, what);
+}
 void dpt_comm_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
 {
     if (comm->ops->allgatherv_f32) {

@@ -250,6 +250,16 @@ static void test_reduce_scatter(dpt_comm *comm)
             for (int64_t i = displs[q]; i < displs[q + 1]; i++)
                 CHECK(rs[i] == all[(size_t)q * (size_t)n + (size_t)i], "allgatherv n %lld [%lld] from rank %d",
                       (long long)n, (long long)i, q);
+        for (int bf16 = 0; bf16 < 2; bf16++) { /* 16 bits: the same bits as the 16-bit AllReduce */
+            uint16_t *hs = malloc((size_t)n * sizeof *hs), *ha = malloc((size_t)n * sizeof *ha);
+            dpt_h16_from_f32_n(hs, mine, n, bf16);
+            memcpy(ha, hs, (size_t)n * sizeof *ha);
+            dpt_comm_reduce_scatter_h16(comm, hs, displs, bf16, "test reduce-scatter h16");
+            dpt_comm_allreduce_h16(comm, ha, n, bf16, "test allreduce h16");
+            CHECK(memcmp(hs + displs[rank], ha + displs[rank], (size_t)(displs[rank + 1] - displs[rank]) * sizeof *hs) == 0,
+                  "n %lld: the %s reduce-scatter differs from the AllReduce", (long long)n, bf16 ? "bf16" : "fp16");
+            free(hs), free(ha);
+        }
         int root = size - 1; /* the gather: root gets every range, the others keep theirs */
         for (int64_t i = 0; i < n; i++)
             rs[i] = i >= displs[rank] && i < displs[rank + 1] ? mine[i] : -1.0f;

@@ -68,6 +68,13 @@ awk '{ n++; if ($1 > 0.5) over++; d = $1 - $2; if (d < 0) d = -d; if (d > 1.5e-6
 check "clip_norm under zero = 2: every step's gradient norm (from the shards) equals zero = 0's ($(wc -l < "$tmp/norms") steps, $(awk '$1 > 0.5' "$tmp/norms" | wc -l) clipped)" $? \
     "$(head -3 "$tmp/norms" | tr '\n\t' '; ')"
 
+# bf16 gradients on the wire: the reduce-scatter in 16 bits sums as the 16-bit AllReduce does
+b0=$($M -np 3 ./train "${base[@]}" --set distributed.grad_compression=bf16 --set checkpoint.dir="$tmp/b0" 2>&1 | sha)
+b2=$($M -np 3 ./train "${base[@]}" --set distributed.grad_compression=bf16 --set checkpoint.dir="$tmp/b2" \
+     --set distributed.zero=2 2>&1 | sha)
+[ -n "$b0" ] && [ "$b2" = "$b0" ]
+check "grad_compression = bf16, 3 ranks: zero = 2 bit-identical to zero = 0 (both 16 bits on the wire)" $? "$b2 vs $b0"
+
 # gradient accumulation (no_sync, then the reduce-scatter on the last micro-batch) and the loss
 # scaler skipping a step whose gradients a rank made NaN (the decision from the shards' norm)
 acc=("${base[@]}" --set train.global_batch=128 --set distributed.accum_steps=2)
@@ -144,7 +151,7 @@ for run in "2 1" "4 2"; do
 done
 
 # what zero = 2 cannot take yet, refused at start with the key
-for bad in "distributed.bucket_mb=auto:bucket_mb = auto" "distributed.grad_compression=bf16:16-bit gradients"; do
+for bad in "distributed.bucket_mb=auto:bucket_mb = auto" "distributed.grad_compression=auto:grad_compression = auto"; do
     out=$($M -np 2 ./train "${base[@]}" --set checkpoint.dir="$tmp/x" --set distributed.zero=2 --set "${bad%%:*}" 2>&1); rc=$?
     [ $rc -ne 0 ] && grep -q "zero = 2" <<<"$out" && grep -q "${bad#*:}" <<<"$out" && grep -q "HINT: zero = 1" <<<"$out"
     check "zero = 2 with ${bad%%:*}: refused at start (exit $rc)" $? "$(grep -i error <<<"$out" | head -2)"
