@@ -509,13 +509,11 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
         dpt_ddp_free(d);
         return NULL;
     }
-    if (opt->reduce_scatter && (d->async || opt->compression_auto || opt->bucket_auto)) {
+    if (opt->reduce_scatter && (d->async || opt->bucket_auto)) {
         dpt_errorf(err, "[distributed] zero = 2 reduce-scatters the gradients in fixed buckets over a host "
                         "communicator; %s\nHINT: zero = 1 (gradients AllReduced) takes it",
                    d->async ? "this one is a device communicator (NCCL)"
-                   : opt->bucket_auto ? "bucket_mb = auto would move the shards between steps"
-                                      : "grad_compression = auto would change the wire between steps (bf16 or fp16 "
-                                        "set by hand is taken)");
+                            : "bucket_mb = auto would move the shards between steps");
         dpt_ddp_free(d);
         return NULL;
     }

@@ -198,17 +198,17 @@ static bool ddp_step_end(dpt_reducer *r, double step_s, dpt_reducer_plan *plan, 
             plan->compression = 1;
             t->phase = PHASE_DONE;
             if (used < cap)
-                snprintf(note + used, cap - used, "grad_compression = auto: none (the AllReduces exposed %.1f%% of "
+                snprintf(note + used, cap - used, "grad_compression = auto: none (the %s exposed %.1f%% of "
                                                   "the step, under %.0f%%)",
-                         100 * share[0], 100 * TUNE_EXPOSED);
+                         d->opt.reduce_scatter ? "reduce-scatters" : "AllReduces", 100 * share[0], 100 * TUNE_EXPOSED);
             return true;
         }
         t->mb[1] = t->mb[0], t->h16[1] = true;
         trial(t, PHASE_WIRE, 2);
         if (used < cap)
-            snprintf(note + used, cap - used, "grad_compression = auto: the AllReduces exposed %.1f%% of the step: "
+            snprintf(note + used, cap - used, "grad_compression = auto: the %s exposed %.1f%% of the step: "
                                               "trying bf16",
-                     100 * share[0]);
+                     d->opt.reduce_scatter ? "reduce-scatters" : "AllReduces", 100 * share[0]);
         return plan->bucket_mb > 0 || *note;
     }
     /* PHASE_WIRE: fp32 (0) against bf16 (1) on the wire */

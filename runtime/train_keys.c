@@ -107,7 +107,7 @@ static const dpt_config_key train_keys[] = {
      "parameter's elements, gradients AllReduced as with 0, the updated ranges all-gathered: bit-identical to 0 at any "
      "world size); 2 = the gradients also reduce-scattered by those ranges instead of AllReduced (bit-identical to 0 "
      "at 2 ranks; at 3 or more MPI sums in another order). Host communicators (mpirun on CPUs, DataParallel), not "
-     "CUDA yet; 2 needs fixed buckets of at most 4 MiB (larger bucket_mb is lowered to 4: MPI's non-blocking reduce-scatter is slow above that) and a grad_compression set by hand (not auto)",
+     "CUDA yet; 2 needs fixed buckets of at most 4 MiB (larger bucket_mb is lowered to 4: MPI's non-blocking reduce-scatter is slow above that) (not bucket_mb = auto)",
      DPT_KEY_NOT_HASHED},
     {"distributed", "accum_steps", DPT_KEY_INT, "1", 1, 1e6, NULL,
      "micro-batches per optimizer step; only the last one communicates (no_sync)", 0},
