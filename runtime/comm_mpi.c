@@ -226,38 +226,35 @@ static void int_counts(const dpt_comm *comm, const int64_t *displs, int *counts,
         counts[q] = (int)(displs[q + 1] - displs[q]), offsets[q] = (int)displs[q];
 }
 
-static void mpi_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
+/* In place over buf (elements of `bytes` each, MPI's type and sum op), this rank's range of the
+ * sum left at displs[rank]. */
+static void reduce_scatter(dpt_comm *comm, void *buf, size_t bytes, MPI_Datatype type, MPI_Op op,
+                           const int64_t *displs, const char *what)
 {
     int64_t n = displs[comm->size], mine = displs[comm->rank + 1] - displs[comm->rank];
-    add_delay(comm, n * (int64_t)sizeof(float) / 2); /* half of an AllReduce's traffic */
-    int slot = begin(comm, what, n * (int64_t)sizeof(float));
+    add_delay(comm, n * (int64_t)bytes / 2); /* half of an AllReduce's traffic */
+    int slot = begin(comm, what, n * (int64_t)bytes);
     int *counts = malloc((size_t)comm->size * 2 * sizeof *counts);
     if (!counts) dpt_fatal("out of host memory");
     int_counts(comm, displs, counts, counts + comm->size);
     MPI_Request req;
-    MPI_CALL(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, comm_of(comm), &req));
+    MPI_CALL(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, type, op, comm_of(comm), &req));
     wait_request(comm, &req, what);
     /* in place, MPI leaves this rank's sum at the start of buf */
-    if (mine && displs[comm->rank]) memmove(buf + displs[comm->rank], buf, (size_t)mine * sizeof(float));
+    if (mine && displs[comm->rank])
+        memmove((char *)buf + (size_t)displs[comm->rank] * bytes, buf, (size_t)mine * bytes);
     free(counts);
     end(comm, slot);
 }
 
+static void mpi_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
+{
+    reduce_scatter(comm, buf, sizeof *buf, MPI_FLOAT, MPI_SUM, displs, what);
+}
+
 static void mpi_reduce_scatter_h16(dpt_comm *comm, uint16_t *buf, const int64_t *displs, bool bf16, const char *what)
 {
-    MPI_Op op = h16_op(bf16);
-    int64_t n = displs[comm->size], mine = displs[comm->rank + 1] - displs[comm->rank];
-    add_delay(comm, n * (int64_t)sizeof(uint16_t) / 2);
-    int slot = begin(comm, what, n * (int64_t)sizeof(uint16_t));
-    int *counts = malloc((size_t)comm->size * 2 * sizeof *counts);
-    if (!counts) dpt_fatal("out of host memory");
-    int_counts(comm, displs, counts, counts + comm->size);
-    MPI_Request req;
-    MPI_CALL(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_UINT16_T, op, comm_of(comm), &req));
-    wait_request(comm, &req, what);
-    if (mine && displs[comm->rank]) memmove(buf + displs[comm->rank], buf, (size_t)mine * sizeof *buf);
-    free(counts);
-    end(comm, slot);
+    reduce_scatter(comm, buf, sizeof *buf, MPI_UINT16_T, h16_op(bf16), displs, what);
 }
 
 static void mpi_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)

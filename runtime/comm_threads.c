@@ -145,37 +145,36 @@ static void threads_allreduce_h16(dpt_comm *comm, uint16_t *buf, int64_t n, bool
     sync_all_named(comm, what);
 }
 
-/* Each replica sums its own range over every replica's buffer, in rank order as the
- * AllReduce does (the same bits), and writes it to its own buffer only. */
-static void threads_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
+/* Each replica sums its own range over every replica's buffer, in rank order as the AllReduces
+ * do (the same bits: fp32 added in float; 16 bits added in float and rounded once), and writes
+ * it to its own buffer only. h16: 0 fp32, else 16-bit (bf16 when h16 == 2). */
+static void reduce_scatter(dpt_comm *comm, void *buf, const int64_t *displs, int h16, const char *what)
 {
     dpt_thread_group *g = group_of(comm);
-    dpt_sleep_ms(comm->delay_ms_per_mb * (double)displs[g->size] * sizeof(float) / 1048576.0);
+    size_t bytes = h16 ? sizeof(uint16_t) : sizeof(float);
+    dpt_sleep_ms(comm->delay_ms_per_mb * (double)displs[g->size] * (double)bytes / 1048576.0);
     g->bufs[comm->rank] = buf;
     sync_all_named(comm, what);
     for (int64_t i = displs[comm->rank]; i < displs[comm->rank + 1]; i++) {
         float sum = 0;
         for (int r = 0; r < g->size; r++)
-            sum += ((float *)g->bufs[r])[i];
-        buf[i] = sum;
+            sum += h16 ? dpt_f32_from_h16(((uint16_t *)g->bufs[r])[i], h16 == 2) : ((float *)g->bufs[r])[i];
+        if (h16)
+            ((uint16_t *)buf)[i] = dpt_h16_from_f32(sum, h16 == 2);
+        else
+            ((float *)buf)[i] = sum;
     }
     sync_all_named(comm, what);
 }
 
-/* As threads_allreduce_h16 sums: in float in rank order, rounded once. */
+static void threads_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
+{
+    reduce_scatter(comm, buf, displs, 0, what);
+}
+
 static void threads_reduce_scatter_h16(dpt_comm *comm, uint16_t *buf, const int64_t *displs, bool bf16, const char *what)
 {
-    dpt_thread_group *g = group_of(comm);
-    dpt_sleep_ms(comm->delay_ms_per_mb * (double)displs[g->size] * sizeof(uint16_t) / 1048576.0);
-    g->bufs[comm->rank] = buf;
-    sync_all_named(comm, what);
-    for (int64_t i = displs[comm->rank]; i < displs[comm->rank + 1]; i++) {
-        float sum = 0;
-        for (int r = 0; r < g->size; r++)
-            sum += dpt_f32_from_h16(((uint16_t *)g->bufs[r])[i], bf16);
-        buf[i] = dpt_h16_from_f32(sum, bf16);
-    }
-    sync_all_named(comm, what);
+    reduce_scatter(comm, buf, displs, bf16 ? 2 : 1, what);
 }
 
 static void threads_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
