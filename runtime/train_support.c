@@ -439,8 +439,7 @@ bool zero_shard(trainer *t, dpt_error *err)
     dpt_optim_shard(t->optim, dpt_zero_lo(t->zero), dpt_zero_hi(t->zero));
     dpt_optim_set_gather(t->optim, gather_state, t);
     if (r->rank == 0) {
-        int64_t most = 0, total = dpt_model_param_count(t->model);
-        dpt_zero_owned(t->zero, &most);
+        int64_t most = dpt_zero_most(t->zero), total = dpt_model_param_count(t->model);
         report_line("zero %d | optimizer state sharded over %d %s: the largest share %.1f%% of %lld parameters (1/%d "
                     "= %.1f%%)%s\n",
                     t->run->zero, r->size, r->data_parallel ? "replicas" : "ranks",

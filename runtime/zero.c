@@ -79,6 +79,17 @@ void dpt_zero_range(int64_t n, int size, int q, int64_t *lo, int64_t *hi)
     *hi = b < n ? b : n;
 }
 
+/* Rank q's elements of parameter p: [lo, hi) of the parameter (lo == hi: none), where its
+ * range of p's segment meets p. */
+static void rank_elements(const dpt_zero *z, int p, int q, int64_t *lo, int64_t *hi)
+{
+    const int64_t *d = z->displs + (size_t)z->segment_of[p] * (size_t)(z->comm->size + 1);
+    int64_t a = z->offset_of[p], numel = dpt_model_param_at(z->model, p)->numel;
+    int64_t from = d[q] - a, to = d[q + 1] - a;
+    *lo = from < 0 ? 0 : from > numel ? numel : from;
+    *hi = to < *lo ? *lo : to > numel ? numel : to;
+}
+
 dpt_zero *dpt_zero_new(dpt_model *model, dpt_comm *comm, const dpt_zero_layout *layout)
 {
     dpt_zero *z = calloc(1, sizeof *z);
@@ -110,22 +121,14 @@ dpt_zero *dpt_zero_new(dpt_model *model, dpt_comm *comm, const dpt_zero_layout *
     int size = comm->size;
     z->displs = malloc((size_t)(z->nsegments + 1) * (size_t)(size + 1) * sizeof *z->displs);
     if (!z->displs) dpt_fatal("out of host memory");
-    int64_t most = 1;
     for (int s = 0; s < z->nsegments; s++) {
         int64_t *d = z->displs + (size_t)s * (size_t)(size + 1), lo, hi;
         for (int q = 0; q < size; q++)
             dpt_zero_range(z->segment_numel[s], size, q, &lo, &hi), d[q] = lo;
         d[size] = z->segment_numel[s];
-        if (z->segment_numel[s] > most) most = z->segment_numel[s];
     }
-    for (int p = 0; p < n; p++) {
-        const int64_t *d = z->displs + (size_t)z->segment_of[p] * (size_t)(size + 1);
-        int64_t a = z->offset_of[p], b = a + dpt_model_param_at(model, p)->numel;
-        int64_t lo = d[comm->rank] > a ? d[comm->rank] : a, hi = d[comm->rank + 1] < b ? d[comm->rank + 1] : b;
-        if (hi < lo) hi = lo = a;
-        z->lo[p] = lo - a, z->hi[p] = hi - a;
-    }
-    (void)most;
+    for (int p = 0; p < n; p++)
+        rank_elements(z, p, comm->rank, &z->lo[p], &z->hi[p]);
     rehome_params(z);
     return z;
 }
@@ -150,24 +153,16 @@ const int64_t *dpt_zero_hi(const dpt_zero *z)
     return z->hi;
 }
 
-int64_t dpt_zero_owned(const dpt_zero *z, int64_t *most)
+int64_t dpt_zero_most(const dpt_zero *z)
 {
-    int size = z->comm->size;
-    int64_t mine = 0, top = 0;
-    for (int p = 0; p < z->nparams; p++)
-        mine += z->hi[p] - z->lo[p];
-    for (int q = 0; q < size; q++) { /* rank q's elements: its ranges less the gaps in them */
-        int64_t count = 0;
-        for (int p = 0; p < z->nparams; p++) {
-            const int64_t *d = z->displs + (size_t)z->segment_of[p] * (size_t)(size + 1);
-            int64_t a = z->offset_of[p], b = a + dpt_model_param_at(z->model, p)->numel;
-            int64_t lo = d[q] > a ? d[q] : a, hi = d[q + 1] < b ? d[q + 1] : b;
-            if (hi > lo) count += hi - lo;
-        }
+    int64_t top = 0;
+    for (int q = 0; q < z->comm->size; q++) { /* rank q's elements: its ranges less the gaps in them */
+        int64_t count = 0, lo, hi;
+        for (int p = 0; p < z->nparams; p++)
+            rank_elements(z, p, q, &lo, &hi), count += hi - lo;
         if (count > top) top = count;
     }
-    if (most) *most = top;
-    return mine;
+    return top;
 }
 
 void dpt_zero_sync_params(dpt_zero *z, const char *what)
@@ -192,22 +187,14 @@ void dpt_zero_sync_params(dpt_zero *z, const char *what)
     }
 }
 
-bool dpt_zero_in_place(const dpt_zero *z)
-{
-    return z->segment != NULL;
-}
-
 void dpt_zero_gather_one(dpt_zero *z, int p, float *whole, const float *mine, int root, const char *what)
 {
     int size = z->comm->size, me = z->comm->rank;
-    int64_t numel = dpt_model_param_at(z->model, p)->numel, a = z->offset_of[p];
-    const int64_t *d = z->displs + (size_t)z->segment_of[p] * (size_t)(size + 1);
+    int64_t numel = dpt_model_param_at(z->model, p)->numel, hi;
     int64_t *displs = malloc((size_t)(size + 1) * sizeof *displs);
     if (!displs) dpt_fatal("out of host memory");
-    for (int q = 0; q <= size; q++) { /* the segment's ranges, within this parameter */
-        int64_t at = (q == size ? d[size] : d[q]) - a;
-        displs[q] = at < 0 ? 0 : at > numel ? numel : at;
-    }
+    for (int q = 0; q < size; q++) /* the ranks' ranges within this parameter */
+        rank_elements(z, p, q, &displs[q], &hi);
     displs[size] = numel;
     int64_t len = z->hi[p] - z->lo[p];
     DPT_ASSERT(len == displs[me + 1] - displs[me], "parameter %d: %lld elements here, %lld in the plan", p,

@@ -34,13 +34,12 @@ void dpt_zero_free(dpt_zero *z);
 /* Per parameter, the elements this rank steps: [lo[p], hi[p]) (lo == hi: none). */
 const int64_t *dpt_zero_lo(const dpt_zero *z);
 const int64_t *dpt_zero_hi(const dpt_zero *z);
-/* Elements this rank steps, and the most any rank steps. */
-int64_t dpt_zero_owned(const dpt_zero *z, int64_t *most);
+/* The most elements any rank steps. */
+int64_t dpt_zero_most(const dpt_zero *z);
 /* After a step: every rank's ranges of the parameters on every rank, one all-gather per
  * segment, in place (the parameters live in the segments' buffers since dpt_zero_new, unless
  * one shared its storage with another tensor: then through a copy). */
 void dpt_zero_sync_params(dpt_zero *z, const char *what);
-bool dpt_zero_in_place(const dpt_zero *z);
 
 /* Parameter p's array (a state tensor of it) on root alone: whole there (numel floats, this
  * rank's elements already in place or not: they are copied from mine), mine (this rank's
