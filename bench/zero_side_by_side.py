@@ -8,7 +8,9 @@ default), random data of the model's shape, 1 thread per rank, 2 ranks on this m
 pair runs the five in a rotated order (the machine drifts: +-25% between runs). dptrain's step
 time is the median of its metrics windows after the first ([log] metrics, step_ms); PyTorch's is
 its timed steps' mean after two warm-up steps. Rank 0's optimizer state (MiB) is what each
-holds: dptrain's allocator (optim_state_mb), PyTorch's optimizer.state tensors. Prints a table
+holds: dptrain's allocator (optim_state_mb), PyTorch's optimizer.state tensors; and the most
+gradient storage rank 0 held at once (grad_mb: zero 2 keeps its ranges plus the buckets in
+flight, where that is less than all the buckets). Prints a table
 and one JSON line per model.
     /usr/bin/python3 bench/zero_side_by_side.py [--pairs 3] [--only mlp] [--full] [--ranks 4]
 Debian: python3-torch (run with /usr/bin/python3), mpirun."""
@@ -45,7 +47,7 @@ def ours(model, zero, tmp):
     if out.returncode != 0 or len(rows) < 3:
         raise RuntimeError(f"{' '.join(cmd)}: exit {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     return {"step_ms": statistics.median(r["step_ms"] for r in rows[1:]), "optim_state_mb": rows[-1]["optim_state_mb"],
-            "mem_peak_mb": rows[-1]["mem_peak_mb"]}
+            "mem_peak_mb": rows[-1]["mem_peak_mb"], "grad_mb": max(r["grad_mb"] for r in rows)}
 
 
 def theirs(model, zero):
@@ -74,7 +76,7 @@ def main():
     who = ["zero0", "zero1", "zero2", "torch_ddp", "torch_zero"]
     print(f"{RANKS} ranks x 1 thread, AdamW; step ms (median over pairs) and rank 0's optimizer state")
     print(f"{'model':9} {'zero 0':>8} {'zero 1':>8} {'zero 2':>8} {'torch':>8} {'torch ZeRO':>10} "
-          f"{'z1/z0':>6} {'z2/z0':>6} {'z2/tZ':>6} {'state z0/z1/z2 MiB':>21} {'torch/ZeRO MiB':>15}")
+          f"{'z1/z0':>6} {'z2/z0':>6} {'z2/tZ':>6} {'state z0/z1/z2 MiB':>21} {'torch/ZeRO MiB':>15} {'grads z0/z2 MiB':>16}")
     with tempfile.TemporaryDirectory() as tmp:
         for model in models:
             got = {w: [] for w in who}
@@ -89,7 +91,8 @@ def main():
             print(f"{model:9} {med['zero0']:8.2f} {med['zero1']:8.2f} {med['zero2']:8.2f} {med['torch_ddp']:8.2f} "
                   f"{med['torch_zero']:10.2f} {statistics.median(r10):6.3f} {statistics.median(r20):6.3f} "
                   f"{statistics.median(r2t):6.3f} {state['zero0']:7.3f}/{state['zero1']:.3f}/{state['zero2']:.3f} "
-                  f"{state['torch_ddp']:7.3f}/{state['torch_zero']:.3f}")
+                  f"{state['torch_ddp']:7.3f}/{state['torch_zero']:.3f} "
+                  f"{got['zero0'][-1]['grad_mb']:8.3f}/{got['zero2'][-1]['grad_mb']:.3f}")
             print(json.dumps({"bench": "zero_side_by_side", "model": model, "ranks": RANKS, "threads": 1,
                               "batch": CASES[model][2], "pairs": args.pairs,
                               "step_ms": {w: [round(r["step_ms"], 3) for r in got[w]] for w in who},
@@ -99,7 +102,8 @@ def main():
                               "zero2_over_torch_zero": [round(min(r2t), 3), round(statistics.median(r2t), 3),
                                                         round(max(r2t), 3)],
                               "optim_state_mb": state,
-                              "mem_peak_mb": {w: got[w][-1]["mem_peak_mb"] for w in who if w.startswith("zero")}}),
+                              "mem_peak_mb": {w: got[w][-1]["mem_peak_mb"] for w in who if w.startswith("zero")},
+                              "grad_mb": {w: got[w][-1]["grad_mb"] for w in who if w.startswith("zero")}}),
                   flush=True)
 
 

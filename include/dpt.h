@@ -673,6 +673,10 @@ typedef struct dpt_optim_impl {
  * A registered optimizer whose update of a tensor reads the whole tensor (LAMB's norms) sets
  * whole_tensors and cannot be sharded. */
 void dpt_optim_shard(dpt_optim *optim, const int64_t *lo, const int64_t *hi);
+/* A sharded optimizer's gradients elsewhere than the parameters' .grad: element lo[i] of
+ * parameter i's at at[i] (the caller's array, read at each step; NULL: back to .grad). ZeRO 2
+ * keeps only this rank's ranges of the gradients (dpt_ddp_grad_shards). */
+void dpt_optim_set_grad_slices(dpt_optim *optim, float *const *at);
 /* A sharded optimizer's state tensor i whole, for a checkpoint: gather(param, whole, mine,
  * user) collects parameter param's slices from every rank into whole (on the rank that writes)
  * or sends this rank's (mine, NULL where empty; whole NULL): a collective, so every rank asks
@@ -949,6 +953,14 @@ typedef struct dpt_ddp_options {
                            * reduce-scattered, not AllReduced: after finish() a rank's gradients
                            * hold the average only in its ranges (runtime/zero.h's split of the
                            * bucket), the rest is undefined */
+    int shard_grads;      /* 0: off; 1 (auto): where it pays; 2: always. With reduce_scatter ([distributed] zero = 2): a rank keeps only its ranges
+                           * of the gradients between steps. A bucket gets its buffer when backward
+                           * first needs one of its gradients and gives it back once reduce-scattered
+                           * (this rank's range copied out first): a parameter's .grad has no storage
+                           * (data NULL) outside backward, and after finish() its averaged elements
+                           * are at dpt_ddp_grad_shards(). Auto: only where that lowers the peak (the
+                           * ranges plus the largest bucket and 3 of the next largest, less than
+                           * all the buckets): not for 2 buckets, or one tensor dwarfing the rest */
 } dpt_ddp_options;
 
 typedef struct dpt_ddp dpt_ddp;
@@ -961,6 +973,8 @@ typedef struct dpt_ddp_stats {
     int buckets;
     int64_t step;
     int64_t bytes; /* gradient bytes this rank AllReduced (16 or 32 bits per value) */
+    int64_t grad_bytes; /* the most gradient storage this rank held at once in the step (buckets,
+                         * and shard_grads' ranges) */
 } dpt_ddp_stats;
 
 dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_ddp_options *opt,
@@ -979,6 +993,10 @@ int dpt_ddp_num_buckets(const dpt_ddp *ddp);
  * (the gaps that align each view included). */
 void dpt_ddp_param_place(const dpt_ddp *ddp, int p, int *bucket, int64_t *offset);
 int64_t dpt_ddp_bucket_numel(const dpt_ddp *ddp, int b);
+/* shard_grads: per parameter, where this rank's first averaged gradient element lives after
+ * finish() (element lo of runtime/zero.h's range; NULL where the rank has none); NULL without
+ * shard_grads. */
+float *const *dpt_ddp_grad_shards(const dpt_ddp *ddp);
 /* The bucket capacity in use (MiB), and how many buckets another capacity would make (and a
  * signature of where they start: two capacities with one signature make the same plan). */
 double dpt_ddp_bucket_mb(const dpt_ddp *ddp);

@@ -12,8 +12,8 @@ double dpt_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double max_norm)
 
 /* Over elements [lo[i], hi[i]) of each gradient (NULL: all), the squares summed over ranks by
  * sum (NULL: this process's are all). */
-static double clip_ranges(dpt_ctx *ctx, dpt_model *model, const int64_t *lo, const int64_t *hi, double inv_scale,
-                          double max_norm, void (*sum)(double *total, void *user), void *user)
+static double clip_ranges(dpt_ctx *ctx, dpt_model *model, const int64_t *lo, const int64_t *hi, float *const *where,
+                          double inv_scale, double max_norm, void (*sum)(double *total, void *user), void *user)
 {
     int n = dpt_model_num_params(model);
     dpt_tensor_list l;
@@ -21,7 +21,7 @@ static double clip_ranges(dpt_ctx *ctx, dpt_model *model, const int64_t *lo, con
     for (int i = 0, k = 0; i < n; i++) {
         dpt_tensor *g = dpt_model_param_at(model, i)->grad;
         int64_t a = lo ? lo[i] : 0, b = hi ? hi[i] : g->numel;
-        float *at = g->data + a;
+        float *at = where ? where[i] : g->data + a;
         if (b > a) dpt_tensor_list_set(&l, k++, b - a, &at);
         else l.count--;
     }
@@ -50,12 +50,12 @@ static double clip_ranges(dpt_ctx *ctx, dpt_model *model, const int64_t *lo, con
 
 double dpt_unscale_clip_grad_norm(dpt_ctx *ctx, dpt_model *model, double inv_scale, double max_norm)
 {
-    return clip_ranges(ctx, model, NULL, NULL, inv_scale, max_norm, NULL, NULL);
+    return clip_ranges(ctx, model, NULL, NULL, NULL, inv_scale, max_norm, NULL, NULL);
 }
 
 double dpt_unscale_clip_grad_norm_ranges(dpt_ctx *ctx, dpt_model *model, const int64_t *lo, const int64_t *hi,
-                                         double inv_scale, double max_norm, void (*sum)(double *total, void *user),
-                                         void *user)
+                                         float *const *at, double inv_scale, double max_norm,
+                                         void (*sum)(double *total, void *user), void *user)
 {
-    return clip_ranges(ctx, model, lo, hi, inv_scale, max_norm, sum, user);
+    return clip_ranges(ctx, model, lo, hi, at, inv_scale, max_norm, sum, user);
 }

@@ -128,6 +128,12 @@ static void build_groups(dpt_optim *o)
     o->grouped = true;
 }
 
+/* Element lo of parameter i's gradient (p's). */
+static float *grad_slice(const dpt_optim *o, int i, const dpt_tensor *p, int64_t lo)
+{
+    return o->grad_at ? o->grad_at[i] : p->grad->data + lo;
+}
+
 /* The (param, grad, state...) list of a group as of now: gradients move (DDP puts them in its
  * buckets), so it is rebuilt each step; its key changes only when a pointer does. */
 static const dpt_tensor_list *fused_list(dpt_optim *o, int group)
@@ -145,7 +151,7 @@ static const dpt_tensor_list *fused_list(dpt_optim *o, int group)
         if (o->group_of[i] != group) continue;
         int64_t lo, hi;
         slice_of(o, i, &lo, &hi);
-        float *ptrs[2 + DPT_OPTIM_MAX_STATE] = {p->data + lo, p->grad->data + lo};
+        float *ptrs[2 + DPT_OPTIM_MAX_STATE] = {p->data + lo, grad_slice(o, i, p, lo)};
         for (int s = 0; s < o->nstate; s++)
             ptrs[2 + s] = o->state[i * o->nstate + s]->data;
         dpt_tensor_list_set(l, k++, hi - lo, ptrs);
@@ -172,7 +178,7 @@ void dpt_optim_step(dpt_ctx *ctx, dpt_optim *o)
             if (o->lo) { /* sharded: the slices as 1-D views */
                 int64_t lo = o->lo[i], len = o->hi[i] - o->lo[i];
                 params[g.count] = dpt_tensor_wrap(ctx, p->data + lo, 1, &len);
-                grads[g.count] = dpt_tensor_wrap(ctx, p->grad->data + lo, 1, &len);
+                grads[g.count] = dpt_tensor_wrap(ctx, grad_slice(o, i, p, lo), 1, &len);
             }
             for (int s = 0; s < o->nstate; s++)
                 arrays[(size_t)(2 + s) * (size_t)n + (size_t)g.count] = o->state[i * o->nstate + s];
@@ -350,7 +356,12 @@ void dpt_optim_shard(dpt_optim *o, const int64_t *lo, const int64_t *hi)
     keep_slices(o);
 }
 
-/* The slices again: each whole state tensor's elements [lo, hi) kept, the rest freed. */
+void dpt_optim_set_grad_slices(dpt_optim *o, float *const *at)
+{
+    DPT_ASSERT(o->lo || !at, "gradient slices for an optimizer that is not sharded");
+    o->grad_at = at;
+}
+
 void dpt_optim_set_gather(dpt_optim *o, void (*gather)(int param, float *whole, const float *mine, void *user),
                           void *user)
 {

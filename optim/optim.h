@@ -33,6 +33,9 @@ struct dpt_optim {
      * state while `full` (a resumed run's, loaded before dpt_optim_shard) */
     int64_t *lo, *hi;
     bool full;
+    /* dpt_optim_set_grad_slices: where element lo[i] of parameter i's gradient is (NULL: in
+     * its .grad) */
+    float *const *grad_at;
     void (*gather)(int param, float *whole, const float *mine, void *user); /* dpt_optim_set_gather */
     void *gather_user;
     dpt_tensor *whole; /* dpt_optim_state_whole's last */

@@ -66,6 +66,7 @@ dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t)
             t->is_temp ? dpt_temp_zeros(ctx, t->ndim, t->shape) : dpt_tensor_new(ctx, t->ndim, t->shape);
         t->grad->layout = t->layout;
     }
+    DPT_ASSERT(t->grad->data, "the gradient of %s has no storage", t->name);
     return t->grad;
 }
 
@@ -154,6 +155,13 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
         dpt_node *node = &ctx->tape.nodes[n];
         dpt_tensor *out = node->out;
         if (out->grad) {
+            for (int i = 0; i < node->n_in; i++) { /* gradients that have no storage yet get it */
+                dpt_tensor *t = node->in[i];
+                if (is_reported_param(t) && t->grad && !t->grad->data) {
+                    DPT_ASSERT(ctx->grad_needed_hook, "the gradient of %s has no storage", t->name);
+                    ctx->grad_needed_hook(t, t->param_index, ctx->grad_needed_user);
+                }
+            }
             double start = 0;
             if (ctx->profile) {
                 if (ctx->be->dev->synchronize) ctx->be->dev->synchronize(ctx); /* the kernels before, not in it */
@@ -224,6 +232,13 @@ void dpt_set_bn_stats_hook(dpt_ctx *ctx, dpt_bn_stats_hook hook, void *user)
 {
     ctx->bn_stats_hook = hook;
     ctx->bn_stats_user = user;
+}
+
+void dpt_set_grad_needed_hook(dpt_ctx *ctx, void (*hook)(dpt_tensor *param, int param_index, void *user),
+                              void *user)
+{
+    ctx->grad_needed_hook = hook;
+    ctx->grad_needed_user = user;
 }
 
 void dpt_set_grad_ready_hook(dpt_ctx *ctx, dpt_grad_ready_hook hook, void *user)

@@ -55,6 +55,11 @@ dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t);
  * temporary's gradient gets it uninitialised with *accumulate = false (and must write every
  * element: one pass less than a zero fill plus an add); later ones get *accumulate = true. */
 dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate);
+/* Internal: called before a node's backward for each of its parameters whose gradient has no
+ * storage (data NULL), which must give it storage (DDP under zero = 2 allocates the bucket then).
+ * A parameter's gradient without storage and no hook is a bug (asserted). */
+void dpt_set_grad_needed_hook(dpt_ctx *ctx, void (*hook)(dpt_tensor *param, int param_index, void *user),
+                              void *user);
 /* The tape's own memory, at dpt_ctx_free (after a last dpt_tape_clear). */
 void dpt_tape_free(dpt_ctx *ctx);
 /* Whether an op may overwrite x in place: x is a temporary of its own storage and no backward

@@ -29,6 +29,10 @@ struct dpt_ctx {
     dpt_comm *comm; /* for SyncBatchNorm; NULL when alone */
     dpt_grad_ready_hook grad_ready_hook;
     void *grad_ready_user;
+    /* Before a node's backward, for each parameter input whose gradient has no storage (ZeRO 2
+     * releases a bucket's once it is reduce-scattered): the hook gives it some (autograd.h) */
+    void (*grad_needed_hook)(dpt_tensor *param, int param_index, void *user);
+    void *grad_needed_user;
     /* What to change when an allocation fails now (NULL: the training batch); evaluation
      * names [train] eval_batch, since its batch is another key. */
     const char *oom_hint;

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "half.h"
+#include "autograd.h"
 #include "comm.h"
 #include "ctx.h"
 #include "error.h"
@@ -23,7 +24,8 @@
 typedef struct bucket {
     int first, count; /* slice of ddp->order */
     int64_t numel;
-    float *flat;    /* gradients of its parameters, back to back (their .grad views) */
+    float *flat;    /* gradients of its parameters, back to back (their .grad views); shard_grads:
+                     * NULL from its reduce-scatter until backward next needs it */
     size_t granted; /* allocator block size of flat */
     int pending;    /* parameters not yet ready this step */
     int64_t *displs; /* reduce_scatter: each rank's range of flat (size + 1 starts) */
@@ -31,6 +33,10 @@ typedef struct bucket {
 } bucket;
 
 #define RING 16
+/* shard_grads: backward opens a bucket beyond this many alive only after the oldest one on the
+ * wire is done (DeepSpeed's stage 2 waits the same way): a rank's gradient memory is its ranges
+ * plus about this many buckets however far the communication lags */
+#define LIVE_BUCKETS 4
 #define BUCKET_ALIGN_FLOATS 64 /* 256 bytes */
 
 typedef struct ring_entry {
@@ -72,6 +78,16 @@ struct dpt_ddp {
     double *bucket_s; /* each bucket's AllReduce in the last step (host communicators) */
     uint16_t *wire; /* grad_compression on a host communicator: the largest bucket in 16 bits */
     bool h16;       /* grad_compression: 16 bits on the wire (either communicator) */
+    /* shard_grads (zero = 2): a bucket holds storage only from the first gradient backward
+     * writes into it until its reduce-scatter; this rank's range of it lives on in shard */
+    bool lazy;
+    float *shard;        /* this rank's range of every bucket, back to back */
+    size_t shard_granted;
+    int64_t *shard_off;  /* per bucket: where its range starts in shard */
+    float **grad_at;     /* per parameter: its first element of this rank's range, in shard */
+    int closed;          /* buckets [0, closed) have given their buffer back this step */
+    int nlive;           /* buckets with a buffer now */
+    int64_t live_bytes, peak_bytes; /* gradient storage held now / at most this step */
 };
 
 /* ---------------------------------------------------------------- communication thread */
@@ -103,7 +119,7 @@ static void *comm_thread_main(void *arg)
         /* its own communicator; the settings follow the main one's (set after start-up) */
         d->grad_comm->timeout_s = d->comm->timeout_s;
         d->grad_comm->delay_ms_per_mb = d->comm->delay_ms_per_mb;
-        if (bk->displs) { /* zero = 2: this rank's range of the sum only */
+        if (bk->displs) { /* zero = 2: this rank's range of the sum only (kept in shard_grads' shard) */
             int me = d->comm->rank;
             int64_t lo = bk->displs[me], len = bk->displs[me + 1] - lo;
             snprintf(what, sizeof what, "reduce-scatter of bucket %d of %d, step %lld", b, d->nbuckets,
@@ -116,8 +132,8 @@ static void *comm_thread_main(void *arg)
             } else {
                 dpt_comm_reduce_scatter_f32(d->grad_comm, bk->flat, bk->displs, what);
             }
-            d->ctx->be->scale(d->ctx, bk->displs[me + 1] - bk->displs[me], 1.0f / (float)d->comm->size,
-                              bk->flat + bk->displs[me], bk->flat + bk->displs[me]);
+            d->ctx->be->scale(d->ctx, len, 1.0f / (float)d->comm->size, bk->flat + lo, bk->flat + lo);
+            if (d->shard) d->ctx->be->dev->copy_d2d(d->ctx, d->shard + d->shard_off[b], bk->flat + lo, (size_t)len * sizeof(float));
         } else if (d->wire) { /* 16 bits on the wire; fp32 again before the average */
             bool bf16 = d->opt.compression == DPT_GRAD_COMPRESSION_BF16;
             dpt_h16_from_f32_n(d->wire, bk->flat, bk->numel, bf16);
@@ -165,8 +181,140 @@ static void launch_ready_buckets(dpt_ddp *d)
 
 /* ---------------------------------------------------------------- the hook */
 
+/* ---------------------------------------------------------------- shard_grads' buckets */
+
+static void point_views(dpt_ddp *d, int b, float *flat)
+{
+    const bucket *bk = &d->buckets[b];
+    for (int k = bk->first; k < bk->first + bk->count; k++) {
+        int p = d->order[k];
+        dpt_tensor *g = dpt_model_param_at(d->model, p)->grad;
+        g->data = g->storage->ptr = flat ? flat + d->offset_of[p] : NULL;
+    }
+}
+
+static void bucket_close(dpt_ddp *d, int b)
+{
+    bucket *bk = &d->buckets[b];
+    if (!bk->flat) return;
+    point_views(d, b, NULL);
+    dpt_alloc_put(d->ctx->alloc, bk->flat, bk->granted);
+    d->live_bytes -= (int64_t)bk->granted;
+    d->nlive--;
+    bk->flat = NULL;
+}
+
+/* The buckets the communication thread is done with (reduced in index order) give their
+ * buffers back: the allocator hands the same blocks to the next buckets backward opens. */
+static void close_reduced(dpt_ddp *d)
+{
+    pthread_mutex_lock(&d->mu);
+    int done = d->reduced;
+    pthread_mutex_unlock(&d->mu);
+    while (d->closed < done)
+        bucket_close(d, d->closed++);
+}
+
+static _Noreturn void report_timeout(dpt_ddp *d);
+
+/* Before a bucket opens beyond LIVE_BUCKETS alive: the oldest on the wire finished and closed
+ * (none on the wire: the open ones are all still filling, and one more opens). */
+static void make_room(dpt_ddp *d)
+{
+    close_reduced(d);
+    if (d->nlive < LIVE_BUCKETS) return;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)d->opt.timeout_s;
+    __atomic_store_n(&d->grad_comm->hurry, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&d->mu);
+    int want = d->closed + 1;
+    while (d->reduced < want && d->reduced < d->launched) {
+        int rc = pthread_cond_timedwait(&d->done_cv, &d->mu, &deadline);
+        if (rc == ETIMEDOUT && d->reduced < want && d->reduced < d->launched) report_timeout(d);
+    }
+    pthread_mutex_unlock(&d->mu);
+    __atomic_store_n(&d->grad_comm->hurry, 0, __ATOMIC_RELAXED);
+    close_reduced(d);
+}
+
+/* Bucket b's gradients get storage (zeros) before backward first writes one of them. */
+static void bucket_open(dpt_ddp *d, int b)
+{
+    bucket *bk = &d->buckets[b];
+    if (bk->flat) return;
+    make_room(d);
+    bk->flat = dpt_ctx_alloc(d->ctx, (size_t)bk->numel * sizeof(float), &bk->granted, "a DDP gradient bucket");
+    d->ctx->be->fill(d->ctx, bk->flat, bk->numel, 0.0f);
+    point_views(d, b, bk->flat);
+    d->nlive++;
+    d->live_bytes += (int64_t)bk->granted;
+    if (d->live_bytes > d->peak_bytes) d->peak_bytes = d->live_bytes;
+}
+
+static void grad_needed_hook(dpt_tensor *param, int index, void *user)
+{
+    (void)param;
+    dpt_ddp *d = user;
+    bucket_open(d, d->bucket_of[index]);
+}
+
+/* Whether keeping only this rank's ranges lowers the gradients' peak: they cost the ranges
+ * plus the buckets alive at once, about the largest (a tensor beyond the capacity is a bucket of
+ * its own, and it may be alive all through backward, as GPT's tied embedding is) and
+ * LIVE_BUCKETS - 1 of the next largest; unsharded, all the buckets. A model of 2 buckets, or of
+ * one tensor much larger than the rest, keeps them whole. */
+static bool sharding_pays(const dpt_ddp *d)
+{
+    int me = d->comm->rank;
+    int64_t whole = 0, ranges = 0, top = 0, next = 0;
+    for (int b = 0; b < d->nbuckets; b++) {
+        int64_t n = d->buckets[b].numel;
+        whole += n, ranges += d->buckets[b].displs[me + 1] - d->buckets[b].displs[me];
+        if (n > top) next = top, top = n;
+        else if (n > next) next = n;
+    }
+    return ranges + top + (LIVE_BUCKETS - 1) * next < whole;
+}
+
+/* After the constructor laid the buckets out: this rank's ranges of them in one buffer, every
+ * bucket's own given back until backward needs it. */
+static void shard_buckets(dpt_ddp *d)
+{
+    int me = d->comm->rank;
+    d->shard_off = calloc((size_t)d->nbuckets + 1, sizeof *d->shard_off);
+    d->grad_at = calloc((size_t)d->nparams + 1, sizeof *d->grad_at);
+    if (!d->shard_off || !d->grad_at) dpt_fatal("out of host memory");
+    int64_t total = 0;
+    for (int b = 0; b < d->nbuckets; b++)
+        d->shard_off[b] = total, total += d->buckets[b].displs[me + 1] - d->buckets[b].displs[me];
+    d->shard = dpt_ctx_alloc(d->ctx, (size_t)(total ? total : 1) * sizeof(float), &d->shard_granted,
+                             "ZeRO's gradient ranges");
+    d->ctx->be->fill(d->ctx, d->shard, total, 0.0f);
+    for (int p = 0; p < d->nparams; p++) {
+        const bucket *bk = &d->buckets[d->bucket_of[p]];
+        int64_t at = d->offset_of[p], end = at + dpt_model_param_at(d->model, p)->numel;
+        int64_t lo = bk->displs[me], hi = bk->displs[me + 1];
+        int64_t a = at > lo ? at : lo, e = end < hi ? end : hi;
+        d->grad_at[p] = e > a ? d->shard + d->shard_off[d->bucket_of[p]] + (a - lo) : NULL;
+    }
+    d->live_bytes = 0;
+    for (int b = 0; b < d->nbuckets; b++)
+        d->live_bytes += (int64_t)d->buckets[b].granted;
+    d->nlive = d->nbuckets;
+    for (int b = 0; b < d->nbuckets; b++)
+        bucket_close(d, b);
+    d->live_bytes = d->peak_bytes = (int64_t)d->shard_granted;
+}
+
+float *const *dpt_ddp_grad_shards(const dpt_ddp *d)
+{
+    return d->lazy ? d->grad_at : NULL;
+}
+
 static void mark_ready(dpt_ddp *d, int p)
 {
+    if (d->lazy) bucket_open(d, d->bucket_of[p]); /* a gradient backward never wrote: zeros */
     d->ready[p] = true;
     d->buckets[d->bucket_of[p]].pending--;
 }
@@ -181,7 +329,8 @@ static void rehome_grads(dpt_ddp *d, bool to_buckets)
                                 ? dpt_tensor_wrap(d->ctx, d->buckets[d->bucket_of[p]].flat + d->offset_of[p],
                                                   param->ndim, param->shape)
                                 : dpt_tensor_new(d->ctx, param->ndim, param->shape);
-        d->ctx->be->dev->copy_d2d(d->ctx, fresh->data, old->data, (size_t)param->numel * sizeof(float));
+        if (old->data) /* shard_grads' closed buckets: nothing to keep */
+            d->ctx->be->dev->copy_d2d(d->ctx, fresh->data, old->data, (size_t)param->numel * sizeof(float));
         dpt_tensor_free(old);
         param->grad = fresh;
     }
@@ -537,6 +686,8 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
         }
     }
     rehome_grads(d, true);
+    d->lazy = opt->reduce_scatter && !d->async && (opt->shard_grads == 2 || (opt->shard_grads == 1 && sharding_pays(d)));
+    if (d->lazy) shard_buckets(d);
     if (!d->async) {
         /* The communication thread's collectives go on a communicator of their own, so they
          * never pair with the main thread's (SyncBN, evaluation, control) on another rank. */
@@ -549,6 +700,7 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
     }
     d->hooked = true;
     dpt_set_grad_ready_hook(ctx, grad_ready_hook, d);
+    if (d->lazy) dpt_set_grad_needed_hook(ctx, grad_needed_hook, d);
     return d;
 }
 
@@ -569,11 +721,16 @@ void dpt_ddp_free(dpt_ddp *d)
     if (d->hooked) {
         if (d->async && d->launched) d->comm->ops->join(d->comm, d->opt.timeout_s, NULL);
         dpt_set_grad_ready_hook(d->ctx, NULL, NULL);
+        if (d->lazy) dpt_set_grad_needed_hook(d->ctx, NULL, NULL);
         rehome_grads(d, false);
     }
     free(d->wire);
-    for (int b = 0; b < d->nbuckets; b++)
-        dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted), free(d->buckets[b].displs);
+    for (int b = 0; b < d->nbuckets; b++) {
+        if (d->buckets[b].flat) dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted);
+        free(d->buckets[b].displs);
+    }
+    if (d->shard) dpt_alloc_put(d->ctx->alloc, d->shard, d->shard_granted);
+    free(d->shard_off), free(d->grad_at);
     free(d->buckets);
     free(d->bucket_s);
     free(d->order);
@@ -665,9 +822,9 @@ void dpt_ddp_finish(dpt_ddp *d)
     for (int p = 0; p < d->nparams; p++) {
         if (d->ready[p]) continue;
         if (d->opt.find_unused) {
+            mark_ready(d, p); /* (shard_grads: gives its bucket storage) */
             d->ctx->be->fill(d->ctx, dpt_model_param_at(d->model, p)->grad->data,
                              dpt_model_param_at(d->model, p)->numel, 0.0f);
-            mark_ready(d, p);
         } else if (used < sizeof names) {
             used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", unused ? ", " : "",
                                      dpt_model_param_at(d->model, p)->name);
@@ -701,6 +858,16 @@ void dpt_ddp_finish(dpt_ddp *d)
     double waited = dpt_now_s() - backward_end;
 
     dpt_ddp_stats st = {.step = d->step, .buckets = d->nbuckets, .wait_s = waited};
+    if (d->lazy) { /* every bucket reduced: only this rank's ranges stay */
+        while (d->closed < d->nbuckets)
+            bucket_close(d, d->closed++);
+        d->closed = 0;
+        st.grad_bytes = d->peak_bytes;
+        d->peak_bytes = d->live_bytes;
+    } else {
+        for (int b = 0; b < d->nbuckets; b++)
+            st.grad_bytes += (int64_t)d->buckets[b].granted;
+    }
     for (int b = 0; b < d->nbuckets; b++) {
         const bucket *bk = &d->buckets[b];
         st.bytes += bk->numel * (d->h16 ? 2 : 4);

@@ -315,6 +315,7 @@ void dpt_model_zero_grad(dpt_model *m)
 {
     for (int i = 0; i < m->nparams; i++) {
         dpt_tensor *g = m->params[i]->grad;
+        if (!g->data) continue; /* zero = 2: a released bucket's, zeros when backward next needs it */
         m->ctx->be->fill(m->ctx, g->data, g->numel, 0.0f);
     }
 }

@@ -261,7 +261,8 @@ static void ddp_finish(dpt_reducer *r, dpt_reducer_stats *stats)
                                  /* a reduce-scatter is half a ring AllReduce */
                                  .bus_factor = (d->opt.reduce_scatter ? 1.0 : 2.0) * (n - 1) / n,
                                  .nbuckets = st.buckets,
-                                 .bucket_s = dpt_ddp_bucket_times(d->ddp)};
+                                 .bucket_s = dpt_ddp_bucket_times(d->ddp),
+                                 .grad_bytes = st.grad_bytes};
 }
 
 static void ddp_describe(const dpt_reducer *r, char *buf, size_t cap)
@@ -287,6 +288,11 @@ static void ddp_place(const dpt_reducer *r, int p, int *segment, int64_t *offset
     *segment_numel = dpt_ddp_bucket_numel(d->ddp, *segment);
 }
 
+static float *const *ddp_grad_shards(const dpt_reducer *r)
+{
+    return dpt_ddp_grad_shards(((const ddp_reducer *)r->impl)->ddp);
+}
+
 static void ddp_free(dpt_reducer *r)
 {
     ddp_reducer *d = r->impl;
@@ -303,6 +309,7 @@ static const dpt_reducer_ops ddp_ops = {.name = "ddp",
                                         .adopt = ddp_adopt,
                                         .describe = ddp_describe,
                                         .place = ddp_place,
+                                        .grad_shards = ddp_grad_shards,
                                         .free = ddp_free};
 
 dpt_reducer *dpt_reducer_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_ddp_options *opt,

@@ -18,6 +18,7 @@ typedef struct dpt_reducer_stats {
     double bus_factor; /* bytes each rank sends per payload byte in a ring: 2(N-1)/N (nccl-tests' busbw) */
     int nbuckets;      /* with bucket_s: each bucket's collective this step, NULL where unknown */
     const double *bucket_s;
+    int64_t grad_bytes; /* the most gradient storage held at once in the step (0: the whole model's) */
 } dpt_reducer_stats;
 
 /* What the automatic settings chose (0: not chosen). */
@@ -46,6 +47,9 @@ typedef struct dpt_reducer_ops {
     /* [distributed] zero = 2: where parameter p's gradient is reduce-scattered (its bucket, its
      * first element there, the bucket's length); NULL: the reducer does not scatter. */
     void (*place)(const dpt_reducer *r, int p, int *segment, int64_t *offset, int64_t *segment_numel);
+    /* zero = 2 with the gradients kept by ranges: per parameter, where this rank's first reduced
+     * element is after finish (NULL where none); NULL (or no op): in the parameters' .grad. */
+    float *const *(*grad_shards)(const dpt_reducer *r);
     void (*free)(dpt_reducer *r);
 } dpt_reducer_ops;
 

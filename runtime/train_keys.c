@@ -106,11 +106,19 @@ static const dpt_config_key train_keys[] = {
      "ZeRO: 1 = the optimizer state and update sharded over the ranks (each rank keeps and steps 1/N of every "
      "parameter's elements, gradients AllReduced as with 0, the updated ranges all-gathered: bit-identical to 0 at any "
      "world size); 2 = the gradients also reduce-scattered by those ranges instead of AllReduced (bit-identical to 0 "
-     "at 2 ranks; at 3 or more MPI sums in another order). Host communicators (mpirun on CPUs, DataParallel), not "
+     "where MPI's non-blocking reduce-scatter adds in its non-blocking AllReduce's order: Open MPI 4.1 does, measured at "
+     "2-5 ranks; MPI does not promise it), and a rank keeps only its ranges of them between steps (zero_grads). Host communicators (mpirun on CPUs, DataParallel), not "
      "CUDA yet; 2 needs fixed buckets of at most 4 MiB (larger bucket_mb is lowered to 4: MPI's non-blocking reduce-scatter is slow above that) (not bucket_mb = auto)",
      DPT_KEY_NOT_HASHED},
     {"distributed", "accum_steps", DPT_KEY_INT, "1", 1, 1e6, NULL,
      "micro-batches per optimizer step; only the last one communicates (no_sync)", 0},
+    {"distributed", "zero_grads", DPT_KEY_ENUM, "auto", 1, 0, "auto|ranges|whole",
+     "zero = 2: ranges = a rank keeps only its ranges of the gradients between steps (a bucket gets its memory when "
+     "backward first writes into it and gives it back once reduce-scattered; backward opens a fifth bucket only after "
+     "the oldest one on the wire is done); whole = every bucket keeps its memory (the gradients whole, as under zero 0 "
+     "and 1); auto = ranges where that lowers the peak (the ranges plus the largest bucket and 3 of the next largest, "
+     "less than all the buckets: not for 2 buckets, or one tensor dwarfing the rest). Memory only: the weights are the "
+     "same. The metrics' grad_mb is the most a rank held at once", DPT_KEY_NOT_HASHED},
     {"distributed", "grad_compression", DPT_KEY_ENUM, "none", 1, 0, "none|bf16|fp16|auto",
      "gradient buckets AllReduced in 16 bits (half the bytes on the wire), rounded to nearest even after each "
      "addition, fp32 again before the optimizer; error per value about ranks x 2^-8 (bf16) or 2^-11 (fp16) of the "

@@ -386,13 +386,17 @@ void log_window(trainer *t, int64_t s)
     dpt_metrics_write(t->metrics,
                       "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,\"loss\":%.6f,\"acc\":%.6f,\"unit\":\"%s\","
                       "\"img_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"comm_hidden\":%.4f,"
-                      "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"optim_state_mb\":%.4f,\"ranks\":%d,\"global_batch\":%lld,"
+                      "\"grad_norm\":%.6g,\"mem_peak_mb\":%.1f,\"optim_state_mb\":%.4f,\"grad_mb\":%.4f,\"ranks\":%d,"
+                      "\"global_batch\":%lld,"
                       "\"host_syncs_per_step\":%.2f,\"comm_mb_per_step\":%.4f,\"comm_exposed_ms\":%.3f,"
                       "\"comm_gbit_s\":%.4f%s,\"data_wait_ms\":%.3f%s%s",
                       t->state.epoch, (long long)t->state.step, lr, loss, has_acc(t) ? acc : 0.0, t->task.unit, img_s,
                       1e3 * (now - w->start) / (double)steps, 1e3 * w->comm_s / (double)steps,
                       w->comm_s > 0 ? w->hidden_s / w->comm_s : 0.0, t->grad_norm,
-                      (double)mem.peak_allocated / 1048576.0, (double)dpt_optim_state_bytes(t->optim) / 1048576.0, r->size,
+                      (double)mem.peak_allocated / 1048576.0, (double)dpt_optim_state_bytes(t->optim) / 1048576.0,
+                      (w->grad_bytes > 0 ? w->grad_bytes : (double)dpt_model_param_count(t->model) * sizeof(float)) /
+                          1048576.0,
+                      r->size,
                       (long long)(t->run->batch * r->size * t->run->accum), (double)window_syncs / (double)steps,
                       w->comm_bytes / 1048576.0 / (double)steps, 1e3 * w->exposed_s / (double)steps,
                       comm_gbit_s(w), bucket_json(t, steps, buckets, sizeof buckets), 1e3 * w->data_s / (double)steps, scale,

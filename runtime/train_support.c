@@ -399,6 +399,12 @@ static void gather_state(int param, float *whole, const float *mine, void *user)
     dpt_zero_gather_one(t->zero, param, whole, mine, 0, "zero: optimizer state for a checkpoint");
 }
 
+/* zero = 2: where the reducer keeps this rank's ranges of the gradients (NULL: in .grad). */
+static float *const *zero_grad_shards(const trainer *t)
+{
+    return t->reducer && t->reducer->ops->grad_shards ? t->reducer->ops->grad_shards(t->reducer) : NULL;
+}
+
 /* The plan: zero = 2 cuts DDP's buckets (the reduce-scatter's ranges are the optimizer's), zero
  * = 1 and the deterministic mode's tree (every rank holds the whole sum) segments of its own. */
 bool zero_shard(trainer *t, dpt_error *err)
@@ -438,15 +444,22 @@ bool zero_shard(trainer *t, dpt_error *err)
     free(segment_of), free(offset_of), free(numel);
     dpt_optim_shard(t->optim, dpt_zero_lo(t->zero), dpt_zero_hi(t->zero));
     dpt_optim_set_gather(t->optim, gather_state, t);
+    dpt_optim_set_grad_slices(t->optim, zero_grad_shards(t)); /* zero = 2: only this rank's ranges are kept */
     if (r->rank == 0) {
         int64_t most = dpt_zero_most(t->zero), total = dpt_model_param_count(t->model);
         report_line("zero %d | optimizer state sharded over %d %s: the largest share %.1f%% of %lld parameters (1/%d "
                     "= %.1f%%)%s\n",
                     t->run->zero, r->size, r->data_parallel ? "replicas" : "ranks",
                     100.0 * (double)most / (double)(total ? total : 1), (long long)total, r->size, 100.0 / r->size,
-                    t->run->zero == 2 && use ? "; gradients reduce-scattered by the same ranges"
-                    : t->run->zero == 2     ? "; gradients whole on every rank (the deterministic tree)"
-                                            : "");
+                    t->run->zero == 2 && use && zero_grad_shards(t)
+                        ? "; gradients reduce-scattered by the same ranges, a rank keeping only its ranges"
+                    : t->run->zero == 2 && use && !t->run->ddp.shard_grads
+                        ? "; gradients reduce-scattered by the same ranges, kept whole between steps (zero_grads = whole)"
+                    : t->run->zero == 2 && use
+                        ? "; gradients reduce-scattered by the same ranges, kept whole between steps (its "
+                          "largest bucket would cost more than the ranges save)"
+                    : t->run->zero == 2 ? "; gradients whole on every rank (the deterministic tree)"
+                                        : "");
     }
     return true;
 }
@@ -474,8 +487,8 @@ double zero_clip(trainer *t, double inv_scale, double max_norm)
 {
     if (!t->zero || t->run->zero != 2 || t->run->deterministic) /* every rank holds the whole sum */
         return dpt_unscale_clip_grad_norm(t->ctx, t->model, inv_scale, max_norm);
-    return dpt_unscale_clip_grad_norm_ranges(t->ctx, t->model, dpt_zero_lo(t->zero), dpt_zero_hi(t->zero), inv_scale,
-                                             max_norm, sum_over_ranks, t->host_comm);
+    return dpt_unscale_clip_grad_norm_ranges(t->ctx, t->model, dpt_zero_lo(t->zero), dpt_zero_hi(t->zero),
+                                             zero_grad_shards(t), inv_scale, max_norm, sum_over_ranks, t->host_comm);
 }
 
 /* [checkpoint] best: dir/best.dpt, an epoch-end state (nothing mid-epoch to sum), rewritten

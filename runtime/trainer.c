@@ -410,6 +410,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         ddp_opt.config = run->ini; /* a config that differs: the first key that does is named */
         ddp_opt.steps_before = t->state.step;
         ddp_opt.reduce_scatter = run->zero == 2 && t->optim; /* [distributed] zero = 2 */
+        if (!ddp_opt.reduce_scatter || r->size < 2) ddp_opt.shard_grads = 0; /* [distributed] zero_grads */
         /* zero = 2's buckets hold at most 4 MiB: Open MPI 4.1's non-blocking reduce-scatter of
          * 2 ranks took 1.2 ms for 4 MiB here (its AllReduce 1.8) but 98 ms for 16 MiB (11.5) */
         if (ddp_opt.reduce_scatter && ddp_opt.bucket_mb > 4) ddp_opt.bucket_mb = 4;
@@ -632,6 +633,7 @@ static void train_step(trainer *t)
         t->reducer->ops->finish(t->reducer, &st);
         t->win.comm_s += st.comm_s, t->win.hidden_s += st.hidden_s, t->win.exposed_s += st.exposed_s;
         t->win.comm_bytes += (double)st.bytes, t->win.bus_bytes += st.bus_factor * (double)st.bytes;
+        if ((double)st.grad_bytes > t->win.grad_bytes) t->win.grad_bytes = (double)st.grad_bytes;
         if (st.bucket_s) {
             if (st.nbuckets != t->win_nbuckets) {
                 free(t->win_bucket_s);

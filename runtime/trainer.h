@@ -149,6 +149,7 @@ typedef struct window {
     double start, loss, comm_s, hidden_s, exposed_s, comm_bytes, bus_bytes;
     double data_s; /* waiting for the loader's next batch */
     double gather_s; /* [distributed] zero: the parameters' all-gather after the step */
+    double grad_bytes; /* the most gradient storage held at once in a step (0: the whole model's) */
     int64_t correct, units, steps; /* units: what the loss averages over (images, samples, tokens) */
     int64_t syncs_at_start; /* the context's host reads when the window opened */
 } window;

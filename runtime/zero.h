@@ -47,9 +47,10 @@ void dpt_zero_sync_params(dpt_zero *z, const char *what);
 void dpt_zero_gather_one(dpt_zero *z, int p, float *whole, const float *mine, int root, const char *what);
 
 /* dpt_unscale_clip_grad_norm over elements [lo[i], hi[i]) of each gradient (what zero = 2
- * reduced on this rank), the sum of squares added over the ranks by sum(total, user) (optim/clip.c). */
+ * reduced on this rank; element lo[i] at at[i], or in the parameter's .grad where at is NULL),
+ * the sum of squares added over the ranks by sum(total, user) (optim/clip.c). */
 double dpt_unscale_clip_grad_norm_ranges(dpt_ctx *ctx, dpt_model *model, const int64_t *lo, const int64_t *hi,
-                                         double inv_scale, double max_norm, void (*sum)(double *total, void *user),
-                                         void *user);
+                                         float *const *at, double inv_scale, double max_norm,
+                                         void (*sum)(double *total, void *user), void *user);
 
 #endif

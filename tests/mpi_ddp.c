@@ -272,6 +272,77 @@ static void test_reduce_scatter(dpt_comm *comm)
     }
 }
 
+/* shard_grads (zero = 2's gradient memory): one parameter per bucket (more than the 4 alive at
+ * once, so backward waits for the wire), with and without accumulation. After finish every
+ * parameter's .grad has no storage, and this rank's ranges, where dpt_ddp_grad_shards says, are
+ * bit for bit the AllReduced average's (the same batches through plain DDP beside it). */
+static void test_shard_grads(dpt_comm *comm, const dpt_dataset *ds)
+{
+    for (int accum = 1; accum <= 2; accum++) {
+        dpt_error err;
+        dpt_config *cfg = dpt_config_defaults();
+        dpt_config_set(cfg, "model.hidden=16,12", &err);
+        dpt_ctx_options co = {.device = {DPT_DEVICE_CPU, 0}, .threads = 1, .seed = 99};
+        dpt_ctx *ctx[2];
+        dpt_model *m[2];
+        dpt_ddp *ddp[2];
+        dpt_loader *l[2];
+        for (int k = 0; k < 2; k++) { /* 0: reduce-scatter keeping ranges, 1: plain DDP */
+            ctx[k] = dpt_ctx_new(&co, &err);
+            m[k] = dpt_model_build(ctx[k], cfg, 1, 4, 5, DDP_CLASSES, &err);
+            dpt_ddp_options o = {.bucket_mb = 1e-6, .overlap = true, .timeout_s = 60, .dataset_len = ds->n,
+                                 .reduce_scatter = k == 0, .shard_grads = k == 0 ? 2 : 0};
+            ddp[k] = dpt_ddp_new(ctx[k], m[k], comm, &o, &err);
+            CHECK(ddp[k], "rank %d: %s", rank, err.msg);
+            dpt_loader_options lo = {.batch = 8, .shuffle = true, .seed = 3, .rank = rank, .world_size = size,
+                                     .mean = 0.5f, .std = 0.25f};
+            l[k] = dpt_loader_new(ctx[k], ds, &lo);
+            dpt_loader_start_epoch(l[k], 0);
+        }
+        int n = dpt_model_num_params(m[0]);
+        CHECK(dpt_ddp_num_buckets(ddp[0]) == n && n > 4, "%d buckets for %d parameters", dpt_ddp_num_buckets(ddp[0]), n);
+        float *const *at = dpt_ddp_grad_shards(ddp[0]);
+        CHECK(at && !dpt_ddp_grad_shards(ddp[1]), "grad shards %p / %p", (void *)at, (void *)dpt_ddp_grad_shards(ddp[1]));
+        for (int step = 0; step < 3; step++) {
+            for (int k = 0; k < 2; k++) {
+                for (int micro = 0; micro < accum; micro++) {
+                    dpt_batch b;
+                    dpt_loader_next_cycle(l[k], &b);
+                    dpt_ddp_set_sync(ddp[k], micro == accum - 1);
+                    dpt_backward(ctx[k], dpt_cross_entropy(ctx[k], dpt_model_forward(m[k], ctx[k], b.x), b.labels, 0.0f));
+                    dpt_tape_clear(ctx[k]);
+                }
+                dpt_ddp_finish(ddp[k]);
+            }
+            for (int p = 0; p < n; p++) {
+                const dpt_tensor *g = dpt_model_param_at(m[1], p)->grad;
+                int bucket;
+                int64_t off, lo, hi;
+                dpt_ddp_param_place(ddp[0], p, &bucket, &off);
+                dpt_zero_range(dpt_ddp_bucket_numel(ddp[0], bucket), size, rank, &lo, &hi);
+                lo = lo < off ? 0 : lo - off, hi = hi - off > g->numel ? g->numel : hi - off;
+                CHECK(!dpt_model_param_at(m[0], p)->grad->data, "step %d: %s's gradient kept its storage", step,
+                      dpt_model_param_at(m[0], p)->name);
+                CHECK((hi > lo) == (at[p] != NULL), "step %d: %s: range [%lld, %lld), shard %p", step,
+                      dpt_model_param_at(m[0], p)->name, (long long)lo, (long long)hi, (void *)at[p]);
+                if (hi > lo)
+                    CHECK(!memcmp(at[p], g->data + lo, (size_t)(hi - lo) * sizeof(float)),
+                          "step %d, accum %d: %s's range [%lld, %lld) differs from the AllReduced average", step, accum,
+                          dpt_model_param_at(m[0], p)->name, (long long)lo, (long long)hi);
+            }
+            for (int k = 0; k < 2; k++) /* no optimizer: the same weights, new batches */
+                dpt_model_zero_grad(m[k]);
+        }
+        for (int k = 0; k < 2; k++) {
+            dpt_ddp_free(ddp[k]);
+            dpt_loader_free(l[k]);
+            dpt_model_free(m[k]);
+            dpt_ctx_free(ctx[k]);
+        }
+        dpt_config_free(cfg);
+    }
+}
+
 static void test_eval_exactly_once(dpt_comm *comm, const dpt_dataset *ds)
 {
     dpt_error err;
@@ -349,6 +420,7 @@ int main(int argc, char **argv)
     test_eval_exactly_once(comm, ds);
     test_compression(comm, ds);
     test_reduce_scatter(comm);
+    test_shard_grads(comm, ds);
     run_unused(comm, ds, true);
     int total = 0;
     MPI_Reduce(&checks, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);

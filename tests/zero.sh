@@ -22,23 +22,31 @@ for np in 2 3; do
     stages="1 2"
     [ $np = 3 ] && stages=2 # zero = 1 AllReduces as zero = 0 at any world size: 2 ranks show it
     for z in $stages; do
-        out=$($M -np $np ./train "${base[@]}" --set checkpoint.dir="$tmp/z$z$np" --set distributed.zero=$z 2>&1); rc=$?
+        # the MLP's 784x256 weight dwarfs its other tensors: zero_grads = auto keeps them whole;
+        # ranges forced at 3 ranks (and in the cases below), so both ways must give zero 0's weights
+        grads=auto; [ $np = 3 ] && grads=ranges
+        out=$($M -np $np ./train "${base[@]}" --set checkpoint.dir="$tmp/z$z$np" --set distributed.zero=$z \
+              --set distributed.zero_grads=$grads 2>&1); rc=$?
         [ $rc -eq 0 ] && [ -n "$plain" ] && [ "$(sha <<<"$out")" = "$plain" ] &&
             grep -q "^zero $z | optimizer state sharded over $np ranks: the largest share 5\?[0-9.]*% " <<<"$out" &&
-            { [ $z = 1 ] || grep -q "reduce-scatter (zero 2)" <<<"$out"; }
-        check "adamw, $np ranks: zero = $z bit-identical to zero = 0 (${plain:0:16}...)" $? "exit $rc, $(sha <<<"$out") vs $plain"
+            { [ $z = 1 ] || { grep -q "reduce-scatter (zero 2)" <<<"$out" &&
+                              if [ $grads = auto ]; then grep -q "kept whole between steps (its largest" <<<"$out"
+                              else grep -q "a rank keeping only its ranges" <<<"$out"; fi; }; }
+        ok=$?
+        what="zero = $z"; [ $z = 2 ] && what="$what (zero_grads = $grads)"
+        check "adamw, $np ranks: $what bit-identical to zero = 0 (${plain:0:16}...)" $ok "exit $rc, $(sha <<<"$out") vs $plain"
     done
 done
 sgd=(--set optim.name=sgd --set optim.lr=0.05 --set optim.momentum=0.9)
 plain=$($M -np 2 ./train "${base[@]}" "${sgd[@]}" --set checkpoint.dir="$tmp/ps" 2>&1 | sha)
 one=$($M -np 2 ./train "${base[@]}" "${sgd[@]}" --set checkpoint.dir="$tmp/zs1" --set distributed.zero=1 2>&1 | sha)
-two=$($M -np 2 ./train "${base[@]}" "${sgd[@]}" --set checkpoint.dir="$tmp/zs2" --set distributed.zero=2 2>&1 | sha)
+two=$($M -np 2 ./train "${base[@]}" "${sgd[@]}" --set checkpoint.dir="$tmp/zs2" --set distributed.zero=2 --set distributed.zero_grads=ranges 2>&1 | sha)
 [ -n "$plain" ] && [ "$one" = "$plain" ] && [ "$two" = "$plain" ]
 check "sgd with momentum, 2 ranks: zero = 1 and 2 bit-identical" $? "$one / $two vs $plain"
 dp=(--set distributed.devices=cpu:0,cpu:1 --set checkpoint.every_steps=20)
 plain=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/pd" 2>&1 | sha)
 one=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/zd1" --set distributed.zero=1 2>&1 | sha)
-two=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/zd2" --set distributed.zero=2 2>&1 | sha)
+two=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/zd2" --set distributed.zero=2 --set distributed.zero_grads=ranges 2>&1 | sha)
 [ -n "$plain" ] && [ "$one" = "$plain" ] && [ "$two" = "$plain" ] &&
     cmp -s <(./train --inspect "$tmp/pd/ckpt-step00000020.dpt" | sed 1d) <(./train --inspect "$tmp/zd2/ckpt-step00000020.dpt" | sed 1d)
 check "DataParallel 2 x cpu: zero = 1 and 2 bit-identical, zero = 2's checkpoint (the replicas' state gathered) the unsharded one's" $? "$one / $two vs $plain"
@@ -49,11 +57,22 @@ printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$tmp/
 build/tools/text_tokens --val-fraction 0.1 "$tmp/tok" "$tmp/text.txt" > /dev/null
 gpt=(configs/gpt_fortunes.ini --set train.threads=1 --set train.max_steps=10 --set log.interval=1000
      --set data.train="$tmp/tok/train_*.bin" --set data.val="$tmp/tok/val_*.bin" --set data.seq_len=64
-     --set train.batch=4 --set data.test_limit=16)
-g0=$($M -np 2 ./train "${gpt[@]}" --set checkpoint.dir="$tmp/g0" 2>&1 | sha)
-g2=$($M -np 2 ./train "${gpt[@]}" --set checkpoint.dir="$tmp/g2" --set distributed.zero=2 2>&1 | sha)
+     --set train.batch=4 --set data.test_limit=16 --set distributed.bucket_mb=0.3 --set log.interval=5)
+g0=$($M -np 2 ./train "${gpt[@]}" --set checkpoint.dir="$tmp/g0" --set log.metrics="$tmp/g0.jsonl" 2>&1 | sha)
+out=$($M -np 2 ./train "${gpt[@]}" --set checkpoint.dir="$tmp/g2" --set distributed.zero=2 --set log.metrics="$tmp/g2.jsonl" 2>&1)
+g2=$(sha <<<"$out")
 [ -n "$g0" ] && [ "$g2" = "$g0" ]
 check "the fortunes GPT (its config on shards of a text), 2 ranks, 10 steps: zero = 2 bit-identical to zero = 0" $? "$g2 vs $g0"
+# zero = 2 keeps only a rank's ranges of the gradients between steps: 13 buckets of <= 0.3 MiB,
+# backward opens a fifth only once the oldest on the wire is done, so the most a rank holds at
+# once (grad_mb, the allocator's blocks) is its half plus 4 buckets, below the whole gradient
+grads() { grep '"kind":"train"' "$1" | tail -1 | grep -o '"grad_mb":[0-9.]*' | cut -d: -f2; }
+whole=$(grads "$tmp/g0.jsonl"); held=$(grads "$tmp/g2.jsonl")
+grep -q "a rank keeping only its ranges" <<<"$out" &&
+    awk -v w="$whole" -v h="$held" -v p=834304 'BEGIN { exit !(w > 0 && (w - p * 4 / 1048576) ^ 2 < 0.01 && h > w / 2 &&
+        h <= w / 2 + 4 * 0.3 * 1.25 && h < 0.9 * w) }'
+check "zero = 2 on 2 ranks: the GPT's gradients take at most $held MiB at once, its $whole MiB whole under zero = 0 (half + 4 buckets of 0.3 MiB allowed)" $? \
+    "whole '$whole', held '$held', $(grep '^zero' <<<"$out")"
 
 # clipping under zero = 2: the global norm from the ranks' partial sums of squares (one small
 # AllReduce); it equals the whole gradient's to double rounding (printed to 6 digits: equal
@@ -61,7 +80,7 @@ check "the fortunes GPT (its config on shards of a text), 2 ranks, 10 steps: zer
 clip=("${base[@]}" --set optim.clip_norm=0.5 --set log.interval=1 --set train.epochs=1)
 norms() { grep '"kind":"train"' "$1" | grep -o '"grad_norm":[0-9.e+-]*' | cut -d: -f2; }
 $M -np 2 ./train "${clip[@]}" --set checkpoint.dir="$tmp/c0" --set log.metrics="$tmp/c0.jsonl" > /dev/null 2>&1
-$M -np 2 ./train "${clip[@]}" --set checkpoint.dir="$tmp/c2" --set log.metrics="$tmp/c2.jsonl" --set distributed.zero=2 > /dev/null 2>&1
+$M -np 2 ./train "${clip[@]}" --set checkpoint.dir="$tmp/c2" --set log.metrics="$tmp/c2.jsonl" --set distributed.zero=2 --set distributed.zero_grads=ranges > /dev/null 2>&1
 paste <(norms "$tmp/c0.jsonl") <(norms "$tmp/c2.jsonl") > "$tmp/norms"
 awk '{ n++; if ($1 > 0.5) over++; d = $1 - $2; if (d < 0) d = -d; if (d > 1.5e-6 * $1) bad++ }
      END { exit !(n >= 20 && over >= 10 && bad == 0) }' "$tmp/norms"
@@ -71,7 +90,7 @@ check "clip_norm under zero = 2: every step's gradient norm (from the shards) eq
 # bf16 gradients on the wire: the reduce-scatter in 16 bits sums as the 16-bit AllReduce does
 b0=$($M -np 3 ./train "${base[@]}" --set distributed.grad_compression=bf16 --set checkpoint.dir="$tmp/b0" 2>&1 | sha)
 b2=$($M -np 3 ./train "${base[@]}" --set distributed.grad_compression=bf16 --set checkpoint.dir="$tmp/b2" \
-     --set distributed.zero=2 2>&1 | sha)
+     --set distributed.zero=2 --set distributed.zero_grads=ranges 2>&1 | sha)
 [ -n "$b0" ] && [ "$b2" = "$b0" ]
 check "grad_compression = bf16, 3 ranks: zero = 2 bit-identical to zero = 0 (both 16 bits on the wire)" $? "$b2 vs $b0"
 
@@ -81,9 +100,9 @@ acc=("${base[@]}" --set train.global_batch=128 --set distributed.accum_steps=2)
 nan=("${base[@]}" --set train.global_batch=128 --set train.loss_scale=dynamic --set distributed.fault=nan
      --set distributed.fault_rank=1 --set distributed.fault_step=5)
 a0=$($M -np 2 ./train "${acc[@]}" --set checkpoint.dir="$tmp/a0" 2>&1 | sha)
-a2=$($M -np 2 ./train "${acc[@]}" --set checkpoint.dir="$tmp/a2" --set distributed.zero=2 2>&1 | sha)
+a2=$($M -np 2 ./train "${acc[@]}" --set checkpoint.dir="$tmp/a2" --set distributed.zero=2 --set distributed.zero_grads=ranges 2>&1 | sha)
 n0=$($M -np 2 ./train "${nan[@]}" --set checkpoint.dir="$tmp/n0" 2>&1 | sha)
-out=$($M -np 2 ./train "${nan[@]}" --set checkpoint.dir="$tmp/n2" --set distributed.zero=2 2>&1)
+out=$($M -np 2 ./train "${nan[@]}" --set checkpoint.dir="$tmp/n2" --set distributed.zero=2 --set distributed.zero_grads=ranges 2>&1)
 [ -n "$a0" ] && [ "$a2" = "$a0" ] && [ -n "$n0" ] && [ "$(sha <<<"$out")" = "$n0" ] && grep -q "step skipped" <<<"$out"
 check "zero = 2 with accumulation (2 micro-batches) and with a NaN step the loss scaler skips: zero = 0's weights" $? \
     "accum $a2 vs $a0, nan $(sha <<<"$out") vs $n0"
@@ -115,7 +134,7 @@ check "deterministic: 30 steps under zero = 1 on 4 ranks, resumed under zero = 2
 
 # checkpoints: the same tensors; resumed across zero = 0 / 1 / 2, the uninterrupted end
 full=$($M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/cp" 2>&1 | sha)
-$M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/cz" --set distributed.zero=2 > /dev/null 2>&1
+$M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/cz" --set distributed.zero=2 --set distributed.zero_grads=ranges > /dev/null 2>&1
 same=1
 for f in "$tmp"/cp/ckpt-step*.dpt; do
     cmp -s <(./train --inspect "$f" | sed 1d) <(./train --inspect "$tmp/cz/$(basename "$f")" | sed 1d) || same=0
