@@ -4,6 +4,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,6 +332,45 @@ static const char *bucket_json(const trainer *t, int64_t steps, char *buf, size_
     return buf;
 }
 
+double process_run_delay_s(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    double total = 0;
+    bool any = false;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%.20s/schedstat", e->d_name);
+        FILE *f = fopen(path, "r");
+        unsigned long long run, wait;
+        if (f && fscanf(f, "%llu %llu", &run, &wait) == 2) total += (double)wait * 1e-9, any = true;
+        if (f) fclose(f);
+    }
+    closedir(d);
+    return any ? total : -1;
+}
+
+window window_open(const trainer *t)
+{
+    return (window){.start = dpt_now_s(), .syncs_at_start = dpt_ctx_host_syncs(t->ctx),
+                    .run_delay_s = process_run_delay_s()};
+}
+
+/* The share of the window this process's compute threads spent runnable but without a core
+ * (another process on them, or more threads than cores), -1 where the kernel does not say. A
+ * thread of an OpenMP team that is descheduled holds up every barrier of every op: with 2
+ * threads beside one busy process on 2 cores the CNN's step ran 2x slower than with 1
+ * (bench/contention.py). */
+static double core_wait(const trainer *t, const window *w, double now)
+{
+    double delay = process_run_delay_s();
+    if (w->run_delay_s < 0 || delay < 0 || now <= w->start) return -1;
+    int replicas = t->r->data_parallel ? t->r->size : 1; /* DataParallel: every replica's threads are here */
+    double waited = delay - w->run_delay_s; /* (a thread that ended took its share with it) */
+    return (waited > 0 ? waited : 0) / ((now - w->start) * dpt_ctx_threads(t->ctx) * replicas);
+}
+
 /* The log window's line (step s of the epoch) and metrics record; then a new window. Under
  * DDP the loss and accuracy are the averages over all ranks (one small AllReduce per line),
  * unless every rank prints its own ([log] all_ranks). */
@@ -345,6 +385,18 @@ void log_window(trainer *t, int64_t s)
     double now = dpt_now_s();
     int64_t steps = w->steps > 0 ? w->steps : 1;
     double img_s = (double)w->units * r->size / (now - w->start); /* in the task's unit */
+    double cores = core_wait(t, w, now);
+    if (cores >= 0.2 && dpt_ctx_threads(t->ctx) > 1 && !t->warned_cores && r->rank == 0 &&
+        dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CPU) {
+        t->warned_cores = true;
+        fprintf(stderr,
+                "warning: this run's threads waited for a core %.0f%% of the last %.1f s (another process on its "
+                "cores, or more threads than cores): each of the %d threads an op splits into holds the op up "
+                "while it is descheduled (beside one busy process on 2 cores, 2 threads ran the CNN 2x slower "
+                "than 1)\nHINT: while the cores are shared, set [train] threads to those left free (e.g. --set "
+                "train.threads=%d)\n",
+                100.0 * cores, now - w->start, dpt_ctx_threads(t->ctx), dpt_ctx_threads(t->ctx) / 2);
+    }
     double loss = sums[2] ? sums[0] / sums[2] : NAN;
     double acc = sums[2] ? sums[1] / sums[2] : NAN;
     double lr = (double)dpt_optim_lr(t->optim);
@@ -368,6 +420,8 @@ void log_window(trainer *t, int64_t s)
         char data[96] = "";
         double wait = w->data_s / (now - w->start);
         if (wait >= 0.05) snprintf(data, sizeof data, " | waiting on data %.0f%%", 100.0 * wait);
+        if (cores >= 0.10)
+            snprintf(data + strlen(data), sizeof data - strlen(data), " | waiting for cores %.0f%%", 100.0 * cores);
         if (t->run->loss_scale) /* the scale the next step multiplies the loss by */
             snprintf(data + strlen(data), sizeof data - strlen(data), " | scale %g", t->state.loss_scale);
         char metric[48];
@@ -380,6 +434,8 @@ void log_window(trainer *t, int64_t s)
     if (t->run->loss_scale)
         snprintf(scale, sizeof scale, ",\"loss_scale\":%.9g,\"scale_skips\":%lld", t->state.loss_scale,
                  (long long)t->state.scale_skips);
+    if (cores >= 0) /* waiting for a core: another process on them */
+        snprintf(scale + strlen(scale), sizeof scale - strlen(scale), ",\"core_wait\":%.4f", cores);
     if (t->zero) /* the all-gather after the step, which no comm_ms counts */
         snprintf(scale + strlen(scale), sizeof scale - strlen(scale), ",\"zero_gather_ms\":%.3f",
                  1e3 * w->gather_s / (double)steps);
@@ -402,7 +458,7 @@ void log_window(trainer *t, int64_t s)
                       comm_gbit_s(w), bucket_json(t, steps, buckets, sizeof buckets), 1e3 * w->data_s / (double)steps, scale,
                       gpu_json(&gs, json, sizeof json));
     dpt_tensor_fill_slice(t->ctx, t->meter, METER_WINDOW, 2, 0.0f);
-    *w = (window){.start = dpt_now_s(), .syncs_at_start = dpt_ctx_host_syncs(t->ctx)};
+    *w = window_open(t);
     for (int b = 0; b < t->win_nbuckets; b++)
         t->win_bucket_s[b] = 0.0;
 }

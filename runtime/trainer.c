@@ -438,7 +438,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     t->bar = progress_new(r, t->total_steps);
     t->run_start = dpt_now_s();
     t->stop = t->state.step >= t->total_steps;
-    t->win = (window){.start = dpt_now_s(), .syncs_at_start = dpt_ctx_host_syncs(t->ctx)};
+    t->win = window_open(t);
     return true;
 
 fail:

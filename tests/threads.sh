@@ -5,6 +5,26 @@
 # mpirun -np 2 and DataParallel over 2 CPUs give the same weights (the same thread count each).
 cd "$(dirname "$0")/.."
 . tests/common.sh
+# threads kept off their cores: 2 threads pinned to one core (taskset) wait for it about half
+# the time, which the progress line, the metrics' core_wait and one warning say; 1 thread on
+# that core waits for nothing of ours, and draws no warning
+if command -v taskset > /dev/null; then
+    pin=(configs/fmnist_cnn.ini --set train.max_steps=40 --set data.train_limit=3000 --set data.test_limit=200
+         --set log.interval=20 --set checkpoint.every_epochs=0)
+    waits() { grep -o '"core_wait":[0-9.]*' "$1" | cut -d: -f2 | sort -n | tail -1; }
+    two=$(taskset -c 0 ./train "${pin[@]}" --set train.threads=2 --set checkpoint.dir="$tmp/pin2" \
+          --set log.metrics="$tmp/pin2.jsonl" 2>&1)
+    one=$(taskset -c 0 ./train "${pin[@]}" --set train.threads=1 --set checkpoint.dir="$tmp/pin1" \
+          --set log.metrics="$tmp/pin1.jsonl" 2>&1)
+    w2=$(waits "$tmp/pin2.jsonl"); w1=$(waits "$tmp/pin1.jsonl")
+    grep -q "warning: this run's threads waited for a core [0-9]*% of the last" <<< "$two" &&
+        grep -q "HINT: while the cores are shared, set \[train\] threads" <<< "$two" &&
+        grep -q "| waiting for cores [0-9]*%" <<< "$two" && ! grep -q "waited for a core" <<< "$one" &&
+        awk -v a="$w2" -v b="$w1" 'BEGIN { exit !(a >= 0.3 && a <= 1.0 && b != "" && a > 3 * b) }'
+    check "2 threads pinned to one core wait for it (core_wait $w2, said with a HINT); 1 thread there: $w1" $? \
+        "core_wait '$w2' / '$w1'; $(grep -m2 'warning\|waiting' <<< "$two")"
+fi
+
 [ $mpi = 1 ] || { echo "ok   threads.sh: skipped (no mpirun or no MPI build)"; exit 0; }
 MPIRUN="mpirun --oversubscribe --allow-run-as-root"
 small=(configs/fmnist_mlp.ini --set data.train_limit=2000 --set data.test_limit=500 --set train.max_steps=12
