@@ -74,9 +74,17 @@ memory_estimate estimate_memory(const trainer *t)
     double nstate = t->optim && nparams ? (double)dpt_optim_num_state(t->optim) / nparams : 0;
     /* [distributed] zero: a rank keeps 1/N of it (plus up to 64 floats a segment) */
     if (run->zero && t->r->size > 1) nstate /= t->r->size;
+    /* the gradients: whole (DDP's buckets), or under zero = 2 with zero_grads = ranges a rank's
+     * ranges and about 4 buckets of at most 4 MiB (auto decides with the bucket plan, later:
+     * counted whole, the bound) */
+    double count = (double)dpt_model_param_count(t->model), grads = 1.0;
+    if (run->zero == 2 && t->r->size > 1 && !run->deterministic && run->ddp.shard_grads == 2 && count > 0) {
+        grads = 1.0 / t->r->size + 4.0 * 4.0 * 1048576.0 / (count * sizeof(float));
+        if (grads > 1.0) grads = 1.0;
+    }
     memory_estimate m = {
         /* parameters, their gradients (DDP buckets), the optimizer's state */
-        .params = (double)dpt_model_param_count(t->model) * sizeof(float) * (2.0 + nstate),
+        .params = count * sizeof(float) * (1.0 + grads + nstate),
         .activations = batch * (per_sample * sizeof(float) * ACTIVATION_FACTOR * act16 + sample),
         /* no backward, but a forward pass's outputs live until the tape is cleared */
         .evaluation = eval_batch * (eval_sample * sizeof(float) * EVALUATION_FACTOR * act16 + sample),
