@@ -4,11 +4,14 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "trainer.h"
 #include "profile.h"
@@ -332,29 +335,49 @@ static const char *bucket_json(const trainer *t, int64_t steps, char *buf, size_
     return buf;
 }
 
-double process_run_delay_s(void)
+/* The kernel ids of the threads that compute the steps: this one and the OpenMP team its ops
+ * run on (libgomp keeps a team's threads from one region to the next). The loaders' and the
+ * communication thread's waits are not the step's. */
+static void find_compute_threads(trainer *t)
 {
-    DIR *d = opendir("/proc/self/task");
-    if (!d) return -1;
+    int n = dpt_ctx_threads(t->ctx) > 0 ? dpt_ctx_threads(t->ctx) : 1;
+    t->compute_tids = calloc((size_t)n, sizeof *t->compute_tids);
+    if (!t->compute_tids) dpt_fatal("out of host memory");
+    t->ncompute = n;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(n)
+    {
+        int k = omp_get_thread_num();
+        if (k < n) t->compute_tids[k] = (int)syscall(SYS_gettid);
+    }
+#else
+    t->compute_tids[0] = (int)syscall(SYS_gettid);
+#endif
+}
+
+/* The time the compute threads have spent runnable but waiting for a core (the kernel's
+ * schedstat run delay, summed), seconds; -1 where the kernel does not say. */
+static double compute_run_delay_s(const trainer *t)
+{
     double total = 0;
     bool any = false;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.') continue;
+    for (int i = 0; i < t->ncompute; i++) {
+        if (!t->compute_tids[i]) continue;
         char path[64];
-        snprintf(path, sizeof path, "/proc/self/task/%.20s/schedstat", e->d_name);
+        snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", t->compute_tids[i]);
         FILE *f = fopen(path, "r");
         unsigned long long run, wait;
         if (f && fscanf(f, "%llu %llu", &run, &wait) == 2) total += (double)wait * 1e-9, any = true;
         if (f) fclose(f);
     }
-    closedir(d);
     return any ? total : -1;
 }
 
-window window_open(const trainer *t)
+window window_open(trainer *t)
 {
+    if (!t->compute_tids && dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CPU) find_compute_threads(t);
     return (window){.start = dpt_now_s(), .syncs_at_start = dpt_ctx_host_syncs(t->ctx),
-                    .run_delay_s = process_run_delay_s()};
+                    .run_delay_s = t->compute_tids ? compute_run_delay_s(t) : -1};
 }
 
 /* The share of the window this process's compute threads spent runnable but without a core
@@ -364,11 +387,11 @@ window window_open(const trainer *t)
  * (bench/contention.py). */
 static double core_wait(const trainer *t, const window *w, double now)
 {
-    double delay = process_run_delay_s();
-    if (w->run_delay_s < 0 || delay < 0 || now <= w->start) return -1;
-    int replicas = t->r->data_parallel ? t->r->size : 1; /* DataParallel: every replica's threads are here */
+    if (w->run_delay_s < 0 || now <= w->start) return -1;
+    double delay = compute_run_delay_s(t);
+    if (delay < 0) return -1;
     double waited = delay - w->run_delay_s; /* (a thread that ended took its share with it) */
-    return (waited > 0 ? waited : 0) / ((now - w->start) * dpt_ctx_threads(t->ctx) * replicas);
+    return (waited > 0 ? waited : 0) / ((now - w->start) * t->ncompute);
 }
 
 /* The log window's line (step s of the epoch) and metrics record; then a new window. Under

@@ -452,6 +452,7 @@ static void trainer_close(trainer *t)
     dpt_timeline_close(t->timeline);
     dpt_reducer_free(t->reducer);
     free(t->win_bucket_s);
+    free(t->compute_tids);
     dpt_metrics_close(t->metrics);
     dpt_loader_free(t->test_loader);
     dpt_loader_free(t->train_loader);

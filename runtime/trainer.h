@@ -152,7 +152,7 @@ typedef struct window {
     double grad_bytes; /* the most gradient storage held at once in a step (0: the whole model's) */
     int64_t correct, units, steps; /* units: what the loss averages over (images, samples, tokens) */
     int64_t syncs_at_start; /* the context's host reads when the window opened */
-    double run_delay_s; /* process_run_delay_s() when it opened (-1: the kernel does not say) */
+    double run_delay_s; /* the compute threads' run delay when it opened (-1: the kernel does not say) */
 } window;
 /* The device meter's slots: this step's sums, then the log window's, then the epoch's. */
 enum { METER_STEP = 0, METER_WINDOW = 2, METER_EPOCH = 4, METER_SLOTS = 6 };
@@ -185,6 +185,7 @@ typedef struct trainer {
     dpt_loader *train_loader, *test_loader;
     int workers; /* image files: each loader's decoding threads */
     bool warned_cores; /* the one warning that another process takes the cores was printed */
+    int *compute_tids, ncompute; /* the kernel ids of the thread that steps and its OpenMP team */
     char threads_why[128]; /* how [train] threads = 0 was resolved, when not simply this process's cores */
     struct dpt_reducer *reducer; /* DDP's or the deterministic tree's (reducer.h); NULL alone */
     dpt_timeline *timeline;
@@ -234,11 +235,8 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
 
 /* train_report.c */
 void report_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* The time this process's threads have spent runnable but waiting for a core (the kernel's
- * schedstat run delay, summed over its threads), seconds; -1 where the kernel does not say. */
-double process_run_delay_s(void);
 /* A new log window from now. */
-window window_open(const trainer *t);
+window window_open(trainer *t);
 /* Where report_line prints (NULL: stdout; --sample: stderr, so stdout holds only the text). */
 void report_to(FILE *out);
 const char *report_tail(void); /* the last lines printed, for the JUnit report */
