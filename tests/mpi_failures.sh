@@ -77,6 +77,14 @@ if [ $rc -ne 0 ] && grep -q "differs from rank 0 in the config (\[optim\] lr = 0
 else
     echo "FAIL configs that differ: exit $rc: $(grep -m2 error <<<"$out")"; failed=$((failed + 1))
 fi
+# The README's advice: mpirun -q leaves only dptrain's message (and the exit code), none of
+# Open MPI's banners
+out=$($MPIRUN -q -np 2 ./train configs/fmnist_mlp.ini $SMALL --set train.bach=1 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -q "unknown key 'bach'" <<<"$out" && ! grep -q "Primary job\|mpirun detected\|^-----" <<<"$out"; then
+    echo "ok   mpirun -q: only the rank's message, exit $rc"; passed=$((passed + 1))
+else
+    echo "FAIL mpirun -q: exit $rc: $(head -5 <<<"$out")"; failed=$((failed + 1))
+fi
 # The same error on every rank is printed once, not once per rank.
 out=$($MPIRUN -np 3 ./train configs/fmnist_mlp.ini --set train.bach=1 2>&1); rc=$?
 if [ $rc -ne 0 ] && [ "$(grep -c "unknown key 'bach'" <<<"$out")" -eq 1 ]; then
