@@ -7,14 +7,17 @@
  * validation set, the rest to training, so both sets sample every file; the files are read in
  * the order given. Writes OUTDIR/train_NNNNNN.bin and OUTDIR/val_NNNNNN.bin, each at most N
  * tokens (default 100,000,000): a 256 x int32 little-endian header (magic 20240520, version
- * 1, the token count) and the tokens as uint16. Files are written to a temporary name and
- * renamed, so a reader never sees half a shard. */
+ * 1, the token count) and the tokens as uint16. Files are written as dptrain writes its own
+ * (a temporary name no one can predict or plant a link at, renamed), so a reader never sees half
+ * a shard. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "dpt.h"
 
 enum { MAGIC = 20240520, VERSION = 1, HEADER_INTS = 256 };
 
@@ -36,17 +39,21 @@ static void die(const char *fmt, const char *a, const char *b)
 static void flush_shard(writer *w)
 {
     if (w->count == 0) return;
-    char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/%s_%06d.bin", w->dir, w->kind, w->index++);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) die("cannot write %s: %s", tmp, strerror(errno));
+    /* the path's length computed, never cut; the file made as dptrain makes its own (a temporary
+     * name mkstemp chose, O_EXCL: never through a planted link; fsync'ed, renamed, the folder
+     * fsync'ed) */
+    int len = snprintf(NULL, 0, "%s/%s_%06d.bin", w->dir, w->kind, w->index);
+    char *path = malloc((size_t)len + 1);
+    if (!path) die("out of memory for %s%s", "a path", "");
+    snprintf(path, (size_t)len + 1, "%s/%s_%06d.bin", w->dir, w->kind, w->index++);
+    dpt_atomic_file a;
+    dpt_error err;
+    if (!dpt_atomic_file_open(&a, path, &err)) die("%s%s", err.msg, "");
     int32_t header[HEADER_INTS] = {MAGIC, VERSION, (int32_t)w->count};
-    if (fwrite(header, sizeof header, 1, f) != 1 || fwrite(w->buf, 2, (size_t)w->count, f) != (size_t)w->count ||
-        fclose(f) != 0)
-        die("cannot write %s: %s", tmp, strerror(errno));
-    if (rename(tmp, path) != 0) die("cannot rename %s: %s", tmp, strerror(errno));
+    bool ok = fwrite(header, sizeof header, 1, a.f) == 1 && fwrite(w->buf, 2, (size_t)w->count, a.f) == (size_t)w->count;
+    if (!dpt_atomic_file_close(&a, ok, &err)) die("%s%s", err.msg, "");
     printf("text_tokens: %s: %lld tokens\n", path, (long long)w->count);
+    free(path);
     w->total += w->count;
     w->count = 0;
 }
