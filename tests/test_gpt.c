@@ -68,6 +68,16 @@ static void test_gpt2_small_parameters(void **state)
 
 enum { L = 2, H = 2, C = 8, T = 5, V = 11, VP = 16, B = 2, NP = 4 + 12 * L };
 
+/* The small gpt of cfg for sequences of `len` tokens of the vocabulary V. */
+static dpt_model *build_small_gpt(dpt_ctx *ctx, const dpt_config *cfg, int64_t len)
+{
+    dpt_dataset ds = token_shape(len, V);
+    dpt_error err;
+    dpt_model *m = dpt_model_build_for(ctx, cfg, &ds, &err);
+    if (!m) fail_msg("%s", err.msg);
+    return m;
+}
+
 /* The traced forward (runtime/trace.h) counts what the model runs, by hand: per layer the
  * linear layers 2 T C (3C + C + 4C + 4C) and attention's Q K^T and P V 2 x 2 T T C; then the
  * tied output GEMM 2 T C V over the real vocabulary. The builder's notes cannot see the
@@ -79,8 +89,7 @@ static void test_traced_flops(void **state)
     dpt_ctx *ctx = test_ctx(1, 1);
     dpt_dataset ds = token_shape(T, V);
     dpt_error err;
-    dpt_model *m = dpt_model_build_for(ctx, cfg, &ds, &err);
-    if (!m) fail_msg("%s", err.msg);
+    dpt_model *m = build_small_gpt(ctx, cfg, T);
     dpt_task task;
     assert_true(dpt_task_resolve(m, &ds, &task, &err));
     dpt_trace tr;
@@ -191,16 +200,6 @@ static double ref_loss(const ref_model *r, const int32_t *ids, const int32_t *tg
         }
     }
     return loss / (B * T);
-}
-
-/* The small gpt of cfg for sequences of `len` tokens of the vocabulary V. */
-static dpt_model *build_small_gpt(dpt_ctx *ctx, const dpt_config *cfg, int64_t len)
-{
-    dpt_dataset ds = token_shape(len, V);
-    dpt_error err;
-    dpt_model *m = dpt_model_build_for(ctx, cfg, &ds, &err);
-    if (!m) fail_msg("%s", err.msg);
-    return m;
 }
 
 static void test_gpt_matches_float64(void **state)
@@ -467,8 +466,7 @@ static void test_llmc_checkpoint_in(void **state)
     dpt_ctx *ctx = test_ctx(1, 5);
     dpt_dataset ds = token_shape(T, V);
     dpt_error err;
-    dpt_model *a = dpt_model_build_for(ctx, cfg, &ds, &err);
-    if (!a) fail_msg("%s", err.msg);
+    dpt_model *a = build_small_gpt(ctx, cfg, T);
     const char *path = "/tmp/dpt_test_llmc.bin";
     const int32_t good[8] = {20240326, 3, T, V, L, H, C, VP};
     write_llmc(path, a, L, good, 0, false);
