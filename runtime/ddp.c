@@ -291,19 +291,16 @@ static void shard_buckets(dpt_ddp *d)
     d->shard = dpt_ctx_alloc(d->ctx, (size_t)(total ? total : 1) * sizeof(float), &d->shard_granted,
                              "ZeRO's gradient ranges");
     d->ctx->be->fill(d->ctx, d->shard, total, 0.0f);
-    for (int p = 0; p < d->nparams; p++) {
+    for (int p = 0; p < d->nparams; p++) { /* zero.h's plan over the same buckets: the same ranges */
         const bucket *bk = &d->buckets[d->bucket_of[p]];
-        int64_t at = d->offset_of[p], end = at + dpt_model_param_at(d->model, p)->numel;
-        int64_t lo = bk->displs[me], hi = bk->displs[me + 1];
-        int64_t a = at > lo ? at : lo, e = end < hi ? end : hi;
-        d->grad_at[p] = e > a ? d->shard + d->shard_off[d->bucket_of[p]] + (a - lo) : NULL;
+        int64_t lo, hi;
+        dpt_zero_meet(bk->displs, me, d->offset_of[p], dpt_model_param_at(d->model, p)->numel, &lo, &hi);
+        d->grad_at[p] =
+            hi > lo ? d->shard + d->shard_off[d->bucket_of[p]] + (d->offset_of[p] + lo - bk->displs[me]) : NULL;
     }
-    d->live_bytes = 0;
-    for (int b = 0; b < d->nbuckets; b++)
-        d->live_bytes += (int64_t)d->buckets[b].granted;
-    d->nlive = d->nbuckets;
     for (int b = 0; b < d->nbuckets; b++)
         bucket_close(d, b);
+    d->nlive = 0; /* what backward opens counts from here */
     d->live_bytes = d->peak_bytes = (int64_t)d->shard_granted;
 }
 

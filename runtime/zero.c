@@ -79,15 +79,18 @@ void dpt_zero_range(int64_t n, int size, int q, int64_t *lo, int64_t *hi)
     *hi = b < n ? b : n;
 }
 
-/* Rank q's elements of parameter p: [lo, hi) of the parameter (lo == hi: none), where its
- * range of p's segment meets p. */
-static void rank_elements(const dpt_zero *z, int p, int q, int64_t *lo, int64_t *hi)
+void dpt_zero_meet(const int64_t *displs, int q, int64_t at, int64_t numel, int64_t *lo, int64_t *hi)
 {
-    const int64_t *d = z->displs + (size_t)z->segment_of[p] * (size_t)(z->comm->size + 1);
-    int64_t a = z->offset_of[p], numel = dpt_model_param_at(z->model, p)->numel;
-    int64_t from = d[q] - a, to = d[q + 1] - a;
+    int64_t from = displs[q] - at, to = displs[q + 1] - at;
     *lo = from < 0 ? 0 : from > numel ? numel : from;
     *hi = to < *lo ? *lo : to > numel ? numel : to;
+}
+
+/* Rank q's elements of parameter p, where its range of p's segment meets p. */
+static void rank_elements(const dpt_zero *z, int p, int q, int64_t *lo, int64_t *hi)
+{
+    dpt_zero_meet(z->displs + (size_t)z->segment_of[p] * (size_t)(z->comm->size + 1), q, z->offset_of[p],
+                  dpt_model_param_at(z->model, p)->numel, lo, hi);
 }
 
 dpt_zero *dpt_zero_new(dpt_model *model, dpt_comm *comm, const dpt_zero_layout *layout)

@@ -24,6 +24,9 @@ typedef struct dpt_zero dpt_zero;
 
 /* Rank q's range [lo, hi) of a segment of n floats split over size ranks. */
 void dpt_zero_range(int64_t n, int size, int q, int64_t *lo, int64_t *hi);
+/* Where rank q's range of a segment (displs: its size + 1 range starts) meets the parameter of
+ * numel elements at offset `at` there: elements [lo, hi) of the parameter (lo == hi: none). */
+void dpt_zero_meet(const int64_t *displs, int q, int64_t at, int64_t numel, int64_t *lo, int64_t *hi);
 
 /* The plan over comm's ranks for the model's parameters: layout's segments, or (NULL) its own
  * (the parameters in order, segments of at most 16 MiB); the parameters' storage moves into
