@@ -29,6 +29,7 @@ dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward
 {
     DPT_ASSERT(n_in <= DPT_NODE_MAX_IN, "%s has %d inputs", op, n_in);
     if (!ctx->grad_enabled) return NULL;
+    if (ctx->op_hook) ctx->op_hook(op, n_in, in, ctx->op_user);
     bool any = false;
     for (int i = 0; i < n_in; i++)
         any |= dpt_wants_grad(in[i]);
@@ -239,6 +240,13 @@ void dpt_set_grad_needed_hook(dpt_ctx *ctx, void (*hook)(dpt_tensor *param, int 
 {
     ctx->grad_needed_hook = hook;
     ctx->grad_needed_user = user;
+}
+
+void dpt_set_op_hook(dpt_ctx *ctx, void (*hook)(const char *op, int n_in, dpt_tensor *const *in, void *user),
+                     void *user)
+{
+    ctx->op_hook = hook;
+    ctx->op_user = user;
 }
 
 void dpt_set_grad_ready_hook(dpt_ctx *ctx, dpt_grad_ready_hook hook, void *user)

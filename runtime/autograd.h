@@ -60,6 +60,13 @@ dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate);
  * A parameter's gradient without storage and no hook is a bug (asserted). */
 void dpt_set_grad_needed_hook(dpt_ctx *ctx, void (*hook)(dpt_tensor *param, int param_index, void *user),
                               void *user);
+/* Internal: called by every dpt_tape_record while recording is on (whether it records or
+ * not), with the op's name and inputs, after the op computed and before the next op starts:
+ * the one point between a forward's ops that every op passes (ZeRO's overlapped all-gather
+ * checks there that the op read only parameters whose values had arrived, and waits for the
+ * ones the next op will read). NULL: none. */
+void dpt_set_op_hook(dpt_ctx *ctx, void (*hook)(const char *op, int n_in, dpt_tensor *const *in, void *user),
+                     void *user);
 /* The tape's own memory, at dpt_ctx_free (after a last dpt_tape_clear). */
 void dpt_tape_free(dpt_ctx *ctx);
 /* Whether an op may overwrite x in place: x is a temporary of its own storage and no backward

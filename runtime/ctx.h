@@ -33,6 +33,10 @@ struct dpt_ctx {
      * releases a bucket's once it is reduce-scattered): the hook gives it some (autograd.h) */
     void (*grad_needed_hook)(dpt_tensor *param, int param_index, void *user);
     void *grad_needed_user;
+    /* Before each op of a recorded forward computes (called when it records, for the op after
+     * it: see autograd.h): ZeRO's overlapped all-gather checks and waits here */
+    void (*op_hook)(const char *op, int n_in, dpt_tensor *const *in, void *user);
+    void *op_user;
     /* What to change when an allocation fails now (NULL: the training batch); evaluation
      * names [train] eval_batch, since its batch is another key. */
     const char *oom_hint;

@@ -453,15 +453,17 @@ void log_window(trainer *t, int64_t s)
                     (long long)s, (long long)t->steps_per_epoch, loss, metric, img_s, t->task.unit, comm, data, gpu);
     }
     dpt_mem_stats mem = dpt_ctx_mem_stats(t->ctx);
-    char json[160], scale[160] = "", buckets[1024];
+    char json[160], scale[256] = "", buckets[1024];
     if (t->run->loss_scale)
         snprintf(scale, sizeof scale, ",\"loss_scale\":%.9g,\"scale_skips\":%lld", t->state.loss_scale,
                  (long long)t->state.scale_skips);
     if (cores >= 0) /* waiting for a core: another process on them */
         snprintf(scale + strlen(scale), sizeof scale - strlen(scale), ",\"core_wait\":%.4f", cores);
-    if (t->zero) /* the all-gather after the step, which no comm_ms counts */
-        snprintf(scale + strlen(scale), sizeof scale - strlen(scale), ",\"zero_gather_ms\":%.3f",
-                 1e3 * w->gather_s / (double)steps);
+    if (t->zero) /* the all-gather after the step, which no comm_ms counts: what the rank waited for it
+                  * (zero_overlap: the forwards' waits) and its own time (on its thread; 0 when not) */
+        snprintf(scale + strlen(scale), sizeof scale - strlen(scale),
+                 ",\"zero_gather_ms\":%.3f,\"zero_gather_busy_ms\":%.3f", 1e3 * w->gather_s / (double)steps,
+                 1e3 * w->gather_busy_s / (double)steps);
     dpt_metrics_write(t->metrics,
                       "\"kind\":\"train\",\"epoch\":%d,\"step\":%lld,\"lr\":%g,\"loss\":%.6f,\"acc\":%.6f,\"unit\":\"%s\","
                       "\"img_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"comm_hidden\":%.4f,"

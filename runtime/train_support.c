@@ -242,6 +242,7 @@ void release_checkpoint_dir(replica *r)
 /* Rank 0 writes; every rank holds the same state. */
 void save_checkpoint(trainer *t, const dpt_train_state *state)
 {
+    dpt_zero_settle(t->zero); /* zero_overlap: the parameters whole */
     replica *r = t->r;
     /* mid-epoch: the epoch's training sums over every rank (all ranks are here), so that the
      * resumed run's epoch line is the uninterrupted run's */
@@ -453,10 +454,11 @@ bool zero_shard(trainer *t, dpt_error *err)
     dpt_optim_shard(t->optim, dpt_zero_lo(t->zero), dpt_zero_hi(t->zero));
     dpt_optim_set_gather(t->optim, gather_state, t);
     dpt_optim_set_grad_slices(t->optim, zero_grad_shards(t)); /* zero = 2: only this rank's ranges are kept */
+    bool overlapped = t->run->zero_overlap && dpt_zero_overlap(t->zero);
     if (r->rank == 0) {
         int64_t most = dpt_zero_most(t->zero), total = dpt_model_param_count(t->model);
         report_line("zero %d | optimizer state sharded over %d %s: the largest share %.1f%% of %lld parameters (1/%d "
-                    "= %.1f%%)%s\n",
+                    "= %.1f%%)%s%s\n",
                     t->run->zero, r->size, r->data_parallel ? "replicas" : "ranks",
                     100.0 * (double)most / (double)(total ? total : 1), (long long)total, r->size, 100.0 / r->size,
                     t->run->zero == 2 && use && zero_grad_shards(t)
@@ -467,7 +469,8 @@ bool zero_shard(trainer *t, dpt_error *err)
                         ? "; gradients reduce-scattered by the same ranges, kept whole between steps (its "
                           "largest bucket would cost more than the ranges save)"
                     : t->run->zero == 2 ? "; gradients whole on every rank (the deterministic tree)"
-                                        : "");
+                                        : "",
+                    overlapped ? "; the parameters' all-gather overlapped with the next forward" : "");
     }
     return true;
 }
@@ -475,7 +478,8 @@ bool zero_shard(trainer *t, dpt_error *err)
 /* After the optimizer stepped this rank's ranges: every rank's, gathered. */
 void zero_sync_params(trainer *t)
 {
-    if (t->zero) dpt_zero_sync_params(t->zero, "zero: the parameters after the step");
+    if (t->zero && !dpt_zero_sync_params_async(t->zero)) /* zero_overlap: on its thread, with the next forward */
+        dpt_zero_sync_params(t->zero, "zero: the parameters after the step");
 }
 
 /* The ranks that do not write a checkpoint: their parts of the state, in the writer's order. */
@@ -503,6 +507,7 @@ double zero_clip(trainer *t, double inv_scale, double max_norm)
  * when an evaluation beats it; never pruned, never "latest" (not a ckpt-step name). */
 void save_best_checkpoint(trainer *t, const dpt_train_state *state)
 {
+    dpt_zero_settle(t->zero);
     replica *r = t->r;
     if (r->rank != 0) {
         zero_send_state(t);

@@ -71,6 +71,7 @@ static bool export_model(trainer *t, dpt_error *err)
  * weight averages, theirs beside it (the averages swapped in and out: copies, bit for bit). */
 static void evaluate(trainer *t)
 {
+    dpt_zero_settle(t->zero); /* zero_overlap: the parameters whole before anything else reads them */
     t->test = dpt_eval_allreduce(t->r->comm, dpt_evaluate(t->ctx, t->model, t->test_loader));
     dpt_ema *ema = dpt_model_ema(t->model);
     if (ema) {
@@ -517,10 +518,13 @@ static void micro_batch(trainer *t, bool last)
     t->win.data_s += t1 - t0;
     if (t->reducer) t->reducer->ops->micro_begin(t->reducer, t->state.step, t->micro, last);
     dpt_profile_mark(t->ctx);
+    dpt_zero_forward_begin(t->zero, t->ctx, t->state.step); /* zero_overlap: ops wait for their segments */
     dpt_tensor *out = dpt_model_forward_batch(t->model, t->ctx, &b, &t->task);
     dpt_tensor *target = dpt_batch_get(&b, t->task.target);
     dpt_tensor *loss = t->loss->forward(t->ctx, out, target, t->loss_settings);
     if (t->nan_loss) loss = dpt_scale(t->ctx, loss, NAN);
+    dpt_error err;
+    if (!dpt_zero_forward_end(t->zero, t->ctx, &err)) dpt_abort_job("%s", err.msg);
     double t2 = dpt_now_s();
     /* Each micro-batch carries 1/accum of the step's mean loss (a deterministic shard its own
      * mean: the tree's sum is divided by the shard count at the end). */
@@ -656,10 +660,12 @@ static void train_step(trainer *t)
     if (scaled) scaler_update(t, isfinite(t->grad_norm));
     if (isfinite(t->grad_norm)) {
         dpt_optim_step(t->ctx, t->optim);
-        double g0 = dpt_now_s();
+        double g0 = dpt_now_s(), exposed, busy;
         zero_sync_params(t); /* [distributed] zero: every rank's ranges of the parameters */
+        if (dpt_model_ema(t->model)) dpt_zero_settle(t->zero), ema_update(t); /* the average reads them all */
         t->win.gather_s += dpt_now_s() - g0;
-        if (dpt_model_ema(t->model)) ema_update(t);
+        dpt_zero_overlap_times(t->zero, &exposed, &busy); /* zero_overlap: what forwards waited, what it took */
+        t->win.gather_s += exposed, t->win.gather_busy_s += busy;
         dpt_tensor_add_slice(t->ctx, t->meter, METER_WINDOW, t->meter, METER_STEP, 2, 1.0f);
         dpt_tensor_add_slice(t->ctx, t->meter, METER_EPOCH, t->meter, METER_STEP, 2, 1.0f);
         t->win.units += t->step_units, t->whole.units += t->step_units;
@@ -720,6 +726,7 @@ static void after_step(trainer *t, int64_t s)
     st->batches_done = (s + 1) * run->accum;
     t->stop = st->step >= t->total_steps;
     if (signal_agreed(t->r, &t->signal_seen)) t->stop = true;
+    if (t->stop) dpt_zero_settle(t->zero); /* no forward follows: the parameters whole now */
     progress_step(&t->bar, t, s + 1);
     if (st->step % run->interval == 0 || t->stop) log_window(t, s + 1);
     if (run->eval_every && st->step % run->eval_every == 0 && s + 1 < t->steps_per_epoch) evaluate_mid_epoch(t);
@@ -731,6 +738,7 @@ static void after_step(trainer *t, int64_t s)
 static bool epoch_end(trainer *t)
 {
     dpt_train_state *st = &t->state;
+    dpt_zero_settle(t->zero);
     if (t->signal_seen) return true;
     progress_end_epoch(&t->bar);
     double eval_start = dpt_now_s();

@@ -70,6 +70,7 @@ typedef struct run_config {
      * of them on each rank (then batch = det_shard and accum = det_per_rank) */
     bool deterministic;
     int zero; /* [distributed] zero: 1 = optimizer state sharded over the ranks, 2 = gradients reduce-scattered too */
+    bool zero_overlap; /* [distributed] zero_overlap: the all-gather overlapped with the next forward */
     int64_t det_shard, det_shards;
     int det_per_rank;
     const char *device;
@@ -148,7 +149,8 @@ typedef struct replica {
 typedef struct window {
     double start, loss, comm_s, hidden_s, exposed_s, comm_bytes, bus_bytes;
     double data_s; /* waiting for the loader's next batch */
-    double gather_s; /* [distributed] zero: the parameters' all-gather after the step */
+    double gather_s; /* [distributed] zero: the parameters' all-gather after the step (zero_overlap: the forwards' waits for it) */
+    double gather_busy_s; /* zero_overlap: the all-gather's own time, on its thread */
     double grad_bytes; /* the most gradient storage held at once in a step (0: the whole model's) */
     int64_t correct, units, steps; /* units: what the loss averages over (images, samples, tokens) */
     int64_t syncs_at_start; /* the context's host reads when the window opened */

@@ -1,13 +1,18 @@
 /* zero.c: the shard plan of [distributed] zero and the all-gather that makes the ranks' ranges
  * whole again (zero.h). The parameters move into their segments (one buffer each, laid out as
  * the plan says), so the all-gather after a step works in place: no copy in or out. */
+#define _GNU_SOURCE /* qsort_r */
 #include "zero.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd.h"
 #include "ctx.h"
 #include "error.h"
+#include "log.h"
 #include "tensor.h"
 
 #define ALIGN_FLOATS 64             /* 256 bytes, as DDP's bucket views */
@@ -26,7 +31,49 @@ struct dpt_zero {
     size_t *granted;
     float *staging;    /* what a collective sends or receives by copy (grown as needed) */
     int64_t staging_floats;
+    struct overlap *ov; /* dpt_zero_overlap: NULL until started */
 };
+
+/* [distributed] zero_overlap: the all-gather after a step, piece by piece, on a thread of its own
+ * (its own communicator), while the next forward starts. A piece is a run of parameters
+ * adjacent in one segment, read one after the other by the forward (at most PIECE_FLOATS unless
+ * one parameter is larger), gathered by the ranks' ranges within it; pieces go in the order the
+ * first forward read them (rank 0's, broadcast: the same on every rank). The forward reads a
+ * parameter only once its piece is done: before each op, the pieces the op will read are waited
+ * for. An op's inputs are known only when it records (after it computed), so which parameters an
+ * op reads is predicted from the forward before (FSDP's forward prefetch does the same), and
+ * checked: an op that read a parameter not yet waited for ends the job (a forward whose order
+ * of reading parameters changed between steps). */
+typedef struct overlap {
+    dpt_comm *comm; /* the gathers' own: they never pair with the main thread's collectives */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    int next, posted, completed; /* this round's queue positions: taken, posted, done */
+    bool quit;
+    double busy_s;               /* the thread's time in the gathers (under mu) */
+    bool ordered;                /* pieces built (after the first forward) */
+    int npieces;                 /* in queue order: segment, [lo, hi) in it, ranks' ranges in it */
+    int *piece_seg;
+    int64_t *piece_lo, *piece_hi, *piece_displs;
+    int *piece_of;               /* per parameter: the position of its piece */
+    /* the forward being recorded */
+    bool active;
+    int64_t calls;               /* dpt_tape_record calls so far in it */
+    int64_t *first;              /* per parameter: the call that first read it (-1: none yet) */
+    int ready_1, ready_2;        /* pieces done before the last call, before the one before */
+    int64_t step;
+    double wait_s;               /* the main thread's waits (exposed) */
+    char violation[512];         /* the first op that read a parameter before it arrived */
+    /* the prediction from the last forward: (call, piece) by call, and the next to wait for */
+    int64_t *need_call;
+    int *need_piece, nneed, cursor;
+    int *by_addr;                /* the parameters by address, for an input's data pointer */
+} overlap;
+
+#define PIECE_FLOATS (256 << 10) /* 1 MiB: a piece's all-gather is one collective's latency */
+#define LOOKAHEAD 2 /* wait for what the next two ops read: an op may record one input
+                     * conversion (dpt_contiguous of a weight) after reading a parameter */
 
 static float *staging(dpt_zero *z, int64_t floats)
 {
@@ -136,9 +183,12 @@ dpt_zero *dpt_zero_new(dpt_model *model, dpt_comm *comm, const dpt_zero_layout *
     return z;
 }
 
+static void overlap_free(dpt_zero *z);
+
 void dpt_zero_free(dpt_zero *z)
 {
     if (!z) return;
+    overlap_free(z);
     for (int s = 0; z->segment && s < z->nsegments; s++)
         dpt_alloc_put(z->ctx->alloc, z->segment[s], z->granted[s]);
     free(z->segment), free(z->granted);
@@ -207,4 +257,284 @@ void dpt_zero_gather_one(dpt_zero *z, int p, float *whole, const float *mine, in
     if (len) memcpy(buf + displs[me], mine, (size_t)len * sizeof(float));
     dpt_comm_gatherv_f32(z->comm, buf, displs, root, what);
     free(displs);
+}
+
+/* ---------------------------------------------------------------- zero_overlap */
+
+static void *gather_thread(void *arg)
+{
+    dpt_zero *z = arg;
+    overlap *ov = z->ov;
+    int size = z->comm->size;
+    pthread_mutex_lock(&ov->mu);
+    for (;;) {
+        while (!ov->quit && ov->next >= ov->posted)
+            pthread_cond_wait(&ov->work_cv, &ov->mu);
+        if (ov->quit) break;
+        int k = ov->next++;
+        pthread_mutex_unlock(&ov->mu);
+        double t0 = dpt_now_s();
+        dpt_comm_allgatherv_f32(ov->comm, z->segment[ov->piece_seg[k]] + ov->piece_lo[k],
+                                ov->piece_displs + (size_t)k * (size_t)(size + 1),
+                                "zero: the parameters after the step (overlapped with the next forward)");
+        double t1 = dpt_now_s();
+        pthread_mutex_lock(&ov->mu);
+        ov->busy_s += t1 - t0;
+        ov->completed++;
+        pthread_cond_broadcast(&ov->done_cv);
+    }
+    pthread_mutex_unlock(&ov->mu);
+    return NULL;
+}
+
+static const float *param_data(const dpt_zero *z, int p)
+{
+    return z->segment[z->segment_of[p]] + z->offset_of[p];
+}
+
+static int by_address(const void *a, const void *b, void *z)
+{
+    const float *x = param_data(z, *(const int *)a), *y = param_data(z, *(const int *)b);
+    return (x > y) - (x < y);
+}
+
+bool dpt_zero_overlap(dpt_zero *z)
+{
+    if (!z->segment || !z->comm->ops->dup) return false; /* through a copy, or no second communicator */
+    overlap *ov = calloc(1, sizeof *ov);
+    int n = z->nparams;
+    if (!ov) dpt_fatal("out of host memory");
+    ov->piece_seg = malloc((size_t)n * sizeof *ov->piece_seg);
+    ov->piece_lo = malloc((size_t)n * sizeof *ov->piece_lo);
+    ov->piece_hi = malloc((size_t)n * sizeof *ov->piece_hi);
+    ov->piece_displs = malloc((size_t)n * (size_t)(z->comm->size + 1) * sizeof *ov->piece_displs);
+    ov->piece_of = malloc((size_t)n * sizeof *ov->piece_of);
+    ov->first = malloc((size_t)n * sizeof *ov->first);
+    ov->need_call = malloc((size_t)n * sizeof *ov->need_call);
+    ov->need_piece = malloc((size_t)n * sizeof *ov->need_piece);
+    ov->by_addr = malloc((size_t)n * sizeof *ov->by_addr);
+    if (!ov->piece_seg || !ov->piece_lo || !ov->piece_hi || !ov->piece_displs || !ov->piece_of || !ov->first ||
+        !ov->need_call || !ov->need_piece || !ov->by_addr)
+        dpt_fatal("out of host memory");
+    for (int p = 0; p < n; p++)
+        ov->by_addr[p] = p;
+    qsort_r(ov->by_addr, (size_t)n, sizeof *ov->by_addr, by_address, z);
+    ov->comm = z->comm->ops->dup(z->comm, "zero: the parameters' all-gather");
+    pthread_mutex_init(&ov->mu, NULL);
+    pthread_cond_init(&ov->work_cv, NULL);
+    pthread_cond_init(&ov->done_cv, NULL);
+    z->ov = ov;
+    if (pthread_create(&ov->thread, NULL, gather_thread, z) != 0) dpt_fatal("cannot start ZeRO's all-gather thread");
+    return true;
+}
+
+/* Until the gathers at queue positions < want are done; returns how many are. */
+static int wait_done(dpt_zero *z, int want)
+{
+    overlap *ov = z->ov;
+    pthread_mutex_lock(&ov->mu);
+    if (ov->completed < want) {
+        double t0 = dpt_now_s();
+        __atomic_store_n(&ov->comm->hurry, 1, __ATOMIC_RELAXED); /* this rank has nothing else to do */
+        while (ov->completed < want)
+            pthread_cond_wait(&ov->done_cv, &ov->mu); /* the gathers' communicator has the timeout */
+        __atomic_store_n(&ov->comm->hurry, 0, __ATOMIC_RELAXED);
+        ov->wait_s += dpt_now_s() - t0;
+    }
+    int done = ov->completed;
+    pthread_mutex_unlock(&ov->mu);
+    return done;
+}
+
+void dpt_zero_settle(dpt_zero *z)
+{
+    if (z && z->ov) wait_done(z, z->ov->posted);
+}
+
+static void overlap_free(dpt_zero *z)
+{
+    overlap *ov = z->ov;
+    if (!ov) return;
+    dpt_zero_settle(z); /* every rank finishes the round it posted */
+    pthread_mutex_lock(&ov->mu);
+    ov->quit = true;
+    pthread_cond_signal(&ov->work_cv);
+    pthread_mutex_unlock(&ov->mu);
+    pthread_join(ov->thread, NULL);
+    ov->comm->ops->free(ov->comm);
+    pthread_mutex_destroy(&ov->mu);
+    pthread_cond_destroy(&ov->work_cv);
+    pthread_cond_destroy(&ov->done_cv);
+    free(ov->piece_seg), free(ov->piece_lo), free(ov->piece_hi), free(ov->piece_displs), free(ov->piece_of);
+    free(ov->first), free(ov->need_call), free(ov->need_piece), free(ov->by_addr);
+    free(ov);
+    z->ov = NULL;
+}
+
+/* The parameter whose values hold t's data (t itself or a view of it), or -1. */
+static int param_holding(const dpt_zero *z, const dpt_tensor *t)
+{
+    if (!t || t->is_temp || !t->data) return -1;
+    const overlap *ov = z->ov;
+    const float *d = t->data;
+    int lo = 0, hi = z->nparams - 1, at = -1;
+    while (lo <= hi) { /* the last parameter starting at or below d */
+        int mid = (lo + hi) / 2;
+        if (param_data(z, ov->by_addr[mid]) <= d) at = mid, lo = mid + 1;
+        else hi = mid - 1;
+    }
+    if (at < 0) return -1;
+    int p = ov->by_addr[at];
+    return d < param_data(z, p) + dpt_model_param_at(z->model, p)->numel ? p : -1;
+}
+
+/* Before call `call` + LOOKAHEAD: wait for the pieces the last forward first read there. */
+static void wait_ahead(dpt_zero *z, int64_t call)
+{
+    overlap *ov = z->ov;
+    int want = 0;
+    while (ov->cursor < ov->nneed && ov->need_call[ov->cursor] <= call + LOOKAHEAD) {
+        if (ov->need_piece[ov->cursor] + 1 > want) want = ov->need_piece[ov->cursor] + 1;
+        ov->cursor++;
+    }
+    ov->ready_2 = ov->ready_1;
+    if (want) ov->ready_1 = wait_done(z, want);
+}
+
+static void op_hook(const char *op, int n_in, dpt_tensor *const *in, void *user)
+{
+    dpt_zero *z = user;
+    overlap *ov = z->ov;
+    int64_t call = ov->calls++;
+    for (int i = 0; i < n_in; i++) {
+        int p = param_holding(z, in[i]);
+        if (p < 0) continue;
+        if (ov->first[p] < 0) ov->first[p] = call;
+        /* it computed after the call before the one before (one nested input conversion) */
+        if (ov->ordered && ov->piece_of[p] >= ov->ready_2 && !ov->violation[0]) {
+            snprintf(ov->violation, sizeof ov->violation,
+                     "zero_overlap: step %lld's forward read %s (op %s, the forward's op %lld) before the all-gather "
+                     "of its values after the step before had finished: this forward reads the parameters in "
+                     "another order than the forward before it, so its output may hold some of the old values\n"
+                     "HINT: [distributed] zero_overlap = false gathers every parameter before each forward "
+                     "(a model whose order of ops changes between steps needs it)",
+                     (long long)ov->step + 1, dpt_model_param_at(z->model, p)->name, op, (long long)call + 1);
+            ov->ready_1 = ov->ready_2 = wait_done(z, ov->posted); /* the rest of it is right */
+        }
+    }
+    wait_ahead(z, call);
+}
+
+void dpt_zero_forward_begin(dpt_zero *z, dpt_ctx *ctx, int64_t step)
+{
+    overlap *ov = z ? z->ov : NULL;
+    if (!ov) return;
+    ov->active = true, ov->step = step, ov->calls = 0, ov->cursor = 0;
+    for (int p = 0; p < z->nparams; p++)
+        ov->first[p] = -1;
+    pthread_mutex_lock(&ov->mu);
+    ov->ready_1 = ov->completed;
+    pthread_mutex_unlock(&ov->mu);
+    wait_ahead(z, -1); /* what ops 0 and 1 read */
+    ov->ready_2 = ov->ready_1;
+    dpt_set_op_hook(ctx, op_hook, z);
+}
+
+static int by_first(const void *a, const void *b, void *first_)
+{
+    const int64_t *first = first_;
+    int x = *(const int *)a, y = *(const int *)b;
+    int64_t fx = first[x] < 0 ? INT64_MAX : first[x], fy = first[y] < 0 ? INT64_MAX : first[y];
+    return fx != fy ? (fx > fy) - (fx < fy) : (x > y) - (x < y);
+}
+
+/* The pieces, from the parameters in the order the forward first read them (`order`, the same on
+ * every rank): a parameter joins the piece before when it lies next to it in the same segment
+ * (either side: DDP's buckets hold them in backward order) and the piece stays small. */
+static void build_pieces(dpt_zero *z, const int *order)
+{
+    overlap *ov = z->ov;
+    int size = z->comm->size, k = -1;
+    for (int i = 0; i < z->nparams; i++) {
+        int p = order[i], s = z->segment_of[p];
+        int64_t lo = z->offset_of[p], hi = lo + dpt_model_param_at(z->model, p)->numel;
+        int64_t alo = lo / ALIGN_FLOATS * ALIGN_FLOATS, ahi = (hi + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS;
+        bool join = k >= 0 && ov->piece_seg[k] == s && ov->piece_hi[k] - ov->piece_lo[k] + (hi - lo) <= PIECE_FLOATS &&
+                    (alo == (ov->piece_hi[k] + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS ||
+                     ahi == ov->piece_lo[k] / ALIGN_FLOATS * ALIGN_FLOATS);
+        if (join) {
+            if (lo < ov->piece_lo[k]) ov->piece_lo[k] = lo;
+            if (hi > ov->piece_hi[k]) ov->piece_hi[k] = hi;
+        } else {
+            k++;
+            ov->piece_seg[k] = s, ov->piece_lo[k] = lo, ov->piece_hi[k] = hi;
+        }
+        ov->piece_of[p] = k;
+    }
+    ov->npieces = k + 1;
+    for (k = 0; k < ov->npieces; k++) { /* the ranks' ranges of the segment, clamped to the piece */
+        const int64_t *d = z->displs + (size_t)ov->piece_seg[k] * (size_t)(size + 1);
+        int64_t *pd = ov->piece_displs + (size_t)k * (size_t)(size + 1);
+        for (int q = 0; q <= size; q++) {
+            int64_t v = d[q] < ov->piece_lo[k] ? ov->piece_lo[k] : d[q] > ov->piece_hi[k] ? ov->piece_hi[k] : d[q];
+            pd[q] = v - ov->piece_lo[k];
+        }
+    }
+    ov->posted = ov->completed = ov->next = ov->npieces; /* nothing in flight */
+}
+
+bool dpt_zero_forward_end(dpt_zero *z, dpt_ctx *ctx, dpt_error *err)
+{
+    overlap *ov = z ? z->ov : NULL;
+    if (!ov || !ov->active) return true;
+    dpt_set_op_hook(ctx, NULL, NULL);
+    ov->active = false;
+    wait_done(z, ov->posted); /* what this forward did not read: before backward and the step */
+    if (ov->violation[0]) return dpt_errorf(err, "%s", ov->violation);
+    int n = z->nparams;
+    int *by = malloc((size_t)n * sizeof *by);
+    if (!by) dpt_fatal("out of host memory");
+    for (int p = 0; p < n; p++)
+        by[p] = p;
+    qsort_r(by, (size_t)n, sizeof *by, by_first, ov->first);
+    if (!ov->ordered) { /* the pieces: from rank 0's first forward, on every rank */
+        int *order = malloc((size_t)n * sizeof *order);
+        if (!order) dpt_fatal("out of host memory");
+        memcpy(order, by, (size_t)n * sizeof *order);
+        dpt_comm_broadcast(z->comm, order, (size_t)n * sizeof *order, 0, "zero: the order of the all-gather");
+        build_pieces(z, order);
+        free(order);
+        ov->ordered = true;
+    }
+    /* this forward's first reads predict the next one's: by call */
+    ov->nneed = 0;
+    for (int i = 0; i < n && ov->first[by[i]] >= 0; i++)
+        ov->need_call[ov->nneed] = ov->first[by[i]], ov->need_piece[ov->nneed++] = ov->piece_of[by[i]];
+    free(by);
+    return true;
+}
+
+bool dpt_zero_sync_params_async(dpt_zero *z)
+{
+    overlap *ov = z->ov;
+    if (!ov || !ov->ordered) return false;
+    pthread_mutex_lock(&ov->mu);
+    DPT_ASSERT(ov->completed == ov->posted, "zero: a gather round started with %d of %d pieces done", ov->completed,
+               ov->posted);
+    ov->next = ov->completed = 0;
+    ov->posted = ov->npieces;
+    pthread_cond_signal(&ov->work_cv);
+    pthread_mutex_unlock(&ov->mu);
+    return true;
+}
+
+void dpt_zero_overlap_times(dpt_zero *z, double *exposed_s, double *busy_s)
+{
+    overlap *ov = z ? z->ov : NULL;
+    *exposed_s = *busy_s = 0;
+    if (!ov) return;
+    pthread_mutex_lock(&ov->mu);
+    *exposed_s = ov->wait_s, *busy_s = ov->busy_s;
+    ov->wait_s = ov->busy_s = 0;
+    pthread_mutex_unlock(&ov->mu);
 }

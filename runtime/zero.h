@@ -44,6 +44,26 @@ int64_t dpt_zero_most(const dpt_zero *z);
  * one shared its storage with another tensor: then through a copy). */
 void dpt_zero_sync_params(dpt_zero *z, const char *what);
 
+/* [distributed] zero_overlap (zero.c): the all-gather after a step runs on a thread of this
+ * rank (a communicator of its own: dup), a segment at a time, while the next forward starts;
+ * false where it cannot (parameters through a copy, a communicator without dup): then
+ * dpt_zero_sync_params as before. Collective: every rank at the same point. */
+bool dpt_zero_overlap(dpt_zero *z);
+/* Instead of dpt_zero_sync_params (with overlap started): post the gathers and return; false
+ * when not (no overlap, or before the first forward fixed their order: then sync). */
+bool dpt_zero_sync_params_async(dpt_zero *z);
+/* Around a training forward (its loss included): the ops wait for the segments they read; the
+ * end waits for the rest and returns false with err where an op read a segment before its
+ * values had arrived (the order of reads changed since the forward before). The first end
+ * agrees the gather order over the ranks (collective). No-ops without overlap. */
+void dpt_zero_forward_begin(dpt_zero *z, dpt_ctx *ctx, int64_t step);
+bool dpt_zero_forward_end(dpt_zero *z, dpt_ctx *ctx, dpt_error *err);
+/* Before anything else reads the parameters (evaluation, checkpoints, EMA, the end): every
+ * gather done. NULL or no overlap: nothing. */
+void dpt_zero_settle(dpt_zero *z);
+/* Since the last call: the main thread's waits for the gathers, and the gathers' own time. */
+void dpt_zero_overlap_times(dpt_zero *z, double *exposed_s, double *busy_s);
+
 /* Parameter p's array (a state tensor of it) on root alone: whole there (numel floats, this
  * rank's elements already in place or not: they are copied from mine), mine (this rank's
  * elements, NULL where none) sent from the others. A collective of every rank. */

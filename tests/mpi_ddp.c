@@ -358,6 +358,79 @@ static void test_eval_exactly_once(dpt_comm *comm, const dpt_dataset *ds)
     dpt_ctx_free(ctx);
 }
 
+/* zero_overlap: the all-gather after a step runs on its own thread while the next forward reads
+ * the parameters; each op waits for the pieces it reads. Four parameters of 300 floats (the
+ * ranks' ranges cut inside each), each its own segment, on a communicator slowed to
+ * about 3 ms a piece, so the forward always finds gathers in flight. Each "step" every rank
+ * writes step * 1000 + i into its own range of each parameter, posts the gathers, and runs a
+ * forward that copies the parameters out in the order of the first forward: every element read
+ * must be the new value (a missing wait reads the old one). A forward in another order is
+ * reported by forward_end, naming the parameter read too early. */
+static const int *read_order;
+static dpt_tensor *order_forward(dpt_model *m, dpt_ctx *ctx, dpt_tensor *x)
+{
+    dpt_tensor *out = NULL;
+    for (int i = 0; i < 4; i++) {
+        dpt_tensor *y = dpt_mul(ctx, x, dpt_model_param_at(m, read_order[i]));
+        out = out ? dpt_concat(ctx, 2, (dpt_tensor *[]){out, y}, 0) : y;
+    }
+    return out;
+}
+
+static void test_zero_overlap(dpt_comm *comm)
+{
+    enum { N = 300 };
+    dpt_error err;
+    dpt_ctx_options co = {.device = {DPT_DEVICE_CPU, 0}, .threads = 1, .seed = 5};
+    dpt_ctx *ctx = dpt_ctx_new(&co, &err);
+    dpt_model *m = dpt_model_new(ctx, "order", order_forward);
+    for (int p = 0; p < 4; p++) {
+        char name[16];
+        snprintf(name, sizeof name, "p%d", p);
+        dpt_model_param(m, name, 1, (int64_t[]){N});
+    }
+    int segment_of[4] = {0, 1, 2, 3};
+    int64_t offset_of[4] = {0}, numel[4] = {N, N, N, N};
+    dpt_zero_layout layout = {.nsegments = 4, .segment_of = segment_of, .offset_of = offset_of, .segment_numel = numel};
+    dpt_zero *z = dpt_zero_new(m, comm, &layout);
+    dpt_comm_set_delay(comm, 5000.0); /* ms per MiB: 600 bytes a piece -> ~3 ms; the dup takes it */
+    CHECK(dpt_zero_overlap(z), "no overlap on an MPI communicator");
+    dpt_comm_set_delay(comm, 0.0);
+    dpt_tensor *ones = dpt_tensor_new(ctx, 1, (int64_t[]){N});
+    for (int i = 0; i < N; i++)
+        ones->data[i] = 1.0f;
+    static const int forward_order[4] = {2, 0, 3, 1}, other_order[4] = {1, 3, 0, 2};
+    const int64_t *lo = dpt_zero_lo(z), *hi = dpt_zero_hi(z);
+    for (int step = 0; step < 5; step++) {
+        if (step > 0) { /* the "optimizer": this rank's ranges, then the gathers posted */
+            for (int p = 0; p < 4; p++)
+                for (int64_t i = lo[p]; i < hi[p]; i++)
+                    dpt_model_param_at(m, p)->data[i] = (float)(step * 1000 + i);
+            CHECK(dpt_zero_sync_params_async(z), "step %d: gathers not posted", step);
+        }
+        read_order = step == 4 ? other_order : forward_order;
+        dpt_zero_forward_begin(z, ctx, step);
+        dpt_tensor *y = dpt_model_forward(m, ctx, ones);
+        bool ok = dpt_zero_forward_end(z, ctx, &err);
+        if (step < 4) {
+            CHECK(ok, "step %d: %s", step, err.msg);
+            for (int k = 0; k < 4 && step > 0; k++)
+                for (int i = 0; i < N; i++)
+                    CHECK(y->data[k * N + i] == (float)(step * 1000 + i),
+                          "step %d: %s[%d] read %g before its gather (want %d)", step,
+                          dpt_model_param_at(m, forward_order[k])->name, i, (double)y->data[k * N + i], step * 1000 + i);
+        } else {
+            CHECK(!ok && strstr(err.msg, "read p") && strstr(err.msg, "HINT: [distributed] zero_overlap = false"),
+                  "a forward in another order: %s", ok ? "not reported" : err.msg);
+        }
+        dpt_tape_clear(ctx);
+    }
+    dpt_zero_free(z);
+    dpt_tensor_free(ones);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
 /* A model whose second layer is never used: DDP stops with its name (run by tests/mpi_failures.sh). */
 static dpt_linear *used_layer, *unused_layer;
 static dpt_tensor *unused_forward(dpt_model *m, dpt_ctx *ctx, dpt_tensor *x)
@@ -421,6 +494,7 @@ int main(int argc, char **argv)
     test_compression(comm, ds);
     test_reduce_scatter(comm);
     test_shard_grads(comm, ds);
+    test_zero_overlap(comm);
     run_unused(comm, ds, true);
     int total = 0;
     MPI_Reduce(&checks, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
