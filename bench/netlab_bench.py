@@ -3,6 +3,7 @@
 
     sudo /usr/bin/python3 bench/netlab_bench.py [--caps 1gbit,5gbit] [--models cnn,resnet20]
                                                 [--pairs 3] [--windows 4] [--json FILE]
+                                                [--sweep 0.25,1,4,25 | --zero]
 
 For each cap and model, turn by turn, --pairs rounds of four runs (2 ranks x 1 thread, each
 rank in its own network namespace on its own core, talking TCP over links capped at the rate):
@@ -15,6 +16,9 @@ dptrain's step time is the median of the JSONL windows after the first (warm-up)
 mean over its timed steps. Printed per cap and model: medians over the pairs, with the spread
 (min-max); bound = max(alone, comm alone); on/bound (1.0 = communication fully hidden); the
 overlap's gain (off/on); PyTorch over dptrain (above 1: dptrain faster).
+--zero instead: [distributed] zero 0, then 1 and 2 each with zero_overlap false, true and auto
+(AdamW; auto's windows after its choice), turn by turn: step ms, and what the forwards waited for the parameters' all-gather (zero_gather_ms)
+against the all-gather's own time (zero_gather_busy_ms; without overlap all of it is waited).
 What the lab cannot show: latency (no netem here) and NIC offloads (TCP costs the ranks' cores).
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile
@@ -37,17 +41,20 @@ COMMON = ["data.source=synthetic", "data.test_limit=8", "train.epochs=1", "train
           "optim.name=sgd", "optim.lr=0.01", "optim.momentum=0.9", "optim.weight_decay=0", "log.interval=10"]
 
 
-def ours(model, cap, mode, windows, metrics, bucket="25"):
-    """mode alone | off | on; bucket: [distributed] bucket_mb (auto: the windows after its choice)"""
+def ours(model, cap, mode, windows, metrics, bucket="25", extra=()):
+    """mode alone | off | on; bucket: [distributed] bucket_mb (auto: the windows after its choice);
+    extra: more key=value settings"""
     batch, sets = MODELS[model]
     skip = 0
     if bucket == "auto":  # the steps it may measure (12 sizes, 3 visits of 3 steps), in whole windows
         skip = 10 * ((1 + 12 * 3 * 3) // 10 + 1)
+    elif "distributed.zero_overlap=auto" in extra and "distributed.zero=0" not in extra:
+        skip = 30  # its 24 steps of measuring, in whole windows
     steps = 10 * (windows + 1) + skip
     sets = sets + COMMON + [f"train.batch={batch}", f"train.max_steps={steps}",
                             f"data.synthetic_samples={batch * 2 * (steps + 1)}", f"log.metrics={metrics}",
                             f"distributed.overlap={'false' if mode == 'off' else 'true'}",
-                            f"distributed.bucket_mb={bucket}"]
+                            f"distributed.bucket_mb={bucket}"] + list(extra)
     args = [TRAIN, os.path.join(ROOT, "configs", "fmnist_cnn.ini")]
     for s in sets:
         args += ["--set", s]
@@ -58,7 +65,7 @@ def ours(model, cap, mode, windows, metrics, bucket="25"):
     if r.returncode:
         sys.exit(f"netlab_bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}")
     records = [json.loads(l) for l in open(metrics)]
-    tuned = [x["step"] for x in records if x.get("kind") == "bucket_tune"]
+    tuned = [x["step"] for x in records if x.get("kind") in ("bucket_tune", "zero_tune")]
     chosen = [x["bucket_mb"] for x in records if x.get("kind") == "bucket_tune"]
     rows = [x for x in records if x.get("kind") == "train"][1:]
     if tuned:
@@ -66,7 +73,9 @@ def ours(model, cap, mode, windows, metrics, bucket="25"):
     return {"step_ms": statistics.median(x["step_ms"] for x in rows), "bucket_mb": chosen[0] if chosen else None,
             "comm_ms": statistics.median(x["comm_ms"] for x in rows),
             "exposed_ms": statistics.median(x.get("comm_exposed_ms", 0) for x in rows),
-            "gbit_s": statistics.median(x.get("comm_gbit_s", 0) for x in rows)}
+            "gbit_s": statistics.median(x.get("comm_gbit_s", 0) for x in rows),
+            "gather_ms": statistics.median(x.get("zero_gather_ms", 0) for x in rows),
+            "gather_busy_ms": statistics.median(x.get("zero_gather_busy_ms", 0) for x in rows)}
 
 
 def peer(launcher, args):
@@ -108,6 +117,7 @@ def main():
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--windows", type=int, default=4, help="timed windows of 10 steps each run")
     ap.add_argument("--sweep", help="instead: overlap on at each of these bucket_mb (e.g. 0.25,1,4,25) and auto")
+    ap.add_argument("--zero", action="store_true", help="instead: zero 0, 1 and 2 with zero_overlap off and on")
     ap.add_argument("--json", help="append one JSON line per cap and model here")
     args = ap.parse_args()
     if os.geteuid():
@@ -115,7 +125,13 @@ def main():
     metrics = os.path.join(tempfile.mkdtemp(prefix="netlab_bench."), "m.jsonl")
     print(f"2 ranks x 1 thread, each in its own network namespace, links capped by tc tbf; {args.pairs} rounds; "
           "step ms, median (min-max)")
-    if args.sweep:
+    zero_modes = [("0", "auto"), ("1", "false"), ("1", "true"), ("1", "auto"), ("2", "false"), ("2", "true"),
+                  ("2", "auto")]
+    if args.zero:
+        print(f"{'cap':>6} {'model':>9} | " + " ".join(f"{'zero ' + z + ('' if z == '0' else ' ' + o):>19}"
+                                                      for z, o in zero_modes) +
+              " | gather waited/took ms: zero 1 off, on; zero 2 off, on")
+    elif args.sweep:
         sizes = args.sweep.split(",") + ["auto"]
         print(f"{'cap':>6} {'model':>9} | " + " ".join(f"{'mb ' + x:>19}" for x in sizes) + " | auto/best  chosen")
     else:
@@ -123,7 +139,21 @@ def main():
               f"{'auto':>19} | {'torch alone':>19} {'torch ddp':>19} | on/bound auto/bound torch/on hidden Gbit/s")
     for cap in args.caps.split(","):
         for model in args.models.split(","):
-            if args.sweep:
+            if args.zero:
+                runs = {f"{z}{o}": [] for z, o in zero_modes}
+                for _ in range(args.pairs):  # turn by turn
+                    for z, o in zero_modes:
+                        runs[f"{z}{o}"].append(ours(model, cap, "on", args.windows, metrics, "25", [
+                            f"distributed.zero={z}", f"distributed.zero_overlap={o}", "optim.name=adamw",
+                            "optim.lr=0.001"]))
+                col = {k: [r["step_ms"] for r in v] for k, v in runs.items()}
+                gathers = " ".join(f"{med([r['gather_ms'] for r in runs[k]]):.1f}/"
+                                   f"{med([r['gather_busy_ms'] or r['gather_ms'] for r in runs[k]]):.1f}"
+                                   for k in ("1false", "1true", "2false", "2true"))
+                print(f"{cap:>6} {model:>9} | " + " ".join(spread(col[f"{z}{o}"]) for z, o in zero_modes) +
+                      f" | {gathers}", flush=True)
+                record = {"bench": "netlab_zero", "cap": cap, "model": model, "runs": runs}
+            elif args.sweep:
                 runs = {x: [] for x in sizes}
                 for _ in range(args.pairs):  # turn by turn
                     for x in sizes:

@@ -334,7 +334,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
     if (isnan(rc->ddp.bucket_mb)) /* auto: the first step runs with PyTorch's 25, then the reducer measures */
         rc->ddp.bucket_mb = 25, rc->ddp.bucket_auto = true;
     rc->zero = (int)dpt_config_int(c, "distributed", "zero");
-    rc->zero_overlap = dpt_config_bool(c, "distributed", "zero_overlap");
+    rc->zero_overlap = dpt_config_enum(c, "distributed", "zero_overlap"); /* auto|true|false */
     int zero_grads = dpt_config_enum(c, "distributed", "zero_grads"); /* auto|ranges|whole */
     rc->ddp.shard_grads = zero_grads == 0 ? 1 : zero_grads == 1 ? 2 : 0;
     rc->bench_comm_ms_per_mb = dpt_config_float(c, "distributed", "bench_comm_ms_per_mb");

@@ -3,6 +3,7 @@
  * (agreed by all ranks), the timeline, and how an error ends the job. */
 #include <errno.h>
 #include <fnmatch.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -454,7 +455,7 @@ bool zero_shard(trainer *t, dpt_error *err)
     dpt_optim_shard(t->optim, dpt_zero_lo(t->zero), dpt_zero_hi(t->zero));
     dpt_optim_set_gather(t->optim, gather_state, t);
     dpt_optim_set_grad_slices(t->optim, zero_grad_shards(t)); /* zero = 2: only this rank's ranges are kept */
-    bool overlapped = t->run->zero_overlap && dpt_zero_overlap(t->zero);
+    bool overlapped = t->run->zero_overlap != 2 && dpt_zero_overlap(t->zero);
     if (r->rank == 0) {
         int64_t most = dpt_zero_most(t->zero), total = dpt_model_param_count(t->model);
         report_line("zero %d | optimizer state sharded over %d %s: the largest share %.1f%% of %lld parameters (1/%d "
@@ -470,7 +471,11 @@ bool zero_shard(trainer *t, dpt_error *err)
                           "largest bucket would cost more than the ranges save)"
                     : t->run->zero == 2 ? "; gradients whole on every rank (the deterministic tree)"
                                         : "",
-                    overlapped ? "; the parameters' all-gather overlapped with the next forward" : "");
+                    !overlapped                  ? ""
+                    : t->run->zero_overlap == 1 ? "; the parameters' all-gather overlapped with the next forward"
+                                                : "; the parameters' all-gather overlapped with the next forward or "
+                                                  "after the step, as measured over the first 24 steps (zero_overlap "
+                                                  "= auto)");
     }
     return true;
 }
@@ -480,6 +485,60 @@ void zero_sync_params(trainer *t)
 {
     if (t->zero && !dpt_zero_sync_params_async(t->zero)) /* zero_overlap: on its thread, with the next forward */
         dpt_zero_sync_params(t->zero, "zero: the parameters after the step");
+}
+
+/* zero_overlap = auto: TUNE_STEPS steps alternating TUNE_VISIT at a time between the all-gather
+ * overlapped with the next forward and after the step, then the faster for the rest of the run.
+ * A period runs from one call to the next (this step's all-gather, then the next step's data,
+ * forward, backward and update): all of it under the mode set at its start. The ranks add their
+ * medians, so every rank takes the same decision at the same step. */
+#define TUNE_VISIT 3
+#define TUNE_STEPS 24
+
+static bool tune_on(int call)
+{
+    return (call / TUNE_VISIT) % 2 == 0;
+}
+
+static double median_of(double *v, int n)
+{
+    for (int i = 1; i < n; i++) /* insertion sort: a dozen values */
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1], v[j - 1] = x;
+        }
+    return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : NAN;
+}
+
+void zero_overlap_tune(trainer *t)
+{
+    if (!t->zero || t->run->zero_overlap != 0 || t->ztune.done) return;
+    double now = dpt_now_s();
+    int c = t->ztune.calls++;
+    if (c > 0) {
+        double period = now - t->ztune.last;
+        if (tune_on(c - 1)) t->ztune.on[t->ztune.non++] = period;
+        else t->ztune.off[t->ztune.noff++] = period;
+    }
+    t->ztune.last = now;
+    if (c < TUNE_STEPS) {
+        dpt_zero_set_overlap(t->zero, tune_on(c));
+        return;
+    }
+    t->ztune.done = true;
+    double v[2] = {median_of(t->ztune.on, t->ztune.non), median_of(t->ztune.off, t->ztune.noff)};
+    dpt_comm_allreduce_f64(t->host_comm, v, 2, "zero_overlap = auto: the measurements");
+    bool on = v[0] < 0.99 * v[1];
+    dpt_zero_set_overlap(t->zero, on);
+    double n = (double)t->r->size;
+    if (t->r->rank == 0)
+        report_line("zero_overlap = auto: %.2f ms a step with the all-gather overlapped with the next forward, %.2f "
+                    "after the step (medians of %d steps each, averaged over the ranks): %s from step %lld on\n",
+                    1e3 * v[0] / n, 1e3 * v[1] / n, t->ztune.non, on ? "overlapped" : "after the step",
+                    (long long)t->state.step + 1);
+    dpt_metrics_write(t->metrics, "\"kind\":\"zero_tune\",\"step\":%lld,\"overlap\":%s,\"overlap_ms\":%.3f,"
+                      "\"after_ms\":%.3f", (long long)t->state.step + 1, on ? "true" : "false", 1e3 * v[0] / n,
+                      1e3 * v[1] / n);
 }
 
 /* The ranks that do not write a checkpoint: their parts of the state, in the writer's order. */

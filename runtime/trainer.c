@@ -660,6 +660,7 @@ static void train_step(trainer *t)
     if (scaled) scaler_update(t, isfinite(t->grad_norm));
     if (isfinite(t->grad_norm)) {
         dpt_optim_step(t->ctx, t->optim);
+        zero_overlap_tune(t); /* zero_overlap = auto */
         double g0 = dpt_now_s(), exposed, busy;
         zero_sync_params(t); /* [distributed] zero: every rank's ranges of the parameters */
         if (dpt_model_ema(t->model)) dpt_zero_settle(t->zero), ema_update(t); /* the average reads them all */

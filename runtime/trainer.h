@@ -70,7 +70,7 @@ typedef struct run_config {
      * of them on each rank (then batch = det_shard and accum = det_per_rank) */
     bool deterministic;
     int zero; /* [distributed] zero: 1 = optimizer state sharded over the ranks, 2 = gradients reduce-scattered too */
-    bool zero_overlap; /* [distributed] zero_overlap: the all-gather overlapped with the next forward */
+    int zero_overlap; /* [distributed] zero_overlap: 0 auto, 1 the all-gather overlapped with the next forward, 2 not */
     int64_t det_shard, det_shards;
     int det_per_rank;
     const char *device;
@@ -214,6 +214,11 @@ typedef struct trainer {
     dpt_trace trace;
     /* [distributed] zero: the shard plan (runtime/zero.h); NULL unsharded */
     struct dpt_zero *zero;
+    struct { /* zero_overlap = auto: the steps' periods with the all-gather overlapped and not */
+        int calls, non, noff;
+        double last, on[16], off[16];
+        bool done;
+    } ztune;
     /* --profile: from the second step (the first builds oneDNN primitives, cuDNN plans) */
     struct dpt_profile *profile;
     double profile_start, profile_eval_s;
@@ -269,6 +274,8 @@ bool init_from_checkpoint(trainer *t, dpt_error *err);
  * tensor on rank 0 as it writes (zero_send_state: the other ranks' side). zero_clip: the gradient norm (unscaled, clipped) over what zero = 2 reduced. */
 bool zero_shard(trainer *t, dpt_error *err);
 void zero_sync_params(trainer *t);
+/* zero_overlap = auto, before each step's zero_sync_params: times the steps, switches, decides. */
+void zero_overlap_tune(trainer *t);
 void zero_send_state(trainer *t);
 double zero_clip(trainer *t, double inv_scale, double max_norm);
 void install_signal_handlers(void);

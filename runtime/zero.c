@@ -53,6 +53,7 @@ typedef struct overlap {
     bool quit;
     double busy_s;               /* the thread's time in the gathers (under mu) */
     bool ordered;                /* pieces built (after the first forward) */
+    bool off;                    /* dpt_zero_set_overlap(false): gathered after the step again */
     int npieces;                 /* in queue order: segment, [lo, hi) in it, ranks' ranges in it */
     int *piece_seg;
     int64_t *piece_lo, *piece_hi, *piece_displs;
@@ -517,7 +518,7 @@ bool dpt_zero_forward_end(dpt_zero *z, dpt_ctx *ctx, dpt_error *err)
 bool dpt_zero_sync_params_async(dpt_zero *z)
 {
     overlap *ov = z->ov;
-    if (!ov || !ov->ordered) return false;
+    if (!ov || !ov->ordered || ov->off) return false;
     pthread_mutex_lock(&ov->mu);
     DPT_ASSERT(ov->completed == ov->posted, "zero: a gather round started with %d of %d pieces done", ov->completed,
                ov->posted);
@@ -526,6 +527,11 @@ bool dpt_zero_sync_params_async(dpt_zero *z)
     pthread_cond_signal(&ov->work_cv);
     pthread_mutex_unlock(&ov->mu);
     return true;
+}
+
+void dpt_zero_set_overlap(dpt_zero *z, bool on)
+{
+    if (z && z->ov) z->ov->off = !on;
 }
 
 void dpt_zero_overlap_times(dpt_zero *z, double *exposed_s, double *busy_s)

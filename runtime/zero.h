@@ -61,6 +61,9 @@ bool dpt_zero_forward_end(dpt_zero *z, dpt_ctx *ctx, dpt_error *err);
 /* Before anything else reads the parameters (evaluation, checkpoints, EMA, the end): every
  * gather done. NULL or no overlap: nothing. */
 void dpt_zero_settle(dpt_zero *z);
+/* From the next step on: overlapped (true) or gathered whole after the step by
+ * dpt_zero_sync_params (false; the thread stays). Every rank the same, at the same step. */
+void dpt_zero_set_overlap(dpt_zero *z, bool on);
 /* Since the last call: the main thread's waits for the gathers, and the gathers' own time. */
 void dpt_zero_overlap_times(dpt_zero *z, double *exposed_s, double *busy_s);
 
