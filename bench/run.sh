@@ -39,7 +39,8 @@ for b in "$dir"/mpi_bench_*; do
 done
 # Over a capped network (scripts/netlab.sh: root and network namespaces): compute alone,
 # communication alone, overlap off/on/auto beside PyTorch's gloo DDP, then bucket_mb = auto
-# against sizes fixed by hand; 1 Gbit only unless BENCH_FULL=1 (5 Gbit too). About 10 minutes.
+# against sizes fixed by hand, then ZeRO's stages with the all-gather overlapped or not; 1 Gbit
+# only unless BENCH_FULL=1 (5 Gbit too). About 15 minutes.
 if [ "$(id -u)" = 0 ] && ip netns add dpt_bench_probe$$ 2>/dev/null && ip netns del dpt_bench_probe$$ &&
     /usr/bin/python3 -c "import torch" 2>/dev/null; then
     caps=1gbit
@@ -47,6 +48,7 @@ if [ "$(id -u)" = 0 ] && ip netns add dpt_bench_probe$$ 2>/dev/null && ip netns 
     echo "=== netlab_bench.py (2 ranks in network namespaces, links capped by tc)"
     /usr/bin/python3 bench/netlab_bench.py --caps $caps --models cnn,resnet20 --pairs 3
     /usr/bin/python3 bench/netlab_bench.py --caps 1gbit --models cnn,resnet20 --pairs 3 --windows 3 --sweep 0.25,0.5,1,4,25
+    /usr/bin/python3 bench/netlab_bench.py --caps 1gbit --models cnn,resnet20 --pairs 3 --zero
 else
     echo "=== netlab_bench.py skipped: needs root, network namespaces and PyTorch"
 fi
