@@ -1065,6 +1065,19 @@ typedef struct dpt_train_state {
  * path.tmp, fsync'ed, then renamed over path (a crash never leaves a half-written path). */
 bool dpt_checkpoint_save(const char *path, const dpt_model *model, dpt_optim *optim, const dpt_ctx *ctx,
                          const dpt_config *cfg, const dpt_train_state *state, int world_size, dpt_error *err);
+/* [distributed] zero with [checkpoint] sharded: each rank q of parts writes its own elements of
+ * the optimizer state to dpt_checkpoint_part_path(path, nonce, q, parts) (the same nonce on every
+ * rank, new for each checkpoint); then, once all are written, one rank writes path with
+ * dpt_checkpoint_save_sharded (the weights and everything else, the optimizer state's names and
+ * shapes, and the nonce), which removes parts of an earlier checkpoint of the same name. Readers
+ * (load, --inspect, --export) assemble the whole state from the parts; a missing or foreign part
+ * is an error naming it. */
+bool dpt_checkpoint_save_part(const char *path, const dpt_optim *optim, int part, int parts, uint64_t nonce,
+                              dpt_error *err);
+bool dpt_checkpoint_save_sharded(const char *path, const dpt_model *model, dpt_optim *optim, const dpt_ctx *ctx,
+                                 const dpt_config *cfg, const dpt_train_state *state, int world_size, int parts,
+                                 uint64_t nonce, dpt_error *err);
+char *dpt_checkpoint_part_path(const char *path, uint64_t nonce, int part, int parts); /* free() it */
 /* Load into an already built model and optimizer. Every mismatch (truncated file, bad CRC,
  * other version, other model names/shapes, other optimizer) is an error naming what differs;
  * nothing is changed unless the whole checkpoint is valid. cfg: warn when the checkpoint was
@@ -1192,6 +1205,13 @@ bool dpt_lr_schedule_build(const dpt_config *cfg, int world_size, int64_t steps_
 int dpt_optim_num_state(const dpt_optim *optim);
 dpt_tensor *dpt_optim_state_at(const dpt_optim *optim, int i);
 int64_t dpt_optim_steps(const dpt_optim *optim);
+/* State tensor i's name in a checkpoint (into name, cap bytes) and the parameter it belongs to
+ * (its whole shape is the parameter's), without its data: what a sharded optimizer's
+ * checkpoint records name before the ranks' parts fill it. */
+int dpt_optim_state_param(const dpt_optim *optim, int i, char *name, size_t cap);
+/* A sharded optimizer's own elements of state tensor i ([distributed] zero): *count floats at
+ * the returned pointer, the first being element *lo of the whole tensor (NULL, 0: none here). */
+const float *dpt_optim_state_mine(const dpt_optim *optim, int i, int64_t *lo, int64_t *count);
 /* The optimizer state this rank holds, in bytes (under [distributed] zero: its share). */
 int64_t dpt_optim_state_bytes(const dpt_optim *optim);
 void dpt_optim_set_steps(dpt_optim *optim, int64_t steps);

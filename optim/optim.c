@@ -396,6 +396,27 @@ dpt_tensor *dpt_optim_state_at(const dpt_optim *o, int i)
     DPT_ASSERT(i >= 0 && i < dpt_optim_num_state(o), "optimizer state %d of %d", i, dpt_optim_num_state(o));
     return o->state[i];
 }
+int dpt_optim_state_param(const dpt_optim *o, int i, char *name, size_t cap)
+{
+    DPT_ASSERT(i >= 0 && i < dpt_optim_num_state(o), "optimizer state %d of %d", i, dpt_optim_num_state(o));
+    int p = i / o->nstate;
+    snprintf(name, cap, "%.48s.%s%d", dpt_model_param_at(o->model, p)->name, o->name, i % o->nstate); /* state_tensor's */
+    return p;
+}
+
+const float *dpt_optim_state_mine(const dpt_optim *o, int i, int64_t *lo, int64_t *count)
+{
+    DPT_ASSERT(i >= 0 && i < dpt_optim_num_state(o), "optimizer state %d of %d", i, dpt_optim_num_state(o));
+    DPT_ASSERT(o->lo, "the own part of an optimizer that is not sharded");
+    DPT_ASSERT(dpt_ctx_device(o->state[i] ? o->state[i]->ctx : dpt_model_param_at(o->model, 0)->ctx).kind ==
+                   DPT_DEVICE_CPU,
+               "ZeRO's optimizer state on a device");
+    int p = i / o->nstate;
+    *lo = o->lo[p], *count = o->hi[p] - o->lo[p];
+    if (!*count || !o->state[i]) return *count = 0, NULL;
+    return o->full ? o->state[i]->data + o->lo[p] : o->state[i]->data; /* whole after a load, until a step */
+}
+
 int64_t dpt_optim_state_bytes(const dpt_optim *o)
 {
     int64_t bytes = 0;

@@ -9,7 +9,14 @@
  * tensor's bytes and cost most of a large model's save and load time. Files are written a
  * record at a time (no copy of the whole file in memory), read whole and parsed with bounds
  * checks, so no byte pattern can crash the reader; nothing is applied to the model before
- * every record has been checked. */
+ * every record has been checked.
+ * Parts ([checkpoint] sharded, under [distributed] zero): format version 2. The main file holds
+ * the weights, the meta (optim_parts = N, optim_nonce = X) and, for each optimizer state tensor,
+ * a record of kind 4 (its name and whole shape, no data: stored bytes 0); each rank q writes its
+ * elements of them into PATH.X.optimQ-of-N (records "optim/NAME@LO": LO the first element), before
+ * rank 0 writes the main file, whose rename is the checkpoint's commit. A reader fills each kind-4
+ * record from the N parts (every element exactly once, the nonce and numbering checked), so
+ * everything after read_records sees the one-file checkpoint. */
 #include <dirent.h>
 #include <time.h>
 #include <sys/file.h>
@@ -29,10 +36,11 @@
 
 #define CKPT_MAGIC "DPTCKPT"
 #define CKPT_END "DPTEND\0"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 1u       /* one file */
+#define CKPT_VERSION_PARTS 2u /* the optimizer state in parts beside it */
 #define HINT_CORRUPT "HINT: the file is damaged; resume from an older checkpoint (ls the checkpoint dir)"
 
-enum { REC_TENSOR = 1, REC_BLOB = 2, REC_TENSOR_STORED = 3 };
+enum { REC_TENSOR = 1, REC_BLOB = 2, REC_TENSOR_STORED = 3, REC_PARTS = 4 };
 
 /* ---------------------------------------------------------------- writing */
 
@@ -80,7 +88,9 @@ static void put_record(writer *w, uint32_t kind, const char *name, int ndim, con
     for (int i = 0; i < ndim; i++)
         put_u64(w, (uint64_t)dims[i]);
     put_u64(w, raw_bytes);
-    if (kind == REC_TENSOR_STORED) {
+    if (kind == REC_PARTS) { /* name and shape only: the parts hold the data */
+        put_u64(w, 0);
+    } else if (kind == REC_TENSOR_STORED) {
         put_u64(w, raw_bytes);
         put(w, raw, raw_bytes);
     } else {
@@ -121,8 +131,113 @@ static char *config_text(const dpt_config *cfg)
     return text;
 }
 
+char *dpt_checkpoint_part_path(const char *path, uint64_t nonce, int part, int parts)
+{
+    return dpt_strf("%s.%016llx.optim%d-of-%d", path, (unsigned long long)nonce, part, parts);
+}
+
+static void put_header(writer *w, uint32_t version, uint32_t nrecords)
+{
+    w->crc = crc32(0L, NULL, 0);
+    put(w, CKPT_MAGIC, 8);
+    put_u32(w, version);
+    put_u32(w, nrecords);
+    put_u32(w, (uint32_t)w->crc); /* the header's CRC: the 16 bytes before it */
+}
+
+static bool save_file(const char *path, const dpt_model *model, dpt_optim *optim, const dpt_ctx *ctx,
+                      const dpt_config *cfg, const dpt_train_state *st, int world_size, int parts, uint64_t nonce,
+                      dpt_error *err);
+
 bool dpt_checkpoint_save(const char *path, const dpt_model *model, dpt_optim *optim, const dpt_ctx *ctx,
                          const dpt_config *cfg, const dpt_train_state *st, int world_size, dpt_error *err)
+{
+    return save_file(path, model, optim, ctx, cfg, st, world_size, 0, 0, err);
+}
+
+bool dpt_checkpoint_save_part(const char *path, const dpt_optim *optim, int part, int parts, uint64_t nonce,
+                              dpt_error *err)
+{
+    char *at = dpt_checkpoint_part_path(path, nonce, part, parts);
+    dpt_atomic_file af;
+    bool ok = dpt_atomic_file_open(&af, at, err);
+    if (!ok) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        free(at);
+        return dpt_errorf(err, "checkpoint: %s", msg);
+    }
+    writer w = {.f = af.f, .crash_at = (size_t)-1, .ok = true};
+    int nstate = dpt_optim_num_state(optim);
+    uint32_t nrecords = 1;
+    for (int i = 0; i < nstate; i++) {
+        int64_t lo, count;
+        nrecords += dpt_optim_state_mine(optim, i, &lo, &count) != NULL;
+    }
+    put_header(&w, CKPT_VERSION_PARTS, nrecords);
+    char meta[128];
+    int n = snprintf(meta, sizeof meta, "part=%d\nparts=%d\nnonce=%016llx\n", part, parts, (unsigned long long)nonce);
+    put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
+    for (int i = 0; i < nstate; i++) {
+        int64_t lo, count;
+        const float *mine = dpt_optim_state_mine(optim, i, &lo, &count);
+        if (!mine) continue;
+        char name[160], state[96];
+        dpt_optim_state_param(optim, i, state, sizeof state);
+        snprintf(name, sizeof name, "optim/%s@%lld", state, (long long)lo);
+        put_record(&w, REC_TENSOR_STORED, name, 1, &count, mine, (uint64_t)count * sizeof(float));
+    }
+    put(&w, CKPT_END, 8);
+    if (!w.ok) dpt_errorf(err, "writing checkpoint part %s failed: %s\nHINT: is the disk full?", af.tmp, strerror(errno));
+    ok = dpt_atomic_file_close(&af, w.ok, err);
+    free(at);
+    return ok;
+}
+
+/* The parts of path's checkpoint beside it (PATH.<16 hex>.optimQ-of-N): fn(dir-relative name)
+ * for each, all nonces but `keep` (0: all). */
+static void each_part(const char *path, uint64_t keep, void (*fn)(const char *dir, const char *name, void *user),
+                      void *user)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? dpt_strf("%.*s", (int)(slash - path), path) : dpt_strf(".");
+    const char *base = slash ? slash + 1 : path;
+    size_t blen = strlen(base);
+    DIR *d = opendir(*dir ? dir : "/");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        unsigned long long nonce;
+        int part, parts, end = 0;
+        if (strncmp(e->d_name, base, blen) || e->d_name[blen] != '.' ||
+            sscanf(e->d_name + blen, ".%16llx.optim%d-of-%d%n", &nonce, &part, &parts, &end) != 3 ||
+            e->d_name[blen + (size_t)end] != '\0' || (keep && nonce == keep))
+            continue;
+        fn(*dir ? dir : "/", e->d_name, user);
+    }
+    if (d) closedir(d);
+    free(dir);
+}
+
+static void unlink_part(const char *dir, const char *name, void *user)
+{
+    (void)user;
+    char *at = dpt_strf("%s/%s", dir, name);
+    unlink(at);
+    free(at);
+}
+
+bool dpt_checkpoint_save_sharded(const char *path, const dpt_model *model, dpt_optim *optim, const dpt_ctx *ctx,
+                                 const dpt_config *cfg, const dpt_train_state *st, int world_size, int parts,
+                                 uint64_t nonce, dpt_error *err)
+{
+    if (!save_file(path, model, optim, ctx, cfg, st, world_size, parts, nonce, err)) return false;
+    each_part(path, nonce, unlink_part, NULL); /* an earlier checkpoint's under this name (best.dpt) */
+    return true;
+}
+
+static bool save_file(const char *path, const dpt_model *model, dpt_optim *optim, const dpt_ctx *ctx,
+                      const dpt_config *cfg, const dpt_train_state *st, int world_size, int parts, uint64_t nonce,
+                      dpt_error *err)
 {
     /* the safe file (runtime/atomic_file.c): an unpredictable temporary, renamed when whole */
     dpt_atomic_file af;
@@ -137,11 +252,7 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, dpt_optim *op
     const dpt_ema *ema = dpt_model_ema(model); /* [train] ema_decay: the weight averages, "ema/" records */
     int naverages = ema ? dpt_ema_count(ema) : 0;
     uint32_t nrecords = 3 + (uint32_t)(nparams + nbuffers + dpt_optim_num_state(optim) + naverages);
-    w.crc = crc32(0L, NULL, 0);
-    put(&w, CKPT_MAGIC, 8);
-    put_u32(&w, CKPT_VERSION);
-    put_u32(&w, nrecords);
-    put_u32(&w, (uint32_t)w.crc); /* the header's CRC: the 16 bytes before it */
+    put_header(&w, parts ? CKPT_VERSION_PARTS : CKPT_VERSION, nrecords);
 
     char meta[2048];
     int n = snprintf(meta, sizeof meta,
@@ -163,6 +274,9 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, dpt_optim *op
     if (st->grad_compression > 0)
         n += snprintf(meta + n, sizeof meta - (size_t)n, "grad_compression_auto=%s\n",
                       st->grad_compression == 2 ? "bf16" : "none");
+    if (parts) /* the optimizer state in parts beside the file */
+        n += snprintf(meta + n, sizeof meta - (size_t)n, "optim_parts=%d\noptim_nonce=%016llx\n", parts,
+                      (unsigned long long)nonce);
     DPT_ASSERT((size_t)n < sizeof meta, "checkpoint meta of %d bytes", n);
     put_record(&w, REC_BLOB, "meta", 0, NULL, meta, (uint64_t)n);
     char *text = config_text(cfg);
@@ -173,8 +287,16 @@ bool dpt_checkpoint_save(const char *path, const dpt_model *model, dpt_optim *op
         put_tensor(&w, "param/", dpt_model_param_at(model, i));
     for (int i = 0; i < nbuffers; i++)
         put_tensor(&w, "buffer/", dpt_model_buffer_at(model, i));
-    for (int i = 0; i < dpt_optim_num_state(optim); i++)
+    for (int i = 0; i < dpt_optim_num_state(optim); i++) {
+        if (parts) { /* its name and whole shape; the ranks' parts hold the data */
+            char name[160], state[96];
+            const dpt_tensor *p = dpt_model_param_at(model, dpt_optim_state_param(optim, i, state, sizeof state));
+            snprintf(name, sizeof name, "optim/%s", state);
+            put_record(&w, REC_PARTS, name, p->ndim, p->shape, NULL, (uint64_t)p->numel * sizeof(float));
+            continue;
+        }
         put_tensor(&w, "optim/", dpt_optim_state_whole(optim, i, true)); /* ZeRO: gathered one at a time */
+    }
     for (int i = 0; i < naverages; i++) /* the parameters' averages, then the buffers' */
         put_tensor(&w, i < nparams ? "ema/param/" : "ema/buffer/", dpt_ema_at(ema, i));
     put(&w, CKPT_END, 8);
@@ -241,11 +363,11 @@ static bool parse(const char *path, reader *r, const char *skip, record **out, u
         return dpt_errorf(err, "%s: truncated header\n" HINT_CORRUPT, path);
     if (hcrc != (uint32_t)crc32(0L, r->buf, 16))
         return dpt_errorf(err, "%s: header CRC mismatch\n" HINT_CORRUPT, path);
-    if (version != CKPT_VERSION)
+    if (version != CKPT_VERSION && version != CKPT_VERSION_PARTS)
         return dpt_errorf(err,
-                          "%s: checkpoint format version %u; this dptrain reads version %u\n"
+                          "%s: checkpoint format version %u; this dptrain reads versions %u and %u\n"
                           "HINT: resume with the dptrain that wrote it",
-                          path, version, CKPT_VERSION);
+                          path, version, CKPT_VERSION, CKPT_VERSION_PARTS);
     if (nrec > 1000000) return dpt_errorf(err, "%s: implausible record count %u\n" HINT_CORRUPT, path, nrec);
     /* Each record takes at least 32 bytes: a count beyond that is damage, not a reason to
      * allocate. */
@@ -278,6 +400,15 @@ static bool parse(const char *path, reader *r, const char *skip, record **out, u
         if (!take(r, &crc, 4) || crc != (uint32_t)crc32_z(0L, r->buf + start, (z_size_t)(r->pos - 4 - start))) {
             dpt_errorf(err, "%s: CRC mismatch in record %u (%.64s)\n" HINT_CORRUPT, path, i + 1, rec->name);
             goto fail;
+        }
+        if (rec->kind == REC_PARTS) { /* no data here: read_records fills it from the parts */
+            if (comp_bytes != 0 || version != CKPT_VERSION_PARTS) {
+                dpt_errorf(err, "%s: record %.64s of the parts' kind holds data\n" HINT_CORRUPT, path, rec->name);
+                goto fail;
+            }
+            rec->ndim = (int)ndim;
+            rec->bytes = raw_bytes;
+            continue;
         }
         bool stored = rec->kind == REC_TENSOR_STORED;
         if (stored && comp_bytes != raw_bytes) {
@@ -534,8 +665,83 @@ static bool check_finite(const char *path, const record *rec, dpt_error *err)
     return true;
 }
 
+#define HINT_PARTS                                                                                            \
+    "HINT: a checkpoint written under [distributed] zero keeps its optimizer state in one file per rank beside " \
+    "it (NAME.*.optimQ-of-N): keep and copy them with it; or resume from an older checkpoint"
+
+/* Fill the main file's kind-4 records (not skipped) from its parts: every element of each
+ * exactly once, from parts of this checkpoint (nonce) numbered 0..N-1. */
+static bool fill_from_parts(const char *path, record *recs, uint32_t n, dpt_error *err)
+{
+    const record *meta = find(recs, n, "meta");
+    char val[64];
+    long long parts = 0;
+    unsigned long long nonce = 0;
+    if (!meta || meta->kind != REC_BLOB || !meta_get(meta, "optim_parts", val, sizeof val) ||
+        sscanf(val, "%lld", &parts) != 1 || parts < 1 || parts > 1000000 ||
+        !meta_get(meta, "optim_nonce", val, sizeof val) || sscanf(val, "%16llx", &nonce) != 1)
+        return dpt_errorf(err, "%s: optimizer records in parts, but no part count in its meta\n" HINT_CORRUPT, path);
+    uint64_t *filled = calloc(n + 1, sizeof *filled);
+    if (!filled) dpt_fatal("out of host memory reading a checkpoint");
+    bool ok = true;
+    for (long long q = 0; q < parts && ok; q++) {
+        char *at = dpt_checkpoint_part_path(path, nonce, (int)q, (int)parts);
+        size_t size = 0;
+        uint8_t *buf = read_whole_file(at, &size, err);
+        record *prec = NULL;
+        uint32_t pn = 0;
+        reader r = {buf, size, 0};
+        if (!buf || !parse(at, &r, NULL, &prec, &pn, err)) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            char *cut = strstr(msg, "\nHINT:");
+            if (cut) *cut = '\0';
+            ok = dpt_errorf(err, "%s: its optimizer state part %lld of %lld: %s\n" HINT_PARTS, path, (long long)q,
+                            (long long)parts, msg);
+        }
+        free(buf);
+        const record *pmeta = ok ? find(prec, pn, "meta") : NULL;
+        char want[96];
+        snprintf(want, sizeof want, "part=%lld\nparts=%lld\nnonce=%016llx\n", (long long)q, (long long)parts, nonce);
+        if (ok && (!pmeta || pmeta->kind != REC_BLOB || pmeta->bytes != strlen(want) ||
+                   memcmp(pmeta->data, want, strlen(want))))
+            ok = dpt_errorf(err, "%s is not part %lld of %lld of %s (another checkpoint's, or damaged)\n" HINT_PARTS, at,
+                            (long long)q, (long long)parts, path);
+        for (uint32_t i = 0; ok && i < pn; i++) {
+            record *pr = &prec[i];
+            if (pr == pmeta) continue;
+            char name[160];
+            long long lo = -1;
+            char *amp = strrchr(pr->name, '@');
+            snprintf(name, sizeof name, "%.*s", amp ? (int)(amp - pr->name) : 0, pr->name);
+            record *whole = amp && sscanf(amp + 1, "%lld", &lo) == 1 ? find(recs, n, name) : NULL;
+            uint64_t at_bytes = (uint64_t)lo * sizeof(float);
+            if (!whole || whole->kind != REC_PARTS || pr->kind != REC_TENSOR || pr->ndim != 1 || lo < 0 ||
+                at_bytes > whole->bytes || pr->bytes > whole->bytes - at_bytes) {
+                ok = dpt_errorf(err, "%s: record %.64s does not fit its checkpoint %s\n" HINT_PARTS, at, pr->name, path);
+                break;
+            }
+            if (!whole->data && !(whole->data = calloc(whole->bytes + 1, 1)))
+                dpt_fatal("out of host memory reading checkpoint %s", path);
+            memcpy(whole->data + at_bytes, pr->data, pr->bytes);
+            filled[whole - recs] += pr->bytes;
+        }
+        free_records(prec, pn);
+        free(at);
+    }
+    for (uint32_t i = 0; ok && i < n; i++) {
+        if (recs[i].kind != REC_PARTS) continue;
+        if (filled[i] != recs[i].bytes) /* the parts cover each tensor once: a plan's ranges */
+            ok = dpt_errorf(err, "%s: its parts hold %llu of the %llu bytes of %.64s\n" HINT_PARTS, path,
+                            (unsigned long long)filled[i], (unsigned long long)recs[i].bytes, recs[i].name);
+        recs[i].kind = REC_TENSOR;
+    }
+    free(filled);
+    return ok;
+}
+
 /* The file's records, each checked (read_whole_file, then parse; those named skip... left
- * compressed); false with err. */
+ * compressed; the optimizer state's parts read in unless skipped); false with err. */
 static bool read_records(const char *path, const char *skip, record **recs, uint32_t *n, size_t *size,
                          dpt_error *err)
 {
@@ -544,6 +750,16 @@ static bool read_records(const char *path, const char *skip, record **recs, uint
     reader r = {buf, *size, 0};
     bool ok = parse(path, &r, skip, recs, n, err);
     free(buf);
+    bool parts = false;
+    for (uint32_t i = 0; ok && i < *n; i++)
+        if ((*recs)[i].kind == REC_PARTS) {
+            if (skipped((*recs)[i].name, skip)) (*recs)[i].kind = REC_TENSOR; /* left unread, as skipped ones are */
+            else parts = true;
+        }
+    if (parts && !fill_from_parts(path, *recs, *n, err)) {
+        free_records(*recs, *n);
+        return false;
+    }
     return ok;
 }
 
@@ -871,7 +1087,14 @@ static bool take_lock(const char *dir, int *lock_fd, const char *hint, dpt_error
     return ok;
 }
 
-/* Move the checkpoints of steps[first..n) into dir/previous-<time>/. */
+static void move_part(const char *dir, const char *name, void *archive)
+{
+    char *from = dpt_strf("%s/%s", dir, name), *to = dpt_strf("%s/%s", (const char *)archive, name);
+    if (rename(from, to) != 0) fprintf(stderr, "warning: cannot move %s to %s: %s\n", from, to, strerror(errno));
+    free(from), free(to);
+}
+
+/* Move the checkpoints of steps[first..n) into dir/previous-<time>/ (with their parts). */
 static bool archive_foreign(const char *dir, const int64_t *steps, int64_t first, int64_t n, bool continuation,
                             const char *hint, dpt_error *err)
 {
@@ -884,6 +1107,7 @@ static bool archive_foreign(const char *dir, const int64_t *steps, int64_t first
     for (int64_t i = first; ok && i < n; i++) {
         char *from = checkpoint_path(dir, steps[i]), *to = checkpoint_path(archive, steps[i]);
         if (rename(from, to) != 0) ok = dpt_errorf(err, "cannot move %s to %s: %s\n%s", from, to, strerror(errno), hint);
+        if (ok) each_part(from, 0, move_part, archive); /* its parts go with it */
         free(from), free(to);
     }
     if (ok) {
@@ -909,7 +1133,23 @@ static int remove_stale_temporaries(const char *dir)
         long long step;
         int end = 0;
         size_t len = strlen(e->d_name);
-        if (sscanf(e->d_name, ".ckpt-step%lld.dpt.%n", &step, &end) != 1 || !end || len != (size_t)end + 6) continue;
+        unsigned long long nonce;
+        int part, parts, pend = 0;
+        bool temporary = sscanf(e->d_name, ".ckpt-step%lld.dpt.%n", &step, &end) == 1 && end &&
+                         (len == (size_t)end + 6 || /* or a part's: NAME.<nonce>.optimQ-of-N.XXXXXX */
+                          (sscanf(e->d_name + end, "%16llx.optim%d-of-%d.%n", &nonce, &part, &parts, &pend) == 3 &&
+                           pend && len == (size_t)(end + pend) + 6));
+        if (!temporary) { /* a part whose checkpoint was never written (a crash between them) */
+            int base = 0;
+            if (sscanf(e->d_name, "ckpt-step%lld.dpt%n", &step, &base) != 1 || !base ||
+                sscanf(e->d_name + base, ".%16llx.optim%d-of-%d%n", &nonce, &part, &parts, &pend) != 3 ||
+                len != (size_t)(base + pend))
+                continue;
+            char *main_path = dpt_strf("%s/%.*s", dir, base, e->d_name);
+            bool orphan = access(main_path, F_OK) != 0 && errno == ENOENT;
+            free(main_path);
+            if (!orphan) continue;
+        }
         char *path = dpt_strf("%s/%s", dir, e->d_name);
         struct stat st;
         if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && unlink(path) == 0) removed++;
@@ -983,6 +1223,7 @@ bool dpt_checkpoint_prepare_dir(const char *dir, const dpt_ckpt_dir_options *opt
         char *archive = dpt_strf("%s/previous-%s", dir, stamp), *to = dpt_strf("%s/best.dpt", archive);
         if ((mkdir(archive, 0755) != 0 && errno != EEXIST) || rename(best, to) != 0)
             ok = dpt_errorf(err, "cannot move %s to %s: %s\n%s", best, to, strerror(errno), hint);
+        if (ok) each_part(best, 0, move_part, archive); /* its parts go with it */
         free(archive), free(to);
     }
     free(best);
@@ -1059,6 +1300,7 @@ void dpt_checkpoint_prune(const char *dir, int keep_last, int64_t keep_step)
         if (steps[i] == keep_step) continue; /* never the file this run has just reported */
         char *path = checkpoint_path(dir, steps[i]);
         unlink(path);
+        each_part(path, 0, unlink_part, NULL); /* its optimizer state's parts, after it */
         free(path);
     }
     free(steps);
@@ -1182,7 +1424,11 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
         free_records(recs, n);
         return dpt_errorf(err, "%s has no meta record\n" HINT_CORRUPT, path);
     }
-    fprintf(out, "checkpoint %s | %zu bytes | format %u | %u records\n", path, size, CKPT_VERSION, n);
+    char parts[64] = "";
+    if (meta_get(meta, "optim_parts", parts, sizeof parts)) /* read in already: the state is whole below */
+        snprintf(parts + strlen(parts), sizeof parts - strlen(parts), " parts");
+    fprintf(out, "checkpoint %s | %zu bytes | format %u | %u records%s%s\n", path, size,
+            *parts ? CKPT_VERSION_PARTS : CKPT_VERSION, n, *parts ? " | optimizer state in " : "", parts);
     static const char *const keys[] = {"step",       "epoch",     "batches_done", "epoch_samples", "world_size", "config_hash",
                                        "model",      "summary",   "optim",        "optim_steps", "skipped",
                                        "best_acc",   "best_epoch", "best_loss", "loss_scale", "scale_good_steps", "scale_skips", "data_hash",

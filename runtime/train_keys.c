@@ -159,6 +159,11 @@ static const dpt_config_key train_keys[] = {
      "keep dir/best.dpt, the checkpoint of the epoch with the best evaluation (test accuracy, or test loss for a "
      "task without accuracy), rewritten when one beats it (--eval DIR/best, --resume DIR/best): auto = when the "
      "run writes checkpoints every N steps or epochs", DPT_KEY_NOT_HASHED},
+    {"checkpoint", "sharded", DPT_KEY_BOOL, "true", 1, 0, NULL,
+     "under [distributed] zero = 1 or 2: each rank writes its own ranges of the optimizer state beside the "
+     "checkpoint (NAME.<id>.optimQ-of-N, every rank at once, no rank gathering it), the checkpoint file written last "
+     "by rank 0 (the folder must be one every rank sees, as for a resume); false: rank 0 gathers the state into the "
+     "one file, a tensor at a time. Either resumes at any world size and zero stage", DPT_KEY_NOT_HASHED},
     {"checkpoint", "existing", DPT_KEY_ENUM, "stop", 1, 0, "stop|archive",
      "the folder holds another run's checkpoints (or, on resume, newer ones than the one resumed): stop "
      "with an error, or move them into dir/previous-<time>/ and go on", DPT_KEY_NOT_HASHED},

@@ -357,6 +357,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
     rc->ckpt_final = final == 1 || (final == 0 && (rc->ckpt_every_steps > 0 || rc->ckpt_every_epochs > 0));
     int best = dpt_config_enum(c, "checkpoint", "best"); /* auto | true | false */
     rc->ckpt_best = best == 1 || (best == 0 && (rc->ckpt_every_steps > 0 || rc->ckpt_every_epochs > 0));
+    rc->ckpt_sharded = dpt_config_bool(c, "checkpoint", "sharded");
     if (!parse_early_stop(rc, c, err)) return false;
     rc->interval = dpt_config_int(c, "log", "interval");
     rc->all_ranks = dpt_config_bool(c, "log", "all_ranks");

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "trainer.h"
@@ -240,6 +241,43 @@ void release_checkpoint_dir(replica *r)
     r->ckpt_made = NULL;
 }
 
+/* A checkpoint at path: rank 0 writes the file; under [distributed] zero every rank first writes
+ * its part of the optimizer state beside it ([checkpoint] sharded) or sends it to rank 0 as the
+ * file is written. A rank that cannot write ends the job with its message. True on the rank that
+ * wrote the file (rank 0). */
+static bool write_checkpoint(trainer *t, const char *path, const dpt_train_state *st)
+{
+    replica *r = t->r;
+    dpt_error err;
+    bool parts = t->zero && t->run->ckpt_sharded && r->size > 1;
+    if (r->rank == 0 && !r->ckpt_dir_ready && !prepare_checkpoint_dir(r, false, &err)) dpt_abort_job("%s", err.msg);
+    uint64_t nonce = 0;
+    if (parts) {
+        /* one id for this checkpoint's parts, new each time: a part never passes for another
+         * checkpoint's of the same name (best.dpt) */
+        if (r->rank == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            nonce = ((uint64_t)ts.tv_sec * 1000000007u) ^ ((uint64_t)ts.tv_nsec << 20) ^ ((uint64_t)getpid() << 40) ^
+                    (uint64_t)st->step;
+            if (!nonce) nonce = 1;
+        }
+        dpt_comm_broadcast(t->host_comm, &nonce, sizeof nonce, 0, "checkpoint: the parts' id");
+        if (!dpt_checkpoint_save_part(path, t->optim, r->rank, r->size, nonce, &err)) dpt_abort_job("%s", err.msg);
+        dpt_comm_barrier_named(t->host_comm, "checkpoint: every rank's part written");
+    }
+    if (r->rank != 0) {
+        if (!parts) zero_send_state(t);
+        return false;
+    }
+    bool ok = parts ? dpt_checkpoint_save_sharded(path, t->model, t->optim, t->ctx, t->run->ini, st, r->size, r->size,
+                                                  nonce, &err)
+                    : dpt_checkpoint_save(path, t->model, t->optim, t->ctx, t->run->ini, st, r->size, &err);
+    if (!ok) dpt_abort_job("%s", err.msg);
+    r->ckpt_written = true;
+    return true;
+}
+
 /* Rank 0 writes; every rank holds the same state. */
 void save_checkpoint(trainer *t, const dpt_train_state *state)
 {
@@ -255,21 +293,17 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
         if (r->comm && r->size > 1) dpt_comm_allreduce_f64(r->comm, sums, 3, "the epoch's sums for a checkpoint");
     }
     r->last_ckpt_step = state->step; /* on every rank: the end-of-run decision must agree */
-    if (r->rank != 0) {
-        zero_send_state(t);
-        return;
-    }
     dpt_train_state at = *state; /* with the data position in global samples */
     at.samples_done = at.batches_done * t->run->batch * r->size;
     at.epoch_loss = sums[0], at.epoch_correct = (int64_t)sums[1], at.epoch_units = (int64_t)sums[2];
     const dpt_train_state *st = &at;
     const char *dir = t->run->ckpt_dir;
-    dpt_error err;
-    if (!r->ckpt_dir_ready && !prepare_checkpoint_dir(r, false, &err)) dpt_abort_job("%s", err.msg);
     char *path = dpt_strf("%s/ckpt-step%08lld.dpt", dir, (long long)st->step);
-    if (!dpt_checkpoint_save(path, t->model, t->optim, t->ctx, t->run->ini, st, r->size, &err))
-        dpt_abort_job("%s", err.msg);
-    r->ckpt_written = true;
+    bool mine = write_checkpoint(t, path, st);
+    if (!mine) {
+        free(path);
+        return;
+    }
     dpt_checkpoint_prune(dir, t->run->keep_last, st->step);
     DPT_ASSERT(strlen(path) < sizeof r->last_ckpt, "checked at start: %s", path);
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
@@ -568,18 +602,13 @@ void save_best_checkpoint(trainer *t, const dpt_train_state *state)
 {
     dpt_zero_settle(t->zero);
     replica *r = t->r;
-    if (r->rank != 0) {
-        zero_send_state(t);
-        return;
-    }
     dpt_train_state at = *state;
     at.samples_done = at.batches_done * t->run->batch * r->size;
-    dpt_error err;
-    if (!r->ckpt_dir_ready && !prepare_checkpoint_dir(r, false, &err)) dpt_abort_job("%s", err.msg);
     char *path = dpt_strf("%s/best.dpt", t->run->ckpt_dir);
-    if (!dpt_checkpoint_save(path, t->model, t->optim, t->ctx, t->run->ini, &at, r->size, &err))
-        dpt_abort_job("%s", err.msg);
-    r->ckpt_written = true;
+    if (!write_checkpoint(t, path, &at)) {
+        free(path);
+        return;
+    }
     report_line("best so far: %s (epoch %d)\n", path, state->epoch - 1);
     free(path);
 }

@@ -103,6 +103,7 @@ typedef struct run_config {
     bool ckpt_archive;
     bool ckpt_final; /* [checkpoint] final, resolved: a checkpoint of the last step at the end */
     bool ckpt_best;  /* [checkpoint] best, resolved: dir/best.dpt kept */
+    bool ckpt_sharded; /* [checkpoint] sharded: under zero, each rank writes its part of the optimizer state */
     /* [train] early_stop: the metric (0 off, 1 test loss, 2 test accuracy), the epochs without
      * an improvement of more than stop_delta that end the run */
     int stop_metric, stop_patience;

@@ -166,6 +166,51 @@ c=$($M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/rc" --se
 check "checkpoints: zero = 2's tensors are the unsharded run's; resumed across zero = 2, 0 and 1, the uninterrupted end" $? \
     "same $same, $a / $b / $c vs $full"
 
+# [checkpoint] sharded (the default under zero): each rank's part of the optimizer state in a
+# file of its own beside the checkpoint, which holds the rest; the parts go with their checkpoint
+# when it is pruned, best.dpt keeps only its latest parts, and sharded = false writes no parts.
+# (The resumes across stages and world sizes above read parts.) A missing part, a part of
+# another checkpoint and a damaged one are refused naming the part; a part whose checkpoint was
+# never written (a crash between them) is removed when a run claims the folder.
+parts() { ls "$1" | grep -c "^$2\.[0-9a-f]\{16\}\.optim[0-9]*-of-$3\$"; }
+$M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/sp" --set distributed.zero=2 \
+    --set checkpoint.keep_last=2 --set checkpoint.best=true > /dev/null 2>&1
+$M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/so" --set distributed.zero=2 \
+    --set checkpoint.keep_last=2 --set checkpoint.sharded=false > /dev/null 2>&1
+mains=$(ls "$tmp/sp" | grep -c '^ckpt-step[0-9]*\.dpt$')
+last=$(ls "$tmp/sp" | grep '^ckpt-step[0-9]*\.dpt$' | tail -1)
+first=$(ls "$tmp/sp" | grep '^ckpt-step[0-9]*\.dpt$' | head -1)
+n_all=$(ls "$tmp/sp" | grep -c 'optim[0-9]-of-2$')
+small=$(stat -c %s "$tmp/sp/$last"); whole=$(stat -c %s "$tmp/so/$last")
+[ "$mains" = 2 ] && [ "$(parts "$tmp/sp" "$last" 2)" = 2 ] && [ "$(parts "$tmp/sp" best.dpt 2)" = 2 ] && [ "$n_all" = 6 ] &&
+    [ "$(ls "$tmp/so" | grep -c optim)" = 0 ] && [ "$small" -lt $((whole / 2)) ] &&
+    cmp -s <(./train --inspect "$tmp/sp/$last" | sed 1d) <(./train --inspect "$tmp/so/$last" | sed 1d) &&
+    ./train --inspect "$tmp/sp/$last" | head -1 | grep -q "optimizer state in 2 parts"
+check "sharded checkpoints: 2 parts beside each kept checkpoint and best.dpt ($n_all files), none pruned ones', none with sharded = false; the file $small bytes against $whole whole; --inspect the same" $? \
+    "$(ls "$tmp/sp" "$tmp/so")"
+bad=""
+run_from() { $M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/sx" --set distributed.zero=2 \
+             --set checkpoint.existing=archive --resume "$1" 2>&1; }
+p0=$(ls "$tmp/sp"/"$last".*.optim0-of-2); p1=$(ls "$tmp/sp"/"$last".*.optim1-of-2)
+mv "$p1" "$tmp/p1.saved"
+out=$(run_from "$tmp/sp/$last"); rc=$?
+{ [ $rc = 1 ] && grep -q "optimizer state part 1 of 2: cannot open checkpoint $p1" <<<"$out" && grep -q "HINT: a checkpoint written under \[distributed\] zero" <<<"$out"; } || bad="$bad missing: $rc $out;"
+cp "$(ls "$tmp/sp"/"$first".*.optim1-of-2)" "$p1" # another checkpoint's part under this one's name
+out=$(run_from "$tmp/sp/$last"); rc=$?
+{ [ $rc = 1 ] && grep -q "$p1 is not part 1 of 2 of $tmp/sp/$last" <<<"$out"; } || bad="$bad foreign: $rc $out;"
+head -c 1000 "$tmp/p1.saved" > "$p1"
+out=$(run_from "$tmp/sp/$last"); rc=$?
+{ [ $rc = 1 ] && grep -q "optimizer state part 1 of 2: .*$p1" <<<"$out"; } || bad="$bad damaged: $rc $out;"
+mv "$tmp/p1.saved" "$p1"
+out=$(run_from "$tmp/sp/$last"); rc=$?
+[ $rc = 0 ] || bad="$bad whole again: $rc $(tail -3 <<<"$out");"
+orphan="$tmp/sp/ckpt-step00000099.dpt.00000000deadbeef.optim0-of-2"
+cp "$p0" "$orphan"
+$M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/sp" --set distributed.zero=2 --resume latest > /dev/null 2>&1
+[ ! -e "$orphan" ] || bad="$bad orphan part kept;"
+[ -z "$bad" ]
+check "sharded checkpoints: a missing, a foreign and a damaged part are refused naming it (exit 1); whole again, it resumes; an orphan part is removed" $? "$bad"
+
 # what a rank holds (within 10% of 1/N of the unsharded state) for the default MLP, whose
 # tensors cannot be split evenly whole (784x256 is 74% of it): AdamW keeps two floats a
 # parameter; the metrics' optim_state_mb is rank 0's state, measured
