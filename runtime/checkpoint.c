@@ -715,9 +715,12 @@ static bool fill_from_parts(const char *path, record *recs, uint32_t n, dpt_erro
             char *amp = strrchr(pr->name, '@');
             snprintf(name, sizeof name, "%.*s", amp ? (int)(amp - pr->name) : 0, pr->name);
             record *whole = amp && sscanf(amp + 1, "%lld", &lo) == 1 ? find(recs, n, name) : NULL;
-            uint64_t at_bytes = (uint64_t)lo * sizeof(float);
+            uint64_t at_bytes = lo >= 0 ? (uint64_t)lo * sizeof(float) : 0;
+            /* the ranks' ranges of a tensor follow each other: each part continues where the one
+             * before ended, so every element comes exactly once */
             if (!whole || whole->kind != REC_PARTS || pr->kind != REC_TENSOR || pr->ndim != 1 || lo < 0 ||
-                at_bytes > whole->bytes || pr->bytes > whole->bytes - at_bytes) {
+                (uint64_t)lo > whole->bytes / sizeof(float) || at_bytes != filled[whole - recs] ||
+                pr->bytes > whole->bytes - at_bytes) {
                 ok = dpt_errorf(err, "%s: record %.64s does not fit its checkpoint %s\n" HINT_PARTS, at, pr->name, path);
                 break;
             }

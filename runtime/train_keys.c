@@ -144,7 +144,8 @@ static const dpt_config_key train_keys[] = {
     {"distributed", "fault_rank", DPT_KEY_INT, "0", 0, 1e6, NULL, "tests: the rank that fails", 0},
     {"distributed", "fault_step", DPT_KEY_INT, "0", 0, 1e12, NULL, "tests: after this many steps it fails (5: exit or hang before the 6th step, a NaN loss in the 6th, as messages number steps)", 0},
     {"checkpoint", "dir", DPT_KEY_STRING, "checkpoints", 1, 0, NULL,
-     "folder for ckpt-step*.dpt files (written by rank 0)", DPT_KEY_NOT_HASHED},
+     "folder for ckpt-step*.dpt files (written by rank 0; under [distributed] zero each rank also writes its part "
+     "of the optimizer state there: [checkpoint] sharded)", DPT_KEY_NOT_HASHED},
     {"checkpoint", "every_steps", DPT_KEY_INT, "0", 0, 1e12, NULL,
      "write a checkpoint every N optimizer steps (0 = off)", DPT_KEY_NOT_HASHED},
     {"checkpoint", "every_epochs", DPT_KEY_INT, "0", 0, 1e6, NULL,
