@@ -239,11 +239,11 @@ done
 # the forwards wait less than the gathers take (the convolutions run while the classifier's
 # piece is on the wire)
 slow=(configs/fmnist_cnn.ini --set train.threads=1 --set data.train_limit=6400 --set data.test_limit=500
-      --set train.max_steps=30 --set log.interval=10 --set optim.name=adamw --set optim.lr=0.001
+      --set train.max_steps=26 --set log.interval=13 --set optim.name=adamw --set optim.lr=0.001
       --set checkpoint.every_epochs=0 --set distributed.bench_comm_ms_per_mb=20)
 want=$($M -np 2 ./train "${slow[@]}" --set checkpoint.dir="$tmp/o0" 2>&1 | sha)
 bad=""
-for run in "1 true" "1 false" "2 true" "2 false" "2 auto"; do
+for run in "1 true" "2 true" "2 false" "2 auto"; do
     set -- $run
     out=$($M -np 2 ./train "${slow[@]}" --set checkpoint.dir="$tmp/o$1$2" --set distributed.zero=$1 \
           --set distributed.zero_overlap=$2 --set log.metrics="$tmp/o$1$2.jsonl" 2>&1)
@@ -262,7 +262,7 @@ read -r exposed_off busy_off <<<"$(gathers "$tmp/o2false.jsonl")"
 awk -v e="$exposed" -v b="$busy" -v eo="$exposed_off" -v bo="$busy_off" \
     'BEGIN { exit !(b > 5 && e < 0.95 * b && eo > 5 && bo == 0) }' || bad="$bad metrics: $exposed/$busy, off $exposed_off/$busy_off;"
 [ -z "$bad" ]
-check "zero_overlap on a slow wire: zero 1 and 2 with and without it (zero 2 also auto) give zero 0's weights; zero 2's forwards waited $exposed of the gathers' $busy ms a step (without it: $exposed_off ms, all exposed)" $? "$bad"
+check "zero_overlap on a slow wire: zero 1 with it and zero 2 with, without and auto give zero 0's weights; zero 2's forwards waited $exposed of the gathers' $busy ms a step (without it: $exposed_off ms, all exposed)" $? "$bad"
 
 # what zero = 2 cannot take yet, refused at start with the key
 for bad in "distributed.bucket_mb=auto:bucket_mb = auto"; do
