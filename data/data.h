@@ -15,8 +15,11 @@ bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **tes
 bool dpt_data_open_input(const dpt_config *cfg, const char *path, const dpt_dataset *like, dpt_dataset **out,
                          dpt_error *err);
 
-/* The two --input readers (folder.c keeps its own in folder.h). */
+/* The --input readers (folder.c keeps its own in folder.h). */
 bool dpt_idx_open_input(const char *path, const dpt_dataset *like, dpt_dataset **out, dpt_error *err);
+/* A language model's: a token shard, or any file as bytes for a byte-level model; rows of
+ * seq_len tokens (the last one the input's last seq_len). */
+bool dpt_tokens_open_input(const char *path, const dpt_dataset *like, dpt_dataset **out, dpt_error *err);
 
 /* dir/file, or file when it is absolute or dir is empty. */
 char *dpt_data_join(const char *dir, const char *file); /* dir/file, or file when absolute (free it) */

@@ -12,8 +12,9 @@ bool dpt_data_open_input(const dpt_config *cfg, const char *path, const dpt_data
     *out = NULL;
     if (like->files) return dpt_folder_open_input(path, like, out, err);
     if (!strcmp(like->name, "idx")) return dpt_idx_open_input(path, like, out, err);
+    if (!strcmp(dpt_config_str(cfg, "data", "source"), "tokens")) return dpt_tokens_open_input(path, like, out, err);
     return dpt_errorf(err, "--input %s: [data] source = %s has no unlabelled input; --input reads image files for "
-                           "[data] source = folder and an IDX image file for idx\nHINT: --set data.* names another "
-                           "labelled set of this source (a language model: --set data.val=SHARD)",
+                           "[data] source = folder, an IDX image file for idx and tokens (a shard, or a file's bytes) "
+                           "for tokens\nHINT: --set data.* names another labelled set of this source",
                       path, dpt_config_str(cfg, "data", "source"));
 }

@@ -191,6 +191,103 @@ static bool tokens_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset 
     return true;
 }
 
+/* ---------------------------------------------------------------- --predict --input */
+
+typedef struct input_tokens {
+    const uint16_t *toks; /* a token shard's */
+    const uint8_t *bytes; /* or a text's bytes (a byte-level model) */
+    int64_t n, seq_len;
+    void *map;
+    size_t map_len;
+} input_tokens;
+
+static void input_free(void *source)
+{
+    input_tokens *s = source;
+    if (s && s->map) munmap(s->map, s->map_len);
+    free(s);
+}
+
+/* Row j: the seq_len tokens from j * seq_len; the last row the input's last seq_len tokens, so
+ * it predicts the token after the input's end. No targets (unlabelled). */
+static void input_get(const dpt_dataset *ds, int64_t index, void *const *dst)
+{
+    const input_tokens *s = ds->source;
+    int64_t at = index * s->seq_len;
+    if (at + s->seq_len > s->n) at = s->n - s->seq_len;
+    int32_t *x = dst[0], *y = dst[1];
+    for (int64_t i = 0; i < s->seq_len; i++)
+        x[i] = s->toks ? s->toks[at + i] : s->bytes[at + i], y[i] = 0;
+}
+
+bool dpt_tokens_open_input(const char *path, const dpt_dataset *like, dpt_dataset **out, dpt_error *err)
+{
+    *out = NULL;
+    const token_set *ts = like->source;
+    int64_t seq_len = ts->seq_len, vocab = like->num_classes;
+    const char *hint = "HINT: --input takes a token shard in llm.c's format, or for a byte-level model "
+                       "([data] vocab_size = 256) any file, read as bytes";
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0) return dpt_errorf(err, "--input %s: %s\n%s", path, strerror(errno), hint);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+        close(fd);
+        return dpt_errorf(err, "--input %s: %s\n%s", path, st.st_size == 0 && S_ISREG(st.st_mode) ? "empty"
+                                                                                                  : "not a regular file",
+                          hint);
+    }
+    int32_t header[TOKENS_HEADER_INTS] = {0};
+    bool is_shard = st.st_size >= (off_t)sizeof header && pread(fd, header, sizeof header, 0) == (ssize_t)sizeof header &&
+                 header[0] == TOKENS_MAGIC;
+    close(fd);
+    if (!is_shard && vocab != 256)
+        return dpt_errorf(err, "--input %s: not a token shard (its first int32 is not %d), and the model's vocabulary "
+                               "has %lld tokens, not the 256 bytes of a byte-level model\n"
+                               "HINT: write the input as an llm.c token shard with the model's tokenizer",
+                          path, TOKENS_MAGIC, (long long)vocab);
+    input_tokens *s = calloc(1, sizeof *s);
+    if (!s) dpt_fatal("out of host memory");
+    s->seq_len = seq_len;
+    if (is_shard) { /* checked as a training shard is, down to one sample */
+        shard one;
+        if (!map_shard(path, 0, vocab, &one, err)) {
+            free(s);
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            return dpt_errorf(err, "--input: %s", msg);
+        }
+        s->toks = one.tokens, s->n = one.ntok, s->map = one.map, s->map_len = one.map_len;
+    } else {
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        void *map = fd < 0 ? MAP_FAILED : mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (fd >= 0) close(fd);
+        if (map == MAP_FAILED) {
+            free(s);
+            return dpt_errorf(err, "--input %s: cannot map it: %s", path, strerror(errno));
+        }
+        s->bytes = map, s->n = (int64_t)st.st_size, s->map = map, s->map_len = (size_t)st.st_size;
+    }
+    if (s->n < seq_len) {
+        int64_t n = s->n;
+        input_free(s);
+        return dpt_errorf(err, "--input %s: %lld tokens, fewer than one sample of [data] seq_len = %lld\n"
+                               "HINT: --set data.seq_len=%lld (a GPT takes any length up to its block_size)",
+                          path, (long long)n, (long long)seq_len, (long long)n);
+    }
+    dpt_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) dpt_fatal("out of host memory for a dataset");
+    ds->n = (s->n + seq_len - 1) / seq_len;
+    snprintf(ds->name, sizeof ds->name, "%s (%lld tokens)", is_shard ? "tokens" : "bytes", (long long)s->n);
+    ds->num_classes = like->num_classes, ds->task = like->task, ds->unlabelled = true;
+    ds->nfields = like->nfields;
+    memcpy(ds->fields, like->fields, sizeof ds->fields);
+    ds->get = input_get;
+    ds->source = s;
+    ds->free_source = input_free;
+    *out = ds;
+    return true;
+}
+
 static const dpt_data_impl tokens_impl = {.open = tokens_open};
 
 static const dpt_config_key tokens_keys[] = {

@@ -1,6 +1,7 @@
 /* predict.c: ./train CONFIG --predict CKPT [--out FILE] [--top-k K] [--input PATH]: the checkpoint's
- * model over the config's test set (--set data.* names another; --input images without
- * labels, a folder's or an IDX file's, the label column then empty), in order, one CSV row a sample. A
+ * model over the config's test set (--set data.* names another; --input samples without
+ * labels, a folder's or an IDX file's images or a language model's tokens, the label column then
+ * empty), in order, one CSV row a sample. A
  * classifier's row has the sample's index, its name where the data has one (a folder's
  * relative path), its label, and the K most likely classes with their softmax probabilities,
  * most likely first (a language model: the next token after the sequence, against the
@@ -142,6 +143,6 @@ bool dpt_predict_run(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader, const d
     free(host), free(target), free(labels), free(idx);
     if (ok && ferror(f)) ok = dpt_errorf(err, "writing %s failed\nHINT: is the disk full?", af.tmp);
     if (!dpt_atomic_file_close(&af, ok, err)) return false;
-    if (ok) printf("predicted %lld samples of %s into %s\n", (long long)rows, ds->name, o->out);
+    if (ok) printf("predicted %lld sample%s of %s into %s\n", (long long)rows, rows == 1 ? "" : "s", ds->name, o->out);
     return ok;
 }

@@ -572,9 +572,10 @@ static void usage(FILE *out)
         "                           for another) as CSV and exit: per sample its index, name, label and\n"
         "                           the --top-k K (5) most likely classes with their probabilities (a\n"
         "                           language model: the next token); --out FILE (predictions.csv);\n"
-        "                           --input PATH: images without labels instead (a folder, its\n"
+        "                           --input PATH: samples without labels instead (a folder, its\n"
         "                           subfolders too, or one .jpg/.png for [data] source = folder; an\n"
-        "                           IDX image file for idx)\n"
+        "                           IDX image file for idx; for tokens a token shard, or any file's\n"
+        "                           bytes for a byte-level model, in rows of seq_len)\n"
         "  --config-reference       print every section and key as Markdown\n"
         "  --env                    print CUDA/cuDNN/NCCL/MPI versions, the GPUs and the world, and exit\n"
         "  --version                print the version\n"
@@ -651,7 +652,7 @@ static int parse_cli(int argc, char **argv, cli *args)
             const char *v = flag_value(argc, argv, &i, flag);
             if (!v || !*v) {
                 fprintf(stderr, "error: %s needs a value\nHINT: ./train CONFIG --predict CKPT [--out FILE.csv] "
-                                "[--top-k K] [--input FOLDER_OR_IMAGE]\n", flag);
+                                "[--top-k K] [--input PATH]\n", flag);
                 return 2;
             }
             if (flag[2] == 'p')
@@ -758,8 +759,8 @@ static int parse_cli(int argc, char **argv, cli *args)
         }
     }
     if (args->predict_input && !args->predict) {
-        fprintf(stderr, "error: --input names the images --predict reads instead of the test set: it goes with "
-                        "--predict\nHINT: ./train CONFIG --predict CKPT --input FOLDER_OR_IMAGE [--out FILE.csv]\n");
+        fprintf(stderr, "error: --input names the samples --predict reads instead of the test set: it goes with "
+                        "--predict\nHINT: ./train CONFIG --predict CKPT --input PATH [--out FILE.csv]\n");
         return 2;
     }
     if (args->ema && !args->eval && !args->predict && !args->sample && !args->export_format) {

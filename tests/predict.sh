@@ -113,6 +113,41 @@ check "a regression's rows: their mean squared error is --eval's test loss" $? "
 [ $? -ne 0 ] && grep -q "source = regression has no unlabelled input" "$tmp/bad.log" && [ ! -e "$tmp/bad.csv" ]
 check "--input under a source that has none (regression): refused, saying which sources take it" $? "$(cat "$tmp/bad.log")"
 
+# a language model: --input a text (a byte-level GPT reads its bytes) or a token shard, in rows
+# of seq_len tokens, the last row the input's last seq_len: its top token is the one greedy
+# sampling (--sample, temperature 0: the KV-cache path) puts after the same text
+printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$tmp/text.txt"
+build/tools/text_tokens --val-fraction 0.1 "$tmp/tok" "$tmp/text.txt" > /dev/null
+gpt=(configs/gpt_fortunes.ini --set train.threads=1 --set train.max_steps=30 --set log.interval=1000
+     --set data.train="$tmp/tok/train_*.bin" --set data.val="$tmp/tok/val_*.bin" --set data.seq_len=32
+     --set train.batch=8 --set data.test_limit=16 --set checkpoint.dir="$tmp/lm")
+./train "${gpt[@]}" > /dev/null 2>&1
+printf 'the quick brown fox jumps over t' > "$tmp/in32.txt" # seq_len bytes: one row
+head -c 100 "$tmp/text.txt" > "$tmp/in100.txt"              # 4 rows, the last from byte 68
+./train "${gpt[@]}" --predict latest --input "$tmp/in32.txt" --top-k 3 --out "$tmp/l32.csv" > "$tmp/l.log" 2>&1
+./train "${gpt[@]}" --predict latest --input "$tmp/in100.txt" --top-k 3 --out "$tmp/l100.csv" >> "$tmp/l.log" 2>&1
+./train "${gpt[@]}" --predict latest --input "$tmp/tok/val_000000.bin" --out "$tmp/lv.csv" >> "$tmp/l.log" 2>&1
+greedy=$(./train "${gpt[@]}" --sample latest --prompt "$(cat "$tmp/in32.txt")" --temperature 0 --tokens 1 2>/dev/null |
+         head -1 | cut -c33 | tr -d '\n' | od -An -tu1 | tr -d ' ')
+tail68=$(./train "${gpt[@]}" --sample latest --prompt "$(tail -c 32 "$tmp/in100.txt")" --temperature 0 --tokens 1 2>/dev/null |
+         head -1 | cut -c33 | tr -d '\n' | od -An -tu1 | tr -d ' ')
+ntok=$(od -An -t d4 -j 8 -N 4 "$tmp/tok/val_000000.bin" | tr -d ' ')
+row=$(sed -n 2p "$tmp/l32.csv")
+[ "$(head -1 "$tmp/l32.csv")" = "index,label,top1,p1,top2,p2,top3,p3" ] && [ "$(wc -l < "$tmp/l32.csv")" = 2 ] &&
+    [ "$(cut -d, -f1-3 <<<"$row")" = "0,,$greedy" ] &&
+    awk -F, '{ exit !($4 > 0 && $4 <= 1 && $4 >= $6 && $6 >= $8 && $4 + $6 + $8 <= 1.0001) }' <<<"$row" &&
+    [ "$(wc -l < "$tmp/l100.csv")" = 5 ] && [ "$(sed -n 2p "$tmp/l100.csv")" = "$row" ] &&
+    [ "$(sed -n 5p "$tmp/l100.csv" | cut -d, -f3)" = "$tail68" ] &&
+    [ "$(($(wc -l < "$tmp/lv.csv") - 1))" = "$(( (ntok + 31) / 32 ))" ] &&
+    grep -q "predicted 1 sample of bytes (32 tokens)" "$tmp/l.log" && grep -q "predicted 4 samples of bytes (100 tokens)" "$tmp/l.log"
+check "a language model's --input: a text's rows (1 for 32 bytes, 4 for 100, the last one its last 32) and a shard's ($ntok tokens); the top token is greedy sampling's ('$greedy', '$tail68')" $? \
+    "$(cat "$tmp/l.log" "$tmp/l32.csv"; tail -2 "$tmp/l100.csv")"
+printf 'too short' > "$tmp/short.txt"
+./train "${gpt[@]}" --predict latest --input "$tmp/short.txt" --out "$tmp/bad.csv" > "$tmp/bad.log" 2>&1
+[ $? -eq 1 ] && grep -q "short.txt: 9 tokens, fewer than one sample of \[data\] seq_len = 32" "$tmp/bad.log" &&
+    grep -q "HINT: --set data.seq_len=9" "$tmp/bad.log" && [ ! -e "$tmp/bad.csv" ]
+check "a language model's --input shorter than seq_len: refused with the seq_len that fits" $? "$(cat "$tmp/bad.log")"
+
 if [ $mpi -eq 1 ]; then
     mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${mlp[@]}" --predict latest --out "$tmp/m.csv" > "$tmp/m.log" 2>&1
     [ $? -ne 0 ] && grep -q "one process; this run has 2 ranks" "$tmp/m.log" && [ ! -e "$tmp/m.csv" ]
