@@ -681,6 +681,26 @@ static bool fill_from_parts(const char *path, record *recs, uint32_t n, dpt_erro
         sscanf(val, "%lld", &parts) != 1 || parts < 1 || parts > 1000000 ||
         !meta_get(meta, "optim_nonce", val, sizeof val) || sscanf(val, "%16llx", &nonce) != 1)
         return dpt_errorf(err, "%s: optimizer records in parts, but no part count in its meta\n" HINT_CORRUPT, path);
+    /* what the records claim must fit in what the parts hold, before anything is allocated */
+    uint64_t held = 0, claimed = 0;
+    for (long long q = 0; q < parts; q++) {
+        char *at = dpt_checkpoint_part_path(path, nonce, (int)q, (int)parts);
+        struct stat st;
+        int e = stat(at, &st) != 0 ? errno : 0;
+        if (e || !S_ISREG(st.st_mode)) {
+            dpt_errorf(err, "%s: its optimizer state part %lld of %lld: cannot open checkpoint %s: %s\n" HINT_PARTS, path,
+                       q, parts, at, e ? strerror(e) : "not a regular file");
+            free(at);
+            return false;
+        }
+        held += (uint64_t)st.st_size;
+        free(at);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (recs[i].kind == REC_PARTS) claimed += recs[i].bytes;
+    if (claimed > held)
+        return dpt_errorf(err, "%s: its optimizer records claim %llu bytes, and its %lld parts hold %llu\n" HINT_CORRUPT,
+                          path, (unsigned long long)claimed, parts, (unsigned long long)held);
     uint64_t *filled = calloc(n + 1, sizeof *filled);
     if (!filled) dpt_fatal("out of host memory reading a checkpoint");
     bool ok = true;
