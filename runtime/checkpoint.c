@@ -699,8 +699,9 @@ static bool fill_from_parts(const char *path, record *recs, uint32_t n, dpt_erro
     for (uint32_t i = 0; i < n; i++)
         if (recs[i].kind == REC_PARTS) claimed += recs[i].bytes;
     if (claimed > held)
-        return dpt_errorf(err, "%s: its optimizer records claim %llu bytes, and its %lld parts hold %llu\n" HINT_CORRUPT,
-                          path, (unsigned long long)claimed, parts, (unsigned long long)held);
+        return dpt_errorf(err, "%s: its %lld optimizer state parts (%s.%016llx.optim*-of-%lld) hold %llu bytes, fewer "
+                               "than its records' %llu: a part is truncated or another checkpoint's\n" HINT_PARTS,
+                          path, parts, path, nonce, parts, (unsigned long long)held, (unsigned long long)claimed);
     uint64_t *filled = calloc(n + 1, sizeof *filled);
     if (!filled) dpt_fatal("out of host memory reading a checkpoint");
     bool ok = true;
