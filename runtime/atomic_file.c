@@ -1,15 +1,19 @@
 /* atomic_file.c: a file that appears whole or not at all, and never through a planted link:
- * written beside its destination under a name mkstemp makes (O_EXCL: an existing name, a link
- * included, is never opened), flushed and fsync'ed, renamed over the destination, and the
- * rename made durable (fsync of the folder). For checkpoints, exports, JUnit reports and the
+ * written beside its destination under an unpredictable name (O_EXCL|O_NOFOLLOW: an existing
+ * name, a link included, is never opened), flushed and fsync'ed, renamed over the destination,
+ * and the rename made durable (fsync of the folder), all relative to the folder's descriptor
+ * (openat, renameat): a folder swapped while the file is written does not redirect it. For checkpoints, exports, JUnit reports and the
  * image-folder caches. Paths are measured, never cut to a buffer. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dpt.h"
@@ -29,23 +33,60 @@ char *dpt_strf(const char *fmt, ...)
     return s;
 }
 
+/* Six characters no one can predict (getrandom), as mkstemp's. */
+static void random_suffix(char *six)
+{
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char r[6];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) { /* no entropy source: time and pid, still O_EXCL */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = (uint64_t)ts.tv_nsec * 6364136223846793005u ^ (uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_sec;
+        for (int i = 0; i < 6; i++, x >>= 8)
+            r[i] = (unsigned char)x;
+    }
+    for (int i = 0; i < 6; i++)
+        six[i] = alphabet[r[i] % (sizeof alphabet - 1)];
+}
+
 bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err)
 {
     memset(a, 0, sizeof *a);
+    a->dir = -1;
     const char *slash = strrchr(out, '/');
-    int dirlen = slash ? (int)(slash - out) : 0;
+    const char *name = slash ? slash + 1 : out;
+    char *dir = slash ? dpt_strf("%.*s", (int)(slash - out), out) : dpt_strf(".");
+    if (!*name) {
+        free(dir);
+        return dpt_errorf(err, "cannot write %s: it names a folder, not a file\nHINT: give a file name", out);
+    }
+    /* The folder, opened once: the temporary is created in it, renamed within it and the
+     * folder fsync'ed through this descriptor, so a folder swapped for another (or for a link)
+     * while the file is written does not redirect it. */
+    a->dir = open(*dir ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = -1, e = a->dir < 0 ? errno : 0;
     /* DIR/.NAME.XXXXXX: hidden, and never a name a reader of DIR looks for */
-    a->tmp = dpt_strf("%.*s%s.%s.XXXXXX", dirlen, out, slash ? "/" : "", slash ? slash + 1 : out);
-    int fd = mkstemp(a->tmp); /* O_EXCL, a name no one predicted: not a link someone planted */
+    a->tmp_name = dpt_strf(".%s.XXXXXX", name);
+    for (int tries = 0; a->dir >= 0 && fd < 0 && tries < 100; tries++) {
+        random_suffix(a->tmp_name + strlen(a->tmp_name) - 6);
+        /* O_EXCL|O_NOFOLLOW: a name no one predicted, never an existing file or a planted link */
+        fd = openat(a->dir, a->tmp_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        e = fd < 0 ? errno : 0;
+        if (e && e != EEXIST) break;
+    }
     if (fd < 0) {
-        int e = errno;
-        free(a->tmp), a->tmp = NULL;
+        if (a->dir >= 0) close(a->dir);
+        free(dir), free(a->tmp_name);
+        memset(a, 0, sizeof *a);
         return dpt_errorf(err, "cannot write %s: %s\nHINT: %s", out, strerror(e),
                           e == ENAMETOOLONG ? "a shorter path" : "the folder must exist and be writable");
     }
     a->f = fdopen(fd, "wb");
     if (!a->f) dpt_fatal("out of host memory");
+    a->tmp = dpt_strf("%s/%s", dir, a->tmp_name);
     a->out = dpt_strf("%s", out);
+    a->name = dpt_strf("%s", name);
+    free(dir);
     return true;
 }
 
@@ -55,18 +96,14 @@ bool dpt_atomic_file_close(dpt_atomic_file *a, bool ok, dpt_error *err)
     if (ok && ferror(a->f)) ok = dpt_errorf(err, "writing %s failed\nHINT: is the disk full?", a->tmp);
     if (ok && (fflush(a->f) != 0 || fsync(fileno(a->f)) != 0))
         ok = dpt_errorf(err, "cannot flush %s: %s\nHINT: is the disk full?", a->tmp, strerror(errno));
+    if (ok && fchmod(fileno(a->f), 0644) != 0) ok = dpt_errorf(err, "cannot chmod %s: %s", a->tmp, strerror(errno));
     if (fclose(a->f) != 0 && ok) ok = dpt_errorf(err, "cannot close %s: %s", a->tmp, strerror(errno));
-    if (ok && chmod(a->tmp, 0644) != 0) ok = dpt_errorf(err, "cannot chmod %s: %s", a->tmp, strerror(errno));
-    if (ok && rename(a->tmp, a->out) != 0)
+    if (ok && renameat(a->dir, a->tmp_name, a->dir, a->name) != 0)
         ok = dpt_errorf(err, "cannot rename %s to %s: %s", a->tmp, a->out, strerror(errno));
-    if (!ok) unlink(a->tmp);
-    if (ok) { /* the rename itself durable: the folder's entry on disk */
-        char *slash = strrchr(a->out, '/');
-        if (slash) *slash = '\0';
-        int dfd = open(slash ? (*a->out ? a->out : "/") : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) fsync(dfd), close(dfd);
-    }
-    free(a->tmp), free(a->out);
+    if (!ok) unlinkat(a->dir, a->tmp_name, 0);
+    if (ok) fsync(a->dir); /* the rename itself durable: the folder's entry on disk */
+    close(a->dir);
+    free(a->tmp), free(a->out), free(a->tmp_name), free(a->name);
     memset(a, 0, sizeof *a);
     return ok;
 }

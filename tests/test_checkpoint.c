@@ -1,6 +1,7 @@
 /* test_checkpoint.c: checkpoints round-trip every tensor and state bit; every kind of damage
  * (truncation at any length, any flipped byte, another version, another model or optimizer)
  * is a clear error that changes nothing; a crash mid-write leaves the previous file intact. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <float.h>
 #include <limits.h>
@@ -659,6 +660,57 @@ static void test_latest_prune_and_crash(void **state)
 }
 
 
+/* The safe file works on its folder's descriptor: a folder swapped for another and a link to a
+ * third while the file is being written (a hostile shared folder) does not redirect it: it
+ * lands whole in the folder it was opened in, nothing appears through the link, and no
+ * temporary is left. A planted link at the destination is replaced, never written through. */
+static void test_atomic_file_folder_swapped(void **state)
+{
+    (void)state;
+    char *d = dpt_strf("%s/swap", dir), *moved = dpt_strf("%s/swap.moved", dir), *other = dpt_strf("%s/other", dir);
+    char *out = dpt_strf("%s/x.dat", d), *victim = dpt_strf("%s/x.dat", other);
+    assert_int_equal(mkdir(d, 0755), 0);
+    assert_int_equal(mkdir(other, 0755), 0);
+    dpt_atomic_file af;
+    dpt_error err;
+    assert_true(dpt_atomic_file_open(&af, out, &err));
+    fputs("payload", af.f);
+    assert_int_equal(rename(d, moved), 0); /* the folder moves away, a link to another takes its name */
+    assert_int_equal(symlink(other, d), 0);
+    assert_true(dpt_atomic_file_close(&af, true, &err));
+    char *landed = dpt_strf("%s/x.dat", moved);
+    FILE *f = fopen(landed, "r");
+    char got[16] = "";
+    assert_non_null(f);
+    assert_non_null(fgets(got, sizeof got, f));
+    fclose(f);
+    assert_string_equal(got, "payload");
+    struct stat st;
+    assert_int_not_equal(lstat(victim, &st), 0); /* nothing through the link */
+    DIR *dd = opendir(moved);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(dd));)
+        entries += e->d_name[0] != '.' || strlen(e->d_name) > 2; /* x.dat, no .x.dat.XXXXXX */
+    closedir(dd);
+    assert_int_equal(entries, 1);
+    /* a link planted at the destination: replaced by the file, its target untouched */
+    char *target = dpt_strf("%s/target", other), *dest = dpt_strf("%s/y.dat", moved);
+    f = fopen(target, "w");
+    fputs("keep", f);
+    fclose(f);
+    assert_int_equal(symlink(target, dest), 0);
+    assert_true(dpt_atomic_file_open(&af, dest, &err));
+    fputs("new", af.f);
+    assert_true(dpt_atomic_file_close(&af, true, &err));
+    assert_int_equal(lstat(dest, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    f = fopen(target, "r");
+    assert_non_null(fgets(got, sizeof got, f));
+    fclose(f);
+    assert_string_equal(got, "keep");
+    free(d), free(moved), free(other), free(out), free(victim), free(landed), free(target), free(dest);
+}
+
 /* Issue 27 items 2-4: no cap on the listing (the newest by step among 20,000 names, which
  * readdir returns in hash order, not sorted), a folder path the system cannot hold refused
  * before anything is written, and a claim (a run that checkpoints only if stopped) that makes
@@ -747,6 +799,7 @@ int main(void)
         cmocka_unit_test(test_world_size),
         cmocka_unit_test(test_latest_prune_and_crash),
         cmocka_unit_test(test_many_long_and_claimed),
+        cmocka_unit_test(test_atomic_file_folder_swapped),
     };
     return cmocka_run_group_tests_name("checkpoint", tests, setup, teardown);
 }
