@@ -1145,7 +1145,7 @@ static bool archive_foreign(const char *dir, const int64_t *steps, int64_t first
 }
 
 /* With the folder's lock held no other run writes here: a hidden temporary of a checkpoint
- * (".ckpt-stepN.dpt.XXXXXX", mkstemp's six characters) is what a crash mid-write left. Removed
+ * (".ckpt-stepN.dpt.XXXXXX", six random characters) is what a crash mid-write left. Removed
  * when it is a regular file of this user's (a link or another user's file is left alone). */
 static int remove_stale_temporaries(const char *dir)
 {

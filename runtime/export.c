@@ -5,7 +5,7 @@
  *     "__metadata__": {...}}, padded with spaces to 8 bytes), then the tensors' bytes.
  *   npz: NumPy's np.savez layout: a zip archive (stored, no compression) of NAME.npy files,
  *     each a version 1.0 .npy header ('<f4', C order, the shape) and the values.
- * The file is written beside OUT under a name mkstemp makes, flushed, then renamed onto OUT
+ * The file is written beside OUT under a random name (dpt_atomic_file), flushed, then renamed onto OUT
  * (dpt_atomic_file_open/close): a reader never sees half a file. Formats of one model (llm.c's for gpt) are the model's own
  * (dpt_model_impl.export_weights). */
 #include <errno.h>

@@ -40,7 +40,7 @@ static void flush_shard(writer *w)
 {
     if (w->count == 0) return;
     /* the path's length computed, never cut; the file made as dptrain makes its own (a temporary
-     * name mkstemp chose, O_EXCL: never through a planted link; fsync'ed, renamed, the folder
+     * random name, O_EXCL: never through a planted link; fsync'ed, renamed, the folder
      * fsync'ed) */
     int len = snprintf(NULL, 0, "%s/%s_%06d.bin", w->dir, w->kind, w->index);
     char *path = malloc((size_t)len + 1);
