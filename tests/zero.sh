@@ -192,7 +192,15 @@ bad=""
 run_from() { $M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/sx" --set distributed.zero=2 \
              --set checkpoint.existing=archive --resume "$1" 2>&1; }
 p0=$(ls "$tmp/sp"/"$last".*.optim0-of-2); p1=$(ls "$tmp/sp"/"$last".*.optim1-of-2)
+tensors() { tail -c +$((9 + $(od -An -t u8 -N 8 "$1"))) "$1"; } # a safetensors file after its JSON header (which names the source)
+./train --export safetensors "$tmp/sp/$last" "$tmp/sp.st" > /dev/null 2>&1 &&
+    ./train --export safetensors "$tmp/so/$last" "$tmp/so.st" > /dev/null 2>&1 &&
+    cmp -s <(tensors "$tmp/sp.st") <(tensors "$tmp/so.st") && [ "$(tensors "$tmp/sp.st" | wc -c)" -gt 1000000 ] ||
+    bad="$bad export: other tensors than the one-file checkpoint's;"
 mv "$p1" "$tmp/p1.saved"
+# weights-only readers (--export, --sample, --eval) need no part: they read the file alone
+./train --export safetensors "$tmp/sp/$last" "$tmp/sp2.st" > /dev/null 2>&1 && cmp -s "$tmp/sp.st" "$tmp/sp2.st" ||
+    bad="$bad export without a part failed;"
 out=$(run_from "$tmp/sp/$last"); rc=$?
 { [ $rc = 1 ] && grep -q "optimizer state part 1 of 2: cannot open checkpoint $p1" <<<"$out" && grep -q "HINT: a checkpoint written under \[distributed\] zero" <<<"$out"; } || bad="$bad missing: $rc $out;"
 cp "$(ls "$tmp/sp"/"$first".*.optim1-of-2)" "$p1" # another checkpoint's part under this one's name
@@ -210,7 +218,7 @@ cp "$p0" "$orphan"
 $M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/sp" --set distributed.zero=2 --resume latest > /dev/null 2>&1
 [ ! -e "$orphan" ] || bad="$bad orphan part kept;"
 [ -z "$bad" ]
-check "sharded checkpoints: a missing, a foreign and a damaged part are refused naming it (exit 1); whole again, it resumes; an orphan part is removed" $? "$bad"
+check "sharded checkpoints: --export gives the one-file checkpoint's tensors, with or without the parts; a missing, a foreign and a damaged part are refused naming it by a resume (exit 1); whole again, it resumes; an orphan part is removed" $? "$bad"
 
 # what a rank holds (within 10% of 1/N of the unsharded state) for the default MLP, whose
 # tensors cannot be split evenly whole (784x256 is 74% of it): AdamW keeps two floats a
