@@ -49,12 +49,12 @@ typedef struct overlap {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
-    int next, posted, completed; /* this round's queue positions: taken, posted, done */
+    int next, completed;         /* this round's queue positions: taken, done (of npieces) */
     bool quit;
     double busy_s;               /* the thread's time in the gathers (under mu) */
     bool ordered;                /* pieces built (after the first forward) */
     bool off;                    /* dpt_zero_set_overlap(false): gathered after the step again */
-    int npieces;                 /* in queue order: segment, [lo, hi) in it, ranks' ranges in it */
+    int npieces;                 /* in queue order: segment, [lo, hi) in it, ranks' ranges in it (0 until built) */
     int *piece_seg;
     int64_t *piece_lo, *piece_hi, *piece_displs;
     int *piece_of;               /* per parameter: the position of its piece */
@@ -269,7 +269,7 @@ static void *gather_thread(void *arg)
     int size = z->comm->size;
     pthread_mutex_lock(&ov->mu);
     for (;;) {
-        while (!ov->quit && ov->next >= ov->posted)
+        while (!ov->quit && ov->next >= ov->npieces)
             pthread_cond_wait(&ov->work_cv, &ov->mu);
         if (ov->quit) break;
         int k = ov->next++;
@@ -349,7 +349,7 @@ static int wait_done(dpt_zero *z, int want)
 
 void dpt_zero_settle(dpt_zero *z)
 {
-    if (z && z->ov) wait_done(z, z->ov->posted);
+    if (z && z->ov) wait_done(z, z->ov->npieces);
 }
 
 static void overlap_free(dpt_zero *z)
@@ -420,7 +420,7 @@ static void op_hook(const char *op, int n_in, dpt_tensor *const *in, void *user)
                      "HINT: [distributed] zero_overlap = false gathers every parameter before each forward "
                      "(a model whose order of ops changes between steps needs it)",
                      (long long)ov->step + 1, dpt_model_param_at(z->model, p)->name, op, (long long)call + 1);
-            ov->ready_1 = ov->ready_2 = wait_done(z, ov->posted); /* the rest of it is right */
+            ov->ready_1 = ov->ready_2 = wait_done(z, ov->npieces); /* the rest of it is right */
         }
     }
     wait_ahead(z, call);
@@ -472,8 +472,8 @@ static void build_pieces(dpt_zero *z, const int *order)
         }
         ov->piece_of[p] = k;
     }
-    ov->npieces = k + 1;
-    for (k = 0; k < ov->npieces; k++) { /* the ranks' ranges of the segment, clamped to the piece */
+    int npieces = k + 1;
+    for (k = 0; k < npieces; k++) { /* the ranks' ranges of the segment, clamped to the piece */
         const int64_t *d = z->displs + (size_t)ov->piece_seg[k] * (size_t)(size + 1);
         int64_t *pd = ov->piece_displs + (size_t)k * (size_t)(size + 1);
         for (int q = 0; q <= size; q++) {
@@ -481,7 +481,9 @@ static void build_pieces(dpt_zero *z, const int *order)
             pd[q] = v - ov->piece_lo[k];
         }
     }
-    ov->posted = ov->completed = ov->next = ov->npieces; /* nothing in flight */
+    pthread_mutex_lock(&ov->mu); /* published to the thread: every piece done, none in flight */
+    ov->npieces = ov->completed = ov->next = npieces;
+    pthread_mutex_unlock(&ov->mu);
 }
 
 bool dpt_zero_forward_end(dpt_zero *z, dpt_ctx *ctx, dpt_error *err)
@@ -490,7 +492,7 @@ bool dpt_zero_forward_end(dpt_zero *z, dpt_ctx *ctx, dpt_error *err)
     if (!ov || !ov->active) return true;
     dpt_set_op_hook(ctx, NULL, NULL);
     ov->active = false;
-    wait_done(z, ov->posted); /* what this forward did not read: before backward and the step */
+    wait_done(z, ov->npieces); /* what this forward did not read: before backward and the step */
     if (ov->violation[0]) return dpt_errorf(err, "%s", ov->violation);
     int n = z->nparams;
     int *by = malloc((size_t)n * sizeof *by);
@@ -520,10 +522,9 @@ bool dpt_zero_sync_params_async(dpt_zero *z)
     overlap *ov = z->ov;
     if (!ov || !ov->ordered || ov->off) return false;
     pthread_mutex_lock(&ov->mu);
-    DPT_ASSERT(ov->completed == ov->posted, "zero: a gather round started with %d of %d pieces done", ov->completed,
-               ov->posted);
+    DPT_ASSERT(ov->completed == ov->npieces, "zero: a gather round started with %d of %d pieces done", ov->completed,
+               ov->npieces);
     ov->next = ov->completed = 0;
-    ov->posted = ov->npieces;
     pthread_cond_signal(&ov->work_cv);
     pthread_mutex_unlock(&ov->mu);
     return true;
