@@ -1,4 +1,4 @@
-/* log.h: wall-clock timing and the JSONL metrics file. */
+/* log.h: wall-clock timing (and the median of measured times) and the JSONL metrics file. */
 #ifndef DPT_LOG_H
 #define DPT_LOG_H
 
@@ -8,6 +8,8 @@
 double dpt_now_s(void);
 /* Sleep; no-op for ms <= 0. */
 void dpt_sleep_ms(double ms);
+/* The median of v[0..n) (sorted in place), NAN for n = 0: the automatic plans' step times. */
+double dpt_median(double *v, int n);
 
 typedef struct dpt_metrics dpt_metrics;
 /* Open (truncate) a JSONL file; an empty path gives a writer that discards. NULL on error. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "log.h"
 #include "reducer.h"
 
 /* The plan measured over the first steps, where the config says auto. A trial runs its
@@ -49,18 +50,11 @@ typedef struct ddp_reducer {
     tuner tune;
 } ddp_reducer;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(const double *v, int n)
 {
     double s[TUNE_VISITS * TUNE_MEASURE];
     memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    return dpt_median(s, n); /* of a copy: the measurements are kept */
 }
 
 static void apply(ddp_reducer *d, int i)

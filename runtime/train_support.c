@@ -3,7 +3,6 @@
  * (agreed by all ranks), the timeline, and how an error ends the job. */
 #include <errno.h>
 #include <fnmatch.h>
-#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -249,6 +248,7 @@ static bool write_checkpoint(trainer *t, const char *path, const dpt_train_state
 {
     replica *r = t->r;
     dpt_error err;
+    dpt_zero_settle(t->zero); /* zero_overlap: the parameters whole */
     bool parts = t->zero && t->run->ckpt_sharded && r->size > 1;
     if (r->rank == 0 && !r->ckpt_dir_ready && !prepare_checkpoint_dir(r, false, &err)) dpt_abort_job("%s", err.msg);
     uint64_t nonce = 0;
@@ -281,7 +281,6 @@ static bool write_checkpoint(trainer *t, const char *path, const dpt_train_state
 /* Rank 0 writes; every rank holds the same state. */
 void save_checkpoint(trainer *t, const dpt_train_state *state)
 {
-    dpt_zero_settle(t->zero); /* zero_overlap: the parameters whole */
     replica *r = t->r;
     /* mid-epoch: the epoch's training sums over every rank (all ranks are here), so that the
      * resumed run's epoch line is the uninterrupted run's */
@@ -534,16 +533,6 @@ static bool tune_on(int call)
     return (call / TUNE_VISIT) % 2 == 0;
 }
 
-static double median_of(double *v, int n)
-{
-    for (int i = 1; i < n; i++) /* insertion sort: a dozen values */
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double x = v[j];
-            v[j] = v[j - 1], v[j - 1] = x;
-        }
-    return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : NAN;
-}
-
 void zero_overlap_tune(trainer *t)
 {
     if (!t->zero || t->run->zero_overlap != 0 || t->ztune.done) return;
@@ -560,7 +549,7 @@ void zero_overlap_tune(trainer *t)
         return;
     }
     t->ztune.done = true;
-    double v[2] = {median_of(t->ztune.on, t->ztune.non), median_of(t->ztune.off, t->ztune.noff)};
+    double v[2] = {dpt_median(t->ztune.on, t->ztune.non), dpt_median(t->ztune.off, t->ztune.noff)};
     dpt_comm_allreduce_f64(t->host_comm, v, 2, "zero_overlap = auto: the measurements");
     bool on = v[0] < 0.99 * v[1];
     dpt_zero_set_overlap(t->zero, on);
@@ -600,7 +589,6 @@ double zero_clip(trainer *t, double inv_scale, double max_norm)
  * when an evaluation beats it; never pruned, never "latest" (not a ckpt-step name). */
 void save_best_checkpoint(trainer *t, const dpt_train_state *state)
 {
-    dpt_zero_settle(t->zero);
     replica *r = t->r;
     dpt_train_state at = *state;
     at.samples_done = at.batches_done * t->run->batch * r->size;
