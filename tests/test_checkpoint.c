@@ -679,12 +679,7 @@ static void test_atomic_file_folder_swapped(void **state)
     assert_int_equal(symlink(other, d), 0);
     assert_true(dpt_atomic_file_close(&af, true, &err));
     char *landed = dpt_strf("%s/x.dat", moved);
-    FILE *f = fopen(landed, "r");
-    char got[16] = "";
-    assert_non_null(f);
-    assert_non_null(fgets(got, sizeof got, f));
-    fclose(f);
-    assert_string_equal(got, "payload");
+    assert_first_line(landed, "payload");
     struct stat st;
     assert_int_not_equal(lstat(victim, &st), 0); /* nothing through the link */
     DIR *dd = opendir(moved);
@@ -695,7 +690,7 @@ static void test_atomic_file_folder_swapped(void **state)
     assert_int_equal(entries, 1);
     /* a link planted at the destination: replaced by the file, its target untouched */
     char *target = dpt_strf("%s/target", other), *dest = dpt_strf("%s/y.dat", moved);
-    f = fopen(target, "w");
+    FILE *f = fopen(target, "w");
     fputs("keep", f);
     fclose(f);
     assert_int_equal(symlink(target, dest), 0);
@@ -704,10 +699,7 @@ static void test_atomic_file_folder_swapped(void **state)
     assert_true(dpt_atomic_file_close(&af, true, &err));
     assert_int_equal(lstat(dest, &st), 0);
     assert_true(S_ISREG(st.st_mode));
-    f = fopen(target, "r");
-    assert_non_null(fgets(got, sizeof got, f));
-    fclose(f);
-    assert_string_equal(got, "keep");
+    assert_first_line(target, "keep");
     free(d), free(moved), free(other), free(out), free(victim), free(landed), free(target), free(dest);
 }
 

@@ -366,12 +366,7 @@ static void test_planted_links(void **state)
     int rc = run_capture(out, sizeof out, "./train %s", args);
     if (rc != 0) fail_msg("./train %s failed:\n%s", args, out);
     assert_true(exists("%s/ckpt-step%s.dpt", ck, "00000004"));
-    FILE *f = fopen(victim, "r");
-    char text[64] = "";
-    assert_non_null(f);
-    assert_non_null(fgets(text, sizeof text, f));
-    fclose(f);
-    assert_string_equal(text, "precious\n");
+    assert_first_line(victim, "precious\n");
     /* the JUnit report's old temporary name, planted: not followed either */
     char report[600];
     snprintf(report, sizeof report, "%s/run.xml", dir);
@@ -380,11 +375,7 @@ static void test_planted_links(void **state)
     rc = run_capture(out, sizeof out, "./train " SMALL "--set train.max_steps=2 --junit %s", report);
     if (rc != 0) fail_msg("--junit failed:\n%s", out);
     assert_true(exists("%s%s", report, ""));
-    f = fopen(victim, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(text, sizeof text, f));
-    fclose(f);
-    assert_string_equal(text, "precious\n");
+    assert_first_line(victim, "precious\n");
 
     /* the files written as they go (issue 27 item 1): a link at the metrics path, a FIFO at the
      * timeline's (opening it for writing would wait forever for a reader) and a hard link to the
@@ -406,11 +397,7 @@ static void test_planted_links(void **state)
     snprintf(args, sizeof args, SMALL "--set train.max_steps=2 --set log.metrics=%s", hard);
     expect_fail(args, 1, "the metrics file", "another name (a hard link)");
     unlink(hard);
-    f = fopen(victim, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(text, sizeof text, f));
-    fclose(f);
-    assert_string_equal(text, "precious\n");
+    assert_first_line(victim, "precious\n");
 }
 
 /* [checkpoint] final: a run that checkpoints every epoch but stops at max_steps mid-epoch

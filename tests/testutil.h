@@ -278,4 +278,15 @@ static inline void assert_contains(const char *haystack, const char *needle)
     if (!strstr(haystack, needle)) fail_msg("expected output to contain \"%s\"; got:\n%s", needle, haystack);
 }
 
+/* The file at path opens and its first line (fgets: the newline kept) is exactly `want`. */
+static inline void assert_first_line(const char *path, const char *want)
+{
+    char got[256] = "";
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(got, sizeof got, f));
+    fclose(f);
+    assert_string_equal(got, want);
+}
+
 #endif
