@@ -239,6 +239,10 @@ bool dpt_tokens_open_input(const char *path, const dpt_dataset *like, dpt_datase
     int32_t header[TOKENS_HEADER_INTS] = {0};
     bool is_shard = st.st_size >= (off_t)sizeof header && pread(fd, header, sizeof header, 0) == (ssize_t)sizeof header &&
                  header[0] == TOKENS_MAGIC;
+    /* a text for a byte-level model: its bytes mapped from this descriptor (a shard is mapped and
+     * checked by map_shard) */
+    void *bytes = is_shard || vocab != 256 ? MAP_FAILED : mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_errno = errno;
     close(fd);
     if (!is_shard && vocab != 256)
         return dpt_errorf(err, "--input %s: not a token shard (its first int32 is not %d), and the model's vocabulary "
@@ -258,14 +262,11 @@ bool dpt_tokens_open_input(const char *path, const dpt_dataset *like, dpt_datase
         }
         s->toks = one.tokens, s->n = one.ntok, s->map = one.map, s->map_len = one.map_len;
     } else {
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        void *map = fd < 0 ? MAP_FAILED : mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (fd >= 0) close(fd);
-        if (map == MAP_FAILED) {
+        if (bytes == MAP_FAILED) {
             free(s);
-            return dpt_errorf(err, "--input %s: cannot map it: %s", path, strerror(errno));
+            return dpt_errorf(err, "--input %s: cannot map it: %s", path, strerror(map_errno));
         }
-        s->bytes = map, s->n = (int64_t)st.st_size, s->map = map, s->map_len = (size_t)st.st_size;
+        s->bytes = bytes, s->n = (int64_t)st.st_size, s->map = bytes, s->map_len = (size_t)st.st_size;
     }
     if (s->n < seq_len) {
         int64_t n = s->n;
