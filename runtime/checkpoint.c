@@ -149,6 +149,16 @@ static bool save_file(const char *path, const dpt_model *model, dpt_optim *optim
                       const dpt_config *cfg, const dpt_train_state *st, int world_size, int parts, uint64_t nonce,
                       dpt_error *err);
 
+/* The safe file (runtime/atomic_file.c: an unpredictable temporary, renamed when whole); its
+ * error says it was a checkpoint. */
+static bool open_file(dpt_atomic_file *af, const char *path, dpt_error *err)
+{
+    if (dpt_atomic_file_open(af, path, err)) return true;
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return dpt_errorf(err, "checkpoint: %s", msg);
+}
+
 bool dpt_checkpoint_save(const char *path, const dpt_model *model, dpt_optim *optim, const dpt_ctx *ctx,
                          const dpt_config *cfg, const dpt_train_state *st, int world_size, dpt_error *err)
 {
@@ -160,12 +170,10 @@ bool dpt_checkpoint_save_part(const char *path, const dpt_optim *optim, int part
 {
     char *at = dpt_checkpoint_part_path(path, nonce, part, parts);
     dpt_atomic_file af;
-    bool ok = dpt_atomic_file_open(&af, at, err);
+    bool ok = open_file(&af, at, err);
     if (!ok) {
-        char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
         free(at);
-        return dpt_errorf(err, "checkpoint: %s", msg);
+        return false;
     }
     writer w = {.f = af.f, .crash_at = (size_t)-1, .ok = true};
     int nstate = dpt_optim_num_state(optim);
@@ -239,13 +247,8 @@ static bool save_file(const char *path, const dpt_model *model, dpt_optim *optim
                       const dpt_config *cfg, const dpt_train_state *st, int world_size, int parts, uint64_t nonce,
                       dpt_error *err)
 {
-    /* the safe file (runtime/atomic_file.c): an unpredictable temporary, renamed when whole */
     dpt_atomic_file af;
-    if (!dpt_atomic_file_open(&af, path, err)) {
-        char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        return dpt_errorf(err, "checkpoint: %s", msg);
-    }
+    if (!open_file(&af, path, err)) return false;
     const char *fault = getenv("DPT_TEST_CKPT_CRASH_AFTER"); /* tests: die mid-write */
     writer w = {.f = af.f, .crash_at = fault ? (size_t)atoll(fault) : (size_t)-1, .ok = true};
     int nparams = dpt_model_num_params(model), nbuffers = dpt_model_num_buffers(model);
