@@ -93,7 +93,8 @@ HAVE_NCCL  := $(if $(wildcard $(NCCL_HOME)/include/nccl.h),yes,no)
 libpath = $(firstword $(wildcard $(1)/lib64/lib$(2).so $(1)/lib/lib$(2).so $(1)/lib/x86_64-linux-gnu/lib$(2).so \
           $(1)/lib/lib$(2).so.* $(1)/lib64/lib$(2).so.*))
 
-LIB_SRCS := $(wildcard runtime/*.c layers/*.c optim/*.c data/*.c models/*.c)
+# runtime/comm_nccl.c goes into the CUDA plugin with the .cu files, not into libdpt.a
+LIB_SRCS := $(filter-out runtime/comm_nccl.c,$(wildcard runtime/*.c layers/*.c optim/*.c data/*.c models/*.c))
 CU_SRCS  := $(wildcard runtime/*.cu layers/*.cu optim/*.cu)
 # The CUDA backend needs cuDNN (convolutions, batch norm): without it the build is CPU-only
 # and the summary says why.
@@ -105,19 +106,23 @@ ifneq ($(CUBLAS_LIB),)
   CUDA_ON  := yes
   CFLAGS   += -DDPT_CUDA=1 -I$(CUDA_HOME)/include
   NVFLAGS  := -O2 -std=c++17 -Iinclude -Iruntime -I$(CUDA_HOME)/include -DDPT_CUDA=1 $(MPI_CFLAGS) -DDPT_MPI=$(MPI) \
-              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
+              -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter \
               $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
-  LDLIBS   += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
+  # The CUDA libraries are linked into the plugin (libdpt_cuda.so) only, which cuda_plugin.c
+  # loads when a run first asks for a GPU; programs export their symbols for it (-rdynamic).
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
               -Wl,-rpath,$(CUDA_HOME)/lib -lcudart $(CUBLAS_LIB) -Wl,-rpath,$(dir $(CUBLAS_LIB)) -lstdc++
+  LDLIBS   += -rdynamic -ldl
+  CUDA_PLUGIN := $(BUILD)/libdpt_cuda.so
   ifeq ($(HAVE_CUDNN),yes)
     CFLAGS  += -DDPT_CUDNN=1 -I$(CUDNN_HOME)/include
     NVFLAGS += -DDPT_CUDNN=1 -I$(CUDNN_HOME)/include
-    LDLIBS  += $(call libpath,$(CUDNN_HOME),cudnn) -Wl,-rpath,$(dir $(call libpath,$(CUDNN_HOME),cudnn))
+    CUDA_LIBS += $(call libpath,$(CUDNN_HOME),cudnn) -Wl,-rpath,$(dir $(call libpath,$(CUDNN_HOME),cudnn))
   endif
   ifeq ($(HAVE_NCCL),yes)
     CFLAGS  += -DDPT_NCCL=1 -I$(NCCL_HOME)/include
     NVFLAGS += -DDPT_NCCL=1 -I$(NCCL_HOME)/include
-    LDLIBS  += $(call libpath,$(NCCL_HOME),nccl) -Wl,-rpath,$(dir $(call libpath,$(NCCL_HOME),nccl))
+    CUDA_LIBS += $(call libpath,$(NCCL_HOME),nccl) -Wl,-rpath,$(dir $(call libpath,$(NCCL_HOME),nccl))
   endif
 endif
 endif
@@ -127,7 +132,7 @@ endif
 # ---- What this build detected, recorded in the build folder: when it changes (libdnnl-dev
 # installed since the last build, another compiler, other flags) every object is rebuilt, so a
 # tree built before a library arrived does not keep linking objects made without it.
-BUILD_CONFIG := $(CC) | $(CFLAGS) | $(NVFLAGS) | $(LDLIBS)
+BUILD_CONFIG := $(CC) | $(CFLAGS) | $(NVFLAGS) | $(LDLIBS) | $(CUDA_LIBS) | $(abspath $(BUILD))
 CONFIG_STAMP := $(BUILD)/build-config.txt
 CONFIG_CHANGED := $(shell mkdir -p $(BUILD) && printf '%s\n' '$(BUILD_CONFIG)' > $(CONFIG_STAMP).new && \
     if cmp -s $(CONFIG_STAMP).new $(CONFIG_STAMP); then rm -f $(CONFIG_STAMP).new; \
@@ -136,7 +141,8 @@ ifneq ($(CONFIG_CHANGED),)
   $(info dptrain build: the detected configuration of $(BUILD) changed (see $(CONFIG_STAMP)): rebuilding it)
 endif
 
-LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(if $(CUDA_ON),$(CU_SRCS:%.cu=$(BUILD)/%.cu.o)) $(BUILD)/builtins.o
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/builtins.o
+PLUGIN_OBJS := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o) $(BUILD)/runtime/comm_nccl.pic.o
 LIB      := $(BUILD)/libdpt.a
 TEST_SRCS  := $(wildcard tests/test_*.c)
 MPI_TEST_SRCS := $(if $(filter 1,$(MPI)),$(wildcard tests/mpi_*.c))
@@ -153,7 +159,7 @@ all: summary train tests benches tools
 
 summary:
 	@echo "dptrain build: CPU kernels $(if $(filter yes,$(DNNL)),oneDNN (convolutions, batch norm, pooling, GEMMs) + $(BLAS),native im2col + $(BLAS) only: no oneDNN (install libdnnl-dev, then make rebuilds with it))"
-	@echo "dptrain build: cc=$(CC) | blas=$(BLAS) onednn=$(DNNL) sha256=$(OPENSSL) jpeg=$(JPEG) png=$(PNG) zlib openmp mpi=$(if $(filter 1,$(MPI)),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC)),no ($(CUDA_OFF_WHY))) cudnn=$(HAVE_CUDNN)$(if $(filter yes,$(HAVE_CUDNN)), ($(CUDNN_HOME))) nccl=$(HAVE_NCCL)$(if $(filter yes,$(HAVE_NCCL)), ($(NCCL_HOME)))$(if $(CUDA_ON), cublas=$(dir $(CUBLAS_LIB)))$(if $(GPU_BUNDLE), | bundle $(GPU_BUNDLE))"
+	@echo "dptrain build: cc=$(CC) | blas=$(BLAS) onednn=$(DNNL) sha256=$(OPENSSL) jpeg=$(JPEG) png=$(PNG) zlib openmp mpi=$(if $(filter 1,$(MPI)),yes,no) | cuda=$(if $(CUDA_ON),yes ($(NVCC); plugin $(CUDA_PLUGIN)),no ($(CUDA_OFF_WHY))) cudnn=$(HAVE_CUDNN)$(if $(filter yes,$(HAVE_CUDNN)), ($(CUDNN_HOME))) nccl=$(HAVE_NCCL)$(if $(filter yes,$(HAVE_NCCL)), ($(NCCL_HOME)))$(if $(CUDA_ON), cublas=$(dir $(CUBLAS_LIB)))$(if $(GPU_BUNDLE), | bundle $(GPU_BUNDLE))"
 
 deps:
 	@scripts/deps.sh
@@ -221,7 +227,7 @@ $(BUILD)/train: train.c $(LIB)
 # The built-in registrations: every DPT_BUILTIN(...) line of the library's sources (models,
 # optimizers, schedules, data sources, losses, backends, settings), listed for the registry, so a
 # new file registers itself with no central list to edit. Rewritten only when the list changes.
-BUILTIN_SRCS := $(LIB_SRCS) $(if $(CUDA_ON),$(CU_SRCS))
+BUILTIN_SRCS := $(LIB_SRCS)
 $(BUILD)/builtins.c: $(BUILTIN_SRCS) scripts/builtins.sh
 	@mkdir -p $(dir $@)
 	@scripts/builtins.sh $(BUILTIN_SRCS) > $@.new && { cmp -s $@.new $@ && rm -f $@.new || mv $@.new $@; }
@@ -229,9 +235,26 @@ $(BUILD)/builtins.c: $(BUILTIN_SRCS) scripts/builtins.sh
 $(BUILD)/builtins.o: $(BUILD)/builtins.c $(CONFIG_STAMP)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(LIB): $(LIB_OBJS)
+$(LIB): $(LIB_OBJS) | $(CUDA_PLUGIN)
 	@rm -f $@
 	ar rcs $@ $^
+
+ifneq ($(CUDA_ON),)
+# The CUDA plugin (runtime/cuda_plugin.c loads it). Each library function it calls must be one
+# cuda_plugin.c keeps in a statically linked program (plugin_needs): checked here, not at a GPU.
+$(BUILD)/runtime/cuda_plugin.o: CFLAGS += -DDPT_CUDA_PLUGIN_PATH='"$(abspath $(CUDA_PLUGIN))"'
+$(CUDA_PLUGIN): $(PLUGIN_OBJS) runtime/cuda_plugin.c
+	$(CC) -shared -o $@.new $(PLUGIN_OBJS) $(CUDA_LIBS) -lm -lpthread
+	@missing=$$(nm -u $@.new | awk '$$2 ~ /^dpt_/ {print $$2}' | while read -r s; do \
+	    grep -q "(void \*)$$s," runtime/cuda_plugin.c || echo "$$s"; done); \
+	if [ -n "$$missing" ]; then echo "error: $@ calls $$missing, which runtime/cuda_plugin.c's plugin_needs does not keep"; \
+	    echo "HINT: add it there (a statically linked program has only what something refers to)"; rm -f $@.new; exit 1; fi
+	@mv $@.new $@
+endif
+
+$(BUILD)/%.pic.o: %.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -c -o $@ $<
 
 $(BUILD)/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
@@ -254,6 +277,11 @@ $(BUILD)/tests/libfake_nvml.so: tests/fake_nvml.c
 $(BUILD)/tests/test_cuda_harness: tests/test_cuda.c tests/testutil.h tests/ddp_common.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DDPT_TEST_HARNESS_ON_CPU -I. -o $@ $< $(LIB) $(LDLIBS) -lcmocka
+
+# test_cuda calls the CUDA libraries itself (the error-check family's messages)
+$(BUILD)/tests/test_cuda: tests/test_cuda.c tests/testutil.h tests/ddp_common.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I. -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS) -lcmocka
 
 $(BUILD)/tests/mpi_%: tests/mpi_%.c tests/ddp_common.h $(LIB)
 	@mkdir -p $(dir $@)
@@ -304,7 +332,8 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I. -o $@ $< $(LIB) $(LDLIBS)
 
-# The link flags a program using libdpt.a needs (BLAS, MPI, zlib, OpenMP, CUDA when built).
+# The link flags a program using libdpt.a needs (BLAS, MPI, zlib, OpenMP; -rdynamic for the CUDA
+# plugin when built).
 print-libs:
 	@echo $(LDLIBS)
 

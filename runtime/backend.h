@@ -295,6 +295,7 @@ typedef struct dpt_backend_impl {
     int (*device_count)(void);                            /* NULL: one (the CPU) */
     void (*print_env)(FILE *out);                         /* NULL: nothing to say */
     void (*pci_bus_id)(int index, char *buf, size_t cap); /* NULL: none */
+    const char *(*unavailable)(void); /* why table() is NULL (NULL: not said) */
 } dpt_backend_impl;
 
 /* ops_cpu.c: the CPU table with the native kernels. Its static part is dpt_backend_cpu (other

@@ -3,13 +3,17 @@
  * became ready, runs while backward continues, and join() makes the compute stream (the
  * optimizer) wait for the last one. The host polls an event instead of blocking in CUDA, so
  * a peer that died or hangs is seen: ncclCommGetAsyncError, or the timeout, after which
- * the communicator is aborted and the job stopped with a report. */
+ * the communicator is aborted and the job stopped with a report. Part of libdpt_cuda.so: the
+ * library's dpt_comm_nccl_new (cuda_plugin.c) loads the plugin and calls
+ * dpt_cuda_plugin_nccl_new. */
 #include "comm.h"
 
 #include <stdlib.h>
 
 #include "error.h"
 #include "log.h"
+
+dpt_comm *dpt_cuda_plugin_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err);
 
 #if DPT_CUDA && DPT_NCCL
 
@@ -222,7 +226,7 @@ static const dpt_comm_ops nccl_ops = {
     .wire16 = nccl_wire16,
 };
 
-dpt_comm *dpt_comm_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)
+dpt_comm *dpt_cuda_plugin_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)
 {
     if (dpt_ctx_device(ctx).kind != DPT_DEVICE_CUDA) {
         dpt_errorf(err, "the NCCL communicator needs a CUDA context");
@@ -283,9 +287,9 @@ dpt_comm *dpt_comm_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)
     return comm;
 }
 
-#else /* no CUDA or no NCCL in this build */
+#else /* a plugin built without NCCL */
 
-dpt_comm *dpt_comm_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)
+dpt_comm *dpt_cuda_plugin_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)
 {
     (void)ctx, (void)host;
     dpt_errorf(err, "this build has no NCCL, which GPU buffers across ranks need\n"

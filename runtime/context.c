@@ -33,11 +33,17 @@ static const dpt_backend *backend_for(dpt_device_kind kind, dpt_cpu_kernels cpu_
 dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
 {
     const dpt_backend *be = backend_for(options->device.kind, options->cpu_kernels);
-    if (!be) {
+    if (!be && options->device.kind == DPT_DEVICE_CUDA) {
+        const dpt_registration *r = dpt_registry_find(DPT_KIND_BACKEND, "cuda");
+        const dpt_backend_impl *impl = r ? r->impl : NULL;
         dpt_errorf(err,
-                   "device kind %d is not available in this build\n"
-                   "HINT: rebuild with the CUDA toolkit installed (make prints what it found)",
-                   (int)options->device.kind);
+                   "the CUDA backend is not available: %s\n"
+                   "HINT: rebuild with the CUDA toolkit installed (make prints what it found), or set [train] device = cpu",
+                   impl && impl->unavailable ? impl->unavailable() : "this build has no CUDA");
+        return NULL;
+    }
+    if (!be) {
+        dpt_errorf(err, "device kind %d is not available in this build", (int)options->device.kind);
         return NULL;
     }
     /* the precision, decided here once from what the backend says it runs */

@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include "cuda_internal.h"
-#include "registry.h"
 
 extern "C" cudaStream_t dpt_cuda_stream(dpt_ctx *ctx, dpt_stream which)
 {
@@ -314,10 +313,11 @@ extern "C" int dpt_cuda_device_count(void)
 
 extern "C" void dpt_cuda_print_env(FILE *out);
 
-static const dpt_backend_impl cuda_impl = {DPT_DEVICE_CUDA, dpt_backend_cuda, dpt_cuda_device_count, dpt_cuda_print_env,
-                                           dpt_cuda_pci_bus_id_impl};
-DPT_BUILTIN(backend_cuda) = {DPT_KIND_BACKEND, "cuda", "NVIDIA GPUs: cuBLAS, cuDNN, NCCL and kernels of its own", NULL, 0,
-                             &cuda_impl};
+/* What libdpt_cuda.so offers the library's stand-in "cuda" backend (cuda_plugin.c), which
+ * loads this plugin on first use and forwards to these entries. */
+extern "C" const dpt_backend_impl dpt_cuda_plugin_impl;
+extern "C" const dpt_backend_impl dpt_cuda_plugin_impl = {DPT_DEVICE_CUDA, dpt_backend_cuda, dpt_cuda_device_count,
+                                                          dpt_cuda_print_env, dpt_cuda_pci_bus_id_impl, NULL};
 
 extern "C" void dpt_cuda_print_env(FILE *out)
 {

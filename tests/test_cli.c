@@ -276,6 +276,40 @@ static void test_memory(void **state)
     }
 }
 
+/* The CUDA plugin (runtime/cuda_plugin.c): --env loads it and its libraries answer (every symbol
+ * it needs is resolved at load); a run where no NVIDIA driver is loads neither it nor a CUDA
+ * library; a plugin that cannot be loaded is named with the loader's reason by --env and by a
+ * run that asks for a GPU. */
+static void test_cuda_plugin(void **state)
+{
+    (void)state;
+    assert_int_equal(run_capture(out, sizeof out, "./train --env"), 0);
+    if (strstr(out, "cuda: not in this build")) {
+        print_message("skipped: a build without CUDA has no plugin\n");
+        skip();
+    }
+    assert_contains(out, "cuda: driver ");
+    assert_contains(out, "| cudnn ");
+    if (system("ldconfig -p | grep -q 'libcuda.so.1 '") != 0) { /* no driver: nothing CUDA is loaded */
+        assert_int_equal(run_capture(out, sizeof out,
+                                     "LD_DEBUG=files ./train " SMALL "--set train.max_steps=2 --set checkpoint.dir=%s/plug "
+                                     "2>&1 | grep -c 'file=[^ ]*\\(cudart\\|cublas\\|cudnn\\|nccl\\|dpt_cuda\\)'",
+                                     dir),
+                         1); /* grep -c found none */
+        assert_string_equal(out, "0\n");
+    }
+    assert_int_equal(run_capture(out, sizeof out, "DPT_CUDA_PLUGIN=%s/none.so ./train --env", dir), 0);
+    assert_contains(out, "cuda: in this build, but its plugin could not be loaded: ");
+    assert_contains(out, "none.so: cannot open shared object file");
+    char args[600];
+    snprintf(args, sizeof args, "DPT_CUDA_PLUGIN=%s/none.so ./train " SMALL "--set train.device=cuda", dir);
+    int rc = run_capture(out, sizeof out, "%s", args);
+    if (rc != 1) fail_msg("%s: exit %d, expected 1:\n%s", args, rc, out);
+    assert_contains(out, "the CUDA backend is not available: ");
+    assert_contains(out, "none.so: cannot open shared object file");
+    assert_contains(out, "HINT: rebuild with the CUDA toolkit installed");
+}
+
 /* GPU stats through NVML, with the stand-in library (tests/fake_nvml.c): --env lists each
  * GPU, a CUDA device is matched to its NVML device by PCI bus id, and without the library
  * there are no stats and no error. */
@@ -555,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_data_parallel_failure),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_gpu_stats),
+        cmocka_unit_test(test_cuda_plugin),
         cmocka_unit_test(test_host_syncs),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
