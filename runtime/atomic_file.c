@@ -1,6 +1,7 @@
 /* atomic_file.c: a file that appears whole or not at all, and never through a planted link:
  * written beside its destination under an unpredictable name (O_EXCL|O_NOFOLLOW: an existing
- * name, a link included, is never opened), flushed and fsync'ed, renamed over the destination,
+ * name, a link included, is never opened), flushed and fsync'ed, renamed over the destination
+ * (refused, naming it, when a link, a folder, a FIFO or another user's file stands there),
  * and the rename made durable (fsync of the folder), all relative to the folder's descriptor
  * (openat, renameat): a folder swapped while the file is written does not redirect it. For checkpoints, exports, JUnit reports and the
  * image-folder caches. Paths are measured, never cut to a buffer. */
@@ -49,6 +50,26 @@ static void random_suffix(char *six)
         six[i] = alphabet[r[i] % (sizeof alphabet - 1)];
 }
 
+/* What stands at the destination's name, if it is not something dptrain may replace: a
+ * symbolic link (planted in a shared folder; renaming over it would be harmless, but a run
+ * that finds one is told, not quietly mended), a folder, a FIFO or a device, or another user's
+ * file. NULL when the name is free or holds this user's regular file. */
+static const char *destination_problem(int dir, const char *name, char *buf, size_t cap)
+{
+    struct stat st;
+    if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return NULL; /* nothing there (or unreadable: rename says) */
+    if (S_ISLNK(st.st_mode))
+        return "a symbolic link stands at its name, and dptrain does not replace links (one planted in a shared "
+               "folder is not the run's file)";
+    if (S_ISDIR(st.st_mode)) return "a folder stands at its name";
+    if (!S_ISREG(st.st_mode)) return "something that is not a regular file (a FIFO, a device or a socket) stands at its name";
+    if (st.st_uid != geteuid()) {
+        snprintf(buf, cap, "the file at its name belongs to another user (uid %u)", (unsigned)st.st_uid);
+        return buf;
+    }
+    return NULL;
+}
+
 bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err)
 {
     memset(a, 0, sizeof *a);
@@ -65,6 +86,15 @@ bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err)
      * while the file is written does not redirect it. */
     a->dir = open(*dir ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int fd = -1, e = a->dir < 0 ? errno : 0;
+    char owner[96];
+    const char *problem = a->dir >= 0 ? destination_problem(a->dir, name, owner, sizeof owner) : NULL;
+    if (problem) { /* refused before anything is written */
+        close(a->dir);
+        free(dir);
+        memset(a, 0, sizeof *a);
+        return dpt_errorf(err, "cannot write %s: %s\nHINT: remove it if it is yours, or choose another path", out,
+                          problem);
+    }
     /* DIR/.NAME.XXXXXX: hidden, and never a name a reader of DIR looks for */
     a->tmp_name = dpt_strf(".%s.XXXXXX", name);
     for (int tries = 0; a->dir >= 0 && fd < 0 && tries < 100; tries++) {
@@ -98,6 +128,11 @@ bool dpt_atomic_file_close(dpt_atomic_file *a, bool ok, dpt_error *err)
         ok = dpt_errorf(err, "cannot flush %s: %s\nHINT: is the disk full?", a->tmp, strerror(errno));
     if (ok && fchmod(fileno(a->f), 0644) != 0) ok = dpt_errorf(err, "cannot chmod %s: %s", a->tmp, strerror(errno));
     if (fclose(a->f) != 0 && ok) ok = dpt_errorf(err, "cannot close %s: %s", a->tmp, strerror(errno));
+    char owner[96];
+    const char *problem = ok ? destination_problem(a->dir, a->name, owner, sizeof owner) : NULL;
+    if (problem) /* appeared while the file was written */
+        ok = dpt_errorf(err, "cannot write %s: %s\nHINT: remove it if it is yours, or choose another path", a->out,
+                        problem);
     if (ok && renameat(a->dir, a->tmp_name, a->dir, a->name) != 0)
         ok = dpt_errorf(err, "cannot rename %s to %s: %s", a->tmp, a->out, strerror(errno));
     if (!ok) unlinkat(a->dir, a->tmp_name, 0);

@@ -688,18 +688,53 @@ static void test_atomic_file_folder_swapped(void **state)
         entries += e->d_name[0] != '.' || strlen(e->d_name) > 2; /* x.dat, no .x.dat.XXXXXX */
     closedir(dd);
     assert_int_equal(entries, 1);
-    /* a link planted at the destination: replaced by the file, its target untouched */
+    /* a link planted at the destination: refused naming it, before writing (open) and when it
+     * appears while the file is written (close); the link and its target untouched, no
+     * temporary left */
     char *target = dpt_strf("%s/target", other), *dest = dpt_strf("%s/y.dat", moved);
     FILE *f = fopen(target, "w");
     fputs("keep", f);
     fclose(f);
     assert_int_equal(symlink(target, dest), 0);
+    assert_false(dpt_atomic_file_open(&af, dest, &err));
+    assert_contains(err.msg, dest);
+    assert_contains(err.msg, "a symbolic link stands at its name");
+    assert_int_equal(unlink(dest), 0);
     assert_true(dpt_atomic_file_open(&af, dest, &err));
     fputs("new", af.f);
-    assert_true(dpt_atomic_file_close(&af, true, &err));
+    assert_int_equal(symlink(target, dest), 0); /* planted mid-write */
+    assert_false(dpt_atomic_file_close(&af, true, &err));
+    assert_contains(err.msg, "a symbolic link stands at its name");
     assert_int_equal(lstat(dest, &st), 0);
-    assert_true(S_ISREG(st.st_mode));
+    assert_true(S_ISLNK(st.st_mode));
     assert_first_line(target, "keep");
+    /* a folder and a FIFO at the name are refused as well; this user's own file is replaced */
+    assert_int_equal(unlink(dest), 0);
+    assert_int_equal(mkdir(dest, 0755), 0);
+    assert_false(dpt_atomic_file_open(&af, dest, &err));
+    assert_contains(err.msg, "a folder stands at its name");
+    assert_int_equal(rmdir(dest), 0);
+    assert_int_equal(mkfifo(dest, 0644), 0);
+    assert_false(dpt_atomic_file_open(&af, dest, &err));
+    assert_contains(err.msg, "not a regular file");
+    assert_int_equal(unlink(dest), 0);
+    for (int i = 0; i < 2; i++) { /* created, then replaced */
+        assert_true(dpt_atomic_file_open(&af, dest, &err));
+        fputs(i ? "second" : "first", af.f);
+        assert_true(dpt_atomic_file_close(&af, true, &err));
+    }
+    assert_first_line(dest, "second");
+    if (chown(dest, 65534, 65534) == 0) { /* another user's file (chown needs root: skipped otherwise) */
+        assert_false(dpt_atomic_file_open(&af, dest, &err));
+        assert_contains(err.msg, "belongs to another user (uid 65534)");
+        assert_first_line(dest, "second");
+    }
+    dd = opendir(moved);
+    entries = 0;
+    for (struct dirent *e; (e = readdir(dd));)
+        entries += e->d_name[0] == '.' && strlen(e->d_name) > 2; /* no .y.dat.XXXXXX left */
+    closedir(dd);
+    assert_int_equal(entries, 0);
     free(d), free(moved), free(other), free(out), free(victim), free(landed), free(target), free(dest);
 }
 
