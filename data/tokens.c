@@ -256,9 +256,7 @@ bool dpt_tokens_open_input(const char *path, const dpt_dataset *like, dpt_datase
         shard one;
         if (!map_shard(path, 0, vocab, &one, err)) {
             free(s);
-            char msg[sizeof err->msg];
-            snprintf(msg, sizeof msg, "%s", err->msg);
-            return dpt_errorf(err, "--input: %s", msg);
+            return dpt_error_prefix(err, "--input: ");
         }
         s->toks = one.tokens, s->n = one.ntok, s->map = one.map, s->map_len = one.map_len;
     } else {

@@ -33,6 +33,9 @@ typedef struct dpt_error {
 
 /* Fill err (may be NULL) with a printf-style message; always returns false. */
 bool dpt_errorf(dpt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Put a printf-style prefix before the message err already holds (where it happened: a key, a
+ * file, a command-line option); always returns false. */
+bool dpt_error_prefix(dpt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---------------------------------------------------------------- config */
 

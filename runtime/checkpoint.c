@@ -153,10 +153,7 @@ static bool save_file(const char *path, const dpt_model *model, dpt_optim *optim
  * error says it was a checkpoint. */
 static bool open_file(dpt_atomic_file *af, const char *path, dpt_error *err)
 {
-    if (dpt_atomic_file_open(af, path, err)) return true;
-    char msg[sizeof err->msg];
-    snprintf(msg, sizeof msg, "%s", err->msg);
-    return dpt_errorf(err, "checkpoint: %s", msg);
+    return dpt_atomic_file_open(af, path, err) || dpt_error_prefix(err, "checkpoint: ");
 }
 
 bool dpt_checkpoint_save(const char *path, const dpt_model *model, dpt_optim *optim, const dpt_ctx *ctx,
@@ -1336,10 +1333,7 @@ void dpt_checkpoint_prune(const char *dir, int keep_last, int64_t keep_step)
 /* dpt_checkpoint_latest with its error starting "ARG: " like the resolver's others. */
 static bool latest_named(const char *arg, const char *folder, char *path, size_t size, dpt_error *err)
 {
-    if (dpt_checkpoint_latest(folder, path, size, err)) return true;
-    char msg[sizeof err->msg];
-    snprintf(msg, sizeof msg, "%s", err->msg);
-    return dpt_errorf(err, "%s: %s", arg, msg);
+    return dpt_checkpoint_latest(folder, path, size, err) || dpt_error_prefix(err, "%s: ", arg);
 }
 
 bool dpt_checkpoint_resolve(const char *arg, const char *dir, char *path, size_t size, dpt_error *err)

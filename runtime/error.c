@@ -49,6 +49,20 @@ bool dpt_errorf(dpt_error *err, const char *fmt, ...)
     return false;
 }
 
+bool dpt_error_prefix(dpt_error *err, const char *fmt, ...)
+{
+    if (!err) return false;
+    char said[sizeof err->msg];
+    snprintf(said, sizeof said, "%s", err->msg);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof err->msg) snprintf(err->msg + n, sizeof err->msg - (size_t)n, "%s", said);
+    dpt_printable(err->msg);
+    return false;
+}
+
 void dpt_set_last_words_hook(void (*fn)(const char *message))
 {
     last_words_hook = fn;

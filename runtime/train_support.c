@@ -217,11 +217,7 @@ bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err)
         ok = dpt_checkpoint_prepare_dir(dir, &opt, &r->ckpt_lock_fd, err);
         if (ok && opt.claim) return true; /* ready at the first write */
     }
-    if (!ok) {
-        char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        return dpt_errorf(err, "%s: %s", dpt_config_where(r->run->ini, "checkpoint", "dir"), msg);
-    }
+    if (!ok) return dpt_error_prefix(err, "%s: ", dpt_config_where(r->run->ini, "checkpoint", "dir"));
     r->ckpt_dir_ready = true;
     return true;
 }
@@ -388,11 +384,8 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
     bool averages = !strncmp(init, "ema:", 4); /* the checkpoint's weight averages ([train] ema_decay) */
     if (averages) init += 4;
     char path[PATH_MAX];
-    if (!dpt_checkpoint_resolve(init, NULL, path, sizeof path, err)) {
-        char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        return dpt_errorf(err, "%s: [model] init = %s", where, msg);
-    }
+    if (!dpt_checkpoint_resolve(init, NULL, path, sizeof path, err))
+        return dpt_error_prefix(err, "%s: [model] init = ", where);
     int total = dpt_model_num_params(t->model) + dpt_model_num_buffers(t->model);
     init_load l = {.model = t->model, .exclude = dpt_config_str(cfg, "model", "init_exclude")};
     l.seen = calloc((size_t)total + 1, 1);
@@ -419,11 +412,7 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
                              "from the model's initialisation",
                         path, dpt_model_name(t->model), absent);
     free(l.seen);
-    if (!ok) {
-        char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        return dpt_errorf(err, "%s: [model] init: %s", where, msg);
-    }
+    if (!ok) return dpt_error_prefix(err, "%s: [model] init: ", where);
     if (t->r->rank == 0)
         report_line("init from %s%s: %d tensors loaded, %d at the model's initialisation, %d of the checkpoint's "
                     "skipped ([model] init_exclude)\n",

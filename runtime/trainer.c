@@ -276,15 +276,11 @@ static bool resume(trainer *t, dpt_error *err)
         }
         which = "latest";
     }
-    if (!dpt_checkpoint_resolve(which, t->run->ckpt_dir, r->resumed, sizeof r->resumed, err)) {
-        char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        return dpt_errorf(err, "%s %s", r->args->eval      ? "--eval"
-                                        : r->args->sample  ? "--sample"
-                                        : r->args->predict ? "--predict"
-                                                           : "--resume",
-                          msg);
-    }
+    if (!dpt_checkpoint_resolve(which, t->run->ckpt_dir, r->resumed, sizeof r->resumed, err))
+        return dpt_error_prefix(err, "%s ", r->args->eval      ? "--eval"
+                                            : r->args->sample  ? "--sample"
+                                            : r->args->predict ? "--predict"
+                                                               : "--resume");
     bool weights_only = cli_weights_only(r->args);
     if (weights_only && r->args->ema ? !dpt_checkpoint_load_averages(r->resumed, t->model, t->ctx, &t->state, err)
                                      : !dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx,

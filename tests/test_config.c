@@ -229,6 +229,27 @@ static void test_shipped_configs_parse(void **state)
     }
 }
 
+/* dpt_error_prefix: the prefix before what the message said, control bytes made printable, the
+ * whole cut to the buffer (never past it), false returned as dpt_errorf does. */
+static void test_error_prefix(void **state)
+{
+    (void)state;
+    dpt_error err;
+    dpt_errorf(&err, "cannot open x.dat: No such file\nHINT: check it");
+    assert_false(dpt_error_prefix(&err, "%s: ", "--input"));
+    assert_string_equal(err.msg, "--input: cannot open x.dat: No such file\nHINT: check it");
+    dpt_errorf(&err, "tail");
+    dpt_error_prefix(&err, "a\033[31mb ");
+    assert_string_equal(err.msg, "a?[31mb tail");
+    char big[2000];
+    memset(big, 'p', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    dpt_errorf(&err, "tail");
+    dpt_error_prefix(&err, "%s", big); /* longer than the buffer: cut, terminated */
+    assert_int_equal(strlen(err.msg), sizeof err.msg - 1);
+    assert_false(dpt_error_prefix(NULL, "x"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -237,6 +258,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_reference_matches_docs),
         cmocka_unit_test(test_shipped_configs_parse),
+        cmocka_unit_test(test_error_prefix),
     };
     int rc = cmocka_run_group_tests_name("config", tests, NULL, NULL);
     unlink(path);
