@@ -479,8 +479,12 @@ static bool check_plans(const dpt_ddp *d, const plan *all, dpt_error *err)
 /* The buckets of a capacity, greedily in reverse creation order (the order backward finishes
  * gradients in, roughly): the first bucket fills first and its AllReduce starts earliest. It
  * is capped at 1 MiB (as in PyTorch DDP): the last layers' gradients go on the wire while most
- * of backward is still ahead. With place, the parameters' places are recorded; returns the
- * count. */
+ * of backward is still ahead. A bucket closes once it holds its cap, with the parameter that
+ * filled it (PyTorch's compute_bucket_assignment_by_size does the same): a large parameter
+ * goes with the ones before it, whose gradients come just before its own, rather than opening
+ * a bucket that then waits for the layers behind it (the CNN's 1.5 MiB classifier weight went
+ * on the wire only after conv1's gradient, at the end of backward). With place, the
+ * parameters' places are recorded; returns the count. */
 static int plan_buckets(dpt_ddp *d, double bucket_mb, bool place, uint64_t *signature)
 {
     uint64_t sig = DPT_HASH_SEED;
@@ -488,11 +492,11 @@ static int plan_buckets(dpt_ddp *d, double bucket_mb, bool place, uint64_t *sign
     double first_cap = cap_bytes < 1048576.0 ? cap_bytes : 1048576.0;
     int nbuckets = 0;
     int64_t numel_in = 0, count_in = 0;
+    bool full = false; /* the open bucket holds its cap */
     for (int k = 0; k < d->nparams; k++) {
         int p = d->nparams - 1 - k;
         int64_t numel = dpt_model_param_at(d->model, p)->numel;
-        double cap = nbuckets <= 1 ? first_cap : cap_bytes;
-        if (!nbuckets || (count_in > 0 && (double)(numel_in + numel) * sizeof(float) > cap)) {
+        if (!nbuckets || full) {
             nbuckets++;
             sig = dpt_hash_bytes(sig, &k, sizeof k); /* where each bucket starts: the plan */
             numel_in = count_in = 0;
@@ -504,6 +508,7 @@ static int plan_buckets(dpt_ddp *d, double bucket_mb, bool place, uint64_t *sign
         int64_t offset = (numel_in + BUCKET_ALIGN_FLOATS - 1) / BUCKET_ALIGN_FLOATS * BUCKET_ALIGN_FLOATS;
         numel_in = offset + numel;
         count_in++;
+        full = (double)numel_in * sizeof(float) >= (nbuckets == 1 ? first_cap : cap_bytes);
         if (place) {
             d->order[k] = p;
             d->bucket_of[p] = nbuckets - 1;

@@ -42,7 +42,7 @@ typedef struct dpt_reducer_ops {
     bool (*step_end)(dpt_reducer *r, double step_s, dpt_reducer_plan *plan, char *note, size_t cap);
     /* A resumed run's plan (what a checkpoint recorded): adopted, not measured again (optional). */
     void (*adopt)(dpt_reducer *r, const dpt_reducer_plan *plan);
-    /* The header's line about it ("ddp ... | 2 buckets of <= 25 MiB ..."), or "". */
+    /* The header's line about it ("ddp ... | 2 buckets (bucket_mb 25) ..."), or "". */
     void (*describe)(const dpt_reducer *r, char *buf, size_t cap);
     /* [distributed] zero = 2: where parameter p's gradient is reduce-scattered (its bucket, its
      * first element there, the bucket's length); NULL: the reducer does not scatter. */

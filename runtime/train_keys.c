@@ -94,8 +94,8 @@ static const dpt_config_key train_keys[] = {
      "(a fraction or a percentage for its delta), e.g. test_loss:3:0.001 (3 epochs without a fall of more than "
      "0.001); \"\" = off", 0},
     {"distributed", "bucket_mb", DPT_KEY_FLOAT, "25", 1e-9, 1e5, "auto",
-     "gradient bucket capacity in MiB (buckets fill in reverse parameter order; the first is at most 1 MiB, as "
-     "PyTorch's). auto: the ranks measure sizes from 0.25 to 256 MiB (those that make different plans) turn by "
+     "gradient bucket size in MiB (buckets fill in reverse parameter order and close once they hold it, with the "
+     "parameter that filled them; the first at 1 MiB, as PyTorch's). auto: the ranks measure sizes from 0.25 to 256 MiB (those that make different plans) turn by "
      "turn over the first steps of the run, keep the fastest, say which in the log and the metrics, and record it in "
      "checkpoints so a resume does not measure again; at 3 or more ranks MPI may sum a different size in another "
      "order, so for bit-identical reruns set the size it chose. Host communicators and NCCL alike",

@@ -40,11 +40,11 @@ expect "data error on one rank" 60 "cannot open data file /nonexistent/t10k-imag
 expect "rank exits mid-run" 60 "fault injection: rank 1 exit at step 5" \
     $MPIRUN -np 2 ./train configs/fmnist_mlp.ini $SMALL --set distributed.fault=exit \
             --set distributed.fault_rank=1 --set distributed.fault_step=5
-expect "rank hangs: collective timeout" 60 "collective timed out after 3 s: allreduce of bucket 0 of 2, step 4" \
+expect "rank hangs: collective timeout" 60 "collective timed out after 3 s: allreduce of bucket 0 of 1, step 4" \
     $MPIRUN -np 2 ./train configs/fmnist_mlp.ini $SMALL --set distributed.fault=hang \
             --set distributed.fault_rank=1 --set distributed.fault_step=3 --set distributed.comm_timeout_s=3
 expect "rank hangs under zero = 2: the report names the reduce-scatter" 60 \
-    "collective timed out after 3 s: reduce-scatter of bucket 0 of 2, step 4" \
+    "collective timed out after 3 s: reduce-scatter of bucket 0 of 1, step 4" \
     $MPIRUN -np 2 ./train configs/fmnist_mlp.ini $SMALL --set distributed.fault=hang --set distributed.zero=2 \
             --set distributed.fault_rank=1 --set distributed.fault_step=3 --set distributed.comm_timeout_s=3
 # a resumed run numbers the reductions as its progress lines do: from the checkpoint's step
@@ -52,7 +52,7 @@ ck=$(mktemp -d)
 $MPIRUN -np 2 ./train configs/fmnist_mlp.ini $SMALL --set train.max_steps=6 --set checkpoint.dir=$ck \
     --set checkpoint.every_steps=6 > /dev/null 2>&1
 expect "rank hangs after a resume: the step counts the checkpoint's" 60 \
-    "collective timed out after 3 s: allreduce of bucket 0 of 2, step 9" \
+    "collective timed out after 3 s: allreduce of bucket 0 of 1, step 9" \
     $MPIRUN -np 2 ./train configs/fmnist_mlp.ini $SMALL --set checkpoint.dir=$ck --resume latest \
             --set distributed.fault=hang --set distributed.fault_rank=1 --set distributed.fault_step=8 \
             --set distributed.comm_timeout_s=3

@@ -806,7 +806,7 @@ static void test_ddp_nccl_one_rank(void **state)
     for (int k = 0; k < 2; k++) {
         ddp_run run = {.batch = 16,
                        .accum = k ? 2 : 1,
-                       .bucket_mb = 1e-3,
+                       .bucket_mb = 1e-4, /* a bucket per layer (a bias with its weight) */
                        .overlap = true,
                        .steps = 8,
                        .optim = k ? "adamw" : "sgd",
