@@ -88,6 +88,9 @@ ok=1
 env_out=$(inside "build-gpuselftest/train --env" 2>&1) || ok=0
 echo "$env_out" | sed 's/^/  env | /'
 grep -q "mpi: not in this build" <<< "$env_out" || { echo "gpu-selftest: --env does not say MPI is not built in"; ok=0; }
+# the CUDA plugin (build-gpuselftest/libdpt_cuda.so) loads with cuBLAS, cuDNN and NCCL found in the
+# pip folders and answers for the CUDA libraries (without a driver it says so)
+grep -q "^cuda: driver .* | cudnn .* | nccl [0-9]" <<< "$env_out" || { echo "gpu-selftest: --env shows no loaded CUDA plugin"; ok=0; }
 cuda_out=$(inside "build-gpuselftest/tests/test_cuda" 2>&1) || ok=0
 echo "$cuda_out" | tail -3 | sed 's/^/  test_cuda | /'
 grep -q "SKIPPED" <<< "$cuda_out" || { echo "gpu-selftest: test_cuda did not reach its no-GPU skip"; ok=0; }
