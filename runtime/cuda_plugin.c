@@ -161,22 +161,22 @@ static int no_devices(void)
     return 0;
 }
 
-static void no_env(FILE *out)
-{
-    fprintf(out, "cuda: not in this build (no nvcc or no cuDNN found at build time: make prints why)\n");
-}
-
 static const char *not_built(void)
 {
     return "this build has no CUDA (no nvcc or no cuDNN found at build time: make prints why)";
 }
 
+static void no_env(FILE *out)
+{
+    fprintf(out, "cuda: %s\n", not_built());
+}
+
 dpt_comm *dpt_comm_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)
 {
     (void)ctx, (void)host;
-    dpt_errorf(err, "this build has no NCCL, which GPU buffers across ranks need\n"
-                    "HINT: install NCCL with the CUDA toolkit and rebuild (make prints nccl=yes), or set "
-                    "[train] device = cpu");
+    dpt_errorf(err, "%s, and GPU buffers across ranks need it with NCCL\nHINT: install the CUDA toolkit with cuDNN "
+                    "and NCCL and rebuild (make prints cuda=yes), or set [train] device = cpu",
+               not_built());
     return NULL;
 }
 

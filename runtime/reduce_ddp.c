@@ -266,7 +266,8 @@ static void ddp_describe(const dpt_reducer *r, char *buf, size_t cap)
     if (d->tune.phase == PHASE_BUCKETS)
         snprintf(size, sizeof size, "buckets: bucket_mb = auto, %d sizes to try", d->tune.n);
     else
-        snprintf(size, sizeof size, "%d buckets (bucket_mb %g)", dpt_ddp_num_buckets(d->ddp), dpt_ddp_bucket_mb(d->ddp));
+        snprintf(size, sizeof size, "%d bucket%s (bucket_mb %g)", dpt_ddp_num_buckets(d->ddp),
+                 dpt_ddp_num_buckets(d->ddp) == 1 ? "" : "s", dpt_ddp_bucket_mb(d->ddp));
     snprintf(buf, cap, "%s | overlap %s | comm %s%s%s", size, d->opt.overlap ? "on" : "off", d->comm->ops->name,
              d->opt.reduce_scatter ? ", reduce-scatter (zero 2)" : "",
              d->opt.compression_auto                          ? ", grad_compression = auto"

@@ -42,7 +42,7 @@ from=$(ls "$tmp"/full/ckpt-step*.dpt | awk -F'step' -v t="$tuned_at" '{ s = $2 +
 mkdir -p "$tmp/res" && cp "$from" "$tmp/res/"
 out=$($M ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/res" --resume latest 2>&1); rc=$?
 grep -q "bucket_mb=" <(./train --inspect "$from" 2>&1; strings "$from" 2>/dev/null | grep "^bucket_mb=") &&
-    [ $rc -eq 0 ] && ! grep -q "^bucket_mb = auto:" <<<"$out" && grep -q "buckets (bucket_mb $chosen)" <<<"$out" &&
+    [ $rc -eq 0 ] && ! grep -q "^bucket_mb = auto:" <<<"$out" && grep -q "buckets\? (bucket_mb $chosen)" <<<"$out" &&
     cmp -s "$last" "$tmp/res/$(basename "$last")"
 check "resumed from $(basename "$from") (chosen at step $tuned_at): no new measurement, the uninterrupted run's last checkpoint" $? \
     "exit $rc: $(grep -m1 "ddp\|bucket" <<<"$out") $(tail -2 <<<"$out")"

@@ -173,7 +173,7 @@ if [ $mpi -eq 1 ]; then
     # one time per bucket of the header's count, their sum the window's comm_ms; the bus
     # bandwidth from the payload and that time (2(N-1)/N = 1 at 2 ranks); the exposed wait
     # within the step; the progress line's figures the same
-    /usr/bin/python3 - "$tmp/none.jsonl" "$(grep -o '[0-9]* buckets of' "$tmp/none.log" | cut -d' ' -f1)" <<'PY' 2>&1
+    /usr/bin/python3 - "$tmp/none.jsonl" "$(grep -o '[0-9]* buckets\? (bucket_mb' "$tmp/none.log" | cut -d' ' -f1)" <<'PY' 2>&1
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"kind":"train"' in l]
 assert rows, "no train rows"
