@@ -76,11 +76,16 @@ memory_estimate estimate_memory(const trainer *t)
     /* [distributed] zero: a rank keeps 1/N of it (plus up to 64 floats a segment) */
     if (run->zero && t->r->size > 1) nstate /= t->r->size;
     /* the gradients: whole (DDP's buckets), or under zero = 2 with zero_grads = ranges a rank's
-     * ranges and about 4 buckets of at most 4 MiB (auto decides with the bucket plan, later:
-     * counted whole, the bound) */
+     * ranges and 4 buckets in flight: 3 of about 4 MiB and one holding the largest parameter
+     * beside up to 4 MiB (a bucket closes with the parameter that fills it; GPT-2's token
+     * embedding alone is 154 MiB). auto decides with the bucket plan, later: counted whole, the
+     * bound. */
     double count = (double)dpt_model_param_count(t->model), grads = 1.0;
     if (run->zero == 2 && t->r->size > 1 && !run->deterministic && run->ddp.shard_grads == 2 && count > 0) {
-        grads = 1.0 / t->r->size + 4.0 * 4.0 * 1048576.0 / (count * sizeof(float));
+        int64_t biggest = 0;
+        for (int p = 0; p < nparams; p++)
+            if (dpt_model_param_at(t->model, p)->numel > biggest) biggest = dpt_model_param_at(t->model, p)->numel;
+        grads = 1.0 / t->r->size + (4.0 * 4.0 * 1048576.0 + (double)biggest * sizeof(float)) / (count * sizeof(float));
         if (grads > 1.0) grads = 1.0;
     }
     memory_estimate m = {
