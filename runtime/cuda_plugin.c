@@ -26,6 +26,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "alloc.h"
 #include "ctx.h"
@@ -88,11 +89,17 @@ static const dpt_backend_impl *loaded(void)
 
 /* NVIDIA's driver library is on every machine with a GPU and on none without: its absence means
  * no device, known without loading the plugin. */
+static bool driver;
+static void find_driver(void)
+{
+    driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL) != NULL;
+}
+
 static bool driver_present(void)
 {
-    static int present = -1;
-    if (present < 0) present = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL) != NULL;
-    return present;
+    static pthread_once_t once = PTHREAD_ONCE_INIT; /* DataParallel's replicas may ask at once */
+    pthread_once(&once, find_driver);
+    return driver;
 }
 
 static const dpt_backend *proxy_table(void)
@@ -106,12 +113,11 @@ static int proxy_device_count(void)
 {
     if (!driver_present()) return 0;
     if (loaded()) return plugin.impl->device_count();
-    static bool said;
-    if (!said)
+    static atomic_bool said;
+    if (!atomic_exchange(&said, true))
         fprintf(stderr, "warning: NVIDIA's driver is on this machine but the CUDA plugin could not be loaded, so no GPU "
                         "is used: %s\n",
                 plugin.why);
-    said = true;
     return 0;
 }
 

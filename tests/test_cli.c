@@ -301,13 +301,26 @@ static void test_cuda_plugin(void **state)
     assert_int_equal(run_capture(out, sizeof out, "DPT_CUDA_PLUGIN=%s/none.so ./train --env", dir), 0);
     assert_contains(out, "cuda: in this build, but its plugin could not be loaded: ");
     assert_contains(out, "none.so: cannot open shared object file");
-    char args[600];
+    char args[1600];
     snprintf(args, sizeof args, "DPT_CUDA_PLUGIN=%s/none.so ./train " SMALL "--set train.device=cuda", dir);
     int rc = run_capture(out, sizeof out, "%s", args);
     if (rc != 1) fail_msg("%s: exit %d, expected 1:\n%s", args, rc, out);
     assert_contains(out, "the CUDA backend is not available: ");
     assert_contains(out, "none.so: cannot open shared object file");
     assert_contains(out, "HINT: rebuild with the CUDA toolkit installed");
+    /* a machine with NVIDIA's driver (a stand-in libcuda.so.1) whose plugin cannot be loaded:
+     * device = auto trains on the CPU, and says why once */
+    snprintf(args, sizeof args,
+             "mkdir -p %s/drv && cp build/tests/libfake_nvml.so %s/drv/libcuda.so.1 && LD_LIBRARY_PATH=%s/drv "
+             "DPT_CUDA_PLUGIN=%s/none.so ./train " SMALL "--set train.max_steps=2 --set checkpoint.dir=%s/plug",
+             dir, dir, dir, dir, dir);
+    rc = run_capture(out, sizeof out, "%s", args);
+    if (rc != 0) fail_msg("%s: exit %d:\n%s", args, rc, out);
+    assert_contains(out, "warning: NVIDIA's driver is on this machine but the CUDA plugin could not be loaded, so no "
+                         "GPU is used: ");
+    const char *first = strstr(out, "so no GPU is used");
+    assert_null(strstr(first + 1, "so no GPU is used")); /* once */
+    assert_contains(out, "final test acc");
 }
 
 /* GPU stats through NVML, with the stand-in library (tests/fake_nvml.c): --env lists each
