@@ -92,10 +92,19 @@ step "build (make MPI=0 CUDA_ARCHS=90 GPU_BUNDLE=.gpu)" 60 240 build.log "${mk[@
 done_row "$("${mk[@]}" -s summary 2>/dev/null | tail -1 | sed 's/dptrain build: //' | cut -c1-150)"
 [ "$last_status" = ok ] || finish "stopped: no build" 1
 
-# 2. --env [5 s]: driver, CUDA, cuDNN, NCCL, each GPU, NVML stats
-step "./train --env (NVML stats)" 5 30 env.log ./train --env
-done_row "$(grep -m1 '^nvml:' "$last_log" | cut -c1-110)"
+# 2. --env [5 s]: driver, CUDA, cuDNN, NCCL, each GPU, NVML stats. The CUDA code is a plugin
+# (build/libdpt_cuda.so) loaded on first use: if it does not load, or sees no GPU where
+# nvidia-smi does, every later step would quietly run on the CPU or skip: stop here, saying why.
+step "./train --env (CUDA plugin, GPUs, NVML stats)" 5 30 env.log ./train --env
+gpus_smi=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "$last_status" = ok ] && ! grep -q "^cuda: driver [0-9]" "$last_log"; then
+    last_status=FAIL; last_row[1]=FAIL
+elif [ "$last_status" = ok ] && [ "${gpus_smi:-0}" -gt 0 ] && grep -q "^gpus: none visible" "$last_log"; then
+    last_status=FAIL; last_row[1]=FAIL
+fi
+done_row "$(grep -m1 '^cuda:' "$last_log" | cut -c1-70) | $(grep -m1 '^nvml:' "$last_log" | cut -c1-60)"
 sed 's/^/    /' "$last_log" | head -12
+[ "$last_status" = ok ] || finish "stopped: the CUDA plugin did not load or sees no GPU (nvidia-smi lists ${gpus_smi:-0}): $(grep -m1 '^cuda:' "$last_log" | cut -c1-200)" 1
 
 # 3. correctness [60 s]: every CUDA op and layer against the CPU, the loader, NCCL, DDP; each
 # test in a child of its own (a fatal error in one is that test's failure, not the binary's)
