@@ -1171,7 +1171,7 @@ typedef struct dpt_atomic_file {
     FILE *f;
     char *tmp, *out; /* the temporary's path, the destination's (for messages) */
     int dir;         /* the folder, opened once: creation, rename and fsync all relative to it */
-    char *tmp_name, *name;
+    char *tmp_name;  /* the temporary's name in that folder */
 } dpt_atomic_file;
 bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err);
 bool dpt_atomic_file_close(dpt_atomic_file *a, bool ok, dpt_error *err);

@@ -50,32 +50,44 @@ static void random_suffix(char *six)
         six[i] = alphabet[r[i] % (sizeof alphabet - 1)];
 }
 
-/* What stands at the destination's name, if it is not something dptrain may replace: a
- * symbolic link (planted in a shared folder; renaming over it would be harmless, but a run
- * that finds one is told, not quietly mended), a folder, a FIFO or a device, or another user's
- * file. NULL when the name is free or holds this user's regular file. */
-static const char *destination_problem(int dir, const char *name, char *buf, size_t cap)
+/* The last component of a path (the file's name in its folder). */
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* Whether dptrain may put its file at out's name in the folder `dir`: the name is free or holds
+ * this user's regular file. Refused, naming out: a symbolic link (planted in a shared folder;
+ * renaming over it would be harmless, but a run that finds one is told, not quietly mended), a
+ * folder, a FIFO or a device, or another user's file. */
+static bool destination_ok(int dir, const char *out, dpt_error *err)
 {
     struct stat st;
-    if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return NULL; /* nothing there (or unreadable: rename says) */
+    if (fstatat(dir, base_name(out), &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return true; /* nothing there (or unreadable: the rename says) */
+    char owner[64];
+    const char *problem = NULL;
     if (S_ISLNK(st.st_mode))
-        return "a symbolic link stands at its name, and dptrain does not replace links (one planted in a shared "
-               "folder is not the run's file)";
-    if (S_ISDIR(st.st_mode)) return "a folder stands at its name";
-    if (!S_ISREG(st.st_mode)) return "something that is not a regular file (a FIFO, a device or a socket) stands at its name";
-    if (st.st_uid != geteuid()) {
-        snprintf(buf, cap, "the file at its name belongs to another user (uid %u)", (unsigned)st.st_uid);
-        return buf;
+        problem = "a symbolic link stands at its name, and dptrain does not replace links (one planted in a shared "
+                  "folder is not the run's file)";
+    else if (S_ISDIR(st.st_mode))
+        problem = "a folder stands at its name";
+    else if (!S_ISREG(st.st_mode))
+        problem = "something that is not a regular file (a FIFO, a device or a socket) stands at its name";
+    else if (st.st_uid != geteuid()) {
+        snprintf(owner, sizeof owner, "the file at its name belongs to another user (uid %u)", (unsigned)st.st_uid);
+        problem = owner;
     }
-    return NULL;
+    return !problem ||
+           dpt_errorf(err, "cannot write %s: %s\nHINT: remove it if it is yours, or choose another path", out, problem);
 }
 
 bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err)
 {
     memset(a, 0, sizeof *a);
     a->dir = -1;
-    const char *slash = strrchr(out, '/');
-    const char *name = slash ? slash + 1 : out;
+    const char *slash = strrchr(out, '/'), *name = base_name(out);
     char *dir = slash ? dpt_strf("%.*s", (int)(slash - out), out) : dpt_strf(".");
     if (!*name) {
         free(dir);
@@ -86,14 +98,11 @@ bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err)
      * while the file is written does not redirect it. */
     a->dir = open(*dir ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int fd = -1, e = a->dir < 0 ? errno : 0;
-    char owner[96];
-    const char *problem = a->dir >= 0 ? destination_problem(a->dir, name, owner, sizeof owner) : NULL;
-    if (problem) { /* refused before anything is written */
+    if (a->dir >= 0 && !destination_ok(a->dir, out, err)) { /* refused before anything is written */
         close(a->dir);
         free(dir);
         memset(a, 0, sizeof *a);
-        return dpt_errorf(err, "cannot write %s: %s\nHINT: remove it if it is yours, or choose another path", out,
-                          problem);
+        return false;
     }
     /* DIR/.NAME.XXXXXX: hidden, and never a name a reader of DIR looks for */
     a->tmp_name = dpt_strf(".%s.XXXXXX", name);
@@ -115,7 +124,6 @@ bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err)
     if (!a->f) dpt_fatal("out of host memory");
     a->tmp = dpt_strf("%s/%s", dir, a->tmp_name);
     a->out = dpt_strf("%s", out);
-    a->name = dpt_strf("%s", name);
     free(dir);
     return true;
 }
@@ -128,17 +136,13 @@ bool dpt_atomic_file_close(dpt_atomic_file *a, bool ok, dpt_error *err)
         ok = dpt_errorf(err, "cannot flush %s: %s\nHINT: is the disk full?", a->tmp, strerror(errno));
     if (ok && fchmod(fileno(a->f), 0644) != 0) ok = dpt_errorf(err, "cannot chmod %s: %s", a->tmp, strerror(errno));
     if (fclose(a->f) != 0 && ok) ok = dpt_errorf(err, "cannot close %s: %s", a->tmp, strerror(errno));
-    char owner[96];
-    const char *problem = ok ? destination_problem(a->dir, a->name, owner, sizeof owner) : NULL;
-    if (problem) /* appeared while the file was written */
-        ok = dpt_errorf(err, "cannot write %s: %s\nHINT: remove it if it is yours, or choose another path", a->out,
-                        problem);
-    if (ok && renameat(a->dir, a->tmp_name, a->dir, a->name) != 0)
+    if (ok) ok = destination_ok(a->dir, a->out, err); /* or one appeared while the file was written */
+    if (ok && renameat(a->dir, a->tmp_name, a->dir, base_name(a->out)) != 0)
         ok = dpt_errorf(err, "cannot rename %s to %s: %s", a->tmp, a->out, strerror(errno));
     if (!ok) unlinkat(a->dir, a->tmp_name, 0);
     if (ok) fsync(a->dir); /* the rename itself durable: the folder's entry on disk */
     close(a->dir);
-    free(a->tmp), free(a->out), free(a->tmp_name), free(a->name);
+    free(a->tmp), free(a->out), free(a->tmp_name);
     memset(a, 0, sizeof *a);
     return ok;
 }
