@@ -9,11 +9,17 @@
 #include "error.h"
 #include "registry.h"
 
+/* The registered backend of that name, runnable or not, or NULL. */
+static const dpt_backend_impl *backend_registered(const char *name)
+{
+    const dpt_registration *r = dpt_registry_find(DPT_KIND_BACKEND, name);
+    return r ? r->impl : NULL;
+}
+
 /* The registered backend of that name that this build can run (its table), or NULL. */
 static const dpt_backend_impl *backend_named(const char *name)
 {
-    const dpt_registration *r = dpt_registry_find(DPT_KIND_BACKEND, name);
-    const dpt_backend_impl *impl = r ? r->impl : NULL;
+    const dpt_backend_impl *impl = backend_registered(name);
     return impl && impl->table() ? impl : NULL;
 }
 
@@ -34,8 +40,7 @@ dpt_ctx *dpt_ctx_new(const dpt_ctx_options *options, dpt_error *err)
 {
     const dpt_backend *be = backend_for(options->device.kind, options->cpu_kernels);
     if (!be && options->device.kind == DPT_DEVICE_CUDA) {
-        const dpt_registration *r = dpt_registry_find(DPT_KIND_BACKEND, "cuda");
-        const dpt_backend_impl *impl = r ? r->impl : NULL;
+        const dpt_backend_impl *impl = backend_registered("cuda");
         dpt_errorf(err,
                    "the CUDA backend is not available: %s\n"
                    "HINT: rebuild with the CUDA toolkit installed (make prints what it found), or set [train] device = cpu",

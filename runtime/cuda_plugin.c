@@ -43,8 +43,8 @@ static struct {
     pthread_once_t once;
     const dpt_backend_impl *impl; /* the plugin's; NULL until loaded or when loading failed */
     nccl_new_fn nccl_new;
-    char path[1024];
-    char why[1400]; /* why it could not be loaded */
+    char *path;     /* DPT_CUDA_PLUGIN, or where this build put it (kept: the messages name it) */
+    char why[1400]; /* why it could not be loaded (a message: cut to fit, never a path to open) */
 } plugin = {.once = PTHREAD_ONCE_INIT};
 
 __attribute__((used)) static void *const plugin_needs[] = {
@@ -67,7 +67,7 @@ static void *symbol(void *handle, const char *name)
 static void load(void)
 {
     const char *path = getenv("DPT_CUDA_PLUGIN");
-    snprintf(plugin.path, sizeof plugin.path, "%s", path && *path ? path : DPT_CUDA_PLUGIN_PATH);
+    plugin.path = dpt_strf("%s", path && *path ? path : DPT_CUDA_PLUGIN_PATH);
     void *h = dlopen(plugin.path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
