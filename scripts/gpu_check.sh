@@ -97,9 +97,8 @@ done_row "$("${mk[@]}" -s summary 2>/dev/null | tail -1 | sed 's/dptrain build: 
 # nvidia-smi does, every later step would quietly run on the CPU or skip: stop here, saying why.
 step "./train --env (CUDA plugin, GPUs, NVML stats)" 5 30 env.log ./train --env
 gpus_smi=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-if [ "$last_status" = ok ] && ! grep -q "^cuda: driver [0-9]" "$last_log"; then
-    last_status=FAIL; last_row[1]=FAIL
-elif [ "$last_status" = ok ] && [ "${gpus_smi:-0}" -gt 0 ] && grep -q "^gpus: none visible" "$last_log"; then
+if [ "$last_status" = ok ] && { ! grep -q "^cuda: driver [0-9]" "$last_log" ||
+    { [ "${gpus_smi:-0}" -gt 0 ] && grep -q "^gpus: none visible" "$last_log"; }; }; then
     last_status=FAIL; last_row[1]=FAIL
 fi
 done_row "$(grep -m1 '^cuda:' "$last_log" | cut -c1-70) | $(grep -m1 '^nvml:' "$last_log" | cut -c1-60)"
