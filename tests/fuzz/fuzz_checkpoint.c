@@ -31,6 +31,16 @@ static void remove_pair_dir(void)
     rmdir(pair_dir);
 }
 
+/* The bytes of the file at path, onto out. */
+static void append_file(FILE *out, const char *path)
+{
+    FILE *in = fopen(path, "rb");
+    if (!in) abort();
+    for (int c; (c = fgetc(in)) != EOF;)
+        fputc(c, out);
+    fclose(in);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
@@ -61,22 +71,19 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         for (int p = 0; p < n && p < 64; p++)
             hi[p] = dpt_tensor_numel(dpt_model_param_at(model, p));
         dpt_optim_shard(sharded, lo, hi);
-        char main_path[1024], *part = dpt_checkpoint_part_path(path, 1, 0, 1);
+        char main_path[1024];
         snprintf(main_path, sizeof main_path, "%s/mlp-adamw-sharded.tmp", seed_dir);
-        free(part);
-        part = dpt_checkpoint_part_path(main_path, 1, 0, 1);
+        char *part = dpt_checkpoint_part_path(main_path, 1, 0, 1);
         if (!dpt_checkpoint_save_part(main_path, sharded, 0, 1, 1, &err) ||
             !dpt_checkpoint_save_sharded(main_path, model, sharded, ctx, cfg, &st, 1, 1, 1, &err))
             abort();
         snprintf(path, sizeof path, "%s/mlp-adamw-sharded.dpt", seed_dir);
-        FILE *out = fopen(path, "wb"), *a = fopen(main_path, "rb"), *b = fopen(part, "rb");
-        if (!out || !a || !b) abort();
-        for (int c; (c = fgetc(a)) != EOF;)
-            fputc(c, out);
+        FILE *out = fopen(path, "wb");
+        if (!out) abort();
+        append_file(out, main_path);
         fputs(PART_MARK, out);
-        for (int c; (c = fgetc(b)) != EOF;)
-            fputc(c, out);
-        fclose(out), fclose(a), fclose(b);
+        append_file(out, part);
+        fclose(out);
         unlink(main_path), unlink(part);
         free(part);
         dpt_optim_free(sharded);
