@@ -1,5 +1,6 @@
 /* dnnl_internal.h: what the oneDNN backend's files share (ops_cpu_dnnl.c: state, reorders,
- * relayouts, the table; dnnl_conv.c, dnnl_norm.c, dnnl_pool.c, dnnl_gemm.c: one concern each):
+ * relayouts, the table; dnnl_conv.c, dnnl_norm.c, dnnl_pool.c, dnnl_gemm.c, dnnl_attention.c: one
+ * concern each):
  * the plans each keeps per shape, the context's state that holds them, and the helpers that
  * create and run primitives. Internal to the library; only compiled with oneDNN (DPT_DNNL). */
 #ifndef DPT_DNNL_INTERNAL_H
@@ -72,11 +73,34 @@ typedef struct gemm_plan {
     dnnl_primitive_t to_a16, to_b16, matmul;
 } gemm_plan;
 
+/* [train] precision = bf16's attention (dnnl_attention.c). ATTN_MM: one batched product C (bh,
+ * M, N) = alpha A (bh, M, K) B (bh, K, N) (+ C with acc), A and B bf16 and C fp32, each a
+ * strided view (strides between batch elements, rows, columns; a transposed operand's column
+ * stride > 1). ATTN_TO_HEADS: (B = bh, T = N, ld = as[0]) fp32 rows holding H = M heads of hs = K
+ * values -> (B, H, T, hs) bf16; ATTN_FROM_HEADS: (B, H, T, hs) fp32 -> the rows (+= with acc). */
+typedef enum { ATTN_MM, ATTN_TO_HEADS, ATTN_FROM_HEADS } attn_kind;
+
+typedef struct attn_mm {
+    attn_kind kind;
+    int64_t bh, M, N, K;
+    int64_t as[3], bs[3], cs[3];
+    float alpha;
+    bool acc;
+} attn_mm;
+
+typedef struct attn_plan {
+    attn_mm key;
+    dnnl_memory_desc_t a, b, c; /* a reorder's from and to: a and c */
+    dnnl_primitive_t prim;
+} attn_plan;
+
 typedef struct dnnl_state {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     gemm_plan **gemms;
     int ngemm, cap_gemm;
+    attn_plan **attn_plans;
+    int nattn, cap_attn;
     conv_plan **plans;
     int nplans, cap_plans;
     bn_plan **bn_plans;
@@ -184,5 +208,11 @@ void dnnl_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, fl
 /* dnnl_gemm.c */
 void cpu_onednn_gemm(dpt_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* dnnl_attention.c: the backend's attention; bf16 products under precision = bf16, else the
+ * fp32 kernel's */
+void dnnl_attention_fwd(dpt_ctx *ctx, const float *qkv, int64_t B, int64_t T, int64_t H, int64_t hs, bool causal,
+                        float *y, float *lse);
+void dnnl_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, const float *dy, const float *lse, int64_t B,
+                        int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv);
 
 #endif

@@ -90,6 +90,11 @@ static void dnnl_shutdown(dpt_ctx *ctx)
             free(g);
         }
         free(st->gemms);
+        for (int i = 0; i < st->nattn; i++) {
+            if (st->attn_plans[i]->prim) dnnl_primitive_destroy(st->attn_plans[i]->prim);
+            free(st->attn_plans[i]);
+        }
+        free(st->attn_plans);
         dnnl_stream_destroy(st->stream);
         dnnl_engine_destroy(st->engine);
         free(st);
@@ -109,6 +114,8 @@ static void table_fill(void)
     table.precision_for = dnnl_precision_for;
     table.shutdown = dnnl_shutdown;
     table.gemm = cpu_onednn_gemm;
+    table.attention_fwd = dnnl_attention_fwd;
+    table.attention_bwd = dnnl_attention_bwd;
     table.conv2d_fwd = dnnl_conv2d_fwd;
     table.conv2d_bwd = dnnl_conv2d_bwd;
     table.conv2d_io = dnnl_conv2d_io;

@@ -33,7 +33,8 @@ static const dpt_config_key train_keys[] = {
     {"train", "precision", DPT_KEY_ENUM, "fp32", 1, 0, "fp32|bf16|fp16",
      "bf16: convolutions read bf16 inputs and weights and accumulate in fp32 (torch.autocast's idea); the "
      "activations between convolutions, batch norm, relu, residual adds and pooling are kept in bf16 (about "
-     "half the activation memory; see bf16_activations); linear layers' GEMMs take bf16 inputs; batch-norm statistics, the loss, gradients, the weights and the "
+     "half the activation memory; see bf16_activations); linear layers' GEMMs take bf16 inputs, and so do attention's products on the CPU (its softmax and "
+     "statistics stay fp32); batch-norm statistics, the loss, gradients, the weights and the "
      "optimizer stay fp32. CPU: oneDNN kernels; fp32 where the CPU lacks AVX512-BF16 (said in the header). "
      "CUDA: cuDNN's bf16 convolutions (tensor cores; weight gradients come out in bf16) and cuBLAS's bf16 GEMMs, "
      "activations fp32. "

@@ -646,6 +646,155 @@ static void test_bmm_bf16(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* Attention under precision = bf16 (oneDNN: the products in bf16, softmax and its statistics
+ * in fp32). The reference is float64 on the operands the kernel reads: q, k, v and dy rounded to
+ * bf16. What the kernel rounds besides is each probability (before P V and P^T dO) and each
+ * score gradient (before dS K and dS^T Q), each a relative 2^-9; D = dy . y reads fp32 dy and
+ * the forward's y (the reference's D too: the backward's contract). The bound per element adds those roundings' worst cases (the fp32 sums
+ * over at most T terms add T 2^-24 relative, three orders below) and is asserted with a factor
+ * 2. A kernel that left the inputs in fp32 would pass too, so the forward must also differ from
+ * the fp32 kernel's (it does by about 2^-9 relative where it takes the bf16 path). */
+typedef struct attn16_ref {
+    double *y, *g, *ytol, *gtol;
+} attn16_ref;
+
+static void attn16_reference(const float *qkv, const float *dyf, const float *y_kernel, int64_t B, int64_t T,
+                             int64_t H, int64_t hs, bool causal, attn16_ref *r)
+{
+    int64_t C = H * hs, C3 = 3 * C;
+    double scale = 1.0 / sqrt((double)hs), u = ldexp(1.0, -9);
+    double *p = malloc((size_t)T * sizeof *p), *dp = malloc((size_t)T * sizeof *dp);
+#define R16(x) ((double)dpt_f32_from_bf16(dpt_bf16_from_f32(x)))
+#define Q(t, e) R16(qkv[(b * T + (t)) * C3 + h * hs + (e)])
+#define K(t, e) R16(qkv[(b * T + (t)) * C3 + C + h * hs + (e)])
+#define V(t, e) R16(qkv[(b * T + (t)) * C3 + 2 * C + h * hs + (e)])
+#define DY(t, e) dyf[(b * T + (t)) * C + h * hs + (e)]
+    memset(r->g, 0, (size_t)(B * T * C3) * sizeof *r->g);
+    memset(r->gtol, 0, (size_t)(B * T * C3) * sizeof *r->gtol);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < T; i++) {
+                int64_t seen = causal ? i + 1 : T;
+                double m = -INFINITY, sum = 0, D = 0;
+                for (int64_t j = 0; j < seen; j++) {
+                    double d = 0;
+                    for (int64_t e = 0; e < hs; e++)
+                        d += Q(i, e) * K(j, e);
+                    p[j] = d * scale;
+                    m = fmax(m, p[j]);
+                }
+                for (int64_t j = 0; j < seen; j++)
+                    sum += p[j] = exp(p[j] - m);
+                for (int64_t j = 0; j < seen; j++)
+                    p[j] /= sum;
+                for (int64_t e = 0; e < hs; e++) {
+                    double o = 0, mag = 0;
+                    for (int64_t j = 0; j < seen; j++)
+                        o += p[j] * V(j, e), mag += p[j] * fabs(V(j, e));
+                    int64_t at = (b * T + i) * C + h * hs + e;
+                    r->y[at] = o, r->ytol[at] = 2 * u * mag + 1e-7;
+                    D += DY(i, e) * (double)y_kernel[at]; /* backward's D reads the forward's y */
+                }
+                for (int64_t j = 0; j < seen; j++) {
+                    double d = 0, dmag = 0;
+                    for (int64_t e = 0; e < hs; e++)
+                        d += R16(DY(i, e)) * V(j, e), dmag += fabs(DY(i, e) * V(j, e));
+                    dp[j] = d;
+                    double ds = p[j] * (d - D) * scale;
+                    /* the kernel's dS: dy rounded in dP, then dS itself rounded */
+                    double ds_tol = p[j] * scale * u * dmag + u * fabs(ds);
+                    for (int64_t e = 0; e < hs; e++) {
+                        int64_t qi = (b * T + i) * C3 + h * hs + e, kj = (b * T + j) * C3 + C + h * hs + e,
+                                vj = kj + C;
+                        r->g[qi] += ds * K(j, e), r->gtol[qi] += 2 * ds_tol * fabs(K(j, e));
+                        r->g[kj] += ds * Q(i, e), r->gtol[kj] += 2 * ds_tol * fabs(Q(i, e));
+                        /* dV += P^T dO: P and dy rounded */
+                        r->g[vj] += p[j] * R16(DY(i, e)), r->gtol[vj] += 2 * 2 * u * p[j] * fabs(DY(i, e));
+                    }
+                }
+            }
+#undef R16
+#undef Q
+#undef K
+#undef V
+#undef DY
+    free(p), free(dp);
+}
+
+static void attention_bf16_on(dpt_ctx *ctx, const float *in, const float *w, int64_t B, int64_t T, int64_t H,
+                              int64_t hs, bool causal, float *y_out, float *g_out)
+{
+    dpt_tensor *qkv = dpt_tensor_new(ctx, 3, (int64_t[]){B, T, 3 * H * hs});
+    dpt_tensor *wt = dpt_tensor_new(ctx, 3, (int64_t[]){B, T, H * hs});
+    memcpy(qkv->data, in, (size_t)qkv->numel * sizeof(float));
+    memcpy(wt->data, w, (size_t)wt->numel * sizeof(float));
+    qkv->requires_grad = true;
+    dpt_tensor *y = dpt_attention(ctx, qkv, (int)H, causal);
+    dpt_backward(ctx, dpt_sum(ctx, dpt_mul(ctx, y, wt))); /* dy = w */
+    dpt_tensor_copy_to_host(y, y_out);
+    dpt_tensor_copy_to_host(qkv->grad, g_out);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(qkv), dpt_tensor_free(wt);
+}
+
+static void test_attention_bf16(void **state)
+{
+    (void)state;
+    dpt_error err;
+    dpt_ctx_options o = {.device = {DPT_DEVICE_CPU, 0}, .threads = 2, .seed = 3, .precision = DPT_PRECISION_BF16};
+    dpt_ctx *ctx = dpt_ctx_new(&o, &err);
+    if (!ctx) { /* a build without oneDNN has no CPU bf16 path */
+        print_message("skipped: %s\n", err.msg);
+        skip();
+    }
+    const char *why;
+    if (dpt_ctx_precision(ctx, &why) != DPT_PRECISION_BF16) {
+        print_message("skipped: %s\n", why);
+        dpt_ctx_free(ctx);
+        skip();
+    }
+    dpt_ctx *f32 = test_ctx(2, 3);
+    /* T = 150: three 64-row tiles, the last partial; T = 70 without the mask; hs 8 and 64 */
+    attn_case cases[] = {{2, 150, 2, 8, true}, {1, 70, 3, 8, false}, {2, 5, 2, 4, true}, {1, 130, 2, 64, true}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t B = cases[c].B, T = cases[c].T, H = cases[c].H, hs = cases[c].hs, n = B * T * H * hs;
+        bool causal = cases[c].causal;
+        dpt_rng rng;
+        dpt_rng_seed(&rng, 77 + c);
+        float *in = malloc(3 * (size_t)n * sizeof *in), *w = malloc((size_t)n * sizeof *w);
+        for (int64_t i = 0; i < 3 * n; i++)
+            in[i] = -2.0f + 4.0f * dpt_rng_uniform(&rng);
+        for (int64_t i = 0; i < n; i++)
+            w[i] = -1.0f + 2.0f * dpt_rng_uniform(&rng);
+        float *y = malloc((size_t)n * sizeof *y), *g = malloc(3 * (size_t)n * sizeof *g);
+        float *y32 = malloc((size_t)n * sizeof *y32), *g32 = malloc(3 * (size_t)n * sizeof *g32);
+        attention_bf16_on(ctx, in, w, B, T, H, hs, causal, y, g);
+        attention_bf16_on(f32, in, w, B, T, H, hs, causal, y32, g32);
+        attn16_ref r = {malloc((size_t)n * sizeof(double)), malloc(3 * (size_t)n * sizeof(double)),
+                        malloc((size_t)n * sizeof(double)), malloc(3 * (size_t)n * sizeof(double))};
+        attn16_reference(in, w, y, B, T, H, hs, causal, &r);
+        double differs = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (!(fabs(y[i] - r.y[i]) <= r.ytol[i]))
+                fail_msg("bf16 attention B%lld T%lld H%lld hs%lld%s: y[%lld] %.9g, reference %.9g (bound %.3g)",
+                         (long long)B, (long long)T, (long long)H, (long long)hs, causal ? " causal" : "",
+                         (long long)i, y[i], r.y[i], r.ytol[i]);
+            differs = fmax(differs, fabs(y[i] - y32[i]));
+        }
+        for (int64_t i = 0; i < 3 * n; i++)
+            if (!(fabs(g[i] - r.g[i]) <= r.gtol[i] + 1e-6))
+                fail_msg("bf16 attention B%lld T%lld H%lld hs%lld%s: dqkv[%lld] (%s) %.9g, reference %.9g (bound %.3g)",
+                         (long long)B, (long long)T, (long long)H, (long long)hs, causal ? " causal" : "",
+                         (long long)i, (const char *[]){"q", "k", "v"}[i / (H * hs) % 3], g[i], r.g[i],
+                         r.gtol[i] + 1e-6);
+        if (!(differs > 1e-5)) fail_msg("bf16 attention: the same as fp32's (%.3g): the bf16 path did not run", differs);
+        free(in), free(w), free(y), free(g), free(y32), free(g32);
+        free(r.y), free(r.g), free(r.ytol), free(r.gtol);
+    }
+    dpt_ctx_free(f32);
+    dpt_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- cross-entropy over (B, T, V) */
 
 typedef struct lm_case {
@@ -779,6 +928,7 @@ int main(void)
         cmocka_unit_test(test_attention_threads_and_memory),
         cmocka_unit_test(test_bmm),
         cmocka_unit_test(test_bmm_bf16),
+        cmocka_unit_test(test_attention_bf16),
         cmocka_unit_test(test_cross_entropy_tokens),
         cmocka_unit_test(test_foreach),
         cmocka_unit_test(test_same_bits_any_threads),
