@@ -10,7 +10,7 @@
  *    token beyond the vocabulary, too short for one sample) are refused naming the file;
  *  - generation with a KV cache: each position's logits equal the full forward's;
  *  - ./train learns byte-level text (the loss falls well below uniform's log 256), and the
- *    deterministic mode gives the same weights on 1 and 2 ranks. */
+ *    deterministic mode gives the same weights on 1 and 2 ranks (fp32 and bf16). */
 #include <glob.h>
 #include <unistd.h>
 
@@ -574,7 +574,9 @@ static void test_trains_on_text(void **state)
     assert_int_equal(rc, 1);
 }
 
-/* The deterministic mode: the same weights on 1 and 2 ranks. */
+/* The deterministic mode: the same weights on 1 and 2 ranks, in fp32 and in bf16 (attention's
+ * bf16 products batch a shard's heads: the same shards, the same bits; fp32 where the CPU has
+ * no AVX512-BF16). */
 static void test_deterministic_ranks(void **state)
 {
     (void)state;
@@ -586,17 +588,21 @@ static void test_deterministic_ranks(void **state)
                        "--set model.n_layer=2 --set train.global_batch=16 --set train.deterministic=true --set train.deterministic_shard=4 "
                        "--set train.threads=1 "
                        "--set log.interval=3 --set checkpoint.dir=/tmp/dpt_gpt_det --set checkpoint.final=false";
-    char cmd[2048], out1[1 << 15], out2[1 << 15];
-    snprintf(cmd, sizeof cmd, "./train %s 2>&1", args);
-    int rc = run_capture(out1, sizeof out1, "%s", cmd);
-    if (rc != 0) fail_msg("1 rank: exit %d\n%s", rc, out1);
-    snprintf(cmd, sizeof cmd, "mpirun --oversubscribe --allow-run-as-root -np 2 ./train %s 2>&1", args);
-    rc = run_capture(out2, sizeof out2, "%s", cmd);
-    if (rc != 0) fail_msg("2 ranks: exit %d\n%s", rc, out2);
-    const char *h1 = strstr(out1, "weights sha256 "), *h2 = strstr(out2, "weights sha256 ");
-    assert_non_null(h1);
-    assert_non_null(h2);
-    if (strncmp(h1, h2, 15 + 64) != 0) fail_msg("1 rank %.79s\n2 ranks %.79s", h1, h2);
+    const char *precisions[] = {"fp32", "bf16"};
+    for (int p = 0; p < 2; p++) {
+        char cmd[2048], out1[1 << 15], out2[1 << 15];
+        snprintf(cmd, sizeof cmd, "./train %s --set train.precision=%s 2>&1", args, precisions[p]);
+        int rc = run_capture(out1, sizeof out1, "%s", cmd);
+        if (rc != 0) fail_msg("%s, 1 rank: exit %d\n%s", precisions[p], rc, out1);
+        snprintf(cmd, sizeof cmd, "mpirun --oversubscribe --allow-run-as-root -np 2 ./train %s --set train.precision=%s 2>&1",
+                 args, precisions[p]);
+        rc = run_capture(out2, sizeof out2, "%s", cmd);
+        if (rc != 0) fail_msg("%s, 2 ranks: exit %d\n%s", precisions[p], rc, out2);
+        const char *h1 = strstr(out1, "weights sha256 "), *h2 = strstr(out2, "weights sha256 ");
+        assert_non_null(h1);
+        assert_non_null(h2);
+        if (strncmp(h1, h2, 15 + 64) != 0) fail_msg("%s: 1 rank %.79s\n2 ranks %.79s", precisions[p], h1, h2);
+    }
 }
 
 int main(void)
