@@ -237,6 +237,9 @@ const char *dpt_ctx_backend_name(const dpt_ctx *ctx);
 void dpt_onednn_version(char *buf, size_t cap);
 /* Threads actually used by this context's kernels. */
 int dpt_ctx_threads(const dpt_ctx *ctx);
+/* Change that count (>= 1) between steps: the kernels split their work anew, so the last bits
+ * of later results may differ from the old count's ([train] adapt_threads). */
+void dpt_ctx_set_threads(dpt_ctx *ctx, int threads);
 /* The precision the convolutions run in, and why it differs from the one asked for ("" if not). */
 dpt_precision dpt_ctx_precision(const dpt_ctx *ctx, const char **note);
 /* Whether activations are kept channels-last (NHWC) between the ops that take them. */

@@ -94,6 +94,10 @@ typedef struct dpt_backend {
     /* Set up / tear down ctx->backend_state (streams, handles, thread settings). */
     bool (*init)(dpt_ctx *ctx, dpt_error *err);
     void (*shutdown)(dpt_ctx *ctx);
+    /* ctx->threads is about to become `threads` (dpt_ctx_set_threads, between steps): what the
+     * backend made for the old count (oneDNN's primitives keep the count they were made with)
+     * is kept for a return to it. NULL: nothing depends on the count. */
+    void (*set_threads)(dpt_ctx *ctx, int threads);
     const dpt_device_iface *dev; /* memory, copies, streams, events */
     /* Image batches (the loader's uint8 ones): n samples of hw pixels x c bytes, HWC, to float
      * (n, c, h, w) with y = x * scale[ch] + shift[ch], c <= 4 (scale, shift: host arrays). */

@@ -123,6 +123,14 @@ int dpt_ctx_threads(const dpt_ctx *ctx)
 {
     return ctx->threads;
 }
+
+void dpt_ctx_set_threads(dpt_ctx *ctx, int threads)
+{
+    if (threads < 1) threads = 1;
+    if (threads == ctx->threads) return;
+    if (ctx->be->set_threads) ctx->be->set_threads(ctx, threads);
+    ctx->threads = threads;
+}
 void dpt_ctx_set_comm(dpt_ctx *ctx, dpt_comm *comm)
 {
     ctx->comm = comm;

@@ -94,7 +94,11 @@ typedef struct attn_plan {
     dnnl_primitive_t prim;
 } attn_plan;
 
+/* The plans of one thread count; states for other counts ([train] adapt_threads) form a ring
+ * through `next` (a state alone points to itself). */
 typedef struct dnnl_state {
+    int threads;
+    struct dnnl_state *next;
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     gemm_plan **gemms;

@@ -29,21 +29,48 @@
 
 /* ---------------------------------------------------------------- the table */
 
-static bool dnnl_init(dpt_ctx *ctx, dpt_error *err)
+static dnnl_state *state_new(int threads, dpt_error *err)
 {
-    if (!dpt_backend_cpu.init(ctx, err)) return false;
     dnnl_state *st = calloc(1, sizeof *st);
     if (!st) dpt_fatal("out of host memory for the oneDNN state");
     dnnl_status_t rc = dnnl_engine_create(&st->engine, dnnl_cpu, 0);
     if (rc == dnnl_success) rc = dnnl_stream_create(&st->stream, st->engine, dnnl_stream_default_flags);
     if (rc != dnnl_success) {
         free(st);
-        return dpt_errorf(err,
-                          "oneDNN could not create a CPU engine: %s\nHINT: set [train] cpu_kernels = native",
-                          dnnl_status2str(rc));
+        dpt_errorf(err, "oneDNN could not create a CPU engine: %s\nHINT: set [train] cpu_kernels = native",
+                   dnnl_status2str(rc));
+        return NULL;
     }
+    st->threads = threads;
+    st->next = st;
+    return st;
+}
+
+static bool dnnl_init(dpt_ctx *ctx, dpt_error *err)
+{
+    if (!dpt_backend_cpu.init(ctx, err)) return false;
+    dnnl_state *st = state_new(ctx->threads, err);
+    if (!st) return false;
     ctx->backend_state = st;
     return true;
+}
+
+/* The plans made for `threads` (a new state the first time), in the ring of this context's. */
+static void dnnl_set_threads(dpt_ctx *ctx, int threads)
+{
+    dnnl_state *st = dnnl_state_of(ctx), *s = st;
+    do {
+        if (s->threads == threads) {
+            ctx->backend_state = s;
+            return;
+        }
+        s = s->next;
+    } while (s != st);
+    dpt_error err;
+    dnnl_state *fresh = state_new(threads, &err);
+    if (!fresh) dpt_fatal("%s", err.msg);
+    fresh->next = st->next, st->next = fresh;
+    ctx->backend_state = fresh;
 }
 
 /* bf16 where the CPU has AVX512-BF16 (oneDNN would emulate it elsewhere, slower than fp32: fp32
@@ -57,47 +84,59 @@ static dpt_precision_choice dnnl_precision_for(dpt_precision asked)
     return dpt_backend_cpu_native()->precision_for(asked);
 }
 
+/* One thread count's plans, engine and stream. */
+static void state_free(dnnl_state *st)
+{
+    for (int i = 0; i < st->nplans; i++)
+        dnnl_conv_plan_free(st->plans[i]);
+    free(st->plans);
+    for (int i = 0; i < st->nbn; i++) {
+        dnnl_primitive_destroy(st->bn_plans[i]->fwd);
+        if (st->bn_plans[i]->bwd) dnnl_primitive_destroy(st->bn_plans[i]->bwd);
+        dnnl_primitive_destroy(st->bn_plans[i]->infer);
+        free(st->bn_plans[i]);
+    }
+    free(st->bn_plans);
+    for (int i = 0; i < st->nrelayouts; i++) {
+        if (st->relayouts[i]->reorder) dnnl_primitive_destroy(st->relayouts[i]->reorder);
+        free(st->relayouts[i]);
+    }
+    free(st->relayouts);
+    for (int i = 0; i < st->npool; i++) {
+        if (st->pool_plans[i]->fwd) dnnl_primitive_destroy(st->pool_plans[i]->fwd);
+        if (st->pool_plans[i]->bwd) dnnl_primitive_destroy(st->pool_plans[i]->bwd);
+        free(st->pool_plans[i]);
+    }
+    free(st->pool_plans);
+    for (int i = 0; i < st->ngemm; i++) {
+        gemm_plan *g = st->gemms[i];
+        dnnl_primitive_destroy(g->matmul);
+        if (g->to_a16) dnnl_primitive_destroy(g->to_a16);
+        if (g->to_b16) dnnl_primitive_destroy(g->to_b16);
+        free(g);
+    }
+    free(st->gemms);
+    for (int i = 0; i < st->nattn; i++) {
+        if (st->attn_plans[i]->prim) dnnl_primitive_destroy(st->attn_plans[i]->prim);
+        free(st->attn_plans[i]);
+    }
+    free(st->attn_plans);
+    dnnl_stream_destroy(st->stream);
+    dnnl_engine_destroy(st->engine);
+    free(st);
+}
+
 static void dnnl_shutdown(dpt_ctx *ctx)
 {
     dnnl_state *st = dnnl_state_of(ctx);
     if (st) {
-        for (int i = 0; i < st->nplans; i++)
-            dnnl_conv_plan_free(st->plans[i]);
-        free(st->plans);
-        for (int i = 0; i < st->nbn; i++) {
-            dnnl_primitive_destroy(st->bn_plans[i]->fwd);
-            if (st->bn_plans[i]->bwd) dnnl_primitive_destroy(st->bn_plans[i]->bwd);
-            dnnl_primitive_destroy(st->bn_plans[i]->infer);
-            free(st->bn_plans[i]);
+        dnnl_state *s = st->next;
+        while (s != st) {
+            dnnl_state *n = s->next;
+            state_free(s);
+            s = n;
         }
-        free(st->bn_plans);
-        for (int i = 0; i < st->nrelayouts; i++) {
-            if (st->relayouts[i]->reorder) dnnl_primitive_destroy(st->relayouts[i]->reorder);
-            free(st->relayouts[i]);
-        }
-        free(st->relayouts);
-        for (int i = 0; i < st->npool; i++) {
-            if (st->pool_plans[i]->fwd) dnnl_primitive_destroy(st->pool_plans[i]->fwd);
-            if (st->pool_plans[i]->bwd) dnnl_primitive_destroy(st->pool_plans[i]->bwd);
-            free(st->pool_plans[i]);
-        }
-        free(st->pool_plans);
-        for (int i = 0; i < st->ngemm; i++) {
-            gemm_plan *g = st->gemms[i];
-            dnnl_primitive_destroy(g->matmul);
-            if (g->to_a16) dnnl_primitive_destroy(g->to_a16);
-            if (g->to_b16) dnnl_primitive_destroy(g->to_b16);
-            free(g);
-        }
-        free(st->gemms);
-        for (int i = 0; i < st->nattn; i++) {
-            if (st->attn_plans[i]->prim) dnnl_primitive_destroy(st->attn_plans[i]->prim);
-            free(st->attn_plans[i]);
-        }
-        free(st->attn_plans);
-        dnnl_stream_destroy(st->stream);
-        dnnl_engine_destroy(st->engine);
-        free(st);
+        state_free(st);
     }
     ctx->backend_state = NULL;
     dpt_backend_cpu.shutdown(ctx);
@@ -113,6 +152,7 @@ static void table_fill(void)
     table.init = dnnl_init;
     table.precision_for = dnnl_precision_for;
     table.shutdown = dnnl_shutdown;
+    table.set_threads = dnnl_set_threads;
     table.gemm = cpu_onednn_gemm;
     table.attention_fwd = dnnl_attention_fwd;
     table.attention_bwd = dnnl_attention_bwd;

@@ -27,6 +27,12 @@ static const dpt_config_key train_keys[] = {
     {"train", "device", DPT_KEY_ENUM, "auto", 1, 0, "auto|cpu|cuda",
      "auto: cuda:<local rank> when a GPU is visible, else cpu", 0},
     {"train", "threads", DPT_KEY_INT, "0", 0, 1024, NULL, "CPU threads for BLAS and kernels per rank (0 = the cores this rank may use: the ones mpirun bound it to, else the node's cores / its ranks, split again between DataParallel replicas; the header says which)", 0},
+    {"train", "adapt_threads", DPT_KEY_BOOL, "false", 1, 0, NULL,
+     "CPU: follow the cores left free by other processes. When this run's threads wait for a core 20% or more of two "
+     "log windows in a row, the next windows run with fewer (as many as the cores they got) and keep them if the "
+     "steps are 3% faster, else go back; every 10 windows with fewer it tries all of them again. Each change is "
+     "logged (and the metrics' threads). The thread count changes a run's last bits: not with [train] "
+     "deterministic", 0},
     {"train", "cpu_kernels", DPT_KEY_ENUM, "onednn", 1, 0, "onednn|native",
      "cpu: convolutions, batch norm, pooling and GEMMs (linear layers) on oneDNN (blocked layouts, JIT "
      "kernels) or the native im2col + OpenBLAS reference", 0},

@@ -217,6 +217,12 @@ static bool deterministic_split(run_config *rc, const dpt_config *c, dpt_error *
     if (!rc->train_data.drop_last)
         return dpt_errorf(err, "%s: [train] deterministic needs [data] drop_last = true (a partial last step "
                                "would be cut differently on each world size)", where);
+    if (rc->adapt_threads)
+        return dpt_errorf(err,
+                          "%s: [train] deterministic with [train] adapt_threads = true: a change of the thread "
+                          "count changes the last bits of the sums a kernel splits by thread\nHINT: set "
+                          "adapt_threads = false",
+                          where);
     if (rc->ctx.threads == 0)
         return dpt_errorf(err,
                           "%s: [train] deterministic needs [train] threads set (the same on every world size): "
@@ -279,6 +285,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .channels_last = dpt_config_enum(c, "train", "memory_format") == 1,
     };
     rc->memory_check = dpt_config_bool(c, "train", "memory_check");
+    rc->adapt_threads = dpt_config_bool(c, "train", "adapt_threads");
     rc->skip_nonfinite = dpt_config_enum(c, "train", "nonfinite") == 1;
     rc->loss_scale = dpt_config_enum(c, "train", "loss_scale") == 1;
     rc->loss_scale_init = dpt_config_float(c, "train", "loss_scale_init");

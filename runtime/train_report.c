@@ -394,6 +394,53 @@ static double core_wait(const trainer *t, const window *w, double now)
     return (waited > 0 ? waited : 0) / ((now - w->start) * t->ncompute);
 }
 
+/* [train] adapt_threads, once a log window (x its units/s, wait its compute threads' share of
+ * waiting for a core): a window after a change is its warm-up (new plans), the next one judges
+ * it against the window before the change, 3% faster to keep it. Fewer threads are tried when
+ * they waited 20% or more of two windows in a row (as many as the cores they had in the last:
+ * count x (1 - wait), rounded); with
+ * fewer than asked, all of them again every 10 windows (the other process may have ended). */
+static void adapt_threads(trainer *t, double x, double wait)
+{
+    int cur = dpt_ctx_threads(t->ctx), to = cur;
+    bool print = t->r->print && !t->bar.bar;
+    char who[32] = "";
+    if (t->r->rank) snprintf(who, sizeof who, "[rank %d] ", t->r->rank);
+    t->adapt.since++;
+    t->adapt.high = wait >= 0.2 ? t->adapt.high + 1 : 0;
+    if (t->adapt.settle > 0) {
+        t->adapt.settle--;
+        return;
+    }
+    if (t->adapt.from) { /* the trial's verdict */
+        bool keep = x >= 1.03 * t->adapt.before;
+        if (print)
+            report_line("%sthreads %d %s: %.0f %s/s against %.0f with %d\n", who, cur, keep ? "kept" : "given up",
+                        x, t->task.unit, t->adapt.before, t->adapt.from);
+        if (!keep) to = t->adapt.from, t->adapt.hold = 20;
+        t->adapt.from = 0, t->adapt.since = 0;
+    } else if (t->adapt.hold > 0) {
+        t->adapt.hold--;
+        return;
+    } else if (t->adapt.high >= 2 && cur > 1) { /* two windows in a row: not a passing spike */
+        to = (int)floor(cur * (1.0 - wait) + 0.5);
+        to = to >= cur ? cur - 1 : to < 1 ? 1 : to;
+        if (print)
+            report_line("%sthreads %d -> %d: they waited for a core %.0f%% of the last window (another process on "
+                        "the cores)\n", who, cur, to, 100.0 * wait);
+        t->adapt.from = cur, t->adapt.before = x;
+    } else if (cur < t->adapt.base && t->adapt.since >= 10) {
+        to = t->adapt.base;
+        if (print) report_line("%sthreads %d -> %d: trying all of them again\n", who, cur, to);
+        t->adapt.from = cur, t->adapt.before = x;
+    }
+    if (to == cur) return;
+    dpt_ctx_set_threads(t->ctx, to);
+    free(t->compute_tids); /* the next window finds the new team's threads */
+    t->compute_tids = NULL, t->ncompute = 0;
+    t->adapt.settle = 1;
+}
+
 /* The log window's line (step s of the epoch) and metrics record; then a new window. Under
  * DDP the loss and accuracy are the averages over all ranks (one small AllReduce per line),
  * unless every rank prints its own ([log] all_ranks). */
@@ -409,7 +456,7 @@ void log_window(trainer *t, int64_t s)
     int64_t steps = w->steps > 0 ? w->steps : 1;
     double img_s = (double)w->units * r->size / (now - w->start); /* in the task's unit */
     double cores = core_wait(t, w, now);
-    if (cores >= 0.2 && dpt_ctx_threads(t->ctx) > 1 && !t->warned_cores && r->rank == 0 &&
+    if (cores >= 0.2 && dpt_ctx_threads(t->ctx) > 1 && !t->warned_cores && r->rank == 0 && !t->adapt.base &&
         dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CPU) {
         t->warned_cores = true;
         fprintf(stderr,
@@ -457,8 +504,9 @@ void log_window(trainer *t, int64_t s)
     if (t->run->loss_scale)
         snprintf(scale, sizeof scale, ",\"loss_scale\":%.9g,\"scale_skips\":%lld", t->state.loss_scale,
                  (long long)t->state.scale_skips);
-    if (cores >= 0) /* waiting for a core: another process on them */
-        snprintf(scale + strlen(scale), sizeof scale - strlen(scale), ",\"core_wait\":%.4f", cores);
+    if (cores >= 0) /* waiting for a core: another process on them; the threads the window ran with */
+        snprintf(scale + strlen(scale), sizeof scale - strlen(scale), ",\"core_wait\":%.4f,\"threads\":%d", cores,
+                 dpt_ctx_threads(t->ctx));
     if (t->zero) /* the all-gather after the step, which no comm_ms counts: what the rank waited for it
                   * (zero_overlap: the forwards' waits) and its own time (on its thread; 0 when not) */
         snprintf(scale + strlen(scale), sizeof scale - strlen(scale),
@@ -483,6 +531,7 @@ void log_window(trainer *t, int64_t s)
                       comm_gbit_s(w), bucket_json(t, steps, buckets, sizeof buckets), 1e3 * w->data_s / (double)steps, scale,
                       gpu_json(&gs, json, sizeof json));
     dpt_tensor_fill_slice(t->ctx, t->meter, METER_WINDOW, 2, 0.0f);
+    if (t->adapt.base) adapt_threads(t, img_s, cores);
     *w = window_open(t);
     for (int b = 0; b < t->win_nbuckets; b++)
         t->win_bucket_s[b] = 0.0;

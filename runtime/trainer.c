@@ -209,10 +209,11 @@ static void resolve_threads(trainer *t, dpt_ctx_options *o)
     int fair = node / sharing > 0 ? node / sharing : 1;
     if (r->rank == 0 && o->threads > fair && (long)o->threads * sharing > node)
         fprintf(stderr,
-                "warning: %d %s x %d threads on this node exceed its %d cores: threads wait for each other's "
+                "warning: %d %s x %d threads on this node exceed its %d core%s: threads wait for each other's "
                 "cores and a step can run several times slower\nHINT: leave [train] threads unset (%s), or "
                 "set it to %d\n",
-                sharing, r->data_parallel ? "replicas" : "ranks", o->threads, node,
+                sharing, r->data_parallel ? "replicas" : sharing == 1 ? "rank" : "ranks", o->threads, node,
+                node == 1 ? "" : "s",
                 r->data_parallel ? "cores / replicas" : "cores / ranks on the node", fair);
 }
 
@@ -346,6 +347,14 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     resolve_threads(t, &ctx_opt);
     t->ctx = dpt_ctx_new(&ctx_opt, err);
     if (!t->ctx) return false;
+    if (run->adapt_threads && dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CPU) {
+        t->adapt.base = dpt_ctx_threads(t->ctx);
+        size_t n = strlen(t->threads_why);
+        snprintf(t->threads_why + n, sizeof t->threads_why - n, "%sadapting to the free cores", n ? "; " : "");
+    } else if (run->adapt_threads && r->rank == 0) {
+        fprintf(stderr, "warning: [train] adapt_threads is for runs on the CPU; this one runs on %s: ignored\n",
+                dpt_ctx_backend_name(t->ctx));
+    }
     dpt_comm_set_timeout(r->comm, run->ddp.timeout_s); /* NCCL's start too */
     if (r->comm && dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CUDA) {
         t->nccl = dpt_comm_nccl_new(t->ctx, r->comm, err);

@@ -76,6 +76,7 @@ typedef struct run_config {
     const char *device;
     dpt_ctx_options ctx; /* device filled per replica */
     bool memory_check;
+    bool adapt_threads; /* [train] adapt_threads (CPU) */
     bool skip_nonfinite;
     bool loss_scale;         /* [train] loss_scale = dynamic */
     double loss_scale_init;
@@ -188,6 +189,13 @@ typedef struct trainer {
     dpt_loader *train_loader, *test_loader;
     int workers; /* image files: each loader's decoding threads */
     bool warned_cores; /* the one warning that another process takes the cores was printed */
+    /* [train] adapt_threads: the count asked for; a trial of fewer (or all again) that started
+     * from `from` threads at `before` units/s (from 0: none); windows to skip after a change
+     * (its warm-up) and before the next try; windows since the last change */
+    struct {
+        int base, from, settle, hold, since, high; /* high: windows in a row that waited 20% or more */
+        double before;
+    } adapt;
     int *compute_tids, ncompute; /* the kernel ids of the thread that steps and its OpenMP team */
     char threads_why[128]; /* how [train] threads = 0 was resolved, when not simply this process's cores */
     struct dpt_reducer *reducer; /* DDP's or the deterministic tree's (reducer.h); NULL alone */

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 . tests/common.sh
 # threads kept off their cores: 2 threads pinned to one core (taskset) wait for it about half
 # the time, which the progress line, the metrics' core_wait and one warning say; 1 thread on
-# that core waits for nothing of ours, and draws no warning
+# that core waits for nothing of ours, and draws no warning; with adapt_threads the run goes
+# down to 1 thread by itself (and adapt_threads is refused in the deterministic mode)
 if command -v taskset > /dev/null; then
     pin=(configs/fmnist_cnn.ini --set train.max_steps=40 --set data.train_limit=3000 --set data.test_limit=200
          --set log.interval=20 --set checkpoint.every_epochs=0)
@@ -23,7 +24,22 @@ if command -v taskset > /dev/null; then
         awk -v a="$w2" -v b="$w1" 'BEGIN { exit !(a >= 0.3 && a <= 1.0 && b != "" && a > 3 * b) }'
     check "2 threads pinned to one core wait for it (core_wait $w2, said with a HINT); 1 thread there: $w1" $? \
         "core_wait '$w2' / '$w1'; $(grep -m2 'warning\|waiting' <<< "$two")"
+    # [train] adapt_threads: the same 2 threads go down to the 1 core they get, measured faster,
+    # kept (the metrics' last windows ran 1 thread), and the warning is not printed
+    ad=$(taskset -c 0 ./train "${pin[@]}" --set data.train_limit=8000 --set train.max_steps=100 --set train.threads=2 \
+         --set train.adapt_threads=true --set checkpoint.dir="$tmp/pin3" --set log.metrics="$tmp/pin3.jsonl" 2>&1)
+    last=$(grep -o '"threads":[0-9]*' "$tmp/pin3.jsonl" | tail -1 | cut -d: -f2)
+    grep -q "^device .*2 threads (adapting to the free cores)" <<< "$ad" &&
+        grep -q "^threads 2 -> 1: they waited for a core [0-9]*% of the last window" <<< "$ad" &&
+        grep -q "^threads 1 kept: [0-9]* img/s against [0-9]* with 2" <<< "$ad" && [ "$last" = 1 ] &&
+        ! grep -q "warning: this run's threads waited" <<< "$ad"
+    check "adapt_threads: 2 threads on one core go down to 1 and keep it ($(grep -m1 '^threads 1 kept' <<< "$ad"))" $? \
+        "last threads '$last'; $(grep '^threads\|^error\|warning' <<< "$ad")"
 fi
+out=$(./train configs/fmnist_mlp.ini --set train.deterministic=true --set train.threads=1 --set train.global_batch=64 \
+      --set train.adapt_threads=true 2>&1)
+[ $? -eq 1 ] && grep -q "deterministic with \[train\] adapt_threads = true" <<< "$out" && grep -q "^HINT: set adapt_threads = false" <<< "$out"
+check "adapt_threads is refused in the deterministic mode, naming both keys" $? "$out"
 
 [ $mpi = 1 ] || { echo "ok   threads.sh: skipped (no mpirun or no MPI build)"; exit 0; }
 MPIRUN="mpirun --oversubscribe --allow-run-as-root"
