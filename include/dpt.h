@@ -580,12 +580,17 @@ typedef struct dpt_shape3 {
 } dpt_shape3;
 bool dpt_model_errorf(dpt_model *model, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Layer constructors note themselves for the model summary: kind, name, output shape of one
- * sample, parameters and FLOPs per sample (multiply-add = 2). */
+ * sample, parameters and FLOPs per sample (multiply-add = 2). A model may note a group of
+ * layers whole with kind "block" (out: the floats its layers keep for backward, per sample)
+ * when its forward releases the group's intermediates at the group's end in evaluation
+ * (dpt_tape_release): the memory estimate then counts one block at a time for evaluation. */
 void dpt_model_note(dpt_model *model, const char *kind, const char *name, const dpt_shape3 *out,
                     int64_t params, double flops);
 /* Floats per sample of the layer outputs the builders noted (dpt_model_note), summed, and the
  * largest one: the base of the memory estimate a run makes before it starts. */
 double dpt_model_activation_floats(const dpt_model *m, double *largest_output);
+/* The same for the notes of kind "block" only (0 when none). */
+double dpt_model_block_floats(const dpt_model *m, double *largest_block);
 double dpt_model_flops(const dpt_model *model); /* forward FLOPs per sample */
 void dpt_model_print_summary(const dpt_model *model, FILE *out);
 const char *dpt_model_error(const dpt_model *model); /* NULL when none */

@@ -24,6 +24,7 @@ struct dpt_model {
     double flops;
     double activation_floats; /* per sample: the noted layers' outputs, summed */
     double largest_output;    /* per sample: the largest noted layer output */
+    double block_floats, largest_block; /* per sample: the notes of kind "block", summed, and the largest */
     dpt_tensor **params;      /* creation order; DDP buckets walk it in reverse */
     int nparams, cap_params;
     dpt_tensor **buffers;
@@ -129,6 +130,16 @@ void dpt_model_note(dpt_model *m, const char *kind, const char *name, const dpt_
     double out_floats = (double)out->c * (double)out->h * (double)out->w;
     m->activation_floats += out_floats;
     if (out_floats > m->largest_output) m->largest_output = out_floats;
+    if (!strcmp(kind, "block")) {
+        m->block_floats += out_floats;
+        if (out_floats > m->largest_block) m->largest_block = out_floats;
+    }
+}
+
+double dpt_model_block_floats(const dpt_model *m, double *largest_block)
+{
+    if (largest_block) *largest_block = m->largest_block;
+    return m->block_floats;
 }
 
 double dpt_model_activation_floats(const dpt_model *m, double *largest_output)

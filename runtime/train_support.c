@@ -63,6 +63,11 @@ memory_estimate estimate_memory(const trainer *t)
     if (per_sample == 0 && t->trace.output_floats > 0)
         per_sample = t->trace.output_floats / ACTIVATION_FACTOR, largest = per_sample;
     double eval_sample = per_sample < EVALUATION_BLOCK * largest ? per_sample : EVALUATION_BLOCK * largest;
+    /* a model that notes whole blocks releases each at its end in evaluation: one at a time,
+     * beside what it noted outside them (the GPT: its embedding, its logits; estimated 4x its
+     * measured evaluation when blocks counted as layers) */
+    double largest_block, blocks = dpt_model_block_floats(t->model, &largest_block);
+    if (blocks > 0) eval_sample = per_sample - blocks + largest_block;
     double batch = (double)run->batch;
     /* an evaluation batch is never larger than the test set (or its limit) */
     int64_t limit = run->test_data.limit;
