@@ -589,8 +589,8 @@ void dpt_model_note(dpt_model *model, const char *kind, const char *name, const 
 /* Floats per sample of the layer outputs the builders noted (dpt_model_note), summed, and the
  * largest one: the base of the memory estimate a run makes before it starts. */
 double dpt_model_activation_floats(const dpt_model *m, double *largest_output);
-/* The same for the notes of kind "block" only (0 when none). */
-double dpt_model_block_floats(const dpt_model *m, double *largest_block);
+/* The same over the notes of one kind (0 when none). */
+double dpt_model_noted_floats(const dpt_model *m, const char *kind, double *largest);
 double dpt_model_flops(const dpt_model *model); /* forward FLOPs per sample */
 void dpt_model_print_summary(const dpt_model *model, FILE *out);
 const char *dpt_model_error(const dpt_model *model); /* NULL when none */

@@ -24,7 +24,11 @@ struct dpt_model {
     double flops;
     double activation_floats; /* per sample: the noted layers' outputs, summed */
     double largest_output;    /* per sample: the largest noted layer output */
-    double block_floats, largest_block; /* per sample: the notes of kind "block", summed, and the largest */
+    struct noted {
+        char kind[24];
+        double floats;
+    } *noted; /* each note's kind and output floats per sample (the memory estimate's parts) */
+    int nnoted, cap_noted;
     dpt_tensor **params;      /* creation order; DDP buckets walk it in reverse */
     int nparams, cap_params;
     dpt_tensor **buffers;
@@ -87,6 +91,7 @@ void dpt_model_free(dpt_model *m)
     free(m->buffers);
     free(m->allocs);
     free(m->notes);
+    free(m->noted);
     free(m);
 }
 
@@ -130,16 +135,26 @@ void dpt_model_note(dpt_model *m, const char *kind, const char *name, const dpt_
     double out_floats = (double)out->c * (double)out->h * (double)out->w;
     m->activation_floats += out_floats;
     if (out_floats > m->largest_output) m->largest_output = out_floats;
-    if (!strcmp(kind, "block")) {
-        m->block_floats += out_floats;
-        if (out_floats > m->largest_block) m->largest_block = out_floats;
+    if (m->nnoted == m->cap_noted) {
+        m->cap_noted = m->cap_noted ? 2 * m->cap_noted : 16;
+        m->noted = realloc(m->noted, (size_t)m->cap_noted * sizeof *m->noted);
+        if (!m->noted) dpt_fatal("out of host memory for the model summary");
     }
+    struct noted *e = &m->noted[m->nnoted++];
+    snprintf(e->kind, sizeof e->kind, "%s", kind);
+    e->floats = out_floats;
 }
 
-double dpt_model_block_floats(const dpt_model *m, double *largest_block)
+double dpt_model_noted_floats(const dpt_model *m, const char *kind, double *largest)
 {
-    if (largest_block) *largest_block = m->largest_block;
-    return m->block_floats;
+    double sum = 0, most = 0;
+    for (int i = 0; i < m->nnoted; i++)
+        if (!strncmp(m->noted[i].kind, kind, sizeof m->noted[i].kind - 1)) {
+            sum += m->noted[i].floats;
+            if (m->noted[i].floats > most) most = m->noted[i].floats;
+        }
+    if (largest) *largest = most;
+    return sum;
 }
 
 double dpt_model_activation_floats(const dpt_model *m, double *largest_output)
