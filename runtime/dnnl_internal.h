@@ -86,6 +86,7 @@ typedef struct attn_mm {
     int64_t as[3], bs[3], cs[3];
     float alpha;
     bool acc;
+    bool f32; /* the operands (A, B; to heads: the result) in fp32 instead of bf16 */
 } attn_mm;
 
 typedef struct attn_plan {
