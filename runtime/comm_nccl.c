@@ -35,6 +35,7 @@ typedef struct nccl_impl {
     int nlaunch, cap;
     uint16_t *wire; /* wire16: the largest bucket in 16 bits, on the device (NULL: fp32) */
     bool bf16;
+    double timeout_s; /* the host communicator's, kept for the end (it may be gone by then) */
 } nccl_impl;
 
 static nccl_impl *impl_of(dpt_comm *comm)
@@ -200,7 +201,16 @@ static void nccl_free(dpt_comm *comm)
     cudaSetDevice(im->device);
     cudaStreamSynchronize(im->stream);
     if (im->wire) cudaFree(im->wire);
-    if (im->nccl) ncclCommDestroy(im->nccl);
+    /* A non-blocking communicator is finalized first (its operations flushed, every rank
+     * quiescent: NCCL's order), polled up to the job's timeout; one that does not settle, a
+     * peer gone, is aborted rather than waited on. */
+    if (im->nccl) {
+        ncclResult_t rc = settle(im->nccl, ncclCommFinalize(im->nccl), im->timeout_s);
+        if (rc == ncclSuccess)
+            ncclCommDestroy(im->nccl);
+        else
+            ncclCommAbort(im->nccl);
+    }
     for (int i = 0; i < im->cap; i++) {
         cudaEventDestroy(im->start[i]);
         cudaEventDestroy(im->end[i]);
@@ -258,6 +268,7 @@ dpt_comm *dpt_cuda_plugin_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     double timeout_s = host->timeout_s > 0 ? host->timeout_s : 300;
+    im->timeout_s = timeout_s;
     rc = ncclCommInitRankConfig(&im->nccl, host->size, id, host->rank, &config);
     if (rc == ncclInProgress) rc = settle(im->nccl, rc, timeout_s);
     if (rc == ncclInProgress) {
