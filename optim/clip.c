@@ -41,8 +41,11 @@ static double clip_ranges(dpt_ctx *ctx, dpt_model *model, const int64_t *lo, con
     if (max_norm > 0 && isfinite(norm) && norm > max_norm) factor *= max_norm / (norm + 1e-6);
     if (isfinite(norm) && factor != 1.0) {
         float scale = (float)factor;
-        for (int i = 0; i < l.count; i++)
-            ctx->be->scale(ctx, l.numel[i], scale, l.ptr[i], l.ptr[i]);
+        if (ctx->be->scale_multi && l.count)
+            ctx->be->scale_multi(ctx, &l, scale);
+        else
+            for (int i = 0; i < l.count; i++)
+                ctx->be->scale(ctx, l.numel[i], scale, l.ptr[i], l.ptr[i]);
     }
     dpt_tensor_list_free(&l);
     return norm;

@@ -229,6 +229,9 @@ typedef struct dpt_backend {
                            float weight_decay, bool nesterov, bool first_step);
     void (*adamw_step_multi)(dpt_ctx *ctx, const dpt_tensor_list *l, float lr, float beta1, float beta2,
                              float eps, float weight_decay, float bias_correction1, float bias_correction2);
+    /* Every tensor of a width-1 list *= factor in one launch; factor 0 writes zeros (a NaN
+     * too: zero_grad). NULL: the callers scale or fill tensor by tensor. */
+    void (*scale_multi)(dpt_ctx *ctx, const dpt_tensor_list *l, float factor);
     double (*sumsq_multi)(dpt_ctx *ctx, const dpt_tensor_list *l);
     /* Building blocks optimizers are written with (dpt_foreach_*), over a whole list in one
      * call. axpby: lists (y, x), y = alpha * x + beta * y (beta 0: y's old values are not read).

@@ -81,6 +81,13 @@ __global__ void sumsq_multi_kernel(const mt_chunk *chunks, double *partials)
     block_partial(acc, partials); /* one partial per chunk, totalled in chunk order */
 }
 
+__global__ void scale_multi_kernel(const mt_chunk *chunks, float factor)
+{
+    mt_chunk c = chunks[blockIdx.x];
+    for (int64_t i = threadIdx.x; i < c.n; i += blockDim.x)
+        c.p[0][i] = factor == 0.0f ? 0.0f : c.p[0][i] * factor;
+}
+
 /* ---------------------------------------------------------------- multi-tensor entries */
 
 /* A list's chunks on the device. Pointers are stable from step to step (parameters, their
@@ -149,6 +156,15 @@ static void cuda_adamw_step_multi(dpt_ctx *ctx, const dpt_tensor_list *l, float 
     CHECK_LAUNCH();
 }
 
+/* zero_grad and the clipping/unscaling factor: one launch for every gradient instead of one
+ * per parameter (issue 29 item 10) */
+static void cuda_scale_multi(dpt_ctx *ctx, const dpt_tensor_list *l, float factor)
+{
+    const mt_table *t = mt_upload(ctx, l);
+    if (t->nchunks) scale_multi_kernel<<<(unsigned)t->nchunks, THREADS, 0, stream_of(ctx)>>>(t->dev, factor);
+    CHECK_CUDA(cudaGetLastError());
+}
+
 static double cuda_sumsq_multi(dpt_ctx *ctx, const dpt_tensor_list *l)
 {
     const mt_table *t = mt_upload(ctx, l);
@@ -178,6 +194,7 @@ void cuda_optim_entries(dpt_backend *be)
     be->sgd_step_multi = cuda_sgd_step_multi;
     be->adamw_step_multi = cuda_adamw_step_multi;
     be->sumsq_multi = cuda_sumsq_multi;
+    be->scale_multi = cuda_scale_multi;
 }
 
 void cuda_optim_release(cuda_state *s)

@@ -339,6 +339,19 @@ bool dpt_task_resolve(const dpt_model *m, const dpt_dataset *data, dpt_task *out
 
 void dpt_model_zero_grad(dpt_model *m)
 {
+    if (m->ctx->be->scale_multi) { /* a GPU: one launch for every gradient */
+        dpt_tensor_list l;
+        dpt_tensor_list_init(&l, m->nparams, 1);
+        l.count = 0;
+        for (int i = 0; i < m->nparams; i++) {
+            dpt_tensor *g = m->params[i]->grad;
+            if (g->data && g->numel) dpt_tensor_list_set(&l, l.count++, g->numel, &g->data);
+        }
+        dpt_tensor_list_seal(&l);
+        if (l.count) m->ctx->be->scale_multi(m->ctx, &l, 0.0f);
+        dpt_tensor_list_free(&l);
+        return;
+    }
     for (int i = 0; i < m->nparams; i++) {
         dpt_tensor *g = m->params[i]->grad;
         if (!g->data) continue; /* zero = 2: a released bucket's, zeros when backward next needs it */

@@ -319,7 +319,7 @@ static void test_gemm_fp16(void **state)
 }
 
 /* A few optimizer steps of the same model (same seed, same data) on one device. */
-static void run_model(dpt_device_kind kind, bool nhwc, const char *optim, const char *const *sets,
+static void run_model(dpt_device_kind kind, bool nhwc, const char *optim, const char *const *sets, double clip,
                       float *params_out, int64_t *n_out)
 {
     dpt_error err;
@@ -338,6 +338,7 @@ static void run_model(dpt_device_kind kind, bool nhwc, const char *optim, const 
     dpt_batch b;
     for (int s = 0; s < 4 && dpt_loader_next(l, &b); s++) {
         dpt_backward(ctx, dpt_cross_entropy(ctx, dpt_model_forward(m, ctx, b.x), b.labels, 0.0f));
+        if (clip > 0) dpt_clip_grad_norm(ctx, m, clip); /* the norm's and the scaling's list kernels */
         dpt_optim_step(ctx, o);
         dpt_model_zero_grad(m);
         dpt_tape_clear(ctx);
@@ -362,15 +363,18 @@ static void test_training_steps(void **state)
     NEED_GPU();
     static float a[8000], b[8000];
     static double da[8000], db[8000];
-    for (int k = 0; k < 2; k++) {
-        const char *optim = k ? "adamw" : "sgd";
+    /* sgd, adamw, and sgd with the gradients clipped to a norm of 0.05 (the MLP's are about
+     * 0.6: every step scales them, one multi-tensor launch on a GPU, as zero_grad's zeros are) */
+    for (int k = 0; k < 3; k++) {
+        const char *optim = k == 1 ? "adamw" : "sgd";
+        double clip = k == 2 ? 0.05 : 0.0;
         int64_t n;
         const char *mlp[] = {"model.hidden=64,32", NULL};
-        run_model(DPT_DEVICE_CPU, false, optim, mlp, a, &n);
-        run_model(GPU, false, optim, mlp, b, &n);
+        run_model(DPT_DEVICE_CPU, false, optim, mlp, clip, a, &n);
+        run_model(GPU, false, optim, mlp, clip, b, &n);
         for (int64_t i = 0; i < n; i++)
             da[i] = a[i], db[i] = b[i];
-        assert_close_d(optim, db, da, n, 1e-3, 1e-4);
+        assert_close_d(k == 2 ? "sgd, clipped" : optim, db, da, n, 1e-3, 1e-4);
     }
 }
 
@@ -387,8 +391,8 @@ static void test_conv_models(void **state)
     const char *const *models[] = {cnn, r8};
     for (int k = 0; k < 4; k++) {
         int64_t n;
-        run_model(DPT_DEVICE_CPU, false, "sgd", models[k % 2], a, &n);
-        run_model(GPU, k >= 2, "sgd", models[k % 2], b, &n);
+        run_model(DPT_DEVICE_CPU, false, "sgd", models[k % 2], 0.0, a, &n);
+        run_model(GPU, k >= 2, "sgd", models[k % 2], 0.0, b, &n);
         assert_true(n <= 40000);
         for (int64_t i = 0; i < n; i++)
             da[i] = a[i], db[i] = b[i];
