@@ -1,5 +1,5 @@
-/* dropout.c: inverted dropout; the mask comes from the context's RNG (saved in checkpoints,
- * so a resumed run draws the same masks). */
+/* dropout.c: inverted dropout; each call's mask is keyed by one draw of the context's RNG
+ * (saved in checkpoints, so a resumed run draws the same masks) and made by the backend. */
 #include <stdlib.h>
 
 #include "../runtime/autograd.h"
@@ -18,14 +18,11 @@ dpt_tensor *dpt_dropout(dpt_ctx *ctx, dpt_tensor *x, float p, bool training)
     if (!training || p == 0.0f) return x;
     DPT_ASSERT(dpt_tensor_is_contiguous(x), "dropout of a strided view");
     x = dpt_widen(ctx, x);
-    float *host = malloc((size_t)x->numel * sizeof *host);
-    if (!host) dpt_fatal("out of host memory for a dropout mask");
-    float keep_scale = 1.0f / (1.0f - p);
-    for (int64_t i = 0; i < x->numel; i++)
-        host[i] = dpt_rng_uniform(&ctx->rng) < p ? 0.0f : keep_scale;
+    /* one draw of the context's generator keys the call's counter-based stream (dpt_rng_at):
+     * the mask is made on the device, the same values on the CPU and a GPU */
+    uint64_t key = dpt_rng_next(&ctx->rng);
     dpt_tensor *mask = dpt_temp(ctx, x->ndim, x->shape); /* per element of memory: any layout */
-    dpt_tensor_copy_from_host(mask, host);
-    free(host);
+    ctx->be->dropout_mask(ctx, mask->data, x->numel, key, p);
     dpt_tensor *y = dpt_temp_like(ctx, x);
     ctx->be->mul(ctx, x->numel, x->data, mask->data, y->data);
     dpt_node *node = dpt_tape_record(ctx, "dropout", dropout_backward, y, 1, &x);

@@ -109,6 +109,9 @@ typedef struct dpt_backend {
     void (*scale)(dpt_ctx *ctx, int64_t n, float alpha, const float *x, float *out); /* out = alpha*x */
     void (*add)(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out);
     void (*mul)(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out);
+    /* Inverted dropout's mask: mask[i] = 0 where dpt_rng_at(key, i) < p, else 1 / (1 - p)
+     * (the same values on every backend). */
+    void (*dropout_mask)(dpt_ctx *ctx, float *mask, int64_t n, uint64_t key, float p);
     void (*mul_acc)(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out); /* += a*b */
     double (*sum)(dpt_ctx *ctx, const float *x, int64_t n);
     double (*dot)(dpt_ctx *ctx, const float *a, const float *b, int64_t n); /* in double */

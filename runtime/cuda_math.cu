@@ -273,6 +273,16 @@ static void cuda_images_to_float(dpt_ctx *ctx, const uint8_t *x, float *y, int64
 }
 
 
+__global__ void dropout_mask_kernel(float *mask, int64_t n, uint64_t key, float p, float keep)
+{
+    GRID_STRIDE(i, n) mask[i] = dpt_rng_at(key, (uint64_t)i) < p ? 0.0f : keep;
+}
+/* made where it is used (issue 29 item 10: no host mask and copy per call) */
+static void cuda_dropout_mask(dpt_ctx *ctx, float *mask, int64_t n, uint64_t key, float p)
+{
+    LAUNCH(dropout_mask_kernel, n, mask, n, key, p, 1.0f / (1.0f - p));
+}
+
 static void cuda_fill(dpt_ctx *ctx, float *x, int64_t n, float v)
 {
     LAUNCH(fill_kernel, n, x, n, v);
@@ -451,6 +461,7 @@ void cuda_math_entries(dpt_backend *be)
     be->scale = cuda_scale;
     be->add = cuda_add;
     be->mul = cuda_mul;
+    be->dropout_mask = cuda_dropout_mask;
     be->mul_acc = cuda_mul_acc;
     be->sum = cuda_sum;
     be->dot = cuda_dot;

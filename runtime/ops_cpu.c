@@ -60,6 +60,14 @@ static void cpu_fill(dpt_ctx *ctx, float *x, int64_t n, float value)
         x[i] = value;
 }
 
+static void cpu_dropout_mask(dpt_ctx *ctx, float *mask, int64_t n, uint64_t key, float p)
+{
+    float keep = 1.0f / (1.0f - p);
+#pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        mask[i] = dpt_rng_at(key, (uint64_t)i) < p ? 0.0f : keep;
+}
+
 static void cpu_axpy(dpt_ctx *ctx, int64_t n, float alpha, const float *x, float *y)
 {
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
@@ -485,6 +493,7 @@ dpt_backend dpt_backend_cpu = {
     .scale = cpu_scale,
     .add = cpu_add,
     .mul = cpu_mul,
+    .dropout_mask = cpu_dropout_mask,
     .mul_acc = cpu_mul_acc,
     .sum = cpu_sum,
     .dot = cpu_dot,

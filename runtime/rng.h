@@ -21,6 +21,24 @@ uint64_t dpt_rng_below(dpt_rng *rng, uint64_t bound);
 /* Fill perm[0..n) with a uniformly random permutation (Fisher-Yates). */
 void dpt_rng_permutation(dpt_rng *rng, int64_t *perm, int64_t n);
 
+/* Element i of a counter-based stream under `key`: a uniform float in [0, 1) with 24 bits from
+ * splitmix64's finaliser of key + (i + 1) x the golden ratio. A pure function of (key, i), so a
+ * GPU thread and a CPU loop draw the same values in any order: dropout's masks are made on the
+ * device that uses them, from one draw of the context's generator per call. */
+#ifdef __CUDACC__
+#define DPT_RNG_HD __host__ __device__
+#else
+#define DPT_RNG_HD
+#endif
+static inline DPT_RNG_HD float dpt_rng_at(uint64_t key, uint64_t i)
+{
+    uint64_t z = key + (i + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (float)(z >> 40) * 0x1.0p-24f;
+}
+
 /* FNV-1a over n bytes, continuing from h (start from DPT_HASH_SEED): the config hash, the
  * DDP plan check and the keys of multi-tensor lists. */
 #define DPT_HASH_SEED 0xcbf29ce484222325ULL

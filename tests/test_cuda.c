@@ -1067,6 +1067,36 @@ static void test_kv_cache_attention(void **state)
     dpt_ctx_free(cpu), dpt_ctx_free(gpu);
 }
 
+/* Dropout's mask is made on the device from a counter-based stream keyed by one draw of the
+ * context's generator: the GPU's masks are the CPU's bit for bit (same seed, two calls), and
+ * about p of the elements are dropped. */
+static void test_dropout_masks(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    enum { N = 100003 };
+    dpt_ctx *cpu = make(DPT_DEVICE_CPU), *gpu = make(GPU); /* the same seed */
+    static float ones[N], want[N], got[N];
+    for (int i = 0; i < N; i++)
+        ones[i] = 1.0f;
+    for (int call = 0; call < 2; call++) {
+        dpt_tensor *x = dpt_tensor_new(cpu, 1, (int64_t[]){N}), *xg = dpt_tensor_new(gpu, 1, (int64_t[]){N});
+        dpt_tensor_copy_from_host(x, ones), dpt_tensor_copy_from_host(xg, ones);
+        dpt_tensor_copy_to_host(dpt_dropout(cpu, x, 0.3f, true), want);
+        dpt_tensor_copy_to_host(dpt_dropout(gpu, xg, 0.3f, true), got);
+        int dropped = 0;
+        for (int i = 0; i < N; i++) {
+            if (want[i] != got[i]) fail_msg("call %d: mask[%d] cuda %g, cpu %g", call, i, got[i], want[i]);
+            dropped += want[i] == 0.0f;
+        }
+        /* 0.3 of N within 6 sigma (sigma = sqrt(N 0.3 0.7) = 145) */
+        if (abs(dropped - (int)(0.3 * N)) > 870) fail_msg("call %d: %d of %d dropped", call, dropped, N);
+        dpt_tape_clear(cpu), dpt_tape_clear(gpu);
+        dpt_tensor_free(x), dpt_tensor_free(xg);
+    }
+    dpt_ctx_free(cpu), dpt_ctx_free(gpu);
+}
+
 /* DPT_TEST_FORK=1 (scripts/gpu_check.sh): each test in a child of its own, with a time limit,
  * so a fatal error, a crash or a hang in one is that test's failure and the rest still run.
  * The children's cmocka lines are passed through (their per-group totals dropped) and one
@@ -1137,6 +1167,7 @@ int main(void)
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_tensor_primitives),
         cmocka_unit_test(test_kv_cache_attention),
+        cmocka_unit_test(test_dropout_masks),
         cmocka_unit_test(test_layers),
         cmocka_unit_test(test_training_steps),
         cmocka_unit_test(test_loader_copy_stream),
