@@ -225,15 +225,68 @@ __global__ void channel_bias_kernel(float *y, const float *b, int64_t n, int64_t
     GRID_STRIDE(i, n * c * hw) y[i] += b[nhwc ? i % c : (i / hw) % c];
 }
 
-__global__ void channel_sum_kernel(const float *dy, float *db, int64_t n, int64_t c, int64_t hw, bool nhwc)
+/* NCHW: one block per channel (its n runs of hw are contiguous). */
+__global__ void channel_sum_kernel(const float *dy, float *db, int64_t n, int64_t c, int64_t hw)
 {
-    /* one block per channel */
     int64_t ch = blockIdx.x;
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x)
-        acc += dy[nhwc ? i * c + ch : (i / hw * c + ch) * hw + i % hw];
+        acc += dy[(i / hw * c + ch) * hw + i % hw];
     double total = block_total(acc);
     if (threadIdx.x == 0) db[ch] += (float)total;
+}
+
+/* NHWC, coalesced: a block's 32 x 8 threads take 32 neighbouring channels (a warp reads one row's
+ * 32 consecutive floats) and every 8th row of its slice of rows; each column's 8 sums are added
+ * in order into partials[slice][channel], which channel_sum_total adds in slice order: a fixed
+ * order (the same bits run to run) whatever the launch. */
+#define CS_COLS 32
+#define CS_ROWS 8
+__global__ void channel_sum_nhwc_kernel(const float *dy, double *partials, int64_t rows, int64_t c, int64_t per)
+{
+    __shared__ double part[CS_ROWS][CS_COLS];
+    int64_t ch = blockIdx.x * CS_COLS + threadIdx.x, r0 = blockIdx.y * per, r1 = r0 + per < rows ? r0 + per : rows;
+    double acc = 0.0;
+    if (ch < c)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += CS_ROWS)
+            acc += dy[r * c + ch];
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && ch < c) {
+        double t = 0.0;
+        for (int k = 0; k < CS_ROWS; k++)
+            t += part[k][threadIdx.x];
+        partials[blockIdx.y * c + ch] = t;
+    }
+}
+
+__global__ void channel_sum_total_kernel(const double *partials, float *db, int64_t c, int64_t slices)
+{
+    GRID_STRIDE(ch, c)
+    {
+        double t = 0.0;
+        for (int64_t k = 0; k < slices; k++)
+            t += partials[k * c + ch];
+        db[ch] += (float)t;
+    }
+}
+
+/* db[ch] += the sum of dy over every position of channel ch */
+static void channel_sum(dpt_ctx *ctx, const float *dy, float *db, int64_t n, int64_t c, int64_t hw, bool nhwc)
+{
+    if (!nhwc) {
+        channel_sum_kernel<<<(unsigned)c, THREADS, 0, stream_of(ctx)>>>(dy, db, n, c, hw);
+        CHECK_LAUNCH();
+        return;
+    }
+    int64_t rows = n * hw, per = 1024, slices = CEIL_DIV(rows, per);
+    if (slices > 65535) per = CEIL_DIV(rows, 65535), slices = CEIL_DIV(rows, per);
+    double *partials = cuda_scratch_doubles(ctx, (size_t)(slices * c));
+    dim3 grid((unsigned)CEIL_DIV(c, (int64_t)CS_COLS), (unsigned)slices), block(CS_COLS, CS_ROWS);
+    channel_sum_nhwc_kernel<<<grid, block, 0, stream_of(ctx)>>>(dy, partials, rows, c, per);
+    CHECK_LAUNCH();
+    channel_sum_total_kernel<<<blocks_for(c), THREADS, 0, stream_of(ctx)>>>(partials, db, c, slices);
+    CHECK_LAUNCH();
 }
 
 /* ---------------------------------------------------------------- bf16 operands */
@@ -406,11 +459,7 @@ static void cuda_conv2d_bwd(dpt_ctx *ctx, const dpt_conv_shape *sh, const float 
         cuda_block_put(ctx, x16); /* granted 0 (x itself): nothing */
     }
     cuda_block_put(ctx, dy16);
-    if (dbias) { /* from the fp32 dy */
-        channel_sum_kernel<<<(unsigned)sh->c_out, THREADS, 0, stream_of(ctx)>>>(dy, dbias, sh->n, sh->c_out,
-                                                                                sh->oh * sh->ow, p->nhwc);
-        CHECK_LAUNCH();
-    }
+    if (dbias) channel_sum(ctx, dy, dbias, sh->n, sh->c_out, sh->oh * sh->ow, p->nhwc); /* from the fp32 dy */
     cuda_block_put(ctx, ws);
 }
 

@@ -53,6 +53,7 @@ typedef struct cuda_state {
     int nplans, cap_plans;
     cudnnTensorDescriptor_t bn_x, bn_c; /* batch norm: the input's and the per-channel shape */
     struct mt_table *tables;            /* device copies of multi-tensor lists, by key */
+    int red_blocks;                     /* grid-stride reductions' blocks: RED_BLOCKS_PER_SM x the SMs */
 } cuda_state;
 
 static inline cuda_state *state_of(dpt_ctx *ctx)
@@ -95,9 +96,11 @@ static __device__ __forceinline__ double block_total(double v)
 
 /* Fixed-order reductions (the same bits on every run: an atomicAdd's order is the
  * hardware's): each block's total into partials[blockIdx.x], then cuda_total_partials adds
- * the partials in order in one block. Grid-stride reductions run on RED_BLOCKS blocks, so
- * every thread's share of the elements is fixed too. */
-#define RED_BLOCKS 256
+ * the partials in order in one block. Grid-stride reductions run on a fixed number of blocks
+ * per device (state->red_blocks: RED_BLOCKS_PER_SM x its SMs, so every SM is busy whatever the
+ * GPU; 528 on an H100 or H200), so every thread's share of the elements is fixed too: the
+ * same bits run to run on one GPU model. */
+#define RED_BLOCKS_PER_SM 4
 static __device__ __forceinline__ void block_partial(double acc, double *partials)
 {
     double total = block_total(acc);

@@ -308,12 +308,13 @@ static void cuda_mul_acc(dpt_ctx *ctx, int64_t n, const float *a, const float *b
     LAUNCH(mul_acc_kernel, n, n, a, b, o);
 }
 
-/* Reductions on RED_BLOCKS blocks, totalled in order: run to run the same bits. */
+/* Reductions on the device's red_blocks blocks, totalled in order: run to run the same bits. */
 #define REDUCE(kernel, ...)                                                                                  \
     do {                                                                                                     \
-        kernel<<<RED_BLOCKS, THREADS, 0, stream_of(ctx)>>>(__VA_ARGS__, cuda_partials(ctx, RED_BLOCKS));     \
+        int nb_ = state_of(ctx)->red_blocks;                                                                 \
+        kernel<<<nb_, THREADS, 0, stream_of(ctx)>>>(__VA_ARGS__, cuda_partials(ctx, nb_));                    \
         CHECK_LAUNCH();                                                                                      \
-        cuda_total_partials(ctx, RED_BLOCKS);                                                                \
+        cuda_total_partials(ctx, nb_);                                                                       \
     } while (0)
 
 static double cuda_sum(dpt_ctx *ctx, const float *x, int64_t n)

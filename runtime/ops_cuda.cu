@@ -69,6 +69,9 @@ static bool cuda_init(dpt_ctx *ctx, dpt_error *err)
     cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
     s->device = ctx->device.index;
     CHECK_CUDA(cudaSetDevice(s->device));
+    int sms = 0;
+    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s->device));
+    s->red_blocks = RED_BLOCKS_PER_SM * (sms > 0 ? sms : 64);
     /* Non-blocking streams: no implicit order with the legacy default stream; every cross-
      * stream dependency is an event. */
     CHECK_CUDA(cudaStreamCreateWithFlags(&s->compute, cudaStreamNonBlocking));
