@@ -139,34 +139,11 @@ DPT_CLONES static void to_bf16(uint16_t *dst, const float *src, int64_t n)
     }
 }
 
-/* One row of scaled scores s (n, of which the first `seen` count): forward normalises it into
- * p, keeps its log-sum-exp; backward recomputes p = exp(s - L). p stays in s (fp32), where
- * backward's dS needs it, and goes out in bf16 to p16 for the next product (NULL: fp32, s is
- * the operand). */
+/* One row of scaled scores s: softmax-ed in place (dpt_attn_softmax_row), and out in bf16 to
+ * p16 for the next product (NULL: fp32, s itself is the operand). */
 DPT_CLONES static void softmax_row(float *s, uint16_t *p16, int64_t n, int64_t seen, float *lse, bool forward)
 {
-    if (forward) {
-        float m = -INFINITY, sum = 0.0f;
-        for (int64_t j = 0; j < seen; j++)
-            m = s[j] > m ? s[j] : m;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < seen; j++) {
-            s[j] = dpt_vexpf(s[j] - m);
-            sum += s[j];
-        }
-        float inv = 1.0f / sum;
-#pragma omp simd
-        for (int64_t j = 0; j < seen; j++)
-            s[j] *= inv;
-        *lse = m + logf(sum);
-    } else {
-        float L = *lse;
-#pragma omp simd
-        for (int64_t j = 0; j < seen; j++)
-            s[j] = dpt_vexpf(s[j] - L);
-    }
-    for (int64_t j = seen; j < n; j++)
-        s[j] = 0.0f;
+    dpt_attn_softmax_row(s, n, seen, lse, forward);
     if (p16) to_bf16(p16, s, n);
 }
 

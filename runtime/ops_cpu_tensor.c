@@ -363,38 +363,13 @@ static void sgemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
                 (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
 }
 
-/* Rows of S (rows x n, from query i0): masked past each row's own position when causal, then
- * p = exp(s - m) with the row's max m; returns nothing, writes each row's log-sum-exp to lse
- * (forward, normalising P) or takes it from lse (backward, P = exp(S - L)). */
+/* Rows of S (rows x n, from query i0): masked past each row's own position when causal, the
+ * softmax taken (forward, each row's log-sum-exp into lse) or recomputed from lse (backward). */
 DPT_CLONES static void attn_softmax_rows(float *S, int64_t rows, int64_t n, int64_t i0, bool causal, float *lse,
                                          bool forward)
 {
-    for (int64_t r = 0; r < rows; r++) {
-        float *s = S + r * n;
-        int64_t seen = causal ? i0 + r + 1 : n;
-        if (forward) {
-            float m = -INFINITY, sum = 0.0f;
-            for (int64_t j = 0; j < seen; j++)
-                m = s[j] > m ? s[j] : m;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t j = 0; j < seen; j++) {
-                s[j] = dpt_vexpf(s[j] - m);
-                sum += s[j];
-            }
-            float inv = 1.0f / sum;
-#pragma omp simd
-            for (int64_t j = 0; j < seen; j++)
-                s[j] *= inv;
-            lse[r] = m + logf(sum);
-        } else {
-            float L = lse[r];
-#pragma omp simd
-            for (int64_t j = 0; j < seen; j++)
-                s[j] = dpt_vexpf(s[j] - L);
-        }
-        for (int64_t j = seen; j < n; j++)
-            s[j] = 0.0f;
-    }
+    for (int64_t r = 0; r < rows; r++)
+        dpt_attn_softmax_row(S + r * n, n, causal ? i0 + r + 1 : n, lse + r, forward);
 }
 
 /* dS = P (dP - D) scale over a tile, D_r = dy_r . y_r */

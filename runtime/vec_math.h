@@ -8,6 +8,7 @@
 #ifndef DPT_VEC_MATH_H
 #define DPT_VEC_MATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -35,6 +36,35 @@ static inline float dpt_vexpf(float x)
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;
+}
+
+/* Attention's softmax of one row of scaled scores s (n, of which the first `seen` count; the
+ * rest set to 0): forward normalises it and keeps its log-sum-exp in *lse, backward recomputes
+ * the probabilities exp(s - *lse) (both CPU attention kernels). */
+static inline void dpt_attn_softmax_row(float *s, int64_t n, int64_t seen, float *lse, int forward)
+{
+    if (forward) {
+        float m = -INFINITY, sum = 0.0f;
+        for (int64_t j = 0; j < seen; j++)
+            m = s[j] > m ? s[j] : m;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < seen; j++) {
+            s[j] = dpt_vexpf(s[j] - m);
+            sum += s[j];
+        }
+        float inv = 1.0f / sum;
+#pragma omp simd
+        for (int64_t j = 0; j < seen; j++)
+            s[j] *= inv;
+        *lse = m + logf(sum);
+    } else {
+        float L = *lse;
+#pragma omp simd
+        for (int64_t j = 0; j < seen; j++)
+            s[j] = dpt_vexpf(s[j] - L);
+    }
+    for (int64_t j = seen; j < n; j++)
+        s[j] = 0.0f;
 }
 
 /* GELU's tanh form, 0.5 v (1 + tanh(u)) with u = sqrt(2/pi) (v + 0.044715 v^3), written as

@@ -605,12 +605,10 @@ static void test_bmm(void **state)
     test_kernels = DPT_CPU_KERNELS_DEFAULT;
 }
 
-/* bf16 (precision = bf16 on oneDNN): the product of the operands rounded to bf16, summed in
- * fp32: against float64 of the rounded operands the error is fp32 accumulation over K terms,
- * |err| <= K * 2^-24 * sum |a||b| (< 1e-5 relative at K = 32 with |a|, |b| <= 1). */
-static void test_bmm_bf16(void **state)
+/* A 2-thread context in bf16, or the test skipped with the reason (no oneDNN in this build, no
+ * AVX512-BF16 on this CPU). */
+static dpt_ctx *bf16_ctx_or_skip(void)
 {
-    (void)state;
     dpt_error err;
     dpt_ctx_options o = {.device = {DPT_DEVICE_CPU, 0}, .threads = 2, .seed = 3, .precision = DPT_PRECISION_BF16};
     dpt_ctx *ctx = dpt_ctx_new(&o, &err);
@@ -624,6 +622,16 @@ static void test_bmm_bf16(void **state)
         dpt_ctx_free(ctx);
         skip();
     }
+    return ctx;
+}
+
+/* bf16 (precision = bf16 on oneDNN): the product of the operands rounded to bf16, summed in
+ * fp32: against float64 of the rounded operands the error is fp32 accumulation over K terms,
+ * |err| <= K * 2^-24 * sum |a||b| (< 1e-5 relative at K = 32 with |a|, |b| <= 1). */
+static void test_bmm_bf16(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = bf16_ctx_or_skip();
     bmm_case c = {2, 5, 32, 3, false, true, false, true};
     dpt_rng rng;
     dpt_rng_seed(&rng, 91);
@@ -740,19 +748,7 @@ static void attention_bf16_on(dpt_ctx *ctx, const float *in, const float *w, int
 static void test_attention_bf16(void **state)
 {
     (void)state;
-    dpt_error err;
-    dpt_ctx_options o = {.device = {DPT_DEVICE_CPU, 0}, .threads = 2, .seed = 3, .precision = DPT_PRECISION_BF16};
-    dpt_ctx *ctx = dpt_ctx_new(&o, &err);
-    if (!ctx) { /* a build without oneDNN has no CPU bf16 path */
-        print_message("skipped: %s\n", err.msg);
-        skip();
-    }
-    const char *why;
-    if (dpt_ctx_precision(ctx, &why) != DPT_PRECISION_BF16) {
-        print_message("skipped: %s\n", why);
-        dpt_ctx_free(ctx);
-        skip();
-    }
+    dpt_ctx *ctx = bf16_ctx_or_skip();
     dpt_ctx *f32 = test_ctx(2, 3);
     /* T = 150: three 64-row tiles, the last partial; T = 70 without the mask; hs 8 and 64 */
     attn_case cases[] = {{2, 150, 2, 8, true}, {1, 70, 3, 8, false}, {2, 5, 2, 4, true}, {1, 130, 2, 64, true}};
