@@ -25,6 +25,8 @@ if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import torch" 2>/dev/null; th
     /usr/bin/python3 bench/images_side_by_side.py --pairs 3
     echo "=== contention.py (dptrain and PyTorch alone and beside one busy process, 2 threads; dptrain with 1 thread too)"
     /usr/bin/python3 bench/contention.py --pairs 3 --only cnn$([ -n "${BENCH_FULL:-}" ] && echo ,mlp,resnet20)
+    echo "=== contention.py --adapt (./train's CNN with [train] adapt_threads on and off, alone and beside one busy process)"
+    /usr/bin/python3 bench/contention.py --adapt --pairs 3
     if command -v mpirun > /dev/null; then
         echo "=== zero_side_by_side.py ([distributed] zero 0/1/2 vs PyTorch DDP and ZeroRedundancyOptimizer, 2 ranks, AdamW)"
         /usr/bin/python3 bench/zero_side_by_side.py --pairs 3 $([ -n "${BENCH_FULL:-}" ] && echo --full)
