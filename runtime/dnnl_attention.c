@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dnnl_internal.h"
+#include "half.h"
 #include "vec_math.h"
 
 #define ATTN_TILE 64 /* the fp32 kernel's tile: the same rows per softmax */
@@ -49,9 +50,9 @@ static void make_matmul(dnnl_state *st, attn_plan *p, const dpt_conv_shape *wher
     }
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd;
-    CHECK_DNNL(dnnl_matmul_desc_init(&md, &p->a, &p->b, NULL, &p->c), "attention bf16 matmul", where);
-    CHECK_DNNL(dnnl_primitive_desc_create(&pd, &md, attr, st->engine, NULL), "attention bf16 matmul", where);
-    CHECK_DNNL(dnnl_primitive_create(&p->prim, pd), "attention bf16 matmul", where);
+    CHECK_DNNL(dnnl_matmul_desc_init(&md, &p->a, &p->b, NULL, &p->c), "attention matmul", where);
+    CHECK_DNNL(dnnl_primitive_desc_create(&pd, &md, attr, st->engine, NULL), "attention matmul", where);
+    CHECK_DNNL(dnnl_primitive_create(&p->prim, pd), "attention matmul", where);
     dnnl_primitive_desc_destroy(pd);
     if (ops) dnnl_post_ops_destroy(ops);
     dnnl_primitive_attr_destroy(attr);
@@ -126,25 +127,12 @@ static void heads_move(dpt_ctx *ctx, attn_dt dt, attn_kind kind, int64_t B, int6
         memcpy(to, from, dnnl_memory_desc_get_size(&p->a));
 }
 
-/* float -> bf16, rounding to nearest even (half.h's rule, without its branch so that it
- * vectorises; a NaN stays a NaN) */
-DPT_CLONES static void to_bf16(uint16_t *dst, const float *src, int64_t n)
-{
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], sizeof u);
-        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
-        dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
-    }
-}
-
 /* One row of scaled scores s: softmax-ed in place (dpt_attn_softmax_row), and out in bf16 to
  * p16 for the next product (NULL: fp32, s itself is the operand). */
 DPT_CLONES static void softmax_row(float *s, uint16_t *p16, int64_t n, int64_t seen, float *lse, bool forward)
 {
     dpt_attn_softmax_row(s, n, seen, lse, forward);
-    if (p16) to_bf16(p16, s, n);
+    if (p16) dpt_h16_from_f32_n(p16, s, n, true);
 }
 
 /* Scores of tile rows i0.. (rows) of every (b, h) against the n keys they see:
@@ -195,24 +183,14 @@ void dnnl_attention_fwd(dpt_ctx *ctx, const float *qkv, int64_t B, int64_t T, in
     dnnl_block_put(ctx, &o_b), dnnl_block_put(ctx, &p_b), dnnl_block_put(ctx, &s_b), dnnl_block_put(ctx, &qkv_b);
 }
 
-/* dS = P (dP - D) scale over a tile row, D_r = dy_r . y_r in fp32 (precomputed per row):
- * into ds16 in bf16, or over dp itself (NULL: fp32). */
+/* dS = P (dP - D) scale over a tile row, D_r = dy_r . y_r in fp32 (precomputed per row), over
+ * dp itself, and out in bf16 to ds16 for the next products (NULL: fp32, dp is the operand). */
 DPT_CLONES static void dscores_row(const float *p, float *dp, uint16_t *ds16, int64_t n, float D, float scale)
 {
-    if (!ds16) {
 #pragma omp simd
-        for (int64_t j = 0; j < n; j++)
-            dp[j] = p[j] * (dp[j] - D) * scale;
-        return;
-    }
-    float d[256];
-    for (int64_t j0 = 0; j0 < n; j0 += 256) {
-        int64_t m = n - j0 < 256 ? n - j0 : 256;
-#pragma omp simd
-        for (int64_t j = 0; j < m; j++)
-            d[j] = p[j0 + j] * (dp[j0 + j] - D) * scale;
-        to_bf16(ds16 + j0, d, m);
-    }
+    for (int64_t j = 0; j < n; j++)
+        dp[j] = p[j] * (dp[j] - D) * scale;
+    if (ds16) dpt_h16_from_f32_n(ds16, dp, n, true);
 }
 
 void dnnl_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, const float *dy, const float *lse, int64_t B,

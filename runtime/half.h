@@ -22,13 +22,13 @@ static inline float dpt_f32_from_bits(uint32_t u)
     return f;
 }
 
-/* bfloat16 is float's upper half: round the lower half away to nearest even. */
+/* bfloat16 is float's upper half: round the lower half away to nearest even; a NaN stays a
+ * quiet NaN. A select, not a branch, so that loops over it vectorise. */
 static inline uint16_t dpt_bf16_from_f32(float f)
 {
     uint32_t u = dpt_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* a quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x0040u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 static inline float dpt_f32_from_bf16(uint16_t h)
