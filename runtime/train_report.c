@@ -398,8 +398,8 @@ static double core_wait(const trainer *t, const window *w, double now)
  * waiting for a core): a window after a change is its warm-up (new plans), the next one judges
  * it against the window before the change, 3% faster to keep it. Fewer threads are tried when
  * they waited 20% or more of two windows in a row (as many as the cores they had in the last:
- * count x (1 - wait), rounded); with
- * fewer than asked, all of them again every 10 windows (the other process may have ended). */
+ * count x (1 - wait), rounded); with fewer than asked, all of them again every 10 windows (the
+ * other process may have ended). */
 static void adapt_threads(trainer *t, double x, double wait)
 {
     int cur = dpt_ctx_threads(t->ctx), to = cur;

@@ -270,7 +270,8 @@ static void test_memory(void **state)
     /* GPT-2's vocabulary in bf16 (with evaluations of 4: training's peak): the logits and their
      * gradient dominate, kept in fp32 (estimated 0.5x the peak when every activation counted
      * 16-bit and the logits' gradient not at all) */
-    snprintf(gpt_vocab, sizeof gpt_vocab, "%s --set data.vocab_size=50257 --set train.precision=bf16", gpt_train);
+    snprintf(gpt_vocab, sizeof gpt_vocab,
+             "%s --set data.vocab_size=50257 --set train.precision=bf16 --set train.eval_batch=4", gpt_train);
     const char *runs[] = {"configs/fmnist_cnn.ini --set train.batch=128 --set data.train_limit=256",
                           "configs/resnet.ini --set train.batch=32 --set data.train_limit=64",
                           "configs/resnet.ini --set train.batch=4 --set data.train_limit=16",
@@ -280,13 +281,14 @@ static void test_memory(void **state)
                           gpt_eval,
                           gpt_vocab};
     for (int i = 0; i < 8; i++) {
+        /* the shared settings first: a run's own come after them and win */
         snprintf(
             args, sizeof args,
-            "./train %s --set train.epochs=2 --set log.interval=1 --set log.metrics=%s/m.jsonl "
+            "./train --set train.epochs=2 --set log.interval=1 --set log.metrics=%s/m.jsonl "
             "--set data.test_limit=200 --set train.eval_batch=100 --set train.threads=1 "
             "--set checkpoint.every_epochs=0 --set checkpoint.dir=%s/mem %s && grep -o 'mem_peak_mb\":[0-9.]*' "
             "%s/m.jsonl | tail -1",
-            runs[i], dir, dir, i == 7 ? "--set train.eval_batch=4" : "", dir);
+            dir, dir, runs[i], dir);
         int rc = run_capture(out, sizeof out, "%s", args);
         if (rc != 0) fail_msg("%s:\n%s", args, out);
         const char *est = strstr(out, "memory ~"), *peak = strstr(out, "mem_peak_mb\":");
