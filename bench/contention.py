@@ -14,7 +14,7 @@ under that environment (e.g. OMP_WAIT_POLICY=passive) as one more contender. --a
     /usr/bin/python3 bench/contention.py [--pairs 3] [--only cnn] [--threads 2] [--ours-env OMP_WAIT_POLICY=passive]
     /usr/bin/python3 bench/contention.py --adapt [--pairs 3]
 Debian: python3-torch (run with /usr/bin/python3)."""
-import argparse, json, os, re, statistics, subprocess, sys, time
+import argparse, contextlib, json, os, re, statistics, subprocess, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -29,31 +29,30 @@ def run_json(cmd, env):
     raise RuntimeError(f"{' '.join(cmd)} gave no result:\n{out.stdout}\n{out.stderr}")
 
 
-def timed(cmd, env, busy):
-    spinner = None
-    if busy:  # one process spinning on one core, started before and stopped after the run
-        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        time.sleep(0.3)
-    try:
-        return run_json(cmd, env)
-    finally:
-        if spinner:
-            spinner.kill()
-            spinner.wait()
-
-
-def train_img_s(cmd, busy):
-    """./train's img/s over the whole run (start and evaluation included): steps x batch / time."""
+@contextlib.contextmanager
+def beside_busy(busy):
+    """With busy: one process spinning on one core, started before and stopped after the run."""
     spinner = None
     if busy:
         spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         time.sleep(0.3)
     try:
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        yield
     finally:
         if spinner:
             spinner.kill()
             spinner.wait()
+
+
+def timed(cmd, env, busy):
+    with beside_busy(busy):
+        return run_json(cmd, env)
+
+
+def train_img_s(cmd, busy):
+    """./train's img/s over the whole run (start and evaluation included): steps x batch / time."""
+    with beside_busy(busy):
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     m = re.search(r"^done \| .*\| (\d+) steps \| ([0-9.]+) s", out.stdout, re.M)
     if not m:
         raise RuntimeError(f"{' '.join(cmd)} gave no result:\n{out.stdout}\n{out.stderr}")
