@@ -11,6 +11,8 @@ rank in its own network namespace on its own core, talking TCP over links capped
   off    2 ranks, [distributed] overlap = false: the AllReduces run after backward, so their
          time (the progress line's comm ms) is communication alone
   on     2 ranks, overlap = true (the default)
+  tree   the same with Open MPI's binomial tree for the AllReduce (its default for an in-place
+         buffer; dptrain asks for recursive doubling at 2-4 ranks since 2026-12-06)
   torch  PyTorch's DDP over gloo, the same model, per-rank batch, SGD momentum 0.9, 1 thread
 dptrain's step time is the median of the JSONL windows after the first (warm-up); PyTorch's the
 mean over its timed steps. Printed per cap and model: medians over the pairs, with the spread
@@ -41,9 +43,15 @@ COMMON = ["data.source=synthetic", "data.test_limit=8", "train.epochs=1", "train
           "optim.name=sgd", "optim.lr=0.01", "optim.momentum=0.9", "optim.weight_decay=0", "log.interval=10"]
 
 
-def ours(model, cap, mode, windows, metrics, bucket="25", extra=()):
+# Open MPI's own choice for a non-blocking AllReduce on an in-place buffer: the binomial tree (a
+# reduce into rank 0, then a broadcast), which dptrain replaced at 2-4 ranks on 2026-12-06
+# (runtime/world.c): the "tree" column runs it again for contrast
+TREE = {"OMPI_MCA_coll_libnbc_iallreduce_algorithm": "2"}
+
+
+def ours(model, cap, mode, windows, metrics, bucket="25", extra=(), env=None):
     """mode alone | off | on; bucket: [distributed] bucket_mb (auto: the windows after its choice);
-    extra: more key=value settings"""
+    extra: more key=value settings; env: more environment variables"""
     batch, sets = MODELS[model]
     skip = 0
     if bucket == "auto":  # the steps it may measure (12 sizes, 3 visits of 3 steps), in whole windows
@@ -61,7 +69,8 @@ def ours(model, cap, mode, windows, metrics, bucket="25", extra=()):
     if os.path.exists(metrics):
         os.unlink(metrics)
     cmd = ["taskset", "-c", "0"] + args if mode == "alone" else [NETLAB, "--rate", cap, "mpi", "--"] + args
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=dict(os.environ, **(env or {})))
     if r.returncode:
         sys.exit(f"netlab_bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}")
     records = [json.loads(l) for l in open(metrics)]
@@ -136,7 +145,7 @@ def main():
         print(f"{'cap':>6} {'model':>9} | " + " ".join(f"{'mb ' + x:>19}" for x in sizes) + " | auto/best  chosen")
     else:
         print(f"{'cap':>6} {'model':>9} | {'alone':>19} {'comm alone':>19} {'overlap off':>19} {'overlap on':>19} "
-              f"{'auto':>19} | {'torch alone':>19} {'torch ddp':>19} | on/bound auto/bound torch/on hidden Gbit/s")
+              f"{'tree':>19} {'auto':>19} | {'torch alone':>19} {'torch ddp':>19} | on/bound auto/bound tree/on torch/on hidden Gbit/s")
     for cap in args.caps.split(","):
         for model in args.models.split(","):
             if args.zero:
@@ -165,10 +174,11 @@ def main():
                       f" | {med(col['auto']) / best:9.3f}  {chosen}", flush=True)
                 record = {"bench": "netlab_sweep", "cap": cap, "model": model, "runs": runs}
             else:
-                runs = {k: [] for k in ("alone", "off", "on", "auto", "torch_alone", "torch")}
+                runs = {k: [] for k in ("alone", "off", "on", "tree", "auto", "torch_alone", "torch")}
                 for _ in range(args.pairs):  # turn by turn: the machine's drift hits every column alike
                     for mode in ("alone", "off", "on"):
                         runs[mode].append(ours(model, cap, mode, args.windows, metrics))
+                    runs["tree"].append(ours(model, cap, "on", args.windows, metrics, env=TREE))
                     runs["auto"].append(ours(model, cap, "on", args.windows, metrics, "auto"))
                     runs["torch_alone"].append(torch_alone(model, args.windows))
                     runs["torch"].append(torch(model, cap, args.windows))
@@ -178,11 +188,12 @@ def main():
                 on_bound = med([o / b for o, b in zip(col["on"], bound)])
                 auto_bound = med([o / b for o, b in zip(col["auto"], bound)])
                 torch_on = med([t / o for t, o in zip(col["torch"], col["on"])])
+                tree_on = med([t / o for t, o in zip(col["tree"], col["on"])])
                 hidden = med([1 - x["exposed_ms"] / x["comm_ms"] if x["comm_ms"] else 0 for x in runs["on"]])
                 gbit = med([x["gbit_s"] for x in runs["off"]])
                 print(f"{cap:>6} {model:>9} | {spread(col['alone'])} {spread(comm)} {spread(col['off'])} "
-                      f"{spread(col['on'])} {spread(col['auto'])} | {spread(col['torch_alone'])} "
-                      f"{spread(col['torch'])} | {on_bound:8.2f} {auto_bound:10.2f} {torch_on:8.2f} "
+                      f"{spread(col['on'])} {spread(col['tree'])} {spread(col['auto'])} | {spread(col['torch_alone'])} "
+                      f"{spread(col['torch'])} | {on_bound:8.2f} {auto_bound:10.2f} {tree_on:7.2f} {torch_on:8.2f} "
                       f"{100 * hidden:5.0f}% {gbit:6.2f}", flush=True)
                 record = {"bench": "netlab", "cap": cap, "model": model, "runs": runs}
             if args.json:

@@ -914,6 +914,8 @@ typedef struct dpt_world {
      * how (for the header) */
     int cores, node_cores;
     char cores_why[96];
+    /* how MPI's non-blocking AllReduce sums (world.c's choice for Open MPI; for --env) */
+    char allreduce_how[128];
 } dpt_world;
 
 bool dpt_world_init(dpt_world *world, int *argc, char ***argv, dpt_error *err);

@@ -482,7 +482,8 @@ static int print_env(const dpt_world *world, const run_config *run)
     printf("dptrain %s | world: %d rank%s, this is rank %d (local rank %d of %d) on %s\n", DPT_VERSION,
            world->size, world->size > 1 ? "s" : "", world->rank, world->local_rank, world->local_size,
            world->host);
-    printf("mpi: %s | %s\n", mpi, world->mpi ? "initialised" : "not used (run alone)");
+    printf("mpi: %s | %s%s%s\n", mpi, world->mpi ? "initialised" : "not used (run alone)",
+           world->mpi ? " | " : "", world->mpi ? world->allreduce_how : "");
     dpt_print_env(stdout);
     char dnnl[160]; /* the CPU's library (not device.c's: the oneDNN backend stands above it) */
     dpt_onednn_version(dnnl, sizeof dnnl);

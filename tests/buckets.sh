@@ -90,4 +90,26 @@ out=$(./train "${base[@]}" --set distributed.bucket_mb=fast 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "bucket_mb = fast: expected a number or auto" <<<"$out"
 check "bucket_mb = fast: refused, saying it takes a number or auto" $? "exit $rc: $out"
 
+# The AllReduce's algorithm (runtime/world.c): Open MPI's default for an in-place buffer is a
+# binomial tree (a reduce into rank 0, then a broadcast); dptrain asks for recursive doubling at
+# 2-4 ranks, which adds in the same association there: the weights must be the tree's bit for bit
+# at 3 and 4 ranks (the ring, which adds in another order, must differ, or this proves nothing);
+# --env says which algorithm runs, and a value the user sets wins.
+one=(configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=3000 --set data.test_limit=500
+     --set train.epochs=1 --set log.interval=1000)
+for np in 3 4; do
+    MN="timeout 300 mpirun --oversubscribe --allow-run-as-root -np $np"
+    ours=$($MN ./train "${one[@]}" --set checkpoint.dir="$tmp/rd$np" 2>&1 | sha)
+    tree=$(OMPI_MCA_coll_libnbc_iallreduce_algorithm=2 $MN ./train "${one[@]}" --set checkpoint.dir="$tmp/tr$np" 2>&1 | sha)
+    ring=$(OMPI_MCA_coll_libnbc_iallreduce_algorithm=1 $MN ./train "${one[@]}" --set checkpoint.dir="$tmp/ri$np" 2>&1 | sha)
+    [ -n "$ours" ] && [ "$ours" = "$tree" ] && [ -n "$ring" ] && [ "$ring" != "$ours" ]
+    check "$np ranks: recursive doubling gives the binomial tree's weights (${ours:0:16}...), the ring others" $? \
+        "ours $ours, tree $tree, ring $ring"
+done
+env2=$($M ./train --env 2>&1)
+envu=$(OMPI_MCA_coll_libnbc_iallreduce_algorithm=1 $M ./train --env 2>&1)
+grep -q "non-blocking AllReduce: recursive doubling (coll_libnbc_iallreduce_algorithm = 4, set by dptrain at 2 ranks)" <<<"$env2" &&
+    grep -q "non-blocking AllReduce: libnbc algorithm 1 (coll_libnbc_iallreduce_algorithm, yours)" <<<"$envu"
+check "--env names the AllReduce's algorithm, and the user's own setting when given" $? "$(grep mpi: <<<"$env2$envu")"
+
 exit $((failed > 0))
