@@ -7,11 +7,12 @@ static void relu_backward(dpt_ctx *ctx, dpt_node *node)
 {
     /* The output decides the mask (y > 0 <=> x > 0), so x need not be kept. */
     const dpt_tensor *y = node->out;
-    float *dx = dpt_grad_acc(ctx, node->in[0])->data;
+    bool acc;
+    float *dx = dpt_grad_for_write(ctx, node->in[0], &acc)->data;
     if (y->dtype == DPT_BF16)
-        ctx->be->relu16_bwd(ctx, (const uint16_t *)y->data, y->grad->data, dx, y->numel);
+        ctx->be->relu16_bwd(ctx, (const uint16_t *)y->data, y->grad->data, dx, y->numel, acc);
     else
-        ctx->be->relu_bwd(ctx, y->data, y->grad->data, dx, y->numel);
+        ctx->be->relu_bwd(ctx, y->data, y->grad->data, dx, y->numel, acc);
 }
 
 static dpt_tensor *relu(dpt_ctx *ctx, dpt_tensor *x, bool in_place)

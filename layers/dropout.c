@@ -9,7 +9,9 @@
 static void dropout_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *dy = node->out->grad;
-    ctx->be->mul_acc(ctx, dy->numel, dy->data, node->saved[0]->data, dpt_grad_acc(ctx, node->in[0])->data);
+    bool acc;
+    float *dx = dpt_grad_for_write(ctx, node->in[0], &acc)->data;
+    (acc ? ctx->be->mul_acc : ctx->be->mul)(ctx, dy->numel, dy->data, node->saved[0]->data, dx);
 }
 
 dpt_tensor *dpt_dropout(dpt_ctx *ctx, dpt_tensor *x, float p, bool training)

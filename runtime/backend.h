@@ -124,7 +124,9 @@ typedef struct dpt_backend {
     void (*bias_grad)(dpt_ctx *ctx, const float *dy, float *dbias, int64_t rows, int64_t cols); /* += */
     /* Activations. */
     void (*relu_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t n);
-    void (*relu_bwd)(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n); /* += */
+    /* dx = (y > 0 ? dy : 0), or += with accumulate (a fresh gradient is written, not zeroed
+     * and then added to: the zero fill and one read of dx were a fifth of the CNN's step) */
+    void (*relu_bwd)(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n, bool accumulate);
     void (*gelu_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t n);
     void (*gelu_bwd)(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n); /* += */
     void (*softmax_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t rows, int64_t cols);
@@ -154,12 +156,12 @@ typedef struct dpt_backend {
      * BF16 between the ops that take them (conv2d's x and y per conv2d_io, the fused batch
      * norm, relu16, add16); the entries below are then set. All shapes are (N, C, H, W).
      * widen: dst (F32, dst_layout) = src (BF16, src_layout), or += with accumulate. relu16_bwd
-     * adds into dx; add16 rounds the float sum to nearest even. */
+     * writes or adds into dx as relu_bwd; add16 rounds the float sum to nearest even. */
     bool act16;
     void (*widen)(dpt_ctx *ctx, const void *src, dpt_layout src_layout, float *dst, dpt_layout dst_layout,
                   const int64_t *shape, bool accumulate);
     void (*relu16_fwd)(dpt_ctx *ctx, const uint16_t *x, uint16_t *y, int64_t n);
-    void (*relu16_bwd)(dpt_ctx *ctx, const uint16_t *y, const float *dy, float *dx, int64_t n);
+    void (*relu16_bwd)(dpt_ctx *ctx, const uint16_t *y, const float *dy, float *dx, int64_t n, bool accumulate);
     void (*add16)(dpt_ctx *ctx, int64_t n, const uint16_t *a, const uint16_t *b, uint16_t *out);
     /* The one place a convolution's layouts and dtypes are decided: how conv2d_fwd takes x and
      * writes y for this shape (s->x_layout, s->x_dtype: x as it comes; s->y_dtype: what the
@@ -334,7 +336,7 @@ void dpt_tensor_list_free(dpt_tensor_list *l);
 
 /* ops_cpu.c: the 16-bit activations' elementwise kernels (a table with act16 takes them). */
 void dpt_cpu_relu16_fwd(dpt_ctx *ctx, const uint16_t *x, uint16_t *y, int64_t n);
-void dpt_cpu_relu16_bwd(dpt_ctx *ctx, const uint16_t *y, const float *dy, float *dx, int64_t n);
+void dpt_cpu_relu16_bwd(dpt_ctx *ctx, const uint16_t *y, const float *dy, float *dx, int64_t n, bool accumulate);
 void dpt_cpu_add16(dpt_ctx *ctx, int64_t n, const uint16_t *a, const uint16_t *b, uint16_t *out);
 
 /* ops_cpu_nn.c: the CPU convolution, batch-norm and pooling kernels of the table. */

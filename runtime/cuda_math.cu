@@ -80,9 +80,9 @@ __global__ void relu_fwd_kernel(const float *x, float *y, int64_t n)
 {
     GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
-__global__ void relu_bwd_kernel(const float *y, const float *dy, float *dx, int64_t n)
+__global__ void relu_bwd_kernel(const float *y, const float *dy, float *dx, int64_t n, bool accumulate)
 {
-    GRID_STRIDE(i, n) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+    GRID_STRIDE(i, n) dx[i] = (accumulate ? dx[i] : 0.0f) + (y[i] > 0.0f ? dy[i] : 0.0f);
 }
 
 #define GELU_K 0.7978845608028654f
@@ -410,9 +410,9 @@ static void cuda_relu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n)
 {
     LAUNCH(relu_fwd_kernel, n, x, y, n);
 }
-static void cuda_relu_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n)
+static void cuda_relu_bwd(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n, bool accumulate)
 {
-    LAUNCH(relu_bwd_kernel, n, y, dy, dx, n);
+    LAUNCH(relu_bwd_kernel, n, y, dy, dx, n, accumulate);
 }
 static void cuda_gelu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n)
 {

@@ -209,7 +209,12 @@ dpt_tensor *dpt_transpose(dpt_ctx *ctx, dpt_tensor *x)
 static void reshape_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *dy = node->out->grad;
-    ctx->be->axpy(ctx, dy->numel, 1.0f, dy->data, dpt_grad_acc(ctx, node->in[0])->data);
+    bool acc;
+    float *dx = dpt_grad_for_write(ctx, node->in[0], &acc)->data;
+    if (acc)
+        ctx->be->axpy(ctx, dy->numel, 1.0f, dy->data, dx);
+    else /* a fresh gradient: dy's values (not zeros plus them) */
+        ctx->be->dev->copy_d2d(ctx, dx, dy->data, (size_t)dy->numel * sizeof(float));
 }
 
 dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape)
