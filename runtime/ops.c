@@ -10,12 +10,25 @@
 /* ---------------------------------------------------------------- add, mul, scale
  * Elementwise: any layout, as long as both operands share it; the output takes it. */
 
+/* x's gradient += alpha * dy, or = when it is fresh (a temporary's first gradient: written, not
+ * zero-filled and then added to) */
+static void grad_axpy(dpt_ctx *ctx, float alpha, const dpt_tensor *dy, dpt_tensor *x)
+{
+    bool acc;
+    float *dx = dpt_grad_for_write(ctx, x, &acc)->data;
+    if (acc)
+        ctx->be->axpy(ctx, dy->numel, alpha, dy->data, dx);
+    else if (alpha == 1.0f)
+        ctx->be->dev->copy_d2d(ctx, dx, dy->data, (size_t)dy->numel * sizeof(float));
+    else
+        ctx->be->scale(ctx, dy->numel, alpha, dy->data, dx);
+}
+
 static void add_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *dy = node->out->grad;
     for (int i = 0; i < 2; i++)
-        if (dpt_wants_grad(node->in[i]))
-            ctx->be->axpy(ctx, dy->numel, 1.0f, dy->data, dpt_grad_acc(ctx, node->in[i])->data);
+        if (dpt_wants_grad(node->in[i])) grad_axpy(ctx, 1.0f, dy, node->in[i]);
 }
 
 dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
@@ -39,8 +52,7 @@ static void sub_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *dy = node->out->grad;
     for (int i = 0; i < 2; i++)
-        if (dpt_wants_grad(node->in[i]))
-            ctx->be->axpy(ctx, dy->numel, i ? -1.0f : 1.0f, dy->data, dpt_grad_acc(ctx, node->in[i])->data);
+        if (dpt_wants_grad(node->in[i])) grad_axpy(ctx, i ? -1.0f : 1.0f, dy, node->in[i]);
 }
 
 dpt_tensor *dpt_sub(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
@@ -63,8 +75,12 @@ static void mul_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *dy = node->out->grad;
     dpt_tensor *a = node->in[0], *b = node->in[1];
-    if (dpt_wants_grad(a)) ctx->be->mul_acc(ctx, dy->numel, dy->data, b->data, dpt_grad_acc(ctx, a)->data);
-    if (dpt_wants_grad(b)) ctx->be->mul_acc(ctx, dy->numel, dy->data, a->data, dpt_grad_acc(ctx, b)->data);
+    for (int i = 0; i < 2; i++)
+        if (dpt_wants_grad(node->in[i])) {
+            bool acc;
+            float *dx = dpt_grad_for_write(ctx, node->in[i], &acc)->data;
+            (acc ? ctx->be->mul_acc : ctx->be->mul)(ctx, dy->numel, dy->data, (i ? a : b)->data, dx);
+        }
 }
 
 dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
@@ -84,7 +100,7 @@ dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 static void scale_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *dy = node->out->grad;
-    ctx->be->axpy(ctx, dy->numel, node->arg.alpha, dy->data, dpt_grad_acc(ctx, node->in[0])->data);
+    grad_axpy(ctx, node->arg.alpha, dy, node->in[0]);
 }
 
 dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha)
@@ -208,13 +224,7 @@ dpt_tensor *dpt_transpose(dpt_ctx *ctx, dpt_tensor *x)
 
 static void reshape_backward(dpt_ctx *ctx, dpt_node *node)
 {
-    const dpt_tensor *dy = node->out->grad;
-    bool acc;
-    float *dx = dpt_grad_for_write(ctx, node->in[0], &acc)->data;
-    if (acc)
-        ctx->be->axpy(ctx, dy->numel, 1.0f, dy->data, dx);
-    else /* a fresh gradient: dy's values (not zeros plus them) */
-        ctx->be->dev->copy_d2d(ctx, dx, dy->data, (size_t)dy->numel * sizeof(float));
+    grad_axpy(ctx, 1.0f, node->out->grad, node->in[0]);
 }
 
 dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape)
