@@ -46,9 +46,11 @@ static void affine_backward(dpt_ctx *ctx, dpt_node *node)
     dpt_tensor *x = node->in[0], *w = node->in[1], *b = node->in[2];
     const dpt_tensor *dy = node->out->grad; /* (rows, out) */
     int64_t out = w->shape[0], in = w->shape[1], batch = x->numel / in; /* rows of (..., in) */
-    if (dpt_wants_grad(x)) /* dx (B, in) += dy (B, out) W (out, in) */
-        ctx->be->gemm(ctx, false, false, batch, in, out, 1.0f, dy->data, out, w->data, in, 1.0f,
-                      dpt_grad_acc(ctx, x)->data, in);
+    if (dpt_wants_grad(x)) { /* dx (B, in) += dy (B, out) W (out, in); = when dx is fresh (beta 0) */
+        bool acc;
+        float *dx = dpt_grad_for_write(ctx, x, &acc)->data;
+        ctx->be->gemm(ctx, false, false, batch, in, out, 1.0f, dy->data, out, w->data, in, acc ? 1.0f : 0.0f, dx, in);
+    }
     if (dpt_wants_grad(w)) /* dW (out, in) += dy^T (out, B) x (B, in) */
         ctx->be->gemm(ctx, true, false, out, in, batch, 1.0f, dy->data, out, x->data, in, 1.0f,
                       dpt_grad_acc(ctx, w)->data, in);

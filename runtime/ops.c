@@ -177,12 +177,16 @@ static void matmul_backward(dpt_ctx *ctx, dpt_node *node)
     int64_t lda, ldb;
     gemm_operand("matmul", a, &ta, &lda);
     gemm_operand("matmul", b, &tb, &ldb);
-    if (dpt_wants_grad(a)) /* dA (M, K) += dC (M, N) B^T */
-        ctx->be->gemm(ctx, false, !tb, M, K, N, 1.0f, dc->data, N, b->data, ldb, 1.0f,
-                      dpt_grad_acc(ctx, a)->data, K);
-    if (dpt_wants_grad(b)) /* dB (K, N) += A^T dC (M, N) */
-        ctx->be->gemm(ctx, !ta, false, K, N, M, 1.0f, a->data, lda, dc->data, N, 1.0f,
-                      dpt_grad_acc(ctx, b)->data, N);
+    bool acc;
+    float *dx;
+    if (dpt_wants_grad(a)) { /* dA (M, K) += dC (M, N) B^T; = when fresh (beta 0) */
+        dx = dpt_grad_for_write(ctx, a, &acc)->data;
+        ctx->be->gemm(ctx, false, !tb, M, K, N, 1.0f, dc->data, N, b->data, ldb, acc ? 1.0f : 0.0f, dx, K);
+    }
+    if (dpt_wants_grad(b)) { /* dB (K, N) += A^T dC (M, N) */
+        dx = dpt_grad_for_write(ctx, b, &acc)->data;
+        ctx->be->gemm(ctx, !ta, false, K, N, M, 1.0f, a->data, lda, dc->data, N, acc ? 1.0f : 0.0f, dx, N);
+    }
 }
 
 dpt_tensor *dpt_matmul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
