@@ -41,7 +41,9 @@ dpt_tensor *dpt_relu_(dpt_ctx *ctx, dpt_tensor *x)
 static void gelu_backward(dpt_ctx *ctx, dpt_node *node)
 {
     dpt_tensor *x = node->in[0];
-    ctx->be->gelu_bwd(ctx, x->data, node->out->grad->data, dpt_grad_acc(ctx, x)->data, x->numel);
+    bool acc;
+    float *dx = dpt_grad_for_write(ctx, x, &acc)->data;
+    ctx->be->gelu_bwd(ctx, x->data, node->out->grad->data, dx, x->numel, acc);
 }
 
 dpt_tensor *dpt_gelu(dpt_ctx *ctx, dpt_tensor *x)

@@ -128,7 +128,7 @@ typedef struct dpt_backend {
      * and then added to: the zero fill and one read of dx were a fifth of the CNN's step) */
     void (*relu_bwd)(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n, bool accumulate);
     void (*gelu_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t n);
-    void (*gelu_bwd)(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n); /* += */
+    void (*gelu_bwd)(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n, bool accumulate); /* = or += */
     void (*softmax_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t rows, int64_t cols);
     void (*softmax_bwd)(dpt_ctx *ctx, const float *y, const float *dy, float *dx, int64_t rows,
                         int64_t cols); /* += */

@@ -95,13 +95,13 @@ __global__ void gelu_fwd_kernel(const float *x, float *y, int64_t n)
         y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
     }
 }
-__global__ void gelu_bwd_kernel(const float *x, const float *dy, float *dx, int64_t n)
+__global__ void gelu_bwd_kernel(const float *x, const float *dy, float *dx, int64_t n, bool accumulate)
 {
     GRID_STRIDE(i, n)
     {
         float v = x[i], t = tanhf(GELU_K * (v + GELU_C * v * v * v));
         float dt = GELU_K * (1.0f + 3.0f * GELU_C * v * v) * (1.0f - t * t);
-        dx[i] += dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+        dx[i] = (accumulate ? dx[i] : 0.0f) + dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
     }
 }
 
@@ -418,9 +418,9 @@ static void cuda_gelu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n)
 {
     LAUNCH(gelu_fwd_kernel, n, x, y, n);
 }
-static void cuda_gelu_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n)
+static void cuda_gelu_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n, bool accumulate)
 {
-    LAUNCH(gelu_bwd_kernel, n, x, dy, dx, n);
+    LAUNCH(gelu_bwd_kernel, n, x, dy, dx, n, accumulate);
 }
 static void cuda_softmax_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t rows, int64_t cols)
 {

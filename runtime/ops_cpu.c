@@ -286,10 +286,15 @@ DPT_CLONES static void gelu_fwd_span(const float *restrict x, float *restrict y,
         y[i] = dpt_gelu_value(x[i]);
 }
 
-DPT_CLONES static void gelu_bwd_span(const float *restrict x, const float *restrict dy, float *restrict dx, int64_t n)
+DPT_CLONES static void gelu_bwd_span(const float *restrict x, const float *restrict dy, float *restrict dx, int64_t n,
+                                     bool accumulate)
 {
-    for (int64_t i = 0; i < n; i++)
-        dx[i] += dy[i] * dpt_gelu_derivative(x[i]);
+    if (accumulate)
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += dy[i] * dpt_gelu_derivative(x[i]);
+    else /* a fresh gradient: written, neither zeroed nor read */
+        for (int64_t i = 0; i < n; i++)
+            dx[i] = dy[i] * dpt_gelu_derivative(x[i]);
 }
 
 #define GELU_SPAN 4096
@@ -304,13 +309,13 @@ static void cpu_gelu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n)
     }
 }
 
-static void cpu_gelu_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n)
+static void cpu_gelu_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n, bool accumulate)
 {
     int64_t spans = (n + GELU_SPAN - 1) / GELU_SPAN;
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
     for (int64_t s = 0; s < spans; s++) {
         int64_t at = s * GELU_SPAN, len = n - at < GELU_SPAN ? n - at : GELU_SPAN;
-        gelu_bwd_span(x + at, dy + at, dx + at, len);
+        gelu_bwd_span(x + at, dy + at, dx + at, len, accumulate);
     }
 }
 

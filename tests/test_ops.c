@@ -159,20 +159,24 @@ static dpt_tensor *reshape_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
     return dpt_relu(ctx, dpt_reshape(ctx, flat, 2, (int64_t[]){-1, ((unary_case *)u)->cols}));
 }
 
-/* one temporary read by a reshape and two relus: backward runs the last recorded first, so the
- * first relu writes t's fresh gradient, the second adds to it, and the reshape adds last (the
- * reshape case above writes a fresh one): both ways of each backward (write, or accumulate) */
+/* one temporary read by a reshape, two relus and a gelu: backward runs the last recorded first,
+ * so the gelu writes t's fresh gradient, the relus add to it, and the reshape adds last (the
+ * reshape case above has relu and reshape write fresh ones, the gelu case adds to its input's):
+ * both ways of each backward (write, or accumulate) */
 static dpt_tensor *shared_grad_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
 {
     dpt_tensor *t = dpt_scale(ctx, in[0], 1.0f);
     dpt_tensor *view = dpt_reshape(ctx, dpt_flatten(ctx, t), 3, in[0]->shape);
+    dpt_tensor *relus = dpt_add(ctx, dpt_relu(ctx, t), dpt_relu(ctx, t));
     (void)u;
-    return dpt_add(ctx, view, dpt_add(ctx, dpt_relu(ctx, t), dpt_relu(ctx, t)));
+    return dpt_add(ctx, dpt_add(ctx, view, relus), dpt_gelu(ctx, t));
 }
 static void shared_grad_ref(const double *const *in, double *out, void *u)
 {
+    double gelu[1024];
+    gelu_ref(in, gelu, u);
     for (int64_t i = 0; i < ((unary_case *)u)->n; i++)
-        out[i] = in[0][i] + 2.0 * (in[0][i] > 0 ? in[0][i] : 0);
+        out[i] = in[0][i] + 2.0 * (in[0][i] > 0 ? in[0][i] : 0) + gelu[i];
 }
 
 static void run_unary(const char *name, dpt_tensor *(*build)(dpt_ctx *, dpt_tensor **, void *),
@@ -216,7 +220,7 @@ static void test_activations(void **state)
     run_unary("sum", sum_build, sum_ref, -2, 2);
     run_unary("mean", mean_build, mean_ref, -2, 2);
     run_unary("reshape", reshape_build, reshape_ref, -2, 2);
-    run_unary("reshape+2relu shared", shared_grad_build, shared_grad_ref, -2, 2);
+    run_unary("reshape+2relu+gelu shared", shared_grad_build, shared_grad_ref, -2, 2);
 }
 
 /* ---------------------------------------------------------------- binary ops and matmul */
