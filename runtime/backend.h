@@ -286,11 +286,13 @@ typedef struct dpt_backend {
                           const float *mean, const float *rstd, float *dx, float *dw, float *db);
     /* Self-attention over fused qkv (B, T, 3 H hs) -> y (B, T, H hs) (dpt_attention), keeping each
      * query row's log-sum-exp of its scaled scores in lse (B, H, T). Backward adds into dqkv from
-     * dy, recomputing the scores; scratch (B, H, T) floats it may use. */
+     * dy (writes it when !accumulate: a fresh gradient), recomputing the scores; scratch (B, H, T)
+     * floats it may use. */
     void (*attention_fwd)(dpt_ctx *ctx, const float *qkv, int64_t B, int64_t T, int64_t H, int64_t hs, bool causal,
                           float *y, float *lse);
     void (*attention_bwd)(dpt_ctx *ctx, const float *qkv, const float *y, const float *dy, const float *lse,
-                          int64_t B, int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv);
+                          int64_t B, int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv,
+                          bool accumulate);
     /* batch GEMMs C_i (M, N) = alpha * op(A_i) op(B_i) + beta * C_i, A_i = A + i * stride_a, ... */
     void (*gemm_batched)(dpt_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                          const float *A, int64_t lda, int64_t stride_a, const float *B, int64_t ldb, int64_t stride_b,

@@ -453,10 +453,12 @@ static void cuda_attention_fwd(dpt_ctx *ctx, const float *qkv, int64_t B, int64_
 }
 
 static void cuda_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, const float *dy, const float *lse,
-                               int64_t B, int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv)
+                               int64_t B, int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv,
+                               bool accumulate)
 {
     if (B == 0 || T == 0) return;
     int64_t C = H * hs, C3 = 3 * C, TT = T * T;
+    if (!accumulate) CHECK_CUDA(cudaMemsetAsync(dqkv, 0, (size_t)(B * T * C3) * sizeof(float), stream_of(ctx)));
     float scale = 1.0f / sqrtf((float)hs);
     attention_rowdot_kernel<<<warp_rows_blocks(B * H * T), THREADS, 0, stream_of(ctx)>>>(y, dy, B, T, H, hs, scratch);
     CHECK_LAUNCH();

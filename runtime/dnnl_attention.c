@@ -194,7 +194,7 @@ DPT_CLONES static void dscores_row(const float *p, float *dp, uint16_t *ds16, in
 }
 
 void dnnl_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, const float *dy, const float *lse, int64_t B,
-                        int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv)
+                        int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv, bool accumulate)
 {
     attn_dt dt = pass_type(ctx);
     int64_t C = H * hs, BH = B * H, N = BH * T * hs, tile = T < ATTN_TILE ? T : ATTN_TILE;
@@ -255,8 +255,8 @@ void dnnl_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, const fl
                          .cs = {T * hs, hs, 1}, .alpha = 1.0f, .acc = true},
                dS, el(dt, q, i0 * hs), dk);
     }
-    for (int part = 0; part < 3; part++)
-        heads_move(ctx, dt, ATTN_FROM_HEADS, B, H, T, hs, 3 * C, true, dq + part * N, dqkv + part * C);
+    for (int part = 0; part < 3; part++) /* into dqkv: added, or written when it is fresh */
+        heads_move(ctx, dt, ATTN_FROM_HEADS, B, H, T, hs, 3 * C, accumulate, dq + part * N, dqkv + part * C);
     dnnl_block_put(ctx, &p_b), dnnl_block_put(ctx, &s_b), dnnl_block_put(ctx, &acc_b), dnnl_block_put(ctx, &in_b);
 }
 

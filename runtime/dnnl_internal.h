@@ -218,6 +218,6 @@ void cpu_onednn_gemm(dpt_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_
 void dnnl_attention_fwd(dpt_ctx *ctx, const float *qkv, int64_t B, int64_t T, int64_t H, int64_t hs, bool causal,
                         float *y, float *lse);
 void dnnl_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, const float *dy, const float *lse, int64_t B,
-                        int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv);
+                        int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv, bool accumulate);
 
 #endif

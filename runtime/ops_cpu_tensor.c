@@ -413,11 +413,13 @@ static void cpu_attention_fwd(dpt_ctx *ctx, const float *qkv, int64_t B, int64_t
 }
 
 static void cpu_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, const float *dy, const float *lse,
-                              int64_t B, int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv)
+                              int64_t B, int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv,
+                              bool accumulate)
 {
     int64_t C = H * hs, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     (void)scratch;
+    if (!accumulate) dpt_backend_cpu.fill(ctx, dqkv, B * T * C3, 0.0f); /* the tiles below add into it */
     /* one (b, h) per task: its dk and dv rows are its own, so nothing is shared */
 #pragma omp parallel num_threads(ctx->threads)
     {

@@ -517,8 +517,10 @@ static void attention_backward(dpt_ctx *ctx, dpt_node *node)
     const dpt_tensor *y = node->out, *dy = node->out->grad, *stats = node->saved[0];
     int64_t B = qkv->shape[0], T = qkv->shape[1], H = node->arg.code >> 1, C = qkv->shape[2] / 3;
     bool causal = node->arg.code & 1;
+    bool acc;
+    float *dqkv = dpt_grad_for_write(ctx, qkv, &acc)->data;
     ctx->be->attention_bwd(ctx, qkv->data, y->data, dy->data, stats->data, B, T, H, C / H, causal,
-                           stats->data + B * H * T, dpt_grad_acc(ctx, qkv)->data);
+                           stats->data + B * H * T, dqkv, acc);
 }
 
 dpt_tensor *dpt_attention(dpt_ctx *ctx, dpt_tensor *qkv, int heads, bool causal)
