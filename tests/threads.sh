@@ -24,16 +24,23 @@ if command -v taskset > /dev/null; then
         awk -v a="$w2" -v b="$w1" 'BEGIN { exit !(a >= 0.3 && a <= 1.0 && b != "" && a > 3 * b) }'
     check "2 threads pinned to one core wait for it (core_wait $w2, said with a HINT); 1 thread there: $w1" $? \
         "core_wait '$w2' / '$w1'; $(grep -m2 'warning\|waiting' <<< "$two")"
-    # [train] adapt_threads: the same 2 threads go down to the 1 core they get, measured faster,
-    # kept (the metrics' last windows ran 1 thread), and the warning is not printed
-    ad=$(taskset -c 0 ./train "${pin[@]}" --set data.train_limit=8000 --set train.max_steps=100 --set train.threads=2 \
-         --set train.adapt_threads=true --set checkpoint.dir="$tmp/pin3" --set log.metrics="$tmp/pin3.jsonl" 2>&1)
+    # [train] adapt_threads: the same 2 threads, waiting for the core about a third of the time, try
+    # the 1 core they get, and the verdict follows the trial's own measure: kept (the metrics' last
+    # windows ran 1 thread) when 1 thread ran at least 3% faster, else given up (2 again). Which
+    # one depends on the machine: 2 threads on one core ran the CNN 10x slower than 1 on an AMD
+    # EPYC VM, and 3-8% slower on an Intel Xeon VM, where 1 of 4 runs gave up. No warning either
+    # way; windows of 40 steps
+    ad=$(taskset -c 0 ./train "${pin[@]}" --set data.train_limit=8000 --set train.max_steps=200 --set log.interval=40 \
+         --set train.threads=2 --set train.adapt_threads=true --set checkpoint.dir="$tmp/pin3" \
+         --set log.metrics="$tmp/pin3.jsonl" 2>&1)
     last=$(grep -o '"threads":[0-9]*' "$tmp/pin3.jsonl" | tail -1 | cut -d: -f2)
+    verdict=$(grep -m1 "^threads 1 \(kept\|given up\): [0-9]* img/s against [0-9]* with 2$" <<< "$ad")
     grep -q "^device .*2 threads (adapting to the free cores)" <<< "$ad" &&
         grep -q "^threads 2 -> 1: they waited for a core [0-9]*% of the last window" <<< "$ad" &&
-        grep -q "^threads 1 kept: [0-9]* img/s against [0-9]* with 2" <<< "$ad" && [ "$last" = 1 ] &&
-        ! grep -q "warning: this run's threads waited" <<< "$ad"
-    check "adapt_threads: 2 threads on one core go down to 1 and keep it ($(grep -m1 '^threads 1 kept' <<< "$ad"))" $? \
+        ! grep -q "warning: this run's threads waited" <<< "$ad" &&
+        awk -v v="$verdict" -v last="$last" 'BEGIN { n = split(v, w, " "); x = w[n - 5]; y = w[n - 2];
+            kept = index(v, "kept") > 0; exit !(v != "" && (kept ? x >= 1.03 * y && last == 1 : x < 1.03 * y && last == 2)) }'
+    check "adapt_threads: 2 threads on one core try 1, and keep it only if faster ($verdict; last windows $last)" $? \
         "last threads '$last'; $(grep '^threads\|^error\|warning' <<< "$ad")"
 fi
 out=$(./train configs/fmnist_mlp.ini --set train.deterministic=true --set train.threads=1 --set train.global_batch=64 \
