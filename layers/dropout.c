@@ -8,10 +8,7 @@
 
 static void dropout_backward(dpt_ctx *ctx, dpt_node *node)
 {
-    const dpt_tensor *dy = node->out->grad;
-    bool acc;
-    float *dx = dpt_grad_for_write(ctx, node->in[0], &acc)->data;
-    (acc ? ctx->be->mul_acc : ctx->be->mul)(ctx, dy->numel, dy->data, node->saved[0]->data, dx);
+    dpt_grad_mul(ctx, node->out->grad, node->saved[0]->data, node->in[0]);
 }
 
 dpt_tensor *dpt_dropout(dpt_ctx *ctx, dpt_tensor *x, float p, bool training)

@@ -83,6 +83,25 @@ dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate)
     return dpt_grad_acc(ctx, t);
 }
 
+void dpt_grad_axpy(dpt_ctx *ctx, float alpha, const dpt_tensor *dy, dpt_tensor *t)
+{
+    bool acc;
+    float *g = dpt_grad_for_write(ctx, t, &acc)->data;
+    if (acc)
+        ctx->be->axpy(ctx, dy->numel, alpha, dy->data, g);
+    else if (alpha == 1.0f)
+        ctx->be->dev->copy_d2d(ctx, g, dy->data, (size_t)dy->numel * sizeof(float));
+    else
+        ctx->be->scale(ctx, dy->numel, alpha, dy->data, g);
+}
+
+void dpt_grad_mul(dpt_ctx *ctx, const dpt_tensor *dy, const float *other, dpt_tensor *t)
+{
+    bool acc;
+    float *g = dpt_grad_for_write(ctx, t, &acc)->data;
+    (acc ? ctx->be->mul_acc : ctx->be->mul)(ctx, dy->numel, dy->data, other, g);
+}
+
 bool dpt_tape_may_overwrite(dpt_ctx *ctx, const dpt_tensor *x)
 {
     if (!x->is_temp || !x->storage || x->storage->refcount != 1 || !dpt_tensor_is_contiguous(x)) return false;

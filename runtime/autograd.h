@@ -55,6 +55,10 @@ dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t);
  * temporary's gradient gets it uninitialised with *accumulate = false (and must write every
  * element: one pass less than a zero fill plus an add); later ones get *accumulate = true. */
 dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate);
+/* t's gradient += alpha * dy, and += dy * other (elementwise, dy's element count), each written
+ * instead when the gradient is fresh (dpt_grad_for_write) */
+void dpt_grad_axpy(dpt_ctx *ctx, float alpha, const dpt_tensor *dy, dpt_tensor *t);
+void dpt_grad_mul(dpt_ctx *ctx, const dpt_tensor *dy, const float *other, dpt_tensor *t);
 /* Internal: called before a node's backward for each of its parameters whose gradient has no
  * storage (data NULL), which must give it storage (DDP under zero = 2 allocates the bucket then).
  * A parameter's gradient without storage and no hook is a bug (asserted). */

@@ -10,25 +10,11 @@
 /* ---------------------------------------------------------------- add, mul, scale
  * Elementwise: any layout, as long as both operands share it; the output takes it. */
 
-/* x's gradient += alpha * dy, or = when it is fresh (a temporary's first gradient: written, not
- * zero-filled and then added to) */
-static void grad_axpy(dpt_ctx *ctx, float alpha, const dpt_tensor *dy, dpt_tensor *x)
-{
-    bool acc;
-    float *dx = dpt_grad_for_write(ctx, x, &acc)->data;
-    if (acc)
-        ctx->be->axpy(ctx, dy->numel, alpha, dy->data, dx);
-    else if (alpha == 1.0f)
-        ctx->be->dev->copy_d2d(ctx, dx, dy->data, (size_t)dy->numel * sizeof(float));
-    else
-        ctx->be->scale(ctx, dy->numel, alpha, dy->data, dx);
-}
-
 static void add_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *dy = node->out->grad;
     for (int i = 0; i < 2; i++)
-        if (dpt_wants_grad(node->in[i])) grad_axpy(ctx, 1.0f, dy, node->in[i]);
+        if (dpt_wants_grad(node->in[i])) dpt_grad_axpy(ctx, 1.0f, dy, node->in[i]);
 }
 
 dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
@@ -52,7 +38,7 @@ static void sub_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *dy = node->out->grad;
     for (int i = 0; i < 2; i++)
-        if (dpt_wants_grad(node->in[i])) grad_axpy(ctx, i ? -1.0f : 1.0f, dy, node->in[i]);
+        if (dpt_wants_grad(node->in[i])) dpt_grad_axpy(ctx, i ? -1.0f : 1.0f, dy, node->in[i]);
 }
 
 dpt_tensor *dpt_sub(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
@@ -75,12 +61,8 @@ static void mul_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *dy = node->out->grad;
     dpt_tensor *a = node->in[0], *b = node->in[1];
-    for (int i = 0; i < 2; i++)
-        if (dpt_wants_grad(node->in[i])) {
-            bool acc;
-            float *dx = dpt_grad_for_write(ctx, node->in[i], &acc)->data;
-            (acc ? ctx->be->mul_acc : ctx->be->mul)(ctx, dy->numel, dy->data, (i ? a : b)->data, dx);
-        }
+    if (dpt_wants_grad(a)) dpt_grad_mul(ctx, dy, b->data, a);
+    if (dpt_wants_grad(b)) dpt_grad_mul(ctx, dy, a->data, b);
 }
 
 dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
@@ -100,7 +82,7 @@ dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 static void scale_backward(dpt_ctx *ctx, dpt_node *node)
 {
     const dpt_tensor *dy = node->out->grad;
-    grad_axpy(ctx, node->arg.alpha, dy, node->in[0]);
+    dpt_grad_axpy(ctx, node->arg.alpha, dy, node->in[0]);
 }
 
 dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha)
@@ -178,14 +160,13 @@ static void matmul_backward(dpt_ctx *ctx, dpt_node *node)
     gemm_operand("matmul", a, &ta, &lda);
     gemm_operand("matmul", b, &tb, &ldb);
     bool acc;
-    float *dx;
     if (dpt_wants_grad(a)) { /* dA (M, K) += dC (M, N) B^T; = when fresh (beta 0) */
-        dx = dpt_grad_for_write(ctx, a, &acc)->data;
-        ctx->be->gemm(ctx, false, !tb, M, K, N, 1.0f, dc->data, N, b->data, ldb, acc ? 1.0f : 0.0f, dx, K);
+        float *da = dpt_grad_for_write(ctx, a, &acc)->data;
+        ctx->be->gemm(ctx, false, !tb, M, K, N, 1.0f, dc->data, N, b->data, ldb, acc ? 1.0f : 0.0f, da, K);
     }
     if (dpt_wants_grad(b)) { /* dB (K, N) += A^T dC (M, N) */
-        dx = dpt_grad_for_write(ctx, b, &acc)->data;
-        ctx->be->gemm(ctx, !ta, false, K, N, M, 1.0f, a->data, lda, dc->data, N, acc ? 1.0f : 0.0f, dx, N);
+        float *db = dpt_grad_for_write(ctx, b, &acc)->data;
+        ctx->be->gemm(ctx, !ta, false, K, N, M, 1.0f, a->data, lda, dc->data, N, acc ? 1.0f : 0.0f, db, N);
     }
 }
 
@@ -228,7 +209,7 @@ dpt_tensor *dpt_transpose(dpt_ctx *ctx, dpt_tensor *x)
 
 static void reshape_backward(dpt_ctx *ctx, dpt_node *node)
 {
-    grad_axpy(ctx, 1.0f, node->out->grad, node->in[0]);
+    dpt_grad_axpy(ctx, 1.0f, node->out->grad, node->in[0]);
 }
 
 dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape)

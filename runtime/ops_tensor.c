@@ -156,8 +156,7 @@ void dpt_split(dpt_ctx *ctx, dpt_tensor *x, int axis, int n, const int64_t *size
 
 static void copy_backward(dpt_ctx *ctx, dpt_node *node)
 {
-    const dpt_tensor *dy = node->out->grad;
-    ctx->be->axpy(ctx, dy->numel, 1.0f, dy->data, dpt_grad_acc(ctx, node->in[0])->data);
+    dpt_grad_axpy(ctx, 1.0f, node->out->grad, node->in[0]);
 }
 
 dpt_tensor *dpt_contiguous(dpt_ctx *ctx, dpt_tensor *x)

@@ -96,9 +96,11 @@ static void choose_iallreduce(dpt_world *w)
     const char *key = "OMPI_MCA_coll_libnbc_iallreduce_algorithm", *given = getenv(key);
     const char *size = getenv("OMPI_COMM_WORLD_SIZE");
     int n = size ? atoi(size) : 0;
-    if (given)
+    if (given) {
         snprintf(w->allreduce_how, sizeof w->allreduce_how, "non-blocking AllReduce: libnbc algorithm %s (%s, yours)",
                  given, key + 9);
+        dpt_printable(w->allreduce_how); /* the user's value, printed by --env */
+    }
     else if (n >= 2 && n <= 4 && setenv(key, "4", 0) == 0)
         snprintf(w->allreduce_how, sizeof w->allreduce_how,
                  "non-blocking AllReduce: recursive doubling (%s = 4, set by dptrain at %d ranks)", key + 9, n);
