@@ -83,8 +83,30 @@ dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate)
     return dpt_grad_acc(ctx, t);
 }
 
+/* Whether t's gradient can be dy's memory: t has none yet, and dy is the running node's output
+ * gradient that backward releases right after this node (a temporary's, not the loss's), held
+ * by nobody else (so no other gradient shares it: the second input of x + x copies), with t's
+ * element count and layout. */
+static bool grad_can_take(const dpt_ctx *ctx, const dpt_tensor *dy, const dpt_tensor *t)
+{
+    const dpt_node *node = ctx->tape.running;
+    if (!node || t->grad || !t->is_temp || node->out->grad != dy || node->out == ctx->tape.loss) return false;
+    if (!node->out->is_temp || !dy->is_temp || !dy->storage || dy->storage->refcount != 1) return false;
+    if (dy->numel != t->numel || dy->layout != t->layout || dy->dtype != DPT_F32 || !dpt_tensor_is_contiguous(dy))
+        return false;
+    /* a blocked or channels-last gradient keeps its shape; a plain one may be viewed in t's */
+    return dy->layout == DPT_LAYOUT_NCHW || dpt_same_shape(dy, t);
+}
+
 void dpt_grad_axpy(dpt_ctx *ctx, float alpha, const dpt_tensor *dy, dpt_tensor *t)
 {
+    if (grad_can_take(ctx, dy, t)) {
+        dpt_tensor *g = (dpt_tensor *)dy;
+        if (alpha != 1.0f) ctx->be->scale(ctx, g->numel, alpha, g->data, g->data);
+        t->grad = dpt_view(ctx, g, t->ndim, t->shape, NULL, 0);
+        t->grad->layout = t->layout;
+        return;
+    }
     bool acc;
     float *g = dpt_grad_for_write(ctx, t, &acc)->data;
     if (acc)
@@ -171,9 +193,11 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
         ctx->be->fill(ctx, seed->data, 1, 1.0f);
     }
 
+    ctx->tape.loss = loss;
     for (int n = ctx->tape.nnodes - 1; n >= 0; n--) {
         dpt_node *node = &ctx->tape.nodes[n];
         dpt_tensor *out = node->out;
+        ctx->tape.running = node;
         if (out->grad) {
             for (int i = 0; i < node->n_in; i++) { /* gradients that have no storage yet get it */
                 dpt_tensor *t = node->in[i];
@@ -210,6 +234,8 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
                 ctx->grad_ready_hook(t, t->param_index, ctx->grad_ready_user);
         }
     }
+    ctx->tape.running = NULL;
+    ctx->tape.loss = NULL;
 }
 
 dpt_tape_mark dpt_tape_mark_here(dpt_ctx *ctx)

@@ -20,6 +20,8 @@ typedef struct dpt_tape {
     bool consumed; /* backward ran on this tape; a second backward needs a new forward */
     void **scratch;
     int nscratch, cap_scratch;
+    const dpt_tensor *loss;  /* during backward: the tensor it started from */
+    const dpt_node *running; /* during backward: the node whose backward runs now */
 } dpt_tape;
 
 struct dpt_node {
@@ -56,7 +58,10 @@ dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t);
  * element: one pass less than a zero fill plus an add); later ones get *accumulate = true. */
 dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate);
 /* t's gradient += alpha * dy, and += dy * other (elementwise, dy's element count), each written
- * instead when the gradient is fresh (dpt_grad_for_write) */
+ * instead when the gradient is fresh (dpt_grad_for_write). dpt_grad_axpy on a fresh gradient
+ * takes dy's memory instead of copying it (scaled in place) when dy is the running node's
+ * output gradient, which backward releases after the node: the pass PyTorch's engine also
+ * saves by passing add's gradient through. */
 void dpt_grad_axpy(dpt_ctx *ctx, float alpha, const dpt_tensor *dy, dpt_tensor *t);
 void dpt_grad_mul(dpt_ctx *ctx, const dpt_tensor *dy, const float *other, dpt_tensor *t);
 /* Internal: called before a node's backward for each of its parameters whose gradient has no

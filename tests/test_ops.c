@@ -179,6 +179,27 @@ static void shared_grad_ref(const double *const *in, double *out, void *u)
         out[i] = in[0][i] + 2.0 * (in[0][i] > 0 ? in[0][i] : 0) + gelu[i];
 }
 
+/* Gradients handed over instead of copied (dpt_grad_axpy takes the running node's output
+ * gradient when its input has none yet): the final add's first input takes dy and the second
+ * copies it (a shared buffer would be corrupted by what follows); sub's first input takes and its
+ * second is written -dy apart; scale takes and scales in place (by 3, and -0.5); reshape and
+ * flatten take in another shape; u + u takes for neither (u already has a gradient) and adds twice.
+ * out = (u + u) - (-0.5 u) + 3 t = 2.5 relu(x) + 3 x. */
+static dpt_tensor *taken_grad_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    (void)u;
+    dpt_tensor *t = dpt_scale(ctx, in[0], 1.0f);
+    dpt_tensor *r = dpt_relu(ctx, t);
+    dpt_tensor *twice = dpt_sub(ctx, dpt_add(ctx, r, r), dpt_scale(ctx, r, -0.5f));
+    dpt_tensor *three = dpt_reshape(ctx, dpt_flatten(ctx, dpt_scale(ctx, t, 3.0f)), 3, in[0]->shape);
+    return dpt_add(ctx, twice, three);
+}
+static void taken_grad_ref(const double *const *in, double *out, void *u)
+{
+    for (int64_t i = 0; i < ((unary_case *)u)->n; i++)
+        out[i] = 2.5 * (in[0][i] > 0 ? in[0][i] : 0) + 3.0 * in[0][i];
+}
+
 static void run_unary(const char *name, dpt_tensor *(*build)(dpt_ctx *, dpt_tensor **, void *),
                       void (*ref)(const double *const *, double *, void *), float lo, float hi)
 {
@@ -221,6 +242,7 @@ static void test_activations(void **state)
     run_unary("mean", mean_build, mean_ref, -2, 2);
     run_unary("reshape", reshape_build, reshape_ref, -2, 2);
     run_unary("reshape+2relu+gelu shared", shared_grad_build, shared_grad_ref, -2, 2);
+    run_unary("taken gradients", taken_grad_build, taken_grad_ref, -2, 2);
 }
 
 /* ---------------------------------------------------------------- binary ops and matmul */
