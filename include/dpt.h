@@ -617,6 +617,10 @@ dpt_tensor *dpt_layernorm_forward(dpt_ctx *ctx, dpt_layernorm *layer, dpt_tensor
 dpt_batchnorm *dpt_batchnorm_new(dpt_model *model, const char *name, const dpt_shape3 *shape, float momentum,
                                  float eps, bool affine, bool sync);
 dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *layer, dpt_tensor *x, bool training);
+/* relu(batchnorm(x)): the same values and gradients as dpt_relu_ of dpt_batchnorm_forward, in one
+ * pass over the activations each way where the backend fuses them (oneDNN's fuse_norm_relu in
+ * training), else the two ops. */
+dpt_tensor *dpt_batchnorm_relu_forward(dpt_ctx *ctx, dpt_batchnorm *layer, dpt_tensor *x, bool training);
 /* Set gamma to zero (zero-init of the last BN of a residual block). */
 void dpt_batchnorm_zero_gamma(dpt_batchnorm *layer);
 /* Statistics a dpt_bn_stats_hook received (averaged, say) into the running ones, with the

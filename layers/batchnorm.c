@@ -150,6 +150,7 @@ static void batchnorm_backward(dpt_ctx *ctx, dpt_node *node)
 typedef struct bn_fused_saved {
     dpt_tensor *stats; /* (2C): mean, invstd */
     dpt_tensor *gamma; /* the layer's, or ones when not affine */
+    dpt_tensor *relu_ws; /* with a ReLU fused after it: forward's mask of y > 0; else NULL */
 } bn_fused_saved;
 
 static dpt_tensor *constant_temp(dpt_ctx *ctx, int64_t c, float value)
@@ -177,23 +178,35 @@ static void batchnorm_fused_backward(dpt_ctx *ctx, dpt_node *node)
     float *dx = dpt_wants_grad(x) ? dpt_grad_for_write(ctx, x, &acc)->data : dpt_temp_like(ctx, x)->data;
     float *dg = dpt_wants_grad(gamma) ? dpt_grad_acc(ctx, gamma)->data : constant_temp(ctx, c, 0.0f)->data;
     float *db = dpt_wants_grad(beta) ? dpt_grad_acc(ctx, beta)->data : constant_temp(ctx, c, 0.0f)->data;
-    ctx->be->bn_fused_bwd(ctx, x->data, node->out->grad->data, dx, acc, n, c, hw, x->layout, x->dtype,
-                          sv->gamma->data, dg, db, l->eps, sv->stats->data, sv->stats->data + c);
+    if (sv->relu_ws)
+        ctx->be->bn_relu_bwd(ctx, x->data, node->out->grad->data, dx, acc, n, c, hw, x->layout, x->dtype,
+                             sv->gamma->data, dg, db, l->eps, sv->stats->data, sv->stats->data + c,
+                             sv->relu_ws->data);
+    else
+        ctx->be->bn_fused_bwd(ctx, x->data, node->out->grad->data, dx, acc, n, c, hw, x->layout, x->dtype,
+                              sv->gamma->data, dg, db, l->eps, sv->stats->data, sv->stats->data + c);
 }
 
-static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x)
+/* relu_ws_bytes > 0: the ReLU after it in the same pass (bn_relu_fwd) */
+static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x, size_t relu_ws_bytes)
 {
     int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
     bn_fused_saved *sv = dpt_tape_scratch(ctx, sizeof *sv);
     sv->stats = dpt_temp(ctx, 1, (int64_t[]){2 * c});
+    sv->relu_ws = relu_ws_bytes ? dpt_temp(ctx, 1, (int64_t[]){(int64_t)((relu_ws_bytes + 3) / 4)}) : NULL;
     dpt_tensor *beta;
     affine_or_identity(ctx, l, &sv->gamma, &beta);
     dpt_tensor *y = dpt_temp_same(ctx, x); /* a 16-bit activation stays one */
-    ctx->be->bn_fused_fwd(ctx, x->data, y->data, n, c, hw, x->layout, x->dtype, sv->gamma->data, beta->data,
-                          l->running_mean->data, l->running_var->data, l->momentum, l->eps, sv->stats->data,
-                          sv->stats->data + c);
-    dpt_node *node = dpt_tape_record(ctx, "batchnorm", batchnorm_fused_backward, y, 3,
-                                     (dpt_tensor *[]){x, l->gamma, l->beta});
+    if (sv->relu_ws)
+        ctx->be->bn_relu_fwd(ctx, x->data, y->data, n, c, hw, x->layout, x->dtype, sv->gamma->data, beta->data,
+                             l->running_mean->data, l->running_var->data, l->momentum, l->eps, sv->stats->data,
+                             sv->stats->data + c, sv->relu_ws->data);
+    else
+        ctx->be->bn_fused_fwd(ctx, x->data, y->data, n, c, hw, x->layout, x->dtype, sv->gamma->data, beta->data,
+                              l->running_mean->data, l->running_var->data, l->momentum, l->eps, sv->stats->data,
+                              sv->stats->data + c);
+    dpt_node *node = dpt_tape_record(ctx, relu_ws_bytes ? "batchnorm_relu" : "batchnorm", batchnorm_fused_backward,
+                                     y, 3, (dpt_tensor *[]){x, l->gamma, l->beta});
     if (node) {
         node->layer = l;
         node->scratch = sv;
@@ -202,16 +215,36 @@ static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_t
     return y;
 }
 
-dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x, bool training)
+static void check_input(const dpt_batchnorm *l, const dpt_tensor *x)
 {
     char buf[96];
     if (x->ndim < 2 || x->shape[1] != l->channels || !dpt_tensor_is_contiguous(x))
         dpt_fatal("batchnorm %s expects a contiguous (N, %lld, ...) input, got %s", l->name,
                   (long long)l->channels, dpt_shape_str(x, buf, sizeof buf));
-    /* A backend that keeps the statistics on the device (cuDNN) does training-mode BN in two
-     * calls; SyncBatchNorm needs the sums on the host for its AllReduce. */
-    if (training && ctx->be->bn_fused_fwd && !(l->sync && ctx->comm) && !ctx->bn_stats_hook)
-        return batchnorm_fused_forward(ctx, l, x);
+}
+
+/* A backend that keeps the statistics on the device (cuDNN, oneDNN) does training-mode BN in
+ * two calls; SyncBatchNorm needs the sums on the host for its AllReduce. */
+static bool device_statistics(const dpt_ctx *ctx, const dpt_batchnorm *l, bool training)
+{
+    return training && ctx->be->bn_fused_fwd && !(l->sync && ctx->comm) && !ctx->bn_stats_hook;
+}
+
+dpt_tensor *dpt_batchnorm_relu_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x, bool training)
+{
+    check_input(l, x);
+    if (device_statistics(ctx, l, training) && ctx->be->bn_relu_ws_bytes) {
+        int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
+        size_t ws = ctx->be->bn_relu_ws_bytes(ctx, n, c, hw, x->layout, x->dtype, l->eps);
+        if (ws) return batchnorm_fused_forward(ctx, l, x, ws);
+    }
+    return dpt_relu_(ctx, dpt_batchnorm_forward(ctx, l, x, training));
+}
+
+dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x, bool training)
+{
+    check_input(l, x);
+    if (device_statistics(ctx, l, training)) return batchnorm_fused_forward(ctx, l, x, 0);
     bool wants =
         dpt_grad_enabled(ctx) && (dpt_wants_grad(x) || dpt_wants_grad(l->gamma) || dpt_wants_grad(l->beta));
     if (!training && !wants && ctx->be->bn_fused_infer) { /* evaluation: nothing to record */

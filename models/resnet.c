@@ -32,9 +32,10 @@ static dpt_tensor *block_forward(dpt_ctx *ctx, const block *b, dpt_tensor *x, bo
 {
     dpt_tape_mark mark = dpt_tape_mark_here(ctx); /* evaluation: the block's intermediates go at its end */
     dpt_tensor *h = x;
-    for (int i = 0; i < b->nconv; i++) {
-        h = dpt_batchnorm_forward(ctx, b->bn[i], dpt_conv2d_forward(ctx, b->conv[i], h), training);
-        if (i + 1 < b->nconv) h = dpt_relu_(ctx, h); /* in place: the batch norm output has no other reader */
+    for (int i = 0; i < b->nconv; i++) { /* a ReLU after each but the last batch norm, fused where it can be */
+        dpt_tensor *c = dpt_conv2d_forward(ctx, b->conv[i], h);
+        h = i + 1 < b->nconv ? dpt_batchnorm_relu_forward(ctx, b->bn[i], c, training)
+                             : dpt_batchnorm_forward(ctx, b->bn[i], c, training);
     }
     dpt_tensor *shortcut =
         b->down_conv
@@ -47,8 +48,8 @@ static dpt_tensor *resnet_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
 {
     resnet *net = dpt_model_state(model);
     bool training = dpt_model_training(model);
-    dpt_tensor *h = dpt_relu_(
-        ctx, dpt_batchnorm_forward(ctx, net->stem_bn, dpt_conv2d_forward(ctx, net->stem_conv, x), training));
+    dpt_tensor *h = dpt_batchnorm_relu_forward(ctx, net->stem_bn, dpt_conv2d_forward(ctx, net->stem_conv, x),
+                                               training);
     if (net->stem_pool) h = dpt_maxpool2d(ctx, h, 3, 2, 1);
     for (int i = 0; i < net->nblocks; i++)
         h = block_forward(ctx, &net->blocks[i], h, training);

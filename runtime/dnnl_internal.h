@@ -36,7 +36,10 @@ typedef struct bn_plan {
     int64_t n, c, hw;
     dpt_layout layout;
     dpt_dtype dtype; /* of x and y; a BF16 plan has no backward (it runs the F32 plan's) */
+    double eps;
+    bool relu;       /* ReLU fused after the normalisation (fuse_norm_relu): a workspace for backward */
     dnnl_memory_desc_t data, stat; /* x/y/dx/dy; mean/variance/scale/shift (c) */
+    dnnl_memory_desc_t ws;         /* with relu: the training forward's mask, read by backward */
     dnnl_memory_desc_t fwd_scratch, bwd_scratch, infer_scratch;
     dnnl_primitive_t fwd, bwd, infer;
 } bn_plan;
@@ -199,6 +202,14 @@ void dnnl_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_
 void dnnl_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
                        int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype, const float *gamma, float *dgamma,
                        float *dbeta, double eps, const float *save_mean, const float *save_stat);
+size_t dnnl_bn_relu_ws_bytes(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype,
+                             double eps);
+void dnnl_bn_relu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw, dpt_layout layout,
+                      dpt_dtype dtype, const float *gamma, const float *beta, float *running_mean, float *running_var,
+                      double momentum, double eps, float *save_mean, float *save_stat, void *ws);
+void dnnl_bn_relu_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
+                      int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype, const float *gamma, float *dgamma,
+                      float *dbeta, double eps, const float *save_mean, const float *save_stat, const void *ws);
 void dnnl_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw, dpt_layout layout,
                          dpt_dtype dtype, const float *gamma, const float *beta, const float *running_mean,
                          const float *running_var, double eps);

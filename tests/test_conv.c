@@ -3,6 +3,7 @@
  * stride 2, padding 0/1/2, dilation, non-square and odd inputs, 1x1, groups, batch 1. */
 #include "tests/testutil.h"
 
+#include "runtime/ctx.h"
 #include "runtime/half.h"
 #if DPT_DNNL
 #include <oneapi/dnnl/dnnl.h>
@@ -281,6 +282,7 @@ typedef struct bn_case {
     double running_mean[16], running_var[16];
     dpt_model *model;
     dpt_batchnorm *layer;
+    bool relu; /* dpt_batchnorm_relu_forward: relu(bn(x)) */
 } bn_case;
 
 static void bn_setup(dpt_ctx *ctx, dpt_tensor **in, void *user)
@@ -308,7 +310,14 @@ static void bn_teardown(void *user)
 static dpt_tensor *bn_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
 {
     bn_case *c = user;
-    return dpt_batchnorm_forward(ctx, c->layer, in[0], c->training);
+    if (!c->relu) return dpt_batchnorm_forward(ctx, c->layer, in[0], c->training);
+    dpt_tensor *y = dpt_batchnorm_relu_forward(ctx, c->layer, in[0], c->training);
+    /* oneDNN fuses the ReLU in training (one node, not a batch norm and a relu_) */
+    const char *op = ctx->tape.nnodes ? ctx->tape.nodes[ctx->tape.nnodes - 1].op : "";
+    bool fused = c->training && test_kernels == DPT_CPU_KERNELS_ONEDNN;
+    if (fused != (strcmp(op, "batchnorm_relu") == 0))
+        fail_msg("batchnorm_relu %s: the last node is %s", fused ? "fused" : "unfused", op);
+    return y;
 }
 
 static void bn_ref(const double *const *in, double *out, void *user)
@@ -336,6 +345,7 @@ static void bn_ref(const double *const *in, double *out, void *user)
             for (int64_t j = 0; j < hw; j++) {
                 int64_t i = (n * c->c + ch) * hw + j;
                 out[i] = g * (in[0][i] - mean) / sqrt(var + 1e-5) + b;
+                if (c->relu && out[i] < 0) out[i] = 0;
             }
     }
 }
@@ -347,18 +357,19 @@ static void test_batchnorm(void **state)
                                  {3, 5, 1, 1}, {2, 4, 7, 2}, {2, 16, 3, 3}};
     for (int kernels = DPT_CPU_KERNELS_ONEDNN; kernels <= DPT_CPU_KERNELS_NATIVE; kernels++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-            for (int mode = 0; mode < 4; mode++) {
+            for (int mode = 0; mode < 8; mode++) { /* bit 0 training, 1 affine, 2 ReLU fused after */
                 test_kernels = (dpt_cpu_kernels)kernels;
                 bn_case c = {shapes[i][0],
                              shapes[i][1],
                              shapes[i][2],
                              shapes[i][3],
                              mode & 1,
-                             (mode >> 1) != 0,
+                             (mode & 2) != 0,
                              {0.1, -0.2, 0.3, 0.0, 0.5},
                              {1.5, 0.5, 2.0, 1.0, 0.8},
                              NULL,
-                             NULL};
+                             NULL,
+                             (mode & 4) != 0};
                 for (int ch = 5; ch < 16; ch++) /* channels past the listed ones */
                     c.running_mean[ch] = 0.05 * ch, c.running_var[ch] = 0.5 + 0.1 * ch;
                 gradcheck gc = {
@@ -377,9 +388,9 @@ static void test_batchnorm(void **state)
                     .grad_atol = 2e-5,
                 };
                 char name[128];
-                snprintf(name, sizeof name, "batchnorm (%lld,%lld,%lld,%lld) %s %s (%s)", (long long)c.n,
-                         (long long)c.c, (long long)c.h, (long long)c.w, c.training ? "train" : "eval",
-                         c.affine ? "affine" : "plain", test_kernels_name());
+                snprintf(name, sizeof name, "batchnorm%s (%lld,%lld,%lld,%lld) %s %s (%s)", c.relu ? "+relu" : "",
+                         (long long)c.n, (long long)c.c, (long long)c.h, (long long)c.w,
+                         c.training ? "train" : "eval", c.affine ? "affine" : "plain", test_kernels_name());
                 gc.threads = 1 + (int)(i % 2);
                 run_gradcheck(name, &gc, 800 + i * 4 + (uint64_t)mode);
                 test_kernels = DPT_CPU_KERNELS_DEFAULT;
