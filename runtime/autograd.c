@@ -59,6 +59,15 @@ dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward
 
 dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t)
 {
+    if (t->grad && t->grad->is_temp && t->grad->storage && t->grad->storage->refcount > 1) {
+        /* shared with another gradient (dpt_grad_axpy handed the same one to two inputs): a
+         * copy of its own before anything adds into it */
+        dpt_tensor *own = dpt_temp(ctx, t->grad->ndim, t->grad->shape);
+        own->layout = t->grad->layout;
+        ctx->be->dev->copy_d2d(ctx, own->data, t->grad->data, (size_t)own->numel * sizeof(float));
+        dpt_tensor_release(t->grad);
+        t->grad = own;
+    }
     if (!t->grad) {
         DPT_ASSERT(!t->is_param, "parameter %s has no gradient buffer", t->name);
         /* A temporary's gradient dies with the tape; a persistent leaf (an input that asks for
@@ -84,14 +93,16 @@ dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate)
 }
 
 /* Whether t's gradient can be dy's memory: t has none yet, and dy is the running node's output
- * gradient that backward releases right after this node (a temporary's, not the loss's), held
- * by nobody else (so no other gradient shares it: the second input of x + x copies), with t's
- * element count and layout. */
+ * gradient that backward releases right after this node (a temporary's, not the loss's), with
+ * t's element count and layout. Both inputs of an add may take it: the gradients then share
+ * one buffer until one of them is added into, when dpt_grad_acc gives it a copy of its own
+ * (copy on write; usually the other has been released by then: a residual branch's gradient
+ * is read by the branch's last op before anything adds into the trunk's). */
 static bool grad_can_take(const dpt_ctx *ctx, const dpt_tensor *dy, const dpt_tensor *t)
 {
     const dpt_node *node = ctx->tape.running;
     if (!node || t->grad || !t->is_temp || node->out->grad != dy || node->out == ctx->tape.loss) return false;
-    if (!node->out->is_temp || !dy->is_temp || !dy->storage || dy->storage->refcount != 1) return false;
+    if (!node->out->is_temp || !dy->is_temp || !dy->storage) return false;
     if (dy->numel != t->numel || dy->layout != t->layout || dy->dtype != DPT_F32 || !dpt_tensor_is_contiguous(dy))
         return false;
     /* a blocked or channels-last gradient keeps its shape; a plain one may be viewed in t's */
@@ -100,7 +111,8 @@ static bool grad_can_take(const dpt_ctx *ctx, const dpt_tensor *dy, const dpt_te
 
 void dpt_grad_axpy(dpt_ctx *ctx, float alpha, const dpt_tensor *dy, dpt_tensor *t)
 {
-    if (grad_can_take(ctx, dy, t)) {
+    /* scaled in place only where nobody else holds dy */
+    if (grad_can_take(ctx, dy, t) && (alpha == 1.0f || dy->storage->refcount == 1)) {
         dpt_tensor *g = (dpt_tensor *)dy;
         if (alpha != 1.0f) ctx->be->scale(ctx, g->numel, alpha, g->data, g->data);
         t->grad = dpt_view(ctx, g, t->ndim, t->shape, NULL, 0);

@@ -59,9 +59,10 @@ dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t);
 dpt_tensor *dpt_grad_for_write(dpt_ctx *ctx, dpt_tensor *t, bool *accumulate);
 /* t's gradient += alpha * dy, and += dy * other (elementwise, dy's element count), each written
  * instead when the gradient is fresh (dpt_grad_for_write). dpt_grad_axpy on a fresh gradient
- * takes dy's memory instead of copying it (scaled in place) when dy is the running node's
- * output gradient, which backward releases after the node: the pass PyTorch's engine also
- * saves by passing add's gradient through. */
+ * takes dy's memory instead of copying it (scaled in place where nobody else holds it) when dy
+ * is the running node's output gradient, which backward releases after the node: the pass
+ * PyTorch's engine also saves by passing add's gradient through. Gradients that share memory
+ * so are copied by dpt_grad_acc before one is added into. */
 void dpt_grad_axpy(dpt_ctx *ctx, float alpha, const dpt_tensor *dy, dpt_tensor *t);
 void dpt_grad_mul(dpt_ctx *ctx, const dpt_tensor *dy, const float *other, dpt_tensor *t);
 /* Internal: called before a node's backward for each of its parameters whose gradient has no

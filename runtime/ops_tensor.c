@@ -306,9 +306,15 @@ static void binary_backward(dpt_ctx *ctx, dpt_node *node)
             g = tmp->data;
         }
         float alpha = op == DPT_BINARY_SUB && i == 1 ? -1.0f : op == DPT_BINARY_DIV && i == 1 ? -1.0f : 1.0f;
+        if (!tmp && x->numel == dy->numel) { /* the side that was not stretched: dy itself (or -dy) */
+            dpt_grad_axpy(ctx, alpha, dy, x);
+            continue;
+        }
         int64_t gs[DPT_MAX_DIMS];
         grad_strides(x, ndim, shape, gs);
-        ctx->be->reduce_into(ctx, ndim, shape, g, dpt_grad_acc(ctx, x)->data, gs, alpha, true);
+        bool acc;
+        float *gx = dpt_grad_for_write(ctx, x, &acc)->data;
+        ctx->be->reduce_into(ctx, ndim, shape, g, gx, gs, alpha, acc);
     }
 }
 

@@ -200,6 +200,26 @@ static void taken_grad_ref(const double *const *in, double *out, void *u)
         out[i] = 2.5 * (in[0][i] > 0 ? in[0][i] : 0) + 3.0 * in[0][i];
 }
 
+/* Both inputs of an add take its gradient (one buffer); the transpose's backward then adds the
+ * buffer, transposed, into u's gradient, the same buffer, while reading it: only the copy that
+ * dpt_grad_acc makes of a shared gradient before adding keeps this right. */
+static dpt_tensor *shared_taken_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    (void)u;
+    dpt_tensor *r = dpt_relu(ctx, dpt_scale(ctx, in[0], 1.0f));
+    return dpt_add(ctx, r, dpt_contiguous(ctx, dpt_transpose_axes(ctx, r, 1, 2)));
+}
+static void shared_taken_ref(const double *const *in, double *out, void *u)
+{
+    int64_t n = ((unary_case *)u)->cols, planes = ((unary_case *)u)->n / (n * n);
+    for (int64_t p = 0; p < planes; p++)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double a = in[0][(p * n + i) * n + j], b = in[0][(p * n + j) * n + i];
+                out[(p * n + i) * n + j] = (a > 0 ? a : 0) + (b > 0 ? b : 0);
+            }
+}
+
 static void run_unary(const char *name, dpt_tensor *(*build)(dpt_ctx *, dpt_tensor **, void *),
                       void (*ref)(const double *const *, double *, void *), float lo, float hi)
 {
@@ -243,6 +263,13 @@ static void test_activations(void **state)
     run_unary("reshape", reshape_build, reshape_ref, -2, 2);
     run_unary("reshape+2relu+gelu shared", shared_grad_build, shared_grad_ref, -2, 2);
     run_unary("taken gradients", taken_grad_build, taken_grad_ref, -2, 2);
+    for (int64_t n = 1; n <= 9; n += 4) {
+        unary_case uc = {.n = 3 * n * n, .rows = 3 * n, .cols = n};
+        gradcheck gc = {.n_in = 1, .ndim = {3}, .shape = {{3, n, n}}, .lo = -2, .hi = 2,
+                        .build = shared_taken_build, .reference = shared_taken_ref, .user = &uc,
+                        .fwd_rtol = 1e-6, .grad_rtol = 1e-4, .grad_atol = 1e-5};
+        run_gradcheck("add of a tensor and its transpose", &gc, 230 + (uint64_t)n);
+    }
 }
 
 /* ---------------------------------------------------------------- binary ops and matmul */

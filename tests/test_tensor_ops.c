@@ -135,20 +135,22 @@ typedef struct bcast_case {
     dpt_binary_op op;
     int na, nb;
     int64_t a[4], b[4];
+    bool temps; /* the operands are temporaries (x * 1): their gradients are written, not added to */
 } bcast_case;
 
 static dpt_tensor *bcast_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
 {
     bcast_case *c = u;
+    dpt_tensor *a = c->temps ? dpt_scale(ctx, in[0], 1.0f) : in[0], *b = c->temps ? dpt_scale(ctx, in[1], 1.0f) : in[1];
     switch (c->op) {
     case DPT_BINARY_ADD:
-        return dpt_add(ctx, in[0], in[1]);
+        return dpt_add(ctx, a, b);
     case DPT_BINARY_SUB:
-        return dpt_sub(ctx, in[0], in[1]);
+        return dpt_sub(ctx, a, b);
     case DPT_BINARY_MUL:
-        return dpt_mul(ctx, in[0], in[1]);
+        return dpt_mul(ctx, a, b);
     default:
-        return dpt_div(ctx, in[0], in[1]);
+        return dpt_div(ctx, a, b);
     }
 }
 
@@ -185,22 +187,23 @@ static void test_broadcasting(void **state)
     (void)state;
     static const char *const names[] = {"add", "sub", "mul", "div"};
     bcast_case shapes[] = {
-        {0, 3, 1, {2, 3, 4}, {4}},          /* a bias over the last axis */
-        {0, 3, 2, {2, 1, 4}, {3, 1}},       /* both stretched */
-        {0, 4, 4, {2, 3, 4, 4}, {1, 1, 4, 4}}, /* a mask over the batch and heads */
-        {0, 2, 2, {3, 5}, {3, 5}},          /* same shape: the dense path */
+        {0, 3, 1, {2, 3, 4}, {4}, false},          /* a bias over the last axis */
+        {0, 3, 2, {2, 1, 4}, {3, 1}, false},       /* both stretched */
+        {0, 4, 4, {2, 3, 4, 4}, {1, 1, 4, 4}, false}, /* a mask over the batch and heads */
+        {0, 2, 2, {3, 5}, {3, 5}, false},          /* same shape: the dense path */
     };
-    for (int op = 0; op < DPT_BINARY_COUNT; op++)
+    for (int op = 0; op < 2 * DPT_BINARY_COUNT; op++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             bcast_case c = shapes[s];
-            c.op = (dpt_binary_op)op;
+            c.op = (dpt_binary_op)(op % DPT_BINARY_COUNT);
+            c.temps = op >= DPT_BINARY_COUNT;
             gradcheck gc = {.n_in = 2, .ndim = {c.na, c.nb}, .lo = 0.5f, .hi = 2.0f, /* away from 0 for div */
                             .build = bcast_build, .reference = bcast_ref, .user = &c,
                             .fwd_rtol = 1e-6, .grad_rtol = 1e-4, .grad_atol = 1e-5};
             memcpy(gc.shape[0], c.a, sizeof c.a);
             memcpy(gc.shape[1], c.b, sizeof c.b);
             char name[64];
-            snprintf(name, sizeof name, "broadcast %s, case %zu", names[op], s);
+            snprintf(name, sizeof name, "broadcast %s, case %zu%s", names[c.op], s, c.temps ? " (temporaries)" : "");
             run_gradcheck(name, &gc, 740 + 10 * (uint64_t)op + s);
         }
 }
