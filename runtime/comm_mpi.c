@@ -69,6 +69,8 @@ typedef struct mpi_impl {
     pthread_mutex_t mu;
     recent_entry recent[RECENT];
     int next;
+    void *stage; /* the direct reduce-scatter's receive buffer (grown as needed) */
+    size_t stage_bytes;
 } mpi_impl;
 
 static MPI_Comm comm_of(dpt_comm *comm)
@@ -226,6 +228,90 @@ static void int_counts(const dpt_comm *comm, const int64_t *displs, int *counts,
         counts[q] = (int)(displs[q + 1] - displs[q]), offsets[q] = (int)displs[q];
 }
 
+/* The direct reduce-scatter at 2 to 4 ranks. Open MPI's non-blocking one (libnbc, no algorithm
+ * to choose in 4.1) reduces the whole buffer into rank 0 over a binomial tree and then scatters
+ * the ranges from it: at 2 ranks rank 1 sends the whole buffer, then rank 0 half of it back, one
+ * after the other (1.5 buffers on the wire, one way at a time), and rank 0 does all the adding.
+ * Here every rank sends each other rank that rank's range and adds the ranges it receives to its
+ * own: (N-1)/N of the buffer each way, all links at once, the adding spread over the ranks. The
+ * sums are associated as the tree associates them, (r0 + r1) + r2 and (r0 + r1) + (r2 + r3)
+ * (a 16-bit sum rounded after each addition, as the MPI op does), which is also what the
+ * AllReduce of zero = 0 does at these sizes (world.c chooses recursive doubling): zero = 2's
+ * weights stay those of zero = 0 bit for bit. DPT_REDUCE_SCATTER=mpi keeps Open MPI's. */
+#define DIRECT_TAG 4242
+
+static bool direct_wanted(const dpt_comm *comm)
+{
+    static int wanted = -1; /* read once */
+    if (wanted < 0) {
+        const char *v = getenv("DPT_REDUCE_SCATTER");
+        wanted = !(v && strcmp(v, "mpi") == 0);
+    }
+    return wanted && comm->size >= 2 && comm->size <= 4;
+}
+
+/* dst = the sum of src[0..n) (n of 2 to 4, dst may be one of them), associated as above. */
+static void sum_ranges_f32(float *dst, float *const *src, int n, int64_t len)
+{
+    const float *a = src[0], *b = src[1], *c = n > 2 ? src[2] : NULL, *d = n > 3 ? src[3] : NULL;
+    for (int64_t i = 0; i < len; i++) {
+        float ab = a[i] + b[i];
+        dst[i] = d ? ab + (c[i] + d[i]) : c ? ab + c[i] : ab;
+    }
+}
+
+static void sum_ranges_h16(uint16_t *dst, uint16_t *const *src, int n, int64_t len, bool bf16)
+{
+#define H16_ADD(x, y) dpt_h16_from_f32(dpt_f32_from_h16((x), bf16) + dpt_f32_from_h16((y), bf16), bf16)
+    const uint16_t *a = src[0], *b = src[1], *c = n > 2 ? src[2] : NULL, *d = n > 3 ? src[3] : NULL;
+    for (int64_t i = 0; i < len; i++) {
+        uint16_t ab = H16_ADD(a[i], b[i]);
+        dst[i] = d ? H16_ADD(ab, H16_ADD(c[i], d[i])) : c ? H16_ADD(ab, c[i]) : ab;
+    }
+#undef H16_ADD
+}
+
+static void direct_reduce_scatter(dpt_comm *comm, void *buf, size_t bytes, bool h16, bool bf16,
+                                  const int64_t *displs, const char *what)
+{
+    mpi_impl *im = comm->impl;
+    int size = comm->size, me = comm->rank;
+    int64_t mine = displs[me + 1] - displs[me];
+    DPT_ASSERT(displs[size] <= INT32_MAX, "%lld elements in one MPI call", (long long)displs[size]);
+    size_t need = (size_t)(size - 1) * (size_t)mine * bytes;
+    if (need > im->stage_bytes) {
+        free(im->stage);
+        im->stage = malloc(need);
+        if (!im->stage) dpt_fatal("out of host memory for %zu bytes of a reduce-scatter", need);
+        im->stage_bytes = need;
+    }
+    MPI_Datatype type = h16 ? MPI_UINT16_T : MPI_FLOAT;
+    MPI_Request req[6];
+    void *from[4] = {NULL}; /* rank q's contribution to this rank's range */
+    int nreq = 0, k = 0;
+    for (int q = 0; q < size; q++) {
+        if (q == me) {
+            from[q] = (char *)buf + (size_t)displs[me] * bytes;
+            continue;
+        }
+        from[q] = (char *)im->stage + (size_t)(k++) * (size_t)mine * bytes;
+        if (mine) MPI_CALL(MPI_Irecv(from[q], (int)mine, type, q, DIRECT_TAG, comm_of(comm), &req[nreq++]));
+    }
+    for (int i = 1; i < size; i++) { /* to me + 1 first, so the ranks do not all send to rank 0 first */
+        int q = (me + i) % size;
+        int64_t len = displs[q + 1] - displs[q];
+        if (len)
+            MPI_CALL(MPI_Isend((char *)buf + (size_t)displs[q] * bytes, (int)len, type, q, DIRECT_TAG,
+                               comm_of(comm), &req[nreq++]));
+    }
+    for (int i = 0; i < nreq; i++)
+        wait_request(comm, &req[i], what);
+    if (h16)
+        sum_ranges_h16(from[me], (uint16_t *const *)from, size, mine, bf16);
+    else
+        sum_ranges_f32(from[me], (float *const *)from, size, mine);
+}
+
 /* In place over buf (elements of `bytes` each, MPI's type and sum op), this rank's range of the
  * sum left at displs[rank]. */
 static void reduce_scatter(dpt_comm *comm, void *buf, size_t bytes, MPI_Datatype type, MPI_Op op,
@@ -234,6 +320,12 @@ static void reduce_scatter(dpt_comm *comm, void *buf, size_t bytes, MPI_Datatype
     int64_t n = displs[comm->size], mine = displs[comm->rank + 1] - displs[comm->rank];
     add_delay(comm, n * (int64_t)bytes / 2); /* half of an AllReduce's traffic */
     int slot = begin(comm, what, n * (int64_t)bytes);
+    if (direct_wanted(comm)) {
+        bool h16 = type == MPI_UINT16_T;
+        direct_reduce_scatter(comm, buf, bytes, h16, h16 && op == h16_op(true), displs, what);
+        end(comm, slot);
+        return;
+    }
     int *counts = malloc((size_t)comm->size * 2 * sizeof *counts);
     if (!counts) dpt_fatal("out of host memory");
     int_counts(comm, displs, counts, counts + comm->size);
@@ -341,6 +433,7 @@ static void mpi_free(dpt_comm *comm)
 {
     mpi_impl *im = comm->impl;
     if (im->comm != MPI_COMM_WORLD) MPI_CALL(MPI_Comm_free(&im->comm));
+    free(im->stage);
     pthread_mutex_destroy(&im->mu);
     free(im);
     free(comm);

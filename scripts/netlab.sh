@@ -20,7 +20,8 @@
 #         reaches "host" 10.77.0.(r+1) through an agent that enters that namespace (as ssh
 #         would reach a node), ranks talk over TCP only (--mca pml ob1, btl tcp,self on lab0;
 #         no shared memory), and each rank is pinned to one CPU of LIST (default 0..N-1
-#         modulo the cores): [train] threads = 0 then takes one thread per rank.
+#         modulo the cores): [train] threads = 0 then takes one thread per rank. Variables
+#         named DPT_* in the environment go to the ranks (-x), as Open MPI's OMPI_MCA_* do.
 #   each  runs COMMAND once in every namespace, at once, with RANK, WORLD_SIZE, LOCAL_RANK=0,
 #         MASTER_ADDR=10.77.0.1, MASTER_PORT and GLOO_SOCKET_IFNAME=lab0 set, torchrun's
 #         variables: a PyTorch DDP peer starts with init_method="env://". Exit code: the first
@@ -152,9 +153,12 @@ if [ "$mode" = mpi ]; then
         echo 'esac'
     } >"$agent"
     chmod +x "$agent"
+    # Open MPI passes its own OMPI_MCA_* variables to the ranks; dptrain's DPT_* go with -x
+    forward=()
+    for v in $(compgen -e | grep '^DPT_' || true); do forward+=(-x "$v"); done
     ip netns exec "$lab-0" taskset -c "${cpu_list[0]}" mpirun --allow-run-as-root -np "$np" --hostfile "$hostfile" \
         --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 --mca pml ob1 --mca btl tcp,self \
-        --mca btl_tcp_if_include lab0 --mca oob_tcp_if_include lab0 --bind-to none "$@" &
+        --mca btl_tcp_if_include lab0 --mca oob_tcp_if_include lab0 --bind-to none "${forward[@]}" "$@" &
     pids+=($!)
     wait $! || rc=$?
 else
