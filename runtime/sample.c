@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dpt.h"
 #include "error.h"
@@ -82,13 +83,18 @@ static int32_t draw(float *logits, float *scratch, int vocab, const dpt_sample_o
     return best;
 }
 
-/* Print token `next` as the model's vocabulary reads: a byte, or an id. */
-static void emit(int32_t next, int vocab, FILE *out)
+/* Print token `next` as the model's vocabulary reads: a byte, or an id. On a terminal a control
+ * byte other than a newline or a tab is shown as \xNN: a byte-level model early in training
+ * draws ESC and friends, which a terminal would take as commands. A file or a pipe gets the
+ * bytes as drawn. */
+static void emit(int32_t next, int vocab, FILE *out, bool tty)
 {
-    if (vocab == 256)
-        fputc(next, out);
-    else
+    if (vocab != 256)
         fprintf(out, "%d ", next);
+    else if (tty && (next < 0x20 || next == 0x7f) && next != '\n' && next != '\t')
+        fprintf(out, "\\x%02x", (unsigned)next);
+    else
+        fputc(next, out);
     fflush(out);
 }
 
@@ -157,6 +163,7 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
      * positions from 0 (each token then sees between context / 2 and context tokens, as
      * llama.cpp's context shift; the full forward sees exactly the last `context`). */
     int64_t pos = 0, keep = context / 2 > 0 ? context / 2 : 1, made = 0;
+    bool tty = isatty(fileno(out));
     double start = dpt_now_s();
     for (int64_t i = 0; ok && i < o->tokens; i++) {
         if (!cache) {
@@ -173,10 +180,10 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
         if (!ok) break;
         int32_t next = draw(logits, scratch, vocab, o, &rng);
         ids[n++] = next;
-        emit(next, vocab, out);
+        emit(next, vocab, out, tty);
         made++;
     }
-    if (ok) fputc('\n', out);
+    if (ok) fputc('\n', out), fflush(out); /* before the line on stderr */
     double took = dpt_now_s() - start;
     if (ok)
         fprintf(stderr, "sampled %lld tokens in %.2f s (%.1f tok/s; %s)\n", (long long)made, took,

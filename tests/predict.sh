@@ -148,6 +148,28 @@ printf 'too short' > "$tmp/short.txt"
     grep -q "HINT: --set data.seq_len=9" "$tmp/bad.log" && [ ! -e "$tmp/bad.csv" ]
 check "a language model's --input shorter than seq_len: refused with the seq_len that fits" $? "$(cat "$tmp/bad.log")"
 
+# --sample on a terminal: a model one step from random draws control bytes (ESC among them);
+# a terminal gets them as \xNN (nothing it could take as a command), a pipe the bytes as drawn
+if command -v script > /dev/null; then
+    raw=("${gpt[@]}" --set train.max_steps=1 --set checkpoint.dir="$tmp/raw")
+    ./train "${raw[@]}" > /dev/null 2>&1
+    cmd="./train ${raw[*]} --sample latest --tokens 400 --seed 5"
+    $cmd 2>/dev/null > "$tmp/pipe.bin"
+    script -qc "$cmd 2>/dev/null" /dev/null > "$tmp/tty.bin" < /dev/null
+    python3 - "$tmp/pipe.bin" "$tmp/tty.bin" <<'PY'
+import re, sys
+pipe, tty = (open(f, "rb").read() for f in sys.argv[1:])
+tty = tty.replace(b"\r\n", b"\n")  # the terminal's line discipline
+controls = lambda b: [c for c in b if (c < 0x20 or c == 0x7f) and c not in b"\n\t"]
+decoded = re.sub(rb"\\x([0-9a-f]{2})", lambda m: bytes([int(m.group(1), 16)]), tty)
+sys.exit(not (len(controls(pipe)) >= 3 and not controls(tty) and decoded == pipe))
+PY
+    check "--sample on a terminal: $(python3 -c "import sys; print(sum(1 for c in open(sys.argv[1],'rb').read() if c < 32 and c not in (9, 10)))" "$tmp/pipe.bin") control bytes drawn, shown as \\xNN there and as drawn in a pipe" $? \
+        "$(od -c "$tmp/tty.bin" | head -5)"
+else
+    echo "skipped: --sample on a terminal (no script(1))"
+fi
+
 if [ $mpi -eq 1 ]; then
     mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${mlp[@]}" --predict latest --out "$tmp/m.csv" > "$tmp/m.log" 2>&1
     [ $? -ne 0 ] && grep -q "one process; this run has 2 ranks" "$tmp/m.log" && [ ! -e "$tmp/m.csv" ]
