@@ -4,6 +4,9 @@
  *  2. overlap: step time with a communicator slowed to a fixed bandwidth (a latency per MiB), with
  *     overlap on and off; hidden = 1 - (T_on - T_base) / (T_off - T_base), where T_base is
  *     the step without the added latency: the share of communication time hidden by backward.
+ *  3. collectives: a bucket's AllReduce (zero = 0 and 1) and reduce-scatter (zero = 2) of 1 to 24
+ *     MiB as DDP's communication thread runs them, best of 10 (the algorithm: `./train --env`,
+ *     or OMPI_MCA_coll_libnbc_iallreduce_algorithm / DPT_REDUCE_SCATTER=mpi to compare).
  * Prints a table and a JSON line. */
 #include <mpi.h>
 #include <stdio.h>
@@ -137,7 +140,35 @@ int main(int argc, char **argv)
     double hidden = off > base ? 1.0 - (on - base) / (off - base) : 0.0;
     if (hidden > 1.0) hidden = 1.0; /* "on" measured faster than the base: noise */
 
+    /* 3. collectives over the bucket sizes DDP uses */
+    static const int sizes_mb[] = {1, 4, 16, 24};
+    enum { NSIZES = sizeof sizes_mb / sizeof sizes_mb[0] };
+    double ar_ms[NSIZES], rs_ms[NSIZES];
+    for (int i = 0; i < NSIZES; i++) {
+        int64_t n = (int64_t)sizes_mb[i] << 18, displs[3] = {0, n / 2, n};
+        float *buf = calloc((size_t)n, sizeof *buf);
+        if (!buf) dpt_abort_job("out of host memory");
+        ar_ms[i] = rs_ms[i] = 1e30;
+        for (int it = 0; it < 10; it++) {
+            dpt_comm_barrier_named(comm, "bench");
+            double t = dpt_now_s();
+            dpt_comm_allreduce_f32(comm, buf, n, "bench AllReduce");
+            t = 1e3 * (dpt_now_s() - t);
+            ar_ms[i] = t < ar_ms[i] ? t : ar_ms[i];
+            dpt_comm_barrier_named(comm, "bench");
+            t = dpt_now_s();
+            dpt_comm_reduce_scatter_f32(comm, buf, displs, "bench reduce-scatter");
+            t = 1e3 * (dpt_now_s() - t);
+            rs_ms[i] = t < rs_ms[i] ? t : rs_ms[i];
+        }
+        free(buf);
+    }
+
     if (world.rank == 0) {
+        printf("collectives, best of 10 (%s; reduce-scatter: %s)\n", world.allreduce_how,
+               getenv("DPT_REDUCE_SCATTER") ? "Open MPI's" : "dptrain's direct exchange");
+        for (int i = 0; i < NSIZES; i++)
+            printf("  %2d MiB: AllReduce %7.2f ms  reduce-scatter %7.2f ms\n", sizes_mb[i], ar_ms[i], rs_ms[i]);
         printf("DDP benchmarks | backend cpu | comm mpi | 2 ranks x 1 thread (baseline 1 rank x 1 thread)\n");
         printf("%-44s %12s %12s\n", "case", "step ms", "img/s");
         printf("%-44s %12.3f %12.0f\n", "cnn (fmnist_cnn.ini) b64: 1 rank", 1e3 * c1, cimg1);

@@ -92,8 +92,9 @@ check "bucket_mb = fast: refused, saying it takes a number or auto" $? "exit $rc
 
 # The AllReduce's algorithm (runtime/world.c): Open MPI's default for an in-place buffer is a
 # binomial tree (a reduce into rank 0, then a broadcast); dptrain asks for recursive doubling at
-# 2-4 ranks, which adds in the same association there: the weights must be the tree's bit for bit
-# at 3 and 4 ranks (the ring, which adds in another order, must differ, or this proves nothing);
+# 3 and 4 ranks, which adds in the same association there: the weights must be the tree's bit for
+# bit (the ring, which adds in another order, must differ, or this proves nothing); at 2 ranks
+# (one pair to add) Rabenseifner's, whose weights must be the tree's and recursive doubling's;
 # --env says which algorithm runs, and a value the user sets wins.
 one=(configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=3000 --set data.test_limit=500
      --set train.epochs=1 --set log.interval=1000)
@@ -106,10 +107,19 @@ for np in 3 4; do
     check "$np ranks: recursive doubling gives the binomial tree's weights (${ours:0:16}...), the ring others" $? \
         "ours $ours, tree $tree, ring $ring"
 done
+M2="timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2"
+ours=$($M2 ./train "${one[@]}" --set checkpoint.dir="$tmp/rb2" 2>&1 | sha)
+tree=$(OMPI_MCA_coll_libnbc_iallreduce_algorithm=2 $M2 ./train "${one[@]}" --set checkpoint.dir="$tmp/tr2" 2>&1 | sha)
+rdbl=$(OMPI_MCA_coll_libnbc_iallreduce_algorithm=4 $M2 ./train "${one[@]}" --set checkpoint.dir="$tmp/rd2" 2>&1 | sha)
+[ -n "$ours" ] && [ "$ours" = "$tree" ] && [ "$ours" = "$rdbl" ]
+check "2 ranks: Rabenseifner's AllReduce gives the binomial tree's and recursive doubling's weights (${ours:0:16}...)" $? \
+    "ours $ours, tree $tree, recursive doubling $rdbl"
 env2=$($M ./train --env 2>&1)
+env3=$(timeout 300 mpirun --oversubscribe --allow-run-as-root -np 3 ./train --env 2>&1)
 envu=$(OMPI_MCA_coll_libnbc_iallreduce_algorithm=1 $M ./train --env 2>&1)
-grep -q "non-blocking AllReduce: recursive doubling (coll_libnbc_iallreduce_algorithm = 4, set by dptrain at 2 ranks)" <<<"$env2" &&
+grep -q "non-blocking AllReduce: Rabenseifner's (coll_libnbc_iallreduce_algorithm = 3, set by dptrain at 2 ranks)" <<<"$env2" &&
+    grep -q "non-blocking AllReduce: recursive doubling (coll_libnbc_iallreduce_algorithm = 4, set by dptrain at 3 ranks)" <<<"$env3" &&
     grep -q "non-blocking AllReduce: libnbc algorithm 1 (coll_libnbc_iallreduce_algorithm, yours)" <<<"$envu"
-check "--env names the AllReduce's algorithm, and the user's own setting when given" $? "$(grep mpi: <<<"$env2$envu")"
+check "--env names the AllReduce's algorithm, and the user's own setting when given" $? "$(grep AllReduce <<<"$env2$env3$envu")"
 
 exit $((failed > 0))
