@@ -14,7 +14,9 @@ tok/s and the median (min-max) of the per-pair ratios ours/peer, then one JSON l
     B and T substituted, the median of its own per-step times after the first 2.
 Cases: a small GPT (4 layers, 256 channels, 4 heads, T 256, B 8) and GPT-2 small (12 layers, 768
 channels, 12 heads, T 64, B 4), at 1 and 2 threads.
-    /usr/bin/python3 bench/gpt_side_by_side.py [--pairs 3] [--steps 8] [--only small|gpt2] [--llmc DIR]"""
+    /usr/bin/python3 bench/gpt_side_by_side.py [--pairs 3] [--steps 8] [--only small|gpt2] [--llmc DIR] [--bf16]
+--bf16: dptrain with [train] precision = bf16 against PyTorch's forward under
+torch.autocast(bfloat16) (no llm.c: its CPU trainer is fp32)."""
 import argparse, json, os, re, shutil, statistics, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,6 +28,9 @@ CASES = {"small": dict(layers=4, channels=256, heads=4, seq=256, batch=8),
          "gpt2": dict(layers=12, channels=768, heads=12, seq=64, batch=4)}
 
 
+BF16 = False  # --bf16: [train] precision = bf16 against PyTorch's torch.autocast(bfloat16); no llm.c
+
+
 def ours(c, threads, steps, tokens, work):
     sets = {"model.name": "gpt", "model.n_layer": c["layers"], "model.n_head": c["heads"], "model.n_embd": c["channels"],
             "model.padded_vocab_size": 50304, "data.source": "tokens", "data.train": tokens, "data.val": tokens,
@@ -33,14 +38,15 @@ def ours(c, threads, steps, tokens, work):
             "train.batch": c["batch"], "train.eval_batch": 1, "train.max_steps": steps + 2, "train.threads": threads,
             "optim.name": "adamw", "optim.lr": 1e-4, "optim.weight_decay": 0.1, "optim.decay_norm_and_bias": "false",
             "optim.clip_norm": 0, "optim.schedule": "constant", "optim.warmup_epochs": 0,
-            "checkpoint.dir": os.path.join(work, "ck"), "checkpoint.existing": "archive"}
+            "checkpoint.dir": os.path.join(work, "ck"), "checkpoint.existing": "archive",
+            "train.precision": "bf16" if BF16 else "fp32"}
     ms = [r["step_ms"] for r in run_train(sets, os.path.join(work, "m.jsonl"))][2:]
     return c["batch"] * c["seq"] / (statistics.median(ms) / 1000.0)
 
 
 def torch_side(c, threads, steps):
     return run_peer(["--layers", c["layers"], "--heads", c["heads"], "--channels", c["channels"], "--seq", c["seq"],
-                     "--batch", c["batch"], "--steps", steps], threads)["tok_s"]
+                     "--batch", c["batch"], "--steps", steps] + (["--bf16"] if BF16 else []), threads)["tok_s"]
 
 
 def llmc_side(exe, c, threads):
@@ -55,9 +61,14 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--only", choices=list(CASES))
     ap.add_argument("--llmc")
+    ap.add_argument("--bf16", action="store_true", help="bf16 against PyTorch's autocast (llm.c's CPU trainer has none)")
     a = ap.parse_args()
+    global BF16
+    BF16 = a.bf16
+    if a.bf16 and a.llmc:
+        sys.exit("--bf16: llm.c's CPU trainer is fp32 only; leave out --llmc")
     work = tempfile.mkdtemp(prefix="dpt_gpt_bench_")
-    print(f"GPT training, fp32, AdamW, vocabulary 50257; {a.pairs} pairs per case, turn by turn; tok/s medians; "
+    print(f"GPT training, {'bf16 (dptrain precision = bf16, PyTorch autocast)' if BF16 else 'fp32'}, AdamW, vocabulary 50257; {a.pairs} pairs per case, turn by turn; tok/s medians; "
           "ratio = median (min-max) of the per-pair ratios")
     for name, c in CASES.items():
         if a.only and name != a.only:
@@ -78,7 +89,7 @@ def main():
                 for s in sides:
                     got[s].append(ours(c, threads, a.steps, tokens, work) if s == "dptrain" else
                                   torch_side(c, threads, a.steps) if s == "pytorch" else llmc_side(exe, c, threads))
-            res = {"bench": "gpt_side_by_side", "case": name, **c, "threads": threads, "pairs": a.pairs}
+            res = {"bench": "gpt_side_by_side", "case": name, **c, "threads": threads, "pairs": a.pairs, "bf16": BF16}
             line = f"{name:6s} L{c['layers']} C{c['channels']} T{c['seq']} B{c['batch']} {threads} thr |"
             for s in ("dptrain", "pytorch", "llm.c"):
                 if not got[s]:

@@ -11,7 +11,9 @@ B*T+1 tokens from i*B*T of the shard (llm.c's order), AdamW as llm.c's train_gpt
 0.9, 0.999, 1e-8, no weight decay), no warm-up steps; the JSON line has every step's loss.
 Attention: PyTorch 2's scaled_dot_product_attention where there is one (the GPU image), else
 (Debian's PyTorch 1.13) the materialised masked softmax, as nanoGPT's fallback path. --device
-cuda runs on the GPU (gpu_check.sh). Run with /usr/bin/python3 here."""
+cuda runs on the GPU (gpu_check.sh). --bf16: the forward and the loss under
+torch.autocast(bfloat16) (its matmuls in bf16, softmax and layer norm in fp32), the weights
+and the optimizer fp32. Run with /usr/bin/python3 here."""
 import argparse, json, math, time
 
 import torch
@@ -98,6 +100,7 @@ def main():
                  ("seq", 256), ("batch", 8), ("threads", 1), ("steps", 10)):
         ap.add_argument("--" + k, type=int, default=d)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (gpu_check.sh)")
+    ap.add_argument("--bf16", action="store_true", help="forward and loss under torch.autocast(bfloat16)")
     ap.add_argument("--init-llmc")
     ap.add_argument("--tokens")
     a = ap.parse_args()
@@ -120,12 +123,14 @@ def main():
             t0 = time.perf_counter()
         x, y = data[i, :, :-1], data[i, :, 1:]
         opt.zero_grad(set_to_none=True)
-        loss = m(x, y)
+        with torch.autocast(device_type=a.device.split(":")[0], dtype=torch.bfloat16, enabled=a.bf16):
+            loss = m(x, y)
         loss.backward()
         opt.step()
     sync()
     dt = time.perf_counter() - t0
-    print(json.dumps({"tok_s": a.steps * a.batch * a.seq / dt, "loss": float(loss), "threads": a.threads}))
+    print(json.dumps({"tok_s": a.steps * a.batch * a.seq / dt, "loss": float(loss), "threads": a.threads,
+                      "bf16": a.bf16}))
 
 
 def exact(a):
@@ -142,7 +147,8 @@ def exact(a):
         buf = tok[i * B * T: i * B * T + B * T + 1]
         x, y = buf[:-1].view(B, T), buf[1:].view(B, T)
         opt.zero_grad(set_to_none=True)
-        loss = m(x, y)
+        with torch.autocast(device_type=a.device.split(":")[0], dtype=torch.bfloat16, enabled=a.bf16):
+            loss = m(x, y)
         loss.backward()
         opt.step()
         losses.append(float(loss))

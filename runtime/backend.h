@@ -91,6 +91,9 @@ typedef struct dpt_backend {
     /* The precision it runs for the one asked (dpt_ctx_new decides with it, once, before init);
      * NULL: fp32 only. */
     dpt_precision_choice (*precision_for)(dpt_precision asked);
+    /* Under precision = bf16: a bf16 matrix product's speed over fp32's, measured on this
+     * context's threads (conversions included, as training pays them); NULL: not measured. */
+    double (*bf16_speedup)(dpt_ctx *ctx);
     /* Set up / tear down ctx->backend_state (streams, handles, thread settings). */
     bool (*init)(dpt_ctx *ctx, dpt_error *err);
     void (*shutdown)(dpt_ctx *ctx);

@@ -119,6 +119,12 @@ dpt_precision dpt_ctx_precision(const dpt_ctx *ctx, const char **note)
     return ctx->precision;
 }
 
+double dpt_ctx_bf16_speedup(dpt_ctx *ctx)
+{
+    if (ctx->precision != DPT_PRECISION_BF16 || !ctx->be->bf16_speedup) return 0.0;
+    return ctx->be->bf16_speedup(ctx);
+}
+
 int dpt_ctx_threads(const dpt_ctx *ctx)
 {
     return ctx->threads;

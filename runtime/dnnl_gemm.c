@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dnnl_internal.h"
+#include "log.h"
 
 /* ---------------------------------------------------------------- GEMM */
 
@@ -99,6 +100,35 @@ void cpu_onednn_gemm(dpt_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_
         dpt_fatal("oneDNN sgemm failed for %c%c M=%lld N=%lld K=%lld lda=%lld ldb=%lld ldc=%lld: %s",
                   trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', (long long)M, (long long)N, (long long)K, (long long)lda,
                   (long long)ldb, (long long)ldc, dnnl_status2str(st));
+}
+/* bf16's speed over fp32's on this CPU: the best of 5 products of 384 x 384 x 384 each way on the
+ * context's threads, bf16 with its conversions. oneDNN picks bf16 kernels wherever the CPU has
+ * AVX512-BF16, but they pay only where it runs bf16 dot products faster than fp32 FMAs: an AMD
+ * Zen 4 issues two VDPBF16PS a cycle (bf16 1.3-1.6x fp32 on this project's models), an Intel
+ * Xeon without AMX (Ice Lake, or a VM that hides AMX) one, the same multiply-adds a cycle as
+ * fp32's two FMA ports, so the conversions make bf16 slower (0.6-0.7x measured). */
+double dnnl_bf16_speedup(dpt_ctx *ctx)
+{
+    enum { N = 384, ROUNDS = 5 };
+    float *a = malloc((size_t)N * N * sizeof *a), *b = malloc((size_t)N * N * sizeof *b),
+          *c = malloc((size_t)N * N * sizeof *c);
+    if (!a || !b || !c) dpt_fatal("out of host memory");
+    for (int i = 0; i < N * N; i++)
+        a[i] = (float)(i % 7) * 0.25f, b[i] = (float)(i % 5) * 0.5f;
+    double best[2] = {1e30, 1e30};
+    omp_set_num_threads(ctx->threads);
+    for (int r = 0; r < ROUNDS + 1; r++) /* the first round makes the plans: not counted */
+        for (int bf = 0; bf < 2; bf++) {
+            double t = dpt_now_s();
+            if (bf)
+                bf16_gemm(ctx, false, false, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+            else
+                dnnl_sgemm('N', 'N', N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+            t = dpt_now_s() - t;
+            if (r && t < best[bf]) best[bf] = t;
+        }
+    free(a), free(b), free(c);
+    return best[1] > 0 ? best[0] / best[1] : 1.0;
 }
 
 #endif

@@ -222,6 +222,7 @@ void dnnl_maxpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, co
 void dnnl_avgpool_fwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *x, float *y);
 void dnnl_avgpool_bwd(dpt_ctx *ctx, const dpt_pool_shape *s, const float *dy, float *dx, bool dx_accumulate);
 /* dnnl_gemm.c */
+double dnnl_bf16_speedup(dpt_ctx *ctx);
 void cpu_onednn_gemm(dpt_ctx *ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 /* dnnl_attention.c: the backend's attention; bf16 products under precision = bf16, else the

@@ -151,6 +151,7 @@ static void table_fill(void)
     table.name = "cpu-onednn";
     table.init = dnnl_init;
     table.precision_for = dnnl_precision_for;
+    table.bf16_speedup = dnnl_bf16_speedup;
     table.shutdown = dnnl_shutdown;
     table.set_threads = dnnl_set_threads;
     table.gemm = cpu_onednn_gemm;

@@ -355,6 +355,16 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         fprintf(stderr, "warning: [train] adapt_threads is for runs on the CPU; this one runs on %s: ignored\n",
                 dpt_ctx_backend_name(t->ctx));
     }
+    /* bf16 on a CPU whose bf16 products are no faster than fp32's (an Intel Xeon without AMX):
+     * the run would be slower than asked for without knowing why */
+    double bf16 = r->rank == 0 ? dpt_ctx_bf16_speedup(t->ctx) : 0.0;
+    if (bf16 > 0 && bf16 < 0.9)
+        fprintf(stderr,
+                "warning: [train] precision = bf16 on this CPU: a bf16 matrix product ran at %.2fx the speed of "
+                "an fp32 one (conversions included: its bf16 dot products do no more multiply-adds a cycle "
+                "than its fp32 FMAs): bf16 saves memory here, not time\nHINT: [train] precision = fp32 trains "
+                "faster on this CPU; bf16 pays on CPUs with AMX or two bf16 units (AMD Zen 4) and on GPUs\n",
+                bf16);
     dpt_comm_set_timeout(r->comm, run->ddp.timeout_s); /* NCCL's start too */
     if (r->comm && dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CUDA) {
         t->nccl = dpt_comm_nccl_new(t->ctx, r->comm, err);
