@@ -428,7 +428,10 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         ddp_opt.reduce_scatter = run->zero == 2 && t->optim; /* [distributed] zero = 2 */
         if (!ddp_opt.reduce_scatter || r->size < 2) ddp_opt.shard_grads = 0; /* [distributed] zero_grads */
         /* zero = 2's buckets hold at most 4 MiB: Open MPI 4.1's non-blocking reduce-scatter of
-         * 2 ranks took 1.2 ms for 4 MiB here (its AllReduce 1.8) but 98 ms for 16 MiB (11.5) */
+         * 2 ranks took 1.2 ms for 4 MiB here (its AllReduce 1.8) but 98 ms for 16 MiB (11.5).
+         * At 2-4 ranks the reduce-scatter is dptrain's own exchange now (comm_mpi.c, linear in
+         * the size: 16 MiB 3.9-4.6 ms), but Open MPI's still serves 5 ranks and more, and the
+         * cap bounds the gradient memory zero_grads = ranges keeps in flight: kept. */
         if (ddp_opt.reduce_scatter && ddp_opt.bucket_mb > 4) ddp_opt.bucket_mb = 4;
         dpt_comm_set_delay(r->comm, run->bench_comm_ms_per_mb);
         t->reducer = dpt_reducer_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, t->timeline, err);
