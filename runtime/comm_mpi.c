@@ -236,8 +236,9 @@ static void int_counts(const dpt_comm *comm, const int64_t *displs, int *counts,
  * own: (N-1)/N of the buffer each way, all links at once, the adding spread over the ranks. The
  * sums are associated as the tree associates them, (r0 + r1) + r2 and (r0 + r1) + (r2 + r3)
  * (a 16-bit sum rounded after each addition, as the MPI op does), which is also what the
- * AllReduce of zero = 0 does at these sizes (world.c chooses recursive doubling): zero = 2's
- * weights stay those of zero = 0 bit for bit. DPT_REDUCE_SCATTER=mpi keeps Open MPI's. */
+ * AllReduce of zero = 0 does at these sizes (world.c chooses recursive doubling at 3 and 4
+ * ranks; 2 ranks add one pair whatever the algorithm): zero = 2's weights stay those of zero = 0
+ * bit for bit. DPT_REDUCE_SCATTER=mpi keeps Open MPI's. */
 #define DIRECT_TAG 4242
 
 static bool direct_wanted(const dpt_comm *comm)
