@@ -178,16 +178,12 @@ static void batchnorm_fused_backward(dpt_ctx *ctx, dpt_node *node)
     float *dx = dpt_wants_grad(x) ? dpt_grad_for_write(ctx, x, &acc)->data : dpt_temp_like(ctx, x)->data;
     float *dg = dpt_wants_grad(gamma) ? dpt_grad_acc(ctx, gamma)->data : constant_temp(ctx, c, 0.0f)->data;
     float *db = dpt_wants_grad(beta) ? dpt_grad_acc(ctx, beta)->data : constant_temp(ctx, c, 0.0f)->data;
-    if (sv->relu_ws)
-        ctx->be->bn_relu_bwd(ctx, x->data, node->out->grad->data, dx, acc, n, c, hw, x->layout, x->dtype,
-                             sv->gamma->data, dg, db, l->eps, sv->stats->data, sv->stats->data + c,
-                             sv->relu_ws->data);
-    else
-        ctx->be->bn_fused_bwd(ctx, x->data, node->out->grad->data, dx, acc, n, c, hw, x->layout, x->dtype,
-                              sv->gamma->data, dg, db, l->eps, sv->stats->data, sv->stats->data + c);
+    ctx->be->bn_fused_bwd(ctx, x->data, node->out->grad->data, dx, acc, n, c, hw, x->layout, x->dtype,
+                          sv->gamma->data, dg, db, l->eps, sv->stats->data, sv->stats->data + c,
+                          sv->relu_ws ? sv->relu_ws->data : NULL);
 }
 
-/* relu_ws_bytes > 0: the ReLU after it in the same pass (bn_relu_fwd) */
+/* relu_ws_bytes > 0: the ReLU after it in the same pass (bn_fused_fwd with a mask) */
 static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x, size_t relu_ws_bytes)
 {
     int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
@@ -197,14 +193,9 @@ static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_t
     dpt_tensor *beta;
     affine_or_identity(ctx, l, &sv->gamma, &beta);
     dpt_tensor *y = dpt_temp_same(ctx, x); /* a 16-bit activation stays one */
-    if (sv->relu_ws)
-        ctx->be->bn_relu_fwd(ctx, x->data, y->data, n, c, hw, x->layout, x->dtype, sv->gamma->data, beta->data,
-                             l->running_mean->data, l->running_var->data, l->momentum, l->eps, sv->stats->data,
-                             sv->stats->data + c, sv->relu_ws->data);
-    else
-        ctx->be->bn_fused_fwd(ctx, x->data, y->data, n, c, hw, x->layout, x->dtype, sv->gamma->data, beta->data,
-                              l->running_mean->data, l->running_var->data, l->momentum, l->eps, sv->stats->data,
-                              sv->stats->data + c);
+    ctx->be->bn_fused_fwd(ctx, x->data, y->data, n, c, hw, x->layout, x->dtype, sv->gamma->data, beta->data,
+                          l->running_mean->data, l->running_var->data, l->momentum, l->eps, sv->stats->data,
+                          sv->stats->data + c, sv->relu_ws ? sv->relu_ws->data : NULL);
     dpt_node *node = dpt_tape_record(ctx, relu_ws_bytes ? "batchnorm_relu" : "batchnorm", batchnorm_fused_backward,
                                      y, 3, (dpt_tensor *[]){x, l->gamma, l->beta});
     if (node) {

@@ -196,28 +196,22 @@ typedef struct dpt_backend {
      * move by `momentum` (unbiased variance); save_mean and save_stat (c each) are what
      * bn_fused_bwd needs (cuDNN: the inverse std; oneDNN: the variance). bn_fused_bwd writes
      * dx (or adds into it, with dx_accumulate) and adds into dgamma and dbeta. gamma and beta
-     * are never NULL. x and y in `dtype` (BF16 only with act16; dy and dx are F32). */
+     * are never NULL. x and y in `dtype` (BF16 only with act16; dy and dx are F32).
+     * relu_ws non-NULL (only where bn_relu_ws_bytes gave its size): a ReLU after it in the same
+     * pass (oneDNN's fuse_norm_relu): y = max(norm, 0), forward leaves in relu_ws where y > 0
+     * and backward applies that mask to dy. */
     void (*bn_fused_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
                          dpt_layout layout, dpt_dtype dtype, const float *gamma, const float *beta,
-                         float *running_mean,
-                         float *running_var, double momentum, double eps, float *save_mean, float *save_stat);
+                         float *running_mean, float *running_var, double momentum, double eps, float *save_mean,
+                         float *save_stat, void *relu_ws);
     void (*bn_fused_bwd)(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate,
                          int64_t n, int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype,
                          const float *gamma, float *dgamma, float *dbeta, double eps, const float *save_mean,
-                         const float *save_stat);
-    /* Training-mode batch norm with a ReLU after it in the same pass (oneDNN's fuse_norm_relu);
-     * NULL: the layer runs the two apart. Arguments as bn_fused_fwd/bwd's; y = max(norm, 0), and
-     * forward leaves in `ws` (bn_relu_ws_bytes of it) where y > 0, which backward applies to dy.
-     * bn_relu_ws_bytes returns 0 for a shape or dtype it does not fuse. */
+                         const float *save_stat, const void *relu_ws);
+    /* The mask's bytes for that fused ReLU; 0 for a shape or dtype it does not fuse; NULL: the
+     * backend fuses none (the layer runs batch norm, then relu_). */
     size_t (*bn_relu_ws_bytes)(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype,
                                double eps);
-    void (*bn_relu_fwd)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
-                        dpt_layout layout, dpt_dtype dtype, const float *gamma, const float *beta,
-                        float *running_mean, float *running_var, double momentum, double eps, float *save_mean,
-                        float *save_stat, void *ws);
-    void (*bn_relu_bwd)(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
-                        int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype, const float *gamma, float *dgamma,
-                        float *dbeta, double eps, const float *save_mean, const float *save_stat, const void *ws);
     /* Inference-mode batch norm from the running statistics (no gradient). */
     void (*bn_fused_infer)(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
                            dpt_layout layout, dpt_dtype dtype, const float *gamma, const float *beta,

@@ -106,8 +106,9 @@ static void bn_descriptors(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_l
 static void cuda_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,
                               dpt_layout layout, dpt_dtype dtype, const float *gamma, const float *beta,
                               float *running_mean, float *running_var, double momentum, double eps,
-                              float *save_mean, float *save_invstd)
+                              float *save_mean, float *save_invstd, void *relu_ws)
 {
+    DPT_ASSERT(!relu_ws, "cuDNN's batch norm here fuses no ReLU (no bn_relu_ws_bytes)");
     cuda_state *s = state_of(ctx);
     bn_descriptors(ctx, n, c, hw, layout, dtype);
     float one = 1.0f, zero = 0.0f;
@@ -119,8 +120,9 @@ static void cuda_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n,
 static void cuda_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate,
                               int64_t n, int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype,
                               const float *gamma, float *dgamma, float *dbeta, double eps,
-                              const float *save_mean, const float *save_invstd)
+                              const float *save_mean, const float *save_invstd, const void *relu_ws)
 {
+    DPT_ASSERT(!relu_ws, "cuDNN's batch norm here fuses no ReLU (no bn_relu_ws_bytes)");
     cuda_state *s = state_of(ctx);
     bn_descriptors(ctx, n, c, hw, layout, dtype);
     /* parameters: beta = 1 (gradients accumulate); data: beta = 0 when dx is written first

@@ -198,18 +198,12 @@ void dnnl_conv_plan_free(conv_plan *p);
 /* dnnl_norm.c */
 void dnnl_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw, dpt_layout layout,
                        dpt_dtype dtype, const float *gamma, const float *beta, float *running_mean, float *running_var,
-                       double momentum, double eps, float *save_mean, float *save_stat);
+                       double momentum, double eps, float *save_mean, float *save_stat, void *relu_ws);
 void dnnl_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
                        int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype, const float *gamma, float *dgamma,
-                       float *dbeta, double eps, const float *save_mean, const float *save_stat);
+                       float *dbeta, double eps, const float *save_mean, const float *save_stat, const void *relu_ws);
 size_t dnnl_bn_relu_ws_bytes(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype,
                              double eps);
-void dnnl_bn_relu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw, dpt_layout layout,
-                      dpt_dtype dtype, const float *gamma, const float *beta, float *running_mean, float *running_var,
-                      double momentum, double eps, float *save_mean, float *save_stat, void *ws);
-void dnnl_bn_relu_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
-                      int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype, const float *gamma, float *dgamma,
-                      float *dbeta, double eps, const float *save_mean, const float *save_stat, const void *ws);
 void dnnl_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw, dpt_layout layout,
                          dpt_dtype dtype, const float *gamma, const float *beta, const float *running_mean,
                          const float *running_var, double eps);

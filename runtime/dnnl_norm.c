@@ -74,9 +74,9 @@ static bn_plan *bn_plan_for(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_
     return b;
 }
 
-static void bn_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw, dpt_layout layout,
-                   dpt_dtype dtype, const float *gamma, const float *beta, float *running_mean, float *running_var,
-                   double momentum, double eps, float *save_mean, float *save_var, void *ws)
+void dnnl_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw, dpt_layout layout,
+                       dpt_dtype dtype, const float *gamma, const float *beta, float *running_mean, float *running_var,
+                       double momentum, double eps, float *save_mean, float *save_var, void *ws)
 {
     dnnl_state *st = dnnl_state_of(ctx);
     bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, dtype, eps, ws != NULL);
@@ -100,9 +100,9 @@ static void bn_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c,
     }
 }
 
-static void bn_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
-                   int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype, const float *gamma, float *dgamma,
-                   float *dbeta, double eps, const float *save_mean, const float *save_var, const void *ws)
+void dnnl_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
+                       int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype, const float *gamma, float *dgamma,
+                       float *dbeta, double eps, const float *save_mean, const float *save_var, const void *ws)
 {
     dnnl_state *st = dnnl_state_of(ctx);
     bn_plan *b = bn_plan_for(ctx, n, c, hw, layout, DPT_F32, eps, ws != NULL);
@@ -135,22 +135,6 @@ static void bn_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, boo
     dnnl_block_put(ctx, &scr), dnnl_block_put(ctx, &bdp), dnnl_block_put(ctx, &bdx), dnnl_block_put(ctx, &bx);
 }
 
-void dnnl_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw, dpt_layout layout,
-                       dpt_dtype dtype, const float *gamma, const float *beta, float *running_mean, float *running_var,
-                       double momentum, double eps, float *save_mean, float *save_var)
-{
-    bn_fwd(ctx, x, y, n, c, hw, layout, dtype, gamma, beta, running_mean, running_var, momentum, eps, save_mean,
-           save_var, NULL);
-}
-
-void dnnl_bn_fused_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
-                       int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype, const float *gamma, float *dgamma,
-                       float *dbeta, double eps, const float *save_mean, const float *save_var)
-{
-    bn_bwd(ctx, x, dy, dx, dx_accumulate, n, c, hw, layout, dtype, gamma, dgamma, dbeta, eps, save_mean, save_var,
-           NULL);
-}
-
 /* The mask's bytes for a fused batch norm + ReLU of this shape; 0 where it cannot be fused: a
  * BF16 x runs the F32 plan's backward, which must read the forward's mask in the same format. */
 size_t dnnl_bn_relu_ws_bytes(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype,
@@ -162,22 +146,6 @@ size_t dnnl_bn_relu_ws_bytes(dpt_ctx *ctx, int64_t n, int64_t c, int64_t hw, dpt
         if (!dnnl_memory_desc_equal(&f->ws, &b->ws)) return 0;
     }
     return dnnl_memory_desc_get_size(&f->ws);
-}
-
-void dnnl_bn_relu_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw, dpt_layout layout,
-                      dpt_dtype dtype, const float *gamma, const float *beta, float *running_mean, float *running_var,
-                      double momentum, double eps, float *save_mean, float *save_var, void *ws)
-{
-    bn_fwd(ctx, x, y, n, c, hw, layout, dtype, gamma, beta, running_mean, running_var, momentum, eps, save_mean,
-           save_var, ws);
-}
-
-void dnnl_bn_relu_bwd(dpt_ctx *ctx, const float *x, const float *dy, float *dx, bool dx_accumulate, int64_t n,
-                      int64_t c, int64_t hw, dpt_layout layout, dpt_dtype dtype, const float *gamma, float *dgamma,
-                      float *dbeta, double eps, const float *save_mean, const float *save_var, const void *ws)
-{
-    bn_bwd(ctx, x, dy, dx, dx_accumulate, n, c, hw, layout, dtype, gamma, dgamma, dbeta, eps, save_mean, save_var,
-           ws);
 }
 
 void dnnl_bn_fused_infer(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_t c, int64_t hw,

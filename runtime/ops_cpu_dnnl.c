@@ -170,8 +170,6 @@ static void table_fill(void)
     table.bn_fused_bwd = dnnl_bn_fused_bwd;
     table.bn_fused_infer = dnnl_bn_fused_infer;
     table.bn_relu_ws_bytes = dnnl_bn_relu_ws_bytes;
-    table.bn_relu_fwd = dnnl_bn_relu_fwd;
-    table.bn_relu_bwd = dnnl_bn_relu_bwd;
     table.pool_any_layout = true;
     table.channels_last = true;
     table.pool16 = dnnl_pool16;
