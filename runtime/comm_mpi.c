@@ -251,25 +251,17 @@ static bool direct_wanted(const dpt_comm *comm)
     return wanted && comm->size >= 2 && comm->size <= 4;
 }
 
-/* dst = the sum of src[0..n) (n of 2 to 4, dst may be one of them), associated as above. */
-static void sum_ranges_f32(float *dst, float *const *src, int n, int64_t len)
+/* inout += in over len elements: floats, or 16-bit values as the MPI op sums them (h16_sum) */
+static void add_range(void *inout, const void *in, int64_t len, bool h16, bool bf16)
 {
-    const float *a = src[0], *b = src[1], *c = n > 2 ? src[2] : NULL, *d = n > 3 ? src[3] : NULL;
-    for (int64_t i = 0; i < len; i++) {
-        float ab = a[i] + b[i];
-        dst[i] = d ? ab + (c[i] + d[i]) : c ? ab + c[i] : ab;
+    if (h16) {
+        h16_sum(in, inout, (int)len, bf16);
+        return;
     }
-}
-
-static void sum_ranges_h16(uint16_t *dst, uint16_t *const *src, int n, int64_t len, bool bf16)
-{
-#define H16_ADD(x, y) dpt_h16_from_f32(dpt_f32_from_h16((x), bf16) + dpt_f32_from_h16((y), bf16), bf16)
-    const uint16_t *a = src[0], *b = src[1], *c = n > 2 ? src[2] : NULL, *d = n > 3 ? src[3] : NULL;
-    for (int64_t i = 0; i < len; i++) {
-        uint16_t ab = H16_ADD(a[i], b[i]);
-        dst[i] = d ? H16_ADD(ab, H16_ADD(c[i], d[i])) : c ? H16_ADD(ab, c[i]) : ab;
-    }
-#undef H16_ADD
+    float *o = inout;
+    const float *a = in;
+    for (int64_t i = 0; i < len; i++)
+        o[i] += a[i];
 }
 
 static void direct_reduce_scatter(dpt_comm *comm, void *buf, size_t bytes, bool h16, bool bf16,
@@ -307,23 +299,26 @@ static void direct_reduce_scatter(dpt_comm *comm, void *buf, size_t bytes, bool 
     }
     for (int i = 0; i < nreq; i++)
         wait_request(comm, &req[i], what);
-    if (h16)
-        sum_ranges_h16(from[me], (uint16_t *const *)from, size, mine, bf16);
-    else
-        sum_ranges_f32(from[me], (float *const *)from, size, mine);
+    /* (r0 + r1), then + r2 or + (r2 + r3), a pair at a time (IEEE addition commutes, so a pair's
+     * sum may land in either member): into this rank's own range whenever it is in the pair, so
+     * the last addition leaves the total there */
+    int lo = me < 2 ? me : 0, hi = me >= 2 ? me : 2; /* where r0 + r1, and r2 (+ r3), land */
+    add_range(from[lo], from[lo ^ 1], mine, h16, bf16);
+    if (size == 2) return;
+    if (size == 4) add_range(from[hi], from[hi ^ 1], mine, h16, bf16);
+    add_range(from[me], from[me < 2 ? hi : lo], mine, h16, bf16);
 }
 
-/* In place over buf (elements of `bytes` each, MPI's type and sum op), this rank's range of the
- * sum left at displs[rank]. */
-static void reduce_scatter(dpt_comm *comm, void *buf, size_t bytes, MPI_Datatype type, MPI_Op op,
+/* In place over buf (elements of `bytes` each, MPI's type and sum op; bf16 or fp16 for a 16-bit
+ * type), this rank's range of the sum left at displs[rank]. */
+static void reduce_scatter(dpt_comm *comm, void *buf, size_t bytes, MPI_Datatype type, MPI_Op op, bool bf16,
                            const int64_t *displs, const char *what)
 {
     int64_t n = displs[comm->size], mine = displs[comm->rank + 1] - displs[comm->rank];
     add_delay(comm, n * (int64_t)bytes / 2); /* half of an AllReduce's traffic */
     int slot = begin(comm, what, n * (int64_t)bytes);
     if (direct_wanted(comm)) {
-        bool h16 = type == MPI_UINT16_T;
-        direct_reduce_scatter(comm, buf, bytes, h16, h16 && op == h16_op(true), displs, what);
+        direct_reduce_scatter(comm, buf, bytes, type == MPI_UINT16_T, bf16, displs, what);
         end(comm, slot);
         return;
     }
@@ -342,12 +337,12 @@ static void reduce_scatter(dpt_comm *comm, void *buf, size_t bytes, MPI_Datatype
 
 static void mpi_reduce_scatter_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
 {
-    reduce_scatter(comm, buf, sizeof *buf, MPI_FLOAT, MPI_SUM, displs, what);
+    reduce_scatter(comm, buf, sizeof *buf, MPI_FLOAT, MPI_SUM, false, displs, what);
 }
 
 static void mpi_reduce_scatter_h16(dpt_comm *comm, uint16_t *buf, const int64_t *displs, bool bf16, const char *what)
 {
-    reduce_scatter(comm, buf, sizeof *buf, MPI_UINT16_T, h16_op(bf16), displs, what);
+    reduce_scatter(comm, buf, sizeof *buf, MPI_UINT16_T, h16_op(bf16), bf16, displs, what);
 }
 
 static void mpi_allgatherv_f32(dpt_comm *comm, float *buf, const int64_t *displs, const char *what)
