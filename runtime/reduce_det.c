@@ -112,7 +112,7 @@ static void det_micro_end(dpt_reducer *r)
         dpt_tensor_copy_to_host(g, top + off);
         off += dpt_tensor_numel(g);
     }
-    memcpy(top + off, d->ghost, (size_t)d->nghost * sizeof(float));
+    if (d->nghost) memcpy(top + off, d->ghost, (size_t)d->nghost * sizeof(float)); /* (none: ghost may be NULL) */
     d->level[d->depth++] = 0;
     while (d->depth >= 2 && d->level[d->depth - 1] == d->level[d->depth - 2]) {
         det_add(d->stack[d->depth - 2], d->stack[d->depth - 1], d->n);
