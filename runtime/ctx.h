@@ -40,6 +40,9 @@ struct dpt_ctx {
     /* What to change when an allocation fails now (NULL: the training batch); evaluation
      * names [train] eval_batch, since its batch is another key. */
     const char *oom_hint;
+    /* Why the allocator has its limit, for the out-of-memory report (NULL: [train]
+     * memory_limit_mb); dpt_ctx_guard_memory sets both. */
+    const char *limit_why;
     /* Device results read by the host so far (each one a wait for the device on a GPU). */
     int64_t host_syncs;
     /* dpt_set_bn_stats_hook: training-mode batch norm hands its batch's statistics here instead
@@ -52,5 +55,8 @@ struct dpt_ctx {
 /* A block from the context's caching allocator, or the out-of-memory report naming `what`,
  * the request, what is in use, and what to change (it stops the job). */
 void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *what);
+/* The allocator's limit set to bytes (0: none) for the reason why (NULL: [train]
+ * memory_limit_mb), which the out-of-memory report names. */
+void dpt_ctx_guard_memory(dpt_ctx *ctx, size_t bytes, const char *why);
 
 #endif

@@ -68,7 +68,7 @@ void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *wha
     void *p = dpt_alloc_get(ctx->alloc, bytes, granted);
     if (p) return p;
     dpt_mem_stats st = dpt_alloc_stats(ctx->alloc);
-    char ask[24], used[24], reserved[24], peak[24], cap[96] = "", dev[96] = "";
+    char ask[24], used[24], reserved[24], peak[24], cap[256] = "", dev[96] = "";
     human(ask, sizeof ask, (double)bytes);
     human(used, sizeof used, (double)st.allocated);
     human(reserved, sizeof reserved, (double)st.reserved);
@@ -76,7 +76,7 @@ void *dpt_ctx_alloc(dpt_ctx *ctx, size_t bytes, size_t *granted, const char *wha
     if (st.limit) {
         char lim[32];
         human(lim, sizeof lim, (double)st.limit);
-        snprintf(cap, sizeof cap, ", limit %s ([train] memory_limit_mb)", lim);
+        snprintf(cap, sizeof cap, ", limit %s (%s)", lim, ctx->limit_why ? ctx->limit_why : "[train] memory_limit_mb");
     }
     if (ctx->be->dev->mem_info) {
         size_t free_b = 0, total_b = 0;
@@ -165,6 +165,12 @@ dpt_device dpt_ctx_device(const dpt_ctx *ctx)
 {
     return ctx->device;
 }
+void dpt_ctx_guard_memory(dpt_ctx *ctx, size_t bytes, const char *why)
+{
+    dpt_alloc_set_limit(ctx->alloc, bytes);
+    ctx->limit_why = why;
+}
+
 const char *dpt_ctx_set_oom_hint(dpt_ctx *ctx, const char *hint)
 {
     const char *previous = ctx->oom_hint;

@@ -75,7 +75,9 @@ static const dpt_config_key train_keys[] = {
     {"train", "memory_limit_mb", DPT_KEY_FLOAT, "0", 0, 1e9, NULL,
      "cap on the memory the device's caching allocator may reserve, per rank (0 = none)", DPT_KEY_NOT_HASHED},
     {"train", "memory_check", DPT_KEY_BOOL, "true", 1, 0, NULL,
-     "before step 1, estimate the memory the run needs and stop if this machine (or GPU) cannot hold it", DPT_KEY_NOT_HASHED},
+     "before step 1, estimate the memory the run needs and stop if this machine (or GPU) cannot hold it; on the CPU, "
+     "until then (the model built, traced, given its optimizer) the allocator takes no more than the memory available "
+     "at start, so a model too large to build stops naming the allocation", DPT_KEY_NOT_HASHED},
     {"train", "eval_every_steps", DPT_KEY_INT, "0", 0, 1e12, NULL,
      "also evaluate every N optimizer steps (0 = only at the end of each epoch)", 0},
     {"train", "nonfinite", DPT_KEY_ENUM, "stop", 1, 0, "stop|skip",

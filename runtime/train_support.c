@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "ctx.h"
 #include "trainer.h"
 #include "zero.h"
 #include "reducer.h"
@@ -128,7 +130,25 @@ memory_estimate estimate_memory(const trainer *t)
     return m;
 }
 
-/* The memory this process can still take: MemAvailable, lowered by a cgroup limit. */
+/* What a resource limit (ulimit -d or -v, as a job scheduler may set) leaves this process:
+ * the limit less the /proc/self/status field that counts against it; 0 where none is set. */
+static double rlimit_left(int resource, const char *field)
+{
+    struct rlimit rl;
+    if (getrlimit(resource, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
+    double used = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256], want[32];
+    snprintf(want, sizeof want, "%s %%lf kB", field);
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, want, &used) == 1) used *= 1024.0;
+    if (f) fclose(f);
+    double left = (double)rl.rlim_cur - used;
+    return left > 1.0 ? left : 1.0;
+}
+
+/* The memory this process can still take: MemAvailable, lowered by a cgroup limit and by the
+ * process's data and address-space limits. */
 static double available_host_memory(void)
 {
     double avail = 0;
@@ -149,7 +169,34 @@ static double available_host_memory(void)
         if (lf) fclose(lf);
         if (uf) fclose(uf);
     }
+    double data = rlimit_left(RLIMIT_DATA, "VmData:"), as = rlimit_left(RLIMIT_AS, "VmSize:");
+    if (data > 0 && data < avail) avail = data;
+    if (as > 0 && as < avail) avail = as;
     return avail;
+}
+
+/* Until check_memory has had its say: the allocator of a CPU run may not take more than this
+ * machine has available, so that a model whose parameters, gradients or optimizer state alone
+ * exceed it (built, traced and given its optimizer before the estimate can be made) stops with
+ * a message naming the allocation instead of meeting the kernel's OOM killer, which gives none. Off (on = false) after the check: the estimate decides from then on,
+ * and [train] memory_check = false or memory_limit_mb leave the allocator as asked. */
+void guard_memory(trainer *t, bool on)
+{
+    if (!t->run->memory_check || t->run->ctx.memory_limit || dpt_ctx_device(t->ctx).kind != DPT_DEVICE_CPU) return;
+    if (!on) {
+        dpt_ctx_guard_memory(t->ctx, 0, NULL);
+        dpt_ctx_set_oom_hint(t->ctx, NULL);
+        return;
+    }
+    /* Not divided among the ranks of the node: each reads what is available as it starts, after
+     * the faster ones took theirs; a rank that alone outgrows it is the case to catch (its share
+     * is check_memory's to judge). */
+    double have = available_host_memory();
+    if (have < 1048576.0) return; /* unknown */
+    dpt_ctx_guard_memory(t->ctx, (size_t)have, "the memory available when the run started");
+    dpt_ctx_set_oom_hint(t->ctx, "the model's parameters, their gradients and the optimizer's state alone exceed "
+                                 "this machine's memory: a smaller model ([model] keys), more ranks with [distributed] "
+                                 "zero = 1 or 2, or [train] memory_check = false to let the system decide");
 }
 
 /* Refuse a run that cannot fit before it starts (the kernel's OOM killer gives no message),

@@ -217,7 +217,24 @@ static void resolve_threads(trainer *t, dpt_ctx_options *o)
                 r->data_parallel ? "cores / replicas" : "cores / ranks on the node", fair);
 }
 
-/* The loaders, and the steps they make per epoch; false when there is not one step. */
+/* Whether this rank's share of the data makes one optimizer step: said before the model and
+ * any batch-sized buffer are made (a batch of 1M took 15 s and 9.8 GB to be refused) and
+ * before the memory estimate (a batch larger than the data is the mistake to name). */
+static bool one_step(const trainer *t, dpt_error *err)
+{
+    const run_config *run = t->run;
+    dpt_loader_options o = run->train_data;
+    o.rank = t->r->rank, o.world_size = t->r->size;
+    int64_t samples, batches = dpt_loader_plan_batches(t->train_set, &o, &samples);
+    if (batches / run->accum > 0) return true;
+    return dpt_errorf(err,
+                      "rank %d gets %lld training samples per epoch, fewer than one step of %lld x %d "
+                      "accumulation with drop_last = %s\nHINT: lower [train] batch or "
+                      "[distributed] accum_steps, or use fewer ranks",
+                      t->r->rank, (long long)samples, (long long)run->batch, run->accum, o.drop_last ? "true" : "false");
+}
+
+/* The loaders, and the steps they make per epoch (one_step said there is one). */
 static bool open_loaders(trainer *t, dpt_error *err)
 {
     const run_config *run = t->run;
@@ -235,16 +252,8 @@ static bool open_loaders(trainer *t, dpt_error *err)
         t->test_loader = dpt_loader_new(t->ctx, t->test_set, &test_opt);
         return true;
     }
-    /* not one step: said before batch-sized buffers are made (a batch of 1M took 15 s and 9.8 GB
-     * to be refused) */
     int64_t samples, batches = dpt_loader_plan_batches(t->train_set, &train_opt, &samples);
-    if (batches / run->accum <= 0)
-        return dpt_errorf(err,
-                          "rank %d gets %lld training samples per epoch, fewer than one step of %lld x %d "
-                          "accumulation with drop_last = %s\nHINT: lower [train] batch or "
-                          "[distributed] accum_steps, or use fewer ranks",
-                          t->r->rank, (long long)samples, (long long)run->batch, run->accum,
-                          train_opt.drop_last ? "true" : "false");
+    DPT_ASSERT(batches / run->accum > 0, "open_loaders without one step (one_step)");
     t->train_loader = dpt_loader_new(t->ctx, t->train_set, &train_opt);
     const char *hint = dpt_ctx_set_oom_hint(t->ctx, DPT_EVAL_OOM_HINT);
     t->test_loader = dpt_loader_new(t->ctx, t->test_set, &test_opt);
@@ -372,6 +381,8 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         r->comm = t->nccl;
     }
     if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto fail;
+    if (!cli_weights_only(r->args) && !one_step(t, err)) goto fail;
+    guard_memory(t, true); /* the model, its trace and its optimizer before the estimate */
     if (r->args->predict_input) { /* --predict --input: these images, made as the test set's */
         dpt_dataset *input;
         if (!dpt_data_open_input(run->ini, r->args->predict_input, t->test_set, &input, err)) goto fail;
@@ -406,6 +417,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     if (run->ema_decay > 0 && !look_only) dpt_ema_new(t->ctx, t->model, run->ema_decay); /* a resume restores them */
     t->need = estimate_memory(t);
     if (!check_memory(t, err)) goto fail;
+    guard_memory(t, false);
     t->metrics = dpt_metrics_open(r->rank == 0 ? run->metrics : "", err);
     if (!t->metrics) goto fail;
     if (!open_loaders(t, err)) goto fail;

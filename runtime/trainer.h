@@ -273,6 +273,7 @@ void print_resume_command(const replica *r, const char *path);
 dpt_device pick_device(const replica *r);
 memory_estimate estimate_memory(const trainer *t);
 bool check_memory(const trainer *t, dpt_error *err);
+void guard_memory(trainer *t, bool on);
 bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err);
 void release_checkpoint_dir(replica *r);
 void save_checkpoint(trainer *t, const dpt_train_state *st);
