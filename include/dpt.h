@@ -325,6 +325,18 @@ typedef struct dpt_tape_mark {
 dpt_tape_mark dpt_tape_mark_here(dpt_ctx *ctx);
 dpt_tensor *dpt_tape_release(dpt_ctx *ctx, dpt_tape_mark mark, dpt_tensor *keep);
 
+/* Activation checkpointing (PyTorch's torch.utils.checkpoint, llm.c's recompute): fn(ctx, x,
+ * user) computed with nothing it makes inside kept for backward (its intermediates are freed as
+ * soon as it returns), only x and the output; backward runs fn again, recording, with the
+ * random generator as it was the first time (the same dropout masks), and backpropagates
+ * through that. The gradients are the ones without checkpointing bit for bit (the same ops in
+ * the same order); the cost is a second forward of fn. fn reads x and parameters (through
+ * user, which must stay valid until backward); it must not modify x, and it runs twice per
+ * step, so a batch norm in it updates its running statistics twice (as in PyTorch). Not
+ * recording (evaluation), or nested in another checkpoint: fn(ctx, x, user) as it is. */
+typedef dpt_tensor *(*dpt_checkpoint_fn)(dpt_ctx *ctx, dpt_tensor *x, void *user);
+dpt_tensor *dpt_checkpoint(dpt_ctx *ctx, dpt_checkpoint_fn fn, dpt_tensor *x, void *user);
+
 /* Fires once per parameter per backward, as soon as its gradient is final (the last use
  * of the parameter in forward order has run its backward). The DDP reducer listens here. */
 typedef void (*dpt_grad_ready_hook)(dpt_tensor *param, int param_index, void *user);

@@ -30,12 +30,43 @@ typedef struct gpt_block {
     dpt_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
 } gpt_block;
 
-typedef struct gpt {
+typedef struct gpt gpt;
+
+/* One block's forward, as dpt_checkpoint calls it (recompute = true: again in backward). */
+typedef struct block_call {
+    const gpt *g;
+    int64_t layer;
+    bool training;
+} block_call;
+
+struct gpt {
     int64_t layers, heads, channels, block_size, vocab, padded_vocab;
     float dropout;
+    bool recompute; /* [model] recompute: each block's activations made again in backward */
     dpt_tensor *wte, *wpe, *lnf_w, *lnf_b;
     gpt_block block[GPT_MAX_LAYERS];
-} gpt;
+    block_call call[GPT_MAX_LAYERS];
+};
+
+/* h + attention(LN1(h)), then + MLP(LN2(.)): one block on the whole sequence, or (cache) on
+ * this call's positions after the cached ones. */
+static dpt_tensor *block_forward(const gpt *g, int64_t l, dpt_ctx *ctx, dpt_tensor *h, int64_t pos,
+                                 dpt_kv_cache *cache, bool training)
+{
+    const gpt_block *b = &g->block[l];
+    dpt_tensor *a = dpt_affine(ctx, dpt_layer_norm(ctx, h, b->ln1_w, b->ln1_b, 1e-5f), b->qkv_w, b->qkv_b);
+    a = cache ? dpt_attention_cached(ctx, a, (int)g->heads, cache, (int)l, pos) : dpt_attention(ctx, a, (int)g->heads, true);
+    h = dpt_add(ctx, h, dpt_dropout(ctx, dpt_affine(ctx, a, b->proj_w, b->proj_b), g->dropout, training));
+    dpt_tensor *m = dpt_layer_norm(ctx, h, b->ln2_w, b->ln2_b, 1e-5f);
+    m = dpt_affine(ctx, dpt_gelu(ctx, dpt_affine(ctx, m, b->fc_w, b->fc_b)), b->fcproj_w, b->fcproj_b);
+    return dpt_add(ctx, h, dpt_dropout(ctx, m, g->dropout, training));
+}
+
+static dpt_tensor *block_checkpointed(dpt_ctx *ctx, dpt_tensor *h, void *user)
+{
+    const block_call *c = user;
+    return block_forward(c->g, c->layer, ctx, h, 0, NULL, c->training);
+}
 
 /* The embeddings of ids (B, T) at positions [pos, pos + T), the blocks and the final LN: the
  * residual stream (B, T, C). Attention reads the whole sequence (training, evaluation) or, with
@@ -47,15 +78,13 @@ static dpt_tensor *gpt_trunk(gpt *g, dpt_ctx *ctx, const dpt_tensor *ids, int64_
     dpt_tensor *h = dpt_add(ctx, dpt_embedding(ctx, g->wte, (dpt_tensor *)ids), dpt_narrow(ctx, g->wpe, 0, pos, T));
     h = dpt_dropout(ctx, h, g->dropout, training); /* (B, T, C) */
     for (int64_t l = 0; l < g->layers; l++) {
-        const gpt_block *b = &g->block[l];
+        if (g->recompute && !cache && dpt_grad_enabled(ctx)) { /* only the block's input is kept for backward */
+            g->call[l] = (block_call){.g = g, .layer = l, .training = training};
+            h = dpt_checkpoint(ctx, block_checkpointed, h, &g->call[l]);
+            continue;
+        }
         dpt_tape_mark mark = dpt_tape_mark_here(ctx); /* evaluation: the block's intermediates go at its end */
-        dpt_tensor *a = dpt_affine(ctx, dpt_layer_norm(ctx, h, b->ln1_w, b->ln1_b, 1e-5f), b->qkv_w, b->qkv_b);
-        a = cache ? dpt_attention_cached(ctx, a, (int)g->heads, cache, (int)l, pos)
-                  : dpt_attention(ctx, a, (int)g->heads, true);
-        h = dpt_add(ctx, h, dpt_dropout(ctx, dpt_affine(ctx, a, b->proj_w, b->proj_b), g->dropout, training));
-        dpt_tensor *m = dpt_layer_norm(ctx, h, b->ln2_w, b->ln2_b, 1e-5f);
-        m = dpt_affine(ctx, dpt_gelu(ctx, dpt_affine(ctx, m, b->fc_w, b->fc_b)), b->fcproj_w, b->fcproj_b);
-        h = dpt_tape_release(ctx, mark, dpt_add(ctx, h, dpt_dropout(ctx, m, g->dropout, training)));
+        h = dpt_tape_release(ctx, mark, block_forward(g, l, ctx, h, pos, cache, training));
     }
     return dpt_layer_norm(ctx, h, g->lnf_w, g->lnf_b, 1e-5f);
 }
@@ -264,7 +293,8 @@ static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_datas
     gpt *g = dpt_model_alloc(model, sizeof *g);
     dpt_model_set_state(model, g);
     *g = (gpt){.layers = L, .heads = H, .channels = C, .block_size = block, .vocab = V, .padded_vocab = Vp,
-               .dropout = (float)dpt_config_float(cfg, "model", "resid_dropout")};
+               .dropout = (float)dpt_config_float(cfg, "model", "resid_dropout"),
+               .recompute = dpt_config_bool(cfg, "model", "recompute")};
     const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * (float)L);
     g->wte = dpt_model_param(model, "wte", 2, (int64_t[]){Vp, C});
     g->wpe = dpt_model_param(model, "wpe", 2, (int64_t[]){block, C});
@@ -297,9 +327,11 @@ static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_datas
         double flops = 2.0 * (double)T * 12.0 * (double)C * (double)C + 2.0 * (double)T * (double)T * (double)C;
         char name[32];
         snprintf(name, sizeof name, "h.%lld", (long long)l);
-        dpt_model_note(model, "block", name, &(dpt_shape3){T, 16 * C, 1},
+        dpt_model_note(model, "block", name, &(dpt_shape3){T, (g->recompute ? 1 : 16) * C, 1}, /* recompute: its input */
                        12 * C * C + (bias ? 9 * C : 0) + 4 * C, flops);
     }
+    if (g->recompute) /* the one block whose activations backward makes again at a time */
+        dpt_model_note(model, "recompute", "one block", &(dpt_shape3){T, 16 * C, 1}, 0, 0.0);
     g->lnf_w = dpt_model_param(model, "ln_f.weight", 1, (int64_t[]){C});
     g->lnf_b = dpt_model_param(model, "ln_f.bias", 1, (int64_t[]){C});
     dpt_init_constant(g->lnf_w, 1.0f);
@@ -339,6 +371,11 @@ static const dpt_config_key gpt_keys[] = {
     {NULL, "resid_dropout", DPT_KEY_FLOAT, "0", 0, 0.99, NULL,
      "dropout on the embeddings and on each block's attention and MLP outputs (GPT-2 pretraining: 0)", 0},
     {NULL, "bias", DPT_KEY_BOOL, "true", 1, 0, NULL, "biases in the linear layers (GPT-2: true)", 0},
+    {NULL, "recompute", DPT_KEY_BOOL, "false", 1, 0, NULL,
+     "activation checkpointing: a block keeps only its input for backward, which runs the block's forward again "
+     "(dpt_checkpoint): the blocks' activation memory about 1/16 for about a third more compute, the same weights "
+     "bit for bit (llm.c's recompute, PyTorch's checkpoint)",
+     DPT_KEY_NOT_HASHED},
 };
 
 static const dpt_model_impl gpt_impl = {.build = gpt_build, .export_formats = "llmc", .export_weights = gpt_export};

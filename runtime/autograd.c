@@ -24,16 +24,34 @@ static const char *node_layer(const dpt_node *node, char *buf, size_t cap)
     return NULL;
 }
 
-dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward, dpt_tensor *out, int n_in,
-                          dpt_tensor *const *in)
+static bool is_reported_param(const dpt_tensor *t)
 {
-    DPT_ASSERT(n_in <= DPT_NODE_MAX_IN, "%s has %d inputs", op, n_in);
-    if (!ctx->grad_enabled) return NULL;
-    if (ctx->op_hook) ctx->op_hook(op, n_in, in, ctx->op_user);
-    bool any = false;
-    for (int i = 0; i < n_in; i++)
-        any |= dpt_wants_grad(in[i]);
-    if (!any) return NULL;
+    return t && t->is_param && t->requires_grad;
+}
+
+/* Inside a checkpointed function's forward (nothing recorded): the parameters its ops read,
+ * each once. */
+static void ckpt_collect(dpt_ctx *ctx, int n_in, dpt_tensor *const *in)
+{
+    for (int i = 0; i < n_in; i++) {
+        if (!is_reported_param(in[i])) continue;
+        bool seen = false;
+        for (int k = 0; k < ctx->ckpt_nparams && !seen; k++)
+            seen = ctx->ckpt_params[k] == in[i];
+        if (seen) continue;
+        if (ctx->ckpt_nparams == ctx->ckpt_cap) {
+            ctx->ckpt_cap = ctx->ckpt_cap ? 2 * ctx->ckpt_cap : 32;
+            ctx->ckpt_params = realloc(ctx->ckpt_params, (size_t)ctx->ckpt_cap * sizeof *ctx->ckpt_params);
+            if (!ctx->ckpt_params) dpt_fatal("out of host memory for a checkpoint's parameters");
+        }
+        ctx->ckpt_params[ctx->ckpt_nparams++] = in[i];
+    }
+}
+
+/* A node at the tape's end (the nodes may move: hold indices, not pointers, across a push). */
+static dpt_node *push_node(dpt_ctx *ctx, const char *op, dpt_backward_fn backward, dpt_tensor *out, int n_in,
+                           dpt_tensor *const *in)
+{
     dpt_tape *tape = &ctx->tape;
     DPT_ASSERT(!tape->consumed, "%s recorded after backward without dpt_tape_clear()", op);
     if (tape->nnodes == tape->cap_nodes) {
@@ -55,6 +73,23 @@ dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward
         dpt_profile_forward(ctx, op, node_layer(node, layer, sizeof layer));
     }
     return node;
+}
+
+dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward, dpt_tensor *out, int n_in,
+                          dpt_tensor *const *in)
+{
+    DPT_ASSERT(n_in <= DPT_NODE_MAX_IN, "%s has %d inputs", op, n_in);
+    if (!ctx->grad_enabled && !ctx->ckpt_forward) return NULL;
+    if (ctx->op_hook) ctx->op_hook(op, n_in, in, ctx->op_user); /* a checkpointed forward's ops too */
+    if (ctx->ckpt_forward) {
+        ckpt_collect(ctx, n_in, in);
+        return NULL;
+    }
+    bool any = false;
+    for (int i = 0; i < n_in; i++)
+        any |= dpt_wants_grad(in[i]);
+    if (!any) return NULL;
+    return push_node(ctx, op, backward, out, n_in, in);
 }
 
 dpt_tensor *dpt_grad_acc(dpt_ctx *ctx, dpt_tensor *t)
@@ -168,45 +203,96 @@ void dpt_tape_free(dpt_ctx *ctx)
 {
     free(ctx->tape.nodes);
     free(ctx->tape.scratch);
+    free(ctx->ckpt_params);
+    ctx->ckpt_params = NULL, ctx->ckpt_nparams = ctx->ckpt_cap = 0;
     memset(&ctx->tape, 0, sizeof ctx->tape);
 }
 
-static bool is_reported_param(const dpt_tensor *t)
+/* ---------------------------------------------------------------- activation checkpointing */
+
+typedef struct ckpt {
+    dpt_checkpoint_fn fn;
+    void *user;
+    dpt_rng rng; /* the generator as fn's first forward found it: the same dropout masks again */
+    int nparams;
+    dpt_tensor **params; /* what fn read: their gradients are final once this node's backward ran */
+} ckpt;
+
+static void ckpt_backward(dpt_ctx *ctx, dpt_node *node);
+static void backward_nodes(dpt_ctx *ctx, int from, int to, bool report);
+
+static bool is_ckpt(const dpt_node *node)
 {
-    return t && t->is_param && t->requires_grad;
+    return node->backward == ckpt_backward;
 }
 
-void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
+dpt_tensor *dpt_checkpoint(dpt_ctx *ctx, dpt_checkpoint_fn fn, dpt_tensor *x, void *user)
 {
-    DPT_ASSERT(loss->numel == 1, "backward from a tensor of %lld elements; reduce it to a scalar",
-               (long long)loss->numel);
-    DPT_ASSERT(!ctx->tape.consumed, "backward twice on one tape; call dpt_tape_clear() between");
-    ctx->tape.consumed = true;
-    if (!loss->requires_grad) return; /* nothing on the tape depends on a parameter */
+    if (!ctx->grad_enabled || ctx->ckpt_forward || ctx->ckpt_off) return fn(ctx, x, user);
+    ckpt *c = dpt_tape_scratch(ctx, sizeof *c);
+    *c = (ckpt){.fn = fn, .user = user, .rng = ctx->rng};
+    dpt_tape_mark mark = dpt_tape_mark_here(ctx);
+    /* fn may not overwrite x in place (backward runs fn on it again): it is held meanwhile */
+    if (x->storage) x->storage->refcount++;
+    ctx->ckpt_forward = true, ctx->ckpt_nparams = 0, ctx->grad_enabled = false;
+    dpt_tensor *y = fn(ctx, x, user);
+    ctx->ckpt_forward = false, ctx->grad_enabled = true;
+    DPT_ASSERT(y != x && y->is_temp, "a checkpointed function must return a new tensor");
+    if (x->storage) x->storage->refcount--;
+    c->nparams = ctx->ckpt_nparams;
+    c->params = dpt_tape_scratch(ctx, (size_t)c->nparams * sizeof *c->params);
+    memcpy(c->params, ctx->ckpt_params, (size_t)c->nparams * sizeof *c->params);
+    /* fn's intermediates go now; y stays (one storage of its own: a view of an intermediate
+     * keeps that storage alive by its count) */
+    dpt_temps_free_since(ctx, mark.temps, y);
+    if (!dpt_wants_grad(x) && !c->nparams) return y; /* nothing for backward to reach */
+    dpt_node *node = push_node(ctx, "checkpoint", ckpt_backward, y, 1, &x);
+    node->scratch = c;
+    return y;
+}
 
-    /* A parameter's gradient is final once every node that read it has run backward: count
-     * the reads, then count down while walking the tape in reverse. */
-    for (int n = 0; n < ctx->tape.nnodes; n++)
-        for (int i = 0; i < ctx->tape.nodes[n].n_in; i++)
-            if (is_reported_param(ctx->tape.nodes[n].in[i])) ctx->tape.nodes[n].in[i]->pending_uses = 0;
-    for (int n = 0; n < ctx->tape.nnodes; n++)
-        for (int i = 0; i < ctx->tape.nodes[n].n_in; i++)
-            if (is_reported_param(ctx->tape.nodes[n].in[i])) ctx->tape.nodes[n].in[i]->pending_uses++;
-
-    /* d loss / d loss = 1: written on the device (no read-back), unless something already
-     * added into the loss's gradient */
-    bool acc;
-    dpt_tensor *seed = dpt_grad_for_write(ctx, loss, &acc);
-    if (acc) {
-        dpt_tensor *one = dpt_temp(ctx, 1, (int64_t[]){1});
-        ctx->be->fill(ctx, one->data, 1, 1.0f);
-        ctx->be->axpy(ctx, 1, 1.0f, one->data, seed->data);
-    } else {
-        ctx->be->fill(ctx, seed->data, 1, 1.0f);
+/* fn again, recording, from x with the generator as the first forward had it, then backward
+ * from its output with this node's output gradient: into x's gradient and the parameters'.
+ * Its nodes go at the tape's end and its temporaries after a mark; both are dropped after. */
+static void ckpt_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    ckpt *c = node->scratch; /* node itself may move: the recomputation pushes nodes */
+    dpt_tensor *x = node->in[0], *out = node->out, *dy = out->grad;
+    dpt_tape *tape = &ctx->tape;
+    const dpt_node *running = tape->running;
+    const dpt_tensor *loss = tape->loss;
+    dpt_rng after = ctx->rng;
+    ctx->rng = c->rng;
+    void (*op_hook)(const char *, int, dpt_tensor *const *, void *) = ctx->op_hook;
+    ctx->op_hook = NULL; /* not a forward of the step's (ZeRO's overlapped gathers are done) */
+    dpt_tape_mark mark = dpt_tape_mark_here(ctx);
+    bool grad = ctx->grad_enabled;
+    ctx->grad_enabled = true, tape->consumed = false;
+    int first = tape->nnodes;
+    dpt_tensor *y = c->fn(ctx, x, c->user);
+    int last = tape->nnodes;
+    tape->consumed = true, ctx->grad_enabled = grad;
+    ctx->op_hook = op_hook;
+    ctx->rng = after;
+    DPT_ASSERT(dpt_same_shape(y, out), "a checkpointed function gave another shape the second time");
+    if (y->requires_grad && last > first) {
+        y->grad = dy; /* lent: the outer node's; never released in here (it is the loss of this walk) */
+        tape->loss = y;
+        backward_nodes(ctx, first, last, false);
+        y->grad = NULL;
     }
+    tape->nnodes = first;
+    dpt_temps_free_since(ctx, mark.temps, x->grad); /* the recomputation and its gradients, not x's */
+    tape->running = running, tape->loss = loss;
+}
 
-    ctx->tape.loss = loss;
-    for (int n = ctx->tape.nnodes - 1; n >= 0; n--) {
+/* Backward over nodes [from, to), in reverse. report: parameters' uses count down here and
+ * the gradient-ready hook fires (the step's walk); a checkpoint's inner walk leaves that to
+ * its node, whose parameters count as its own uses. */
+static void backward_nodes(dpt_ctx *ctx, int from, int to, bool report)
+{
+    const dpt_tensor *loss = ctx->tape.loss;
+    for (int n = to - 1; n >= from; n--) {
         dpt_node *node = &ctx->tape.nodes[n];
         dpt_tensor *out = node->out;
         ctx->tape.running = node;
@@ -218,13 +304,25 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
                     ctx->grad_needed_hook(t, t->param_index, ctx->grad_needed_user);
                 }
             }
+            if (is_ckpt(node)) { /* the parameters the recomputation will write */
+                const ckpt *c = node->scratch;
+                for (int i = 0; i < c->nparams; i++) {
+                    dpt_tensor *t = c->params[i];
+                    if (t->grad && !t->grad->data) {
+                        DPT_ASSERT(ctx->grad_needed_hook, "the gradient of %s has no storage", t->name);
+                        ctx->grad_needed_hook(t, t->param_index, ctx->grad_needed_user);
+                    }
+                }
+            }
             double start = 0;
-            if (ctx->profile) {
+            if (ctx->profile && !is_ckpt(node)) {
                 if (ctx->be->dev->synchronize) ctx->be->dev->synchronize(ctx); /* the kernels before, not in it */
                 start = dpt_now_s();
             }
             node->backward(ctx, node);
-            if (ctx->profile) {
+            node = &ctx->tape.nodes[n]; /* a checkpoint's recomputation may have moved the nodes */
+            ctx->tape.running = node;
+            if (ctx->profile && !is_ckpt(node)) {
                 if (ctx->be->dev->synchronize) ctx->be->dev->synchronize(ctx);
                 char layer[64];
                 dpt_profile_backward(ctx, node->op, node_layer(node, layer, sizeof layer), start, dpt_now_s());
@@ -239,13 +337,64 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
             dpt_tensor_release(out->grad);
             out->grad = NULL;
         }
+        if (!report) continue;
         for (int i = node->n_in - 1; i >= 0; i--) {
             dpt_tensor *t = node->in[i];
             if (!is_reported_param(t)) continue;
             if (--t->pending_uses == 0 && ctx->grad_ready_hook)
                 ctx->grad_ready_hook(t, t->param_index, ctx->grad_ready_user);
         }
+        if (is_ckpt(node)) {
+            const ckpt *c = node->scratch;
+            for (int i = c->nparams - 1; i >= 0; i--)
+                if (--c->params[i]->pending_uses == 0 && ctx->grad_ready_hook)
+                    ctx->grad_ready_hook(c->params[i], c->params[i]->param_index, ctx->grad_ready_user);
+        }
     }
+}
+
+/* Each reported parameter's uses on the tape (a checkpoint's count as one of its node's). */
+static void count_uses(dpt_ctx *ctx, int step)
+{
+    for (int n = 0; n < ctx->tape.nnodes; n++) {
+        dpt_node *node = &ctx->tape.nodes[n];
+        for (int i = 0; i < node->n_in; i++)
+            if (is_reported_param(node->in[i])) node->in[i]->pending_uses = step ? node->in[i]->pending_uses + 1 : 0;
+        if (is_ckpt(node)) {
+            const ckpt *c = node->scratch;
+            for (int i = 0; i < c->nparams; i++)
+                c->params[i]->pending_uses = step ? c->params[i]->pending_uses + 1 : 0;
+        }
+    }
+}
+
+void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
+{
+    DPT_ASSERT(loss->numel == 1, "backward from a tensor of %lld elements; reduce it to a scalar",
+               (long long)loss->numel);
+    DPT_ASSERT(!ctx->tape.consumed, "backward twice on one tape; call dpt_tape_clear() between");
+    ctx->tape.consumed = true;
+    if (!loss->requires_grad) return; /* nothing on the tape depends on a parameter */
+
+    /* A parameter's gradient is final once every node that read it has run backward: count
+     * the reads, then count down while walking the tape in reverse. */
+    count_uses(ctx, 0);
+    count_uses(ctx, 1);
+
+    /* d loss / d loss = 1: written on the device (no read-back), unless something already
+     * added into the loss's gradient */
+    bool acc;
+    dpt_tensor *seed = dpt_grad_for_write(ctx, loss, &acc);
+    if (acc) {
+        dpt_tensor *one = dpt_temp(ctx, 1, (int64_t[]){1});
+        ctx->be->fill(ctx, one->data, 1, 1.0f);
+        ctx->be->axpy(ctx, 1, 1.0f, one->data, seed->data);
+    } else {
+        ctx->be->fill(ctx, seed->data, 1, 1.0f);
+    }
+
+    ctx->tape.loss = loss;
+    backward_nodes(ctx, 0, ctx->tape.nnodes, true);
     ctx->tape.running = NULL;
     ctx->tape.loss = NULL;
 }

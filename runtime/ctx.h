@@ -25,6 +25,12 @@ struct dpt_ctx {
     dpt_rng rng;
     bool grad_enabled;
     dpt_tape tape;   /* autograd.c's */
+    /* dpt_checkpoint (autograd.c): inside a checkpointed function's forward (its ops are not
+     * recorded; the parameters they read are collected here), and off while the trace runs
+     * (every op recorded, so that it counts them) */
+    bool ckpt_forward, ckpt_off;
+    dpt_tensor **ckpt_params;
+    int ckpt_nparams, ckpt_cap;
     dpt_temps temps; /* tensor.c's: the temporaries the tape's clear frees */
     dpt_comm *comm; /* for SyncBatchNorm; NULL when alone */
     dpt_grad_ready_hook grad_ready_hook;

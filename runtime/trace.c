@@ -46,7 +46,10 @@ void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, co
     bool recording = dpt_set_grad_enabled(ctx, true), training = dpt_model_training(model);
     dpt_model_set_training(model, false);
     int first = ctx->tape.nnodes;
+    bool ckpt_off = ctx->ckpt_off;
+    ctx->ckpt_off = true; /* dpt_checkpoint records what it runs: its ops are counted */
     dpt_model_forward_batch(model, ctx, &batch, task);
+    ctx->ckpt_off = ckpt_off;
     for (int i = first; i < ctx->tape.nnodes; i++) {
         const dpt_node *n = &ctx->tape.nodes[i];
         out->flops += node_flops(n);

@@ -263,6 +263,67 @@ static void test_gpt_matches_float64(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* [model] recompute (dpt_checkpoint per block): the loss and every parameter's gradient are
+ * the ones without it bit for bit (the same ops in the same order, the dropout masks drawn
+ * again from the generator as it was), in training mode with dropout, and the step's
+ * tensors alive after forward are fewer: each block keeps only its input (here 4 layers of
+ * T = 64, C = 32: the blocks' intermediates, about 16 C a token each, are most of them). */
+static void test_recompute_same_gradients(void **state)
+{
+    (void)state;
+    enum { RT = 64, RB = 3, RL = 4 };
+    float *grads[2][4 + 12 * RL];
+    float loss[2];
+    size_t alive[2];
+    int nodes[2];
+    for (int r = 0; r < 2; r++) {
+        const char *sets[] = {"model.resid_dropout=0.2", r ? "model.recompute=true" : "model.recompute=false"};
+        dpt_config *cfg = small_gpt_config(sets, 2);
+        assert_true(dpt_config_set(cfg, "model.n_layer=4", &(dpt_error){0}));
+        assert_true(dpt_config_set(cfg, "model.n_embd=32", &(dpt_error){0}));
+        dpt_ctx *ctx = test_ctx(2, 41); /* the same seed: the same weights and masks */
+        dpt_model *m = build_small_gpt(ctx, cfg, RT);
+        assert_int_equal(dpt_model_num_params(m), 4 + 12 * RL);
+        dpt_rng rng;
+        dpt_rng_seed(&rng, 5);
+        int32_t ids[RB * RT], tgt[RB * RT];
+        for (int i = 0; i < RB * RT; i++)
+            ids[i] = (int32_t)dpt_rng_below(&rng, V), tgt[i] = (int32_t)dpt_rng_below(&rng, V);
+        dpt_tensor *it = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){RB, RT});
+        dpt_tensor *tt = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){RB, RT});
+        dpt_tensor_copy_from_host_i32(it, ids);
+        dpt_tensor_copy_from_host_i32(tt, tgt);
+        dpt_model_set_training(m, true);
+        dpt_model_zero_grad(m);
+        size_t before = dpt_ctx_mem_stats(ctx).allocated;
+        dpt_tensor *l = dpt_cross_entropy_targets(ctx, dpt_model_forward(m, ctx, it), tt, 0.0f, DPT_IGNORE_INDEX);
+        alive[r] = dpt_ctx_mem_stats(ctx).allocated - before;
+        nodes[r] = dpt_tape_mark_here(ctx).nodes;
+        loss[r] = dpt_tensor_item(l);
+        dpt_backward(ctx, l);
+        for (int i = 0; i < dpt_model_num_params(m); i++) {
+            const dpt_tensor *g = dpt_tensor_grad(dpt_model_param_at(m, i));
+            grads[r][i] = malloc((size_t)dpt_tensor_numel(g) * sizeof(float));
+            dpt_tensor_copy_to_host(g, grads[r][i]);
+            if (r == 1) {
+                if (memcmp(grads[0][i], grads[1][i], (size_t)dpt_tensor_numel(g) * sizeof(float)) != 0)
+                    fail_msg("the gradient of %s differs with recompute", dpt_tensor_name(dpt_model_param_at(m, i)));
+                free(grads[0][i]), free(grads[1][i]);
+            }
+        }
+        dpt_tape_clear(ctx);
+        dpt_tensor_free(it), dpt_tensor_free(tt);
+        dpt_model_free(m);
+        dpt_config_free(cfg);
+        dpt_ctx_free(ctx);
+    }
+    assert_memory_equal(&loss[0], &loss[1], sizeof loss[0]);
+    /* 4 blocks of about 16 nodes each become one node each */
+    if (nodes[1] > nodes[0] - 4 * 10) fail_msg("recompute left %d nodes on the tape; %d without", nodes[1], nodes[0]);
+    if (alive[1] * 2 > alive[0])
+        fail_msg("recompute kept %zu bytes of tensors after forward, %zu without: not half", alive[1], alive[0]);
+}
+
 /* Generation with a KV cache: the decoder's logits for each position, fed a prompt at once and
  * then one token a call, equal the full forward's row for that position over the whole
  * sequence (fp32 both, summed in other orders: a few ulps of logits of order 1-10), with the
@@ -612,6 +673,7 @@ int main(void)
         cmocka_unit_test(test_traced_flops),
         cmocka_unit_test(test_gpt_matches_float64),
         cmocka_unit_test(test_kv_cache_matches_forward),
+        cmocka_unit_test(test_recompute_same_gradients),
         cmocka_unit_test(test_token_shards),
         cmocka_unit_test(test_llmc_checkpoint_in),
         cmocka_unit_test(test_trains_on_text),

@@ -280,6 +280,27 @@ awk -v e="$exposed" -v b="$busy" -v eo="$exposed_off" -v bo="$busy_off" \
 [ -z "$bad" ]
 check "zero_overlap on a slow wire: zero 1 with it and zero 2 with, without and auto give zero 0's weights; zero 2's forwards waited $exposed of the gathers' $busy ms a step (without it: $exposed_off ms, all exposed)" $? "$bad"
 
+# [model] recompute (activation checkpointing, dpt_checkpoint): a block's parameters are read by
+# its recomputation in backward, so their gradients become final (and their buckets are
+# reduced, scattered and, with zero_grads = ranges, given storage) at the checkpoint's node: a
+# small GPT at 2 ranks gives zero 0's weights without recompute under zero 0, 1 (the gathers
+# overlapped with the next forward, whose ops inside a checkpoint are waited for too) and 2 (the
+# tokens of the GPT case above)
+rgpt=(configs/gpt_fortunes.ini --set model.n_layer=3 --set model.n_head=2 --set model.n_embd=32
+     --set "data.train=$tmp/tok/train_*.bin" --set "data.val=$tmp/tok/val_*.bin" --set data.seq_len=32
+     --set train.batch=4 --set train.max_steps=6 --set data.test_limit=8 --set train.threads=1
+     --set model.resid_dropout=0.1 --set distributed.bucket_mb=0.01)
+want=$($M -np 2 ./train "${rgpt[@]}" --set checkpoint.dir="$tmp/rc0" 2>&1 | sha)
+bad=""
+for z in "0 auto auto" "1 auto true" "2 ranges auto" "2 whole auto"; do
+    read -r stage grads overlap <<<"$z"
+    got=$($M -np 2 ./train "${rgpt[@]}" --set checkpoint.dir="$tmp/rc$stage$grads" --set model.recompute=true \
+          --set distributed.zero=$stage --set distributed.zero_grads=$grads --set distributed.zero_overlap=$overlap 2>&1 | sha)
+    [ -n "$want" ] && [ "$got" = "$want" ] || bad="$bad zero $stage ($grads): ${got:0:16};"
+done
+[ -z "$bad" ]
+check "recompute = true at 2 ranks, zero 0/1/2: zero 0's weights without it (${want:0:16}...)" $? "$bad"
+
 # what zero = 2 cannot take yet, refused at start with the key
 for bad in "distributed.bucket_mb=auto:bucket_mb = auto"; do
     out=$($M -np 2 ./train "${base[@]}" --set checkpoint.dir="$tmp/x" --set distributed.zero=2 --set "${bad%%:*}" 2>&1); rc=$?
