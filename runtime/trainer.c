@@ -418,7 +418,9 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     t->need = estimate_memory(t);
     if (!check_memory(t, err)) goto fail;
     guard_memory(t, false);
-    t->metrics = dpt_metrics_open(r->rank == 0 ? run->metrics : "", err);
+    /* --dry-run and --summary look and write nothing ([log] metrics and timeline files included) */
+    bool writes = !r->args->dry_run && !r->args->summary;
+    t->metrics = dpt_metrics_open(r->rank == 0 && writes ? run->metrics : "", err);
     if (!t->metrics) goto fail;
     if (!open_loaders(t, err)) goto fail;
     if (r->args->export_format && !(t->exporter = exporter_for(t, err))) goto fail;
@@ -427,7 +429,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
      * first save after hours of training. */
     if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, err)) goto fail;
     dpt_ctx_set_comm(t->ctx, r->comm); /* SyncBatchNorm layers reduce over these ranks */
-    t->timeline = open_timeline(r);
+    t->timeline = writes ? open_timeline(r) : NULL;
     if (run->deterministic) {
         t->reducer = dpt_reducer_det_new(t->ctx, t->model, t->host_comm, r->rank, r->size, run->det_per_rank,
                                          run->det_shards, run->ctx.seed);

@@ -124,6 +124,14 @@ static void test_dry_run(void **state)
     assert_contains(out, "784-256-256-10 relu");
     assert_contains(out, "269322 parameters");
     assert_contains(out, "batch = 32");
+    /* it looks and writes nothing: no metrics or timeline file, no checkpoint folder */
+    unlink("/tmp/dpt_dry_m.jsonl"), unlink("/tmp/dpt_dry_t.json");
+    rc = run_capture(out, sizeof out, "./train configs/fmnist_mlp.ini --dry-run --set log.metrics=/tmp/dpt_dry_m.jsonl "
+                                      "--set log.timeline=/tmp/dpt_dry_t.json --set checkpoint.dir=/tmp/dpt_dry_ck");
+    if (rc != 0) fail_msg("dry run failed:\n%s", out);
+    assert_int_equal(access("/tmp/dpt_dry_m.jsonl", F_OK), -1);
+    assert_int_equal(access("/tmp/dpt_dry_t.json", F_OK), -1);
+    assert_int_equal(access("/tmp/dpt_dry_ck", F_OK), -1);
 }
 
 #define SMALL                                                                                                \
