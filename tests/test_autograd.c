@@ -345,6 +345,76 @@ static void test_alloc_limit(void **state)
     assert_int_equal(dpt_alloc_free(a), 0);
 }
 
+/* dpt_checkpoint (activation checkpointing): for a checkpointed middle layer (with dropout,
+ * whose masks must be drawn again alike), the same function nested in a checkpoint, and a
+ * checkpoint whose input wants no gradient (only parameters inside), every parameter's
+ * gradient equals the plain forward's bit for bit, each hook fires once, in reverse order of
+ * use (a checkpoint's parameters when its recomputation has run), and the tape and the
+ * temporaries are back to their size after backward's recomputations. */
+static dpt_linear **ck_layers;
+
+static dpt_tensor *ck_first(dpt_ctx *ctx, dpt_tensor *x, void *user)
+{
+    (void)user;
+    return dpt_relu(ctx, dpt_linear_forward(ctx, ck_layers[0], x));
+}
+
+static dpt_tensor *ck_mid(dpt_ctx *ctx, dpt_tensor *h, void *user)
+{
+    (void)user;
+    return dpt_dropout(ctx, dpt_relu(ctx, dpt_linear_forward(ctx, ck_layers[1], h)), 0.3f, true);
+}
+
+static dpt_tensor *ck_nested(dpt_ctx *ctx, dpt_tensor *h, void *user)
+{
+    return dpt_scale(ctx, dpt_checkpoint(ctx, ck_mid, h, user), 1.0f);
+}
+
+static void test_checkpoint_fn(void **state)
+{
+    (void)state;
+    float want[6][30];
+    for (int mode = 0; mode < 4; mode++) { /* plain, checkpointed, nested, input without gradient */
+        dpt_ctx *ctx = test_ctx(1, 7);
+        dpt_linear *l[3];
+        dpt_model *m = three_layer(ctx, l);
+        ck_layers = l;
+        dpt_rng rng;
+        dpt_rng_seed(&rng, 3);
+        dpt_tensor *x = test_input(ctx, &rng, 2, (int64_t[]){4, 6}, -1, 1);
+        x->requires_grad = false;
+        int32_t labels[4] = {0, 1, 2, 1};
+        hook_log log = {0};
+        dpt_set_grad_ready_hook(ctx, record_hook, &log);
+        dpt_tensor *h = mode == 3 ? dpt_checkpoint(ctx, ck_first, x, NULL) : ck_first(ctx, x, NULL);
+        h = mode == 1 ? dpt_checkpoint(ctx, ck_mid, h, NULL)
+          : mode == 2 ? dpt_checkpoint(ctx, ck_nested, h, NULL)
+                      : ck_mid(ctx, h, NULL);
+        dpt_tensor *loss = dpt_cross_entropy(ctx, dpt_linear_forward(ctx, l[2], h), labels, 0.0f);
+        int nodes = dpt_tape_mark_here(ctx).nodes, temps = dpt_tape_mark_here(ctx).temps;
+        dpt_backward(ctx, loss);
+        assert_int_equal(dpt_tape_mark_here(ctx).nodes, nodes);
+        assert_true(dpt_tape_mark_here(ctx).temps <= temps + 8); /* the gradients of what stays */
+        assert_int_equal(log.count, 6);
+        for (int i = 0; i < 6; i++) {
+            assert_int_equal(log.order[i], 5 - i);
+            assert_int_equal(log.fired[i], 1);
+            const dpt_tensor *g = dpt_tensor_grad(dpt_model_param_at(m, i));
+            float got[30];
+            dpt_tensor_copy_to_host(g, got);
+            if (mode == 0)
+                memcpy(want[i], got, (size_t)dpt_tensor_numel(g) * sizeof(float));
+            else if (memcmp(want[i], got, (size_t)dpt_tensor_numel(g) * sizeof(float)) != 0)
+                fail_msg("mode %d: the gradient of %s differs from the plain forward's", mode,
+                         dpt_tensor_name(dpt_model_param_at(m, i)));
+        }
+        dpt_tape_clear(ctx);
+        dpt_tensor_free(x);
+        dpt_model_free(m);
+        dpt_ctx_free(ctx);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -355,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_allocator_steady_state),
         cmocka_unit_test(test_relu_in_place),
         cmocka_unit_test(test_tape_release),
+        cmocka_unit_test(test_checkpoint_fn),
         cmocka_unit_test(test_alloc_bins),
         cmocka_unit_test(test_alloc_limit),
     };
