@@ -77,7 +77,7 @@ static dpt_tensor *tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bo
     dpt_storage *s = calloc(1, sizeof *s);
     if (!s) dpt_fatal("out of host memory for a storage header");
     size_t bytes = (size_t)t->numel * dpt_dtype_size(dtype);
-    s->ptr = dpt_ctx_alloc(ctx, bytes, &s->granted, "a tensor");
+    s->ptr = dpt_ctx_alloc(ctx, bytes, &s->granted, ctx->alloc_what[0] ? ctx->alloc_what : "a tensor");
     s->refcount = 1;
     s->alloc = ctx->alloc;
     t->storage = s;

@@ -116,7 +116,8 @@ check "a missing checkpoint: named, nothing written" \
 # reading weights only does not need what training would: a machine (the allocator's limit
 # standing in) too small for this config's training batch still samples, evaluates and
 # exports its checkpoint, with no optimizer built (the header has no optim line) and no
-# training loader (a batch larger than the training set is no error there)
+# training loader (a batch larger than the training set is no error there; training is refused
+# for it, before the model is built)
 small=(--set train.batch=2000 --set train.eval_batch=8 --set train.memory_limit_mb=48)
 ./train "${gpt[@]}" "${small[@]}" > "$tmp/m1.log" 2>&1
 rc1=$?
@@ -124,7 +125,7 @@ rc1=$?
 rc2=$?
 ./train "${gpt[@]}" "${small[@]}" --eval "$ck" > "$tmp/m3.log" 2>&1
 rc3=$?
-[ $rc1 -eq 1 ] && grep -q "activations at \[train\] batch = 2000" "$tmp/m1.log" && [ $rc2 -eq 0 ] &&
+[ $rc1 -eq 1 ] && grep -q "fewer than one step of 2000" "$tmp/m1.log" && [ $rc2 -eq 0 ] &&
     [ "$(wc -c < "$tmp/m2.log")" -ge 8 ] && [ $rc3 -eq 0 ] && grep -q "^eval | " "$tmp/m3.log" &&
     ! grep -q "^optim " "$tmp/m2.err" "$tmp/m3.log"
 check "a machine too small for training at batch 2000 (more than the 379 samples): training refused, --sample and --eval run without an optimizer" \

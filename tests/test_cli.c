@@ -233,7 +233,7 @@ static void test_memory(void **state)
                       "--set data.train_limit=1000 --set data.test_limit=100";
     int big_rc = run_capture(out, sizeof out, "ulimit -d 3000000 && ./train %s", big);
     if (big_rc != 1) fail_msg("ulimit -d 3000000 && ./train %s: exit %d, expected 1:\n%s", big, big_rc, out);
-    assert_contains(out, "out of memory on cpu: asked for 16.00 GiB");
+    assert_contains(out, "out of memory on cpu: asked for 16.00 GiB (parameter fc2.weight)");
     assert_contains(out, "(the memory available when the run started)");
     assert_contains(out, "HINT: the model's parameters, their gradients and the optimizer's state alone exceed");
     /* memory_check = false: the allocator as asked (here the system's malloc fails) */
