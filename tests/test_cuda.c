@@ -1097,6 +1097,61 @@ static void test_dropout_masks(void **state)
     dpt_ctx_free(cpu), dpt_ctx_free(gpu);
 }
 
+/* dpt_checkpoint on the device: a layer run through it (with dropout, whose device mask is keyed
+ * by the host generator that the recomputation replays) gives the plain forward's gradients
+ * for every parameter: the same kernels on the same shapes, so within a few ulps (cuBLAS may
+ * pick another algorithm for a call made from backward; bit-identical on the CPU). */
+static dpt_linear *ck_fc[3];
+
+static dpt_tensor *ck_block(dpt_ctx *ctx, dpt_tensor *h, void *user)
+{
+    (void)user;
+    return dpt_dropout(ctx, dpt_gelu(ctx, dpt_linear_forward(ctx, ck_fc[1], h)), 0.2f, true);
+}
+
+static void test_checkpoint_on_device(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    enum { N = 8, IN = 16, HID = 32, OUT = 5 };
+    float grads[2][6][HID * HID];
+    int64_t numel[6];
+    for (int mode = 0; mode < 2; mode++) {
+        dpt_ctx *gpu = make(GPU); /* the same seed: the same weights and masks */
+        dpt_model *m = dpt_model_new(gpu, "ck", NULL);
+        ck_fc[0] = dpt_linear_new(m, "fc1", IN, HID, true);
+        ck_fc[1] = dpt_linear_new(m, "fc2", HID, HID, true);
+        ck_fc[2] = dpt_linear_new(m, "fc3", HID, OUT, true);
+        dpt_rng rng;
+        dpt_rng_seed(&rng, 5);
+        float host[N * IN];
+        for (int i = 0; i < N * IN; i++)
+            host[i] = 2.0f * dpt_rng_uniform(&rng) - 1.0f;
+        dpt_tensor *x = dpt_tensor_new(gpu, 2, (int64_t[]){N, IN});
+        dpt_tensor_copy_from_host(x, host);
+        dpt_tensor *h = dpt_relu(gpu, dpt_linear_forward(gpu, ck_fc[0], x));
+        h = mode ? dpt_checkpoint(gpu, ck_block, h, NULL) : ck_block(gpu, h, NULL);
+        dpt_tensor *y = dpt_linear_forward(gpu, ck_fc[2], h);
+        dpt_backward(gpu, dpt_sum(gpu, dpt_mul(gpu, y, y)));
+        for (int i = 0; i < 6; i++) {
+            const dpt_tensor *g = dpt_tensor_grad(dpt_model_param_at(m, i));
+            numel[i] = dpt_tensor_numel(g);
+            dpt_tensor_copy_to_host(g, grads[mode][i]);
+        }
+        dpt_tape_clear(gpu);
+        dpt_tensor_free(x);
+        dpt_model_free(m);
+        dpt_ctx_free(gpu);
+    }
+    for (int i = 0; i < 6; i++) {
+        double a[HID * HID], b[HID * HID];
+        for (int64_t k = 0; k < numel[i]; k++)
+            a[k] = grads[1][i][k], b[k] = grads[0][i][k];
+        assert_close_d("a parameter's gradient through dpt_checkpoint (cuda) vs the plain forward's", a, b, numel[i],
+                       1e-5, 1e-6);
+    }
+}
+
 /* DPT_TEST_FORK=1 (scripts/gpu_check.sh): each test in a child of its own, with a time limit,
  * so a fatal error, a crash or a hang in one is that test's failure and the rest still run.
  * The children's cmocka lines are passed through (their per-group totals dropped) and one
@@ -1168,6 +1223,7 @@ int main(void)
         cmocka_unit_test(test_tensor_primitives),
         cmocka_unit_test(test_kv_cache_attention),
         cmocka_unit_test(test_dropout_masks),
+        cmocka_unit_test(test_checkpoint_on_device),
         cmocka_unit_test(test_layers),
         cmocka_unit_test(test_training_steps),
         cmocka_unit_test(test_loader_copy_stream),
