@@ -345,8 +345,9 @@ static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_datas
     if (Vp > V)
         snprintf(padded, sizeof padded, " padded to %lld (%lld parameters without the padding)", (long long)Vp,
                  (long long)(dpt_model_param_count(model) - (Vp - V) * C));
-    snprintf(summary, sizeof summary, "%lld layers, %lld heads, %lld channels, block %lld, vocab %lld%s", (long long)L,
-             (long long)H, (long long)C, (long long)block, (long long)V, padded);
+    snprintf(summary, sizeof summary, "%lld layers, %lld heads, %lld channels, block %lld, vocab %lld%s%s", (long long)L,
+             (long long)H, (long long)C, (long long)block, (long long)V, padded,
+             g->recompute ? ", blocks recomputed in backward" : "");
     dpt_model_set_summary(model, summary);
     dpt_model_set_decoder(model, &(dpt_decoder){.decode = gpt_decode, .layers = (int)L, .heads = (int)H,
                                                 .head_size = C / H, .positions = block});
