@@ -286,6 +286,34 @@ static void ckpt_backward(dpt_ctx *ctx, dpt_node *node)
     tape->running = running, tape->loss = loss;
 }
 
+/* What a node's backward gives gradients to: its inputs, then for a checkpoint the parameters
+ * its recomputation reads (they count as uses of its node). */
+static int node_uses(const dpt_node *node)
+{
+    return node->n_in + (is_ckpt(node) ? ((const ckpt *)node->scratch)->nparams : 0);
+}
+
+static dpt_tensor *node_use(const dpt_node *node, int i)
+{
+    return i < node->n_in ? node->in[i] : ((const ckpt *)node->scratch)->params[i - node->n_in];
+}
+
+/* A parameter's gradient that has no storage (ZeRO 2 releases a bucket's once it is
+ * reduce-scattered) gets it before a node's backward writes it. */
+static void give_storage(dpt_ctx *ctx, dpt_tensor *t)
+{
+    if (!is_reported_param(t) || !t->grad || t->grad->data) return;
+    DPT_ASSERT(ctx->grad_needed_hook, "the gradient of %s has no storage", t->name);
+    ctx->grad_needed_hook(t, t->param_index, ctx->grad_needed_user);
+}
+
+/* One of a parameter's uses has run backward: after the last its gradient is final. */
+static void use_done(dpt_ctx *ctx, dpt_tensor *t)
+{
+    if (is_reported_param(t) && --t->pending_uses == 0 && ctx->grad_ready_hook)
+        ctx->grad_ready_hook(t, t->param_index, ctx->grad_ready_user);
+}
+
 /* Backward over nodes [from, to), in reverse. report: parameters' uses count down here and
  * the gradient-ready hook fires (the step's walk); a checkpoint's inner walk leaves that to
  * its node, whose parameters count as its own uses. */
@@ -297,23 +325,8 @@ static void backward_nodes(dpt_ctx *ctx, int from, int to, bool report)
         dpt_tensor *out = node->out;
         ctx->tape.running = node;
         if (out->grad) {
-            for (int i = 0; i < node->n_in; i++) { /* gradients that have no storage yet get it */
-                dpt_tensor *t = node->in[i];
-                if (is_reported_param(t) && t->grad && !t->grad->data) {
-                    DPT_ASSERT(ctx->grad_needed_hook, "the gradient of %s has no storage", t->name);
-                    ctx->grad_needed_hook(t, t->param_index, ctx->grad_needed_user);
-                }
-            }
-            if (is_ckpt(node)) { /* the parameters the recomputation will write */
-                const ckpt *c = node->scratch;
-                for (int i = 0; i < c->nparams; i++) {
-                    dpt_tensor *t = c->params[i];
-                    if (t->grad && !t->grad->data) {
-                        DPT_ASSERT(ctx->grad_needed_hook, "the gradient of %s has no storage", t->name);
-                        ctx->grad_needed_hook(t, t->param_index, ctx->grad_needed_user);
-                    }
-                }
-            }
+            for (int i = 0; i < node_uses(node); i++)
+                give_storage(ctx, node_use(node, i));
             double start = 0;
             if (ctx->profile && !is_ckpt(node)) {
                 if (ctx->be->dev->synchronize) ctx->be->dev->synchronize(ctx); /* the kernels before, not in it */
@@ -338,34 +351,19 @@ static void backward_nodes(dpt_ctx *ctx, int from, int to, bool report)
             out->grad = NULL;
         }
         if (!report) continue;
-        for (int i = node->n_in - 1; i >= 0; i--) {
-            dpt_tensor *t = node->in[i];
-            if (!is_reported_param(t)) continue;
-            if (--t->pending_uses == 0 && ctx->grad_ready_hook)
-                ctx->grad_ready_hook(t, t->param_index, ctx->grad_ready_user);
-        }
-        if (is_ckpt(node)) {
-            const ckpt *c = node->scratch;
-            for (int i = c->nparams - 1; i >= 0; i--)
-                if (--c->params[i]->pending_uses == 0 && ctx->grad_ready_hook)
-                    ctx->grad_ready_hook(c->params[i], c->params[i]->param_index, ctx->grad_ready_user);
-        }
+        for (int i = node_uses(node) - 1; i >= 0; i--)
+            use_done(ctx, node_use(node, i));
     }
 }
 
-/* Each reported parameter's uses on the tape (a checkpoint's count as one of its node's). */
-static void count_uses(dpt_ctx *ctx, int step)
+/* Each reported parameter's uses on the tape, zeroed (count false) or counted. */
+static void count_uses(dpt_ctx *ctx, bool count)
 {
-    for (int n = 0; n < ctx->tape.nnodes; n++) {
-        dpt_node *node = &ctx->tape.nodes[n];
-        for (int i = 0; i < node->n_in; i++)
-            if (is_reported_param(node->in[i])) node->in[i]->pending_uses = step ? node->in[i]->pending_uses + 1 : 0;
-        if (is_ckpt(node)) {
-            const ckpt *c = node->scratch;
-            for (int i = 0; i < c->nparams; i++)
-                c->params[i]->pending_uses = step ? c->params[i]->pending_uses + 1 : 0;
+    for (int n = 0; n < ctx->tape.nnodes; n++)
+        for (int i = 0; i < node_uses(&ctx->tape.nodes[n]); i++) {
+            dpt_tensor *t = node_use(&ctx->tape.nodes[n], i);
+            if (is_reported_param(t)) t->pending_uses = count ? t->pending_uses + 1 : 0;
         }
-    }
 }
 
 void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
@@ -378,8 +376,8 @@ void dpt_backward(dpt_ctx *ctx, dpt_tensor *loss)
 
     /* A parameter's gradient is final once every node that read it has run backward: count
      * the reads, then count down while walking the tape in reverse. */
-    count_uses(ctx, 0);
-    count_uses(ctx, 1);
+    count_uses(ctx, false);
+    count_uses(ctx, true);
 
     /* d loss / d loss = 1: written on the device (no read-back), unless something already
      * added into the loss's gradient */
