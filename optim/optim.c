@@ -60,9 +60,9 @@ static dpt_optim *create(const dpt_registration *r, dpt_model *model, const void
     for (int i = 0; i < n; i++) {
         dpt_tensor *p = dpt_model_param_at(model, i);
         for (int s = 0; s < nstate; s++) {
-            snprintf(p->ctx->alloc_what, sizeof p->ctx->alloc_what, "%s's state of %.64s", r->name, p->name);
-            dpt_tensor *t = dpt_tensor_new(p->ctx, p->ndim, p->shape);
-            p->ctx->alloc_what[0] = '\0';
+            char what[128];
+            snprintf(what, sizeof what, "%.24s's state of %.80s", r->name, p->name);
+            dpt_tensor *t = dpt_tensor_new_for(p->ctx, p->ndim, p->shape, what);
             snprintf(t->name, sizeof t->name, "%.48s.%s%d", p->name, r->name, s);
             o->state[i * nstate + s] = t;
         }

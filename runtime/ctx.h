@@ -49,9 +49,6 @@ struct dpt_ctx {
     /* Why the allocator has its limit, for the out-of-memory report (NULL: [train]
      * memory_limit_mb); dpt_ctx_guard_memory sets both. */
     const char *limit_why;
-    /* What the tensor being made is, for the out-of-memory report ("" = a tensor): set around
-     * the allocation of a parameter, its gradient, an optimizer's state */
-    char alloc_what[96];
     /* Device results read by the host so far (each one a wait for the device on a GPU). */
     int64_t host_syncs;
     /* dpt_set_bn_stats_hook: training-mode batch norm hands its batch's statistics here instead

@@ -206,15 +206,15 @@ static void check_unique_name(const dpt_model *m, const char *name)
 dpt_tensor *dpt_model_param(dpt_model *m, const char *name, int ndim, const int64_t *shape)
 {
     check_unique_name(m, name);
-    snprintf(m->ctx->alloc_what, sizeof m->ctx->alloc_what, "parameter %.80s", name); /* an out-of-memory names it */
-    dpt_tensor *t = dpt_tensor_new(m->ctx, ndim, shape);
+    char what[128]; /* an out-of-memory report names it */
+    snprintf(what, sizeof what, "parameter %.96s", name);
+    dpt_tensor *t = dpt_tensor_new_for(m->ctx, ndim, shape, what);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->requires_grad = true;
     t->is_param = true;
     t->param_index = m->nparams;
-    snprintf(m->ctx->alloc_what, sizeof m->ctx->alloc_what, "the gradient of %.72s", name);
-    t->grad = dpt_tensor_new(m->ctx, ndim, shape);
-    m->ctx->alloc_what[0] = '\0';
+    snprintf(what, sizeof what, "the gradient of %.96s", name);
+    t->grad = dpt_tensor_new_for(m->ctx, ndim, shape, what);
     push((void ***)&m->params, &m->nparams, &m->cap_params, t);
     return t;
 }

@@ -70,14 +70,15 @@ void dpt_temps_destroy(dpt_ctx *ctx)
     memset(&ctx->temps, 0, sizeof ctx->temps);
 }
 
-static dpt_tensor *tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool temp, dpt_dtype dtype)
+static dpt_tensor *tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool temp, dpt_dtype dtype,
+                                const char *what)
 {
     dpt_tensor *t = tensor_header(ctx, ndim, shape);
     t->dtype = dtype;
     dpt_storage *s = calloc(1, sizeof *s);
     if (!s) dpt_fatal("out of host memory for a storage header");
     size_t bytes = (size_t)t->numel * dpt_dtype_size(dtype);
-    s->ptr = dpt_ctx_alloc(ctx, bytes, &s->granted, ctx->alloc_what[0] ? ctx->alloc_what : "a tensor");
+    s->ptr = dpt_ctx_alloc(ctx, bytes, &s->granted, what ? what : "a tensor");
     s->refcount = 1;
     s->alloc = ctx->alloc;
     t->storage = s;
@@ -88,20 +89,20 @@ static dpt_tensor *tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bo
 
 dpt_tensor *dpt_tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool temp)
 {
-    return tensor_alloc(ctx, ndim, shape, temp, DPT_F32);
+    return tensor_alloc(ctx, ndim, shape, temp, DPT_F32, NULL);
 }
 
 dpt_tensor *dpt_tensor_new_dtype(dpt_ctx *ctx, dpt_dtype dtype, int ndim, const int64_t *shape)
 {
     DPT_ASSERT(dtype == DPT_F32 || dtype == DPT_I32, "a new tensor of dtype %d", (int)dtype);
-    dpt_tensor *t = tensor_alloc(ctx, ndim, shape, false, dtype);
+    dpt_tensor *t = tensor_alloc(ctx, ndim, shape, false, dtype, NULL);
     ctx->be->fill(ctx, t->data, t->numel, 0.0f); /* zero bits: 0 in both */
     return t;
 }
 
 dpt_tensor *dpt_temp_i32(dpt_ctx *ctx, int ndim, const int64_t *shape)
 {
-    return tensor_alloc(ctx, ndim, shape, true, DPT_I32);
+    return tensor_alloc(ctx, ndim, shape, true, DPT_I32, NULL);
 }
 
 dpt_dtype dpt_tensor_dtype(const dpt_tensor *t)
@@ -111,7 +112,7 @@ dpt_dtype dpt_tensor_dtype(const dpt_tensor *t)
 
 dpt_tensor *dpt_temp16(dpt_ctx *ctx, int ndim, const int64_t *shape)
 {
-    return tensor_alloc(ctx, ndim, shape, true, DPT_BF16);
+    return tensor_alloc(ctx, ndim, shape, true, DPT_BF16, NULL);
 }
 
 dpt_tensor *dpt_temp(dpt_ctx *ctx, int ndim, const int64_t *shape)
@@ -135,7 +136,7 @@ dpt_tensor *dpt_temp_like(dpt_ctx *ctx, const dpt_tensor *t)
 
 dpt_tensor *dpt_temp_same(dpt_ctx *ctx, const dpt_tensor *t)
 {
-    dpt_tensor *out = tensor_alloc(ctx, t->ndim, t->shape, true, t->dtype);
+    dpt_tensor *out = tensor_alloc(ctx, t->ndim, t->shape, true, t->dtype, NULL);
     out->layout = t->layout;
     return out;
 }
@@ -182,11 +183,16 @@ dpt_tensor *dpt_tensor_wrap(dpt_ctx *ctx, float *data, int ndim, const int64_t *
     return t;
 }
 
-dpt_tensor *dpt_tensor_new(dpt_ctx *ctx, int ndim, const int64_t *shape)
+dpt_tensor *dpt_tensor_new_for(dpt_ctx *ctx, int ndim, const int64_t *shape, const char *what)
 {
-    dpt_tensor *t = dpt_tensor_alloc(ctx, ndim, shape, false);
+    dpt_tensor *t = tensor_alloc(ctx, ndim, shape, false, DPT_F32, what);
     ctx->be->fill(ctx, t->data, t->numel, 0.0f);
     return t;
+}
+
+dpt_tensor *dpt_tensor_new(dpt_ctx *ctx, int ndim, const int64_t *shape)
+{
+    return dpt_tensor_new_for(ctx, ndim, shape, NULL);
 }
 
 void dpt_tensor_release(dpt_tensor *t)

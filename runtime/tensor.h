@@ -65,6 +65,9 @@ void dpt_temps_destroy(dpt_ctx *ctx);
 
 /* A new tensor with fresh (uninitialised) contiguous storage. */
 dpt_tensor *dpt_tensor_alloc(dpt_ctx *ctx, int ndim, const int64_t *shape, bool temp);
+/* dpt_tensor_new whose out-of-memory report says what the tensor is (a parameter, its gradient,
+ * an optimizer's state; NULL: "a tensor"). */
+dpt_tensor *dpt_tensor_new_for(dpt_ctx *ctx, int ndim, const int64_t *shape, const char *what);
 /* A persistent tensor over memory it does not own (storage->alloc == NULL): freeing it leaves
  * the memory alone. DDP uses it to make gradients views into its buckets. */
 dpt_tensor *dpt_tensor_wrap(dpt_ctx *ctx, float *data, int ndim, const int64_t *shape);

@@ -178,8 +178,9 @@ static double available_host_memory(void)
 /* Until check_memory has had its say: the allocator of a CPU run may not take more than this
  * machine has available, so that a model whose parameters, gradients or optimizer state alone
  * exceed it (built, traced and given its optimizer before the estimate can be made) stops with
- * a message naming the allocation instead of meeting the kernel's OOM killer, which gives none. Off (on = false) after the check: the estimate decides from then on,
- * and [train] memory_check = false or memory_limit_mb leave the allocator as asked. */
+ * a message naming the allocation instead of meeting the kernel's OOM killer, which gives none.
+ * Off (on = false) after the check: the estimate decides from then on, and [train]
+ * memory_check = false or memory_limit_mb leave the allocator as asked. */
 void guard_memory(trainer *t, bool on)
 {
     if (!t->run->memory_check || t->run->ctx.memory_limit || dpt_ctx_device(t->ctx).kind != DPT_DEVICE_CPU) return;
