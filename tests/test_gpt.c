@@ -78,6 +78,19 @@ static dpt_model *build_small_gpt(dpt_ctx *ctx, const dpt_config *cfg, int64_t l
     return m;
 }
 
+/* A batch of b x t random ids below V and their targets: on the host in ids/tgt, and as the
+ * model's I32 tensors in *it and *tt. */
+static void token_batch(dpt_ctx *ctx, dpt_rng *rng, int64_t b, int64_t t, int32_t *ids, int32_t *tgt, dpt_tensor **it,
+                        dpt_tensor **tt)
+{
+    for (int64_t i = 0; i < b * t; i++)
+        ids[i] = (int32_t)dpt_rng_below(rng, V), tgt[i] = (int32_t)dpt_rng_below(rng, V);
+    *it = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){b, t});
+    *tt = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){b, t});
+    dpt_tensor_copy_from_host_i32(*it, ids);
+    dpt_tensor_copy_from_host_i32(*tt, tgt);
+}
+
 /* The traced forward (runtime/trace.h) counts what the model runs, by hand: per layer the
  * linear layers 2 T C (3C + C + 4C + 4C) and attention's Q K^T and P V 2 x 2 T T C; then the
  * tied output GEMM 2 T C V over the real vocabulary. The builder's notes cannot see the
@@ -221,12 +234,8 @@ static void test_gpt_matches_float64(void **state)
             r.p[i][k] = d[k] = d[k] * (i == 0 ? 10.0f : 1.0f) + 0.1f * (2.0f * dpt_rng_uniform(&rng) - 1.0f);
     }
     int32_t ids[B * T], tgt[B * T];
-    for (int i = 0; i < B * T; i++)
-        ids[i] = (int32_t)dpt_rng_below(&rng, V), tgt[i] = (int32_t)dpt_rng_below(&rng, V);
-    dpt_tensor *it = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){B, T});
-    dpt_tensor *tt = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){B, T});
-    dpt_tensor_copy_from_host_i32(it, ids);
-    dpt_tensor_copy_from_host_i32(tt, tgt);
+    dpt_tensor *it, *tt;
+    token_batch(ctx, &rng, B, T, ids, tgt, &it, &tt);
     dpt_model_zero_grad(m);
     dpt_tensor *logits = dpt_model_forward(m, ctx, it);
     assert_int_equal(dpt_tensor_dim(logits, -1), V); /* the padding is not an output */
@@ -287,12 +296,8 @@ static void test_recompute_same_gradients(void **state)
         dpt_rng rng;
         dpt_rng_seed(&rng, 5);
         int32_t ids[RB * RT], tgt[RB * RT];
-        for (int i = 0; i < RB * RT; i++)
-            ids[i] = (int32_t)dpt_rng_below(&rng, V), tgt[i] = (int32_t)dpt_rng_below(&rng, V);
-        dpt_tensor *it = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){RB, RT});
-        dpt_tensor *tt = dpt_tensor_new_dtype(ctx, DPT_I32, 2, (int64_t[]){RB, RT});
-        dpt_tensor_copy_from_host_i32(it, ids);
-        dpt_tensor_copy_from_host_i32(tt, tgt);
+        dpt_tensor *it, *tt;
+        token_batch(ctx, &rng, RB, RT, ids, tgt, &it, &tt);
         dpt_model_set_training(m, true);
         dpt_model_zero_grad(m);
         size_t before = dpt_ctx_mem_stats(ctx).allocated;
