@@ -1453,7 +1453,7 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
     static const char *const keys[] = {"step",       "epoch",     "batches_done", "epoch_samples", "world_size", "config_hash",
                                        "model",      "summary",   "optim",        "optim_steps", "skipped",
                                        "best_acc",   "best_epoch", "best_loss", "loss_scale", "scale_good_steps", "scale_skips", "data_hash",
-                                       "epoch_loss", "epoch_correct", "epoch_units"};
+                                       "epoch_loss", "epoch_correct", "epoch_units", "bucket_mb", "grad_compression_auto"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         char val[512];
         if (meta_get(meta, keys[k], val, sizeof val)) fprintf(out, "%-14s %s\n", keys[k], val);
@@ -1462,6 +1462,7 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
      * which is the file's), as dpt_model_weights_sha256 computes it from a model */
     const char *why = NULL;
     dpt_digest *d = dpt_digest_new(&why), *avg = NULL; /* avg: the weight averages' hash, where there are some */
+    dpt_digest *state = NULL; /* the optimizer state's (whole: a sharded run's parts are read in) */
     for (int pass = 0; pass < 5 && ok; pass++) {
         static const char *const prefixes[] = {"param/", "buffer/", "optim/", "ema/param/", "ema/buffer/"};
         const char *prefix = prefixes[pass];
@@ -1483,6 +1484,9 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
             if (d && pass < 2)
                 dpt_digest_tensor(d, rec->name + strlen(prefix), rec->ndim, rec->dims, (const float *)rec->data,
                                   numel);
+            if (d && pass == 2 && (state || (state = dpt_digest_new(&why))))
+                dpt_digest_tensor(state, rec->name + strlen(prefix), rec->ndim, rec->dims, (const float *)rec->data,
+                                  numel);
             if (d && pass >= 3 && (avg || (avg = dpt_digest_new(&why))))
                 dpt_digest_tensor(avg, rec->name + strlen(prefix), rec->ndim, rec->dims, (const float *)rec->data,
                                   numel);
@@ -1492,6 +1496,11 @@ bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
         char hex[65];
         dpt_digest_finish(avg, hex);
         if (ok) fprintf(out, "averages sha256 %s\n", hex);
+    }
+    if (state) { /* a resume's, whatever the world size or zero stage that wrote it */
+        char hex[65];
+        dpt_digest_finish(state, hex);
+        if (ok) fprintf(out, "optimizer sha256 %s\n", hex);
     }
     if (ok && d) {
         char hex[65];

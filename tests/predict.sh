@@ -85,7 +85,8 @@ if ./train --config-reference 2>/dev/null | grep -q 'folder'; then
     for bad in "$tmp/nothing-here" "$tmp/in/notes.txt"; do
         ./train "${img[@]}" --predict latest --input "$bad" --out "$tmp/bad.csv" > "$tmp/bad.log" 2>&1
         [ $? -ne 0 ] && grep -q "^error: --input $bad" "$tmp/bad.log" && grep -q HINT "$tmp/bad.log" && [ ! -e "$tmp/bad.csv" ]
-        check "--input $(basename "$bad"): refused, naming it" $? "$(cat "$tmp/bad.log")"
+        ok=$? # before the message: a $(...) in it would set $? to its own status
+        check "--input $(basename "$bad"): refused, naming it" $ok "$(cat "$tmp/bad.log")"
     done
 fi
 # --input of an IDX model: the test set's image file alone, all 10000 images, without labels;
@@ -164,7 +165,8 @@ controls = lambda b: [c for c in b if (c < 0x20 or c == 0x7f) and c not in b"\n\
 decoded = re.sub(rb"\\x([0-9a-f]{2})", lambda m: bytes([int(m.group(1), 16)]), tty)
 sys.exit(not (len(controls(pipe)) >= 3 and not controls(tty) and decoded == pipe))
 PY
-    check "--sample on a terminal: $(python3 -c "import sys; print(sum(1 for c in open(sys.argv[1],'rb').read() if c < 32 and c not in (9, 10)))" "$tmp/pipe.bin") control bytes drawn, shown as \\xNN there and as drawn in a pipe" $? \
+    ok=$? # before the message: a $(...) in it would set $? to its own status
+    check "--sample on a terminal: $(python3 -c "import sys; print(sum(1 for c in open(sys.argv[1],'rb').read() if c < 32 and c not in (9, 10)))" "$tmp/pipe.bin") control bytes drawn, shown as \\xNN there and as drawn in a pipe" $ok \
         "$(od -c "$tmp/tty.bin" | head -5)"
 else
     echo "skipped: --sample on a terminal (no script(1))"
