@@ -1026,6 +1026,10 @@ int dpt_ddp_num_buckets(const dpt_ddp *ddp);
  * (the gaps that align each view included). */
 void dpt_ddp_param_place(const dpt_ddp *ddp, int p, int *bucket, int64_t *offset);
 int64_t dpt_ddp_bucket_numel(const dpt_ddp *ddp, int b);
+/* reduce_scatter: where parameter p lives in the segments whose ranges each rank keeps (the
+ * first plan's buckets; a later plan cuts its buckets inside them): the segment, its first
+ * element there, the segment's length (gaps included). Without reduce_scatter: its bucket. */
+void dpt_ddp_param_segment(const dpt_ddp *ddp, int p, int *segment, int64_t *offset, int64_t *segment_numel);
 /* shard_grads: per parameter, where this rank's first averaged gradient element lives after
  * finish() (element lo of runtime/zero.h's range; NULL where the rank has none); NULL without
  * shard_grads. */
@@ -1035,7 +1039,8 @@ float *const *dpt_ddp_grad_shards(const dpt_ddp *ddp);
 double dpt_ddp_bucket_mb(const dpt_ddp *ddp);
 int dpt_ddp_plan_count(dpt_ddp *ddp, double bucket_mb, uint64_t *signature);
 /* Lay the buckets out again for another capacity, between steps; every rank at the same step
- * with the same size ([distributed] bucket_mb = auto). */
+ * with the same size ([distributed] bucket_mb = auto). Under reduce_scatter the buckets are cut
+ * inside the first plan's (its segments): a rank's ranges stay where they were. */
 void dpt_ddp_replan(dpt_ddp *ddp, double bucket_mb);
 /* Gradients on the wire in 16 bits or not from the next step (host communicators). */
 void dpt_ddp_set_compression(dpt_ddp *ddp, dpt_grad_compression c);

@@ -88,6 +88,14 @@ struct dpt_ddp {
     int closed;          /* buckets [0, closed) have given their buffer back this step */
     int nlive;           /* buckets with a buffer now */
     int64_t live_bytes, peak_bytes; /* gradient storage held now / at most this step */
+    /* reduce_scatter: the segments runtime/zero.h shards, fixed at start (the first plan's
+     * buckets). A later plan (bucket_mb = auto) cuts its buckets inside them, so a rank's range
+     * of every element, its optimizer state and its place in shard stay where they were;
+     * a bucket's reduce-scatter ranges are its segment's, clipped to it */
+    int *seg_of;         /* per parameter */
+    int64_t *seg_off;    /* per parameter: its first element in its segment */
+    int64_t *seg_numel;  /* per segment */
+    int64_t *seg_displs; /* per segment, size + 1 range starts */
 };
 
 /* ---------------------------------------------------------------- communication thread */
@@ -277,27 +285,54 @@ static bool sharding_pays(const dpt_ddp *d)
     return ranges + top + (LIVE_BUCKETS - 1) * next < whole;
 }
 
+/* shard holds this rank's range of every segment, back to back in segment order (the gaps that
+ * align the parameters included). Where each bucket's part of it starts there, and so each
+ * parameter's first element: a bucket's range is its segment's clipped to it, so every plan
+ * puts every element at the same place, and shard and grad_at never move when bucket_mb = auto
+ * re-plans. */
+static void shard_places(dpt_ddp *d)
+{
+    int me = d->comm->rank, size = d->comm->size, seg = -1;
+    int64_t base = 0, s0 = 0, s1 = 0; /* where the segment's range starts in shard; the range */
+    for (int b = 0; b < d->nbuckets; b++) {
+        int first = d->order[d->buckets[b].first];
+        if (d->seg_of[first] != seg) {
+            base += s1 - s0;
+            seg = d->seg_of[first];
+            const int64_t *sd = d->seg_displs + (size_t)seg * (size_t)(size + 1);
+            s0 = sd[me], s1 = sd[me + 1];
+        }
+        int64_t into = d->seg_off[first] - s0; /* the bucket's start, from the range's */
+        d->shard_off[b] = base + (into < 0 ? 0 : into > s1 - s0 ? s1 - s0 : into);
+    }
+    for (int p = 0; p < d->nparams; p++) { /* zero.h's plan over the same segments: the same ranges */
+        const bucket *bk = &d->buckets[d->bucket_of[p]];
+        int64_t lo, hi;
+        dpt_zero_meet(bk->displs, me, d->offset_of[p], dpt_model_param_at(d->model, p)->numel, &lo, &hi);
+        float *at = hi > lo ? d->shard + d->shard_off[d->bucket_of[p]] + (d->offset_of[p] + lo - bk->displs[me]) : NULL;
+        DPT_ASSERT(!d->grad_at[p] || d->grad_at[p] == at, "%s's gradient range moved with the buckets",
+                   dpt_model_param_at(d->model, p)->name);
+        d->grad_at[p] = at;
+    }
+}
+
 /* After the constructor laid the buckets out: this rank's ranges of them in one buffer, every
  * bucket's own given back until backward needs it. */
 static void shard_buckets(dpt_ddp *d)
 {
     int me = d->comm->rank;
-    d->shard_off = calloc((size_t)d->nbuckets + 1, sizeof *d->shard_off);
+    d->shard_off = calloc((size_t)d->nparams + 1, sizeof *d->shard_off); /* a bucket per parameter at most */
     d->grad_at = calloc((size_t)d->nparams + 1, sizeof *d->grad_at);
     if (!d->shard_off || !d->grad_at) dpt_fatal("out of host memory");
     int64_t total = 0;
-    for (int b = 0; b < d->nbuckets; b++)
-        d->shard_off[b] = total, total += d->buckets[b].displs[me + 1] - d->buckets[b].displs[me];
+    for (int s = 0; s < d->nbuckets; s++) { /* the first plan: its buckets are the segments */
+        const int64_t *sd = d->seg_displs + (size_t)s * (size_t)(d->comm->size + 1);
+        total += sd[me + 1] - sd[me];
+    }
     d->shard = dpt_ctx_alloc(d->ctx, (size_t)(total ? total : 1) * sizeof(float), &d->shard_granted,
                              "ZeRO's gradient ranges");
     d->ctx->be->fill(d->ctx, d->shard, total, 0.0f);
-    for (int p = 0; p < d->nparams; p++) { /* zero.h's plan over the same buckets: the same ranges */
-        const bucket *bk = &d->buckets[d->bucket_of[p]];
-        int64_t lo, hi;
-        dpt_zero_meet(bk->displs, me, d->offset_of[p], dpt_model_param_at(d->model, p)->numel, &lo, &hi);
-        d->grad_at[p] =
-            hi > lo ? d->shard + d->shard_off[d->bucket_of[p]] + (d->offset_of[p] + lo - bk->displs[me]) : NULL;
-    }
+    shard_places(d);
     for (int b = 0; b < d->nbuckets; b++)
         bucket_close(d, b);
     d->nlive = 0; /* what backward opens counts from here */
@@ -509,6 +544,8 @@ static int plan_buckets(dpt_ddp *d, double bucket_mb, bool place, uint64_t *sign
         numel_in = offset + numel;
         count_in++;
         full = (double)numel_in * sizeof(float) >= (nbuckets == 1 ? first_cap : cap_bytes);
+        if (d->seg_of && k + 1 < d->nparams && d->seg_of[p - 1] != d->seg_of[p])
+            full = true; /* zero = 2 after the first plan: a bucket also ends where a segment does */
         if (place) {
             d->order[k] = p;
             d->bucket_of[p] = nbuckets - 1;
@@ -521,23 +558,52 @@ static int plan_buckets(dpt_ddp *d, double bucket_mb, bool place, uint64_t *sign
     return nbuckets;
 }
 
-/* Lay the buckets out for d->opt.bucket_mb and give each its flat buffer. */
-static void layout_buckets(dpt_ddp *d)
+/* reduce_scatter, the first plan: its buckets become the segments, each cut into the ranks'
+ * ranges by dpt_zero_range (zero.h). */
+static void take_segments(dpt_ddp *d)
+{
+    int size = d->comm->size;
+    d->seg_of = malloc((size_t)(d->nparams + 1) * sizeof *d->seg_of);
+    d->seg_off = malloc((size_t)(d->nparams + 1) * sizeof *d->seg_off);
+    d->seg_numel = malloc((size_t)(d->nbuckets + 1) * sizeof *d->seg_numel);
+    d->seg_displs = malloc((size_t)(d->nbuckets + 1) * (size_t)(size + 1) * sizeof *d->seg_displs);
+    if (!d->seg_of || !d->seg_off || !d->seg_numel || !d->seg_displs) dpt_fatal("out of host memory");
+    memcpy(d->seg_of, d->bucket_of, (size_t)d->nparams * sizeof *d->seg_of);
+    memcpy(d->seg_off, d->offset_of, (size_t)d->nparams * sizeof *d->seg_off);
+    for (int s = 0; s < d->nbuckets; s++) {
+        int64_t *sd = d->seg_displs + (size_t)s * (size_t)(size + 1), hi;
+        d->seg_numel[s] = d->buckets[s].numel;
+        for (int q = 0; q < size; q++)
+            dpt_zero_range(d->seg_numel[s], size, q, &sd[q], &hi);
+        sd[size] = d->seg_numel[s];
+    }
+}
+
+/* Lay the buckets out for d->opt.bucket_mb, each with its flat buffer where storage (shard_grads
+ * gives them one only while backward fills them) and, under reduce_scatter, its ranks' ranges. */
+static void layout_buckets(dpt_ddp *d, bool storage)
 {
     d->nbuckets = plan_buckets(d, d->opt.bucket_mb, true, NULL);
+    if (d->opt.reduce_scatter && !d->seg_of) take_segments(d);
+    int size = d->comm->size;
     for (int b = 0; b < d->nbuckets; b++) {
-        d->buckets[b].flat = dpt_ctx_alloc(d->ctx, (size_t)d->buckets[b].numel * sizeof(float),
-                                           &d->buckets[b].granted, "a DDP gradient bucket");
-        d->ctx->be->fill(d->ctx, d->buckets[b].flat, d->buckets[b].numel, 0.0f); /* the gaps stay 0 */
-        d->buckets[b].pending = d->buckets[b].count;
-        if (d->opt.reduce_scatter) {
-            int size = d->comm->size;
-            int64_t *displs = malloc((size_t)(size + 1) * sizeof *displs), hi;
-            if (!displs) dpt_fatal("out of host memory");
-            for (int q = 0; q < size; q++)
-                dpt_zero_range(d->buckets[b].numel, size, q, &displs[q], &hi);
-            displs[size] = d->buckets[b].numel;
-            d->buckets[b].displs = displs;
+        bucket *bk = &d->buckets[b];
+        if (storage) {
+            bk->flat = dpt_ctx_alloc(d->ctx, (size_t)bk->numel * sizeof(float), &bk->granted, "a DDP gradient bucket");
+            d->ctx->be->fill(d->ctx, bk->flat, bk->numel, 0.0f); /* the gaps stay 0 */
+        }
+        bk->pending = bk->count;
+        if (!d->opt.reduce_scatter) continue;
+        /* the bucket is elements [at, at + numel) of its segment, laid out as there (both align
+         * every parameter to 64 floats from a 64-float boundary) */
+        int first = d->order[bk->first];
+        int64_t at = d->seg_off[first];
+        const int64_t *sd = d->seg_displs + (size_t)d->seg_of[first] * (size_t)(size + 1);
+        bk->displs = malloc((size_t)(size + 1) * sizeof *bk->displs);
+        if (!bk->displs) dpt_fatal("out of host memory");
+        for (int q = 0; q <= size; q++) {
+            int64_t v = sd[q] - at;
+            bk->displs[q] = v < 0 ? 0 : v > bk->numel ? bk->numel : v;
         }
     }
 }
@@ -554,7 +620,7 @@ static void build_buckets(dpt_ddp *d)
     d->bucket_s = calloc((size_t)d->nparams + 1, sizeof *d->bucket_s);
     if (!d->order || !d->bucket_of || !d->offset_of || !d->ready || !d->reduce_count || !d->buckets || !d->bucket_s)
         dpt_fatal("out of host memory building DDP buckets");
-    layout_buckets(d);
+    layout_buckets(d, true);
 }
 
 /* The 16-bit wire buffer for the largest bucket (grad_compression): the communication thread's
@@ -583,15 +649,19 @@ void dpt_ddp_replan(dpt_ddp *d, double bucket_mb)
 {
     DPT_ASSERT(d->hooked && d->launched == 0 && d->reduced == 0, "DDP re-planned mid-step");
     if (bucket_mb == d->opt.bucket_mb) return;
-    DPT_ASSERT(!d->opt.reduce_scatter, "zero = 2's buckets re-planned");
-    rehome_grads(d, false);
-    for (int b = 0; b < d->nbuckets; b++)
-        dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted);
+    /* shard_grads: between steps no bucket has storage and no gradient a place to keep */
+    if (!d->lazy) rehome_grads(d, false);
+    for (int b = 0; b < d->nbuckets; b++) {
+        DPT_ASSERT(!d->lazy || !d->buckets[b].flat, "bucket %d holds storage between steps", b);
+        if (d->buckets[b].flat) dpt_alloc_put(d->ctx->alloc, d->buckets[b].flat, d->buckets[b].granted);
+        free(d->buckets[b].displs);
+    }
     d->opt.bucket_mb = bucket_mb;
-    layout_buckets(d);
+    layout_buckets(d, !d->lazy);
     dpt_error err;
     if (d->h16 && !size_wire(d, &err)) dpt_abort_job("%s", err.msg);
-    rehome_grads(d, true);
+    if (d->lazy) shard_places(d); /* the same places (asserted) */
+    else rehome_grads(d, true);
     d->next_launch = 0;
 }
 
@@ -660,11 +730,9 @@ dpt_ddp *dpt_ddp_new(dpt_ctx *ctx, dpt_model *model, dpt_comm *comm, const dpt_d
         dpt_ddp_free(d);
         return NULL;
     }
-    if (opt->reduce_scatter && (d->async || opt->bucket_auto)) {
-        dpt_errorf(err, "[distributed] zero = 2 reduce-scatters the gradients in fixed buckets over a host "
-                        "communicator; %s\nHINT: zero = 1 (gradients AllReduced) takes it",
-                   d->async ? "this one is a device communicator (NCCL)"
-                            : "bucket_mb = auto would move the shards between steps");
+    if (opt->reduce_scatter && d->async) {
+        dpt_errorf(err, "[distributed] zero = 2 reduce-scatters the gradients over a host communicator; this one "
+                        "is a device communicator (NCCL)\nHINT: zero = 1 (gradients AllReduced) takes it");
         dpt_ddp_free(d);
         return NULL;
     }
@@ -733,6 +801,7 @@ void dpt_ddp_free(dpt_ddp *d)
     }
     if (d->shard) dpt_alloc_put(d->ctx->alloc, d->shard, d->shard_granted);
     free(d->shard_off), free(d->grad_at);
+    free(d->seg_of), free(d->seg_off), free(d->seg_numel), free(d->seg_displs);
     free(d->buckets);
     free(d->bucket_s);
     free(d->order);
@@ -910,6 +979,15 @@ int dpt_ddp_bucket_params(const dpt_ddp *d, int b, int *params, int max)
 void dpt_ddp_param_place(const dpt_ddp *d, int p, int *in_bucket, int64_t *offset)
 {
     *in_bucket = d->bucket_of[p], *offset = d->offset_of[p];
+}
+void dpt_ddp_param_segment(const dpt_ddp *d, int p, int *segment, int64_t *offset, int64_t *segment_numel)
+{
+    if (!d->seg_of) {
+        dpt_ddp_param_place(d, p, segment, offset);
+        *segment_numel = d->buckets[*segment].numel;
+        return;
+    }
+    *segment = d->seg_of[p], *offset = d->seg_off[p], *segment_numel = d->seg_numel[*segment];
 }
 int64_t dpt_ddp_bucket_numel(const dpt_ddp *d, int b)
 {

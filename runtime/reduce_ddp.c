@@ -217,6 +217,11 @@ static bool ddp_step_end(dpt_reducer *r, double step_s, dpt_reducer_plan *plan, 
     return true;
 }
 
+static bool ddp_measuring(const dpt_reducer *r)
+{
+    return ((const ddp_reducer *)r->impl)->tune.phase != PHASE_DONE;
+}
+
 static void ddp_adopt(dpt_reducer *r, const dpt_reducer_plan *plan)
 {
     ddp_reducer *d = r->impl;
@@ -278,9 +283,7 @@ static void ddp_describe(const dpt_reducer *r, char *buf, size_t cap)
 
 static void ddp_place(const dpt_reducer *r, int p, int *segment, int64_t *offset, int64_t *segment_numel)
 {
-    const ddp_reducer *d = r->impl;
-    dpt_ddp_param_place(d->ddp, p, segment, offset);
-    *segment_numel = dpt_ddp_bucket_numel(d->ddp, *segment);
+    dpt_ddp_param_segment(((const ddp_reducer *)r->impl)->ddp, p, segment, offset, segment_numel);
 }
 
 static float *const *ddp_grad_shards(const dpt_reducer *r)
@@ -301,6 +304,7 @@ static const dpt_reducer_ops ddp_ops = {.name = "ddp",
                                         .micro_end = ddp_micro_end,
                                         .finish = ddp_finish,
                                         .step_end = ddp_step_end,
+                                        .measuring = ddp_measuring,
                                         .adopt = ddp_adopt,
                                         .describe = ddp_describe,
                                         .place = ddp_place,

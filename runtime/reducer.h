@@ -40,12 +40,16 @@ typedef struct dpt_reducer_ops {
      * grad_compression = auto measure their candidates with it; true at a step where the ranks
      * decided something, in plan (what is still open left 0), with lines for the log in note. */
     bool (*step_end)(dpt_reducer *r, double step_s, dpt_reducer_plan *plan, char *note, size_t cap);
+    /* Whether such a plan is still being measured (optional; NULL: never): the same on every
+     * rank. zero_overlap = auto waits for it, so that neither's candidates move with the other's. */
+    bool (*measuring)(const dpt_reducer *r);
     /* A resumed run's plan (what a checkpoint recorded): adopted, not measured again (optional). */
     void (*adopt)(dpt_reducer *r, const dpt_reducer_plan *plan);
     /* The header's line about it ("ddp ... | 2 buckets (bucket_mb 25) ..."), or "". */
     void (*describe)(const dpt_reducer *r, char *buf, size_t cap);
-    /* [distributed] zero = 2: where parameter p's gradient is reduce-scattered (its bucket, its
-     * first element there, the bucket's length); NULL: the reducer does not scatter. */
+    /* [distributed] zero = 2: where parameter p's gradient is reduce-scattered (its segment, its
+     * first element there, the segment's length: the ranks' ranges cut each segment, whatever
+     * buckets carry it); NULL: the reducer does not scatter. */
     void (*place)(const dpt_reducer *r, int p, int *segment, int64_t *offset, int64_t *segment_numel);
     /* zero = 2 with the gradients kept by ranges: per parameter, where this rank's first reduced
      * element is after finish (NULL where none); NULL (or no op): in the parameters' .grad. */

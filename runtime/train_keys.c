@@ -119,14 +119,14 @@ static const dpt_config_key train_keys[] = {
      "world size); 2 = the gradients also reduce-scattered by those ranges instead of AllReduced (bit-identical to 0 "
      "where MPI's non-blocking reduce-scatter adds in its non-blocking AllReduce's order: Open MPI 4.1 does, measured at "
      "2-5 ranks; MPI does not promise it), and a rank keeps only its ranges of them between steps (zero_grads). Host communicators (mpirun on CPUs, DataParallel), not "
-     "CUDA yet; 2 needs fixed buckets of at most 4 MiB (larger bucket_mb is lowered to 4: MPI's non-blocking reduce-scatter is slow above that) (not bucket_mb = auto)",
+     "CUDA yet; 2 takes buckets of at most 4 MiB (a larger bucket_mb is lowered to 4: MPI's non-blocking reduce-scatter is slow above that); with bucket_mb = auto the sizes tried are cut inside the first plan's buckets, whose ranges the ranks keep",
      DPT_KEY_NOT_HASHED},
     {"distributed", "zero_overlap", DPT_KEY_ENUM, "auto", 1, 0, "auto|true|false",
      "zero = 1 or 2: true = the all-gather of the parameters after a step runs on a thread of its own, in pieces in "
      "the order the forward reads them, while the next step's data loading and forward run (each op waits only for "
      "the pieces it reads, predicted from the forward before and checked: a forward that reads them in another "
      "order than the step before ends the run with the op named); false = the whole all-gather after the step; "
-     "auto = both measured, alternating every 3 steps over the first 24, and the faster kept (by 1%, else false; the "
+     "auto = both measured, alternating every 3 steps over 24 (once bucket_mb and grad_compression = auto have decided), and the faster kept (by 1%, else false; the "
      "ranks decide together; said in the log and the metrics). The same weights either way", DPT_KEY_NOT_HASHED},
     {"distributed", "accum_steps", DPT_KEY_INT, "1", 1, 1e6, NULL,
      "micro-batches per optimizer step; only the last one communicates (no_sync)", 0},

@@ -567,7 +567,7 @@ bool zero_shard(trainer *t, dpt_error *err)
                     !overlapped                  ? ""
                     : t->run->zero_overlap == 1 ? "; the parameters' all-gather overlapped with the next forward"
                                                 : "; the parameters' all-gather overlapped with the next forward or "
-                                                  "after the step, as measured over the first 24 steps (zero_overlap "
+                                                  "after the step, as measured over 24 steps (zero_overlap "
                                                   "= auto)");
     }
     return true;
@@ -581,7 +581,10 @@ void zero_sync_params(trainer *t)
 }
 
 /* zero_overlap = auto: TUNE_STEPS steps alternating TUNE_VISIT at a time between the all-gather
- * overlapped with the next forward and after the step, then the faster for the rest of the run.
+ * overlapped with the next forward and after the step, then the faster for the rest of the run;
+ * it starts once the reducer's automatic plans (bucket_mb, grad_compression = auto) are decided,
+ * which measure with the all-gather overlapped (both switch every 3 steps: side by side, each
+ * would measure the other's candidates as its own).
  * A period runs from one call to the next (this step's all-gather, then the next step's data,
  * forward, backward and update): all of it under the mode set at its start. The ranks add their
  * medians, so every rank takes the same decision at the same step. */
@@ -596,6 +599,7 @@ static bool tune_on(int call)
 void zero_overlap_tune(trainer *t)
 {
     if (!t->zero || t->run->zero_overlap != 0 || t->ztune.done) return;
+    if (t->reducer->ops->measuring && t->reducer->ops->measuring(t->reducer)) return;
     double now = dpt_now_s();
     int c = t->ztune.calls++;
     if (c > 0) {

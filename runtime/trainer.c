@@ -454,6 +454,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         if (!run->ddp.bucket_auto) t->state.bucket_mb = 0;
         if (!run->ddp.compression_auto) t->state.grad_compression = 0;
         dpt_reducer_plan plan = {.bucket_mb = t->state.bucket_mb, .compression = t->state.grad_compression};
+        if (ddp_opt.reduce_scatter && plan.bucket_mb > 4) plan.bucket_mb = 4; /* a zero = 0 run's choice */
         if (plan.bucket_mb > 0 || plan.compression) t->reducer->ops->adopt(t->reducer, &plan);
     } else {
         t->state.bucket_mb = 0, t->state.grad_compression = 0;

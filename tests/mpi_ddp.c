@@ -275,23 +275,62 @@ static void test_reduce_scatter(dpt_comm *comm)
 /* shard_grads (zero = 2's gradient memory): one parameter per bucket (more than the 4 alive at
  * once, so backward waits for the wire), with and without accumulation. After finish every
  * parameter's .grad has no storage, and this rank's ranges, where dpt_ddp_grad_shards says, are
- * bit for bit the AllReduced average's (the same batches through plain DDP beside it). */
+ * bit for bit the AllReduced average's (the same batches through plain DDP beside it).
+ * Re-planned (bucket_mb = auto under zero = 2): buckets of several parameters at the start,
+ * then one per parameter, then a size between, then the first again: the ranges are the first
+ * plan's segments' whatever the buckets (dpt_ddp_param_segment, fixed), every shard pointer
+ * stays where it was (the optimizer holds them), and they keep holding the AllReduced average;
+ * with the gradients kept whole (shard_grads 0) the same ranges of .grad do. */
+static void check_ranges(dpt_ddp *const ddp[2], dpt_model *const m[2], int step, const char *how,
+                         float *const *first_at)
+{
+    float *const *at = dpt_ddp_grad_shards(ddp[0]);
+    int n = dpt_model_num_params(m[0]);
+    for (int p = 0; p < n; p++) {
+        const dpt_tensor *g = dpt_model_param_at(m[1], p)->grad, *mine = dpt_model_param_at(m[0], p)->grad;
+        int seg;
+        int64_t off, numel, lo, hi;
+        dpt_ddp_param_segment(ddp[0], p, &seg, &off, &numel);
+        dpt_zero_range(numel, size, rank, &lo, &hi);
+        lo = lo < off ? 0 : lo - off > g->numel ? g->numel : lo - off;
+        hi = hi < off ? 0 : hi - off > g->numel ? g->numel : hi - off;
+        const float *got = at ? at[p] : mine->data + lo;
+        if (at) {
+            CHECK(!mine->data, "%s, step %d: %s's gradient kept its storage", how, step, dpt_model_param_at(m[0], p)->name);
+            CHECK((hi > lo) == (at[p] != NULL) && at[p] == first_at[p], "%s, step %d: %s: range [%lld, %lld), shard %p (first %p)",
+                  how, step, dpt_model_param_at(m[0], p)->name, (long long)lo, (long long)hi, (void *)at[p],
+                  (void *)first_at[p]);
+        }
+        if (hi > lo)
+            CHECK(!memcmp(got, g->data + lo, (size_t)(hi - lo) * sizeof(float)),
+                  "%s, step %d: %s's range [%lld, %lld) differs from the AllReduced average", how, step,
+                  dpt_model_param_at(m[0], p)->name, (long long)lo, (long long)hi);
+    }
+}
+
 static void test_shard_grads(dpt_comm *comm, const dpt_dataset *ds)
 {
-    for (int accum = 1; accum <= 2; accum++) {
+    /* {accumulation, shard_grads, re-planned} */
+    static const int cases[][3] = {{1, 2, 0}, {2, 2, 0}, {1, 2, 1}, {2, 2, 1}, {1, 0, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int accum = cases[c][0], shard = cases[c][1], replan = cases[c][2];
+        char how[64];
+        snprintf(how, sizeof how, "accum %d, shard_grads %d%s", accum, shard, replan ? ", re-planned" : "");
         dpt_error err;
         dpt_config *cfg = dpt_config_defaults();
-        dpt_config_set(cfg, "model.hidden=16,12", &err);
+        dpt_config_set(cfg, "model.hidden=40,24", &err);
         dpt_ctx_options co = {.device = {DPT_DEVICE_CPU, 0}, .threads = 1, .seed = 99};
         dpt_ctx *ctx[2];
         dpt_model *m[2];
         dpt_ddp *ddp[2];
         dpt_loader *l[2];
+        /* 2 KiB: fc3's and fc2's tensors together, fc1's weight (3.1 KiB) alone: 2 segments */
+        double sizes[] = {replan ? 2.0 / 1024 : 1e-6, 1e-6, 0.5 / 1024, 2.0 / 1024};
         for (int k = 0; k < 2; k++) { /* 0: reduce-scatter keeping ranges, 1: plain DDP */
             ctx[k] = dpt_ctx_new(&co, &err);
             m[k] = dpt_model_build(ctx[k], cfg, 1, 4, 5, DDP_CLASSES, &err);
-            dpt_ddp_options o = {.bucket_mb = 1e-6, .overlap = true, .timeout_s = 60, .dataset_len = ds->n,
-                                 .reduce_scatter = k == 0, .shard_grads = k == 0 ? 2 : 0};
+            dpt_ddp_options o = {.bucket_mb = k == 0 ? sizes[0] : 25, .overlap = true, .timeout_s = 60,
+                                 .dataset_len = ds->n, .reduce_scatter = k == 0, .shard_grads = k == 0 ? shard : 0};
             ddp[k] = dpt_ddp_new(ctx[k], m[k], comm, &o, &err);
             CHECK(ddp[k], "rank %d: %s", rank, err.msg);
             dpt_loader_options lo = {.batch = 8, .shuffle = true, .seed = 3, .rank = rank, .world_size = size,
@@ -299,11 +338,25 @@ static void test_shard_grads(dpt_comm *comm, const dpt_dataset *ds)
             l[k] = dpt_loader_new(ctx[k], ds, &lo);
             dpt_loader_start_epoch(l[k], 0);
         }
-        int n = dpt_model_num_params(m[0]);
-        CHECK(dpt_ddp_num_buckets(ddp[0]) == n && n > 4, "%d buckets for %d parameters", dpt_ddp_num_buckets(ddp[0]), n);
+        int n = dpt_model_num_params(m[0]), first_buckets = dpt_ddp_num_buckets(ddp[0]);
+        if (replan)
+            CHECK(first_buckets == 2, "%s: %d buckets at %g MiB, not 2", how, first_buckets, sizes[0]);
+        else
+            CHECK(first_buckets == n && n > 4, "%d buckets for %d parameters", first_buckets, n);
         float *const *at = dpt_ddp_grad_shards(ddp[0]);
-        CHECK(at && !dpt_ddp_grad_shards(ddp[1]), "grad shards %p / %p", (void *)at, (void *)dpt_ddp_grad_shards(ddp[1]));
-        for (int step = 0; step < 3; step++) {
+        CHECK((at != NULL) == (shard == 2) && !dpt_ddp_grad_shards(ddp[1]), "grad shards %p / %p", (void *)at,
+              (void *)dpt_ddp_grad_shards(ddp[1]));
+        float *first_at[16] = {0};
+        for (int p = 0; at && p < n && p < 16; p++)
+            first_at[p] = at[p];
+        for (int step = 0; step < 4; step++) {
+            if (replan && step > 0) {
+                dpt_ddp_replan(ddp[0], sizes[step]);
+                /* 0.5 KiB: fc3's two tensors, fc2's, fc1's (a bucket ends where a segment does) */
+                int want = step == 1 ? n : step == 2 ? 3 : 2;
+                CHECK(dpt_ddp_num_buckets(ddp[0]) == want,
+                      "%s, step %d: %d buckets at %g MiB", how, step, dpt_ddp_num_buckets(ddp[0]), sizes[step]);
+            }
             for (int k = 0; k < 2; k++) {
                 for (int micro = 0; micro < accum; micro++) {
                     dpt_batch b;
@@ -314,22 +367,7 @@ static void test_shard_grads(dpt_comm *comm, const dpt_dataset *ds)
                 }
                 dpt_ddp_finish(ddp[k]);
             }
-            for (int p = 0; p < n; p++) {
-                const dpt_tensor *g = dpt_model_param_at(m[1], p)->grad;
-                int bucket;
-                int64_t off, lo, hi;
-                dpt_ddp_param_place(ddp[0], p, &bucket, &off);
-                dpt_zero_range(dpt_ddp_bucket_numel(ddp[0], bucket), size, rank, &lo, &hi);
-                lo = lo < off ? 0 : lo - off, hi = hi - off > g->numel ? g->numel : hi - off;
-                CHECK(!dpt_model_param_at(m[0], p)->grad->data, "step %d: %s's gradient kept its storage", step,
-                      dpt_model_param_at(m[0], p)->name);
-                CHECK((hi > lo) == (at[p] != NULL), "step %d: %s: range [%lld, %lld), shard %p", step,
-                      dpt_model_param_at(m[0], p)->name, (long long)lo, (long long)hi, (void *)at[p]);
-                if (hi > lo)
-                    CHECK(!memcmp(at[p], g->data + lo, (size_t)(hi - lo) * sizeof(float)),
-                          "step %d, accum %d: %s's range [%lld, %lld) differs from the AllReduced average", step, accum,
-                          dpt_model_param_at(m[0], p)->name, (long long)lo, (long long)hi);
-            }
+            check_ranges(ddp, m, step, how, first_at);
             for (int k = 0; k < 2; k++) /* no optimizer: the same weights, new batches */
                 dpt_model_zero_grad(m[k]);
         }

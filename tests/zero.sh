@@ -109,7 +109,8 @@ $M -np 2 ./train "${clip[@]}" --set checkpoint.dir="$tmp/c2" --set log.metrics="
 paste <(norms "$tmp/c0.jsonl") <(norms "$tmp/c2.jsonl") > "$tmp/norms"
 awk '{ n++; if ($1 > 0.5) over++; d = $1 - $2; if (d < 0) d = -d; if (d > 1.5e-6 * $1) bad++ }
      END { exit !(n >= 20 && over >= 10 && bad == 0) }' "$tmp/norms"
-check "clip_norm under zero = 2: every step's gradient norm (from the shards) equals zero = 0's ($(wc -l < "$tmp/norms") steps, $(awk '$1 > 0.5' "$tmp/norms" | wc -l) clipped)" $? \
+ok=$? # before the message: a $(...) in it would set $? to its own status
+check "clip_norm under zero = 2: every step's gradient norm (from the shards) equals zero = 0's ($(wc -l < "$tmp/norms") steps, $(awk '$1 > 0.5' "$tmp/norms" | wc -l) clipped)" $ok \
     "$(head -3 "$tmp/norms" | tr '\n\t' '; ')"
 
 # bf16 gradients on the wire: the reduce-scatter in 16 bits sums as the 16-bit AllReduce does
@@ -244,7 +245,8 @@ for run in "2 1" "4 2"; do
         'BEGIN { exit !(f > 0 && (f - 2 * p * 4 / 1048576) ^ 2 < 1e-6 && h * n / f > 0.9 && h * n / f < 1.1) }' &&
         grep '"kind":"train"' "$tmp/m$1$2.jsonl" | tail -1 | grep -q '"zero_gather_busy_ms":[0-9.]*[1-9]' &&
         ! grep -q zero_gather_ms "$tmp/m0.jsonl"
-    check "$1 ranks, zero = $2: rank 0 holds $part MiB of optimizer state, $(awk -v f="$full" -v h="$part" 'BEGIN { printf "%.3f", h / f }') of the unsharded $full MiB (AdamW: 2 x 4 bytes x $params; 1/$1 wanted)" $? \
+    ok=$? # before the message: a $(...) in it would set $? to its own status
+    check "$1 ranks, zero = $2: rank 0 holds $part MiB of optimizer state, $(awk -v f="$full" -v h="$part" 'BEGIN { printf "%.3f", h / f }') of the unsharded $full MiB (AdamW: 2 x 4 bytes x $params; 1/$1 wanted)" $ok \
         "full '$full', rank 0 '$part'"
 done
 
@@ -301,11 +303,43 @@ done
 [ -z "$bad" ]
 check "recompute = true at 2 ranks, zero 0/1/2: zero 0's weights without it (${want:0:16}...)" $? "$bad"
 
-# what zero = 2 cannot take yet, refused at start with the key
-for bad in "distributed.bucket_mb=auto:bucket_mb = auto"; do
-    out=$($M -np 2 ./train "${base[@]}" --set checkpoint.dir="$tmp/x" --set distributed.zero=2 --set "${bad%%:*}" 2>&1); rc=$?
-    [ $rc -ne 0 ] && grep -q "zero = 2" <<<"$out" && grep -q "${bad#*:}" <<<"$out" && grep -q "HINT: zero = 1" <<<"$out"
-    check "zero = 2 with ${bad%%:*}: refused at start (exit $rc)" $? "$(grep -i error <<<"$out" | head -2)"
+# bucket_mb = auto under zero = 2: the sizes are tried on buckets cut inside the first plan's
+# (the segments whose ranges the ranks keep: their optimizer state and kept gradient ranges
+# never move), the choice said before zero_overlap = auto starts measuring (each switches every
+# 3 steps: side by side they would measure each other's candidates); the GPT (tensors of 48
+# floats: gaps between the parameters, which a bucket cut inside a segment must step over) at
+# 2 ranks with the gradients kept by ranges and whole, and at 3, gives zero 0's weights; a
+# resume from a checkpoint written after the choice takes it without measuring, to the same end
+gpta=("${gpt[@]}" --set model.n_embd=48 --set train.max_steps=80 --set train.epochs=100 --set checkpoint.every_steps=10
+      --set checkpoint.keep_last=0)
+bad=""
+for v in "2 ranges" "2 whole" "3 ranges"; do
+    read -r np grads <<<"$v"
+    [ -d "$tmp/ga0$np" ] || want=$($M -np $np ./train "${gpta[@]}" --set checkpoint.dir="$tmp/ga0$np" 2>&1 | sha)
+    out=$($M -np $np ./train "${gpta[@]}" --set checkpoint.dir="$tmp/ga$np$grads" --set distributed.zero=2 \
+          --set distributed.zero_grads=$grads --set distributed.bucket_mb=auto 2>&1); rc=$?
+    chosen=$(sed -n 's/^bucket_mb = auto: \([0-9.]*\) MiB.* after \([0-9]*\) steps.*/\1 \2/p' <<<"$out")
+    from=$(sed -n 's/^zero_overlap = auto: .* from step \([0-9]*\) on$/\1/p' <<<"$out")
+    [ $rc -eq 0 ] && [ -n "$want" ] && [ "$(sha <<<"$out")" = "$want" ] && grep -q "sizes to try" <<<"$out" &&
+        [ -n "$chosen" ] && [ -n "$from" ] && [ "$from" -gt "${chosen#* }" ] ||
+        bad="$bad $np ranks ($grads): exit $rc, $(sha <<<"$out" | cut -c1-16) vs ${want:0:16}, chose '$chosen', zero_overlap from '$from';"
+    [ "$v" = "2 ranges" ] && chosen2=$chosen
 done
+[ -z "$bad" ]
+check "zero = 2 with bucket_mb = auto (chose ${chosen% *} MiB after ${chosen#* } steps, zero_overlap measured from step $from): zero 0's weights at 2 (gradient ranges, whole) and 3 ranks" $? "$bad"
+ckpt=$(ls "$tmp/ga2ranges"/ckpt-step*.dpt | awk -F'step' -v t="${chosen2#* }" '{ s = $2 + 0 } s > t { print; exit }')
+last=$(ls "$tmp/ga2ranges"/ckpt-step*.dpt | tail -1)
+out="no checkpoint after step ${chosen2#* } in $tmp/ga2ranges"; rc=1
+if [ -n "$ckpt" ] && [ -n "$last" ] && [ "$ckpt" != "$last" ]; then
+    mkdir -p "$tmp/gares" && cp "$ckpt" "$ckpt".*optim* "$tmp/gares/"
+    out=$($M -np 2 ./train "${gpta[@]}" --set checkpoint.dir="$tmp/gares" --set distributed.zero=2 \
+          --set distributed.zero_grads=ranges --set distributed.bucket_mb=auto --resume latest 2>&1); rc=$?
+fi
+[ $rc -eq 0 ] && ! grep -q "^bucket_mb = auto:" <<<"$out" && grep -q "buckets\? (bucket_mb ${chosen2% *})" <<<"$out" &&
+    grep -q "weights sha256" <(./train --inspect "$last") &&
+    cmp -s <(./train --inspect "$last" | sed 1d) <(./train --inspect "$tmp/gares/$(basename "$last")" | sed 1d)
+ok=$? # before the message: a $(...) in it would set $? to its own status
+check "zero = 2, bucket_mb = auto resumed from $(basename "$ckpt"): nothing measured again, the uninterrupted run's last checkpoint" $ok \
+    "exit $rc: $(grep -m1 "ddp" <<<"$out") $(tail -2 <<<"$out")"
 
 [ $failed -eq 0 ]
