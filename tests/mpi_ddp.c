@@ -324,7 +324,7 @@ static void test_shard_grads(dpt_comm *comm, const dpt_dataset *ds)
         dpt_model *m[2];
         dpt_ddp *ddp[2];
         dpt_loader *l[2];
-        /* 2 KiB: fc3's and fc2's tensors together, fc1's weight (3.1 KiB) alone: 2 segments */
+        /* 2 KiB: fc3's and fc2's tensors (fc2's 3.75 KiB weight closes it), then fc1's: 2 segments */
         double sizes[] = {replan ? 2.0 / 1024 : 1e-6, 1e-6, 0.5 / 1024, 2.0 / 1024};
         for (int k = 0; k < 2; k++) { /* 0: reduce-scatter keeping ranges, 1: plain DDP */
             ctx[k] = dpt_ctx_new(&co, &err);
