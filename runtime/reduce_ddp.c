@@ -57,10 +57,14 @@ static double median(const double *v, int n)
     return dpt_median(s, n); /* of a copy: the measurements are kept */
 }
 
+/* Candidate i in use from the next step. 16 bits on the wire are the configured format where
+ * grad_compression names one (bf16 or fp16: the sizes are tried with it), bf16 where auto tries. */
 static void apply(ddp_reducer *d, int i)
 {
     dpt_ddp_replan(d->ddp, d->tune.mb[i]);
-    dpt_ddp_set_compression(d->ddp, d->tune.h16[i] ? DPT_GRAD_COMPRESSION_BF16 : DPT_GRAD_COMPRESSION_NONE);
+    dpt_grad_compression wire = d->opt.compression != DPT_GRAD_COMPRESSION_NONE ? d->opt.compression
+                                                                             : DPT_GRAD_COMPRESSION_BF16;
+    dpt_ddp_set_compression(d->ddp, d->tune.h16[i] ? wire : DPT_GRAD_COMPRESSION_NONE);
 }
 
 /* A new trial over the candidates already in mb/h16 (n of them), from the next step. */
@@ -92,7 +96,9 @@ static void tune_start(ddp_reducer *d)
             for (int j = 0; j < n; j++)
                 same |= seen[j] == sig;
             if (same) continue; /* another size's plan */
-            t->mb[n] = tune_sizes[i], t->h16[n] = false, seen[n] = sig;
+            /* a fixed grad_compression stays on while the sizes are tried, and after */
+            t->mb[n] = tune_sizes[i], t->h16[n] = !t->wire_auto && d->opt.compression != DPT_GRAD_COMPRESSION_NONE;
+            seen[n] = sig;
             t->buckets[n++] = count;
             if (count == 1) break; /* one bucket: larger sizes are the same plan */
         }

@@ -33,6 +33,20 @@ n=$(grep -o "[0-9.]\+:[0-9.]\+" <<<"$line" | wc -l)
 ok=$? # before the message: a $(...) in it would set $? to its own status
 check "it measured $n sizes ($(grep -o 'size.*' <<<"$line"))" $ok "$line"
 
+# a fixed grad_compression stays on while the sizes are tried and after (the candidates were
+# once applied as fp32, dropping it without a word): fp16 on the wire throughout, the weights of
+# bucket_mb = 25 with fp16 (2 ranks: each element's sum is one 16-bit addition whatever the plan)
+want=$($M ./train "${base[@]}" --set distributed.grad_compression=fp16 2>&1 | sha)
+out=$($M ./train "${base[@]}" --set distributed.grad_compression=fp16 --set distributed.bucket_mb=auto \
+      --set log.interval=10 --set log.metrics="$tmp/f16.jsonl" 2>&1); rc=$?
+mbs=$(grep '"kind":"train"' "$tmp/f16.jsonl" | grep -o '"comm_mb_per_step":[0-9.]*' | cut -d: -f2 | tr '\n' ' ')
+[ $rc -eq 0 ] && [ -n "$want" ] && [ "$(sha <<<"$out")" = "$want" ] && [ "$want" != "$plain" ] &&
+    grep -q "^bucket_mb = auto:" <<<"$out" && [ -n "$mbs" ] &&
+    awk -v m="$mbs" 'BEGIN { n = split(m, v, " "); for (i = 1; i <= n; i++) if (!(v[i] > 0.5 && v[i] < 0.53)) exit 1 }'
+ok=$? # 1.0276 MiB in fp32 (expect.sh), half in fp16
+check "grad_compression = fp16 with bucket_mb = auto: fp16 in every window ($mbs MiB a step), the weights of bucket_mb = 25 with fp16" $ok \
+    "exit $rc, $(sha <<<"$out" | cut -c1-16) vs ${want:0:16}"
+
 # checkpoints: the choice recorded; a resume adopts it (nothing measured) to the same end
 ck=(--set distributed.bucket_mb=auto --set checkpoint.every_steps=10 --set checkpoint.keep_last=0)
 $M ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/full" > "$tmp/full.log" 2>&1

@@ -41,7 +41,9 @@ out=$("${launch[@]}" "$bin" "$ini" "${common[@]}" --set checkpoint.dir="$tmp/cut
 check "a rank that dies ends the job; the step-100 checkpoint is there" $? "exit $rc: $(ls "$tmp/cut" 2>&1)"
 out=$("${launch[@]}" "$bin" "$ini" "${common[@]}" --set checkpoint.dir="$tmp/cut" --resume latest 2>&1); rc=$?
 resumed=$(grep -o 'test loss [0-9.]* acc [0-9.]*%' <<<"$out")
-[ $rc -eq 0 ] && grep -q "resumed from $tmp/cut/ckpt-step00000100.dpt" <<<"$out" && [ "$resumed" = "$final" ]
-check "resumed from the checkpoint, it ends where the uninterrupted run ends ($final)" $? \
+[ $rc -eq 0 ] && grep -q "resumed from $tmp/cut/ckpt-step00000100.dpt" <<<"$out" && [ -n "$resumed" ] &&
+    [ "$resumed" = "$final" ] && [ -n "$(sha <<<"$full")" ] && [ "$(sha <<<"$out")" = "$(sha <<<"$full")" ]
+ok=$? # before the message: a $(...) in it would set $? to its own status
+check "resumed from the checkpoint, it ends where the uninterrupted run ends ($final, the same weights)" $ok \
     "exit $rc, '$resumed' vs '$final': $(tail -4 <<<"$out")"
 [ $failed -eq 0 ]
