@@ -394,6 +394,12 @@ static bool parse(const char *path, reader *r, const char *skip, record **out, u
             goto fail;
         }
         rec->name[name_len] = '\0';
+        for (uint32_t c = 0; ok && c < name_len; c++) /* names are printed (--inspect, errors) */
+            ok = (unsigned char)rec->name[c] >= 0x20 && rec->name[c] != 0x7f;
+        if (!ok) {
+            dpt_errorf(err, "%s: record %u of %u has a name with control bytes\n" HINT_CORRUPT, path, i + 1, nrec);
+            goto fail;
+        }
         const uint8_t *comp = r->buf + r->pos;
         r->pos += comp_bytes;
         uint32_t crc;
@@ -464,6 +470,7 @@ static const char *meta_get(const record *meta, const char *key, char *out, size
         size_t len = nl ? (size_t)(nl - line) : strlen(line);
         if (len > klen && strncmp(line, key, klen) == 0 && line[klen] == '=') {
             snprintf(out, size, "%.*s", (int)(len - klen - 1), line + klen + 1);
+            dpt_printable(out); /* a hostile file's value reaches the terminal (--inspect) */
             return out;
         }
         line = nl ? nl + 1 : NULL;

@@ -389,8 +389,8 @@ static void free_store(uint8_t **store, int n)
 }
 
 /* Rebuild `good` with one meta line replaced by `line` (key=value) and expect `needle`. */
-static void expect_meta_error(const uint8_t *good, size_t len, const char *bad, const char *line,
-                              const char *needle)
+/* good's records written to bad with the meta line of line's key replaced by line. */
+static void write_meta_line(const uint8_t *good, size_t len, const char *bad, const char *line)
 {
     ckpt_rec recs[64];
     uint8_t **store;
@@ -411,9 +411,15 @@ static void expect_meta_error(const uint8_t *good, size_t len, const char *bad, 
     uint8_t *out;
     size_t out_len = ckpt_build(recs, n, &out);
     write_all(bad, out, out_len);
-    expect_load_error(bad, "8,5", "adamw", needle);
     free(out);
     free_store(store, n);
+}
+
+static void expect_meta_error(const uint8_t *good, size_t len, const char *bad, const char *line,
+                              const char *needle)
+{
+    write_meta_line(good, len, bad, line);
+    expect_load_error(bad, "8,5", "adamw", needle);
 }
 
 /* Files of the earlier format (tensors zlib-compressed, kind 1) load to the same state as the
@@ -537,6 +543,26 @@ static void test_hostile(void **state)
     write_all(bad, out, out_len);
     expect_load_error(bad, "8,5", "adamw", "param/fc2.weight[7] is nan");
     free(out);
+    /* What a hostile file names reaches no terminal raw: a record name with an escape byte is
+     * damage (refused, the name not printed); a meta value's control bytes print as '?'. */
+    ((float *)store[2 * victim + 1])[7] = 0.5f;
+    recs[victim].name = "param/fc2\x1b[2J.weight";
+    out_len = ckpt_build(recs, n, &out);
+    write_all(bad, out, out_len);
+    expect_load_error(bad, "8,5", "adamw", "has a name with control bytes");
+    free(out);
+    write_meta_line(g, len, bad, "summary=\x1b]0;owned\x07 8,5");
+    char *shown = NULL;
+    size_t shown_len = 0;
+    FILE *mem = open_memstream(&shown, &shown_len);
+    dpt_error ierr;
+    bool inspected = dpt_checkpoint_inspect(bad, mem, &ierr);
+    fclose(mem);
+    assert_true(inspected);
+    assert_non_null(strstr(shown, "summary        ?]0;owned? 8,5\n"));
+    assert_null(memchr(shown, 0x1b, shown_len));
+    assert_null(memchr(shown, 0x07, shown_len));
+    free(shown);
     free_store(store, n);
     free(g);
     free_run(&a);
