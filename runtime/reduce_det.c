@@ -165,7 +165,8 @@ static void det_finish(dpt_reducer *r, dpt_reducer_stats *stats)
 static void det_describe(const dpt_reducer *r, char *buf, size_t cap)
 {
     const det_reducer *d = r->impl;
-    snprintf(buf, cap, "deterministic: %lld shards a step, %d on each of %d %s, summed in one fixed tree",
+    snprintf(buf, cap, "deterministic: %lld shards a step, %d on each of %d %s, summed in one fixed fp32 tree after "
+             "backward ([distributed] bucket_mb and overlap do not apply)",
              (long long)d->shards, d->per_rank, d->world, d->world == 1 ? "rank" : "ranks");
 }
 

@@ -183,6 +183,8 @@ void print_header(const trainer *t)
             report_line("ddp %s | %s | loss and acc shown: %s\n",
                         r->data_parallel ? "(DataParallel, one process)" : "(one process per rank)", how,
                         run->all_ranks ? "each rank's own shard" : "averages over all ranks");
+        else if (*how)
+            report_line("%s\n", how);
     }
     char shape[256];
     const dpt_dataset *ds = t->train_set;

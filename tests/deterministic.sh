@@ -82,4 +82,11 @@ refuse "3 shards" "the global batch 48 is not a power-of-two number of shards of
 refuse "accumulation" "accum_steps = 2" --set distributed.accum_steps=2
 refuse "threads unset" "needs [train] threads set" --set train.threads=0
 refuse "cudnn_benchmark" "deterministic with [train] cudnn_benchmark = true" --set train.cudnn_benchmark=true
+# gradients on the wire in 16 bits: the tree sums fp32 (this was ignored without a word)
+refuse "grad_compression = bf16" "grad_compression = bf16 with [train] deterministic" --set distributed.grad_compression=bf16
+refuse "grad_compression = auto" "HINT: set grad_compression = none" --set distributed.grad_compression=auto
+# the header says how the step's gradients are summed (it said nothing of the mode)
+out=$(./train "${det[@]}" --set train.max_steps=1 --set checkpoint.dir="$tmp/hd" 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "^deterministic: [0-9]* shards a step, [0-9]* on each of 1 rank, summed in one fixed fp32 tree" <<<"$out"
+check "the header names the mode's shards and its tree" $? "exit $rc: $(head -5 <<<"$out")"
 [ $failed -eq 0 ]
