@@ -2,7 +2,6 @@
  * primitives and the reorders they still need (none between convolutions in nChw16c); a shape
  * oneDNN cannot run takes the native kernels, with one warning naming it. */
 #if DPT_DNNL
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

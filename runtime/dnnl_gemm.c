@@ -1,13 +1,13 @@
 /* dnnl_gemm.c: the oneDNN backend's GEMM: OpenBLAS in fp32, oneDNN's bf16 matmul under
  * [train] precision = bf16 (plans per shape). */
 #if DPT_DNNL
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dnnl_internal.h"
 #include "log.h"
+#include "openmp.h"
 
 /* ---------------------------------------------------------------- GEMM */
 

@@ -1,7 +1,6 @@
 /* dnnl_norm.c: oneDNN's batch normalization (training forward and backward, inference), one
  * plan per (shape, layout, dtype, ReLU fused or not). */
 #if DPT_DNNL
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,6 @@
 /* dnnl_pool.c: oneDNN's max and average pooling on any of our layouts (bf16 forward with an
  * fp32 backward on its workspace), the native kernels where oneDNN has none. */
 #if DPT_DNNL
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

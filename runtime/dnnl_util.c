@@ -4,7 +4,6 @@
  * converting activations between layouts and dtypes (the table's relayout and widen). The
  * table itself (ops_cpu_dnnl.c) and each kernel family (dnnl_conv.c, dnnl_norm.c, dnnl_pool.c,
  * dnnl_gemm.c) stand on this file, which calls none of them. */
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include "backend.h"
 #include "ctx.h"
 #include "error.h"
+#include "openmp.h"
 
 #if DPT_DNNL
 #include "dnnl_internal.h"

@@ -13,7 +13,6 @@
  * and db (the table's += convention) by reorders that carry a sum post-op: no extra pass.
  * Scratchpads and buffers come from the caching allocator. A shape oneDNN cannot run takes
  * the native path, with one warning naming it. */
-#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

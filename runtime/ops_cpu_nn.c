@@ -12,12 +12,12 @@
 #include "blas.h"
 #include <float.h>
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 #include "backend.h"
 #include "ctx.h"
 #include "error.h"
+#include "openmp.h"
 
 static bool is_pointwise(const dpt_conv_shape *s)
 {
