@@ -168,7 +168,8 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	./train configs/fmnist_mlp.ini
 
-test: deps
+test:
+	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory all asan-build fuzz-build
 	@tests/run.sh $(BUILD)/tests
 

@@ -41,7 +41,7 @@ for f in sys.argv[1:]:
 PY
 }
 
-found=$(scan $(ls tests/*.sh | grep -v "^tests/lint.sh$"))
+found=$(scan $(ls tests/*.sh | grep -v "^tests/lint.sh$")) || found="the scan itself failed: $found"
 [ -z "$found" ]
 check "no check reads \$? after a command substitution in its message (tests/*.sh but this one)" $? "$found"
 
@@ -54,7 +54,7 @@ check "two lines $(date)" \
     $? "detail"
 check "status inside" $([ -n "$x" ]; echo $?)
 T
-got=$(scan "$tmp/t.sh" | cut -d: -f2 | tr '\n' ' ')
+got=$(scan "$tmp/t.sh" 2>&1 | cut -d: -f2 | tr '\n' ' ')
 [ "$got" = "1 5 " ]
 check "the lint flags a substitution before \$? (lines 1 and 5 of 6), not arithmetic, ok=\$? or a status computed inside" $? "flagged lines: $got"
 
