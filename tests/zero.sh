@@ -72,8 +72,9 @@ plain=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/pd" 2>&1 | sh
 one=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/zd1" --set distributed.zero=1 2>&1 | sha)
 two=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/zd2" --set distributed.zero=2 --set distributed.zero_grads=ranges 2>&1 | sha)
 [ -n "$plain" ] && [ "$one" = "$plain" ] && [ "$two" = "$plain" ] &&
+    grep -q "^optimizer sha256" <(./train --inspect "$tmp/pd/ckpt-step00000020.dpt") &&
     cmp -s <(./train --inspect "$tmp/pd/ckpt-step00000020.dpt" | sed 1d) <(./train --inspect "$tmp/zd2/ckpt-step00000020.dpt" | sed 1d)
-check "DataParallel 2 x cpu: zero = 1 and 2 bit-identical, zero = 2's checkpoint (the replicas' state gathered) the unsharded one's" $? "$one / $two vs $plain"
+check "DataParallel 2 x cpu: zero = 1 and 2 bit-identical, zero = 2's checkpoint (the replicas' state gathered) the unsharded one's, optimizer hash included" $? "$one / $two vs $plain"
 
 # a language model: the fortunes GPT (tied token embedding, layer norms, AdamW decaying 2-D weights only)
 # on token shards of its own (a clean clone has no build/fortunes)
