@@ -92,6 +92,7 @@ struct dpt_ddp {
      * buckets). A later plan (bucket_mb = auto) cuts its buckets inside them, so a rank's range
      * of every element, its optimizer state and its place in shard stay where they were;
      * a bucket's reduce-scatter ranges are its segment's, clipped to it */
+    int nsegs;
     int *seg_of;         /* per parameter */
     int64_t *seg_off;    /* per parameter: its first element in its segment */
     int64_t *seg_numel;  /* per segment */
@@ -325,7 +326,7 @@ static void shard_buckets(dpt_ddp *d)
     d->grad_at = calloc((size_t)d->nparams + 1, sizeof *d->grad_at);
     if (!d->shard_off || !d->grad_at) dpt_fatal("out of host memory");
     int64_t total = 0;
-    for (int s = 0; s < d->nbuckets; s++) { /* the first plan: its buckets are the segments */
+    for (int s = 0; s < d->nsegs; s++) {
         const int64_t *sd = d->seg_displs + (size_t)s * (size_t)(d->comm->size + 1);
         total += sd[me + 1] - sd[me];
     }
@@ -568,6 +569,7 @@ static void take_segments(dpt_ddp *d)
     d->seg_numel = malloc((size_t)(d->nbuckets + 1) * sizeof *d->seg_numel);
     d->seg_displs = malloc((size_t)(d->nbuckets + 1) * (size_t)(size + 1) * sizeof *d->seg_displs);
     if (!d->seg_of || !d->seg_off || !d->seg_numel || !d->seg_displs) dpt_fatal("out of host memory");
+    d->nsegs = d->nbuckets;
     memcpy(d->seg_of, d->bucket_of, (size_t)d->nparams * sizeof *d->seg_of);
     memcpy(d->seg_off, d->offset_of, (size_t)d->nparams * sizeof *d->seg_off);
     for (int s = 0; s < d->nbuckets; s++) {

@@ -240,8 +240,7 @@ static bool deterministic_split(run_config *rc, const dpt_config *c, dpt_error *
                           "gradient in one fixed fp32 tree (%s), so 16 bits on the wire would not be applied\n"
                           "HINT: set grad_compression = none",
                           dpt_config_where(c, "distributed", "grad_compression"),
-                          rc->ddp.compression_auto ? "auto" : rc->ddp.compression == DPT_GRAD_COMPRESSION_BF16 ? "bf16" : "fp16",
-                          where);
+                          dpt_config_str(c, "distributed", "grad_compression"), where);
     if (g % s || !is_pow2(g / s))
         return dpt_errorf(err,
                           "%s: [train] deterministic: the global batch %lld is not a power-of-two number of "

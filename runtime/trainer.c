@@ -445,8 +445,10 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
          * 2 ranks took 1.2 ms for 4 MiB here (its AllReduce 1.8) but 98 ms for 16 MiB (11.5).
          * At 2-4 ranks the reduce-scatter is dptrain's own exchange now (comm_mpi.c, linear in
          * the size: 16 MiB 3.9-4.6 ms), but Open MPI's still serves 5 ranks and more, and the
-         * cap bounds the gradient memory zero_grads = ranges keeps in flight: kept. */
-        if (ddp_opt.reduce_scatter && ddp_opt.bucket_mb > 4) ddp_opt.bucket_mb = 4;
+         * cap bounds the gradient memory zero_grads = ranges keeps in flight: kept. A resumed
+         * choice of bucket_mb = auto (a zero = 0 run's may be larger) is capped alike. */
+        double most_mb = ddp_opt.reduce_scatter ? 4 : INFINITY;
+        ddp_opt.bucket_mb = fmin(ddp_opt.bucket_mb, most_mb);
         dpt_comm_set_delay(r->comm, run->bench_comm_ms_per_mb);
         t->reducer = dpt_reducer_ddp_new(t->ctx, t->model, r->comm, &ddp_opt, t->timeline, err);
         if (!t->reducer) goto fail;
@@ -454,7 +456,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         if (!run->ddp.bucket_auto) t->state.bucket_mb = 0;
         if (!run->ddp.compression_auto) t->state.grad_compression = 0;
         dpt_reducer_plan plan = {.bucket_mb = t->state.bucket_mb, .compression = t->state.grad_compression};
-        if (ddp_opt.reduce_scatter && plan.bucket_mb > 4) plan.bucket_mb = 4; /* a zero = 0 run's choice */
+        plan.bucket_mb = fmin(plan.bucket_mb, most_mb);
         if (plan.bucket_mb > 0 || plan.compression) t->reducer->ops->adopt(t->reducer, &plan);
     } else {
         t->state.bucket_mb = 0, t->state.grad_compression = 0;
