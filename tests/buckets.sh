@@ -56,12 +56,9 @@ tuned_at=$(sed -n 's/^bucket_mb = auto: .* after \([0-9]*\) steps.*/\1/p' "$tmp/
 from=$(ls "$tmp"/full/ckpt-step*.dpt | awk -F'step' -v t="$tuned_at" '{ s = $2 + 0 } s > t { print; exit }')
 mkdir -p "$tmp/res" && cp "$from" "$tmp/res/"
 out=$($M ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/res" --resume latest 2>&1); rc=$?
-# (--inspect: everything but the file's name, which the config in it names too: the meta, every
-# tensor, the optimizer state's and the weights' hashes)
-same_end() { cmp -s <(./train --inspect "$1" | sed 1d) <(./train --inspect "$2" | sed 1d) && grep -q "^optimizer sha256" <(./train --inspect "$1"); }
 grep -q "^bucket_mb *$chosen\$" <(./train --inspect "$from" 2>&1) &&
     [ $rc -eq 0 ] && ! grep -q "^bucket_mb = auto:" <<<"$out" && grep -q "buckets\? (bucket_mb $chosen)" <<<"$out" &&
-    same_end "$last" "$tmp/res/$(basename "$last")"
+    same_inspect "$last" "$tmp/res/$(basename "$last")"
 ok=$? # before the message: a $(...) in it would set $? to its own status
 check "resumed from $(basename "$from") (chosen at step $tuned_at): no new measurement, the uninterrupted run's last checkpoint" $ok \
     "exit $rc: $(grep -m1 "ddp\|bucket" <<<"$out") $(tail -2 <<<"$out")"
@@ -101,7 +98,7 @@ from=$(ls "$tmp"/slow/ckpt-step*.dpt | awk -F'step' -v t="${decided:-99999}" '{ 
 mkdir -p "$tmp/slowres" && cp "$from" "$tmp/slowres/"
 out=$($M ./train "${base[@]}" "${slow[@]}" --set checkpoint.dir="$tmp/slowres" --resume latest 2>&1); rc=$?
 [ $rc -eq 0 ] && ! grep -q "auto:" <<<"$out" && grep -q "^grad_compression_auto bf16$" <(./train --inspect "$from") &&
-    same_end "$last" "$tmp/slowres/$(basename "$last")"
+    same_inspect "$last" "$tmp/slowres/$(basename "$last")"
 ok=$? # before the message: a $(...) in it would set $? to its own status
 check "resumed from $(basename "$from") (both chosen by step $decided): nothing measured again, the same last checkpoint" $ok \
     "exit $rc: $(grep "auto:" <<<"$out") $(tail -2 <<<"$out")"

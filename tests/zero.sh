@@ -72,8 +72,7 @@ plain=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/pd" 2>&1 | sh
 one=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/zd1" --set distributed.zero=1 2>&1 | sha)
 two=$(./train "${base[@]}" "${dp[@]}" --set checkpoint.dir="$tmp/zd2" --set distributed.zero=2 --set distributed.zero_grads=ranges 2>&1 | sha)
 [ -n "$plain" ] && [ "$one" = "$plain" ] && [ "$two" = "$plain" ] &&
-    grep -q "^optimizer sha256" <(./train --inspect "$tmp/pd/ckpt-step00000020.dpt") &&
-    cmp -s <(./train --inspect "$tmp/pd/ckpt-step00000020.dpt" | sed 1d) <(./train --inspect "$tmp/zd2/ckpt-step00000020.dpt" | sed 1d)
+    same_inspect "$tmp/pd/ckpt-step00000020.dpt" "$tmp/zd2/ckpt-step00000020.dpt"
 check "DataParallel 2 x cpu: zero = 1 and 2 bit-identical, zero = 2's checkpoint (the replicas' state gathered) the unsharded one's, optimizer hash included" $? "$one / $two vs $plain"
 
 # a language model: the fortunes GPT (tied token embedding, layer norms, AdamW decaying 2-D weights only)
@@ -164,7 +163,7 @@ full=$($M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/cp" 2
 $M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/cz" --set distributed.zero=2 --set distributed.zero_grads=ranges > /dev/null 2>&1
 same=1
 for f in "$tmp"/cp/ckpt-step*.dpt; do
-    cmp -s <(./train --inspect "$f" | sed 1d) <(./train --inspect "$tmp/cz/$(basename "$f")" | sed 1d) || same=0
+    same_inspect "$f" "$tmp/cz/$(basename "$f")" || same=0
 done
 a=$($M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/ra" --resume "$tmp/cz/ckpt-step00000020.dpt" 2>&1 | sha)
 b=$($M -np 2 ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/rb" --set distributed.zero=1 \
@@ -193,7 +192,7 @@ n_all=$(ls "$tmp/sp" | grep -c 'optim[0-9]-of-2$')
 small=$(stat -c %s "$tmp/sp/$last"); whole=$(stat -c %s "$tmp/so/$last")
 [ "$mains" = 2 ] && [ "$(parts "$tmp/sp" "$last" 2)" = 2 ] && [ "$(parts "$tmp/sp" best.dpt 2)" = 2 ] && [ "$n_all" = 6 ] &&
     [ "$(ls "$tmp/so" | grep -c optim)" = 0 ] && [ "$small" -lt $((whole / 2)) ] &&
-    cmp -s <(./train --inspect "$tmp/sp/$last" | sed 1d) <(./train --inspect "$tmp/so/$last" | sed 1d) &&
+    same_inspect "$tmp/sp/$last" "$tmp/so/$last" &&
     ./train --inspect "$tmp/sp/$last" | head -1 | grep -q "optimizer state in 2 parts"
 check "sharded checkpoints: 2 parts beside each kept checkpoint and best.dpt ($n_all files), none pruned ones', none with sharded = false; the file $small bytes against $whole whole; --inspect the same" $? \
     "$(ls "$tmp/sp" "$tmp/so")"
@@ -337,8 +336,7 @@ if [ -n "$ckpt" ] && [ -n "$last" ] && [ "$ckpt" != "$last" ]; then
           --set distributed.zero_grads=ranges --set distributed.bucket_mb=auto --resume latest 2>&1); rc=$?
 fi
 [ $rc -eq 0 ] && ! grep -q "^bucket_mb = auto:" <<<"$out" && grep -q "buckets\? (bucket_mb ${chosen2% *})" <<<"$out" &&
-    grep -q "weights sha256" <(./train --inspect "$last") &&
-    cmp -s <(./train --inspect "$last" | sed 1d) <(./train --inspect "$tmp/gares/$(basename "$last")" | sed 1d)
+    same_inspect "$last" "$tmp/gares/$(basename "$last")"
 ok=$? # before the message: a $(...) in it would set $? to its own status
 check "zero = 2, bucket_mb = auto resumed from $(basename "$ckpt"): nothing measured again, the uninterrupted run's last checkpoint" $ok \
     "exit $rc: $(grep -m1 "ddp" <<<"$out") $(tail -2 <<<"$out")"
