@@ -53,6 +53,8 @@ $M ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/full" > "$tmp/full
 last=$(ls "$tmp"/full/ckpt-step*.dpt | tail -1)
 # the newest checkpoint written after the choice: resume from it with the uninterrupted run's files removed
 tuned_at=$(sed -n 's/^bucket_mb = auto: .* after \([0-9]*\) steps.*/\1/p' "$tmp/full.log")
+# this run measured again: its choice may differ from the first run's (the sizes are close)
+chosen=$(sed -n 's/^bucket_mb = auto: \([0-9.]*\) MiB.*/\1/p' "$tmp/full.log")
 from=$(ls "$tmp"/full/ckpt-step*.dpt | awk -F'step' -v t="$tuned_at" '{ s = $2 + 0 } s > t { print; exit }')
 mkdir -p "$tmp/res" && cp "$from" "$tmp/res/"
 out=$($M ./train "${base[@]}" "${ck[@]}" --set checkpoint.dir="$tmp/res" --resume latest 2>&1); rc=$?
@@ -61,7 +63,7 @@ grep -q "^bucket_mb *$chosen\$" <(./train --inspect "$from" 2>&1) &&
     same_inspect "$last" "$tmp/res/$(basename "$last")"
 ok=$? # before the message: a $(...) in it would set $? to its own status
 check "resumed from $(basename "$from") (chosen at step $tuned_at): no new measurement, the uninterrupted run's last checkpoint" $ok \
-    "exit $rc: $(grep -m1 "ddp\|bucket" <<<"$out") $(tail -2 <<<"$out")"
+    "exit $rc, chose $chosen: $(grep -m1 "^ddp\|^bucket" <<<"$out") $(tail -2 <<<"$out")"
 
 # DataParallel 2 x cpu: the replica threads decide together
 plain=$(./train "${base[@]}" --set distributed.devices=cpu:0,cpu:1 2>&1 | sha)

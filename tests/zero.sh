@@ -339,6 +339,6 @@ fi
     same_inspect "$last" "$tmp/gares/$(basename "$last")"
 ok=$? # before the message: a $(...) in it would set $? to its own status
 check "zero = 2, bucket_mb = auto resumed from $(basename "$ckpt"): nothing measured again, the uninterrupted run's last checkpoint" $ok \
-    "exit $rc: $(grep -m1 "ddp" <<<"$out") $(tail -2 <<<"$out")"
+    "exit $rc: $(grep -m1 "^ddp" <<<"$out") $(tail -2 <<<"$out")"
 
 [ $failed -eq 0 ]
