@@ -331,11 +331,15 @@ dpt_tensor *dpt_tape_release(dpt_ctx *ctx, dpt_tape_mark mark, dpt_tensor *keep)
  * random generator as it was the first time (the same dropout masks), and backpropagates
  * through that. The gradients are the ones without checkpointing bit for bit (the same ops in
  * the same order); the cost is a second forward of fn. fn reads x and parameters (through
- * user, which must stay valid until backward); it must not modify x, and it runs twice per
- * step, so a batch norm in it updates its running statistics twice (as in PyTorch). Not
- * recording (evaluation), or nested in another checkpoint: fn(ctx, x, user) as it is. */
+ * user, which must stay valid until backward); it must not modify x. It runs twice per step:
+ * state that moves once a step must move in the first run only: a batch norm in it updates
+ * its running statistics once (PyTorch's checkpoint updates them twice); a layer of yours
+ * with such state asks dpt_recomputing. Not recording (evaluation), or nested in another
+ * checkpoint: fn(ctx, x, user) as it is. */
 typedef dpt_tensor *(*dpt_checkpoint_fn)(dpt_ctx *ctx, dpt_tensor *x, void *user);
 dpt_tensor *dpt_checkpoint(dpt_ctx *ctx, dpt_checkpoint_fn fn, dpt_tensor *x, void *user);
+/* True while backward runs a checkpointed function again (its forward then is a repeat). */
+bool dpt_recomputing(const dpt_ctx *ctx);
 
 /* Fires once per parameter per backward, as soon as its gradient is final (the last use
  * of the parameter in forward order has run its backward). The DDP reducer listens here. */

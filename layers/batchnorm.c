@@ -193,8 +193,10 @@ static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_t
     dpt_tensor *beta;
     affine_or_identity(ctx, l, &sv->gamma, &beta);
     dpt_tensor *y = dpt_temp_same(ctx, x); /* a 16-bit activation stays one */
+    bool again = dpt_recomputing(ctx); /* the running statistics moved in the first run */
     ctx->be->bn_fused_fwd(ctx, x->data, y->data, n, c, hw, x->layout, x->dtype, sv->gamma->data, beta->data,
-                          l->running_mean->data, l->running_var->data, l->momentum, l->eps, sv->stats->data,
+                          again ? NULL : l->running_mean->data, again ? NULL : l->running_var->data,
+                          l->momentum, l->eps, sv->stats->data,
                           sv->stats->data + c, sv->relu_ws ? sv->relu_ws->data : NULL);
     dpt_node *node = dpt_tape_record(ctx, relu_ws_bytes ? "batchnorm_relu" : "batchnorm", batchnorm_fused_backward,
                                      y, 3, (dpt_tensor *[]){x, l->gamma, l->beta});
@@ -266,7 +268,10 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
         sv->count = sums[2 * c];
         host_copy(l->running_mean, host);
         host_copy(l->running_var, host + c);
-        double *stats = ctx->bn_stats_hook ? malloc((size_t)(2 * c) * sizeof *stats) : NULL;
+        /* a checkpointed function's recomputation normalises as its first run did (the same
+         * batch, so the same statistics) and leaves the running ones where that run put them */
+        bool move = !dpt_recomputing(ctx);
+        double *stats = move && ctx->bn_stats_hook ? malloc((size_t)(2 * c) * sizeof *stats) : NULL;
         for (int64_t ch = 0; ch < c; ch++) {
             double mean = sums[ch] / sv->count;
             double var = sums[c + ch] / sv->count - mean * mean;
@@ -282,7 +287,7 @@ dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x,
         if (stats) { /* the hook's owner updates the running statistics (dpt_batchnorm_apply_stats) */
             ctx->bn_stats_hook(l, stats, stats + c, c, ctx->bn_stats_user);
             free(stats);
-        } else {
+        } else if (move) {
             dpt_tensor_copy_from_host(l->running_mean, host);
             dpt_tensor_copy_from_host(l->running_var, host + c);
         }

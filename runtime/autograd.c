@@ -226,6 +226,11 @@ static bool is_ckpt(const dpt_node *node)
     return node->backward == ckpt_backward;
 }
 
+bool dpt_recomputing(const dpt_ctx *ctx)
+{
+    return ctx->ckpt_recompute;
+}
+
 dpt_tensor *dpt_checkpoint(dpt_ctx *ctx, dpt_checkpoint_fn fn, dpt_tensor *x, void *user)
 {
     if (!ctx->grad_enabled || ctx->ckpt_forward || ctx->ckpt_off) return fn(ctx, x, user);
@@ -266,12 +271,12 @@ static void ckpt_backward(dpt_ctx *ctx, dpt_node *node)
     void (*op_hook)(const char *, int, dpt_tensor *const *, void *) = ctx->op_hook;
     ctx->op_hook = NULL; /* not a forward of the step's (ZeRO's overlapped gathers are done) */
     dpt_tape_mark mark = dpt_tape_mark_here(ctx);
-    bool grad = ctx->grad_enabled;
-    ctx->grad_enabled = true, tape->consumed = false;
+    bool grad = ctx->grad_enabled, recompute = ctx->ckpt_recompute;
+    ctx->grad_enabled = true, tape->consumed = false, ctx->ckpt_recompute = true;
     int first = tape->nnodes;
     dpt_tensor *y = c->fn(ctx, x, c->user);
     int last = tape->nnodes;
-    tape->consumed = true, ctx->grad_enabled = grad;
+    tape->consumed = true, ctx->grad_enabled = grad, ctx->ckpt_recompute = recompute;
     ctx->op_hook = op_hook;
     ctx->rng = after;
     DPT_ASSERT(dpt_same_shape(y, out), "a checkpointed function gave another shape the second time");

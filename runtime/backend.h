@@ -193,7 +193,8 @@ typedef struct dpt_backend {
     /* Training-mode batch norm with the statistics kept on the device (cuDNN, oneDNN); NULL:
      * layers use the host-statistics entries above. x and y in `layout` (NCHW only on CUDA).
      * y = gamma * (x - mean) / sqrt(var + eps) + beta from the batch; running_mean/var (c each)
-     * move by `momentum` (unbiased variance); save_mean and save_stat (c each) are what
+     * move by `momentum` (unbiased variance), or are both NULL and stay (a checkpointed
+     * function's recomputation: they moved in its first run); save_mean and save_stat (c each) are what
      * bn_fused_bwd needs (cuDNN: the inverse std; oneDNN: the variance). bn_fused_bwd writes
      * dx (or adds into it, with dx_accumulate) and adds into dgamma and dbeta. gamma and beta
      * are never NULL. x and y in `dtype` (BF16 only with act16; dy and dx are F32).

@@ -27,8 +27,10 @@ struct dpt_ctx {
     dpt_tape tape;   /* autograd.c's */
     /* dpt_checkpoint (autograd.c): inside a checkpointed function's forward (its ops are not
      * recorded; the parameters they read are collected here), and off while the trace runs
-     * (every op recorded, so that it counts them) */
-    bool ckpt_forward, ckpt_off;
+     * (every op recorded, so that it counts them); ckpt_recompute: inside a checkpointed
+     * function's second run in backward (dpt_recomputing: state such as running statistics
+     * moves once a step, in the first forward) */
+    bool ckpt_forward, ckpt_off, ckpt_recompute;
     dpt_tensor **ckpt_params;
     int ckpt_nparams, ckpt_cap;
     dpt_temps temps; /* tensor.c's: the temporaries the tape's clear frees */

@@ -111,7 +111,7 @@ static void cuda_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n,
     DPT_ASSERT(!relu_ws, "cuDNN's batch norm here fuses no ReLU (no bn_relu_ws_bytes)");
     cuda_state *s = state_of(ctx);
     bn_descriptors(ctx, n, c, hw, layout, dtype);
-    float one = 1.0f, zero = 0.0f;
+    float one = 1.0f, zero = 0.0f; /* running_mean and running_var: both NULL or neither (cuDNN's rule) */
     CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
         s->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, s->bn_x, x, s->bn_x, y, s->bn_c, gamma, beta, momentum,
         running_mean, running_var, eps, save_mean, save_invstd));

@@ -93,7 +93,7 @@ void dnnl_bn_fused_fwd(dpt_ctx *ctx, const float *x, float *y, int64_t n, int64_
             "batch normalization forward", &where);
     dnnl_block_put(ctx, &scr);
     double count = (double)(n * hw), unbias = count > 1 ? count / (count - 1) : 1.0;
-    for (int64_t ch = 0; ch < c; ch++) {
+    for (int64_t ch = 0; running_mean && ch < c; ch++) {
         running_mean[ch] = (float)((1 - momentum) * running_mean[ch] + momentum * save_mean[ch]);
         running_var[ch] = (float)((1 - momentum) * running_var[ch] + momentum * save_var[ch] * unbias);
     }

@@ -415,6 +415,109 @@ static void test_checkpoint_fn(void **state)
     }
 }
 
+/* A batch norm inside a checkpointed function runs twice a step (forward, then backward's
+ * recomputation): its running statistics move once, in the first run (PyTorch's checkpoint
+ * moves them twice), and a statistics hook (the deterministic mode's ghost batch norm) hears
+ * the batch once. Against the plain forward: every gradient and both running statistics bit
+ * for bit; against float64: running mean = momentum * batch mean, running variance =
+ * (1 - momentum) + momentum * the batch's unbiased variance. For the oneDNN kernels (batch
+ * norm + ReLU fused, statistics in the backend) and the native ones (statistics on the host),
+ * with and without a hook, checkpointed alone and nested. */
+typedef struct ck_bn {
+    dpt_batchnorm *bn;
+    dpt_linear *fc;
+} ck_bn;
+
+static int ck_bn_heard;
+
+static void ck_bn_hook(dpt_batchnorm *layer, const double *mean, const double *var, int64_t c, void *user)
+{
+    (void)mean, (void)var, (void)c, (void)user;
+    ck_bn_heard++;
+    dpt_batchnorm_apply_stats(layer, (float[]){0, 0, 0}, (float[]){0, 0, 0}); /* moves: visible if twice */
+}
+
+static dpt_tensor *ck_bn_fn(dpt_ctx *ctx, dpt_tensor *x, void *user)
+{
+    return dpt_batchnorm_relu_forward(ctx, ((ck_bn *)user)->bn, x, true);
+}
+
+static dpt_tensor *ck_bn_nested(dpt_ctx *ctx, dpt_tensor *x, void *user)
+{
+    return dpt_scale(ctx, dpt_checkpoint(ctx, ck_bn_fn, x, user), 1.0f);
+}
+
+static void test_checkpoint_batchnorm(void **state)
+{
+    (void)state;
+    enum { N = 4, C = 3, HW = 16 };
+    const float momentum = 0.25f;
+    for (int kernels = 0; kernels < 2; kernels++) {
+        test_variant(kernels ? 2 : 0); /* oneDNN, native */
+        for (int hooked = 0; hooked < 2; hooked++) {
+            float want[6][10 * C * HW], want_stats[2 * C]; /* the largest gradient: fc's weight */
+            for (int mode = 0; mode < 3; mode++) { /* plain, checkpointed, nested */
+                dpt_ctx *ctx = test_ctx(1, 11);
+                dpt_model *m = dpt_model_new(ctx, "bnnet", NULL);
+                ck_bn net = {dpt_batchnorm_new(m, "bn", &(dpt_shape3){C, 4, 4}, momentum, 1e-5f, true, false),
+                             dpt_linear_new(m, "fc", C * HW, 10, true)};
+                ck_bn_heard = 0;
+                if (hooked) dpt_set_bn_stats_hook(ctx, ck_bn_hook, NULL);
+                dpt_rng rng;
+                dpt_rng_seed(&rng, 5);
+                dpt_tensor *x = test_input(ctx, &rng, 4, (int64_t[]){N, C, 4, 4}, -1, 2);
+                int32_t labels[N] = {0, 3, 7, 9};
+                dpt_tensor *h = mode == 0 ? ck_bn_fn(ctx, x, &net)
+                              : dpt_checkpoint(ctx, mode == 1 ? ck_bn_fn : ck_bn_nested, x, &net);
+                dpt_tensor *loss = dpt_cross_entropy(ctx, dpt_linear_forward(ctx, net.fc, dpt_flatten(ctx, h)),
+                                                     labels, 0.0f);
+                dpt_backward(ctx, loss);
+                assert_int_equal(ck_bn_heard, hooked);
+                float got[sizeof want[0] / sizeof(float)], stats[2 * C];
+                const dpt_tensor *g[6] = {dpt_tensor_grad(x)};
+                for (int i = 0; i < dpt_model_num_params(m); i++)
+                    g[1 + i] = dpt_tensor_grad(dpt_model_param_at(m, i));
+                for (int i = 0; i < 1 + dpt_model_num_params(m); i++) {
+                    assert_non_null(g[i]);
+                    size_t bytes = (size_t)dpt_tensor_numel(g[i]) * sizeof(float);
+                    dpt_tensor_copy_to_host(g[i], got);
+                    if (mode == 0)
+                        memcpy(want[i], got, bytes);
+                    else if (memcmp(want[i], got, bytes) != 0)
+                        fail_msg("%s, hook %d, mode %d: gradient %d differs from the plain forward's",
+                                 test_kernels_name(), hooked, mode, i);
+                }
+                dpt_tensor_copy_to_host(dpt_model_buffer_at(m, 0), stats);
+                dpt_tensor_copy_to_host(dpt_model_buffer_at(m, 1), stats + C);
+                if (mode == 0) {
+                    memcpy(want_stats, stats, sizeof stats);
+                    for (int ch = 0; ch < C; ch++) { /* float64 reference of one move */
+                        double s = 0, ss = 0, cnt = N * HW;
+                        for (int n = 0; n < N; n++)
+                            for (int i = 0; i < HW; i++) {
+                                double v = x->data[(n * C + ch) * HW + i];
+                                s += v, ss += v * v;
+                            }
+                        double mean = s / cnt, var = (ss - s * mean) / (cnt - 1);
+                        double rm = hooked ? 0 : momentum * mean;
+                        double rv = hooked ? (1 - momentum) : (1 - momentum) + momentum * var;
+                        assert_float_equal(stats[ch], rm, 1e-6 + 1e-5 * fabs(rm));
+                        assert_float_equal(stats[C + ch], rv, 1e-5 * rv);
+                    }
+                } else if (memcmp(want_stats, stats, sizeof stats) != 0) {
+                    fail_msg("%s, hook %d, mode %d: running statistics %g %g, the plain forward's %g %g",
+                             test_kernels_name(), hooked, mode, stats[0], stats[C], want_stats[0], want_stats[C]);
+                }
+                dpt_tape_clear(ctx);
+                dpt_tensor_free(x);
+                dpt_model_free(m);
+                dpt_ctx_free(ctx);
+            }
+        }
+    }
+    test_variant(-1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -426,6 +529,7 @@ int main(void)
         cmocka_unit_test(test_relu_in_place),
         cmocka_unit_test(test_tape_release),
         cmocka_unit_test(test_checkpoint_fn),
+        cmocka_unit_test(test_checkpoint_batchnorm),
         cmocka_unit_test(test_alloc_bins),
         cmocka_unit_test(test_alloc_limit),
     };
