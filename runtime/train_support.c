@@ -755,21 +755,29 @@ void install_signal_handlers(void)
 }
 
 /* A signal may reach the ranks at different steps: they agree (one tiny AllReduce per step)
- * so that all stop after the same step and the checkpoint is consistent. */
+ * so that all stop after the same step and the checkpoint is consistent. What they agree on
+ * is how many ranks have each of the three, so every rank names the same one: the one most
+ * ranks got (a tie: SIGINT, then SIGTERM, then SIGUSR1), even on a rank it has not reached
+ * yet (rank 0, which says it, is often one of those when mpirun forwards it). */
 bool signal_agreed(const replica *r, int *signal_seen)
 {
-    double sig = (double)pending_signal;
+    static const int kinds[3] = {SIGINT, SIGTERM, SIGUSR1};
+    int mine = pending_signal, sig = mine;
     if (r->comm && r->size > 1) {
-        double mine = sig;
-        dpt_comm_allreduce_f64(r->comm, &sig, 1, "signal agreement (once per step)");
-        if (sig > 0) sig = mine > 0 ? mine : SIGTERM; /* this rank's own, if it got one */
+        double got[3];
+        for (int k = 0; k < 3; k++)
+            got[k] = mine == kinds[k];
+        dpt_comm_allreduce_f64(r->comm, got, 3, "signal agreement (once per step)");
+        sig = 0;
+        for (int k = 0, most = 0; k < 3; k++)
+            if (got[k] > most) most = (int)got[k], sig = kinds[k];
     }
     if (sig > 0 && r->rank == 0) {
         fprintf(stderr, "\nreceived %s: finishing this step and writing a checkpoint (a second one stops at once, "
                         "without it)\n",
-                signal_name((int)sig));
+                signal_name(sig));
     }
-    *signal_seen = (int)sig;
+    *signal_seen = sig;
     return sig > 0;
 }
 

@@ -188,6 +188,25 @@ else
     bad "SIGUSR1 to mpirun: exit $rc"; tail -5 "$work/usr.log"
 fi
 
+# a signal that reaches one rank only (sent to it, or forwarded to rank 1 first): both stop after
+# the same step with one checkpoint, exit 0, and rank 0 names the signal the other rank got (it
+# once said SIGTERM for any signal it had not received itself)
+common3="configs/fmnist_mlp.ini --set train.threads=1 --set train.epochs=50 --set log.interval=20
+    --set checkpoint.every_epochs=0 --set checkpoint.dir=$work/ck1 --set checkpoint.keep_last=0"
+$MPIRUN -np 2 ./train $common3 > "$work/one.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do grep -q "step.*img/s" "$work/one.log" && break; sleep 0.1; done
+rank1=""
+for p in $(pgrep -P $pid); do tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && rank1=$p; done
+[ -n "$rank1" ] && kill -USR1 "$rank1"
+wait $pid; rc=$?
+if [ -n "$rank1" ] && [ $rc -eq 0 ] && grep -q "^received SIGUSR1: finishing this step" "$work/one.log" &&
+    grep -q "stopped by signal 10 after step" "$work/one.log" && [ "$(ls "$work/ck1" | grep -c 'ckpt-step.*dpt$')" = 1 ]; then
+    ok "SIGUSR1 to rank 1 alone: both ranks stop $(grep -o 'after step [0-9]*' "$work/one.log"), one checkpoint, exit 0, rank 0 names SIGUSR1"
+else
+    bad "SIGUSR1 to rank 1 alone (pid '$rank1'): exit $rc: $(grep -v '^epoch' "$work/one.log" | tail -4)"
+fi
+
 # ---- global_batch and another world size
 g="configs/fmnist_mlp.ini --set train.epochs=1 --set train.threads=1 --set data.train_limit=3200
    --set data.test_limit=1000 --set log.interval=1000 --set optim.name=sgd --set optim.lr=0.05
