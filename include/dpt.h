@@ -1205,18 +1205,21 @@ typedef struct dpt_model_impl {
 /* A file written beside OUT under an unpredictable name (mkstemp: never through a planted
  * link), put in OUT's place only when whole (flushed, fsync'ed, renamed, the folder fsync'ed);
  * write to a.f between the two calls; dpt_atomic_file_close with ok false (or a write error
- * on a.f) removes it. Any path length the system accepts. */
+ * on a.f) removes it. Any path length the system accepts. Refused, naming OUT: a link, a
+ * folder, a device or another user's file at OUT, or a file this run reads (its config, a
+ * checkpoint it loaded). */
 typedef struct dpt_atomic_file {
     FILE *f;
     char *tmp, *out; /* the temporary's path, the destination's (for messages) */
     int dir;         /* the folder, opened once: creation, rename and fsync all relative to it */
     char *tmp_name;  /* the temporary's name in that folder */
+    bool replaces_checkpoints; /* a checkpoint of the run: it may replace one the run loaded */
 } dpt_atomic_file;
 bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err);
 bool dpt_atomic_file_close(dpt_atomic_file *a, bool ok, dpt_error *err);
 /* A file written as it goes (metrics, timelines), created or truncated safely: a symbolic
- * link, a FIFO, a device, a hard link or another user's file at path is refused (err names
- * what, the path and the config key to change); never blocks. */
+ * link, a FIFO, a device, a hard link, another user's file or a file this run reads at path
+ * is refused (err names what, the path and the config key to change); never blocks. */
 FILE *dpt_stream_file_open(const char *path, const char *what, const char *key, dpt_error *err);
 /* Make an image classifier trainable as [model] name = NAME by dpt_train_main (and ./train's
  * code path): mpirun, DataParallel, checkpoints, schedules, logs, --expect. The short form of

@@ -7,6 +7,7 @@
  * image-folder caches. Paths are measured, never cut to a buffer. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,15 +58,64 @@ static const char *base_name(const char *path)
     return slash ? slash + 1 : path;
 }
 
+/* The files this process read (dpt_input_note): by device and inode, so that another path to
+ * one of them (./x.ini, a hard link) is the same file. A handful: the config, the checkpoints
+ * loaded. */
+typedef struct input_file {
+    dev_t dev;
+    ino_t ino;
+    bool checkpoint;
+    char *what;
+} input_file;
+static input_file *inputs;
+static int ninputs;
+static pthread_mutex_t inputs_lock = PTHREAD_MUTEX_INITIALIZER; /* DataParallel's replicas load too */
+
+void dpt_input_note(const char *path, const char *what, bool checkpoint)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return;
+    pthread_mutex_lock(&inputs_lock);
+    bool known = false;
+    for (int i = 0; i < ninputs && !known; i++)
+        known = inputs[i].dev == st.st_dev && inputs[i].ino == st.st_ino;
+    if (!known) {
+        input_file *more = realloc(inputs, (size_t)(ninputs + 1) * sizeof *inputs);
+        if (!more) dpt_fatal("out of host memory");
+        inputs = more;
+        inputs[ninputs++] = (input_file){st.st_dev, st.st_ino, checkpoint, dpt_strf("%s %s", what, path)};
+    }
+    pthread_mutex_unlock(&inputs_lock);
+}
+
+/* What the file st describes is among the inputs a writer may not replace ("the config file
+ * x.ini"), or NULL. */
+static const char *input_at(const struct stat *st, bool replaces_checkpoints)
+{
+    const char *what = NULL;
+    pthread_mutex_lock(&inputs_lock);
+    for (int i = 0; i < ninputs && !what; i++)
+        if (inputs[i].dev == st->st_dev && inputs[i].ino == st->st_ino &&
+            !(inputs[i].checkpoint && replaces_checkpoints))
+            what = inputs[i].what;
+    pthread_mutex_unlock(&inputs_lock);
+    return what;
+}
+
 /* Whether dptrain may put its file at out's name in the folder `dir`: the name is free or holds
  * this user's regular file. Refused, naming out: a symbolic link (planted in a shared folder;
  * renaming over it would be harmless, but a run that finds one is told, not quietly mended), a
- * folder, a FIFO or a device, or another user's file. */
-static bool destination_ok(int dir, const char *out, dpt_error *err)
+ * folder, a FIFO or a device, another user's file, or a file this run reads (an export or
+ * predictions given the checkpoint's own path would replace the weights it came from). */
+static bool destination_ok(int dir, const char *out, bool replaces_checkpoints, dpt_error *err)
 {
     struct stat st;
     if (fstatat(dir, base_name(out), &st, AT_SYMLINK_NOFOLLOW) != 0)
         return true; /* nothing there (or unreadable: the rename says) */
+    const char *input = S_ISREG(st.st_mode) ? input_at(&st, replaces_checkpoints) : NULL;
+    if (input)
+        return dpt_errorf(err, "cannot write %s: it is %s, which this run reads\nHINT: choose another path", out,
+                          input);
     char owner[64];
     const char *problem = NULL;
     if (S_ISLNK(st.st_mode))
@@ -83,7 +133,7 @@ static bool destination_ok(int dir, const char *out, dpt_error *err)
            dpt_errorf(err, "cannot write %s: %s\nHINT: remove it if it is yours, or choose another path", out, problem);
 }
 
-bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err)
+static bool atomic_open(dpt_atomic_file *a, const char *out, bool replaces_checkpoints, dpt_error *err)
 {
     memset(a, 0, sizeof *a);
     a->dir = -1;
@@ -98,7 +148,7 @@ bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err)
      * while the file is written does not redirect it. */
     a->dir = open(*dir ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int fd = -1, e = a->dir < 0 ? errno : 0;
-    if (a->dir >= 0 && !destination_ok(a->dir, out, err)) { /* refused before anything is written */
+    if (a->dir >= 0 && !destination_ok(a->dir, out, replaces_checkpoints, err)) { /* refused before anything is written */
         close(a->dir);
         free(dir);
         memset(a, 0, sizeof *a);
@@ -124,8 +174,19 @@ bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err)
     if (!a->f) dpt_fatal("out of host memory");
     a->tmp = dpt_strf("%s/%s", dir, a->tmp_name);
     a->out = dpt_strf("%s", out);
+    a->replaces_checkpoints = replaces_checkpoints;
     free(dir);
     return true;
+}
+
+bool dpt_atomic_file_open(dpt_atomic_file *a, const char *out, dpt_error *err)
+{
+    return atomic_open(a, out, false, err);
+}
+
+bool dpt_atomic_checkpoint_open(dpt_atomic_file *a, const char *out, dpt_error *err)
+{
+    return atomic_open(a, out, true, err);
 }
 
 bool dpt_atomic_file_close(dpt_atomic_file *a, bool ok, dpt_error *err)
@@ -136,7 +197,7 @@ bool dpt_atomic_file_close(dpt_atomic_file *a, bool ok, dpt_error *err)
         ok = dpt_errorf(err, "cannot flush %s: %s\nHINT: is the disk full?", a->tmp, strerror(errno));
     if (ok && fchmod(fileno(a->f), 0644) != 0) ok = dpt_errorf(err, "cannot chmod %s: %s", a->tmp, strerror(errno));
     if (fclose(a->f) != 0 && ok) ok = dpt_errorf(err, "cannot close %s: %s", a->tmp, strerror(errno));
-    if (ok) ok = destination_ok(a->dir, a->out, err); /* or one appeared while the file was written */
+    if (ok) ok = destination_ok(a->dir, a->out, a->replaces_checkpoints, err); /* or one appeared meanwhile */
     if (ok && renameat(a->dir, a->tmp_name, a->dir, base_name(a->out)) != 0)
         ok = dpt_errorf(err, "cannot rename %s to %s: %s", a->tmp, a->out, strerror(errno));
     if (!ok) unlinkat(a->dir, a->tmp_name, 0);
@@ -177,11 +238,15 @@ FILE *dpt_stream_file_open(const char *path, const char *what, const char *key, 
     else if (!S_ISREG(st.st_mode)) why = "it is not a regular file (a FIFO, a device or a socket)";
     else if (st.st_nlink > 1) why = "it has another name (a hard link): writing it would change that file too";
     else if (st.st_uid != geteuid()) why = "it belongs to another user";
+    const char *input = why ? NULL : input_at(&st, false);
+    char *is_input = input ? dpt_strf("it is %s, which this run reads", input) : NULL;
+    if (is_input) why = is_input;
     if (!why && (fcntl(fd, F_SETFL, 0) != 0 || ftruncate(fd, 0) != 0)) why = strerror(errno);
     if (why) {
         close(fd);
-        dpt_errorf(err, "cannot write %s %s: %s\nHINT: remove it or choose another path with %s", what, path, why,
-                   key);
+        dpt_errorf(err, "cannot write %s %s: %s\nHINT: %s another path with %s", what, path, why,
+                   is_input ? "choose" : "remove it or choose", key);
+        free(is_input);
         return NULL;
     }
     FILE *f = fdopen(fd, "w");

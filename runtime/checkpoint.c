@@ -153,7 +153,7 @@ static bool save_file(const char *path, const dpt_model *model, dpt_optim *optim
  * error says it was a checkpoint. */
 static bool open_file(dpt_atomic_file *af, const char *path, dpt_error *err)
 {
-    return dpt_atomic_file_open(af, path, err) || dpt_error_prefix(err, "checkpoint: ");
+    return dpt_atomic_checkpoint_open(af, path, err) || dpt_error_prefix(err, "checkpoint: ");
 }
 
 bool dpt_checkpoint_save(const char *path, const dpt_model *model, dpt_optim *optim, const dpt_ctx *ctx,
@@ -549,6 +549,7 @@ static uint8_t *read_whole_file(const char *path, size_t *size, dpt_error *err)
         return NULL;
     }
     *size = done;
+    dpt_input_note(path, "the checkpoint", true); /* an export or predictions must not replace it */
     return buf;
 }
 

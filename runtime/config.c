@@ -221,6 +221,7 @@ dpt_config *dpt_config_load(const char *path, dpt_error *err)
     if (!f) dpt_fatal("fdopen of %s failed: %s", path, strerror(errno));
     dpt_config *cfg = parse_stream(f, path, err);
     fclose(f);
+    if (cfg) dpt_input_note(path, "the config file", false); /* no report or metrics file may replace it */
     return cfg;
 }
 

@@ -38,6 +38,14 @@ void dpt_printable(char *s);
 /* A formatted string in memory of its own size (free it); never cut to a buffer. */
 char *dpt_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A file this process has read, that no file it writes may replace or truncate
+ * (atomic_file.c: dpt_atomic_file_open and dpt_stream_file_open refuse it, naming `what`,
+ * e.g. "the config file"; the same file under another path or name counts). checkpoint:
+ * a checkpoint the run loaded, which a newer checkpoint of the run may replace
+ * (dpt_atomic_checkpoint_open: best.dpt after --resume best.dpt); nothing else may. */
+void dpt_input_note(const char *path, const char *what, bool checkpoint);
+bool dpt_atomic_checkpoint_open(dpt_atomic_file *a, const char *out, dpt_error *err);
+
 /* Called with the message of dpt_abort_job, dpt_library_failed_at or dpt_fatal, after it is
  * printed and before the process ends (./train --junit writes its report there). */
 void dpt_set_last_words_hook(void (*fn)(const char *message));
