@@ -1,6 +1,8 @@
 /* train_main.c: dpt_train_main, the program ./train is: the command line, the config (read
  * and typed once), the world (mpirun) or DataParallel's replica threads, and after the run
  * the expectations a CI smoke test states (--expect, [expect], --junit). */
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -707,15 +709,17 @@ static int parse_cli(int argc, char **argv, cli *args)
                 args->temperature = strtof(v, &end);
                 bad = *end || !(args->temperature >= 0.0f && args->temperature <= 100.0f);
             } else if (!strcmp(flag, "--top-k")) {
-                args->top_k = (int)strtol(v, &end, 10);
-                bad = *end || args->top_k < 0;
+                long k = strtol(v, &end, 10); /* 4294967301 is no 5 */
+                bad = *end || k < 0 || k > INT_MAX;
+                args->top_k = bad ? 0 : (int)k;
             } else {
+                errno = 0; /* strtoull takes "-1" as 2^64 - 1 and clamps what overflows */
                 args->sample_seed = strtoull(v, &end, 10);
-                bad = *end != '\0';
+                bad = *end != '\0' || errno == ERANGE || strchr(v, '-');
             }
             if (bad) {
                 fprintf(stderr, "error: %s %s: not a valid value\nHINT: --tokens 1..1000000, --temperature 0..100, "
-                                "--top-k 0 or more, --seed an integer\n", flag, v);
+                                "--top-k 0 or more, --seed an integer from 0 to 2^64 - 1\n", flag, v);
                 return 2;
             }
         } else if (!strcmp(a, "--no-kv-cache")) {

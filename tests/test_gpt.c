@@ -636,6 +636,12 @@ static void test_trains_on_text(void **state)
     rc = run_capture(c, sizeof c, "%s --tokens 0 2>&1", base);
     assert_int_equal(rc, 2);
     assert_non_null(strstr(c, "--tokens 0: not a valid value"));
+    /* numbers C's parsers would bend: -1 as 2^64 - 1, an overflow clamped, 2^32 + 5 cut to 5 */
+    const char *bent[] = {"--seed -1", "--seed 99999999999999999999999", "--top-k 4294967301"};
+    for (int i = 0; i < 3; i++) {
+        rc = run_capture(c, sizeof c, "%s %s 2>&1", base, bent[i]);
+        if (rc != 2 || !strstr(c, "not a valid value")) fail_msg("%s: exit %d: %s", bent[i], rc, c);
+    }
     rc = run_capture(c, sizeof c, "./train configs/fmnist_mlp.ini --sample /tmp/dpt_gpt_ck/ckpt-step00000150.dpt 2>&1");
     assert_int_equal(rc, 1);
 }
