@@ -550,7 +550,9 @@ uint64_t dpt_config_hash(const dpt_config *cfg)
     /* Keys in name order, so the hash depends on the values alone, not on the order in which
      * registrations declared them. A key at its default is left out, so a release that adds a
      * key (at a default that keeps the old behaviour) does not change every config's hash and
-     * make resuming an older checkpoint warn that the run is not an exact continuation. */
+     * make resuming an older checkpoint warn that the run is not an exact continuation. Nor a
+     * key of another model (a file's, when --set chose this one): no one reads it, and the
+     * printed config, which leaves it out, must hash the same when read back. */
     int *order = malloc((size_t)cfg->nkeys * sizeof *order + 1);
     if (!order) dpt_fatal("out of host memory hashing a config");
     for (int k = 0; k < cfg->nkeys; k++)
@@ -559,7 +561,9 @@ uint64_t dpt_config_hash(const dpt_config *cfg)
     uint64_t h = DPT_HASH_SEED;
     for (int i = 0; i < cfg->nkeys; i++) {
         int k = order[i];
-        if ((decl(k)->flags & DPT_KEY_NOT_HASHED) || !strcmp(cfg->values[k].raw, decl(k)->def)) continue;
+        if ((decl(k)->flags & DPT_KEY_NOT_HASHED) || !strcmp(cfg->values[k].raw, decl(k)->def) ||
+            other_models_key(cfg, k))
+            continue;
         const char *parts[3] = {decl(k)->section, decl(k)->key, cfg->values[k].raw};
         for (int p = 0; p < 3; p++) {
             h = dpt_hash_bytes(h, parts[p], strlen(parts[p]));
