@@ -43,6 +43,7 @@ dpt_dataset *dpt_cifar_load(const char *const *paths, int npaths, dpt_error *err
             return NULL;
         }
         sizes[i] = (int64_t)st.st_size;
+        dpt_input_note(paths[i], "the CIFAR file", false);
         fclose(f);
         if (sizes[i] <= 0 || sizes[i] % CIFAR_RECORD) {
             dpt_errorf(err,

@@ -155,6 +155,7 @@ static bool idx_read(const char *path, int want_ndim, idx_file *out, dpt_error *
         goto free_data;
     }
     ok = true;
+    dpt_input_note(path, "the data file", false);
     goto close;
 free_data:
     free(out->data);

@@ -126,6 +126,7 @@ static bool map_shard(const char *path, int64_t seq_len, int64_t vocab, shard *o
                               path, (long long)i, bad, (long long)vocab);
         }
     *out = (shard){.tokens = t, .ntok = ntok, .map = map, .map_len = (size_t)st.st_size};
+    dpt_input_note(path, "the token shard", false); /* mapped: truncating it would fault the reader */
     return true;
 }
 
@@ -284,6 +285,7 @@ bool dpt_tokens_open_input(const char *path, const dpt_dataset *like, dpt_datase
     ds->source = s;
     ds->free_source = input_free;
     *out = ds;
+    dpt_input_note(path, "the --input file", false);
     return true;
 }
 

@@ -59,45 +59,49 @@ static const char *base_name(const char *path)
 }
 
 /* The files this process read (dpt_input_note): by device and inode, so that another path to
- * one of them (./x.ini, a hard link) is the same file. A handful: the config, the checkpoints
- * loaded. */
+ * one of them (./x.ini, a hard link) is the same file. A run's are a few dozen (the config, the
+ * checkpoints loaded, the data and token files); up to MAX_INPUTS are kept in a fixed hash table
+ * (open addressing, twice as many slots): no allocation and a lookup of a probe or two, so a
+ * process that reads without end (a fuzzer's millions of inputs) stays small and fast. */
+enum { MAX_INPUTS = 4096, INPUT_SLOTS = 2 * MAX_INPUTS };
 typedef struct input_file {
     dev_t dev;
     ino_t ino;
-    bool checkpoint;
-    char *what;
+    bool used, checkpoint;
+    const char *what; /* a literal: "the config file" */
 } input_file;
-static input_file *inputs;
+static input_file inputs[INPUT_SLOTS];
 static int ninputs;
 static pthread_mutex_t inputs_lock = PTHREAD_MUTEX_INITIALIZER; /* DataParallel's replicas load too */
+
+/* The slot of (dev, ino): its entry, or the empty slot where it would go. */
+static input_file *input_slot(dev_t dev, ino_t ino)
+{
+    uint64_t h = ((uint64_t)dev * 0x9e3779b97f4a7c15u) ^ ((uint64_t)ino * 0xc2b2ae3d27d4eb4fu);
+    for (size_t i = (size_t)(h >> 32) % INPUT_SLOTS;; i = (i + 1) % INPUT_SLOTS)
+        if (!inputs[i].used || (inputs[i].dev == dev && inputs[i].ino == ino)) return &inputs[i];
+}
 
 void dpt_input_note(const char *path, const char *what, bool checkpoint)
 {
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return;
     pthread_mutex_lock(&inputs_lock);
-    bool known = false;
-    for (int i = 0; i < ninputs && !known; i++)
-        known = inputs[i].dev == st.st_dev && inputs[i].ino == st.st_ino;
-    if (!known) {
-        input_file *more = realloc(inputs, (size_t)(ninputs + 1) * sizeof *inputs);
-        if (!more) dpt_fatal("out of host memory");
-        inputs = more;
-        inputs[ninputs++] = (input_file){st.st_dev, st.st_ino, checkpoint, dpt_strf("%s %s", what, path)};
+    input_file *slot = input_slot(st.st_dev, st.st_ino);
+    if (!slot->used && ninputs < MAX_INPUTS) {
+        *slot = (input_file){st.st_dev, st.st_ino, true, checkpoint, what};
+        ninputs++;
     }
     pthread_mutex_unlock(&inputs_lock);
 }
 
-/* What the file st describes is among the inputs a writer may not replace ("the config file
- * x.ini"), or NULL. */
+/* What the file st describes is among the inputs a writer may not replace ("the config
+ * file"), or NULL. */
 static const char *input_at(const struct stat *st, bool replaces_checkpoints)
 {
-    const char *what = NULL;
     pthread_mutex_lock(&inputs_lock);
-    for (int i = 0; i < ninputs && !what; i++)
-        if (inputs[i].dev == st->st_dev && inputs[i].ino == st->st_ino &&
-            !(inputs[i].checkpoint && replaces_checkpoints))
-            what = inputs[i].what;
+    const input_file *slot = input_slot(st->st_dev, st->st_ino);
+    const char *what = slot->used && !(slot->checkpoint && replaces_checkpoints) ? slot->what : NULL;
     pthread_mutex_unlock(&inputs_lock);
     return what;
 }
@@ -114,8 +118,8 @@ static bool destination_ok(int dir, const char *out, bool replaces_checkpoints, 
         return true; /* nothing there (or unreadable: the rename says) */
     const char *input = S_ISREG(st.st_mode) ? input_at(&st, replaces_checkpoints) : NULL;
     if (input)
-        return dpt_errorf(err, "cannot write %s: it is %s, which this run reads\nHINT: choose another path", out,
-                          input);
+        return dpt_errorf(err, "cannot write %s: it is %s this run reads (the same file, by this name or another)"
+                               "\nHINT: choose another path", out, input);
     char owner[64];
     const char *problem = NULL;
     if (S_ISLNK(st.st_mode))
@@ -239,7 +243,7 @@ FILE *dpt_stream_file_open(const char *path, const char *what, const char *key, 
     else if (st.st_nlink > 1) why = "it has another name (a hard link): writing it would change that file too";
     else if (st.st_uid != geteuid()) why = "it belongs to another user";
     const char *input = why ? NULL : input_at(&st, false);
-    char *is_input = input ? dpt_strf("it is %s, which this run reads", input) : NULL;
+    char *is_input = input ? dpt_strf("it is %s this run reads (the same file, by this name or another)", input) : NULL;
     if (is_input) why = is_input;
     if (!why && (fcntl(fd, F_SETFL, 0) != 0 || ftruncate(fd, 0) != 0)) why = strerror(errno);
     if (why) {

@@ -39,8 +39,8 @@ void dpt_printable(char *s);
 char *dpt_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* A file this process has read, that no file it writes may replace or truncate
- * (atomic_file.c: dpt_atomic_file_open and dpt_stream_file_open refuse it, naming `what`,
- * e.g. "the config file"; the same file under another path or name counts). checkpoint:
+ * (atomic_file.c: dpt_atomic_file_open and dpt_stream_file_open refuse it, naming `what`, a
+ * literal such as "the config file"; the same file under another path or name counts). checkpoint:
  * a checkpoint the run loaded, which a newer checkpoint of the run may replace
  * (dpt_atomic_checkpoint_open: best.dpt after --resume best.dpt); nothing else may. */
 void dpt_input_note(const char *path, const char *what, bool checkpoint);

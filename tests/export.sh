@@ -134,8 +134,8 @@ check "a machine too small for training at batch 2000 (more than the 379 samples
 check "an unwritable destination: named" $([ $? = 1 ] && grep -q "cannot write /nonexistent/w.npz" "$tmp/e7.log"; echo $?) \
     "$(cat "$tmp/e7.log")"
 # A file the run reads is never replaced by one it writes: an export or predictions given the
-# checkpoint's own path (or another path to it: a hard link), a JUnit report or a metrics file
-# given the config's. Each refused naming the file and what it is; both files unchanged. A newer
+# checkpoint's own path (or another path to it: a hard link) or the --input file's, a JUnit
+# report or a metrics file given the config's. Each refused naming the file and what it is; both files unchanged. A newer
 # best.dpt of the run still replaces the one it resumed from.
 cp configs/gpt_fortunes.ini "$tmp/own.ini"
 cp "$ck" "$tmp/keep.dpt" && ln "$tmp/keep.dpt" "$tmp/keep-link.dpt"
@@ -143,19 +143,23 @@ own=("$tmp/own.ini" "${gpt[@]:1}")
 before=$(sha256sum "$tmp/keep.dpt" "$tmp/own.ini")
 bad=""
 ./train --export safetensors "$tmp/keep.dpt" "$tmp/keep.dpt" > "$tmp/s1.log" 2>&1
-[ $? = 1 ] && grep -q "cannot write $tmp/keep.dpt: it is the checkpoint $tmp/keep.dpt, which this run reads" "$tmp/s1.log" ||
+[ $? = 1 ] && grep -q "cannot write $tmp/keep.dpt: it is the checkpoint this run reads" "$tmp/s1.log" ||
     bad="$bad export: $(head -2 "$tmp/s1.log");"
 ./train --export npz "$tmp/keep.dpt" "$tmp/keep-link.dpt" > "$tmp/s2.log" 2>&1
-[ $? = 1 ] && grep -q "cannot write $tmp/keep-link.dpt: it is the checkpoint $tmp/keep.dpt" "$tmp/s2.log" ||
+[ $? = 1 ] && grep -q "cannot write $tmp/keep-link.dpt: it is the checkpoint this run reads (the same file, by this name or another)" "$tmp/s2.log" ||
     bad="$bad export to a hard link: $(head -2 "$tmp/s2.log");"
 ./train "${own[@]}" --predict "$tmp/keep.dpt" --out "$tmp/keep.dpt" > "$tmp/s3.log" 2>&1
-[ $? = 1 ] && grep -q "it is the checkpoint $tmp/keep.dpt, which this run reads" "$tmp/s3.log" ||
+[ $? = 1 ] && grep -q "cannot write $tmp/keep.dpt: it is the checkpoint this run reads" "$tmp/s3.log" ||
     bad="$bad predict: $(tail -2 "$tmp/s3.log");"
+cp "$tmp/text.txt" "$tmp/in.txt"
+./train "${own[@]}" --predict "$tmp/keep.dpt" --input "$tmp/in.txt" --out "$tmp/in.txt" > "$tmp/s7.log" 2>&1
+[ $? = 1 ] && grep -q "cannot write $tmp/in.txt: it is the --input file this run reads" "$tmp/s7.log" &&
+    cmp -s "$tmp/text.txt" "$tmp/in.txt" || bad="$bad predictions onto --input: $(tail -2 "$tmp/s7.log");"
 ./train "${own[@]}" --set checkpoint.dir="$tmp/ck4" --junit "$tmp/./own.ini" > "$tmp/s4.log" 2>&1
-[ $? = 1 ] && grep -q "cannot write $tmp/./own.ini: it is the config file $tmp/own.ini, which this run reads" "$tmp/s4.log" ||
+[ $? = 1 ] && grep -q "cannot write $tmp/./own.ini: it is the config file this run reads" "$tmp/s4.log" ||
     bad="$bad junit: $(tail -2 "$tmp/s4.log");"
 ./train "${own[@]}" --set checkpoint.dir="$tmp/ck5" --set log.metrics="$tmp/own.ini" > "$tmp/s5.log" 2>&1
-[ $? = 1 ] && grep -q "cannot write the metrics file $tmp/own.ini: it is the config file" "$tmp/s5.log" ||
+[ $? = 1 ] && grep -q "cannot write the metrics file $tmp/own.ini: it is the config file this run reads" "$tmp/s5.log" ||
     bad="$bad metrics: $(tail -2 "$tmp/s5.log");"
 [ "$(sha256sum "$tmp/keep.dpt" "$tmp/own.ini")" = "$before" ] || bad="$bad a file changed;"
 mlp=(configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=2000 --set data.test_limit=300
@@ -165,6 +169,6 @@ mlp=(configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=2000 --
 [ $? = 0 ] && grep -q "^best so far: $tmp/ck6/best.dpt (epoch [23])" "$tmp/s6.log" ||
     bad="$bad resume from best.dpt: $(grep -v '^epoch' "$tmp/s6.log" | tail -3);"
 [ -z "$bad" ]
-check "the checkpoint read and the config never replaced by an export, predictions (also through a hard link), JUnit or metrics; a resume from best.dpt still runs" $? "$bad"
+check "the checkpoint, the --input file and the config never replaced by an export, predictions (also through a hard link), JUnit or metrics; a resume from best.dpt still runs" $? "$bad"
 
 exit $failed
