@@ -237,14 +237,14 @@ FILE *dpt_stream_file_open(const char *path, const char *what, const char *key, 
         return NULL;
     }
     struct stat st;
-    const char *why = NULL;
+    const char *why = NULL, *input = NULL;
+    char *is_input = NULL; /* the most telling reason first: a file this run reads */
     if (fstat(fd, &st) != 0) why = strerror(errno);
     else if (!S_ISREG(st.st_mode)) why = "it is not a regular file (a FIFO, a device or a socket)";
+    else if ((input = input_at(&st, false)))
+        why = is_input = dpt_strf("it is %s this run reads (the same file, by this name or another)", input);
     else if (st.st_nlink > 1) why = "it has another name (a hard link): writing it would change that file too";
     else if (st.st_uid != geteuid()) why = "it belongs to another user";
-    const char *input = why ? NULL : input_at(&st, false);
-    char *is_input = input ? dpt_strf("it is %s this run reads (the same file, by this name or another)", input) : NULL;
-    if (is_input) why = is_input;
     if (!why && (fcntl(fd, F_SETFL, 0) != 0 || ftruncate(fd, 0) != 0)) why = strerror(errno);
     if (why) {
         close(fd);

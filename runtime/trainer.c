@@ -420,11 +420,12 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     guard_memory(t, false);
     /* --dry-run and --summary look and write nothing ([log] metrics and timeline files included) */
     bool writes = !r->args->dry_run && !r->args->summary;
-    t->metrics = dpt_metrics_open(r->rank == 0 && writes ? run->metrics : "", err);
-    if (!t->metrics) goto fail;
     if (!open_loaders(t, err)) goto fail;
     if (r->args->export_format && !(t->exporter = exporter_for(t, err))) goto fail;
     if (r->args->resume && !resume(t, err)) goto fail;
+    /* after the files it reads (a metrics path that names one is refused, not truncated) */
+    t->metrics = dpt_metrics_open(r->rank == 0 && writes ? run->metrics : "", err);
+    if (!t->metrics) goto fail;
     /* Everything that can stop a checkpoint is checked before the first step, not at the
      * first save after hours of training. */
     if (r->rank == 0 && !look_only && !prepare_checkpoint_dir(r, true, err)) goto fail;

@@ -135,8 +135,9 @@ check "an unwritable destination: named" $([ $? = 1 ] && grep -q "cannot write /
     "$(cat "$tmp/e7.log")"
 # A file the run reads is never replaced by one it writes: an export or predictions given the
 # checkpoint's own path (or another path to it: a hard link) or the --input file's, a JUnit
-# report or a metrics file given the config's. Each refused naming the file and what it is; both files unchanged. A newer
-# best.dpt of the run still replaces the one it resumed from.
+# report or a metrics file given the config's, a metrics file given the resumed checkpoint's.
+# Each refused naming the file and what it is; the files unchanged. A newer best.dpt of the
+# run still replaces the one it resumed from.
 cp configs/gpt_fortunes.ini "$tmp/own.ini"
 cp "$ck" "$tmp/keep.dpt" && ln "$tmp/keep.dpt" "$tmp/keep-link.dpt"
 own=("$tmp/own.ini" "${gpt[@]:1}")
@@ -161,6 +162,10 @@ cp "$tmp/text.txt" "$tmp/in.txt"
 ./train "${own[@]}" --set checkpoint.dir="$tmp/ck5" --set log.metrics="$tmp/own.ini" > "$tmp/s5.log" 2>&1
 [ $? = 1 ] && grep -q "cannot write the metrics file $tmp/own.ini: it is the config file this run reads" "$tmp/s5.log" ||
     bad="$bad metrics: $(tail -2 "$tmp/s5.log");"
+cp "$ck" "$tmp/keep2.dpt" # one name only (a hard link is refused for a reason of its own)
+./train "${gpt[@]}" --set checkpoint.dir="$tmp/ck8" --resume "$tmp/keep2.dpt" --set log.metrics="$tmp/keep2.dpt" > "$tmp/s8.log" 2>&1
+[ $? = 1 ] && grep -q "cannot write the metrics file $tmp/keep2.dpt: it is the checkpoint this run reads" "$tmp/s8.log" &&
+    cmp -s "$ck" "$tmp/keep2.dpt" || bad="$bad metrics onto the resumed checkpoint: $(tail -2 "$tmp/s8.log");"
 [ "$(sha256sum "$tmp/keep.dpt" "$tmp/own.ini")" = "$before" ] || bad="$bad a file changed;"
 mlp=(configs/fmnist_mlp.ini --set train.threads=1 --set data.train_limit=2000 --set data.test_limit=300
      --set log.interval=1000 --set checkpoint.every_epochs=1 --set checkpoint.dir="$tmp/ck6")
