@@ -4,7 +4,8 @@
  * (refused, naming it, when a link, a folder, a FIFO or another user's file stands there),
  * and the rename made durable (fsync of the folder), all relative to the folder's descriptor
  * (openat, renameat): a folder swapped while the file is written does not redirect it. For checkpoints, exports, JUnit reports and the
- * image-folder caches. Paths are measured, never cut to a buffer. */
+ * image-folder caches. Neither it nor a stream file (metrics, timelines) ever replaces a file
+ * the run reads (dpt_input_note). Paths are measured, never cut to a buffer. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -96,7 +97,8 @@ void dpt_input_note(const char *path, const char *what, bool checkpoint)
 }
 
 /* What the file st describes is among the inputs a writer may not replace ("the config
- * file"), or NULL. */
+ * file"), or NULL; IS_INPUT says so in a refusal. */
+#define IS_INPUT "it is %s this run reads (the same file, by this name or another)"
 static const char *input_at(const struct stat *st, bool replaces_checkpoints)
 {
     pthread_mutex_lock(&inputs_lock);
@@ -118,8 +120,7 @@ static bool destination_ok(int dir, const char *out, bool replaces_checkpoints, 
         return true; /* nothing there (or unreadable: the rename says) */
     const char *input = S_ISREG(st.st_mode) ? input_at(&st, replaces_checkpoints) : NULL;
     if (input)
-        return dpt_errorf(err, "cannot write %s: it is %s this run reads (the same file, by this name or another)"
-                               "\nHINT: choose another path", out, input);
+        return dpt_errorf(err, "cannot write %s: " IS_INPUT "\nHINT: choose another path", out, input);
     char owner[64];
     const char *problem = NULL;
     if (S_ISLNK(st.st_mode))
@@ -242,7 +243,7 @@ FILE *dpt_stream_file_open(const char *path, const char *what, const char *key, 
     if (fstat(fd, &st) != 0) why = strerror(errno);
     else if (!S_ISREG(st.st_mode)) why = "it is not a regular file (a FIFO, a device or a socket)";
     else if ((input = input_at(&st, false)))
-        why = is_input = dpt_strf("it is %s this run reads (the same file, by this name or another)", input);
+        why = is_input = dpt_strf(IS_INPUT, input);
     else if (st.st_nlink > 1) why = "it has another name (a hard link): writing it would change that file too";
     else if (st.st_uid != geteuid()) why = "it belongs to another user";
     if (!why && (fcntl(fd, F_SETFL, 0) != 0 || ftruncate(fd, 0) != 0)) why = strerror(errno);
