@@ -98,6 +98,21 @@ if [ $rc -ne 0 ] && grep -q "00000.jpg: it is a symbolic link" <<<"$out" && [ "$
     echo "ok   make_image_folder: a link planted at an image's name refused, its target untouched"; passed=$((passed + 1))
 else echo "FAIL make_image_folder through a planted link: exit $rc, $out"; failed=$((failed + 1)); fi
 
+# make_image_folder under a folder path of 2,400 characters (it cut paths at 2,000: the images
+# went elsewhere or nowhere), and numbers atoi bent ("12x" was 12, 99999999999 overflowed)
+long="$work"
+for _ in $(seq 12); do long="$long/$(printf 'd%.0s' $(seq 200))"; done
+mkdir -p "$long"
+out=$(build/tools/make_image_folder "$long/img" --train 1 --val 1 --width 20 --height 16 --source synthetic 2>&1); rc=$?
+o1=$(build/tools/make_image_folder "$work/img2" --train 12x 2>&1); r1=$?
+o2=$(build/tools/make_image_folder "$work/img2" --width 99999999999 2>&1); r2=$?
+if [ $rc -eq 0 ] && [ -f "$long/img/train/09_ring9/00000.jpg" ] && [ -f "$long/img/val/00_ring0/00000.jpg" ] &&
+    [ $r1 -eq 2 ] && grep -q -- "--train 12x: expected a whole number from 1 to 1000000" <<<"$o1" &&
+    [ $r2 -eq 2 ] && grep -q -- "--width 99999999999: expected a whole number" <<<"$o2" && [ ! -e "$work/img2" ]; then
+    echo "ok   make_image_folder: a ${#long}-character folder path used whole; '12x' and 99999999999 refused"; passed=$((passed + 1))
+else echo "FAIL make_image_folder long path or numbers: exit $rc $r1 $r2: $out | $o1 | $o2" | cut -c1-600; failed=$((failed + 1)); fi
+rm -rf "$work/d"*
+
 # text_tokens writes its shards as dptrain writes its files: a link planted at the temporary
 # name it used to use is not written through; one planted at a shard's own name is refused, named
 # (dptrain replaces no link), and the file it points at is left as it was

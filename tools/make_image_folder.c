@@ -14,6 +14,7 @@
 
 #include "dpt.h"
 #include "data/image.h"
+#include "runtime/error.h"
 #include "runtime/rng.h"
 
 static const char *const fmnist_names[10] = {"00_tshirt", "01_trouser", "02_pullover", "03_dress", "04_coat",
@@ -32,6 +33,20 @@ static void usage(void)
             "  --png-every K every K-th image a PNG instead (default 0: none)\n"
             "  --source S    fmnist (default when the data set is installed) or synthetic\n");
     exit(2);
+}
+
+/* flag's value as a whole number in [lo, hi], or usage (atoi took "12x" as 12, "x" as 0 and
+ * overflowed on 99999999999) */
+static long long number(const char *flag, const char *v, long long lo, long long hi)
+{
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (end == v || *end || errno == ERANGE || n < lo || n > hi) {
+        fprintf(stderr, "make_image_folder: %s %s: expected a whole number from %lld to %lld\n", flag, v, lo, hi);
+        usage();
+    }
+    return n;
 }
 
 static void mkdir_or_die(const char *path)
@@ -85,30 +100,35 @@ int main(int argc, char **argv)
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) usage();
-        if (!strcmp(a, "--train")) ntrain = atoi(v);
-        else if (!strcmp(a, "--val")) nval = atoi(v);
-        else if (!strcmp(a, "--width")) W = atoi(v);
-        else if (!strcmp(a, "--height")) H = atoi(v);
-        else if (!strcmp(a, "--vary")) vary = atof(v);
-        else if (!strcmp(a, "--quality")) quality = atoi(v);
-        else if (!strcmp(a, "--png-every")) png_every = atoi(v);
+        if (!strcmp(a, "--train")) ntrain = (int)number(a, v, 1, 1000000);
+        else if (!strcmp(a, "--val")) nval = (int)number(a, v, 1, 1000000);
+        else if (!strcmp(a, "--width")) W = (int)number(a, v, 1, 16384);
+        else if (!strcmp(a, "--height")) H = (int)number(a, v, 1, 16384);
+        else if (!strcmp(a, "--vary")) {
+            char *end;
+            vary = strtod(v, &end);
+            if (end == v || *end) vary = -1; /* refused below */
+        } else if (!strcmp(a, "--quality")) quality = (int)number(a, v, 1, 100);
+        else if (!strcmp(a, "--png-every")) png_every = (int)number(a, v, 0, 1000000000);
         else if (!strcmp(a, "--source")) source = v;
         else if (!strcmp(a, "--fmnist")) fmnist = v;
-        else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--seed")) seed = (uint64_t)number(a, v, 0, INT64_MAX);
         else usage();
         i++;
     }
-    if (ntrain < 1 || nval < 1 || W < 1 || H < 1 || quality < 1 || quality > 100 || vary < 0 || vary >= 1) usage();
+    if (!(vary >= 0 && vary < 1)) {
+        fprintf(stderr, "make_image_folder: --vary takes a number in [0, 1)\n");
+        usage();
+    }
     dpt_dataset *sets[2] = {NULL, NULL};
-    char a[4096], b[4096];
     dpt_error err = {{0}};
-    if (!source || !strcmp(source, "fmnist")) {
-        snprintf(a, sizeof a, "%s/train-images-idx3-ubyte.gz", fmnist);
-        snprintf(b, sizeof b, "%s/train-labels-idx1-ubyte.gz", fmnist);
+    if (!source || !strcmp(source, "fmnist")) { /* paths measured (dpt_strf), never cut */
+        char *a = dpt_strf("%s/train-images-idx3-ubyte.gz", fmnist), *b = dpt_strf("%s/train-labels-idx1-ubyte.gz", fmnist);
         sets[0] = dpt_idx_load(a, b, &err);
-        snprintf(a, sizeof a, "%s/t10k-images-idx3-ubyte.gz", fmnist);
-        snprintf(b, sizeof b, "%s/t10k-labels-idx1-ubyte.gz", fmnist);
+        free(a), free(b);
+        a = dpt_strf("%s/t10k-images-idx3-ubyte.gz", fmnist), b = dpt_strf("%s/t10k-labels-idx1-ubyte.gz", fmnist);
         if (sets[0]) sets[1] = dpt_idx_load(a, b, &err);
+        free(a), free(b);
         if (!sets[1] && source) {
             fprintf(stderr, "make_image_folder: %s\n", err.msg);
             return 1;
@@ -121,15 +141,12 @@ int main(int argc, char **argv)
     dpt_rng_seed(&rng, seed);
     long long files = 0, bytes = 0;
     for (int part = 0; part < 2; part++) {
-        snprintf(a, sizeof a, "%.2000s/%s", out, part ? "val" : "train");
+        char *a = dpt_strf("%s/%s", out, part ? "val" : "train");
         mkdir_or_die(a);
         int per = part ? nval : ntrain;
         int64_t next = 0; /* walk the source set for each class's next image */
         for (int cls = 0; cls < 10; cls++) {
-            if (synthetic)
-                snprintf(b, sizeof b, "%.2000s/%02d_ring%d", a, cls, cls);
-            else
-                snprintf(b, sizeof b, "%.2000s/%s", a, fmnist_names[cls]);
+            char *b = synthetic ? dpt_strf("%s/%02d_ring%d", a, cls, cls) : dpt_strf("%s/%s", a, fmnist_names[cls]);
             mkdir_or_die(b);
             next = 0;
             for (int k = 0; k < per; k++) {
@@ -150,17 +167,19 @@ int main(int argc, char **argv)
                 if (!pix) return fprintf(stderr, "make_image_folder: out of memory\n"), 1;
                 paint(src, cls, w, h, &rng, pix);
                 bool png = png_every > 0 && files % png_every == png_every - 1;
-                char path[8400], msg[512];
-                snprintf(path, sizeof path, "%s/%05d.%s", b, k, png ? "png" : "jpg");
+                char msg[512], *path = dpt_strf("%s/%05d.%s", b, k, png ? "png" : "jpg");
                 bool ok = png ? dpt_image_write_png(path, pix, w, h, 3, msg, sizeof msg)
                               : dpt_image_write_jpeg(path, pix, w, h, 3, quality, msg, sizeof msg);
                 free(pix);
                 if (!ok) return fprintf(stderr, "make_image_folder: %s\n", msg), 1;
                 struct stat st;
                 if (stat(path, &st) == 0) bytes += st.st_size;
+                free(path);
                 files++;
             }
+            free(b);
         }
+        free(a);
     }
     printf("make_image_folder: %s: 10 classes (%s), %d train + %d val images per class, about %dx%d, %lld files, "
            "%.1f MB (%.0f KB a file)\n",
