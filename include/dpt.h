@@ -514,7 +514,10 @@ void dpt_model_set_destructor(dpt_model *model, void (*destroy)(dpt_model *model
 /* The model's own state pointer (set once by the builder). */
 void dpt_model_set_state(dpt_model *model, void *state);
 void *dpt_model_state(const dpt_model *model);
-/* Register a trainable parameter (zero-filled, gradient allocated); order is creation order. */
+/* Register a trainable parameter (zero-filled, gradient allocated); order is creation order.
+ * Names (parameters' and buffers') are unique in a model and at most DPT_NAME_MAX characters
+ * (longer is refused, never cut: checkpoints and the optimizer state find tensors by name). */
+#define DPT_NAME_MAX 127
 dpt_tensor *dpt_model_param(dpt_model *model, const char *name, int ndim, const int64_t *shape);
 /* Register a non-trainable buffer (e.g. running statistics), saved in checkpoints. */
 dpt_tensor *dpt_model_buffer(dpt_model *model, const char *name, int ndim, const int64_t *shape);

@@ -26,7 +26,7 @@ dpt_batchnorm *dpt_batchnorm_new(dpt_model *model, const char *name, const dpt_s
     snprintf(l->name, sizeof l->name, "%s", name);
     l->channels = shape->c;
     l->momentum = momentum, l->eps = eps, l->sync = sync;
-    char pname[96];
+    char pname[DPT_NAME_MAX + 33]; /* longer than DPT_NAME_MAX, cut or not: refused by dpt_model_param */
     int64_t c = shape->c;
     if (affine) {
         snprintf(pname, sizeof pname, "%s.weight", name);

@@ -52,7 +52,7 @@ dpt_conv2d *dpt_conv2d_new(dpt_model *model, const char *name, dpt_shape3 *shape
                          name, (long long)l->kernel, (long long)l->dilation, (long long)shape->h,
                          (long long)shape->w, (long long)l->padding, (long long)shape->c, (long long)shape->h,
                          (long long)shape->w);
-    char pname[96];
+    char pname[DPT_NAME_MAX + 33]; /* longer than DPT_NAME_MAX, cut or not: refused by dpt_model_param */
     snprintf(pname, sizeof pname, "%s.weight", name);
     l->weight = dpt_model_param(
         model, pname, 4, (int64_t[]){l->out_channels, l->in_channels / l->groups, l->kernel, l->kernel});

@@ -20,7 +20,7 @@ dpt_layernorm *dpt_layernorm_new(dpt_model *model, const char *name, int64_t dim
     dpt_layernorm *l = dpt_model_alloc(model, sizeof *l);
     l->dim = dim, l->eps = eps;
     if (affine) {
-        char pname[96];
+        char pname[DPT_NAME_MAX + 33]; /* longer than DPT_NAME_MAX, cut or not: refused by dpt_model_param */
         snprintf(pname, sizeof pname, "%s.weight", name);
         l->weight = dpt_model_param(model, pname, 1, &dim);
         dpt_init_constant(l->weight, 1.0f);

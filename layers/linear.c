@@ -24,7 +24,7 @@ dpt_linear *dpt_linear_new(dpt_model *model, const char *name, int64_t in_featur
     snprintf(layer->name, sizeof layer->name, "%s", name);
     layer->in_features = in_features;
     layer->out_features = out_features;
-    char pname[96];
+    char pname[DPT_NAME_MAX + 33]; /* longer than DPT_NAME_MAX, cut or not: refused by dpt_model_param */
     snprintf(pname, sizeof pname, "%s.weight", name);
     layer->weight = dpt_model_param(model, pname, 2, (int64_t[]){out_features, in_features});
     /* torch.nn.Linear's default: kaiming_uniform(a=sqrt(5)) = U(+-1/sqrt(in)), bias likewise. */

@@ -41,6 +41,9 @@
 #define HINT_CORRUPT "HINT: the file is damaged; resume from an older checkpoint (ls the checkpoint dir)"
 
 enum { REC_TENSOR = 1, REC_BLOB = 2, REC_TENSOR_STORED = 3, REC_PARTS = 4 };
+/* A record name: "optim/" + an optimizer state's name (a parameter's, DPT_NAME_MAX, + ".adamw0") + "@"
+ * + a part's first element, or "ema/buffer/" + a buffer's; files of names up to 159 (before) read as before */
+enum { RECORD_NAME = 256 };
 
 /* ---------------------------------------------------------------- writing */
 
@@ -107,7 +110,7 @@ static void put_record(writer *w, uint32_t kind, const char *name, int ndim, con
 
 static void put_tensor(writer *w, const char *prefix, const dpt_tensor *t)
 {
-    char name[160];
+    char name[RECORD_NAME];
     snprintf(name, sizeof name, "%s%s", prefix, t->name);
     if (t->ctx->device.kind == DPT_DEVICE_CPU && t->dtype == DPT_F32 && dpt_tensor_is_contiguous(t)) {
         /* host memory already: written from where it is */
@@ -187,7 +190,7 @@ bool dpt_checkpoint_save_part(const char *path, const dpt_optim *optim, int part
         int64_t lo, count;
         const float *mine = dpt_optim_state_mine(optim, i, &lo, &count);
         if (!mine) continue;
-        char name[160], state[96];
+        char name[RECORD_NAME], state[DPT_NAME_MAX + 65];
         dpt_optim_state_param(optim, i, state, sizeof state);
         snprintf(name, sizeof name, "optim/%s@%lld", state, (long long)lo);
         put_record(&w, REC_TENSOR_STORED, name, 1, &count, mine, (uint64_t)count * sizeof(float));
@@ -289,7 +292,7 @@ static bool save_file(const char *path, const dpt_model *model, dpt_optim *optim
         put_tensor(&w, "buffer/", dpt_model_buffer_at(model, i));
     for (int i = 0; i < dpt_optim_num_state(optim); i++) {
         if (parts) { /* its name and whole shape; the ranks' parts hold the data */
-            char name[160], state[96];
+            char name[RECORD_NAME], state[DPT_NAME_MAX + 65];
             const dpt_tensor *p = dpt_model_param_at(model, dpt_optim_state_param(optim, i, state, sizeof state));
             snprintf(name, sizeof name, "optim/%s", state);
             put_record(&w, REC_PARTS, name, p->ndim, p->shape, NULL, (uint64_t)p->numel * sizeof(float));
@@ -308,7 +311,7 @@ static bool save_file(const char *path, const dpt_model *model, dpt_optim *optim
 
 typedef struct record {
     uint32_t kind;
-    char name[160];
+    char name[RECORD_NAME];
     int ndim;
     int64_t dims[DPT_MAX_DIMS];
     uint8_t *data; /* decompressed; NULL for a record the reader was told to skip */
@@ -492,7 +495,7 @@ static void dims_str(const record *rec, char *buf, size_t cap)
 static bool check_tensor(const char *path, record *recs, uint32_t n, const char *prefix, const dpt_tensor *t,
                          const char *model_desc, dpt_error *err, record **found)
 {
-    char name[160], have[96];
+    char name[RECORD_NAME], have[96];
     snprintf(name, sizeof name, "%s%s", prefix, t->name);
     record *rec = find(recs, n, name);
     if (!rec || rec->kind != REC_TENSOR)
@@ -739,7 +742,7 @@ static bool fill_from_parts(const char *path, record *recs, uint32_t n, dpt_erro
         for (uint32_t i = 0; ok && i < pn; i++) {
             record *pr = &prec[i];
             if (pr == pmeta) continue;
-            char name[160];
+            char name[RECORD_NAME];
             long long lo = -1;
             char *amp = strrchr(pr->name, '@');
             snprintf(name, sizeof name, "%.*s", amp ? (int)(amp - pr->name) : 0, pr->name);

@@ -195,6 +195,10 @@ void *dpt_model_state(const dpt_model *m)
 
 static void check_unique_name(const dpt_model *m, const char *name)
 {
+    if (strlen(name) > DPT_NAME_MAX)
+        dpt_fatal("model %s: the tensor name '%s' is %zu characters, more than %d\nHINT: shorter layer names (checkpoints "
+                  "and the optimizer state find tensors by their whole name)",
+                  m->name, name, strlen(name), DPT_NAME_MAX);
     for (int i = 0; i < m->nparams; i++)
         if (strcmp(m->params[i]->name, name) == 0)
             dpt_fatal("model %s: parameter name '%s' used twice", m->name, name);

@@ -45,7 +45,7 @@ struct dpt_tensor {
     bool is_temp;       /* one of the context's temporaries (dpt_temps); freed by dpt_tape_clear */
     int param_index;    /* position in its model's parameter list */
     int pending_uses;   /* autograd: uses left in this backward before the gradient is final */
-    char name[64];
+    char name[DPT_NAME_MAX + 65]; /* a parameter's, or its optimizer state's: NAME.OPTIMIZERk */
 };
 
 /* Every temporary a context has made since the last dpt_tape_clear, in the order made. Only

@@ -65,7 +65,7 @@ typedef struct overlap {
     int ready_1, ready_2;        /* pieces done before the last call, before the one before */
     int64_t step;
     double wait_s;               /* the main thread's waits (exposed) */
-    char violation[512];         /* the first op that read a parameter before it arrived */
+    char violation[1024];        /* the first op that read a parameter before it arrived */
     /* the prediction from the last forward: (call, piece) by call, and the next to wait for */
     int64_t *need_call;
     int *need_piece, nneed, cursor;

@@ -844,10 +844,63 @@ static void test_many_long_and_claimed(void **state)
     free(made), free(claimed);
 }
 
+/* Parameters whose names share their first 48 characters (a layer named
+ * "encoder.layers.10.self_attention.query_key_value", 48, has .weight and .bias): each keeps
+ * its own optimizer state through a checkpoint. The state's name was cut to the parameter's
+ * first 48 characters, so both were "....query_key_value.adamw0": one record name twice, and
+ * a resume gave the second parameter the first one's state or refused its shape. Names up to
+ * DPT_NAME_MAX (127) characters. */
+static void test_long_names(void **state)
+{
+    (void)state;
+    const char *layer = "encoder.layers.10.self_attention.query_key_value";
+    char w[DPT_NAME_MAX + 1], b[DPT_NAME_MAX + 1], longest[DPT_NAME_MAX + 1];
+    snprintf(w, sizeof w, "%s.weight", layer);
+    snprintf(b, sizeof b, "%s.bias", layer);
+    memset(longest, 'n', DPT_NAME_MAX), longest[DPT_NAME_MAX] = '\0';
+    dpt_model *m[2];
+    dpt_optim *o[2];
+    dpt_ctx *ctx = test_ctx(1, 3);
+    char path[512];
+    snprintf(path, sizeof path, "%s/long.dpt", dir);
+    dpt_error err;
+    for (int k = 0; k < 2; k++) {
+        m[k] = dpt_model_new(ctx, "long_names", NULL);
+        dpt_tensor *p[3] = {dpt_model_param(m[k], w, 2, (int64_t[]){3, 4}), dpt_model_param(m[k], b, 1, (int64_t[]){3}),
+                            dpt_model_param(m[k], longest, 1, (int64_t[]){5})};
+        o[k] = dpt_optim_new(m[k], "adamw", NULL, 0.1f, 0.0f);
+        if (k == 1) break;
+        for (int s = 0; s < 2; s++) { /* two steps with different gradients: moments that differ */
+            for (int i = 0; i < 3; i++)
+                for (int64_t e = 0; e < p[i]->numel; e++)
+                    p[i]->grad->data[e] = (float)(i + 1) * (0.5f + (float)e) * (s ? -1.0f : 1.0f);
+            dpt_optim_step(ctx, o[k]);
+        }
+    }
+    dpt_config *cfg = dpt_config_defaults();
+    if (!dpt_checkpoint_save(path, m[0], o[0], ctx, cfg, &some_state, 1, &err)) fail_msg("%s", err.msg);
+    dpt_train_state st;
+    if (!dpt_checkpoint_load(path, m[1], o[1], ctx, cfg, &st, 1, &err)) fail_msg("%s", err.msg);
+    dpt_config_free(cfg);
+    assert_int_equal(dpt_optim_num_state(o[0]), 6);
+    for (int i = 0; i < 6; i++) {
+        const dpt_tensor *a = dpt_optim_state_at(o[0], i), *c = dpt_optim_state_at(o[1], i);
+        assert_int_equal(a->numel, c->numel);
+        if (memcmp(a->data, c->data, (size_t)a->numel * sizeof(float)) != 0)
+            fail_msg("optimizer state %d (%s) differs after the round trip", i, a->name);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(dpt_optim_state_at(o[0], j)->name, a->name)) fail_msg("two states named %s", a->name);
+    }
+    for (int k = 0; k < 2; k++)
+        dpt_optim_free(o[k]), dpt_model_free(m[k]);
+    dpt_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_long_names),
         cmocka_unit_test(test_weights_only),
         cmocka_unit_test(test_weight_averages),
         cmocka_unit_test(test_compressed_tensors),

@@ -578,7 +578,7 @@ static void compare_layers(const layer_case *cases, size_t count, dpt_precision 
         assert_same_tensor_b("forward", lc, gpu_nhwc, g.y, c.y, conv_bias_of(lc, c.model));
         if (lc->kind != 'i') assert_same_tensor("d/dx", lc, gpu_nhwc, dpt_tensor_grad(g.x), dpt_tensor_grad(c.x));
         for (int i = 0; i < dpt_model_num_params(c.model) && lc->kind != 'i'; i++) {
-            char what[96];
+            char what[sizeof dpt_model_param_at(c.model, i)->name + 8];
             snprintf(what, sizeof what, "d/d %s", dpt_model_param_at(c.model, i)->name);
             assert_same_tensor(what, lc, gpu_nhwc, dpt_tensor_grad(dpt_model_param_at(g.model, i)),
                                dpt_tensor_grad(dpt_model_param_at(c.model, i)));
