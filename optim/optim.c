@@ -37,14 +37,16 @@ static const dpt_config_key optim_keys[] = {
 };
 DPT_BUILTIN(settings_optim) = {DPT_KIND_SETTINGS, "optim", "the optimizer", optim_keys, DPT_COUNT(optim_keys), NULL};
 
-/* State tensor s of parameter p: NAME.OPTIMIZERs, whole (it was cut to the name's first 48
- * characters: two parameters sharing them had one name, and a checkpoint two records of it). */
-static void state_name(dpt_tensor *t, const dpt_tensor *p, const char *optimizer, int s)
+/* The name of state s of parameter p, NAME.OPTIMIZERs, whole, into name (cap bytes); dies
+ * naming it when it does not fit (it was cut to the name's first 48 characters: two parameters
+ * sharing them had one name, and a checkpoint two records of it). The state tensors' names
+ * and the checkpoint's records both come from here. */
+static void state_name(char *name, size_t cap, const dpt_tensor *p, const char *optimizer, int s)
 {
-    int n = snprintf(t->name, sizeof t->name, "%s.%s%d", p->name, optimizer, s);
-    if (n < 0 || (size_t)n >= sizeof t->name)
+    int n = snprintf(name, cap, "%s.%s%d", p->name, optimizer, s);
+    if (n < 0 || (size_t)n >= cap)
         dpt_fatal("optimizer %s: the state name of %s is %d characters, more than %zu\nHINT: a shorter optimizer "
-                  "name", optimizer, p->name, n, sizeof t->name - 1);
+                  "name", optimizer, p->name, n, cap - 1);
 }
 
 static dpt_optim *create(const dpt_registration *r, dpt_model *model, const void *hp, float lr, float weight_decay)
@@ -73,7 +75,7 @@ static dpt_optim *create(const dpt_registration *r, dpt_model *model, const void
             char what[128];
             snprintf(what, sizeof what, "%.24s's state of %.80s", r->name, p->name);
             dpt_tensor *t = dpt_tensor_new_for(p->ctx, p->ndim, p->shape, what);
-            state_name(t, p, r->name, s);
+            state_name(t->name, sizeof t->name, p, r->name, s);
             o->state[i * nstate + s] = t;
         }
     }
@@ -330,7 +332,7 @@ static dpt_tensor *state_tensor(const dpt_optim *o, int i, int s, bool whole, in
     const dpt_tensor *p = dpt_model_param_at(o->model, i);
     int64_t len = hi - lo;
     dpt_tensor *t = whole ? dpt_tensor_new(p->ctx, p->ndim, p->shape) : dpt_tensor_new(p->ctx, 1, &len);
-    state_name(t, p, o->name, s);
+    state_name(t->name, sizeof t->name, p, o->name, s);
     return t;
 }
 
@@ -412,8 +414,7 @@ int dpt_optim_state_param(const dpt_optim *o, int i, char *name, size_t cap)
 {
     DPT_ASSERT(i >= 0 && i < dpt_optim_num_state(o), "optimizer state %d of %d", i, dpt_optim_num_state(o));
     int p = i / o->nstate;
-    int n = snprintf(name, cap, "%s.%s%d", dpt_model_param_at(o->model, p)->name, o->name, i % o->nstate); /* state_name's */
-    DPT_ASSERT(n >= 0 && (size_t)n < cap, "optimizer state name %s cut at %zu bytes", name, cap);
+    state_name(name, cap, dpt_model_param_at(o->model, p), o->name, i % o->nstate);
     return p;
 }
 

@@ -193,7 +193,8 @@ void *dpt_model_state(const dpt_model *m)
     return m->state;
 }
 
-static void check_unique_name(const dpt_model *m, const char *name)
+/* A new parameter's or buffer's name: whole (at most DPT_NAME_MAX) and not taken. */
+static void check_name(const dpt_model *m, const char *name)
 {
     if (strlen(name) > DPT_NAME_MAX)
         dpt_fatal("model %s: the tensor name '%s' is %zu characters, more than %d\nHINT: shorter layer names (checkpoints "
@@ -209,7 +210,7 @@ static void check_unique_name(const dpt_model *m, const char *name)
 
 dpt_tensor *dpt_model_param(dpt_model *m, const char *name, int ndim, const int64_t *shape)
 {
-    check_unique_name(m, name);
+    check_name(m, name);
     char what[128]; /* an out-of-memory report names it */
     snprintf(what, sizeof what, "parameter %.96s", name);
     dpt_tensor *t = dpt_tensor_new_for(m->ctx, ndim, shape, what);
@@ -225,7 +226,7 @@ dpt_tensor *dpt_model_param(dpt_model *m, const char *name, int ndim, const int6
 
 dpt_tensor *dpt_model_buffer(dpt_model *m, const char *name, int ndim, const int64_t *shape)
 {
-    check_unique_name(m, name);
+    check_name(m, name);
     dpt_tensor *t = dpt_tensor_new(m->ctx, ndim, shape);
     snprintf(t->name, sizeof t->name, "%s", name);
     push((void ***)&m->buffers, &m->nbuffers, &m->cap_buffers, t);
