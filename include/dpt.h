@@ -296,7 +296,8 @@ const char *dpt_tensor_name(const dpt_tensor *t);
 float *dpt_tensor_data(dpt_tensor *t);
 /* The gradient tensor, or NULL when none has been accumulated. */
 dpt_tensor *dpt_tensor_grad(dpt_tensor *t);
-/* Copy n = numel floats between host memory and the tensor (any device). */
+/* Copy n = numel floats between host memory and the tensor (any device), in index order (a
+ * view's copy to the host reads it as its shape says; a copy into one is refused). */
 void dpt_tensor_copy_from_host(dpt_tensor *t, const float *src);
 void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst);
 /* The same for an I32 tensor's n = numel int32 values. */
@@ -384,6 +385,10 @@ dpt_tensor *dpt_add(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
 dpt_tensor *dpt_sub(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
 dpt_tensor *dpt_mul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
 dpt_tensor *dpt_div(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
+/* x stretched to shape as broadcasting stretches it (an axis of 1 repeated, new axes in front;
+ * -1 keeps an axis), e.g. a (1, 1, C) class token to (B, 1, C) for a concat; a dense copy (not
+ * torch.expand's view), its gradient summed back over the stretched axes. */
+dpt_tensor *dpt_expand(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape);
 dpt_tensor *dpt_broadcast_binary(dpt_ctx *ctx, dpt_binary_op op, dpt_tensor *a, dpt_tensor *b);
 dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha);
 dpt_tensor *dpt_sum(dpt_ctx *ctx, dpt_tensor *x);  /* -> (1) */
@@ -450,7 +455,9 @@ dpt_tensor *dpt_affine(dpt_ctx *ctx, dpt_tensor *x, dpt_tensor *weight, dpt_tens
  * only written), and y = op(x) (y may be x). */
 void dpt_foreach_axpby(dpt_ctx *ctx, int n, dpt_tensor *const *y, float alpha, dpt_tensor *const *x, float beta);
 void dpt_foreach_unary(dpt_ctx *ctx, int n, dpt_tensor *const *y, dpt_unary_op op, dpt_tensor *const *x);
-/* A view with a new shape of the same numel; one dim may be -1. */
+/* x with a new shape of the same numel (one dim may be -1): a view of a dense x, a view of a
+ * recorded dense copy of a strided one (torch.reshape). Every op takes views (permute, narrow,
+ * slice, transpose) as inputs: those whose kernels read dense memory copy them first. */
 dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape);
 dpt_tensor *dpt_flatten(dpt_ctx *ctx, dpt_tensor *x); /* (B, ...) -> (B, prod) */
 dpt_tensor *dpt_relu(dpt_ctx *ctx, dpt_tensor *x);

@@ -17,7 +17,7 @@ static void relu_backward(dpt_ctx *ctx, dpt_node *node)
 
 static dpt_tensor *relu(dpt_ctx *ctx, dpt_tensor *x, bool in_place)
 {
-    dpt_require_contiguous("relu", x);
+    if (!dpt_tensor_is_contiguous(x)) x = dpt_contiguous(ctx, x), in_place = false; /* a view: relu of a copy */
     /* a 16-bit activation stays one; in place, y is x's memory under a new name */
     dpt_tensor *y = in_place ? dpt_alias(ctx, x) : dpt_temp_same(ctx, x);
     if (x->dtype == DPT_BF16)

@@ -211,8 +211,8 @@ static dpt_tensor *batchnorm_fused_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_t
 static void check_input(const dpt_batchnorm *l, const dpt_tensor *x)
 {
     char buf[96];
-    if (x->ndim < 2 || x->shape[1] != l->channels || !dpt_tensor_is_contiguous(x))
-        dpt_fatal("batchnorm %s expects a contiguous (N, %lld, ...) input, got %s", l->name,
+    if (x->ndim < 2 || x->shape[1] != l->channels)
+        dpt_fatal("batchnorm %s expects an (N, %lld, ...) input, got %s", l->name,
                   (long long)l->channels, dpt_shape_str(x, buf, sizeof buf));
 }
 
@@ -225,6 +225,7 @@ static bool device_statistics(const dpt_ctx *ctx, const dpt_batchnorm *l, bool t
 
 dpt_tensor *dpt_batchnorm_relu_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x, bool training)
 {
+    x = dpt_dense(ctx, x);
     check_input(l, x);
     if (device_statistics(ctx, l, training) && ctx->be->bn_relu_ws_bytes) {
         int64_t n = x->shape[0], c = l->channels, hw = x->numel / (n * c);
@@ -236,6 +237,7 @@ dpt_tensor *dpt_batchnorm_relu_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tenso
 
 dpt_tensor *dpt_batchnorm_forward(dpt_ctx *ctx, dpt_batchnorm *l, dpt_tensor *x, bool training)
 {
+    x = dpt_dense(ctx, x);
     check_input(l, x);
     if (device_statistics(ctx, l, training)) return batchnorm_fused_forward(ctx, l, x, 0);
     bool wants =

@@ -112,10 +112,11 @@ dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *l, dpt_tensor *x)
 {
     char buf[96];
     int64_t tmp;
-    if (x->ndim != 4 || x->shape[1] != l->in_channels || !dpt_tensor_is_contiguous(x) ||
+    x = dpt_dense(ctx, x); /* a view: a dense copy */
+    if (x->ndim != 4 || x->shape[1] != l->in_channels ||
         !conv_out(x->shape[2], l->kernel, l->stride, l->padding, l->dilation, &tmp) ||
         !conv_out(x->shape[3], l->kernel, l->stride, l->padding, l->dilation, &tmp))
-        dpt_fatal("conv2d %s expects a contiguous (N, %lld, H, W) input with H, W >= %lld, got %s", l->name,
+        dpt_fatal("conv2d %s expects an (N, %lld, H, W) input with H, W >= %lld, got %s", l->name,
                   (long long)l->in_channels, (long long)(l->dilation * (l->kernel - 1) + 1 - 2 * l->padding),
                   dpt_shape_str(x, buf, sizeof buf));
     DPT_REQUIRE_OP(ctx, conv2d_fwd, "conv2d");

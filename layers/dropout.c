@@ -15,8 +15,7 @@ dpt_tensor *dpt_dropout(dpt_ctx *ctx, dpt_tensor *x, float p, bool training)
 {
     DPT_ASSERT(p >= 0.0f && p < 1.0f, "dropout probability %g", p);
     if (!training || p == 0.0f) return x;
-    DPT_ASSERT(dpt_tensor_is_contiguous(x), "dropout of a strided view");
-    x = dpt_widen(ctx, x);
+    x = dpt_dense(ctx, dpt_widen(ctx, x));
     /* one draw of the context's generator keys the call's counter-based stream (dpt_rng_at):
      * the mask is made on the device, the same values on the CPU and a GPU */
     uint64_t key = dpt_rng_next(&ctx->rng);

@@ -13,8 +13,8 @@
 static void check_logits(const char *op, const dpt_tensor *logits)
 {
     char buf[96];
-    if (logits->ndim != 2 || logits->shape[1] < 1 || !dpt_tensor_is_contiguous(logits))
-        dpt_fatal("%s expects contiguous (batch, classes) logits, got %s", op,
+    if (logits->ndim != 2 || logits->shape[1] < 1)
+        dpt_fatal("%s expects (batch, classes) logits, got %s", op,
                   dpt_shape_str(logits, buf, sizeof buf));
 }
 
@@ -50,7 +50,7 @@ static void xent_backward(dpt_ctx *ctx, dpt_node *node)
 static dpt_tensor *cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels, bool host_labels,
                                  float label_smoothing, int32_t ignore_index)
 {
-    logits = dpt_plain(ctx, logits);
+    logits = dpt_dense(ctx, dpt_plain(ctx, logits));
     check_logits("cross_entropy", logits);
     DPT_ASSERT(label_smoothing >= 0.0f && label_smoothing < 1.0f, "label smoothing %g", label_smoothing);
     int64_t rows = logits->shape[0], cols = logits->shape[1];
@@ -99,7 +99,7 @@ dpt_tensor *dpt_cross_entropy_targets(dpt_ctx *ctx, dpt_tensor *logits, dpt_tens
 void dpt_count_correct_into(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *device_labels,
                             dpt_tensor *counter, int64_t index)
 {
-    logits = dpt_plain(ctx, logits);
+    logits = dpt_dense(ctx, dpt_plain(ctx, logits));
     check_logits("count_correct", logits);
     DPT_ASSERT(index >= 0 && index < counter->numel, "counter slot %lld of %lld", (long long)index,
                (long long)counter->numel);
@@ -109,7 +109,7 @@ void dpt_count_correct_into(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *dev
 
 int64_t dpt_count_correct(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels)
 {
-    logits = dpt_plain(ctx, logits);
+    logits = dpt_dense(ctx, dpt_plain(ctx, logits));
     check_logits("count_correct", logits);
     check_host_labels("count_correct", labels, logits->shape[0], logits->shape[1], DPT_IGNORE_INDEX);
     dpt_tensor *dev = labels_on_tape(ctx, labels, logits->shape[0], true);

@@ -36,7 +36,7 @@ static dpt_pool_shape pool_shape(const char *op, const dpt_tensor *x, int64_t ke
     DPT_REQUIRE_OP(x->ctx, maxpool_fwd, op);
     char buf[96];
     dpt_pool_shape s = {0};
-    if (x->ndim != 4 || !dpt_tensor_is_contiguous(x) ||
+    if (x->ndim != 4 || !dpt_tensor_is_contiguous(x) /* views come dense: pool_input */ ||
         !pool_out(x->shape[2], kernel, stride, padding, &s.oh) ||
         !pool_out(x->shape[3], kernel, stride, padding, &s.ow))
         dpt_fatal("%s(kernel %lld, stride %lld, padding %lld) does not fit input %s", op, (long long)kernel,
@@ -51,7 +51,7 @@ static dpt_pool_shape pool_shape(const char *op, const dpt_tensor *x, int64_t ke
 /* x as this backend's pooling takes it (F32: a 16-bit activation is widened). */
 static dpt_tensor *pool_input(dpt_ctx *ctx, dpt_tensor *x)
 {
-    return ctx->be->pool_any_layout ? dpt_widen(ctx, x) : dpt_plain(ctx, x);
+    return dpt_dense(ctx, ctx->be->pool_any_layout ? dpt_widen(ctx, x) : dpt_plain(ctx, x));
 }
 
 /* Max and average pooling keep a 16-bit activation 16-bit where the backend pools it so

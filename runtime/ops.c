@@ -108,8 +108,7 @@ static void sum_backward(dpt_ctx *ctx, dpt_node *node)
 
 static dpt_tensor *reduce(dpt_ctx *ctx, dpt_tensor *x, float factor, const char *op)
 {
-    x = dpt_widen(ctx, x);
-    dpt_require_contiguous(op, x);
+    x = dpt_dense(ctx, dpt_widen(ctx, x));
     dpt_tensor *out = dpt_temp(ctx, 1, (int64_t[]){1});
     ctx->host_syncs++; /* the backend's sum comes back to the host */
     float value = (float)(ctx->be->sum(ctx, x->data, x->numel) * factor);
@@ -170,9 +169,17 @@ static void matmul_backward(dpt_ctx *ctx, dpt_node *node)
     }
 }
 
+/* t as GEMM reads it: itself when gemm_operand can, else a dense copy (any other view). */
+static dpt_tensor *gemm_input(dpt_ctx *ctx, dpt_tensor *t)
+{
+    t = dpt_plain(ctx, t);
+    bool transposed = t->ndim == 2 && t->strides[0] == 1 && t->strides[1] == t->shape[0];
+    return transposed ? t : dpt_dense(ctx, t);
+}
+
 dpt_tensor *dpt_matmul(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 {
-    a = dpt_plain(ctx, a), b = dpt_plain(ctx, b);
+    a = gemm_input(ctx, a), b = gemm_input(ctx, b);
     bool ta, tb;
     int64_t lda, ldb;
     gemm_operand("matmul", a, &ta, &lda);
@@ -198,9 +205,9 @@ static void transpose_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_transpose(dpt_ctx *ctx, dpt_tensor *x)
 {
     char buf[96];
-    x = dpt_plain(ctx, x);
-    if (x->ndim != 2 || !dpt_tensor_is_contiguous(x))
-        dpt_fatal("transpose needs a contiguous 2-D tensor, got %s", dpt_shape_str(x, buf, sizeof buf));
+    x = dpt_dense(ctx, dpt_plain(ctx, x));
+    if (x->ndim != 2)
+        dpt_fatal("transpose needs a 2-D tensor, got %s", dpt_shape_str(x, buf, sizeof buf));
     int64_t m = x->shape[0], n = x->shape[1];
     dpt_tensor *out = dpt_view(ctx, x, 2, (int64_t[]){n, m}, (int64_t[]){1, n}, 0);
     dpt_tape_record(ctx, "transpose", transpose_backward, out, 1, &x);
@@ -215,8 +222,7 @@ static void reshape_backward(dpt_ctx *ctx, dpt_node *node)
 dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape)
 {
     char buf[96];
-    x = dpt_plain(ctx, x);
-    dpt_require_contiguous("reshape", x);
+    x = dpt_dense(ctx, dpt_plain(ctx, x)); /* a view of a dense tensor, else of a copy (torch.reshape) */
     DPT_ASSERT(ndim > 0 && ndim <= DPT_MAX_DIMS, "reshape to %d dims", ndim);
     int64_t resolved[DPT_MAX_DIMS], known = 1;
     int infer = -1;

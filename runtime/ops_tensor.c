@@ -172,6 +172,11 @@ dpt_tensor *dpt_contiguous(dpt_ctx *ctx, dpt_tensor *x)
     return y;
 }
 
+dpt_tensor *dpt_dense(dpt_ctx *ctx, dpt_tensor *x)
+{
+    return !x || dpt_tensor_is_contiguous(x) ? x : dpt_contiguous(ctx, x);
+}
+
 /* concat: each part is copied into its slice of the output; the backward hands each part its
  * slice of the gradient. */
 typedef struct concat_spec {
@@ -339,6 +344,48 @@ dpt_tensor *dpt_broadcast_binary(dpt_ctx *ctx, dpt_binary_op op, dpt_tensor *a, 
 dpt_tensor *dpt_div(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b)
 {
     return dpt_broadcast_binary(ctx, DPT_BINARY_DIV, a, b);
+}
+
+/* expand: a copy of x stretched as broadcasting would stretch it; the gradient sums back over
+ * the stretched axes (reduce_into, in index order: the same bits every run). */
+static void expand_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    dpt_tensor *x = node->in[0], *y = node->out;
+    int64_t gs[DPT_MAX_DIMS];
+    grad_strides(x, y->ndim, y->shape, gs);
+    bool acc;
+    float *gx = dpt_grad_for_write(ctx, x, &acc)->data;
+    ctx->be->reduce_into(ctx, y->ndim, y->shape, y->grad->data, gx, gs, 1.0f, acc);
+}
+
+dpt_tensor *dpt_expand(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape)
+{
+    char sx[96];
+    x = dpt_widen(ctx, dpt_plain(ctx, x));
+    bool ok = ndim >= x->ndim && ndim <= DPT_MAX_DIMS;
+    int64_t full[DPT_MAX_DIMS], xs[DPT_MAX_DIMS], ys[DPT_MAX_DIMS];
+    for (int d = 0; ok && d < ndim; d++) {
+        int dx = d - (ndim - x->ndim);
+        int64_t have = dx >= 0 ? x->shape[dx] : 1;
+        full[d] = shape[d] == -1 && dx >= 0 ? have : shape[d];
+        ok = full[d] >= 0 && (have == full[d] || have == 1);
+        xs[d] = dx >= 0 && have == full[d] && have != 1 ? x->strides[dx] : 0; /* 0: stretched */
+    }
+    if (!ok) {
+        char want[160];
+        size_t used = (size_t)snprintf(want, sizeof want, "(");
+        for (int d = 0; d < ndim && d < DPT_MAX_DIMS && used < sizeof want; d++)
+            used += (size_t)snprintf(want + used, sizeof want - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
+        if (used < sizeof want) snprintf(want + used, sizeof want - used, ")");
+        dpt_fatal("expand of %s to %s: each axis must equal the target's or be 1 (new axes go in front, -1 "
+                  "keeps an axis)",
+                  dpt_shape_str(x, sx, sizeof sx), want);
+    }
+    dpt_tensor *y = dpt_temp(ctx, ndim, full);
+    contiguous_strides(ndim, full, ys);
+    if (y->numel) ctx->be->strided_copy(ctx, ndim, full, x->data, xs, y->data, ys, false);
+    dpt_tape_record(ctx, "expand", expand_backward, y, 1, &x);
+    return y;
 }
 
 /* ---------------------------------------------------------------- reductions over the last dim */

@@ -303,9 +303,20 @@ void dpt_tensor_copy_from_host(dpt_tensor *t, const float *src)
 
 void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst)
 {
-    DPT_ASSERT(dpt_tensor_is_contiguous(t), "copy from a strided view");
     DPT_ASSERT(t->dtype != DPT_I32, "float values from an int32 tensor (dpt_tensor_copy_to_host_i32)");
     t->ctx->host_syncs++;
+    if (!dpt_tensor_is_contiguous(t)) { /* a view (F32, NCHW): gathered on the device, in index order */
+        dpt_ctx *ctx = t->ctx;
+        size_t granted;
+        float *dense = dpt_ctx_alloc(ctx, (size_t)t->numel * sizeof(float), &granted, "a view's copy");
+        int64_t strides[DPT_MAX_DIMS], s = 1;
+        for (int d = t->ndim - 1; d >= 0; d--)
+            strides[d] = s, s *= t->shape[d];
+        ctx->be->strided_copy(ctx, t->ndim, t->shape, t->data, t->strides, dense, strides, false);
+        ctx->be->dev->copy_d2h(ctx, dst, dense, (size_t)t->numel * sizeof(float));
+        dpt_alloc_put(ctx->alloc, dense, granted);
+        return;
+    }
     if (t->layout != DPT_LAYOUT_NCHW || t->dtype != DPT_F32) { /* reads out as NCHW float */
         dpt_ctx *ctx = t->ctx;
         size_t granted;

@@ -83,6 +83,10 @@ dpt_tensor *dpt_temp_i32(dpt_ctx *ctx, int ndim, const int64_t *shape);
 /* x in plain NCHW F32: x itself, or a recorded relayout/widening (its backward relays the
  * gradient back). */
 dpt_tensor *dpt_plain(dpt_ctx *ctx, dpt_tensor *x);
+/* x when its data is dense (in its own layout), else dpt_contiguous(x): a recorded dense copy.
+ * For ops whose kernels read dense memory, so that a view (narrow, permute, slice) is taken as
+ * PyTorch takes it rather than refused. */
+dpt_tensor *dpt_dense(dpt_ctx *ctx, dpt_tensor *x);
 /* x as F32 in `layout`: x itself, or a recorded relayout/widening. */
 dpt_tensor *dpt_to_layout(dpt_ctx *ctx, dpt_tensor *x, dpt_layout layout);
 /* x in F32, in its own layout: x itself, or a recorded widening of a BF16 activation. */

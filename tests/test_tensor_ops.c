@@ -845,6 +845,212 @@ static void test_cross_entropy_tokens(void **state)
     run_gradcheck("cross_entropy (B, T, V) with ignored targets", &gc, 950);
 }
 
+/* ---------------------------------------------------------------- views into every op, and expand
+ * A researcher's forward passes views (a permuted patch grid, a narrowed class token, a slice
+ * of logits) to any op: each takes them as it takes dense tensors (ops whose kernels read
+ * dense memory copy them first), with gradients flowing back to the viewed tensor. */
+
+enum { VO_RESHAPE, VO_RELU, VO_MEAN, VO_TRANSPOSE, VO_MATMUL, VO_MAXPOOL, VO_COUNT };
+
+/* x (2, 3, 4, 5) seen as v = permute(x, 0, 1, 3, 2): (2, 3, 5, 4), strided */
+static double perm_at(const double *x, int64_t n, int64_t c, int64_t w, int64_t h)
+{
+    return x[((n * 3 + c) * 4 + h) * 5 + w];
+}
+
+static dpt_tensor *viewop_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    int kind = *(int *)u;
+    dpt_tensor *v = dpt_permute(ctx, in[0], (int[]){0, 1, 3, 2});
+    /* (6, 20) narrowed to columns [2, 12): rows 20 apart */
+    dpt_tensor *cols = dpt_narrow(ctx, dpt_reshape(ctx, in[0], 2, (int64_t[]){6, 20}), 1, 2, 10);
+    switch (kind) {
+    case VO_RESHAPE: return dpt_reshape(ctx, v, 2, (int64_t[]){6, -1});
+    case VO_RELU: return dpt_relu(ctx, v);
+    case VO_MEAN: return dpt_mean(ctx, v);
+    case VO_TRANSPOSE: return dpt_transpose(ctx, cols);
+    case VO_MATMUL: return dpt_matmul(ctx, cols, in[1]);
+    default: return dpt_maxpool2d(ctx, v, 2, 2, 0);
+    }
+}
+
+static void viewop_ref(const double *const *in, double *out, void *u)
+{
+    int kind = *(int *)u;
+    const double *x = in[0];
+    if (kind == VO_RESHAPE || kind == VO_RELU || kind == VO_MEAN) {
+        double sum = 0.0;
+        int64_t j = 0;
+        for (int64_t n = 0; n < 2; n++)
+            for (int64_t c = 0; c < 3; c++)
+                for (int64_t w = 0; w < 5; w++)
+                    for (int64_t h = 0; h < 4; h++, j++) {
+                        double v = perm_at(x, n, c, w, h);
+                        if (kind == VO_MEAN) sum += v;
+                        else out[j] = kind == VO_RELU ? (v > 0 ? v : 0) : v;
+                    }
+        if (kind == VO_MEAN) out[0] = sum / 120.0;
+    } else if (kind == VO_TRANSPOSE) { /* (10, 6): out[i][r] = x2[r][2 + i] */
+        for (int64_t i = 0; i < 10; i++)
+            for (int64_t r = 0; r < 6; r++)
+                out[i * 6 + r] = x[r * 20 + 2 + i];
+    } else if (kind == VO_MATMUL) { /* (6, 10) x (10, 3) */
+        for (int64_t r = 0; r < 6; r++)
+            for (int64_t k = 0; k < 3; k++) {
+                double acc = 0.0;
+                for (int64_t i = 0; i < 10; i++)
+                    acc += x[r * 20 + 2 + i] * in[1][i * 3 + k];
+                out[r * 3 + k] = acc;
+            }
+    } else { /* 2x2 max windows of v (5, 4) -> (2, 2), the last row of v dropped */
+        for (int64_t n = 0; n < 2; n++)
+            for (int64_t c = 0; c < 3; c++)
+                for (int64_t oy = 0; oy < 2; oy++)
+                    for (int64_t ox = 0; ox < 2; ox++) {
+                        double m = -INFINITY;
+                        for (int64_t dy = 0; dy < 2; dy++)
+                            for (int64_t dx = 0; dx < 2; dx++)
+                                m = fmax(m, perm_at(x, n, c, 2 * oy + dy, 2 * ox + dx));
+                        out[((n * 3 + c) * 2 + oy) * 2 + ox] = m;
+                    }
+    }
+}
+
+static void test_views_into_ops(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"reshape of a permuted view", "relu of a view", "mean of a view",
+                                        "transpose of a narrowed matrix", "matmul of a narrowed matrix",
+                                        "maxpool of a permuted view"};
+    for (int k = 0; k < VO_COUNT; k++) {
+        gradcheck gc = {.n_in = k == VO_MATMUL ? 2 : 1, .ndim = {4, 2}, .shape = {{2, 3, 4, 5}, {10, 3}},
+                        .lo = -1, .hi = 1, .build = viewop_build, .reference = viewop_ref, .user = &k,
+                        .fwd_rtol = 1e-6, .grad_rtol = 1e-4, .grad_atol = 1e-6};
+        run_gradcheck(names[k], &gc, 1000 + (uint64_t)k);
+    }
+}
+
+/* Layers whose kernels read dense memory give a view's input the same bits as its dense copy,
+ * forward and backward: conv, batch norm, pooling, dropout, cross-entropy of sliced logits. */
+static dpt_tensor *layers_on(dpt_ctx *ctx, dpt_conv2d *conv, dpt_batchnorm *bn, dpt_tensor *x, bool dense,
+                             const int32_t *labels)
+{
+#define VIEW(t) (dense ? dpt_contiguous(ctx, (t)) : (t)) /* the dense run copies every view itself */
+    dpt_tensor *h = dpt_conv2d_forward(ctx, conv, VIEW(dpt_permute(ctx, x, (int[]){0, 1, 3, 2}))); /* (2, 4, 6, 5) */
+    h = VIEW(dpt_narrow(ctx, dpt_permute(ctx, h, (int[]){0, 1, 3, 2}), 3, 1, 5));               /* (2, 4, 5, 5) */
+    dpt_tensor *b = dpt_batchnorm_forward(ctx, bn, h, true);
+    dpt_tensor *p = dpt_avgpool2d(ctx, VIEW(dpt_slice(ctx, b, 2, 0, 5, 2)), 1, 1, 0); /* rows 0, 2, 4 */
+    p = dpt_maxpool2d(ctx, VIEW(dpt_permute(ctx, p, (int[]){0, 1, 3, 2})), 1, 1, 0);  /* (2, 4, 5, 3) */
+    dpt_tensor *g = dpt_global_avgpool(ctx, VIEW(dpt_narrow(ctx, p, 2, 1, 3)));      /* (2, 4) */
+    g = dpt_transpose_axes(ctx, dpt_reshape(ctx, g, 3, (int64_t[]){2, 2, 2}), 0, 2);
+    dpt_tensor *d = dpt_dropout(ctx, VIEW(g), 0.3f, true);
+    dpt_tensor *logits = VIEW(dpt_narrow(ctx, dpt_reshape(ctx, d, 2, (int64_t[]){2, 4}), 1, 1, 3));
+    return dpt_cross_entropy(ctx, logits, labels, 0.1f);
+#undef VIEW
+}
+
+static dpt_tensor *no_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
+{
+    (void)model, (void)ctx;
+    return x;
+}
+
+static void test_views_into_layers(void **state)
+{
+    (void)state;
+    int32_t labels[2] = {2, 0};
+    for (int variant = 0; variant < TEST_VARIANTS; variant++) {
+        test_variant(variant);
+        float loss[2], gx[2][2 * 4 * 5 * 6], gw[2][4 * 4 * 9];
+        for (int dense = 0; dense < 2; dense++) {
+            dpt_ctx *ctx = test_ctx(1, 77);
+            dpt_rng rng;
+            dpt_rng_seed(&rng, 78);
+            dpt_model *m = dpt_model_new(ctx, "views", no_forward);
+            dpt_shape3 s = {4, 6, 5};
+            dpt_conv2d *conv = dpt_conv2d_new(m, "conv", &s, 4, 3, 1, 1, 1, 1, true);
+            dpt_batchnorm *bn = dpt_batchnorm_new(m, "bn", &(dpt_shape3){4, 5, 5}, 0.1f, 1e-5f, true, false);
+            dpt_tensor *x = test_input(ctx, &rng, 4, (int64_t[]){2, 4, 5, 6}, -1, 1);
+            dpt_tensor *l = layers_on(ctx, conv, bn, x, dense, labels);
+            dpt_backward(ctx, l);
+            loss[dense] = dpt_tensor_item(l);
+            memcpy(gx[dense], x->grad->data, sizeof gx[dense]);
+            memcpy(gw[dense], dpt_model_param_at(m, 0)->grad->data, sizeof gw[dense]);
+            if (!(isfinite(loss[dense]) && loss[dense] > 0)) fail_msg("%s: loss %g", test_kernels_name(), loss[dense]);
+            dpt_tape_clear(ctx);
+            dpt_tensor_free(x);
+            dpt_model_free(m);
+            dpt_ctx_free(ctx);
+        }
+        if (memcmp(&loss[0], &loss[1], sizeof loss[0]) || memcmp(gx[0], gx[1], sizeof gx[0]) ||
+            memcmp(gw[0], gw[1], sizeof gw[0]))
+            fail_msg("%s: views and their dense copies differ (loss %.9g vs %.9g)", test_kernels_name(), loss[0],
+                     loss[1]);
+    }
+    test_variant(-1);
+}
+
+typedef struct expand_case {
+    int ndim_in, ndim_out;
+    int64_t in[4], out[4];
+} expand_case;
+
+static dpt_tensor *expand_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    expand_case *c = u;
+    return dpt_expand(ctx, in[0], c->ndim_out, c->out);
+}
+
+static void expand_ref(const double *const *in, double *out, void *u)
+{
+    expand_case *c = u;
+    int64_t ys[4], xs[4], n = numel_of(c->ndim_out, c->out);
+    strides_of(c->ndim_out, c->out, ys);
+    strides_of(c->ndim_in, c->in, xs);
+    for (int64_t j = 0; j < n; j++) {
+        int64_t off = 0;
+        for (int d = 0; d < c->ndim_out; d++) {
+            int di = d - (c->ndim_out - c->ndim_in);
+            int64_t i = j / ys[d] % c->out[d];
+            if (di >= 0 && c->in[di] != 1) off += i * xs[di];
+        }
+        out[j] = in[0][off];
+    }
+}
+
+static void test_expand(void **state)
+{
+    (void)state;
+    expand_case cases[] = {
+        {3, 3, {1, 1, 6}, {4, 1, 6}},       /* a class token to the batch */
+        {2, 4, {3, 1}, {2, 5, 3, 4}},       /* new leading axes and a stretched last one */
+        {3, 3, {2, 1, 3}, {2, 4, 3}},       /* the middle axis */
+        {2, 2, {3, 4}, {3, 4}},             /* nothing to stretch: a copy */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        expand_case *c = &cases[i];
+        gradcheck gc = {.n_in = 1, .ndim = {c->ndim_in}, .lo = -1, .hi = 1, .build = expand_build,
+                        .reference = expand_ref, .user = c, .fwd_rtol = 0, .grad_rtol = 1e-5, .grad_atol = 1e-6};
+        memcpy(gc.shape[0], c->in, sizeof c->in);
+        run_gradcheck("expand", &gc, 1100 + i);
+    }
+    /* -1 keeps an axis; a view expands as its data says */
+    dpt_ctx *ctx = test_ctx(1, 3);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 4);
+    dpt_tensor *x = test_input(ctx, &rng, 2, (int64_t[]){3, 1}, -1, 1);
+    dpt_tensor *t = dpt_transpose_axes(ctx, x, 0, 1); /* (1, 3) */
+    dpt_tensor *y = dpt_expand(ctx, t, 3, (int64_t[]){2, 2, -1});
+    assert_int_equal(dpt_tensor_dim(y, 2), 3);
+    float host[12];
+    dpt_tensor_copy_to_host(y, host);
+    for (int j = 0; j < 12; j++)
+        assert_true(host[j] == x->data[j % 3]);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x);
+    dpt_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- list ops and determinism */
 
 static void test_foreach(void **state)
@@ -929,6 +1135,9 @@ int main(void)
         cmocka_unit_test(test_bmm_bf16),
         cmocka_unit_test(test_attention_bf16),
         cmocka_unit_test(test_cross_entropy_tokens),
+        cmocka_unit_test(test_views_into_ops),
+        cmocka_unit_test(test_views_into_layers),
+        cmocka_unit_test(test_expand),
         cmocka_unit_test(test_foreach),
         cmocka_unit_test(test_same_bits_any_threads),
     };
