@@ -54,6 +54,13 @@ void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, co
         const dpt_node *n = &ctx->tape.nodes[i];
         out->flops += node_flops(n);
         out->output_floats += (double)n->out->numel;
+        bool shared = false;
+        for (int k = 0; k < n->n_in && !shared; k++)
+            shared = n->in[k] && n->in[k]->storage == n->out->storage;
+        if (!shared) {
+            out->owned_floats += (double)n->out->numel * (n->out->dtype == DPT_BF16 ? 0.5 : 1.0);
+            if ((double)n->out->numel > out->largest_owned) out->largest_owned = (double)n->out->numel;
+        }
         out->ops++;
     }
     dpt_tape_clear(ctx);

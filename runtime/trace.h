@@ -11,6 +11,9 @@ typedef struct dpt_trace {
                            * bmm and attention (causal attention counted whole, as PyTorch's flop
                            * counter does); elementwise ops not counted */
     double output_floats; /* floats a sample of every recorded op's output */
+    double owned_floats;  /* the same over the outputs with memory of their own (not views or in-place
+                           * results of an input's memory), 16-bit ones as half: what the tape keeps */
+    double largest_owned; /* the largest of those outputs, floats a sample */
     int ops;              /* ops recorded */
 } dpt_trace;
 

@@ -55,15 +55,30 @@ dpt_device pick_device(const replica *r)
  * a block's back at its end (dpt_tape_release: the built-in CNN and ResNets): then about a
  * block's worth is alive at once, bounded here by this many of the largest layer output. */
 #define EVALUATION_BLOCK 8.0
+/* The traced forward's outputs with memory of their own (dpt_trace.owned_floats: what the tape
+ * keeps) per float the builders noted: 1.0-1.74 for the built-in models (CNN 1.55, MLP 1.0, GPT
+ * 1.12, ResNet-20 1.71, ResNet-50 1.74, less with bf16; the notes leave out residual sums,
+ * softmax, the copies an op makes, and ACTIVATION_FACTOR covers them). A forward that keeps more
+ * than twice its notes runs what they miss: a transformer of a researcher's own whose linear
+ * layers note one row each but run on every token (docs/writing-a-model.md's ViT, 17 tokens:
+ * 28x its notes, estimated at 2 MiB of activations beside a 34 MiB peak at batch 128). Its
+ * trace is then the base, whole: that ViT's estimate is 1.08-1.18x the allocator's peak at
+ * batch 32, 128 and 512. */
+#define TRACE_PER_NOTED 2.0
 
 memory_estimate estimate_memory(const trainer *t)
 {
     const run_config *run = t->run;
     const dpt_dataset *train = t->train_set, *test = t->test_set;
     double largest = 0, per_sample = dpt_model_activation_floats(t->model, &largest);
-    /* a model whose builder noted no layers: what its traced forward produced */
+    /* a model whose builder noted no layers, or fewer than its forward keeps: what its traced
+     * forward kept */
     if (per_sample == 0 && t->trace.output_floats > 0)
         per_sample = t->trace.output_floats / ACTIVATION_FACTOR, largest = per_sample;
+    else if (t->trace.owned_floats > TRACE_PER_NOTED * per_sample) {
+        per_sample = t->trace.owned_floats;
+        if (largest < t->trace.largest_owned) largest = t->trace.largest_owned;
+    }
     double eval_sample = per_sample < EVALUATION_BLOCK * largest ? per_sample : EVALUATION_BLOCK * largest;
     /* a model that notes whole blocks releases each at its end in evaluation: one at a time,
      * beside what it noted outside them (the GPT: its embedding, its logits; estimated 4x its
