@@ -1006,6 +1006,11 @@ static dpt_tensor *g_prim(dpt_ctx *c, dpt_tensor **in, int n, void *u)
         return dpt_attention(c, x, 2, true);
     case 11:
         return dpt_attention(c, x, 2, false);
+    case 12: { /* views into dense ops (reshape and relu copy them), and expand of a narrowed view */
+        dpt_tensor *a = dpt_relu(c, dpt_reshape(c, dpt_permute(c, x, (int[]){0, 2, 1}), 2, (int64_t[]){8, 3}));
+        dpt_tensor *b = dpt_expand(c, dpt_narrow(c, x, 1, 1, 1), 3, (int64_t[]){2, 3, 4});
+        return dpt_add(c, a, dpt_reshape(c, b, 2, (int64_t[]){8, 3}));
+    }
     default: {
         static const int32_t t[6] = {1, 4, DPT_IGNORE_INDEX, 0, 2, 3};
         return dpt_cross_entropy_targets(c, x, ids_in(c, t, 2, (int64_t[]){2, 3}), 0.1f, DPT_IGNORE_INDEX);
@@ -1019,13 +1024,15 @@ static void test_tensor_primitives(void **state)
     NEED_GPU();
     static const char *const names[] = {"permute", "slice + concat", "broadcasting", "last-dim reductions",
                                         "softmax + log_softmax", "unary ops", "layer_norm", "bmm", "embedding",
-                                        "cross_entropy (B, T, V)", "attention (causal)", "attention"};
+                                        "cross_entropy (B, T, V)", "attention (causal)", "attention",
+                                        "views and expand"};
     const int64_t shapes[][3][3] = {
         {{2, 3, 4}}, {{2, 4, 3}}, {{2, 3, 4}, {4}, {3}}, {{2, 3, 7}}, {{2, 3, 7}}, {{3, 5}},
         {{2, 5, 16}, {16}, {16}}, {{3, 4, 5}, {3, 6, 5}, {6, 2}}, {{4, 6}}, {{2, 3, 5}}, {{2, 5, 24}}, {{2, 5, 24}},
+        {{2, 3, 4}},
     };
-    const int inputs[] = {1, 1, 3, 1, 1, 1, 3, 3, 1, 1, 1, 1};
-    for (int which = 0; which < 12; which++) /* GEMMs and sums in other orders: 1e-3 as for the other GEMMs */
+    const int inputs[] = {1, 1, 3, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1};
+    for (int which = 0; which < 13; which++) /* GEMMs and sums in other orders: 1e-3 as for the other GEMMs */
         compare(names[which], g_prim, inputs[which], shapes[which], &which, which == 7 || which >= 10 ? 1e-3 : 1e-4);
 }
 
