@@ -577,7 +577,8 @@ static void usage(FILE *out)
         "  --ema                    with --eval, --predict, --sample or --export: the checkpoint's weight averages\n"
         "                           ([train] ema_decay) in place of its weights\n"
         "  --export FORMAT CKPT OUT write a checkpoint's weights for other programs and exit: safetensors\n"
-        "                           or npz (no CONFIG needed), or a model's own (llmc for gpt, after CONFIG)\n"
+        "                           or npz (no CONFIG needed; after one, `latest` is its [checkpoint] dir's),\n"
+        "                           or a model's own (llmc for gpt, after CONFIG)\n"
         "  --dry-run                load everything, print the resolved config, and exit\n"
         "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"
         "  --sample CKPT            generate from a language model's checkpoint (text for byte-level\n"
@@ -810,8 +811,17 @@ static int parse_cli(int argc, char **argv, cli *args)
         dpt_error err;
         char path[PATH_MAX];
         int count = 0;
-        if (!dpt_checkpoint_resolve(args->resume, NULL, path, sizeof path, &err) ||
-            !dpt_export_checkpoint(args->export_format, path, args->export_out, args->ema, &count, &err)) {
+        /* after a CONFIG, `latest` and short names are the run's [checkpoint] dir's, as --eval's are */
+        dpt_config *cfg = args->config_path ? load_config(args, &err) : NULL;
+        if (args->config_path && !cfg) {
+            fprintf(stderr, "error: %s\n", err.msg);
+            return 1;
+        }
+        bool ok = dpt_checkpoint_resolve(args->resume, cfg ? dpt_config_str(cfg, "checkpoint", "dir") : NULL, path,
+                                         sizeof path, &err) &&
+                  dpt_export_checkpoint(args->export_format, path, args->export_out, args->ema, &count, &err);
+        dpt_config_free(cfg);
+        if (!ok) {
             fprintf(stderr, "error: --export %s %s\n", args->export_format, err.msg);
             return 1;
         }

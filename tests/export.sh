@@ -24,6 +24,11 @@ want=$(./train --inspect "$ck" | sha)
 ./train --export safetensors "$tmp/ck" "$tmp/w.safetensors" > "$tmp/e1.log" 2>&1 &&
     ./train --export npz "$tmp/ck/latest" "$tmp/w.npz" > "$tmp/e2.log" 2>&1
 check "--export safetensors and npz" $? "$(cat "$tmp/e1.log" "$tmp/e2.log")"
+# after a CONFIG, `latest` is its [checkpoint] dir's (as for --eval), not the working folder's
+./train "${gpt[@]}" --set checkpoint.dir="$tmp/ck" --export safetensors latest "$tmp/w2.safetensors" > "$tmp/e1b.log" 2>&1 &&
+    cmp -s "$tmp/w.safetensors" "$tmp/w2.safetensors"
+ok=$?
+check "CONFIG --export safetensors latest: the config's checkpoint folder's newest" $ok "$(cat "$tmp/e1b.log")"
 out=$($py - "$tmp/w.safetensors" "$tmp/w.npz" "$want" <<'PY' 2>&1
 import hashlib, json, struct, sys
 import numpy as np
