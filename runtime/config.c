@@ -40,25 +40,6 @@ static bool section_exists(const char *section)
     return false;
 }
 
-static int edit_distance(const char *a, const char *b)
-{
-    int la = (int)strlen(a), lb = (int)strlen(b);
-    if (la > 63 || lb > 63) return 99;
-    int d[64][64];
-    for (int i = 0; i <= la; i++)
-        d[i][0] = i;
-    for (int j = 0; j <= lb; j++)
-        d[0][j] = j;
-    for (int i = 1; i <= la; i++)
-        for (int j = 1; j <= lb; j++) {
-            int sub =
-                d[i - 1][j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
-            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
-            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-        }
-    return d[la][lb];
-}
-
 /* The nearest known section (key == NULL) or key of a section, or NULL if none is close. */
 static const char *nearest(const char *section, const char *name)
 {
@@ -70,7 +51,7 @@ static const char *nearest(const char *section, const char *name)
         /* lengths further apart than the best distance so far cannot beat it */
         int gap = (int)strlen(name) - (int)strlen(cand);
         if (gap >= best_d || -gap >= best_d) continue;
-        int d = edit_distance(name, cand);
+        int d = dpt_edit_distance(name, cand);
         if (d < best_d) best_d = d, best = cand;
     }
     return best;

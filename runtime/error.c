@@ -1,9 +1,11 @@
 /* error.c: formatting of user-facing errors and the fatal path. */
 #include "error.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static dpt_abort_fn abort_handler; /* set once at start-up by world_init; read-only after */
@@ -123,4 +125,22 @@ void dpt_abort_job(const char *fmt, ...)
     print_last_words("error: ", NULL, 0, fmt, ap);
     va_end(ap);
     end_process(1);
+}
+
+int dpt_edit_distance(const char *a, const char *b)
+{
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int d[64][64];
+    for (int i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (int j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int sub = d[i - 1][j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+    return d[la][lb];
 }

@@ -35,6 +35,9 @@ DPT_NORETURN void dpt_library_failed_at(const char *file, int line, const char *
  * every message; names and values in output are the user's). */
 void dpt_printable(char *s);
 
+/* Levenshtein distance of two names, case ignored (99 past 63 characters): for "did you mean". */
+int dpt_edit_distance(const char *a, const char *b);
+
 /* A formatted string in memory of its own size (free it); never cut to a buffer. */
 char *dpt_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

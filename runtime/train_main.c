@@ -624,6 +624,26 @@ static bool is_flag(const char *a, const char *flag)
 }
 
 /* Returns an exit code to stop with, or -1 to go on training. */
+/* The flag nearest to an unknown one (--output: --out; --resum: --resume), or NULL. test_cli
+ * checks that every flag --help lists is here. */
+static const char *nearest_flag(const char *given)
+{
+    static const char *const flags[] = {
+        "--config-reference", "--dry-run", "--ema", "--env", "--eval", "--expect", "--export", "--help",
+        "--input", "--inspect", "--junit", "--no-kv-cache", "--out", "--predict", "--profile", "--prompt",
+        "--resume", "--sample", "--seed", "--set", "--summary", "--temperature", "--tokens", "--top-k", "--version",
+    };
+    const char *best = NULL;
+    int best_d = 3; /* at most 2 edits, or one flag the other's start (--output, --top) */
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        size_t n = strlen(flags[i]), m = strlen(given);
+        int d = dpt_edit_distance(given, flags[i]);
+        if (m > 3 && n > 3 && !strncmp(given, flags[i], m < n ? m : n) && d > 2) d = 2;
+        if (d < best_d) best_d = d, best = flags[i];
+    }
+    return best;
+}
+
 static int parse_cli(int argc, char **argv, cli *args)
 {
     memset(args, 0, sizeof *args);
@@ -769,7 +789,9 @@ static int parse_cli(int argc, char **argv, cli *args)
                 args->expects[args->nexpects++] = v;
             }
         } else if (a[0] == '-') {
-            fprintf(stderr, "error: unknown flag %s\n\n", a);
+            const char *near = nearest_flag(a);
+            fprintf(stderr, "error: unknown flag %s%s%s%s\n\n", a, near ? "; did you mean " : "", near ? near : "",
+                    near ? "?" : "");
             usage(stderr);
             return 2;
         } else if (args->config_path) {

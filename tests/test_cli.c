@@ -47,6 +47,23 @@ static void test_usage(void **state)
     expect_fail("", 2, "no config file given", NULL);
     expect_fail("--bogus x.ini", 2, "unknown flag --bogus", NULL);
     expect_fail("configs/fmnist_mlp.ini --set", 2, "--set needs", NULL);
+    /* a mistyped flag is answered with the nearest (a guess at a name, a letter missing) */
+    expect_fail("configs/fmnist_mlp.ini --predict latest --output p.csv", 2, "unknown flag --output; did you mean --out?",
+                NULL);
+    expect_fail("configs/fmnist_mlp.ini --resum latest", 2, "unknown flag --resum; did you mean --resume?", NULL);
+    /* every flag --help lists is one the suggestions know: FLAGx is answered with FLAG */
+    static char help[16384];
+    assert_int_equal(run_capture(help, sizeof help, "./train --help"), 0);
+    int flags = 0;
+    for (const char *at = strstr(help, "\n  --"); at; at = strstr(at + 1, "\n  --")) {
+        char flag[40], args[120], want[120];
+        if (sscanf(at + 3, "%38[a-z0-9-]", flag) != 1) continue;
+        snprintf(args, sizeof args, "configs/fmnist_mlp.ini %sx", flag);
+        snprintf(want, sizeof want, "unknown flag %sx; did you mean %s?", flag, flag);
+        expect_fail(args, 2, want, NULL);
+        flags++;
+    }
+    if (flags < 15) fail_msg("only %d flags found in --help:\n%s", flags, help);
 }
 
 static void test_config_errors(void **state)
