@@ -217,19 +217,77 @@ static void cpu_log_softmax_bwd(dpt_ctx *ctx, const float *y, const float *dy, f
 
 /* ---------------------------------------------------------------- unary maps */
 
+/* In spans the compiler vectorises, one loop per op: sigmoid, SiLU and the exact GELU through
+ * vec_math.h's expf and erf (libm's are a call per element: the exact GELU was 46% of a small
+ * ViT's step, 6 ns an element forward and 11 backward); the other maps as unary_math.h writes
+ * them (the CUDA kernels' formulas, libm's functions: exp keeps libm's overflow to inf and its
+ * denormals). NaN stays NaN in every one. */
+#define UNARY_SPAN 4096
+#define DPT_INV_SQRT_2 0.7071067811865476f
+
+DPT_CLONES static void unary_fwd_span(dpt_unary_op op, const float *restrict x, float *restrict y, int64_t n)
+{
+    switch (op) {
+    case DPT_UNARY_SIGMOID: /* past |x| 87 the exp saturates: 0 < sigmoid < 1e-38 instead of 0 */
+        for (int64_t i = 0; i < n; i++)
+            y[i] = 1.0f / (1.0f + dpt_vexpf(-x[i]));
+        break;
+    case DPT_UNARY_SILU:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] / (1.0f + dpt_vexpf(-x[i]));
+        break;
+    case DPT_UNARY_GELU_ERF:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = 0.5f * x[i] * (1.0f + dpt_verff(x[i] * DPT_INV_SQRT_2));
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = dpt_unary_one(op, x[i]);
+    }
+}
+
+DPT_CLONES static void unary_bwd_span(dpt_unary_op op, const float *restrict x, const float *restrict y,
+                                      const float *restrict dy, float *restrict dx, int64_t n)
+{
+    switch (op) {
+    case DPT_UNARY_SILU:
+        for (int64_t i = 0; i < n; i++) {
+            float s = 1.0f / (1.0f + dpt_vexpf(-x[i]));
+            dx[i] += dy[i] * (s * (1.0f + x[i] * (1.0f - s)));
+        }
+        break;
+    case DPT_UNARY_GELU_ERF:
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            dx[i] += dy[i] * (0.5f * (1.0f + dpt_verff(v * DPT_INV_SQRT_2)) +
+                              v * DPT_INV_SQRT_2PI * dpt_vexpf(-0.5f * v * v));
+        }
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += dy[i] * dpt_unary_grad(op, x[i], y[i]);
+    }
+}
+
 static void cpu_unary_fwd(dpt_ctx *ctx, dpt_unary_op op, int64_t n, const float *x, float *y)
 {
+    int64_t spans = (n + UNARY_SPAN - 1) / UNARY_SPAN;
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        y[i] = dpt_unary_one(op, x[i]);
+    for (int64_t s = 0; s < spans; s++) {
+        int64_t at = s * UNARY_SPAN, len = n - at < UNARY_SPAN ? n - at : UNARY_SPAN;
+        unary_fwd_span(op, x + at, y + at, len);
+    }
 }
 
 static void cpu_unary_bwd(dpt_ctx *ctx, dpt_unary_op op, int64_t n, const float *x, const float *y, const float *dy,
                           float *dx)
 {
+    int64_t spans = (n + UNARY_SPAN - 1) / UNARY_SPAN;
 #pragma omp parallel for num_threads(ctx->threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        dx[i] += dy[i] * dpt_unary_grad(op, x[i], y[i]);
+    for (int64_t s = 0; s < spans; s++) {
+        int64_t at = s * UNARY_SPAN, len = n - at < UNARY_SPAN ? n - at : UNARY_SPAN;
+        unary_bwd_span(op, x + at, y + at, dy + at, dx + at, len);
+    }
 }
 
 /* ---------------------------------------------------------------- embeddings */

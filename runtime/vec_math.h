@@ -38,6 +38,19 @@ static inline float dpt_vexpf(float x)
     return p * scale;
 }
 
+/* erf by Abramowitz and Stegun 7.1.26: |error| < 1.5e-7 absolute (about an ulp of 1, what the
+ * exact GELU's 1 + erf(x / sqrt 2) needs; libm's erff is a call per element), branch-free. */
+static inline float dpt_verff(float x)
+{
+    float a = fabsf(x), t = 1.0f / (1.0f + 0.3275911f * a);
+    float p = 1.061405429f;
+    p = p * t - 1.453152027f;
+    p = p * t + 1.421413741f;
+    p = p * t - 0.284496736f;
+    p = p * t + 0.254829592f;
+    return copysignf(1.0f - p * t * dpt_vexpf(-a * a), x);
+}
+
 /* Attention's softmax of one row of scaled scores s (n, of which the first `seen` count; the
  * rest set to 0): forward normalises it and keeps its log-sum-exp in *lse, backward recomputes
  * the probabilities exp(s - *lse) (both CPU attention kernels). */

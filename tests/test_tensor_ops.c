@@ -347,6 +347,34 @@ static void test_unary(void **state)
     }
 }
 
+/* The maps at the ends of their range and on NaN, against float64 (the CPU's sigmoid, SiLU and
+ * exact GELU run vectorised formulas of their own, not libm's): within 2e-6 relative or 1e-6
+ * absolute; infinities where float64 overflows to them; NaN stays NaN. */
+static void test_unary_extremes(void **state)
+{
+    (void)state;
+    static const float xs[] = {-100.0f, -30.0f, -9.0f, -5.0f, -1e-3f, 0.0f, 1e-3f, 5.0f, 9.0f, 30.0f, 100.0f, NAN};
+    enum { N = sizeof xs / sizeof xs[0] };
+    const dpt_unary_op ops[] = {DPT_UNARY_EXP, DPT_UNARY_TANH, DPT_UNARY_SIGMOID, DPT_UNARY_SILU, DPT_UNARY_GELU_ERF};
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_tensor *x = dpt_tensor_new(ctx, 1, (int64_t[]){N});
+    dpt_tensor_copy_from_host(x, xs);
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+        float y[N];
+        dpt_tensor_copy_to_host(dpt_unary(ctx, ops[k], x), y);
+        for (int i = 0; i < N; i++) {
+            double want = unary_d(ops[k], xs[i]);
+            bool ok = isnan(want) ? isnan(y[i])
+                      : isinf((float)want) ? y[i] == (float)want
+                                           : fabs(y[i] - want) <= 1e-6 + 2e-6 * fabs(want);
+            if (!ok) fail_msg("unary op %d of %g: %.9g, float64 says %.9g", (int)ops[k], (double)xs[i], (double)y[i], want);
+        }
+    }
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x);
+    dpt_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- embedding */
 
 typedef struct emb_case {
@@ -1135,6 +1163,7 @@ int main(void)
         cmocka_unit_test(test_bmm_bf16),
         cmocka_unit_test(test_attention_bf16),
         cmocka_unit_test(test_cross_entropy_tokens),
+        cmocka_unit_test(test_unary_extremes),
         cmocka_unit_test(test_views_into_ops),
         cmocka_unit_test(test_views_into_layers),
         cmocka_unit_test(test_expand),
