@@ -24,6 +24,18 @@ static int64_t numel_of(int ndim, const int64_t *shape)
     return n;
 }
 
+/* A one-input op that only moves values (a copy, a view, an expand): its forward exact, its
+ * gradient (sums of moved values) against central differences. */
+static void gradcheck_copy(const char *name, int ndim, const int64_t *shape,
+                           dpt_tensor *(*build)(dpt_ctx *, dpt_tensor **, void *),
+                           void (*reference)(const double *const *, double *, void *), void *user, uint64_t seed)
+{
+    gradcheck gc = {.n_in = 1, .ndim = {ndim}, .lo = -1, .hi = 1, .build = build, .reference = reference,
+                    .user = user, .fwd_rtol = 0, .grad_rtol = 1e-5, .grad_atol = 1e-6};
+    memcpy(gc.shape[0], shape, (size_t)ndim * sizeof *shape);
+    run_gradcheck(name, &gc, seed);
+}
+
 /* ---------------------------------------------------------------- permute + contiguous */
 
 typedef struct perm_case {
@@ -67,13 +79,8 @@ static void test_permute(void **state)
         {3, {2, 3, 4}, {2, 0, 1}, false}, {4, {2, 3, 4, 5}, {0, 2, 1, 3}, false},
         {4, {2, 3, 4, 5}, {3, 2, 1, 0}, true}, {2, {5, 7}, {1, 0}, true},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        perm_case *c = &cases[i];
-        gradcheck gc = {.n_in = 1, .ndim = {c->ndim}, .lo = -1, .hi = 1, .build = perm_build,
-                        .reference = perm_ref, .user = c, .fwd_rtol = 0, .grad_rtol = 1e-5, .grad_atol = 1e-6};
-        memcpy(gc.shape[0], c->shape, sizeof c->shape);
-        run_gradcheck("permute", &gc, 700 + i);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        gradcheck_copy("permute", cases[i].ndim, cases[i].shape, perm_build, perm_ref, &cases[i], 700 + i);
 }
 
 /* ---------------------------------------------------------------- slice, narrow, split, concat */
@@ -1055,13 +1062,8 @@ static void test_expand(void **state)
         {3, 3, {2, 1, 3}, {2, 4, 3}},       /* the middle axis */
         {2, 2, {3, 4}, {3, 4}},             /* nothing to stretch: a copy */
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        expand_case *c = &cases[i];
-        gradcheck gc = {.n_in = 1, .ndim = {c->ndim_in}, .lo = -1, .hi = 1, .build = expand_build,
-                        .reference = expand_ref, .user = c, .fwd_rtol = 0, .grad_rtol = 1e-5, .grad_atol = 1e-6};
-        memcpy(gc.shape[0], c->in, sizeof c->in);
-        run_gradcheck("expand", &gc, 1100 + i);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        gradcheck_copy("expand", cases[i].ndim_in, cases[i].in, expand_build, expand_ref, &cases[i], 1100 + i);
     /* -1 keeps an axis; a view expands as its data says */
     dpt_ctx *ctx = test_ctx(1, 3);
     dpt_rng rng;
