@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "attn_chunked.h"
 #include "cuda_internal.h"
 extern "C" {
 #include "unary_math.h"
@@ -330,17 +331,19 @@ static void cuda_embedding_bwd(dpt_ctx *ctx, const int32_t *ids, int64_t n, cons
 {
     LAUNCH(embedding_bwd_kernel, dim, ids, n, dy, vocab, dim, dw);
 }
-/* Attention (dpt_attention; the CPU kernels' comment has the formulas) on cuBLAS: for each
- * batch element, the H heads' scores S = scale Q K^T (T x T each) by one strided-batched GEMM
- * (a head's q, k, v are hs columns at a stride of 3C in qkv, the next head hs further on),
- * a warp per query row turns them into probabilities P in place (causal: 0 past the
- * diagonal) and keeps the row's log-sum-exp, and Y = P V by a second GEMM. Backward recomputes
- * P from the log-sum-exp and runs the four products of dV = P^T dY, dP = dY V^T,
- * dS = P (dP - rowdot(dY, Y)) scale, dQ = dS K, dK = dS^T Q, adding into dqkv. The T x T
- * scores exist for one batch element at a time (H T^2 floats from the caching allocator, two
- * such in backward), so memory stays linear in B. Everything in fp32 (the CPU's attention is
- * fp32 in every precision), in a fixed order: the same bits every run. The causal half above
- * the diagonal is computed and discarded (a tiled kernel that skips it is the next step). */
+/* Attention (dpt_attention; the CPU kernels' comment has the formulas) on cuBLAS, in chunks of
+ * query rows (attn_chunked.h: the orchestration, the same code the CPU test runs against
+ * dpt_attention): per batch element and chunk, the H heads' scores against the keys the chunk
+ * sees by one strided-batched GEMM (a head's q, k, v are hs columns at a stride of 3C in qkv,
+ * the next head hs further on), a warp per query row turns them into probabilities in place
+ * and keeps the row's log-sum-exp, and a second GEMM makes the rows of Y. Causal chunks skip
+ * the keys past their last row (about half of a long sequence's work); scratch is H x chunk x
+ * T floats from the caching allocator (at most ATTN_SCRATCH_FLOATS, two such in backward):
+ * linear in T and in B. Everything in fp32 (the CPU's attention is fp32 in every precision),
+ * in a fixed order: the same bits every run. DPT_ATTENTION_CHUNK=N forces N rows a chunk
+ * (test_cuda runs several chunks on its short sequences with it). */
+#define ATTN_SCRATCH_FLOATS (16 << 20)
+
 static void sgemm_rows(dpt_ctx *ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                        int64_t lda, int64_t sa, const float *B, int64_t ldb, int64_t sb, float beta, float *C,
                        int64_t ldc, int64_t sc, int64_t batch)
@@ -364,15 +367,17 @@ static __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
-/* rows (H T) of scores, row r = h T + i: P = softmax over keys j < n (n = i + 1 causal, else
- * T), 0 for the rest; lse[r] = max + log(sum). A warp per row. */
-__global__ void attention_softmax_kernel(float *S, int64_t rows, int64_t T, bool causal, float *lse)
+/* H Tq rows of Tk scores, row r = h Tq + i holding query q0 + i of head h: P = softmax over keys
+ * j < n (n = q0 + i + 1 causal, else Tk), 0 for the rest; lse[h T + q0 + i] = max + log(sum).
+ * A warp per row. */
+__global__ void attention_softmax_kernel(float *S, int64_t rows, int64_t Tq, int64_t Tk, int64_t q0, bool causal,
+                                         float *lse, int64_t T)
 {
     int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= rows) return;
-    int64_t i = r % T, n = causal ? i + 1 : T;
-    float *row = S + r * T;
+    int64_t h = r / Tq, qi = q0 + r % Tq, n = causal ? qi + 1 : Tk;
+    float *row = S + r * Tk;
     float m = -INFINITY;
     for (int64_t j = lane; j < n; j += 32)
         m = fmaxf(m, row[j]);
@@ -382,33 +387,34 @@ __global__ void attention_softmax_kernel(float *S, int64_t rows, int64_t T, bool
         sum += expf(row[j] - m);
     sum = warp_sum(sum);
     float inv = 1.0f / sum;
-    for (int64_t j = lane; j < T; j += 32)
+    for (int64_t j = lane; j < Tk; j += 32)
         row[j] = j < n ? expf(row[j] - m) * inv : 0.0f;
-    if (lane == 0) lse[r] = m + logf(sum);
+    if (lane == 0) lse[h * T + qi] = m + logf(sum);
 }
 
 /* P recomputed from scores and the kept log-sum-exp (0 past the diagonal when causal). */
-__global__ void attention_probs_kernel(float *S, int64_t rows, int64_t T, bool causal, const float *lse)
+__global__ void attention_probs_kernel(float *S, int64_t rows, int64_t Tq, int64_t Tk, int64_t q0, bool causal,
+                                       const float *lse, int64_t T)
 {
     int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= rows) return;
-    int64_t i = r % T, n = causal ? i + 1 : T;
-    float *row = S + r * T, L = lse[r];
-    for (int64_t j = lane; j < T; j += 32)
+    int64_t h = r / Tq, qi = q0 + r % Tq, n = causal ? qi + 1 : Tk;
+    float *row = S + r * Tk, L = lse[h * T + qi];
+    for (int64_t j = lane; j < Tk; j += 32)
         row[j] = j < n ? expf(row[j] - L) : 0.0f;
 }
 
-/* dS = P (dP - D[r]) scale, in place of dP; D[r] = dot(dY_i, Y_i) of the row's head. */
-__global__ void attention_dscores_kernel(const float *P, float *dP, int64_t rows, int64_t T, const float *D,
-                                         float scale)
+/* dS = P (dP - D) scale, in place of dP; D[h T + q0 + i] = dot(dY_i, Y_i) of the row's head. */
+__global__ void attention_dscores_kernel(const float *P, float *dP, int64_t rows, int64_t Tq, int64_t Tk, int64_t q0,
+                                         const float *D, int64_t T, float scale)
 {
     int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= rows) return;
-    const float *p = P + r * T;
-    float *d = dP + r * T, Dr = D[r];
-    for (int64_t j = lane; j < T; j += 32)
+    const float *p = P + r * Tk;
+    float *d = dP + r * Tk, Dr = D[r / Tq * T + q0 + r % Tq];
+    for (int64_t j = lane; j < Tk; j += 32)
         d[j] = p[j] * (d[j] - Dr) * scale;
 }
 
@@ -433,22 +439,53 @@ static unsigned warp_rows_blocks(int64_t rows)
     return (unsigned)CEIL_DIV(rows, THREADS / 32);
 }
 
+/* attn_chunked.h's primitives on this context's stream */
+static void attn_gemm(void *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                      int64_t lda, int64_t sa, const float *B, int64_t ldb, int64_t sb, float beta, float *C,
+                      int64_t ldc, int64_t sc, int64_t batch)
+{
+    sgemm_rows((dpt_ctx *)c, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+}
+static void attn_softmax(void *c, float *S, int64_t H, int64_t Tq, int64_t Tk, int64_t q0, bool causal, float *lse,
+                         int64_t T)
+{
+    dpt_ctx *ctx = (dpt_ctx *)c;
+    attention_softmax_kernel<<<warp_rows_blocks(H * Tq), THREADS, 0, stream_of(ctx)>>>(S, H * Tq, Tq, Tk, q0, causal,
+                                                                                      lse, T);
+    CHECK_LAUNCH();
+}
+static void attn_probs(void *c, float *S, int64_t H, int64_t Tq, int64_t Tk, int64_t q0, bool causal, const float *lse,
+                       int64_t T)
+{
+    dpt_ctx *ctx = (dpt_ctx *)c;
+    attention_probs_kernel<<<warp_rows_blocks(H * Tq), THREADS, 0, stream_of(ctx)>>>(S, H * Tq, Tq, Tk, q0, causal,
+                                                                                    lse, T);
+    CHECK_LAUNCH();
+}
+static void attn_dscores(void *c, const float *P, float *G, int64_t H, int64_t Tq, int64_t Tk, int64_t q0,
+                         const float *D, int64_t T, float scale)
+{
+    dpt_ctx *ctx = (dpt_ctx *)c;
+    attention_dscores_kernel<<<warp_rows_blocks(H * Tq), THREADS, 0, stream_of(ctx)>>>(P, G, H * Tq, Tq, Tk, q0, D, T,
+                                                                                      scale);
+    CHECK_LAUNCH();
+}
+static const dpt_attn_prims cuda_attn_prims = {attn_gemm, attn_softmax, attn_probs, attn_dscores};
+
+static int64_t attn_chunk(int64_t T, int64_t H)
+{
+    const char *forced = getenv("DPT_ATTENTION_CHUNK");
+    long n = forced ? atol(forced) : 0;
+    return n > 0 ? (n < T ? n : T) : dpt_attn_chunk_rows(T, H, ATTN_SCRATCH_FLOATS);
+}
+
 static void cuda_attention_fwd(dpt_ctx *ctx, const float *qkv, int64_t B, int64_t T, int64_t H, int64_t hs, bool causal,
                                float *y, float *lse)
 {
     if (B == 0 || T == 0) return;
-    int64_t C = H * hs, C3 = 3 * C, TT = T * T;
-    float scale = 1.0f / sqrtf((float)hs);
-    cuda_block sb = cuda_block_get(ctx, (size_t)(H * TT) * sizeof(float), "attention scores (H T^2 floats)");
-    float *S = (float *)sb.ptr;
-    for (int64_t b = 0; b < B; b++) {
-        const float *q = qkv + b * T * C3, *k = q + C, *v = q + 2 * C;
-        sgemm_rows(ctx, false, true, T, T, hs, scale, q, C3, hs, k, C3, hs, 0.0f, S, T, TT, H);
-        attention_softmax_kernel<<<warp_rows_blocks(H * T), THREADS, 0, stream_of(ctx)>>>(S, H * T, T, causal,
-                                                                                        lse + b * H * T);
-        CHECK_LAUNCH();
-        sgemm_rows(ctx, false, false, T, hs, T, 1.0f, S, T, TT, v, C3, hs, 0.0f, y + b * T * C, C, hs, H);
-    }
+    int64_t chunk = attn_chunk(T, H);
+    cuda_block sb = cuda_block_get(ctx, (size_t)(H * chunk * T) * sizeof(float), "attention scores (H chunk T floats)");
+    dpt_attn_chunked_fwd(&cuda_attn_prims, ctx, qkv, B, T, H, hs, causal, chunk, (float *)sb.ptr, y, lse);
     cuda_block_put(ctx, sb);
 }
 
@@ -457,29 +494,15 @@ static void cuda_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, c
                                bool accumulate)
 {
     if (B == 0 || T == 0) return;
-    int64_t C = H * hs, C3 = 3 * C, TT = T * T;
+    int64_t C3 = 3 * H * hs, chunk = attn_chunk(T, H);
     if (!accumulate) CHECK_CUDA(cudaMemsetAsync(dqkv, 0, (size_t)(B * T * C3) * sizeof(float), stream_of(ctx)));
-    float scale = 1.0f / sqrtf((float)hs);
     attention_rowdot_kernel<<<warp_rows_blocks(B * H * T), THREADS, 0, stream_of(ctx)>>>(y, dy, B, T, H, hs, scratch);
     CHECK_LAUNCH();
-    cuda_block pb = cuda_block_get(ctx, (size_t)(H * TT) * sizeof(float), "attention probabilities (H T^2 floats)");
-    cuda_block gb = cuda_block_get(ctx, (size_t)(H * TT) * sizeof(float), "attention score gradients (H T^2 floats)");
-    float *P = (float *)pb.ptr, *G = (float *)gb.ptr;
-    for (int64_t b = 0; b < B; b++) {
-        const float *q = qkv + b * T * C3, *k = q + C, *v = q + 2 * C, *g = dy + b * T * C;
-        float *dq = dqkv + b * T * C3, *dk = dq + C, *dv = dq + 2 * C;
-        sgemm_rows(ctx, false, true, T, T, hs, scale, q, C3, hs, k, C3, hs, 0.0f, P, T, TT, H);
-        attention_probs_kernel<<<warp_rows_blocks(H * T), THREADS, 0, stream_of(ctx)>>>(P, H * T, T, causal,
-                                                                                      lse + b * H * T);
-        CHECK_LAUNCH();
-        sgemm_rows(ctx, true, false, T, hs, T, 1.0f, P, T, TT, g, C, hs, 1.0f, dv, C3, hs, H);   /* dV += P^T dY */
-        sgemm_rows(ctx, false, true, T, T, hs, 1.0f, g, C, hs, v, C3, hs, 0.0f, G, T, TT, H);    /* dP = dY V^T */
-        attention_dscores_kernel<<<warp_rows_blocks(H * T), THREADS, 0, stream_of(ctx)>>>(P, G, H * T, T,
-                                                                                        scratch + b * H * T, scale);
-        CHECK_LAUNCH();
-        sgemm_rows(ctx, false, false, T, hs, T, 1.0f, G, T, TT, k, C3, hs, 1.0f, dq, C3, hs, H); /* dQ += dS K */
-        sgemm_rows(ctx, true, false, T, hs, T, 1.0f, G, T, TT, q, C3, hs, 1.0f, dk, C3, hs, H);  /* dK += dS^T Q */
-    }
+    size_t bytes = (size_t)(H * chunk * T) * sizeof(float);
+    cuda_block pb = cuda_block_get(ctx, bytes, "attention probabilities (H chunk T floats)");
+    cuda_block gb = cuda_block_get(ctx, bytes, "attention score gradients (H chunk T floats)");
+    dpt_attn_chunked_bwd(&cuda_attn_prims, ctx, qkv, dy, lse, scratch, B, T, H, hs, causal, chunk, (float *)pb.ptr,
+                         (float *)gb.ptr, dqkv);
     cuda_block_put(ctx, pb), cuda_block_put(ctx, gb);
 }
 static void cuda_layernorm_fwd(dpt_ctx *ctx, const float *x, int64_t rows, int64_t dim, const float *w, const float *b,

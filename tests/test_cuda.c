@@ -1034,6 +1034,12 @@ static void test_tensor_primitives(void **state)
     const int inputs[] = {1, 1, 3, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1};
     for (int which = 0; which < 13; which++) /* GEMMs and sums in other orders: 1e-3 as for the other GEMMs */
         compare(names[which], g_prim, inputs[which], shapes[which], &which, which == 7 || which >= 10 ? 1e-3 : 1e-4);
+    /* the GPU's attention in chunks of 2 query rows (attn_chunked.h; the 5 rows above are one) */
+    setenv("DPT_ATTENTION_CHUNK", "2", 1);
+    for (int which = 10; which < 12; which++)
+        compare(which == 10 ? "attention (causal), chunks of 2 rows" : "attention, chunks of 2 rows", g_prim,
+                inputs[which], shapes[which], &which, 1e-3);
+    unsetenv("DPT_ATTENTION_CHUNK");
 }
 
 /* Generation's attention with a KV cache on the GPU (the backend's strided copy into the cache,

@@ -6,6 +6,7 @@
  * reductions and the embedding's backward give the same bits on 1 and 2 threads. */
 #include "tests/testutil.h"
 #include "runtime/half.h"
+#include "runtime/attn_chunked.h"
 
 /* ---------------------------------------------------------------- a generic N-d reference helper */
 
@@ -1081,6 +1082,118 @@ static void test_expand(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- attention in query chunks
+ * attn_chunked.h's orchestration (the CUDA backend's attention: GEMMs over chunks of query rows,
+ * causal chunks skipping the keys past their last row) run here with naive primitives, for every
+ * chunk size, against dpt_attention's forward and gradients (gradient-checked above). */
+
+static void cg_gemm(void *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                    int64_t lda, int64_t sa, const float *B, int64_t ldb, int64_t sb, float beta, float *C,
+                    int64_t ldc, int64_t sc, int64_t batch)
+{
+    (void)c;
+    for (int64_t i = 0; i < batch; i++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double acc = 0.0;
+                for (int64_t k = 0; k < K; k++)
+                    acc += (double)(ta ? A[i * sa + k * lda + m] : A[i * sa + m * lda + k]) *
+                           (tb ? B[i * sb + n * ldb + k] : B[i * sb + k * ldb + n]);
+                float *out = &C[i * sc + m * ldc + n];
+                *out = beta == 0.0f ? alpha * (float)acc : alpha * (float)acc + beta * *out; /* beta 0: not read */
+            }
+}
+
+static void cg_rows(float *S, int64_t H, int64_t Tq, int64_t Tk, int64_t q0, bool causal, float *lse_out,
+                    const float *lse_in, int64_t T)
+{
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < Tq; i++) {
+            int64_t qi = q0 + i, n = causal ? qi + 1 : Tk;
+            float *row = S + (h * Tq + i) * Tk, m = -INFINITY, sum = 0.0f;
+            if (lse_out) {
+                for (int64_t j = 0; j < n; j++)
+                    m = fmaxf(m, row[j]);
+                for (int64_t j = 0; j < n; j++)
+                    sum += expf(row[j] - m);
+                lse_out[h * T + qi] = m + logf(sum);
+            }
+            float L = lse_out ? lse_out[h * T + qi] : lse_in[h * T + qi];
+            for (int64_t j = 0; j < Tk; j++)
+                row[j] = j < n ? expf(row[j] - L) : 0.0f;
+        }
+}
+static void cg_softmax(void *c, float *S, int64_t H, int64_t Tq, int64_t Tk, int64_t q0, bool causal, float *lse,
+                       int64_t T)
+{
+    (void)c;
+    cg_rows(S, H, Tq, Tk, q0, causal, lse, NULL, T);
+}
+static void cg_probs(void *c, float *S, int64_t H, int64_t Tq, int64_t Tk, int64_t q0, bool causal, const float *lse,
+                     int64_t T)
+{
+    (void)c;
+    cg_rows(S, H, Tq, Tk, q0, causal, NULL, lse, T);
+}
+static void cg_dscores(void *c, const float *P, float *G, int64_t H, int64_t Tq, int64_t Tk, int64_t q0,
+                       const float *D, int64_t T, float scale)
+{
+    (void)c;
+    for (int64_t r = 0; r < H * Tq; r++)
+        for (int64_t j = 0; j < Tk; j++)
+            G[r * Tk + j] = P[r * Tk + j] * (G[r * Tk + j] - D[r / Tq * T + q0 + r % Tq]) * scale;
+}
+
+static void test_attention_chunked(void **state)
+{
+    (void)state;
+    enum { B = 2, T = 7, H = 2, HS = 4, C = H * HS, N = B * T * 3 * C };
+    static const dpt_attn_prims prims = {cg_gemm, cg_softmax, cg_probs, cg_dscores};
+    for (int causal = 0; causal < 2; causal++) {
+        dpt_ctx *ctx = test_ctx(1, 21);
+        dpt_rng rng;
+        dpt_rng_seed(&rng, 22 + (uint64_t)causal);
+        dpt_tensor *qkv = test_input(ctx, &rng, 3, (int64_t[]){B, T, 3 * C}, -2, 2);
+        dpt_tensor *w = test_input(ctx, &rng, 3, (int64_t[]){B, T, C}, -1, 1); /* dL/dy */
+        dpt_tensor *y = dpt_attention(ctx, qkv, H, causal);
+        dpt_backward(ctx, dpt_sum(ctx, dpt_mul(ctx, y, w)));
+        float want_y[B * T * C];
+        dpt_tensor_copy_to_host(y, want_y);
+        const float *want_g = qkv->grad->data;
+        for (int64_t chunk = 1; chunk <= T; chunk++) {
+            float S[H * T * T], P[H * T * T], G[H * T * T], got_y[B * T * C], lse[B * H * T], D[B * H * T], dqkv[N];
+            dpt_attn_chunked_fwd(&prims, NULL, qkv->data, B, T, H, HS, causal, chunk, S, got_y, lse);
+            for (int i = 0; i < B * T * C; i++)
+                if (!(fabsf(got_y[i] - want_y[i]) <= 1e-5f + 1e-5f * fabsf(want_y[i])))
+                    fail_msg("causal %d, chunks of %lld rows: y[%d] %.9g, dpt_attention %.9g", causal, (long long)chunk,
+                             i, (double)got_y[i], (double)want_y[i]);
+            for (int64_t b = 0; b < B; b++) /* D = rowdot(dY, Y) per head */
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t i = 0; i < T; i++) {
+                        float d = 0.0f;
+                        for (int64_t c = 0; c < HS; c++)
+                            d += got_y[(b * T + i) * C + h * HS + c] * w->data[(b * T + i) * C + h * HS + c];
+                        D[(b * H + h) * T + i] = d;
+                    }
+            for (int i = 0; i < N; i++)
+                dqkv[i] = 1.0f; /* it adds into what is there */
+            dpt_attn_chunked_bwd(&prims, NULL, qkv->data, w->data, lse, D, B, T, H, HS, causal, chunk, P, G, dqkv);
+            for (int i = 0; i < N; i++)
+                if (!(fabsf(dqkv[i] - 1.0f - want_g[i]) <= 2e-5f + 1e-4f * fabsf(want_g[i])))
+                    fail_msg("causal %d, chunks of %lld rows: dqkv[%d] %.9g, dpt_attention's %.9g", causal,
+                             (long long)chunk, i, (double)(dqkv[i] - 1.0f), (double)want_g[i]);
+        }
+        dpt_tape_clear(ctx);
+        dpt_tensor_free(qkv), dpt_tensor_free(w);
+        dpt_ctx_free(ctx);
+    }
+    /* chunks: all of a short sequence; 64 to 256 rows within the scratch budget */
+    assert_int_equal(dpt_attn_chunk_rows(7, 2, 16 << 20), 7);
+    assert_int_equal(dpt_attn_chunk_rows(1024, 12, 16 << 20), 256);
+    assert_int_equal(dpt_attn_chunk_rows(8192, 12, 16 << 20), 170);
+    assert_int_equal(dpt_attn_chunk_rows(1 << 20, 16, 16 << 20), 64);
+}
+
 /* ---------------------------------------------------------------- list ops and determinism */
 
 static void test_foreach(void **state)
@@ -1161,6 +1274,7 @@ int main(void)
         cmocka_unit_test(test_layer_norm),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_threads_and_memory),
+        cmocka_unit_test(test_attention_chunked),
         cmocka_unit_test(test_bmm),
         cmocka_unit_test(test_bmm_bf16),
         cmocka_unit_test(test_attention_bf16),
