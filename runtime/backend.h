@@ -118,6 +118,11 @@ typedef struct dpt_backend {
     void (*mul_acc)(dpt_ctx *ctx, int64_t n, const float *a, const float *b, float *out); /* += a*b */
     double (*sum)(dpt_ctx *ctx, const float *x, int64_t n);
     double (*dot)(dpt_ctx *ctx, const float *a, const float *b, int64_t n); /* in double */
+    /* out[0] = (float)(sum(x) * factor), sum as `sum` makes it, left where out is (a loss's mean
+     * in the step without a host read); y[i] += alpha * s[0] for i < n with s where y is (a
+     * sum's gradient). NULL: the sum read back and copied over. */
+    void (*sum_to)(dpt_ctx *ctx, const float *x, int64_t n, float factor, float *out);
+    void (*add_scalar)(dpt_ctx *ctx, int64_t n, float alpha, const float *s, float *y);
     /* dst (cols, rows) += transpose of src (rows, cols). */
     void (*transpose_acc)(dpt_ctx *ctx, const float *src, float *dst, int64_t rows, int64_t cols);
     /* C (M, N) = alpha * op(A) op(B) + beta * C; op(A) is (M, K), op(B) is (K, N). */

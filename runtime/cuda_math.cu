@@ -323,6 +323,29 @@ static double cuda_sum(dpt_ctx *ctx, const float *x, int64_t n)
     return cuda_read_scratch(ctx);
 }
 
+__global__ void scalar_of_total_kernel(const double *total, float factor, float *out)
+{
+    out[0] = (float)(total[0] * factor);
+}
+
+static void cuda_sum_to(dpt_ctx *ctx, const float *x, int64_t n, float factor, float *out)
+{
+    REDUCE(sum_kernel, x, n);
+    scalar_of_total_kernel<<<1, 1, 0, stream_of(ctx)>>>(state_of(ctx)->scratch, factor, out);
+    CHECK_LAUNCH();
+}
+
+__global__ void add_scalar_kernel(int64_t n, float alpha, const float *s, float *y)
+{
+    float v = s[0] * alpha;
+    GRID_STRIDE(i, n) y[i] += v;
+}
+
+static void cuda_add_scalar(dpt_ctx *ctx, int64_t n, float alpha, const float *s, float *y)
+{
+    if (n > 0) LAUNCH(add_scalar_kernel, n, n, alpha, s, y);
+}
+
 static double cuda_dot(dpt_ctx *ctx, const float *a, const float *b, int64_t n)
 {
     REDUCE(dot_kernel, a, b, n);
@@ -466,6 +489,8 @@ void cuda_math_entries(dpt_backend *be)
     be->mul_acc = cuda_mul_acc;
     be->sum = cuda_sum;
     be->dot = cuda_dot;
+    be->sum_to = cuda_sum_to;
+    be->add_scalar = cuda_add_scalar;
     be->transpose_acc = cuda_transpose_acc;
     be->gemm = cuda_gemm;
     be->relayout = cuda_relayout;

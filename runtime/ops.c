@@ -100,6 +100,10 @@ dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha)
 static void sum_backward(dpt_ctx *ctx, dpt_node *node)
 {
     dpt_tensor *x = node->in[0];
+    if (ctx->be->add_scalar) { /* the gradient stays on the device */
+        ctx->be->add_scalar(ctx, x->numel, node->arg.alpha, node->out->grad->data, dpt_grad_acc(ctx, x)->data);
+        return;
+    }
     float dy = dpt_tensor_item(node->out->grad) * node->arg.alpha;
     dpt_tensor *ones = dpt_temp_like(ctx, x);
     ctx->be->fill(ctx, ones->data, ones->numel, dy);
@@ -110,9 +114,13 @@ static dpt_tensor *reduce(dpt_ctx *ctx, dpt_tensor *x, float factor, const char 
 {
     x = dpt_dense(ctx, dpt_widen(ctx, x));
     dpt_tensor *out = dpt_temp(ctx, 1, (int64_t[]){1});
-    ctx->host_syncs++; /* the backend's sum comes back to the host */
-    float value = (float)(ctx->be->sum(ctx, x->data, x->numel) * factor);
-    ctx->be->dev->copy_h2d(ctx, out->data, &value, sizeof value);
+    if (ctx->be->sum_to) { /* no host read: a loss's mean stays on the device */
+        ctx->be->sum_to(ctx, x->data, x->numel, factor, out->data);
+    } else {
+        ctx->host_syncs++; /* the backend's sum comes back to the host */
+        float value = (float)(ctx->be->sum(ctx, x->data, x->numel) * factor);
+        ctx->be->dev->copy_h2d(ctx, out->data, &value, sizeof value);
+    }
     dpt_node *node = dpt_tape_record(ctx, op, sum_backward, out, 1, &x);
     if (node) node->arg.alpha = factor;
     return out;

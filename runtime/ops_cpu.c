@@ -112,6 +112,19 @@ static double cpu_sum(dpt_ctx *ctx, const float *x, int64_t n)
     return total;
 }
 
+static void cpu_sum_to(dpt_ctx *ctx, const float *x, int64_t n, float factor, float *out)
+{
+    out[0] = (float)(cpu_sum(ctx, x, n) * factor);
+}
+
+static void cpu_add_scalar(dpt_ctx *ctx, int64_t n, float alpha, const float *s, float *y)
+{
+    float v = s[0] * alpha;
+#pragma omp parallel for simd num_threads(ctx->threads) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        y[i] += v;
+}
+
 /* Fixed chunks summed in chunk order: the same result for any thread count or timing. */
 #define DOT_CHUNK 65536
 static double cpu_dot(dpt_ctx *ctx, const float *a, const float *b, int64_t n)
@@ -509,6 +522,8 @@ dpt_backend dpt_backend_cpu = {
     .mul_acc = cpu_mul_acc,
     .sum = cpu_sum,
     .dot = cpu_dot,
+    .sum_to = cpu_sum_to,
+    .add_scalar = cpu_add_scalar,
     .transpose_acc = cpu_transpose_acc,
     .gemm = cpu_gemm,
     .bias_add = cpu_bias_add,

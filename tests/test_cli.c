@@ -420,8 +420,8 @@ static void test_gpu_stats(void **state)
 }
 
 /* A training step reads the device once (the gradient norm, which the NaN policy and
- * clipping need): the loss, the correct counts and the labels stay on the device between log
- * lines. The count is the backend's own tally of device-to-host reads (on a GPU each is a
+ * clipping need): the loss (a mean squared error's too), the correct counts and the labels stay
+ * on the device between log lines. The count is the backend's own tally of device-to-host reads (on a GPU each is a
  * wait), written per log window to the metrics as host_syncs_per_step. */
 static void test_host_syncs(void **state)
 {
@@ -432,6 +432,8 @@ static void test_host_syncs(void **state)
         "configs/fmnist_cnn.ini --set train.max_steps=40 --set distributed.accum_steps=3",
         "configs/fmnist_mlp.ini --set train.max_steps=40 --set distributed.devices=cpu:0,cpu:1",
         "configs/fmnist_mlp.ini --set train.max_steps=40 --set optim.clip_norm=0.5 --set optim.name=sgd",
+        /* MSE: dpt_mean's value and its gradient stay on the device (3 reads a step before) */
+        "configs/regression_mlp.ini --set train.max_steps=40 --set \"expect.final_test_loss=<= 1\"",
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         char cmd[1024];
