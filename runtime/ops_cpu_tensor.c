@@ -36,6 +36,10 @@ static int64_t rows_of(int ndim, const int64_t *shape)
     return rows;
 }
 
+/* Rows (every index but the last) in blocks; each block finds its first row's offsets by
+ * division and steps through the rest like an odometer (a permuted patch grid has rows of 7
+ * values: a division per dim per row was most of the copy). */
+#define COPY_BLOCKS 64
 static void cpu_strided_copy(dpt_ctx *ctx, int ndim, const int64_t *shape, const float *src, const int64_t *ss,
                              float *dst, const int64_t *ds, bool accumulate)
 {
@@ -44,16 +48,30 @@ static void cpu_strided_copy(dpt_ctx *ctx, int ndim, const int64_t *shape, const
         return;
     }
     int64_t rows = rows_of(ndim, shape), cols = shape[ndim - 1], sc = ss[ndim - 1], dc = ds[ndim - 1];
-#pragma omp parallel for num_threads(ctx->threads) if (rows * cols > PAR_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *s = src + row_offset(r, ndim, shape, ss);
-        float *d = dst + row_offset(r, ndim, shape, ds);
-        if (accumulate)
-            for (int64_t c = 0; c < cols; c++)
-                d[c * dc] += s[c * sc];
-        else
-            for (int64_t c = 0; c < cols; c++)
-                d[c * dc] = s[c * sc];
+    int64_t blocks = rows * cols > PAR_MIN ? COPY_BLOCKS : 1;
+    if (blocks > rows) blocks = rows;
+#pragma omp parallel for num_threads(ctx->threads) if (blocks > 1)
+    for (int64_t blk = 0; blk < blocks; blk++) {
+        int64_t r0 = rows * blk / blocks, r1 = rows * (blk + 1) / blocks, idx[DPT_MAX_DIMS], so = 0, dof = 0;
+        for (int64_t d = ndim - 2, r = r0; d >= 0; d--) {
+            idx[d] = r % shape[d], r /= shape[d];
+            so += idx[d] * ss[d], dof += idx[d] * ds[d];
+        }
+        for (int64_t row = r0; row < r1; row++) {
+            const float *s = src + so;
+            float *d = dst + dof;
+            if (accumulate)
+                for (int64_t c = 0; c < cols; c++)
+                    d[c * dc] += s[c * sc];
+            else
+                for (int64_t c = 0; c < cols; c++)
+                    d[c * dc] = s[c * sc];
+            for (int k = ndim - 2; k >= 0; k--) { /* the next row's index */
+                so += ss[k], dof += ds[k];
+                if (++idx[k] < shape[k]) break;
+                so -= ss[k] * shape[k], dof -= ds[k] * shape[k], idx[k] = 0;
+            }
+        }
     }
 }
 

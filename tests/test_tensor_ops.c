@@ -84,6 +84,32 @@ static void test_permute(void **state)
         gradcheck_copy("permute", cases[i].ndim, cases[i].shape, perm_build, perm_ref, &cases[i], 700 + i);
 }
 
+/* A permute large enough for the strided copy's blocks on 2 threads (each block starts its rows
+ * by division, then steps them): every value where the permutation puts it, forward and back. */
+static void test_permute_large(void **state)
+{
+    (void)state;
+    enum { A = 8, B = 9, C = 10, D = 51, N = A * B * C * D };
+    dpt_ctx *ctx = test_ctx(2, 1);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 2);
+    dpt_tensor *x = test_input(ctx, &rng, 4, (int64_t[]){A, B, C, D}, -1, 1);
+    dpt_tensor *w = test_input(ctx, &rng, 4, (int64_t[]){D, B, A, C}, -1, 1);
+    dpt_tensor *y = dpt_contiguous(ctx, dpt_permute(ctx, x, (int[]){3, 1, 0, 2})); /* (D, B, A, C) */
+    dpt_backward(ctx, dpt_sum(ctx, dpt_mul(ctx, y, w)));
+    for (int a = 0; a < A; a++)
+        for (int b = 0; b < B; b++)
+            for (int c = 0; c < C; c++)
+                for (int d = 0; d < D; d++) {
+                    int64_t xi = ((int64_t)(a * B + b) * C + c) * D + d, yi = ((int64_t)(d * B + b) * A + a) * C + c;
+                    if (y->data[yi] != x->data[xi] || x->grad->data[xi] != w->data[yi])
+                        fail_msg("permute of %d values: (%d, %d, %d, %d) misplaced", N, a, b, c, d);
+                }
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x), dpt_tensor_free(w);
+    dpt_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- slice, narrow, split, concat */
 
 typedef struct slice_case {
@@ -1266,6 +1292,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_permute),
+        cmocka_unit_test(test_permute_large),
         cmocka_unit_test(test_slices_and_concat),
         cmocka_unit_test(test_broadcasting),
         cmocka_unit_test(test_rows),
