@@ -88,7 +88,10 @@ dpt_node *dpt_tape_record(dpt_ctx *ctx, const char *op, dpt_backward_fn backward
     bool any = false;
     for (int i = 0; i < n_in; i++)
         any |= dpt_wants_grad(in[i]);
-    if (!any) return NULL;
+    if (!any) { /* nothing to record; --profile still times it under its own name (not the next op's) */
+        if (ctx->profile) dpt_profile_forward(ctx, op, NULL);
+        return NULL;
+    }
     return push_node(ctx, op, backward, out, n_in, in);
 }
 

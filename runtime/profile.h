@@ -2,7 +2,9 @@
  * op's time is from the previous op's record (or the mark at the step's start) to its own
  * record, since ops compute and then record their node; backward: each node's own call. On a
  * device every op ends with a synchronisation while profiling (the numbers are the kernels',
- * the run is slower). An op that records nothing (no gradient wanted) counts in the next one. */
+ * the run is slower). An op that records nothing because no input wants a gradient (a view or
+ * copy of the data) is timed too, under its own name; evaluation's forwards (no gradients at
+ * all) are not profiled. */
 #ifndef DPT_PROFILE_H
 #define DPT_PROFILE_H
 

@@ -4,7 +4,8 @@
 # include/ only): 2 ranks train it and meet its [expect]; DataParallel's two replicas end with
 # the 2 ranks' weights; the deterministic mode gives 1 rank and 2 ranks the same weights; and
 # the memory estimate, made from its traced forward (its linear layers note one row each, they
-# run on 17 tokens), is within [0.8, 1.6] of the allocator's peak. Prints one ok/FAIL line per case.
+# run on 17 tokens), is within [0.8, 1.6] of the allocator's peak; --profile names the ops that record
+# nothing. Prints one ok/FAIL line per case.
 cd "$(dirname "$0")/.."
 . tests/common.sh
 bin=${BUILD:-build}/tests/doc_vit
@@ -48,4 +49,12 @@ for batch in 32 512; do
     check "batch $batch: the memory estimate (${est:-?} MiB) is within [0.8, 1.6] of the peak (${peak:-?} MiB)" $ok \
         "exit $rc: $(grep '^memory' <<<"$out")"
 done
+# --profile names the patch extraction's own rows (the images want no gradient, so the permute and
+# its copy record no node: they were timed under the next op, 'expand', before)
+out=$(timeout 300 "$bin" "$ini" --set train.threads=1 --set train.max_steps=4 --set data.test_limit=100 \
+      --set checkpoint.dir="$tmp/prof" "${noexp[@]}" --profile 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "^permute " <<<"$out" && grep -q "^contiguous " <<<"$out" && grep -q "^expand " <<<"$out"
+ok=$?
+check "--profile times the ops that record nothing under their own names (permute, contiguous)" $ok \
+    "exit $rc: $(sed -n '/^profile/,/^layers/p' <<<"$out")"
 [ $failed -eq 0 ]
