@@ -391,6 +391,7 @@ dpt_tensor *dpt_div(dpt_ctx *ctx, dpt_tensor *a, dpt_tensor *b);
 dpt_tensor *dpt_expand(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *shape);
 dpt_tensor *dpt_broadcast_binary(dpt_ctx *ctx, dpt_binary_op op, dpt_tensor *a, dpt_tensor *b);
 dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha);
+dpt_tensor *dpt_add_scalar(dpt_ctx *ctx, dpt_tensor *x, float c); /* x + c (an RMSNorm's eps) */
 dpt_tensor *dpt_sum(dpt_ctx *ctx, dpt_tensor *x);  /* -> (1) */
 dpt_tensor *dpt_mean(dpt_ctx *ctx, dpt_tensor *x); /* -> (1) */
 /* (M, K) x (K, N) -> (M, N); a or b may be dpt_transpose() views (no copy). */

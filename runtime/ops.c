@@ -95,6 +95,21 @@ dpt_tensor *dpt_scale(dpt_ctx *ctx, dpt_tensor *x, float alpha)
     return out;
 }
 
+static void add_scalar_backward(dpt_ctx *ctx, dpt_node *node)
+{
+    dpt_grad_axpy(ctx, 1.0f, node->out->grad, node->in[0]);
+}
+
+dpt_tensor *dpt_add_scalar(dpt_ctx *ctx, dpt_tensor *x, float c)
+{
+    x = dpt_contiguous(ctx, dpt_widen(ctx, x));
+    dpt_tensor *out = dpt_temp_like(ctx, x);
+    ctx->be->fill(ctx, out->data, out->numel, c); /* c + x: the same bits as x + c */
+    ctx->be->axpy(ctx, out->numel, 1.0f, x->data, out->data);
+    dpt_tape_record(ctx, "add_scalar", add_scalar_backward, out, 1, &x);
+    return out;
+}
+
 /* ---------------------------------------------------------------- sum, mean */
 
 static void sum_backward(dpt_ctx *ctx, dpt_node *node)

@@ -1006,10 +1006,10 @@ static dpt_tensor *g_prim(dpt_ctx *c, dpt_tensor **in, int n, void *u)
         return dpt_attention(c, x, 2, true);
     case 11:
         return dpt_attention(c, x, 2, false);
-    case 12: { /* views into dense ops (reshape and relu copy them), and expand of a narrowed view */
+    case 12: { /* views into dense ops (reshape and relu copy them), expand of a narrowed view, + c */
         dpt_tensor *a = dpt_relu(c, dpt_reshape(c, dpt_permute(c, x, (int[]){0, 2, 1}), 2, (int64_t[]){8, 3}));
         dpt_tensor *b = dpt_expand(c, dpt_narrow(c, x, 1, 1, 1), 3, (int64_t[]){2, 3, 4});
-        return dpt_add(c, a, dpt_reshape(c, b, 2, (int64_t[]){8, 3}));
+        return dpt_add(c, a, dpt_add_scalar(c, dpt_reshape(c, b, 2, (int64_t[]){8, 3}), 0.5f));
     }
     default: {
         static const int32_t t[6] = {1, 4, DPT_IGNORE_INDEX, 0, 2, 3};

@@ -409,6 +409,37 @@ static void test_unary_extremes(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* x + c, and RMSNorm as a researcher composes it (LLaMA's: x rsqrt(mean(x^2) + eps) w) from
+ * add_scalar, mean_last, rsqrt and broadcasting mul, against float64 and central differences. */
+static dpt_tensor *rms_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    if (*(int *)u == 0) return dpt_add_scalar(ctx, in[0], 0.375f);
+    dpt_tensor *ms = dpt_mean_last(ctx, dpt_mul(ctx, in[0], in[0]), true);
+    return dpt_mul(ctx, dpt_mul(ctx, in[0], dpt_unary(ctx, DPT_UNARY_RSQRT, dpt_add_scalar(ctx, ms, 1e-2f))), in[1]);
+}
+
+static void rms_ref(const double *const *in, double *out, void *u)
+{
+    for (int r = 0; r < 3; r++) {
+        double ms = 0.0;
+        for (int c = 0; c < 5; c++)
+            ms += in[0][r * 5 + c] * in[0][r * 5 + c] / 5.0;
+        for (int c = 0; c < 5; c++)
+            out[r * 5 + c] = *(int *)u == 0 ? in[0][r * 5 + c] + 0.375 : in[0][r * 5 + c] / sqrt(ms + 1e-2) * in[1][c];
+    }
+}
+
+static void test_add_scalar_rmsnorm(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        gradcheck gc = {.n_in = k ? 2 : 1, .ndim = {2, 1}, .shape = {{3, 5}, {5}}, .lo = -2, .hi = 2,
+                        .build = rms_build, .reference = rms_ref, .user = &k, .fwd_rtol = 1e-6,
+                        .grad_rtol = 1e-4, .grad_atol = 1e-6};
+        run_gradcheck(k ? "rmsnorm from add_scalar, mean_last, rsqrt, mul" : "add_scalar", &gc, 1200 + (uint64_t)k);
+    }
+}
+
 /* ---------------------------------------------------------------- embedding */
 
 typedef struct emb_case {
@@ -1307,6 +1338,7 @@ int main(void)
         cmocka_unit_test(test_attention_bf16),
         cmocka_unit_test(test_cross_entropy_tokens),
         cmocka_unit_test(test_unary_extremes),
+        cmocka_unit_test(test_add_scalar_rmsnorm),
         cmocka_unit_test(test_views_into_ops),
         cmocka_unit_test(test_views_into_layers),
         cmocka_unit_test(test_expand),
