@@ -133,12 +133,16 @@ endif
 # installed since the last build, another compiler, other flags) every object is rebuilt, so a
 # tree built before a library arrived does not keep linking objects made without it.
 BUILD_CONFIG := $(CC) | $(CFLAGS) | $(NVFLAGS) | $(LDLIBS) | $(CUDA_LIBS) | $(abspath $(BUILD))
+# (`make print-libs` only answers a question: it neither records nor says anything, so that
+# `cc ... $(make -s print-libs)` gets the flags alone.) The message goes to stderr.
 CONFIG_STAMP := $(BUILD)/build-config.txt
+ifneq ($(MAKECMDGOALS),print-libs)
 CONFIG_CHANGED := $(shell mkdir -p $(BUILD) && printf '%s\n' '$(BUILD_CONFIG)' > $(CONFIG_STAMP).new && \
     if cmp -s $(CONFIG_STAMP).new $(CONFIG_STAMP); then rm -f $(CONFIG_STAMP).new; \
     else if [ -f $(CONFIG_STAMP) ]; then echo changed; fi; mv $(CONFIG_STAMP).new $(CONFIG_STAMP); fi)
 ifneq ($(CONFIG_CHANGED),)
-  $(info dptrain build: the detected configuration of $(BUILD) changed (see $(CONFIG_STAMP)): rebuilding it)
+  $(shell printf '%s\n' 'dptrain build: the detected configuration of $(BUILD) changed (see $(CONFIG_STAMP)): rebuilding it' >&2)
+endif
 endif
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/builtins.o

@@ -131,5 +131,16 @@ if [ $rc -eq 0 ] && [ $(( $(size "$work/tok/train_000000.bin") + $(size "$work/t
     echo "ok   text_tokens: the link gone, the shards whole (2 headers + 31 tokens)"; passed=$((passed + 1))
 else echo "FAIL text_tokens after the link is removed: exit $rc, $(tail -1 <<<"$out")"; failed=$((failed + 1)); fi
 
+# make print-libs answers with the link flags alone (docs: cc ... $(make -s print-libs)), whatever
+# the options: it neither records the build's configuration nor says that it changed (it did both:
+# the message, on stdout, reached the compiler's command line, and the next make rebuilt all)
+stamp=build/build-config.txt
+before=$(cat "$stamp" 2>/dev/null)
+libs=$(make -s print-libs OPT=-O1 2>/dev/null); rc=$?
+if [ $rc -eq 0 ] && [ "$(cat "$stamp" 2>/dev/null)" = "$before" ] && grep -q -- "-lm" <<<"$libs" &&
+    ! grep -qv -- '^-\|^/' <<<"$(tr ' ' '\n' <<<"$libs" | grep .)"; then
+    echo "ok   make print-libs: flags only, the build's recorded configuration untouched"; passed=$((passed + 1))
+else echo "FAIL make print-libs with other options: exit $rc, '$libs'"; failed=$((failed + 1)); fi
+
 echo "tools: $passed passed, $failed failed"
 [ $failed -eq 0 ]
