@@ -315,10 +315,17 @@ static void binary_backward(dpt_ctx *ctx, dpt_node *node)
             dpt_grad_axpy(ctx, alpha, dy, x);
             continue;
         }
-        int64_t gs[DPT_MAX_DIMS];
-        grad_strides(x, ndim, shape, gs);
         bool acc;
         float *gx = dpt_grad_for_write(ctx, x, &acc)->data;
+        if (x->numel == dy->numel) { /* not stretched: tmp is its gradient, element for element */
+            if (acc)
+                ctx->be->axpy(ctx, x->numel, alpha, g, gx);
+            else
+                ctx->be->scale(ctx, x->numel, alpha, g, gx);
+            continue;
+        }
+        int64_t gs[DPT_MAX_DIMS];
+        grad_strides(x, ndim, shape, gs);
         ctx->be->reduce_into(ctx, ndim, shape, g, gx, gs, alpha, acc);
     }
 }
