@@ -151,7 +151,7 @@ LIB      := $(BUILD)/libdpt.a
 TEST_SRCS  := $(wildcard tests/test_*.c)
 MPI_TEST_SRCS := $(if $(filter 1,$(MPI)),$(wildcard tests/mpi_*.c))
 TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(MPI_TEST_SRCS:tests/%.c=$(BUILD)/tests/%) \
-              $(BUILD)/tests/doc_example $(BUILD)/tests/doc_trainer $(BUILD)/tests/doc_vit $(BUILD)/tests/extending \
+              $(BUILD)/tests/doc_example $(BUILD)/tests/doc_trainer $(BUILD)/tests/doc_vit $(BUILD)/tests/doc_llama $(BUILD)/tests/extending \
               $(BUILD)/tests/test_cuda_harness $(BUILD)/tests/libfake_nvml.so
 BENCH_SRCS := $(wildcard bench/bench_*.c $(if $(filter 1,$(MPI)),bench/mpi_bench_*.c))
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
@@ -317,6 +317,15 @@ $(BUILD)/tests/doc_vit.c $(BUILD)/tests/doc_vit.ini: docs/writing-a-model.md
 	awk '/^```ini vit_trainer.ini$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/doc_vit.ini
 
 $(BUILD)/tests/doc_vit: $(BUILD)/tests/doc_vit.c $(BUILD)/tests/doc_vit.ini $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+# Its fourth (a LLaMA-style language model); tests/doc_llama.sh trains it.
+$(BUILD)/tests/doc_llama.c $(BUILD)/tests/doc_llama.ini: docs/writing-a-model.md
+	@mkdir -p $(dir $@)
+	awk '/^```c llama_trainer.c$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/doc_llama.c
+	awk '/^```ini llama_trainer.ini$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/doc_llama.ini
+
+$(BUILD)/tests/doc_llama: $(BUILD)/tests/doc_llama.c $(BUILD)/tests/doc_llama.ini $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # docs/extending.md's program (a data source, a schedule, an optimizer and a model of its own)
