@@ -300,43 +300,26 @@ $(BUILD)/tests/doc_example.c: docs/writing-a-model.md
 $(BUILD)/tests/doc_example: $(BUILD)/tests/doc_example.c $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-# The same page's second program (its own model, dpt_train_main) and its config, built
-# against libdpt.a and include/ only; tests/doc_trainer.sh trains, interrupts and resumes it.
-$(BUILD)/tests/doc_trainer.c $(BUILD)/tests/doc_trainer.ini: docs/writing-a-model.md
-	@mkdir -p $(dir $@)
-	awk '/^```c my_trainer.c$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/doc_trainer.c
-	awk '/^```ini my_trainer.ini$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/doc_trainer.ini
+# A documented program and its config, cut from their page's ```c NAME.c and ```ini NAME.ini
+# blocks into $(BUILD)/tests/TEST.c and .ini and built against libdpt.a and include/ only, so
+# the pages cannot rot: $(1) TEST, $(2) NAME, $(3) the page.
+define DOC_PROGRAM
+$(BUILD)/tests/$(1).c $(BUILD)/tests/$(1).ini &: $(3)
+	@mkdir -p $$(dir $$@)
+	awk '/^```c $(2).c$$$$/{on=1;next} /^```$$$$/{on=0} on' $$< > $(BUILD)/tests/$(1).c
+	awk '/^```ini $(2).ini$$$$/{on=1;next} /^```$$$$/{on=0} on' $$< > $(BUILD)/tests/$(1).ini
 
-$(BUILD)/tests/doc_trainer: $(BUILD)/tests/doc_trainer.c $(BUILD)/tests/doc_trainer.ini $(LIB)
-	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
-
-# Its third (a ViT: views, expand, attention on images); tests/doc_vit.sh trains it.
-$(BUILD)/tests/doc_vit.c $(BUILD)/tests/doc_vit.ini: docs/writing-a-model.md
-	@mkdir -p $(dir $@)
-	awk '/^```c vit_trainer.c$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/doc_vit.c
-	awk '/^```ini vit_trainer.ini$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/doc_vit.ini
-
-$(BUILD)/tests/doc_vit: $(BUILD)/tests/doc_vit.c $(BUILD)/tests/doc_vit.ini $(LIB)
-	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
-
-# Its fourth (a LLaMA-style language model); tests/doc_llama.sh trains it.
-$(BUILD)/tests/doc_llama.c $(BUILD)/tests/doc_llama.ini: docs/writing-a-model.md
-	@mkdir -p $(dir $@)
-	awk '/^```c llama_trainer.c$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/doc_llama.c
-	awk '/^```ini llama_trainer.ini$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/doc_llama.ini
-
-$(BUILD)/tests/doc_llama: $(BUILD)/tests/doc_llama.c $(BUILD)/tests/doc_llama.ini $(LIB)
-	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
-
-# docs/extending.md's program (a data source, a schedule, an optimizer and a model of its own)
-# and its config, built against libdpt.a and include/ only; tests/extending.sh trains it.
-$(BUILD)/tests/extending.c $(BUILD)/tests/extending.ini: docs/extending.md
-	@mkdir -p $(dir $@)
-	awk '/^```c my_extensions.c$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/extending.c
-	awk '/^```ini my_extensions.ini$$/{on=1;next} /^```$$/{on=0} on' $< > $(BUILD)/tests/extending.ini
-
-$(BUILD)/tests/extending: $(BUILD)/tests/extending.c $(BUILD)/tests/extending.ini $(LIB)
-	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+$(BUILD)/tests/$(1): $(BUILD)/tests/$(1).c $(BUILD)/tests/$(1).ini $$(LIB)
+	$$(CC) $$(CFLAGS) -o $$@ $$< $$(LIB) $$(LDLIBS)
+endef
+# docs/writing-a-model.md's second program (its own model through dpt_train_main; tests/
+# doc_trainer.sh trains, interrupts and resumes it), its ViT (tests/doc_vit.sh) and its
+# LLaMA-style language model (tests/doc_llama.sh); docs/extending.md's program (a data
+# source, a schedule, an optimizer and a model of its own; tests/extending.sh)
+$(eval $(call DOC_PROGRAM,doc_trainer,my_trainer,docs/writing-a-model.md))
+$(eval $(call DOC_PROGRAM,doc_vit,vit_trainer,docs/writing-a-model.md))
+$(eval $(call DOC_PROGRAM,doc_llama,llama_trainer,docs/writing-a-model.md))
+$(eval $(call DOC_PROGRAM,extending,my_extensions,docs/extending.md))
 
 tools: $(TOOL_BINS)
 
