@@ -25,13 +25,6 @@ static int norm_axis(const char *op, const dpt_tensor *x, int axis)
     return a;
 }
 
-static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
-{
-    int64_t s = 1;
-    for (int d = ndim - 1; d >= 0; d--)
-        strides[d] = s, s *= shape[d];
-}
-
 /* ---------------------------------------------------------------- views */
 
 typedef enum view_kind { VIEW_PERMUTE, VIEW_SLICE } view_kind;
@@ -68,9 +61,9 @@ static void view_backward(dpt_ctx *ctx, dpt_node *node)
     const dpt_tensor *dy = node->out->grad; /* contiguous, the view's shape */
     const view_spec *v = node->scratch;
     int64_t base[DPT_MAX_DIMS], shape[DPT_MAX_DIMS], strides[DPT_MAX_DIMS], dy_strides[DPT_MAX_DIMS], offset;
-    contiguous_strides(x->ndim, x->shape, base);
+    dpt_contiguous_strides(x->ndim, x->shape, base);
     view_apply(v, x, base, shape, strides, &offset);
-    contiguous_strides(dy->ndim, dy->shape, dy_strides);
+    dpt_contiguous_strides(dy->ndim, dy->shape, dy_strides);
     float *dx = dpt_grad_acc(ctx, x)->data;
     ctx->be->strided_copy(ctx, dy->ndim, dy->shape, dy->data, dy_strides, dx + offset, strides, true);
 }
@@ -166,7 +159,7 @@ dpt_tensor *dpt_contiguous(dpt_ctx *ctx, dpt_tensor *x)
     dpt_tensor *y = dpt_temp(ctx, x->ndim, x->shape);
     y->dtype = x->dtype;
     int64_t strides[DPT_MAX_DIMS];
-    contiguous_strides(y->ndim, y->shape, strides);
+    dpt_contiguous_strides(y->ndim, y->shape, strides);
     ctx->be->strided_copy(ctx, x->ndim, x->shape, x->data, x->strides, y->data, strides, false);
     if (x->dtype == DPT_F32) dpt_tape_record(ctx, "contiguous", copy_backward, y, 1, &x);
     return y;
@@ -189,11 +182,11 @@ static void concat_backward(dpt_ctx *ctx, dpt_node *node)
     const concat_spec *c = node->scratch;
     const dpt_tensor *dy = node->out->grad;
     int64_t dy_strides[DPT_MAX_DIMS], g_strides[DPT_MAX_DIMS];
-    contiguous_strides(dy->ndim, dy->shape, dy_strides);
+    dpt_contiguous_strides(dy->ndim, dy->shape, dy_strides);
     for (int i = 0; i < node->n_in; i++) {
         dpt_tensor *x = node->in[i];
         if (!dpt_wants_grad(x)) continue;
-        contiguous_strides(x->ndim, x->shape, g_strides);
+        dpt_contiguous_strides(x->ndim, x->shape, g_strides);
         ctx->be->strided_copy(ctx, x->ndim, x->shape, dy->data + c->offset[i] * dy_strides[c->axis], dy_strides,
                               dpt_grad_acc(ctx, x)->data, g_strides, true);
     }
@@ -235,7 +228,7 @@ dpt_tensor *dpt_concat(dpt_ctx *ctx, int n, dpt_tensor *const *xs, int axis)
     dpt_tensor *y = dpt_temp(ctx, xs[0]->ndim, shape);
     y->dtype = xs[0]->dtype;
     int64_t y_strides[DPT_MAX_DIMS];
-    contiguous_strides(y->ndim, y->shape, y_strides);
+    dpt_contiguous_strides(y->ndim, y->shape, y_strides);
     for (int i = 0; i < n; i++)
         ctx->be->strided_copy(ctx, in[i]->ndim, in[i]->shape, in[i]->data, in[i]->strides,
                               y->data + spec.offset[i] * y_strides[ax], y_strides, false);
@@ -273,7 +266,7 @@ static bool broadcast(const dpt_tensor *a, const dpt_tensor *b, int *ndim, int64
 static void grad_strides(const dpt_tensor *x, int ndim, const int64_t *shape, int64_t *strides)
 {
     int64_t own[DPT_MAX_DIMS];
-    contiguous_strides(x->ndim, x->shape, own);
+    dpt_contiguous_strides(x->ndim, x->shape, own);
     for (int d = 0; d < ndim; d++) {
         int dx = d - (ndim - x->ndim);
         strides[d] = dx >= 0 && x->shape[dx] == shape[d] && shape[d] != 1 ? own[dx] : 0;
@@ -288,7 +281,7 @@ static void binary_backward(dpt_ctx *ctx, dpt_node *node)
     int ndim = y->ndim;
     int64_t as[DPT_MAX_DIMS], bs[DPT_MAX_DIMS], ys[DPT_MAX_DIMS], shape[DPT_MAX_DIMS];
     memcpy(shape, y->shape, sizeof shape);
-    contiguous_strides(ndim, shape, ys);
+    dpt_contiguous_strides(ndim, shape, ys);
     /* the inputs as they broadcast (strides 0 along stretched axes) */
     int n;
     broadcast(a, b, &n, shape, as, bs);
@@ -311,19 +304,12 @@ static void binary_backward(dpt_ctx *ctx, dpt_node *node)
             g = tmp->data;
         }
         float alpha = op == DPT_BINARY_SUB && i == 1 ? -1.0f : op == DPT_BINARY_DIV && i == 1 ? -1.0f : 1.0f;
-        if (!tmp && x->numel == dy->numel) { /* the side that was not stretched: dy itself (or -dy) */
-            dpt_grad_axpy(ctx, alpha, dy, x);
+        if (x->numel == dy->numel) { /* the side that was not stretched: dy or dy * other itself (or minus) */
+            dpt_grad_axpy(ctx, alpha, tmp ? tmp : dy, x);
             continue;
         }
         bool acc;
         float *gx = dpt_grad_for_write(ctx, x, &acc)->data;
-        if (x->numel == dy->numel) { /* not stretched: tmp is its gradient, element for element */
-            if (acc)
-                ctx->be->axpy(ctx, x->numel, alpha, g, gx);
-            else
-                ctx->be->scale(ctx, x->numel, alpha, g, gx);
-            continue;
-        }
         int64_t gs[DPT_MAX_DIMS];
         grad_strides(x, ndim, shape, gs);
         ctx->be->reduce_into(ctx, ndim, shape, g, gx, gs, alpha, acc);
@@ -389,7 +375,7 @@ dpt_tensor *dpt_expand(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *sha
                   dpt_shape_str(x, sx, sizeof sx), want);
     }
     dpt_tensor *y = dpt_temp(ctx, ndim, full);
-    contiguous_strides(ndim, full, ys);
+    dpt_contiguous_strides(ndim, full, ys);
     if (y->numel) ctx->be->strided_copy(ctx, ndim, full, x->data, xs, y->data, ys, false);
     dpt_tape_record(ctx, "expand", expand_backward, y, 1, &x);
     return y;

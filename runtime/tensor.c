@@ -214,6 +214,13 @@ void dpt_tensor_free(dpt_tensor *t)
     free(t);
 }
 
+void dpt_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--)
+        strides[d] = s, s *= shape[d];
+}
+
 bool dpt_tensor_is_contiguous(const dpt_tensor *t)
 {
     int64_t expect = 1;
@@ -309,9 +316,8 @@ void dpt_tensor_copy_to_host(const dpt_tensor *t, float *dst)
         dpt_ctx *ctx = t->ctx;
         size_t granted;
         float *dense = dpt_ctx_alloc(ctx, (size_t)t->numel * sizeof(float), &granted, "a view's copy");
-        int64_t strides[DPT_MAX_DIMS], s = 1;
-        for (int d = t->ndim - 1; d >= 0; d--)
-            strides[d] = s, s *= t->shape[d];
+        int64_t strides[DPT_MAX_DIMS];
+        dpt_contiguous_strides(t->ndim, t->shape, strides);
         ctx->be->strided_copy(ctx, t->ndim, t->shape, t->data, t->strides, dense, strides, false);
         ctx->be->dev->copy_d2h(ctx, dst, dense, (size_t)t->numel * sizeof(float));
         dpt_alloc_put(ctx->alloc, dense, granted);

@@ -87,6 +87,8 @@ dpt_tensor *dpt_plain(dpt_ctx *ctx, dpt_tensor *x);
  * For ops whose kernels read dense memory, so that a view (narrow, permute, slice) is taken as
  * PyTorch takes it rather than refused. */
 dpt_tensor *dpt_dense(dpt_ctx *ctx, dpt_tensor *x);
+/* The strides (in elements) of a dense row-major tensor of this shape. */
+void dpt_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 /* x as F32 in `layout`: x itself, or a recorded relayout/widening. */
 dpt_tensor *dpt_to_layout(dpt_ctx *ctx, dpt_tensor *x, dpt_layout layout);
 /* x in F32, in its own layout: x itself, or a recorded widening of a BF16 activation. */
