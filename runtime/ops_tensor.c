@@ -366,10 +366,7 @@ dpt_tensor *dpt_expand(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *sha
     }
     if (!ok) {
         char want[160];
-        size_t used = (size_t)snprintf(want, sizeof want, "(");
-        for (int d = 0; d < ndim && d < DPT_MAX_DIMS && used < sizeof want; d++)
-            used += (size_t)snprintf(want + used, sizeof want - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
-        if (used < sizeof want) snprintf(want + used, sizeof want - used, ")");
+        dpt_dims_str(ndim < DPT_MAX_DIMS ? ndim : DPT_MAX_DIMS, shape, want, sizeof want);
         dpt_fatal("expand of %s to %s: each axis must equal the target's or be 1 (new axes go in front, -1 "
                   "keeps an axis)",
                   dpt_shape_str(x, sx, sizeof sx), want);

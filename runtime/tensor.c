@@ -247,13 +247,18 @@ bool dpt_same_shape(const dpt_tensor *a, const dpt_tensor *b)
     return true;
 }
 
-const char *dpt_shape_str(const dpt_tensor *t, char *buf, size_t size)
+const char *dpt_dims_str(int ndim, const int64_t *dims, char *buf, size_t size)
 {
     size_t used = (size_t)snprintf(buf, size, "(");
-    for (int i = 0; i < t->ndim && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    for (int i = 0; i < ndim && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "", (long long)dims[i]);
     if (used < size) snprintf(buf + used, size - used, ")");
     return buf;
+}
+
+const char *dpt_shape_str(const dpt_tensor *t, char *buf, size_t size)
+{
+    return dpt_dims_str(t->ndim, t->shape, buf, size);
 }
 
 int dpt_tensor_ndim(const dpt_tensor *t)

@@ -112,7 +112,8 @@ bool dpt_tensor_is_contiguous(const dpt_tensor *t);
 /* Stop with a message naming op when t is a strided view (elementwise kernels need dense data). */
 void dpt_require_contiguous(const char *op, const dpt_tensor *t);
 bool dpt_same_shape(const dpt_tensor *a, const dpt_tensor *b);
-/* "(64, 784)" into buf. */
+/* "(2, 3, 4)" of n dims into buf (size bytes; cut to fit), returned; a tensor's shape so. */
+const char *dpt_dims_str(int ndim, const int64_t *dims, char *buf, size_t size);
 const char *dpt_shape_str(const dpt_tensor *t, char *buf, size_t size);
 
 #endif
