@@ -67,8 +67,9 @@ CFLAGS   += $(if $(filter yes,$(OPENSSL)),-DDPT_OPENSSL=1)
 JPEG     ?= $(if $(wildcard /usr/include/jpeglib.h $(GPU_BUNDLE)/include/jpeglib.h),yes,no)
 PNG      ?= $(if $(wildcard /usr/include/png.h $(GPU_BUNDLE)/include/png.h),yes,no)
 CFLAGS   += -DDPT_JPEG=$(if $(filter yes,$(JPEG)),1,0) -DDPT_PNG=$(if $(filter yes,$(PNG)),1,0)
+# -rdynamic: a crash's report names the library's and the program's functions in its call stack
 LDLIBS   := $(SAN) $(LDFLAGS_EXTRA) $(BLAS_LIBS) $(if $(filter yes,$(DNNL)),-ldnnl) $(MPI_LIBS) -lz -lm $(OMP_LIBS) -lpthread -ldl \
-            $(if $(filter yes,$(OPENSSL)),-lcrypto) $(if $(filter yes,$(JPEG)),-ljpeg) $(if $(filter yes,$(PNG)),-lpng16)
+            $(if $(filter yes,$(OPENSSL)),-lcrypto) $(if $(filter yes,$(JPEG)),-ljpeg) $(if $(filter yes,$(PNG)),-lpng16) -rdynamic
 
 # ---- CUDA auto-detection: nvcc, cuBLAS, cuDNN, NCCL. cuDNN and NCCL are looked for in
 # CUDNN_HOME / NCCL_HOME, then CUDA_HOME and /usr, then the nvidia-* pip packages of the python3
@@ -112,7 +113,6 @@ ifneq ($(CUBLAS_LIB),)
   # loads when a run first asks for a GPU; programs export their symbols for it (-rdynamic).
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
               -Wl,-rpath,$(CUDA_HOME)/lib -lcudart $(CUBLAS_LIB) -Wl,-rpath,$(dir $(CUBLAS_LIB)) -lstdc++
-  LDLIBS   += -rdynamic -ldl
   CUDA_PLUGIN := $(BUILD)/libdpt_cuda.so
   ifeq ($(HAVE_CUDNN),yes)
     CFLAGS  += -DDPT_CUDNN=1 -I$(CUDNN_HOME)/include

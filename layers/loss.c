@@ -32,10 +32,9 @@ static dpt_tensor *labels_on_tape(dpt_ctx *ctx, const int32_t *labels, int64_t r
 
 static void check_host_labels(const char *op, const int32_t *labels, int64_t rows, int64_t cols, int32_t ignore)
 {
-    for (int64_t r = 0; r < rows; r++)
-        if ((labels[r] < 0 || labels[r] >= cols) && labels[r] != ignore)
-            dpt_fatal("%s: label %d of row %lld is outside [0, %lld)", op, labels[r], (long long)r,
-                      (long long)cols);
+    dpt_check_indices(op, "label", labels, rows, cols, true, ignore,
+                      "labels (targets) are class indices below the logits' last dimension (the model's "
+                      "classes or vocabulary)");
 }
 
 static void xent_backward(dpt_ctx *ctx, dpt_node *node)
@@ -55,7 +54,8 @@ static dpt_tensor *cross_entropy(dpt_ctx *ctx, dpt_tensor *logits, const int32_t
     DPT_ASSERT(label_smoothing >= 0.0f && label_smoothing < 1.0f, "label smoothing %g", label_smoothing);
     int64_t rows = logits->shape[0], cols = logits->shape[1];
     DPT_ASSERT(rows > 0, "cross-entropy of an empty batch");
-    if (host_labels) check_host_labels("cross_entropy", labels, rows, cols, ignore_index);
+    if (host_labels || dpt_ctx_device(ctx).kind == DPT_DEVICE_CPU) /* on a GPU: NaN rows instead */
+        check_host_labels("cross_entropy", labels, rows, cols, ignore_index);
     /* The caller's label buffer may be reused (a loader's next batch) before backward runs. */
     dpt_tensor *kept = labels_on_tape(ctx, labels, rows, host_labels);
     dpt_tensor *probs = dpt_temp_like(ctx, logits);

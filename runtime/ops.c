@@ -247,24 +247,28 @@ dpt_tensor *dpt_reshape(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *sh
     char buf[96];
     x = dpt_dense(ctx, dpt_plain(ctx, x)); /* a view of a dense tensor, else of a copy (torch.reshape) */
     DPT_ASSERT(ndim > 0 && ndim <= DPT_MAX_DIMS, "reshape to %d dims", ndim);
+    char want[160];
+    dpt_dims_str(ndim, shape, want, sizeof want);
     int64_t resolved[DPT_MAX_DIMS], known = 1;
     int infer = -1;
+    bool fits = true; /* no product overflows int64 */
     for (int i = 0; i < ndim; i++) {
         resolved[i] = shape[i];
-        if (shape[i] == -1) {
-            DPT_ASSERT(infer < 0, "reshape with two -1 dims");
+        if (shape[i] < -1 || (shape[i] == -1 && infer >= 0))
+            dpt_fatal("reshape of %s to %s: sizes are >= 0, with at most one -1 (inferred)",
+                      dpt_shape_str(x, buf, sizeof buf), want);
+        if (shape[i] == -1)
             infer = i;
-        } else {
-            known *= shape[i];
-        }
+        else
+            fits &= !__builtin_mul_overflow(known, shape[i], &known);
     }
     if (infer >= 0) resolved[infer] = known ? x->numel / known : 0;
     int64_t numel = 1;
     for (int i = 0; i < ndim; i++)
-        numel *= resolved[i];
-    if (numel != x->numel)
-        dpt_fatal("reshape of %s (%lld elements) to %d dims with %lld elements",
-                  dpt_shape_str(x, buf, sizeof buf), (long long)x->numel, ndim, (long long)numel);
+        fits &= !__builtin_mul_overflow(numel, resolved[i], &numel);
+    if (!fits || numel != x->numel)
+        dpt_fatal("reshape of %s (%lld elements) to %s: %s", dpt_shape_str(x, buf, sizeof buf),
+                  (long long)x->numel, want, fits ? "another number of elements" : "more elements than int64 counts");
     dpt_tensor *out = dpt_view(ctx, x, ndim, resolved, NULL, 0);
     dpt_tape_record(ctx, "reshape", reshape_backward, out, 1, &x);
     return out;

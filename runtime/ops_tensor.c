@@ -124,7 +124,7 @@ dpt_tensor *dpt_narrow(dpt_ctx *ctx, dpt_tensor *x, int axis, int64_t start, int
 {
     char buf[96];
     int a = norm_axis("narrow", x, axis);
-    if (start < 0 || length < 0 || start + length > x->shape[a])
+    if (start < 0 || length < 0 || start > x->shape[a] || length > x->shape[a] - start)
         dpt_fatal("narrow of %lld from %lld along axis %d of a tensor of shape %s", (long long)length, (long long)start,
                   a, dpt_shape_str(x, buf, sizeof buf));
     return dpt_slice(ctx, x, a, start, start + length, 1);
@@ -321,6 +321,7 @@ dpt_tensor *dpt_broadcast_binary(dpt_ctx *ctx, dpt_binary_op op, dpt_tensor *a, 
     static const char *const names[] = {"add", "sub", "mul", "div"};
     _Static_assert(sizeof names / sizeof names[0] == DPT_BINARY_COUNT, "binary op names");
     char sa[96], sb[96];
+    DPT_ASSERT((unsigned)op < DPT_BINARY_COUNT, "binary op %d", (int)op);
     a = dpt_widen(ctx, dpt_plain(ctx, a)), b = dpt_widen(ctx, dpt_plain(ctx, b));
     int ndim;
     int64_t shape[DPT_MAX_DIMS], as[DPT_MAX_DIMS], bs[DPT_MAX_DIMS];
@@ -509,6 +510,10 @@ dpt_tensor *dpt_embedding(dpt_ctx *ctx, dpt_tensor *weight, dpt_tensor *ids)
         dpt_fatal("embedding of weight %s (vocab, dim) by ids %s (int32)", dpt_shape_str(weight, a, sizeof a),
                   dpt_shape_str(ids, b, sizeof b));
     ids = dpt_contiguous(ctx, ids);
+    if (dpt_ctx_device(ctx).kind == DPT_DEVICE_CPU)
+        dpt_check_indices("embedding", "id", (const int32_t *)ids->data, ids->numel, weight->shape[0], false, 0,
+                          "ids pick rows of the (vocab, dim) weight: a table of positions shorter than the "
+                          "sequence (block_size), or token ids past the vocabulary the weight was built for");
     int64_t shape[DPT_MAX_DIMS];
     memcpy(shape, ids->shape, (size_t)ids->ndim * sizeof *shape);
     shape[ids->ndim] = weight->shape[1];
@@ -538,10 +543,12 @@ dpt_tensor *dpt_layer_norm(dpt_ctx *ctx, dpt_tensor *x, dpt_tensor *weight, dpt_
 {
     char a[96];
     x = dpt_contiguous(ctx, dpt_widen(ctx, dpt_plain(ctx, x)));
-    int64_t dim = x->shape[x->ndim - 1], rows = x->numel / dim;
-    if ((weight && weight->numel != dim) || (bias && bias->numel != dim) || !(eps > 0.0f))
-        dpt_fatal("layer_norm of %s needs a weight and bias of %lld values and eps > 0 (got %g)",
-                  dpt_shape_str(x, a, sizeof a), (long long)dim, (double)eps);
+    int64_t dim = x->ndim ? x->shape[x->ndim - 1] : 0;
+    if (dim < 1 || (weight && weight->numel != dim) || (bias && bias->numel != dim) || !(eps > 0.0f))
+        dpt_fatal("layer_norm of %s needs a last dimension of at least 1, a weight and bias of as many values and "
+                  "eps > 0 (got %g)",
+                  dpt_shape_str(x, a, sizeof a), (double)eps);
+    int64_t rows = x->numel / dim;
     dpt_tensor *y = dpt_temp_like(ctx, x);
     dpt_tensor *stats = dpt_temp(ctx, 1, (int64_t[]){2 * rows}); /* mean, then rstd */
     ctx->be->layernorm_fwd(ctx, x->data, rows, dim, weight ? weight->data : NULL, bias ? bias->data : NULL, eps,

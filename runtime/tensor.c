@@ -261,6 +261,18 @@ const char *dpt_shape_str(const dpt_tensor *t, char *buf, size_t size)
     return dpt_dims_str(t->ndim, t->shape, buf, size);
 }
 
+void dpt_check_indices(const char *op, const char *noun, const int32_t *ids, int64_t n, int64_t limit,
+                       bool has_ignore, int32_t ignore, const char *hint)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if ((ids[i] >= 0 && ids[i] < limit) || (has_ignore && ids[i] == ignore)) continue;
+        char also[48] = "";
+        if (has_ignore) snprintf(also, sizeof also, " and is not the ignore index %d", (int)ignore);
+        dpt_fatal("%s: %s %d at position %lld of %lld is outside [0, %lld)%s\nHINT: %s", op, noun, (int)ids[i],
+                  (long long)i, (long long)n, (long long)limit, also, hint);
+    }
+}
+
 int dpt_tensor_ndim(const dpt_tensor *t)
 {
     return t->ndim;
@@ -301,9 +313,9 @@ dpt_tensor *dpt_tensor_grad(dpt_tensor *t)
 
 int64_t dpt_tensor_dim(const dpt_tensor *t, int axis)
 {
-    if (axis < 0) axis += t->ndim;
-    DPT_ASSERT(axis >= 0 && axis < t->ndim, "axis %d of a %d-d tensor", axis, t->ndim);
-    return t->shape[axis];
+    int a = axis < 0 ? axis + t->ndim : axis;
+    DPT_ASSERT(a >= 0 && a < t->ndim, "axis %d of a %d-d tensor", axis, t->ndim);
+    return t->shape[a];
 }
 
 void dpt_tensor_copy_from_host(dpt_tensor *t, const float *src)

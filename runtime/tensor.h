@@ -115,5 +115,11 @@ bool dpt_same_shape(const dpt_tensor *a, const dpt_tensor *b);
 /* "(2, 3, 4)" of n dims into buf (size bytes; cut to fit), returned; a tensor's shape so. */
 const char *dpt_dims_str(int ndim, const int64_t *dims, char *buf, size_t size);
 const char *dpt_shape_str(const dpt_tensor *t, char *buf, size_t size);
+/* Indices a CPU op reads from host memory (an embedding's ids, a cross-entropy's targets) in
+ * [0, limit), or equal to ignore where has_ignore: else the job ends naming op, the first index
+ * outside, its position and the range, with hint (PyTorch's IndexError). On a GPU the kernels
+ * write NaN for them instead (no host read in the step): the loss shows it. */
+void dpt_check_indices(const char *op, const char *noun, const int32_t *ids, int64_t n, int64_t limit,
+                       bool has_ignore, int32_t ignore, const char *hint);
 
 #endif

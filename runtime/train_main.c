@@ -52,6 +52,7 @@ int dpt_train_main(int argc, char **argv)
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
+    install_crash_report(); /* after MPI_Init, whose own handler it replaces */
     dpt_config *cfg = load_config(&args, &err);
     run_config *run = calloc(1, sizeof *run);
     if (!run) dpt_fatal("out of host memory");

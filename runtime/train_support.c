@@ -2,6 +2,7 @@
  * before step 1, the checkpoint folder and writes, the command that resumes a run, signals
  * (agreed by all ranks), the timeline, and how an error ends the job. */
 #include <errno.h>
+#include <execinfo.h>
 #include <fnmatch.h>
 #include <pthread.h>
 #include <signal.h>
@@ -767,6 +768,101 @@ void install_signal_handlers(void)
         pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
     }
     pthread_attr_destroy(&attr);
+}
+
+/* A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL) in a program's own model, mostly a NULL or freed
+ * tensor, said as a report instead of a bare "Segmentation fault": the signal and address, the
+ * rank and step, the last op the crashing thread's context recorded (its layer), a hint, the
+ * call stack; then the signal again with its default action (the exit status, a core file and
+ * mpirun's report stay what they were). Only async-signal-safe calls, no allocation
+ * (backtrace() is called once at install so that its library is loaded then); a second fault
+ * while reading the tape ends the process with the default action (SA_RESETHAND): never a
+ * hang. Installed after MPI_Init, which would replace it with Open MPI's own. */
+static __thread dpt_ctx *crash_ctx; /* the context this thread computes with */
+static volatile int crash_rank = -1;
+static volatile int64_t crash_step;
+
+void crash_report_context(dpt_ctx *ctx, int rank)
+{
+    crash_ctx = ctx;
+    if (ctx) crash_rank = rank;
+}
+
+void crash_report_step(int64_t step)
+{
+    crash_step = step;
+}
+
+static void say(const char *s)
+{
+    if (write(2, s, strlen(s)) < 0) {}
+}
+
+static void on_crash(int sig, siginfo_t *info, void *uc)
+{
+    (void)uc;
+    const char *what = sig == SIGSEGV ? "SIGSEGV: a read or write of memory it may not touch"
+                       : sig == SIGBUS ? "SIGBUS: a read or write of memory that is not there (a truncated "
+                                         "mapped file?)"
+                       : sig == SIGFPE ? "SIGFPE: an integer division by zero"
+                                       : "SIGILL: an instruction this CPU lacks (a build for another CPU?)";
+    char line[768];
+    int n = snprintf(line, sizeof line, "\ndptrain: crashed: %s, address %p", what, info ? info->si_addr : NULL);
+    if (crash_rank >= 0) n += snprintf(line + n, sizeof line - (size_t)n, ", rank %d", crash_rank);
+    if (crash_step > 0)
+        n += snprintf(line + n, sizeof line - (size_t)n, ", step %lld", (long long)crash_step);
+    else if (crash_rank >= 0) /* the model's build, or its forward traced at batch 1 */
+        n += snprintf(line + n, sizeof line - (size_t)n, ", before step 1");
+    snprintf(line + n, sizeof line - (size_t)n, "\n");
+    say(line);
+    dpt_ctx *ctx = crash_ctx;
+    if (ctx) {
+        const dpt_tape *tape = &ctx->tape;
+        if (tape->nnodes > 0 && tape->nodes) {
+            const dpt_node *node = &tape->nodes[tape->nnodes - 1];
+            const char *layer = "";
+            int cut = 0;
+            for (int i = 0; i < node->n_in && !*layer; i++)
+                if (node->in[i] && node->in[i]->is_param) {
+                    layer = node->in[i]->name;
+                    const char *dot = strrchr(layer, '.');
+                    cut = dot ? (int)(dot - layer) : (int)strlen(layer);
+                }
+            snprintf(line, sizeof line, "the tape holds %d op%s of this forward; the last recorded: %s%s%.*s%s\n",
+                     tape->nnodes, tape->nnodes == 1 ? "" : "s", node->op ? node->op : "?", *layer ? " (layer " : "",
+                     cut, layer, *layer ? ")" : "");
+        } else {
+            snprintf(line, sizeof line, "no op recorded yet in this forward (or its backward has begun)\n");
+        }
+        say(line);
+    }
+    say("HINT: in a program's own model, a NULL or freed tensor is the usual cause: dpt_batch_get returns NULL "
+        "for a field the data does not have, temporaries end at dpt_tape_clear, dpt_tensor_free'd tensors are "
+        "gone. The calls below name the functions (a program linked with -rdynamic, as make print-libs says; "
+        "addr2line -f -e PROGRAM +OFFSET gives a line); a build with SAN=-fsanitize=address names the line and "
+        "the tensor's history\ncall stack:\n");
+    void *frames[64];
+    int depth = backtrace(frames, 64);
+    backtrace_symbols_fd(frames, depth, 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void install_crash_report(void)
+{
+    static char alt[1 << 16]; /* the main thread's alternate stack: a stack overflow still reports */
+    stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt};
+    sigaltstack(&ss, NULL);
+    void *warm[2];
+    backtrace(warm, 2);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_crash;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
 }
 
 /* A signal may reach the ranks at different steps: they agree (one tiny AllReduce per step)

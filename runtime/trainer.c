@@ -365,6 +365,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     resolve_threads(t, &ctx_opt);
     t->ctx = dpt_ctx_new(&ctx_opt, err);
     if (!t->ctx) return false;
+    crash_report_context(t->ctx, r->rank);
     if (run->adapt_threads && dpt_ctx_device(t->ctx).kind == DPT_DEVICE_CPU) {
         t->adapt.base = dpt_ctx_threads(t->ctx);
         size_t n = strlen(t->threads_why);
@@ -510,6 +511,7 @@ static void trainer_close(trainer *t)
     dpt_dataset_free(t->train_set);
     if (t->nccl) t->nccl->ops->free(t->nccl);
     t->r->comm = t->host_comm;
+    crash_report_context(NULL, t->r->rank);
     dpt_ctx_free(t->ctx);
     release_checkpoint_dir(t->r);
     dpt_profile_free(t->profile);
@@ -621,6 +623,12 @@ static void nonfinite_step(trainer *t)
         if (r->rank == 0)
             fprintf(stderr, "warning: step %lld skipped: non-finite %s (%lld skipped so far)\n", n,
                     loss_bad ? "loss" : "gradient", (long long)st->skipped);
+    } else if (loss_bad && st->step == 0) { /* no update yet: the forward makes it, not the learning rate */
+        dpt_abort_job("rank %d: loss is nan or inf in the first step (epoch %d), before any update\nHINT: the "
+                      "model's forward makes it from these weights and this batch: a NaN or inf input, a log or "
+                      "sqrt of a negative, a division by zero, an overflow; on a GPU also an embedding id or a "
+                      "target outside its range (NaN there; the CPU names them: --set train.device=cpu)",
+                      r->rank, st->epoch);
     } else if (loss_bad) {
         dpt_abort_job("rank %d: loss is nan or inf in step %lld (epoch %d)\nHINT: lower [optim] lr, set [optim] "
                       "clip_norm, or [train] nonfinite = skip",
@@ -672,6 +680,7 @@ static void ema_update(trainer *t)
 static void train_step(trainer *t)
 {
     double step_start = dpt_now_s();
+    crash_report_step(t->state.step + 1);
     inject_fault(t);
     dpt_optim_set_lr(t->optim, (float)dpt_lr_at(&t->schedule, t->state.step));
     t->step_units = 0;

@@ -289,6 +289,11 @@ void zero_overlap_tune(trainer *t);
 void zero_send_state(trainer *t);
 double zero_clip(trainer *t, double inv_scale, double max_norm);
 void install_signal_handlers(void);
+/* A crash's report (train_support.c): installed once after MPI_Init; each thread that computes
+ * names its context (NULL when it is freed), the loop its step. */
+void install_crash_report(void);
+void crash_report_context(dpt_ctx *ctx, int rank);
+void crash_report_step(int64_t step);
 /* The training loop has begun: a stop signal now finishes the step and checkpoints (before,
  * it ends the process at once). */
 void signals_training(void);

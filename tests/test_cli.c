@@ -198,6 +198,10 @@ static void test_training_controls(void **state)
     /* a NaN loss: stop naming the step (default), or skip the step and count it */
     expect_fail(SMALL "--set distributed.fault=nan --set distributed.fault_step=5", 1,
                 "loss is nan or inf in step 6", "nonfinite = skip");
+    /* in the first step no update has happened: the forward, not the learning rate, made it */
+    expect_fail(SMALL "--set distributed.fault=nan --set distributed.fault_step=0", 1,
+                "loss is nan or inf in the first step (epoch 1), before any update",
+                "HINT: the model's forward makes it from these weights and this batch");
     rc = run_capture(out, sizeof out,
                      "./train " SMALL "--set distributed.fault=nan --set distributed.fault_step=5 "
                      "--set train.nonfinite=skip --set train.epochs=1");

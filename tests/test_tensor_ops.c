@@ -1319,6 +1319,89 @@ static void test_same_bits_any_threads(void **state)
     assert_memory_equal(e1, e2, sizeof e1);
 }
 
+/* ---------------------------------------------------------------- misuse refused by name */
+
+/* Each case ends its child with the library's message (exit by abort), never a crash, a read
+ * outside a tensor or a silent NaN: out-of-range ids and targets on the CPU (PyTorch's
+ * IndexError; a GPU writes NaN rows instead), sizes whose product overflows, an empty last
+ * dimension, a range past the end. */
+static dpt_tensor *ids_of(dpt_ctx *ctx, int64_t n, const int32_t *v)
+{
+    dpt_tensor *t = dpt_tensor_new_dtype(ctx, DPT_I32, 1, (int64_t[]){n});
+    dpt_tensor_copy_from_host_i32(t, v);
+    return t;
+}
+static void misuse_embedding_id(void)
+{
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_embedding(ctx, dpt_tensor_new(ctx, 2, (int64_t[]){4, 3}), ids_of(ctx, 3, (int32_t[]){0, 3, 4}));
+}
+static void misuse_embedding_negative(void)
+{
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_embedding(ctx, dpt_tensor_new(ctx, 2, (int64_t[]){4, 3}), ids_of(ctx, 2, (int32_t[]){-1, 0}));
+}
+static void misuse_target(void)
+{
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_tensor *logits = dpt_tensor_new(ctx, 3, (int64_t[]){1, 3, 5});
+    dpt_cross_entropy_targets(ctx, logits, ids_of(ctx, 3, (int32_t[]){DPT_IGNORE_INDEX, 4, 5}), 0.0f,
+                              DPT_IGNORE_INDEX);
+}
+static void misuse_reshape_overflow(void)
+{
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_reshape(ctx, dpt_tensor_new(ctx, 1, (int64_t[]){12}), 3, (int64_t[]){1LL << 40, 1LL << 40, -1});
+}
+static void misuse_reshape_negative(void)
+{
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_reshape(ctx, dpt_tensor_new(ctx, 1, (int64_t[]){12}), 2, (int64_t[]){-3, -4});
+}
+static void misuse_layer_norm_empty(void)
+{
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_layer_norm(ctx, dpt_tensor_new(ctx, 2, (int64_t[]){3, 0}), NULL, NULL, 1e-5f);
+}
+static void misuse_narrow_past_end(void)
+{
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_narrow(ctx, dpt_tensor_new(ctx, 2, (int64_t[]){3, 4}), 1, INT64_MAX, 2);
+}
+
+static void test_misuse_refused(void **state)
+{
+    (void)state;
+    struct {
+        void (*fn)(void);
+        const char *msg;
+    } cases[] = {
+        {misuse_embedding_id, "embedding: id 4 at position 2 of 3 is outside [0, 4)"},
+        {misuse_embedding_negative, "embedding: id -1 at position 0 of 2 is outside [0, 4)"},
+        {misuse_target, "cross_entropy: label 5 at position 2 of 3 is outside [0, 5) and is not the ignore index -100"},
+        {misuse_reshape_overflow, "to (1099511627776, 1099511627776, -1): more elements than int64 counts"},
+        {misuse_reshape_negative, "reshape of (12) to (-3, -4): sizes are >= 0, with at most one -1"},
+        {misuse_layer_norm_empty, "layer_norm of (3, 0) needs a last dimension of at least 1"},
+        {misuse_narrow_past_end, "narrow of 2 from 9223372036854775807 along axis 1"},
+    };
+    char out[4096];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run_in_child(cases[i].fn, out, sizeof out);
+        if (rc != 128 + SIGABRT) fail_msg("case %zu: exit %d, expected the library's abort; stderr:\n%s", i, rc, out);
+        assert_contains(out, "dptrain: fatal: ");
+        assert_contains(out, cases[i].msg);
+    }
+    /* the ignore index itself is no error: a row of it counts nothing */
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_tensor *logits = dpt_tensor_new(ctx, 3, (int64_t[]){1, 2, 5});
+    dpt_tensor *targets = ids_of(ctx, 2, (int32_t[]){DPT_IGNORE_INDEX, 2});
+    dpt_tensor *loss = dpt_cross_entropy_targets(ctx, logits, targets, 0.0f, DPT_IGNORE_INDEX);
+    assert_float_equal(dpt_tensor_item(loss), logf(5.0f), 1e-6); /* zero logits: log 5 for the one row */
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(logits), dpt_tensor_free(targets);
+    dpt_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1343,6 +1426,7 @@ int main(void)
         cmocka_unit_test(test_views_into_layers),
         cmocka_unit_test(test_expand),
         cmocka_unit_test(test_foreach),
+        cmocka_unit_test(test_misuse_refused),
         cmocka_unit_test(test_same_bits_any_threads),
     };
     return cmocka_run_group_tests_name("tensor_ops", tests, NULL, NULL);
