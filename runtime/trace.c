@@ -1,6 +1,7 @@
 /* trace.c: one forward at batch 1, read from the tape (trace.h). */
 #include "trace.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "autograd.h"
@@ -27,7 +28,73 @@ static double node_flops(const dpt_node *n)
     return 0.0;
 }
 
-void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, dpt_trace *out)
+/* The table's rows: the ops that read a parameter or do counted FLOPs, one each, in the order the
+ * forward ran them; the others (elementwise, views, reductions) counted by name after. */
+typedef struct table {
+    FILE *out;
+    const dpt_tensor **seen; /* parameters already in a row: a second use (tied weights) adds none */
+    int nseen, cap;
+    const char *other[32];
+    int other_n[32], nother, other_more;
+    int64_t params;
+} table;
+
+static bool seen_before(table *tb, const dpt_tensor *p)
+{
+    for (int i = 0; i < tb->nseen; i++)
+        if (tb->seen[i] == p) return true;
+    if (tb->nseen == tb->cap) {
+        tb->cap = tb->cap ? 2 * tb->cap : 64;
+        tb->seen = realloc(tb->seen, (size_t)tb->cap * sizeof *tb->seen);
+        if (!tb->seen) dpt_fatal("out of host memory for the summary");
+    }
+    tb->seen[tb->nseen++] = p;
+    return false;
+}
+
+static void table_row(table *tb, const dpt_node *n, double flops)
+{
+    const char *layer = NULL;
+    int cut = 0;
+    int64_t params = 0;
+    bool tied = false;
+    for (int k = 0; k < n->n_in; k++) {
+        const dpt_tensor *in = n->in[k];
+        if (!in || !in->is_param) continue;
+        if (!layer) {
+            const char *dot = strrchr(in->name, '.');
+            layer = in->name, cut = dot ? (int)(dot - in->name) : (int)strlen(in->name);
+        }
+        if (seen_before(tb, in))
+            tied = true;
+        else
+            params += in->numel;
+    }
+    if (!layer && flops == 0.0) { /* counted by name */
+        int i = 0;
+        while (i < tb->nother && strcmp(tb->other[i], n->op))
+            i++;
+        if (i == tb->nother && tb->nother == 32) {
+            tb->other_more++;
+            return;
+        }
+        if (i == tb->nother) tb->other[tb->nother] = n->op, tb->other_n[tb->nother++] = 0;
+        tb->other_n[i]++;
+        return;
+    }
+    char shape[64], count[24];
+    dpt_shape_str(n->out, shape, sizeof shape);
+    if (tied && params == 0)
+        snprintf(count, sizeof count, "tied");
+    else
+        snprintf(count, sizeof count, "%lld%s", (long long)params, tied ? "+tied" : "");
+    tb->params += params;
+    fprintf(tb->out, "%-14s %-28.*s %-20s %12s %12.2f\n", n->op, layer ? cut : 1, layer ? layer : "-", shape, count,
+            flops / 1e6);
+}
+
+static void trace_forward(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, dpt_trace *out,
+                          FILE *print)
 {
     *out = (dpt_trace){0};
     dpt_batch batch = {.size = 1};
@@ -50,9 +117,13 @@ void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, co
     ctx->ckpt_off = true; /* dpt_checkpoint records what it runs: its ops are counted */
     dpt_model_forward_batch(model, ctx, &batch, task);
     ctx->ckpt_off = ckpt_off;
+    table tb = {.out = print};
+    if (print)
+        fprintf(print, "%-14s %-28s %-20s %12s %12s\n", "op", "layer", "output (batch 1)", "params", "MFLOP");
     for (int i = first; i < ctx->tape.nnodes; i++) {
         const dpt_node *n = &ctx->tape.nodes[i];
-        out->flops += node_flops(n);
+        double flops = node_flops(n);
+        out->flops += flops;
         out->output_floats += (double)n->out->numel;
         bool shared = false;
         for (int k = 0; k < n->n_in && !shared; k++)
@@ -62,10 +133,39 @@ void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, co
             if ((double)n->out->numel > out->largest_owned) out->largest_owned = (double)n->out->numel;
         }
         out->ops++;
+        if (print) table_row(&tb, n, flops);
+    }
+    if (print && tb.nother) { /* names are the ops' static strings: still good after the tape goes */
+        fprintf(print, "and ops without parameters or counted FLOPs (elementwise, views, reductions):");
+        for (int i = 0; i < tb.nother; i++)
+            fprintf(print, "%s %s %d", i ? "," : "", tb.other[i], tb.other_n[i]);
+        if (tb.other_more) fprintf(print, ", %d of other kinds", tb.other_more);
+        fputc('\n', print);
     }
     dpt_tape_clear(ctx);
     dpt_model_set_training(model, training);
     dpt_set_grad_enabled(ctx, recording);
     for (int f = 0; f < batch.nfields; f++)
         dpt_tensor_free(batch.tensors[f]);
+    if (print) {
+        int64_t total = dpt_model_param_count(model);
+        fprintf(print, "total: %lld parameters", (long long)total);
+        if (tb.params != total)
+            fprintf(print, " (%lld of them read by no op of this forward)", (long long)(total - tb.params));
+        fprintf(print, ", %.2f MFLOP forward per sample (%.2f GFLOP forward+backward) in convolutions, linear "
+                       "layers, matmuls and attention; %d ops, %.0f floats of op outputs per sample\n",
+                out->flops / 1e6, 3.0 * out->flops / 1e9, out->ops, out->output_floats);
+    }
+    free(tb.seen);
+}
+
+void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, dpt_trace *out)
+{
+    trace_forward(ctx, model, data, task, out, NULL);
+}
+
+void dpt_model_trace_print(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, FILE *out)
+{
+    dpt_trace tr;
+    trace_forward(ctx, model, data, task, &tr, out);
 }

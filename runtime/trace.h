@@ -4,6 +4,8 @@
 #ifndef DPT_TRACE_H
 #define DPT_TRACE_H
 
+#include <stdio.h>
+
 #include "dpt.h"
 
 typedef struct dpt_trace {
@@ -20,5 +22,10 @@ typedef struct dpt_trace {
 /* One forward in evaluation mode (no dropout drawn, no running statistics moved) of one sample
  * of zeros of the data's fields, recorded on ctx's tape (cleared after). */
 void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, dpt_trace *out);
+/* The same forward, printed (--summary): a row for each op that reads a parameter or does
+ * counted FLOPs, in the order the forward ran them (op, layer: its first parameter's name less
+ * the last part, output shape at batch 1, the parameters it reads first, MFLOP a sample), the
+ * other ops counted by name, and the totals. */
+void dpt_model_trace_print(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, FILE *out);
 
 #endif

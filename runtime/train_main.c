@@ -581,7 +581,7 @@ static void usage(FILE *out)
         "                           or npz (no CONFIG needed; after one, `latest` is its [checkpoint] dir's),\n"
         "                           or a model's own (llmc for gpt, after CONFIG)\n"
         "  --dry-run                load everything, print the resolved config, and exit\n"
-        "  --summary                print the model's layers, output shapes, parameters and FLOPs, and exit\n"
+        "  --summary                print the ops one forward runs (layers, output shapes, parameters, FLOPs), and exit\n"
         "  --sample CKPT            generate from a language model's checkpoint (text for byte-level\n"
         "                           models, token ids otherwise) and exit; with --prompt TEXT,\n"
         "                           --tokens N (200), --temperature T (1; 0 = the most likely),\n"

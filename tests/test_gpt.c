@@ -111,6 +111,24 @@ static void test_traced_flops(void **state)
     assert_float_equal(tr.flops, want, 0.0);
     assert_true(tr.ops > 10 && tr.output_floats > (double)T * V);
     assert_true(dpt_model_training(m)); /* traced in evaluation mode, the mode given back */
+    /* --summary's table: a row per op that reads a parameter or does counted FLOPs, the tied
+     * embedding's second use adding no parameters, every parameter counted once */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    dpt_model_trace_print(ctx, m, &ds, &task, mem);
+    fclose(mem);
+    char row[160];
+    snprintf(row, sizeof row, "linear         h.0.attn.c_attn              (1, %d, %d)", T, 3 * C);
+    assert_contains(text, row);
+    snprintf(row, sizeof row, "%12lld %12.2f\n", (long long)(C * 3 * C + 3 * C), 2.0 * T * C * 3 * C / 1e6);
+    assert_contains(strstr(text, "h.0.attn.c_attn"), row); /* its weight and bias, its FLOPs */
+    assert_contains(text, "attention      -  ");
+    assert_contains(text, "tied");
+    snprintf(row, sizeof row, "total: %lld parameters, ", (long long)dpt_model_param_count(m));
+    assert_contains(text, row); /* no "read by no op": every parameter is in a row */
+    assert_contains(text, "and ops without parameters or counted FLOPs (elementwise, views, reductions): add ");
+    free(text);
     dpt_model_free(m);
     dpt_config_free(cfg);
     dpt_ctx_free(ctx);
