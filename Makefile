@@ -157,7 +157,7 @@ BENCH_SRCS := $(wildcard bench/bench_*.c $(if $(filter 1,$(MPI)),bench/mpi_bench
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 TOOL_BINS  := $(patsubst tools/%.c,$(BUILD)/tools/%,$(wildcard tools/*.c))
 
-.PHONY: all deps demo test bench tests benches tools clean format compile_commands summary asan asan-build print-libs \
+.PHONY: all deps demo test bench tests benches tools clean format compile_commands summary asan asan-build tsan print-libs \
         fuzz fuzz-build gpu-bundle gpu-selftest fortunes
 all: summary train tests benches tools
 
@@ -192,6 +192,12 @@ asan-build:
 asan: asan-build
 	@for t in $(ASAN_TESTS); do echo "=== asan $$t"; ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	    build-asan/tests/$$t || exit 1; done
+
+# ./train under ThreadSanitizer (its own build folder, no nvcc; the per-ISA clones off: their ifunc
+# resolvers run before TSan starts) over the threaded parts of a run: scripts/tsan.sh.
+tsan:
+	@$(MAKE) --no-print-directory BUILD=build-tsan NVCC= OPT="-O1 -g -DDPT_NO_CLONES" SAN="-fsanitize=thread" build-tsan/train
+	@scripts/tsan.sh build-tsan/train
 
 # libFuzzer harnesses (tests/fuzz/fuzz_*.c) with ASan and UBSan, built by clang without CUDA
 # or OpenMP (the readers use neither). `make fuzz FUZZ_S=600` fuzzes each for that long;

@@ -681,19 +681,22 @@ void save_best_checkpoint(trainer *t, const dpt_train_state *state)
     free(path);
 }
 
-static volatile sig_atomic_t pending_signal;
+/* Written by the signal thread (or a handler), read by the ranks' and replicas' threads: atomics
+ * (volatile sig_atomic_t orders nothing between threads; ThreadSanitizer, DataParallel's replicas
+ * each setting the phase). */
+static sig_atomic_t pending_signal;
 static sigset_t stop_signals;
 
 static void on_signal(int sig)
 {
-    pending_signal = sig;
+    __atomic_store_n(&pending_signal, sig, __ATOMIC_RELAXED);
 }
 
-static volatile sig_atomic_t signal_phase; /* 0: start-up, 1: training */
+static sig_atomic_t signal_phase; /* 0: start-up, 1: training */
 
 void signals_training(void)
 {
-    signal_phase = 1;
+    __atomic_store_n(&signal_phase, 1, __ATOMIC_RELAXED);
 }
 
 static const char *signal_name(int sig)
@@ -714,15 +717,15 @@ static void *signal_thread(void *arg)
         int sig;
         if (sigwait(&stop_signals, &sig) != 0) continue;
         char msg[160];
-        if (!signal_phase) {
+        if (!__atomic_load_n(&signal_phase, __ATOMIC_RELAXED)) {
             int n = snprintf(msg, sizeof msg, "\nreceived %s during start-up: stopping now (nothing to save yet)\n",
                              signal_name(sig));
             if (write(2, msg, (size_t)n) < 0) {}
             _exit(128 + sig);
         }
-        if (!pending_signal) {
+        if (!__atomic_load_n(&pending_signal, __ATOMIC_RELAXED)) {
             first = dpt_now_s();
-            pending_signal = sig;
+            __atomic_store_n(&pending_signal, sig, __ATOMIC_RELAXED);
         } else if (dpt_now_s() - first > 0.25) {
             int n = snprintf(msg, sizeof msg, "\nreceived %s again: stopping now, without a checkpoint (exit %d)\n",
                              signal_name(sig), 128 + sig);
@@ -779,18 +782,18 @@ void install_signal_handlers(void)
  * while reading the tape ends the process with the default action (SA_RESETHAND): never a
  * hang. Installed after MPI_Init, which would replace it with Open MPI's own. */
 static __thread dpt_ctx *crash_ctx; /* the context this thread computes with */
-static volatile int crash_rank = -1;
-static volatile int64_t crash_step;
+static int crash_rank = -1;     /* atomics: DataParallel's replicas set them too */
+static int64_t crash_step;
 
 void crash_report_context(dpt_ctx *ctx, int rank)
 {
     crash_ctx = ctx;
-    if (ctx) crash_rank = rank;
+    if (ctx) __atomic_store_n(&crash_rank, rank, __ATOMIC_RELAXED);
 }
 
 void crash_report_step(int64_t step)
 {
-    crash_step = step;
+    __atomic_store_n(&crash_step, step, __ATOMIC_RELAXED);
 }
 
 static void say(const char *s)
@@ -807,11 +810,13 @@ static void on_crash(int sig, siginfo_t *info, void *uc)
                        : sig == SIGFPE ? "SIGFPE: an integer division by zero"
                                        : "SIGILL: an instruction this CPU lacks (a build for another CPU?)";
     char line[768];
+    int rank = __atomic_load_n(&crash_rank, __ATOMIC_RELAXED);
+    int64_t step = __atomic_load_n(&crash_step, __ATOMIC_RELAXED);
     int n = snprintf(line, sizeof line, "\ndptrain: crashed: %s, address %p", what, info ? info->si_addr : NULL);
-    if (crash_rank >= 0) n += snprintf(line + n, sizeof line - (size_t)n, ", rank %d", crash_rank);
-    if (crash_step > 0)
-        n += snprintf(line + n, sizeof line - (size_t)n, ", step %lld", (long long)crash_step);
-    else if (crash_rank >= 0) /* the model's build, or its forward traced at batch 1 */
+    if (rank >= 0) n += snprintf(line + n, sizeof line - (size_t)n, ", rank %d", rank);
+    if (step > 0)
+        n += snprintf(line + n, sizeof line - (size_t)n, ", step %lld", (long long)step);
+    else if (rank >= 0) /* the model's build, or its forward traced at batch 1 */
         n += snprintf(line + n, sizeof line - (size_t)n, ", before step 1");
     snprintf(line + n, sizeof line - (size_t)n, "\n");
     say(line);
@@ -873,7 +878,7 @@ void install_crash_report(void)
 bool signal_agreed(const replica *r, int *signal_seen)
 {
     static const int kinds[3] = {SIGINT, SIGTERM, SIGUSR1};
-    int mine = pending_signal, sig = mine;
+    int mine = __atomic_load_n(&pending_signal, __ATOMIC_RELAXED), sig = mine;
     if (r->comm && r->size > 1) {
         double got[3];
         for (int k = 0; k < 3; k++)
