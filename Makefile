@@ -196,7 +196,8 @@ asan: asan-build
 # ./train under ThreadSanitizer (its own build folder, no nvcc; the per-ISA clones off: their ifunc
 # resolvers run before TSan starts) over the threaded parts of a run: scripts/tsan.sh.
 tsan:
-	@$(MAKE) --no-print-directory BUILD=build-tsan NVCC= OPT="-O1 -g -DDPT_NO_CLONES" SAN="-fsanitize=thread" build-tsan/train
+	@$(MAKE) --no-print-directory BUILD=build-tsan NVCC= OPT="-O1 -g -DDPT_NO_CLONES" SAN="-fsanitize=thread" build-tsan/train \
+	    $(if $(filter 1,$(MPI)),build-tsan/tests/mpi_ddp)
 	@scripts/tsan.sh build-tsan/train
 
 # libFuzzer harnesses (tests/fuzz/fuzz_*.c) with ASan and UBSan, built by clang without CUDA

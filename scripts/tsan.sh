@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # tsan.sh [TRAIN]: the threaded parts of a run under ThreadSanitizer, one ok/FAIL line per case:
 # DataParallel's replicas with ZeRO 2, bucket_mb and zero_overlap = auto (the thread
-# communicator, the all-gather thread); mpirun's ranks with ZeRO 1 and its overlap thread, and
-# with zero 2 and grad_compression = auto, stopped by SIGUSR1 (the DDP communication thread, the
-# signal thread); the folder loader's decoding workers. TRAIN is a ./train built with
-# -fsanitize=thread (make tsan builds build-tsan/train and runs this).
+# communicator, the all-gather thread); the DDP engine's own test (tests/mpi_ddp, built beside
+# TRAIN: overlap, SyncBN, accumulation) under mpirun; mpirun's ranks with ZeRO 1 and its overlap
+# thread, and with zero 2 and grad_compression = auto, stopped by SIGUSR1 (the DDP communication
+# thread, the signal thread); the folder loader's decoding workers. TRAIN is a ./train built
+# with -fsanitize=thread (make tsan builds build-tsan/train and tests/mpi_ddp, then runs this).
 #
 # What is not ours is left out, each for a reason: oneDNN's and Open MPI's own synchronisation
 # is not instrumented, so TSan reads their locks and atomics as races. oneDNN's primitive cache
 # (shared by the replicas' contexts) is switched off for the run (ONEDNN_PRIMITIVE_CACHE_CAPACITY
 # = 0: each context creates its own primitives, the way they were before the cache existed);
-# scripts/tsan.supp names the rest (oneDNN's lazily made globals, Open MPI's progress engine
-# unpacking one thread's request from another, its TCP start-up's lock order). A report with
-# a frame of dptrain's own code and none of theirs is a FAIL.
+# scripts/tsan.supp names the rest (oneDNN's lazily made globals; Open MPI's progress engine
+# copying one thread's request buffers from another, which also means TSan cannot see our code
+# touching a buffer MPI still owns; its TCP start-up's lock order). Any other report is a FAIL.
 cd "$(dirname "$0")/.."
 . tests/common.sh
 train=${1:-build-tsan/train}
@@ -38,6 +39,13 @@ rc=$?
 case_run "DataParallel 2 x cpu, zero 2, bucket_mb and zero_overlap = auto" "$tmp/dp.log" "$([ $rc -eq 0 ] && echo ok)"
 
 if [ $mpi -eq 1 ]; then
+    ddp=$(dirname "$train")/tests/mpi_ddp
+    if [ -x "$ddp" ]; then
+        mpirun --oversubscribe --allow-run-as-root -np 2 "$ddp" > "$tmp/ddp.log" 2>&1
+        rc=$?
+        case_run "mpi_ddp's DDP engine cases (overlap, SyncBN, accumulation, 16-bit AllReduce)" "$tmp/ddp.log" \
+            "$([ $rc -eq 0 ] && grep -q ' 0 failed' "$tmp/ddp.log" && echo ok)"
+    fi
     mpirun --oversubscribe --allow-run-as-root -np 2 "$train" "${cnn[@]}" --set train.max_steps=40 \
         --set checkpoint.dir="$tmp/z1" --set distributed.zero=1 --set distributed.zero_overlap=true > "$tmp/z1.log" 2>&1
     rc=$?
