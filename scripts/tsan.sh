@@ -11,15 +11,19 @@
 # is not instrumented, so TSan reads their locks and atomics as races. oneDNN's primitive cache
 # (shared by the replicas' contexts) is switched off for the run (ONEDNN_PRIMITIVE_CACHE_CAPACITY
 # = 0: each context creates its own primitives, the way they were before the cache existed);
-# scripts/tsan.supp names the rest (oneDNN's lazily made globals; Open MPI's progress engine
-# copying one thread's request buffers from another, which also means TSan cannot see our code
-# touching a buffer MPI still owns; its TCP start-up's lock order). Any other report is a FAIL.
+# scripts/tsan.supp names the rest (oneDNN's lazily made globals, Open MPI's TCP start-up's lock
+# order). MPI calls are serialised for the run (below). Any other report is a FAIL.
 cd "$(dirname "$0")/.."
 . tests/common.sh
 train=${1:-build-tsan/train}
 [ -x "$train" ] || { echo "FAIL $train: not built (make tsan builds it)"; exit 1; }
 export TSAN_OPTIONS="halt_on_error=0 history_size=4 suppressions=$PWD/scripts/tsan.supp"
 export ONEDNN_PRIMITIVE_CACHE_CAPACITY=0
+# every MPI call under dptrain's one lock (as with an MPI that gives MPI_THREAD_SERIALIZED only):
+# any thread's MPI_Test progresses every thread's requests, copying one thread's buffers from
+# another, and the owner learns of the completion through Open MPI's atomics, which TSan cannot
+# see; through the lock it sees that order, so a buffer of ours touched while MPI owns it is a race
+export DPT_MPI_SERIALIZE=1
 cnn=(configs/fmnist_cnn.ini --set train.threads=1 --set data.test_limit=200 --set log.interval=20)
 
 races() { # LOG: the unsuppressed reports' summaries, or nothing
