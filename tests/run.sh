@@ -110,6 +110,10 @@ for t in "$dir"/mpi_*; do
         echo "=== $name"
         timeout 300 mpirun --oversubscribe --allow-run-as-root -np $np "$t"; record "$name" $?
     done
+    # the lock an MPI with MPI_THREAD_SERIALIZED only would get (Open MPI here gives MULTIPLE)
+    name="$(basename "$t") -np 2, every MPI call under one lock (DPT_MPI_SERIALIZE=1)"
+    echo "=== $name"
+    DPT_MPI_SERIALIZE=1 timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 "$t"; record "$name" $?
 done
 
 echo "=== the side lane (instruction sets, sanitizers, valgrind), run beside the above"
