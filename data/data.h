@@ -21,6 +21,16 @@ bool dpt_idx_open_input(const char *path, const dpt_dataset *like, dpt_dataset *
  * seq_len tokens (the last one the input's last seq_len). */
 bool dpt_tokens_open_input(const char *path, const dpt_dataset *like, dpt_dataset **out, dpt_error *err);
 
+/* llm.c's tokenizer file (tokenizer.c): each token id's bytes, for printing a model's samples.
+ * NULL with err naming the file (and the token or byte offset) when it is not one. */
+typedef struct dpt_tokenizer dpt_tokenizer;
+dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err);
+void dpt_tokenizer_free(dpt_tokenizer *t);
+int32_t dpt_tokenizer_vocab(const dpt_tokenizer *t);
+int32_t dpt_tokenizer_eot(const dpt_tokenizer *t); /* <|endoftext|>: llm.c starts its samples with it */
+/* The bytes of token id (len of them; NULL and 0 outside the vocabulary). */
+const unsigned char *dpt_tokenizer_bytes(const dpt_tokenizer *t, int32_t id, size_t *len);
+
 /* dir/file, or file when it is absolute or dir is empty. */
 char *dpt_data_join(const char *dir, const char *file); /* dir/file, or file when absolute (free it) */
 /* [data] dir must be a folder; err ends with this HINT otherwise. */

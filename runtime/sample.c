@@ -3,7 +3,7 @@
  * named); then, from the prompt, each next token is drawn from softmax(logits / temperature) over
  * the k most likely (top-k; temperature 0 takes the most likely), with the context cut to the
  * data's sequence length. A byte-level model (vocabulary 256) reads and prints text; others
- * read and print token ids. A model with a decoder (dpt_model_set_decoder: gpt) keeps every
+ * read and print token ids, or with --tokenizer (llm.c's file) print each token's bytes. A model with a decoder (dpt_model_set_decoder: gpt) keeps every
  * layer's keys and values (kv_cache.c), so a new token costs one position's forward; others run
  * the full forward of the context for each token. */
 #include <math.h>
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dpt.h"
+#include "../data/data.h"
 #include "error.h"
 #include "log.h"
 #include "rng.h"
@@ -36,7 +37,9 @@ static int64_t prompt_tokens(const char *prompt, int vocab, int32_t *out, int64_
                 continue;
             }
             dpt_errorf(err, "--prompt '%s': a model of %d tokens takes token ids (numbers) as its prompt; '%c' is not "
-                            "one\nHINT: byte-level models (vocabulary 256) take text",
+                            "one\nHINT: byte-level models (vocabulary 256) take text; for GPT-2's, ids from its "
+                            "tokenizer (python3 -c 'import tiktoken; print(*tiktoken.get_encoding(\"gpt2\").encode("
+                            "\"Hello\"))'): llm.c's tokenizer file holds the tokens' bytes, not the merges that make them",
                        prompt, vocab, *p);
             return -1;
         }
@@ -83,18 +86,31 @@ static int32_t draw(float *logits, float *scratch, int vocab, const dpt_sample_o
     return best;
 }
 
-/* Print token `next` as the model's vocabulary reads: a byte, or an id. On a terminal a control
- * byte other than a newline or a tab is shown as \xNN: a byte-level model early in training
- * draws ESC and friends, which a terminal would take as commands. A file or a pipe gets the
- * bytes as drawn. */
-static void emit(int32_t next, int vocab, FILE *out, bool tty)
+/* A byte of a sample. On a terminal a control byte other than a newline or a tab is shown as
+ * \xNN: a byte-level model early in training draws ESC and friends, which a terminal would take
+ * as commands. A file or a pipe gets the bytes as drawn. */
+static void emit_byte(unsigned char c, FILE *out, bool tty)
 {
-    if (vocab != 256)
-        fprintf(out, "%d ", next);
-    else if (tty && (next < 0x20 || next == 0x7f) && next != '\n' && next != '\t')
-        fprintf(out, "\\x%02x", (unsigned)next);
+    if (tty && (c < 0x20 || c == 0x7f) && c != '\n' && c != '\t')
+        fprintf(out, "\\x%02x", (unsigned)c);
     else
-        fputc(next, out);
+        fputc(c, out);
+}
+
+/* Print token `next`: its bytes in the tokenizer, else as the model's vocabulary reads (a byte,
+ * or an id). */
+static void emit(int32_t next, int vocab, const dpt_tokenizer *tok, FILE *out, bool tty)
+{
+    if (tok) {
+        size_t len;
+        const unsigned char *b = dpt_tokenizer_bytes(tok, next, &len);
+        for (size_t i = 0; i < len; i++)
+            emit_byte(b[i], out, tty);
+    } else if (vocab != 256) {
+        fprintf(out, "%d ", next);
+    } else {
+        emit_byte((unsigned char)next, out, tty);
+    }
     fflush(out);
 }
 
@@ -147,10 +163,23 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     float *logits = malloc((size_t)vocab * sizeof *logits), *scratch = malloc((size_t)vocab * sizeof *scratch);
     if (!ids || !logits || !scratch) dpt_fatal("out of host memory for sampling");
-    int64_t n = prompt_tokens(o->prompt ? o->prompt : "", vocab, ids, 4096, err);
-    bool ok = n >= 0;
-    if (ok && n == 0) ids[n++] = vocab == 256 ? '\n' : vocab - 1; /* a line start, or GPT-2's <|endoftext|> */
+    dpt_tokenizer *tok = NULL;
+    bool ok = true;
+    if (o->tokenizer) {
+        tok = dpt_tokenizer_load(o->tokenizer, err);
+        ok = tok && (dpt_tokenizer_vocab(tok) == vocab ||
+                     dpt_errorf(err, "--tokenizer %s holds %d tokens; this model draws from a vocabulary of %d ([data] "
+                                     "vocab_size)\nHINT: the tokenizer the model's tokens were made with (GPT-2's: 50257)",
+                                o->tokenizer, dpt_tokenizer_vocab(tok), vocab));
+    }
+    int64_t n = ok ? prompt_tokens(o->prompt ? o->prompt : "", vocab, ids, 4096, err) : -1;
+    ok = n >= 0;
+    if (ok && n == 0) /* a line start, or the end of a text (llm.c's start: GPT-2's <|endoftext|>, 50256) */
+        ids[n++] = vocab == 256 ? '\n' : tok ? dpt_tokenizer_eot(tok) : vocab - 1;
     if (ok && vocab == 256) fwrite(o->prompt ? o->prompt : "", 1, o->prompt ? strlen(o->prompt) : 0, out);
+    else if (ok && tok && o->prompt && *o->prompt) /* the prompt's ids as text first */
+        for (int64_t i = 0; i < n; i++)
+            emit(ids[i], vocab, tok, out, isatty(fileno(out)));
     dpt_rng rng;
     dpt_rng_seed(&rng, o->seed);
     bool was_enabled = dpt_set_grad_enabled(ctx, false);
@@ -180,7 +209,7 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
         if (!ok) break;
         int32_t next = draw(logits, scratch, vocab, o, &rng);
         ids[n++] = next;
-        emit(next, vocab, out, tty);
+        emit(next, vocab, tok, out, tty);
         made++;
     }
     if (ok) fputc('\n', out), fflush(out); /* before the line on stderr */
@@ -192,6 +221,7 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
                 : o->no_cache ? "the full forward a token: --no-kv-cache"
                               : "the full forward a token: the model has no decoder");
     dpt_kv_cache_free(cache);
+    dpt_tokenizer_free(tok);
     dpt_set_grad_enabled(ctx, was_enabled);
     free(ids), free(logits), free(scratch);
     return ok;

@@ -582,11 +582,12 @@ static void usage(FILE *out)
         "                           or a model's own (llmc for gpt, after CONFIG)\n"
         "  --dry-run                load everything, print the resolved config, and exit\n"
         "  --summary                print the ops one forward runs (layers, output shapes, parameters, FLOPs), and exit\n"
-        "  --sample CKPT            generate from a language model's checkpoint (text for byte-level\n"
-        "                           models, token ids otherwise) and exit; with --prompt TEXT,\n"
-        "                           --tokens N (200), --temperature T (1; 0 = the most likely),\n"
-        "                           --top-k K (0 = all), --seed S, --no-kv-cache (the whole context's\n"
-        "                           forward for every token instead of one position's)\n"
+        "  --sample CKPT            generate from a language model's checkpoint (or llmc:PATH, llm.c's\n"
+        "                           GPT-2 file; text for byte-level models, token ids otherwise) and\n"
+        "                           exit; with --prompt TEXT, --tokens N (200), --temperature T (1; 0 =\n"
+        "                           the most likely), --top-k K (0 = all), --seed S, --no-kv-cache (the\n"
+        "                           whole context's forward for every token instead of one position's),\n"
+        "                           --tokenizer PATH (llm.c's gpt2_tokenizer.bin: the tokens as text)\n"
         "  --predict CKPT           write the checkpoint's predictions over the test set (--set data.*\n"
         "                           for another) as CSV and exit: per sample its index, name, label and\n"
         "                           the --top-k K (5; 0 = all) most likely classes with their\n"
@@ -632,7 +633,8 @@ static const char *nearest_flag(const char *given)
     static const char *const flags[] = {
         "--config-reference", "--dry-run", "--ema", "--env", "--eval", "--expect", "--export", "--help",
         "--input", "--inspect", "--junit", "--no-kv-cache", "--out", "--predict", "--profile", "--prompt",
-        "--resume", "--sample", "--seed", "--set", "--summary", "--temperature", "--tokens", "--top-k", "--version",
+        "--resume", "--sample", "--seed", "--set", "--summary", "--temperature", "--tokenizer", "--tokens", "--top-k",
+        "--version",
     };
     const char *best = NULL;
     int best_d = 3; /* at most 2 edits, or one flag the other's start (--output, --top) */
@@ -710,7 +712,8 @@ static int parse_cli(int argc, char **argv, cli *args)
             args->export_format = argv[i + 1], args->resume = argv[i + 2], args->export_out = argv[i + 3];
             i += 3;
         } else if (is_flag(a, "--sample") || is_flag(a, "--prompt") || is_flag(a, "--tokens") ||
-                   is_flag(a, "--temperature") || is_flag(a, "--top-k") || is_flag(a, "--seed")) {
+                   is_flag(a, "--temperature") || is_flag(a, "--top-k") || is_flag(a, "--seed") ||
+                   is_flag(a, "--tokenizer")) {
             char flag[16];
             snprintf(flag, sizeof flag, "%.*s", (int)strcspn(a, "="), a);
             const char *v = flag_value(argc, argv, &i, flag);
@@ -722,7 +725,10 @@ static int parse_cli(int argc, char **argv, cli *args)
             }
             bool bad = false;
             if (!strcmp(flag, "--sample")) {
-                args->sample = args->resume = v;
+                /* llm.c's checkpoint file: the model starts from it ([model] init), no checkpoint of ours */
+                args->sample = v, args->resume = strncmp(v, "llmc:", 5) ? v : NULL;
+            } else if (!strcmp(flag, "--tokenizer")) {
+                args->tokenizer = v;
             } else if (!strcmp(flag, "--prompt")) {
                 args->prompt = v;
             } else if (!strcmp(flag, "--tokens")) {
@@ -802,6 +808,17 @@ static int parse_cli(int argc, char **argv, cli *args)
             args->config_path = a;
         }
     }
+    if (args->ema && args->sample && !args->resume) {
+        fprintf(stderr, "error: --ema reads a checkpoint's weight averages; --sample %s reads llm.c's file, which "
+                        "has none\nHINT: --sample CKPT --ema with a checkpoint of a run that kept them\n",
+                args->sample);
+        return 2;
+    }
+    if (args->tokenizer && !args->sample) {
+        fprintf(stderr, "error: --tokenizer prints the tokens --sample draws as text: it goes with --sample\nHINT: "
+                        "./train CONFIG --sample CKPT --tokenizer gpt2_tokenizer.bin\n");
+        return 2;
+    }
     if (args->predict_input && !args->predict) {
         fprintf(stderr, "error: --input names the samples --predict reads instead of the test set: it goes with "
                         "--predict\nHINT: ./train CONFIG --predict CKPT --input PATH [--out FILE.csv]\n");
@@ -875,6 +892,19 @@ static dpt_config *load_config(const cli *args, dpt_error *err)
             dpt_config_free(cfg);
             cfg = NULL;
         }
+    }
+    if (cfg && args->sample && !args->resume) { /* --sample llmc:PATH: the model starts from llm.c's file */
+        if (access(args->sample + 5, R_OK) != 0) {
+            dpt_errorf(err, "--sample %s: %s\nHINT: llm.c's train_gpt2.py writes gpt2_124M.bin; ./train CONFIG "
+                            "--export llmc CKPT FILE writes one from a checkpoint",
+                       args->sample, strerror(errno));
+            dpt_config_free(cfg);
+            return NULL;
+        }
+        char *set = dpt_strf("model.init=%s", args->sample);
+        bool ok = dpt_config_set(cfg, set, err);
+        free(set);
+        if (!ok) dpt_config_free(cfg), cfg = NULL;
     }
     return cfg;
 }

@@ -467,7 +467,14 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
 {
     const dpt_config *cfg = t->run->ini;
     const char *init = dpt_config_str(cfg, "model", "init"), *where = dpt_config_where(cfg, "model", "init");
-    if (!*init || !strncmp(init, "llmc:", 5)) return true; /* none, or the model's own format (gpt read it) */
+    if (!*init) return true;
+    if (!strncmp(init, "llmc:", 5)) { /* llm.c's GPT-2 file: the gpt model reads it when it is built */
+        if (!strcmp(dpt_model_name(t->model), "gpt")) return true;
+        return dpt_errorf(err, "%s: [model] init = %s: llm.c's GPT-2 checkpoint is the gpt model's format; model %s "
+                               "does not read it (it would start from its own initialisation)\nHINT: [model] name = "
+                               "gpt with the file's shape, or init = CKPT, a checkpoint of this model",
+                          where, init, dpt_model_name(t->model));
+    }
     bool averages = !strncmp(init, "ema:", 4); /* the checkpoint's weight averages ([train] ema_decay) */
     if (averages) init += 4;
     char path[PATH_MAX];

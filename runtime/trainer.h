@@ -28,7 +28,8 @@ typedef struct cli {
     const char *inspect; /* --inspect CKPT, or NULL */
     bool dry_run, summary, env;
     const char *resume; /* checkpoint path, "latest", or NULL */
-    const char *sample; /* --sample CKPT: generate from it instead of training (resume is CKPT too) */
+    const char *sample; /* --sample CKPT: generate from it instead of training (resume is CKPT too; for
+                         * llmc:PATH, llm.c's file, [model] init = it instead and no resume) */
     const char *eval;   /* --eval CKPT: evaluate it on the test set instead of training (resume is CKPT too) */
     bool profile;       /* --profile: per-op forward and backward times, a table at the end */
     const char *export_format, *export_out; /* --export FORMAT CKPT OUT (a model's format: resume is CKPT) */
@@ -38,6 +39,7 @@ typedef struct cli {
     int top_k;
     uint64_t sample_seed;
     bool sample_no_cache; /* --no-kv-cache */
+    const char *tokenizer; /* --tokenizer PATH: llm.c's tokenizer file, --sample prints text with it */
     const char *predict;     /* --predict CKPT: the test set's predictions as CSV (resume is CKPT too) */
     const char *predict_out; /* --out FILE */
     const char *predict_input; /* --input PATH: images without labels instead of the test set */

@@ -135,6 +135,45 @@ rc3=$?
     ! grep -q "^optim " "$tmp/m2.err" "$tmp/m3.log"
 check "a machine too small for training at batch 2000 (more than the 379 samples): training refused, --sample and --eval run without an optimizer" \
     $? "exit $rc1 $rc2 $rc3: $(head -c 300 "$tmp/m1.log") | $(tail -n 2 "$tmp/m2.err") | $(tail -n 2 "$tmp/m3.log")"
+# --sample llmc:FILE samples from llm.c's file as from the checkpoint it was exported from (the
+# same weights: the same tokens); --tokenizer prints each token as llm.c's tokenizer file spells
+# it (here one whose letters are upper case: the same draws, upper-cased); a tokenizer of
+# another vocabulary, a truncated one, and --tokenizer without --sample are refused
+samp=(--tokens 24 --prompt the --seed 7)
+./train "${gpt[@]}" --sample "$ck" "${samp[@]}" > "$tmp/s1.txt" 2> "$tmp/s1.err"
+rc1=$?
+./train "${gpt[@]}" --sample "llmc:$tmp/w.bin" "${samp[@]}" > "$tmp/s2.txt" 2> "$tmp/s2.err"
+rc2=$?
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$(wc -c < "$tmp/s1.txt")" -ge 20 ] && cmp -s "$tmp/s1.txt" "$tmp/s2.txt"
+check "--sample llmc:FILE draws what --sample of the checkpoint it came from draws" $? \
+    "exit $rc1 $rc2: $(head -c 80 "$tmp/s1.txt") | $(head -c 80 "$tmp/s2.txt") | $(tail -n 2 "$tmp/s2.err")"
+$py - "$tmp" <<'PY'
+import struct, sys
+def write(path, toks, version=2, eot=0, cut=0):
+    data = struct.pack("<4I", 20240328, version, len(toks), eot) + bytes(1024 - 16)
+    data += b"".join(bytes([len(t)]) + t for t in toks)
+    open(path, "wb").write(data[:len(data) - cut])
+upper = [bytes([b]).upper() for b in range(256)]
+write(sys.argv[1] + "/upper.bin", upper, eot=10)
+write(sys.argv[1] + "/wide.bin", upper + [b"x"] * 44, eot=10)
+write(sys.argv[1] + "/cut.bin", upper, eot=10, cut=1)
+PY
+./train "${gpt[@]}" --sample "$ck" "${samp[@]}" --tokenizer "$tmp/upper.bin" > "$tmp/s3.txt" 2> "$tmp/s3.err"
+rc3=$?
+want=$(printf 'the%s' "$(tail -c +4 "$tmp/s1.txt" | tr 'a-z' 'A-Z')")
+[ $rc3 -eq 0 ] && [ "$(cat "$tmp/s3.txt")" = "$want" ]
+check "--tokenizer: each drawn token printed as the tokenizer's bytes" $? "exit $rc3: '$(cat "$tmp/s3.txt")' vs '$want' $(tail -n 2 "$tmp/s3.err")"
+./train "${gpt[@]}" --sample "$ck" --tokenizer "$tmp/wide.bin" > /dev/null 2> "$tmp/s4.err"
+rc4=$?
+./train "${gpt[@]}" --sample "$ck" --tokenizer "$tmp/cut.bin" > /dev/null 2> "$tmp/s5.err"
+rc5=$?
+./train "${gpt[@]}" --tokenizer "$tmp/upper.bin" > /dev/null 2> "$tmp/s6.err"
+rc6=$?
+[ $rc4 -eq 1 ] && grep -q "wide.bin holds 300 tokens; this model draws from a vocabulary of 256" "$tmp/s4.err" &&
+    [ $rc5 -eq 1 ] && grep -q "cut.bin: token 255 at byte 1534: its bytes run past the end of the file" "$tmp/s5.err" &&
+    [ $rc6 -eq 2 ] && grep -q "goes with --sample" "$tmp/s6.err"
+check "a tokenizer of 300 tokens, a truncated one, --tokenizer without --sample: refused by name" $? \
+    "exit $rc4 $rc5 $rc6: $(cat "$tmp/s4.err" "$tmp/s5.err" "$tmp/s6.err" | grep -v '^dptrain\|^model\|^device\|^data\|^memory')"
 ./train --export npz "$ck" /nonexistent/w.npz > "$tmp/e7.log" 2>&1
 check "an unwritable destination: named" $([ $? = 1 ] && grep -q "cannot write /nonexistent/w.npz" "$tmp/e7.log"; echo $?) \
     "$(cat "$tmp/e7.log")"

@@ -198,6 +198,9 @@ static void test_training_controls(void **state)
     /* a NaN loss: stop naming the step (default), or skip the step and count it */
     expect_fail(SMALL "--set distributed.fault=nan --set distributed.fault_step=5", 1,
                 "loss is nan or inf in step 6", "nonfinite = skip");
+    /* llm.c's file is the gpt model's: another model would have started from its own initialisation */
+    expect_fail(SMALL "--set model.init=llmc:/nonexistent/gpt2_124M.bin", 1,
+                "llm.c's GPT-2 checkpoint is the gpt model's format; model ", "HINT: [model] name = gpt");
     /* in the first step no update has happened: the forward, not the learning rate, made it */
     expect_fail(SMALL "--set distributed.fault=nan --set distributed.fault_step=0", 1,
                 "loss is nan or inf in the first step (epoch 1), before any update",
