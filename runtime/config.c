@@ -412,36 +412,66 @@ const char *dpt_config_where(const dpt_config *cfg, const char *section, const c
 /* Whether key k belongs only to models other than the one the config selects ([model] depth
  * with name = mlp): every owner a model (a key shared with a user's settings is not), the
  * selected one not among them. */
-static bool other_models_key(const dpt_config *cfg, int k)
+/* The kinds whose one registration a config key selects, and that key. */
+static const struct {
+    dpt_kind kind;
+    const char *section, *key, *noun;
+} selectors[] = {
+    {DPT_KIND_MODEL, "model", "name", "model"},
+    {DPT_KIND_OPTIMIZER, "optim", "name", "optimizer"},
+    {DPT_KIND_SCHEDULE, "optim", "schedule", "schedule"},
+    {DPT_KIND_DATA, "data", "source", "data source"},
+};
+#define NSELECTORS (int)(sizeof selectors / sizeof selectors[0])
+
+/* Key k's owners are all registrations of selectable kinds and none is the selected one of its
+ * kind: nothing would read it. *sel: the selector of the (first) owner's kind. A key with no
+ * owners (the runtime's), or one a loss or a backend reads (chosen by no key), is read. */
+static bool unread_key(const dpt_config *cfg, int k, int *sel)
 {
     const dpt_schema_key *sk = dpt_schema_at(k);
-    if (!*sk->owners || strcmp(sk->decl.section, "model") != 0) return false;
-    const char *chosen = dpt_config_str(cfg, "model", "name");
+    if (!*sk->owners) return false;
     char owners[sizeof sk->owners];
     snprintf(owners, sizeof owners, "%s", sk->owners);
-    for (char *save = NULL, *o = strtok_r(owners, ", ", &save); o; o = strtok_r(NULL, ", ", &save))
-        if (!dpt_registry_find(DPT_KIND_MODEL, o) || !strcmp(o, chosen)) return false;
-    return true;
+    *sel = -1;
+    for (char *save = NULL, *o = strtok_r(owners, ", ", &save); o; o = strtok_r(NULL, ", ", &save)) {
+        int found = -1;
+        for (int i = 0; i < NSELECTORS && found < 0; i++)
+            if (dpt_registry_find(selectors[i].kind, o)) found = i;
+        if (found < 0 || !strcmp(o, dpt_config_str(cfg, selectors[found].section, selectors[found].key)))
+            return false;
+        if (*sel < 0) *sel = found;
+    }
+    return *sel >= 0;
 }
 
-/* A key set for a model the config does not select would be read by no one: refused, naming
- * the key, where it was set, and its owners. Not for a file's key when --set chose another
- * model (switching models from the command line keeps working). [optim] and [data] are not
- * checked: switching the optimizer or the source with --set over a file written for another
- * is common, and their keys are often shared. */
+/* A key of models only, none of them the selected one (left out of the printed config and the
+ * hash; a file's key of another optimizer or source stays in both, as before). */
+static bool other_models_key(const dpt_config *cfg, int k)
+{
+    int sel;
+    return unread_key(cfg, k, &sel) && selectors[sel].kind == DPT_KIND_MODEL;
+}
+
+/* A key set for a model, optimizer, schedule or data source the config does not select would be
+ * read by no one: refused, naming the key, where it was set, its owners and the selection. Not
+ * for a file's key when --set chose another one of that kind (switching the model, optimizer or
+ * source from the command line over a file written for another keeps working). */
 bool dpt_config_check_owners(const dpt_config *cfg, dpt_error *err)
 {
-    const char *chosen = dpt_config_str(cfg, "model", "name");
-    bool switched = !strncmp(dpt_config_where(cfg, "model", "name"), "--set", 5);
     for (int k = 0; k < cfg->nkeys; k++) {
         const char *where = cfg->values[k].where;
-        if (!strcmp(where, "default") || !other_models_key(cfg, k)) continue;
+        int sel;
+        if (!strcmp(where, "default") || !unread_key(cfg, k, &sel)) continue;
+        const char *chosen = dpt_config_str(cfg, selectors[sel].section, selectors[sel].key);
+        bool switched = !strncmp(dpt_config_where(cfg, selectors[sel].section, selectors[sel].key), "--set", 5);
         if (switched && strncmp(where, "--set", 5) != 0) continue;
         const dpt_schema_key *sk = dpt_schema_at(k);
         return dpt_errorf(err,
-                          "%s: [model] %s is a key of model %s, not of %s, the model this config selects ([model] name "
-                          "= %s): nothing would read it\nHINT: remove it, or select %s",
-                          where, sk->decl.key, sk->owners, chosen, chosen, sk->owners);
+                          "%s: [%s] %s is a key of %s %s, not of %s, the %s this config selects ([%s] %s = %s): "
+                          "nothing would read it\nHINT: remove it, or select %s",
+                          where, sk->decl.section, sk->decl.key, selectors[sel].noun, sk->owners, chosen,
+                          selectors[sel].noun, selectors[sel].section, selectors[sel].key, chosen, sk->owners);
     }
     return true;
 }

@@ -87,6 +87,20 @@ static void test_config_errors(void **state)
                 "--set model.depth=50: [model] depth is a key of model resnet, not of mlp", "HINT: remove it");
     snprintf(args, sizeof args, "%s", write_file("cnn_hidden.ini", "[model]\nname = cnn\nhidden = 64\n"));
     expect_fail(args, 1, "cnn_hidden.ini:3: [model] hidden is a key of model mlp, not of cnn", NULL);
+    /* the same for an optimizer's, a schedule's and a data source's keys */
+    expect_fail("configs/fmnist_mlp.ini --set optim.momentum=0.5", 1,
+                "--set optim.momentum=0.5: [optim] momentum is a key of optimizer sgd, not of adamw, the optimizer "
+                "this config selects ([optim] name = adamw)",
+                "HINT: remove it, or select sgd");
+    snprintf(args, sizeof args, "%s", write_file("sgd_beta.ini", "[optim]\nname = sgd\nbeta1 = 0.8\n"));
+    expect_fail(args, 1, "sgd_beta.ini:3: [optim] beta1 is a key of optimizer adamw, not of sgd", NULL);
+    expect_fail("configs/fmnist_mlp.ini --set optim.min_lr=0.0001", 1,
+                "[optim] min_lr is a key of schedule cosine, not of constant", NULL);
+    expect_fail("configs/fmnist_mlp.ini --set data.seq_len=64", 1,
+                "[data] seq_len is a key of data source tokens, not of idx, the data source this config selects", NULL);
+    /* --set switching the optimizer over a file written for another (its momentum, nesterov) works */
+    int src = run_capture(out, sizeof out, "./train configs/resnet.ini --set optim.name=adamw --dry-run");
+    if (src != 0) fail_msg("--set optim.name=adamw over ResNet's SGD file: exit %d\n%s", src, out);
     /* --dry-run shows the selected model's keys, not every registered model's */
     int drc = run_capture(out, sizeof out, "./train configs/fmnist_mlp.ini --dry-run");
     if (drc != 0) fail_msg("--dry-run: exit %d\n%s", drc, out);
