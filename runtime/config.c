@@ -476,6 +476,27 @@ bool dpt_config_check_owners(const dpt_config *cfg, dpt_error *err)
     return true;
 }
 
+bool dpt_config_check_kind_owners(const dpt_config *cfg, dpt_kind kind, const char *chosen, const char *noun,
+                                  const char *why, dpt_error *err)
+{
+    for (int k = 0; k < cfg->nkeys; k++) {
+        const char *where = cfg->values[k].where;
+        const dpt_schema_key *sk = dpt_schema_at(k);
+        if (!strcmp(where, "default") || !*sk->owners) continue;
+        char owners[sizeof sk->owners];
+        snprintf(owners, sizeof owners, "%s", sk->owners);
+        bool unread = true;
+        for (char *save = NULL, *o = strtok_r(owners, ", ", &save); o && unread; o = strtok_r(NULL, ", ", &save))
+            unread = dpt_registry_find(kind, o) && strcmp(o, chosen) != 0;
+        if (unread)
+            return dpt_errorf(err,
+                              "%s: [%s] %s is a key of %s %s, not of %s, the %s %s: nothing would read it\nHINT: "
+                              "remove it",
+                              where, sk->decl.section, sk->decl.key, noun, sk->owners, chosen, noun, why);
+    }
+    return true;
+}
+
 /* ---------------------------------------------------------------- printing and hashing */
 
 /* Whether a value must be quoted to read back the same: surrounding whitespace, or a '#' or

@@ -467,6 +467,12 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
 {
     const dpt_config *cfg = t->run->ini;
     const char *init = dpt_config_str(cfg, "model", "init"), *where = dpt_config_where(cfg, "model", "init");
+    const char *exclude_where = dpt_config_where(cfg, "model", "init_exclude");
+    if (!*init && strcmp(exclude_where, "default") != 0 && *dpt_config_str(cfg, "model", "init_exclude"))
+        return dpt_errorf(err, "%s: [model] init_exclude = %s names tensors left out of [model] init, and this run has "
+                               "no init: nothing would read it\nHINT: set [model] init = CKPT (another run's "
+                               "checkpoint), or remove it",
+                          exclude_where, dpt_config_str(cfg, "model", "init_exclude"));
     if (!*init) return true;
     if (!strncmp(init, "llmc:", 5)) { /* llm.c's GPT-2 file: the gpt model reads it when it is built */
         if (!strcmp(dpt_model_name(t->model), "gpt")) return true;

@@ -17,6 +17,7 @@
 #include "predict.h"
 #include "../data/data.h"
 #include "sample.h"
+#include "schema.h"
 
 static bool trainer_open(trainer *t, replica *r, dpt_error *err);
 static void trainer_close(trainer *t);
@@ -263,6 +264,9 @@ static bool open_loaders(trainer *t, dpt_error *err)
 static bool open_loss(trainer *t, dpt_error *err)
 {
     if (!dpt_task_resolve(t->model, t->train_set, &t->task, err)) return false;
+    if (!dpt_config_check_kind_owners(t->run->ini, DPT_KIND_LOSS, t->task.loss, "loss",
+                                      "this run's model and data train with", err))
+        return false;
     t->loss = dpt_registry_find(DPT_KIND_LOSS, t->task.loss)->impl;
     t->loss_settings = calloc(1, t->loss->settings_size + 1);
     if (!t->loss_settings) dpt_fatal("out of host memory");

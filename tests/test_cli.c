@@ -98,6 +98,11 @@ static void test_config_errors(void **state)
                 "[optim] min_lr is a key of schedule cosine, not of constant", NULL);
     expect_fail("configs/fmnist_mlp.ini --set data.seq_len=64", 1,
                 "[data] seq_len is a key of data source tokens, not of idx, the data source this config selects", NULL);
+    /* a loss's key where the model and data train with another loss; init_exclude without init */
+    expect_fail("configs/regression_mlp.ini --set train.label_smoothing=0.1", 1,
+                "[train] label_smoothing is a key of loss cross_entropy, not of mse", NULL);
+    expect_fail("configs/fmnist_mlp.ini --set model.init_exclude=fc*", 1,
+                "[model] init_exclude = fc* names tensors left out of [model] init, and this run has no init", NULL);
     /* --set switching the optimizer over a file written for another (its momentum, nesterov) works */
     int src = run_capture(out, sizeof out, "./train configs/resnet.ini --set optim.name=adamw --dry-run");
     if (src != 0) fail_msg("--set optim.name=adamw over ResNet's SGD file: exit %d\n%s", src, out);
