@@ -463,6 +463,9 @@ bool dpt_config_check_owners(const dpt_config *cfg, dpt_error *err)
         const char *where = cfg->values[k].where;
         int sel;
         if (!strcmp(where, "default") || !unread_key(cfg, k, &sel)) continue;
+        /* another optimizer's or source's key at its default changes nothing, and the printed
+         * config (--dry-run's, a checkpoint's) holds every one of them: it must read back */
+        if (selectors[sel].kind != DPT_KIND_MODEL && !strcmp(cfg->values[k].raw, decl(k)->def)) continue;
         const char *chosen = dpt_config_str(cfg, selectors[sel].section, selectors[sel].key);
         bool switched = !strncmp(dpt_config_where(cfg, selectors[sel].section, selectors[sel].key), "--set", 5);
         if (switched && strncmp(where, "--set", 5) != 0) continue;
@@ -476,13 +479,62 @@ bool dpt_config_check_owners(const dpt_config *cfg, dpt_error *err)
     return true;
 }
 
+/* Keys read only when another key has some value: set without it, nothing reads them. */
+static const struct {
+    const char *section, *key, *gov_section, *gov_key;
+    enum { IS_STR, NOT_STR, INT_AT_LEAST, INT_IS, FLOAT_ABOVE } test;
+    const char *str;
+    double num;
+    const char *needs; /* the HINT's words */
+} dependents[] = {
+    {"train", "loss_scale_init", "train", "loss_scale", IS_STR, "dynamic", 0, "loss_scale = dynamic"},
+    {"train", "loss_scale_growth", "train", "loss_scale", IS_STR, "dynamic", 0, "loss_scale = dynamic"},
+    {"train", "bf16_activations", "train", "precision", IS_STR, "bf16", 0, "precision = bf16"},
+    {"train", "ema_warmup", "train", "ema_decay", FLOAT_ABOVE, NULL, 0, "ema_decay (above 0)"},
+    {"distributed", "zero_overlap", "distributed", "zero", INT_AT_LEAST, NULL, 1, "zero = 1 or 2"},
+    {"distributed", "zero_grads", "distributed", "zero", INT_IS, NULL, 2, "zero = 2"},
+    {"distributed", "fault_rank", "distributed", "fault", NOT_STR, "none", 0, "fault (exit, hang or nan)"},
+    {"distributed", "fault_step", "distributed", "fault", NOT_STR, "none", 0, "fault (exit, hang or nan)"},
+};
+
+bool dpt_config_check_dependents(const dpt_config *cfg, dpt_error *err)
+{
+    for (size_t i = 0; i < sizeof dependents / sizeof dependents[0]; i++) {
+        const char *sec = dependents[i].section, *key = dependents[i].key;
+        const char *gs = dependents[i].gov_section, *gk = dependents[i].gov_key, *where = dpt_config_where(cfg, sec, key);
+        int self = dpt_schema_find(sec, key);
+        if (!strcmp(where, "default") || self < 0 || !strcmp(cfg->values[self].raw, decl(self)->def))
+            continue; /* at its default it changes nothing (and a printed config holds it) */
+        /* a file's key under a value --set chose (a GPU config's loss scaling run with --set
+         * train.loss_scale=none) stays allowed, as for another optimizer's keys */
+        if (!strncmp(dpt_config_where(cfg, gs, gk), "--set", 5) && strncmp(where, "--set", 5) != 0) continue;
+        bool on;
+        switch (dependents[i].test) {
+        case IS_STR: on = !strcmp(dpt_config_str(cfg, gs, gk), dependents[i].str); break;
+        case NOT_STR: on = strcmp(dpt_config_str(cfg, gs, gk), dependents[i].str) != 0; break;
+        case INT_AT_LEAST: on = (double)dpt_config_int(cfg, gs, gk) >= dependents[i].num; break;
+        case INT_IS: on = (double)dpt_config_int(cfg, gs, gk) == dependents[i].num; break;
+        default: on = dpt_config_float(cfg, gs, gk) > dependents[i].num; break;
+        }
+        if (on) continue;
+        char value[96];
+        int at = dpt_schema_find(gs, gk);
+        snprintf(value, sizeof value, "%s", at >= 0 ? cfg->values[at].raw : "?");
+        return dpt_errorf(err,
+                          "%s: [%s] %s is read only with [%s] %s, and this config has %s = %s: nothing would read "
+                          "it\nHINT: remove it, or set [%s] %s",
+                          where, sec, key, gs, dependents[i].needs, gk, value, gs, dependents[i].needs);
+    }
+    return true;
+}
+
 bool dpt_config_check_kind_owners(const dpt_config *cfg, dpt_kind kind, const char *chosen, const char *noun,
                                   const char *why, dpt_error *err)
 {
     for (int k = 0; k < cfg->nkeys; k++) {
         const char *where = cfg->values[k].where;
         const dpt_schema_key *sk = dpt_schema_at(k);
-        if (!strcmp(where, "default") || !*sk->owners) continue;
+        if (!strcmp(where, "default") || !*sk->owners || !strcmp(cfg->values[k].raw, decl(k)->def)) continue;
         char owners[sizeof sk->owners];
         snprintf(owners, sizeof owners, "%s", sk->owners);
         bool unread = true;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "schema.h"
 #include "export.h"
 #include "error.h"
 #include "rng.h"
@@ -274,7 +275,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
     memset(rc, 0, sizeof *rc);
     rc->ini = ini;
     rc->config_path = args->config_path ? args->config_path : "(defaults)";
-    if (!dpt_config_check_owners(ini, err)) return false;
+    if (!dpt_config_check_owners(ini, err) || !dpt_config_check_dependents(ini, err)) return false;
     rc->hash = dpt_config_hash(ini);
     rc->epochs = (int)dpt_config_int(c, "train", "epochs");
     rc->max_steps = dpt_config_int(c, "train", "max_steps");
