@@ -701,7 +701,7 @@ static int parse_cli(int argc, char **argv, cli *args)
             if (flag[2] == 'p')
                 args->predict = args->resume = v;
             else if (flag[2] == 'o')
-                args->predict_out = v;
+                args->predict_out = v, args->out_given = true;
             else
                 args->predict_input = v;
         } else if (!strcmp(a, "--export")) {
@@ -725,6 +725,10 @@ static int parse_cli(int argc, char **argv, cli *args)
                 return 2;
             }
             bool bad = false;
+            static const char *const sample_only[] = {"--prompt", "--tokens", "--temperature", "--seed", "--tokenizer"};
+            for (size_t f = 0; f < sizeof sample_only / sizeof sample_only[0] && !args->sample_flag; f++)
+                if (!strcmp(flag, sample_only[f])) args->sample_flag = sample_only[f]; /* the first given */
+            if (!strcmp(flag, "--top-k")) args->top_k_given = true;
             if (!strcmp(flag, "--sample")) {
                 /* llm.c's checkpoint file: the model starts from it ([model] init), no checkpoint of ours */
                 args->sample = v, args->resume = strncmp(v, "llmc:", 5) ? v : NULL;
@@ -754,6 +758,7 @@ static int parse_cli(int argc, char **argv, cli *args)
             }
         } else if (!strcmp(a, "--no-kv-cache")) {
             args->sample_no_cache = true;
+            if (!args->sample_flag) args->sample_flag = "--no-kv-cache";
         } else if (!strcmp(a, "--ema")) {
             args->ema = true;
         } else if (!strcmp(a, "--dry-run")) {
@@ -815,9 +820,23 @@ static int parse_cli(int argc, char **argv, cli *args)
                 args->sample);
         return 2;
     }
-    if (args->tokenizer && !args->sample) {
-        fprintf(stderr, "error: --tokenizer prints the tokens --sample draws as text: it goes with --sample\nHINT: "
-                        "./train CONFIG --sample CKPT --tokenizer gpt2_tokenizer.bin\n");
+    /* a flag of a mode the command line does not ask for would change nothing: a training run
+     * given --seed 5 is not another seed's run ([train] seed is), nor does --out write predictions */
+    if (args->sample_flag && !args->sample) {
+        fprintf(stderr, "error: %s goes with --sample (generating from a language model); this command %s\nHINT: "
+                        "./train CONFIG --sample CKPT %s ...%s\n",
+                args->sample_flag, args->predict ? "predicts" : args->eval ? "evaluates" : "trains", args->sample_flag,
+                !strcmp(args->sample_flag, "--seed") ? "; a training run's seed is [train] seed: --set train.seed=N" : "");
+        return 2;
+    }
+    if (args->top_k_given && !args->sample && !args->predict) {
+        fprintf(stderr, "error: --top-k goes with --sample (the tokens drawn from) or --predict (the classes written)\n"
+                        "HINT: ./train CONFIG --predict CKPT --top-k 3\n");
+        return 2;
+    }
+    if (args->out_given && !args->predict) {
+        fprintf(stderr, "error: --out names the CSV --predict writes: it goes with --predict\nHINT: ./train CONFIG "
+                        "--predict CKPT --out FILE.csv\n");
         return 2;
     }
     if (args->predict_input && !args->predict) {

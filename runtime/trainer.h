@@ -40,6 +40,8 @@ typedef struct cli {
     uint64_t sample_seed;
     bool sample_no_cache; /* --no-kv-cache */
     const char *tokenizer; /* --tokenizer PATH: llm.c's tokenizer file, --sample prints text with it */
+    const char *sample_flag; /* the first of --sample's own flags given (--prompt, --seed, ...), or NULL */
+    bool top_k_given, out_given;
     const char *predict;     /* --predict CKPT: the test set's predictions as CSV (resume is CKPT too) */
     const char *predict_out; /* --out FILE */
     const char *predict_input; /* --input PATH: images without labels instead of the test set */

@@ -98,6 +98,13 @@ static void test_config_errors(void **state)
                 "[optim] min_lr is a key of schedule cosine, not of constant", NULL);
     expect_fail("configs/fmnist_mlp.ini --set data.seq_len=128", 1,
                 "[data] seq_len is a key of data source tokens, not of idx, the data source this config selects", NULL);
+    /* a flag of a mode this command does not ask for would change nothing: a training run given
+     * --seed is not another seed's run, --out writes no predictions */
+    expect_fail("configs/fmnist_mlp.ini --seed 5", 2, "error: --seed goes with --sample", "--set train.seed=N");
+    expect_fail("configs/fmnist_mlp.ini --prompt hi", 2, "error: --prompt goes with --sample", NULL);
+    expect_fail("configs/fmnist_mlp.ini --no-kv-cache", 2, "error: --no-kv-cache goes with --sample", NULL);
+    expect_fail("configs/fmnist_mlp.ini --top-k 3", 2, "error: --top-k goes with --sample", "or --predict");
+    expect_fail("configs/fmnist_mlp.ini --out /tmp/dpt_p.csv", 2, "error: --out names the CSV --predict writes", NULL);
     /* a loss's key where the model and data train with another loss; init_exclude without init */
     expect_fail("configs/regression_mlp.ini --set train.label_smoothing=0.1", 1,
                 "[train] label_smoothing is a key of loss cross_entropy, not of mse", NULL);
