@@ -10,9 +10,7 @@
 #include "log.h"
 #include "profile.h"
 
-/* --profile: the layer a node belongs to, by the first parameter it takes ("conv1" for
- * conv1.weight, "h.0.attn.c_proj" for h.0.attn.c_proj.bias, "wte" for wte); NULL: none. */
-static const char *node_layer(const dpt_node *node, char *buf, size_t cap)
+const char *dpt_node_layer(const dpt_node *node, char *buf, size_t cap)
 {
     for (int i = 0; i < node->n_in; i++) {
         const dpt_tensor *t = node->in[i];
@@ -70,7 +68,7 @@ static dpt_node *push_node(dpt_ctx *ctx, const char *op, dpt_backward_fn backwar
     out->requires_grad = true;
     if (ctx->profile) {
         char layer[64];
-        dpt_profile_forward(ctx, op, node_layer(node, layer, sizeof layer));
+        dpt_profile_forward(ctx, op, dpt_node_layer(node, layer, sizeof layer));
     }
     return node;
 }
@@ -346,7 +344,7 @@ static void backward_nodes(dpt_ctx *ctx, int from, int to, bool report)
             if (ctx->profile && !is_ckpt(node)) {
                 if (ctx->be->dev->synchronize) ctx->be->dev->synchronize(ctx);
                 char layer[64];
-                dpt_profile_backward(ctx, node->op, node_layer(node, layer, sizeof layer), start, dpt_now_s());
+                dpt_profile_backward(ctx, node->op, dpt_node_layer(node, layer, sizeof layer), start, dpt_now_s());
             }
         }
         /* An intermediate's gradient has done its work once the node that made the tensor has

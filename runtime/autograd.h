@@ -24,6 +24,11 @@ typedef struct dpt_tape {
     const dpt_node *running; /* during backward: the node whose backward runs now */
 } dpt_tape;
 
+/* The layer a node belongs to, by the first parameter it takes ("conv1" for conv1.weight,
+ * "h.0.attn.c_proj" for h.0.attn.c_proj.bias, "wte" for wte), written into buf; NULL: none
+ * (--profile's layers, --summary's, a crash report's). */
+const char *dpt_node_layer(const dpt_node *node, char *buf, size_t cap);
+
 struct dpt_node {
     const char *op;
     dpt_backward_fn backward;

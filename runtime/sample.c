@@ -3,9 +3,10 @@
  * named); then, from the prompt, each next token is drawn from softmax(logits / temperature) over
  * the k most likely (top-k; temperature 0 takes the most likely), with the context cut to the
  * data's sequence length. A byte-level model (vocabulary 256) reads and prints text; others
- * read and print token ids, or with --tokenizer (llm.c's file) print each token's bytes. A model with a decoder (dpt_model_set_decoder: gpt) keeps every
- * layer's keys and values (kv_cache.c), so a new token costs one position's forward; others run
- * the full forward of the context for each token. */
+ * read and print token ids, or with --tokenizer (llm.c's file) print each token's bytes. A
+ * model with a decoder (dpt_model_set_decoder: gpt) keeps every layer's keys and values
+ * (kv_cache.c), so a new token costs one position's forward; others run the full forward of the
+ * context for each token. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

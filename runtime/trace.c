@@ -54,17 +54,13 @@ static bool seen_before(table *tb, const dpt_tensor *p)
 
 static void table_row(table *tb, const dpt_node *n, double flops)
 {
-    const char *layer = NULL;
-    int cut = 0;
+    char name[DPT_NAME_MAX + 1];
+    const char *layer = dpt_node_layer(n, name, sizeof name);
     int64_t params = 0;
     bool tied = false;
     for (int k = 0; k < n->n_in; k++) {
         const dpt_tensor *in = n->in[k];
         if (!in || !in->is_param) continue;
-        if (!layer) {
-            const char *dot = strrchr(in->name, '.');
-            layer = in->name, cut = dot ? (int)(dot - in->name) : (int)strlen(in->name);
-        }
         if (seen_before(tb, in))
             tied = true;
         else
@@ -89,8 +85,7 @@ static void table_row(table *tb, const dpt_node *n, double flops)
     else
         snprintf(count, sizeof count, "%lld%s", (long long)params, tied ? "+tied" : "");
     tb->params += params;
-    fprintf(tb->out, "%-14s %-28.*s %-20s %12s %12.2f\n", n->op, layer ? cut : 1, layer ? layer : "-", shape, count,
-            flops / 1e6);
+    fprintf(tb->out, "%-14s %-28s %-20s %12s %12.2f\n", n->op, layer ? layer : "-", shape, count, flops / 1e6);
 }
 
 static void trace_forward(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, dpt_trace *out,

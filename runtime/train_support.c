@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "autograd.h"
 #include "ctx.h"
 #include "trainer.h"
 #include "zero.h"
@@ -836,22 +837,20 @@ static void on_crash(int sig, siginfo_t *info, void *uc)
     dpt_ctx *ctx = crash_ctx;
     if (ctx) {
         const dpt_tape *tape = &ctx->tape;
-        if (tape->nnodes > 0 && tape->nodes) {
-            const dpt_node *node = &tape->nodes[tape->nnodes - 1];
-            const char *layer = "";
-            int cut = 0;
-            for (int i = 0; i < node->n_in && !*layer; i++)
-                if (node->in[i] && node->in[i]->is_param) {
-                    layer = node->in[i]->name;
-                    const char *dot = strrchr(layer, '.');
-                    cut = dot ? (int)(dot - layer) : (int)strlen(layer);
-                }
-            snprintf(line, sizeof line, "the tape holds %d op%s of this forward; the last recorded: %s%s%.*s%s\n",
-                     tape->nnodes, tape->nnodes == 1 ? "" : "s", node->op ? node->op : "?", *layer ? " (layer " : "",
-                     cut, layer, *layer ? ")" : "");
-        } else {
-            snprintf(line, sizeof line, "no op recorded yet in this forward (or its backward has begun)\n");
-        }
+        const dpt_node *running = tape->running,
+                       *last = tape->nnodes > 0 && tape->nodes ? &tape->nodes[tape->nnodes - 1] : NULL;
+        const dpt_node *node = running ? running : last;
+        char name[DPT_NAME_MAX + 1];
+        const char *layer = node ? dpt_node_layer(node, name, sizeof name) : NULL;
+        if (running)
+            snprintf(line, sizeof line, "in the backward of op %s%s%s%s\n", node->op ? node->op : "?",
+                     layer ? " (layer " : "", layer ? layer : "", layer ? ")" : "");
+        else if (node)
+            snprintf(line, sizeof line, "the tape holds %d op%s of this forward; the last recorded: %s%s%s%s\n",
+                     tape->nnodes, tape->nnodes == 1 ? "" : "s", node->op ? node->op : "?", layer ? " (layer " : "",
+                     layer ? layer : "", layer ? ")" : "");
+        else
+            snprintf(line, sizeof line, "no op recorded yet in this forward\n");
         say(line);
     }
     say("HINT: in a program's own model, a NULL or freed tensor is the usual cause: dpt_batch_get returns NULL "
