@@ -1,8 +1,9 @@
-/* fuzz_ini.c: the INI parser and --set. Input: the file's text, then optionally a 0x01 byte
- * and --set assignments, one per line. Every input must give a config or an error message;
- * sanitizers catch the rest. */
+/* fuzz_ini.c: the INI parser, --set and the checks of keys nothing reads. Input: the file's
+ * text, then optionally a 0x01 byte and --set assignments, one per line. Every input must give a
+ * config or an error message; sanitizers catch the rest. */
 #include "tests/fuzz/fuzz_common.h"
 #include "dpt.h"
+#include "runtime/schema.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -20,6 +21,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!dpt_config_set(cfg, line, &err) && !err.msg[0]) abort();
         free(sets);
     }
+    /* the checks a run makes before it starts: a refusal says something */
+    if (!dpt_config_check_owners(cfg, &err) && !err.msg[0]) abort();
+    if (!dpt_config_check_dependents(cfg, &err) && !err.msg[0]) abort();
     char *text = NULL;
     size_t len = 0;
     FILE *mem = open_memstream(&text, &len);
