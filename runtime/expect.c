@@ -191,6 +191,23 @@ static void xml_cdata(FILE *f, const char *s)
     fputs("]]>", f);
 }
 
+size_t dpt_junit_crash_text(const char *suite, char *buf, size_t cap)
+{
+    FILE *f = fmemopen(buf, cap, "w");
+    if (!f) return 0;
+    fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"dptrain\" tests=\"1\" failures=\"0\" "
+          "errors=\"1\">\n  <testsuite name=\"", f);
+    xml_text(f, suite);
+    fputs("\" tests=\"1\" failures=\"0\" errors=\"1\" skipped=\"0\">\n    <testcase classname=\"dptrain.run\" "
+          "name=\"training run completes\">\n      <error type=\"crash\" message=\"the run crashed (SIGSEGV, "
+          "SIGBUS, SIGFPE or SIGILL: its report, with the call stack, is on stderr)\"/>\n    </testcase>\n  "
+          "</testsuite>\n</testsuites>\n", f);
+    long n = ftell(f);
+    bool whole = !ferror(f) && n > 0 && (size_t)n < cap - 1;
+    fclose(f);
+    return whole ? (size_t)n : 0;
+}
+
 bool dpt_junit_write(const char *path, const char *suite, const dpt_expectation *e, int n,
                      const dpt_run_result *r, int run_rc, const char *log_tail, char *msg, size_t cap)
 {

@@ -39,6 +39,9 @@ void dpt_expectation_format(const dpt_expectation *e, const dpt_run_result *r, d
 /* The JUnit report: one testcase per expectation (failure or, when the run ended with an
  * error before they could be checked, error), the run's time, and log_tail in system-out.
  * false with msg on a write error. */
+/* The report a crash leaves (the run an error of type crash), rendered into buf ahead of time:
+ * its length, 0 if it does not fit. */
+size_t dpt_junit_crash_text(const char *suite, char *buf, size_t cap);
 bool dpt_junit_write(const char *path, const char *suite, const dpt_expectation *e, int n,
                      const dpt_run_result *r, int run_rc, const char *log_tail, char *msg, size_t cap);
 

@@ -77,6 +77,7 @@ int dpt_train_main(int argc, char **argv)
     if (args.junit && world.rank == 0) {
         junit_path = args.junit, junit_suite = run->config_path;
         dpt_set_last_words_hook(junit_last_words);
+        crash_report_junit(args.junit, run->config_path); /* a crash's, written by its handler */
     }
     dpt_run_result result = {0};
     if (args.env) {

@@ -3,6 +3,7 @@
  * (agreed by all ranks), the timeline, and how an error ends the job. */
 #include <errno.h>
 #include <execinfo.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <pthread.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include "zero.h"
 #include "reducer.h"
 #include "error.h"
+#include "expect.h"
 #include "tensor.h"
 
 /* The device of token `index` of a DataParallel list ("cpu:0,cpu:1" or "cuda:0,cuda:1"). */
@@ -815,6 +817,37 @@ static void say(const char *s)
     if (write(2, s, strlen(s)) < 0) {}
 }
 
+/* --junit: the report a crash leaves, rendered now (a handler may not allocate or use stdio),
+ * written by the handler to a temporary of an unpredictable name beside it (O_EXCL|O_NOFOLLOW:
+ * never through a planted link) and renamed into place. */
+static char crash_junit_xml[4096], crash_junit_path[PATH_MAX], crash_junit_tmp[PATH_MAX];
+static size_t crash_junit_len;
+
+void crash_report_junit(const char *path, const char *suite)
+{
+    crash_junit_len = 0;
+    size_t n = dpt_junit_crash_text(suite, crash_junit_xml, sizeof crash_junit_xml);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long salt = ((unsigned long long)getpid() << 32) ^ (unsigned long long)ts.tv_nsec ^
+                              ((unsigned long long)ts.tv_sec << 20);
+    int a = snprintf(crash_junit_path, sizeof crash_junit_path, "%s", path);
+    int b = snprintf(crash_junit_tmp, sizeof crash_junit_tmp, "%s.crash-%016llx", path, salt);
+    if (n && a > 0 && (size_t)a < sizeof crash_junit_path && b > 0 && (size_t)b < sizeof crash_junit_tmp)
+        crash_junit_len = n;
+}
+
+static void crash_junit(void)
+{
+    if (!crash_junit_len) return;
+    int fd = open(crash_junit_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    bool ok = write(fd, crash_junit_xml, crash_junit_len) == (ssize_t)crash_junit_len;
+    ok = fsync(fd) == 0 && ok;
+    close(fd);
+    if (!ok || rename(crash_junit_tmp, crash_junit_path) != 0) unlink(crash_junit_tmp);
+}
+
 static void on_crash(int sig, siginfo_t *info, void *uc)
 {
     (void)uc;
@@ -861,6 +894,7 @@ static void on_crash(int sig, siginfo_t *info, void *uc)
     void *frames[64];
     int depth = backtrace(frames, 64);
     backtrace_symbols_fd(frames, depth, 2);
+    crash_junit();
     signal(sig, SIG_DFL);
     raise(sig);
 }

@@ -298,6 +298,8 @@ void install_signal_handlers(void);
 void install_crash_report(void);
 void crash_report_context(dpt_ctx *ctx, int rank);
 void crash_report_step(int64_t step);
+/* --junit: where a crash leaves its report (rank 0, after start-up). */
+void crash_report_junit(const char *path, const char *suite);
 /* The training loop has begun: a stop signal now finishes the step and checkpoints (before,
  * it ends the process at once). */
 void signals_training(void);

@@ -157,12 +157,12 @@ static void test_registration_after_a_config_refused(void **state)
     dpt_config_free(cfg);
 }
 
-static char crash_ini[] = "/tmp/dpt_crash_XXXXXX";
+static char crash_ini[] = "/tmp/dpt_crash_XXXXXX", crash_xml[64];
 
 static void train_crashy(void)
 {
-    char *argv[] = {"train", crash_ini, "--set", "train.threads=1", NULL};
-    exit(dpt_train_main(4, argv));
+    char *argv[] = {"train", crash_ini, "--set", "train.threads=1", "--junit", crash_xml, NULL};
+    exit(dpt_train_main(6, argv));
 }
 
 /* A crash in a program's own model is reported (signal, step, the last op recorded and its layer,
@@ -180,6 +180,8 @@ static void test_crash_report(void **state)
                       "memory_check = false\n[checkpoint]\nfinal = false\n";
     assert_true(write(fd, ini, strlen(ini)) == (ssize_t)strlen(ini));
     close(fd);
+    snprintf(crash_xml, sizeof crash_xml, "%s.xml", crash_ini);
+    unlink(crash_xml);
     int rc = run_in_child(train_crashy, out, sizeof out);
     unlink(crash_ini);
     if (rc != 128 + SIGSEGV) fail_msg("exit %d, expected %d (SIGSEGV); stderr:\n%s", rc, 128 + SIGSEGV, out);
@@ -188,6 +190,16 @@ static void test_crash_report(void **state)
     assert_contains(out, "the tape holds 1 op of this forward; the last recorded: matmul (layer head)");
     assert_contains(out, "dpt_batch_get returns NULL for a field the data does not have");
     assert_contains(out, "call stack:");
+    /* --junit: a CI's reporter gets the crash as the run's error, the config as the suite */
+    char xml[4096] = "";
+    FILE *f = fopen(crash_xml, "r");
+    if (!f) fail_msg("--junit %s: no report after the crash", crash_xml);
+    xml[fread(xml, 1, sizeof xml - 1, f)] = '\0';
+    fclose(f);
+    unlink(crash_xml);
+    assert_contains(xml, "<testsuite name=\"/tmp/dpt_crash_");
+    assert_contains(xml, "<error type=\"crash\" message=\"the run crashed (SIGSEGV, SIGBUS, SIGFPE or SIGILL");
+    assert_contains(xml, "</testsuites>\n");
 }
 
 int main(void)
