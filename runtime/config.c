@@ -409,9 +409,6 @@ const char *dpt_config_where(const dpt_config *cfg, const char *section, const c
     return cfg->values[k].where;
 }
 
-/* Whether key k belongs only to models other than the one the config selects ([model] depth
- * with name = mlp): every owner a model (a key shared with a user's settings is not), the
- * selected one not among them. */
 /* The kinds whose one registration a config key selects, and that key. */
 static const struct {
     dpt_kind kind;
@@ -424,10 +421,13 @@ static const struct {
 };
 #define NSELECTORS (int)(sizeof selectors / sizeof selectors[0])
 
-/* Key k's owners are all registrations of selectable kinds and none is the selected one of its
- * kind: nothing would read it. *sel: the selector of the (first) owner's kind. A key with no
- * owners (the runtime's), or one a loss or a backend reads (chosen by no key), is read. */
-static bool unread_key(const dpt_config *cfg, int k, int *sel)
+/* Whether nothing reads key k: every owner a registration of a kind judged here, none of them
+ * the chosen one of its kind ([model] depth with name = mlp). The kinds judged: `kind` alone with
+ * `chosen` its registration (a loss, which the model's task names), or with kind ==
+ * DPT_KIND_COUNT the kinds a key selects, each its selected one (*sel: the first owner's
+ * selector). A key with no owners (the runtime's), or with an owner of another kind (a user's
+ * settings, a backend), is read. */
+static bool unread_key(const dpt_config *cfg, int k, dpt_kind kind, const char *chosen, int *sel)
 {
     const dpt_schema_key *sk = dpt_schema_at(k);
     if (!*sk->owners) return false;
@@ -435,14 +435,19 @@ static bool unread_key(const dpt_config *cfg, int k, int *sel)
     snprintf(owners, sizeof owners, "%s", sk->owners);
     *sel = -1;
     for (char *save = NULL, *o = strtok_r(owners, ", ", &save); o; o = strtok_r(NULL, ", ", &save)) {
-        int found = -1;
-        for (int i = 0; i < NSELECTORS && found < 0; i++)
-            if (dpt_registry_find(selectors[i].kind, o)) found = i;
-        if (found < 0 || !strcmp(o, dpt_config_str(cfg, selectors[found].section, selectors[found].key)))
-            return false;
-        if (*sel < 0) *sel = found;
+        const char *pick = NULL; /* the chosen one of o's kind */
+        if (kind < DPT_KIND_COUNT) {
+            if (dpt_registry_find(kind, o)) pick = chosen;
+        } else {
+            for (int i = 0; i < NSELECTORS && !pick; i++)
+                if (dpt_registry_find(selectors[i].kind, o)) {
+                    pick = dpt_config_str(cfg, selectors[i].section, selectors[i].key);
+                    if (*sel < 0) *sel = i;
+                }
+        }
+        if (!pick || !strcmp(o, pick)) return false;
     }
-    return *sel >= 0;
+    return true;
 }
 
 /* A key of models only, none of them the selected one (left out of the printed config and the
@@ -450,7 +455,7 @@ static bool unread_key(const dpt_config *cfg, int k, int *sel)
 static bool other_models_key(const dpt_config *cfg, int k)
 {
     int sel;
-    return unread_key(cfg, k, &sel) && selectors[sel].kind == DPT_KIND_MODEL;
+    return unread_key(cfg, k, DPT_KIND_COUNT, NULL, &sel) && selectors[sel].kind == DPT_KIND_MODEL;
 }
 
 /* A key set for a model, optimizer, schedule or data source the config does not select would be
@@ -462,7 +467,7 @@ bool dpt_config_check_owners(const dpt_config *cfg, dpt_error *err)
     for (int k = 0; k < cfg->nkeys; k++) {
         const char *where = cfg->values[k].where;
         int sel;
-        if (!strcmp(where, "default") || !unread_key(cfg, k, &sel)) continue;
+        if (!strcmp(where, "default") || !unread_key(cfg, k, DPT_KIND_COUNT, NULL, &sel)) continue;
         /* another optimizer's or source's key at its default changes nothing, and the printed
          * config (--dry-run's, a checkpoint's) holds every one of them: it must read back */
         if (selectors[sel].kind != DPT_KIND_MODEL && !strcmp(cfg->values[k].raw, decl(k)->def)) continue;
@@ -534,13 +539,9 @@ bool dpt_config_check_kind_owners(const dpt_config *cfg, dpt_kind kind, const ch
     for (int k = 0; k < cfg->nkeys; k++) {
         const char *where = cfg->values[k].where;
         const dpt_schema_key *sk = dpt_schema_at(k);
-        if (!strcmp(where, "default") || !*sk->owners || !strcmp(cfg->values[k].raw, decl(k)->def)) continue;
-        char owners[sizeof sk->owners];
-        snprintf(owners, sizeof owners, "%s", sk->owners);
-        bool unread = true;
-        for (char *save = NULL, *o = strtok_r(owners, ", ", &save); o && unread; o = strtok_r(NULL, ", ", &save))
-            unread = dpt_registry_find(kind, o) && strcmp(o, chosen) != 0;
-        if (unread)
+        int sel;
+        if (!strcmp(where, "default") || !strcmp(cfg->values[k].raw, decl(k)->def)) continue;
+        if (unread_key(cfg, k, kind, chosen, &sel))
             return dpt_errorf(err,
                               "%s: [%s] %s is a key of %s %s, not of %s, the %s %s: nothing would read it\nHINT: "
                               "remove it",

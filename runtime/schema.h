@@ -43,12 +43,12 @@ int dpt_schema_count(void);
 const dpt_schema_key *dpt_schema_at(int k);
 int dpt_schema_find(const char *section, const char *key); /* -1 when not declared */
 
-/* config.c: dpt_config_check_owners for a kind no key selects (a loss: the model's task names
- * it): a key set in the file or with --set that only registrations of that kind read, none of
- * them `chosen`, is refused naming the key, where it was set, its owners and `chosen`. */
 /* config.c: a key set that is read only when another key has some value it has not
  * (loss_scale_init without loss_scale = dynamic, zero_grads without zero = 2, ...): refused. */
 bool dpt_config_check_dependents(const dpt_config *cfg, dpt_error *err);
+/* config.c: dpt_config_check_owners for a kind no key selects (a loss: the model's task names
+ * it): a key set in the file or with --set that only registrations of that kind read, none of
+ * them `chosen`, is refused naming the key, where it was set, its owners and `chosen`. */
 bool dpt_config_check_kind_owners(const dpt_config *cfg, dpt_kind kind, const char *chosen, const char *noun,
                                   const char *why, dpt_error *err);
 
