@@ -30,16 +30,16 @@ static double node_flops(const dpt_node *n)
 
 /* The table's rows: the ops that read a parameter or do counted FLOPs, one each, in the order the
  * forward ran them; the others (elementwise, views, reductions) counted by name after. */
-typedef struct table {
+typedef struct rows {
     FILE *out;
     const dpt_tensor **seen; /* parameters already in a row: a second use (tied weights) adds none */
     int nseen, cap;
     const char *other[32];
     int other_n[32], nother, other_more;
     int64_t params;
-} table;
+} rows;
 
-static bool seen_before(table *tb, const dpt_tensor *p)
+static bool seen_before(rows *tb, const dpt_tensor *p)
 {
     for (int i = 0; i < tb->nseen; i++)
         if (tb->seen[i] == p) return true;
@@ -52,7 +52,7 @@ static bool seen_before(table *tb, const dpt_tensor *p)
     return false;
 }
 
-static void table_row(table *tb, const dpt_node *n, double flops)
+static void table_row(rows *tb, const dpt_node *n, double flops)
 {
     char name[DPT_NAME_MAX + 1];
     const char *layer = dpt_node_layer(n, name, sizeof name);
@@ -88,10 +88,13 @@ static void table_row(table *tb, const dpt_node *n, double flops)
     fprintf(tb->out, "%-14s %-28s %-20s %12s %12.2f\n", n->op, layer ? layer : "-", shape, count, flops / 1e6);
 }
 
-static void trace_forward(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, dpt_trace *out,
-                          FILE *print)
+void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, bool table,
+                     dpt_trace *out)
 {
     *out = (dpt_trace){0};
+    size_t table_len = 0;
+    FILE *print = table ? open_memstream(&out->table, &table_len) : NULL;
+    if (table && !print) dpt_fatal("out of host memory for the summary");
     dpt_batch batch = {.size = 1};
     batch.nfields = dpt_dataset_fields(data, batch.fields);
     int32_t zero_label = 0;
@@ -112,7 +115,7 @@ static void trace_forward(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *dat
     ctx->ckpt_off = true; /* dpt_checkpoint records what it runs: its ops are counted */
     dpt_model_forward_batch(model, ctx, &batch, task);
     ctx->ckpt_off = ckpt_off;
-    table tb = {.out = print};
+    rows tb = {.out = print};
     if (print)
         fprintf(print, "%-14s %-28s %-20s %12s %12s\n", "op", "layer", "output (batch 1)", "params", "MFLOP");
     for (int i = first; i < ctx->tape.nnodes; i++) {
@@ -150,17 +153,7 @@ static void trace_forward(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *dat
         fprintf(print, ", %.2f MFLOP forward per sample (%.2f GFLOP forward+backward) in convolutions, linear "
                        "layers, matmuls and attention; %d ops, %.0f floats of op outputs per sample\n",
                 out->flops / 1e6, 3.0 * out->flops / 1e9, out->ops, out->output_floats);
+        fclose(print);
     }
     free(tb.seen);
-}
-
-void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, dpt_trace *out)
-{
-    trace_forward(ctx, model, data, task, out, NULL);
-}
-
-void dpt_model_trace_print(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, FILE *out)
-{
-    dpt_trace tr;
-    trace_forward(ctx, model, data, task, &tr, out);
 }

@@ -17,15 +17,16 @@ typedef struct dpt_trace {
                            * results of an input's memory), 16-bit ones as half: what the tape keeps */
     double largest_owned; /* the largest of those outputs, floats a sample */
     int ops;              /* ops recorded */
+    char *table;          /* asked for (--summary): the forward as a table, text (free it); else NULL */
 } dpt_trace;
 
 /* One forward in evaluation mode (no dropout drawn, no running statistics moved) of one sample
- * of zeros of the data's fields, recorded on ctx's tape (cleared after). */
-void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, dpt_trace *out);
-/* The same forward, printed (--summary): a row for each op that reads a parameter or does
- * counted FLOPs, in the order the forward ran them (op, layer: its first parameter's name less
- * the last part, output shape at batch 1, the parameters it reads first, MFLOP a sample), the
- * other ops counted by name, and the totals. */
-void dpt_model_trace_print(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, FILE *out);
+ * of zeros of the data's fields, recorded on ctx's tape (cleared after). With table (--summary),
+ * out->table gets it as text: a row for each op that reads a parameter or does counted FLOPs, in
+ * the order the forward ran them (op, layer: its first parameter's name less the last part,
+ * output shape at batch 1, the parameters it reads first, MFLOP a sample), the other ops counted
+ * by name, and the totals. */
+void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, bool table,
+                     dpt_trace *out);
 
 #endif

@@ -135,8 +135,8 @@ void *train_replica(void *arg)
             return NULL;
         }
     } else if (r->args->dry_run || r->args->summary) {
-        if (r->rank == 0 && r->args->summary) /* what the forward runs, not what builders noted (issue 28) */
-            dpt_model_trace_print(t.ctx, t.model, t.train_set, &t.task, stdout);
+        if (r->rank == 0 && r->args->summary && t.trace.table) /* what the forward runs (issue 28) */
+            fputs(t.trace.table, stdout);
         if (r->rank == 0 && r->args->dry_run) dpt_config_print(t.run->ini, stdout);
     } else {
         signals_training();
@@ -402,7 +402,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
      * --export (they need neither), nor, unless --summary asks, where the builders noted over
      * 20 GFLOP a sample (GPT-2 small at T = 1024: seconds of a CPU's start) */
     bool trace = !r->args->sample && !r->args->export_format && (r->args->summary || dpt_model_flops(t->model) <= 2e10);
-    if (trace) dpt_model_trace(t->ctx, t->model, t->train_set, &t->task, &t->trace);
+    if (trace) dpt_model_trace(t->ctx, t->model, t->train_set, &t->task, r->args->summary, &t->trace);
     if (run->stop_metric == 2 && !(t->task.metrics & DPT_METRIC_ACCURACY)) {
         dpt_errorf(err, "%s: [train] early_stop on test_acc, but this model's loss (%s) measures no accuracy\nHINT: "
                         "early_stop = test_loss:PATIENCE[:MIN_DELTA]",
@@ -506,6 +506,7 @@ static void trainer_close(trainer *t)
     dpt_ctx_free(t->ctx);
     release_checkpoint_dir(t->r);
     dpt_profile_free(t->profile);
+    free(t->trace.table);
 }
 
 /* ---------------------------------------------------------------- the step */
