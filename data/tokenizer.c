@@ -20,8 +20,8 @@
 
 struct dpt_tokenizer {
     int32_t vocab, eot;
-    uint32_t *offset; /* vocab + 1 offsets into bytes */
-    unsigned char *bytes;
+    unsigned char *file; /* the file as read: token i's length at at[i] - 1, its bytes from at[i] */
+    size_t *at;
 };
 
 static uint32_t le32(const unsigned char *p)
@@ -39,11 +39,12 @@ dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err)
     struct stat st;
     /* the largest a valid file can be: the header and 2^24 tokens of 256 bytes */
     const long long most = 1024LL + (long long)TOK_MAX_VOCAB * 256;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 1024 || st.st_size > most) {
-        dpt_errorf(err, "--tokenizer %s: not a tokenizer file (%s)\n" TOK_HINT, path,
-                   fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) ? "not a regular file"
-                   : st.st_size < 1024                                ? "shorter than its 1024-byte header"
-                                                                      : "larger than any vocabulary's");
+    const char *not_one = fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) ? "not a regular file"
+                          : st.st_size < 1024                                ? "shorter than its 1024-byte header"
+                          : st.st_size > most                                ? "larger than any vocabulary's"
+                                                                             : NULL;
+    if (not_one) {
+        dpt_errorf(err, "--tokenizer %s: not a tokenizer file (%s)\n" TOK_HINT, path, not_one);
         fclose(f);
         return NULL;
     }
@@ -73,38 +74,31 @@ dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err)
     t = calloc(1, sizeof *t);
     if (!t) dpt_fatal("out of host memory");
     t->vocab = (int32_t)vocab, t->eot = (int32_t)eot;
-    t->offset = malloc(((size_t)vocab + 1) * sizeof *t->offset);
-    if (!t->offset) dpt_fatal("out of host memory for a tokenizer of %u tokens", vocab);
-    size_t at = 1024, used = 0;
-    for (uint32_t i = 0; i < vocab; i++) {
+    t->at = malloc((size_t)vocab * sizeof *t->at);
+    if (!t->at) dpt_fatal("out of host memory for a tokenizer of %u tokens", vocab);
+    size_t at = 1024;
+    bool whole = true;
+    for (uint32_t i = 0; i < vocab && whole; i++) {
         if (at >= size || all[at] == 0 || all[at] > size - at - 1) {
             dpt_errorf(err, "--tokenizer %s: token %u at byte %zu: %s\n" TOK_HINT, path, i, at,
                        at >= size    ? "the file ends before it (truncated?)"
                        : all[at] == 0 ? "a length of 0 (every token has at least one byte)"
                                       : "its bytes run past the end of the file (truncated?)");
-            dpt_tokenizer_free(t);
-            t = NULL;
-            goto done;
+            whole = false;
+            break;
         }
-        t->offset[i] = (uint32_t)used;
-        used += all[at];
+        t->at[i] = at + 1;
         at += 1 + (size_t)all[at];
     }
-    if (at != size) {
-        dpt_errorf(err, "--tokenizer %s: %zu bytes after its %u tokens (not llm.c's layout, or another file "
-                        "appended)\n" TOK_HINT,
-                   path, size - at, vocab);
+    if (whole && at == size) { /* every token read, nothing after them */
+        t->file = all, all = NULL;
+    } else {
+        if (whole)
+            dpt_errorf(err, "--tokenizer %s: %zu bytes after its %u tokens (not llm.c's layout, or another file "
+                            "appended)\n" TOK_HINT,
+                       path, size - at, vocab);
         dpt_tokenizer_free(t);
         t = NULL;
-        goto done;
-    }
-    t->offset[vocab] = (uint32_t)used;
-    t->bytes = malloc(used);
-    if (!t->bytes) dpt_fatal("out of host memory for a tokenizer's %zu bytes", used);
-    at = 1024;
-    for (uint32_t i = 0; i < vocab; i++) { /* the bytes, without their lengths */
-        memcpy(t->bytes + t->offset[i], all + at + 1, all[at]);
-        at += 1 + (size_t)all[at];
     }
 done:
     free(all);
@@ -114,7 +108,7 @@ done:
 void dpt_tokenizer_free(dpt_tokenizer *t)
 {
     if (!t) return;
-    free(t->offset), free(t->bytes), free(t);
+    free(t->at), free(t->file), free(t);
 }
 
 int32_t dpt_tokenizer_vocab(const dpt_tokenizer *t)
@@ -133,6 +127,6 @@ const unsigned char *dpt_tokenizer_bytes(const dpt_tokenizer *t, int32_t id, siz
         *len = 0;
         return NULL;
     }
-    *len = t->offset[id + 1] - t->offset[id];
-    return t->bytes + t->offset[id];
+    *len = t->file[t->at[id] - 1];
+    return t->file + t->at[id];
 }

@@ -177,10 +177,11 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
     ok = n >= 0;
     if (ok && n == 0) /* a line start, or the end of a text (llm.c's start: GPT-2's <|endoftext|>, 50256) */
         ids[n++] = vocab == 256 ? '\n' : tok ? dpt_tokenizer_eot(tok) : vocab - 1;
+    bool tty = isatty(fileno(out));
     if (ok && vocab == 256) fwrite(o->prompt ? o->prompt : "", 1, o->prompt ? strlen(o->prompt) : 0, out);
     else if (ok && tok && o->prompt && *o->prompt) /* the prompt's ids as text first */
         for (int64_t i = 0; i < n; i++)
-            emit(ids[i], vocab, tok, out, isatty(fileno(out)));
+            emit(ids[i], vocab, tok, out, tty);
     dpt_rng rng;
     dpt_rng_seed(&rng, o->seed);
     bool was_enabled = dpt_set_grad_enabled(ctx, false);
@@ -193,7 +194,6 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
      * positions from 0 (each token then sees between context / 2 and context tokens, as
      * llama.cpp's context shift; the full forward sees exactly the last `context`). */
     int64_t pos = 0, keep = context / 2 > 0 ? context / 2 : 1, made = 0;
-    bool tty = isatty(fileno(out));
     double start = dpt_now_s();
     for (int64_t i = 0; ok && i < o->tokens; i++) {
         if (!cache) {
