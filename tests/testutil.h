@@ -278,6 +278,17 @@ static inline void assert_contains(const char *haystack, const char *needle)
     if (!strstr(haystack, needle)) fail_msg("expected output to contain \"%s\"; got:\n%s", needle, haystack);
 }
 
+/* A refusal run in a child: fn ends the process with exit status want (128 + the signal that
+ * ended it, run_in_child's convention) and stderr holding each of the needles (NULL: none). */
+static inline void assert_child_ends(void (*fn)(void), int want, const char *needle, const char *also)
+{
+    char out[1 << 14];
+    int rc = run_in_child(fn, out, sizeof out);
+    if (rc != want) fail_msg("exit %d, expected %d; stderr:\n%s", rc, want, out);
+    if (needle) assert_contains(out, needle);
+    if (also) assert_contains(out, also);
+}
+
 /* The file at path opens and its first line (fgets: the newline kept) is exactly `want`. */
 static inline void assert_first_line(const char *path, const char *want)
 {
