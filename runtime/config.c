@@ -450,14 +450,6 @@ static bool unread_key(const dpt_config *cfg, int k, dpt_kind kind, const char *
     return true;
 }
 
-/* A key of models only, none of them the selected one (left out of the printed config and the
- * hash; a file's key of another optimizer or source stays in both, as before). */
-static bool other_models_key(const dpt_config *cfg, int k)
-{
-    int sel;
-    return unread_key(cfg, k, DPT_KIND_COUNT, NULL, &sel) && selectors[sel].kind == DPT_KIND_MODEL;
-}
-
 /* A key set for a model, optimizer, schedule or data source the config does not select would be
  * read by no one: refused, naming the key, where it was set, its owners and the selection. Not
  * for a file's key when --set chose another one of that kind (switching the model, optimizer or
@@ -502,6 +494,36 @@ static const struct {
     {"distributed", "fault_step", "distributed", "fault", NOT_STR, "none", 0, "fault (exit, hang or nan)"},
 };
 
+/* Whether dependents[i]'s governing setting is on (the key is read). */
+static bool governor_on(const dpt_config *cfg, size_t i)
+{
+    const char *gs = dependents[i].gov_section, *gk = dependents[i].gov_key;
+    switch (dependents[i].test) {
+    case IS_STR: return !strcmp(dpt_config_str(cfg, gs, gk), dependents[i].str);
+    case NOT_STR: return strcmp(dpt_config_str(cfg, gs, gk), dependents[i].str) != 0;
+    case INT_AT_LEAST: return (double)dpt_config_int(cfg, gs, gk) >= dependents[i].num;
+    case INT_IS: return (double)dpt_config_int(cfg, gs, gk) == dependents[i].num;
+    default: return dpt_config_float(cfg, gs, gk) > dependents[i].num;
+    }
+}
+
+/* Whether this run reads key k at all: not a key of a model, optimizer, schedule or data source
+ * the config does not select, nor, away from its default, a key read only with a setting the
+ * config lacks. The checks above refuse such a key where it was set, except a file's key when
+ * --set switched the selection or the setting over it; then the run is the one --set asked for,
+ * and the key is left out of the printed config (--dry-run's, a checkpoint's), which must read
+ * back as a file, and out of the hash, which must be the printed config's. */
+static bool read_by_no_one(const dpt_config *cfg, int k)
+{
+    int sel;
+    if (unread_key(cfg, k, DPT_KIND_COUNT, NULL, &sel)) return true;
+    if (!strcmp(cfg->values[k].raw, decl(k)->def)) return false; /* a dependent at its default: printed */
+    for (size_t i = 0; i < sizeof dependents / sizeof dependents[0]; i++)
+        if (!strcmp(dependents[i].section, decl(k)->section) && !strcmp(dependents[i].key, decl(k)->key))
+            return dpt_schema_find(dependents[i].gov_section, dependents[i].gov_key) >= 0 && !governor_on(cfg, i);
+    return false;
+}
+
 bool dpt_config_check_dependents(const dpt_config *cfg, dpt_error *err)
 {
     for (size_t i = 0; i < sizeof dependents / sizeof dependents[0]; i++) {
@@ -513,15 +535,7 @@ bool dpt_config_check_dependents(const dpt_config *cfg, dpt_error *err)
         /* a file's key under a value --set chose (a GPU config's loss scaling run with --set
          * train.loss_scale=none) stays allowed, as for another optimizer's keys */
         if (!strncmp(dpt_config_where(cfg, gs, gk), "--set", 5) && strncmp(where, "--set", 5) != 0) continue;
-        bool on;
-        switch (dependents[i].test) {
-        case IS_STR: on = !strcmp(dpt_config_str(cfg, gs, gk), dependents[i].str); break;
-        case NOT_STR: on = strcmp(dpt_config_str(cfg, gs, gk), dependents[i].str) != 0; break;
-        case INT_AT_LEAST: on = (double)dpt_config_int(cfg, gs, gk) >= dependents[i].num; break;
-        case INT_IS: on = (double)dpt_config_int(cfg, gs, gk) == dependents[i].num; break;
-        default: on = dpt_config_float(cfg, gs, gk) > dependents[i].num; break;
-        }
-        if (on) continue;
+        if (governor_on(cfg, i)) continue;
         char value[96];
         int at = dpt_schema_find(gs, gk);
         snprintf(value, sizeof value, "%s", at >= 0 ? cfg->values[at].raw : "?");
@@ -603,7 +617,7 @@ void dpt_config_print(const dpt_config *cfg, FILE *out)
         fprintf(out, "%s[%s]\n", s ? "\n" : "", section);
         for (int k = first[s]; k < cfg->nkeys; k++) {
             if (strcmp(decl(k)->section, section)) continue;
-            if (other_models_key(cfg, k)) continue; /* another model's: read by no one in this run */
+            if (read_by_no_one(cfg, k)) continue; /* another model's or optimizer's, ...: not this run's */
             const char *v = cfg->values[k].raw;
             fprintf(out, needs_quotes(v) ? "%s = \"%s\"\n" : "%s = %s\n", decl(k)->key, v);
         }
@@ -636,8 +650,9 @@ uint64_t dpt_config_hash(const dpt_config *cfg)
      * registrations declared them. A key at its default is left out, so a release that adds a
      * key (at a default that keeps the old behaviour) does not change every config's hash and
      * make resuming an older checkpoint warn that the run is not an exact continuation. Nor a
-     * key of another model (a file's, when --set chose this one): no one reads it, and the
-     * printed config, which leaves it out, must hash the same when read back. */
+     * key this run does not read (a file's key of another model or optimizer, when --set chose
+     * this one: read_by_no_one): the printed config, which leaves it out, must hash the same
+     * when read back. */
     int *order = malloc((size_t)cfg->nkeys * sizeof *order + 1);
     if (!order) dpt_fatal("out of host memory hashing a config");
     for (int k = 0; k < cfg->nkeys; k++)
@@ -647,7 +662,7 @@ uint64_t dpt_config_hash(const dpt_config *cfg)
     for (int i = 0; i < cfg->nkeys; i++) {
         int k = order[i];
         if ((decl(k)->flags & DPT_KEY_NOT_HASHED) || !strcmp(cfg->values[k].raw, decl(k)->def) ||
-            other_models_key(cfg, k))
+            read_by_no_one(cfg, k))
             continue;
         const char *parts[3] = {decl(k)->section, decl(k)->key, cfg->values[k].raw};
         for (int p = 0; p < 3; p++) {
