@@ -851,6 +851,16 @@ static int parse_cli(int argc, char **argv, cli *args)
                         "training, set [train] ema_decay\n");
         return 2;
     }
+    /* --profile times the training steps: with a command that trains none it would say nothing */
+    const char *untrained = args->dry_run ? "--dry-run" : args->summary ? "--summary" : args->env ? "--env"
+                            : args->inspect ? "--inspect" : args->export_format ? "--export" : args->sample ? "--sample"
+                            : args->predict ? "--predict" : args->eval ? "--eval" : NULL;
+    if (args->profile && untrained) {
+        fprintf(stderr, "error: --profile times each op of the training steps; %s trains none\nHINT: ./train CONFIG "
+                        "--profile [--set train.max_steps=N] (a short run: the table comes at its end)\n",
+                untrained);
+        return 2;
+    }
     /* a report written at the end: a path it cannot have is said now, not after the run */
     if (args->junit) {
         const char *slash = strrchr(args->junit, '/');

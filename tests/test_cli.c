@@ -105,6 +105,9 @@ static void test_config_errors(void **state)
     expect_fail("configs/fmnist_mlp.ini --no-kv-cache", 2, "error: --no-kv-cache goes with --sample", NULL);
     expect_fail("configs/fmnist_mlp.ini --top-k 3", 2, "error: --top-k goes with --sample", "or --predict");
     expect_fail("configs/fmnist_mlp.ini --out /tmp/dpt_p.csv", 2, "error: --out names the CSV --predict writes", NULL);
+    expect_fail("configs/fmnist_mlp.ini --dry-run --profile", 2, "error: --profile times each op of the training steps; "
+                "--dry-run trains none", "HINT: ./train CONFIG --profile");
+    expect_fail("configs/fmnist_mlp.ini --profile --summary", 2, "--summary trains none", NULL);
     /* a loss's key where the model and data train with another loss; init_exclude without init */
     expect_fail("configs/regression_mlp.ini --set train.label_smoothing=0.1", 1,
                 "[train] label_smoothing is a key of loss cross_entropy, not of mse", NULL);
