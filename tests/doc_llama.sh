@@ -2,7 +2,8 @@
 # doc_llama.sh: docs/writing-a-model.md's LLaMA-style language model (RMSNorm, rotary embeddings,
 # SwiGLU; make builds build/tests/doc_llama against libdpt.a and include/ only) on token shards
 # of a small text: 2 ranks train it and its validation loss falls below the first step's; the
-# same run as DataParallel's 2 replicas ends with the same weights. One ok/FAIL line per case.
+# same run as DataParallel's 2 replicas ends with the same weights; its decoder samples what the
+# full forward samples. One ok/FAIL line per case.
 cd "$(dirname "$0")/.."
 . tests/common.sh
 bin=${BUILD:-build}/tests/doc_llama
@@ -17,7 +18,7 @@ else
     two=(timeout 300 "$bin" "$ini" --set distributed.devices=cpu:0,cpu:1)
 fi
 
-out=$("${two[@]}" "${common[@]}" --set checkpoint.dir="$tmp/ranks" 2>&1); rc=$?
+out=$("${two[@]}" "${common[@]}" --set checkpoint.dir="$tmp/ranks" --set checkpoint.final=true 2>&1); rc=$?
 ranks=$(sha <<<"$out")
 first=$(grep -o 'step  *1/[0-9]* | loss [0-9.]*' <<<"$out" | grep -o '[0-9.]*$')
 final=$(grep -o 'final test loss [0-9.]*' <<<"$out" | grep -o '[0-9.]*$')
@@ -32,4 +33,15 @@ rc=$?
 [ $rc -eq 0 ] && [ -n "$ranks" ] && [ "$(sha <<<"$out")" = "$ranks" ]
 ok=$?
 check "DataParallel's 2 replicas end with the 2 ranks' weights" $ok "exit $rc, $(sha <<<"$out") vs $ranks"
+# --sample with the doc's decoder (a KV cache; the rotary embeddings at each new position)
+# draws what the full forward a token draws: the same bytes for the same seed, within the
+# context (32 positions: the prompt's 4 and 28 drawn)
+gen=("$bin" "$ini" "${common[@]}" --set checkpoint.dir="$tmp/ranks" --sample latest --prompt 'the ' --tokens 28
+     --temperature 0.8 --seed 5)
+cached=$("${gen[@]}" 2>"$tmp/cached.err"); rc1=$?
+full=$("${gen[@]}" --no-kv-cache 2>"$tmp/full.err"); rc2=$?
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "; KV cache)" "$tmp/cached.err" && grep -q "no-kv-cache" "$tmp/full.err" &&
+    [ "${#cached}" -ge 32 ] && [ "$cached" = "$full" ]
+check "--sample through the doc's decoder (KV cache) draws the full forward's bytes: '$cached'" $? \
+    "exit $rc1/$rc2: '$cached' against '$full'; $(tail -2 "$tmp/cached.err")"
 [ $failed -eq 0 ]
