@@ -635,6 +635,18 @@ dpt_conv2d *dpt_conv2d_new(dpt_model *model, const char *name, dpt_shape3 *shape
                            bool bias);
 dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *layer, dpt_tensor *x); /* (N,C,H,W) */
 
+/* 2-D transposed convolution (torch.nn.ConvTranspose2d, groups 1, dilation 1): weight (in,
+ * out, k, k), bias (out); an (N, in, H, W) input gives (N, out, (H - 1) stride - 2 padding + k +
+ * output_padding, likewise W), e.g. k 4, stride 2, padding 1 doubles H and W. `shape` is the
+ * input shape on entry and the output shape on return. PyTorch's initialisation (U(-b, b), b =
+ * 1 / sqrt(out k k), the bias too). Runs on the backend's convolution kernels (it is the data
+ * gradient of the convolution that maps its output to its input); output in NCHW. */
+typedef struct dpt_conv_transpose2d dpt_conv_transpose2d;
+dpt_conv_transpose2d *dpt_conv_transpose2d_new(dpt_model *model, const char *name, dpt_shape3 *shape,
+                                               int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
+                                               int64_t output_padding, bool bias);
+dpt_tensor *dpt_conv_transpose2d_forward(dpt_ctx *ctx, dpt_conv_transpose2d *layer, dpt_tensor *x);
+
 /* LayerNorm over the last dim (torch.nn.LayerNorm(dim, eps, elementwise_affine)): x (..., dim);
  * weight starts at 1 and bias at 0. */
 typedef struct dpt_layernorm dpt_layernorm;

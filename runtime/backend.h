@@ -177,7 +177,8 @@ typedef struct dpt_backend {
     void (*conv2d_io)(dpt_ctx *ctx, const dpt_conv_shape *s, dpt_conv_io *io);
     /* Convolution (x and y in the dtypes s names: BF16 data behind a float pointer, as in a
      * tensor's `data`). dx, dw, db may be NULL (not wanted). dw and db accumulate (+=); dx too with
-     * dx_accumulate, else it is written (its first writer: no zero fill, no read). */
+     * dx_accumulate, else it is written (its first writer: no zero fill, no read). x is read for dw
+     * only: NULL without it (the transposed convolution's forward is a backward data alone). */
     void (*conv2d_fwd)(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w,
                        const float *bias, float *y);
     void (*conv2d_bwd)(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, const float *w, const float *dy,

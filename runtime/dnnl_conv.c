@@ -203,7 +203,7 @@ static void native_bwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, co
     int64_t shape[4] = {s->n, s->c_in, s->h, s->w};
     size_t bytes = (size_t)(s->n * s->c_in * s->h * s->w) * sizeof(float);
     dnnl_block bx = {0}, bdx = {0};
-    x = dnnl_as_nchw(ctx, x, (dpt_layout)s->x_layout, (dpt_dtype)s->x_dtype, shape, &bx);
+    if (x) x = dnnl_as_nchw(ctx, x, (dpt_layout)s->x_layout, (dpt_dtype)s->x_dtype, shape, &bx); /* dw's */
     if (dx) memset(dnnl_block_get(ctx, &bdx, bytes, "a relayout"), 0, bytes);
     dpt_cpu_conv2d_bwd(ctx, &plain, x, w, dy, bdx.ptr, true, dw, dbias);
     if (dx) dnnl_relayout(ctx, bdx.ptr, DPT_LAYOUT_NCHW, dx, (dpt_layout)s->x_layout, shape, dx_accumulate);

@@ -17,6 +17,8 @@ static double node_flops(const dpt_node *n)
     double out = (double)y->numel;
     if (!strcmp(n->op, "conv2d") && b) /* weight (Cout, Cin / groups, kh, kw) */
         return 2.0 * out * (double)(b->numel / b->shape[0]);
+    if (!strcmp(n->op, "conv_transpose2d") && b) /* weight (Cin, Cout, kh, kw): each input a Cout k k scatter */
+        return 2.0 * (double)a->numel * (double)(b->numel / b->shape[0]);
     if (!strcmp(n->op, "linear") && b) /* weight (out, in) */
         return 2.0 * out * (double)b->shape[1];
     if ((!strcmp(n->op, "matmul") || !strcmp(n->op, "bmm")) && b) /* a (..., M, K): each output a K-long dot */

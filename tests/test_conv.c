@@ -110,6 +110,150 @@ static void test_conv2d(void **state)
             }
 }
 
+/* ---------------------------------------------------------------- conv_transpose2d */
+
+typedef struct convt_case {
+    int64_t n, c, h, w, cout, k, s, p, op;
+    bool bias;
+    bool twice; /* out = up(x) + up(x): the second backward adds into x's and w's gradients */
+    int64_t oh, ow;
+    dpt_model *model;
+    dpt_conv_transpose2d *layer;
+} convt_case;
+
+static void convt_setup(dpt_ctx *ctx, dpt_tensor **in, void *user)
+{
+    convt_case *c = user;
+    c->model = dpt_model_new(ctx, "t", NULL);
+    dpt_shape3 shape = {c->c, c->h, c->w};
+    c->layer = dpt_conv_transpose2d_new(c->model, "up", &shape, c->cout, c->k, c->s, c->p, c->op, c->bias);
+    assert_null(dpt_model_error(c->model));
+    assert_int_equal(shape.c, c->cout);
+    assert_int_equal(shape.h, c->oh); /* PyTorch's output size */
+    assert_int_equal(shape.w, c->ow);
+    in[1] = dpt_model_param_at(c->model, 0);
+    if (c->bias) in[2] = dpt_model_param_at(c->model, 1);
+}
+
+static void convt_teardown(void *user)
+{
+    dpt_model_free(((convt_case *)user)->model);
+}
+
+static dpt_tensor *convt_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
+{
+    convt_case *c = user;
+    dpt_tensor *y = dpt_conv_transpose2d_forward(ctx, c->layer, in[0]);
+    return c->twice ? dpt_add(ctx, y, dpt_conv_transpose2d_forward(ctx, c->layer, in[0])) : y;
+}
+
+/* The scatter form, as ConvTranspose2d is defined: each input x[n][ci][iy][ix] adds
+ * x w[ci][o][ki][kj] at output (iy s - p + ki, ix s - p + kj) where that is inside. */
+static void convt_ref(const double *const *in, double *out, void *user)
+{
+    const convt_case *c = user;
+    for (int64_t n = 0; n < c->n; n++)
+        for (int64_t o = 0; o < c->cout; o++)
+            for (int64_t i = 0; i < c->oh * c->ow; i++)
+                out[(n * c->cout + o) * c->oh * c->ow + i] = c->bias ? in[2][o] : 0.0;
+    for (int64_t n = 0; n < c->n; n++)
+        for (int64_t ci = 0; ci < c->c; ci++)
+            for (int64_t iy = 0; iy < c->h; iy++)
+                for (int64_t ix = 0; ix < c->w; ix++) {
+                    double v = in[0][((n * c->c + ci) * c->h + iy) * c->w + ix];
+                    for (int64_t o = 0; o < c->cout; o++)
+                        for (int64_t ki = 0; ki < c->k; ki++)
+                            for (int64_t kj = 0; kj < c->k; kj++) {
+                                int64_t oy = iy * c->s - c->p + ki, ox = ix * c->s - c->p + kj;
+                                if (oy < 0 || oy >= c->oh || ox < 0 || ox >= c->ow) continue;
+                                out[((n * c->cout + o) * c->oh + oy) * c->ow + ox] +=
+                                    v * in[1][((ci * c->cout + o) * c->k + ki) * c->k + kj];
+                            }
+                }
+    if (c->twice)
+        for (int64_t i = 0; i < c->n * c->cout * c->oh * c->ow; i++)
+            out[i] *= 2.0;
+}
+
+static void test_conv_transpose2d(void **state)
+{
+    (void)state;
+    /* n, c, h, w, cout, k, s, p, output_padding, bias: DCGAN's and U-Net's doubling (k 4 s 2 p 1,
+     * k 2 s 2), output_padding, padding past the kernel's reach, 1x1, 16 channels (oneDNN's
+     * blocked layout for the convolution's y), batch 1, non-square; the first and last used twice */
+    const int64_t cases[][10] = {
+        {2, 3, 4, 4, 2, 4, 2, 1, 0, 1}, {1, 2, 3, 5, 3, 2, 2, 0, 0, 1}, {2, 4, 3, 3, 2, 3, 2, 1, 1, 0},
+        {3, 2, 5, 4, 4, 3, 1, 1, 0, 1}, {1, 3, 4, 4, 2, 1, 1, 0, 0, 0}, {2, 16, 3, 3, 16, 3, 2, 1, 1, 1},
+        {1, 2, 2, 3, 2, 5, 3, 2, 2, 1}, {2, 1, 6, 2, 1, 3, 1, 0, 0, 0}, {2, 16, 3, 3, 16, 4, 2, 1, 0, 1},
+    };
+    for (int variant = 0; variant < TEST_VARIANTS; variant++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            for (int threads = 1; threads <= 2; threads++) {
+                test_variant(variant);
+                const int64_t *v = cases[i];
+                convt_case c = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9] != 0,
+                                i + 1 == sizeof cases / sizeof cases[0] || i == 0, 0, 0, NULL, NULL};
+                c.oh = (c.h - 1) * c.s - 2 * c.p + c.k + c.op, c.ow = (c.w - 1) * c.s - 2 * c.p + c.k + c.op;
+                gradcheck gc = {
+                    .n_in = c.bias ? 3 : 2,
+                    .ndim = {4, 4, 1},
+                    .shape = {{c.n, c.c, c.h, c.w}, {c.c, c.cout, c.k, c.k}, {c.cout}},
+                    .lo = -1,
+                    .hi = 1,
+                    .setup = convt_setup,
+                    .teardown = convt_teardown,
+                    .build = convt_build,
+                    .reference = convt_ref,
+                    .user = &c,
+                    .fwd_rtol = 1e-5,
+                    .grad_rtol = 1e-4,
+                    .grad_atol = 1e-5,
+                    .threads = threads,
+                };
+                char name[128];
+                snprintf(name, sizeof name, "conv_transpose2d case %zu (threads %d, %s)", i, threads,
+                         test_kernels_name());
+                run_gradcheck(name, &gc, 900 + i);
+                test_variant(-1);
+            }
+}
+
+/* Misuse refused by the builder, naming the layer; the output shape of DCGAN's doubling. */
+static void test_conv_transpose2d_layer(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 5);
+    dpt_model *m = dpt_model_new(ctx, "t", NULL);
+    dpt_shape3 shape = {1, 7, 7};
+    dpt_conv_transpose2d_new(m, "bad", &shape, 2, 3, 2, 0, 2, true); /* output_padding 2 >= stride 2 */
+    const char *e = dpt_model_error(m);
+    assert_non_null(e);
+    assert_non_null(strstr(e, "conv_transpose2d bad"));
+    assert_non_null(strstr(e, "output_padding 2"));
+    dpt_model_free(m);
+    m = dpt_model_new(ctx, "t", NULL);
+    shape = (dpt_shape3){1, 1, 1};
+    dpt_conv_transpose2d_new(m, "tiny", &shape, 1, 1, 1, 1, 0, false); /* (1 - 1) 1 - 2 + 1 = -1 */
+    assert_non_null(dpt_model_error(m));
+    assert_non_null(strstr(dpt_model_error(m), "leaves no output"));
+    dpt_model_free(m);
+    /* DCGAN's doubling; FLOPs a sample: 2 x the input's elements (3 x 4 x 4) x out k k (2 x 16) */
+    m = dpt_model_new(ctx, "t", NULL);
+    shape = (dpt_shape3){3, 4, 4};
+    dpt_conv_transpose2d *up = dpt_conv_transpose2d_new(m, "up", &shape, 2, 4, 2, 1, 0, true);
+    assert_null(dpt_model_error(m));
+    assert_true(fabs(dpt_model_flops(m) - 2.0 * 48 * 32) < 1e-6);
+    assert_int_equal(shape.c, 2), assert_int_equal(shape.h, 8), assert_int_equal(shape.w, 8);
+    dpt_tensor *x = dpt_tensor_new(ctx, 4, (int64_t[]){2, 3, 4, 4});
+    dpt_init_uniform(ctx, x, 1.0f);
+    dpt_tensor *y = dpt_conv_transpose2d_forward(ctx, up, x);
+    assert_int_equal(y->shape[0], 2), assert_int_equal(y->shape[1], 2), assert_int_equal(y->shape[2], 8);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x);
+    dpt_model_free(m);
+    dpt_ctx_free(ctx);
+}
+
 /* A chain in which oneDNN keeps its blocked layout between layers: conv (8 -> 16) writes
  * nChw16c, batch norm (training) and the residual add run on it, the second conv (16 -> 16,
  * stride 2) reads it and writes it, and the checker reads the result back through a
@@ -1172,6 +1316,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_conv_transpose2d),
+        cmocka_unit_test(test_conv_transpose2d_layer),
         cmocka_unit_test(test_conv2d_bf16),
         cmocka_unit_test(test_bf16_activation_block),
         cmocka_unit_test(test_bf16_pooling),

@@ -407,9 +407,9 @@ static void test_conv_models(void **state)
 typedef struct layer_case {
     const char *name;
     int64_t n, c, h, w;
-    char kind; /* 'c' conv2d, 'b' batch norm (training), 'e' batch norm (eval), 'i' batch norm (eval, no
-                * gradients: cuDNN's inference path), 'm' max, 'a' avg, 'g' global */
-    int64_t out, k, stride, pad, dil, groups;
+    char kind; /* 'c' conv2d, 't' transposed conv2d, 'b' batch norm (training), 'e' batch norm (eval),
+                * 'i' batch norm (eval, no gradients: cuDNN's inference path), 'm' max, 'a' avg, 'g' global */
+    int64_t out, k, stride, pad, dil, groups; /* 't': dil is the output_padding */
     bool bias_or_affine;
     double rtol;
     double atol; /* 0: 1e-5 */
@@ -432,6 +432,9 @@ static layer_run run_layer(dpt_ctx *ctx, const layer_case *lc, const float *x_ho
     if (lc->kind == 'c')
         lr.layer = dpt_conv2d_new(lr.model, "conv", &shape, lc->out, lc->k, lc->stride, lc->pad, lc->dil,
                                   lc->groups, lc->bias_or_affine);
+    else if (lc->kind == 't')
+        lr.layer = dpt_conv_transpose2d_new(lr.model, "up", &shape, lc->out, lc->k, lc->stride, lc->pad, lc->dil,
+                                            lc->bias_or_affine);
     else if (lc->kind == 'b' || lc->kind == 'e' || lc->kind == 'i')
         lr.layer = dpt_batchnorm_new(lr.model, "bn", &shape, 0.1f, 1e-5f, lc->bias_or_affine, false);
     assert_null(dpt_model_error(lr.model));
@@ -466,6 +469,9 @@ static layer_run run_layer(dpt_ctx *ctx, const layer_case *lc, const float *x_ho
     switch (lc->kind) {
     case 'c':
         y = dpt_conv2d_forward(ctx, lr.layer, xin);
+        break;
+    case 't': /* cuDNN's backward data as the forward, its forward and filter gradient as the backward */
+        y = dpt_conv_transpose2d_forward(ctx, lr.layer, xin);
         break;
     case 'b':
         y = dpt_batchnorm_forward(ctx, lr.layer, xin, true);
@@ -606,6 +612,7 @@ static const layer_case bf16_cases[] = {
     {"bf16 conv 1x1", 2, 16, 5, 5, 'c', 32, 1, 1, 0, 1, 1, false, ULP},
     {"bf16 conv 7x7 stride 2 pad 3", 2, 3, 32, 32, 'c', 16, 7, 2, 3, 1, 1, false, ULP},
     {"bf16 conv 64 channels", 2, 64, 8, 8, 'c', 64, 3, 1, 1, 1, 1, false, ULP},
+    {"bf16 conv_transpose 4x4 stride 2", 2, 16, 6, 6, 't', 8, 4, 2, 1, 0, 1, false, ULP},
 };
 #undef ULP
 
@@ -644,6 +651,8 @@ static const layer_case fp32_cases[] = {
     {"conv dilation 2", 2, 4, 11, 11, 'c', 4, 3, 1, 2, 2, 1, true, 1e-3, 0},
     {"conv groups 2", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 2, true, 1e-3, 0},
     {"conv depthwise", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 8, false, 1e-3, 0},
+    {"conv_transpose 4x4 stride 2 pad 1", 2, 8, 5, 5, 't', 4, 4, 2, 1, 0, 1, true, 1e-3, 0},
+    {"conv_transpose 3x3 stride 2 output_padding 1", 3, 3, 4, 6, 't', 16, 3, 2, 1, 1, 1, false, 1e-3, 0},
     {"batchnorm train affine", 8, 6, 5, 5, 'b', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
     {"batchnorm train plain", 4, 3, 7, 3, 'b', 0, 0, 0, 0, 0, 0, false, 1e-4, 0},
     {"batchnorm eval", 4, 6, 5, 5, 'e', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
