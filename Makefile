@@ -151,7 +151,7 @@ LIB      := $(BUILD)/libdpt.a
 TEST_SRCS  := $(wildcard tests/test_*.c)
 MPI_TEST_SRCS := $(if $(filter 1,$(MPI)),$(wildcard tests/mpi_*.c))
 TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(MPI_TEST_SRCS:tests/%.c=$(BUILD)/tests/%) \
-              $(BUILD)/tests/doc_example $(BUILD)/tests/doc_trainer $(BUILD)/tests/doc_vit $(BUILD)/tests/doc_llama $(BUILD)/tests/extending \
+              $(BUILD)/tests/doc_example $(BUILD)/tests/doc_trainer $(BUILD)/tests/doc_vit $(BUILD)/tests/doc_llama $(BUILD)/tests/doc_ae $(BUILD)/tests/extending \
               $(BUILD)/tests/test_cuda_harness $(BUILD)/tests/libfake_nvml.so
 BENCH_SRCS := $(wildcard bench/bench_*.c $(if $(filter 1,$(MPI)),bench/mpi_bench_*.c))
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
@@ -320,12 +320,14 @@ $(BUILD)/tests/$(1): $(BUILD)/tests/$(1).c $(BUILD)/tests/$(1).ini $$(LIB)
 	$$(CC) $$(CFLAGS) -o $$@ $$< $$(LIB) $$(LDLIBS)
 endef
 # docs/writing-a-model.md's second program (its own model through dpt_train_main; tests/
-# doc_trainer.sh trains, interrupts and resumes it), its ViT (tests/doc_vit.sh) and its
-# LLaMA-style language model (tests/doc_llama.sh); docs/extending.md's program (a data
+# doc_trainer.sh trains, interrupts and resumes it), its ViT (tests/doc_vit.sh), its
+# LLaMA-style language model (tests/doc_llama.sh) and its autoencoder (tests/doc_ae.sh);
+# docs/extending.md's program (a data
 # source, a schedule, an optimizer and a model of its own; tests/extending.sh)
 $(eval $(call DOC_PROGRAM,doc_trainer,my_trainer,docs/writing-a-model.md))
 $(eval $(call DOC_PROGRAM,doc_vit,vit_trainer,docs/writing-a-model.md))
 $(eval $(call DOC_PROGRAM,doc_llama,llama_trainer,docs/writing-a-model.md))
+$(eval $(call DOC_PROGRAM,doc_ae,ae_trainer,docs/writing-a-model.md))
 $(eval $(call DOC_PROGRAM,extending,my_extensions,docs/extending.md))
 
 tools: $(TOOL_BINS)

@@ -131,8 +131,9 @@ void print_header(const trainer *t)
                 (unsigned long long)run->hash);
     /* FLOPs as traced (what forward ran), else as the builders noted them */
     double flops = t->trace.flops > 0 ? t->trace.flops : dpt_model_flops(t->model);
-    report_line("model %s %s | %lld parameters | %.1f MFLOP/sample forward\n", dpt_model_name(t->model),
-                dpt_model_summary(t->model), (long long)dpt_model_param_count(t->model), flops / 1e6);
+    const char *summary = dpt_model_summary(t->model); /* a program's own model may have none */
+    report_line("model %s%s%s | %lld parameters | %.1f MFLOP/sample forward\n", dpt_model_name(t->model),
+                *summary ? " " : "", summary, (long long)dpt_model_param_count(t->model), flops / 1e6);
     char device[32];
     dpt_device_str(dpt_ctx_device(t->ctx), device, sizeof device);
     const char *kernels = dpt_ctx_backend_name(t->ctx);
