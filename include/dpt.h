@@ -418,6 +418,10 @@ void dpt_split(dpt_ctx *ctx, dpt_tensor *x, int axis, int n, const int64_t *size
 dpt_tensor *dpt_sum_last(dpt_ctx *ctx, dpt_tensor *x, bool keepdim);
 dpt_tensor *dpt_mean_last(dpt_ctx *ctx, dpt_tensor *x, bool keepdim);
 dpt_tensor *dpt_max_last(dpt_ctx *ctx, dpt_tensor *x, bool keepdim);
+/* Nearest-neighbour upsampling of (N, C, H, W) by whole factors (torch.nn.Upsample(scale_factor=
+ * (sh, sw), mode="nearest")): (N, C, H sh, W sw), each value repeated over an sh x sw block; its
+ * gradient sums each block. An expand between two reshapes: every backend runs it. */
+dpt_tensor *dpt_upsample_nearest2d(dpt_ctx *ctx, dpt_tensor *x, int64_t scale_h, int64_t scale_w);
 /* An elementwise function (dpt_unary_op), recorded with its derivative. */
 dpt_tensor *dpt_unary(dpt_ctx *ctx, dpt_unary_op op, dpt_tensor *x);
 dpt_tensor *dpt_silu(dpt_ctx *ctx, dpt_tensor *x);     /* x * sigmoid(x) */
@@ -652,6 +656,15 @@ dpt_tensor *dpt_conv_transpose2d_forward(dpt_ctx *ctx, dpt_conv_transpose2d *lay
 typedef struct dpt_layernorm dpt_layernorm;
 dpt_layernorm *dpt_layernorm_new(dpt_model *model, const char *name, int64_t dim, float eps, bool affine);
 dpt_tensor *dpt_layernorm_forward(dpt_ctx *ctx, dpt_layernorm *layer, dpt_tensor *x);
+
+/* GroupNorm (torch.nn.GroupNorm(groups, channels, eps, affine)) of (N, C, H, W): each sample's
+ * channels in `groups` groups, each normalised over its channels and positions (biased
+ * variance), then weight (1) and bias (0) per channel; no batch statistics (diffusion models,
+ * U-Nets, small batches). The layer norm of the (N, groups, C/groups x H x W) view. */
+typedef struct dpt_groupnorm dpt_groupnorm;
+dpt_groupnorm *dpt_groupnorm_new(dpt_model *model, const char *name, int64_t groups, const dpt_shape3 *shape,
+                                 float eps, bool affine);
+dpt_tensor *dpt_groupnorm_forward(dpt_ctx *ctx, dpt_groupnorm *layer, dpt_tensor *x);
 
 /* Batch norm over (N, H, W) per channel: batch statistics in training mode (running mean and
  * unbiased running variance updated with `momentum`), running statistics in eval mode.
