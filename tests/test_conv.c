@@ -189,35 +189,22 @@ static void test_conv_transpose2d(void **state)
     /* one thread: a thread count splits the backend's convolution kernels, which test_conv2d
      * runs at 1 and 2 */
     for (int variant = 0; variant < TEST_VARIANTS; variant++)
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            for (int threads = 1; threads <= 1; threads++) {
-                test_variant(variant);
-                const int64_t *v = cases[i];
-                convt_case c = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9] != 0,
-                                i + 1 == sizeof cases / sizeof cases[0] || i == 0, 0, 0, NULL, NULL};
-                c.oh = (c.h - 1) * c.s - 2 * c.p + c.k + c.op, c.ow = (c.w - 1) * c.s - 2 * c.p + c.k + c.op;
-                gradcheck gc = {
-                    .n_in = c.bias ? 3 : 2,
-                    .ndim = {4, 4, 1},
-                    .shape = {{c.n, c.c, c.h, c.w}, {c.c, c.cout, c.k, c.k}, {c.cout}},
-                    .lo = -1,
-                    .hi = 1,
-                    .setup = convt_setup,
-                    .teardown = convt_teardown,
-                    .build = convt_build,
-                    .reference = convt_ref,
-                    .user = &c,
-                    .fwd_rtol = 1e-5,
-                    .grad_rtol = 1e-4,
-                    .grad_atol = 1e-5,
-                    .threads = threads,
-                };
-                char name[128];
-                snprintf(name, sizeof name, "conv_transpose2d case %zu (threads %d, %s)", i, threads,
-                         test_kernels_name());
-                run_gradcheck(name, &gc, 900 + i);
-                test_variant(-1);
-            }
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            test_variant(variant);
+            const int64_t *v = cases[i];
+            convt_case c = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9] != 0,
+                            i + 1 == sizeof cases / sizeof cases[0] || i == 0, 0, 0, NULL, NULL};
+            c.oh = (c.h - 1) * c.s - 2 * c.p + c.k + c.op, c.ow = (c.w - 1) * c.s - 2 * c.p + c.k + c.op;
+            gradcheck gc = {.n_in = c.bias ? 3 : 2, .ndim = {4, 4, 1},
+                            .shape = {{c.n, c.c, c.h, c.w}, {c.c, c.cout, c.k, c.k}, {c.cout}}, .lo = -1, .hi = 1,
+                            .setup = convt_setup, .teardown = convt_teardown, .build = convt_build,
+                            .reference = convt_ref, .user = &c, .fwd_rtol = 1e-5, .grad_rtol = 1e-4,
+                            .grad_atol = 1e-5};
+            char name[128];
+            snprintf(name, sizeof name, "conv_transpose2d case %zu (%s)", i, test_kernels_name());
+            run_gradcheck(name, &gc, 900 + i);
+            test_variant(-1);
+        }
 }
 
 /* Misuse refused by the builder, naming the layer; the output shape of DCGAN's doubling. */
