@@ -279,3 +279,19 @@ dpt_tensor *dpt_flatten(dpt_ctx *ctx, dpt_tensor *x)
     DPT_ASSERT(x->ndim >= 1, "flatten of a 0-d tensor");
     return dpt_reshape(ctx, x, 2, (int64_t[]){x->shape[0], -1});
 }
+
+/* An expand between two reshapes (dpt.h); here, beside dpt_reshape, which the tensor ops do not call. */
+dpt_tensor *dpt_upsample_nearest2d(dpt_ctx *ctx, dpt_tensor *x, int64_t scale_h, int64_t scale_w)
+{
+    char sx[96];
+    int64_t total = 0;
+    bool fits = x->ndim == 4 && scale_h >= 1 && scale_w >= 1 &&
+                !__builtin_mul_overflow(x->numel, scale_h, &total) && !__builtin_mul_overflow(total, scale_w, &total);
+    if (!fits)
+        dpt_fatal("upsample_nearest2d of %s by %lld x %lld: an (N, C, H, W) input and whole factors of 1 or more",
+                  dpt_shape_str(x, sx, sizeof sx), (long long)scale_h, (long long)scale_w);
+    int64_t n = x->shape[0], c = x->shape[1], h = x->shape[2], w = x->shape[3];
+    dpt_tensor *t = dpt_reshape(ctx, x, 6, (int64_t[]){n, c, h, 1, w, 1});
+    t = dpt_expand(ctx, t, 6, (int64_t[]){n, c, h, scale_h, w, scale_w});
+    return dpt_reshape(ctx, t, 4, (int64_t[]){n, c, h * scale_h, w * scale_w});
+}

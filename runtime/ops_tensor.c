@@ -379,21 +379,6 @@ dpt_tensor *dpt_expand(dpt_ctx *ctx, dpt_tensor *x, int ndim, const int64_t *sha
     return y;
 }
 
-dpt_tensor *dpt_upsample_nearest2d(dpt_ctx *ctx, dpt_tensor *x, int64_t scale_h, int64_t scale_w)
-{
-    char sx[96];
-    int64_t total = 0;
-    bool fits = x->ndim == 4 && scale_h >= 1 && scale_w >= 1 &&
-                !__builtin_mul_overflow(x->numel, scale_h, &total) && !__builtin_mul_overflow(total, scale_w, &total);
-    if (!fits)
-        dpt_fatal("upsample_nearest2d of %s by %lld x %lld: an (N, C, H, W) input and whole factors of 1 or more",
-                  dpt_shape_str(x, sx, sizeof sx), (long long)scale_h, (long long)scale_w);
-    int64_t n = x->shape[0], c = x->shape[1], h = x->shape[2], w = x->shape[3];
-    dpt_tensor *t = dpt_reshape(ctx, x, 6, (int64_t[]){n, c, h, 1, w, 1});
-    t = dpt_expand(ctx, t, 6, (int64_t[]){n, c, h, scale_h, w, scale_w});
-    return dpt_reshape(ctx, t, 4, (int64_t[]){n, c, h * scale_h, w * scale_w});
-}
-
 /* ---------------------------------------------------------------- reductions over the last dim */
 
 typedef enum last_kind { LAST_SUM, LAST_MEAN, LAST_MAX } last_kind;
