@@ -639,16 +639,17 @@ dpt_conv2d *dpt_conv2d_new(dpt_model *model, const char *name, dpt_shape3 *shape
                            bool bias);
 dpt_tensor *dpt_conv2d_forward(dpt_ctx *ctx, dpt_conv2d *layer, dpt_tensor *x); /* (N,C,H,W) */
 
-/* 2-D transposed convolution (torch.nn.ConvTranspose2d, groups 1, dilation 1): weight (in,
- * out, k, k), bias (out); an (N, in, H, W) input gives (N, out, (H - 1) stride - 2 padding + k +
- * output_padding, likewise W), e.g. k 4, stride 2, padding 1 doubles H and W. `shape` is the
- * input shape on entry and the output shape on return. PyTorch's initialisation (U(-b, b), b =
- * 1 / sqrt(out k k), the bias too). Runs on the backend's convolution kernels (it is the data
- * gradient of the convolution that maps its output to its input); output in NCHW. */
+/* 2-D transposed convolution (torch.nn.ConvTranspose2d): weight (in, out / groups, k, k), bias
+ * (out); an (N, in, H, W) input gives (N, out, (H - 1) stride - 2 padding + dilation (k - 1) +
+ * output_padding + 1, likewise W), e.g. k 4, stride 2, padding 1 (dilation 1) doubles H and W;
+ * output_padding below the stride or the dilation. `shape` is the input shape on entry and the
+ * output shape on return. PyTorch's initialisation (U(-b, b), b = 1 / sqrt(out / groups k k), the
+ * bias too). Runs on the backend's convolution kernels (it is the data gradient of the
+ * convolution that maps its output to its input); output in NCHW. */
 typedef struct dpt_conv_transpose2d dpt_conv_transpose2d;
 dpt_conv_transpose2d *dpt_conv_transpose2d_new(dpt_model *model, const char *name, dpt_shape3 *shape,
                                                int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
-                                               int64_t output_padding, bool bias);
+                                               int64_t output_padding, int64_t dilation, int64_t groups, bool bias);
 dpt_tensor *dpt_conv_transpose2d_forward(dpt_ctx *ctx, dpt_conv_transpose2d *layer, dpt_tensor *x);
 
 /* LayerNorm over the last dim (torch.nn.LayerNorm(dim, eps, elementwise_affine)): x (..., dim);

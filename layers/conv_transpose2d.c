@@ -2,7 +2,8 @@
  * GAN generators) as an autograd node over the backend's convolution kernels, no kernel of its
  * own. A transposed convolution is the data gradient of the convolution that maps its output
  * back to its input: with that convolution C (x: the output's shape, y: the input's, the same
- * weight (in, out, k, k) read as C's (C.out, C.in, k, k)),
+ * weight (in, out / groups, k, k) read as C's (C.out, C.in / groups, k, k), the same stride,
+ * padding, dilation and groups),
  *   forward     y_t = C's backward data, of dy = x_t
  *   backward    dx_t = C's forward of dy_t;  dw += C's backward weights, of x = dy_t and dy = x_t
  * so every backend (the native im2col kernels, oneDNN, cuDNN) runs it with the algorithms it
@@ -16,57 +17,64 @@
 
 struct dpt_conv_transpose2d {
     char name[64];
-    int64_t in_channels, out_channels, kernel, stride, padding, output_padding;
-    dpt_tensor *weight; /* (in, out, k, k), as PyTorch's */
+    int64_t in_channels, out_channels, kernel, stride, padding, output_padding, dilation, groups;
+    dpt_tensor *weight; /* (in, out / groups, k, k), as PyTorch's */
     dpt_tensor *bias;   /* (out) or NULL */
 };
 
-/* The output size: (in - 1) stride - 2 padding + kernel + output_padding, 0 or less when the
- * padding eats it. */
+/* The output size: (in - 1) stride - 2 padding + dilation (kernel - 1) + output_padding + 1, 0
+ * or less when the padding eats it. */
 static int64_t out_size(const dpt_conv_transpose2d *l, int64_t in)
 {
-    return (in - 1) * l->stride - 2 * l->padding + l->kernel + l->output_padding;
+    return (in - 1) * l->stride - 2 * l->padding + l->dilation * (l->kernel - 1) + l->output_padding + 1;
 }
 
 dpt_conv_transpose2d *dpt_conv_transpose2d_new(dpt_model *model, const char *name, dpt_shape3 *shape,
                                                int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
-                                               int64_t output_padding, bool bias)
+                                               int64_t output_padding, int64_t dilation, int64_t groups, bool bias)
 {
     dpt_conv_transpose2d *l = dpt_model_alloc(model, sizeof *l);
     snprintf(l->name, sizeof l->name, "%s", name);
     l->in_channels = shape->c, l->out_channels = out_channels, l->kernel = kernel;
     l->stride = stride, l->padding = padding, l->output_padding = output_padding;
-    /* PyTorch's rule for output_padding: below the stride (else two output sizes would need the
-     * same input size, and the convolution it inverts could not tell them apart) */
-    if (kernel < 1 || stride < 1 || padding < 0 || output_padding < 0 || output_padding >= stride ||
-        out_channels < 1 || shape->c < 1) {
+    l->dilation = dilation, l->groups = groups;
+    /* PyTorch's rule for output_padding: below the stride or the dilation (else two output
+     * sizes would need the same input size, and the convolution it inverts could not tell them
+     * apart) */
+    int64_t op_limit = stride > dilation ? stride : dilation;
+    if (kernel < 1 || stride < 1 || padding < 0 || dilation < 1 || groups < 1 || output_padding < 0 ||
+        output_padding >= op_limit || out_channels < 1 || shape->c < 1 || shape->c % groups || out_channels % groups) {
         dpt_model_errorf(model,
                          "conv_transpose2d %s: %lld -> %lld channels, kernel %lld, stride %lld, padding %lld, "
-                         "output_padding %lld: channels, kernel and stride must be positive, padding 0 or more, "
-                         "output_padding from 0 to stride - 1",
+                         "output_padding %lld, dilation %lld, groups %lld: channels, kernel, stride and dilation "
+                         "must be positive, the groups divide both channel counts, padding 0 or more, "
+                         "output_padding below the stride or the dilation",
                          name, (long long)shape->c, (long long)out_channels, (long long)kernel, (long long)stride,
-                         (long long)padding, (long long)output_padding);
-        if (l->in_channels < 1) l->in_channels = 1; /* keep the layer well-formed; the model reports the error */
+                         (long long)padding, (long long)output_padding, (long long)dilation, (long long)groups);
+        l->groups = 1; /* keep the layer well-formed; the model reports the error */
+        if (l->in_channels < 1) l->in_channels = 1;
         if (kernel < 1) l->kernel = 1;
         if (stride < 1) l->stride = 1;
         if (padding < 0) l->padding = 0;
-        if (output_padding < 0 || output_padding >= l->stride) l->output_padding = 0;
+        if (dilation < 1) l->dilation = 1;
+        if (output_padding < 0 || output_padding >= (l->stride > l->dilation ? l->stride : l->dilation))
+            l->output_padding = 0;
         if (out_channels < 1) l->out_channels = 1;
     }
     int64_t oh = out_size(l, shape->h), ow = out_size(l, shape->w);
     if (oh < 1 || ow < 1)
         dpt_model_errorf(model,
                          "conv_transpose2d %s: padding %lld leaves no output of the input %lldx%lld (kernel %lld, "
-                         "stride %lld): the output would be %lldx%lld",
+                         "stride %lld, dilation %lld): the output would be %lldx%lld",
                          name, (long long)l->padding, (long long)shape->h, (long long)shape->w, (long long)l->kernel,
-                         (long long)l->stride, (long long)oh, (long long)ow);
+                         (long long)l->stride, (long long)l->dilation, (long long)oh, (long long)ow);
     char pname[DPT_NAME_MAX + 33]; /* longer than DPT_NAME_MAX, cut or not: refused by dpt_model_param */
     snprintf(pname, sizeof pname, "%s.weight", name);
     l->weight = dpt_model_param(model, pname, 4,
-                                (int64_t[]){l->in_channels, l->out_channels, l->kernel, l->kernel});
+                                (int64_t[]){l->in_channels, l->out_channels / l->groups, l->kernel, l->kernel});
     /* PyTorch's default (kaiming_uniform_ with a = sqrt(5)): U(-b, b), b = 1 / sqrt(fan_in), where
-     * its fan_in of this weight is out * k * k */
-    float bound = 1.0f / sqrtf((float)(l->out_channels * l->kernel * l->kernel));
+     * its fan_in of this weight is out / groups * k * k */
+    float bound = 1.0f / sqrtf((float)(l->out_channels / l->groups * l->kernel * l->kernel));
     dpt_init_uniform(l->weight->ctx, l->weight, bound);
     if (bias) {
         snprintf(pname, sizeof pname, "%s.bias", name);
@@ -96,9 +104,9 @@ static dpt_conv_shape inverse_of(const dpt_conv_transpose2d *l, int64_t n, int64
                             .stride_w = l->stride,
                             .pad_h = l->padding,
                             .pad_w = l->padding,
-                            .dil_h = 1,
-                            .dil_w = 1,
-                            .groups = 1,
+                            .dil_h = l->dilation,
+                            .dil_w = l->dilation,
+                            .groups = l->groups,
                             .oh = h,
                             .ow = w,
                             .x_layout = x_layout,
@@ -135,7 +143,8 @@ dpt_tensor *dpt_conv_transpose2d_forward(dpt_ctx *ctx, dpt_conv_transpose2d *l, 
         out_size(l, x->shape[3]) < 1)
         dpt_fatal("conv_transpose2d %s expects an (N, %lld, H, W) input with (H - 1) x %lld + %lld > 0, got %s",
                   l->name, (long long)l->in_channels, (long long)l->stride,
-                  (long long)(l->kernel + l->output_padding - 2 * l->padding), dpt_shape_str(x, buf, sizeof buf));
+                  (long long)(l->dilation * (l->kernel - 1) + l->output_padding + 1 - 2 * l->padding),
+                  dpt_shape_str(x, buf, sizeof buf));
     DPT_REQUIRE_OP(ctx, conv2d_bwd, "conv_transpose2d");
     dpt_conv_shape s = inverse_of(l, x->shape[0], x->shape[2], x->shape[3], DPT_LAYOUT_NCHW);
     dpt_conv_io io = {DPT_LAYOUT_NCHW, true, DPT_LAYOUT_NCHW, DPT_F32}; /* kernels that read NCHW F32 only */

@@ -113,7 +113,7 @@ static void test_conv2d(void **state)
 /* ---------------------------------------------------------------- conv_transpose2d */
 
 typedef struct convt_case {
-    int64_t n, c, h, w, cout, k, s, p, op;
+    int64_t n, c, h, w, cout, k, s, p, op, d, g;
     bool bias;
     bool twice; /* out = up(x) + up(x): the second backward adds into x's and w's gradients */
     int64_t oh, ow;
@@ -126,7 +126,7 @@ static void convt_setup(dpt_ctx *ctx, dpt_tensor **in, void *user)
     convt_case *c = user;
     c->model = dpt_model_new(ctx, "t", NULL);
     dpt_shape3 shape = {c->c, c->h, c->w};
-    c->layer = dpt_conv_transpose2d_new(c->model, "up", &shape, c->cout, c->k, c->s, c->p, c->op, c->bias);
+    c->layer = dpt_conv_transpose2d_new(c->model, "up", &shape, c->cout, c->k, c->s, c->p, c->op, c->d, c->g, c->bias);
     assert_null(dpt_model_error(c->model));
     assert_int_equal(shape.c, c->cout);
     assert_int_equal(shape.h, c->oh); /* PyTorch's output size */
@@ -148,7 +148,8 @@ static dpt_tensor *convt_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
 }
 
 /* The scatter form, as ConvTranspose2d is defined: each input x[n][ci][iy][ix] adds
- * x w[ci][o][ki][kj] at output (iy s - p + ki, ix s - p + kj) where that is inside. */
+ * x w[ci][o'][ki][kj] at output channel o = (ci's group) out/g + o', position (iy s - p + ki d,
+ * ix s - p + kj d) where that is inside. */
 static void convt_ref(const double *const *in, double *out, void *user)
 {
     const convt_case *c = user;
@@ -161,13 +162,14 @@ static void convt_ref(const double *const *in, double *out, void *user)
             for (int64_t iy = 0; iy < c->h; iy++)
                 for (int64_t ix = 0; ix < c->w; ix++) {
                     double v = in[0][((n * c->c + ci) * c->h + iy) * c->w + ix];
-                    for (int64_t o = 0; o < c->cout; o++)
+                    int64_t og = c->cout / c->g, group = ci / (c->c / c->g);
+                    for (int64_t oo = 0; oo < og; oo++)
                         for (int64_t ki = 0; ki < c->k; ki++)
                             for (int64_t kj = 0; kj < c->k; kj++) {
-                                int64_t oy = iy * c->s - c->p + ki, ox = ix * c->s - c->p + kj;
+                                int64_t oy = iy * c->s - c->p + ki * c->d, ox = ix * c->s - c->p + kj * c->d;
                                 if (oy < 0 || oy >= c->oh || ox < 0 || ox >= c->ow) continue;
-                                out[((n * c->cout + o) * c->oh + oy) * c->ow + ox] +=
-                                    v * in[1][((ci * c->cout + o) * c->k + ki) * c->k + kj];
+                                out[((n * c->cout + group * og + oo) * c->oh + oy) * c->ow + ox] +=
+                                    v * in[1][((ci * og + oo) * c->k + ki) * c->k + kj];
                             }
                 }
     if (c->twice)
@@ -178,13 +180,15 @@ static void convt_ref(const double *const *in, double *out, void *user)
 static void test_conv_transpose2d(void **state)
 {
     (void)state;
-    /* n, c, h, w, cout, k, s, p, output_padding, bias: DCGAN's and U-Net's doubling (k 4 s 2 p 1,
+    /* n, c, h, w, cout, k, s, p, output_padding, dilation, groups, bias: DCGAN's and U-Net's doubling (k 4 s 2 p 1,
      * k 2 s 2), output_padding, padding past the kernel's reach, 1x1, 16 input channels (oneDNN's
-     * blocked layout for the convolution's y), batch 1, non-square; the first and last used twice */
-    const int64_t cases[][10] = {
-        {2, 3, 4, 4, 2, 4, 2, 1, 0, 1}, {1, 2, 3, 5, 3, 2, 2, 0, 0, 1}, {2, 4, 3, 3, 2, 3, 2, 1, 1, 0},
-        {3, 2, 5, 4, 4, 3, 1, 1, 0, 1}, {1, 3, 4, 4, 2, 1, 1, 0, 0, 0}, {2, 16, 3, 3, 2, 3, 2, 1, 1, 1},
-        {1, 2, 2, 3, 2, 5, 3, 2, 2, 1}, {2, 1, 6, 2, 1, 3, 1, 0, 0, 0}, {2, 16, 3, 3, 3, 4, 2, 1, 0, 1},
+     * blocked layout for the convolution's y), batch 1, non-square, dilation 2 (with an
+     * output_padding the dilation allows), groups 2 and depthwise; the first and last used twice */
+    const int64_t cases[][12] = {
+        {2, 3, 4, 4, 2, 4, 2, 1, 0, 1, 1, 1},  {1, 2, 3, 5, 3, 2, 2, 0, 0, 1, 1, 1}, {2, 4, 3, 3, 2, 3, 2, 1, 1, 1, 1, 0},
+        {3, 2, 5, 4, 4, 3, 1, 1, 0, 1, 1, 1},  {1, 3, 4, 4, 2, 1, 1, 0, 0, 1, 1, 0}, {2, 16, 3, 3, 2, 3, 2, 1, 1, 1, 1, 1},
+        {1, 2, 2, 3, 2, 5, 3, 2, 2, 1, 1, 1},  {2, 1, 6, 2, 1, 3, 1, 0, 0, 1, 1, 0}, {2, 2, 4, 3, 3, 3, 1, 1, 1, 2, 1, 1},
+        {2, 4, 3, 3, 6, 4, 2, 1, 0, 1, 2, 1},  {1, 4, 3, 4, 4, 3, 2, 1, 1, 1, 4, 0}, {2, 16, 3, 3, 3, 4, 2, 1, 0, 1, 1, 1},
     };
     /* one thread: a thread count splits the backend's convolution kernels, which test_conv2d
      * runs at 1 and 2 */
@@ -192,11 +196,12 @@ static void test_conv_transpose2d(void **state)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             test_variant(variant);
             const int64_t *v = cases[i];
-            convt_case c = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9] != 0,
+            convt_case c = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11] != 0,
                             i + 1 == sizeof cases / sizeof cases[0] || i == 0, 0, 0, NULL, NULL};
-            c.oh = (c.h - 1) * c.s - 2 * c.p + c.k + c.op, c.ow = (c.w - 1) * c.s - 2 * c.p + c.k + c.op;
+            c.oh = (c.h - 1) * c.s - 2 * c.p + c.d * (c.k - 1) + c.op + 1;
+            c.ow = (c.w - 1) * c.s - 2 * c.p + c.d * (c.k - 1) + c.op + 1;
             gradcheck gc = {.n_in = c.bias ? 3 : 2, .ndim = {4, 4, 1},
-                            .shape = {{c.n, c.c, c.h, c.w}, {c.c, c.cout, c.k, c.k}, {c.cout}}, .lo = -1, .hi = 1,
+                            .shape = {{c.n, c.c, c.h, c.w}, {c.c, c.cout / c.g, c.k, c.k}, {c.cout}}, .lo = -1, .hi = 1,
                             .setup = convt_setup, .teardown = convt_teardown, .build = convt_build,
                             .reference = convt_ref, .user = &c, .fwd_rtol = 1e-5, .grad_rtol = 1e-4,
                             .grad_atol = 1e-5};
@@ -214,7 +219,7 @@ static void test_conv_transpose2d_layer(void **state)
     dpt_ctx *ctx = test_ctx(1, 5);
     dpt_model *m = dpt_model_new(ctx, "t", NULL);
     dpt_shape3 shape = {1, 7, 7};
-    dpt_conv_transpose2d_new(m, "bad", &shape, 2, 3, 2, 0, 2, true); /* output_padding 2 >= stride 2 */
+    dpt_conv_transpose2d_new(m, "bad", &shape, 2, 3, 2, 0, 2, 1, 1, true); /* output_padding 2 >= stride 2 */
     const char *e = dpt_model_error(m);
     assert_non_null(e);
     assert_non_null(strstr(e, "conv_transpose2d bad"));
@@ -222,14 +227,20 @@ static void test_conv_transpose2d_layer(void **state)
     dpt_model_free(m);
     m = dpt_model_new(ctx, "t", NULL);
     shape = (dpt_shape3){1, 1, 1};
-    dpt_conv_transpose2d_new(m, "tiny", &shape, 1, 1, 1, 1, 0, false); /* (1 - 1) 1 - 2 + 1 = -1 */
+    dpt_conv_transpose2d_new(m, "tiny", &shape, 1, 1, 1, 1, 0, 1, 1, false); /* (1 - 1) 1 - 2 + 1 = -1 */
     assert_non_null(dpt_model_error(m));
     assert_non_null(strstr(dpt_model_error(m), "leaves no output"));
+    dpt_model_free(m);
+    m = dpt_model_new(ctx, "t", NULL);
+    shape = (dpt_shape3){6, 4, 4};
+    dpt_conv_transpose2d_new(m, "grouped", &shape, 4, 3, 1, 0, 0, 1, 4, true); /* 6 in-channels in 4 groups */
+    assert_non_null(dpt_model_error(m));
+    assert_non_null(strstr(dpt_model_error(m), "groups 4"));
     dpt_model_free(m);
     /* DCGAN's doubling; FLOPs a sample: 2 x the input's elements (3 x 4 x 4) x out k k (2 x 16) */
     m = dpt_model_new(ctx, "t", NULL);
     shape = (dpt_shape3){3, 4, 4};
-    dpt_conv_transpose2d *up = dpt_conv_transpose2d_new(m, "up", &shape, 2, 4, 2, 1, 0, true);
+    dpt_conv_transpose2d *up = dpt_conv_transpose2d_new(m, "up", &shape, 2, 4, 2, 1, 0, 1, 1, true);
     assert_null(dpt_model_error(m));
     assert_true(fabs(dpt_model_flops(m) - 2.0 * 48 * 32) < 1e-6);
     assert_int_equal(shape.c, 2), assert_int_equal(shape.h, 8), assert_int_equal(shape.w, 8);

@@ -409,7 +409,7 @@ typedef struct layer_case {
     int64_t n, c, h, w;
     char kind; /* 'c' conv2d, 't' transposed conv2d, 'b' batch norm (training), 'e' batch norm (eval),
                 * 'i' batch norm (eval, no gradients: cuDNN's inference path), 'm' max, 'a' avg, 'g' global */
-    int64_t out, k, stride, pad, dil, groups; /* 't': dil is the output_padding */
+    int64_t out, k, stride, pad, dil, groups; /* 't': dil is the output_padding (dilation 1) */
     bool bias_or_affine;
     double rtol;
     double atol; /* 0: 1e-5 */
@@ -433,8 +433,8 @@ static layer_run run_layer(dpt_ctx *ctx, const layer_case *lc, const float *x_ho
         lr.layer = dpt_conv2d_new(lr.model, "conv", &shape, lc->out, lc->k, lc->stride, lc->pad, lc->dil,
                                   lc->groups, lc->bias_or_affine);
     else if (lc->kind == 't')
-        lr.layer = dpt_conv_transpose2d_new(lr.model, "up", &shape, lc->out, lc->k, lc->stride, lc->pad, lc->dil,
-                                            lc->bias_or_affine);
+        lr.layer = dpt_conv_transpose2d_new(lr.model, "up", &shape, lc->out, lc->k, lc->stride, lc->pad, lc->dil, 1,
+                                            lc->groups, lc->bias_or_affine);
     else if (lc->kind == 'b' || lc->kind == 'e' || lc->kind == 'i')
         lr.layer = dpt_batchnorm_new(lr.model, "bn", &shape, 0.1f, 1e-5f, lc->bias_or_affine, false);
     assert_null(dpt_model_error(lr.model));
@@ -653,6 +653,7 @@ static const layer_case fp32_cases[] = {
     {"conv depthwise", 2, 8, 6, 6, 'c', 8, 3, 1, 1, 1, 8, false, 1e-3, 0},
     {"conv_transpose 4x4 stride 2 pad 1", 2, 8, 5, 5, 't', 4, 4, 2, 1, 0, 1, true, 1e-3, 0},
     {"conv_transpose 3x3 stride 2 output_padding 1", 3, 3, 4, 6, 't', 16, 3, 2, 1, 1, 1, false, 1e-3, 0},
+    {"conv_transpose groups 2", 2, 4, 4, 4, 't', 6, 4, 2, 1, 0, 2, true, 1e-3, 0},
     {"batchnorm train affine", 8, 6, 5, 5, 'b', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
     {"batchnorm train plain", 4, 3, 7, 3, 'b', 0, 0, 0, 0, 0, 0, false, 1e-4, 0},
     {"batchnorm eval", 4, 6, 5, 5, 'e', 0, 0, 0, 0, 0, 0, true, 1e-4, 0},
