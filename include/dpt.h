@@ -486,6 +486,10 @@ dpt_tensor *dpt_cross_entropy_targets(dpt_ctx *ctx, dpt_tensor *logits, dpt_tens
 /* Mean squared error: the mean over every value of (output - target)^2 (the same number of
  * values; torch.nn.MSELoss). */
 dpt_tensor *dpt_mse_loss(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target);
+/* Binary cross-entropy of logits against float targets in [0, 1] (the same number of values;
+ * torch.nn.BCEWithLogitsLoss, mean): -(t log sigmoid(x) + (1 - t) log sigmoid(-x)) averaged;
+ * stable for any logit, gradient (sigmoid(x) - t) / count. Multi-label heads, images in [0, 1]. */
+dpt_tensor *dpt_bce_with_logits(dpt_ctx *ctx, dpt_tensor *logits, dpt_tensor *target);
 /* Number of rows whose arg-max equals the label (no gradient). */
 int64_t dpt_count_correct(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels);
 /* The same two with labels already in device memory (a loader batch's device_labels): nothing

@@ -2,6 +2,8 @@
  * backward against central finite differences, over many shapes (1-sized and odd dims). */
 #include "tests/testutil.h"
 
+#include "runtime/tensor.h"
+
 /* ---------------------------------------------------------------- linear */
 
 typedef struct linear_case {
@@ -471,6 +473,59 @@ static void test_cross_entropy_stable(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- binary cross-entropy */
+
+/* Both the logits and the targets are inputs (the gradient of the mean over both checked); the
+ * targets stay in [0, 1] under the central differences' small steps. */
+static dpt_tensor *bce_build(dpt_ctx *ctx, dpt_tensor **in, void *user)
+{
+    (void)user;
+    return dpt_bce_with_logits(ctx, in[0], in[1]);
+}
+
+static void bce_ref(const double *const *in, double *out, void *user)
+{
+    const int64_t n = *(const int64_t *)user;
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++) { /* torch's formula: max(x, 0) - x t + log(1 + exp(-|x|)) */
+        double x = in[0][i], t = in[1][i];
+        total += (x > 0 ? x : 0) - x * t + log1p(exp(-fabs(x)));
+    }
+    out[0] = total / (double)n;
+}
+
+static void test_bce_with_logits(void **state)
+{
+    (void)state;
+    const int64_t shapes[][3] = {{1, 1, 1}, {4, 3, 1}, {2, 3, 5}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t n = shapes[s][0] * shapes[s][1] * shapes[s][2];
+        gradcheck gc = {.n_in = 2, .ndim = {3, 3}, .shape = {{shapes[s][0], shapes[s][1], shapes[s][2]},
+                                                              {shapes[s][0], shapes[s][1], shapes[s][2]}},
+                        .lo = 0.05f, .hi = 0.95f, .build = bce_build, .reference = bce_ref, .user = &n,
+                        .fwd_rtol = 1e-5, .grad_rtol = 1e-4, .grad_atol = 1e-6};
+        run_gradcheck("bce_with_logits", &gc, 530 + s);
+    }
+    /* logits far out (no overflow: the loss is |x| where the target disagrees) and exactly 0,
+     * where the gradient is (1/2 - t) / n: a max/abs form gives -t / n there */
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_tensor *x = dpt_tensor_new(ctx, 1, (int64_t[]){4}), *t = dpt_tensor_new(ctx, 1, (int64_t[]){4});
+    float xv[4] = {1000.0f, -1000.0f, 0.0f, 0.0f}, tv[4] = {0.0f, 0.0f, 1.0f, 0.25f};
+    dpt_tensor_copy_from_host(x, xv), dpt_tensor_copy_from_host(t, tv);
+    x->requires_grad = true;
+    float loss = dpt_tensor_item(dpt_bce_with_logits(ctx, x, t)); /* (1000 + 0 + 2 log 2) / 4 */
+    assert_true(fabs(loss - (1000.0 + 2.0 * log(2.0)) / 4.0) < 1e-3);
+    dpt_backward(ctx, dpt_bce_with_logits(ctx, x, t));
+    float g[4];
+    dpt_tensor_copy_to_host(dpt_tensor_grad(x), g);
+    const double want[4] = {0.25, 0.0, (0.5 - 1.0) / 4, (0.5 - 0.25) / 4};
+    for (int i = 0; i < 4; i++)
+        if (fabs(g[i] - want[i]) > 1e-6) fail_msg("bce gradient [%d]: %g, want %g", i, g[i], want[i]);
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x), dpt_tensor_free(t);
+    dpt_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- a composed graph */
 
 typedef struct mlp_case {
@@ -552,7 +607,7 @@ int main(void)
         cmocka_unit_test(test_linear),        cmocka_unit_test(test_activations),
         cmocka_unit_test(test_binary),        cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_cross_entropy_stable),
-        cmocka_unit_test(test_composed),
+        cmocka_unit_test(test_bce_with_logits), cmocka_unit_test(test_composed),
     };
     return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }
