@@ -5,7 +5,8 @@
  * classifier's row has the sample's index, its name where the data has one (a folder's
  * relative path), its label, and the K most likely classes with their softmax probabilities,
  * most likely first (a language model: the next token after the sequence, against the
- * sequence's last target); any other task's row has the target and the model's values. */
+ * sequence's last target); any other task's row has the target and the model's values (a
+ * bce_with_logits task's as probabilities, p0..: each logit's sigmoid). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,7 @@ bool dpt_predict_run(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader, const d
     dpt_task task;
     if (!dpt_task_resolve(model, ds, &task, err)) return false;
     bool classifier = !strcmp(task.loss, "cross_entropy");
+    bool probabilities = !strcmp(task.loss, "bce_with_logits"); /* each value's sigmoid, as the loss reads it */
     bool unlabelled = ds->unlabelled; /* --input */
     dpt_atomic_file af;
     if (!dpt_atomic_file_open(&af, o->out, err)) return false;
@@ -99,7 +101,7 @@ bool dpt_predict_run(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader, const d
                 for (int j = 0; j < (int)(dpt_tensor_numel(tgt) / B); j++)
                     fprintf(f, ",target%d", j);
                 for (int j = 0; j < n; j++)
-                    fprintf(f, ",value%d", j);
+                    fprintf(f, probabilities ? ",p%d" : ",value%d", j);
             }
             fputc('\n', f);
         }
@@ -112,7 +114,7 @@ bool dpt_predict_run(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader, const d
             dpt_tensor_copy_to_host(dpt_softmax(ctx, out), host);
             dpt_tensor_copy_to_host_i32(tgt, labels);
         } else {
-            dpt_tensor_copy_to_host(out, host);
+            dpt_tensor_copy_to_host(probabilities ? dpt_unary(ctx, DPT_UNARY_SIGMOID, out) : out, host);
             dpt_tensor_copy_to_host(tgt, target);
         }
         for (int64_t b = 0; b < B; b++, index++) {

@@ -35,6 +35,25 @@ static dpt_model *crashy_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, i
     return model;
 }
 
+/* A multi-label head of a program's own: 2 logits from the regression source's 16 x values,
+ * trained with bce_with_logits against its y (2 values a sample). */
+static dpt_tensor *multilabel_forward(dpt_model *model, dpt_ctx *ctx, const dpt_batch *batch)
+{
+    return dpt_affine(ctx, dpt_batch_get(batch, "x"), dpt_model_param_at(model, 0), dpt_model_param_at(model, 1));
+}
+
+static dpt_model *multilabel_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dataset *data, dpt_error *err)
+{
+    dpt_model *model = dpt_model_new(ctx, "multilabel", NULL);
+    dpt_init_normal(ctx, dpt_model_param(model, "head.weight", 2, (int64_t[]){2, 16}), 0.5f);
+    dpt_model_param(model, "head.bias", 1, (int64_t[]){2});
+    dpt_model_set_batch_forward(model, multilabel_forward);
+    dpt_model_set_task(model, &(dpt_task){.loss = "bce_with_logits", .target = "y"});
+    (void)cfg, (void)data, (void)err;
+    return model;
+}
+static const dpt_model_impl multilabel_impl = {.build = multilabel_build};
+
 static const dpt_config_key toy_keys[] = {
     {NULL, "toy_width", DPT_KEY_INT, "4", 1, 64, NULL, "units", 0},
     {NULL, "toy_mode", DPT_KEY_ENUM, "fast", 1, 0, "fast|exact", "how", 0},
@@ -91,6 +110,9 @@ static void test_registered_model_and_keys(void **state)
     (void)state;
     assert_true(dpt_register_model("toy", toy_build));
     assert_true(dpt_register_model("crashy", crashy_build));
+    const dpt_registration multilabel = {DPT_KIND_MODEL, "multilabel", "2 logits from x, bce_with_logits", NULL, 0,
+                                         &multilabel_impl};
+    assert_true(dpt_register(&multilabel));
     assert_true(dpt_register_config_keys("toy", toy_keys, 4));
     /* the INI reads them like built-in keys; defaults fill the rest */
     const char *ini = "[model]\nname = toy\ntoy_width = 7\n[toy_data]\nnoise = 0.25\n";
@@ -198,6 +220,76 @@ static void test_crash_report(void **state)
     assert_contains(xml, "</testsuites>\n");
 }
 
+static char bce_dir[] = "/tmp/dpt_bce_XXXXXX", bce_ini[96], bce_csv[96];
+
+static void bce_child(const char *mode)
+{
+    dup2(2, 1); /* the eval line is on stdout: run_in_child keeps stderr */
+    char dir[128];
+    snprintf(dir, sizeof dir, "checkpoint.dir=%s/ck", bce_dir);
+    char *argv[12] = {"train", bce_ini, "--set", dir, "--set", "train.threads=1"};
+    int n = 6;
+    if (!strcmp(mode, "train")) argv[n++] = "--set", argv[n++] = "train.max_steps=30";
+    else argv[n++] = (char *)mode, argv[n++] = "latest";
+    if (!strcmp(mode, "--predict")) argv[n++] = "--out", argv[n++] = bce_csv;
+    argv[n] = NULL;
+    exit(dpt_train_main(n, argv));
+}
+static void bce_train(void) { bce_child("train"); }
+static void bce_predict(void) { bce_child("--predict"); }
+static void bce_eval(void) { bce_child("--eval"); }
+
+/* A program's model whose task is bce_with_logits: --predict writes each value's probability
+ * (the sigmoid of its logit: p0, p1), and the binary cross-entropy of those rows against their
+ * targets is what --eval reports as the test loss. */
+static void test_bce_predict(void **state)
+{
+    (void)state;
+    assert_non_null(mkdtemp(bce_dir));
+    snprintf(bce_ini, sizeof bce_ini, "%s/m.ini", bce_dir);
+    snprintf(bce_csv, sizeof bce_csv, "%s/p.csv", bce_dir);
+    FILE *f = fopen(bce_ini, "w");
+    fputs("[model]\nname = multilabel\n[data]\nsource = regression\nregression_features = 16\nregression_outputs = 2\n"
+          "test_limit = 256\n[train]\nbatch = 32\n"
+          "eval_batch = 64\nepochs = 1\n[checkpoint]\nfinal = true\n", f);
+    fclose(f);
+    int rc = run_in_child(bce_train, out, sizeof out);
+    if (rc != 0) fail_msg("training: exit %d\n%s", rc, out);
+    assert_contains(out, "loss bce_with_logits");
+    rc = run_in_child(bce_predict, out, sizeof out);
+    if (rc != 0) fail_msg("--predict: exit %d\n%s", rc, out);
+    rc = run_in_child(bce_eval, out, sizeof out);
+    if (rc != 0) fail_msg("--eval: exit %d\n%s", rc, out);
+    const char *at = strstr(out, "test loss ");
+    assert_non_null(at);
+    double eval_loss = atof(at + strlen("test loss "));
+    f = fopen(bce_csv, "r");
+    assert_non_null(f);
+    char line[1024];
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_string_equal(line, "index,target0,target1,p0,p1\n");
+    double total = 0;
+    int rows = 0;
+    while (fgets(line, sizeof line, f)) {
+        double t[2], p[2];
+        int index;
+        assert_int_equal(sscanf(line, "%d,%lf,%lf,%lf,%lf", &index, &t[0], &t[1], &p[0], &p[1]), 5);
+        for (int j = 0; j < 2; j++) {
+            if (!(p[j] > 0 && p[j] < 1)) fail_msg("row %d: p%d = %g is not a probability", index, j, p[j]);
+            total -= t[j] * log(p[j]) + (1 - t[j]) * log(1 - p[j]);
+        }
+        rows++;
+    }
+    fclose(f);
+    assert_int_equal(rows, 256);
+    double csv_loss = total / (2.0 * rows);
+    if (fabs(csv_loss - eval_loss) > 1e-3 * (1 + eval_loss)) /* --eval prints 4 decimals */
+        fail_msg("the CSV's binary cross-entropy %.6f, --eval's test loss %.6f", csv_loss, eval_loss);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", bce_dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -205,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_registered_model_and_keys),
         cmocka_unit_test(test_registration_after_a_config_refused),
         cmocka_unit_test(test_crash_report),
+        cmocka_unit_test(test_bce_predict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
