@@ -89,8 +89,8 @@ dpt_conv_transpose2d *dpt_conv_transpose2d_new(dpt_model *model, const char *nam
 }
 
 /* The convolution this one is the data gradient of: its x has the output's shape (n, out, oh,
- * ow), its y the input's (n, in, h, w), its weight (in, out, k, k). Read in F32, x's layout the
- * one its conv2d_io answers. */
+ * ow), its y the input's (n, in, h, w), its weight (in, out / groups, k, k). Read in F32, x's
+ * layout the one its conv2d_io answers. */
 static dpt_conv_shape inverse_of(const dpt_conv_transpose2d *l, int64_t n, int64_t h, int64_t w, dpt_layout x_layout)
 {
     return (dpt_conv_shape){.n = n,

@@ -118,7 +118,7 @@ void dpt_cpu_conv2d_fwd(dpt_ctx *ctx, const dpt_conv_shape *s, const float *x, c
     float *cols = pointwise ? NULL : scratch_get(ctx, &sc, (size_t)(threads * col_size));
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t i = 0; i < s->n; i++) {
-        const float *xi = x ? x + i * s->c_in * s->h * s->w : NULL; /* read for dw only: NULL without */
+        const float *xi = x + i * s->c_in * s->h * s->w;
         float *col = pointwise ? (float *)xi : cols + (int64_t)omp_get_thread_num() * col_size;
         if (!pointwise) im2col(s, xi, col);
         float *yi = y + i * s->c_out * ohw;
