@@ -61,6 +61,7 @@ const char *dpt_dataset_sample_name(const dpt_dataset *ds, int64_t index)
 
 const char *dpt_dataset_class_name(const dpt_dataset *ds, int label)
 {
+    if (ds->class_names && label >= 0 && label < ds->num_classes) return ds->class_names[label];
     if (!ds->files || label < 0 || label >= ds->files->nclasses) return NULL;
     return ds->files->classes[label];
 }

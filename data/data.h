@@ -17,6 +17,8 @@ bool dpt_data_open_input(const dpt_config *cfg, const char *path, const dpt_data
 
 /* The --input readers (folder.c keeps its own in folder.h). */
 bool dpt_idx_open_input(const char *path, const dpt_dataset *like, dpt_dataset **out, dpt_error *err);
+/* A CSV table's rows: the training file's columns, with or without its targets. */
+bool dpt_csv_open_input(const char *path, const dpt_dataset *like, dpt_dataset **out, dpt_error *err);
 /* A language model's: a token shard, or any file as bytes for a byte-level model; rows of
  * seq_len tokens (the last one the input's last seq_len). */
 bool dpt_tokens_open_input(const char *path, const dpt_dataset *like, dpt_dataset **out, dpt_error *err);

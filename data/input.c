@@ -13,8 +13,9 @@ bool dpt_data_open_input(const dpt_config *cfg, const char *path, const dpt_data
     if (like->files) return dpt_folder_open_input(path, like, out, err);
     if (!strcmp(like->name, "idx")) return dpt_idx_open_input(path, like, out, err);
     if (!strcmp(dpt_config_str(cfg, "data", "source"), "tokens")) return dpt_tokens_open_input(path, like, out, err);
+    if (!strcmp(dpt_config_str(cfg, "data", "source"), "csv")) return dpt_csv_open_input(path, like, out, err);
     return dpt_errorf(err, "--input %s: [data] source = %s has no unlabelled input; --input reads image files for "
-                           "[data] source = folder, an IDX image file for idx and tokens (a shard, or a file's bytes) "
-                           "for tokens\nHINT: --set data.* names another labelled set of this source",
+                           "[data] source = folder, an IDX image file for idx, tokens (a shard, or a file's bytes) "
+                           "for tokens and rows of the training file's columns for csv\nHINT: --set data.* names another labelled set of this source",
                       path, dpt_config_str(cfg, "data", "source"));
 }

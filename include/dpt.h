@@ -852,6 +852,7 @@ typedef struct dpt_dataset {
     void (*free_source)(void *source);
     dpt_task task; /* the data's defaults (images: cross_entropy, accuracy, "img") */
     bool unlabelled; /* samples without labels (--predict --input): every label is 0 */
+    const char *const *class_names; /* num_classes names a source gives its labels (a CSV's), or NULL */
 } dpt_dataset;
 
 /* The fields of a data set (its own, or an image set's "image" and "label"); returns the count. */
