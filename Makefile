@@ -158,7 +158,7 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 TOOL_BINS  := $(patsubst tools/%.c,$(BUILD)/tools/%,$(wildcard tools/*.c))
 
 .PHONY: all deps demo test bench tests benches tools clean format compile_commands summary asan asan-build tsan print-libs \
-        fuzz fuzz-build gpu-bundle gpu-selftest fortunes
+        fuzz fuzz-build gpu-bundle gpu-selftest fortunes digits
 all: summary train tests benches tools
 
 summary:
@@ -338,6 +338,11 @@ fortunes: $(BUILD)/fortunes/train_000000.bin
 $(BUILD)/fortunes/train_000000.bin: $(BUILD)/tools/text_tokens
 	@test -d $(FORTUNES_DIR) || { echo "error: $(FORTUNES_DIR) is missing; HINT: make deps installs Debian's fortunes"; exit 1; }
 	$(BUILD)/tools/text_tokens --val-fraction 0.05 $(BUILD)/fortunes $$(find $(FORTUNES_DIR) -maxdepth 1 -type f ! -name '*.*' | LC_ALL=C sort)
+
+# UCI's handwritten digits as a CSV table, from Debian's python3-sklearn (configs/digits_csv.ini).
+digits: $(BUILD)/digits/digits.csv.gz
+$(BUILD)/digits/digits.csv.gz:
+	@scripts/digits.sh $@
 
 $(BUILD)/tools/%: tools/%.c $(LIB)
 	@mkdir -p $(dir $@)

@@ -41,8 +41,8 @@ static bool read_text(const char *path, char **out, int64_t *len, dpt_error *err
     *out = NULL;
     struct stat st;
     if (stat(path, &st) != 0)
-        return dpt_errorf(err, "cannot open CSV file %s: %s\nHINT: [data] csv_train and csv_test are paths under "
-                               "[data] dir (unless absolute); check both",
+        return dpt_errorf(err, "cannot open CSV file %s: %s\nHINT: [data] csv_train and csv_test are paths from the "
+                               "folder ./train runs in (unless absolute); [data] dir is not used for them",
                           path, strerror(errno));
     if (!S_ISREG(st.st_mode))
         return dpt_errorf(err, "CSV file %s is not a regular file (a folder, FIFO or device)\n" CSV_HINT, path);
@@ -848,12 +848,12 @@ static int header_of(const dpt_config *cfg)
 
 static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
 {
-    const char *dir = dpt_config_str(cfg, "data", "dir"), *train_file = dpt_config_str(cfg, "data", "csv_train"),
-               *test_file = dpt_config_str(cfg, "data", "csv_test");
+    /* paths as given (from the working folder unless absolute), as [data] train of tokens */
+    const char *train_file = dpt_config_str(cfg, "data", "csv_train"), *test_file = dpt_config_str(cfg, "data", "csv_test");
     if (!*train_file)
         return dpt_errorf(err, "%s: [data] source = csv needs [data] csv_train, the CSV file of training rows\n" CSV_HINT,
                           dpt_config_where(cfg, "data", "csv_train"));
-    char *train_path = dpt_data_join(dir, train_file), *test_path = *test_file ? dpt_data_join(dir, test_file) : NULL;
+    char *train_path = dpt_strf("%s", train_file), *test_path = *test_file ? dpt_strf("%s", test_file) : NULL;
     table tt = {0}, vt = {0};
     csv_plan plan = {0};
     csv_set *tr = NULL, *te = NULL;
@@ -985,8 +985,8 @@ static const dpt_data_impl csv_impl = {.open = csv_open};
 
 static const dpt_config_key csv_keys[] = {
     {NULL, "csv_train", DPT_KEY_STRING, "", 0, 0, NULL,
-     "CSV file of the training rows, relative to dir (.gz read through zlib): one row a sample, one column a feature "
-     "or a target",
+     "CSV file of the training rows (a path from the working folder, or absolute; .gz read through zlib): one row a "
+     "sample, one column a feature or a target",
      0},
     {NULL, "csv_test", DPT_KEY_STRING, "", 0, 0, NULL,
      "CSV file of the test rows, with the training file's columns (empty: csv_test_fraction of the training rows "

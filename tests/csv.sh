@@ -39,8 +39,8 @@ check "python writes the tables" $? ""
 
 run=(--set train.epochs=1 --set train.threads=1 --set log.interval=1000 --set checkpoint.every_epochs=0)
 ./train configs/fmnist_mlp.ini "${run[@]}" --set data.train_limit=3000 --set data.test_limit=700 > "$tmp/idx.log" 2>&1
-./train configs/fmnist_mlp.ini "${run[@]}" --set data.source=csv --set data.dir="$tmp" --set data.csv_train=fm_train.csv \
-    --set data.csv_test=fm_test.csv --set data.csv_standardize=false > "$tmp/csv.log" 2>&1
+./train configs/fmnist_mlp.ini "${run[@]}" --set data.source=csv --set data.csv_train="$tmp/fm_train.csv" \
+    --set data.csv_test="$tmp/fm_test.csv" --set data.csv_standardize=false > "$tmp/csv.log" 2>&1
 a=$(sha < "$tmp/idx.log") b=$(sha < "$tmp/csv.log")
 [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "x (784), label () int target | 10 classes" "$tmp/csv.log"
 check "Fashion-MNIST as CSV trains the same weights as its IDX files" $? "idx $a, csv $b; $(tail -2 "$tmp/csv.log")"
@@ -54,8 +54,7 @@ name = mlp
 hidden = 32
 [data]
 source = csv
-dir = $tmp
-csv_train = blobs.csv
+csv_train = $tmp/blobs.csv
 csv_target = kind
 csv_exclude = id, date
 csv_test_fraction = 0.25
@@ -111,10 +110,10 @@ fi
 
 ./train "$tmp/blobs.ini" --set data.csv_train=nosuch.csv --set checkpoint.dir="$tmp/ck3" > "$tmp/e1.log" 2>&1
 rc=$?
-[ $rc -eq 1 ] && grep -q "cannot open CSV file $tmp/nosuch.csv" "$tmp/e1.log" && grep -q HINT "$tmp/e1.log"
+[ $rc -eq 1 ] && grep -q "cannot open CSV file nosuch.csv" "$tmp/e1.log" && grep -q HINT "$tmp/e1.log"
 check "a missing file: named, with a HINT, exit 1" $? "rc $rc: $(cat "$tmp/e1.log")"
 printf 'a,b,kind\n1,2,x\n3,4\n' > "$tmp/ragged.csv"
-./train "$tmp/blobs.ini" --set data.csv_train=ragged.csv --set data.csv_exclude= --set checkpoint.dir="$tmp/ck3" > "$tmp/e2.log" 2>&1
+./train "$tmp/blobs.ini" --set data.csv_train="$tmp/ragged.csv" --set data.csv_exclude= --set checkpoint.dir="$tmp/ck3" > "$tmp/e2.log" 2>&1
 rc=$?
 [ $rc -eq 1 ] && grep -q "ragged.csv: line 3 has 2 cells, and line 1 has 3" "$tmp/e2.log"
 check "a ragged row: file and line, exit 1" $? "rc $rc: $(cat "$tmp/e2.log")"

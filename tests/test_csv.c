@@ -11,18 +11,20 @@
 #include "tests/testutil.h"
 #include "data/data.h"
 
-static char tmpdir[256];
+static char tmpdir[256], home[4096];
 
+/* The tests run in a folder of their own: the source reads paths from the working folder. */
 static int make_tmpdir(void **state)
 {
     (void)state;
-    return test_mkdtemp(tmpdir, sizeof tmpdir, "dpt_test_csv");
+    if (!getcwd(home, sizeof home) || test_mkdtemp(tmpdir, sizeof tmpdir, "dpt_test_csv")) return -1;
+    return chdir(tmpdir);
 }
 
 static int remove_tmpdir(void **state)
 {
     (void)state;
-    return test_rmrf(tmpdir);
+    return chdir(home) || test_rmrf(tmpdir);
 }
 
 /* tmpdir/name holding n bytes of text (gzip-compressed when gz); its path. */
@@ -55,9 +57,7 @@ static const char *put_text(const char *name, const char *text)
 static bool open_sets(const char *const *sets, int n, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
 {
     dpt_config *cfg = dpt_config_defaults();
-    char dir[300];
-    snprintf(dir, sizeof dir, "data.dir=%s", tmpdir);
-    if (!dpt_config_set(cfg, "data.source=csv", err) || !dpt_config_set(cfg, dir, err)) fail_msg("%s", err->msg);
+    if (!dpt_config_set(cfg, "data.source=csv", err)) fail_msg("%s", err->msg);
     for (int i = 0; i < n; i++)
         if (!dpt_config_set(cfg, sets[i], err)) fail_msg("%s", err->msg);
     bool ok = dpt_data_open(cfg, train, test, err);
