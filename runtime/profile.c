@@ -159,10 +159,10 @@ void dpt_profile_print(const dpt_profile *p, FILE *out, int rows, double step_s,
         in_layers += e[i].fwd_s + e[i].bwd_s;
     fprintf(out, "layers | %d with parameters: %.1f ms a step; ops without parameters %.1f ms\n", p->layers.n,
             1e3 * in_layers / (double)steps, 1e3 * (ops - in_layers) / (double)steps);
-    fprintf(out, "%-24s %-14s %10s %12s %12s %12s %7s\n", "layer", "op", "calls/step", "forward ms", "backward ms",
+    fprintf(out, "%-24s %-16s %10s %12s %12s %12s %7s\n", "layer", "op", "calls/step", "forward ms", "backward ms",
             "total ms", "share");
     for (int i = 0; i < p->layers.n && i < rows; i++)
-        fprintf(out, "%-24s %-14s %10.1f %12.3f %12.3f %12.3f %6.1f%%\n", e[i].layer, e[i].op,
+        fprintf(out, "%-24s %-16s %10.1f %12.3f %12.3f %12.3f %6.1f%%\n", e[i].layer, e[i].op,
                 (double)e[i].calls / (double)steps, 1e3 * e[i].fwd_s / (double)steps, 1e3 * e[i].bwd_s / (double)steps,
                 1e3 * (e[i].fwd_s + e[i].bwd_s) / (double)steps, 100.0 * (e[i].fwd_s + e[i].bwd_s) / whole);
     if (p->layers.n > rows) fprintf(out, "(%d more layers)\n", p->layers.n - rows);

@@ -87,7 +87,7 @@ static void table_row(rows *tb, const dpt_node *n, double flops)
     else
         snprintf(count, sizeof count, "%lld%s", (long long)params, tied ? "+tied" : "");
     tb->params += params;
-    fprintf(tb->out, "%-14s %-28s %-20s %12s %12.2f\n", n->op, layer ? layer : "-", shape, count, flops / 1e6);
+    fprintf(tb->out, "%-16s %-28s %-20s %12s %12.2f\n", n->op, layer ? layer : "-", shape, count, flops / 1e6);
 }
 
 void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, const dpt_task *task, bool table,
@@ -119,7 +119,7 @@ void dpt_model_trace(dpt_ctx *ctx, dpt_model *model, const dpt_dataset *data, co
     ctx->ckpt_off = ckpt_off;
     rows tb = {.out = print};
     if (print)
-        fprintf(print, "%-14s %-28s %-20s %12s %12s\n", "op", "layer", "output (batch 1)", "params", "MFLOP");
+        fprintf(print, "%-16s %-28s %-20s %12s %12s\n", "op", "layer", "output (batch 1)", "params", "MFLOP");
     for (int i = first; i < ctx->tape.nnodes; i++) {
         const dpt_node *n = &ctx->tape.nodes[i];
         double flops = node_flops(n);

@@ -190,7 +190,10 @@ void print_header(const trainer *t)
     char shape[256];
     const dpt_dataset *ds = t->train_set;
     if (!ds->nfields) {
-        snprintf(shape, sizeof shape, "%dx%dx%d | %d classes", (int)ds->c, (int)ds->h, (int)ds->w, ds->num_classes);
+        if (!strcmp(t->task.loss, "cross_entropy"))
+            snprintf(shape, sizeof shape, "%dx%dx%d | %d classes", (int)ds->c, (int)ds->h, (int)ds->w, ds->num_classes);
+        else /* a model's own task on images (an autoencoder's mse): the labels are not what it learns */
+            snprintf(shape, sizeof shape, "%dx%dx%d | loss %s", (int)ds->c, (int)ds->h, (int)ds->w, t->task.loss);
     } else { /* the fields and the task: "x (16) | y (1) target | loss mse" */
         size_t used = 0;
         for (int f = 0; f < ds->nfields && used < sizeof shape; f++) {
