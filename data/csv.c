@@ -229,17 +229,23 @@ static const char *not_number_why(const char *s)
 
 /* ---------------------------------------------------------------- one file as a table */
 
+/* A file read as far as its header: the text, the reader at the first row not yet read, the
+ * header's names (or NULL) and the data rows read ahead to decide it. */
 typedef struct table {
-    int64_t rows, cols;
     char *text;
-    char **cell;   /* rows x cols, into text */
-    int64_t *line; /* each row's first line */
-    char **names;  /* the header's cells, or NULL */
+    reader r;
+    const char *path;
+    int64_t cols, first_line;
+    uint64_t hash;      /* of the file's bytes */
+    char **names;       /* cols cells, into text, or NULL */
+    char **ahead[2];    /* data rows read ahead (cols cells each) */
+    int64_t ahead_line[2];
+    int nahead, taken;
 } table;
 
 static void table_free(table *t)
 {
-    free(t->text), free(t->cell), free(t->line), free(t->names);
+    free(t->text), free(t->r.cells), free(t->names), free(t->ahead[0]), free(t->ahead[1]);
     memset(t, 0, sizeof *t);
 }
 
@@ -260,61 +266,88 @@ static char sniff_delimiter(const char *p, const char *end)
     return cand[best];
 }
 
-/* Read path into t. *delim: 0 to sniff it (then set). header: 0 auto, 1 yes, 2 no. */
-static bool table_read(const char *path, char *delim, int header, table *t, dpt_error *err)
+static bool ragged(const table *t, int64_t line, int64_t n, dpt_error *err)
+{
+    return dpt_errorf(err, "%s: line %lld has %lld cells, and line %lld has %lld\nHINT: every row needs the same "
+                           "columns; a cell holding the delimiter must be quoted (\"a, b\")",
+                      t->path, (long long)line, (long long)n, (long long)t->first_line, (long long)t->cols);
+}
+
+static char **copy_cells(const reader *r, int64_t n)
+{
+    char **c = malloc((size_t)n * sizeof *c);
+    if (!c) dpt_fatal("out of host memory for a CSV row");
+    return memcpy(c, r->cells, (size_t)n * sizeof *c);
+}
+
+/* Open path: its text, and its first rows as far as the header decision. *delim: 0 to sniff it
+ * (then set). header: 0 auto, 1 yes, 2 no. */
+static bool table_open(const char *path, char *delim, int header, table *t, dpt_error *err)
 {
     memset(t, 0, sizeof *t);
-    int64_t len = 0;
+    t->path = path;
+    int64_t len = 0, line = 0, line2 = 0;
     if (!read_text(path, &t->text, &len, err)) return false;
+    t->hash = dpt_hash_bytes(DPT_HASH_SEED, t->text, (size_t)len);
     if (!*delim) *delim = sniff_delimiter(t->text, t->text + len);
-    reader r;
-    reader_init(&r, t->text, len, *delim, path);
-    int64_t cap = 0, line, n;
-    bool ok = true;
-    while ((n = next_record(&r, &line, err)) > 0) {
-        if (!t->cols) t->cols = n;
-        if (n != t->cols) {
-            ok = dpt_errorf(err, "%s: line %lld has %lld cells, and line %lld has %lld\nHINT: every row needs the same "
-                                 "columns; a cell holding the delimiter must be quoted (\"a, b\")",
-                            path, (long long)line, (long long)n, (long long)t->line[0], (long long)t->cols);
-            break;
-        }
-        if (t->rows == cap) {
-            cap = cap ? 2 * cap : 1024;
-            int64_t cells;
-            if (__builtin_mul_overflow(cap, t->cols, &cells) || cells > CSV_MAX_BYTES) dpt_fatal("CSV table too large");
-            char **cell = realloc(t->cell, (size_t)cells * sizeof *cell);
-            int64_t *lines = realloc(t->line, (size_t)cap * sizeof *lines);
-            if (!cell || !lines) dpt_fatal("out of host memory for the CSV file %s", path);
-            t->cell = cell, t->line = lines;
-        }
-        memcpy(t->cell + t->rows * t->cols, r.cells, (size_t)n * sizeof *r.cells);
-        t->line[t->rows++] = line;
+    reader_init(&t->r, t->text, len, *delim, path);
+    char **first = NULL, **second = NULL;
+    int64_t n = next_record(&t->r, &line, err);
+    if (n <= 0) {
+        if (n == 0) dpt_errorf(err, "CSV file %s holds no rows\n" CSV_HINT, path);
+        goto fail;
     }
-    free(r.cells);
-    if (n < 0) ok = false;
-    if (ok && !t->rows) ok = dpt_errorf(err, "CSV file %s holds no rows\n" CSV_HINT, path);
-    if (ok && header == 0) { /* auto: a column whose first cell is a name and whose second a number
-                              * (a lone row: names in every cell) */
+    t->cols = n, t->first_line = line;
+    first = copy_cells(&t->r, n);
+    n = next_record(&t->r, &line2, err);
+    if (n < 0 || (n > 0 && n != t->cols)) {
+        if (n > 0) ragged(t, line2, n, err);
+        goto fail;
+    }
+    if (n > 0) second = copy_cells(&t->r, n);
+    if (header == 0) { /* auto: a column whose first cell is a name and whose second a number (a
+                        * lone row: names in every cell) */
         double v;
         int64_t names = 0;
         for (int64_t j = 0; j < t->cols; j++) {
-            bool name = !cell_number(t->cell[j], &v) && t->cell[j][strspn(t->cell[j], " \t")];
+            bool name = !cell_number(first[j], &v) && first[j][strspn(first[j], " \t")];
             names += name;
-            if (name && t->rows > 1 && cell_number(t->cell[t->cols + j], &v)) header = 1;
+            if (name && second && cell_number(second[j], &v)) header = 1;
         }
-        if (t->rows == 1 && names == t->cols) header = 1;
+        if (!second && names == t->cols) header = 1;
     }
-    if (ok && header == 1) {
-        t->names = malloc((size_t)t->cols * sizeof *t->names);
-        if (!t->names) dpt_fatal("out of host memory");
-        memcpy(t->names, t->cell, (size_t)t->cols * sizeof *t->names);
-        memmove(t->cell, t->cell + t->cols, (size_t)((t->rows - 1) * t->cols) * sizeof *t->cell);
-        memmove(t->line, t->line + 1, (size_t)(t->rows - 1) * sizeof *t->line);
-        if (!--t->rows) ok = dpt_errorf(err, "CSV file %s holds a header and no rows\n" CSV_HINT, path);
+    if (header == 1) {
+        if (!second) {
+            dpt_errorf(err, "CSV file %s holds a header and no rows\n" CSV_HINT, path);
+            goto fail;
+        }
+        t->names = first;
+        t->ahead[0] = second, t->ahead_line[0] = line2, t->nahead = 1;
+    } else {
+        t->ahead[0] = first, t->ahead_line[0] = line, t->nahead = 1;
+        if (second) t->ahead[1] = second, t->ahead_line[1] = line2, t->nahead = 2;
     }
-    if (!ok) table_free(t);
-    return ok;
+    return true;
+fail:
+    free(first), free(second);
+    table_free(t);
+    return false;
+}
+
+/* The next data row's cells (cols of them); NULL at the end, or with *failed and err. */
+static char **table_next(table *t, int64_t *line, bool *failed, dpt_error *err)
+{
+    *failed = false;
+    if (t->taken < t->nahead) {
+        *line = t->ahead_line[t->taken];
+        return t->ahead[t->taken++];
+    }
+    int64_t n = next_record(&t->r, line, err);
+    if (n == 0) return NULL;
+    if (n > 0 && n == t->cols) return t->r.cells;
+    if (n > 0) ragged(t, *line, n, err);
+    *failed = true;
+    return NULL;
 }
 
 /* ---------------------------------------------------------------- the data set */
@@ -533,24 +566,90 @@ static bool plan_columns(const dpt_config *cfg, const table *t, const char *path
     return true;
 }
 
-/* A column's name for messages: its header name, or its index. */
-static const char *col_name(const csv_plan *p, int64_t j, char *buf, size_t size)
+/* The rows a file holds, as a plan reads them (features and targets as floats, a classifier's
+ * label cells as text until the classes are known). */
+typedef struct rows {
+    int64_t n, cap;
+    float *x, *y;  /* n x features, n x ntargets (regression) */
+    char **label;  /* n: classification's label cells (into the table's text; NULL: none) */
+    int64_t *line; /* n: each row's first line */
+} rows;
+
+static void rows_free(rows *r)
 {
-    if (p->names)
-        snprintf(buf, size, "%lld ('%.40s%s')", (long long)j, p->names[j], strlen(p->names[j]) > 40 ? "..." : "");
-    else
-        snprintf(buf, size, "%lld", (long long)j);
-    return buf;
+    free(r->x), free(r->y), free(r->label), free(r->line);
+    memset(r, 0, sizeof *r);
 }
 
-static bool bad_cell(const csv_plan *p, const table *t, const char *path, int64_t row, int64_t j, dpt_error *err)
+static void rows_reserve(rows *r, const csv_plan *p, const char *path)
 {
-    char name[96];
-    const char *s = t->cell[row * t->cols + j];
-    return dpt_errorf(err, "%s: line %lld, column %s: " CELL_FMT " is %s\nHINT: every feature%s cell must be a number; "
-                           "fill or drop the rows with missing values, or leave the column out with [data] csv_exclude",
-                      path, (long long)t->line[row], col_name(p, j, name, sizeof name), CELL_ARG(s), not_number_why(s),
+    if (r->n < r->cap) return;
+    int64_t cap = r->cap ? 2 * r->cap : 1024, values;
+    if (__builtin_mul_overflow(cap, p->features > p->ntargets ? p->features : p->ntargets, &values) ||
+        values > CSV_MAX_BYTES)
+        dpt_fatal("%s: more than %lld values: not a table this reader holds", path, (long long)CSV_MAX_BYTES);
+    float *x = realloc(r->x, (size_t)(cap * p->features) * sizeof *x);
+    if (x) r->x = x;
+    int64_t *line = realloc(r->line, (size_t)cap * sizeof *line);
+    if (line) r->line = line;
+    bool ok = x && line;
+    if (p->classify) {
+        char **label = realloc(r->label, (size_t)cap * sizeof *label);
+        if (label) r->label = label;
+        ok = ok && label;
+    } else {
+        float *y = realloc(r->y, (size_t)(cap * p->ntargets) * sizeof *y);
+        if (y) r->y = y;
+        ok = ok && y;
+    }
+    if (!ok) dpt_fatal("out of host memory for the rows of %s (%lld of them so far)", path, (long long)r->n);
+    r->cap = cap;
+}
+
+static bool bad_cell(const csv_plan *p, const char *path, int64_t line, int64_t j, int64_t c, const char *s,
+                     dpt_error *err)
+{
+    char name[96] = "";
+    if (p->names) snprintf(name, sizeof name, " ('%.40s%s')", p->names[j], strlen(p->names[j]) > 40 ? "..." : "");
+    return dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is %s\nHINT: every feature%s cell must be a "
+                           "number; fill or drop the rows with missing values, or leave the column out with [data] "
+                           "csv_exclude",
+                      path, (long long)line, (long long)c, name, CELL_ARG(s), not_number_why(s),
                       p->classify ? "" : " and target");
+}
+
+/* t's rows into r as p reads them: the plan's column j from the file's column map[j] (NULL: j;
+ * -1: absent, the targets of --input's rows: 0, no label). */
+static bool read_rows(table *t, const csv_plan *p, const int64_t *map, rows *r, dpt_error *err)
+{
+    int64_t line;
+    bool failed;
+    char **cells;
+    while ((cells = table_next(t, &line, &failed, err))) {
+        rows_reserve(r, p, t->path);
+        float *x = r->x + r->n * p->features;
+        double v;
+        for (int64_t j = 0; j < p->cols; j++) {
+            if (!p->is_feature[j]) continue;
+            int64_t c = map ? map[j] : j;
+            if (!cell_number(cells[c], &v) || fabs(v) > FLT_MAX) return bad_cell(p, t->path, line, j, c, cells[c], err);
+            *x++ = (float)v;
+        }
+        for (int k = 0; k < p->ntargets; k++) {
+            int64_t j = p->target[k], c = map ? map[j] : j;
+            if (p->classify) {
+                r->label[r->n] = c < 0 ? NULL : cells[c];
+                continue;
+            }
+            if (c < 0)
+                v = 0;
+            else if (!cell_number(cells[c], &v) || fabs(v) > FLT_MAX)
+                return bad_cell(p, t->path, line, j, c, cells[c], err);
+            r->y[r->n * p->ntargets + k] = (float)v;
+        }
+        r->line[r->n++] = line;
+    }
+    return !failed;
 }
 
 /* Numbers first, in order, then names in byte order: labels "-1" and "1" give classes 0 and 1. */
@@ -564,31 +663,36 @@ static int cmp_class(const void *a, const void *b)
     return strcmp(x, y);
 }
 
-/* The training rows' labels: non-negative integers as they are, or else each distinct cell a
- * class, numbered in sorted order (the plan keeps the names). */
-static bool plan_classes(const dpt_config *cfg, const table *t, const char *path, csv_plan *p, dpt_error *err)
+/* A label cell that is a class index: a non-negative integer below 2^24. */
+static bool class_index(const char *s, int32_t *out)
 {
-    int64_t j = p->target[0];
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno || v < 0 || v >= (1 << 24)) return false;
+    *out = (int32_t)v;
+    return true;
+}
+
+/* The training file's labels: non-negative integers as they are, or else each distinct cell a
+ * class, numbered in sorted order (the plan keeps the names). Every row of the file counts (a
+ * rare class may fall in the held-out rows alone). */
+static bool plan_classes(const dpt_config *cfg, const rows *r, const char *path, csv_plan *p, dpt_error *err)
+{
     bool integers = true;
-    for (int64_t i = 0; i < t->rows && integers; i++) {
-        const char *s = t->cell[i * t->cols + j];
-        char *end;
-        errno = 0;
-        long long v = strtoll(s, &end, 10);
-        integers = end != s && !*end && !errno && v >= 0 && v < (1 << 24);
-    }
+    int32_t v;
+    for (int64_t i = 0; i < r->n && integers; i++)
+        integers = class_index(r->label[i], &v);
     if (integers) return true;
-    int64_t n = 0;
-    char **all = malloc((size_t)t->rows * sizeof *all);
+    char **all = malloc((size_t)(r->n + 1) * sizeof *all);
     if (!all) dpt_fatal("out of host memory");
-    for (int64_t i = 0; i < t->rows; i++)
-        all[n++] = t->cell[i * t->cols + j];
-    qsort(all, (size_t)n, sizeof *all, cmp_class);
+    memcpy(all, r->label, (size_t)r->n * sizeof *all);
+    qsort(all, (size_t)r->n, sizeof *all, cmp_class);
     int64_t distinct = 0;
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < r->n; i++)
         if (!i || cmp_class(&all[i], &all[i - 1])) all[distinct++] = all[i];
     int64_t stated = dpt_config_int(cfg, "data", "classes");
-    if (distinct > (1 << 20) || distinct < 1) {
+    if (distinct > (1 << 20)) {
         free(all);
         return dpt_errorf(err, "%s: the target column holds %lld distinct labels: not a classification\nHINT: a real-"
                                "valued target is [data] csv_task = regression",
@@ -609,98 +713,96 @@ static bool plan_classes(const dpt_config *cfg, const table *t, const char *path
     return true;
 }
 
-/* A label cell's class; -1 with err. */
-static int32_t label_of(const csv_plan *p, const table *t, int64_t col, const char *path, int64_t row, dpt_error *err)
+/* Each row's class (no label cell: 0); NULL with err. */
+static int32_t *row_labels(const csv_plan *p, const rows *r, const char *path, dpt_error *err)
 {
-    const char *s = t->cell[row * t->cols + col];
-    if (p->nclasses) {
-        char *const *hit = bsearch(&s, p->classes, (size_t)p->nclasses, sizeof *p->classes, cmp_class);
-        if (hit) return (int32_t)(hit - p->classes);
-        dpt_errorf(err, "%s: line %lld: label " CELL_FMT " is not one of the %d classes of the training rows\nHINT: "
-                        "every test label must occur among the training labels",
-                   path, (long long)t->line[row], CELL_ARG(s), p->nclasses);
-        return -1;
+    int32_t *out = malloc((size_t)(r->n + 1) * sizeof *out);
+    if (!out) dpt_fatal("out of host memory");
+    for (int64_t i = 0; i < r->n; i++) {
+        const char *s = r->label[i];
+        if (!s) {
+            out[i] = 0;
+        } else if (p->nclasses) {
+            char *const *hit = bsearch(&s, p->classes, (size_t)p->nclasses, sizeof *p->classes, cmp_class);
+            if (!hit) {
+                dpt_errorf(err, "%s: line %lld: label " CELL_FMT " is not one of the %d classes of the training "
+                                "rows\nHINT: every test label must occur among the training labels",
+                           path, (long long)r->line[i], CELL_ARG(s), p->nclasses);
+                free(out);
+                return NULL;
+            }
+            out[i] = (int32_t)(hit - p->classes);
+        } else if (!class_index(s, &out[i])) {
+            dpt_errorf(err, "%s: line %lld: label " CELL_FMT " is not a class index (a non-negative integer)\nHINT: "
+                            "the training file's labels are integers, so these must be too",
+                       path, (long long)r->line[i], CELL_ARG(s));
+            free(out);
+            return NULL;
+        }
     }
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end || errno || v < 0 || v >= (1 << 24)) {
-        dpt_errorf(err, "%s: line %lld: label " CELL_FMT " is not a class index (a non-negative integer)\nHINT: the "
-                        "training file's labels are integers, so these must be too",
-                   path, (long long)t->line[row], CELL_ARG(s));
-        return -1;
-    }
-    return (int32_t)v;
+    return out;
 }
 
-/* The rows of t that take[] selects (all when NULL) as a set, the plan's column j read from t's
- * column map[j] (NULL: j; -1: absent, a target of --input's rows, left 0); NULL with err. */
-static csv_set *make_set(const csv_plan *p, const table *t, const bool *take, const int64_t *map, const char *path,
-                         dpt_error *err)
+static csv_set *new_set(const csv_plan *p, int64_t n)
 {
-    int64_t n = 0;
-    for (int64_t i = 0; i < t->rows; i++)
-        n += !take || take[i];
     csv_set *s = calloc(1, sizeof *s);
     if (!s) dpt_fatal("out of host memory");
     s->n = n, s->features = p->features, s->ntargets = p->ntargets;
-    int64_t values;
-    if (__builtin_mul_overflow(n > 0 ? n : 1, p->features, &values) || values > CSV_MAX_BYTES / 4) {
-        free(s);
-        dpt_errorf(err, "%s: %lld rows x %lld features: more values than memory holds\nHINT: fewer rows "
-                            "or columns (csv_exclude)", path, (long long)n,
-                   (long long)p->features);
-        return NULL;
-    }
-    s->x = malloc((size_t)values * sizeof *s->x);
-    if (p->classify)
+    return s;
+}
+
+/* The rows of r that held[] marks, copied into a set of their own. */
+static csv_set *set_copy(const csv_plan *p, const rows *r, const int32_t *labels, const bool *held)
+{
+    int64_t n = 0;
+    for (int64_t i = 0; i < r->n; i++)
+        n += held[i];
+    csv_set *s = new_set(p, n);
+    s->x = malloc((size_t)(n * p->features + 1) * sizeof *s->x);
+    s->line = malloc((size_t)(n + 1) * sizeof *s->line);
+    if (labels)
         s->labels = malloc((size_t)(n + 1) * sizeof *s->labels);
     else
-        s->y = malloc((size_t)((n + 1) * p->ntargets) * sizeof *s->y);
-    s->line = malloc((size_t)(n + 1) * sizeof *s->line);
-    if (!s->x || (!s->labels && !s->y) || !s->line) dpt_fatal("out of host memory for %s", path);
-    int64_t at = 0;
-    for (int64_t i = 0; i < t->rows; i++) {
-        if (take && !take[i]) continue;
-        char *const *row = t->cell + i * t->cols;
-        float *x = s->x + at * p->features;
-        double v;
-        for (int64_t j = 0; j < p->cols; j++) {
-            if (!p->is_feature[j]) continue;
-            int64_t c = map ? map[j] : j;
-            if (!cell_number(row[c], &v) || fabs(v) > FLT_MAX) {
-                bad_cell(p, t, path, i, c, err);
-                csv_set_free(s);
-                return NULL;
-            }
-            *x++ = (float)v;
-        }
-        if (map && map[p->target[0]] < 0) { /* --input rows without targets */
-            if (p->classify)
-                s->labels[at] = 0;
-            else
-                for (int k = 0; k < p->ntargets; k++)
-                    s->y[at * p->ntargets + k] = 0;
-        } else if (p->classify) {
-            int32_t label = label_of(p, t, map ? map[p->target[0]] : p->target[0], path, i, err);
-            if (label < 0) {
-                csv_set_free(s);
-                return NULL;
-            }
-            s->labels[at] = label;
-        } else {
-            for (int k = 0; k < p->ntargets; k++) {
-                int64_t c = map ? map[p->target[k]] : p->target[k];
-                if (!cell_number(row[c], &v) || fabs(v) > FLT_MAX) {
-                    bad_cell(p, t, path, i, c, err);
-                    csv_set_free(s);
-                    return NULL;
-                }
-                s->y[at * p->ntargets + k] = (float)v;
-            }
-        }
-        s->line[at++] = t->line[i];
+        s->y = malloc((size_t)(n * p->ntargets + 1) * sizeof *s->y);
+    if (!s->x || !s->line || (!s->labels && !s->y)) dpt_fatal("out of host memory");
+    for (int64_t i = 0, at = 0; i < r->n; i++) {
+        if (!held[i]) continue;
+        memcpy(s->x + at * p->features, r->x + i * p->features, (size_t)p->features * sizeof *s->x);
+        if (labels)
+            s->labels[at] = labels[i];
+        else
+            memcpy(s->y + at * p->ntargets, r->y + i * p->ntargets, (size_t)p->ntargets * sizeof *s->y);
+        s->line[at++] = r->line[i];
     }
+    return s;
+}
+
+/* The rows of r that held[] does not mark (all: NULL) as a set made of r's own memory, compacted
+ * in place (r and labels are given up to it). */
+static csv_set *set_steal(const csv_plan *p, rows *r, int32_t *labels, const bool *held)
+{
+    int64_t at = 0;
+    for (int64_t i = 0; i < r->n; i++) {
+        if (held && held[i]) continue;
+        if (at != i) {
+            memmove(r->x + at * p->features, r->x + i * p->features, (size_t)p->features * sizeof *r->x);
+            if (labels)
+                labels[at] = labels[i];
+            else
+                memmove(r->y + at * p->ntargets, r->y + i * p->ntargets, (size_t)p->ntargets * sizeof *r->y);
+            r->line[at] = r->line[i];
+        }
+        at++;
+    }
+    csv_set *s = new_set(p, at);
+    if (!r->x) { /* no rows read (cannot happen past table_open, which needs one) */
+        r->x = malloc(sizeof *r->x), r->line = malloc(sizeof *r->line);
+        if (!r->x || !r->line) dpt_fatal("out of host memory");
+    }
+    s->x = r->x, s->line = r->line, s->labels = labels, s->y = labels ? NULL : r->y;
+    if (labels) free(r->y);
+    free(r->label);
+    memset(r, 0, sizeof *r);
     return s;
 }
 
@@ -814,25 +916,18 @@ static dpt_dataset *make_dataset(const csv_plan *p, csv_set *s, const char *name
 }
 
 /* The test file's columns must be the training file's. */
-static bool same_columns(const csv_plan *p, const table *t, const char *train_path, const char *path, dpt_error *err)
+static bool same_columns(const csv_plan *p, const table *t, const char *train_path, dpt_error *err)
 {
     if (t->cols != p->cols)
         return dpt_errorf(err, "%s has %lld columns, and the training file %s has %lld\nHINT: the test rows need the "
                                "training rows' columns, in the same order",
-                          path, (long long)t->cols, train_path, (long long)p->cols);
+                          t->path, (long long)t->cols, train_path, (long long)p->cols);
     for (int64_t j = 0; p->names && t->names && j < p->cols; j++)
         if (strcmp(p->names[j], t->names[j]))
             return dpt_errorf(err, "%s: column %lld is named " CELL_FMT ", and in the training file %s " CELL_FMT
                                    "\nHINT: the test rows need the training rows' columns, in the same order",
-                              path, (long long)j, CELL_ARG(t->names[j]), train_path, CELL_ARG(p->names[j]));
+                              t->path, (long long)j, CELL_ARG(t->names[j]), train_path, CELL_ARG(p->names[j]));
     return true;
-}
-
-static uint64_t table_hash(const table *t, uint64_t h)
-{
-    for (int64_t i = 0; i < t->rows * t->cols; i++)
-        h = dpt_hash_bytes(h, t->cell[i], strlen(t->cell[i]) + 1);
-    return h;
 }
 
 static char delimiter_of(const dpt_config *cfg)
@@ -846,90 +941,99 @@ static int header_of(const dpt_config *cfg)
     return dpt_config_enum(cfg, "data", "csv_header"); /* auto|yes|no */
 }
 
+/* Without csv_test: the first round(fraction x n) rows of a seeded shuffle are held out; NULL
+ * with err when either set would be empty. */
+static bool *held_out(const dpt_config *cfg, int64_t n, const char *path, dpt_error *err)
+{
+    double fraction = dpt_config_float(cfg, "data", "csv_test_fraction");
+    int64_t k = (int64_t)llround(fraction * (double)n);
+    if (k < 1 || k >= n) {
+        dpt_errorf(err, "%s: [data] csv_test_fraction = %g of %s's %lld rows holds out %lld: the train and test sets "
+                        "need one row each at least\nHINT: give the test rows their own file with [data] csv_test",
+                   dpt_config_where(cfg, "data", "csv_test_fraction"), fraction, path, (long long)n, (long long)k);
+        return NULL;
+    }
+    int64_t *perm = malloc((size_t)n * sizeof *perm);
+    bool *held = calloc((size_t)n, sizeof *held);
+    if (!perm || !held) dpt_fatal("out of host memory");
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = i;
+    dpt_rng rng;
+    dpt_rng_seed(&rng, (uint64_t)dpt_config_int(cfg, "train", "seed") ^ 0xc5c5c5c5c5c5c5c5ULL);
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)dpt_rng_below(&rng, (uint64_t)i + 1), tmp = perm[i];
+        perm[i] = perm[j], perm[j] = tmp;
+    }
+    for (int64_t i = 0; i < k; i++)
+        held[perm[i]] = true;
+    free(perm);
+    return held;
+}
+
 static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
 {
     /* paths as given (from the working folder unless absolute), as [data] train of tokens */
-    const char *train_file = dpt_config_str(cfg, "data", "csv_train"), *test_file = dpt_config_str(cfg, "data", "csv_test");
-    if (!*train_file)
+    const char *train_path = dpt_config_str(cfg, "data", "csv_train"), *test_path = dpt_config_str(cfg, "data", "csv_test");
+    if (!*train_path)
         return dpt_errorf(err, "%s: [data] source = csv needs [data] csv_train, the CSV file of training rows\n" CSV_HINT,
                           dpt_config_where(cfg, "data", "csv_train"));
-    char *train_path = dpt_strf("%s", train_file), *test_path = *test_file ? dpt_strf("%s", test_file) : NULL;
-    table tt = {0}, vt = {0};
+    bool one_file = !*test_path;
+    table t = {0};
     csv_plan plan = {0};
+    rows tr_rows = {0}, te_rows = {0};
     csv_set *tr = NULL, *te = NULL;
-    bool *held = NULL, *kept = NULL, ok = false;
+    int32_t *tr_labels = NULL, *te_labels = NULL;
+    bool *held = NULL, ok = false;
     int classes = 0;
+    uint64_t train_hash, test_hash;
     char delim = delimiter_of(cfg);
-    if (!table_read(train_path, &delim, header_of(cfg), &tt, err) || !plan_columns(cfg, &tt, train_path, &plan, err))
+    if (!table_open(train_path, &delim, header_of(cfg), &t, err) || !plan_columns(cfg, &t, train_path, &plan, err) ||
+        !read_rows(&t, &plan, NULL, &tr_rows, err))
         goto done;
     plan.delim = delim;
-    if (!test_path) { /* hold out a seeded fraction of the rows: the first k of a seeded shuffle */
-        double fraction = dpt_config_float(cfg, "data", "csv_test_fraction");
-        int64_t k = (int64_t)llround(fraction * (double)tt.rows);
-        if (k < 1 || k >= tt.rows) {
-            dpt_errorf(err, "%s: [data] csv_test_fraction = %g of %s's %lld rows holds out %lld: the train and test "
-                            "sets need one row each at least\nHINT: give the test rows their own file with [data] "
-                            "csv_test",
-                       dpt_config_where(cfg, "data", "csv_test_fraction"), fraction, train_path, (long long)tt.rows,
-                       (long long)k);
-            goto done;
-        }
-        int64_t *perm = malloc((size_t)tt.rows * sizeof *perm);
-        held = calloc((size_t)tt.rows, sizeof *held);
-        if (!perm || !held) dpt_fatal("out of host memory");
-        for (int64_t i = 0; i < tt.rows; i++)
-            perm[i] = i;
-        dpt_rng rng;
-        dpt_rng_seed(&rng, (uint64_t)dpt_config_int(cfg, "train", "seed") ^ 0xc5c5c5c5c5c5c5c5ULL);
-        for (int64_t i = tt.rows - 1; i > 0; i--) {
-            int64_t j = (int64_t)dpt_rng_below(&rng, (uint64_t)i + 1), tmp = perm[i];
-            perm[i] = perm[j], perm[j] = tmp;
-        }
-        for (int64_t i = 0; i < k; i++)
-            held[perm[i]] = true;
-        free(perm);
-    }
-    if (held) {
-        kept = calloc((size_t)tt.rows, sizeof *kept);
-        if (!kept) dpt_fatal("out of host memory");
-        for (int64_t i = 0; i < tt.rows; i++)
-            kept[i] = !held[i];
-    }
-    /* class names from every row of the file (a rare class may fall in the held-out rows alone) */
-    ok = (!plan.classify || plan_classes(cfg, &tt, train_path, &plan, err)) &&
-         (tr = make_set(&plan, &tt, kept, NULL, train_path, err));
-    if (!ok) goto done;
-    if (test_path) {
-        ok = table_read(test_path, &delim, tt.names ? 1 : 2, &vt, err) && same_columns(&plan, &vt, train_path, test_path, err) &&
-             (te = make_set(&plan, &vt, NULL, NULL, test_path, err));
+    if (plan.classify &&
+        (!plan_classes(cfg, &tr_rows, train_path, &plan, err) || !(tr_labels = row_labels(&plan, &tr_rows, train_path, err))))
+        goto done;
+    train_hash = test_hash = t.hash;
+    table_free(&t); /* the labels are numbers now: the text goes before the next file comes */
+    if (one_file) {
+        if (!(held = held_out(cfg, tr_rows.n, train_path, err))) goto done;
+        te = set_copy(&plan, &tr_rows, tr_labels, held);
     } else {
-        ok = (te = make_set(&plan, &tt, held, NULL, train_path, err)) != NULL;
+        if (!table_open(test_path, &delim, plan.names ? 1 : 2, &t, err) || !same_columns(&plan, &t, train_path, err) ||
+            !read_rows(&t, &plan, NULL, &te_rows, err) ||
+            (plan.classify && !(te_labels = row_labels(&plan, &te_rows, test_path, err))))
+            goto done;
+        test_hash = t.hash;
+        table_free(&t);
+        te = set_steal(&plan, &te_rows, te_labels, NULL);
+        te_labels = NULL;
     }
-    if (!ok) goto done;
+    tr = set_steal(&plan, &tr_rows, tr_labels, held);
+    tr_labels = NULL;
     if (plan.classify && !plan.nclasses &&
-        !(ok = check_labels(cfg, tr, te, !test_path, train_path, test_path ? test_path : train_path, &classes, err)))
+        !check_labels(cfg, tr, te, one_file, train_path, one_file ? train_path : test_path, &classes, err))
         goto done;
     if (plan.nclasses) classes = plan.nclasses;
     plan_scaling(tr, &plan);
-    if (!(ok = apply_scaling(&plan, tr, train_path, err) &&
-               apply_scaling(&plan, te, test_path ? test_path : train_path, err)))
+    if (!apply_scaling(&plan, tr, train_path, err) || !apply_scaling(&plan, te, one_file ? train_path : test_path, err))
         goto done;
-    uint64_t hash = table_hash(&tt, DPT_HASH_SEED);
     char name[64];
     snprintf(name, sizeof name, "csv train (%lld rows)", (long long)tr->n);
-    *train = make_dataset(&plan, tr, name, hash, classes);
+    *train = make_dataset(&plan, tr, name, train_hash, classes);
     tr = NULL;
     snprintf(name, sizeof name, "csv test (%lld rows)", (long long)te->n);
-    *test = make_dataset(&plan, te, name, test_path ? table_hash(&vt, DPT_HASH_SEED) : hash, classes);
+    *test = make_dataset(&plan, te, name, test_hash, classes);
     te = NULL;
     dpt_input_note(train_path, "the data file", false);
-    if (test_path) dpt_input_note(test_path, "the data file", false);
+    if (!one_file) dpt_input_note(test_path, "the data file", false);
     ok = true;
 done:
     csv_set_free(tr), csv_set_free(te);
+    rows_free(&tr_rows), rows_free(&te_rows);
+    free(tr_labels), free(te_labels), free(held);
     plan_free(&plan);
-    table_free(&tt), table_free(&vt);
-    free(held), free(kept), free(train_path), free(test_path);
+    table_free(&t);
     return ok;
 }
 
@@ -941,7 +1045,7 @@ bool dpt_csv_open_input(const char *path, const dpt_dataset *like, dpt_dataset *
     const csv_plan *p = &((const csv_set *)like->source)->plan;
     table t;
     char delim = p->delim;
-    if (!table_read(path, &delim, p->names ? 1 : 2, &t, err)) return dpt_error_prefix(err, "--input: ");
+    if (!table_open(path, &delim, p->names ? 1 : 2, &t, err)) return dpt_error_prefix(err, "--input: ");
     /* the training file's columns, or all of them but the targets, in the same order */
     int64_t *map = malloc((size_t)p->cols * sizeof *map);
     if (!map) dpt_fatal("out of host memory");
@@ -961,13 +1065,19 @@ bool dpt_csv_open_input(const char *path, const dpt_dataset *like, dpt_dataset *
                                  "in the same order",
                             path, (long long)map[j], CELL_ARG(t.names[map[j]]), CELL_ARG(p->names[j]));
     }
-    if (full) /* the targets are there: read as the features are, then left out (unlabelled) */
+    if (full) /* the targets are there: left out (unlabelled rows) */
         for (int k = 0; k < p->ntargets; k++)
             map[p->target[k]] = -1;
-    csv_set *s = ok ? make_set(p, &t, NULL, map, path, err) : NULL;
+    rows r = {0};
+    int32_t *labels = NULL;
+    ok = ok && read_rows(&t, p, map, &r, err) && (!p->classify || (labels = row_labels(p, &r, path, err)));
     free(map);
     table_free(&t);
-    if (!s) return false;
+    if (!ok) {
+        rows_free(&r);
+        return false;
+    }
+    csv_set *s = set_steal(p, &r, labels, NULL);
     if (!apply_scaling(p, s, path, err)) {
         csv_set_free(s);
         return false;
