@@ -325,10 +325,10 @@ static bool resume(trainer *t, dpt_error *err)
     uint64_t now = t->train_set->content_hash;
     if (st->data_hash && now && st->data_hash != now && r->rank == 0)
         fprintf(stderr,
-                "warning: %s was written on other data than %s holds now (hash %016llx, now %016llx: files added, "
-                "removed or renamed): this epoch's order and the samples it has seen differ from the "
-                "interrupted run's\n",
-                r->resumed, t->train_set->origin ? t->train_set->origin : t->train_set->name, (unsigned long long)st->data_hash, (unsigned long long)now);
+                "warning: %s was written on other data than %s holds now (hash %016llx, now %016llx: %s): this "
+                "epoch's order and the samples it has seen differ from the interrupted run's\n",
+                r->resumed, t->train_set->origin ? t->train_set->origin : t->train_set->name, (unsigned long long)st->data_hash,
+                (unsigned long long)now, t->train_set->files ? "files added, removed or renamed" : "its content changed");
     st->data_hash = now;
     /* the loss scaler resumes where it was; a checkpoint without one starts from the first scale */
     if (!t->run->loss_scale)

@@ -100,6 +100,14 @@ assert right >= 0.99 * len(rows), right
 EOF
 check "--input without the label column: 600 rows, empty labels, >= 99% named right" $? "$(tail -3 "$tmp/in.log")"
 
+# a resume on a changed table says so (the rows' hash is in the checkpoint)
+./train "$tmp/blobs.ini" --set train.epochs=2 --set checkpoint.every_epochs=1 --set checkpoint.dir="$tmp/ck4" \
+    > "$tmp/r1.log" 2>&1
+sed -i '2s/^0,/0,/; 2s/,gamma/,gamma/; 2s/2026-12-01/2026-12-02/' "$tmp/blobs.csv"
+./train "$tmp/blobs.ini" --set train.epochs=3 --set checkpoint.every_epochs=1 --set checkpoint.dir="$tmp/ck4" \
+    --resume latest > "$tmp/r2.log" 2>&1 && grep -q "was written on other data than csv train (450 rows) holds now (hash [0-9a-f]*, now [0-9a-f]*: its content changed)" "$tmp/r2.log"
+check "a resume on an edited table warns that its content changed" $? "$(grep -i warn "$tmp/r2.log"; tail -2 "$tmp/r2.log")"
+
 if [ "$mpi" = 1 ]; then
     mpirun --oversubscribe --allow-run-as-root -np 2 ./train "$tmp/blobs.ini" --set checkpoint.dir="$tmp/ck2" \
         > "$tmp/mpi.log" 2>&1 && grep -q "2 ranks" "$tmp/mpi.log"

@@ -115,11 +115,11 @@ static void test_traced_flops(void **state)
      * embedding's second use adding no parameters, every parameter counted once */
     const char *text = tr.table;
     char row[160];
-    snprintf(row, sizeof row, "linear         h.0.attn.c_attn              (1, %d, %d)", T, 3 * C);
+    snprintf(row, sizeof row, "linear           h.0.attn.c_attn              (1, %d, %d)", T, 3 * C);
     assert_contains(text, row);
     snprintf(row, sizeof row, "%12lld %12.2f\n", (long long)(C * 3 * C + 3 * C), 2.0 * T * C * 3 * C / 1e6);
     assert_contains(strstr(text, "h.0.attn.c_attn"), row); /* its weight and bias, its FLOPs */
-    assert_contains(text, "attention      -  ");
+    assert_contains(text, "attention        -  ");
     assert_contains(text, "tied");
     snprintf(row, sizeof row, "total: %lld parameters, ", (long long)dpt_model_param_count(m));
     assert_contains(text, row); /* no "read by no op": every parameter is in a row */
