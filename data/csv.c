@@ -6,13 +6,16 @@
  * A header row of names is detected (a column whose first cell is not a number and whose second
  * is) or stated.
  *
- * Sample i is row i: x, its features (every column but the targets and [data] csv_exclude,
- * float32, standardised with the training rows' mean and standard deviation unless
- * csv_standardize = false: scikit-learn's StandardScaler), and its target: for a classifier one
+ * Sample i is row i: x, its features (every column but the targets and [data] csv_exclude, as
+ * float32: a number column's value, standardised with the training rows' mean and standard
+ * deviation unless csv_standardize = false (scikit-learn's StandardScaler); a categorical
+ * column's one-hot values over the training rows' categories in sorted order (pandas'
+ * get_dummies): auto for a column of text, or listed), and its target: for a classifier one
  * column of labels (non-negative integers as they are, or names numbered in sorted order, which
- * --predict prints back), for a regression its real values. Every cell must be a finite number
- * (a missing one is named with its file, line and column). Without [data] csv_test a seeded
- * csv_test_fraction of the training file's rows is held out. */
+ * --predict prints back), for a regression its real values. A missing feature cell stops the
+ * run naming its file, line and column, or with csv_missing = mean takes the training rows' mean
+ * (a categorical column: no category). Without [data] csv_test a seeded csv_test_fraction of the
+ * training file's rows is held out. */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -210,22 +213,26 @@ static bool cell_number(const char *s, double *v)
 #define CELL_FMT "'%.40s%s'"
 #define CELL_ARG(s) (s), strlen(s) > 40 ? "..." : ""
 
-/* Why a cell is not a number, for the message. */
-static const char *not_number_why(const char *s)
+/* What a cell that is not a float32 number is. */
+enum { CELL_MISSING, CELL_BAD_NUMBER, CELL_TEXT };
+static int cell_kind(const char *s, const char **why)
 {
     while (*s == ' ' || *s == '\t')
         s++;
-    if (!*s) return "a missing value (empty)";
+    if (!*s) return *why = "a missing value (empty)", CELL_MISSING;
     double v;
-    if (cell_number(s, &v)) return "beyond float32's range (3.4e38)"; /* a number, refused for its size */
+    if (cell_number(s, &v)) return *why = "beyond float32's range (3.4e38)", CELL_BAD_NUMBER; /* refused for its size */
     char *end;
     v = strtod(s, &end);
-    if (end != s && !isfinite(v) && !end[strspn(end, " \t")]) return "not finite";
+    if (end != s && !isfinite(v) && !end[strspn(end, " \t")]) return *why = "not finite", CELL_BAD_NUMBER;
     static const char *missing[] = {"NA", "N/A", "NaN", "nan", "NULL", "null", "None", "?", "-"};
+    size_t len = strcspn(s, " \t");
     for (size_t i = 0; i < sizeof missing / sizeof *missing; i++)
-        if (!strcmp(s, missing[i])) return "a missing value";
-    return "not a number";
+        if (len == strlen(missing[i]) && !strncmp(s, missing[i], len) && !s[len + strspn(s + len, " \t")])
+            return *why = "a missing value", CELL_MISSING;
+    return *why = "not a number", CELL_TEXT;
 }
+
 
 /* ---------------------------------------------------------------- one file as a table */
 
@@ -357,14 +364,25 @@ typedef struct csv_plan {
     char **names;       /* its header (copies), or NULL */
     int ntargets;
     int64_t target[CSV_MAX_TARGETS];
-    bool *is_feature;   /* cols */
-    int64_t features;
+    int8_t *kind;       /* cols: 0 not a feature, FEATURE_NUMBER, FEATURE_CATEGORIES (one-hot) */
+    int64_t raw;        /* feature columns */
+    int64_t features;   /* the values of x: a number column's one, a categorical column's one per category */
+    int32_t *ncat;      /* cols: a categorical column's categories */
+    char ***cats;       /* cols: their names in sorted order (NULL for the others) */
+    double *fill;       /* cols: a missing number's value (csv_missing = mean: the training rows' mean) */
+    int categorical;    /* csv_categorical: CATEGORICAL_NONE, _AUTO (text makes a column categorical) or _LISTED */
+    bool impute;        /* csv_missing = mean */
+    bool resolved;      /* the training rows have fixed the categories and the means */
     bool classify, standardize;
     char delim;         /* the training file's */
     int nclasses;       /* classification by names: the sorted names */
     char **classes;
     double *mean, *scale; /* features: x' = (x - mean) * scale */
 } csv_plan;
+
+enum { FEATURE_NUMBER = 1, FEATURE_CATEGORIES = 2 };
+enum { CATEGORICAL_NONE, CATEGORICAL_AUTO, CATEGORICAL_LISTED };
+#define CSV_MAX_CATEGORIES 1024 /* a column with more distinct values is an id or free text */
 
 typedef struct csv_set {
     int64_t n, features, ntargets;
@@ -381,7 +399,13 @@ static void plan_free(csv_plan *p)
         free(p->names[j]);
     for (int c = 0; c < p->nclasses; c++)
         free(p->classes[c]);
-    free(p->names), free(p->classes), free(p->is_feature), free(p->mean), free(p->scale);
+    for (int64_t j = 0; p->cats && j < p->cols; j++) {
+        for (int32_t c = 0; p->cats[j] && c < p->ncat[j]; c++)
+            free(p->cats[j][c]);
+        free(p->cats[j]);
+    }
+    free(p->names), free(p->classes), free(p->kind), free(p->ncat), free(p->cats), free(p->fill);
+    free(p->mean), free(p->scale);
     memset(p, 0, sizeof *p);
 }
 
@@ -408,7 +432,15 @@ static void plan_copy(csv_plan *dst, const csv_plan *p)
     *dst = *p;
     dst->names = copy_strings(p->names, p->cols);
     dst->classes = copy_strings(p->classes, p->nclasses);
-    dst->is_feature = copy_bytes(p->is_feature, (size_t)p->cols * sizeof *p->is_feature);
+    dst->kind = copy_bytes(p->kind, (size_t)p->cols * sizeof *p->kind);
+    dst->ncat = copy_bytes(p->ncat, (size_t)p->cols * sizeof *p->ncat);
+    dst->fill = copy_bytes(p->fill, (size_t)p->cols * sizeof *p->fill);
+    if (p->cats) {
+        dst->cats = calloc((size_t)p->cols, sizeof *dst->cats);
+        if (!dst->cats) dpt_fatal("out of host memory");
+        for (int64_t j = 0; j < p->cols; j++)
+            dst->cats[j] = copy_strings(p->cats[j], p->ncat[j]);
+    }
     dst->mean = copy_bytes(p->mean, (size_t)p->features * sizeof *p->mean);
     dst->scale = copy_bytes(p->scale, (size_t)p->features * sizeof *p->scale);
 }
@@ -544,22 +576,42 @@ static bool plan_columns(const dpt_config *cfg, const table *t, const char *path
                                "HINT: several real-valued targets are [data] csv_task = regression",
                           dpt_config_where(cfg, "data", "csv_target"), nt);
     p->ntargets = nt;
-    p->is_feature = malloc((size_t)t->cols * sizeof *p->is_feature);
-    if (!p->is_feature) dpt_fatal("out of host memory");
+    p->kind = malloc((size_t)t->cols * sizeof *p->kind);
+    p->ncat = calloc((size_t)t->cols, sizeof *p->ncat);
+    p->fill = calloc((size_t)t->cols, sizeof *p->fill);
+    if (!p->kind || !p->ncat || !p->fill) dpt_fatal("out of host memory");
     for (int64_t j = 0; j < t->cols; j++)
-        p->is_feature[j] = true;
+        p->kind[j] = FEATURE_NUMBER;
     for (int i = 0; i < nt; i++)
-        p->is_feature[p->target[i]] = false;
+        p->kind[p->target[i]] = 0;
     for (int i = 0; i < ne; i++) {
-        if (!p->is_feature[excluded[i]])
+        if (!p->kind[excluded[i]])
             return dpt_errorf(err, "%s: [data] csv_exclude names column %lld, which [data] csv_target names too\n"
                                    "HINT: a target column is never a feature; leave it out of csv_exclude",
                               dpt_config_where(cfg, "data", "csv_exclude"), (long long)excluded[i]);
-        p->is_feature[excluded[i]] = false;
+        p->kind[excluded[i]] = 0;
+    }
+    p->impute = dpt_config_enum(cfg, "data", "csv_missing") == 1; /* stop|mean */
+    const char *cat = dpt_config_str(cfg, "data", "csv_categorical");
+    p->categorical = !strcmp(cat, "auto") ? CATEGORICAL_AUTO : !strcmp(cat, "none") || !*cat ? CATEGORICAL_NONE
+                                                                                          : CATEGORICAL_LISTED;
+    if (p->categorical == CATEGORICAL_LISTED) {
+        int64_t listed[CSV_MAX_TARGETS];
+        int nc = column_list(cfg, "csv_categorical", p, path, listed, err);
+        if (nc < 0) return false;
+        for (int i = 0; i < nc; i++) {
+            if (!p->kind[listed[i]])
+                return dpt_errorf(err, "%s: [data] csv_categorical names column %lld, which is a target or excluded\n"
+                                       "HINT: categorical columns are features; a classifier's label column is "
+                                       "categorical by itself",
+                                  dpt_config_where(cfg, "data", "csv_categorical"), (long long)listed[i]);
+            p->kind[listed[i]] = FEATURE_CATEGORIES;
+        }
     }
     for (int64_t j = 0; j < t->cols; j++)
-        p->features += p->is_feature[j];
-    if (!p->features)
+        p->raw += p->kind[j] != 0;
+    p->features = p->raw;
+    if (!p->raw)
         return dpt_errorf(err, "%s: every column of %s is a target or excluded: no features left\nHINT: check [data] "
                                "csv_target and csv_exclude",
                           path, path);
@@ -568,16 +620,23 @@ static bool plan_columns(const dpt_config *cfg, const table *t, const char *path
 
 /* The rows a file holds, as a plan reads them (features and targets as floats, a classifier's
  * label cells as text until the classes are known). */
+typedef struct text_cell {
+    int64_t row, j, c; /* the row, the plan's column and the file's */
+    const char *s;     /* into the table's text */
+} text_cell;
+
 typedef struct rows {
     int64_t n, cap;
-    float *x, *y;  /* n x features, n x ntargets (regression) */
+    float *x, *y;  /* n x raw (NaN: a missing value or a text cell), then n x features; n x ntargets */
     char **label;  /* n: classification's label cells (into the table's text; NULL: none) */
     int64_t *line; /* n: each row's first line */
+    text_cell *text; /* the text cells of categorical columns, in row order */
+    int64_t ntext, text_cap;
 } rows;
 
 static void rows_free(rows *r)
 {
-    free(r->x), free(r->y), free(r->label), free(r->line);
+    free(r->x), free(r->y), free(r->label), free(r->line), free(r->text);
     memset(r, 0, sizeof *r);
 }
 
@@ -585,10 +644,10 @@ static void rows_reserve(rows *r, const csv_plan *p, const char *path)
 {
     if (r->n < r->cap) return;
     int64_t cap = r->cap ? 2 * r->cap : 1024, values;
-    if (__builtin_mul_overflow(cap, p->features > p->ntargets ? p->features : p->ntargets, &values) ||
+    if (__builtin_mul_overflow(cap, p->raw > p->ntargets ? p->raw : p->ntargets, &values) ||
         values > CSV_MAX_BYTES)
         dpt_fatal("%s: more than %lld values: not a table this reader holds", path, (long long)CSV_MAX_BYTES);
-    float *x = realloc(r->x, (size_t)(cap * p->features) * sizeof *x);
+    float *x = realloc(r->x, (size_t)(cap * p->raw) * sizeof *x);
     if (x) r->x = x;
     int64_t *line = realloc(r->line, (size_t)cap * sizeof *line);
     if (line) r->line = line;
@@ -611,11 +670,23 @@ static bool bad_cell(const csv_plan *p, const char *path, int64_t line, int64_t 
 {
     char name[96] = "";
     if (p->names) snprintf(name, sizeof name, " ('%.40s%s')", p->names[j], strlen(p->names[j]) > 40 ? "..." : "");
-    return dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is %s\nHINT: every feature%s cell must be a "
-                           "number; fill or drop the rows with missing values, or leave the column out with [data] "
-                           "csv_exclude",
-                      path, (long long)line, (long long)c, name, CELL_ARG(s), not_number_why(s),
-                      p->classify ? "" : " and target");
+    const char *why, *hint;
+    int k = cell_kind(s, &why);
+    if (!p->kind[j])
+        hint = "a regression's targets are numbers: fill or drop the rows that lack one";
+    else if (k == CELL_MISSING)
+        hint = "[data] csv_missing = mean gives a missing feature the training rows' mean (and a categorical column's "
+               "none of its categories); or fill or drop such rows, or leave the column out with csv_exclude";
+    else if (k == CELL_BAD_NUMBER)
+        hint = "a feature is a finite number within float32's range";
+    else if (p->resolved)
+        hint = "this column held only numbers in the training rows; name it in [data] csv_categorical to read it as "
+               "categories";
+    else
+        hint = "a column of names is read as categories (one-hot) with [data] csv_categorical = auto or a list naming "
+               "it; or leave it out with csv_exclude";
+    return dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is %s\nHINT: %s", path, (long long)line,
+                      (long long)c, name, CELL_ARG(s), why, hint);
 }
 
 /* t's rows into r as p reads them: the plan's column j from the file's column map[j] (NULL: j;
@@ -627,13 +698,29 @@ static bool read_rows(table *t, const csv_plan *p, const int64_t *map, rows *r, 
     char **cells;
     while ((cells = table_next(t, &line, &failed, err))) {
         rows_reserve(r, p, t->path);
-        float *x = r->x + r->n * p->features;
+        float *x = r->x + r->n * p->raw;
         double v;
         for (int64_t j = 0; j < p->cols; j++) {
-            if (!p->is_feature[j]) continue;
+            if (!p->kind[j]) continue;
             int64_t c = map ? map[j] : j;
-            if (!cell_number(cells[c], &v) || fabs(v) > FLT_MAX) return bad_cell(p, t->path, line, j, c, cells[c], err);
-            *x++ = (float)v;
+            const char *why;
+            if (cell_number(cells[c], &v) && fabs(v) <= FLT_MAX) {
+                *x++ = (float)v;
+                continue;
+            }
+            int k = cell_kind(cells[c], &why);
+            bool text = k == CELL_TEXT && (p->kind[j] == FEATURE_CATEGORIES ||
+                                           (p->categorical == CATEGORICAL_AUTO && !p->resolved));
+            if (!text && !(k == CELL_MISSING && p->impute)) return bad_cell(p, t->path, line, j, c, cells[c], err);
+            if (text) { /* kept until the column's categories are known */
+                if (r->ntext == r->text_cap) {
+                    r->text_cap = r->text_cap ? 2 * r->text_cap : 1024;
+                    r->text = realloc(r->text, (size_t)r->text_cap * sizeof *r->text);
+                    if (!r->text) dpt_fatal("out of host memory for the text cells of %s", t->path);
+                }
+                r->text[r->ntext++] = (text_cell){r->n, j, c, cells[c]};
+            }
+            *x++ = NAN;
         }
         for (int k = 0; k < p->ntargets; k++) {
             int64_t j = p->target[k], c = map ? map[j] : j;
@@ -653,6 +740,171 @@ static bool read_rows(table *t, const csv_plan *p, const int64_t *map, rows *r, 
 }
 
 /* Numbers first, in order, then names in byte order: labels "-1" and "1" give classes 0 and 1. */
+static int cmp_class(const void *a, const void *b);
+
+/* A categorical column's cell of row i as text: the cell kept, or the number read (as %.9g);
+ * NULL when missing. *next walks r->text in order. */
+static const char *category_text(const rows *r, const csv_plan *p, int64_t i, int64_t j, int64_t at, int64_t *next,
+                                 char *buf, size_t size)
+{
+    while (*next < r->ntext && (r->text[*next].row < i || (r->text[*next].row == i && r->text[*next].j < j)))
+        (*next)++;
+    if (*next < r->ntext && r->text[*next].row == i && r->text[*next].j == j) return r->text[*next].s;
+    float v = r->x[i * p->raw + at];
+    if (isnan(v)) return NULL;
+    snprintf(buf, size, "%.9g", (double)v);
+    return buf;
+}
+
+/* From the training rows: which columns are categorical (csv_categorical = auto: those with a text
+ * cell), their categories, and each number column's mean (for missing values). */
+static bool resolve_features(const rows *r, const char *path, csv_plan *p, dpt_error *err)
+{
+    /* auto: a column of text (and missing cells) is categorical; one that mixes numbers and text is
+     * refused at its first text cell (a stray cell in a number column must not turn it into categories) */
+    for (int64_t k = 0; k < r->ntext && p->categorical == CATEGORICAL_AUTO; k++) {
+        int64_t j = r->text[k].j, at = 0;
+        if (p->kind[j] == FEATURE_CATEGORIES) continue;
+        for (int64_t q = 0; q < j; q++)
+            at += p->kind[q] != 0;
+        for (int64_t i = 0; i < r->n; i++)
+            if (!isnan(r->x[i * p->raw + at])) {
+                char name[96] = "";
+                if (p->names) snprintf(name, sizeof name, " ('%.40s%s')", p->names[j], strlen(p->names[j]) > 40 ? "..." : "");
+                return dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is not a number, and line %lld holds "
+                                       "one in this column\nHINT: a number column with a stray cell (fix it), or a column "
+                                       "of codes and names: list it in [data] csv_categorical to read every cell as a "
+                                       "category",
+                                  path, (long long)r->line[r->text[k].row], (long long)r->text[k].c, name,
+                                  CELL_ARG(r->text[k].s), (long long)r->line[i]);
+            }
+        p->kind[j] = FEATURE_CATEGORIES;
+    }
+    p->cats = calloc((size_t)p->cols, sizeof *p->cats);
+    char **all = malloc((size_t)(r->n + 1) * sizeof *all);
+    if (!p->cats || !all) dpt_fatal("out of host memory");
+    p->features = 0;
+    for (int64_t j = 0, at = 0; j < p->cols; j++) {
+        if (!p->kind[j]) continue;
+        if (p->kind[j] == FEATURE_NUMBER) {
+            double sum = 0;
+            int64_t n = 0;
+            for (int64_t i = 0; i < r->n; i++)
+                if (!isnan(r->x[i * p->raw + at])) sum += r->x[i * p->raw + at], n++;
+            p->fill[j] = n ? sum / (double)n : 0;
+            p->features++, at++;
+            continue;
+        }
+        int64_t n = 0, next = 0;
+        char buf[32];
+        for (int64_t i = 0; i < r->n; i++) {
+            const char *c = category_text(r, p, i, j, at, &next, buf, sizeof buf);
+            if (c) all[n++] = dpt_strf("%s", c);
+        }
+        qsort(all, (size_t)n, sizeof *all, cmp_class);
+        int64_t distinct = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (!distinct || cmp_class(&all[i], &all[distinct - 1]))
+                all[distinct++] = all[i];
+            else
+                free(all[i]);
+        }
+        bool listed = p->categorical == CATEGORICAL_LISTED;
+        if (!listed && distinct > 20 && 2 * distinct > n) { /* names, tickets, free text: not categories */
+            char name[96] = "";
+            if (p->names) snprintf(name, sizeof name, " ('%.40s')", p->names[j]);
+            for (int64_t i = 0; i < distinct; i++)
+                free(all[i]);
+            free(all);
+            return dpt_errorf(err, "%s: column %lld%s holds text with %lld distinct values in %lld rows: an id, a name "
+                                   "or free text rather than categories\nHINT: leave it out with [data] csv_exclude (or "
+                                   "list it in csv_categorical to one-hot it anyway)",
+                              path, (long long)j, name, (long long)distinct, (long long)n);
+        }
+        if (distinct > CSV_MAX_CATEGORIES) {
+            char name[96] = "";
+            if (p->names) snprintf(name, sizeof name, " ('%.40s')", p->names[j]);
+            for (int64_t i = 0; i < distinct; i++)
+                free(all[i]);
+            free(all);
+            return dpt_errorf(err, "%s: column %lld%s holds %lld distinct values, more than the %d categories a column "
+                                   "may have\nHINT: an id or free text: leave it out with [data] csv_exclude",
+                              path, (long long)j, name, (long long)distinct, CSV_MAX_CATEGORIES);
+        }
+        p->ncat[j] = (int32_t)distinct;
+        p->cats[j] = malloc((size_t)(distinct + 1) * sizeof *p->cats[j]);
+        if (!p->cats[j]) dpt_fatal("out of host memory");
+        memcpy(p->cats[j], all, (size_t)distinct * sizeof *all);
+        p->features += distinct;
+        at++;
+    }
+    free(all);
+    p->resolved = true;
+    if (!p->features)
+        return dpt_errorf(err, "%s: the feature columns hold no values (every categorical cell missing)\nHINT: check "
+                               "[data] csv_exclude and the file",
+                          path);
+    return true;
+}
+
+/* r's raw columns as x: a number (a missing one: its column's training mean), a categorical
+ * column's one-hot values (a missing cell: all 0; a category the training rows lack: refused). */
+static bool expand_rows(rows *r, const csv_plan *p, const char *path, dpt_error *err)
+{
+    bool any = false;
+    for (int64_t j = 0; j < p->cols; j++)
+        any |= p->kind[j] == FEATURE_CATEGORIES;
+    if (!any) { /* numbers only: the missing ones filled in place */
+        for (int64_t i = 0; i < r->n; i++)
+            for (int64_t j = 0, at = 0; j < p->cols; j++)
+                if (p->kind[j]) {
+                    float *x = &r->x[i * p->raw + at++];
+                    if (isnan(*x)) *x = (float)p->fill[j];
+                }
+        return true;
+    }
+    int64_t values;
+    if (__builtin_mul_overflow(r->n > 0 ? r->n : 1, p->features, &values) || values > CSV_MAX_BYTES / 4)
+        return dpt_errorf(err, "%s: %lld rows x %lld values after one-hot encoding: more than memory holds\nHINT: "
+                               "leave out columns with many categories ([data] csv_exclude)",
+                          path, (long long)r->n, (long long)p->features);
+    float *x = calloc((size_t)values, sizeof *x);
+    if (!x) dpt_fatal("out of host memory for %s's one-hot features", path);
+    int64_t next = 0;
+    char buf[32];
+    for (int64_t i = 0; i < r->n; i++) {
+        float *out = x + i * p->features;
+        for (int64_t j = 0, at = 0; j < p->cols; j++) {
+            if (!p->kind[j]) continue;
+            if (p->kind[j] == FEATURE_NUMBER) {
+                float v = r->x[i * p->raw + at++];
+                *out++ = isnan(v) ? (float)p->fill[j] : v;
+                continue;
+            }
+            const char *c = category_text(r, p, i, j, at++, &next, buf, sizeof buf);
+            if (c) {
+                char *const *hit = bsearch(&c, p->cats[j], (size_t)p->ncat[j], sizeof *p->cats[j], cmp_class);
+                if (!hit) {
+                    char name[96] = "";
+                    if (p->names) snprintf(name, sizeof name, " ('%.40s')", p->names[j]);
+                    int64_t col = next < r->ntext && r->text[next].row == i && r->text[next].j == j ? r->text[next].c : j;
+                    dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is not one of the %d categories of "
+                                    "the training rows\nHINT: a category the model never saw has no input of its own; "
+                                    "map it to a known one or drop the row",
+                               path, (long long)r->line[i], (long long)col, name, CELL_ARG(c), p->ncat[j]);
+                    free(x);
+                    return false;
+                }
+                out[hit - p->cats[j]] = 1;
+            }
+            out += p->ncat[j];
+        }
+    }
+    free(r->x);
+    r->x = x;
+    return true;
+}
+
 static int cmp_class(const void *a, const void *b)
 {
     const char *x = *(char *const *)a, *y = *(char *const *)b;
@@ -801,7 +1053,7 @@ static csv_set *set_steal(const csv_plan *p, rows *r, int32_t *labels, const boo
     }
     s->x = r->x, s->line = r->line, s->labels = labels, s->y = labels ? NULL : r->y;
     if (labels) free(r->y);
-    free(r->label);
+    free(r->label), free(r->text);
     memset(r, 0, sizeof *r);
     return s;
 }
@@ -824,6 +1076,11 @@ static void plan_scaling(const csv_set *train, csv_plan *p)
     for (int64_t j = 0; j < f; j++) {
         double sd = train->n > 0 ? sqrt(m2[j] / (double)train->n) : 0;
         p->scale[j] = sd > 1e-12 * (fabs(p->mean[j]) > 1 ? fabs(p->mean[j]) : 1) ? 1.0 / sd : 1.0;
+    }
+    for (int64_t j = 0, at = 0; j < p->cols; j++) { /* one-hot values stay 0 and 1 */
+        if (p->kind[j] == FEATURE_NUMBER) at++;
+        for (int32_t c = 0; p->kind[j] == FEATURE_CATEGORIES && c < p->ncat[j]; c++, at++)
+            p->mean[at] = 0, p->scale[at] = 1;
     }
     free(m2);
 }
@@ -991,6 +1248,7 @@ static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **t
         !read_rows(&t, &plan, NULL, &tr_rows, err))
         goto done;
     plan.delim = delim;
+    if (!resolve_features(&tr_rows, train_path, &plan, err) || !expand_rows(&tr_rows, &plan, train_path, err)) goto done;
     if (plan.classify &&
         (!plan_classes(cfg, &tr_rows, train_path, &plan, err) || !(tr_labels = row_labels(&plan, &tr_rows, train_path, err))))
         goto done;
@@ -1001,7 +1259,7 @@ static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **t
         te = set_copy(&plan, &tr_rows, tr_labels, held);
     } else {
         if (!table_open(test_path, &delim, plan.names ? 1 : 2, &t, err) || !same_columns(&plan, &t, train_path, err) ||
-            !read_rows(&t, &plan, NULL, &te_rows, err) ||
+            !read_rows(&t, &plan, NULL, &te_rows, err) || !expand_rows(&te_rows, &plan, test_path, err) ||
             (plan.classify && !(te_labels = row_labels(&plan, &te_rows, test_path, err))))
             goto done;
         test_hash = t.hash;
@@ -1018,8 +1276,12 @@ static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **t
     plan_scaling(tr, &plan);
     if (!apply_scaling(&plan, tr, train_path, err) || !apply_scaling(&plan, te, one_file ? train_path : test_path, err))
         goto done;
-    char name[64];
-    snprintf(name, sizeof name, "csv train (%lld rows)", (long long)tr->n);
+    char name[64], onehot[40] = "";
+    int ncategorical = 0;
+    for (int64_t j = 0; j < plan.cols; j++)
+        ncategorical += plan.kind[j] == FEATURE_CATEGORIES;
+    if (ncategorical) snprintf(onehot, sizeof onehot, ", %d one-hot column%s", ncategorical, ncategorical > 1 ? "s" : "");
+    snprintf(name, sizeof name, "csv train (%lld rows%s)", (long long)tr->n, onehot);
     *train = make_dataset(&plan, tr, name, train_hash, classes);
     tr = NULL;
     snprintf(name, sizeof name, "csv test (%lld rows)", (long long)te->n);
@@ -1070,7 +1332,8 @@ bool dpt_csv_open_input(const char *path, const dpt_dataset *like, dpt_dataset *
             map[p->target[k]] = -1;
     rows r = {0};
     int32_t *labels = NULL;
-    ok = ok && read_rows(&t, p, map, &r, err) && (!p->classify || (labels = row_labels(p, &r, path, err)));
+    ok = ok && read_rows(&t, p, map, &r, err) && expand_rows(&r, p, path, err) &&
+         (!p->classify || (labels = row_labels(p, &r, path, err)));
     free(map);
     table_free(&t);
     if (!ok) {
@@ -1120,9 +1383,18 @@ static const dpt_config_key csv_keys[] = {
      0},
     {NULL, "csv_delimiter", DPT_KEY_ENUM, "auto", 1, 0, "auto|comma|semicolon|tab",
      "what separates cells (auto: the most frequent of the three in the first row)", 0},
+    {NULL, "csv_categorical", DPT_KEY_STRING, "auto", 0, 0, NULL,
+     "feature columns read as categories, each one-hot encoded over the training rows' values (pandas.get_dummies): "
+     "auto = those holding a cell that is neither a number nor missing; none; or a list of names or indices (a "
+     "column of codes such as 1, 2, 3 too)",
+     0},
+    {NULL, "csv_missing", DPT_KEY_ENUM, "stop", 1, 0, "stop|mean",
+     "a missing feature cell (empty, NA, NaN, ?, NULL, None): stop, naming it; or mean: the training rows' mean of "
+     "its column (scikit-learn's SimpleImputer), and in a categorical column none of its categories",
+     0},
     {NULL, "csv_standardize", DPT_KEY_BOOL, "true", 1, 0, NULL,
-     "scale each feature to mean 0 and standard deviation 1 over the training rows (scikit-learn's StandardScaler; "
-     "the test rows and --input with the same numbers); false: as read",
+     "scale each number feature to mean 0 and standard deviation 1 over the training rows (scikit-learn's "
+     "StandardScaler; the test rows and --input with the same numbers; one-hot values stay 0 and 1); false: as read",
      0},
 };
 DPT_BUILTIN(data_csv) = {DPT_KIND_DATA, "csv", "a CSV table of numbers: one row a sample, feature and target columns",

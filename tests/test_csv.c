@@ -271,6 +271,109 @@ static void test_predict_input(void **state)
     dpt_dataset_free(train), dpt_dataset_free(test);
 }
 
+/* Categorical columns one-hot over the training rows' sorted values (auto: columns of text; or
+ * listed, codes too), missing cells with csv_missing = mean (a number: its column's mean; a
+ * category: all 0), number columns standardised with the imputed values in (scikit-learn's
+ * SimpleImputer then StandardScaler), one-hot values left 0 and 1; an unseen category refused. */
+static void test_categorical_and_missing(void **state)
+{
+    (void)state;
+    put_text("t.csv", "id,age,sex,port,class,fare,survived\n"
+                      "1,22,male,S,3,7.25,0\n"
+                      "2,38,female,C,1,71.28,1\n"
+                      "3,,female,S,3,7.92,1\n"
+                      "4,35,female,NA,1,53.1,1\n"
+                      "5,35,male,Q,3,8.05,0\n");
+    const char *sets[] = {"data.csv_train=t.csv", "data.csv_test=t.csv", "data.csv_exclude=id",
+                          "data.csv_target=survived", "data.csv_missing=mean", "data.csv_standardize=false"};
+    dpt_dataset *train, *test, *in;
+    dpt_error err;
+    if (!open_sets(sets, 6, &train, &test, &err)) fail_msg("%s", err.msg);
+    /* age, sex (female, male), port (C, Q, S), class (a number), fare */
+    assert_int_equal(train->fields[0].shape[0], 1 + 2 + 3 + 1 + 1);
+    assert_string_equal(train->name, "csv train (5 rows, 2 one-hot columns)");
+    const float want[5][8] = {{22, 0, 1, 0, 0, 1, 3, 7.25f},    {38, 1, 0, 1, 0, 0, 1, 71.28f},
+                              {32.5f, 1, 0, 0, 0, 1, 3, 7.92f}, {35, 1, 0, 0, 0, 0, 1, 53.1f},
+                              {35, 0, 1, 0, 1, 0, 3, 8.05f}};
+    for (int i = 0; i < 5; i++) {
+        float x[8];
+        int32_t lab;
+        sample(train, i, x, &lab, NULL);
+        for (int j = 0; j < 8; j++)
+            if (x[j] != want[i][j]) fail_msg("row %d value %d: %g, expected %g", i, j, x[j], want[i][j]);
+    }
+    dpt_dataset_free(train), dpt_dataset_free(test);
+
+    /* standardised: age and fare (imputed value included), class too; one-hot stays 0/1 */
+    const char *std[] = {"data.csv_train=t.csv", "data.csv_test=t.csv", "data.csv_exclude=id",
+                         "data.csv_target=survived", "data.csv_missing=mean"};
+    if (!open_sets(std, 5, &train, &test, &err)) fail_msg("%s", err.msg);
+    double ages[5] = {22, 38, 32.5, 35, 35}, m = 0, v = 0;
+    for (int i = 0; i < 5; i++)
+        m += ages[i] / 5;
+    for (int i = 0; i < 5; i++)
+        v += (ages[i] - m) * (ages[i] - m) / 5;
+    for (int i = 0; i < 5; i++) {
+        float x[8];
+        int32_t lab;
+        sample(train, i, x, &lab, NULL);
+        assert_float_equal(x[0], (ages[i] - m) / sqrt(v), 1e-6);
+        for (int j = 1; j < 6; j++)
+            assert_true(x[j] == want[i][j]);
+    }
+    /* --input: a known row, then a port never seen in training */
+    const char *path = put_text("in.csv", "id,age,sex,port,class,fare\n9,38,female,C,1,71.28\n");
+    if (!dpt_csv_open_input(path, test, &in, &err)) fail_msg("%s", err.msg);
+    float a[8], b[8];
+    int32_t lab;
+    sample(in, 0, a, &lab, NULL);
+    sample(test, 1, b, &lab, NULL);
+    assert_memory_equal(a, b, sizeof a);
+    dpt_dataset_free(in);
+    path = put_text("in.csv", "id,age,sex,port,class,fare\n9,38,female,X,1,71.28\n");
+    assert_false(dpt_csv_open_input(path, test, &in, &err));
+    if (!strstr(err.msg, "in.csv: line 2, column 3 ('port'): 'X' is not one of the 3 categories of the training rows"))
+        fail_msg("%s", err.msg);
+    dpt_dataset_free(train), dpt_dataset_free(test);
+
+    /* listed: a column of codes read as categories ("1" and "3") */
+    const char *listed[] = {"data.csv_train=t.csv", "data.csv_test=t.csv", "data.csv_exclude=id",
+                            "data.csv_target=survived", "data.csv_missing=mean", "data.csv_categorical=sex,port,class",
+                            "data.csv_standardize=false"};
+    if (!open_sets(listed, 7, &train, &test, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(train->fields[0].shape[0], 1 + 2 + 3 + 2 + 1);
+    float x[9];
+    sample(train, 1, x, &lab, NULL);
+    assert_true(x[6] == 1 && x[7] == 0 && x[8] == 71.28f); /* class 1 of {1, 3} */
+    dpt_dataset_free(train), dpt_dataset_free(test);
+
+    /* missing values stop the run by default, naming the cell and the way out */
+    const char *strict[] = {"data.csv_train=t.csv", "data.csv_test=t.csv", "data.csv_exclude=id",
+                            "data.csv_target=survived"};
+    assert_false(open_sets(strict, 4, &train, &test, &err));
+    if (!strstr(err.msg, "t.csv: line 4, column 1 ('age'): '' is a missing value (empty)") ||
+        !strstr(err.msg, "csv_missing = mean"))
+        fail_msg("%s", err.msg);
+    /* a column of names, nearly all distinct, is not categories (auto); listed, it is */
+    char text[8192];
+    size_t used = (size_t)snprintf(text, sizeof text, "name,v,y\n");
+    for (int i = 0; i < 40; i++)
+        used += (size_t)snprintf(text + used, sizeof text - used, "\"Person, %d\",%d,%d\n", i, i, i % 2);
+    put_text("names.csv", text);
+    const char *names[] = {"data.csv_train=names.csv", "data.csv_test=names.csv"};
+    assert_false(open_sets(names, 2, &train, &test, &err));
+    if (!strstr(err.msg, "names.csv: column 0 ('name') holds text with 40 distinct values in 40 rows")) fail_msg("%s", err.msg);
+    const char *names_listed[] = {"data.csv_train=names.csv", "data.csv_test=names.csv", "data.csv_categorical=name"};
+    if (!open_sets(names_listed, 3, &train, &test, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(train->fields[0].shape[0], 41);
+    dpt_dataset_free(train), dpt_dataset_free(test);
+    /* a listed column that is the target */
+    const char *bad[] = {"data.csv_train=t.csv", "data.csv_test=t.csv", "data.csv_exclude=id",
+                         "data.csv_target=survived", "data.csv_missing=mean", "data.csv_categorical=survived"};
+    assert_false(open_sets(bad, 6, &train, &test, &err));
+    assert_non_null(strstr(err.msg, "csv_categorical names column 6, which is a target or excluded"));
+}
+
 /* Every malformed table or setting refused, naming the file (or key), the line and the column. */
 static void test_refusals(void **state)
 {
@@ -283,9 +386,10 @@ static void test_refusals(void **state)
         {"a,b,c\n1,2,0\n3,4\n", {NULL}, "bad.csv: line 3 has 2 cells, and line 1 has 3"},
         {"a,b,c\n1,NA,0\n", {NULL}, "bad.csv: line 2, column 1 ('b'): 'NA' is a missing value"},
         {"a,b,c\n1,inf,0\n", {NULL}, "column 1 ('b'): 'inf' is not finite"},
-        {"a,b,c\n1,2x,0\n", {NULL}, "column 1 ('b'): '2x' is not a number"},
+        {"a,b,c\n1,2x,0\n", {"data.csv_categorical=none"}, "column 1 ('b'): '2x' is not a number"},
+        {"a,b,c\n1,2x,0\n3,4,1\n", {NULL}, "line 2, column 1 ('b'): '2x' is not a number, and line 3 holds one"},
         {"a,b,c\n1,1e39,0\n", {NULL}, "column 1 ('b'): '1e39' is beyond float32's range"},
-        {"a,b,c\n1,1e39x,0\n", {NULL}, "column 1 ('b'): '1e39x' is not a number"},
+        {"a,b,c\n1,1e39x,0\n", {"data.csv_categorical=none"}, "column 1 ('b'): '1e39x' is not a number"},
         {"a,b,c\n1,1,0\n1,2,1\n", {"data.csv_test=far.csv"}, "far.csv: line 2: feature 1, 3e+38, is 6e+38 standard"},
         {"a,b,c\n1,\"2,0\n", {NULL}, "bad.csv: line 2: a quoted cell opened there is never closed"},
         {"a,b,c\n1,\"2\"x,0\n", {NULL}, "line 2: text after a quoted cell's closing quote"},
@@ -351,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_header_and_delimiter),
         cmocka_unit_test(test_held_out_split),
         cmocka_unit_test(test_predict_input),
+        cmocka_unit_test(test_categorical_and_missing),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);

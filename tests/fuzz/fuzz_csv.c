@@ -1,6 +1,6 @@
 /* fuzz_csv.c: [data] source = csv and --predict --input over the same reader. Input: one byte
  * choosing the task, the header and delimiter rules, standardisation, the target and the split,
- * then the file's text. Every input must give sets whose every sample has finite features and a
+ * one choosing missing values and categorical columns, then the file's text. Every input must give sets whose every sample has finite features and a
  * label below the class count (or finite targets), or an error naming the file; the same file as
  * --input must give the test set's own features, bit for bit, when it is the test file. */
 #include "tests/fuzz/fuzz_common.h"
@@ -24,10 +24,11 @@ static void read_all(const dpt_dataset *ds, float *x, float *y, int32_t *label)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 1) return 0;
-    uint8_t o = data[0];
-    char path[64], set[9][128];
-    int fd = fuzz_file(data + 1, size - 1, path, sizeof path);
+    if (size < 2) return 0;
+    uint8_t o = data[0], o2 = data[1];
+    char path[64], set[11][128];
+    int fd = fuzz_file(data + 2, size - 2, path, sizeof path);
+    static const char *categorical[] = {"auto", "none", "0", "1,0"};
     static const char *targets[] = {"-1", "0", "y", "-1,0"};
     static const char *headers[] = {"auto", "yes", "no", "auto"};
     static const char *delims[] = {"auto", "comma", "semicolon", "tab"};
@@ -41,9 +42,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     snprintf(set[6], sizeof set[6], "data.csv_target=%s", targets[(o >> 5) & 3]);
     snprintf(set[7], sizeof set[7], "data.csv_standardize=%s", o & 0x40 ? "false" : "true");
     snprintf(set[8], sizeof set[8], "data.csv_test_fraction=0.5");
+    snprintf(set[9], sizeof set[9], "data.csv_missing=%s", o2 & 1 ? "mean" : "stop");
+    snprintf(set[10], sizeof set[10], "data.csv_categorical=%s", categorical[(o2 >> 1) & 3]);
     dpt_config *cfg = dpt_config_defaults();
     dpt_error err;
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 11; i++)
         if (!dpt_config_set(cfg, set[i], &err)) abort();
     dpt_dataset *train = NULL, *test = NULL, *input = NULL;
     if (dpt_data_open(cfg, &train, &test, &err)) {
