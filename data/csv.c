@@ -618,6 +618,14 @@ static bool plan_columns(const dpt_config *cfg, const table *t, const char *path
     return true;
 }
 
+/* " ('name')" of the plan's column j for messages (its header name, cut at 40 characters), or "". */
+static const char *col_label(const csv_plan *p, int64_t j, char *buf, size_t size)
+{
+    buf[0] = 0;
+    if (p->names) snprintf(buf, size, " ('%.40s%s')", p->names[j], strlen(p->names[j]) > 40 ? "..." : "");
+    return buf;
+}
+
 /* The rows a file holds, as a plan reads them (features and targets as floats, a classifier's
  * label cells as text until the classes are known). */
 typedef struct text_cell {
@@ -668,8 +676,8 @@ static void rows_reserve(rows *r, const csv_plan *p, const char *path)
 static bool bad_cell(const csv_plan *p, const char *path, int64_t line, int64_t j, int64_t c, const char *s,
                      dpt_error *err)
 {
-    char name[96] = "";
-    if (p->names) snprintf(name, sizeof name, " ('%.40s%s')", p->names[j], strlen(p->names[j]) > 40 ? "..." : "");
+    char name[96];
+    col_label(p, j, name, sizeof name);
     const char *why, *hint;
     int k = cell_kind(s, &why);
     if (!p->kind[j])
@@ -769,8 +777,8 @@ static bool resolve_features(const rows *r, const char *path, csv_plan *p, dpt_e
             at += p->kind[q] != 0;
         for (int64_t i = 0; i < r->n; i++)
             if (!isnan(r->x[i * p->raw + at])) {
-                char name[96] = "";
-                if (p->names) snprintf(name, sizeof name, " ('%.40s%s')", p->names[j], strlen(p->names[j]) > 40 ? "..." : "");
+                char name[96];
+                col_label(p, j, name, sizeof name);
                 return dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is not a number, and line %lld holds "
                                        "one in this column\nHINT: a number column with a stray cell (fix it), or a column "
                                        "of codes and names: list it in [data] csv_categorical to read every cell as a "
@@ -809,27 +817,22 @@ static bool resolve_features(const rows *r, const char *path, csv_plan *p, dpt_e
             else
                 free(all[i]);
         }
-        bool listed = p->categorical == CATEGORICAL_LISTED;
-        if (!listed && distinct > 20 && 2 * distinct > n) { /* names, tickets, free text: not categories */
-            char name[96] = "";
-            if (p->names) snprintf(name, sizeof name, " ('%.40s')", p->names[j]);
+        /* names, tickets, free text (auto: nearly every value distinct), or past the cap: not categories */
+        bool id_like = p->categorical != CATEGORICAL_LISTED && distinct > 20 && 2 * distinct > n;
+        if (id_like || distinct > CSV_MAX_CATEGORIES) {
+            char name[96];
             for (int64_t i = 0; i < distinct; i++)
                 free(all[i]);
             free(all);
-            return dpt_errorf(err, "%s: column %lld%s holds text with %lld distinct values in %lld rows: an id, a name "
-                                   "or free text rather than categories\nHINT: leave it out with [data] csv_exclude (or "
-                                   "list it in csv_categorical to one-hot it anyway)",
-                              path, (long long)j, name, (long long)distinct, (long long)n);
-        }
-        if (distinct > CSV_MAX_CATEGORIES) {
-            char name[96] = "";
-            if (p->names) snprintf(name, sizeof name, " ('%.40s')", p->names[j]);
-            for (int64_t i = 0; i < distinct; i++)
-                free(all[i]);
-            free(all);
+            if (id_like)
+                return dpt_errorf(err, "%s: column %lld%s holds text with %lld distinct values in %lld rows: an id, a "
+                                       "name or free text rather than categories\nHINT: leave it out with [data] "
+                                       "csv_exclude (or list it in csv_categorical to one-hot it anyway)",
+                                  path, (long long)j, col_label(p, j, name, sizeof name), (long long)distinct, (long long)n);
             return dpt_errorf(err, "%s: column %lld%s holds %lld distinct values, more than the %d categories a column "
                                    "may have\nHINT: an id or free text: leave it out with [data] csv_exclude",
-                              path, (long long)j, name, (long long)distinct, CSV_MAX_CATEGORIES);
+                              path, (long long)j, col_label(p, j, name, sizeof name), (long long)distinct,
+                              CSV_MAX_CATEGORIES);
         }
         p->ncat[j] = (int32_t)distinct;
         p->cats[j] = malloc((size_t)(distinct + 1) * sizeof *p->cats[j]);
@@ -885,8 +888,8 @@ static bool expand_rows(rows *r, const csv_plan *p, const char *path, dpt_error 
             if (c) {
                 char *const *hit = bsearch(&c, p->cats[j], (size_t)p->ncat[j], sizeof *p->cats[j], cmp_class);
                 if (!hit) {
-                    char name[96] = "";
-                    if (p->names) snprintf(name, sizeof name, " ('%.40s')", p->names[j]);
+                    char name[96];
+                    col_label(p, j, name, sizeof name);
                     int64_t col = next < r->ntext && r->text[next].row == i && r->text[next].j == j ? r->text[next].c : j;
                     dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is not one of the %d categories of "
                                     "the training rows\nHINT: a category the model never saw has no input of its own; "
