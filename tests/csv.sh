@@ -142,6 +142,26 @@ check "a Titanic-shaped table: 3 one-hot columns, missing ages imputed; test acc
 [ $? -eq 1 ] && grep -q "column 3 ('Name') holds text with 1500 distinct values in 1500 rows" "$tmp/t2.log"
 check "its names column, not left out, is refused as an id" $? "$(cat "$tmp/t2.log")"
 
+# Regression: two targets named in the header (semicolon-delimited, decimal points), y = linear
+# maps of 3 features plus noise of standard deviation 0.1: the test mean squared error must come
+# within 1.5x of the noise's variance (0.01), the best any model can do.
+/usr/bin/python3 - "$tmp" <<'EOF2'
+import sys, numpy as np
+tmp, rng = sys.argv[1], np.random.default_rng(5)
+for name, n in (('reg_train.csv', 2000), ('reg_test.csv', 500)):
+    x = rng.uniform(-2, 2, (n, 3)) * [1, 10, 100] + [0, 50, -300]
+    y1 = 0.8 * x[:, 0] - 0.05 * x[:, 1] + 0.004 * x[:, 2] + rng.normal(0, 0.1, n)
+    y2 = -0.5 * x[:, 0] + 0.02 * x[:, 1] + rng.normal(0, 0.1, n)
+    with open(tmp + '/' + name, 'w') as f:
+        f.write('a;b;c;y1;y2\n')
+        for r in range(n): f.write('%.6f;%.6f;%.6f;%.6f;%.6f\n' % (*x[r], y1[r], y2[r]))
+EOF2
+./train configs/regression_mlp.ini --set data.source=csv --set data.csv_train="$tmp/reg_train.csv" \
+    --set data.csv_test="$tmp/reg_test.csv" --set data.csv_task=regression --set data.csv_target=y1,y2 \
+    --set train.epochs=20 --set train.threads=1 --set expect.final_test_loss="<= 0.015" > "$tmp/reg.log" 2>&1 &&
+    grep -q "x (3), y (2) target | loss mse" "$tmp/reg.log"
+check "regression from CSV: 2 named targets, test mse <= 1.5x the noise's variance (0.01)" $? "$(grep -E '^data|done \||expect|pass|FAIL|rror' "$tmp/reg.log")"
+
 # a resume on a changed table says so (the rows' hash is in the checkpoint)
 ./train "$tmp/blobs.ini" --set train.epochs=2 --set checkpoint.every_epochs=1 --set checkpoint.dir="$tmp/ck4" \
     > "$tmp/r1.log" 2>&1
