@@ -99,6 +99,12 @@ static bool read_text(const char *path, char **out, int64_t *len, dpt_error *err
                                "UTF-16 (Excel's \"Unicode text\"): save the table as CSV in UTF-8",
                           path, (long long)line);
     }
+    if (!memchr(buf, '\n', (size_t)have) && memchr(buf, '\r', (size_t)have)) {
+        free(buf);
+        return dpt_errorf(err, "CSV file %s ends its lines with a carriage return alone (classic Mac OS), not a line "
+                               "feed\nHINT: convert it: tr '\\r' '\\n' < %s > fixed.csv",
+                          path, path);
+    }
     *out = buf, *len = have;
     return true;
 }

@@ -435,6 +435,11 @@ static void test_refusals(void **state)
     dpt_error err;
     assert_false(open_sets(sets, 1, &train, &test, &err));
     assert_non_null(strstr(err.msg, "line 2 holds a NUL byte"));
+    /* lines ended by a carriage return alone */
+    put_text("bad.csv", "a,b\r1,2\r3,4\r");
+    assert_false(open_sets(sets, 1, &train, &test, &err));
+    if (!strstr(err.msg, "bad.csv ends its lines with a carriage return alone") || !strstr(err.msg, "tr '\\r' '\\n'"))
+        fail_msg("%s", err.msg);
     /* no csv_train */
     const char *none[] = {"data.csv_test=other.csv"};
     assert_false(open_sets(none, 1, &train, &test, &err));
