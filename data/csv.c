@@ -739,6 +739,14 @@ static bool read_rows(table *t, const csv_plan *p, const int64_t *map, rows *r, 
         for (int k = 0; k < p->ntargets; k++) {
             int64_t j = p->target[k], c = map ? map[j] : j;
             if (p->classify) {
+                const char *why;
+                if (c >= 0 && !cell_number(cells[c], &v) && cell_kind(cells[c], &why) == CELL_MISSING) {
+                    char name[96];
+                    return dpt_errorf(err, "%s: line %lld, column %lld%s: the label " CELL_FMT " is %s\nHINT: every "
+                                           "row needs its label: fill or drop the rows that lack one",
+                                      t->path, (long long)line, (long long)c, col_label(p, j, name, sizeof name),
+                                      CELL_ARG(cells[c]), why);
+                }
                 r->label[r->n] = c < 0 ? NULL : cells[c];
                 continue;
             }
@@ -858,7 +866,7 @@ static bool resolve_features(const rows *r, const char *path, csv_plan *p, dpt_e
 
 /* r's raw columns as x: a number (a missing one: its column's training mean), a categorical
  * column's one-hot values (a missing cell: all 0; a category the training rows lack: refused). */
-static bool expand_rows(rows *r, const csv_plan *p, const char *path, dpt_error *err)
+static bool expand_rows(rows *r, const csv_plan *p, const int64_t *map, const char *path, dpt_error *err)
 {
     bool any = false;
     for (int64_t j = 0; j < p->cols; j++)
@@ -896,7 +904,9 @@ static bool expand_rows(rows *r, const csv_plan *p, const char *path, dpt_error 
                 if (!hit) {
                     char name[96];
                     col_label(p, j, name, sizeof name);
-                    int64_t col = next < r->ntext && r->text[next].row == i && r->text[next].j == j ? r->text[next].c : j;
+                    int64_t col = next < r->ntext && r->text[next].row == i && r->text[next].j == j ? r->text[next].c
+                                  : map                                                                 ? map[j]
+                                                                                                        : j;
                     dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is not one of the %d categories of "
                                     "the training rows\nHINT: a category the model never saw has no input of its own; "
                                     "map it to a known one or drop the row",
@@ -1257,7 +1267,7 @@ static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **t
         !read_rows(&t, &plan, NULL, &tr_rows, err))
         goto done;
     plan.delim = delim;
-    if (!resolve_features(&tr_rows, train_path, &plan, err) || !expand_rows(&tr_rows, &plan, train_path, err)) goto done;
+    if (!resolve_features(&tr_rows, train_path, &plan, err) || !expand_rows(&tr_rows, &plan, NULL, train_path, err)) goto done;
     if (plan.classify &&
         (!plan_classes(cfg, &tr_rows, train_path, &plan, err) || !(tr_labels = row_labels(&plan, &tr_rows, train_path, err))))
         goto done;
@@ -1268,7 +1278,7 @@ static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **t
         te = set_copy(&plan, &tr_rows, tr_labels, held);
     } else {
         if (!table_open(test_path, &delim, plan.names ? 1 : 2, &t, err) || !same_columns(&plan, &t, train_path, err) ||
-            !read_rows(&t, &plan, NULL, &te_rows, err) || !expand_rows(&te_rows, &plan, test_path, err) ||
+            !read_rows(&t, &plan, NULL, &te_rows, err) || !expand_rows(&te_rows, &plan, NULL, test_path, err) ||
             (plan.classify && !(te_labels = row_labels(&plan, &te_rows, test_path, err))))
             goto done;
         test_hash = t.hash;
@@ -1341,7 +1351,7 @@ bool dpt_csv_open_input(const char *path, const dpt_dataset *like, dpt_dataset *
             map[p->target[k]] = -1;
     rows r = {0};
     int32_t *labels = NULL;
-    ok = ok && read_rows(&t, p, map, &r, err) && expand_rows(&r, p, path, err) &&
+    ok = ok && read_rows(&t, p, map, &r, err) && expand_rows(&r, p, map, path, err) &&
          (!p->classify || (labels = row_labels(p, &r, path, err)));
     free(map);
     table_free(&t);

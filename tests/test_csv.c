@@ -404,6 +404,8 @@ static void test_refusals(void **state)
         {"a,b,c\n1,2,1\n3,4,2\n", {NULL}, "the labels run to 2, and class 0 never occurs"},
         {"a,b,c\n1,2,1\n3,4,5\n", {"data.classes=3"}, "has label 5, and"},
         {"a,b,c\n", {NULL}, "holds a header and no rows"},
+        {"a,b,c\n1,2,x\n3,4,\n", {NULL}, "bad.csv: line 3, column 2 ('c'): the label '' is a missing value (empty)"},
+        {"a,b,c\n1,2,x\n3,4,NA\n", {"data.csv_missing=mean"}, "line 3, column 2 ('c'): the label 'NA' is a missing value"},
         {"", {NULL}, "holds no rows"},
         {"a,b,c\n1,2,x\n3,4,y\n", {"data.classes=3"}, "names 2 classes"},
         {"a,b,c\n1,2,0\n3,4,1\n", {"data.csv_test=", "data.csv_test_fraction=0.1"}, "holds out 0: the train and test sets need one row"},
