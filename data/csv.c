@@ -380,6 +380,7 @@ typedef struct csv_plan {
     bool impute;        /* csv_missing = mean */
     bool resolved;      /* the training rows have fixed the categories and the means */
     bool classify, standardize;
+    int64_t shape[3];   /* csv_shape: x as (C, H, W), or 0: a vector */
     char delim;         /* the training file's */
     int nclasses;       /* classification by names: the sorted names */
     char **classes;
@@ -1174,6 +1175,8 @@ static dpt_dataset *make_dataset(const csv_plan *p, csv_set *s, const char *name
     snprintf(ds->name, sizeof ds->name, "%s", name);
     ds->nfields = 2;
     ds->fields[0] = (dpt_field){.name = "x", .dtype = DPT_F32, .ndim = 1, .shape = {p->features}};
+    if (p->shape[0]) /* csv_shape: each row an image (Kaggle's MNIST tables) */
+        ds->fields[0] = (dpt_field){.name = "x", .dtype = DPT_F32, .ndim = 3, .shape = {p->shape[0], p->shape[1], p->shape[2]}};
     if (p->classify) {
         ds->fields[1] = (dpt_field){.name = "label", .dtype = DPT_I32, .ndim = 0, .target = true};
         ds->num_classes = classes;
@@ -1246,6 +1249,27 @@ static bool *held_out(const dpt_config *cfg, int64_t n, const char *path, dpt_er
     return held;
 }
 
+/* [data] csv_shape: 0 (x a vector), or C,H,W whose product is the features' count. */
+static bool plan_shape(const dpt_config *cfg, const char *path, csv_plan *p, dpt_error *err)
+{
+    int64_t v[4];
+    int n = dpt_config_int_list(cfg, "data", "csv_shape", v, 4);
+    if (n == 1 && v[0] == 0) return true;
+    const char *where = dpt_config_where(cfg, "data", "csv_shape");
+    if (n != 3 || !v[0] || !v[1] || !v[2])
+        return dpt_errorf(err, "%s: [data] csv_shape takes 0 (each row a vector) or three sizes, channels, height and "
+                               "width\nHINT: e.g. csv_shape = 1,28,28 for MNIST's 784 pixel columns",
+                          where);
+    if (v[0] * v[1] * v[2] != p->features)
+        return dpt_errorf(err, "%s: [data] csv_shape = %lld,%lld,%lld holds %lld values, and the rows of %s have %lld "
+                               "features\nHINT: the features are every column but the targets and csv_exclude's (a "
+                               "categorical one counts a value per category)",
+                          where, (long long)v[0], (long long)v[1], (long long)v[2], (long long)(v[0] * v[1] * v[2]), path,
+                          (long long)p->features);
+    memcpy(p->shape, v, sizeof p->shape);
+    return true;
+}
+
 static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
 {
     /* paths as given (from the working folder unless absolute), as [data] train of tokens */
@@ -1267,7 +1291,9 @@ static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **t
         !read_rows(&t, &plan, NULL, &tr_rows, err))
         goto done;
     plan.delim = delim;
-    if (!resolve_features(&tr_rows, train_path, &plan, err) || !expand_rows(&tr_rows, &plan, NULL, train_path, err)) goto done;
+    if (!resolve_features(&tr_rows, train_path, &plan, err) || !expand_rows(&tr_rows, &plan, NULL, train_path, err) ||
+        !plan_shape(cfg, train_path, &plan, err))
+        goto done;
     if (plan.classify &&
         (!plan_classes(cfg, &tr_rows, train_path, &plan, err) || !(tr_labels = row_labels(&plan, &tr_rows, train_path, err))))
         goto done;
@@ -1410,6 +1436,10 @@ static const dpt_config_key csv_keys[] = {
     {NULL, "csv_missing", DPT_KEY_ENUM, "stop", 1, 0, "stop|mean",
      "a missing feature cell (empty, NA, NaN, ?, NULL, None): stop, naming it; or mean: the training rows' mean of "
      "its column (scikit-learn's SimpleImputer), and in a categorical column none of its categories",
+     0},
+    {NULL, "csv_shape", DPT_KEY_INT_LIST, "0", 0, 1 << 20, NULL,
+     "0: each row's features are a vector (x); C,H,W: an image of that shape, so the image models (cnn, resnet) take "
+     "it, e.g. 1,28,28 for the 784 pixel columns of Kaggle's MNIST tables",
      0},
     {NULL, "csv_standardize", DPT_KEY_BOOL, "true", 1, 0, NULL,
      "scale each number feature to mean 0 and standard deviation 1 over the training rows (scikit-learn's "

@@ -447,20 +447,32 @@ dpt_model *dpt_model_build_for(dpt_ctx *ctx, const dpt_config *cfg, const dpt_da
     const dpt_registration *r = dpt_config_choice(cfg, "model", "name");
     const dpt_model_impl *impl = r->impl;
     dpt_model *m;
+    int64_t c = data->c, h = data->h, w = data->w;
     if (impl->build) {
         m = impl->build(ctx, cfg, data, err);
     } else {
-        if (data->nfields > 0) { /* an image classifier on data that is not images */
-            dpt_errorf(err, "%s: [model] name = %s builds an image classifier; the data set %s has no images\nHINT: "
-                            "pick a model that takes its fields (mlp takes any)",
-                       dpt_config_where(cfg, "model", "name"), r->name, data->name);
-            return NULL;
+        if (data->nfields > 0) { /* fields: an image classifier takes a float (C, H, W) input and int labels */
+            dpt_field fields[DPT_MAX_FIELDS];
+            int n = dpt_dataset_fields(data, fields);
+            const dpt_field *in = NULL, *target = NULL;
+            for (int f = n - 1; f >= 0; f--) /* the first input and the first target */
+                *(fields[f].target ? &target : &in) = &fields[f];
+            if (!in || !target || in->dtype != DPT_F32 || in->ndim != 3 || target->dtype != DPT_I32 ||
+                target->ndim != 0 || data->num_classes < 1) {
+                dpt_errorf(err, "%s: [model] name = %s builds an image classifier; the data set %s has no images (a "
+                                "float field of channels x height x width and integer labels)\nHINT: pick a model "
+                                "that takes its fields (mlp takes any); a CSV table's rows become images with [data] "
+                                "csv_shape",
+                           dpt_config_where(cfg, "model", "name"), r->name, data->name);
+                return NULL;
+            }
+            c = in->shape[0], h = in->shape[1], w = in->shape[2];
         }
-        m = impl->build_image(ctx, cfg, data->c, data->h, data->w, data->num_classes, err);
+        m = impl->build_image(ctx, cfg, c, h, w, data->num_classes, err);
     }
     if (m && dpt_model_error(m)) {
         dpt_errorf(err, "model %s: %s\nHINT: check the [model] settings against the input size %lldx%lldx%lld",
-                   r->name, dpt_model_error(m), (long long)data->c, (long long)data->h, (long long)data->w);
+                   r->name, dpt_model_error(m), (long long)c, (long long)h, (long long)w);
         dpt_model_free(m);
         return NULL;
     }

@@ -2,7 +2,7 @@
 # csv.sh: [data] source = csv through ./train. Fashion-MNIST's first 3,000 training and 700 test
 # images written as CSV rows (the loader's normalised values, %.9g, the label last, a header of
 # names) train the MLP to the same weights, bit for bit, and the same test loss as the IDX files
-# they came from. A table of named classes (three Gaussian blobs, an id and a date column left
+# they came from; as images (csv_shape) the CNN's too. A table of named classes (three Gaussian blobs, an id and a date column left
 # out, the test rows held out of the one file) trains to the accuracy its separation allows, and
 # --predict prints the classes by name, top-1 agreeing with the label as often as --eval says;
 # --input rows without the label column get the same predictions. A Titanic-shaped table (text,
@@ -48,6 +48,24 @@ check "Fashion-MNIST as CSV trains the same weights as its IDX files" $? "idx $a
 la=$(grep -o 'test loss [0-9.]* acc [0-9.]*%' "$tmp/idx.log") lb=$(grep -o 'test loss [0-9.]* acc [0-9.]*%' "$tmp/csv.log")
 [ -n "$la" ] && [ "$la" = "$lb" ]
 check "and the same test loss and accuracy" $? "idx '$la', csv '$lb'"
+
+# the same rows as images (csv_shape = 1,28,28) train the CNN to the IDX run's weights too
+cnn=(configs/fmnist_cnn.ini "${run[@]}" --set data.test_limit=700)
+./train "${cnn[@]}" --set data.train_limit=3000 > "$tmp/cidx.log" 2>&1
+./train "${cnn[@]}" --set data.source=csv --set data.csv_train="$tmp/fm_train.csv" --set data.csv_test="$tmp/fm_test.csv" \
+    --set data.csv_standardize=false --set data.csv_shape=1,28,28 > "$tmp/ccsv.log" 2>&1
+a=$(sha < "$tmp/cidx.log") b=$(sha < "$tmp/ccsv.log")
+[ -n "$a" ] && [ "$a" = "$b" ] && grep -q "x (1x28x28), label () int target" "$tmp/ccsv.log"
+check "with csv_shape = 1,28,28 the CNN trains the IDX run's weights" $? "idx $a, csv $b; $(tail -2 "$tmp/ccsv.log")"
+./train "${cnn[@]}" --set data.source=csv --set data.csv_train="$tmp/fm_train.csv" --set data.csv_test="$tmp/fm_test.csv" \
+    > "$tmp/cflat.log" 2>&1
+[ $? -eq 1 ] && grep -q "builds an image classifier; the data set csv train (3000 rows) has no images" "$tmp/cflat.log" &&
+    grep -q "csv_shape" "$tmp/cflat.log"
+check "without it the CNN is refused, pointing at csv_shape" $? "$(cat "$tmp/cflat.log")"
+./train "${cnn[@]}" --set data.source=csv --set data.csv_train="$tmp/fm_train.csv" --set data.csv_test="$tmp/fm_test.csv" \
+    --set data.csv_shape=1,28,27 > "$tmp/cbad.log" 2>&1
+[ $? -eq 1 ] && grep -q "csv_shape = 1,28,27 holds 756 values, and the rows of $tmp/fm_train.csv have 784 features" "$tmp/cbad.log"
+check "a csv_shape that does not hold the features is refused" $? "$(cat "$tmp/cbad.log")"
 
 cat > "$tmp/blobs.ini" <<EOF
 [model]
