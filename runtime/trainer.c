@@ -382,6 +382,16 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         r->comm = t->nccl;
     }
     if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto fail;
+    /* the crop and flip work on images (bytes, files); a source's fields would pass unaugmented */
+    if (t->train_set->get && (run->train_data.crop_pad || run->train_data.hflip)) {
+        const char *key = run->train_data.crop_pad ? "random_crop_pad" : "hflip";
+        dpt_errorf(err, "%s: [data] %s augments images, and [data] source = %s makes samples of fields, which it "
+                        "cannot augment\nHINT: turn it off (--set data.%s=%s), or augment in a model or data source "
+                        "of your own",
+                   dpt_config_where(run->ini, "data", key), key, dpt_config_str(run->ini, "data", "source"), key,
+                   run->train_data.crop_pad ? "0" : "false");
+        goto fail;
+    }
     if (!cli_weights_only(r->args) && !one_step(t, err)) goto fail;
     guard_memory(t, true); /* the model, its trace and its optimizer before the estimate */
     if (r->args->predict_input) { /* --predict --input: these images, made as the test set's */

@@ -66,6 +66,10 @@ check "without it the CNN is refused, pointing at csv_shape" $? "$(cat "$tmp/cfl
     --set data.csv_shape=1,28,27 > "$tmp/cbad.log" 2>&1
 [ $? -eq 1 ] && grep -q "csv_shape = 1,28,27 holds 756 values, and the rows of $tmp/fm_train.csv have 784 features" "$tmp/cbad.log"
 check "a csv_shape that does not hold the features is refused" $? "$(cat "$tmp/cbad.log")"
+./train "${cnn[@]}" --set data.source=csv --set data.csv_train="$tmp/fm_train.csv" --set data.csv_test="$tmp/fm_test.csv" \
+    --set data.csv_shape=1,28,28 --set data.hflip=true > "$tmp/caug.log" 2>&1
+[ $? -eq 1 ] && grep -q "\[data\] hflip augments images, and \[data\] source = csv makes samples of fields" "$tmp/caug.log"
+check "an image augmentation the source cannot apply is refused, not skipped" $? "$(cat "$tmp/caug.log")"
 
 cat > "$tmp/blobs.ini" <<EOF
 [model]
