@@ -19,6 +19,14 @@
 #include "sample.h"
 #include "schema.h"
 
+/* Whether [data] key (a float list) holds its declared default. */
+static bool data_list_default(const dpt_config *cfg, const char *key)
+{
+    double v[DPT_VALUE_MAX_LIST];
+    int n = dpt_config_float_list(cfg, "data", key, v, DPT_VALUE_MAX_LIST);
+    return n == 1 && v[0] == strtod(dpt_schema_at(dpt_schema_find("data", key))->decl.def, NULL);
+}
+
 static bool trainer_open(trainer *t, replica *r, dpt_error *err);
 static void trainer_close(trainer *t);
 static void epoch_begin(trainer *t);
@@ -382,7 +390,19 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         r->comm = t->nccl;
     }
     if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto fail;
-    /* the crop and flip work on images (bytes, files); a source's fields would pass unaugmented */
+    /* the crop and flip work on images (bytes, files), and so do mean and std: a source's fields
+     * would pass unaugmented and unnormalised */
+    const char *norm = !t->train_set->get ? NULL : !data_list_default(run->ini, "mean") ? "mean"
+                                                  : !data_list_default(run->ini, "std") ? "std" : NULL;
+    if (norm) {
+        dpt_errorf(err, "%s: [data] %s normalises image bytes, and [data] source = %s makes samples of fields, which "
+                        "it does not touch\nHINT: leave it out%s",
+                   dpt_config_where(run->ini, "data", norm), norm, dpt_config_str(run->ini, "data", "source"),
+                   !strcmp(dpt_config_str(run->ini, "data", "source"), "csv") ? "; [data] csv_standardize scales a "
+                                                                                  "CSV's features"
+                                                                                : "");
+        goto fail;
+    }
     if (t->train_set->get && (run->train_data.crop_pad || run->train_data.hflip)) {
         const char *key = run->train_data.crop_pad ? "random_crop_pad" : "hflip";
         dpt_errorf(err, "%s: [data] %s augments images, and [data] source = %s makes samples of fields, which it "

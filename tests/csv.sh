@@ -70,6 +70,10 @@ check "a csv_shape that does not hold the features is refused" $? "$(cat "$tmp/c
     --set data.csv_shape=1,28,28 --set data.hflip=true > "$tmp/caug.log" 2>&1
 [ $? -eq 1 ] && grep -q "\[data\] hflip augments images, and \[data\] source = csv makes samples of fields" "$tmp/caug.log"
 check "an image augmentation the source cannot apply is refused, not skipped" $? "$(cat "$tmp/caug.log")"
+./train "${cnn[@]}" --set data.source=csv --set data.csv_train="$tmp/fm_train.csv" --set data.csv_test="$tmp/fm_test.csv" \
+    --set data.csv_shape=1,28,28 --set data.mean=0.5 > "$tmp/cmean.log" 2>&1
+[ $? -eq 1 ] && grep -q "\[data\] mean normalises image bytes" "$tmp/cmean.log" && grep -q "csv_standardize" "$tmp/cmean.log"
+check "so is [data] mean away from its default (csv_standardize is the CSV's)" $? "$(cat "$tmp/cmean.log")"
 
 cat > "$tmp/blobs.ini" <<EOF
 [model]
