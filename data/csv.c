@@ -397,6 +397,7 @@ typedef struct csv_set {
     float *y;        /* n x ntargets (regression) */
     int32_t *labels; /* n (classification) */
     int64_t *line;   /* n: each row's line in its file (messages) */
+    int64_t *counts; /* classification: the rows of each class */
     csv_plan plan;   /* its own copy: --predict --input reads a file as this set was read */
 } csv_set;
 
@@ -457,7 +458,7 @@ static void csv_set_free(void *source)
     csv_set *s = source;
     if (!s) return;
     plan_free(&s->plan);
-    free(s->x), free(s->y), free(s->labels), free(s->line), free(s);
+    free(s->x), free(s->y), free(s->labels), free(s->line), free(s->counts), free(s);
 }
 
 static void csv_get(const dpt_dataset *ds, int64_t index, void *const *dst)
@@ -1187,6 +1188,13 @@ static dpt_dataset *make_dataset(const csv_plan *p, csv_set *s, const char *name
     }
     plan_copy(&s->plan, p);
     if (p->nclasses) ds->class_names = (const char *const *)s->plan.classes;
+    if (p->classify && classes > 0) { /* the header shows them: an imbalance is seen before step 1 */
+        s->counts = calloc((size_t)classes, sizeof *s->counts);
+        if (!s->counts) dpt_fatal("out of host memory");
+        for (int64_t i = 0; i < s->n; i++)
+            if (s->labels[i] >= 0 && s->labels[i] < classes) s->counts[s->labels[i]]++;
+        ds->class_counts = s->counts;
+    }
     ds->content_hash = hash;
     ds->get = csv_get;
     ds->source = s;
@@ -1393,7 +1401,7 @@ bool dpt_csv_open_input(const char *path, const dpt_dataset *like, dpt_dataset *
     char name[64];
     snprintf(name, sizeof name, "csv (%lld rows)", (long long)s->n);
     dpt_dataset *ds = make_dataset(p, s, name, 0, like->num_classes);
-    ds->unlabelled = true;
+    ds->unlabelled = true, ds->class_counts = NULL; /* no labels to count */
     *out = ds;
     dpt_input_note(path, "the --input file", false);
     return true;

@@ -70,6 +70,27 @@ const char *dpt_dataset_class_name(const dpt_dataset *ds, int label)
     return ds->files->classes[label];
 }
 
+void dpt_dataset_describe_classes(const dpt_dataset *ds, char *buf, size_t size)
+{
+    buf[0] = 0;
+    if (!ds->class_counts && !dpt_dataset_class_name(ds, 0)) return;
+    int n = ds->num_classes, shown = n <= 12 ? n : 10;
+    size_t at = (size_t)snprintf(buf, size, "%d classes:", n);
+    for (int c = 0; c < n && at < size; c++) {
+        if (c == shown && c < n - 1) {
+            at += (size_t)snprintf(buf + at, size - at, ", ...");
+            c = n - 1;
+        }
+        const char *name = dpt_dataset_class_name(ds, c);
+        at += (size_t)snprintf(buf + at, size - at, "%s %d", c ? "," : "", c);
+        if (name && at < size) at += (size_t)snprintf(buf + at, size - at, " %s", name);
+        if (ds->class_counts && at < size) at += (size_t)snprintf(buf + at, size - at, " (%lld)", (long long)ds->class_counts[c]);
+    }
+    dpt_printable(buf); /* names are the user's: one line, no control bytes */
+    for (char *q = buf; *q; q++)
+        if (*q == '\n' || *q == '\t') *q = '?';
+}
+
 char *dpt_data_join(const char *dir, const char *file)
 {
     return file[0] == '/' || !*dir ? dpt_strf("%s", file) : dpt_strf("%s/%s", dir, file);

@@ -440,6 +440,7 @@ static dpt_dataset *make_set(const char *root, listing *l, char **classes, int n
     f->n = l->n, f->nclasses = nclasses, f->classes = classes, f->ignored = l->ignored, f->view = *view;
     snprintf(f->list_note, sizeof f->list_note, "%s", note);
     ds->n = l->n, ds->c = 3, ds->h = ds->w = view->size, ds->num_classes = nclasses;
+    ds->class_counts = f->class_count;
     ds->files = f;
     ds->content_hash = f->list_hash, ds->origin = f->root;
     snprintf(ds->name, sizeof ds->name, "folder");
@@ -556,14 +557,8 @@ const char *dpt_folder_path(const struct dpt_image_files *f, int64_t i, char *bu
 void dpt_folder_describe(const dpt_dataset *ds, char *buf, size_t size)
 {
     const struct dpt_image_files *f = ds->files;
-    size_t at = (size_t)snprintf(buf, size, "%d classes:", f->nclasses);
-    int shown = f->nclasses <= 12 ? f->nclasses : 10;
-    for (int c = 0; c < shown && at < size; c++)
-        at += (size_t)snprintf(buf + at, size - at, "%s %d %s (%lld)", c ? "," : "", c, f->classes[c],
-                               (long long)f->class_count[c]);
-    if (shown < f->nclasses && at < size)
-        at += (size_t)snprintf(buf + at, size - at, ", ... %d %s (%lld)", f->nclasses - 1,
-                               f->classes[f->nclasses - 1], (long long)f->class_count[f->nclasses - 1]);
+    dpt_dataset_describe_classes(ds, buf, size);
+    size_t at = strlen(buf);
     if (at < size && f->ignored)
         snprintf(buf + at, size - at, " | %lld entr%s ignored (not a regular file with a .jpg/.jpeg/.png name)",
                  (long long)f->ignored, f->ignored == 1 ? "y" : "ies");

@@ -853,6 +853,7 @@ typedef struct dpt_dataset {
     dpt_task task; /* the data's defaults (images: cross_entropy, accuracy, "img") */
     bool unlabelled; /* samples without labels (--predict --input): every label is 0 */
     const char *const *class_names; /* num_classes names a source gives its labels (a CSV's), or NULL */
+    const int64_t *class_counts;    /* num_classes: the samples of each class, where the source counts them */
 } dpt_dataset;
 
 /* The fields of a data set (its own, or an image set's "image" and "label"); returns the count. */
@@ -861,6 +862,9 @@ int dpt_dataset_fields(const dpt_dataset *ds, dpt_field *out);
  * class's (the folder's name); NULL otherwise. */
 const char *dpt_dataset_sample_name(const dpt_dataset *ds, int64_t index);
 const char *dpt_dataset_class_name(const dpt_dataset *ds, int label);
+/* "3 classes: 0 alpha (150), 1 beta (150), 2 gamma (150)" (names where the data has them, counts
+ * where it counts; the first 10 and the last of many); "" when it has neither. */
+void dpt_dataset_describe_classes(const dpt_dataset *ds, char *buf, size_t size);
 
 /* A data source's impl (DPT_KIND_DATA, selected by [data] source): opens the train and test
  * sets its [data] keys describe; false with err naming the file or key and a HINT. */

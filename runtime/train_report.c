@@ -223,6 +223,11 @@ void print_header(const trainer *t)
                 ds->nfields ? ds->name : ds->origin && !ds->files ? ds->origin : run->data_dir,
                 (long long)(t->train_loader ? dpt_loader_num_samples(t->train_loader) : ds->n),
                 (long long)ds->n, test, shape, steps);
+    if (!t->train_set->files && t->task.metrics & DPT_METRIC_ACCURACY) { /* a classifier's classes, counted */
+        char text[1024];
+        dpt_dataset_describe_classes(t->train_set, text, sizeof text);
+        if (*text) report_line("%s\n", text);
+    }
     if (t->train_set->files) {
         char text[1024];
         dpt_folder_describe(t->train_set, text, sizeof text);

@@ -101,6 +101,12 @@ static void check_quoted(bool gz)
     for (int c = 0; c < 4; c++)
         assert_string_equal(dpt_dataset_class_name(train, c), names[c]);
     const int32_t labels[] = {1, 2, 0, 3, 2};
+    assert_non_null(train->class_counts); /* ca"t 1, cat 1, dog 2, multi\nline 1 */
+    assert_true(train->class_counts[0] == 1 && train->class_counts[1] == 1 && train->class_counts[2] == 2 &&
+                train->class_counts[3] == 1);
+    char line[256];
+    dpt_dataset_describe_classes(train, line, sizeof line);
+    assert_string_equal(line, "4 classes: 0 ca\"t (1), 1 cat (1), 2 dog (2), 3 multi?line (1)"); /* one line */
     /* standardised with the training rows' float64 mean and population standard deviation */
     double w[] = {1.5, 2.5, 3.5, 4.5, 5.5}, h[] = {10, 20, 30, 40, 50};
     double mw = 0, mh = 0, vw = 0, vh = 0;
@@ -188,6 +194,29 @@ static void test_header_and_delimiter(void **state)
     if (!open_sets(d, 2, &train, &test, &err)) fail_msg("%s", err.msg);
     assert_int_equal(train->num_classes, 2);
     assert_null(dpt_dataset_class_name(train, 0)); /* numbers, not names */
+    char line[256];
+    dpt_dataset_describe_classes(train, line, sizeof line);
+    assert_string_equal(line, "2 classes: 0 (1), 1 (1)");
+    dpt_dataset_free(train), dpt_dataset_free(test);
+}
+
+/* Many classes: the first 10 and the last, counted. */
+static void test_many_classes(void **state)
+{
+    (void)state;
+    char text[4096];
+    size_t used = (size_t)snprintf(text, sizeof text, "v,label\n");
+    for (int i = 0; i < 30; i++)
+        used += (size_t)snprintf(text + used, sizeof text - used, "%d,c%02d\n", i, i % 15);
+    put_text("many.csv", text);
+    const char *sets[] = {"data.csv_train=many.csv", "data.csv_test=many.csv"};
+    dpt_dataset *train, *test;
+    dpt_error err;
+    if (!open_sets(sets, 2, &train, &test, &err)) fail_msg("%s", err.msg);
+    char line[512];
+    dpt_dataset_describe_classes(train, line, sizeof line);
+    assert_string_equal(line, "15 classes: 0 c00 (2), 1 c01 (2), 2 c02 (2), 3 c03 (2), 4 c04 (2), 5 c05 (2), 6 c06 (2), "
+                              "7 c07 (2), 8 c08 (2), 9 c09 (2), ..., 14 c14 (2)");
     dpt_dataset_free(train), dpt_dataset_free(test);
 }
 
@@ -461,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_quoting_crlf_bom_gzip),
         cmocka_unit_test(test_header_and_delimiter),
         cmocka_unit_test(test_held_out_split),
+        cmocka_unit_test(test_many_classes),
         cmocka_unit_test(test_predict_input),
         cmocka_unit_test(test_categorical_and_missing),
         cmocka_unit_test(test_refusals),
