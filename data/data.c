@@ -24,7 +24,8 @@ static const dpt_config_key data_keys[] = {
      "folder holding the data files (Debian package dataset-fashion-mnist)", 0},
     {"data", "classes", DPT_KEY_INT, "0", 0, 1e6, NULL,
      "number of classes; a label >= classes is an error (0 = the largest label + 1, at least 10, and every "
-     "class above 9 must occur)", 0},
+     "class above 9 must occur; a CSV's: at least 2, every class below the largest occurring, or its names' count)",
+     0},
     {"data", "mean", DPT_KEY_FLOAT_LIST, "0.2860", -1e3, 1e3, NULL,
      "normalisation of images: x = (pixel/255 - mean) / std; one value, or one per channel (e.g. 0.485,0.456,0.406); "
      "a source of fields (csv, tokens, regression) refuses a value other than the default",
