@@ -378,6 +378,7 @@ typedef struct csv_plan {
     double *fill;       /* cols: a missing number's value (csv_missing = mean: the training rows' mean) */
     int categorical;    /* csv_categorical: CATEGORICAL_NONE, _AUTO (text makes a column categorical) or _LISTED */
     bool impute;        /* csv_missing = mean */
+    bool ignore_unknown; /* csv_unknown_category = ignore */
     bool resolved;      /* the training rows have fixed the categories and the means */
     bool classify, standardize;
     int64_t shape[3];   /* csv_shape: x as (C, H, W), or 0: a vector */
@@ -599,7 +600,8 @@ static bool plan_columns(const dpt_config *cfg, const table *t, const char *path
                               dpt_config_where(cfg, "data", "csv_exclude"), (long long)excluded[i]);
         p->kind[excluded[i]] = 0;
     }
-    p->impute = dpt_config_enum(cfg, "data", "csv_missing") == 1; /* stop|mean */
+    p->impute = dpt_config_enum(cfg, "data", "csv_missing") == 1;                     /* stop|mean */
+    p->ignore_unknown = dpt_config_enum(cfg, "data", "csv_unknown_category") == 1; /* stop|ignore */
     const char *cat = dpt_config_str(cfg, "data", "csv_categorical");
     p->categorical = !strcmp(cat, "auto") ? CATEGORICAL_AUTO : !strcmp(cat, "none") || !*cat ? CATEGORICAL_NONE
                                                                                           : CATEGORICAL_LISTED;
@@ -903,7 +905,7 @@ static bool expand_rows(rows *r, const csv_plan *p, const int64_t *map, const ch
             const char *c = category_text(r, p, i, j, at++, &next, buf, sizeof buf);
             if (c) {
                 char *const *hit = bsearch(&c, p->cats[j], (size_t)p->ncat[j], sizeof *p->cats[j], cmp_class);
-                if (!hit) {
+                if (!hit && !p->ignore_unknown) {
                     char name[96];
                     col_label(p, j, name, sizeof name);
                     int64_t col = next < r->ntext && r->text[next].row == i && r->text[next].j == j ? r->text[next].c
@@ -911,12 +913,13 @@ static bool expand_rows(rows *r, const csv_plan *p, const int64_t *map, const ch
                                                                                                         : j;
                     dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is not one of the %d categories of "
                                     "the training rows\nHINT: a category the model never saw has no input of its own; "
-                                    "map it to a known one or drop the row",
+                                    "map it to a known one, drop the row, or set [data] csv_unknown_category = ignore "
+                                    "(all of its column's one-hot values 0)",
                                path, (long long)r->line[i], (long long)col, name, CELL_ARG(c), p->ncat[j]);
                     free(x);
                     return false;
                 }
-                out[hit - p->cats[j]] = 1;
+                if (hit) out[hit - p->cats[j]] = 1; /* an unknown one, ignored: all 0 */
             }
             out += p->ncat[j];
         }
@@ -1448,6 +1451,10 @@ static const dpt_config_key csv_keys[] = {
     {NULL, "csv_shape", DPT_KEY_INT_LIST, "0", 0, 1 << 20, NULL,
      "0: each row's features are a vector (x); C,H,W: an image of that shape, so the image models (cnn, resnet) take "
      "it, e.g. 1,28,28 for the 784 pixel columns of Kaggle's MNIST tables",
+     0},
+    {NULL, "csv_unknown_category", DPT_KEY_ENUM, "stop", 1, 0, "stop|ignore",
+     "a category in the test rows or --input that the training rows lack: stop, naming it; or ignore: all of its "
+     "column's one-hot values 0 (scikit-learn's OneHotEncoder handle_unknown)",
      0},
     {NULL, "csv_standardize", DPT_KEY_BOOL, "true", 1, 0, NULL,
      "scale each number feature to mean 0 and standard deviation 1 over the training rows (scikit-learn's "

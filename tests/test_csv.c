@@ -364,6 +364,17 @@ static void test_categorical_and_missing(void **state)
     if (!strstr(err.msg, "in.csv: line 2, column 3 ('port'): 'X' is not one of the 3 categories of the training rows"))
         fail_msg("%s", err.msg);
     dpt_dataset_free(train), dpt_dataset_free(test);
+    /* csv_unknown_category = ignore: the unseen port is all 0, the rest as the known row's */
+    const char *ignore[] = {"data.csv_train=t.csv", "data.csv_test=t.csv", "data.csv_exclude=id",
+                            "data.csv_target=survived", "data.csv_missing=mean", "data.csv_unknown_category=ignore"};
+    if (!open_sets(ignore, 6, &train, &test, &err)) fail_msg("%s", err.msg);
+    if (!dpt_csv_open_input(path, test, &in, &err)) fail_msg("%s", err.msg);
+    sample(in, 0, a, &lab, NULL);
+    sample(test, 1, b, &lab, NULL); /* 38, female, C, 1, 71.28: C is b[3] */
+    assert_true(a[3] == 0 && a[4] == 0 && a[5] == 0 && b[3] == 1);
+    a[3] = b[3];
+    assert_memory_equal(a, b, sizeof a);
+    dpt_dataset_free(in), dpt_dataset_free(train), dpt_dataset_free(test);
 
     /* listed: a column of codes read as categories ("1" and "3") */
     const char *listed[] = {"data.csv_train=t.csv", "data.csv_test=t.csv", "data.csv_exclude=id",
