@@ -226,19 +226,20 @@ static int cell_kind(const char *s, const char **why)
     while (*s == ' ' || *s == '\t')
         s++;
     if (!*s) return *why = "a missing value (empty)", CELL_MISSING;
-    double v;
-    if (cell_number(s, &v)) return *why = "beyond float32's range (3.4e38)", CELL_BAD_NUMBER; /* refused for its size */
-    char *end;
-    v = strtod(s, &end);
-    if (end != s && !isfinite(v) && !end[strspn(end, " \t")]) return *why = "not finite", CELL_BAD_NUMBER;
+    /* the markers first: strtod reads "NaN" and "nan" as a number, which pandas writes for a
+     * missing value */
     static const char *missing[] = {"NA", "N/A", "NaN", "nan", "NULL", "null", "None", "?", "-"};
     size_t len = strcspn(s, " \t");
     for (size_t i = 0; i < sizeof missing / sizeof *missing; i++)
         if (len == strlen(missing[i]) && !strncmp(s, missing[i], len) && !s[len + strspn(s + len, " \t")])
             return *why = "a missing value", CELL_MISSING;
+    double v;
+    if (cell_number(s, &v)) return *why = "beyond float32's range (3.4e38)", CELL_BAD_NUMBER; /* refused for its size */
+    char *end;
+    v = strtod(s, &end);
+    if (end != s && !isfinite(v) && !end[strspn(end, " \t")]) return *why = "not finite", CELL_BAD_NUMBER;
     return *why = "not a number", CELL_TEXT;
 }
-
 
 /* ---------------------------------------------------------------- one file as a table */
 

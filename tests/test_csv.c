@@ -387,6 +387,14 @@ static void test_categorical_and_missing(void **state)
     assert_true(x[6] == 1 && x[7] == 0 && x[8] == 71.28f); /* class 1 of {1, 3} */
     dpt_dataset_free(train), dpt_dataset_free(test);
 
+    /* "NaN", as pandas writes a missing value, is one: the column's mean (22 and 38) */
+    put_text("nan.csv", "a,y\n22,0\nNaN,1\n38,0\n");
+    const char *nan[] = {"data.csv_train=nan.csv", "data.csv_test=nan.csv", "data.csv_missing=mean",
+                         "data.csv_standardize=false"};
+    if (!open_sets(nan, 4, &train, &test, &err)) fail_msg("%s", err.msg);
+    sample(train, 1, x, &lab, NULL);
+    assert_true(x[0] == 30);
+    dpt_dataset_free(train), dpt_dataset_free(test);
     /* missing values stop the run by default, naming the cell and the way out */
     const char *strict[] = {"data.csv_train=t.csv", "data.csv_test=t.csv", "data.csv_exclude=id",
                             "data.csv_target=survived"};
@@ -426,6 +434,8 @@ static void test_refusals(void **state)
         {"a,b,c\n1,2,0\n3,4\n", {NULL}, "bad.csv: line 3 has 2 cells, and line 1 has 3"},
         {"a,b,c\n1,NA,0\n", {NULL}, "bad.csv: line 2, column 1 ('b'): 'NA' is a missing value"},
         {"a,b,c\n1,inf,0\n", {NULL}, "column 1 ('b'): 'inf' is not finite"},
+        {"a,b,c\n1,NaN,0\n", {NULL}, "column 1 ('b'): 'NaN' is a missing value"},
+        {"a,b,c\n1,nan,0\n", {NULL}, "column 1 ('b'): 'nan' is a missing value"},
         {"a,b,c\n1,2x,0\n", {"data.csv_categorical=none"}, "column 1 ('b'): '2x' is not a number"},
         {"a,b,c\n1,2x,0\n3,4,1\n", {NULL}, "line 2, column 1 ('b'): '2x' is not a number, and line 3 holds one"},
         {"a,b,c\n1,1e39,0\n", {NULL}, "column 1 ('b'): '1e39' is beyond float32's range"},
