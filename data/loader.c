@@ -712,6 +712,13 @@ int dpt_dataset_fields(const dpt_dataset *ds, dpt_field *out)
     return 2;
 }
 
+const dpt_field *dpt_field_first(const dpt_field *fields, int n, bool target)
+{
+    for (int f = 0; f < n; f++)
+        if (fields[f].target == target) return &fields[f];
+    return NULL;
+}
+
 dpt_tensor *dpt_batch_get(const dpt_batch *b, const char *name)
 {
     for (int f = 0; f < b->nfields; f++)

@@ -858,6 +858,9 @@ typedef struct dpt_dataset {
 
 /* The fields of a data set (its own, or an image set's "image" and "label"); returns the count. */
 int dpt_dataset_fields(const dpt_dataset *ds, dpt_field *out);
+/* The first of n fields that is (or is not) a target, or NULL: what a model takes and what its
+ * loss compares with, where the task names neither. */
+const dpt_field *dpt_field_first(const dpt_field *fields, int n, bool target);
 /* A sample's name where the data has one (a folder's relative path, "class/x.jpg"), and a
  * class's (the folder's name); NULL otherwise. */
 const char *dpt_dataset_sample_name(const dpt_dataset *ds, int64_t index);

@@ -257,9 +257,7 @@ static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_datas
 {
     dpt_field fields[DPT_MAX_FIELDS];
     int nfields = dpt_dataset_fields(data, fields);
-    const dpt_field *input = NULL;
-    for (int f = nfields - 1; f >= 0; f--)
-        if (!fields[f].target) input = &fields[f];
+    const dpt_field *input = dpt_field_first(fields, nfields, false);
     if (!input || input->dtype != DPT_I32 || input->ndim != 1 || data->num_classes < 2) {
         dpt_errorf(err, "%s: [model] name = gpt takes sequences of token ids; the data set %s has %s\n"
                         "HINT: [data] source = tokens reads token shards",

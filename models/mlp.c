@@ -39,9 +39,8 @@ static dpt_model *mlp_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_datas
 {
     dpt_field fields[DPT_MAX_FIELDS];
     int nfields = dpt_dataset_fields(data, fields);
-    const dpt_field *input = NULL, *target = NULL;
-    for (int f = nfields - 1; f >= 0; f--) /* the first input and the first target */
-        *(fields[f].target ? &target : &input) = &fields[f];
+    const dpt_field *input = dpt_field_first(fields, nfields, false);
+    const dpt_field *target = dpt_field_first(fields, nfields, true);
     if (!input || !target || input->dtype != DPT_F32) {
         dpt_errorf(err, "%s: [model] name = mlp takes a float input and a target; the data set %s has %s",
                    dpt_config_where(cfg, "model", "name"), data->name,

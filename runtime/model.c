@@ -296,12 +296,11 @@ void dpt_model_set_task(dpt_model *m, const dpt_task *task)
     m->task = *task;
 }
 
-/* The first field that is (or is not) a target, or NULL. */
+/* The first field that is (or is not) a target's name, or NULL. */
 static const char *first_field(const dpt_field *fields, int n, bool target)
 {
-    for (int f = 0; f < n; f++)
-        if (fields[f].target == target) return fields[f].name;
-    return NULL;
+    const dpt_field *f = dpt_field_first(fields, n, target);
+    return f ? f->name : NULL;
 }
 
 static bool has_field(const dpt_field *fields, int n, const char *name)
@@ -454,9 +453,8 @@ dpt_model *dpt_model_build_for(dpt_ctx *ctx, const dpt_config *cfg, const dpt_da
         if (data->nfields > 0) { /* fields: an image classifier takes a float (C, H, W) input and int labels */
             dpt_field fields[DPT_MAX_FIELDS];
             int n = dpt_dataset_fields(data, fields);
-            const dpt_field *in = NULL, *target = NULL;
-            for (int f = n - 1; f >= 0; f--) /* the first input and the first target */
-                *(fields[f].target ? &target : &in) = &fields[f];
+            const dpt_field *in = dpt_field_first(fields, n, false);
+            const dpt_field *target = dpt_field_first(fields, n, true);
             if (!in || !target || in->dtype != DPT_F32 || in->ndim != 3 || target->dtype != DPT_I32 ||
                 target->ndim != 0 || data->num_classes < 1) {
                 dpt_errorf(err, "%s: [model] name = %s builds an image classifier; the data set %s has no images (a "
