@@ -394,7 +394,7 @@ enum { CATEGORICAL_NONE, CATEGORICAL_AUTO, CATEGORICAL_LISTED };
 #define CSV_MAX_CATEGORIES 1024 /* a column with more distinct values is an id or free text */
 
 typedef struct csv_set {
-    int64_t n, features, ntargets;
+    int64_t n;
     float *x;        /* n x features */
     float *y;        /* n x ntargets (regression) */
     int32_t *labels; /* n (classification) */
@@ -466,11 +466,12 @@ static void csv_set_free(void *source)
 static void csv_get(const dpt_dataset *ds, int64_t index, void *const *dst)
 {
     const csv_set *s = ds->source;
-    memcpy(dst[0], s->x + index * s->features, (size_t)s->features * sizeof(float));
+    int64_t f = s->plan.features, t = s->plan.ntargets;
+    memcpy(dst[0], s->x + index * f, (size_t)f * sizeof(float));
     if (s->labels)
         *(int32_t *)dst[1] = s->labels[index];
     else
-        memcpy(dst[1], s->y + index * s->ntargets, (size_t)s->ntargets * sizeof(float));
+        memcpy(dst[1], s->y + index * t, (size_t)t * sizeof(float));
 }
 
 /* One column of a csv_target / csv_exclude list: a header name, or an index (negative from the
@@ -769,6 +770,21 @@ static bool read_rows(table *t, const csv_plan *p, const int64_t *map, rows *r, 
 /* Numbers first, in order, then names in byte order: labels "-1" and "1" give classes 0 and 1. */
 static int cmp_class(const void *a, const void *b);
 
+/* v's n strings sorted by cmp_class and each kept once, in place; the count kept. A dropped
+ * duplicate is freed when the strings are owned. */
+static int64_t sort_distinct(char **v, int64_t n, bool owned)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_class);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!kept || cmp_class(&v[i], &v[kept - 1]))
+            v[kept++] = v[i];
+        else if (owned)
+            free(v[i]);
+    }
+    return kept;
+}
+
 /* A categorical column's cell of row i as text: the cell kept, or the number read (as %.9g);
  * NULL when missing. *next walks r->text in order. */
 static const char *category_text(const rows *r, const csv_plan *p, int64_t i, int64_t j, int64_t at, int64_t *next,
@@ -828,14 +844,7 @@ static bool resolve_features(const rows *r, const char *path, csv_plan *p, dpt_e
             const char *c = category_text(r, p, i, j, at, &next, buf, sizeof buf);
             if (c) all[n++] = dpt_strf("%s", c);
         }
-        qsort(all, (size_t)n, sizeof *all, cmp_class);
-        int64_t distinct = 0;
-        for (int64_t i = 0; i < n; i++) {
-            if (!distinct || cmp_class(&all[i], &all[distinct - 1]))
-                all[distinct++] = all[i];
-            else
-                free(all[i]);
-        }
+        int64_t distinct = sort_distinct(all, n, true);
         /* names, tickets, free text (auto: nearly every value distinct), or past the cap: not categories */
         bool id_like = p->categorical != CATEGORICAL_LISTED && distinct > 20 && 2 * distinct > n;
         if (id_like || distinct > CSV_MAX_CATEGORIES) {
@@ -964,10 +973,7 @@ static bool plan_classes(const dpt_config *cfg, const rows *r, const char *path,
     char **all = malloc((size_t)(r->n + 1) * sizeof *all);
     if (!all) dpt_fatal("out of host memory");
     memcpy(all, r->label, (size_t)r->n * sizeof *all);
-    qsort(all, (size_t)r->n, sizeof *all, cmp_class);
-    int64_t distinct = 0;
-    for (int64_t i = 0; i < r->n; i++)
-        if (!i || cmp_class(&all[i], &all[i - 1])) all[distinct++] = all[i];
+    int64_t distinct = sort_distinct(all, r->n, false);
     int64_t stated = dpt_config_int(cfg, "data", "classes");
     if (distinct > (1 << 20)) {
         free(all);
@@ -1020,11 +1026,12 @@ static int32_t *row_labels(const csv_plan *p, const rows *r, const char *path, d
     return out;
 }
 
-static csv_set *new_set(const csv_plan *p, int64_t n)
+/* A set of n rows (its sizes are its plan's, copied in by make_dataset). */
+static csv_set *new_set(int64_t n)
 {
     csv_set *s = calloc(1, sizeof *s);
     if (!s) dpt_fatal("out of host memory");
-    s->n = n, s->features = p->features, s->ntargets = p->ntargets;
+    s->n = n;
     return s;
 }
 
@@ -1034,7 +1041,7 @@ static csv_set *set_copy(const csv_plan *p, const rows *r, const int32_t *labels
     int64_t n = 0;
     for (int64_t i = 0; i < r->n; i++)
         n += held[i];
-    csv_set *s = new_set(p, n);
+    csv_set *s = new_set(n);
     s->x = malloc((size_t)(n * p->features + 1) * sizeof *s->x);
     s->line = malloc((size_t)(n + 1) * sizeof *s->line);
     if (labels)
@@ -1071,7 +1078,7 @@ static csv_set *set_steal(const csv_plan *p, rows *r, int32_t *labels, const boo
         }
         at++;
     }
-    csv_set *s = new_set(p, at);
+    csv_set *s = new_set(at);
     if (!r->x) { /* no rows read (cannot happen past table_open, which needs one) */
         r->x = malloc(sizeof *r->x), r->line = malloc(sizeof *r->line);
         if (!r->x || !r->line) dpt_fatal("out of host memory");
