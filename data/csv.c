@@ -30,7 +30,9 @@
 #include "../runtime/registry.h"
 #include "../runtime/rng.h"
 
-#define CSV_HINT "HINT: [data] source = csv reads a table of numbers, one row a sample (see docs/config.md, [data] csv_*)"
+#define CSV_HINT                                                                                             \
+    "HINT: [data] source = csv reads a table of numbers, one row a sample (see docs/config.md, [data] "      \
+    "csv_*)"
 /* far beyond any table that fits a machine's memory as floats, far below what overflows a size */
 #define CSV_MAX_BYTES ((int64_t)1 << 38)
 #define CSV_MAX_COLS ((int64_t)1 << 20)
@@ -44,13 +46,18 @@ static bool read_text(const char *path, char **out, int64_t *len, dpt_error *err
     *out = NULL;
     struct stat st;
     if (stat(path, &st) != 0)
-        return dpt_errorf(err, "cannot open CSV file %s: %s\nHINT: [data] csv_train and csv_test are paths from the "
-                               "folder ./train runs in (unless absolute); [data] dir is not used for them",
-                          path, strerror(errno));
+        return dpt_errorf(
+            err,
+            "cannot open CSV file %s: %s\nHINT: [data] csv_train and csv_test are paths from the "
+            "folder ./train runs in (unless absolute); [data] dir is not used for them",
+            path, strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return dpt_errorf(err, "CSV file %s is not a regular file (a folder, FIFO or device)\n" CSV_HINT, path);
+        return dpt_errorf(err, "CSV file %s is not a regular file (a folder, FIFO or device)\n" CSV_HINT,
+                          path);
     gzFile gz = gzopen(path, "rb");
-    if (!gz) return dpt_errorf(err, "cannot open CSV file %s: %s\n" CSV_HINT, path, errno ? strerror(errno) : "out of memory");
+    if (!gz)
+        return dpt_errorf(err, "cannot open CSV file %s: %s\n" CSV_HINT, path,
+                          errno ? strerror(errno) : "out of memory");
     int64_t cap = 1 << 16, have = 0;
     char *buf = malloc((size_t)cap + 1);
     if (!buf) dpt_fatal("out of host memory reading %s", path);
@@ -59,8 +66,9 @@ static bool read_text(const char *path, char **out, int64_t *len, dpt_error *err
             if (cap >= CSV_MAX_BYTES) {
                 gzclose(gz);
                 free(buf);
-                return dpt_errorf(err, "CSV file %s: more than %lld bytes of text\nHINT: split it, or convert it "
-                                       "to a binary format",
+                return dpt_errorf(err,
+                                  "CSV file %s: more than %lld bytes of text\nHINT: split it, or convert it "
+                                  "to a binary format",
                                   path, (long long)CSV_MAX_BYTES);
             }
             cap *= 2;
@@ -68,8 +76,11 @@ static bool read_text(const char *path, char **out, int64_t *len, dpt_error *err
             if (!grown) {
                 gzclose(gz);
                 free(buf);
-                return dpt_errorf(err, "CSV file %s: out of host memory for %lld bytes of text\nHINT: a smaller file, or a "
-                                       "machine with more memory", path, (long long)cap);
+                return dpt_errorf(
+                    err,
+                    "CSV file %s: out of host memory for %lld bytes of text\nHINT: a smaller file, or a "
+                    "machine with more memory",
+                    path, (long long)cap);
             }
             buf = grown;
         }
@@ -95,15 +106,19 @@ static bool read_text(const char *path, char **out, int64_t *len, dpt_error *err
         for (const char *p = buf; p < nul; p++)
             line += *p == '\n';
         free(buf);
-        return dpt_errorf(err, "CSV file %s: line %lld holds a NUL byte: not text\nHINT: a binary file, or text in "
-                               "UTF-16 (Excel's \"Unicode text\"): save the table as CSV in UTF-8",
-                          path, (long long)line);
+        return dpt_errorf(
+            err,
+            "CSV file %s: line %lld holds a NUL byte: not text\nHINT: a binary file, or text in "
+            "UTF-16 (Excel's \"Unicode text\"): save the table as CSV in UTF-8",
+            path, (long long)line);
     }
     if (!memchr(buf, '\n', (size_t)have) && memchr(buf, '\r', (size_t)have)) {
         free(buf);
-        return dpt_errorf(err, "CSV file %s ends its lines with a carriage return alone (classic Mac OS), not a line "
-                               "feed\nHINT: convert it: tr '\\r' '\\n' < %s > fixed.csv",
-                          path, path);
+        return dpt_errorf(
+            err,
+            "CSV file %s ends its lines with a carriage return alone (classic Mac OS), not a line "
+            "feed\nHINT: convert it: tr '\\r' '\\n' < %s > fixed.csv",
+            path, path);
     }
     *out = buf, *len = have;
     return true;
@@ -147,8 +162,8 @@ static int64_t next_record(reader *r, int64_t *line, dpt_error *err)
         bool more = true;
         while (more) {
             if (n >= CSV_MAX_COLS) {
-                dpt_errorf(err, "%s: line %lld has more than %lld cells\n" CSV_HINT, r->path, (long long)*line,
-                           (long long)CSV_MAX_COLS);
+                dpt_errorf(err, "%s: line %lld has more than %lld cells\n" CSV_HINT, r->path,
+                           (long long)*line, (long long)CSV_MAX_COLS);
                 return -1;
             }
             char *w = r->p, *start = r->p;
@@ -157,8 +172,9 @@ static int64_t next_record(reader *r, int64_t *line, dpt_error *err)
                 r->p++;
                 for (;;) {
                     if (r->p >= r->end) {
-                        dpt_errorf(err, "%s: line %lld: a quoted cell opened there is never closed\nHINT: a quote "
-                                        "inside a cell is written twice (\"\")",
+                        dpt_errorf(err,
+                                   "%s: line %lld: a quoted cell opened there is never closed\nHINT: a quote "
+                                   "inside a cell is written twice (\"\")",
                                    r->path, (long long)opened);
                         return -1;
                     }
@@ -175,9 +191,11 @@ static int64_t next_record(reader *r, int64_t *line, dpt_error *err)
                 }
                 if (r->p < r->end && *r->p == '\r' && r->p + 1 < r->end && r->p[1] == '\n') r->p++;
                 if (r->p < r->end && *r->p != r->delim && *r->p != '\n') {
-                    dpt_errorf(err, "%s: line %lld: text after a quoted cell's closing quote\nHINT: a quote inside "
-                                    "a cell is written twice (\"\"), and the whole cell quoted",
-                               r->path, (long long)r->line);
+                    dpt_errorf(
+                        err,
+                        "%s: line %lld: text after a quoted cell's closing quote\nHINT: a quote inside "
+                        "a cell is written twice (\"\"), and the whole cell quoted",
+                        r->path, (long long)r->line);
                     return -1;
                 }
             } else {
@@ -234,7 +252,8 @@ static int cell_kind(const char *s, const char **why)
         if (len == strlen(missing[i]) && !strncmp(s, missing[i], len) && !s[len + strspn(s + len, " \t")])
             return *why = "a missing value", CELL_MISSING;
     double v;
-    if (cell_number(s, &v)) return *why = "beyond float32's range (3.4e38)", CELL_BAD_NUMBER; /* refused for its size */
+    if (cell_number(s, &v))
+        return *why = "beyond float32's range (3.4e38)", CELL_BAD_NUMBER; /* refused for its size */
     char *end;
     v = strtod(s, &end);
     if (end != s && !isfinite(v) && !end[strspn(end, " \t")]) return *why = "not finite", CELL_BAD_NUMBER;
@@ -250,9 +269,9 @@ typedef struct table {
     reader r;
     const char *path;
     int64_t cols, first_line;
-    uint64_t hash;      /* of the file's bytes */
-    char **names;       /* cols cells, into text, or NULL */
-    char **ahead[2];    /* data rows read ahead (cols cells each) */
+    uint64_t hash;   /* of the file's bytes */
+    char **names;    /* cols cells, into text, or NULL */
+    char **ahead[2]; /* data rows read ahead (cols cells each) */
     int64_t ahead_line[2];
     int nahead, taken;
 } table;
@@ -282,8 +301,9 @@ static char sniff_delimiter(const char *p, const char *end)
 
 static bool ragged(const table *t, int64_t line, int64_t n, dpt_error *err)
 {
-    return dpt_errorf(err, "%s: line %lld has %lld cells, and line %lld has %lld\nHINT: every row needs the same "
-                           "columns; a cell holding the delimiter must be quoted (\"a, b\")",
+    return dpt_errorf(err,
+                      "%s: line %lld has %lld cells, and line %lld has %lld\nHINT: every row needs the same "
+                      "columns; a cell holding the delimiter must be quoted (\"a, b\")",
                       t->path, (long long)line, (long long)n, (long long)t->first_line, (long long)t->cols);
 }
 
@@ -367,24 +387,25 @@ static char **table_next(table *t, int64_t *line, bool *failed, dpt_error *err)
 /* ---------------------------------------------------------------- the data set */
 
 typedef struct csv_plan {
-    int64_t cols;       /* of the training file */
-    char **names;       /* its header (copies), or NULL */
+    int64_t cols; /* of the training file */
+    char **names; /* its header (copies), or NULL */
     int ntargets;
     int64_t target[CSV_MAX_TARGETS];
-    int8_t *kind;       /* cols: 0 not a feature, FEATURE_NUMBER, FEATURE_CATEGORIES (one-hot) */
-    int64_t raw;        /* feature columns */
-    int64_t features;   /* the values of x: a number column's one, a categorical column's one per category */
-    int32_t *ncat;      /* cols: a categorical column's categories */
-    char ***cats;       /* cols: their names in sorted order (NULL for the others) */
-    double *fill;       /* cols: a missing number's value (csv_missing = mean: the training rows' mean) */
-    int categorical;    /* csv_categorical: CATEGORICAL_NONE, _AUTO (text makes a column categorical) or _LISTED */
-    bool impute;        /* csv_missing = mean */
+    int8_t *kind;     /* cols: 0 not a feature, FEATURE_NUMBER, FEATURE_CATEGORIES (one-hot) */
+    int64_t raw;      /* feature columns */
+    int64_t features; /* the values of x: a number column's one, a categorical column's one per category */
+    int32_t *ncat;    /* cols: a categorical column's categories */
+    char ***cats;     /* cols: their names in sorted order (NULL for the others) */
+    double *fill;     /* cols: a missing number's value (csv_missing = mean: the training rows' mean) */
+    int categorical;  /* csv_categorical: CATEGORICAL_NONE, _AUTO (text makes a column categorical) or _LISTED
+                       */
+    bool impute;      /* csv_missing = mean */
     bool ignore_unknown; /* csv_unknown_category = ignore */
-    bool resolved;      /* the training rows have fixed the categories and the means */
+    bool resolved;       /* the training rows have fixed the categories and the means */
     bool classify, standardize;
-    int64_t shape[3];   /* csv_shape: x as (C, H, W), or 0: a vector */
-    char delim;         /* the training file's */
-    int nclasses;       /* classification by names: the sorted names */
+    int64_t shape[3]; /* csv_shape: x as (C, H, W), or 0: a vector */
+    char delim;       /* the training file's */
+    int nclasses;     /* classification by names: the sorted names */
     char **classes;
     double *mean, *scale; /* features: x' = (x - mean) * scale */
 } csv_plan;
@@ -476,16 +497,17 @@ static void csv_get(const dpt_dataset *ds, int64_t index, void *const *dst)
 
 /* One column of a csv_target / csv_exclude list: a header name, or an index (negative from the
  * end, as Python's). -1 with err. */
-static int64_t column_of(const csv_plan *p, const char *item, const char *where, const char *key, const char *path,
-                         dpt_error *err)
+static int64_t column_of(const csv_plan *p, const char *item, const char *where, const char *key,
+                         const char *path, dpt_error *err)
 {
     char *end;
     errno = 0;
     long long i = strtoll(item, &end, 10);
     if (end != item && !*end && !errno) {
         if (i < -p->cols || i >= p->cols) {
-            dpt_errorf(err, "%s: [data] %s names column %lld, and %s has %lld columns (0 to %lld, or -1 for the "
-                            "last)\nHINT: columns count from 0; a negative index counts from the end",
+            dpt_errorf(err,
+                       "%s: [data] %s names column %lld, and %s has %lld columns (0 to %lld, or -1 for the "
+                       "last)\nHINT: columns count from 0; a negative index counts from the end",
                        where, key, i, path, (long long)p->cols, (long long)p->cols - 1);
             return -1;
         }
@@ -495,8 +517,9 @@ static int64_t column_of(const csv_plan *p, const char *item, const char *where,
     for (int64_t j = 0; p->names && j < p->cols; j++)
         if (!strcmp(p->names[j], item)) {
             if (found >= 0) {
-                dpt_errorf(err, "%s: [data] %s = %s: %s has two columns of that name (%lld and %lld)\nHINT: name "
-                                "the column by its index",
+                dpt_errorf(err,
+                           "%s: [data] %s = %s: %s has two columns of that name (%lld and %lld)\nHINT: name "
+                           "the column by its index",
                            where, key, item, path, (long long)found, (long long)j);
                 return -1;
             }
@@ -504,9 +527,11 @@ static int64_t column_of(const csv_plan *p, const char *item, const char *where,
         }
     if (found >= 0) return found;
     if (!p->names) {
-        dpt_errorf(err, "%s: [data] %s = %s: %s has no header row of names\nHINT: name columns by index (0 for the "
-                        "first, -1 for the last), or set [data] csv_header = yes",
-                   where, key, item, path);
+        dpt_errorf(
+            err,
+            "%s: [data] %s = %s: %s has no header row of names\nHINT: name columns by index (0 for the "
+            "first, -1 for the last), or set [data] csv_header = yes",
+            where, key, item, path);
         return -1;
     }
     int best = 99;
@@ -515,16 +540,18 @@ static int64_t column_of(const csv_plan *p, const char *item, const char *where,
         int d = dpt_edit_distance(item, p->names[j]);
         if (d < best) best = d, near = p->names[j];
     }
-    dpt_errorf(err, "%s: [data] %s = %s: no column of %s has that name%s%s%s\nHINT: the header's names are matched "
-                    "exactly; a column may be named by its index",
-               where, key, item, path, near && best <= 3 ? " (did you mean '" : "",
-               near && best <= 3 ? near : "", near && best <= 3 ? "'?)" : "");
+    dpt_errorf(
+        err,
+        "%s: [data] %s = %s: no column of %s has that name%s%s%s\nHINT: the header's names are matched "
+        "exactly; a column may be named by its index",
+        where, key, item, path, near && best <= 3 ? " (did you mean '" : "", near && best <= 3 ? near : "",
+        near && best <= 3 ? "'?)" : "");
     return -1;
 }
 
 /* The columns a comma list names, into cols; their count, or -1 with err. */
-static int column_list(const dpt_config *cfg, const char *key, const csv_plan *p, const char *path, int64_t *cols,
-                       dpt_error *err)
+static int column_list(const dpt_config *cfg, const char *key, const csv_plan *p, const char *path,
+                       int64_t *cols, dpt_error *err)
 {
     const char *v = dpt_config_str(cfg, "data", key), *where = dpt_config_where(cfg, "data", key);
     int n = 0;
@@ -537,14 +564,18 @@ static int column_list(const dpt_config *cfg, const char *key, const csv_plan *p
         while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
             len--;
         if (!len || len >= sizeof item) {
-            dpt_errorf(err, "%s: [data] %s holds an empty or overlong item\nHINT: a comma-separated list of column "
-                            "names or indices",
-                       where, key);
+            dpt_errorf(
+                err,
+                "%s: [data] %s holds an empty or overlong item\nHINT: a comma-separated list of column "
+                "names or indices",
+                where, key);
             return -1;
         }
         if (n == CSV_MAX_TARGETS) {
-            dpt_errorf(err, "%s: [data] %s names more than %d columns\nHINT: name the few columns that are "
-                            "not features: targets and excluded ones", where, key, CSV_MAX_TARGETS);
+            dpt_errorf(err,
+                       "%s: [data] %s names more than %d columns\nHINT: name the few columns that are "
+                       "not features: targets and excluded ones",
+                       where, key, CSV_MAX_TARGETS);
             return -1;
         }
         memcpy(item, v, len), item[len] = 0;
@@ -552,8 +583,10 @@ static int column_list(const dpt_config *cfg, const char *key, const csv_plan *p
         if (c < 0) return -1;
         for (int i = 0; i < n; i++)
             if (cols[i] == c) {
-                dpt_errorf(err, "%s: [data] %s names column %lld twice\nHINT: a name and an index may be the "
-                                "same column", where, key, (long long)c);
+                dpt_errorf(err,
+                           "%s: [data] %s names column %lld twice\nHINT: a name and an index may be the "
+                           "same column",
+                           where, key, (long long)c);
                 return -1;
             }
         cols[n++] = c;
@@ -580,12 +613,15 @@ static bool plan_columns(const dpt_config *cfg, const table *t, const char *path
     int ne = column_list(cfg, "csv_exclude", p, path, excluded, err);
     if (ne < 0) return false;
     if (nt == 0)
-        return dpt_errorf(err, "%s: [data] csv_target is empty\nHINT: name the target column (e.g. -1 for the last)",
-                          dpt_config_where(cfg, "data", "csv_target"));
+        return dpt_errorf(
+            err, "%s: [data] csv_target is empty\nHINT: name the target column (e.g. -1 for the last)",
+            dpt_config_where(cfg, "data", "csv_target"));
     if (p->classify && nt != 1)
-        return dpt_errorf(err, "%s: [data] csv_target names %d columns, and a classifier has one column of labels\n"
-                               "HINT: several real-valued targets are [data] csv_task = regression",
-                          dpt_config_where(cfg, "data", "csv_target"), nt);
+        return dpt_errorf(
+            err,
+            "%s: [data] csv_target names %d columns, and a classifier has one column of labels\n"
+            "HINT: several real-valued targets are [data] csv_task = regression",
+            dpt_config_where(cfg, "data", "csv_target"), nt);
     p->ntargets = nt;
     p->kind = malloc((size_t)t->cols * sizeof *p->kind);
     p->ncat = calloc((size_t)t->cols, sizeof *p->ncat);
@@ -597,26 +633,30 @@ static bool plan_columns(const dpt_config *cfg, const table *t, const char *path
         p->kind[p->target[i]] = 0;
     for (int i = 0; i < ne; i++) {
         if (!p->kind[excluded[i]])
-            return dpt_errorf(err, "%s: [data] csv_exclude names column %lld, which [data] csv_target names too\n"
-                                   "HINT: a target column is never a feature; leave it out of csv_exclude",
+            return dpt_errorf(err,
+                              "%s: [data] csv_exclude names column %lld, which [data] csv_target names too\n"
+                              "HINT: a target column is never a feature; leave it out of csv_exclude",
                               dpt_config_where(cfg, "data", "csv_exclude"), (long long)excluded[i]);
         p->kind[excluded[i]] = 0;
     }
-    p->impute = dpt_config_enum(cfg, "data", "csv_missing") == 1;                     /* stop|mean */
+    p->impute = dpt_config_enum(cfg, "data", "csv_missing") == 1;                  /* stop|mean */
     p->ignore_unknown = dpt_config_enum(cfg, "data", "csv_unknown_category") == 1; /* stop|ignore */
     const char *cat = dpt_config_str(cfg, "data", "csv_categorical");
-    p->categorical = !strcmp(cat, "auto") ? CATEGORICAL_AUTO : !strcmp(cat, "none") || !*cat ? CATEGORICAL_NONE
-                                                                                          : CATEGORICAL_LISTED;
+    p->categorical = !strcmp(cat, "auto")            ? CATEGORICAL_AUTO
+                     : !strcmp(cat, "none") || !*cat ? CATEGORICAL_NONE
+                                                     : CATEGORICAL_LISTED;
     if (p->categorical == CATEGORICAL_LISTED) {
         int64_t listed[CSV_MAX_TARGETS];
         int nc = column_list(cfg, "csv_categorical", p, path, listed, err);
         if (nc < 0) return false;
         for (int i = 0; i < nc; i++) {
             if (!p->kind[listed[i]])
-                return dpt_errorf(err, "%s: [data] csv_categorical names column %lld, which is a target or excluded\n"
-                                       "HINT: categorical columns are features; a classifier's label column is "
-                                       "categorical by itself",
-                                  dpt_config_where(cfg, "data", "csv_categorical"), (long long)listed[i]);
+                return dpt_errorf(
+                    err,
+                    "%s: [data] csv_categorical names column %lld, which is a target or excluded\n"
+                    "HINT: categorical columns are features; a classifier's label column is "
+                    "categorical by itself",
+                    dpt_config_where(cfg, "data", "csv_categorical"), (long long)listed[i]);
             p->kind[listed[i]] = FEATURE_CATEGORIES;
         }
     }
@@ -624,9 +664,11 @@ static bool plan_columns(const dpt_config *cfg, const table *t, const char *path
         p->raw += p->kind[j] != 0;
     p->features = p->raw;
     if (!p->raw)
-        return dpt_errorf(err, "%s: every column of %s is a target or excluded: no features left\nHINT: check [data] "
-                               "csv_target and csv_exclude",
-                          path, path);
+        return dpt_errorf(
+            err,
+            "%s: every column of %s is a target or excluded: no features left\nHINT: check [data] "
+            "csv_target and csv_exclude",
+            path, path);
     return true;
 }
 
@@ -647,9 +689,9 @@ typedef struct text_cell {
 
 typedef struct rows {
     int64_t n, cap;
-    float *x, *y;  /* n x raw (NaN: a missing value or a text cell), then n x features; n x ntargets */
-    char **label;  /* n: classification's label cells (into the table's text; NULL: none) */
-    int64_t *line; /* n: each row's first line */
+    float *x, *y;    /* n x raw (NaN: a missing value or a text cell), then n x features; n x ntargets */
+    char **label;    /* n: classification's label cells (into the table's text; NULL: none) */
+    int64_t *line;   /* n: each row's first line */
     text_cell *text; /* the text cells of categorical columns, in row order */
     int64_t ntext, text_cap;
 } rows;
@@ -695,18 +737,21 @@ static bool bad_cell(const csv_plan *p, const char *path, int64_t line, int64_t 
     if (!p->kind[j])
         hint = "a regression's targets are numbers: fill or drop the rows that lack one";
     else if (k == CELL_MISSING)
-        hint = "[data] csv_missing = mean gives a missing feature the training rows' mean (and a categorical column's "
+        hint = "[data] csv_missing = mean gives a missing feature the training rows' mean (and a categorical "
+               "column's "
                "none of its categories); or fill or drop such rows, or leave the column out with csv_exclude";
     else if (k == CELL_BAD_NUMBER)
         hint = "a feature is a finite number within float32's range";
     else if (p->resolved)
-        hint = "this column held only numbers in the training rows; name it in [data] csv_categorical to read it as "
+        hint = "this column held only numbers in the training rows; name it in [data] csv_categorical to "
+               "read it as "
                "categories";
     else
-        hint = "a column of names is read as categories (one-hot) with [data] csv_categorical = auto or a list naming "
+        hint = "a column of names is read as categories (one-hot) with [data] csv_categorical = auto or a "
+               "list naming "
                "it; or leave it out with csv_exclude";
-    return dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is %s\nHINT: %s", path, (long long)line,
-                      (long long)c, name, CELL_ARG(s), why, hint);
+    return dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is %s\nHINT: %s", path,
+                      (long long)line, (long long)c, name, CELL_ARG(s), why, hint);
 }
 
 /* t's rows into r as p reads them: the plan's column j from the file's column map[j] (NULL: j;
@@ -731,7 +776,8 @@ static bool read_rows(table *t, const csv_plan *p, const int64_t *map, rows *r, 
             int k = cell_kind(cells[c], &why);
             bool text = k == CELL_TEXT && (p->kind[j] == FEATURE_CATEGORIES ||
                                            (p->categorical == CATEGORICAL_AUTO && !p->resolved));
-            if (!text && !(k == CELL_MISSING && p->impute)) return bad_cell(p, t->path, line, j, c, cells[c], err);
+            if (!text && !(k == CELL_MISSING && p->impute))
+                return bad_cell(p, t->path, line, j, c, cells[c], err);
             if (text) { /* kept until the column's categories are known */
                 if (r->ntext == r->text_cap) {
                     r->text_cap = r->text_cap ? 2 * r->text_cap : 1024;
@@ -748,10 +794,12 @@ static bool read_rows(table *t, const csv_plan *p, const int64_t *map, rows *r, 
                 const char *why;
                 if (c >= 0 && !cell_number(cells[c], &v) && cell_kind(cells[c], &why) == CELL_MISSING) {
                     char name[96];
-                    return dpt_errorf(err, "%s: line %lld, column %lld%s: the label " CELL_FMT " is %s\nHINT: every "
-                                           "row needs its label: fill or drop the rows that lack one",
-                                      t->path, (long long)line, (long long)c, col_label(p, j, name, sizeof name),
-                                      CELL_ARG(cells[c]), why);
+                    return dpt_errorf(err,
+                                      "%s: line %lld, column %lld%s: the label " CELL_FMT
+                                      " is %s\nHINT: every "
+                                      "row needs its label: fill or drop the rows that lack one",
+                                      t->path, (long long)line, (long long)c,
+                                      col_label(p, j, name, sizeof name), CELL_ARG(cells[c]), why);
                 }
                 r->label[r->n] = c < 0 ? NULL : cells[c];
                 continue;
@@ -787,8 +835,8 @@ static int64_t sort_distinct(char **v, int64_t n, bool owned)
 
 /* A categorical column's cell of row i as text: the cell kept, or the number read (as %.9g);
  * NULL when missing. *next walks r->text in order. */
-static const char *category_text(const rows *r, const csv_plan *p, int64_t i, int64_t j, int64_t at, int64_t *next,
-                                 char *buf, size_t size)
+static const char *category_text(const rows *r, const csv_plan *p, int64_t i, int64_t j, int64_t at,
+                                 int64_t *next, char *buf, size_t size)
 {
     while (*next < r->ntext && (r->text[*next].row < i || (r->text[*next].row == i && r->text[*next].j < j)))
         (*next)++;
@@ -814,12 +862,14 @@ static bool resolve_features(const rows *r, const char *path, csv_plan *p, dpt_e
             if (!isnan(r->x[i * p->raw + at])) {
                 char name[96];
                 col_label(p, j, name, sizeof name);
-                return dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is not a number, and line %lld holds "
-                                       "one in this column\nHINT: a number column with a stray cell (fix it), or a column "
-                                       "of codes and names: list it in [data] csv_categorical to read every cell as a "
-                                       "category",
-                                  path, (long long)r->line[r->text[k].row], (long long)r->text[k].c, name,
-                                  CELL_ARG(r->text[k].s), (long long)r->line[i]);
+                return dpt_errorf(
+                    err,
+                    "%s: line %lld, column %lld%s: " CELL_FMT " is not a number, and line %lld holds "
+                    "one in this column\nHINT: a number column with a stray cell (fix it), or a column "
+                    "of codes and names: list it in [data] csv_categorical to read every cell as a "
+                    "category",
+                    path, (long long)r->line[r->text[k].row], (long long)r->text[k].c, name,
+                    CELL_ARG(r->text[k].s), (long long)r->line[i]);
             }
         p->kind[j] = FEATURE_CATEGORIES;
     }
@@ -853,14 +903,19 @@ static bool resolve_features(const rows *r, const char *path, csv_plan *p, dpt_e
                 free(all[i]);
             free(all);
             if (id_like)
-                return dpt_errorf(err, "%s: column %lld%s holds text with %lld distinct values in %lld rows: an id, a "
-                                       "name or free text rather than categories\nHINT: leave it out with [data] "
-                                       "csv_exclude (or list it in csv_categorical to one-hot it anyway)",
-                                  path, (long long)j, col_label(p, j, name, sizeof name), (long long)distinct, (long long)n);
-            return dpt_errorf(err, "%s: column %lld%s holds %lld distinct values, more than the %d categories a column "
-                                   "may have\nHINT: an id or free text: leave it out with [data] csv_exclude",
-                              path, (long long)j, col_label(p, j, name, sizeof name), (long long)distinct,
-                              CSV_MAX_CATEGORIES);
+                return dpt_errorf(
+                    err,
+                    "%s: column %lld%s holds text with %lld distinct values in %lld rows: an id, a "
+                    "name or free text rather than categories\nHINT: leave it out with [data] "
+                    "csv_exclude (or list it in csv_categorical to one-hot it anyway)",
+                    path, (long long)j, col_label(p, j, name, sizeof name), (long long)distinct,
+                    (long long)n);
+            return dpt_errorf(
+                err,
+                "%s: column %lld%s holds %lld distinct values, more than the %d categories a column "
+                "may have\nHINT: an id or free text: leave it out with [data] csv_exclude",
+                path, (long long)j, col_label(p, j, name, sizeof name), (long long)distinct,
+                CSV_MAX_CATEGORIES);
         }
         p->ncat[j] = (int32_t)distinct;
         p->cats[j] = malloc((size_t)(distinct + 1) * sizeof *p->cats[j]);
@@ -872,9 +927,11 @@ static bool resolve_features(const rows *r, const char *path, csv_plan *p, dpt_e
     free(all);
     p->resolved = true;
     if (!p->features)
-        return dpt_errorf(err, "%s: the feature columns hold no values (every categorical cell missing)\nHINT: check "
-                               "[data] csv_exclude and the file",
-                          path);
+        return dpt_errorf(
+            err,
+            "%s: the feature columns hold no values (every categorical cell missing)\nHINT: check "
+            "[data] csv_exclude and the file",
+            path);
     return true;
 }
 
@@ -896,8 +953,9 @@ static bool expand_rows(rows *r, const csv_plan *p, const int64_t *map, const ch
     }
     int64_t values;
     if (__builtin_mul_overflow(r->n > 0 ? r->n : 1, p->features, &values) || values > CSV_MAX_BYTES / 4)
-        return dpt_errorf(err, "%s: %lld rows x %lld values after one-hot encoding: more than memory holds\nHINT: "
-                               "leave out columns with many categories ([data] csv_exclude)",
+        return dpt_errorf(err,
+                          "%s: %lld rows x %lld values after one-hot encoding: more than memory holds\nHINT: "
+                          "leave out columns with many categories ([data] csv_exclude)",
                           path, (long long)r->n, (long long)p->features);
     float *x = calloc((size_t)values, sizeof *x);
     if (!x) dpt_fatal("out of host memory for %s's one-hot features", path);
@@ -918,14 +976,17 @@ static bool expand_rows(rows *r, const csv_plan *p, const int64_t *map, const ch
                 if (!hit && !p->ignore_unknown) {
                     char name[96];
                     col_label(p, j, name, sizeof name);
-                    int64_t col = next < r->ntext && r->text[next].row == i && r->text[next].j == j ? r->text[next].c
-                                  : map                                                                 ? map[j]
-                                                                                                        : j;
-                    dpt_errorf(err, "%s: line %lld, column %lld%s: " CELL_FMT " is not one of the %d categories of "
-                                    "the training rows\nHINT: a category the model never saw has no input of its own; "
-                                    "map it to a known one, drop the row, or set [data] csv_unknown_category = ignore "
-                                    "(all of its column's one-hot values 0)",
-                               path, (long long)r->line[i], (long long)col, name, CELL_ARG(c), p->ncat[j]);
+                    int64_t col = next < r->ntext && r->text[next].row == i && r->text[next].j == j
+                                      ? r->text[next].c
+                                  : map ? map[j]
+                                        : j;
+                    dpt_errorf(
+                        err,
+                        "%s: line %lld, column %lld%s: " CELL_FMT " is not one of the %d categories of "
+                        "the training rows\nHINT: a category the model never saw has no input of its own; "
+                        "map it to a known one, drop the row, or set [data] csv_unknown_category = ignore "
+                        "(all of its column's one-hot values 0)",
+                        path, (long long)r->line[i], (long long)col, name, CELL_ARG(c), p->ncat[j]);
                     free(x);
                     return false;
                 }
@@ -977,15 +1038,19 @@ static bool plan_classes(const dpt_config *cfg, const rows *r, const char *path,
     int64_t stated = dpt_config_int(cfg, "data", "classes");
     if (distinct > (1 << 20)) {
         free(all);
-        return dpt_errorf(err, "%s: the target column holds %lld distinct labels: not a classification\nHINT: a real-"
-                               "valued target is [data] csv_task = regression",
-                          path, (long long)distinct);
+        return dpt_errorf(
+            err,
+            "%s: the target column holds %lld distinct labels: not a classification\nHINT: a real-"
+            "valued target is [data] csv_task = regression",
+            path, (long long)distinct);
     }
     if (stated && stated != distinct) {
         free(all);
-        return dpt_errorf(err, "%s: [data] classes = %lld, and the target column of %s names %lld classes\nHINT: "
-                               "leave [data] classes at 0 to take the names the file holds",
-                          dpt_config_where(cfg, "data", "classes"), (long long)stated, path, (long long)distinct);
+        return dpt_errorf(err,
+                          "%s: [data] classes = %lld, and the target column of %s names %lld classes\nHINT: "
+                          "leave [data] classes at 0 to take the names the file holds",
+                          dpt_config_where(cfg, "data", "classes"), (long long)stated, path,
+                          (long long)distinct);
     }
     p->nclasses = (int)distinct;
     p->classes = malloc((size_t)distinct * sizeof *p->classes);
@@ -1008,16 +1073,19 @@ static int32_t *row_labels(const csv_plan *p, const rows *r, const char *path, d
         } else if (p->nclasses) {
             char *const *hit = bsearch(&s, p->classes, (size_t)p->nclasses, sizeof *p->classes, cmp_class);
             if (!hit) {
-                dpt_errorf(err, "%s: line %lld: label " CELL_FMT " is not one of the %d classes of the training "
-                                "rows\nHINT: every test label must occur among the training labels",
+                dpt_errorf(err,
+                           "%s: line %lld: label " CELL_FMT " is not one of the %d classes of the training "
+                           "rows\nHINT: every test label must occur among the training labels",
                            path, (long long)r->line[i], CELL_ARG(s), p->nclasses);
                 free(out);
                 return NULL;
             }
             out[i] = (int32_t)(hit - p->classes);
         } else if (!class_index(s, &out[i])) {
-            dpt_errorf(err, "%s: line %lld: label " CELL_FMT " is not a class index (a non-negative integer)\nHINT: "
-                            "the training file's labels are integers, so these must be too",
+            dpt_errorf(err,
+                       "%s: line %lld: label " CELL_FMT
+                       " is not a class index (a non-negative integer)\nHINT: "
+                       "the training file's labels are integers, so these must be too",
                        path, (long long)r->line[i], CELL_ARG(s));
             free(out);
             return NULL;
@@ -1127,10 +1195,12 @@ static bool apply_scaling(const csv_plan *p, csv_set *s, const char *path, dpt_e
             float *x = &s->x[i * p->features + j];
             double v = ((double)*x - p->mean[j]) * p->scale[j];
             if (fabs(v) > FLT_MAX)
-                return dpt_errorf(err, "%s: line %lld: feature %lld, %g, is %g standard deviations of the training "
-                                       "rows from their mean: beyond float32's range\nHINT: check the value, or "
-                                       "set [data] csv_standardize = false",
-                                  path, (long long)s->line[i], (long long)j, (double)*x, v);
+                return dpt_errorf(
+                    err,
+                    "%s: line %lld: feature %lld, %g, is %g standard deviations of the training "
+                    "rows from their mean: beyond float32's range\nHINT: check the value, or "
+                    "set [data] csv_standardize = false",
+                    path, (long long)s->line[i], (long long)j, (double)*x, v);
             *x = (float)v;
         }
     return true;
@@ -1150,10 +1220,11 @@ static bool check_labels(const dpt_config *cfg, const csv_set *train, const csv_
         for (int64_t i = 0; i < sets[s]->n; i++) {
             int32_t l = sets[s]->labels[i];
             if (stated && l >= stated)
-                return dpt_errorf(err, "%s: row %lld has label %d, and %s says [data] classes = %lld (labels 0 to "
-                                       "%lld)\nHINT: fix the labels, or raise [data] classes",
-                                  paths[s], (long long)i, l, dpt_config_where(cfg, "data", "classes"), (long long)stated,
-                                  (long long)stated - 1);
+                return dpt_errorf(err,
+                                  "%s: row %lld has label %d, and %s says [data] classes = %lld (labels 0 to "
+                                  "%lld)\nHINT: fix the labels, or raise [data] classes",
+                                  paths[s], (long long)i, l, dpt_config_where(cfg, "data", "classes"),
+                                  (long long)stated, (long long)stated - 1);
             if (l > most) most = l;
         }
     if (stated) {
@@ -1171,10 +1242,12 @@ static bool check_labels(const dpt_config *cfg, const csv_set *train, const csv_
         if (!seen[c]) missing = c;
     free(seen);
     if (missing >= 0)
-        return dpt_errorf(err, "%s: the labels run to %d, and class %d never occurs in %s\nHINT: labels "
-                               "count from 0 (labels from 1 leave class 0 empty: subtract 1); if some classes really "
-                               "have no training rows, say how many there are with [data] classes",
-                          train_path, most, missing, one_file ? "the file" : "the training rows");
+        return dpt_errorf(
+            err,
+            "%s: the labels run to %d, and class %d never occurs in %s\nHINT: labels "
+            "count from 0 (labels from 1 leave class 0 empty: subtract 1); if some classes really "
+            "have no training rows, say how many there are with [data] classes",
+            train_path, most, missing, one_file ? "the file" : "the training rows");
     *classes = most + 1 > 2 ? most + 1 : 2;
     return true;
 }
@@ -1188,13 +1261,15 @@ static dpt_dataset *make_dataset(const csv_plan *p, csv_set *s, const char *name
     ds->nfields = 2;
     ds->fields[0] = (dpt_field){.name = "x", .dtype = DPT_F32, .ndim = 1, .shape = {p->features}};
     if (p->shape[0]) /* csv_shape: each row an image (Kaggle's MNIST tables) */
-        ds->fields[0] = (dpt_field){.name = "x", .dtype = DPT_F32, .ndim = 3, .shape = {p->shape[0], p->shape[1], p->shape[2]}};
+        ds->fields[0] = (dpt_field){
+            .name = "x", .dtype = DPT_F32, .ndim = 3, .shape = {p->shape[0], p->shape[1], p->shape[2]}};
     if (p->classify) {
         ds->fields[1] = (dpt_field){.name = "label", .dtype = DPT_I32, .ndim = 0, .target = true};
         ds->num_classes = classes;
         ds->task = (dpt_task){.loss = "cross_entropy", .metrics = DPT_METRIC_ACCURACY, .unit = "samples"};
     } else {
-        ds->fields[1] = (dpt_field){.name = "y", .dtype = DPT_F32, .ndim = 1, .shape = {p->ntargets}, .target = true};
+        ds->fields[1] =
+            (dpt_field){.name = "y", .dtype = DPT_F32, .ndim = 1, .shape = {p->ntargets}, .target = true};
         ds->task = (dpt_task){.loss = "mse", .unit = "samples"};
     }
     plan_copy(&s->plan, p);
@@ -1217,14 +1292,18 @@ static dpt_dataset *make_dataset(const csv_plan *p, csv_set *s, const char *name
 static bool same_columns(const csv_plan *p, const table *t, const char *train_path, dpt_error *err)
 {
     if (t->cols != p->cols)
-        return dpt_errorf(err, "%s has %lld columns, and the training file %s has %lld\nHINT: the test rows need the "
-                               "training rows' columns, in the same order",
-                          t->path, (long long)t->cols, train_path, (long long)p->cols);
+        return dpt_errorf(
+            err,
+            "%s has %lld columns, and the training file %s has %lld\nHINT: the test rows need the "
+            "training rows' columns, in the same order",
+            t->path, (long long)t->cols, train_path, (long long)p->cols);
     for (int64_t j = 0; p->names && t->names && j < p->cols; j++)
         if (strcmp(p->names[j], t->names[j]))
-            return dpt_errorf(err, "%s: column %lld is named " CELL_FMT ", and in the training file %s " CELL_FMT
-                                   "\nHINT: the test rows need the training rows' columns, in the same order",
-                              t->path, (long long)j, CELL_ARG(t->names[j]), train_path, CELL_ARG(p->names[j]));
+            return dpt_errorf(err,
+                              "%s: column %lld is named " CELL_FMT ", and in the training file %s " CELL_FMT
+                              "\nHINT: the test rows need the training rows' columns, in the same order",
+                              t->path, (long long)j, CELL_ARG(t->names[j]), train_path,
+                              CELL_ARG(p->names[j]));
     return true;
 }
 
@@ -1246,9 +1325,11 @@ static bool *held_out(const dpt_config *cfg, int64_t n, const char *path, dpt_er
     double fraction = dpt_config_float(cfg, "data", "csv_test_fraction");
     int64_t k = (int64_t)llround(fraction * (double)n);
     if (k < 1 || k >= n) {
-        dpt_errorf(err, "%s: [data] csv_test_fraction = %g of %s's %lld rows holds out %lld: the train and test sets "
-                        "need one row each at least\nHINT: give the test rows their own file with [data] csv_test",
-                   dpt_config_where(cfg, "data", "csv_test_fraction"), fraction, path, (long long)n, (long long)k);
+        dpt_errorf(
+            err,
+            "%s: [data] csv_test_fraction = %g of %s's %lld rows holds out %lld: the train and test sets "
+            "need one row each at least\nHINT: give the test rows their own file with [data] csv_test",
+            dpt_config_where(cfg, "data", "csv_test_fraction"), fraction, path, (long long)n, (long long)k);
         return NULL;
     }
     int64_t *perm = malloc((size_t)n * sizeof *perm);
@@ -1276,15 +1357,19 @@ static bool plan_shape(const dpt_config *cfg, const char *path, csv_plan *p, dpt
     if (n == 1 && v[0] == 0) return true;
     const char *where = dpt_config_where(cfg, "data", "csv_shape");
     if (n != 3 || !v[0] || !v[1] || !v[2])
-        return dpt_errorf(err, "%s: [data] csv_shape takes 0 (each row a vector) or three sizes, channels, height and "
-                               "width\nHINT: e.g. csv_shape = 1,28,28 for MNIST's 784 pixel columns",
-                          where);
+        return dpt_errorf(
+            err,
+            "%s: [data] csv_shape takes 0 (each row a vector) or three sizes, channels, height and "
+            "width\nHINT: e.g. csv_shape = 1,28,28 for MNIST's 784 pixel columns",
+            where);
     if (v[0] * v[1] * v[2] != p->features)
-        return dpt_errorf(err, "%s: [data] csv_shape = %lld,%lld,%lld holds %lld values, and the rows of %s have %lld "
-                               "features\nHINT: the features are every column but the targets and csv_exclude's (a "
-                               "categorical one counts a value per category)",
-                          where, (long long)v[0], (long long)v[1], (long long)v[2], (long long)(v[0] * v[1] * v[2]), path,
-                          (long long)p->features);
+        return dpt_errorf(
+            err,
+            "%s: [data] csv_shape = %lld,%lld,%lld holds %lld values, and the rows of %s have %lld "
+            "features\nHINT: the features are every column but the targets and csv_exclude's (a "
+            "categorical one counts a value per category)",
+            where, (long long)v[0], (long long)v[1], (long long)v[2], (long long)(v[0] * v[1] * v[2]), path,
+            (long long)p->features);
     memcpy(p->shape, v, sizeof p->shape);
     return true;
 }
@@ -1292,10 +1377,12 @@ static bool plan_shape(const dpt_config *cfg, const char *path, csv_plan *p, dpt
 static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
 {
     /* paths as given (from the working folder unless absolute), as [data] train of tokens */
-    const char *train_path = dpt_config_str(cfg, "data", "csv_train"), *test_path = dpt_config_str(cfg, "data", "csv_test");
+    const char *train_path = dpt_config_str(cfg, "data", "csv_train"),
+               *test_path = dpt_config_str(cfg, "data", "csv_test");
     if (!*train_path)
-        return dpt_errorf(err, "%s: [data] source = csv needs [data] csv_train, the CSV file of training rows\n" CSV_HINT,
-                          dpt_config_where(cfg, "data", "csv_train"));
+        return dpt_errorf(
+            err, "%s: [data] source = csv needs [data] csv_train, the CSV file of training rows\n" CSV_HINT,
+            dpt_config_where(cfg, "data", "csv_train"));
     bool one_file = !*test_path;
     table t = {0};
     csv_plan plan = {0};
@@ -1306,15 +1393,15 @@ static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **t
     int classes = 0;
     uint64_t train_hash, test_hash;
     char delim = delimiter_of(cfg);
-    if (!table_open(train_path, &delim, header_of(cfg), &t, err) || !plan_columns(cfg, &t, train_path, &plan, err) ||
-        !read_rows(&t, &plan, NULL, &tr_rows, err))
+    if (!table_open(train_path, &delim, header_of(cfg), &t, err) ||
+        !plan_columns(cfg, &t, train_path, &plan, err) || !read_rows(&t, &plan, NULL, &tr_rows, err))
         goto done;
     plan.delim = delim;
-    if (!resolve_features(&tr_rows, train_path, &plan, err) || !expand_rows(&tr_rows, &plan, NULL, train_path, err) ||
-        !plan_shape(cfg, train_path, &plan, err))
+    if (!resolve_features(&tr_rows, train_path, &plan, err) ||
+        !expand_rows(&tr_rows, &plan, NULL, train_path, err) || !plan_shape(cfg, train_path, &plan, err))
         goto done;
-    if (plan.classify &&
-        (!plan_classes(cfg, &tr_rows, train_path, &plan, err) || !(tr_labels = row_labels(&plan, &tr_rows, train_path, err))))
+    if (plan.classify && (!plan_classes(cfg, &tr_rows, train_path, &plan, err) ||
+                          !(tr_labels = row_labels(&plan, &tr_rows, train_path, err))))
         goto done;
     train_hash = test_hash = t.hash;
     table_free(&t); /* the labels are numbers now: the text goes before the next file comes */
@@ -1322,8 +1409,9 @@ static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **t
         if (!(held = held_out(cfg, tr_rows.n, train_path, err))) goto done;
         te = set_copy(&plan, &tr_rows, tr_labels, held);
     } else {
-        if (!table_open(test_path, &delim, plan.names ? 1 : 2, &t, err) || !same_columns(&plan, &t, train_path, err) ||
-            !read_rows(&t, &plan, NULL, &te_rows, err) || !expand_rows(&te_rows, &plan, NULL, test_path, err) ||
+        if (!table_open(test_path, &delim, plan.names ? 1 : 2, &t, err) ||
+            !same_columns(&plan, &t, train_path, err) || !read_rows(&t, &plan, NULL, &te_rows, err) ||
+            !expand_rows(&te_rows, &plan, NULL, test_path, err) ||
             (plan.classify && !(te_labels = row_labels(&plan, &te_rows, test_path, err))))
             goto done;
         test_hash = t.hash;
@@ -1338,13 +1426,15 @@ static bool csv_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **t
         goto done;
     if (plan.nclasses) classes = plan.nclasses;
     plan_scaling(tr, &plan);
-    if (!apply_scaling(&plan, tr, train_path, err) || !apply_scaling(&plan, te, one_file ? train_path : test_path, err))
+    if (!apply_scaling(&plan, tr, train_path, err) ||
+        !apply_scaling(&plan, te, one_file ? train_path : test_path, err))
         goto done;
     char name[64], onehot[40] = "";
     int ncategorical = 0;
     for (int64_t j = 0; j < plan.cols; j++)
         ncategorical += plan.kind[j] == FEATURE_CATEGORIES;
-    if (ncategorical) snprintf(onehot, sizeof onehot, ", %d one-hot column%s", ncategorical, ncategorical > 1 ? "s" : "");
+    if (ncategorical)
+        snprintf(onehot, sizeof onehot, ", %d one-hot column%s", ncategorical, ncategorical > 1 ? "s" : "");
     snprintf(name, sizeof name, "csv train (%lld rows%s)", (long long)tr->n, onehot);
     *train = make_dataset(&plan, tr, name, train_hash, classes);
     tr = NULL;
@@ -1377,18 +1467,22 @@ bool dpt_csv_open_input(const char *path, const dpt_dataset *like, dpt_dataset *
     if (!map) dpt_fatal("out of host memory");
     bool full = t.cols == p->cols, ok = true;
     if (!full && t.cols != p->cols - p->ntargets)
-        ok = dpt_errorf(err, "--input %s: %lld columns; the model's training file had %lld, %d of them target%s\nHINT: "
-                             "--input takes the training file's columns, with or without the targets, in the same order",
-                        path, (long long)t.cols, (long long)p->cols, p->ntargets, p->ntargets == 1 ? "" : "s");
+        ok = dpt_errorf(
+            err,
+            "--input %s: %lld columns; the model's training file had %lld, %d of them target%s\nHINT: "
+            "--input takes the training file's columns, with or without the targets, in the same order",
+            path, (long long)t.cols, (long long)p->cols, p->ntargets, p->ntargets == 1 ? "" : "s");
     for (int64_t j = 0, c = 0; ok && j < p->cols; j++) {
         bool target = false;
         for (int k = 0; k < p->ntargets; k++)
             target |= p->target[k] == j;
         map[j] = full ? j : target ? -1 : c++;
         if (map[j] >= 0 && p->names && t.names && strcmp(p->names[j], t.names[map[j]]))
-            ok = dpt_errorf(err, "--input %s: column %lld is named " CELL_FMT ", where the training file had " CELL_FMT
-                                 "\nHINT: --input takes the training file's columns, with or without the targets, "
-                                 "in the same order",
+            ok = dpt_errorf(err,
+                            "--input %s: column %lld is named " CELL_FMT
+                            ", where the training file had " CELL_FMT
+                            "\nHINT: --input takes the training file's columns, with or without the targets, "
+                            "in the same order",
                             path, (long long)map[j], CELL_ARG(t.names[map[j]]), CELL_ARG(p->names[j]));
     }
     if (full) /* the targets are there: left out (unlabelled rows) */
@@ -1422,11 +1516,13 @@ static const dpt_data_impl csv_impl = {.open = csv_open};
 
 static const dpt_config_key csv_keys[] = {
     {NULL, "csv_train", DPT_KEY_STRING, "", 0, 0, NULL,
-     "CSV file of the training rows (a path from the working folder, or absolute; .gz read through zlib): one row a "
+     "CSV file of the training rows (a path from the working folder, or absolute; .gz read through zlib): "
+     "one row a "
      "sample, one column a feature or a target",
      0},
     {NULL, "csv_test", DPT_KEY_STRING, "", 0, 0, NULL,
-     "CSV file of the test rows, with the training file's columns (empty: csv_test_fraction of the training rows "
+     "CSV file of the test rows, with the training file's columns (empty: csv_test_fraction of the training "
+     "rows "
      "are held out)",
      0},
     {NULL, "csv_test_fraction", DPT_KEY_FLOAT, "0.2", 0, 0.9, NULL,
@@ -1434,40 +1530,53 @@ static const dpt_config_key csv_keys[] = {
      "seed, the same on every rank and every resume)",
      0},
     {NULL, "csv_target", DPT_KEY_STRING, "-1", 0, 0, NULL,
-     "the target column(s): header names or indices from 0 (-1: the last), comma-separated; a classifier has one",
+     "the target column(s): header names or indices from 0 (-1: the last), comma-separated; a classifier has "
+     "one",
      0},
     {NULL, "csv_exclude", DPT_KEY_STRING, "", 0, 0, NULL,
      "columns that are neither features nor targets (ids, dates): names or indices, comma-separated", 0},
     {NULL, "csv_task", DPT_KEY_ENUM, "classification", 1, 0, "classification|regression",
-     "classification: the target holds labels (integers from 0, or names numbered in sorted order), cross-entropy "
+     "classification: the target holds labels (integers from 0, or names numbered in sorted order), "
+     "cross-entropy "
      "and accuracy; regression: real values, mse",
      0},
     {NULL, "csv_header", DPT_KEY_ENUM, "auto", 1, 0, "auto|yes|no",
-     "whether the first row holds column names (auto: when a column's first cell is not a number and its second is)",
+     "whether the first row holds column names (auto: when a column's first cell is not a number and its "
+     "second is)",
      0},
     {NULL, "csv_delimiter", DPT_KEY_ENUM, "auto", 1, 0, "auto|comma|semicolon|tab",
      "what separates cells (auto: the most frequent of the three in the first row)", 0},
     {NULL, "csv_categorical", DPT_KEY_STRING, "auto", 0, 0, NULL,
-     "feature columns read as categories, each one-hot encoded over the training rows' values (pandas.get_dummies): "
-     "auto = those holding a cell that is neither a number nor missing; none; or a list of names or indices (a "
+     "feature columns read as categories, each one-hot encoded over the training rows' values "
+     "(pandas.get_dummies): "
+     "auto = those holding a cell that is neither a number nor missing; none; or a list of names or indices "
+     "(a "
      "column of codes such as 1, 2, 3 too)",
      0},
     {NULL, "csv_missing", DPT_KEY_ENUM, "stop", 1, 0, "stop|mean",
-     "a missing feature cell (empty, NA, NaN, ?, NULL, None): stop, naming it; or mean: the training rows' mean of "
+     "a missing feature cell (empty, NA, NaN, ?, NULL, None): stop, naming it; or mean: the training rows' "
+     "mean of "
      "its column (scikit-learn's SimpleImputer), and in a categorical column none of its categories",
      0},
     {NULL, "csv_shape", DPT_KEY_INT_LIST, "0", 0, 1 << 20, NULL,
-     "0: each row's features are a vector (x); C,H,W: an image of that shape, so the image models (cnn, resnet) take "
+     "0: each row's features are a vector (x); C,H,W: an image of that shape, so the image models (cnn, "
+     "resnet) take "
      "it, e.g. 1,28,28 for the 784 pixel columns of Kaggle's MNIST tables",
      0},
     {NULL, "csv_unknown_category", DPT_KEY_ENUM, "stop", 1, 0, "stop|ignore",
-     "a category in the test rows or --input that the training rows lack: stop, naming it; or ignore: all of its "
+     "a category in the test rows or --input that the training rows lack: stop, naming it; or ignore: all of "
+     "its "
      "column's one-hot values 0 (scikit-learn's OneHotEncoder handle_unknown)",
      0},
     {NULL, "csv_standardize", DPT_KEY_BOOL, "true", 1, 0, NULL,
      "scale each number feature to mean 0 and standard deviation 1 over the training rows (scikit-learn's "
-     "StandardScaler; the test rows and --input with the same numbers; one-hot values stay 0 and 1); false: as read",
+     "StandardScaler; the test rows and --input with the same numbers; one-hot values stay 0 and 1); false: "
+     "as read",
      0},
 };
-DPT_BUILTIN(data_csv) = {DPT_KIND_DATA, "csv", "a CSV table of numbers: one row a sample, feature and target columns",
-                         csv_keys, DPT_COUNT(csv_keys), &csv_impl};
+DPT_BUILTIN(data_csv) = {DPT_KIND_DATA,
+                         "csv",
+                         "a CSV table of numbers: one row a sample, feature and target columns",
+                         csv_keys,
+                         DPT_COUNT(csv_keys),
+                         &csv_impl};

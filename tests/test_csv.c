@@ -106,7 +106,8 @@ static void check_quoted(bool gz)
                 train->class_counts[3] == 1);
     char line[256];
     dpt_dataset_describe_classes(train, line, sizeof line);
-    assert_string_equal(line, "4 classes: 0 ca\"t (1), 1 cat (1), 2 dog (2), 3 multi?line (1)"); /* one line */
+    assert_string_equal(line,
+                        "4 classes: 0 ca\"t (1), 1 cat (1), 2 dog (2), 3 multi?line (1)"); /* one line */
     /* standardised with the training rows' float64 mean and population standard deviation */
     double w[] = {1.5, 2.5, 3.5, 4.5, 5.5}, h[] = {10, 20, 30, 40, 50};
     double mw = 0, mh = 0, vw = 0, vh = 0;
@@ -134,7 +135,8 @@ static void check_quoted(bool gz)
     const char *other[] = {"data.csv_train=q.csv", "data.csv_test=qt.csv", "data.csv_target=kind",
                            "data.csv_exclude=id"};
     assert_false(open_sets(other, 4, &train, &test, &err));
-    if (!strstr(err.msg, "qt.csv: column 1 is named 'width', and in the training file")) fail_msg("%s", err.msg);
+    if (!strstr(err.msg, "qt.csv: column 1 is named 'width', and in the training file"))
+        fail_msg("%s", err.msg);
 }
 
 static void test_quoting_crlf_bom_gzip(void **state)
@@ -215,8 +217,9 @@ static void test_many_classes(void **state)
     if (!open_sets(sets, 2, &train, &test, &err)) fail_msg("%s", err.msg);
     char line[512];
     dpt_dataset_describe_classes(train, line, sizeof line);
-    assert_string_equal(line, "15 classes: 0 c00 (2), 1 c01 (2), 2 c02 (2), 3 c03 (2), 4 c04 (2), 5 c05 (2), 6 c06 (2), "
-                              "7 c07 (2), 8 c08 (2), 9 c09 (2), ..., 14 c14 (2)");
+    assert_string_equal(
+        line, "15 classes: 0 c00 (2), 1 c01 (2), 2 c02 (2), 3 c03 (2), 4 c04 (2), 5 c05 (2), 6 c06 (2), "
+              "7 c07 (2), 8 c08 (2), 9 c09 (2), ..., 14 c14 (2)");
     dpt_dataset_free(train), dpt_dataset_free(test);
 }
 
@@ -232,8 +235,8 @@ static void test_held_out_split(void **state)
     put_text("split.csv", text);
     int64_t seen[40] = {0}, first_test[10];
     for (int run = 0; run < 3; run++) {
-        const char *sets[] = {"data.csv_train=split.csv", "data.csv_test_fraction=0.25", "data.csv_standardize=false",
-                              run == 2 ? "train.seed=7" : "train.seed=42"};
+        const char *sets[] = {"data.csv_train=split.csv", "data.csv_test_fraction=0.25",
+                              "data.csv_standardize=false", run == 2 ? "train.seed=7" : "train.seed=42"};
         dpt_dataset *train, *test;
         dpt_error err;
         if (!open_sets(sets, 4, &train, &test, &err)) fail_msg("%s", err.msg);
@@ -289,9 +292,10 @@ static void test_predict_input(void **state)
         assert_string_equal(dpt_dataset_class_name(in, 1), "y");
         dpt_dataset_free(in);
     }
-    const char *bad[][2] = {{"id,a\n9,3\n", "in.csv: 2 columns; the model's training file had 4, 1 of them target"},
-                            {"id,b,a\n9,3,30\n", "column 1 is named 'b', where the training file had 'a'"},
-                            {"id,a,b\n9,3,\n", "line 2, column 2 ('b'): '' is a missing value (empty)"}};
+    const char *bad[][2] = {
+        {"id,a\n9,3\n", "in.csv: 2 columns; the model's training file had 4, 1 of them target"},
+        {"id,b,a\n9,3,30\n", "column 1 is named 'b', where the training file had 'a'"},
+        {"id,a,b\n9,3,\n", "line 2, column 2 ('b'): '' is a missing value (empty)"}};
     for (int k = 0; k < 3; k++) {
         const char *path = put_text("in.csv", bad[k][0]);
         assert_false(dpt_csv_open_input(path, test, &in, &err));
@@ -313,7 +317,7 @@ static void test_categorical_and_missing(void **state)
                       "3,,female,S,3,7.92,1\n"
                       "4,35,female,NA,1,53.1,1\n"
                       "5,35,male,Q,3,8.05,0\n");
-    const char *sets[] = {"data.csv_train=t.csv", "data.csv_test=t.csv", "data.csv_exclude=id",
+    const char *sets[] = {"data.csv_train=t.csv",     "data.csv_test=t.csv",   "data.csv_exclude=id",
                           "data.csv_target=survived", "data.csv_missing=mean", "data.csv_standardize=false"};
     dpt_dataset *train, *test, *in;
     dpt_error err;
@@ -321,8 +325,10 @@ static void test_categorical_and_missing(void **state)
     /* age, sex (female, male), port (C, Q, S), class (a number), fare */
     assert_int_equal(train->fields[0].shape[0], 1 + 2 + 3 + 1 + 1);
     assert_string_equal(train->name, "csv train (5 rows, 2 one-hot columns)");
-    const float want[5][8] = {{22, 0, 1, 0, 0, 1, 3, 7.25f},    {38, 1, 0, 1, 0, 0, 1, 71.28f},
-                              {32.5f, 1, 0, 0, 0, 1, 3, 7.92f}, {35, 1, 0, 0, 0, 0, 1, 53.1f},
+    const float want[5][8] = {{22, 0, 1, 0, 0, 1, 3, 7.25f},
+                              {38, 1, 0, 1, 0, 0, 1, 71.28f},
+                              {32.5f, 1, 0, 0, 0, 1, 3, 7.92f},
+                              {35, 1, 0, 0, 0, 0, 1, 53.1f},
                               {35, 0, 1, 0, 1, 0, 3, 8.05f}};
     for (int i = 0; i < 5; i++) {
         float x[8];
@@ -361,12 +367,14 @@ static void test_categorical_and_missing(void **state)
     dpt_dataset_free(in);
     path = put_text("in.csv", "id,age,sex,port,class,fare\n9,38,female,X,1,71.28\n");
     assert_false(dpt_csv_open_input(path, test, &in, &err));
-    if (!strstr(err.msg, "in.csv: line 2, column 3 ('port'): 'X' is not one of the 3 categories of the training rows"))
+    if (!strstr(err.msg,
+                "in.csv: line 2, column 3 ('port'): 'X' is not one of the 3 categories of the training rows"))
         fail_msg("%s", err.msg);
     dpt_dataset_free(train), dpt_dataset_free(test);
     /* csv_unknown_category = ignore: the unseen port is all 0, the rest as the known row's */
-    const char *ignore[] = {"data.csv_train=t.csv", "data.csv_test=t.csv", "data.csv_exclude=id",
-                            "data.csv_target=survived", "data.csv_missing=mean", "data.csv_unknown_category=ignore"};
+    const char *ignore[] = {"data.csv_train=t.csv",  "data.csv_test=t.csv",
+                            "data.csv_exclude=id",   "data.csv_target=survived",
+                            "data.csv_missing=mean", "data.csv_unknown_category=ignore"};
     if (!open_sets(ignore, 6, &train, &test, &err)) fail_msg("%s", err.msg);
     if (!dpt_csv_open_input(path, test, &in, &err)) fail_msg("%s", err.msg);
     sample(in, 0, a, &lab, NULL);
@@ -377,8 +385,9 @@ static void test_categorical_and_missing(void **state)
     dpt_dataset_free(in), dpt_dataset_free(train), dpt_dataset_free(test);
 
     /* listed: a column of codes read as categories ("1" and "3") */
-    const char *listed[] = {"data.csv_train=t.csv", "data.csv_test=t.csv", "data.csv_exclude=id",
-                            "data.csv_target=survived", "data.csv_missing=mean", "data.csv_categorical=sex,port,class",
+    const char *listed[] = {"data.csv_train=t.csv",      "data.csv_test=t.csv",
+                            "data.csv_exclude=id",       "data.csv_target=survived",
+                            "data.csv_missing=mean",     "data.csv_categorical=sex,port,class",
                             "data.csv_standardize=false"};
     if (!open_sets(listed, 7, &train, &test, &err)) fail_msg("%s", err.msg);
     assert_int_equal(train->fields[0].shape[0], 1 + 2 + 3 + 2 + 1);
@@ -410,14 +419,17 @@ static void test_categorical_and_missing(void **state)
     put_text("names.csv", text);
     const char *names[] = {"data.csv_train=names.csv", "data.csv_test=names.csv"};
     assert_false(open_sets(names, 2, &train, &test, &err));
-    if (!strstr(err.msg, "names.csv: column 0 ('name') holds text with 40 distinct values in 40 rows")) fail_msg("%s", err.msg);
-    const char *names_listed[] = {"data.csv_train=names.csv", "data.csv_test=names.csv", "data.csv_categorical=name"};
+    if (!strstr(err.msg, "names.csv: column 0 ('name') holds text with 40 distinct values in 40 rows"))
+        fail_msg("%s", err.msg);
+    const char *names_listed[] = {"data.csv_train=names.csv", "data.csv_test=names.csv",
+                                  "data.csv_categorical=name"};
     if (!open_sets(names_listed, 3, &train, &test, &err)) fail_msg("%s", err.msg);
     assert_int_equal(train->fields[0].shape[0], 41);
     dpt_dataset_free(train), dpt_dataset_free(test);
     /* a listed column that is the target */
-    const char *bad[] = {"data.csv_train=t.csv", "data.csv_test=t.csv", "data.csv_exclude=id",
-                         "data.csv_target=survived", "data.csv_missing=mean", "data.csv_categorical=survived"};
+    const char *bad[] = {"data.csv_train=t.csv",  "data.csv_test=t.csv",
+                         "data.csv_exclude=id",   "data.csv_target=survived",
+                         "data.csv_missing=mean", "data.csv_categorical=survived"};
     assert_false(open_sets(bad, 6, &train, &test, &err));
     assert_non_null(strstr(err.msg, "csv_categorical names column 6, which is a target or excluded"));
 }
@@ -437,10 +449,14 @@ static void test_refusals(void **state)
         {"a,b,c\n1,NaN,0\n", {NULL}, "column 1 ('b'): 'NaN' is a missing value"},
         {"a,b,c\n1,nan,0\n", {NULL}, "column 1 ('b'): 'nan' is a missing value"},
         {"a,b,c\n1,2x,0\n", {"data.csv_categorical=none"}, "column 1 ('b'): '2x' is not a number"},
-        {"a,b,c\n1,2x,0\n3,4,1\n", {NULL}, "line 2, column 1 ('b'): '2x' is not a number, and line 3 holds one"},
+        {"a,b,c\n1,2x,0\n3,4,1\n",
+         {NULL},
+         "line 2, column 1 ('b'): '2x' is not a number, and line 3 holds one"},
         {"a,b,c\n1,1e39,0\n", {NULL}, "column 1 ('b'): '1e39' is beyond float32's range"},
         {"a,b,c\n1,1e39x,0\n", {"data.csv_categorical=none"}, "column 1 ('b'): '1e39x' is not a number"},
-        {"a,b,c\n1,1,0\n1,2,1\n", {"data.csv_test=far.csv"}, "far.csv: line 2: feature 1, 3e+38, is 6e+38 standard"},
+        {"a,b,c\n1,1,0\n1,2,1\n",
+         {"data.csv_test=far.csv"},
+         "far.csv: line 2: feature 1, 3e+38, is 6e+38 standard"},
         {"a,b,c\n1,\"2,0\n", {NULL}, "bad.csv: line 2: a quoted cell opened there is never closed"},
         {"a,b,c\n1,\"2\"x,0\n", {NULL}, "line 2: text after a quoted cell's closing quote"},
         {"a,b,c\n1,2,0\n", {"data.csv_target=kindd"}, "no column of"},
@@ -454,15 +470,24 @@ static void test_refusals(void **state)
         {"a,b,c\n1,2,1\n3,4,2\n", {NULL}, "the labels run to 2, and class 0 never occurs"},
         {"a,b,c\n1,2,1\n3,4,5\n", {"data.classes=3"}, "has label 5, and"},
         {"a,b,c\n", {NULL}, "holds a header and no rows"},
-        {"a,b,c\n1,2,x\n3,4,\n", {NULL}, "bad.csv: line 3, column 2 ('c'): the label '' is a missing value (empty)"},
-        {"a,b,c\n1,2,x\n3,4,NA\n", {"data.csv_missing=mean"}, "line 3, column 2 ('c'): the label 'NA' is a missing value"},
+        {"a,b,c\n1,2,x\n3,4,\n",
+         {NULL},
+         "bad.csv: line 3, column 2 ('c'): the label '' is a missing value (empty)"},
+        {"a,b,c\n1,2,x\n3,4,NA\n",
+         {"data.csv_missing=mean"},
+         "line 3, column 2 ('c'): the label 'NA' is a missing value"},
         {"", {NULL}, "holds no rows"},
         {"a,b,c\n1,2,x\n3,4,y\n", {"data.classes=3"}, "names 2 classes"},
-        {"a,b,c\n1,2,0\n3,4,1\n", {"data.csv_test=", "data.csv_test_fraction=0.1"}, "holds out 0: the train and test sets need one row"},
+        {"a,b,c\n1,2,0\n3,4,1\n",
+         {"data.csv_test=", "data.csv_test_fraction=0.1"},
+         "holds out 0: the train and test sets need one row"},
         {"a,b,c\n1,2,0\n3,4,1\n", {"data.csv_test=nosuch.csv"}, "nosuch.csv"},
-        {"a,b,c\n1,2,x\n3,4,y\n", {"data.csv_test=other.csv"}, "other.csv: line 2: label 'z' is not one of the 2 classes"},
+        {"a,b,c\n1,2,x\n3,4,y\n",
+         {"data.csv_test=other.csv"},
+         "other.csv: line 2: label 'z' is not one of the 2 classes"},
         {"a,b,c\n1,2,0\n3,4,1\n", {"data.csv_test=other.csv"}, "label 'z' is not a class index"},
-        {"a,b,c\n1,2,0\n3,4,1\n", {"data.csv_task=regression", "data.csv_test=other.csv"},
+        {"a,b,c\n1,2,0\n3,4,1\n",
+         {"data.csv_task=regression", "data.csv_test=other.csv"},
          "other.csv: line 2, column 2 ('c'): 'z' is not a number"},
     };
     put_text("other.csv", "a,b,c\n1,2,z\n");
@@ -490,7 +515,8 @@ static void test_refusals(void **state)
     /* lines ended by a carriage return alone */
     put_text("bad.csv", "a,b\r1,2\r3,4\r");
     assert_false(open_sets(sets, 1, &train, &test, &err));
-    if (!strstr(err.msg, "bad.csv ends its lines with a carriage return alone") || !strstr(err.msg, "tr '\\r' '\\n'"))
+    if (!strstr(err.msg, "bad.csv ends its lines with a carriage return alone") ||
+        !strstr(err.msg, "tr '\\r' '\\n'"))
         fail_msg("%s", err.msg);
     /* no csv_train */
     const char *none[] = {"data.csv_test=other.csv"};

@@ -1,7 +1,8 @@
 /* fuzz_csv.c: [data] source = csv and --predict --input over the same reader. Input: one byte
  * choosing the task, the header and delimiter rules, standardisation, the target and the split,
- * one choosing missing values and categorical columns, then the file's text. Every input must give sets whose every sample has finite features and a
- * label below the class count (or finite targets), or an error naming the file; the same file as
+ * one choosing missing values and categorical columns, then the file's text. Every input must give sets whose
+ * every sample has finite features and a label below the class count (or finite targets), or an error naming
+ * the file; the same file as
  * --input must give the test set's own features, bit for bit, when it is the test file. */
 #include "tests/fuzz/fuzz_common.h"
 #include <math.h>
@@ -13,7 +14,9 @@ static void read_all(const dpt_dataset *ds, float *x, float *y, int32_t *label)
 {
     int64_t f = ds->fields[0].shape[0], t = ds->fields[1].dtype == DPT_I32 ? 1 : ds->fields[1].shape[0];
     for (int64_t i = 0; i < ds->n; i++) {
-        ds->get(ds, i, (void *[]){x + i * f, ds->fields[1].dtype == DPT_I32 ? (void *)(label + i) : (void *)(y + i * t)});
+        ds->get(ds, i,
+                (void *[]){x + i * f,
+                           ds->fields[1].dtype == DPT_I32 ? (void *)(label + i) : (void *)(y + i * t)});
         for (int64_t j = 0; j < f; j++)
             if (!isfinite(x[i * f + j])) abort();
         if (ds->fields[1].dtype == DPT_I32 && (label[i] < 0 || label[i] >= ds->num_classes)) abort();
@@ -51,7 +54,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     dpt_dataset *train = NULL, *test = NULL, *input = NULL;
     if (dpt_data_open(cfg, &train, &test, &err)) {
         if (train->n < 1 || test->n < 1) abort();
-        int64_t f = train->fields[0].shape[0], t = train->fields[1].dtype == DPT_I32 ? 1 : train->fields[1].shape[0];
+        int64_t f = train->fields[0].shape[0],
+                t = train->fields[1].dtype == DPT_I32 ? 1 : train->fields[1].shape[0];
         int64_t most = train->n > test->n ? train->n : test->n;
         float *x = malloc((size_t)(most * f) * sizeof *x), *y = malloc((size_t)(most * t) * sizeof *y);
         float *xi = malloc((size_t)(most * f) * sizeof *xi), *yi = malloc((size_t)(most * t) * sizeof *yi);
@@ -71,7 +75,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(x), free(y), free(xi), free(yi), free(label);
         dpt_dataset_free(train), dpt_dataset_free(test);
     } else {
-        if (!err.msg[0] || (!strstr(err.msg, path) && !strstr(err.msg, "[data]"))) abort(); /* refused, named */
+        if (!err.msg[0] || (!strstr(err.msg, path) && !strstr(err.msg, "[data]")))
+            abort(); /* refused, named */
     }
     dpt_config_free(cfg);
     close(fd);
