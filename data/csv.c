@@ -12,15 +12,18 @@
  * column's one-hot values over the training rows' categories in sorted order (pandas'
  * get_dummies): auto for a column of text, or listed), and its target: for a classifier one
  * column of labels (non-negative integers as they are, or names numbered in sorted order, which
- * --predict prints back), for a regression its real values. A missing feature cell stops the
+ * --predict prints back), for a regression its real values, for a multi-label classifier
+ * (csv_task = multilabel) one column of 0 or 1 a label. A missing feature cell stops the
  * run naming its file, line and column, or with csv_missing = mean takes the training rows' mean
  * (a categorical column: no category). Without [data] csv_test a seeded csv_test_fraction of the
  * training file's rows is held out. */
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -405,7 +408,7 @@ typedef struct csv_plan {
     bool impute;      /* csv_missing = mean */
     bool ignore_unknown; /* csv_unknown_category = ignore */
     bool resolved;       /* the training rows have fixed the categories and the means */
-    bool classify, standardize;
+    bool classify, multilabel, standardize;
     int64_t shape[3]; /* csv_shape: x as (C, H, W), or 0: a vector */
     char delim;       /* the training file's */
     int nclasses;     /* classification by names: the sorted names */
@@ -419,12 +422,13 @@ enum { CATEGORICAL_NONE, CATEGORICAL_AUTO, CATEGORICAL_LISTED };
 
 typedef struct csv_set {
     int64_t n;
-    float *x;        /* n x features */
-    float *y;        /* n x ntargets (regression) */
-    int32_t *labels; /* n (classification) */
-    int64_t *line;   /* n: each row's line in its file (messages) */
-    int64_t *counts; /* classification: the rows of each class */
-    csv_plan plan;   /* its own copy: --predict --input reads a file as this set was read */
+    float *x;                  /* n x features */
+    float *y;                  /* n x ntargets (regression, multi-label) */
+    int32_t *labels;           /* n (classification) */
+    int64_t *line;             /* n: each row's line in its file (messages) */
+    int64_t *counts;           /* classification: the rows of each class; multi-label: of each label */
+    const char **target_names; /* ntargets: the target columns' names (the plan's), or NULL */
+    csv_plan plan;             /* its own copy: --predict --input reads a file as this set was read */
 } csv_set;
 
 static void plan_free(csv_plan *p)
@@ -484,7 +488,7 @@ static void csv_set_free(void *source)
     csv_set *s = source;
     if (!s) return;
     plan_free(&s->plan);
-    free(s->x), free(s->y), free(s->labels), free(s->line), free(s->counts), free(s);
+    free(s->x), free(s->y), free(s->labels), free(s->line), free(s->counts), free(s->target_names), free(s);
 }
 
 static void csv_get(const dpt_dataset *ds, int64_t index, void *const *dst)
@@ -608,7 +612,8 @@ static bool plan_columns(const dpt_config *cfg, const table *t, const char *path
         for (int64_t j = 0; j < t->cols; j++)
             p->names[j] = dpt_strf("%s", t->names[j]);
     }
-    p->classify = dpt_config_enum(cfg, "data", "csv_task") == 0; /* classification|regression */
+    int task = dpt_config_enum(cfg, "data", "csv_task"); /* classification|regression|multilabel */
+    p->classify = task == 0, p->multilabel = task == 2;
     p->standardize = dpt_config_bool(cfg, "data", "csv_standardize");
     int64_t excluded[CSV_MAX_TARGETS];
     int nt = column_list(cfg, "csv_target", p, path, p->target, err);
@@ -757,6 +762,17 @@ static bool bad_cell(const csv_plan *p, const char *path, int64_t line, int64_t 
                       (long long)line, (long long)c, name, CELL_ARG(s), why, hint);
 }
 
+/* A multi-label target cell: 0 or 1, or true/false (pandas' get_dummies writes True/False). */
+static bool label_bit(const char *s, double *v)
+{
+    if (cell_number(s, v)) return *v == 0 || *v == 1;
+    if (!strcasecmp(s, "true") || !strcasecmp(s, "false")) {
+        *v = tolower((unsigned char)s[0]) == 't';
+        return true;
+    }
+    return false;
+}
+
 /* t's rows into r as p reads them: the plan's column j from the file's column map[j] (NULL: j;
  * -1: absent, the targets of --input's rows: 0, no label). */
 static bool read_rows(table *t, const csv_plan *p, const int64_t *map, rows *r, dpt_error *err)
@@ -809,7 +825,15 @@ static bool read_rows(table *t, const csv_plan *p, const int64_t *map, rows *r, 
             }
             if (c < 0)
                 v = 0;
-            else if (!cell_number(cells[c], &v) || fabs(v) > FLT_MAX)
+            else if (p->multilabel && !label_bit(cells[c], &v)) {
+                char name[96];
+                return dpt_errorf(err,
+                                  "%s: line %lld, column %lld%s: the label " CELL_FMT
+                                  " is not 0 or 1\nHINT: a multi-label target column holds 0 or 1 (or "
+                                  "true/false) in every row: one column a label, and a row may have several",
+                                  t->path, (long long)line, (long long)c, col_label(p, j, name, sizeof name),
+                                  CELL_ARG(cells[c]));
+            } else if (!p->multilabel && (!cell_number(cells[c], &v) || fabs(v) > FLT_MAX))
                 return bad_cell(p, t->path, line, j, c, cells[c], err);
             r->y[r->n * p->ntargets + k] = (float)v;
         }
@@ -1273,10 +1297,28 @@ static dpt_dataset *make_dataset(const csv_plan *p, csv_set *s, const char *name
     } else {
         ds->fields[1] =
             (dpt_field){.name = "y", .dtype = DPT_F32, .ndim = 1, .shape = {p->ntargets}, .target = true};
-        ds->task = (dpt_task){.loss = "mse", .unit = "samples"};
+        ds->task =
+            p->multilabel
+                ? (dpt_task){.loss = "bce_with_logits", .metrics = DPT_METRIC_ACCURACY, .unit = "samples"}
+                : (dpt_task){.loss = "mse", .unit = "samples"};
     }
     plan_copy(&s->plan, p);
     if (p->nclasses) ds->class_names = (const char *const *)s->plan.classes;
+    if (!p->classify && s->plan.names) { /* --predict's columns and the header's labels */
+        s->target_names = calloc((size_t)p->ntargets, sizeof *s->target_names);
+        if (!s->target_names) dpt_fatal("out of host memory");
+        for (int k = 0; k < p->ntargets; k++)
+            s->target_names[k] = s->plan.names[p->target[k]];
+        ds->target_names = s->target_names;
+    }
+    if (p->multilabel) { /* each label's positive rows, as a classifier's class counts */
+        s->counts = calloc((size_t)p->ntargets, sizeof *s->counts);
+        if (!s->counts) dpt_fatal("out of host memory");
+        for (int64_t i = 0; i < s->n; i++)
+            for (int k = 0; k < p->ntargets; k++)
+                s->counts[k] += s->y[i * p->ntargets + k] > 0.5f;
+        ds->label_positives = s->counts;
+    }
     if (p->classify && classes > 0) { /* the header shows them: an imbalance is seen before step 1 */
         s->counts = calloc((size_t)classes, sizeof *s->counts);
         if (!s->counts) dpt_fatal("out of host memory");
@@ -1509,7 +1551,7 @@ bool dpt_csv_open_input(const char *path, const dpt_dataset *like, dpt_dataset *
     char name[64];
     snprintf(name, sizeof name, "csv (%lld rows)", (long long)s->n);
     dpt_dataset *ds = make_dataset(p, s, name, 0, like->num_classes);
-    ds->unlabelled = true, ds->class_counts = NULL; /* no labels to count */
+    ds->unlabelled = true, ds->class_counts = NULL, ds->label_positives = NULL; /* no labels to count */
     *out = ds;
     dpt_input_note(path, "the --input file", false);
     return true;
@@ -1538,10 +1580,10 @@ static const dpt_config_key csv_keys[] = {
      0},
     {NULL, "csv_exclude", DPT_KEY_STRING, "", 0, 0, NULL,
      "columns that are neither features nor targets (ids, dates): names or indices, comma-separated", 0},
-    {NULL, "csv_task", DPT_KEY_ENUM, "classification", 1, 0, "classification|regression",
+    {NULL, "csv_task", DPT_KEY_ENUM, "classification", 1, 0, "classification|regression|multilabel",
      "classification: the target holds labels (integers from 0, or names numbered in sorted order), "
-     "cross-entropy "
-     "and accuracy; regression: real values, mse",
+     "cross-entropy and accuracy; regression: real values, mse; multilabel: target columns of 0 or 1 "
+     "(true/false), a label each, bce_with_logits and the fraction of labels right",
      0},
     {NULL, "csv_header", DPT_KEY_ENUM, "auto", 1, 0, "auto|yes|no",
      "whether the first row holds column names (auto: when a column's first cell is not a number and its "

@@ -74,18 +74,22 @@ const char *dpt_dataset_class_name(const dpt_dataset *ds, int label)
 void dpt_dataset_describe_classes(const dpt_dataset *ds, char *buf, size_t size)
 {
     buf[0] = 0;
-    if (!ds->class_counts && !dpt_dataset_class_name(ds, 0)) return;
-    int n = ds->num_classes, shown = n <= 12 ? n : 10;
-    size_t at = (size_t)snprintf(buf, size, "%d classes:", n);
+    bool labels = ds->label_positives != NULL; /* multi-label: one count a label */
+    if (!labels && !ds->class_counts && !dpt_dataset_class_name(ds, 0)) return;
+    dpt_field fields[DPT_MAX_FIELDS];
+    const dpt_field *target = labels ? dpt_field_first(fields, dpt_dataset_fields(ds, fields), true) : NULL;
+    int n = labels ? (int)target->shape[0] : ds->num_classes, shown = n <= 12 ? n : 10;
+    const int64_t *counts = labels ? ds->label_positives : ds->class_counts;
+    size_t at = (size_t)snprintf(buf, size, labels ? "%d labels (samples with each):" : "%d classes:", n);
     for (int c = 0; c < n && at < size; c++) {
         if (c == shown && c < n - 1) {
             at += (size_t)snprintf(buf + at, size - at, ", ...");
             c = n - 1;
         }
-        const char *name = dpt_dataset_class_name(ds, c);
+        const char *name = labels ? (ds->target_names ? ds->target_names[c] : NULL) : dpt_dataset_class_name(ds, c);
         at += (size_t)snprintf(buf + at, size - at, "%s %d", c ? "," : "", c);
         if (name && at < size) at += (size_t)snprintf(buf + at, size - at, " %s", name);
-        if (ds->class_counts && at < size) at += (size_t)snprintf(buf + at, size - at, " (%lld)", (long long)ds->class_counts[c]);
+        if (counts && at < size) at += (size_t)snprintf(buf + at, size - at, " (%lld)", (long long)counts[c]);
     }
     dpt_printable(buf); /* names are the user's: one line, no control bytes */
     for (char *q = buf; *q; q++)

@@ -854,6 +854,10 @@ typedef struct dpt_dataset {
     bool unlabelled; /* samples without labels (--predict --input): every label is 0 */
     const char *const *class_names; /* num_classes names a source gives its labels (a CSV's), or NULL */
     const int64_t *class_counts;    /* num_classes: the samples of each class, where the source counts them */
+    /* A target field of several real values (a CSV's regression or multi-label columns): each
+     * value's name, or NULL; a multi-label set's samples with each label 1, or NULL. */
+    const char *const *target_names;
+    const int64_t *label_positives;
 } dpt_dataset;
 
 /* The fields of a data set (its own, or an image set's "image" and "label"); returns the count. */
@@ -866,7 +870,8 @@ const dpt_field *dpt_field_first(const dpt_field *fields, int n, bool target);
 const char *dpt_dataset_sample_name(const dpt_dataset *ds, int64_t index);
 const char *dpt_dataset_class_name(const dpt_dataset *ds, int label);
 /* "3 classes: 0 alpha (150), 1 beta (150), 2 gamma (150)" (names where the data has them, counts
- * where it counts; the first 10 and the last of many); "" when it has neither. */
+ * where it counts; the first 10 and the last of many), or a multi-label set's "2 labels (samples
+ * with each): 0 comedy (40), 1 drama (25)"; "" when it has neither. */
 void dpt_dataset_describe_classes(const dpt_dataset *ds, char *buf, size_t size);
 
 /* A data source's impl (DPT_KIND_DATA, selected by [data] source): opens the train and test

@@ -48,7 +48,31 @@ static int64_t bce_terms(const dpt_tensor *output, const dpt_tensor *target)
     return output->shape[0];
 }
 
-static const dpt_loss_impl bce_impl = {.accepts = bce_accepts, .forward = bce_forward, .terms = bce_terms};
+/* Accuracy of a multi-label head, each value a yes/no (Keras' binary_accuracy, sklearn's
+ * hamming score): a value is right when its logit is above 0 (probability above 0.5) exactly
+ * when its target is above 0.5. sums[at] += the right values over the values a sample has, so
+ * that over the terms (samples) it is the fraction of values right. Composed of existing ops,
+ * with recording off: each side as -1 or +1 (sign(sign(v) - 0.5): v <= 0 is -1), their product
+ * + 1 is 2 where they agree, 0 where not. A model declares it (dpt_task.metrics); a sum of
+ * whole numbers, exact in float up to 2^24 values a batch. */
+static void bce_count_correct(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target, dpt_tensor *sums, int64_t at)
+{
+    bool was_recording = dpt_set_grad_enabled(ctx, false);
+    int64_t n = output->numel, per = n / output->shape[0];
+    dpt_tensor *x = dpt_reshape(ctx, output, 1, (int64_t[]){n});
+    dpt_tensor *t = dpt_add_scalar(ctx, dpt_reshape(ctx, target, 1, (int64_t[]){n}), -0.5f);
+    dpt_tensor *sx = dpt_unary(ctx, DPT_UNARY_SIGN, dpt_add_scalar(ctx, dpt_unary(ctx, DPT_UNARY_SIGN, x), -0.5f));
+    dpt_tensor *st = dpt_unary(ctx, DPT_UNARY_SIGN, dpt_add_scalar(ctx, dpt_unary(ctx, DPT_UNARY_SIGN, t), -0.5f));
+    dpt_tensor *agree = dpt_sum(ctx, dpt_add_scalar(ctx, dpt_mul(ctx, sx, st), 1.0f));
+    dpt_tensor_add_slice(ctx, sums, at, agree, 0, 1, 0.5f / (float)per);
+    dpt_set_grad_enabled(ctx, was_recording);
+}
+
+static const dpt_loss_impl bce_impl = {.accepts = bce_accepts,
+                                       .forward = bce_forward,
+                                       .terms = bce_terms,
+                                       .metrics = DPT_METRIC_ACCURACY,
+                                       .count_correct = bce_count_correct};
 DPT_BUILTIN(loss_bce_with_logits) = {DPT_KIND_LOSS, "bce_with_logits",
                                      "binary cross-entropy of logits against targets in [0, 1], the mean over every "
                                      "value (torch.nn.BCEWithLogitsLoss)",

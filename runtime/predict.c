@@ -6,7 +6,9 @@
  * relative path), its label, and the K most likely classes with their softmax probabilities,
  * most likely first (a language model: the next token after the sequence, against the
  * sequence's last target); any other task's row has the target and the model's values (a
- * bce_with_logits task's as probabilities, p0..: each logit's sigmoid). */
+ * bce_with_logits task's as probabilities, p0..: each logit's sigmoid), named after the data's
+ * target columns where it names them (a CSV's "price" and "predicted_price", "p_comedy"); the
+ * targets' cells are empty for --input's samples. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,18 @@ static void class_field(FILE *f, const dpt_dataset *ds, int c)
         csv_field(f, name);
     else
         fprintf(f, "%d", c);
+}
+
+/* A header cell: prefix + the data's name for the value, or fallback + its index ("target0"). */
+static void named_field(FILE *f, const char *prefix, const char *name, const char *fallback, int j)
+{
+    if (!name) {
+        fprintf(f, "%s%d", fallback, j);
+        return;
+    }
+    char *s = dpt_strf("%s%s", prefix, name);
+    csv_field(f, s);
+    free(s);
 }
 
 /* The k largest of p[0..n) (ties: the lower index first), into idx. */
@@ -97,11 +111,18 @@ bool dpt_predict_run(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader, const d
                 fputs(",label", f);
                 for (int j = 1; j <= k; j++)
                     fprintf(f, ",top%d,p%d", j, j);
-            } else {
-                for (int j = 0; j < (int)(dpt_tensor_numel(tgt) / B); j++)
-                    fprintf(f, ",target%d", j);
-                for (int j = 0; j < n; j++)
-                    fprintf(f, probabilities ? ",p%d" : ",value%d", j);
+            } else { /* named after the data's target columns where it names them (a CSV's) */
+                int per = (int)(dpt_tensor_numel(tgt) / B);
+                const char *const *names = per == n ? ds->target_names : NULL;
+                for (int j = 0; j < per; j++) {
+                    fputc(',', f);
+                    named_field(f, "", names ? names[j] : NULL, "target", j);
+                }
+                for (int j = 0; j < n; j++) {
+                    fputc(',', f);
+                    named_field(f, probabilities ? "p_" : "predicted_", names ? names[j] : NULL,
+                                probabilities ? "p" : "value", j);
+                }
             }
             fputc('\n', f);
         }
@@ -131,8 +152,10 @@ bool dpt_predict_run(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader, const d
                     fprintf(f, ",%.6g", (double)host[b * n + idx[j]]);
                 }
             } else {
-                for (int64_t j = 0; j < per; j++)
-                    fprintf(f, ",%.9g", (double)target[b * per + j]);
+                for (int64_t j = 0; j < per; j++) { /* --input: no targets, empty cells */
+                    fputc(',', f);
+                    if (!unlabelled) fprintf(f, "%.9g", (double)target[b * per + j]);
+                }
                 for (int j = 0; j < n; j++)
                     fprintf(f, ",%.9g", (double)host[b * n + j]);
             }

@@ -186,9 +186,88 @@ for name, n in (('reg_train.csv', 2000), ('reg_test.csv', 500)):
 EOF2
 ./train configs/regression_mlp.ini --set data.source=csv --set data.csv_train="$tmp/reg_train.csv" \
     --set data.csv_test="$tmp/reg_test.csv" --set data.csv_task=regression --set data.csv_target=y1,y2 \
-    --set train.epochs=20 --set train.threads=1 --set expect.final_test_loss="<= 0.015" > "$tmp/reg.log" 2>&1 &&
-    grep -q "x (3), y (2) target | loss mse" "$tmp/reg.log"
+    --set train.epochs=20 --set train.threads=1 --set expect.final_test_loss="<= 0.015" --set checkpoint.dir="$tmp/ck6" --set checkpoint.final=true \
+    > "$tmp/reg.log" 2>&1 && grep -q "x (3), y (2) target | loss mse" "$tmp/reg.log"
 check "regression from CSV: 2 named targets, test mse <= 1.5x the noise's variance (0.01)" $? "$(grep -E '^data|done \||expect|pass|FAIL|rror' "$tmp/reg.log")"
+# --predict names the columns after the targets; --input rows without them leave their cells empty
+# and get the same predictions as the rows with them (the file's mse recomputed equals --eval's)
+cut -d';' -f1-3 "$tmp/reg_test.csv" > "$tmp/reg_x.csv"
+reg=(configs/regression_mlp.ini --set data.source=csv --set data.csv_train="$tmp/reg_train.csv"
+    --set data.csv_test="$tmp/reg_test.csv" --set data.csv_task=regression --set data.csv_target=y1,y2
+    --set checkpoint.dir="$tmp/ck6")
+./train "${reg[@]}" --predict latest --out "$tmp/rp.csv" > "$tmp/rp.log" 2>&1 &&
+    ./train "${reg[@]}" --predict latest --input "$tmp/reg_x.csv" --out "$tmp/ri.csv" > "$tmp/ri.log" 2>&1 &&
+    ev=$(./train "${reg[@]}" --eval latest 2>&1 | grep -o 'test loss [0-9.]*' | grep -o '[0-9.]*$') &&
+    /usr/bin/python3 - "$tmp" "$ev" <<'EOF2'
+import sys
+tmp, ev = sys.argv[1], float(sys.argv[2])
+p, i = [open(tmp + f).read().splitlines() for f in ('/rp.csv', '/ri.csv')]
+assert p[0] == 'index,y1,y2,predicted_y1,predicted_y2', p[0]
+assert i[0] == p[0] and len(i) == len(p) == 501, (i[0], len(i))
+se = 0.0
+for a, b in zip(p[1:], i[1:]):
+    a, b = a.split(','), b.split(',')
+    assert b[1] == b[2] == '' and a[3:] == b[3:], (a, b)
+    se += (float(a[1]) - float(a[3])) ** 2 + (float(a[2]) - float(a[4])) ** 2
+mse = se / 1000  # the mean over every value, as the loss
+assert abs(mse - ev) <= 1e-4 + 1e-3 * ev, (mse, ev)
+EOF2
+check "regression --predict: columns y1,y2,predicted_y1,predicted_y2; --input: empty targets, the same values" $? \
+    "$(head -2 "$tmp/rp.csv"; head -2 "$tmp/ri.csv"; tail -2 "$tmp/ri.log")"
+
+# Multi-label: 3 labels (columns of 0/1, one of True/False as pandas 2 writes them), each drawn
+# from a logistic model of 5 features. The fraction of labels right must come within 3 points of
+# the generating models' own (the Bayes rule on the test rows, computed here); --predict writes
+# each label's probability by name, and its thresholded values agree with --eval's accuracy.
+/usr/bin/python3 - "$tmp" > "$tmp/mlbayes" <<'EOF2'
+import sys, numpy as np
+tmp, rng = sys.argv[1], np.random.default_rng(8)
+w = rng.normal(0, 1.5, (5, 3)); b = np.array([-1.0, 0.5, 0.0])
+def table(path, n):
+    x = rng.normal(0, 1, (n, 5)); z = x @ w + b
+    y = rng.random((n, 3)) < 1 / (1 + np.exp(-z))
+    with open(path, 'w') as f:
+        f.write('f1,f2,f3,f4,f5,comedy,drama,horror\n')
+        for r in range(n):
+            f.write(','.join('%.5f' % v for v in x[r]) + ',%d,%s,%d\n' % (y[r, 0], 'True' if y[r, 1] else 'False', y[r, 2]))
+    return ((z > 0) == y).mean()
+table(tmp + '/ml_train.csv', 3000)
+print('%.2f' % (100 * table(tmp + '/ml_test.csv', 1000)))
+EOF2
+mlb=$(cat "$tmp/mlbayes")
+ml=(configs/regression_mlp.ini --set data.source=csv --set data.csv_train="$tmp/ml_train.csv"
+    --set data.csv_test="$tmp/ml_test.csv" --set data.csv_task=multilabel --set data.csv_target=comedy,drama,horror
+    --set model.hidden=32 --set train.threads=1 --set expect.final_test_loss= --set checkpoint.dir="$tmp/ck7")
+./train "${ml[@]}" --set train.epochs=10 --set checkpoint.final=true > "$tmp/ml.log" 2>&1
+acc=$(grep -o 'final test acc [0-9.]*' "$tmp/ml.log" | grep -o '[0-9.]*$')
+grep -q "x (5), y (3) target | loss bce_with_logits" "$tmp/ml.log" &&
+    grep -q "^3 labels (samples with each): 0 comedy ([0-9]*), 1 drama ([0-9]*), 2 horror ([0-9]*)$" "$tmp/ml.log" &&
+    [ -n "$acc" ] && [ -n "$mlb" ] && awk -v a="$acc" -v b="$mlb" 'BEGIN { exit !(a >= b - 3 && a <= b + 3) }'
+check "multi-label: 3 labels counted in the header; labels right $acc% against the Bayes rule's $mlb%" $? \
+    "$(grep -E '^data|labels|done \||rror|HINT' "$tmp/ml.log")"
+./train "${ml[@]}" --predict latest --out "$tmp/mp.csv" > "$tmp/mp.log" 2>&1 &&
+    ev=$(./train "${ml[@]}" --eval latest 2>&1 | grep -o 'acc [0-9.]*%' | grep -o '[0-9.]*') &&
+    /usr/bin/python3 - "$tmp" "$ev" <<'EOF2'
+import sys
+tmp, ev = sys.argv[1], float(sys.argv[2])
+rows = open(tmp + '/mp.csv').read().splitlines()
+assert rows[0] == 'index,comedy,drama,horror,p_comedy,p_drama,p_horror', rows[0]
+right = 0
+for r in rows[1:]:
+    v = [float(c) for c in r.split(',')]
+    assert all(0 < p < 1 for p in v[4:]), r
+    right += sum((p > 0.5) == (t > 0.5) for t, p in zip(v[1:4], v[4:]))
+mine = 100 * right / (3 * (len(rows) - 1))
+assert len(rows) == 1001 and abs(mine - ev) < 0.006, (len(rows), mine, ev)
+EOF2
+check "multi-label --predict: p_<label> columns; thresholded at 0.5 they agree with --eval's accuracy" $? \
+    "$(head -2 "$tmp/mp.csv"; tail -2 "$tmp/mp.log")"
+sed '3s/,True,/,2,/' "$tmp/ml_train.csv" > "$tmp/ml_bad.csv"
+sed -i '3s/,False,/,2,/' "$tmp/ml_bad.csv"
+./train "${ml[@]}" --set data.csv_train="$tmp/ml_bad.csv" > "$tmp/mb.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "ml_bad.csv: line 3, column 6 ('drama'): the label '2' is not 0 or 1" "$tmp/mb.log" && grep -q HINT "$tmp/mb.log"
+check "a multi-label cell that is not 0 or 1: file, line, column, exit 1" $? "rc $rc: $(cat "$tmp/mb.log")"
 
 # a resume on a changed table says so (the rows' hash is in the checkpoint)
 ./train "$tmp/blobs.ini" --set train.epochs=2 --set checkpoint.every_epochs=1 --set checkpoint.dir="$tmp/ck4" \

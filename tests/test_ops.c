@@ -526,6 +526,47 @@ static void test_bce_with_logits(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* bce_with_logits' accuracy (a multi-label head's fraction of labels right): against a host
+ * count of (x > 0) == (t > 0.5) over 5 samples of 7 values, with logits exactly 0 (no) and
+ * targets of exactly 0.5 (no) among them, added into a slot that holds a value already, with
+ * recording left as it was. A threshold at x >= 0 or t >= 0.5, a count over samples instead of
+ * values, or a store instead of an add fails it. */
+static void test_bce_accuracy(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 1);
+    const dpt_loss_impl *bce = dpt_registry_find(DPT_KIND_LOSS, "bce_with_logits")->impl;
+    assert_true(bce->metrics & DPT_METRIC_ACCURACY);
+    enum { N = 5, PER = 7 };
+    float xv[N * PER], tv[N * PER];
+    uint64_t s = 77;
+    int right = 0;
+    for (int i = 0; i < N * PER; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        int r = (int)(s >> 33) % 9;
+        xv[i] = r == 0 ? 0.0f : (float)(r - 4.5) * 0.7f;                      /* 0 now and then */
+        tv[i] = i % 5 == 0 ? 0.5f : i % 3 == 0 ? 0.8f : (float)((s >> 20) & 1); /* 0.5, 0.8, 0, 1 */
+        right += (xv[i] > 0.0f) == (tv[i] > 0.5f);
+    }
+    dpt_tensor *x = dpt_tensor_new(ctx, 2, (int64_t[]){N, PER}), *t = dpt_tensor_new(ctx, 2, (int64_t[]){N, PER});
+    dpt_tensor *sums = dpt_tensor_new(ctx, 1, (int64_t[]){3});
+    dpt_tensor_copy_from_host(x, xv), dpt_tensor_copy_from_host(t, tv);
+    dpt_tensor_fill_slice(ctx, sums, 0, 3, 1.5f);
+    bool was = dpt_set_grad_enabled(ctx, true);
+    bce->count_correct(ctx, x, t, sums, 1);
+    assert_true(dpt_set_grad_enabled(ctx, was)); /* left recording */
+    float got[3];
+    dpt_tensor_copy_to_host(sums, got);
+    double want = 1.5 + (double)right / PER;
+    if (fabs(got[1] - want) > 1e-5 || got[0] != 1.5f || got[2] != 1.5f)
+        fail_msg("bce accuracy sums %g %g %g, want 1.5 %g 1.5 (%d of %d values right)", got[0], got[1], got[2], want,
+                 right, N * PER);
+    assert_true(right > 0 && right < N * PER); /* the case tells the thresholds apart */
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(x), dpt_tensor_free(t), dpt_tensor_free(sums);
+    dpt_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- a composed graph */
 
 typedef struct mlp_case {
@@ -607,7 +648,7 @@ int main(void)
         cmocka_unit_test(test_linear),        cmocka_unit_test(test_activations),
         cmocka_unit_test(test_binary),        cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_cross_entropy_stable),
-        cmocka_unit_test(test_bce_with_logits), cmocka_unit_test(test_composed),
+        cmocka_unit_test(test_bce_with_logits), cmocka_unit_test(test_bce_accuracy), cmocka_unit_test(test_composed),
     };
     return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }
