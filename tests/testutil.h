@@ -132,6 +132,46 @@ static inline double gc_ref_loss(const gradcheck *gc, double *const *in, const d
     return loss;
 }
 
+/* Central differences are a property of the float64 reference at its inputs, not of the backend
+ * or the thread count a case runs under: a case repeated over the kernel variants and thread
+ * counts (the same seed, so the same inputs) differentiates the reference once. Keyed by the
+ * reference function, every input and weight value and the reference's output there (which
+ * tells cases whose settings differ but whose inputs agree apart); the analytic gradients are
+ * still compared on every run. */
+typedef struct gc_cached {
+    void (*reference)(const double *const *, double *, void *);
+    uint64_t key;
+    int n_in;
+    int64_t n[GC_MAX_IN];
+    double *numeric[GC_MAX_IN];
+} gc_cached;
+enum { GC_CACHE = 32 };
+static gc_cached gc_cache[GC_CACHE];
+static int gc_cache_next;
+
+static inline uint64_t gc_hash(uint64_t h, const double *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t bits;
+        memcpy(&bits, &v[i], sizeof bits);
+        h = (h ^ bits) * 0x100000001b3ULL;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static inline gc_cached *gc_cache_find(const gradcheck *gc, uint64_t key, dpt_tensor *const *in)
+{
+    for (int c = 0; c < GC_CACHE; c++) {
+        gc_cached *e = &gc_cache[c];
+        bool same = e->reference == gc->reference && e->key == key && e->n_in == gc->n_in;
+        for (int i = 0; same && i < gc->n_in; i++)
+            same = e->n[i] == in[i]->numel && (gc->no_grad[i] || e->numeric[i]);
+        if (same) return e;
+    }
+    return NULL;
+}
+
 static inline void run_gradcheck(const char *name, const gradcheck *gc, uint64_t seed)
 {
     dpt_ctx *ctx = test_ctx(gc->threads ? gc->threads : 1, seed);
@@ -172,27 +212,45 @@ static inline void run_gradcheck(const char *name, const gradcheck *gc, uint64_t
     /* backward */
     dpt_tensor *loss = dpt_sum(ctx, dpt_mul(ctx, out, weights));
     dpt_backward(ctx, loss);
+    uint64_t key = gc_hash(gc_hash(0xcbf29ce484222325ULL, dweights, out_n), ref_out, out_n);
+    for (int i = 0; i < gc->n_in; i++)
+        key = gc_hash(key, din[i], in[i]->numel);
+    gc_cached *cached = gc_cache_find(gc, key, in), *fresh = NULL;
+    if (!cached) { /* a new case: its slot (the oldest's) is filled below */
+        fresh = &gc_cache[gc_cache_next];
+        gc_cache_next = (gc_cache_next + 1) % GC_CACHE;
+        for (int i = 0; i < GC_MAX_IN; i++)
+            free(fresh->numeric[i]);
+        *fresh = (gc_cached){.reference = gc->reference, .key = key, .n_in = gc->n_in};
+    }
     for (int i = 0; i < gc->n_in; i++) {
         if (gc->no_grad[i]) continue;
         int64_t n = in[i]->numel;
-        double *analytic = calloc((size_t)n, sizeof(double)), *numeric = malloc((size_t)n * sizeof(double));
+        double *analytic = calloc((size_t)n, sizeof(double)), *numeric = NULL;
         if (in[i]->grad)
             for (int64_t j = 0; j < n; j++)
                 analytic[j] = in[i]->grad->data[j];
-        for (int64_t j = 0; j < n; j++) {
-            double keep = din[i][j], h = 1e-6 * (1.0 + fabs(keep));
-            din[i][j] = keep + h;
-            double up = gc_ref_loss(gc, din, dweights, ref_out, out_n);
-            din[i][j] = keep - h;
-            double down = gc_ref_loss(gc, din, dweights, ref_out, out_n);
-            din[i][j] = keep;
-            numeric[j] = (up - down) / (2.0 * h);
+        if (cached)
+            numeric = cached->numeric[i];
+        else {
+            numeric = malloc((size_t)n * sizeof(double));
+            for (int64_t j = 0; j < n; j++) {
+                double keep = din[i][j], h = 1e-6 * (1.0 + fabs(keep));
+                din[i][j] = keep + h;
+                double up = gc_ref_loss(gc, din, dweights, ref_out, out_n);
+                din[i][j] = keep - h;
+                double down = gc_ref_loss(gc, din, dweights, ref_out, out_n);
+                din[i][j] = keep;
+                numeric[j] = (up - down) / (2.0 * h);
+            }
+            fresh->n[i] = n, fresh->numeric[i] = numeric;
         }
         snprintf(what, sizeof what, "%s d/d(input %d)", name, i);
         assert_close_d(what, analytic, numeric, n, gc->grad_rtol, gc->grad_atol);
         free(analytic);
-        free(numeric);
     }
+    for (int i = 0; fresh && i < gc->n_in; i++)
+        fresh->n[i] = in[i]->numel;
     dpt_tape_clear(ctx);
     for (int i = 0; i < gc->n_in; i++) {
         if (!in[i]->is_param) dpt_tensor_free(in[i]);
