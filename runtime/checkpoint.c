@@ -1326,18 +1326,39 @@ void dpt_checkpoint_unclaim(const char *dir, const char *made, int lock_fd)
     free(p);
 }
 
+/* A part of a checkpoint's sharded optimizer state, "ckpt-stepN.dpt.<nonce>.optimK-of-M": N. */
+static bool is_part_name(const char *name, long long *step)
+{
+    unsigned long long nonce;
+    int part, parts, end = 0;
+    return sscanf(name, "ckpt-step%lld.dpt.%16llx.optim%d-of-%d%n", step, &nonce, &part, &parts, &end) == 4 &&
+           name[end] == '\0' && *step >= 0;
+}
+
 void dpt_checkpoint_prune(const char *dir, int keep_last, int64_t keep_step)
 {
     if (keep_last <= 0) return;
     int64_t n;
-    int64_t *steps = dpt_checkpoint_steps(dir, &n);
-    for (int64_t i = 0; i < n - keep_last; i++) {
+    int64_t *steps = dpt_checkpoint_steps(dir, &n), drop = n - keep_last; /* steps[0, drop) go */
+    for (int64_t i = 0; i < drop; i++) {
         if (steps[i] == keep_step) continue; /* never the file this run has just reported */
         char *path = checkpoint_path(dir, steps[i]);
         unlink(path);
-        each_part(path, 0, unlink_part, NULL); /* its optimizer state's parts, after it */
         free(path);
     }
+    /* their optimizer state's parts, after them, from one more listing (a listing a checkpoint
+     * read the folder once per file: minutes for a folder of 20,000) */
+    DIR *d = drop > 0 ? opendir(dir) : NULL;
+    struct dirent *e;
+    long long step;
+    while (d && (e = readdir(d)))
+        if (is_part_name(e->d_name, &step) && step != keep_step &&
+            bsearch(&(int64_t){step}, steps, (size_t)drop, sizeof *steps, cmp_asc)) {
+            char *at = dpt_strf("%s/%s", dir, e->d_name);
+            unlink(at);
+            free(at);
+        }
+    if (d) closedir(d);
     free(steps);
 }
 

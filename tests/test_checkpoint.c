@@ -796,11 +796,22 @@ static void test_many_long_and_claimed(void **state)
     assert_true(dpt_checkpoint_latest(sub, latest, sizeof latest, &err));
     snprintf(path, sizeof path, "ckpt-step%08d.dpt", count - 1);
     assert_contains(latest, path);
+    /* sharded optimizer state beside a pruned and a kept checkpoint, and a file of the user's */
+    const char *extra[] = {"ckpt-step00000005.dpt.00000000000000ab.optim1-of-2",
+                           "ckpt-step00019999.dpt.00000000000000cd.optim0-of-2", "ckpt-step00000005.dpt.notes"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", sub, extra[i]);
+        close(open(path, O_CREAT | O_WRONLY, 0644));
+    }
     dpt_checkpoint_prune(sub, 3, -1);
     steps = dpt_checkpoint_steps(sub, &n);
     assert_int_equal(n, 3);
     assert_int_equal(steps[0], count - 3);
     free(steps);
+    for (int i = 0; i < 3; i++) { /* the pruned one's part gone, the others kept */
+        snprintf(path, sizeof path, "%s/%s", sub, extra[i]);
+        assert_int_equal(access(path, F_OK), i == 0 ? -1 : 0);
+    }
 
     /* a folder whose files' names would pass PATH_MAX, and one folder name past NAME_MAX */
     size_t len = PATH_MAX - 40;
