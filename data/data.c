@@ -43,8 +43,8 @@ static const dpt_config_key data_keys[] = {
      "training augmentation of images: horizontal flip with probability 1/2 (a source of fields refuses it)", 0},
     {"data", "prefetch", DPT_KEY_INT, "2", 0, 64, NULL,
      "batches a background thread prepares ahead (on a GPU: pinned memory, copy stream); 0 = none", DPT_KEY_NOT_HASHED},
-    {"data", "train_limit", DPT_KEY_INT, "0", 0, 1e12, NULL, "use only the first N training samples (0 = all)", 0},
-    {"data", "test_limit", DPT_KEY_INT, "0", 0, 1e12, NULL, "use only the first N test samples (0 = all)", 0},
+    {"data", "train_limit", DPT_KEY_INT, "0", 0, 1e12, NULL, "use only the first N training samples (0 = all; the IDX source decompresses only their images)", 0},
+    {"data", "test_limit", DPT_KEY_INT, "0", 0, 1e12, NULL, "use only the first N test samples (0 = all; the IDX source decompresses only their images)", 0},
 };
 DPT_BUILTIN(settings_data) = {DPT_KIND_SETTINGS, "data", "the data", data_keys, DPT_COUNT(data_keys), NULL};
 
@@ -101,10 +101,16 @@ char *dpt_data_join(const char *dir, const char *file)
     return file[0] == '/' || !*dir ? dpt_strf("%s", file) : dpt_strf("%s/%s", dir, file);
 }
 
+/* The labels ds holds: every sample's, those of the samples it did not read too (n_file). */
+static int64_t labels_held(const dpt_dataset *ds)
+{
+    return ds->n_file > ds->n ? ds->n_file : ds->n;
+}
+
 /* The first sample of ds whose label is >= classes, or -1. */
 static int64_t first_label_at_or_above(const dpt_dataset *ds, int64_t classes)
 {
-    for (int64_t i = 0; i < ds->n; i++)
+    for (int64_t i = 0; i < labels_held(ds); i++)
         if (ds->labels[i] >= classes) return i;
     return -1;
 }
@@ -137,7 +143,7 @@ bool dpt_data_check_classes(const dpt_config *cfg, dpt_dataset *train, dpt_datas
     if (classes > 10) {
         int64_t *count = calloc((size_t)classes, sizeof *count);
         if (!count) dpt_fatal("out of host memory counting labels");
-        for (int64_t i = 0; i < train->n; i++)
+        for (int64_t i = 0; i < labels_held(train); i++)
             count[train->labels[i]]++;
         int missing = 0, first_missing = -1;
         for (int c = 10; c < classes; c++)

@@ -23,6 +23,7 @@ typedef struct idx_file {
     int ndim;
     int64_t dims[4];
     int64_t count; /* product of dims */
+    int64_t items; /* of dims[0], those read into data (all, or the first asked for) */
     uint8_t *data;
 } idx_file;
 
@@ -50,7 +51,10 @@ static bool read_exact(gzFile gz, void *buf, int64_t n, int64_t *got)
     return true;
 }
 
-static bool idx_read(const char *path, int want_ndim, idx_file *out, dpt_error *err)
+/* The file's header and its first `first` items (dims[0]; 0 or more than it holds: all). A
+ * prefix is read as far as it goes: what follows it, the gzip trailer's CRC included, is not
+ * decompressed (its damage is not seen); the whole file is checked to its last byte. */
+static bool idx_read(const char *path, int want_ndim, int64_t first, idx_file *out, dpt_error *err)
 {
     memset(out, 0, sizeof *out);
     struct stat st;
@@ -109,17 +113,19 @@ static bool idx_read(const char *path, int want_ndim, idx_file *out, dpt_error *
             goto close;
         }
     }
+    out->items = first > 0 && first < out->dims[0] ? first : out->dims[0];
+    int64_t want = out->count / out->dims[0] * out->items;
     /* The buffer grows with the data that really arrives, so a header that lies about the size
      * costs only what the file holds. */
-    int64_t cap = out->count < ((int64_t)1 << 24) ? out->count : ((int64_t)1 << 24);
+    int64_t cap = want < ((int64_t)1 << 24) ? want : ((int64_t)1 << 24);
     out->data = malloc((size_t)cap);
     if (!out->data) {
         dpt_errorf(err, "%s: out of memory for %lld bytes", path, (long long)cap);
         goto close;
     }
-    for (int64_t have = 0; have < out->count;) {
+    for (int64_t have = 0; have < want;) {
         if (have == cap) {
-            cap = cap * 2 < out->count ? cap * 2 : out->count;
+            cap = cap * 2 < want ? cap * 2 : want;
             uint8_t *grown = realloc(out->data, (size_t)cap);
             if (!grown) {
                 dpt_errorf(err, "%s: out of memory for %lld bytes of data", path, (long long)cap);
@@ -141,6 +147,7 @@ static bool idx_read(const char *path, int want_ndim, idx_file *out, dpt_error *
         }
         have = cap;
     }
+    if (want < out->count) goto done; /* a prefix: the rest stays unread */
     uint8_t extra;
     int r = gzread(gz, &extra, 1);
     if (r > 0) {
@@ -154,6 +161,7 @@ static bool idx_read(const char *path, int want_ndim, idx_file *out, dpt_error *
         gz_fail(err, gz, path, "corrupt gzip stream");
         goto free_data;
     }
+done:
     ok = true;
     dpt_input_note(path, "the data file", false);
     goto close;
@@ -167,9 +175,14 @@ close:
 
 dpt_dataset *dpt_idx_load(const char *images_path, const char *labels_path, dpt_error *err)
 {
+    return dpt_idx_load_first(images_path, labels_path, 0, err);
+}
+
+dpt_dataset *dpt_idx_load_first(const char *images_path, const char *labels_path, int64_t first, dpt_error *err)
+{
     idx_file images, labels;
-    if (!idx_read(images_path, 3, &images, err)) return NULL;
-    if (!idx_read(labels_path, 1, &labels, err)) {
+    if (!idx_read(images_path, 3, first, &images, err)) return NULL;
+    if (!idx_read(labels_path, 1, 0, &labels, err)) {
         free(images.data);
         return NULL;
     }
@@ -190,14 +203,15 @@ dpt_dataset *dpt_idx_load(const char *images_path, const char *labels_path, dpt_
     }
     ds = calloc(1, sizeof *ds);
     if (!ds) dpt_fatal("out of host memory for a dataset");
-    ds->n = images.dims[0];
+    ds->n = images.items;
+    if (images.items < images.dims[0]) ds->n_file = images.dims[0]; /* its labels all read, as below */
     ds->c = 1;
     ds->h = images.dims[1];
     ds->w = images.dims[2];
     ds->images = images.data;
-    ds->labels = malloc((size_t)ds->n * sizeof *ds->labels);
+    ds->labels = malloc((size_t)labels.count * sizeof *ds->labels);
     if (!ds->labels) dpt_fatal("out of host memory for labels");
-    for (int64_t i = 0; i < ds->n; i++)
+    for (int64_t i = 0; i < labels.count; i++)
         ds->labels[i] = labels.data[i];
     /* MNIST-style sets have 10 classes; a subset may not show the largest one. */
     ds->num_classes = max_label + 1 > 10 ? max_label + 1 : 10;
@@ -216,7 +230,7 @@ bool dpt_idx_open_input(const char *path, const dpt_dataset *like, dpt_dataset *
 {
     idx_file images;
     *out = NULL;
-    if (!idx_read(path, 3, &images, err)) {
+    if (!idx_read(path, 3, 0, &images, err)) {
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
         return dpt_errorf(err, "--input: %s\nHINT: --input takes an IDX image file (magic 0x803, as "
@@ -254,7 +268,11 @@ static bool idx_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **t
     char *train_labels = dpt_data_join(dir, dpt_config_str(cfg, "data", "train_labels"));
     char *images = dpt_data_join(dir, dpt_config_str(cfg, "data", "test_images"));
     char *labels = dpt_data_join(dir, dpt_config_str(cfg, "data", "test_labels"));
-    bool ok = (*train = dpt_idx_load(train_images, train_labels, err)) && (*test = dpt_idx_load(images, labels, err));
+    /* [data] train_limit and test_limit: only the images used are decompressed (3,000 of
+     * Fashion-MNIST's 60,000: a start 0.47 -> 0.15 s); the labels are read whole, so the classes
+     * are the whole set's whatever the limit */
+    bool ok = (*train = dpt_idx_load_first(train_images, train_labels, dpt_config_int(cfg, "data", "train_limit"), err)) &&
+              (*test = dpt_idx_load_first(images, labels, dpt_config_int(cfg, "data", "test_limit"), err));
     if (ok && ((*train)->c != (*test)->c || (*train)->h != (*test)->h || (*train)->w != (*test)->w))
         ok = dpt_errorf(err,
                         "train images are %lldx%lld but test images (%s) are %lldx%lld\nHINT: the train and test "

@@ -833,6 +833,10 @@ typedef struct dpt_task {
  * shape), or samples of any fields that a data source makes one at a time (`get`). */
 typedef struct dpt_dataset {
     int64_t n, c, h, w;
+    /* Where the source read only the first n samples of the n_file its files hold ([data]
+     * train_limit / test_limit: the IDX source), n_file; labels then holds all n_file labels
+     * (the classes are the whole set's). 0: the source holds n. */
+    int64_t n_file;
     uint8_t *images; /* n*c*h*w bytes; NULL for files */
     int32_t *labels; /* n */
     int num_classes; /* classification: labels (or token ids) in [0, num_classes); 0 otherwise */
@@ -883,6 +887,9 @@ typedef struct dpt_data_impl {
 /* Read an IDX image file and its label file (gzip or raw; decided by content, not name).
  * Validates magic numbers, dimensions, sizes and that the counts agree. */
 dpt_dataset *dpt_idx_load(const char *images_path, const char *labels_path, dpt_error *err);
+/* Only the first `first` images (0: all; the labels are read whole): n = first, n_file = the
+ * file's count. */
+dpt_dataset *dpt_idx_load_first(const char *images_path, const char *labels_path, int64_t first, dpt_error *err);
 void dpt_dataset_free(dpt_dataset *ds);
 /* CIFAR-10 binary files: records of 1 label byte + 3072 image bytes (3x32x32). */
 dpt_dataset *dpt_cifar_load(const char *const *paths, int npaths, dpt_error *err);

@@ -212,7 +212,7 @@ void print_header(const trainer *t)
         if (used < sizeof shape) snprintf(shape + used, sizeof shape - used, " | loss %s", t->task.loss);
     }
     char test[64]; /* [data] test_limit: the evaluation reads the first test_limit of the set */
-    int64_t tn = t->test_set->n, tl = run->test_data.limit;
+    int64_t tn = t->test_set->n_file ? t->test_set->n_file : t->test_set->n, tl = run->test_data.limit;
     if (tl > 0 && tl < tn)
         snprintf(test, sizeof test, "%lld of %lld", (long long)tl, (long long)tn);
     else
@@ -222,7 +222,7 @@ void print_header(const trainer *t)
     report_line("data %s | train %lld per rank of %lld | test %s | %s%s\n",
                 ds->nfields ? ds->name : ds->origin && !ds->files ? ds->origin : run->data_dir,
                 (long long)(t->train_loader ? dpt_loader_num_samples(t->train_loader) : ds->n),
-                (long long)ds->n, test, shape, steps);
+                (long long)(ds->n_file ? ds->n_file : ds->n), test, shape, steps);
     if (!t->train_set->files && t->task.metrics & DPT_METRIC_ACCURACY) { /* a classifier's classes, counted */
         char text[1024];
         dpt_dataset_describe_classes(t->train_set, text, sizeof text);

@@ -94,6 +94,45 @@ static void test_real_fashion_mnist(void **state)
     dpt_dataset_free(test);
 }
 
+/* [data] train_limit's read: the first N images only, equal to the whole read's first N; every
+ * label read (a label of 12 past the prefix still makes 13 classes); a file damaged past the
+ * prefix is read (the rest is never decompressed), one damaged inside it refused; a limit past
+ * the end reads the whole file, checked to its end. */
+static void test_first_images(void **state)
+{
+    (void)state;
+    dpt_error err;
+    dpt_dataset *all = dpt_idx_load(FMNIST_DIR "/train-images-idx3-ubyte.gz", FMNIST_DIR "/train-labels-idx1-ubyte.gz", &err);
+    dpt_dataset *first =
+        dpt_idx_load_first(FMNIST_DIR "/train-images-idx3-ubyte.gz", FMNIST_DIR "/train-labels-idx1-ubyte.gz", 300, &err);
+    if (!all || !first) fail_msg("%s", err.msg);
+    assert_int_equal(first->n, 300);
+    assert_int_equal(first->n_file, 60000);
+    assert_int_equal(all->n_file, 0);
+    assert_memory_equal(first->images, all->images, 300 * 784);
+    assert_memory_equal(first->labels, all->labels, 60000 * sizeof *all->labels);
+    assert_int_equal(first->num_classes, all->num_classes);
+    dpt_dataset_free(all), dpt_dataset_free(first);
+
+    uint8_t lab[6] = {0, 1, 2, 3, 4, 12};
+    char labels[512];
+    snprintf(labels, sizeof labels, "%s/l13", tmpdir);
+    FILE *f = fopen(labels, "wb");
+    fwrite((uint8_t[]){0, 0, 8, 1, 0, 0, 0, 6}, 1, 8, f), fwrite(lab, 1, 6, f), fclose(f);
+    const char *short_gz = write_idx("short6.gz", true, 3, (uint32_t[]){6, 2, 2}, 14, 8); /* 4 of 6 images */
+    dpt_dataset *ds = dpt_idx_load_first(short_gz, labels, 3, &err);
+    if (!ds) fail_msg("%s", err.msg);
+    assert_int_equal(ds->n, 3);
+    assert_int_equal(ds->num_classes, 13);
+    assert_int_equal(ds->labels[5], 12);
+    assert_int_equal(ds->images[11], 1); /* the pattern's byte 11 */
+    dpt_dataset_free(ds);
+    assert_null(dpt_idx_load_first(short_gz, labels, 4, &err)); /* 16 bytes wanted, 14 there */
+    assert_contains(err.msg, "the file holds 14");
+    assert_null(dpt_idx_load_first(short_gz, labels, 7, &err)); /* past the end: the whole file */
+    assert_contains(err.msg, "the header promises 24 bytes of data but the file holds 14");
+}
+
 static void test_raw_and_gz_agree(void **state)
 {
     (void)state;
@@ -446,7 +485,7 @@ int main(void)
         cmocka_unit_test(test_broken_files),
         cmocka_unit_test(test_hostile_idx),
         cmocka_unit_test(test_label_range),
-        cmocka_unit_test(test_truncated_and_corrupt_gz),
+        cmocka_unit_test(test_truncated_and_corrupt_gz), cmocka_unit_test(test_first_images),
         cmocka_unit_test(test_loader_sharding),
         cmocka_unit_test(test_loader_shuffle),
         cmocka_unit_test(test_loader_prefetch_same_stream),
