@@ -13,8 +13,9 @@
 
 static const dpt_config_key schedule_keys[] = {
     {"optim", "schedule", DPT_KEY_ENUM, "constant", 1, 0, "@schedule",
-     "lr schedule after warm-up: a registered one (built in: constant, cosine (to min_lr), multistep (x gamma at "
-     "each milestone), step (x gamma every step_epochs))",
+     "lr schedule after warm-up: a registered one (built in: constant, cosine (to min_lr), linear (to min_lr), wsd "
+     "(held, then to min_lr over the last decay_fraction), inverse_sqrt, multistep (x gamma at each milestone), step "
+     "(x gamma every step_epochs))",
      0},
     {"optim", "lr_scaling", DPT_KEY_ENUM, "none", 1, 0, "none|linear",
      "linear: lr x (world size x accum_steps), the linear scaling rule of Goyal et al.", 0},

@@ -95,7 +95,7 @@ static void test_config_errors(void **state)
     snprintf(args, sizeof args, "%s", write_file("sgd_beta.ini", "[optim]\nname = sgd\nbeta1 = 0.8\n"));
     expect_fail(args, 1, "sgd_beta.ini:3: [optim] beta1 is a key of optimizer adamw, not of sgd", NULL);
     expect_fail("configs/fmnist_mlp.ini --set optim.min_lr=0.0001", 1,
-                "[optim] min_lr is a key of schedule cosine, not of constant", NULL);
+                "[optim] min_lr is a key of schedule cosine, linear, wsd, not of constant", NULL);
     expect_fail("configs/fmnist_mlp.ini --set data.seq_len=128", 1,
                 "[data] seq_len is a key of data source tokens, not of idx, the data source this config selects", NULL);
     /* a flag of a mode this command does not ask for would change nothing: a training run given

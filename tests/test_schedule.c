@@ -54,6 +54,51 @@ static void test_schedules(void **state)
     assert_float_equal(dpt_lr_at(&s, 50), 0.2, 1e-12);
 }
 
+/* The decays to min_lr against their formulas in float64: linear (Hugging Face's
+ * get_linear_schedule_with_warmup with a floor), warm-up-stable-decay in its three shapes, and
+ * the inverse square root (fairseq's: lr x sqrt(warm-up steps / step), here 20 of 10 a epoch),
+ * each after a warm-up; inverse_sqrt without one is refused naming the key. */
+static void test_decays(void **state)
+{
+    (void)state;
+    /* linear from 1 to 0.1 over the 100 steps after a warm-up of 1 epoch (10 steps) from 0 */
+    const char *linear[] = {"optim.lr=1", "optim.schedule=linear", "optim.min_lr=0.1", "optim.warmup_epochs=1"};
+    dpt_lr_schedule s = build(linear, 4, 1, 10, 110);
+    assert_float_equal(dpt_lr_at(&s, 4), 0.5, 1e-12); /* warm-up: (4 + 1) / 10 */
+    for (int64_t step = 10; step <= 110; step += 7)
+        assert_float_equal(dpt_lr_at(&s, step), 1.0 - 0.9 * (double)(step - 10) / 100.0, 1e-12);
+    assert_float_equal(dpt_lr_at(&s, 500), 0.1, 1e-12); /* past the end: min_lr */
+    /* wsd: 100 steps, decay over the last 25 to 0.01 */
+    const char *shapes[] = {"optim.wsd_shape=linear", "optim.wsd_shape=sqrt", "optim.wsd_shape=cosine"};
+    for (int k = 0; k < 3; k++) {
+        const char *wsd[] = {"optim.lr=0.5", "optim.schedule=wsd", "optim.min_lr=0.01", "optim.decay_fraction=0.25",
+                             shapes[k]};
+        s = build(wsd, 5, 1, 10, 100);
+        for (int64_t step = 0; step <= 100; step++) {
+            double x = step <= 75 ? 0.0 : (double)(step - 75) / 25.0;
+            double f = k == 0 ? 1.0 - x : k == 1 ? 1.0 - sqrt(x) : 0.5 * (1.0 + cos(M_PI * x));
+            double want = step <= 75 ? 0.5 : 0.01 + 0.49 * f;
+            if (fabs(dpt_lr_at(&s, step) - want) > 1e-12)
+                fail_msg("wsd (%s) at step %lld: %.15g, want %.15g", shapes[k], (long long)step, dpt_lr_at(&s, step),
+                         want);
+        }
+    }
+    /* inverse_sqrt: 2 epochs of warm-up (20 steps), then 0.3 x sqrt(20 / step) */
+    const char *isqrt[] = {"optim.lr=0.3", "optim.schedule=inverse_sqrt", "optim.warmup_epochs=2"};
+    s = build(isqrt, 3, 1, 10, 1000);
+    assert_float_equal(dpt_lr_at(&s, 9), 0.15, 1e-12);
+    assert_float_equal(dpt_lr_at(&s, 20), 0.3, 1e-12);
+    assert_float_equal(dpt_lr_at(&s, 80), 0.15, 1e-12);
+    assert_float_equal(dpt_lr_at(&s, 333), 0.3 * sqrt(20.0 / 333.0), 1e-12);
+    const char *no_warmup[] = {"optim.schedule=inverse_sqrt"};
+    dpt_config *cfg = test_config(no_warmup, 1);
+    dpt_error err;
+    assert_false(dpt_lr_schedule_build(cfg, 1, 10, 100, &s, &err));
+    assert_contains(err.msg, "warmup_epochs is 0");
+    assert_contains(err.msg, "HINT");
+    dpt_config_free(cfg);
+}
+
 static void test_clip(void **state)
 {
     (void)state;
@@ -81,6 +126,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_decays),
         cmocka_unit_test(test_clip),
     };
     return cmocka_run_group_tests_name("schedule", tests, NULL, NULL);
