@@ -490,8 +490,11 @@ dpt_tensor *dpt_mse_loss(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target);
  * torch.nn.BCEWithLogitsLoss, mean): -(t log sigmoid(x) + (1 - t) log sigmoid(-x)) averaged;
  * stable for any logit, gradient (sigmoid(x) - t) / count. Multi-label heads, images in [0, 1]. */
 dpt_tensor *dpt_bce_with_logits(dpt_ctx *ctx, dpt_tensor *logits, dpt_tensor *target);
-/* Number of rows whose arg-max equals the label (no gradient). */
+/* Number of rows whose arg-max equals the label (no gradient); dpt_count_topk: whose label is
+ * among the k largest logits (fewer than k above it; an equal logit of a lower class counts
+ * above it; k = 1 is the first arg-max, as torch.argmax). */
 int64_t dpt_count_correct(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels);
+int64_t dpt_count_topk(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels, int k);
 /* The same two with labels already in device memory (a loader batch's device_labels): nothing
  * is copied in or read back, so a GPU step need not wait. The count is added into
  * counter[index], a float on the device (read it when it is time to log). */
@@ -499,6 +502,8 @@ dpt_tensor *dpt_cross_entropy_dev(dpt_ctx *ctx, dpt_tensor *logits, const int32_
                                   float label_smoothing);
 void dpt_count_correct_into(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *device_labels,
                             dpt_tensor *counter, int64_t index);
+void dpt_count_topk_into(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *device_labels, int k,
+                         dpt_tensor *counter, int64_t index);
 /* dst[dst_at .. dst_at + n) += alpha * src[src_at ..] and t[at .. at + n) = value, on the device
  * and outside autograd: for metrics kept on the device between reads. */
 void dpt_tensor_add_slice(dpt_ctx *ctx, dpt_tensor *dst, int64_t dst_at, const dpt_tensor *src,
@@ -815,7 +820,7 @@ typedef struct dpt_field {
 } dpt_field;
 
 /* What a model reports beside its loss. */
-enum { DPT_METRIC_ACCURACY = 1, DPT_METRIC_PERPLEXITY = 2 };
+enum { DPT_METRIC_ACCURACY = 1, DPT_METRIC_PERPLEXITY = 2, DPT_METRIC_TOP5 = 4 /* evaluation only */ };
 
 /* What training on a data set means: the loss, the metrics printed beside it, the unit of
  * throughput, and which fields go where. A data set states its defaults; a model may state its
@@ -971,6 +976,8 @@ typedef struct dpt_loss_impl {
     unsigned metrics; /* DPT_METRIC_* it can measure (perplexity: exp of a cross-entropy) */
     /* DPT_METRIC_ACCURACY: sums[at] += the correct predictions, on the device (no read). */
     void (*count_correct)(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target, dpt_tensor *sums, int64_t at);
+    /* DPT_METRIC_TOP5: sums[at] += the predictions whose target is among the 5 largest outputs. */
+    void (*count_top5)(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target, dpt_tensor *sums, int64_t at);
 } dpt_loss_impl;
 
 /* Loss and metrics of a model over every batch of a loader, without recording a tape, as the
@@ -978,6 +985,7 @@ typedef struct dpt_loss_impl {
 typedef struct dpt_eval_result {
     double loss;       /* mean loss per term */
     double accuracy;   /* fraction correct (NaN when the task does not measure it) */
+    double top5;       /* fraction with the target among the 5 largest outputs (NaN: not measured) */
     double perplexity; /* exp(loss) for a cross-entropy (NaN otherwise) */
     int64_t samples;
     int64_t terms;     /* what the loss averaged over (tokens, samples) */

@@ -96,27 +96,38 @@ dpt_tensor *dpt_cross_entropy_targets(dpt_ctx *ctx, dpt_tensor *logits, dpt_tens
     return cross_entropy(ctx, logits, (const int32_t *)targets->data, false, label_smoothing, ignore_index);
 }
 
-void dpt_count_correct_into(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *device_labels,
-                            dpt_tensor *counter, int64_t index)
+void dpt_count_topk_into(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *device_labels, int k,
+                         dpt_tensor *counter, int64_t index)
 {
     logits = dpt_dense(ctx, dpt_plain(ctx, logits));
     check_logits("count_correct", logits);
     DPT_ASSERT(index >= 0 && index < counter->numel, "counter slot %lld of %lld", (long long)index,
                (long long)counter->numel);
-    ctx->be->correct_acc(ctx, logits->data, device_labels, logits->shape[0], logits->shape[1],
+    DPT_ASSERT(k >= 1, "top-%d", k);
+    ctx->be->correct_acc(ctx, logits->data, device_labels, logits->shape[0], logits->shape[1], k,
                          counter->data + index);
 }
 
-int64_t dpt_count_correct(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels)
+void dpt_count_correct_into(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *device_labels,
+                            dpt_tensor *counter, int64_t index)
+{
+    dpt_count_topk_into(ctx, logits, device_labels, 1, counter, index);
+}
+
+int64_t dpt_count_topk(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels, int k)
 {
     logits = dpt_dense(ctx, dpt_plain(ctx, logits));
     check_logits("count_correct", logits);
     check_host_labels("count_correct", labels, logits->shape[0], logits->shape[1], DPT_IGNORE_INDEX);
     dpt_tensor *dev = labels_on_tape(ctx, labels, logits->shape[0], true);
     dpt_tensor *counter = dpt_temp_zeros(ctx, 1, (int64_t[]){1});
-    ctx->be->correct_acc(ctx, logits->data, (const int32_t *)dev->data, logits->shape[0], logits->shape[1],
-                         counter->data);
+    dpt_count_topk_into(ctx, logits, (const int32_t *)dev->data, k, counter, 0);
     return (int64_t)dpt_tensor_item(counter); /* a read: evaluation and tests, not the step */
+}
+
+int64_t dpt_count_correct(dpt_ctx *ctx, dpt_tensor *logits, const int32_t *labels)
+{
+    return dpt_count_topk(ctx, logits, labels, 1);
 }
 
 /* ---------------------------------------------------------------- the registered loss */
@@ -171,14 +182,20 @@ static void xent_count_correct(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *tar
     dpt_count_correct_into(ctx, logit_rows(ctx, output, target, false), (const int32_t *)target->data, sums, at);
 }
 
+static void xent_count_top5(dpt_ctx *ctx, dpt_tensor *output, dpt_tensor *target, dpt_tensor *sums, int64_t at)
+{
+    dpt_count_topk_into(ctx, logit_rows(ctx, output, target, false), (const int32_t *)target->data, 5, sums, at);
+}
+
 static const dpt_loss_impl xent_impl = {
     .settings_size = sizeof(xent_settings),
     .configure = xent_configure,
     .accepts = xent_accepts,
     .forward = xent_forward,
     .terms = xent_terms,
-    .metrics = DPT_METRIC_ACCURACY | DPT_METRIC_PERPLEXITY,
+    .metrics = DPT_METRIC_ACCURACY | DPT_METRIC_PERPLEXITY | DPT_METRIC_TOP5,
     .count_correct = xent_count_correct,
+    .count_top5 = xent_count_top5,
 };
 
 static const dpt_config_key xent_keys[] = {

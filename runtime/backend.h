@@ -150,8 +150,10 @@ typedef struct dpt_backend {
      * rows counted; dloss is the loss's gradient, on the device. */
     void (*xent_bwd)(dpt_ctx *ctx, const float *probs, const int32_t *labels, int64_t rows, int64_t cols,
                      float smoothing, int32_t ignore_index, const float *dloss, const float *count, float *dlogits);
-    /* *correct (a float on the device) += the rows whose largest logit is their label. */
-    void (*correct_acc)(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols,
+    /* *correct (a float on the device) += the rows whose label is among their k largest logits:
+     * fewer than k logits above the label's, ties with a lower index counted above it (k = 1:
+     * the first arg-max, torch.argmax's); a label out of range or a NaN logit is wrong. */
+    void (*correct_acc)(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t cols, int k,
                         float *correct);
     /* dst (shape (N, C, H, W)) = src in another layout (+= with accumulate). NULL: the
      * backend never produces anything but NCHW. */

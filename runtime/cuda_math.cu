@@ -207,15 +207,19 @@ __global__ void xent_bwd_kernel(const float *probs, const int32_t *labels, int64
     }
 }
 
-__global__ void correct_acc_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols,
+/* A row is right when fewer than k logits rank above its label's (backend.h's rule). */
+__global__ void correct_acc_kernel(const float *x, const int32_t *labels, int64_t rows, int64_t cols, int k,
                                    float *out)
 {
     GRID_STRIDE(r, rows)
     {
-        int64_t best = 0;
-        for (int64_t c = 1; c < cols; c++)
-            if (x[r * cols + c] > x[r * cols + best]) best = c;
-        if (best == labels[r]) atomicAdd(out, 1.0f);
+        const float *xr = x + r * cols;
+        int32_t y = labels[r];
+        if (y < 0 || y >= cols || isnan(xr[y])) continue;
+        int64_t above = 0;
+        for (int64_t c = 0; c < cols && above < k; c++)
+            above += xr[c] > xr[y] || (c < y && xr[c] == xr[y]) || isnan(xr[c]);
+        if (above < k) atomicAdd(out, 1.0f);
     }
 }
 
@@ -472,9 +476,9 @@ static void cuda_xent_bwd(dpt_ctx *ctx, const float *probs, const int32_t *label
 }
 
 static void cuda_correct_acc(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
-                             int64_t cols, float *correct)
+                             int64_t cols, int k, float *correct)
 {
-    LAUNCH(correct_acc_kernel, rows, logits, labels, rows, cols, correct);
+    LAUNCH(correct_acc_kernel, rows, logits, labels, rows, cols, k, correct);
 }
 
 void cuda_math_entries(dpt_backend *be)

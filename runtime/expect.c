@@ -14,7 +14,7 @@ static const struct metric {
     const char *name;
     bool accuracy; /* may be written as a percentage */
 } metrics[] = {
-    {"final_test_acc", true}, {"best_test_acc", true}, {"final_test_loss", false},
+    {"final_test_acc", true}, {"best_test_acc", true}, {"final_test_top5", true}, {"final_test_loss", false},
     {"final_train_loss", false}, {"img_s", false}, {"weights_sha256", false},
 };
 enum { NMETRICS = sizeof metrics / sizeof metrics[0] };
@@ -43,7 +43,7 @@ bool dpt_expectation_parse(const char *metric, const char *op_value, dpt_expecta
     memset(e, 0, sizeof *e);
     const struct metric *m = find_metric(metric);
     if (!m) {
-        return say(msg, cap, "unknown metric '%s'%s; metrics are final_test_acc, best_test_acc, "
+        return say(msg, cap, "unknown metric '%s'%s; metrics are final_test_acc, best_test_acc, final_test_top5, "
                              "final_test_loss, final_train_loss, img_s, weights_sha256", metric, "");
     }
     const char *s = op_value;
@@ -119,6 +119,7 @@ static double metric_value(const char *name, const dpt_run_result *r)
 {
     if (!strcmp(name, "final_test_acc")) return r->final_test_acc;
     if (!strcmp(name, "best_test_acc")) return r->best_test_acc;
+    if (!strcmp(name, "final_test_top5")) return r->final_test_top5;
     if (!strcmp(name, "final_test_loss")) return r->final_test_loss;
     if (!strcmp(name, "final_train_loss")) return r->final_train_loss;
     if (!strcmp(name, "img_s")) return r->img_s;
@@ -258,7 +259,7 @@ bool dpt_junit_write(const char *path, const char *suite, const dpt_expectation 
         } else if (!ok) {
             fputs("\n      <failure type=\"expectation\" message=\"", f);
             char text[240];
-            snprintf(text, sizeof text, "%s: measured %s", e[i].text, shown);
+            snprintf(text, sizeof text, "%s: %s%s", e[i].text, strcmp(shown, "not measured") ? "measured " : "", shown);
             xml_text(f, text);
             fputs("\"/>\n    ", f);
         }
@@ -279,6 +280,8 @@ static const dpt_config_key expect_keys[] = {
     {"expect", "final_test_acc", DPT_KEY_COMPARISON, "", 1, 0, NULL,
      "after the run: 'OP VALUE' with OP one of >= <= == != and VALUE a fraction or a percentage, e.g. >= 85%", DPT_KEY_NOT_HASHED},
     {"expect", "best_test_acc", DPT_KEY_COMPARISON, "", 1, 0, NULL, "after the run: the best epoch's test accuracy", DPT_KEY_NOT_HASHED},
+    {"expect", "final_test_top5", DPT_KEY_COMPARISON, "", 1, 0, NULL,
+     "after the run: the last evaluation's top-5 accuracy (a classifier of more than 10 classes)", DPT_KEY_NOT_HASHED},
     {"expect", "final_test_loss", DPT_KEY_COMPARISON, "", 1, 0, NULL, "after the run: the last evaluation's test loss", DPT_KEY_NOT_HASHED},
     {"expect", "final_train_loss", DPT_KEY_COMPARISON, "", 1, 0, NULL,
      "after the run: the last epoch's training loss (average over all ranks)", DPT_KEY_NOT_HASHED},

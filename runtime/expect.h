@@ -20,6 +20,7 @@ typedef struct dpt_expectation {
 /* What a finished run measured; the metrics expectations name. NaN: not measured. */
 typedef struct dpt_run_result {
     double final_test_acc, best_test_acc, final_test_loss, final_train_loss, img_s;
+    double final_test_top5; /* the last evaluation's top-5 accuracy (classifiers of more than 10 classes) */
     double seconds; /* the whole run */
     char weights_sha256[65]; /* "" when not computed */
 } dpt_run_result;

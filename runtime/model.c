@@ -329,10 +329,14 @@ bool dpt_task_resolve(const dpt_model *m, const dpt_dataset *data, dpt_task *out
     const dpt_loss_impl *loss = r->impl;
     for (int f = 0; f < n && t.target; f++)
         if (!strcmp(fields[f].name, t.target) && loss->accepts && !loss->accepts(&fields[f], err)) return false;
-    /* metrics: what was declared, else accuracy for a classifier's data, as far as the loss measures them */
+    /* metrics: what was declared, else accuracy for a classifier's data, as far as the loss
+     * measures them; an accuracy over more than 10 classes comes with its top-5 (where the
+     * loss counts it), which says little below that */
     unsigned want = mine->metrics ? mine->metrics : data_task->metrics ? data_task->metrics
                                                   : data->num_classes > 0 ? DPT_METRIC_ACCURACY : 0;
+    if ((want & DPT_METRIC_ACCURACY) && data->num_classes > 10) want |= DPT_METRIC_TOP5;
     t.metrics = want & loss->metrics;
+    if (!loss->count_top5) t.metrics &= ~(unsigned)DPT_METRIC_TOP5;
     const char *names[2] = {t.input, t.target};
     for (int k = 0; k < 2; k++)
         if (!names[k] || !has_field(fields, n, names[k]))

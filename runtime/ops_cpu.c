@@ -442,16 +442,18 @@ void dpt_cpu_images_to_float(dpt_ctx *ctx, const uint8_t *x, float *y, int64_t n
 }
 
 static void cpu_correct_acc(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
-                            int64_t cols, float *correct)
+                            int64_t cols, int k, float *correct)
 {
     (void)ctx;
     int64_t n = 0;
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = logits + r * cols;
-        int64_t best = 0;
-        for (int64_t c = 1; c < cols; c++)
-            if (xr[c] > xr[best]) best = c;
-        n += best == labels[r];
+        int32_t y = labels[r];
+        if (y < 0 || y >= cols || isnan(xr[y])) continue;
+        int64_t above = 0; /* the rank of the label's logit */
+        for (int64_t c = 0; c < cols && above < k; c++)
+            above += xr[c] > xr[y] || (c < y && xr[c] == xr[y]) || isnan(xr[c]);
+        n += above < k;
     }
     *correct += (float)n;
 }

@@ -528,7 +528,9 @@ static int check_expectations(const dpt_world *world, const cli *args, const run
             char shown[80];
             dpt_expectation_format(&run->expect[i], result, v, shown, sizeof shown);
             failed += !ok;
-            if (show) report_line("  %s  %s (measured %s)\n", ok ? "pass" : "FAIL", run->expect[i].text, shown);
+            if (show) /* "(measured 91.20%)", or "(not measured)" */
+                report_line("  %s  %s (%s%s)\n", ok ? "pass" : "FAIL", run->expect[i].text, isnan(v) ? "" : "measured ",
+                            shown);
         }
         if (show && failed) report_line("%d of %d expectations failed: exit code 3\n", failed, run->nexpect);
         fflush(stdout);
@@ -564,10 +566,10 @@ static void usage(FILE *out)
         "                           [checkpoint] dir; auto: the newest if there is one, else a new\n"
         "                           run); SIGINT/SIGTERM write one and stop cleanly\n"
         "  --expect 'METRIC OP VALUE'  after the run, check a result (repeatable; also the [expect]\n"
-        "                           section): METRIC final_test_acc, best_test_acc, final_test_loss,\n"
-        "                           final_train_loss, img_s or weights_sha256; OP >= <= == !=;\n"
-        "                           accuracies as 0.85\n"
-        "                           or 85%%. Prints pass/FAIL for each; exit code 3 if one fails\n"
+        "                           section): METRIC final_test_acc, best_test_acc, final_test_top5,\n"
+        "                           final_test_loss, final_train_loss, img_s or weights_sha256;\n"
+        "                           OP >= <= == !=; accuracies as 0.85 or 85%%. Prints pass/FAIL\n"
+        "                           for each; exit code 3 if one fails\n"
         "  --junit PATH             write a JUnit XML report of the run and its expectations\n"
         "  --inspect CKPT           print what a checkpoint holds (step, epoch, world size, config hash,\n"
         "                           tensors) and its weights' SHA-256, and exit; CKPT as --resume takes it\n"

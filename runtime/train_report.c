@@ -110,14 +110,22 @@ static const char *metric_str(const trainer *t, const char *sep, double loss, do
     return buf;
 }
 
+/* " top-5 97.12%" after an evaluation's accuracy where the task measures it, else "". */
+static const char *top5_str(const dpt_eval_result *e, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (!isnan(e->top5)) snprintf(buf, cap, " top-5 %.2f%%", 100.0 * e->top5);
+    return buf;
+}
+
 /* --eval: one line, with what the model's loss measures, and the result --expect reads. */
 void print_eval(const trainer *t)
 {
-    char metric[48];
+    char metric[48], top5[32];
     metric_str(t, " | ", t->test.loss, t->test.accuracy, 0, 2, metric, sizeof metric);
-    report_line("eval | %s%s | test loss %.4f%s | %lld %s\n", t->r->resumed,
-                t->r->args->ema ? " (weight averages)" : "", t->test.loss, metric, (long long)t->test.terms,
-                unit_noun(t->task.unit));
+    report_line("eval | %s%s | test loss %.4f%s%s | %lld %s\n", t->r->resumed,
+                t->r->args->ema ? " (weight averages)" : "", t->test.loss, metric, top5_str(&t->test, top5, sizeof top5),
+                (long long)t->test.terms, unit_noun(t->task.unit));
 }
 
 /* ---------------------------------------------------------------- the header */
@@ -567,15 +575,18 @@ void log_eval(trainer *t, const window *epoch_window)
     double train_loss = sums[2] ? sums[0] / sums[2] : NAN, train_acc = sums[2] ? sums[1] / sums[2] : NAN;
     if (epoch_window) t->r->result.final_train_loss = train_loss;
     t->r->result.final_test_loss = test->loss, t->r->result.final_test_acc = test->accuracy;
+    t->r->result.final_test_top5 = test->top5;
     if (r->rank == 0) {
-        char train_metric[48], test_metric[48];
+        char train_metric[48], test_metric[80], top5[32];
         metric_str(t, " ", train_loss, train_acc, 0, 1, train_metric, sizeof train_metric);
         metric_str(t, " ", test->loss, test->accuracy, 0, 2, test_metric, sizeof test_metric);
-        char ema[96] = ""; /* [train] ema_decay: the weight averages' evaluation */
+        strncat(test_metric, top5_str(test, top5, sizeof top5), sizeof test_metric - strlen(test_metric) - 1);
+        char ema[128] = ""; /* [train] ema_decay: the weight averages' evaluation */
         if (dpt_model_ema(t->model)) {
             char ema_metric[48];
             metric_str(t, " ", t->test_ema.loss, t->test_ema.accuracy, 0, 2, ema_metric, sizeof ema_metric);
-            snprintf(ema, sizeof ema, " | ema test loss %.4f%s", t->test_ema.loss, ema_metric);
+            snprintf(ema, sizeof ema, " | ema test loss %.4f%s%s", t->test_ema.loss, ema_metric,
+                     top5_str(&t->test_ema, top5, sizeof top5));
         }
         if (epoch_window)
             report_line("epoch %d done | %.1f s | train loss %.4f%s | test loss %.4f%s (%lld %s)%s%s\n", t->state.epoch,
@@ -585,9 +596,11 @@ void log_eval(trainer *t, const window *epoch_window)
             report_line("eval at step %lld | test loss %.4f%s (%lld %s)%s%s\n", (long long)t->state.step, test->loss,
                         test_metric, (long long)test->terms, unit_noun(t->task.unit), ema, bad);
     }
-    char ema_json[96] = "";
+    char ema_json[160] = "";
+    size_t at = 0;
+    if (!isnan(test->top5)) at += (size_t)snprintf(ema_json, sizeof ema_json, ",\"test_top5\":%.6f", test->top5);
     if (dpt_model_ema(t->model))
-        snprintf(ema_json, sizeof ema_json, ",\"ema_test_loss\":%.6f,\"ema_test_acc\":%.6f", t->test_ema.loss,
+        snprintf(ema_json + at, sizeof ema_json - at, ",\"ema_test_loss\":%.6f,\"ema_test_acc\":%.6f", t->test_ema.loss,
                  has_acc(t) ? t->test_ema.accuracy : 0.0);
     dpt_metrics_write(t->metrics,
                       "\"kind\":\"eval\",\"epoch\":%d,\"step\":%lld,\"test_loss\":%.6f,\"test_acc\":%.6f,"
@@ -626,10 +639,10 @@ void print_final(trainer *t)
         snprintf(epochs, sizeof epochs, "%d", st->epoch - 1);
     char peak[32]; /* the allocator's high-water mark on this rank: weights, state, activations, gradients */
     mib(peak, sizeof peak, (double)dpt_ctx_mem_stats(t->ctx).peak_allocated);
-    char best[96];
+    char best[128], top5[32];
     if (has_acc(t))
-        snprintf(best, sizeof best, "best test acc %.2f%% (epoch %d) | final test acc %.2f%%", 100.0 * st->best_acc,
-                 st->best_epoch, 100.0 * t->test.accuracy);
+        snprintf(best, sizeof best, "best test acc %.2f%% (epoch %d) | final test acc %.2f%%%s", 100.0 * st->best_acc,
+                 st->best_epoch, 100.0 * t->test.accuracy, top5_str(&t->test, top5, sizeof top5));
     else
         snprintf(best, sizeof best, "best test loss %.4f (epoch %d) | final test loss %.4f", st->best_loss,
                  st->best_epoch, t->test.loss);

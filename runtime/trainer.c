@@ -98,7 +98,7 @@ void *train_replica(void *arg)
     trainer t;
     dpt_error err;
     r->rc = 1;
-    r->result = (dpt_run_result){.final_test_acc = NAN, .best_test_acc = NAN, .final_test_loss = NAN,
+    r->result = (dpt_run_result){.final_test_acc = NAN, .best_test_acc = NAN, .final_test_top5 = NAN, .final_test_loss = NAN,
                                  .final_train_loss = NAN, .img_s = NAN};
     if (!trainer_open(&t, r, &err)) {
         r->rc = fail(r, &err);
@@ -134,6 +134,7 @@ void *train_replica(void *arg)
     } else if (r->args->eval) { /* the checkpoint's weights on the test set, sharded over the ranks */
         evaluate(&t);
         r->result.final_test_loss = t.test.loss, r->result.final_test_acc = t.test.accuracy;
+        r->result.final_test_top5 = t.test.top5;
         if (r->rank == 0) print_eval(&t);
     } else if (r->args->export_format) {
         bool ok = r->rank != 0 || export_model(&t, &err);
@@ -169,6 +170,7 @@ void *train_replica(void *arg)
                                      *r->resumed ? r->resumed : "the checkpoint");
             evaluate(&t);
             r->result.final_test_loss = t.test.loss, r->result.final_test_acc = t.test.accuracy;
+            r->result.final_test_top5 = t.test.top5;
         }
         print_final(&t);
     }

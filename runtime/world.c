@@ -326,13 +326,14 @@ dpt_eval_result dpt_eval_allreduce(dpt_comm *comm, dpt_eval_result local)
 {
     if (!comm || comm->size == 1) return local;
     /* sums over the ranks' terms (each rank's mean times its count); NaN metrics stay NaN */
-    bool acc = !isnan(local.accuracy), ppl = !isnan(local.perplexity);
-    double sums[4] = {local.loss * (double)local.terms, acc ? local.accuracy * (double)local.terms : 0.0,
-                      (double)local.terms, (double)local.samples};
-    dpt_comm_allreduce_f64(comm, sums, 4, "evaluation sums");
+    bool acc = !isnan(local.accuracy), ppl = !isnan(local.perplexity), top5 = !isnan(local.top5);
+    double sums[5] = {local.loss * (double)local.terms, acc ? local.accuracy * (double)local.terms : 0.0,
+                      (double)local.terms, (double)local.samples, top5 ? local.top5 * (double)local.terms : 0.0};
+    dpt_comm_allreduce_f64(comm, sums, 5, "evaluation sums");
     dpt_eval_result r = {.terms = (int64_t)sums[2], .samples = (int64_t)sums[3]};
     r.loss = r.terms ? sums[0] / sums[2] : 0.0;
     r.accuracy = acc ? (r.terms ? sums[1] / sums[2] : 0.0) : NAN;
+    r.top5 = top5 ? (r.terms ? sums[4] / sums[2] : 0.0) : NAN;
     r.perplexity = ppl ? exp(r.loss) : NAN;
     return r;
 }

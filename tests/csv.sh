@@ -129,6 +129,39 @@ assert right >= 0.99 * len(rows), right
 EOF
 check "--input without the label column: 600 rows, empty labels, >= 99% named right" $? "$(tail -3 "$tmp/in.log")"
 
+# Top-5 accuracy, a classifier of more than 10 classes: 26 overlapping blobs (named a-z) in 6
+# features. The epoch and eval lines print it; --predict's top-5 columns hold the label in as
+# many rows as --eval's top-5 says; --expect reads it; 2 ranks evaluating halves each get the
+# one process's number; the 3 blobs above print none.
+/usr/bin/python3 - "$tmp" <<'EOF2'
+import sys, numpy as np
+tmp, rng = sys.argv[1], np.random.default_rng(26)
+centers = rng.normal(0, 1.2, (26, 6))
+with open(tmp + '/letters.csv', 'w') as f:
+    f.write('f1,f2,f3,f4,f5,f6,letter\n')
+    for i in range(2600):
+        c = i % 26
+        f.write(','.join('%.5f' % v for v in centers[c] + rng.normal(0, 1, 6)) + ',%s\n' % chr(97 + c))
+EOF2
+letters=(--set data.csv_train="$tmp/letters.csv" --set data.csv_target=letter --set data.csv_exclude= --set train.epochs=3
+    --set expect.final_test_acc= --set checkpoint.dir="$tmp/ck8")
+./train "$tmp/blobs.ini" "${letters[@]}" --expect "final_test_top5 >= 50%" > "$tmp/let.log" 2>&1 &&
+    grep -q "^epoch 3 done .* test loss [0-9.]* acc [0-9.]*% top-5 [0-9.]*% (650 samples)" "$tmp/let.log" &&
+    grep -q "final test acc [0-9.]*% top-5 [0-9.]*% |" "$tmp/let.log" && ! grep -q "top-5" "$tmp/blobs.log"
+check "26 classes: top-5 accuracy on the epoch and done lines, --expect final_test_top5; 3 classes: none" $? \
+    "$(grep -E '^epoch|^done|expect|pass|FAIL|rror' "$tmp/let.log")"
+t5=$(./train "$tmp/blobs.ini" "${letters[@]}" --eval latest 2>&1 | grep -o 'top-5 [0-9.]*%' | sed 's/^top-5 //; s/%$//')
+./train "$tmp/blobs.ini" "${letters[@]}" --predict latest --top-k 5 --out "$tmp/let.csv" > /dev/null 2>&1
+mine=$(tail -n +2 "$tmp/let.csv" | awk -F, '$2 == $3 || $2 == $5 || $2 == $7 || $2 == $9 || $2 == $11 {r++} END {printf "%.2f", 100 * r / NR}')
+[ -n "$t5" ] && [ "$t5" = "$mine" ] && awk -v a="$t5" 'BEGIN { exit !(a > 50 && a < 100) }'
+check "--eval's top-5 equals the share of --predict rows with the label in its 5 columns" $? "--eval $t5%, the file $mine%"
+if [ "$mpi" = 1 ]; then
+    t52=$(mpirun --oversubscribe --allow-run-as-root -np 2 ./train "$tmp/blobs.ini" "${letters[@]}" --eval latest 2>&1 |
+        grep -o 'top-5 [0-9.]*%' | sed 's/^top-5 //; s/%$//')
+    [ -n "$t52" ] && [ "$t52" = "$t5" ]
+    check "--eval on 2 ranks (half the test rows each): the same top-5" $? "2 ranks $t52%, 1 process $t5%"
+fi
+
 # A Titanic-shaped table: names, tickets and cabins (ids: left out), sex and port as text
 # (one-hot), class as codes (listed), ages and ports partly missing (csv_missing = mean), survival
 # drawn from a known logistic model. The MLP's test accuracy must come within 4 points of the

@@ -473,6 +473,51 @@ static void test_cross_entropy_stable(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* Top-k counts against a host reference that sorts each row (a stable sort by logit, larger
+ * first: an equal logit of a lower class before the label) and looks for the label in the first
+ * k: 200 rows of 12 classes with logits drawn from 5 values (ties everywhere), k = 1, 2, 5, 12;
+ * k = 1 equals dpt_count_correct. Counting ties above the label (or not at all) fails it. */
+static void test_count_topk(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 1);
+    enum { ROWS = 200, C = 12 };
+    dpt_tensor *logits = dpt_tensor_new(ctx, 2, (int64_t[]){ROWS, C});
+    float *x = dpt_tensor_data(logits);
+    int32_t labels[ROWS];
+    uint64_t s = 5;
+    for (int i = 0; i < ROWS * C; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (float)((s >> 33) % 5) - 2.0f;
+    }
+    for (int r = 0; r < ROWS; r++)
+        labels[r] = (int32_t)((r * 7) % C);
+    const int ks[] = {1, 2, 5, 12};
+    for (int q = 0; q < 4; q++) {
+        int64_t want = 0;
+        for (int r = 0; r < ROWS; r++) {
+            int order[C];
+            for (int c = 0; c < C; c++)
+                order[c] = c;
+            for (int i = 1; i < C; i++) /* insertion sort: stable, larger first */
+                for (int j = i; j > 0 && x[r * C + order[j]] > x[r * C + order[j - 1]]; j--) {
+                    int keep = order[j];
+                    order[j] = order[j - 1], order[j - 1] = keep;
+                }
+            for (int c = 0; c < ks[q]; c++)
+                want += order[c] == labels[r];
+        }
+        int64_t got = dpt_count_topk(ctx, logits, labels, ks[q]);
+        if (got != want) fail_msg("top-%d: %lld rows, want %lld", ks[q], (long long)got, (long long)want);
+        if (ks[q] == 1) assert_int_equal(dpt_count_correct(ctx, logits, labels), want);
+        if (ks[q] == 12) assert_int_equal(got, ROWS);
+        if (ks[q] == 2) assert_true(want > 0 && want < ROWS);
+    }
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(logits);
+    dpt_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- binary cross-entropy */
 
 /* Both the logits and the targets are inputs (the gradient of the mean over both checked); the
@@ -648,7 +693,7 @@ int main(void)
         cmocka_unit_test(test_linear),        cmocka_unit_test(test_activations),
         cmocka_unit_test(test_binary),        cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_cross_entropy_stable),
-        cmocka_unit_test(test_bce_with_logits), cmocka_unit_test(test_bce_accuracy), cmocka_unit_test(test_composed),
+        cmocka_unit_test(test_bce_with_logits), cmocka_unit_test(test_bce_accuracy), cmocka_unit_test(test_count_topk), cmocka_unit_test(test_composed),
     };
     return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }
