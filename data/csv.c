@@ -827,12 +827,14 @@ static bool read_rows(table *t, const csv_plan *p, const int64_t *map, rows *r, 
                 v = 0;
             else if (p->multilabel && !label_bit(cells[c], &v)) {
                 char name[96];
+                const char *why;
+                bool missing = cell_kind(cells[c], &why) == CELL_MISSING;
                 return dpt_errorf(err,
                                   "%s: line %lld, column %lld%s: the label " CELL_FMT
-                                  " is not 0 or 1\nHINT: a multi-label target column holds 0 or 1 (or "
-                                  "true/false) in every row: one column a label, and a row may have several",
+                                  " is %s\nHINT: a multi-label target column holds 0 or 1 (or true/false) in "
+                                  "every row: one column a label, and a row may have several",
                                   t->path, (long long)line, (long long)c, col_label(p, j, name, sizeof name),
-                                  CELL_ARG(cells[c]));
+                                  CELL_ARG(cells[c]), missing ? "missing" : "not 0 or 1");
             } else if (!p->multilabel && (!cell_number(cells[c], &v) || fabs(v) > FLT_MAX))
                 return bad_cell(p, t->path, line, j, c, cells[c], err);
             r->y[r->n * p->ntargets + k] = (float)v;
