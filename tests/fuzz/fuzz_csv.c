@@ -1,6 +1,7 @@
 /* fuzz_csv.c: [data] source = csv and --predict --input over the same reader. Input: one byte
  * choosing the task, the header and delimiter rules, standardisation, the target and the split,
- * one choosing missing values and categorical columns, then the file's text. Every input must give sets whose
+ * one choosing missing values, categorical columns and a multi-label task (its targets 0 or 1,
+ * its header line's label counts), then the file's text. Every input must give sets whose
  * every sample has finite features and a label below the class count (or finite targets), or an error naming
  * the file; the same file as
  * --input must give the test set's own features, bit for bit, when it is the test file. */
@@ -21,7 +22,7 @@ static void read_all(const dpt_dataset *ds, float *x, float *y, int32_t *label)
             if (!isfinite(x[i * f + j])) abort();
         if (ds->fields[1].dtype == DPT_I32 && (label[i] < 0 || label[i] >= ds->num_classes)) abort();
         for (int64_t j = 0; ds->fields[1].dtype == DPT_F32 && j < t; j++)
-            if (!isfinite(y[i * t + j])) abort();
+            if (!isfinite(y[i * t + j]) || (ds->label_positives && y[i * t + j] != 0 && y[i * t + j] != 1)) abort();
     }
 }
 
@@ -39,7 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     snprintf(set[0], sizeof set[0], "data.source=csv");
     snprintf(set[1], sizeof set[1], "data.csv_train=%s", path);
     snprintf(set[2], sizeof set[2], "data.csv_test=%s", held_out ? "" : path);
-    snprintf(set[3], sizeof set[3], "data.csv_task=%s", o & 1 ? "regression" : "classification");
+    snprintf(set[3], sizeof set[3], "data.csv_task=%s",
+             o2 & 8 ? "multilabel" : o & 1 ? "regression" : "classification");
     snprintf(set[4], sizeof set[4], "data.csv_header=%s", headers[(o >> 1) & 3]);
     snprintf(set[5], sizeof set[5], "data.csv_delimiter=%s", delims[(o >> 3) & 3]);
     snprintf(set[6], sizeof set[6], "data.csv_target=%s", targets[(o >> 5) & 3]);
@@ -63,6 +65,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!x || !y || !xi || !yi || !label) abort();
         read_all(train, x, y, label);
         read_all(test, x, y, label);
+        char classes[1024]; /* the header's line: one line of printable bytes */
+        dpt_dataset_describe_classes(train, classes, sizeof classes);
+        for (const char *c = classes; *c; c++)
+            if ((unsigned char)*c < 0x20) abort();
+        if ((o2 & 8) && !train->label_positives) abort();
         /* the file as --input: all its columns, so the training layout; the test set's rows */
         if (!dpt_csv_open_input(path, test, &input, &err)) abort();
         if (!input->unlabelled) abort();
