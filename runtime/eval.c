@@ -1,6 +1,8 @@
 /* eval.c: evaluation over a loader with recording off and the model in eval mode: the loss
  * and metrics the model's task declares on the loader's data. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "dpt.h"
 #include "error.h"
@@ -53,4 +55,56 @@ dpt_eval_result dpt_evaluate(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader)
         .samples = samples,
         .terms = terms,
     };
+}
+
+bool dpt_evaluate_confusion(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader, double *confusion, int classes,
+                            dpt_error *err)
+{
+    dpt_task task;
+    if (!dpt_task_resolve(model, dpt_loader_dataset(loader), &task, err)) return false;
+    if (strcmp(task.loss, "cross_entropy") || !(task.metrics & DPT_METRIC_ACCURACY))
+        return dpt_errorf(err, "--per-class reports a classifier's classes, and model %s trains with %s%s\nHINT: "
+                               "--eval alone reports its loss",
+                          dpt_model_name(model), task.loss,
+                          strcmp(task.loss, "cross_entropy") ? "" : " measuring no accuracy (a language model)");
+    memset(confusion, 0, (size_t)classes * (size_t)classes * sizeof *confusion);
+    bool was_training = dpt_model_training(model), was_recording = dpt_set_grad_enabled(ctx, false);
+    dpt_model_set_training(model, false);
+    float *logits = NULL;
+    int32_t *labels = NULL;
+    int64_t cap = 0;
+    bool ok = true;
+    dpt_batch batch;
+    dpt_loader_start_epoch(loader, 0);
+    while (ok && dpt_loader_next(loader, &batch)) {
+        dpt_tensor *out = dpt_model_forward_batch(model, ctx, &batch, &task);
+        dpt_tensor *target = dpt_batch_get(&batch, task.target);
+        int64_t rows = dpt_tensor_numel(target);
+        if (dpt_tensor_ndim(out) != 2 || dpt_tensor_dim(out, 1) != classes || rows != dpt_tensor_dim(out, 0)) {
+            ok = dpt_errorf(err, "--per-class: model %s gives %lld values a sample for %d classes\nHINT: --per-class "
+                                 "reports a classifier of one label a sample",
+                            dpt_model_name(model), (long long)(dpt_tensor_numel(out) / (rows ? rows : 1)), classes);
+            break;
+        }
+        if (rows > cap) {
+            cap = rows;
+            logits = realloc(logits, (size_t)(cap * classes) * sizeof *logits);
+            labels = realloc(labels, (size_t)cap * sizeof *labels);
+            if (!logits || !labels) dpt_fatal("out of host memory for --per-class");
+        }
+        dpt_tensor_copy_to_host(dpt_contiguous(ctx, out), logits); /* a read a batch: evaluation only */
+        dpt_tensor_copy_to_host_i32(target, labels);
+        for (int64_t r = 0; r < rows; r++) {
+            const float *x = logits + r * classes;
+            int best = 0; /* the first arg-max, as the accuracy's */
+            for (int c = 1; c < classes; c++)
+                if (x[c] > x[best]) best = c;
+            if (labels[r] >= 0 && labels[r] < classes) confusion[(int64_t)labels[r] * classes + best] += 1;
+        }
+        dpt_tape_clear(ctx);
+    }
+    free(logits), free(labels);
+    dpt_model_set_training(model, was_training);
+    dpt_set_grad_enabled(ctx, was_recording);
+    return ok;
 }

@@ -579,6 +579,8 @@ static void usage(FILE *out)
         "                           (on a GPU each op then waits for its kernels)\n"
         "  --eval CKPT              evaluate a checkpoint on the test set ([data] as configured, or --set\n"
         "                           data.* for another set) instead of training; --expect and --junit apply\n"
+        "  --per-class              with --eval: each class's precision, recall, F1 and support, and their\n"
+        "                           macro and weighted averages (scikit-learn's classification_report)\n"
         "  --ema                    with --eval, --predict, --sample or --export: the checkpoint's weight averages\n"
         "                           ([train] ema_decay) in place of its weights\n"
         "  --export FORMAT CKPT OUT write a checkpoint's weights for other programs and exit: safetensors\n"
@@ -636,7 +638,7 @@ static const char *nearest_flag(const char *given)
 {
     static const char *const flags[] = {
         "--config-reference", "--dry-run", "--ema", "--env", "--eval", "--expect", "--export", "--help",
-        "--input", "--inspect", "--junit", "--no-kv-cache", "--out", "--predict", "--profile", "--prompt",
+        "--input", "--inspect", "--junit", "--no-kv-cache", "--out", "--per-class", "--predict", "--profile", "--prompt",
         "--resume", "--sample", "--seed", "--set", "--summary", "--temperature", "--tokenizer", "--tokens", "--top-k",
         "--version",
     };
@@ -764,6 +766,8 @@ static int parse_cli(int argc, char **argv, cli *args)
             if (!args->sample_flag) args->sample_flag = "--no-kv-cache";
         } else if (!strcmp(a, "--ema")) {
             args->ema = true;
+        } else if (!strcmp(a, "--per-class")) {
+            args->per_class = true;
         } else if (!strcmp(a, "--dry-run")) {
             args->dry_run = true;
         } else if (!strcmp(a, "--profile")) {
@@ -845,6 +849,11 @@ static int parse_cli(int argc, char **argv, cli *args)
     if (args->predict_input && !args->predict) {
         fprintf(stderr, "error: --input names the samples --predict reads instead of the test set: it goes with "
                         "--predict\nHINT: ./train CONFIG --predict CKPT --input PATH [--out FILE.csv]\n");
+        return 2;
+    }
+    if (args->per_class && !args->eval) {
+        fprintf(stderr, "error: --per-class reports each class of --eval's evaluation: it goes with --eval\nHINT: "
+                        "./train CONFIG --eval CKPT --per-class\n");
         return 2;
     }
     if (args->ema && !args->eval && !args->predict && !args->sample && !args->export_format) {

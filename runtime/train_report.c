@@ -110,6 +110,45 @@ static const char *metric_str(const trainer *t, const char *sep, double loss, do
     return buf;
 }
 
+/* --eval --per-class: scikit-learn's classification_report from the confusion counts (rows the
+ * labels, columns the predictions): each class's precision (right / predicted as it), recall
+ * (right / its samples), F1 and support, then their plain mean and their mean weighted by
+ * support; a ratio with nothing under it is 0, as scikit-learn's (with its warning). */
+void print_per_class(const trainer *t, const double *confusion, int classes)
+{
+    int width = 12;
+    for (int c = 0; c < classes; c++) {
+        const char *name = dpt_dataset_class_name(t->test_set, c);
+        int len = name ? (int)strlen(name) : 0;
+        if (len > width) width = len > 32 ? 32 : len;
+    }
+    report_line("per class | %-*s %9s %9s %9s %9s\n", width + 6, "class", "precision", "recall", "f1", "support");
+    double macro[3] = {0}, weighted[3] = {0}, total = 0;
+    for (int c = 0; c < classes; c++) {
+        double right = confusion[(int64_t)c * classes + c], support = 0, predicted = 0;
+        for (int k = 0; k < classes; k++)
+            support += confusion[(int64_t)c * classes + k], predicted += confusion[(int64_t)k * classes + c];
+        double p = predicted > 0 ? right / predicted : 0, r = support > 0 ? right / support : 0;
+        double f1 = p + r > 0 ? 2 * p * r / (p + r) : 0, v[3] = {p, r, f1};
+        for (int m = 0; m < 3; m++)
+            macro[m] += v[m] / classes, weighted[m] += v[m] * support;
+        total += support;
+        char name[33] = "";
+        const char *given = dpt_dataset_class_name(t->test_set, c);
+        if (given) {
+            snprintf(name, sizeof name, "%s", given);
+            dpt_printable(name); /* the user's folder names: no control bytes on the terminal */
+        }
+        report_line("per class | %5d %-*s %9.4f %9.4f %9.4f %9.0f\n", c, width, name, p, r, f1, support);
+    }
+    for (int m = 0; m < 3; m++)
+        weighted[m] = total > 0 ? weighted[m] / total : 0;
+    report_line("per class | %-*s %9.4f %9.4f %9.4f %9.0f\n", width + 6, "macro avg", macro[0], macro[1], macro[2],
+                total);
+    report_line("per class | %-*s %9.4f %9.4f %9.4f %9.0f\n", width + 6, "weighted avg", weighted[0], weighted[1],
+                weighted[2], total);
+}
+
 /* " top-5 97.12%" after an evaluation's accuracy where the task measures it, else "". */
 static const char *top5_str(const dpt_eval_result *e, char *buf, size_t cap)
 {

@@ -136,6 +136,23 @@ void *train_replica(void *arg)
         r->result.final_test_loss = t.test.loss, r->result.final_test_acc = t.test.accuracy;
         r->result.final_test_top5 = t.test.top5;
         if (r->rank == 0) print_eval(&t);
+        if (r->args->per_class) { /* its own pass: a host read a batch, which the step's metrics avoid */
+            int classes = t.test_set->num_classes;
+            double *confusion = calloc((size_t)classes * (size_t)(classes > 0 ? classes : 1), sizeof *confusion);
+            if (!confusion) dpt_fatal("out of host memory for --per-class (%d classes)", classes);
+            bool ok = classes > 0 ? dpt_evaluate_confusion(t.ctx, t.model, t.test_loader, confusion, classes, &err)
+                                  : dpt_errorf(&err, "--per-class reports a classifier's classes, and the data set %s "
+                                                     "has none\nHINT: --eval alone reports its loss",
+                                               t.test_set->name);
+            if (ok && r->comm) dpt_comm_allreduce_f64(r->comm, confusion, (int64_t)classes * classes, "per-class counts");
+            if (ok && r->rank == 0) print_per_class(&t, confusion, classes);
+            free(confusion);
+            if (!ok) {
+                trainer_close(&t);
+                r->rc = fail(r, &err);
+                return NULL;
+            }
+        }
     } else if (r->args->export_format) {
         bool ok = r->rank != 0 || export_model(&t, &err);
         if (!ok) {

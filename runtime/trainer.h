@@ -46,6 +46,7 @@ typedef struct cli {
     const char *predict_out; /* --out FILE */
     const char *predict_input; /* --input PATH: images without labels instead of the test set */
     bool ema;                /* --ema: --eval, --predict, --sample with the checkpoint's weight averages */
+    bool per_class;          /* --per-class: --eval's precision, recall and F1 of each class */
     int argc;           /* the command line as given, for the command that resumes this run */
     char **argv;
 } cli;
@@ -263,6 +264,7 @@ const char *report_tail(void); /* the last lines printed, for the JUnit report *
 void report_note(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* kept, not printed */
 void print_header(const trainer *t);
 void print_eval(const trainer *t);
+void print_per_class(const trainer *t, const double *confusion, int classes);
 void meter_read(dpt_tensor *meter, int slot, window *w);
 progress progress_new(const replica *r, int64_t total_steps);
 void progress_step(progress *p, const trainer *t, int64_t s);

@@ -155,11 +155,40 @@ t5=$(./train "$tmp/blobs.ini" "${letters[@]}" --eval latest 2>&1 | grep -o 'top-
 mine=$(tail -n +2 "$tmp/let.csv" | awk -F, '$2 == $3 || $2 == $5 || $2 == $7 || $2 == $9 || $2 == $11 {r++} END {printf "%.2f", 100 * r / NR}')
 [ -n "$t5" ] && [ "$t5" = "$mine" ] && awk -v a="$t5" 'BEGIN { exit !(a > 50 && a < 100) }'
 check "--eval's top-5 equals the share of --predict rows with the label in its 5 columns" $? "--eval $t5%, the file $mine%"
+# --per-class: scikit-learn's classification_report, recomputed here from --predict's label and top1
+./train "$tmp/blobs.ini" "${letters[@]}" --eval latest --per-class 2>&1 | grep '^per class' > "$tmp/pc.txt"
+/usr/bin/python3 - "$tmp" <<'EOF2'
+import sys
+tmp = sys.argv[1]
+rows = [r.split(',') for r in open(tmp + '/let.csv').read().splitlines()[1:]]
+names = [chr(97 + c) for c in range(26)]
+want = []
+for c, n in enumerate(names):
+    tp = sum(r[1] == n and r[2] == n for r in rows)  # index,label,top1,p1,...
+    pred, sup = sum(r[2] == n for r in rows), sum(r[1] == n for r in rows)
+    p, rc = (tp / pred if pred else 0), (tp / sup if sup else 0)
+    want.append((p, rc, 2 * p * rc / (p + rc) if p + rc else 0, sup))
+total = sum(w[3] for w in want)
+macro = [sum(w[m] for w in want) / 26 for m in range(3)]
+weighted = [sum(w[m] * w[3] for w in want) / total for m in range(3)]
+lines = open(tmp + '/pc.txt').read().splitlines()
+assert len(lines) == 29 and lines[0].split()[3:] == ['class', 'precision', 'recall', 'f1', 'support'], lines[:2]
+for c, line in enumerate(lines[1:27]):
+    f = line.split()
+    assert f[3:5] == [str(c), names[c]], f
+    assert all(abs(float(f[5 + m]) - want[c][m]) <= 6e-5 for m in range(3)) and int(f[8]) == want[c][3], (f, want[c])
+for line, avg in ((lines[27], macro), (lines[28], weighted)):
+    f = line.split()
+    assert all(abs(float(f[5 + m]) - avg[m]) <= 6e-5 for m in range(3)) and int(f[8]) == total, (f, avg)
+EOF2
+check "--eval --per-class: each class's precision, recall, F1, support and their averages, as recomputed from --predict" $? \
+    "$(head -3 "$tmp/pc.txt"; tail -2 "$tmp/pc.txt")"
 if [ "$mpi" = 1 ]; then
-    t52=$(mpirun --oversubscribe --allow-run-as-root -np 2 ./train "$tmp/blobs.ini" "${letters[@]}" --eval latest 2>&1 |
-        grep -o 'top-5 [0-9.]*%' | sed 's/^top-5 //; s/%$//')
-    [ -n "$t52" ] && [ "$t52" = "$t5" ]
-    check "--eval on 2 ranks (half the test rows each): the same top-5" $? "2 ranks $t52%, 1 process $t5%"
+    mpirun --oversubscribe --allow-run-as-root -np 2 ./train "$tmp/blobs.ini" "${letters[@]}" --eval latest --per-class \
+        > "$tmp/pc2.log" 2>&1
+    t52=$(grep -o 'top-5 [0-9.]*%' "$tmp/pc2.log" | sed 's/^top-5 //; s/%$//')
+    [ -n "$t52" ] && [ "$t52" = "$t5" ] && grep '^per class' "$tmp/pc2.log" | cmp -s - "$tmp/pc.txt"
+    check "--eval on 2 ranks (half the test rows each): the same top-5 and per-class table" $? "2 ranks $t52%, 1 process $t5%"
 fi
 
 # A Titanic-shaped table: names, tickets and cabins (ids: left out), sex and port as text
@@ -247,6 +276,14 @@ assert abs(mse - ev) <= 1e-4 + 1e-3 * ev, (mse, ev)
 EOF2
 check "regression --predict: columns y1,y2,predicted_y1,predicted_y2; --input: empty targets, the same values" $? \
     "$(head -2 "$tmp/rp.csv"; head -2 "$tmp/ri.csv"; tail -2 "$tmp/ri.log")"
+
+./train "${reg[@]}" --eval latest --per-class > "$tmp/rpc.log" 2>&1
+rc=$?
+./train "${reg[@]}" --per-class > "$tmp/rpc2.log" 2>&1
+rc2=$?
+[ $rc -eq 1 ] && grep -q "per-class reports a classifier's classes, and the data set csv test (500 rows) has none" "$tmp/rpc.log" &&
+    [ $rc2 -eq 2 ] && grep -q "it goes with --eval" "$tmp/rpc2.log"
+check "--per-class of a regression: refused, exit 1; without --eval: exit 2" $? "rc $rc: $(cat "$tmp/rpc.log"); rc $rc2: $(cat "$tmp/rpc2.log")"
 
 # Multi-label: 3 labels (columns of 0/1, one of True/False as pandas 2 writes them), each drawn
 # from a logistic model of 5 features. The fraction of labels right must come within 3 points of
