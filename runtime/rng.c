@@ -41,11 +41,17 @@ float dpt_rng_uniform(dpt_rng *rng)
     return (float)(dpt_rng_next(rng) >> 40) * 0x1.0p-24f;
 }
 
+float dpt_rng_normal_of(uint64_t a, uint64_t b)
+{
+    double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
+    double u2 = (double)(b >> 11) * 0x1.0p-53;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
 float dpt_rng_normal(dpt_rng *rng)
 {
-    double u1 = ((double)(dpt_rng_next(rng) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
-    double u2 = (double)(dpt_rng_next(rng) >> 11) * 0x1.0p-53;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    uint64_t a = dpt_rng_next(rng);
+    return dpt_rng_normal_of(a, dpt_rng_next(rng));
 }
 
 uint64_t dpt_rng_below(dpt_rng *rng, uint64_t bound)

@@ -16,6 +16,9 @@ uint64_t dpt_rng_next(dpt_rng *rng);
 float dpt_rng_uniform(dpt_rng *rng);
 /* Standard normal (Box-Muller; one value per call so the state stays a pure function of calls). */
 float dpt_rng_normal(dpt_rng *rng);
+/* The same value from the call's two draws (a, then b), so that many can be transformed in
+ * parallel after drawing them in order: the same expression, the same floats. */
+float dpt_rng_normal_of(uint64_t a, uint64_t b);
 /* Uniform integer in [0, bound) without modulo bias (Lemire's method). */
 uint64_t dpt_rng_below(dpt_rng *rng, uint64_t bound);
 /* Fill perm[0..n) with a uniformly random permutation (Fisher-Yates). */

@@ -7,6 +7,7 @@
 #include "tests/testutil.h"
 #include "runtime/half.h"
 #include "runtime/attn_chunked.h"
+#include "runtime/ctx.h"
 
 /* ---------------------------------------------------------------- a generic N-d reference helper */
 
@@ -71,6 +72,29 @@ static void perm_ref(const double *const *in, double *out, void *u)
         }
         out[j] = (c->then_add ? 2.0 : 1.0) * in[0][xoff];
     }
+}
+
+/* dpt_init_normal draws in order and transforms on every thread: 300,000 values (past a chunk
+ * of 2^18, split over 2 threads) equal one dpt_rng_normal a value from the same seed, bit for bit,
+ * and leave the context's generator where that loop leaves it (the next draw agrees). Drawing in
+ * another order, or a chunk's tail from the next chunk's draws, fails it. */
+static void test_init_normal_order(void **state)
+{
+    (void)state;
+    enum { N = 300000 };
+    dpt_ctx *ctx = test_ctx(2, 77);
+    dpt_tensor *t = dpt_tensor_new(ctx, 1, (int64_t[]){N});
+    dpt_init_normal(ctx, t, 0.02f);
+    dpt_rng ref;
+    dpt_rng_seed(&ref, 77);
+    const float *got = dpt_tensor_data(t);
+    for (int64_t i = 0; i < N; i++) {
+        float want = 0.02f * dpt_rng_normal(&ref);
+        if (memcmp(&got[i], &want, sizeof want)) fail_msg("value %lld: %.9g, want %.9g", (long long)i, got[i], want);
+    }
+    assert_true(dpt_rng_next(&ctx->rng) == dpt_rng_next(&ref));
+    dpt_tensor_free(t);
+    dpt_ctx_free(ctx);
 }
 
 static void test_permute(void **state)
@@ -1400,6 +1424,7 @@ static void test_misuse_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_init_normal_order),
         cmocka_unit_test(test_permute),
         cmocka_unit_test(test_permute_large),
         cmocka_unit_test(test_slices_and_concat),
