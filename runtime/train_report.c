@@ -639,8 +639,10 @@ void log_eval(trainer *t, const window *epoch_window)
     size_t at = 0;
     if (!isnan(test->top5)) at += (size_t)snprintf(ema_json, sizeof ema_json, ",\"test_top5\":%.6f", test->top5);
     if (dpt_model_ema(t->model))
-        snprintf(ema_json + at, sizeof ema_json - at, ",\"ema_test_loss\":%.6f,\"ema_test_acc\":%.6f", t->test_ema.loss,
-                 has_acc(t) ? t->test_ema.accuracy : 0.0);
+        at += (size_t)snprintf(ema_json + at, sizeof ema_json - at, ",\"ema_test_loss\":%.6f,\"ema_test_acc\":%.6f",
+                               t->test_ema.loss, has_acc(t) ? t->test_ema.accuracy : 0.0);
+    if (dpt_model_ema(t->model) && !isnan(t->test_ema.top5) && at < sizeof ema_json)
+        snprintf(ema_json + at, sizeof ema_json - at, ",\"ema_test_top5\":%.6f", t->test_ema.top5);
     dpt_metrics_write(t->metrics,
                       "\"kind\":\"eval\",\"epoch\":%d,\"step\":%lld,\"test_loss\":%.6f,\"test_acc\":%.6f,"
                       "\"train_loss\":%.6f,\"train_acc\":%.6f,\"bad_files\":%.0f%s",

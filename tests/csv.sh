@@ -145,10 +145,13 @@ with open(tmp + '/letters.csv', 'w') as f:
 EOF2
 letters=(--set data.csv_train="$tmp/letters.csv" --set data.csv_target=letter --set data.csv_exclude= --set train.epochs=3
     --set expect.final_test_acc= --set checkpoint.dir="$tmp/ck8")
-./train "$tmp/blobs.ini" "${letters[@]}" --expect "final_test_top5 >= 50%" > "$tmp/let.log" 2>&1 &&
+./train "$tmp/blobs.ini" "${letters[@]}" --expect "final_test_top5 >= 50%" --set log.metrics="$tmp/let.jsonl" \
+    > "$tmp/let.log" 2>&1 &&
     grep -q "^epoch 3 done .* test loss [0-9.]* acc [0-9.]*% top-5 [0-9.]*% (650 samples)" "$tmp/let.log" &&
+    [ "$(grep -o '"test_top5":[0-9.]*' "$tmp/let.jsonl" | tail -1 | awk -F: '{printf "%.2f", 100 * $2}')" = \
+        "$(grep -o 'final test acc [0-9.]*% top-5 [0-9.]*' "$tmp/let.log" | awk '{print $NF}')" ] &&
     grep -q "final test acc [0-9.]*% top-5 [0-9.]*% |" "$tmp/let.log" && ! grep -q "top-5" "$tmp/blobs.log"
-check "26 classes: top-5 accuracy on the epoch and done lines, --expect final_test_top5; 3 classes: none" $? \
+check "26 classes: top-5 accuracy on the epoch and done lines and in the metrics, --expect final_test_top5; 3 classes: none" $? \
     "$(grep -E '^epoch|^done|expect|pass|FAIL|rror' "$tmp/let.log")"
 t5=$(./train "$tmp/blobs.ini" "${letters[@]}" --eval latest 2>&1 | grep -o 'top-5 [0-9.]*%' | sed 's/^top-5 //; s/%$//')
 ./train "$tmp/blobs.ini" "${letters[@]}" --predict latest --top-k 5 --out "$tmp/let.csv" > /dev/null 2>&1
