@@ -991,11 +991,11 @@ typedef struct dpt_eval_result {
     int64_t terms;     /* what the loss averaged over (tokens, samples) */
 } dpt_eval_result;
 dpt_eval_result dpt_evaluate(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader);
-/* A classifier's confusion matrix over a loader: confusion[label * classes + predicted] counts
- * (the first arg-max, as the accuracy's); false with err for a task that is not one label a
- * sample among `classes`. */
+/* dpt_evaluate's result and, from the same pass, a classifier's confusion matrix:
+ * confusion[label * classes + predicted] counts (the first arg-max, as the accuracy's); false
+ * with err for a task that is not one label a sample among `classes`. */
 bool dpt_evaluate_confusion(dpt_ctx *ctx, dpt_model *model, dpt_loader *loader, double *confusion, int classes,
-                            dpt_error *err);
+                            dpt_eval_result *result, dpt_error *err);
 
 /* ---------------------------------------------------------------- distributed */
 

@@ -77,11 +77,20 @@ static bool export_model(trainer *t, dpt_error *err)
 }
 
 /* The test set's evaluation (each rank its shard, the sums combined) and, where the run keeps
- * weight averages, theirs beside it (the averages swapped in and out: copies, bit for bit). */
-static void evaluate(trainer *t)
+ * weight averages, theirs beside it (the averages swapped in and out: copies, bit for bit).
+ * With confusion (--eval --per-class) also the confusion counts from the same pass, summed over
+ * the ranks; false with err where the model is not a classifier. */
+static bool evaluate_counting(trainer *t, double *confusion, int classes, dpt_error *err)
 {
     dpt_zero_settle(t->zero); /* zero_overlap: the parameters whole before anything else reads them */
-    t->test = dpt_eval_allreduce(t->r->comm, dpt_evaluate(t->ctx, t->model, t->test_loader));
+    dpt_eval_result local;
+    if (!confusion)
+        local = dpt_evaluate(t->ctx, t->model, t->test_loader);
+    else if (!dpt_evaluate_confusion(t->ctx, t->model, t->test_loader, confusion, classes, &local, err))
+        return false;
+    t->test = dpt_eval_allreduce(t->r->comm, local);
+    if (confusion && t->r->comm)
+        dpt_comm_allreduce_f64(t->r->comm, confusion, (int64_t)classes * classes, "per-class counts");
     dpt_ema *ema = dpt_model_ema(t->model);
     if (ema) {
         dpt_ema_swap(t->ctx, ema);
@@ -89,6 +98,12 @@ static void evaluate(trainer *t)
         dpt_ema_swap(t->ctx, ema);
     }
     t->evaluated = true;
+    return true;
+}
+
+static void evaluate(trainer *t)
+{
+    evaluate_counting(t, NULL, 0, NULL);
 }
 
 /* The training loop of one replica (a thread under DataParallel). */
@@ -132,27 +147,29 @@ void *train_replica(void *arg)
             return NULL;
         }
     } else if (r->args->eval) { /* the checkpoint's weights on the test set, sharded over the ranks */
-        evaluate(&t);
+        /* --per-class: the confusion counts from the same pass (a host read a batch) */
+        int classes = r->args->per_class ? t.test_set->num_classes : 0;
+        double *confusion = NULL;
+        if (r->args->per_class) {
+            confusion = calloc((size_t)classes * (size_t)(classes > 0 ? classes : 1), sizeof *confusion);
+            if (!confusion) dpt_fatal("out of host memory for --per-class (%d classes)", classes);
+        }
+        bool ok = !confusion || classes > 0 ||
+                  dpt_errorf(&err, "--per-class reports a classifier's classes, and the data set %s has none\nHINT: "
+                                   "--eval alone reports its loss",
+                             t.test_set->name);
+        ok = ok && evaluate_counting(&t, confusion, classes, &err);
+        if (!ok) {
+            free(confusion);
+            trainer_close(&t);
+            r->rc = fail(r, &err);
+            return NULL;
+        }
         r->result.final_test_loss = t.test.loss, r->result.final_test_acc = t.test.accuracy;
         r->result.final_test_top5 = t.test.top5;
         if (r->rank == 0) print_eval(&t);
-        if (r->args->per_class) { /* its own pass: a host read a batch, which the step's metrics avoid */
-            int classes = t.test_set->num_classes;
-            double *confusion = calloc((size_t)classes * (size_t)(classes > 0 ? classes : 1), sizeof *confusion);
-            if (!confusion) dpt_fatal("out of host memory for --per-class (%d classes)", classes);
-            bool ok = classes > 0 ? dpt_evaluate_confusion(t.ctx, t.model, t.test_loader, confusion, classes, &err)
-                                  : dpt_errorf(&err, "--per-class reports a classifier's classes, and the data set %s "
-                                                     "has none\nHINT: --eval alone reports its loss",
-                                               t.test_set->name);
-            if (ok && r->comm) dpt_comm_allreduce_f64(r->comm, confusion, (int64_t)classes * classes, "per-class counts");
-            if (ok && r->rank == 0) print_per_class(&t, confusion, classes);
-            free(confusion);
-            if (!ok) {
-                trainer_close(&t);
-                r->rc = fail(r, &err);
-                return NULL;
-            }
-        }
+        if (confusion && r->rank == 0) print_per_class(&t, confusion, classes);
+        free(confusion);
     } else if (r->args->export_format) {
         bool ok = r->rank != 0 || export_model(&t, &err);
         if (!ok) {
