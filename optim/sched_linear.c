@@ -33,11 +33,9 @@ static double linear_lr(const void *state, double target_lr, double epoch, doubl
 static bool wsd_configure(void *state, const dpt_config *cfg, dpt_error *err)
 {
     decay_state *s = state;
-    s->min_lr = dpt_config_float(cfg, "optim", "min_lr");
     s->fraction = dpt_config_float(cfg, "optim", "decay_fraction");
     s->shape = dpt_config_enum(cfg, "optim", "wsd_shape");
-    (void)err;
-    return true;
+    return decay_configure(state, cfg, err); /* min_lr, as linear's */
 }
 
 /* Held at the lr until progress 1 - fraction, then from the lr to min_lr over the rest: x runs
