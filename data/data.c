@@ -41,6 +41,22 @@ static const dpt_config_key data_keys[] = {
      0},
     {"data", "hflip", DPT_KEY_BOOL, "false", 1, 0, NULL,
      "training augmentation of images: horizontal flip with probability 1/2 (a source of fields refuses it)", 0},
+    {"data", "mixup", DPT_KEY_FLOAT, "0", 0, 100, NULL,
+     "training augmentation of a classifier's batches: mixup's alpha. Each batch is blended with itself in "
+     "reverse order, x_i = lam x_i + (1 - lam) x_(n-1-i) with lam ~ Beta(alpha, alpha) drawn per batch, and the "
+     "loss is lam CE(own label) + (1 - lam) CE(the partner's label), label smoothing included (timm's Mixup, batch "
+     "mode; DeiT: 0.8). 0 = off. Inputs of floats (images, a CSV's rows); one label a sample and the cross_entropy "
+     "loss. The training accuracy counts the label of the larger share",
+     0},
+    {"data", "cutmix", DPT_KEY_FLOAT, "0", 0, 100, NULL,
+     "training augmentation of images: CutMix's alpha. A box of the reversed batch's images, of about 1 - lam of "
+     "the area (lam ~ Beta(alpha, alpha), the box centred anywhere and clipped), is pasted into each image, and "
+     "lam becomes the share left; the loss as mixup's (timm: 1.0). 0 = off. Inputs of (C, H, W)",
+     0},
+    {"data", "mixup_prob", DPT_KEY_FLOAT, "1", 0, 1, NULL,
+     "the chance that a training batch is mixed (mixup or cutmix; timm's mixup_prob)", 0},
+    {"data", "mixup_switch_prob", DPT_KEY_FLOAT, "0.5", 0, 1, NULL,
+     "with both mixup and cutmix on: the chance that a mixed batch gets cutmix rather than mixup", 0},
     {"data", "prefetch", DPT_KEY_INT, "2", 0, 64, NULL,
      "batches a background thread prepares ahead (on a GPU: pinned memory, copy stream); 0 = none", DPT_KEY_NOT_HASHED},
     {"data", "train_limit", DPT_KEY_INT, "0", 0, 1e12, NULL, "use only the first N training samples (0 = all; the IDX source decompresses only their images)", 0},

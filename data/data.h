@@ -33,6 +33,41 @@ int32_t dpt_tokenizer_eot(const dpt_tokenizer *t); /* <|endoftext|>: llm.c start
 /* The bytes of token id (len of them; NULL and 0 outside the vocabulary). */
 const unsigned char *dpt_tokenizer_bytes(const dpt_tokenizer *t, int32_t id, size_t *len);
 
+/* Mixup and CutMix ([data] mixup, cutmix: timm's Mixup in its batch mode). A training batch
+ * is mixed with probability `prob`: each sample i with sample n-1-i of the batch (the batch
+ * reversed), with lambda ~ Beta(alpha, alpha): mixup blends the two inputs, lambda x_i +
+ * (1 - lambda) x_j; cutmix pastes a box of sample j's image, of area about (1 - lambda) of it,
+ * into sample i's, lambda then the part of the image left as it was. The loss is lambda times
+ * the loss of the sample's own label plus 1 - lambda times that of sample j's (the cross-entropy
+ * of timm's mixed soft targets, label smoothing included). */
+typedef struct dpt_mix_options {
+    double mixup_alpha, cutmix_alpha; /* 0: off */
+    double prob;                      /* the chance a batch is mixed */
+    double switch_prob;               /* both on: the chance of cutmix rather than mixup */
+} dpt_mix_options;
+typedef struct dpt_mix {
+    bool on;                /* false: the batch as it is (lambda 1) */
+    bool cut;               /* cutmix; else mixup */
+    double lambda;          /* each sample's own label's share */
+    int64_t y0, y1, x0, x1; /* cutmix: rows [y0, y1), columns [x0, x1) of sample j replace sample i's */
+} dpt_mix;
+bool dpt_mix_enabled(const dpt_mix_options *o);
+/* The draw for the batch named by `key` (dpt_batch.key) of images h x w (cutmix's box). */
+void dpt_mix_draw(const dpt_mix_options *o, uint64_t key, int64_t h, int64_t w, dpt_mix *m);
+/* Mix the batch tensor x (n, c, h, w) or (n, features) in place as m says, on its device. */
+void dpt_mix_apply(dpt_ctx *ctx, dpt_tensor *x, const dpt_mix *m);
+/* Each sample's partner's label: `labels` reversed, written into the first rows of `storage`
+ * (an I32 tensor of at least as many rows), returned as a temporary view of them. */
+dpt_tensor *dpt_mix_partner_labels(dpt_ctx *ctx, const dpt_tensor *labels, dpt_tensor *storage);
+/* A batch's loss: `loss`'s of the targets, or for a mixed batch (partner not NULL) lambda x
+ * that of the samples' own targets + (1 - lambda) x that of their partners' (with the
+ * cross-entropy: the cross-entropy of the mixed one-hot targets, timm's SoftTargetCrossEntropy
+ * of mixup_target). */
+dpt_tensor *dpt_mix_loss(dpt_ctx *ctx, const dpt_loss_impl *loss, const void *settings, dpt_tensor *out,
+                         dpt_tensor *target, dpt_tensor *partner, double lambda);
+/* The batch's (n, c, h, w) input's height and width (1, 1 for another shape): cutmix's box. */
+void dpt_mix_image_size(const dpt_tensor *x, int64_t *h, int64_t *w);
+
 /* dir/file, or file when it is absolute or dir is empty. */
 char *dpt_data_join(const char *dir, const char *file); /* dir/file, or file when absolute (free it) */
 /* [data] dir must be a folder; err ends with this HINT otherwise. */

@@ -629,6 +629,17 @@ static void fill_slot(dpt_loader *l, int64_t b, slot *s)
     }
 }
 
+/* dpt_batch.key of batch b of this epoch: its place in the global order (the block sampler's
+ * shard number in the deterministic mode, as new_order lays them out). */
+static uint64_t batch_key(const dpt_loader *l, int64_t b)
+{
+    int64_t per = l->opt.shards_per_rank, W = l->opt.world_size > 0 ? l->opt.world_size : 1, r = l->opt.rank;
+    int64_t global = per > 0 ? (b / per) * (per * W) + r * per + b % per : b * W + r;
+    uint64_t h = dpt_hash_bytes(DPT_HASH_SEED, &l->opt.seed, sizeof l->opt.seed);
+    h = dpt_hash_bytes(h, &l->epoch, sizeof l->epoch);
+    return dpt_hash_bytes(h, &global, sizeof global);
+}
+
 bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
 {
     pthread_mutex_lock(&l->mu);
@@ -657,6 +668,7 @@ bool dpt_loader_next(dpt_loader *l, dpt_batch *batch)
     const dpt_backend *be = l->ctx->be;
     bool full = s->size == l->opt.batch;
     batch->size = s->size;
+    batch->key = batch_key(l, b);
     batch->nfields = l->nfields;
     memcpy(batch->fields, l->fields, sizeof batch->fields);
     if (l->generic) {

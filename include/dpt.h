@@ -937,6 +937,10 @@ typedef struct dpt_batch {
     int nfields;
     dpt_field fields[DPT_MAX_FIELDS];
     dpt_tensor *tensors[DPT_MAX_FIELDS]; /* each field's (B, ...) batch on the device */
+    /* This batch's name for its random draws (mixup): a hash of the seed, the epoch and the
+     * batch's place in the epoch's global order (rank r's b-th of W ranks: b W + r; in the
+     * deterministic mode its shard's number, the same at any world size). */
+    uint64_t key;
 } dpt_batch;
 /* The batch of the field of that name, or NULL. */
 dpt_tensor *dpt_batch_get(const dpt_batch *batch, const char *name);

@@ -36,6 +36,19 @@ typedef struct dpt_precision_choice {
     const char *why, *hint;
 } dpt_precision_choice;
 
+/* A batch of n samples of c x h x w values (NCHW per sample, or NHWC), each sample i mixed
+ * with sample j = n-1-i. cut: the values of rows [y0, y1) and columns [x0, x1), all channels,
+ * exchanged between i and j (moved as 4-byte words, never computed: int32 labels may pass as
+ * c = h = w = 1 with the whole "box"); else x_i = a x_i + b x_j with each product and the sum
+ * rounded to float (timm's x.mul_(lam).add_(x.flip(0).mul_(1 - lam)); the middle sample of an
+ * odd n with itself). */
+typedef struct dpt_pair_mix {
+    int64_t n, c, h, w;
+    bool nhwc, cut;
+    float a, b;
+    int64_t y0, y1, x0, x1;
+} dpt_pair_mix;
+
 /* Shapes of a 2-D pooling window: x (n, c, h, w) -> y (n, c, oh, ow), both (and their
  * gradients) in `layout` (NCHW unless the backend sets pool_any_layout). */
 typedef struct dpt_pool_shape {
@@ -106,6 +119,8 @@ typedef struct dpt_backend {
      * (n, c, h, w) with y = x * scale[ch] + shift[ch], c <= 4 (scale, shift: host arrays). */
     void (*images_to_float)(dpt_ctx *ctx, const uint8_t *x, float *y, int64_t n, int64_t c, int64_t hw,
                             const float *scale, const float *shift);
+    /* Mixup and CutMix of a batch in place (data/mix.c): sample i with sample n-1-i. */
+    void (*mix_pairs)(dpt_ctx *ctx, float *x, const dpt_pair_mix *m);
     /* Elementwise: x, y, out have n elements. */
     void (*fill)(dpt_ctx *ctx, float *x, int64_t n, float value);
     void (*axpy)(dpt_ctx *ctx, int64_t n, float alpha, const float *x, float *y);    /* y += alpha*x */

@@ -239,6 +239,35 @@ __global__ void images_to_float_kernel(const uint8_t *x, float *y, int64_t n, in
     }
 }
 
+/* Mixup and CutMix in place (backend.h's dpt_pair_mix): one thread a value of the first half's
+ * samples (and the middle one of an odd batch), which writes both of its pair's. */
+__global__ void mixup_pairs_kernel(float *x, int64_t pairs, int64_t n, int64_t per, float a, float b)
+{
+    GRID_STRIDE(k, pairs * per)
+    {
+        int64_t i = k / per, e = k % per;
+        float *p = x + i * per + e, *q = x + (n - 1 - i) * per + e;
+        float u = *p, v = *q;
+        /* no fused multiply-add: the same floats as the CPU's loop */
+        *p = __fadd_rn(__fmul_rn(a, u), __fmul_rn(b, v));
+        *q = __fadd_rn(__fmul_rn(a, v), __fmul_rn(b, u));
+    }
+}
+
+__global__ void cutmix_pairs_kernel(uint32_t *x, int64_t pairs, int64_t n, dpt_pair_mix m)
+{
+    int64_t rows = m.y1 - m.y0, cols = m.x1 - m.x0, box = m.c * rows * cols, per = m.c * m.h * m.w;
+    GRID_STRIDE(k, pairs * box)
+    {
+        int64_t i = k / box, r = k % box, ch = r / (rows * cols), y = m.y0 + r / cols % rows, xx = m.x0 + r % cols;
+        int64_t e = m.nhwc ? (y * m.w + xx) * m.c + ch : (ch * m.h + y) * m.w + xx;
+        uint32_t *p = x + i * per + e, *q = x + (n - 1 - i) * per + e;
+        uint32_t t = *p;
+        *p = *q;
+        *q = t;
+    }
+}
+
 /* 16-bit gradient buckets (NCCL's bf16/fp16 AllReduce) */
 __global__ void f32_to_h16_kernel(uint16_t *dst, const float *src, int64_t n, bool bf16)
 {
@@ -276,6 +305,17 @@ static void cuda_images_to_float(dpt_ctx *ctx, const uint8_t *x, float *y, int64
     LAUNCH(images_to_float_kernel, n * c * hw, x, y, n, c, hw, k);
 }
 
+static void cuda_mix_pairs(dpt_ctx *ctx, float *x, const dpt_pair_mix *m)
+{
+    int64_t per = m->c * m->h * m->w;
+    if (!m->cut) {
+        int64_t pairs = (m->n + 1) / 2;
+        LAUNCH(mixup_pairs_kernel, pairs * per, x, pairs, m->n, per, m->a, m->b);
+    } else if (m->n / 2 > 0 && m->y1 > m->y0 && m->x1 > m->x0) {
+        int64_t pairs = m->n / 2;
+        LAUNCH(cutmix_pairs_kernel, pairs * m->c * (m->y1 - m->y0) * (m->x1 - m->x0), (uint32_t *)x, pairs, m->n, *m);
+    }
+}
 
 __global__ void dropout_mask_kernel(float *mask, int64_t n, uint64_t key, float p, float keep)
 {
@@ -484,6 +524,7 @@ static void cuda_correct_acc(dpt_ctx *ctx, const float *logits, const int32_t *l
 void cuda_math_entries(dpt_backend *be)
 {
     be->images_to_float = cuda_images_to_float;
+    be->mix_pairs = cuda_mix_pairs;
     be->fill = cuda_fill;
     be->axpy = cuda_axpy;
     be->scale = cuda_scale;

@@ -441,6 +441,36 @@ void dpt_cpu_images_to_float(dpt_ctx *ctx, const uint8_t *x, float *y, int64_t n
         }
 }
 
+static void cpu_mix_pairs(dpt_ctx *ctx, float *x, const dpt_pair_mix *m)
+{
+    int64_t per = m->c * m->h * m->w, n = m->n;
+    if (!m->cut) {
+#pragma omp parallel for num_threads(ctx->threads) if (n * per > PAR_MIN)
+        for (int64_t i = 0; i < (n + 1) / 2; i++) {
+            float *p = x + i * per, *q = x + (n - 1 - i) * per; /* p == q: the middle sample, with itself */
+            for (int64_t e = 0; e < per; e++) {
+                float u = p[e], v = q[e];
+                p[e] = m->a * u + m->b * v;
+                q[e] = m->a * v + m->b * u;
+            }
+        }
+        return;
+    }
+    uint32_t *words = (uint32_t *)x; /* moved, never computed: int32 labels pass unchanged */
+    int64_t rows = m->y1 - m->y0, cols = m->x1 - m->x0;
+#pragma omp parallel for num_threads(ctx->threads) if (n * rows * cols * m->c > PAR_MIN)
+    for (int64_t i = 0; i < n / 2; i++) {
+        uint32_t *p = words + i * per, *q = words + (n - 1 - i) * per;
+        for (int64_t ch = 0; ch < m->c; ch++)
+            for (int64_t y = m->y0; y < m->y1; y++)
+                for (int64_t xx = m->x0; xx < m->x1; xx++) {
+                    int64_t e = m->nhwc ? (y * m->w + xx) * m->c + ch : (ch * m->h + y) * m->w + xx;
+                    uint32_t t = p[e];
+                    p[e] = q[e], q[e] = t;
+                }
+    }
+}
+
 static void cpu_correct_acc(dpt_ctx *ctx, const float *logits, const int32_t *labels, int64_t rows,
                             int64_t cols, int k, float *correct)
 {
@@ -540,6 +570,7 @@ dpt_backend dpt_backend_cpu = {
     .xent_bwd = cpu_xent_bwd,
     .correct_acc = cpu_correct_acc,
     .images_to_float = dpt_cpu_images_to_float,
+    .mix_pairs = cpu_mix_pairs,
     .conv2d_fwd = dpt_cpu_conv2d_fwd,
     .conv2d_bwd = dpt_cpu_conv2d_bwd,
     .bn_stats = dpt_cpu_bn_stats,

@@ -54,6 +54,39 @@ float dpt_rng_normal(dpt_rng *rng)
     return dpt_rng_normal_of(a, dpt_rng_next(rng));
 }
 
+double dpt_rng_uniform_f64(dpt_rng *rng)
+{
+    return (double)(dpt_rng_next(rng) >> 11) * 0x1.0p-53;
+}
+
+double dpt_rng_gamma(dpt_rng *rng, double shape)
+{
+    if (shape < 1.0) { /* Gamma(a) = Gamma(a + 1) U^(1/a); U in (0, 1] */
+        double u = 1.0 - dpt_rng_uniform_f64(rng);
+        return dpt_rng_gamma(rng, shape + 1.0) * pow(u, 1.0 / shape);
+    }
+    double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+    for (;;) {
+        double x, v;
+        do { /* a standard normal (Box-Muller from two 53-bit uniforms) */
+            double u1 = 1.0 - dpt_rng_uniform_f64(rng), u2 = dpt_rng_uniform_f64(rng);
+            x = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+            v = 1.0 + c * x;
+        } while (v <= 0.0);
+        v = v * v * v;
+        double u = 1.0 - dpt_rng_uniform_f64(rng);
+        if (u < 1.0 - 0.0331 * (x * x) * (x * x)) return d * v;
+        if (log(u) < 0.5 * x * x + d * (1.0 - v + log(v))) return d * v;
+    }
+}
+
+double dpt_rng_beta(dpt_rng *rng, double a)
+{
+    double x = dpt_rng_gamma(rng, a), y = dpt_rng_gamma(rng, a);
+    if (x + y > 0.0) return x / (x + y);
+    return dpt_rng_next(rng) >> 63 ? 1.0 : 0.0; /* both underflowed (a far below 1): either end, evenly */
+}
+
 uint64_t dpt_rng_below(dpt_rng *rng, uint64_t bound)
 {
     __uint128_t m = (__uint128_t)dpt_rng_next(rng) * bound;

@@ -21,6 +21,13 @@ float dpt_rng_normal(dpt_rng *rng);
 float dpt_rng_normal_of(uint64_t a, uint64_t b);
 /* Uniform integer in [0, bound) without modulo bias (Lemire's method). */
 uint64_t dpt_rng_below(dpt_rng *rng, uint64_t bound);
+/* Uniform in [0, 1) with 53 random bits. */
+double dpt_rng_uniform_f64(dpt_rng *rng);
+/* Gamma(shape, 1), shape > 0 (Marsaglia and Tsang's method; below 1 through Gamma(shape + 1)
+ * x U^(1/shape)), and the symmetric Beta(a, a) as X / (X + Y) of two such draws (mixup's
+ * lambda). Doubles from the stream: a pure function of the generator's state. */
+double dpt_rng_gamma(dpt_rng *rng, double shape);
+double dpt_rng_beta(dpt_rng *rng, double a);
 /* Fill perm[0..n) with a uniformly random permutation (Fisher-Yates). */
 void dpt_rng_permutation(dpt_rng *rng, int64_t *perm, int64_t n);
 

@@ -327,6 +327,12 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
     for (int ch = 0; ch < 4; ch++)
         rc->train_data.channel_mean[ch] = (float)mean[nm > 1 && ch < nm ? ch : 0],
         rc->train_data.channel_std[ch] = (float)std[ns > 1 && ch < ns ? ch : 0];
+    rc->mix = (dpt_mix_options){
+        .mixup_alpha = dpt_config_float(c, "data", "mixup"),
+        .cutmix_alpha = dpt_config_float(c, "data", "cutmix"),
+        .prob = dpt_config_float(c, "data", "mixup_prob"),
+        .switch_prob = dpt_config_float(c, "data", "mixup_switch_prob"),
+    };
     rc->test_data = rc->train_data;
     rc->test_data.crop_pad = 0, rc->test_data.hflip = false, rc->test_data.shuffle = false;
     rc->test_data.batch = rc->eval_batch;

@@ -270,6 +270,25 @@ void print_header(const trainer *t)
                 ds->nfields ? ds->name : ds->origin && !ds->files ? ds->origin : run->data_dir,
                 (long long)(t->train_loader ? dpt_loader_num_samples(t->train_loader) : ds->n),
                 (long long)(ds->n_file ? ds->n_file : ds->n), test, shape, steps);
+    const dpt_mix_options *mix = &run->mix;
+    if (t->train_loader && (run->train_data.crop_pad || run->train_data.hflip || t->mix_labels)) {
+        char aug[256] = "";
+        size_t used = 0;
+        if (run->train_data.crop_pad)
+            used += (size_t)snprintf(aug + used, sizeof aug - used, " | random crop (pad %d)", run->train_data.crop_pad);
+        if (run->train_data.hflip) used += (size_t)snprintf(aug + used, sizeof aug - used, " | hflip");
+        if (t->mix_labels && mix->mixup_alpha > 0)
+            used += (size_t)snprintf(aug + used, sizeof aug - used, " | mixup alpha %g", mix->mixup_alpha);
+        if (t->mix_labels && mix->cutmix_alpha > 0)
+            used += (size_t)snprintf(aug + used, sizeof aug - used, " | cutmix alpha %g", mix->cutmix_alpha);
+        if (t->mix_labels && used < sizeof aug) {
+            bool both = mix->mixup_alpha > 0 && mix->cutmix_alpha > 0;
+            char which[64] = "";
+            if (both) snprintf(which, sizeof which, ", %g of those by cutmix", mix->switch_prob);
+            snprintf(aug + used, sizeof aug - used, " (%g of the batches mixed%s)", mix->prob, which);
+        }
+        report_line("augment%s\n", aug);
+    }
     if (!t->train_set->files && t->task.metrics & DPT_METRIC_ACCURACY) { /* a classifier's classes, counted */
         char text[1024];
         dpt_dataset_describe_classes(t->train_set, text, sizeof text);

@@ -317,6 +317,43 @@ static bool open_loss(trainer *t, dpt_error *err)
     return !t->loss->configure || t->loss->configure(t->loss_settings, t->run->ini, err);
 }
 
+/* [data] mixup / cutmix: the mixed loss is two of the cross-entropy's terms, so a classifier
+ * of float inputs with one label a sample (cutmix: of images). */
+static bool open_mix(trainer *t, dpt_error *err)
+{
+    const run_config *run = t->run;
+    if (!dpt_mix_enabled(&run->mix)) return true;
+    bool cut = run->mix.cutmix_alpha > 0;
+    const char *key = run->mix.mixup_alpha > 0 ? "mixup" : "cutmix", *where = dpt_config_where(run->ini, "data", key);
+    dpt_field f[DPT_MAX_FIELDS];
+    const dpt_field *in = NULL, *target = NULL;
+    for (int i = 0, n = dpt_dataset_fields(t->train_set, f); i < n; i++) {
+        if (!strcmp(f[i].name, t->task.input)) in = &f[i];
+        if (!strcmp(f[i].name, t->task.target)) target = &f[i];
+    }
+    if (strcmp(t->task.loss, "cross_entropy"))
+        return dpt_errorf(err, "%s: [data] %s mixes the labels of two samples in a cross-entropy, and this run's model "
+                               "and data train with %s\nHINT: leave [data] mixup and cutmix at 0 here",
+                          where, key, t->task.loss);
+    if (!target || target->dtype != DPT_I32 || target->ndim != 0)
+        return dpt_errorf(err, "%s: [data] %s mixes one label a sample, and this data's target (%s) holds %s\nHINT: "
+                               "leave [data] mixup and cutmix at 0 here (a language model's tokens are not mixed)",
+                          where, key, t->task.target,
+                          !target ? "none" : target->dtype != DPT_I32 ? "real values" : "several a sample");
+    if (!in || in->dtype != DPT_F32)
+        return dpt_errorf(err, "%s: [data] %s blends inputs, and this data's input (%s) is not floats\nHINT: leave "
+                               "[data] mixup and cutmix at 0 here",
+                          where, key, t->task.input);
+    if (cut && in->ndim != 3)
+        return dpt_errorf(err, "%s: [data] cutmix pastes a box of one image into another, and this data's input (%s) "
+                               "is not an image (C, H, W) but %d-D a sample\nHINT: [data] mixup blends inputs of any "
+                               "shape; a CSV's rows become images with csv_shape = C,H,W",
+                          dpt_config_where(run->ini, "data", "cutmix"), t->task.input, in->ndim);
+    if (!cli_weights_only(t->r->args))
+        t->mix_labels = dpt_tensor_new_dtype(t->ctx, DPT_I32, 1, (int64_t[]){run->batch});
+    return true;
+}
+
 static bool resume(trainer *t, dpt_error *err)
 {
     replica *r = t->r;
@@ -462,7 +499,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     dpt_ctx_skip_init(t->ctx, weights_only);
     t->model = dpt_model_build_for(t->ctx, run->ini, t->train_set, err);
     dpt_ctx_skip_init(t->ctx, false);
-    if (!t->model || !open_loss(t, err)) goto fail;
+    if (!t->model || !open_loss(t, err) || !open_mix(t, err)) goto fail;
     /* what forward does, read from one forward at batch 1: the header's FLOPs, --summary, and
      * the memory estimate of a model whose builder noted no layers. Not for --sample and
      * --export (they need neither), nor, unless --summary asks, where the builders noted over
@@ -560,6 +597,7 @@ static void trainer_close(trainer *t)
     dpt_metrics_close(t->metrics);
     dpt_loader_free(t->test_loader);
     dpt_loader_free(t->train_loader);
+    dpt_tensor_free(t->mix_labels);
     dpt_optim_free(t->optim);
     free(t->loss_settings);
     dpt_model_free(t->model);
@@ -611,6 +649,19 @@ static void epoch_begin(trainer *t)
     }
 }
 
+/* [data] mixup / cutmix: mix this batch's input in place as its draw says; returns each
+ * sample's partner's labels, or NULL when the draw leaves the batch as it is. */
+static dpt_tensor *mix_batch(trainer *t, dpt_batch *b, dpt_tensor *target, dpt_mix *mix)
+{
+    dpt_tensor *x = dpt_batch_get(b, t->task.input);
+    int64_t h, w;
+    dpt_mix_image_size(x, &h, &w);
+    dpt_mix_draw(&t->run->mix, b->key, h, w, mix);
+    if (!mix->on) return NULL;
+    dpt_mix_apply(t->ctx, x, mix);
+    return dpt_mix_partner_labels(t->ctx, target, t->mix_labels);
+}
+
 /* One micro-batch: forward, loss, backward (DDP's AllReduces start as buckets fill), and the
  * loss and correct counts added up on the device. */
 static void micro_batch(trainer *t, bool last)
@@ -624,9 +675,11 @@ static void micro_batch(trainer *t, bool last)
     if (t->reducer) t->reducer->ops->micro_begin(t->reducer, t->state.step, t->micro, last);
     dpt_profile_mark(t->ctx);
     dpt_zero_forward_begin(t->zero, t->ctx, t->state.step); /* zero_overlap: ops wait for their segments */
+    dpt_tensor *target = dpt_batch_get(&b, t->task.target), *partner = NULL;
+    dpt_mix mix = {.lambda = 1.0};
+    if (t->mix_labels) partner = mix_batch(t, &b, target, &mix);
     dpt_tensor *out = dpt_model_forward_batch(t->model, t->ctx, &b, &t->task);
-    dpt_tensor *target = dpt_batch_get(&b, t->task.target);
-    dpt_tensor *loss = t->loss->forward(t->ctx, out, target, t->loss_settings);
+    dpt_tensor *loss = dpt_mix_loss(t->ctx, t->loss, t->loss_settings, out, target, partner, mix.lambda);
     if (t->nan_loss) loss = dpt_scale(t->ctx, loss, NAN);
     dpt_error err;
     if (!dpt_zero_forward_end(t->zero, t->ctx, &err)) dpt_abort_job("%s", err.msg);
@@ -640,7 +693,8 @@ static void micro_batch(trainer *t, bool last)
     double t3 = dpt_now_s();
     int64_t units = t->loss->terms(out, target);
     dpt_tensor_add_slice(t->ctx, t->meter, METER_STEP, loss, 0, 1, (float)units);
-    if (t->task.metrics & DPT_METRIC_ACCURACY) t->loss->count_correct(t->ctx, out, target, t->meter, METER_STEP + 1);
+    if (t->task.metrics & DPT_METRIC_ACCURACY) /* a mixed batch: the larger share's label */
+        t->loss->count_correct(t->ctx, out, partner && mix.lambda < 0.5 ? partner : target, t->meter, METER_STEP + 1);
     t->step_units += units;
     dpt_tape_clear(t->ctx);
     dpt_timeline_span(t->timeline, "data", 0, t0, t1);

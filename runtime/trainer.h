@@ -88,6 +88,7 @@ typedef struct run_config {
     int64_t loss_scale_growth;
     /* [data] */
     dpt_loader_options train_data, test_data; /* rank and world size filled per replica */
+    dpt_mix_options mix; /* [data] mixup, cutmix: training batches mixed (data/data.h) */
     const char *data_dir;
     /* [optim] */
     double clip_norm;
@@ -206,6 +207,7 @@ typedef struct trainer {
     struct dpt_reducer *reducer; /* DDP's or the deterministic tree's (reducer.h); NULL alone */
     dpt_timeline *timeline;
     dpt_tensor *meter;
+    dpt_tensor *mix_labels; /* [data] mixup/cutmix: each sample's partner's label (batch, I32) */
     memory_estimate need;
     dpt_lr_schedule schedule;
     int64_t steps_per_epoch, total_steps;

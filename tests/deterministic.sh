@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deterministic.sh: [train] deterministic. The MLP's weights (SHA-256) after 30 steps of a
 # global batch of 64 are bit-identical on 1 rank, under mpirun -np 2 and -np 4, and on
-# DataParallel 2 x cpu, with AdamW and with SGD, and the CNN's (batch norm, dropout) too, also
+# DataParallel 2 x cpu, with AdamW and with SGD, and the CNN's (batch norm, dropout, mixup and
+# cutmix) too, also
 # in bf16; 15
 # steps on 2 ranks, a checkpoint, and 15 more on 4 ranks equal 30 uninterrupted steps on 1,
 # mid-epoch and across an epoch end; the settings the mode cannot run with are refused naming
@@ -32,16 +33,18 @@ for optim in adamw sgd; do
     check "$optim: bit-identical weights after 30 steps on $sizes (${want:0:16}...)" $all_same ""
 done
 # the CNN: batch norm per shard (ghost batch norm, the running statistics averaged through the
-# same tree) and dropout drawn per shard
+# same tree), dropout drawn per shard, and mixup/cutmix drawn per shard (a shard's key is its
+# place in the global order, not its rank's)
 cnn=(configs/fmnist_cnn.ini --set train.threads=1 --set data.train_limit=1280 --set data.test_limit=500
-     --set log.interval=1000 --set train.global_batch=64 --set train.deterministic=true --set train.max_steps=20)
+     --set log.interval=1000 --set train.global_batch=64 --set train.deterministic=true --set train.max_steps=20
+     --set data.mixup=0.4 --set data.cutmix=1 --set data.mixup_prob=0.8)
 want=$(run 1 "${cnn[@]}")
 all_same=0
 for w in $sizes; do
     got=$(run $w "${cnn[@]}")
     [ -n "$want" ] && [ "$got" = "$want" ] || { all_same=1; echo "     cnn on $w: $got vs $want"; }
 done
-check "cnn (batch norm, dropout): bit-identical weights and running statistics after 20 steps on $sizes" $all_same ""
+check "cnn (batch norm, dropout, mixup and cutmix): bit-identical weights and running statistics after 20 steps on $sizes" $all_same ""
 # the same in bf16 (bf16 convolutions and activations; fp32 where the CPU has no AVX512-BF16)
 bsizes="dp2"
 [ $mpi -eq 1 ] && bsizes="2 dp2"

@@ -111,6 +111,10 @@ static void test_config_errors(void **state)
     /* a loss's key where the model and data train with another loss; init_exclude without init */
     expect_fail("configs/regression_mlp.ini --set train.label_smoothing=0.1", 1,
                 "[train] label_smoothing is a key of loss cross_entropy, not of mse", NULL);
+    /* mixup's loss is two cross-entropy terms of one label a sample */
+    expect_fail("configs/regression_mlp.ini --set data.mixup=0.2", 1,
+                "[data] mixup mixes the labels of two samples in a cross-entropy, and this run's model and data train "
+                "with mse", NULL);
     expect_fail("configs/fmnist_mlp.ini --set model.init_exclude=fc*", 1,
                 "[model] init_exclude = fc* names tensors left out of [model] init, and this run has no init", NULL);
     /* the printed config holds the keys this run reads: it reads back, and runs as the config it
@@ -378,6 +382,10 @@ static void test_memory(void **state)
              "configs/gpt_fortunes.ini --set data.train=%s/tok/train_*.bin --set data.val=%s/tok/val_*.bin "
              "--set train.batch=1 --set data.train_limit=4",
              dir, dir);
+    char gpt_mix[800]; /* mixup's loss is a label a sample's: a language model's is refused */
+    snprintf(gpt_mix, sizeof gpt_mix, "%s --set data.cutmix=1 --dry-run", gpt_train);
+    expect_fail(gpt_mix, 1, "[data] cutmix mixes one label a sample, and this data's target (targets) holds several a sample",
+                "a language model's tokens are not mixed");
     /* GPT-2's vocabulary in bf16 (with evaluations of 4: training's peak): the logits and their
      * gradient dominate, kept in fp32 (estimated 0.5x the peak when every activation counted
      * 16-bit and the logits' gradient not at all) */

@@ -9,6 +9,7 @@
  * NCCL communicator (an average over one rank changes nothing); 1e-5 for DataParallel over
  * two GPUs against one GPU with the whole batch. */
 #include "tests/testutil.h"
+#include "data/data.h"
 #include "data/folder.h"
 #include "data/image.h"
 #include <sys/stat.h>
@@ -1120,6 +1121,46 @@ static void test_dropout_masks(void **state)
     dpt_ctx_free(cpu), dpt_ctx_free(gpu);
 }
 
+/* Mixup and CutMix of a batch (data/mix.c) on the device: the CPU's floats bit for bit (no fused
+ * multiply-add in the kernel), NCHW and NHWC boxes, and the partners' labels reversed. */
+static void test_mix_pairs(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    dpt_ctx *cpu = make(DPT_DEVICE_CPU), *gpu = make(GPU);
+    enum { N = 5, C = 3, H = 9, W = 11, NUM = N * C * H * W };
+    static float x[NUM], want[NUM], got[NUM];
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 5);
+    for (int nhwc = 0; nhwc < 2; nhwc++)
+        for (int cut = 0; cut < 2; cut++) {
+            for (int i = 0; i < NUM; i++)
+                x[i] = 4.0f * dpt_rng_uniform(&rng) - 2.0f;
+            dpt_tensor *a = dpt_tensor_new(cpu, 4, (int64_t[]){N, C, H, W}), *b = dpt_tensor_new(gpu, 4, (int64_t[]){N, C, H, W});
+            dpt_tensor_copy_from_host(a, x), dpt_tensor_copy_from_host(b, x);
+            /* the same memory read as (n, h, w, c): the box then covers other values */
+            a->layout = b->layout = nhwc ? DPT_LAYOUT_NHWC : DPT_LAYOUT_NCHW;
+            dpt_mix m = {.on = true, .cut = cut, .lambda = 0.3183, .y0 = 2, .y1 = 8, .x0 = 0, .x1 = 6};
+            dpt_mix_apply(cpu, a, &m), dpt_mix_apply(gpu, b, &m);
+            a->layout = b->layout = DPT_LAYOUT_NCHW;
+            dpt_tensor_copy_to_host(a, want), dpt_tensor_copy_to_host(b, got);
+            for (int i = 0; i < NUM; i++)
+                if (memcmp(&want[i], &got[i], sizeof got[i]))
+                    fail_msg("%s %s: value %d cuda %.9g, cpu %.9g", cut ? "cutmix" : "mixup", nhwc ? "nhwc" : "nchw", i,
+                             got[i], want[i]);
+            dpt_tensor_free(a), dpt_tensor_free(b);
+        }
+    int32_t labels[N] = {4, 0, 9, 2, 7}, back[N];
+    dpt_tensor *y = dpt_tensor_new_dtype(gpu, DPT_I32, 1, (int64_t[]){N}), *store = dpt_tensor_new_dtype(gpu, DPT_I32, 1, (int64_t[]){8});
+    dpt_tensor_copy_from_host_i32(y, labels);
+    dpt_tensor_copy_to_host_i32(dpt_mix_partner_labels(gpu, y, store), back);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(back[i], labels[N - 1 - i]);
+    dpt_tape_clear(gpu);
+    dpt_tensor_free(y), dpt_tensor_free(store);
+    dpt_ctx_free(cpu), dpt_ctx_free(gpu);
+}
+
 /* dpt_checkpoint on the device: a layer run through it (with dropout, whose device mask is keyed
  * by the host generator that the recomputation replays) gives the plain forward's gradients
  * for every parameter: the same kernels on the same shapes, so within a few ulps (cuBLAS may
@@ -1246,6 +1287,7 @@ int main(void)
         cmocka_unit_test(test_tensor_primitives),
         cmocka_unit_test(test_kv_cache_attention),
         cmocka_unit_test(test_dropout_masks),
+        cmocka_unit_test(test_mix_pairs),
         cmocka_unit_test(test_checkpoint_on_device),
         cmocka_unit_test(test_layers),
         cmocka_unit_test(test_training_steps),
