@@ -60,8 +60,18 @@ static int by_value_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* The next token from the last position's logits (vocab of them). */
-static int32_t draw(float *logits, float *scratch, int vocab, const dpt_sample_options *o, dpt_rng *rng)
+/* Token ids by their chance, the largest first (ties by id, so the order is the same on every
+ * platform's qsort). */
+static const float *order_chance;
+static int by_chance_desc(const void *a, const void *b)
+{
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    float x = order_chance[i], y = order_chance[j];
+    return x != y ? (x < y) - (x > y) : (i > j) - (i < j);
+}
+
+int32_t dpt_sample_draw(const float *logits, int vocab, const dpt_sample_options *o, float *scratch, int32_t *order,
+                        dpt_rng *rng)
 {
     int best = 0;
     for (int v = 1; v < vocab; v++)
@@ -78,6 +88,19 @@ static int32_t draw(float *logits, float *scratch, int vocab, const dpt_sample_o
         double p = logits[v] >= cut ? exp((double)(logits[v] - logits[best]) / o->temperature) : 0.0;
         scratch[v] = (float)p;
         total += p;
+    }
+    if (o->top_p > 0.0f && o->top_p < 1.0f) { /* the nucleus: the most likely tokens until their mass reaches p */
+        for (int v = 0; v < vocab; v++)
+            order[v] = v;
+        order_chance = scratch;
+        qsort(order, (size_t)vocab, sizeof *order, by_chance_desc);
+        double kept = 0.0; /* the chances of the tokens more likely than the next */
+        for (int r = 0; r < vocab; r++) {
+            float *p = &scratch[order[r]];
+            if (kept >= (double)o->top_p * total) *p = 0.0f; /* those hold top_p already */
+            else kept += *p;
+        }
+        total = kept;
     }
     double coin = dpt_rng_uniform(rng) * total, acc = 0.0;
     for (int v = 0; v < vocab; v++) {
@@ -163,7 +186,8 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
     int64_t cap = 4096 + o->tokens;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     float *logits = malloc((size_t)vocab * sizeof *logits), *scratch = malloc((size_t)vocab * sizeof *scratch);
-    if (!ids || !logits || !scratch) dpt_fatal("out of host memory for sampling");
+    int32_t *order = malloc((size_t)vocab * sizeof *order);
+    if (!ids || !logits || !scratch || !order) dpt_fatal("out of host memory for sampling");
     dpt_tokenizer *tok = NULL;
     bool ok = true;
     if (o->tokenizer) {
@@ -208,7 +232,7 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
             pos++;
         }
         if (!ok) break;
-        int32_t next = draw(logits, scratch, vocab, o, &rng);
+        int32_t next = dpt_sample_draw(logits, vocab, o, scratch, order, &rng);
         ids[n++] = next;
         emit(next, vocab, tok, out, tty);
         made++;
@@ -224,6 +248,6 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
     dpt_kv_cache_free(cache);
     dpt_tokenizer_free(tok);
     dpt_set_grad_enabled(ctx, was_enabled);
-    free(ids), free(logits), free(scratch);
+    free(ids), free(logits), free(scratch), free(order);
     return ok;
 }

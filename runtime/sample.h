@@ -5,12 +5,15 @@
 #include <stdio.h>
 
 #include "dpt.h"
+#include "rng.h"
 
 typedef struct dpt_sample_options {
     const char *prompt; /* text (byte-level models) or token ids; NULL: a line start / end of text */
     int64_t tokens;     /* how many to generate */
     float temperature;  /* 0: always the most likely */
     int top_k;          /* 0: every token */
+    float top_p;        /* the nucleus: only the most likely tokens whose chances add up to top_p (HF's
+                         * top_p: a token goes when those more likely hold top_p already); 1: every token */
     uint64_t seed;
     bool no_cache;      /* the full forward of the context for every token, even with a decoder */
     const char *tokenizer; /* llm.c's tokenizer file: tokens printed as its bytes (NULL: as the model's
@@ -21,5 +24,12 @@ typedef struct dpt_sample_options {
  * (1, T, vocab) logits), the context cut to `context` positions, printing them to out. */
 bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, const dpt_sample_options *o,
                     FILE *out, dpt_error *err);
+
+/* The next token from one position's logits: softmax(logits / temperature) over the top_k most
+ * likely (ties at the k-th kept), then over the nucleus of top_p (Holtzman et al. 2020; the
+ * order of Hugging Face's warpers), drawn with rng; temperature 0 takes the first most likely.
+ * scratch and order: vocab floats and ints of the caller's. */
+int32_t dpt_sample_draw(const float *logits, int vocab, const dpt_sample_options *o, float *scratch, int32_t *order,
+                        dpt_rng *rng);
 
 #endif

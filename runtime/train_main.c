@@ -597,8 +597,10 @@ static void usage(FILE *out)
         "  --sample CKPT            generate from a language model's checkpoint (or llmc:PATH, llm.c's\n"
         "                           GPT-2 file; text for byte-level models, token ids otherwise) and\n"
         "                           exit; with --prompt TEXT, --tokens N (200), --temperature T (1; 0 =\n"
-        "                           the most likely), --top-k K (0 = all), --seed S, --no-kv-cache (the\n"
-        "                           whole context's forward for every token instead of one position's),\n"
+        "                           the most likely), --top-k K (0 = all), --top-p P (1 = all; the\n"
+        "                           nucleus: the most likely tokens holding P of the chance), --seed S,\n"
+        "                           --no-kv-cache (the whole context's forward for every token instead\n"
+        "                           of one position's),\n"
         "                           --tokenizer PATH (llm.c's gpt2_tokenizer.bin: the tokens as text)\n"
         "  --predict CKPT           write the checkpoint's predictions over the test set (--set data.*\n"
         "                           for another) as CSV and exit: per sample its index, name, label and\n"
@@ -646,7 +648,7 @@ static const char *nearest_flag(const char *given)
         "--config-reference", "--dry-run", "--ema", "--env", "--eval", "--expect", "--export", "--help",
         "--input", "--inspect", "--junit", "--no-kv-cache", "--out", "--per-class", "--predict", "--profile", "--prompt",
         "--resume", "--sample", "--seed", "--set", "--summary", "--temperature", "--tokenizer", "--tokens", "--top-k",
-        "--version",
+        "--top-p", "--version",
     };
     const char *best = NULL;
     int best_d = 3; /* at most 2 edits, or one flag the other's start (--output, --top) */
@@ -663,7 +665,7 @@ static int parse_cli(int argc, char **argv, cli *args)
 {
     memset(args, 0, sizeof *args);
     args->argc = argc, args->argv = argv;
-    args->sample_tokens = 200, args->temperature = 1.0f, args->top_k = -1, args->sample_seed = 1337;
+    args->sample_tokens = 200, args->temperature = 1.0f, args->top_k = -1, args->top_p = 1.0f, args->sample_seed = 1337;
     args->predict_out = "predictions.csv";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -724,19 +726,20 @@ static int parse_cli(int argc, char **argv, cli *args)
             args->export_format = argv[i + 1], args->resume = argv[i + 2], args->export_out = argv[i + 3];
             i += 3;
         } else if (is_flag(a, "--sample") || is_flag(a, "--prompt") || is_flag(a, "--tokens") ||
-                   is_flag(a, "--temperature") || is_flag(a, "--top-k") || is_flag(a, "--seed") ||
-                   is_flag(a, "--tokenizer")) {
+                   is_flag(a, "--temperature") || is_flag(a, "--top-k") || is_flag(a, "--top-p") ||
+                   is_flag(a, "--seed") || is_flag(a, "--tokenizer")) {
             char flag[16];
             snprintf(flag, sizeof flag, "%.*s", (int)strcspn(a, "="), a);
             const char *v = flag_value(argc, argv, &i, flag);
             char *end = NULL;
             if (!v || (!*v && strcmp(flag, "--prompt") != 0)) {
                 fprintf(stderr, "error: %s needs a value\nHINT: ./train CONFIG --sample CKPT [--prompt TEXT] [--tokens N] "
-                                "[--temperature T] [--top-k K] [--seed S]\n", flag);
+                                "[--temperature T] [--top-k K] [--top-p P] [--seed S]\n", flag);
                 return 2;
             }
             bool bad = false;
-            static const char *const sample_only[] = {"--prompt", "--tokens", "--temperature", "--seed", "--tokenizer"};
+            static const char *const sample_only[] = {"--prompt", "--tokens", "--temperature", "--top-p", "--seed",
+                                                      "--tokenizer"};
             for (size_t f = 0; f < sizeof sample_only / sizeof sample_only[0] && !args->sample_flag; f++)
                 if (!strcmp(flag, sample_only[f])) args->sample_flag = sample_only[f]; /* the first given */
             if (!strcmp(flag, "--top-k")) args->top_k_given = true;
@@ -753,6 +756,9 @@ static int parse_cli(int argc, char **argv, cli *args)
             } else if (!strcmp(flag, "--temperature")) {
                 args->temperature = strtof(v, &end);
                 bad = *end || !(args->temperature >= 0.0f && args->temperature <= 100.0f);
+            } else if (!strcmp(flag, "--top-p")) {
+                args->top_p = strtof(v, &end);
+                bad = *end || !(args->top_p > 0.0f && args->top_p <= 1.0f);
             } else if (!strcmp(flag, "--top-k")) {
                 long k = strtol(v, &end, 10); /* 4294967301 is no 5 */
                 bad = *end || k < 0 || k > INT_MAX;
@@ -764,7 +770,7 @@ static int parse_cli(int argc, char **argv, cli *args)
             }
             if (bad) {
                 fprintf(stderr, "error: %s %s: not a valid value\nHINT: --tokens 1..1000000, --temperature 0..100, "
-                                "--top-k 0 or more, --seed an integer from 0 to 2^64 - 1\n", flag, v);
+                                "--top-k 0 or more, --top-p above 0 up to 1, --seed an integer from 0 to 2^64 - 1\n", flag, v);
                 return 2;
             }
         } else if (!strcmp(a, "--no-kv-cache")) {

@@ -37,6 +37,7 @@ typedef struct cli {
     int64_t sample_tokens;
     float temperature;
     int top_k;
+    float top_p; /* --top-p (1: every token) */
     uint64_t sample_seed;
     bool sample_no_cache; /* --no-kv-cache */
     const char *tokenizer; /* --tokenizer PATH: llm.c's tokenizer file, --sample prints text with it */

@@ -104,6 +104,7 @@ static void test_config_errors(void **state)
     expect_fail("configs/fmnist_mlp.ini --prompt hi", 2, "error: --prompt goes with --sample", NULL);
     expect_fail("configs/fmnist_mlp.ini --no-kv-cache", 2, "error: --no-kv-cache goes with --sample", NULL);
     expect_fail("configs/fmnist_mlp.ini --top-k 3", 2, "error: --top-k goes with --sample", "or --predict");
+    expect_fail("configs/fmnist_mlp.ini --top-p 0.9", 2, "error: --top-p goes with --sample", NULL);
     expect_fail("configs/fmnist_mlp.ini --out /tmp/dpt_p.csv", 2, "error: --out names the CSV --predict writes", NULL);
     expect_fail("configs/fmnist_mlp.ini --dry-run --profile", 2, "error: --profile times each op of the training steps; "
                 "--dry-run trains none", "HINT: ./train CONFIG --profile");

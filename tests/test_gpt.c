@@ -647,12 +647,19 @@ static void test_trains_on_text(void **state)
     assert_non_null(strstr(b, "The model "));
     assert_true(strlen(strstr(b, "The model ")) >= 10 + 110);
     assert_string_equal(b, c);
+    /* the nucleus: a tiny top-p keeps only the most likely byte, so any seed and temperature
+     * give temperature 0's text */
+    rc = run_capture(c, sizeof c, "{ %s --prompt 'The model ' --tokens 110 --top-p 1e-6 --temperature 1.5 --seed 3 "
+                     "2>/dev/null; }", base);
+    assert_int_equal(rc, 0);
+    assert_string_equal(b, c);
     rc = run_capture(c, sizeof c, "%s --tokens 0 2>&1", base);
     assert_int_equal(rc, 2);
     assert_non_null(strstr(c, "--tokens 0: not a valid value"));
     /* numbers C's parsers would bend: -1 as 2^64 - 1, an overflow clamped, 2^32 + 5 cut to 5 */
-    const char *bent[] = {"--seed -1", "--seed 99999999999999999999999", "--top-k 4294967301"};
-    for (int i = 0; i < 3; i++) {
+    const char *bent[] = {"--seed -1", "--seed 99999999999999999999999", "--top-k 4294967301", "--top-p 0",
+                          "--top-p 1.5", "--top-p nan"};
+    for (int i = 0; i < 6; i++) {
         rc = run_capture(c, sizeof c, "%s %s 2>&1", base, bent[i]);
         if (rc != 2 || !strstr(c, "not a valid value")) fail_msg("%s: exit %d: %s", bent[i], rc, c);
     }
