@@ -41,6 +41,17 @@ static const dpt_config_key data_keys[] = {
      0},
     {"data", "hflip", DPT_KEY_BOOL, "false", 1, 0, NULL,
      "training augmentation of images: horizontal flip with probability 1/2 (a source of fields refuses it)", 0},
+    {"data", "random_erase", DPT_KEY_FLOAT, "0", 0, 1, NULL,
+     "training augmentation of images: the chance that a sample gets a box set to 0 (its channels' mean once "
+     "normalised): torchvision's RandomErasing (its ResNet-50 recipe: 0.1), after the loader's crop and flip and "
+     "before mixup and cutmix; 0 = off. Inputs of (C, H, W)",
+     0},
+    {"data", "random_erase_scale", DPT_KEY_FLOAT_LIST, "0.02,0.33", 1e-6, 1, NULL,
+     "random_erase: the box's area as a fraction of the image's, uniform in min,max", 0},
+    {"data", "random_erase_ratio", DPT_KEY_FLOAT_LIST, "0.3,3.3", 1e-3, 1e3, NULL,
+     "random_erase: the box's aspect ratio, height/width, log-uniform in min,max (10 tries for a box that fits, "
+     "else none)",
+     0},
     {"data", "mixup", DPT_KEY_FLOAT, "0", 0, 100, NULL,
      "training augmentation of a classifier's batches: mixup's alpha. Each batch is blended with itself in "
      "reverse order, x_i = lam x_i + (1 - lam) x_(n-1-i) with lam ~ Beta(alpha, alpha) drawn per batch, and the "

@@ -33,6 +33,21 @@ int32_t dpt_tokenizer_eot(const dpt_tokenizer *t); /* <|endoftext|>: llm.c start
 /* The bytes of token id (len of them; NULL and 0 outside the vocabulary). */
 const unsigned char *dpt_tokenizer_bytes(const dpt_tokenizer *t, int32_t id, size_t *len);
 
+/* Random erasing ([data] random_erase: torchvision's RandomErasing with value 0, the channel's
+ * mean once normalised): each sample of a training batch, with probability `prob`, gets a box
+ * of scale x its area (uniform in scale[0..1]) and aspect ratio h/w (log-uniform in ratio[0..1])
+ * set to 0, at a uniform place; where 10 tries find no box that fits, none. */
+typedef struct dpt_erase_options {
+    double prob;
+    double scale[2], ratio[2];
+} dpt_erase_options;
+bool dpt_erase_enabled(const dpt_erase_options *o);
+/* Sample i of the batch named by `key`: whether it is erased, and the box: rows [box[0],
+ * box[1]), columns [box[2], box[3]) of its h x w. */
+bool dpt_erase_draw(const dpt_erase_options *o, uint64_t key, int64_t i, int64_t h, int64_t w, int64_t box[4]);
+/* Erase the batch x (n, c, h, w) in place as its draws say, on its device. */
+void dpt_erase_apply(dpt_ctx *ctx, dpt_tensor *x, const dpt_erase_options *o, uint64_t key);
+
 /* Mixup and CutMix ([data] mixup, cutmix: timm's Mixup in its batch mode). A training batch
  * is mixed with probability `prob`: each sample i with sample n-1-i of the batch (the batch
  * reversed), with lambda ~ Beta(alpha, alpha): mixup blends the two inputs, lambda x_i +

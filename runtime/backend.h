@@ -119,7 +119,10 @@ typedef struct dpt_backend {
      * (n, c, h, w) with y = x * scale[ch] + shift[ch], c <= 4 (scale, shift: host arrays). */
     void (*images_to_float)(dpt_ctx *ctx, const uint8_t *x, float *y, int64_t n, int64_t c, int64_t hw,
                             const float *scale, const float *shift);
-    /* Mixup and CutMix of a batch in place (data/mix.c): sample i with sample n-1-i. */
+    /* Random erasing (data/batch_aug.c): one sample's c x h x w values (NCHW, or NHWC) in rows
+     * [box[0], box[1]) and columns [box[2], box[3]), every channel, set to 0. */
+    void (*erase_box)(dpt_ctx *ctx, float *x, int64_t c, int64_t h, int64_t w, bool nhwc, const int64_t box[4]);
+    /* Mixup and CutMix of a batch in place (data/batch_aug.c): sample i with sample n-1-i. */
     void (*mix_pairs)(dpt_ctx *ctx, float *x, const dpt_pair_mix *m);
     /* Elementwise: x, y, out have n elements. */
     void (*fill)(dpt_ctx *ctx, float *x, int64_t n, float value);

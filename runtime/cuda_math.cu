@@ -268,6 +268,17 @@ __global__ void cutmix_pairs_kernel(uint32_t *x, int64_t pairs, int64_t n, dpt_p
     }
 }
 
+/* Random erasing: one thread a value of the box. */
+__global__ void erase_box_kernel(float *x, int64_t c, int64_t h, int64_t w, bool nhwc, int64_t y0, int64_t rows,
+                                 int64_t x0, int64_t cols)
+{
+    GRID_STRIDE(k, c * rows * cols)
+    {
+        int64_t ch = k / (rows * cols), y = y0 + k / cols % rows, xx = x0 + k % cols;
+        x[nhwc ? (y * w + xx) * c + ch : (ch * h + y) * w + xx] = 0.0f;
+    }
+}
+
 /* 16-bit gradient buckets (NCCL's bf16/fp16 AllReduce) */
 __global__ void f32_to_h16_kernel(uint16_t *dst, const float *src, int64_t n, bool bf16)
 {
@@ -303,6 +314,12 @@ static void cuda_images_to_float(dpt_ctx *ctx, const uint8_t *x, float *y, int64
     for (int i = 0; i < 4; i++)
         k.scale[i] = i < c ? scale[i] : 0, k.shift[i] = i < c ? shift[i] : 0;
     LAUNCH(images_to_float_kernel, n * c * hw, x, y, n, c, hw, k);
+}
+
+static void cuda_erase_box(dpt_ctx *ctx, float *x, int64_t c, int64_t h, int64_t w, bool nhwc, const int64_t box[4])
+{
+    int64_t rows = box[1] - box[0], cols = box[3] - box[2];
+    if (rows > 0 && cols > 0) LAUNCH(erase_box_kernel, c * rows * cols, x, c, h, w, nhwc, box[0], rows, box[2], cols);
 }
 
 static void cuda_mix_pairs(dpt_ctx *ctx, float *x, const dpt_pair_mix *m)
@@ -525,6 +542,7 @@ void cuda_math_entries(dpt_backend *be)
 {
     be->images_to_float = cuda_images_to_float;
     be->mix_pairs = cuda_mix_pairs;
+    be->erase_box = cuda_erase_box;
     be->fill = cuda_fill;
     be->axpy = cuda_axpy;
     be->scale = cuda_scale;

@@ -441,6 +441,14 @@ void dpt_cpu_images_to_float(dpt_ctx *ctx, const uint8_t *x, float *y, int64_t n
         }
 }
 
+static void cpu_erase_box(dpt_ctx *ctx, float *x, int64_t c, int64_t h, int64_t w, bool nhwc, const int64_t box[4])
+{
+    for (int64_t ch = 0; ch < c; ch++)
+        for (int64_t y = box[0]; y < box[1]; y++)
+            for (int64_t xx = box[2]; xx < box[3]; xx++)
+                x[nhwc ? (y * w + xx) * c + ch : (ch * h + y) * w + xx] = 0.0f;
+}
+
 static void cpu_mix_pairs(dpt_ctx *ctx, float *x, const dpt_pair_mix *m)
 {
     int64_t per = m->c * m->h * m->w, n = m->n;
@@ -571,6 +579,7 @@ dpt_backend dpt_backend_cpu = {
     .correct_acc = cpu_correct_acc,
     .images_to_float = dpt_cpu_images_to_float,
     .mix_pairs = cpu_mix_pairs,
+    .erase_box = cpu_erase_box,
     .conv2d_fwd = dpt_cpu_conv2d_fwd,
     .conv2d_bwd = dpt_cpu_conv2d_bwd,
     .bn_stats = dpt_cpu_bn_stats,

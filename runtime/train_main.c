@@ -333,6 +333,16 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .prob = dpt_config_float(c, "data", "mixup_prob"),
         .switch_prob = dpt_config_float(c, "data", "mixup_switch_prob"),
     };
+    double range[2][2]; /* random_erase_scale, random_erase_ratio: min,max */
+    for (int k = 0; k < 2; k++) {
+        const char *key = k ? "random_erase_ratio" : "random_erase_scale";
+        if (dpt_config_float_list(c, "data", key, range[k], 2) != 2 || range[k][0] > range[k][1])
+            return dpt_errorf(err, "%s: [data] %s needs two numbers, min,max (e.g. %s: torchvision's)",
+                              dpt_config_where(c, "data", key), key, k ? "0.3,3.3" : "0.02,0.33");
+    }
+    rc->erase = (dpt_erase_options){.prob = dpt_config_float(c, "data", "random_erase"),
+                                    .scale = {range[0][0], range[0][1]},
+                                    .ratio = {range[1][0], range[1][1]}};
     rc->test_data = rc->train_data;
     rc->test_data.crop_pad = 0, rc->test_data.hflip = false, rc->test_data.shuffle = false;
     rc->test_data.batch = rc->eval_batch;

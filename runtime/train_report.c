@@ -271,12 +271,16 @@ void print_header(const trainer *t)
                 (long long)(t->train_loader ? dpt_loader_num_samples(t->train_loader) : ds->n),
                 (long long)(ds->n_file ? ds->n_file : ds->n), test, shape, steps);
     const dpt_mix_options *mix = &run->mix;
-    if (t->train_loader && (run->train_data.crop_pad || run->train_data.hflip || t->mix_labels)) {
+    if (t->train_loader && (run->train_data.crop_pad || run->train_data.hflip || t->erase || t->mix_labels)) {
         char aug[256] = "";
         size_t used = 0;
         if (run->train_data.crop_pad)
             used += (size_t)snprintf(aug + used, sizeof aug - used, " | random crop (pad %d)", run->train_data.crop_pad);
         if (run->train_data.hflip) used += (size_t)snprintf(aug + used, sizeof aug - used, " | hflip");
+        if (t->erase)
+            used += (size_t)snprintf(aug + used, sizeof aug - used, " | random erasing %g (area %g-%g, ratio %g-%g)",
+                                     run->erase.prob, run->erase.scale[0], run->erase.scale[1], run->erase.ratio[0],
+                                     run->erase.ratio[1]);
         if (t->mix_labels && mix->mixup_alpha > 0)
             used += (size_t)snprintf(aug + used, sizeof aug - used, " | mixup alpha %g", mix->mixup_alpha);
         if (t->mix_labels && mix->cutmix_alpha > 0)

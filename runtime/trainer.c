@@ -317,11 +317,24 @@ static bool open_loss(trainer *t, dpt_error *err)
     return !t->loss->configure || t->loss->configure(t->loss_settings, t->run->ini, err);
 }
 
-/* [data] mixup / cutmix: the mixed loss is two of the cross-entropy's terms, so a classifier
- * of float inputs with one label a sample (cutmix: of images). */
+/* [data] random_erase: images of floats. mixup / cutmix: the mixed loss is two of the
+ * cross-entropy's terms, so a classifier of float inputs with one label a sample (cutmix: of
+ * images). */
 static bool open_mix(trainer *t, dpt_error *err)
 {
     const run_config *run = t->run;
+    if (dpt_erase_enabled(&run->erase)) { /* images of floats */
+        dpt_field f[DPT_MAX_FIELDS];
+        const dpt_field *in = NULL;
+        for (int i = 0, n = dpt_dataset_fields(t->train_set, f); i < n; i++)
+            if (!strcmp(f[i].name, t->task.input)) in = &f[i];
+        if (!in || in->dtype != DPT_F32 || in->ndim != 3)
+            return dpt_errorf(err, "%s: [data] random_erase sets a box of an image to 0, and this data's input (%s) is "
+                                   "not an image (C, H, W) of floats\nHINT: leave it out here; a CSV's rows become "
+                                   "images with csv_shape = C,H,W",
+                              dpt_config_where(run->ini, "data", "random_erase"), t->task.input);
+        t->erase = true;
+    }
     if (!dpt_mix_enabled(&run->mix)) return true;
     bool cut = run->mix.cutmix_alpha > 0;
     const char *key = run->mix.mixup_alpha > 0 ? "mixup" : "cutmix", *where = dpt_config_where(run->ini, "data", key);
@@ -677,6 +690,7 @@ static void micro_batch(trainer *t, bool last)
     dpt_zero_forward_begin(t->zero, t->ctx, t->state.step); /* zero_overlap: ops wait for their segments */
     dpt_tensor *target = dpt_batch_get(&b, t->task.target), *partner = NULL;
     dpt_mix mix = {.lambda = 1.0};
+    if (t->erase) dpt_erase_apply(t->ctx, dpt_batch_get(&b, t->task.input), &run->erase, b.key);
     if (t->mix_labels) partner = mix_batch(t, &b, target, &mix);
     dpt_tensor *out = dpt_model_forward_batch(t->model, t->ctx, &b, &t->task);
     dpt_tensor *loss = dpt_mix_loss(t->ctx, t->loss, t->loss_settings, out, target, partner, mix.lambda);

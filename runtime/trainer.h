@@ -89,7 +89,8 @@ typedef struct run_config {
     int64_t loss_scale_growth;
     /* [data] */
     dpt_loader_options train_data, test_data; /* rank and world size filled per replica */
-    dpt_mix_options mix; /* [data] mixup, cutmix: training batches mixed (data/data.h) */
+    dpt_mix_options mix;     /* [data] mixup, cutmix: training batches mixed (data/data.h) */
+    dpt_erase_options erase; /* [data] random_erase: boxes of training images set to 0 */
     const char *data_dir;
     /* [optim] */
     double clip_norm;
@@ -209,6 +210,7 @@ typedef struct trainer {
     dpt_timeline *timeline;
     dpt_tensor *meter;
     dpt_tensor *mix_labels; /* [data] mixup/cutmix: each sample's partner's label (batch, I32) */
+    bool erase;             /* [data] random_erase on (checked against the data) */
     memory_estimate need;
     dpt_lr_schedule schedule;
     int64_t steps_per_epoch, total_steps;

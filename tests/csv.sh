@@ -57,21 +57,25 @@ cnn=(configs/fmnist_cnn.ini "${run[@]}" --set data.test_limit=700)
 a=$(sha < "$tmp/cidx.log") b=$(sha < "$tmp/ccsv.log")
 [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "x (1x28x28), label () int target" "$tmp/ccsv.log"
 check "with csv_shape = 1,28,28 the CNN trains the IDX run's weights" $? "idx $a, csv $b; $(tail -2 "$tmp/ccsv.log")"
-# mixup and cutmix: one draw per batch from the batch's place in the order, applied on the
-# batch's device, so the IDX images and the CSV's rows (two loader paths) mix alike; and they
-# do mix (another hash than the unmixed run's)
-mix=(--set data.mixup=0.4 --set data.cutmix=1 --set data.mixup_prob=0.9)
+# random erasing, mixup and cutmix: drawn from the batch's place in the order, applied on the
+# batch's device, so the IDX images and the CSV's rows (two loader paths) change alike; and they
+# do change (another hash than the plain run's)
+mix=(--set data.mixup=0.4 --set data.cutmix=1 --set data.mixup_prob=0.9 --set data.random_erase=0.25)
 ./train "${cnn[@]}" --set data.train_limit=3000 "${mix[@]}" > "$tmp/midx.log" 2>&1
 ./train "${cnn[@]}" --set data.source=csv --set data.csv_train="$tmp/fm_train.csv" --set data.csv_test="$tmp/fm_test.csv" \
     --set data.csv_standardize=false --set data.csv_shape=1,28,28 "${mix[@]}" > "$tmp/mcsv.log" 2>&1
 c=$(sha < "$tmp/midx.log") d=$(sha < "$tmp/mcsv.log")
-[ -n "$c" ] && [ "$c" = "$d" ] && [ "$c" != "$a" ] && grep -q "augment | mixup alpha 0.4 | cutmix alpha 1 (0.9 of the batches mixed, 0.5 of those by cutmix)" "$tmp/mcsv.log"
-check "with mixup and cutmix too (and not the unmixed weights)" $? "idx $c, csv $d, unmixed $a; $(tail -2 "$tmp/mcsv.log")"
+[ -n "$c" ] && [ "$c" = "$d" ] && [ "$c" != "$a" ] && grep -q "augment | random erasing 0.25 (area 0.02-0.33, ratio 0.3-3.3) | mixup alpha 0.4 | cutmix alpha 1 (0.9 of the batches mixed, 0.5 of those by cutmix)" "$tmp/mcsv.log"
+check "with random erasing, mixup and cutmix too (and not the plain run's weights)" $? "idx $c, csv $d, unmixed $a; $(tail -2 "$tmp/mcsv.log")"
 ./train configs/fmnist_mlp.ini "${run[@]}" --set data.source=csv --set data.csv_train="$tmp/fm_train.csv" \
     --set data.csv_test="$tmp/fm_test.csv" --set data.cutmix=1 > "$tmp/mflat.log" 2>&1
 [ $? -eq 1 ] && grep -q "\[data\] cutmix pastes a box of one image into another, and this data's input (x) is not an image" "$tmp/mflat.log" &&
     grep -q "csv_shape" "$tmp/mflat.log"
 check "cutmix of rows that are not images is refused" $? "$(cat "$tmp/mflat.log")"
+./train configs/fmnist_mlp.ini "${run[@]}" --set data.source=csv --set data.csv_train="$tmp/fm_train.csv" \
+    --set data.csv_test="$tmp/fm_test.csv" --set data.random_erase=0.1 > "$tmp/eflat.log" 2>&1
+[ $? -eq 1 ] && grep -q "\[data\] random_erase sets a box of an image to 0, and this data's input (x) is not an image" "$tmp/eflat.log"
+check "so is random erasing of them" $? "$(cat "$tmp/eflat.log")"
 ./train configs/fmnist_mlp.ini "${run[@]}" --set data.source=csv --set data.csv_train="$tmp/fm_train.csv" \
     --set data.csv_test="$tmp/fm_test.csv" --set data.mixup=0.4 > "$tmp/mflat.log" 2>&1
 check "mixup of them trains" $? "$(tail -3 "$tmp/mflat.log")"

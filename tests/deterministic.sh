@@ -33,18 +33,18 @@ for optim in adamw sgd; do
     check "$optim: bit-identical weights after 30 steps on $sizes (${want:0:16}...)" $all_same ""
 done
 # the CNN: batch norm per shard (ghost batch norm, the running statistics averaged through the
-# same tree), dropout drawn per shard, and mixup/cutmix drawn per shard (a shard's key is its
-# place in the global order, not its rank's)
+# same tree), dropout drawn per shard, and random erasing, mixup and cutmix drawn per shard (a
+# shard's key is its place in the global order, not its rank's)
 cnn=(configs/fmnist_cnn.ini --set train.threads=1 --set data.train_limit=1280 --set data.test_limit=500
      --set log.interval=1000 --set train.global_batch=64 --set train.deterministic=true --set train.max_steps=20
-     --set data.mixup=0.4 --set data.cutmix=1 --set data.mixup_prob=0.8)
+     --set data.mixup=0.4 --set data.cutmix=1 --set data.mixup_prob=0.8 --set data.random_erase=0.3)
 want=$(run 1 "${cnn[@]}")
 all_same=0
 for w in $sizes; do
     got=$(run $w "${cnn[@]}")
     [ -n "$want" ] && [ "$got" = "$want" ] || { all_same=1; echo "     cnn on $w: $got vs $want"; }
 done
-check "cnn (batch norm, dropout, mixup and cutmix): bit-identical weights and running statistics after 20 steps on $sizes" $all_same ""
+check "cnn (batch norm, dropout, random erasing, mixup and cutmix): bit-identical weights and running statistics after 20 steps on $sizes" $all_same ""
 # the same in bf16 (bf16 convolutions and activations; fp32 where the CPU has no AVX512-BF16)
 bsizes="dp2"
 [ $mpi -eq 1 ] && bsizes="2 dp2"

@@ -53,8 +53,8 @@ run_pair() {
 
 run_pair "1 process" 70 configs/fmnist_mlp.ini
 run_pair "mpirun -np 2" 40 configs/fmnist_mlp.ini $MPIRUN -np 2
-run_pair "cnn: batch norm buffers, dropout RNG, mixup and cutmix draws" 45 "configs/fmnist_cnn.ini --set optim.schedule=constant --set data.test_limit=500
-    --set data.mixup=0.4 --set data.cutmix=1"
+run_pair "cnn: batch norm buffers, dropout RNG, erasing, mixup and cutmix draws" 45 "configs/fmnist_cnn.ini --set optim.schedule=constant --set data.test_limit=500
+    --set data.mixup=0.4 --set data.cutmix=1 --set data.random_erase=0.3"
 # a small gpt on token shards (AdamW, dropout, the token loader's position), alone and on 2 ranks
 printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 300) > "$work/text.txt"
 build/tools/text_tokens --val-fraction 0.1 "$work/tok" "$work/text.txt" > /dev/null

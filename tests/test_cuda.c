@@ -1121,8 +1121,9 @@ static void test_dropout_masks(void **state)
     dpt_ctx_free(cpu), dpt_ctx_free(gpu);
 }
 
-/* Mixup and CutMix of a batch (data/mix.c) on the device: the CPU's floats bit for bit (no fused
- * multiply-add in the kernel), NCHW and NHWC boxes, and the partners' labels reversed. */
+/* Mixup, CutMix and random erasing of a batch (data/batch_aug.c) on the device: the CPU's floats
+ * bit for bit (no fused multiply-add in the kernel), NCHW and NHWC boxes, and the partners' labels
+ * reversed. */
 static void test_mix_pairs(void **state)
 {
     (void)state;
@@ -1150,6 +1151,25 @@ static void test_mix_pairs(void **state)
                              got[i], want[i]);
             dpt_tensor_free(a), dpt_tensor_free(b);
         }
+    /* random erasing: the same boxes set to 0 */
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        for (int i = 0; i < NUM; i++)
+            x[i] = 1.0f + dpt_rng_uniform(&rng);
+        dpt_tensor *a = dpt_tensor_new(cpu, 4, (int64_t[]){N, C, H, W}), *b = dpt_tensor_new(gpu, 4, (int64_t[]){N, C, H, W});
+        dpt_tensor_copy_from_host(a, x), dpt_tensor_copy_from_host(b, x);
+        a->layout = b->layout = nhwc ? DPT_LAYOUT_NHWC : DPT_LAYOUT_NCHW;
+        dpt_erase_options o = {.prob = 0.7, .scale = {0.1, 0.4}, .ratio = {0.5, 2}};
+        dpt_erase_apply(cpu, a, &o, 99), dpt_erase_apply(gpu, b, &o, 99);
+        a->layout = b->layout = DPT_LAYOUT_NCHW;
+        dpt_tensor_copy_to_host(a, want), dpt_tensor_copy_to_host(b, got);
+        int zeros = 0;
+        for (int i = 0; i < NUM; i++) {
+            if (want[i] != got[i]) fail_msg("erase %s: value %d cuda %g, cpu %g", nhwc ? "nhwc" : "nchw", i, got[i], want[i]);
+            zeros += want[i] == 0.0f;
+        }
+        assert_true(zeros > 0);
+        dpt_tensor_free(a), dpt_tensor_free(b);
+    }
     int32_t labels[N] = {4, 0, 9, 2, 7}, back[N];
     dpt_tensor *y = dpt_tensor_new_dtype(gpu, DPT_I32, 1, (int64_t[]){N}), *store = dpt_tensor_new_dtype(gpu, DPT_I32, 1, (int64_t[]){8});
     dpt_tensor_copy_from_host_i32(y, labels);

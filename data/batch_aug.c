@@ -1,9 +1,11 @@
-/* mix.c: Mixup (Zhang et al. 2018) and CutMix (Yun et al. 2019) of training batches, as timm's
- * Mixup does them in its default batch mode: one lambda per batch, each sample paired with the
- * batch reversed, CutMix's lambda corrected to the box actually pasted. The draw is a pure
- * function of the batch's key (the seed, the epoch and the batch's place in the global order,
- * dpt_batch.key), so a resumed run and, in the deterministic mode, any world size mix the same
- * samples the same way. The mixing runs on the batch's device (backend mix_pairs). */
+/* batch_aug.c: augmentations of a whole training batch on its device, after the loader:
+ * random erasing (Zhong et al. 2020, torchvision's RandomErasing), then Mixup (Zhang et al.
+ * 2018) and CutMix (Yun et al. 2019) as timm's Mixup does them in its default batch mode: one
+ * lambda per batch, each sample paired with the batch reversed, CutMix's lambda corrected to the
+ * box actually pasted. Every draw is a pure function of the batch's key (the seed, the epoch
+ * and the batch's place in the global order, dpt_batch.key) and a sample's place in the batch,
+ * so a resumed run and, in the deterministic mode, any world size draw the same. The pixels
+ * change on the batch's device (backend erase_box, mix_pairs). */
 #include <math.h>
 #include <string.h>
 
@@ -44,6 +46,47 @@ void dpt_mix_draw(const dpt_mix_options *o, uint64_t key, int64_t h, int64_t w, 
     m->y0 = clamp64(cy - ch / 2, 0, h), m->y1 = clamp64(cy + ch / 2, 0, h);
     m->x0 = clamp64(cx - cw / 2, 0, w), m->x1 = clamp64(cx + cw / 2, 0, w);
     m->lambda = 1.0 - (double)((m->y1 - m->y0) * (m->x1 - m->x0)) / (double)(h * w);
+}
+
+bool dpt_erase_enabled(const dpt_erase_options *o)
+{
+    return o->prob > 0;
+}
+
+bool dpt_erase_draw(const dpt_erase_options *o, uint64_t key, int64_t i, int64_t h, int64_t w, int64_t box[4])
+{
+    if (!dpt_erase_enabled(o)) return false;
+    dpt_rng rng;
+    dpt_rng_seed(&rng, (key ^ 0x6572617365ULL) + (uint64_t)i * 0x9e3779b97f4a7c15ULL); /* "erase", sample i */
+    if (dpt_rng_uniform_f64(&rng) >= o->prob) return false;
+    /* torchvision's RandomErasing.get_params: 10 tries of an area and a log-uniform aspect
+     * ratio; the sides rounded half to even (Python's round); none that fits: no erasing */
+    double area = (double)(h * w), lo = log(o->ratio[0]), hi = log(o->ratio[1]);
+    for (int tries = 0; tries < 10; tries++) {
+        double a = area * (o->scale[0] + (o->scale[1] - o->scale[0]) * dpt_rng_uniform_f64(&rng));
+        double r = exp(lo + (hi - lo) * dpt_rng_uniform_f64(&rng));
+        int64_t eh = (int64_t)nearbyint(sqrt(a * r)), ew = (int64_t)nearbyint(sqrt(a / r));
+        if (!(eh < h && ew < w)) continue;
+        int64_t y = (int64_t)dpt_rng_below(&rng, (uint64_t)(h - eh + 1));
+        int64_t x = (int64_t)dpt_rng_below(&rng, (uint64_t)(w - ew + 1));
+        box[0] = y, box[1] = y + eh, box[2] = x, box[3] = x + ew;
+        return true;
+    }
+    return false;
+}
+
+void dpt_erase_apply(dpt_ctx *ctx, dpt_tensor *x, const dpt_erase_options *o, uint64_t key)
+{
+    DPT_ASSERT(x->ndim == 4 && x->dtype == DPT_F32 && dpt_tensor_is_contiguous(x),
+               "random erasing of a %d-D batch", x->ndim);
+    bool nhwc = x->layout == DPT_LAYOUT_NHWC;
+    DPT_ASSERT(nhwc || x->layout == DPT_LAYOUT_NCHW, "random erasing of a blocked layout");
+    int64_t n = x->shape[0], c = x->shape[1], h = x->shape[2], w = x->shape[3];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t box[4];
+        if (dpt_erase_draw(o, key, i, h, w, box))
+            ctx->be->erase_box(ctx, x->data + i * c * h * w, c, h, w, nhwc, box);
+    }
 }
 
 void dpt_mix_apply(dpt_ctx *ctx, dpt_tensor *x, const dpt_mix *m)

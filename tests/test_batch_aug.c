@@ -1,9 +1,11 @@
-/* test_mix.c: [data] mixup and cutmix (data/mix.c). The Beta draws against the distribution's
+/* test_batch_aug.c: [data] random_erase, mixup and cutmix (data/batch_aug.c). The Beta draws against the distribution's
  * moments and two closed-form CDFs (alpha 1: uniform; alpha 1/2: the arcsine law); the batch
  * draws' rules (probability, switch, box inside the image, lambda = the area left); the
  * in-place mixing of a batch against a float64 recomputation of timm's formulas (NCHW and
  * NHWC, odd and even batches, labels moved bit for bit); the mixed loss and its gradient against
- * the float64 cross-entropy of timm's mixed soft targets (mixup_target with label smoothing). */
+ * the float64 cross-entropy of timm's mixed soft targets (mixup_target with label smoothing);
+ * random erasing's draws against torchvision's RandomErasing statistics, and the boxes set to 0
+ * in NCHW and NHWC. */
 #include "tests/testutil.h"
 #include "data/data.h"
 #include "runtime/registry.h"
@@ -190,6 +192,96 @@ static void test_mix_apply(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------------------- random erasing */
+
+/* torchvision's RandomErasing.get_params, its statistics: the share erased, the box inside the
+ * image, its area a uniform share of the image's (scale) and its aspect ratio log-uniform
+ * (ratio), its place uniform. */
+static void test_erase_draws(void **state)
+{
+    (void)state;
+    enum { N = 60000 };
+    dpt_erase_options o = {.prob = 0.4, .scale = {0.02, 0.33}, .ratio = {0.3, 3.3}};
+    int64_t h = 224, w = 224;
+    double erased = 0, area = 0, area2 = 0, log_ratio = 0, place = 0;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t box[4], again[4];
+        uint64_t key = (uint64_t)(i / 64) * 0x9e3779b97f4a7c15ULL;
+        bool on = dpt_erase_draw(&o, key, i % 64, h, w, box);
+        assert_true(on == dpt_erase_draw(&o, key, i % 64, h, w, again));
+        if (!on) continue;
+        assert_memory_equal(box, again, sizeof box); /* a pure function of the key and the place */
+        erased++;
+        int64_t eh = box[1] - box[0], ew = box[3] - box[2];
+        assert_true(box[0] >= 0 && eh > 0 && eh < h && box[1] <= h && box[2] >= 0 && ew > 0 && ew < w && box[3] <= w);
+        double a = (double)(eh * ew) / (double)(h * w);
+        area += a, area2 += a * a, log_ratio += log((double)eh / (double)ew);
+        if (eh < h) place += (double)box[0] / (double)(h - eh);
+    }
+    within_se("share of samples erased", erased / N, 0.4, sqrt(0.4 * 0.6 / N));
+    /* a box too tall or too wide is drawn again (10 tries), which takes a little of the large
+     * areas away: the mean area within 1% of the image of the uniform's (0.175) */
+    double mean = area / erased, sd = sqrt(area2 / erased - mean * mean);
+    if (!(fabs(mean - 0.175) < 0.01 + 5 * sd / sqrt(erased))) fail_msg("mean erased area %.4f, expected about 0.175", mean);
+    /* log(h/w) is symmetric about (log 0.3 + log 3.3) / 2 = -0.005, up to the sides' rounding */
+    if (!(fabs(log_ratio / erased + 0.005) < 0.02)) fail_msg("mean log aspect ratio %.4f", log_ratio / erased);
+    /* the top row uniform over the places that fit: mean 1/2 of the range */
+    within_se("mean place", place / erased, 0.5, sqrt(1.0 / 12 / erased));
+    /* boxes that always fit (no draw again): the area uniform in [0.02, 0.1], mean 0.06, and
+     * log(h/w) uniform in [log 0.5, log 4], mean 0.3466 (the sides' rounding moves both a little) */
+    dpt_erase_options tall = {.prob = 1, .scale = {0.02, 0.1}, .ratio = {0.5, 4}};
+    double n2 = 0, a2 = 0, r2 = 0;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t box[4];
+        if (!dpt_erase_draw(&tall, (uint64_t)i * 7919, 0, h, w, box)) fail_msg("draw %lld: no box", (long long)i);
+        n2++, a2 += (double)((box[1] - box[0]) * (box[3] - box[2])) / (double)(h * w);
+        r2 += log((double)(box[1] - box[0]) / (double)(box[3] - box[2]));
+    }
+    if (!(fabs(a2 / n2 - 0.06) < 0.002)) fail_msg("mean erased area %.4f, expected 0.06", a2 / n2);
+    if (!(fabs(r2 / n2 - 0.3466) < 0.01)) fail_msg("mean log(h/w) %.4f, expected 0.3466", r2 / n2);
+    /* off, and a box that never fits (area > the image): no erasing */
+    int64_t box[4];
+    assert_false(dpt_erase_draw(&(dpt_erase_options){.prob = 0, .scale = {0.1, 0.2}, .ratio = {1, 1}}, 1, 0, h, w, box));
+    for (int i = 0; i < 100; i++)
+        assert_false(dpt_erase_draw(&(dpt_erase_options){.prob = 1, .scale = {1, 1}, .ratio = {1, 1}}, 1, i, h, w, box));
+}
+
+static void test_erase_apply(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 4);
+    dpt_erase_options o = {.prob = 0.6, .scale = {0.05, 0.3}, .ratio = {0.5, 2}};
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        int64_t n = 9, c = 3, h = 10, w = 13, per = c * h * w;
+        dpt_tensor *x = test_input(ctx, &rng, 4, (int64_t[]){n, c, h, w}, 1, 2); /* never 0 */
+        x->requires_grad = false;
+        if (nhwc) x->layout = DPT_LAYOUT_NHWC;
+        float *orig = malloc((size_t)(n * per) * sizeof *orig);
+        memcpy(orig, x->data, (size_t)(n * per) * sizeof *orig);
+        dpt_erase_apply(ctx, x, &o, 77);
+        int any = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t box[4] = {0, 0, 0, 0};
+            bool on = dpt_erase_draw(&o, 77, i, h, w, box);
+            any += on;
+            for (int64_t e = 0; e < per; e++) {
+                int64_t y = nhwc ? e / (c * w) : e / w % h, xx = nhwc ? e / c % w : e % w;
+                bool in = on && y >= box[0] && y < box[1] && xx >= box[2] && xx < box[3];
+                float want = in ? 0.0f : orig[i * per + e];
+                if (x->data[i * per + e] != want)
+                    fail_msg("%s sample %lld value %lld: %g, expected %g", nhwc ? "nhwc" : "nchw", (long long)i,
+                             (long long)e, x->data[i * per + e], want);
+            }
+        }
+        assert_true(any > 0 && any < n); /* this seed erases some, not all */
+        free(orig);
+        dpt_tensor_free(x);
+    }
+    dpt_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- the mixed loss */
 
 typedef struct mix_loss_case {
@@ -293,6 +385,8 @@ int main(void)
         cmocka_unit_test(test_batch_draws),
         cmocka_unit_test(test_mix_apply),
         cmocka_unit_test(test_mix_loss),
+        cmocka_unit_test(test_erase_draws),
+        cmocka_unit_test(test_erase_apply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
