@@ -596,14 +596,17 @@ static bool folder_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset 
                         .resize = resize,
                         .hflip = dpt_config_bool(cfg, "data", "hflip"),
                         .dct_scaling = dpt_config_bool(cfg, "data", "jpeg_dct_scaling"),
-                        .max_pixels = dpt_config_int(cfg, "data", "max_image_pixels")};
+                        .max_pixels = dpt_config_int(cfg, "data", "max_image_pixels"),
+                        .auto_augment = (int)dpt_config_enum(cfg, "data", "auto_augment"),
+                        .aa_ops = (int)dpt_config_int(cfg, "data", "rand_augment_ops"),
+                        .aa_magnitude = (int)dpt_config_int(cfg, "data", "rand_augment_magnitude")};
     if (!read_range(cfg, "scale", v.scale, err) || !read_range(cfg, "ratio", v.ratio, err)) return false;
     dpt_folder_options opt = {.dir = dpt_config_str(cfg, "data", "dir"),
                               .cache_dir = dpt_config_str(cfg, "checkpoint", "dir"),
                               .train = v,
                               .eval = v};
     opt.train.train = true;
-    opt.eval.hflip = false;
+    opt.eval.hflip = false, opt.eval.auto_augment = DPT_AUTO_AUGMENT_NONE;
     if (!dpt_folder_open(&opt, train, test, err)) return false;
     /* the classes are the folders: a count stated otherwise is a mistake, not a setting */
     int64_t stated = dpt_config_int(cfg, "data", "classes");
@@ -624,6 +627,15 @@ static const dpt_config_key folder_keys[] = {
      "training: RandomResizedCrop's range of crop area, as fractions of the image's (min,max)", 0},
     {NULL, "ratio", DPT_KEY_FLOAT_LIST, "0.75,1.3333333333", 1e-3, 1e3, NULL,
      "training: RandomResizedCrop's range of crop aspect ratio, width/height (min,max)", 0},
+    {NULL, "auto_augment", DPT_KEY_ENUM, "none", 1, 0, "none|trivial_wide|rand",
+     "training: an augmentation policy after the crop and flip, as torchvision applies it to a PIL image (PIL's "
+     "arithmetic, bilinear, fill 0; checked against PIL): trivial_wide = TrivialAugmentWide (one of 14 operations at "
+     "one of 31 magnitudes, each uniform; torchvision's ResNet-50 recipe), rand = RandAugment (rand_augment_ops "
+     "operations at bin rand_augment_magnitude)",
+     0},
+    {NULL, "rand_augment_ops", DPT_KEY_INT, "2", 1, 16, NULL, "auto_augment = rand: operations per image", 0},
+    {NULL, "rand_augment_magnitude", DPT_KEY_INT, "9", 0, 30, NULL,
+     "auto_augment = rand: the magnitude bin (0..30) of every operation", 0},
     {NULL, "workers", DPT_KEY_INT, "-1", -1, 256, NULL,
      "threads decoding and augmenting images, per rank (-1: cores per rank minus one, at least 1; "
      "0: on the loader's own thread). Batches are the same for any number", 0},

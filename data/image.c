@@ -43,7 +43,7 @@ bool dpt_image_have_png(void)
 
 void dpt_image_scratch_free(dpt_image_scratch *s)
 {
-    free(s->file), free(s->pix), free(s->tmp);
+    free(s->file), free(s->pix), free(s->tmp), free(s->aug);
     free(s->coef[0]), free(s->coef[1]), free(s->bounds[0]), free(s->bounds[1]);
     memset(s, 0, sizeof *s);
 }
@@ -463,7 +463,12 @@ bool dpt_image_sample(const char *path, const dpt_image_view *v, dpt_rng *rng, u
                       dpt_image_box *box, char *msg, size_t msg_size)
 {
     dpt_image_box local;
-    return decode(path, v, rng, out, s, box ? box : &local, msg, msg_size, false, NULL, NULL);
+    if (!decode(path, v, rng, out, s, box ? box : &local, msg, msg_size, false, NULL, NULL)) return false;
+    if (v->train && v->auto_augment) { /* on the crop, drawing after it from the sample's generator */
+        s->aug = grow(s->aug, &s->aug_cap, (size_t)v->size * v->size * 3);
+        dpt_image_auto_augment(out, v->size, v->size, v->auto_augment, v->aa_ops, v->aa_magnitude, rng, s->aug);
+    }
+    return true;
 }
 
 bool dpt_image_decode(const char *path, uint8_t **pix, int *w, int *h, char *msg, size_t msg_size)

@@ -271,12 +271,18 @@ void print_header(const trainer *t)
                 (long long)(t->train_loader ? dpt_loader_num_samples(t->train_loader) : ds->n),
                 (long long)(ds->n_file ? ds->n_file : ds->n), test, shape, steps);
     const dpt_mix_options *mix = &run->mix;
-    if (t->train_loader && (run->train_data.crop_pad || run->train_data.hflip || t->erase || t->mix_labels)) {
-        char aug[256] = "";
+    int policy = t->train_set->files ? (int)dpt_config_enum(run->ini, "data", "auto_augment") : 0;
+    if (t->train_loader && (run->train_data.crop_pad || run->train_data.hflip || policy || t->erase || t->mix_labels)) {
+        char aug[320] = "";
         size_t used = 0;
         if (run->train_data.crop_pad)
             used += (size_t)snprintf(aug + used, sizeof aug - used, " | random crop (pad %d)", run->train_data.crop_pad);
         if (run->train_data.hflip) used += (size_t)snprintf(aug + used, sizeof aug - used, " | hflip");
+        if (policy == 1) used += (size_t)snprintf(aug + used, sizeof aug - used, " | TrivialAugmentWide");
+        if (policy == 2)
+            used += (size_t)snprintf(aug + used, sizeof aug - used, " | RandAugment (%lld ops, magnitude %lld of 30)",
+                                     (long long)dpt_config_int(run->ini, "data", "rand_augment_ops"),
+                                     (long long)dpt_config_int(run->ini, "data", "rand_augment_magnitude"));
         if (t->erase)
             used += (size_t)snprintf(aug + used, sizeof aug - used, " | random erasing %g (area %g-%g, ratio %g-%g)",
                                      run->erase.prob, run->erase.scale[0], run->erase.scale[1], run->erase.ratio[0],

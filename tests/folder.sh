@@ -22,13 +22,21 @@ a=$(./train "${run[@]}" --set data.workers=0 --set checkpoint.dir="$tmp/a" 2>&1)
 b=$(./train "${run[@]}" --set data.workers=3 --set checkpoint.dir="$tmp/b" 2>&1); rcb=$?
 [ $rc -eq 0 ] && [ $rcb -eq 0 ] && [ -n "$(sha <<<"$a")" ] && [ "$(sha <<<"$a")" = "$(sha <<<"$b")" ]
 check "0 and 3 workers: the same weights" $? "exit $rc/$rcb, $(sha <<<"$a") vs $(sha <<<"$b")"
-# the batch augmentations after the loader (random erasing, mixup, cutmix) on decoded files
-mixed=(--set data.random_erase=0.25 --set data.mixup=0.2 --set data.cutmix=1)
+# TrivialAugmentWide on the decoded crops, then the batch augmentations after the loader
+# (random erasing, mixup, cutmix): torchvision's ResNet-50 recipe
+mixed=(--set data.auto_augment=trivial_wide --set data.random_erase=0.25 --set data.mixup=0.2 --set data.cutmix=1)
 c=$(./train "${run[@]}" "${mixed[@]}" --set data.workers=0 --set checkpoint.dir="$tmp/c" 2>&1); rc=$?
 d=$(./train "${run[@]}" "${mixed[@]}" --set data.workers=3 --set checkpoint.dir="$tmp/d" 2>&1); rcb=$?
 [ $rc -eq 0 ] && [ $rcb -eq 0 ] && [ -n "$(sha <<<"$c")" ] && [ "$(sha <<<"$c")" = "$(sha <<<"$d")" ] &&
     [ "$(sha <<<"$c")" != "$(sha <<<"$a")" ]
-check "with random erasing, mixup and cutmix too (and other weights than without)" $? "exit $rc/$rcb, $(sha <<<"$c") vs $(sha <<<"$d")"
+check "with TrivialAugmentWide, random erasing, mixup and cutmix too (and other weights than without)" $? "exit $rc/$rcb, $(sha <<<"$c") vs $(sha <<<"$d")"
+grep -q "^augment | hflip | TrivialAugmentWide | random erasing 0.25" <<<"$c"
+check "the header says which augmentations run" $? "$(grep '^augment' <<<"$c")"
+e=$(./train "${run[@]}" --set data.auto_augment=rand --set data.workers=0 --set checkpoint.dir="$tmp/e" 2>&1); rc=$?
+f=$(./train "${run[@]}" --set data.auto_augment=rand --set data.workers=3 --set checkpoint.dir="$tmp/f" 2>&1); rcb=$?
+[ $rc -eq 0 ] && [ $rcb -eq 0 ] && [ -n "$(sha <<<"$e")" ] && [ "$(sha <<<"$e")" = "$(sha <<<"$f")" ] &&
+    [ "$(sha <<<"$e")" != "$(sha <<<"$a")" ] && grep -q "RandAugment (2 ops, magnitude 9 of 30)" <<<"$e"
+check "RandAugment: the same weights with 0 and 3 workers, others than without" $? "exit $rc/$rcb, $(sha <<<"$e") vs $(sha <<<"$f")"
 grep -q "^10 classes: 0 00_tshirt (12), 1 01_trouser (12)" <<<"$a" &&
     grep -q "data $tmp/img | train 120 per rank of 120 | test 40 | 3x32x32 | 10 classes" <<<"$a"
 check "header: classes with counts, 3x32x32" $? "$(head -8 <<<"$a")"
