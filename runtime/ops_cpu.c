@@ -465,8 +465,7 @@ static void cpu_mix_pairs(dpt_ctx *ctx, float *x, const dpt_pair_mix *m)
         return;
     }
     uint32_t *words = (uint32_t *)x; /* moved, never computed: int32 labels pass unchanged */
-    int64_t rows = m->y1 - m->y0, cols = m->x1 - m->x0;
-#pragma omp parallel for num_threads(ctx->threads) if (n * rows * cols * m->c > PAR_MIN)
+#pragma omp parallel for num_threads(ctx->threads) if (n * (m->y1 - m->y0) * (m->x1 - m->x0) * m->c > PAR_MIN)
     for (int64_t i = 0; i < n / 2; i++) {
         uint32_t *p = words + i * per, *q = words + (n - 1 - i) * per;
         for (int64_t ch = 0; ch < m->c; ch++)

@@ -1,6 +1,7 @@
 /* fuzz_image.c: the folder source's decoders and crops (JPEG through libjpeg-turbo with DCT
- * scaling, row skipping and column cropping; PNG through libpng; the resize). Input: one byte
- * of options (training or evaluation view, output side, DCT scaling), then the file. A bad
+ * scaling, row skipping and column cropping; PNG through libpng; the resize; a training view's
+ * TrivialAugmentWide or RandAugment). Input: one byte of options (training or evaluation view,
+ * output side, DCT scaling, policy), then the file. A bad
  * file must come back as false with a message, never a crash, a hang or a read out of bounds;
  * a good one must fill every output byte. */
 #include "tests/fuzz/fuzz_common.h"
@@ -20,7 +21,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         .ratio = {0.75, 4.0 / 3.0},
                         .hflip = true,
                         .dct_scaling = !(o & 128),
-                        .max_pixels = 1 << 22};
+                        .max_pixels = 1 << 22,
+                        /* a training view also runs an augmentation policy, drawn from the seed */
+                        .auto_augment = (o & 64) ? 1 + (o >> 1 & 1) : 0,
+                        .aa_ops = 1 + (o & 3),
+                        .aa_magnitude = o % 31};
     static uint8_t out[39 * 39 * 3];
     memset(out, 0xAB, sizeof out);
     dpt_rng rng;
