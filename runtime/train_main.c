@@ -107,7 +107,8 @@ int dpt_train_main(int argc, char **argv)
         rc = r.rc;
         result = r.result;
     }
-    if (!args.env && !args.dry_run && !args.summary && !args.sample && !args.export_format && !args.predict) /* --eval: yes */
+    if (!args.env && !args.dry_run && !args.summary && !args.sample && !args.export_format && !args.predict &&
+        !args.show_batch) /* --eval: yes */
         rc = check_expectations(&world, &args, run, rc, &result);
     dpt_config_free(cfg);
     free(run);
@@ -604,6 +605,9 @@ static void usage(FILE *out)
         "                           or a model's own (llmc for gpt, after CONFIG)\n"
         "  --dry-run                load everything, print the resolved config, and exit\n"
         "  --summary                print the ops one forward runs (layers, output shapes, parameters, FLOPs), and exit\n"
+        "  --show-batch FILE.png    write this rank's first training batch as the model would get it\n"
+        "                           (crops, flips, auto_augment, random erasing, mixup or cutmix done) as\n"
+        "                           a PNG grid of up to 64 images, print their labels, and exit\n"
         "  --sample CKPT            generate from a language model's checkpoint (or llmc:PATH, llm.c's\n"
         "                           GPT-2 file; text for byte-level models, token ids otherwise) and\n"
         "                           exit; with --prompt TEXT, --tokens N (200), --temperature T (1; 0 =\n"
@@ -657,7 +661,7 @@ static const char *nearest_flag(const char *given)
     static const char *const flags[] = {
         "--config-reference", "--dry-run", "--ema", "--env", "--eval", "--expect", "--export", "--help",
         "--input", "--inspect", "--junit", "--no-kv-cache", "--out", "--per-class", "--predict", "--profile", "--prompt",
-        "--resume", "--sample", "--seed", "--set", "--summary", "--temperature", "--tokenizer", "--tokens", "--top-k",
+        "--resume", "--sample", "--seed", "--set", "--show-batch", "--summary", "--temperature", "--tokenizer", "--tokens", "--top-k",
         "--top-p", "--version",
     };
     const char *best = NULL;
@@ -705,6 +709,14 @@ static int parse_cli(int argc, char **argv, cli *args)
                 return 1;
             }
             return 0;
+        } else if (is_flag(a, "--show-batch")) {
+            const char *v = flag_value(argc, argv, &i, "--show-batch");
+            if (!v || !*v) {
+                fprintf(stderr, "error: --show-batch needs the PNG file to write\nHINT: ./train CONFIG --show-batch "
+                                "batch.png\n");
+                return 2;
+            }
+            args->show_batch = v;
         } else if (is_flag(a, "--eval")) {
             const char *v = flag_value(argc, argv, &i, "--eval");
             if (!v || !*v) {
@@ -882,6 +894,16 @@ static int parse_cli(int argc, char **argv, cli *args)
         fprintf(stderr, "error: --ema chooses the weight averages a checkpoint holds: it goes with --eval, --predict, "
                         "--sample or --export\nHINT: ./train CONFIG --eval CKPT --ema; to keep averages while "
                         "training, set [train] ema_decay\n");
+        return 2;
+    }
+    /* --show-batch looks at training's first batch: beside another mode it would show nothing */
+    const char *other = args->dry_run ? "--dry-run" : args->summary ? "--summary" : args->env ? "--env"
+                        : args->export_format ? "--export" : args->sample ? "--sample" : args->predict ? "--predict"
+                        : args->eval ? "--eval" : args->resume ? "--resume" : args->profile ? "--profile" : NULL;
+    if (args->show_batch && other) {
+        fprintf(stderr, "error: --show-batch shows the first training batch of a new run and exits; %s is another "
+                        "command\nHINT: ./train CONFIG --show-batch batch.png [--set ...]\n",
+                other);
         return 2;
     }
     /* --profile times the training steps: with a command that trains none it would say nothing */

@@ -177,6 +177,12 @@ void *train_replica(void *arg)
             r->rc = fail(r, &err);
             return NULL;
         }
+    } else if (r->args->show_batch) { /* rank 0's first batch, as training would take it */
+        if (r->rank == 0 && !show_batch(&t, r->args->show_batch, &err)) {
+            trainer_close(&t);
+            r->rc = fail(r, &err);
+            return NULL;
+        }
     } else if (r->args->dry_run || r->args->summary) {
         if (r->rank == 0 && r->args->summary && t.trace.table) /* what the forward runs (issue 28) */
             fputs(t.trace.table, stdout);
@@ -529,14 +535,14 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     if (!r->args->resume && !init_from_checkpoint(t, err)) goto fail;
     /* no optimizer either where only weights are read (its state would be zero-filled memory,
      * two floats per parameter for AdamW, never read) */
-    bool look_only = weights_only || r->args->dry_run || r->args->summary;
+    bool look_only = weights_only || r->args->dry_run || r->args->summary || r->args->show_batch;
     if (!weights_only && !(t->optim = dpt_optim_build(t->model, run->ini, err))) goto fail;
     if (run->ema_decay > 0 && !look_only) dpt_ema_new(t->ctx, t->model, run->ema_decay); /* a resume restores them */
     t->need = estimate_memory(t);
     if (!check_memory(t, err)) goto fail;
     guard_memory(t, false);
     /* --dry-run and --summary look and write nothing ([log] metrics and timeline files included) */
-    bool writes = !r->args->dry_run && !r->args->summary;
+    bool writes = !r->args->dry_run && !r->args->summary && !r->args->show_batch;
     if (!open_loaders(t, err)) goto fail;
     if (r->args->export_format && !(t->exporter = exporter_for(t, err))) goto fail;
     if (r->args->resume && !resume(t, err)) goto fail;
@@ -675,6 +681,13 @@ static dpt_tensor *mix_batch(trainer *t, dpt_batch *b, dpt_tensor *target, dpt_m
     return dpt_mix_partner_labels(t->ctx, target, t->mix_labels);
 }
 
+dpt_tensor *augment_batch(trainer *t, dpt_batch *b, dpt_tensor *target, dpt_mix *mix)
+{
+    *mix = (dpt_mix){.lambda = 1.0};
+    if (t->erase) dpt_erase_apply(t->ctx, dpt_batch_get(b, t->task.input), &t->run->erase, b->key);
+    return t->mix_labels ? mix_batch(t, b, target, mix) : NULL;
+}
+
 /* One micro-batch: forward, loss, backward (DDP's AllReduces start as buckets fill), and the
  * loss and correct counts added up on the device. */
 static void micro_batch(trainer *t, bool last)
@@ -688,10 +701,9 @@ static void micro_batch(trainer *t, bool last)
     if (t->reducer) t->reducer->ops->micro_begin(t->reducer, t->state.step, t->micro, last);
     dpt_profile_mark(t->ctx);
     dpt_zero_forward_begin(t->zero, t->ctx, t->state.step); /* zero_overlap: ops wait for their segments */
-    dpt_tensor *target = dpt_batch_get(&b, t->task.target), *partner = NULL;
-    dpt_mix mix = {.lambda = 1.0};
-    if (t->erase) dpt_erase_apply(t->ctx, dpt_batch_get(&b, t->task.input), &run->erase, b.key);
-    if (t->mix_labels) partner = mix_batch(t, &b, target, &mix);
+    dpt_tensor *target = dpt_batch_get(&b, t->task.target);
+    dpt_mix mix;
+    dpt_tensor *partner = augment_batch(t, &b, target, &mix);
     dpt_tensor *out = dpt_model_forward_batch(t->model, t->ctx, &b, &t->task);
     dpt_tensor *loss = dpt_mix_loss(t->ctx, t->loss, t->loss_settings, out, target, partner, mix.lambda);
     if (t->nan_loss) loss = dpt_scale(t->ctx, loss, NAN);

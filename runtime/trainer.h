@@ -48,6 +48,7 @@ typedef struct cli {
     const char *predict_input; /* --input PATH: images without labels instead of the test set */
     bool ema;                /* --ema: --eval, --predict, --sample with the checkpoint's weight averages */
     bool per_class;          /* --per-class: --eval's precision, recall and F1 of each class */
+    const char *show_batch;  /* --show-batch FILE.png: the first training batch as training sees it */
     int argc;           /* the command line as given, for the command that resumes this run */
     char **argv;
 } cli;
@@ -311,6 +312,13 @@ void crash_report_junit(const char *path, const char *suite);
  * it ends the process at once). */
 void signals_training(void);
 bool signal_agreed(const replica *r, int *signal_seen);
+/* The augmentations of a whole training batch, in place: random erasing, then mixup or cutmix
+ * (*mix says which; lambda 1 for none). Returns the partners' labels of a mixed batch, else
+ * NULL (trainer.c). */
+dpt_tensor *augment_batch(trainer *t, dpt_batch *b, dpt_tensor *target, dpt_mix *mix);
+/* --show-batch PATH: the first training batch of the run's first epoch, augmented as training
+ * takes it, as a PNG grid, its labels printed (show_batch.c). */
+bool show_batch(trainer *t, const char *path, dpt_error *err);
 dpt_timeline *open_timeline(const replica *r);
 int fail(const replica *r, const dpt_error *err);
 

@@ -8,7 +8,7 @@
 # each its labelled row's classes and probabilities with an empty label, as does the IDX test
 # image file alone for the Fashion-MNIST model. A regression's rows
 # give --eval's test loss as their mean squared error. Under mpirun -np 2 it is refused, saying
-# why.
+# why. And --show-batch: its grid's tiles are the training images (mixed as it says).
 cd "$(dirname "$0")/.."
 . tests/common.sh
 mlp=(configs/fmnist_mlp.ini --set data.train_limit=3000 --set data.test_limit=700 --set train.epochs=1
@@ -171,6 +171,53 @@ PY
 else
     echo "skipped: --sample on a terminal (no script(1))"
 fi
+
+# --show-batch: the first training batch as a PNG grid. Without augmentation and shuffling its
+# tiles are the IDX file's first images, byte for byte (the loader's normalisation undone);
+# with mixup each tile is lambda x its image + (1 - lambda) x image 15-i (to one unit: lambda
+# is printed to 4 digits); with cutmix the printed box holds image 15-i's bytes and the rest
+# its own. The labels printed are the file's.
+show=(configs/fmnist_cnn.ini --set data.shuffle=false --set train.batch=16 --set checkpoint.dir="$tmp/cks")
+./train "${show[@]}" --show-batch "$tmp/plain.png" > "$tmp/sb1.log" 2>&1 &&
+    ./train "${show[@]}" --set data.mixup=0.5 --show-batch "$tmp/mixup.png" > "$tmp/sb2.log" 2>&1 &&
+    ./train "${show[@]}" --set data.cutmix=1 --show-batch "$tmp/cutmix.png" > "$tmp/sb3.log" 2>&1
+check "--show-batch writes the grids" $? "$(tail -n 3 "$tmp/sb1.log" "$tmp/sb2.log" "$tmp/sb3.log")"
+/usr/bin/python3 - "$dir" "$tmp" <<'PY'
+import gzip, re, sys
+import numpy as np
+from PIL import Image
+d, tmp = sys.argv[1], sys.argv[2]
+with gzip.open(d + '/train-images-idx3-ubyte.gz') as f: img = np.frombuffer(f.read()[16:16 + 16 * 784], np.uint8).reshape(16, 28, 28)
+with gzip.open(d + '/train-labels-idx1-ubyte.gz') as f: lab = np.frombuffer(f.read()[8:8 + 16], np.uint8)
+def tiles(name):
+    g = np.asarray(Image.open(tmp + '/' + name + '.png').convert('RGB')).astype(int)
+    assert g.shape == (2 * 28 + 2, 8 * 28 + 7 * 2, 3), g.shape
+    assert (g[..., 0] == g[..., 1]).all() and (g[..., 1] == g[..., 2]).all()  # gray shown as gray
+    return np.stack([g[r * 30:r * 30 + 28, c * 30:c * 30 + 28, 0] for r in range(2) for c in range(8)])
+def log(n): return open(tmp + '/sb%d.log' % n).read()
+bad = []
+if not (tiles('plain') == img).all(): bad.append('plain tiles are not the first 16 images')
+if 'labels: ' + ' '.join(map(str, lab)) not in log(1): bad.append('labels')
+lam = float(re.search(r'lambda ([0-9.]+)', log(2)).group(1))
+want = lam * img.astype(float) + (1 - lam) * img[::-1].astype(float)
+if not (0 < lam < 1) or np.abs(tiles('mixup') - want).max() > 1.0: bad.append('mixup %g: off by %g' % (lam, np.abs(tiles('mixup') - want).max()))
+if 'partners\' labels: ' + ' '.join(map(str, lab[::-1])) not in log(2): bad.append('partners')
+m = re.search(r'rows (\d+)-(\d+), columns (\d+)-(\d+)', log(3))
+y0, y1, x0, x1 = (int(v) for v in m.groups())
+want = img.copy(); want[:, y0:y1 + 1, x0:x1 + 1] = img[::-1, y0:y1 + 1, x0:x1 + 1]
+if not (tiles('cutmix') == want).all(): bad.append('cutmix box %s' % (m.groups(),))
+print('\n'.join(bad)); sys.exit(1 if bad else 0)
+PY
+check "the tiles are the images (mixed as printed), the labels the file's" $? ""
+printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 100) > "$tmp/text.txt"
+build/tools/text_tokens --val-fraction 0.1 "$tmp/tok" "$tmp/text.txt" > /dev/null
+./train configs/gpt_fortunes.ini --set data.train="$tmp/tok/train_*.bin" --set data.val="$tmp/tok/val_*.bin" \
+    --set data.seq_len=16 --set train.batch=4 --show-batch "$tmp/t.png" > "$tmp/sb4.log" 2>&1
+[ $? -eq 1 ] && grep -q "show-batch draws images, and this data's input (tokens)" "$tmp/sb4.log" && [ ! -e "$tmp/t.png" ]
+check "--show-batch of token data: refused, nothing written" $? "$(tail -2 "$tmp/sb4.log")"
+./train "${show[@]}" --show-batch "$tmp/x.png" --eval latest > "$tmp/sb5.log" 2>&1
+[ $? -eq 2 ] && grep -q "error: --show-batch shows the first training batch of a new run and exits; --eval" "$tmp/sb5.log"
+check "--show-batch with --eval: refused (exit 2)" $? "$(tail -2 "$tmp/sb5.log")"
 
 if [ $mpi -eq 1 ]; then
     mpirun --oversubscribe --allow-run-as-root -np 2 ./train "${mlp[@]}" --predict latest --out "$tmp/m.csv" > "$tmp/m.log" 2>&1
