@@ -33,7 +33,8 @@ static void blend(uint8_t *img, const uint8_t *degenerate, size_t n, float facto
 /* convert("L"): ITU-R 601-2 luma in 16-bit fixed point, rounded (PIL's Convert.c) */
 static uint8_t luma(const uint8_t *p)
 {
-    return (uint8_t)(((uint32_t)p[0] * 19595 + (uint32_t)p[1] * 38470 + (uint32_t)p[2] * 7471 + 0x8000) >> 16);
+    return (uint8_t)(((uint32_t)p[0] * 19595 + (uint32_t)p[1] * 38470 + (uint32_t)p[2] * 7471 + 0x8000) >>
+                     16);
 }
 
 static void apply_lut(uint8_t *img, size_t pixels, const uint8_t lut[3][256])
@@ -67,21 +68,24 @@ static void smooth(const uint8_t *in, uint8_t *out, int w, int h)
  * the four pixels whose centres surround it, the edges clamped, truncated (PIL's Geometry.c) */
 static void affine(const uint8_t *in, uint8_t *out, int w, int h, const double a[6])
 {
-    if (a[0] == 1.0 && a[1] == 0.0 && a[3] == 0.0 && a[4] == 1.0 && a[2] == floor(a[2]) && a[5] == floor(a[5]) &&
-        fabs(a[2]) < w && fabs(a[5]) < h) { /* a whole-pixel shift: the samples fall on pixel centres, copies */
+    if (a[0] == 1.0 && a[1] == 0.0 && a[3] == 0.0 && a[4] == 1.0 && a[2] == floor(a[2]) &&
+        a[5] == floor(a[5]) && fabs(a[2]) < w &&
+        fabs(a[5]) < h) { /* a whole-pixel shift: the samples fall on pixel centres, copies */
         int dx = (int)a[2], dy = (int)a[5];
         memset(out, 0, (size_t)w * h * 3);
         for (int y = 0; y < h; y++) {
             int sy = y + dy, x0 = dx < 0 ? -dx : 0, x1 = dx > 0 ? w - dx : w;
             if (sy >= 0 && sy < h && x1 > x0)
-                memcpy(out + ((size_t)y * w + x0) * 3, in + ((size_t)sy * w + x0 + dx) * 3, (size_t)(x1 - x0) * 3);
+                memcpy(out + ((size_t)y * w + x0) * 3, in + ((size_t)sy * w + x0 + dx) * 3,
+                       (size_t)(x1 - x0) * 3);
         }
         return;
     }
     for (int y = 0; y < h; y++)
         for (int x = 0; x < w; x++) {
             uint8_t *o = out + ((size_t)y * w + x) * 3;
-            double xin = a[0] * (x + 0.5) + a[1] * (y + 0.5) + a[2], yin = a[3] * (x + 0.5) + a[4] * (y + 0.5) + a[5];
+            double xin = a[0] * (x + 0.5) + a[1] * (y + 0.5) + a[2],
+                   yin = a[3] * (x + 0.5) + a[4] * (y + 0.5) + a[5];
             if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h) {
                 o[0] = o[1] = o[2] = 0;
                 continue;
@@ -91,7 +95,8 @@ static void affine(const uint8_t *in, uint8_t *out, int w, int h, const double a
             double dx = xin - x0, dy = yin - y0;
             int xa = x0 < 0 ? 0 : x0 >= w ? w - 1 : x0, xb = x0 + 1 < 0 ? 0 : x0 + 1 >= w ? w - 1 : x0 + 1;
             int ya = y0 < 0 ? 0 : y0 >= h ? h - 1 : y0;
-            const uint8_t *r0 = in + (size_t)ya * w * 3, *r1 = y0 + 1 >= 0 && y0 + 1 < h ? in + (size_t)(y0 + 1) * w * 3 : NULL;
+            const uint8_t *r0 = in + (size_t)ya * w * 3,
+                          *r1 = y0 + 1 >= 0 && y0 + 1 < h ? in + (size_t)(y0 + 1) * w * 3 : NULL;
             for (int c = 0; c < 3; c++) {
                 double v1 = r0[xa * 3 + c] + (r0[xb * 3 + c] - r0[xa * 3 + c]) * dx;
                 double v2 = r1 ? r1[xa * 3 + c] + (r1[xb * 3 + c] - r1[xa * 3 + c]) * dx : v1;
@@ -113,7 +118,8 @@ static double degrees(double rad)
 }
 
 /* torchvision's _get_inverse_affine_matrix (angle and shears in degrees, scale 1) */
-static void inverse_affine(double cx, double cy, double angle, double tx, double ty, double shx, double shy, double m[6])
+static void inverse_affine(double cx, double cy, double angle, double tx, double ty, double shx, double shy,
+                           double m[6])
 {
     double rot = radians(angle), sx = radians(shx), sy = radians(shy);
     double a = cos(rot - sy) / cos(sy), b = -cos(rot - sy) * tan(sx) / cos(sy) - sin(rot);
@@ -164,8 +170,10 @@ void dpt_image_apply_op(uint8_t *img, int w, int h, int op, double magnitude, ui
     case DPT_AUG_TRANSLATE_X:
     case DPT_AUG_TRANSLATE_Y: {
         double m[6], deg = degrees(atan(magnitude));
-        if (op == DPT_AUG_SHEAR_X) inverse_affine(0, 0, 0, 0, 0, deg, 0, m);
-        else if (op == DPT_AUG_SHEAR_Y) inverse_affine(0, 0, 0, 0, 0, 0, deg, m);
+        if (op == DPT_AUG_SHEAR_X)
+            inverse_affine(0, 0, 0, 0, 0, deg, 0, m);
+        else if (op == DPT_AUG_SHEAR_Y)
+            inverse_affine(0, 0, 0, 0, 0, 0, deg, m);
         else /* int(magnitude) pixels, about the centre (w / 2, h / 2) */
             inverse_affine(w * 0.5, h * 0.5, 0, op == DPT_AUG_TRANSLATE_X ? (double)(int)magnitude : 0,
                            op == DPT_AUG_TRANSLATE_Y ? (double)(int)magnitude : 0, 0, 0, m);
@@ -199,7 +207,7 @@ void dpt_image_apply_op(uint8_t *img, int w, int h, int op, double magnitude, ui
         break;
     case DPT_AUG_POSTERIZE: { /* keep the high int(magnitude) bits */
         int bits = (int)magnitude;
-        uint8_t mask = (uint8_t)~((1u << (8 - bits)) - 1);
+        uint8_t mask = (uint8_t) ~((1u << (8 - bits)) - 1);
         for (int v = 0; v < 256; v++)
             lut[0][v] = lut[1][v] = lut[2][v] = (uint8_t)(v & mask);
         apply_lut(img, pixels, (const uint8_t(*)[256])lut);
@@ -265,7 +273,8 @@ double dpt_image_aug_magnitude(int policy, int op, int bin, int w, int h, bool *
         return linspace_f32(0.0f, wide ? 0.99f : 0.3f, 31, bin);
     case DPT_AUG_TRANSLATE_X:
     case DPT_AUG_TRANSLATE_Y:
-        return linspace_f32(0.0f, wide ? 32.0f : (float)(150.0 / 331.0 * (op == DPT_AUG_TRANSLATE_X ? w : h)), 31, bin);
+        return linspace_f32(0.0f, wide ? 32.0f : (float)(150.0 / 331.0 * (op == DPT_AUG_TRANSLATE_X ? w : h)),
+                            31, bin);
     case DPT_AUG_ROTATE:
         return linspace_f32(0.0f, wide ? 135.0f : 30.0f, 31, bin);
     case DPT_AUG_BRIGHTNESS:
@@ -282,7 +291,8 @@ double dpt_image_aug_magnitude(int policy, int op, int bin, int w, int h, bool *
     }
 }
 
-void dpt_image_auto_augment(uint8_t *img, int w, int h, int policy, int ops, int magnitude, dpt_rng *rng, uint8_t *tmp)
+void dpt_image_auto_augment(uint8_t *img, int w, int h, int policy, int ops, int magnitude, dpt_rng *rng,
+                            uint8_t *tmp)
 {
     if (policy == DPT_AUTO_AUGMENT_NONE) return;
     int rounds = policy == DPT_AUTO_AUGMENT_TRIVIAL_WIDE ? 1 : ops;

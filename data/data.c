@@ -41,6 +41,15 @@ static const dpt_config_key data_keys[] = {
      0},
     {"data", "hflip", DPT_KEY_BOOL, "false", 1, 0, NULL,
      "training augmentation of images: horizontal flip with probability 1/2 (a source of fields refuses it)", 0},
+    {"data", "auto_augment", DPT_KEY_ENUM, "none", 1, 0, "none|trivial_wide|rand",
+     "training augmentation of RGB images (a folder's, CIFAR's): a policy after the crop and flip, as torchvision "
+     "applies it to a PIL image (PIL's arithmetic, bilinear, fill 0; checked against PIL): trivial_wide = TrivialAugmentWide (one of 14 operations at "
+     "one of 31 magnitudes, each uniform; torchvision's ResNet-50 recipe), rand = RandAugment (rand_augment_ops "
+     "operations at bin rand_augment_magnitude)",
+     0},
+    {"data", "rand_augment_ops", DPT_KEY_INT, "2", 1, 16, NULL, "auto_augment = rand: operations per image", 0},
+    {"data", "rand_augment_magnitude", DPT_KEY_INT, "9", 0, 30, NULL,
+     "auto_augment = rand: the magnitude bin (0..30) of every operation", 0},
     {"data", "random_erase", DPT_KEY_FLOAT, "0", 0, 1, NULL,
      "training augmentation of images: the chance that a sample gets a box set to 0 (its channels' mean once "
      "normalised): torchvision's RandomErasing (its ResNet-50 recipe: 0.1), after the loader's crop and flip and "

@@ -627,15 +627,6 @@ static const dpt_config_key folder_keys[] = {
      "training: RandomResizedCrop's range of crop area, as fractions of the image's (min,max)", 0},
     {NULL, "ratio", DPT_KEY_FLOAT_LIST, "0.75,1.3333333333", 1e-3, 1e3, NULL,
      "training: RandomResizedCrop's range of crop aspect ratio, width/height (min,max)", 0},
-    {NULL, "auto_augment", DPT_KEY_ENUM, "none", 1, 0, "none|trivial_wide|rand",
-     "training: an augmentation policy after the crop and flip, as torchvision applies it to a PIL image (PIL's "
-     "arithmetic, bilinear, fill 0; checked against PIL): trivial_wide = TrivialAugmentWide (one of 14 operations at "
-     "one of 31 magnitudes, each uniform; torchvision's ResNet-50 recipe), rand = RandAugment (rand_augment_ops "
-     "operations at bin rand_augment_magnitude)",
-     0},
-    {NULL, "rand_augment_ops", DPT_KEY_INT, "2", 1, 16, NULL, "auto_augment = rand: operations per image", 0},
-    {NULL, "rand_augment_magnitude", DPT_KEY_INT, "9", 0, 30, NULL,
-     "auto_augment = rand: the magnitude bin (0..30) of every operation", 0},
     {NULL, "workers", DPT_KEY_INT, "-1", -1, 256, NULL,
      "threads decoding and augmenting images, per rank (-1: cores per rank minus one, at least 1; "
      "0: on the loader's own thread). Batches are the same for any number", 0},

@@ -61,6 +61,7 @@ struct dpt_loader {
     int64_t *mine;     /* n_mine indices into the dataset */
     int epoch;
     float lut[4][256]; /* byte -> normalised value, per channel (all use [0] unless per channel) */
+    uint8_t *aa_img, *aa_tmp; /* auto_augment of images in memory: a sample as HWC bytes, and scratch */
     int lut_channels;
     float norm_scale[4], norm_shift[4]; /* the same as x * scale + shift (image files) */
     bool direct;    /* CPU: decode straight into the tensor */
@@ -269,6 +270,11 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     l->mine = malloc((size_t)(l->n_mine ? l->n_mine : 1) * sizeof *l->mine);
     if (!l->perm || !l->mine) dpt_fatal("out of host memory for a loader");
     DPT_ASSERT(opt->norm_channels <= 4, "norm_channels %d", opt->norm_channels);
+    if (opt->auto_augment && ds->images && ds->c == 3) { /* images in memory (files: the folder's view) */
+        l->aa_img = malloc((size_t)(3 * ds->h * ds->w));
+        l->aa_tmp = malloc((size_t)(3 * ds->h * ds->w));
+        if (!l->aa_img || !l->aa_tmp) dpt_fatal("out of host memory for the loader's auto_augment");
+    }
     l->lut_channels = opt->norm_channels > 1 ? opt->norm_channels : 1;
     for (int ch = 0; ch < 4; ch++) {
         bool own = ch < opt->norm_channels && opt->norm_channels > 1;
@@ -326,6 +332,7 @@ void dpt_loader_free(dpt_loader *l)
     if (l->files) stop_pool(l);
     for (int i = 0; i < l->nslots; i++)
         free_slot(l, &l->slots[i]);
+    free(l->aa_img), free(l->aa_tmp);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->work_cv);
     pthread_cond_destroy(&l->ready_cv);
@@ -428,6 +435,21 @@ static void augment(const dpt_loader *l, int64_t idx, const uint8_t *src, float 
     int64_t dy = pad ? (int64_t)dpt_rng_below(&rng, (uint64_t)(2 * pad + 1)) - pad : 0;
     int64_t dx = pad ? (int64_t)dpt_rng_below(&rng, (uint64_t)(2 * pad + 1)) - pad : 0;
     bool flip = l->opt.hflip && (dpt_rng_next(&rng) >> 63);
+    if (l->aa_img) { /* RGB: the crop and flip as HWC bytes, the policy on them, then normalised */
+        uint8_t *img = l->aa_img;
+        for (int64_t y = 0; y < h; y++)
+            for (int64_t x = 0; x < w; x++)
+                for (int64_t ch = 0; ch < 3; ch++) {
+                    int64_t sy = y + dy, sx = (flip ? w - 1 - x : x) + dx;
+                    img[(y * w + x) * 3 + ch] = sy >= 0 && sy < h && sx >= 0 && sx < w ? src[(ch * h + sy) * w + sx] : 0;
+                }
+        dpt_image_auto_augment(img, (int)w, (int)h, l->opt.auto_augment, l->opt.aa_ops, l->opt.aa_magnitude, &rng,
+                               l->aa_tmp);
+        for (int64_t ch = 0; ch < 3; ch++)
+            for (int64_t p = 0; p < h * w; p++)
+                dst[ch * h * w + p] = l->lut[ch < l->lut_channels ? ch : 0][img[p * 3 + ch]];
+        return;
+    }
     for (int64_t ch = 0; ch < c; ch++)
         for (int64_t y = 0; y < h; y++)
             for (int64_t x = 0; x < w; x++) {
@@ -608,7 +630,7 @@ static void fill_slot(dpt_loader *l, int64_t b, slot *s)
         int64_t idx = l->mine[start + i];
         const uint8_t *src = l->ds->images + idx * chw;
         float *dst = s->host_x + i * chw;
-        if (l->opt.crop_pad || l->opt.hflip)
+        if (l->opt.crop_pad || l->opt.hflip || l->aa_img)
             augment(l, idx, src, dst);
         else if (l->lut_channels == 1)
             for (int64_t j = 0; j < chw; j++)

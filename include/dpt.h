@@ -915,6 +915,9 @@ typedef struct dpt_loader_options {
                            * differ by one sample (no dropping, no padding) */
     int crop_pad;         /* augmentation: random crop after zero-padding by this many pixels */
     bool hflip;           /* augmentation: horizontal flip with probability 1/2 */
+    int auto_augment;     /* augmentation of RGB images after the crop and flip: 0 none, 1
+                           * TrivialAugmentWide, 2 RandAugment (aa_ops operations at bin aa_magnitude) */
+    int aa_ops, aa_magnitude;
     int prefetch;         /* batches a background thread prepares ahead (decoding, and on a GPU
                            * the copy from pinned memory on the copy stream); 0: each batch is
                            * made on the calling thread inside dpt_loader_next */

@@ -32,10 +32,12 @@ bool show_batch(trainer *t, const char *path, dpt_error *err)
     for (int i = 0, n = dpt_dataset_fields(t->train_set, fields); i < n; i++)
         if (!strcmp(fields[i].name, t->task.input)) in = &fields[i];
     if (!in || in->dtype != DPT_F32 || in->ndim != 3 || (in->shape[0] != 1 && in->shape[0] != 3))
-        return dpt_errorf(err, "--show-batch draws images, and this data's input (%s) is not one of 1 or 3 channels "
-                               "(C, H, W) of floats\nHINT: --dry-run shows the config; a CSV's rows become images "
-                               "with [data] csv_shape = C,H,W",
-                          t->task.input);
+        return dpt_errorf(
+            err,
+            "--show-batch draws images, and this data's input (%s) is not one of 1 or 3 channels "
+            "(C, H, W) of floats\nHINT: --dry-run shows the config; a CSV's rows become images "
+            "with [data] csv_shape = C,H,W",
+            t->task.input);
     dpt_loader_start_epoch(t->train_loader, 1);
     dpt_batch b;
     if (!dpt_loader_next(t->train_loader, &b))
@@ -43,7 +45,8 @@ bool show_batch(trainer *t, const char *path, dpt_error *err)
     dpt_tensor *x = dpt_batch_get(&b, t->task.input), *target = dpt_batch_get(&b, t->task.target);
     dpt_mix mix;
     dpt_tensor *partner = augment_batch(t, &b, target, &mix);
-    int64_t B = dpt_tensor_dim(x, 0), C = dpt_tensor_dim(x, 1), H = dpt_tensor_dim(x, 2), W = dpt_tensor_dim(x, 3);
+    int64_t B = dpt_tensor_dim(x, 0), C = dpt_tensor_dim(x, 1), H = dpt_tensor_dim(x, 2),
+            W = dpt_tensor_dim(x, 3);
     int64_t n = B < SHOW_MAX ? B : SHOW_MAX, per = C * H * W;
     float *v = malloc((size_t)(B * per) * sizeof *v);
     if (!v) dpt_fatal("out of host memory for --show-batch");
@@ -81,7 +84,8 @@ bool show_batch(trainer *t, const char *path, dpt_error *err)
     bool ok = dpt_image_write_png(path, grid, (int)gw, (int)gh, 3, msg, sizeof msg) ||
               dpt_errorf(err, "--show-batch: %s\nHINT: a PNG path in a folder this user can write", msg);
     if (ok) {
-        printf("wrote %s: %lld of this rank's first training batch of %lld (%lldx%lld, %lld a row), as training takes "
+        printf("wrote %s: %lld of this rank's first training batch of %lld (%lldx%lld, %lld a row), as "
+               "training takes "
                "them%s\n",
                path, (long long)n, (long long)B, (long long)H, (long long)W, (long long)cols,
                from_bytes ? "" : " (scaled from the shown minimum to the maximum)");
@@ -93,7 +97,8 @@ bool show_batch(trainer *t, const char *path, dpt_error *err)
             if (partner) {
                 dpt_tensor_copy_to_host_i32(partner, labels + B);
                 if (mix.cut)
-                    printf("cutmix: each image's rows %lld-%lld, columns %lld-%lld from image B-1-i; lambda %.4f (the "
+                    printf("cutmix: each image's rows %lld-%lld, columns %lld-%lld from image B-1-i; lambda "
+                           "%.4f (the "
                            "share of its own label)\n",
                            (long long)mix.y0, (long long)mix.y1 - 1, (long long)mix.x0, (long long)mix.x1 - 1,
                            mix.lambda);

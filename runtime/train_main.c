@@ -317,6 +317,9 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .limit = dpt_config_int(c, "data", "train_limit"),
         .crop_pad = (int)dpt_config_int(c, "data", "random_crop_pad"),
         .hflip = dpt_config_bool(c, "data", "hflip"),
+        .auto_augment = (int)dpt_config_enum(c, "data", "auto_augment"),
+        .aa_ops = (int)dpt_config_int(c, "data", "rand_augment_ops"),
+        .aa_magnitude = (int)dpt_config_int(c, "data", "rand_augment_magnitude"),
         .prefetch = (int)dpt_config_int(c, "data", "prefetch"),
         .workers = (int)dpt_config_int(c, "data", "workers"),
         .skip_bad_files = dpt_config_enum(c, "data", "bad_files") == 1,
@@ -346,6 +349,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
                                     .ratio = {range[1][0], range[1][1]}};
     rc->test_data = rc->train_data;
     rc->test_data.crop_pad = 0, rc->test_data.hflip = false, rc->test_data.shuffle = false;
+    rc->test_data.auto_augment = 0;
     rc->test_data.batch = rc->eval_batch;
     rc->test_data.exact_shards = true; /* every test sample counts exactly once over all ranks */
     rc->test_data.limit = dpt_config_int(c, "data", "test_limit");

@@ -271,7 +271,7 @@ void print_header(const trainer *t)
                 (long long)(t->train_loader ? dpt_loader_num_samples(t->train_loader) : ds->n),
                 (long long)(ds->n_file ? ds->n_file : ds->n), test, shape, steps);
     const dpt_mix_options *mix = &run->mix;
-    int policy = t->train_set->files ? (int)dpt_config_enum(run->ini, "data", "auto_augment") : 0;
+    int policy = run->train_data.auto_augment;
     if (t->train_loader && (run->train_data.crop_pad || run->train_data.hflip || policy || t->erase || t->mix_labels)) {
         char aug[320] = "";
         size_t used = 0;

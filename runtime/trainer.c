@@ -495,13 +495,20 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
                                                                                 : "");
         goto fail;
     }
-    if (t->train_set->get && (run->train_data.crop_pad || run->train_data.hflip)) {
-        const char *key = run->train_data.crop_pad ? "random_crop_pad" : "hflip";
+    if (run->train_data.auto_augment && !t->train_set->get && t->train_set->c != 3) {
+        dpt_errorf(err, "%s: [data] auto_augment's operations (PIL's, on RGB images) need 3 channels, and this data's "
+                        "images have %lld\nHINT: leave it out here; random_crop_pad, hflip, random_erase, mixup and "
+                        "cutmix work on any images",
+                   dpt_config_where(run->ini, "data", "auto_augment"), (long long)t->train_set->c);
+        goto fail;
+    }
+    if (t->train_set->get && (run->train_data.crop_pad || run->train_data.hflip || run->train_data.auto_augment)) {
+        const char *key = run->train_data.crop_pad ? "random_crop_pad" : run->train_data.hflip ? "hflip" : "auto_augment";
         dpt_errorf(err, "%s: [data] %s augments images, and [data] source = %s makes samples of fields, which it "
                         "cannot augment\nHINT: turn it off (--set data.%s=%s), or augment in a model or data source "
                         "of your own",
                    dpt_config_where(run->ini, "data", key), key, dpt_config_str(run->ini, "data", "source"), key,
-                   run->train_data.crop_pad ? "0" : "false");
+                   run->train_data.crop_pad ? "0" : run->train_data.hflip ? "false" : "none");
         goto fail;
     }
     if (!cli_weights_only(r->args) && !one_step(t, err)) goto fail;

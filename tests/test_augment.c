@@ -12,16 +12,16 @@
 
 enum { W = 61, H = 47, N = W * H * 3, MAXN = 64 * 64 * 3 };
 
-static const char *const names[DPT_AUG_OPS] = {"Identity", "ShearX", "ShearY", "TranslateX", "TranslateY",
-                                               "Rotate", "Brightness", "Color", "Contrast", "Sharpness",
-                                               "Posterize", "Solarize", "AutoContrast", "Equalize"};
+static const char *const names[DPT_AUG_OPS] = {
+    "Identity", "ShearX",   "ShearY",    "TranslateX", "TranslateY", "Rotate",       "Brightness",
+    "Color",    "Contrast", "Sharpness", "Posterize",  "Solarize",   "AutoContrast", "Equalize"};
 
 static const char *python_reference =
     "import sys, math\n"
     "from PIL import Image, ImageEnhance, ImageOps\n"
     "w, h = int(sys.argv[2]), int(sys.argv[3])\n"
     "src = Image.frombytes('RGB', (w, h), open(sys.argv[1], 'rb').read())\n"
-    "def inv(center, angle, translate, shear):\n"  /* torchvision's _get_inverse_affine_matrix, scale 1 */
+    "def inv(center, angle, translate, shear):\n" /* torchvision's _get_inverse_affine_matrix, scale 1 */
     "    rot = math.radians(angle); sx = math.radians(shear[0]); sy = math.radians(shear[1])\n"
     "    cx, cy = center; tx, ty = translate\n"
     "    a = math.cos(rot - sy) / math.cos(sy)\n"
@@ -38,10 +38,14 @@ static const char *python_reference =
     "out = open(sys.argv[4], 'wb')\n"
     "for line in open(sys.argv[5]):\n"
     "    op, mag = line.split(); mag = float(mag); img = src.copy()\n"
-    "    if op == 'ShearX': img = affine(img, inv([0, 0], 0.0, [0, 0], [math.degrees(math.atan(mag)), 0.0]))\n"
-    "    elif op == 'ShearY': img = affine(img, inv([0, 0], 0.0, [0, 0], [0.0, math.degrees(math.atan(mag))]))\n"
-    "    elif op == 'TranslateX': img = affine(img, inv([w * 0.5, h * 0.5], 0.0, [int(mag), 0], [0.0, 0.0]))\n"
-    "    elif op == 'TranslateY': img = affine(img, inv([w * 0.5, h * 0.5], 0.0, [0, int(mag)], [0.0, 0.0]))\n"
+    "    if op == 'ShearX': img = affine(img, inv([0, 0], 0.0, [0, 0], [math.degrees(math.atan(mag)), "
+    "0.0]))\n"
+    "    elif op == 'ShearY': img = affine(img, inv([0, 0], 0.0, [0, 0], [0.0, "
+    "math.degrees(math.atan(mag))]))\n"
+    "    elif op == 'TranslateX': img = affine(img, inv([w * 0.5, h * 0.5], 0.0, [int(mag), 0], [0.0, "
+    "0.0]))\n"
+    "    elif op == 'TranslateY': img = affine(img, inv([w * 0.5, h * 0.5], 0.0, [0, int(mag)], [0.0, "
+    "0.0]))\n"
     "    elif op == 'Rotate': img = img.rotate(mag, Image.BILINEAR, False, None, fillcolor=(0, 0, 0))\n"
     "    elif op == 'Brightness': img = ImageEnhance.Brightness(img).enhance(1.0 + mag)\n"
     "    elif op == 'Color': img = ImageEnhance.Color(img).enhance(1.0 + mag)\n"
@@ -104,8 +108,8 @@ static void ops_against_pil(int w, int h)
     int n = 0;
     cases[n].op = DPT_AUG_IDENTITY, cases[n++].mag = 0;
     for (int k = 0; k < 5; k++) {
-        int each[] = {DPT_AUG_SHEAR_X, DPT_AUG_SHEAR_Y, DPT_AUG_BRIGHTNESS, DPT_AUG_COLOR, DPT_AUG_CONTRAST,
-                      DPT_AUG_SHARPNESS};
+        int each[] = {DPT_AUG_SHEAR_X, DPT_AUG_SHEAR_Y,  DPT_AUG_BRIGHTNESS,
+                      DPT_AUG_COLOR,   DPT_AUG_CONTRAST, DPT_AUG_SHARPNESS};
         for (int e = 0; e < 6; e++)
             cases[n].op = each[e], cases[n++].mag = mags[k];
     }
@@ -154,9 +158,10 @@ static void ops_against_pil(int w, int h)
         }
         bool geometric = cases[i].op >= DPT_AUG_SHEAR_X && cases[i].op <= DPT_AUG_ROTATE;
         if (worse || off1 > (geometric ? n_bytes / 500 : 0))
-            fail_msg("%dx%d %s %g: %d bytes off by 1 and %d by more than PIL's; first at pixel (%d, %d) channel %d: %d, PIL %d",
-                     w, h, names[cases[i].op], cases[i].mag, off1, worse, first / 3 % w, first / 3 / w, first % 3,
-                     mine[first], want[first]);
+            fail_msg("%dx%d %s %g: %d bytes off by 1 and %d by more than PIL's; first at pixel (%d, %d) "
+                     "channel %d: %d, PIL %d",
+                     w, h, names[cases[i].op], cases[i].mag, off1, worse, first / 3 % w, first / 3 / w,
+                     first % 3, mine[first], want[first]);
     }
     free(ref);
     for (int i = 0; i < 4; i++)
@@ -174,24 +179,32 @@ static void test_magnitude_tables(void **state)
         for (int bin = 0; bin < 31; bin++) {
             /* the same float32 steps written out here */
             float top = wide ? 0.99f : 0.3f, step = top / 30.0f;
-            double want = bin < 15 ? (double)(0.0f + step * (float)bin) : (double)(top - step * (float)(30 - bin));
-            assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_SHEAR_X, bin, 224, 160, &sign) == want && sign);
+            double want =
+                bin < 15 ? (double)(0.0f + step * (float)bin) : (double)(top - step * (float)(30 - bin));
+            assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_SHEAR_X, bin, 224, 160, &sign) == want &&
+                        sign);
             float rt = wide ? 135.0f : 30.0f, rs = rt / 30.0f;
             want = bin < 15 ? (double)(rs * (float)bin) : (double)(rt - rs * (float)(30 - bin));
-            assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_ROTATE, bin, 224, 160, &sign) == want && sign);
+            assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_ROTATE, bin, 224, 160, &sign) == want &&
+                        sign);
             float tt = wide ? 32.0f : (float)(150.0 / 331.0 * 160), ts = tt / 30.0f;
             want = bin < 15 ? (double)(ts * (float)bin) : (double)(tt - ts * (float)(30 - bin));
-            assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_TRANSLATE_Y, bin, 224, 160, &sign) == want && sign);
+            assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_TRANSLATE_Y, bin, 224, 160, &sign) == want &&
+                        sign);
             /* 8 - round(bin / 5) (wide) or round(bin / 7.5), halves to even */
             int bits = 8 - (int)lrint(bin / (wide ? 5.0 : 7.5));
-            assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_POSTERIZE, bin, 224, 160, &sign) == bits && !sign);
-            assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_EQUALIZE, bin, 224, 160, &sign) == 0 && !sign);
+            assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_POSTERIZE, bin, 224, 160, &sign) == bits &&
+                        !sign);
+            assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_EQUALIZE, bin, 224, 160, &sign) == 0 &&
+                        !sign);
         }
         /* the ends exactly: torchvision's ranges */
-        assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_SHEAR_X, 30, 1, 1, &(bool){0}) == (double)(wide ? 0.99f : 0.3f));
+        assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_SHEAR_X, 30, 1, 1, &(bool){0}) ==
+                    (double)(wide ? 0.99f : 0.3f));
         assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_SOLARIZE, 0, 1, 1, &(bool){0}) == 255.0);
         assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_SOLARIZE, 30, 1, 1, &(bool){0}) == 0.0);
-        assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_POSTERIZE, 30, 1, 1, &(bool){0}) == (wide ? 2 : 4));
+        assert_true(dpt_image_aug_magnitude(policy, DPT_AUG_POSTERIZE, 30, 1, 1, &(bool){0}) ==
+                    (wide ? 2 : 4));
     }
 }
 

@@ -6,6 +6,7 @@
 
 #include "tests/testutil.h"
 #include "data/data.h"
+#include "data/image.h"
 
 static char tmpdir[256];
 
@@ -408,6 +409,67 @@ static void test_loader_shuffle(void **state)
     dpt_ctx_free(ctx);
 }
 
+/* auto_augment on RGB images in memory (CIFAR's path): each sample is the crop and flip the
+ * loader draws from (seed, epoch, sample), as HWC bytes, through dpt_image_auto_augment with
+ * the same generator continuing, then normalised per channel: recomputed here from those parts
+ * (the operations themselves are checked against PIL in test_augment). A loader without the
+ * policy gives other images; 1-channel images are refused by the trainer, not here. */
+static void test_loader_auto_augment(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 1);
+    int64_t n = 24, c = 3, h = 12, w = 16, chw = c * h * w;
+    dpt_dataset *ds = dpt_synthetic_new(n, c, h, w, 4, 5);
+    for (int policy = 1; policy <= 2; policy++) {
+        dpt_loader_options opt = {.batch = 8, .shuffle = true, .drop_last = true, .seed = 11, .world_size = 1,
+                                  .mean = 0.5f, .std = 0.25f, .crop_pad = 2, .hflip = true,
+                                  .auto_augment = policy, .aa_ops = 2, .aa_magnitude = 12};
+        dpt_loader *l = dpt_loader_new(ctx, ds, &opt);
+        opt.auto_augment = 0;
+        dpt_loader *plain = dpt_loader_new(ctx, ds, &opt);
+        int64_t order[24]; /* the loader's permutation of epoch 2 (one rank: its whole order) */
+        dpt_rng perm;
+        dpt_rng_seed(&perm, 11 * 0x9e3779b97f4a7c15ULL + 2 + 1);
+        dpt_rng_permutation(&perm, order, 24);
+        dpt_loader_start_epoch(l, 2);
+        dpt_loader_start_epoch(plain, 2);
+        uint8_t img[3 * 12 * 16], tmp[3 * 12 * 16];
+        int changed = 0;
+        dpt_batch b, p;
+        for (int64_t k = 0; dpt_loader_next(l, &b); k++) {
+            assert_true(dpt_loader_next(plain, &p));
+            const float *x = dpt_tensor_data(b.x), *px = dpt_tensor_data(p.x);
+            for (int64_t i = 0; i < b.size; i++) {
+                int64_t idx = order[k * 8 + i];
+                dpt_rng rng; /* the loader's draw for (seed, epoch, sample): crop, flip, then the policy */
+                dpt_rng_seed(&rng, (11 * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)2 << 40) ^ (uint64_t)idx);
+                int64_t dy = (int64_t)dpt_rng_below(&rng, 5) - 2, dx = (int64_t)dpt_rng_below(&rng, 5) - 2;
+                bool flip = dpt_rng_next(&rng) >> 63;
+                const uint8_t *src = ds->images + idx * chw;
+                for (int64_t y = 0; y < h; y++)
+                    for (int64_t xx = 0; xx < w; xx++)
+                        for (int64_t ch = 0; ch < 3; ch++) {
+                            int64_t sy = y + dy, sx = (flip ? w - 1 - xx : xx) + dx;
+                            img[(y * w + xx) * 3 + ch] = sy >= 0 && sy < h && sx >= 0 && sx < w ? src[(ch * h + sy) * w + sx] : 0;
+                        }
+                dpt_image_auto_augment(img, (int)w, (int)h, policy, 2, 12, &rng, tmp);
+                for (int64_t ch = 0; ch < 3; ch++)
+                    for (int64_t q = 0; q < h * w; q++) {
+                        float want = ((float)img[q * 3 + ch] / 255.0f - 0.5f) / 0.25f;
+                        if (x[i * chw + ch * h * w + q] != want)
+                            fail_msg("policy %d sample %lld value %lld: %g, expected %g", policy, (long long)idx,
+                                     (long long)(ch * h * w + q), x[i * chw + ch * h * w + q], want);
+                    }
+                changed += memcmp(x + i * chw, px + i * chw, (size_t)chw * sizeof *x) != 0;
+            }
+        }
+        assert_true(changed > 12); /* most samples: other bytes than the crop and flip alone */
+        dpt_loader_free(l), dpt_loader_free(plain);
+    }
+    dpt_dataset_free(ds);
+    dpt_ctx_free(ctx);
+}
+
 /* Everything a loader hands out along one path through epochs, skips and a partial last
  * batch, flattened: with prefetch the same stream must come out, bit for bit. */
 static size_t loader_trace(dpt_ctx *ctx, const dpt_dataset *ds, int prefetch, float *out)
@@ -488,6 +550,7 @@ int main(void)
         cmocka_unit_test(test_truncated_and_corrupt_gz), cmocka_unit_test(test_first_images),
         cmocka_unit_test(test_loader_sharding),
         cmocka_unit_test(test_loader_shuffle),
+        cmocka_unit_test(test_loader_auto_augment),
         cmocka_unit_test(test_loader_prefetch_same_stream),
     };
     return cmocka_run_group_tests_name("data", tests, make_tmpdir, remove_tmpdir);
