@@ -326,7 +326,7 @@ static bool open_loss(trainer *t, dpt_error *err)
 /* [data] random_erase: images of floats. mixup / cutmix: the mixed loss is two of the
  * cross-entropy's terms, so a classifier of float inputs with one label a sample (cutmix: of
  * images). */
-static bool open_mix(trainer *t, dpt_error *err)
+static bool open_batch_augmentations(trainer *t, dpt_error *err)
 {
     const run_config *run = t->run;
     if (dpt_erase_enabled(&run->erase)) { /* images of floats */
@@ -525,7 +525,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     dpt_ctx_skip_init(t->ctx, weights_only);
     t->model = dpt_model_build_for(t->ctx, run->ini, t->train_set, err);
     dpt_ctx_skip_init(t->ctx, false);
-    if (!t->model || !open_loss(t, err) || !open_mix(t, err)) goto fail;
+    if (!t->model || !open_loss(t, err) || !open_batch_augmentations(t, err)) goto fail;
     /* what forward does, read from one forward at batch 1: the header's FLOPs, --summary, and
      * the memory estimate of a model whose builder noted no layers. Not for --sample and
      * --export (they need neither), nor, unless --summary asks, where the builders noted over
