@@ -588,10 +588,14 @@ static bool folder_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset 
                                "scale and ratio",
                           dpt_config_where(cfg, "data", "random_crop_pad"));
     int size = (int)dpt_config_int(cfg, "data", "image_size"), resize = (int)dpt_config_int(cfg, "data", "resize_size");
-    if (resize < size)
-        return dpt_errorf(err, "%s: [data] resize_size = %d is smaller than image_size = %d: the center crop would "
-                               "not fit\nHINT: the usual pair is resize_size = 256, image_size = 224 (ratio 0.875)",
-                          dpt_config_where(cfg, "data", "resize_size"), resize, size);
+    int eval_size = (int)dpt_config_int(cfg, "data", "eval_image_size");
+    if (!eval_size) eval_size = size;
+    if (resize < eval_size)
+        return dpt_errorf(err, "%s: [data] resize_size = %d is smaller than the evaluation's crop, %s = %d: the center "
+                               "crop would not fit\nHINT: the usual pair is resize_size = 256, image_size = 224 (ratio "
+                               "0.875)",
+                          dpt_config_where(cfg, "data", "resize_size"), resize,
+                          eval_size == size ? "image_size" : "eval_image_size", eval_size);
     dpt_image_view v = {.size = size,
                         .resize = resize,
                         .hflip = dpt_config_bool(cfg, "data", "hflip"),
@@ -607,6 +611,7 @@ static bool folder_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset 
                               .eval = v};
     opt.train.train = true;
     opt.eval.hflip = false, opt.eval.auto_augment = DPT_AUTO_AUGMENT_NONE;
+    opt.eval.size = eval_size; /* FixRes: the evaluation may crop larger than training */
     if (!dpt_folder_open(&opt, train, test, err)) return false;
     /* the classes are the folders: a count stated otherwise is a mistake, not a setting */
     int64_t stated = dpt_config_int(cfg, "data", "classes");
@@ -621,6 +626,11 @@ static const dpt_data_impl folder_impl = {.open = folder_open};
 static const dpt_config_key folder_keys[] = {
     {NULL, "image_size", DPT_KEY_INT, "224", 8, 4096, NULL,
      "side of the square samples (training: RandomResizedCrop to it; evaluation: CenterCrop)", 0},
+    {NULL, "eval_image_size", DPT_KEY_INT, "0", 0, 4096, NULL,
+     "evaluation's CenterCrop side when it differs from training's (0 = image_size): FixRes, training at a smaller "
+     "crop than the test (torchvision's ResNet-50 recipe: image_size 176, eval_image_size 224, resize_size 232). The "
+     "model must take either size with the same parameters (a global pooling: resnet), else the run stops at start",
+     0},
     {NULL, "resize_size", DPT_KEY_INT, "256", 8, 8192, NULL,
      "evaluation: the shorter side is resized to this before the center crop of image_size", 0},
     {NULL, "scale", DPT_KEY_FLOAT_LIST, "0.08,1", 1e-6, 1, NULL,

@@ -237,8 +237,13 @@ void print_header(const trainer *t)
     char shape[256];
     const dpt_dataset *ds = t->train_set;
     if (!ds->nfields) {
+        const dpt_dataset *te = t->test_set;
+        char eval_at[48] = ""; /* [data] eval_image_size (FixRes) */
+        if (!te->get && (te->h != ds->h || te->w != ds->w))
+            snprintf(eval_at, sizeof eval_at, " (test %dx%dx%d)", (int)te->c, (int)te->h, (int)te->w);
         if (!strcmp(t->task.loss, "cross_entropy"))
-            snprintf(shape, sizeof shape, "%dx%dx%d | %d classes", (int)ds->c, (int)ds->h, (int)ds->w, ds->num_classes);
+            snprintf(shape, sizeof shape, "%dx%dx%d%s | %d classes", (int)ds->c, (int)ds->h, (int)ds->w, eval_at,
+                     ds->num_classes);
         else /* a model's own task on images (an autoencoder's mse): the labels are not what it learns */
             snprintf(shape, sizeof shape, "%dx%dx%d | loss %s", (int)ds->c, (int)ds->h, (int)ds->w, t->task.loss);
     } else { /* the fields and the task: "x (16) | y (1) target | loss mse" */

@@ -106,6 +106,9 @@ memory_estimate estimate_memory(const trainer *t)
     int64_t test_n = limit > 0 && limit < test->n ? limit : test->n;
     double eval_batch = (double)(run->eval_batch < test_n ? run->eval_batch : test_n);
     double sample = (double)(train->c * train->h * train->w) * sizeof(float);
+    /* [data] eval_image_size: a test set of other images (FixRes) scales what evaluation keeps */
+    double test_sample = (double)(test->c * test->h * test->w) * sizeof(float);
+    if (!train->get && !test->get && test_sample != sample) eval_sample *= test_sample / sample;
     double slots = (double)run->train_data.prefetch + 1;
     int nparams = dpt_model_num_params(t->model);
     double nstate = t->optim && nparams ? (double)dpt_optim_num_state(t->optim) / nparams : 0;
@@ -132,13 +135,13 @@ memory_estimate estimate_memory(const trainer *t)
          * 0.9 estimated without it) */
         .activations = batch * ((per_sample * ACTIVATION_FACTOR * act16 + largest) * sizeof(float) + sample),
         /* no backward, but a forward pass's outputs live until the tape is cleared */
-        .evaluation = eval_batch * (eval_sample * sizeof(float) * EVALUATION_FACTOR * act16 + sample),
-        .loader = slots * (batch + eval_batch) * sample,
+        .evaluation = eval_batch * (eval_sample * sizeof(float) * EVALUATION_FACTOR * act16 + test_sample),
+        .loader = slots * (batch * sample + eval_batch * test_sample),
     };
     /* what a run that does not train holds: --eval and --predict an evaluation, --sample and
      * --export neither (--sample's cache: 2 x layers x block x channels floats, left out) */
     const cli *a = t->r->args;
-    if (a->eval || a->predict) m.activations = 0, m.loader = slots * eval_batch * sample;
+    if (a->eval || a->predict) m.activations = 0, m.loader = slots * eval_batch * test_sample;
     if (a->sample || a->export_format) m.activations = m.evaluation = m.loader = 0;
     /* [train] ema_decay: the averages and their spare (dpt_ema_swap), of every parameter and buffer */
     const dpt_ema *ema = dpt_model_ema(t->model);

@@ -373,6 +373,42 @@ static bool open_batch_augmentations(trainer *t, dpt_error *err)
     return true;
 }
 
+/* [data] eval_image_size: a test set of other image sizes than training's (FixRes) needs a model
+ * whose parameters do not depend on the size (convolutions, then a global pooling): a model
+ * built on the test set's shape must have every parameter of the same shape. Otherwise the
+ * first evaluation would stop the run on a shape mismatch, after an epoch of training. */
+static bool same_parameters_at_eval_size(trainer *t, dpt_error *err)
+{
+    const dpt_dataset *tr = t->train_set, *te = t->test_set;
+    if (tr->get || te->get || (tr->h == te->h && tr->w == te->w)) return true;
+    dpt_ctx_skip_init(t->ctx, true); /* shapes only (the build resets it to false after, as here) */
+    dpt_model *probe = dpt_model_build_for(t->ctx, t->run->ini, te, err);
+    dpt_ctx_skip_init(t->ctx, false);
+    if (!probe) return false;
+    bool same = dpt_model_num_params(probe) == dpt_model_num_params(t->model);
+    const dpt_tensor *a = NULL, *b = NULL;
+    for (int p = 0; same && p < dpt_model_num_params(probe); p++) {
+        a = dpt_model_param_at(t->model, p), b = dpt_model_param_at(probe, p);
+        same = dpt_tensor_ndim(a) == dpt_tensor_ndim(b);
+        for (int d = 0; same && d < dpt_tensor_ndim(a); d++)
+            same = dpt_tensor_dim(a, d) == dpt_tensor_dim(b, d);
+    }
+    if (!same) {
+        char at[256] = "";
+        if (a && b)
+            snprintf(at, sizeof at, " (%s: %lld values at %lldx%lld, %lld at %lldx%lld)", dpt_tensor_name(a),
+                     (long long)dpt_tensor_numel(a), (long long)tr->h, (long long)tr->w, (long long)dpt_tensor_numel(b),
+                     (long long)te->h, (long long)te->w);
+        dpt_errorf(err, "%s: [data] eval_image_size = %lld, and model %s's parameters depend on the image size%s: it "
+                        "cannot evaluate at another size than it trains at\nHINT: leave eval_image_size out (0), or "
+                        "use a model with a global pooling before its classifier (resnet)",
+                   dpt_config_where(t->run->ini, "data", "eval_image_size"), (long long)te->h,
+                   dpt_config_str(t->run->ini, "model", "name"), at);
+    }
+    dpt_model_free(probe);
+    return same;
+}
+
 static bool resume(trainer *t, dpt_error *err)
 {
     replica *r = t->r;
@@ -526,6 +562,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     t->model = dpt_model_build_for(t->ctx, run->ini, t->train_set, err);
     dpt_ctx_skip_init(t->ctx, false);
     if (!t->model || !open_loss(t, err) || !open_batch_augmentations(t, err)) goto fail;
+    if (!same_parameters_at_eval_size(t, err)) goto fail;
     /* what forward does, read from one forward at batch 1: the header's FLOPs, --summary, and
      * the memory estimate of a model whose builder noted no layers. Not for --sample and
      * --export (they need neither), nor, unless --summary asks, where the builders noted over

@@ -117,7 +117,21 @@ refused() { # NAME EXPECTED-TEXT ARGS...
     check "$name" $? "exit $rc: $(head -3 <<<"$out")"
 }
 refused "two means for three channels" "\[data\] mean has 2 values, and the images have 3 channels" --set data.mean=0.5,0.5
-refused "resize_size below image_size" "resize_size = 30 is smaller than image_size = 32" --set data.resize_size=30
+refused "resize_size below image_size" "resize_size = 30 is smaller than the evaluation's crop, image_size = 32" --set data.resize_size=30
+refused "resize_size below eval_image_size" "resize_size = 36 is smaller than the evaluation's crop, eval_image_size = 40" --set data.eval_image_size=40
+refused "eval_image_size for a model whose parameters depend on the size" "model cnn's parameters depend on the image size (fc1.weight: 524288 values at 32x32, 819200 at 40x40)" --set data.eval_image_size=40 --set data.resize_size=44
+# FixRes: a resnet trained on 32x32 crops, evaluated on 40x40 ones: the training run's last test
+# loss is --eval's of its checkpoint at 40, and another at 32 (the evaluation did crop 40)
+fix=("${run[@]}" --set model.name=resnet --set model.depth=8 --set data.eval_image_size=40 --set data.resize_size=44
+     --set train.epochs=1 --set checkpoint.dir="$tmp/fix" --set checkpoint.final=true)
+fa=$(./train "${fix[@]}" 2>&1); rc=$?
+fb=$(./train "${fix[@]}" --eval latest 2>&1); rcb=$?
+fc=$(./train "${fix[@]}" --set data.eval_image_size=0 --eval latest 2>&1); rcc=$?
+la=$(grep "^epoch 1 done" <<<"$fa" | grep -o "test loss [0-9.]*" | grep -o "[0-9.]*$") lb=$(grep -o "loss [0-9.]*" <<<"$fb" | tail -n 1 | grep -o "[0-9.]*$")
+lc=$(grep -o "loss [0-9.]*" <<<"$fc" | tail -n 1 | grep -o "[0-9.]*$")
+[ $rc -eq 0 ] && [ $rcb -eq 0 ] && [ $rcc -eq 0 ] && grep -q "3x32x32 (test 3x40x40) | 10 classes" <<<"$fa" &&
+    [ -n "$la" ] && [ "$la" = "$lb" ] && [ -n "$lc" ] && [ "$lc" != "$la" ]
+check "eval_image_size: trains at 32, evaluates at 40 (loss $la; --eval at 40: $lb, at 32: $lc)" $? "exit $rc/$rcb/$rcc: $(grep '^data\|loss' <<<"$fa$fb" | head -5)"
 refused "random_crop_pad with a folder" "random_crop_pad is for images in memory" --set data.random_crop_pad=4
 refused "scale min > max" "\[data\] scale needs two numbers, min,max" --set data.scale=0.9,0.1
 mkdir "$tmp/bad/train/10_empty"
