@@ -50,6 +50,12 @@ static const dpt_config_key data_keys[] = {
     {"data", "rand_augment_ops", DPT_KEY_INT, "2", 1, 16, NULL, "auto_augment = rand: operations per image", 0},
     {"data", "rand_augment_magnitude", DPT_KEY_INT, "9", 0, 30, NULL,
      "auto_augment = rand: the magnitude bin (0..30) of every operation", 0},
+    {"data", "repeated_augment", DPT_KEY_INT, "1", 1, 64, NULL,
+     "training: R > 1 puts each sample of an epoch's order R times in a row before the ranks take their turns "
+     "(DeiT's and torchvision's RASampler, its ResNet-50 recipe: 4), so R copies, each augmented with its own draws, "
+     "go to R ranks; an epoch keeps its length (n / ranks samples a rank) and sees n / R distinct samples. 1 = off; "
+     "not with [train] deterministic",
+     0},
     {"data", "random_erase", DPT_KEY_FLOAT, "0", 0, 1, NULL,
      "training augmentation of images: the chance that a sample gets a box set to 0 (its channels' mean once "
      "normalised): torchvision's RandomErasing (its ResNet-50 recipe: 0.1), after the loader's crop and flip and "

@@ -59,6 +59,7 @@ struct dpt_loader {
     int64_t n_batches; /* per epoch */
     int64_t *perm;     /* n_total */
     int64_t *mine;     /* n_mine indices into the dataset */
+    uint8_t *copy;     /* repeated augmentation: which copy of its sample each of mine is (NULL: none) */
     int epoch;
     float lut[4][256]; /* byte -> normalised value, per channel (all use [0] unless per channel) */
     uint8_t *aa_img, *aa_tmp; /* auto_augment of images in memory: a sample as HWC bytes, and scratch */
@@ -268,6 +269,9 @@ dpt_loader *dpt_loader_new(dpt_ctx *ctx, const dpt_dataset *ds, const dpt_loader
     opt = &l->opt;
     l->perm = malloc((size_t)l->n_total * sizeof *l->perm);
     l->mine = malloc((size_t)(l->n_mine ? l->n_mine : 1) * sizeof *l->mine);
+    DPT_ASSERT(opt->repeats <= 1 || (opt->shards_per_rank == 0 && opt->repeats <= 255), "repeats %d", opt->repeats);
+    if (opt->repeats > 1 && !(l->copy = malloc((size_t)(l->n_mine ? l->n_mine : 1))))
+        dpt_fatal("out of host memory for the loader's order");
     if (!l->perm || !l->mine) dpt_fatal("out of host memory for a loader");
     DPT_ASSERT(opt->norm_channels <= 4, "norm_channels %d", opt->norm_channels);
     if (opt->auto_augment && ds->images && ds->c == 3) { /* images in memory (files: the folder's view) */
@@ -339,6 +343,7 @@ void dpt_loader_free(dpt_loader *l)
     free(l->slots);
     free(l->perm);
     free(l->mine);
+    free(l->copy);
     free(l->bad_mark);
     free(l);
 }
@@ -405,6 +410,15 @@ static void new_order(dpt_loader *l, int epoch)
             l->perm[i] = i;
     }
     int64_t S = l->opt.batch, per = l->opt.shards_per_rank, W = l->opt.world_size, r = l->opt.rank;
+    if (l->copy) { /* RASampler: the order with each sample R times in a row, every W-th from rank r */
+        int64_t R = l->opt.repeats, len = l->n_total * R;
+        for (int64_t i = 0; i < l->n_mine; i++) {
+            int64_t q = (r + i * W) % len;
+            l->mine[i] = l->perm[q / R];
+            l->copy[i] = (uint8_t)(q % R);
+        }
+        return;
+    }
     for (int64_t i = 0; i < l->n_mine; i++) {
         int64_t pos = (int64_t)l->opt.rank + i * l->opt.world_size;
         if (per > 0) { /* batch b = i / S is shard r * per + b % per of global step b / per */
@@ -422,15 +436,17 @@ void dpt_loader_start_epoch(dpt_loader *l, int epoch)
 
 /* Random crop of the zero-padded image and horizontal flip. The draw depends only on the
  * seed, the epoch and the sample, so every rank, and a resumed run, sees the same crops. */
-static void seed_draw(const dpt_loader *l, int64_t idx, dpt_rng *rng)
+static void seed_draw(const dpt_loader *l, int64_t idx, int copy, dpt_rng *rng)
 {
-    dpt_rng_seed(rng, (l->opt.seed * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)l->epoch << 40) ^ (uint64_t)idx);
+    /* a repeated sample's copies draw apart (copy 0: the draw of a run without repeats) */
+    dpt_rng_seed(rng, (l->opt.seed * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)l->epoch << 40) ^ (uint64_t)idx ^
+                          (uint64_t)copy * 0xd1b54a32d192ed03ULL);
 }
 
-static void augment(const dpt_loader *l, int64_t idx, const uint8_t *src, float *dst)
+static void augment(const dpt_loader *l, int64_t idx, int copy, const uint8_t *src, float *dst)
 {
     dpt_rng rng;
-    seed_draw(l, idx, &rng);
+    seed_draw(l, idx, copy, &rng);
     int64_t pad = l->opt.crop_pad, c = l->ds->c, h = l->ds->h, w = l->ds->w;
     int64_t dy = pad ? (int64_t)dpt_rng_below(&rng, (uint64_t)(2 * pad + 1)) - pad : 0;
     int64_t dx = pad ? (int64_t)dpt_rng_below(&rng, (uint64_t)(2 * pad + 1)) - pad : 0;
@@ -472,7 +488,7 @@ static void make_sample(dpt_loader *l, slot *s, int64_t start, int64_t i, int w)
     char path[8400], msg[700];
     for (int64_t tries = 0, j = idx;; tries++, j = (j + 1) % f->n) {
         dpt_rng rng;
-        seed_draw(l, j, &rng);
+        seed_draw(l, j, l->copy ? l->copy[start + i] : 0, &rng);
         dpt_folder_path(f, j, path, sizeof path);
         if (dpt_image_sample(path, &f->view, &rng, u8, &l->scratch[w], NULL, msg, sizeof msg)) {
             s->labels[i] = l->ds->labels[j];
@@ -631,7 +647,7 @@ static void fill_slot(dpt_loader *l, int64_t b, slot *s)
         const uint8_t *src = l->ds->images + idx * chw;
         float *dst = s->host_x + i * chw;
         if (l->opt.crop_pad || l->opt.hflip || l->aa_img)
-            augment(l, idx, src, dst);
+            augment(l, idx, l->copy ? l->copy[start + i] : 0, src, dst);
         else if (l->lut_channels == 1)
             for (int64_t j = 0; j < chw; j++)
                 dst[j] = l->lut[0][src[j]];

@@ -918,6 +918,8 @@ typedef struct dpt_loader_options {
     int auto_augment;     /* augmentation of RGB images after the crop and flip: 0 none, 1
                            * TrivialAugmentWide, 2 RandAugment (aa_ops operations at bin aa_magnitude) */
     int aa_ops, aa_magnitude;
+    int repeats;          /* repeated augmentation (> 1): each sample of the epoch's order R times in
+                           * a row before the ranks take their turns, each copy its own draws */
     int prefetch;         /* batches a background thread prepares ahead (decoding, and on a GPU
                            * the copy from pinned memory on the copy stream); 0: each batch is
                            * made on the calling thread inside dpt_loader_next */

@@ -220,6 +220,11 @@ static bool deterministic_split(run_config *rc, const dpt_config *c, dpt_error *
                           "%s: [train] deterministic cuts each step into shards itself; [distributed] "
                           "accum_steps = %d\nHINT: set accum_steps = 1 (the shards are the accumulation)",
                           where, rc->accum);
+    if (rc->train_data.repeats > 1)
+        return dpt_errorf(err, "%s: [train] deterministic lays each step's samples out in shards of its own, and "
+                               "[data] repeated_augment = %d would lay them out by rank\nHINT: set repeated_augment "
+                               "= 1, or deterministic = false",
+                          where, rc->train_data.repeats);
     if (!rc->train_data.drop_last)
         return dpt_errorf(err, "%s: [train] deterministic needs [data] drop_last = true (a partial last step "
                                "would be cut differently on each world size)", where);
@@ -320,6 +325,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
         .auto_augment = (int)dpt_config_enum(c, "data", "auto_augment"),
         .aa_ops = (int)dpt_config_int(c, "data", "rand_augment_ops"),
         .aa_magnitude = (int)dpt_config_int(c, "data", "rand_augment_magnitude"),
+        .repeats = (int)dpt_config_int(c, "data", "repeated_augment"),
         .prefetch = (int)dpt_config_int(c, "data", "prefetch"),
         .workers = (int)dpt_config_int(c, "data", "workers"),
         .skip_bad_files = dpt_config_enum(c, "data", "bad_files") == 1,
@@ -349,7 +355,7 @@ bool run_config_build(run_config *rc, const dpt_config *ini, const cli *args, in
                                     .ratio = {range[1][0], range[1][1]}};
     rc->test_data = rc->train_data;
     rc->test_data.crop_pad = 0, rc->test_data.hflip = false, rc->test_data.shuffle = false;
-    rc->test_data.auto_augment = 0;
+    rc->test_data.auto_augment = 0, rc->test_data.repeats = 1;
     rc->test_data.batch = rc->eval_batch;
     rc->test_data.exact_shards = true; /* every test sample counts exactly once over all ranks */
     rc->test_data.limit = dpt_config_int(c, "data", "test_limit");

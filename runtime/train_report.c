@@ -277,7 +277,8 @@ void print_header(const trainer *t)
                 (long long)(ds->n_file ? ds->n_file : ds->n), test, shape, steps);
     const dpt_mix_options *mix = &run->mix;
     int policy = run->train_data.auto_augment;
-    if (t->train_loader && (run->train_data.crop_pad || run->train_data.hflip || policy || t->erase || t->mix_labels)) {
+    if (t->train_loader && (run->train_data.crop_pad || run->train_data.hflip || policy || t->erase || t->mix_labels ||
+                            run->train_data.repeats > 1)) {
         char aug[320] = "";
         size_t used = 0;
         if (run->train_data.crop_pad)
@@ -288,6 +289,9 @@ void print_header(const trainer *t)
             used += (size_t)snprintf(aug + used, sizeof aug - used, " | RandAugment (%lld ops, magnitude %lld of 30)",
                                      (long long)dpt_config_int(run->ini, "data", "rand_augment_ops"),
                                      (long long)dpt_config_int(run->ini, "data", "rand_augment_magnitude"));
+        if (run->train_data.repeats > 1)
+            used += (size_t)snprintf(aug + used, sizeof aug - used, " | repeated augmentation x%d",
+                                     run->train_data.repeats);
         if (t->erase)
             used += (size_t)snprintf(aug + used, sizeof aug - used, " | random erasing %g (area %g-%g, ratio %g-%g)",
                                      run->erase.prob, run->erase.scale[0], run->erase.scale[1], run->erase.ratio[0],

@@ -37,6 +37,11 @@ f=$(./train "${run[@]}" --set data.auto_augment=rand --set data.workers=3 --set 
 [ $rc -eq 0 ] && [ $rcb -eq 0 ] && [ -n "$(sha <<<"$e")" ] && [ "$(sha <<<"$e")" = "$(sha <<<"$f")" ] &&
     [ "$(sha <<<"$e")" != "$(sha <<<"$a")" ] && grep -q "RandAugment (2 ops, magnitude 9 of 30)" <<<"$e"
 check "RandAugment: the same weights with 0 and 3 workers, others than without" $? "exit $rc/$rcb, $(sha <<<"$e") vs $(sha <<<"$f")"
+g=$(./train "${run[@]}" --set data.repeated_augment=3 --set data.workers=0 --set checkpoint.dir="$tmp/g" 2>&1); rc=$?
+k=$(./train "${run[@]}" --set data.repeated_augment=3 --set data.workers=3 --set checkpoint.dir="$tmp/k" 2>&1); rcb=$?
+[ $rc -eq 0 ] && [ $rcb -eq 0 ] && [ -n "$(sha <<<"$g")" ] && [ "$(sha <<<"$g")" = "$(sha <<<"$k")" ] &&
+    [ "$(sha <<<"$g")" != "$(sha <<<"$a")" ] && grep -q "repeated augmentation x3" <<<"$g"
+check "repeated augmentation: the same weights with 0 and 3 workers, others than without" $? "exit $rc/$rcb, $(sha <<<"$g") vs $(sha <<<"$k")"
 grep -q "^10 classes: 0 00_tshirt (12), 1 01_trouser (12)" <<<"$a" &&
     grep -q "data $tmp/img | train 120 per rank of 120 | test 40 | 3x32x32 | 10 classes" <<<"$a"
 check "header: classes with counts, 3x32x32" $? "$(head -8 <<<"$a")"

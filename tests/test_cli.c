@@ -112,6 +112,9 @@ static void test_config_errors(void **state)
     /* a loss's key where the model and data train with another loss; init_exclude without init */
     expect_fail("configs/regression_mlp.ini --set train.label_smoothing=0.1", 1,
                 "[train] label_smoothing is a key of loss cross_entropy, not of mse", NULL);
+    expect_fail("configs/fmnist_mlp.ini --set train.deterministic=true --set train.threads=1 --set "
+                "data.repeated_augment=2 --dry-run",
+                1, "[data] repeated_augment = 2 would lay them out by rank", "HINT: set repeated_augment = 1");
     /* mixup's loss is two cross-entropy terms of one label a sample */
     expect_fail("configs/regression_mlp.ini --set data.mixup=0.2", 1,
                 "[data] mixup mixes the labels of two samples in a cross-entropy, and this run's model and data train "

@@ -103,9 +103,10 @@ static void test_first_images(void **state)
 {
     (void)state;
     dpt_error err;
-    dpt_dataset *all = dpt_idx_load(FMNIST_DIR "/train-images-idx3-ubyte.gz", FMNIST_DIR "/train-labels-idx1-ubyte.gz", &err);
-    dpt_dataset *first =
-        dpt_idx_load_first(FMNIST_DIR "/train-images-idx3-ubyte.gz", FMNIST_DIR "/train-labels-idx1-ubyte.gz", 300, &err);
+    dpt_dataset *all = dpt_idx_load(FMNIST_DIR "/train-images-idx3-ubyte.gz",
+                                    FMNIST_DIR "/train-labels-idx1-ubyte.gz", &err);
+    dpt_dataset *first = dpt_idx_load_first(FMNIST_DIR "/train-images-idx3-ubyte.gz",
+                                            FMNIST_DIR "/train-labels-idx1-ubyte.gz", 300, &err);
     if (!all || !first) fail_msg("%s", err.msg);
     assert_int_equal(first->n, 300);
     assert_int_equal(first->n_file, 60000);
@@ -421,9 +422,18 @@ static void test_loader_auto_augment(void **state)
     int64_t n = 24, c = 3, h = 12, w = 16, chw = c * h * w;
     dpt_dataset *ds = dpt_synthetic_new(n, c, h, w, 4, 5);
     for (int policy = 1; policy <= 2; policy++) {
-        dpt_loader_options opt = {.batch = 8, .shuffle = true, .drop_last = true, .seed = 11, .world_size = 1,
-                                  .mean = 0.5f, .std = 0.25f, .crop_pad = 2, .hflip = true,
-                                  .auto_augment = policy, .aa_ops = 2, .aa_magnitude = 12};
+        dpt_loader_options opt = {.batch = 8,
+                                  .shuffle = true,
+                                  .drop_last = true,
+                                  .seed = 11,
+                                  .world_size = 1,
+                                  .mean = 0.5f,
+                                  .std = 0.25f,
+                                  .crop_pad = 2,
+                                  .hflip = true,
+                                  .auto_augment = policy,
+                                  .aa_ops = 2,
+                                  .aa_magnitude = 12};
         dpt_loader *l = dpt_loader_new(ctx, ds, &opt);
         opt.auto_augment = 0;
         dpt_loader *plain = dpt_loader_new(ctx, ds, &opt);
@@ -450,15 +460,17 @@ static void test_loader_auto_augment(void **state)
                     for (int64_t xx = 0; xx < w; xx++)
                         for (int64_t ch = 0; ch < 3; ch++) {
                             int64_t sy = y + dy, sx = (flip ? w - 1 - xx : xx) + dx;
-                            img[(y * w + xx) * 3 + ch] = sy >= 0 && sy < h && sx >= 0 && sx < w ? src[(ch * h + sy) * w + sx] : 0;
+                            img[(y * w + xx) * 3 + ch] =
+                                sy >= 0 && sy < h && sx >= 0 && sx < w ? src[(ch * h + sy) * w + sx] : 0;
                         }
                 dpt_image_auto_augment(img, (int)w, (int)h, policy, 2, 12, &rng, tmp);
                 for (int64_t ch = 0; ch < 3; ch++)
                     for (int64_t q = 0; q < h * w; q++) {
                         float want = ((float)img[q * 3 + ch] / 255.0f - 0.5f) / 0.25f;
                         if (x[i * chw + ch * h * w + q] != want)
-                            fail_msg("policy %d sample %lld value %lld: %g, expected %g", policy, (long long)idx,
-                                     (long long)(ch * h * w + q), x[i * chw + ch * h * w + q], want);
+                            fail_msg("policy %d sample %lld value %lld: %g, expected %g", policy,
+                                     (long long)idx, (long long)(ch * h * w + q), x[i * chw + ch * h * w + q],
+                                     want);
                     }
                 changed += memcmp(x + i * chw, px + i * chw, (size_t)chw * sizeof *x) != 0;
             }
@@ -466,6 +478,73 @@ static void test_loader_auto_augment(void **state)
         assert_true(changed > 12); /* most samples: other bytes than the crop and flip alone */
         dpt_loader_free(l), dpt_loader_free(plain);
     }
+    dpt_dataset_free(ds);
+    dpt_ctx_free(ctx);
+}
+
+/* [data] repeated_augment (DeiT's RASampler): the global order is the epoch's permutation with
+ * each sample R times in a row, rank r taking every W-th from r; a rank keeps n / W samples.
+ * Copy 0 of a sample draws the augmentation a run without repeats draws; the other copies draw
+ * their own. */
+static void test_loader_repeated_augment(void **state)
+{
+    (void)state;
+    dpt_ctx *ctx = test_ctx(1, 1);
+    dpt_dataset *ds = tiny_dataset(60);
+    enum { W = 2, R = 3 };
+    int64_t got[W][30], perm[60];
+    for (int r = 0; r < W; r++) {
+        dpt_loader_options opt = {.batch = 10,
+                                  .shuffle = true,
+                                  .drop_last = true,
+                                  .seed = 4,
+                                  .rank = r,
+                                  .world_size = W,
+                                  .repeats = R,
+                                  .mean = 0.0f,
+                                  .std = 1.0f / 255.0f};
+        dpt_loader *l = dpt_loader_new(ctx, ds, &opt);
+        assert_int_equal(dpt_loader_num_samples(l), 30);
+        assert_int_equal(epoch_samples(l, 1, got[r]), 30);
+        dpt_loader_free(l);
+    }
+    dpt_rng rng; /* the loader's permutation of epoch 1 */
+    dpt_rng_seed(&rng, 4 * 0x9e3779b97f4a7c15ULL + 1 + 1);
+    dpt_rng_permutation(&rng, perm, 60);
+    for (int64_t g = 0; g < 60; g++) /* global position g = r + i W holds perm[g / R] */
+        if (got[g % W][g / W] != perm[g / R])
+            fail_msg("global position %lld: sample %lld, expected %lld", (long long)g,
+                     (long long)got[g % W][g / W], (long long)perm[g / R]);
+    dpt_dataset_free(ds);
+    /* the copies' augmentations: images in memory with crops and flips, one rank */
+    ds = dpt_synthetic_new(12, 3, 8, 8, 4, 2);
+    dpt_loader_options opt = {.batch = 12,
+                              .shuffle = true,
+                              .drop_last = true,
+                              .seed = 5,
+                              .world_size = 1,
+                              .mean = 0.5f,
+                              .std = 0.25f,
+                              .crop_pad = 2,
+                              .hflip = true};
+    dpt_loader *plain = dpt_loader_new(ctx, ds, &opt);
+    opt.repeats = R;
+    dpt_loader *rep = dpt_loader_new(ctx, ds, &opt);
+    dpt_loader_start_epoch(plain, 1), dpt_loader_start_epoch(rep, 1);
+    dpt_batch a, b;
+    assert_true(dpt_loader_next(plain, &a) && dpt_loader_next(rep, &b));
+    const float *pa = dpt_tensor_data(a.x), *pb = dpt_tensor_data(b.x);
+    int64_t chw = 3 * 8 * 8;
+    int differ = 0;
+    for (int64_t k = 0; k < 4; k++) { /* rep's 3k..3k+2 are plain's k-th sample, copies 0, 1, 2 */
+        assert_memory_equal(pb + 3 * k * chw, pa + k * chw,
+                            (size_t)chw * sizeof *pa); /* copy 0: the same draw */
+        assert_int_equal(b.labels[3 * k + 1], a.labels[k]);
+        differ += memcmp(pb + (3 * k + 1) * chw, pb + 3 * k * chw, (size_t)chw * sizeof *pb) != 0;
+        differ += memcmp(pb + (3 * k + 2) * chw, pb + 3 * k * chw, (size_t)chw * sizeof *pb) != 0;
+    }
+    assert_true(differ >= 6); /* 25 crops x 2 flips: copies nearly always differ */
+    dpt_loader_free(plain), dpt_loader_free(rep);
     dpt_dataset_free(ds);
     dpt_ctx_free(ctx);
 }
@@ -547,10 +626,12 @@ int main(void)
         cmocka_unit_test(test_broken_files),
         cmocka_unit_test(test_hostile_idx),
         cmocka_unit_test(test_label_range),
-        cmocka_unit_test(test_truncated_and_corrupt_gz), cmocka_unit_test(test_first_images),
+        cmocka_unit_test(test_truncated_and_corrupt_gz),
+        cmocka_unit_test(test_first_images),
         cmocka_unit_test(test_loader_sharding),
         cmocka_unit_test(test_loader_shuffle),
         cmocka_unit_test(test_loader_auto_augment),
+        cmocka_unit_test(test_loader_repeated_augment),
         cmocka_unit_test(test_loader_prefetch_same_stream),
     };
     return cmocka_run_group_tests_name("data", tests, make_tmpdir, remove_tmpdir);
