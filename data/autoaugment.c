@@ -63,6 +63,12 @@ static void smooth(const uint8_t *in, uint8_t *out, int w, int h)
             }
 }
 
+/* v within [0, n) (PIL's XCLIP and YCLIP) */
+static int clampi(int v, int n)
+{
+    return v < 0 ? 0 : v >= n ? n - 1 : v;
+}
+
 /* Image.transform(AFFINE, a, BILINEAR) with fill 0: output pixel centre (x + .5, y + .5) maps to
  * (a0 x + a1 y + a2, a3 x + a4 y + a5) in the input; outside the input: 0; else bilinear over
  * the four pixels whose centres surround it, the edges clamped, truncated (PIL's Geometry.c) */
@@ -93,8 +99,7 @@ static void affine(const uint8_t *in, uint8_t *out, int w, int h, const double a
             xin -= 0.5, yin -= 0.5;
             int x0 = (int)floor(xin), y0 = (int)floor(yin);
             double dx = xin - x0, dy = yin - y0;
-            int xa = x0 < 0 ? 0 : x0 >= w ? w - 1 : x0, xb = x0 + 1 < 0 ? 0 : x0 + 1 >= w ? w - 1 : x0 + 1;
-            int ya = y0 < 0 ? 0 : y0 >= h ? h - 1 : y0;
+            int xa = clampi(x0, w), xb = clampi(x0 + 1, w), ya = clampi(y0, h);
             const uint8_t *r0 = in + (size_t)ya * w * 3,
                           *r1 = y0 + 1 >= 0 && y0 + 1 < h ? in + (size_t)(y0 + 1) * w * 3 : NULL;
             for (int c = 0; c < 3; c++) {

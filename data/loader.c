@@ -451,28 +451,23 @@ static void augment(const dpt_loader *l, int64_t idx, int copy, const uint8_t *s
     int64_t dy = pad ? (int64_t)dpt_rng_below(&rng, (uint64_t)(2 * pad + 1)) - pad : 0;
     int64_t dx = pad ? (int64_t)dpt_rng_below(&rng, (uint64_t)(2 * pad + 1)) - pad : 0;
     bool flip = l->opt.hflip && (dpt_rng_next(&rng) >> 63);
-    if (l->aa_img) { /* RGB: the crop and flip as HWC bytes, the policy on them, then normalised */
-        uint8_t *img = l->aa_img;
-        for (int64_t y = 0; y < h; y++)
-            for (int64_t x = 0; x < w; x++)
-                for (int64_t ch = 0; ch < 3; ch++) {
-                    int64_t sy = y + dy, sx = (flip ? w - 1 - x : x) + dx;
-                    img[(y * w + x) * 3 + ch] = sy >= 0 && sy < h && sx >= 0 && sx < w ? src[(ch * h + sy) * w + sx] : 0;
-                }
-        dpt_image_auto_augment(img, (int)w, (int)h, l->opt.auto_augment, l->opt.aa_ops, l->opt.aa_magnitude, &rng,
-                               l->aa_tmp);
-        for (int64_t ch = 0; ch < 3; ch++)
-            for (int64_t p = 0; p < h * w; p++)
-                dst[ch * h * w + p] = l->lut[ch < l->lut_channels ? ch : 0][img[p * 3 + ch]];
-        return;
-    }
+    uint8_t *img = l->aa_img; /* auto_augment (RGB): the crop and flip as HWC bytes, the policy on them */
     for (int64_t ch = 0; ch < c; ch++)
         for (int64_t y = 0; y < h; y++)
             for (int64_t x = 0; x < w; x++) {
                 int64_t sy = y + dy, sx = (flip ? w - 1 - x : x) + dx;
                 uint8_t v = sy >= 0 && sy < h && sx >= 0 && sx < w ? src[(ch * h + sy) * w + sx] : 0;
-                dst[(ch * h + y) * w + x] = l->lut[ch < l->lut_channels ? ch : 0][v];
+                if (img)
+                    img[(y * w + x) * 3 + ch] = v;
+                else
+                    dst[(ch * h + y) * w + x] = l->lut[ch < l->lut_channels ? ch : 0][v];
             }
+    if (!img) return;
+    dpt_image_auto_augment(img, (int)w, (int)h, l->opt.auto_augment, l->opt.aa_ops, l->opt.aa_magnitude, &rng,
+                           l->aa_tmp);
+    for (int64_t ch = 0; ch < c; ch++)
+        for (int64_t p = 0; p < h * w; p++)
+            dst[ch * h * w + p] = l->lut[ch < l->lut_channels ? ch : 0][img[p * 3 + ch]];
 }
 
 /* ---------------------------------------------------------------- image files */
@@ -766,6 +761,13 @@ const dpt_field *dpt_field_first(const dpt_field *fields, int n, bool target)
 {
     for (int f = 0; f < n; f++)
         if (fields[f].target == target) return &fields[f];
+    return NULL;
+}
+
+const dpt_field *dpt_field_named(const dpt_field *fields, int n, const char *name)
+{
+    for (int f = 0; f < n; f++)
+        if (!strcmp(fields[f].name, name)) return &fields[f];
     return NULL;
 }
 

@@ -874,6 +874,8 @@ int dpt_dataset_fields(const dpt_dataset *ds, dpt_field *out);
 /* The first of n fields that is (or is not) a target, or NULL: what a model takes and what its
  * loss compares with, where the task names neither. */
 const dpt_field *dpt_field_first(const dpt_field *fields, int n, bool target);
+/* The field of that name among n, or NULL (a task's input or target). */
+const dpt_field *dpt_field_named(const dpt_field *fields, int n, const char *name);
 /* A sample's name where the data has one (a folder's relative path, "class/x.jpg"), and a
  * class's (the folder's name); NULL otherwise. */
 const char *dpt_dataset_sample_name(const dpt_dataset *ds, int64_t index);

@@ -303,13 +303,6 @@ static const char *first_field(const dpt_field *fields, int n, bool target)
     return f ? f->name : NULL;
 }
 
-static bool has_field(const dpt_field *fields, int n, const char *name)
-{
-    for (int f = 0; f < n; f++)
-        if (!strcmp(fields[f].name, name)) return true;
-    return false;
-}
-
 bool dpt_task_resolve(const dpt_model *m, const dpt_dataset *data, dpt_task *out, dpt_error *err)
 {
     dpt_field fields[DPT_MAX_FIELDS];
@@ -339,7 +332,7 @@ bool dpt_task_resolve(const dpt_model *m, const dpt_dataset *data, dpt_task *out
     if (!loss->count_top5) t.metrics &= ~(unsigned)DPT_METRIC_TOP5;
     const char *names[2] = {t.input, t.target};
     for (int k = 0; k < 2; k++)
-        if (!names[k] || !has_field(fields, n, names[k]))
+        if (!names[k] || !dpt_field_named(fields, n, names[k]))
             return dpt_errorf(err, "model %s takes the %s field '%s', which the data set %s does not have\nHINT: "
                                    "its fields are %s%s%s%s",
                               m->name, k ? "target" : "input", names[k] ? names[k] : "(none)", data->name,

@@ -28,9 +28,7 @@ bool show_batch(trainer *t, const char *path, dpt_error *err)
 {
     const run_config *run = t->run;
     dpt_field fields[DPT_MAX_FIELDS];
-    const dpt_field *in = NULL;
-    for (int i = 0, n = dpt_dataset_fields(t->train_set, fields); i < n; i++)
-        if (!strcmp(fields[i].name, t->task.input)) in = &fields[i];
+    const dpt_field *in = dpt_field_named(fields, dpt_dataset_fields(t->train_set, fields), t->task.input);
     if (!in || in->dtype != DPT_F32 || in->ndim != 3 || (in->shape[0] != 1 && in->shape[0] != 3))
         return dpt_errorf(
             err,

@@ -906,20 +906,18 @@ static int parse_cli(int argc, char **argv, cli *args)
                         "training, set [train] ema_decay\n");
         return 2;
     }
-    /* --show-batch looks at training's first batch: beside another mode it would show nothing */
-    const char *other = args->dry_run ? "--dry-run" : args->summary ? "--summary" : args->env ? "--env"
-                        : args->export_format ? "--export" : args->sample ? "--sample" : args->predict ? "--predict"
-                        : args->eval ? "--eval" : args->resume ? "--resume" : args->profile ? "--profile" : NULL;
+    /* the commands that train nothing: --profile beside one would say nothing, and --show-batch
+     * (which looks at training's first batch of a new run) beside one or a resume would show nothing */
+    const char *untrained = args->dry_run ? "--dry-run" : args->summary ? "--summary" : args->env ? "--env"
+                            : args->inspect ? "--inspect" : args->export_format ? "--export" : args->sample ? "--sample"
+                            : args->predict ? "--predict" : args->eval ? "--eval" : NULL;
+    const char *other = untrained ? untrained : args->resume ? "--resume" : args->profile ? "--profile" : NULL;
     if (args->show_batch && other) {
         fprintf(stderr, "error: --show-batch shows the first training batch of a new run and exits; %s is another "
                         "command\nHINT: ./train CONFIG --show-batch batch.png [--set ...]\n",
                 other);
         return 2;
     }
-    /* --profile times the training steps: with a command that trains none it would say nothing */
-    const char *untrained = args->dry_run ? "--dry-run" : args->summary ? "--summary" : args->env ? "--env"
-                            : args->inspect ? "--inspect" : args->export_format ? "--export" : args->sample ? "--sample"
-                            : args->predict ? "--predict" : args->eval ? "--eval" : NULL;
     if (args->profile && untrained) {
         fprintf(stderr, "error: --profile times each op of the training steps; %s trains none\nHINT: ./train CONFIG "
                         "--profile [--set train.max_steps=N] (a short run: the table comes at its end)\n",

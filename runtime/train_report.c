@@ -286,9 +286,8 @@ void print_header(const trainer *t)
         if (run->train_data.hflip) used += (size_t)snprintf(aug + used, sizeof aug - used, " | hflip");
         if (policy == 1) used += (size_t)snprintf(aug + used, sizeof aug - used, " | TrivialAugmentWide");
         if (policy == 2)
-            used += (size_t)snprintf(aug + used, sizeof aug - used, " | RandAugment (%lld ops, magnitude %lld of 30)",
-                                     (long long)dpt_config_int(run->ini, "data", "rand_augment_ops"),
-                                     (long long)dpt_config_int(run->ini, "data", "rand_augment_magnitude"));
+            used += (size_t)snprintf(aug + used, sizeof aug - used, " | RandAugment (%d ops, magnitude %d of 30)",
+                                     run->train_data.aa_ops, run->train_data.aa_magnitude);
         if (run->train_data.repeats > 1)
             used += (size_t)snprintf(aug + used, sizeof aug - used, " | repeated augmentation x%d",
                                      run->train_data.repeats);

@@ -329,11 +329,10 @@ static bool open_loss(trainer *t, dpt_error *err)
 static bool open_batch_augmentations(trainer *t, dpt_error *err)
 {
     const run_config *run = t->run;
+    dpt_field f[DPT_MAX_FIELDS];
+    int nf = dpt_dataset_fields(t->train_set, f);
+    const dpt_field *in = dpt_field_named(f, nf, t->task.input), *target = dpt_field_named(f, nf, t->task.target);
     if (dpt_erase_enabled(&run->erase)) { /* images of floats */
-        dpt_field f[DPT_MAX_FIELDS];
-        const dpt_field *in = NULL;
-        for (int i = 0, n = dpt_dataset_fields(t->train_set, f); i < n; i++)
-            if (!strcmp(f[i].name, t->task.input)) in = &f[i];
         if (!in || in->dtype != DPT_F32 || in->ndim != 3)
             return dpt_errorf(err, "%s: [data] random_erase sets a box of an image to 0, and this data's input (%s) is "
                                    "not an image (C, H, W) of floats\nHINT: leave it out here; a CSV's rows become "
@@ -344,12 +343,6 @@ static bool open_batch_augmentations(trainer *t, dpt_error *err)
     if (!dpt_mix_enabled(&run->mix)) return true;
     bool cut = run->mix.cutmix_alpha > 0;
     const char *key = run->mix.mixup_alpha > 0 ? "mixup" : "cutmix", *where = dpt_config_where(run->ini, "data", key);
-    dpt_field f[DPT_MAX_FIELDS];
-    const dpt_field *in = NULL, *target = NULL;
-    for (int i = 0, n = dpt_dataset_fields(t->train_set, f); i < n; i++) {
-        if (!strcmp(f[i].name, t->task.input)) in = &f[i];
-        if (!strcmp(f[i].name, t->task.target)) target = &f[i];
-    }
     if (strcmp(t->task.loss, "cross_entropy"))
         return dpt_errorf(err, "%s: [data] %s mixes the labels of two samples in a cross-entropy, and this run's model "
                                "and data train with %s\nHINT: leave [data] mixup and cutmix at 0 here",
