@@ -1267,6 +1267,22 @@ bool dpt_checkpoint_tensors(const char *path, dpt_ckpt_tensor_fn fn, void *user,
  * weights they average; an error when the checkpoint holds none. */
 bool dpt_checkpoint_tensors_of(const char *path, bool averages, dpt_ckpt_tensor_fn fn, void *user, dpt_error *err);
 
+/* Weights of other programs: a safetensors file (PyTorch's state_dict through
+ * safetensors.torch.save_file, timm's and the Hugging Face hub's model.safetensors,
+ * --export safetensors). dpt_safetensors_is: the name ends in .safetensors, or the file's
+ * first bytes are a safetensors header's.
+ * dpt_safetensors_tensors: every F64/F32/F16/BF16 tensor as float32, in the order of their
+ * bytes, with buffer false (the format does not say), after the whole header was checked and
+ * each tensor's values (finite); integer and boolean tensors (num_batches_tracked) are passed
+ * over, counted in skips when it is not NULL. dpt_checkpoint_tensors reads these files too. */
+typedef struct dpt_safetensors_skips {
+    int count;
+    char names[400]; /* the first two, comma separated, then " ..." */
+} dpt_safetensors_skips;
+bool dpt_safetensors_is(const char *path);
+bool dpt_safetensors_tensors(const char *path, dpt_ckpt_tensor_fn fn, void *user, dpt_safetensors_skips *skips,
+                             dpt_error *err);
+
 /* ---------------------------------------------------------------- the trainer, with your own models */
 
 /* Builds a model for inputs (c, h, w) and num_classes, reading its settings from cfg; NULL

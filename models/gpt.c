@@ -224,12 +224,15 @@ static bool llmc_load(gpt *g, const char *path, const char *where, dpt_error *er
     return true;
 }
 
+static bool gpt_export_hf(gpt *g, const char *dir, dpt_error *err);
+
 /* ./train CONFIG --export llmc CKPT OUT: the file llmc_load reads and llm.c's train_gpt2.c
  * loads (gpt2_build_from_checkpoint): the header, then every tensor in the same order. */
 static bool gpt_export(dpt_model *model, const char *format, const char *path, dpt_error *err)
 {
     gpt *g = dpt_model_state(model);
-    if (strcmp(format, "llmc") != 0) return dpt_errorf(err, "gpt writes llmc, not %s", format);
+    if (!strcmp(format, "hf")) return gpt_export_hf(g, path, err);
+    if (strcmp(format, "llmc") != 0) return dpt_errorf(err, "gpt writes llmc and hf, not %s", format);
     if (!g->block[0].qkv_b && g->layers > 0)
         return dpt_errorf(err, "--export llmc: llm.c's GPT-2 has biases; this model has [model] bias = false");
     int32_t h[256] = {LLMC_MAGIC, LLMC_FP32, (int32_t)g->block_size, (int32_t)g->vocab, (int32_t)g->layers,
@@ -251,6 +254,241 @@ static bool gpt_export(dpt_model *model, const char *format, const char *path, d
     free(buf), free(list);
     if (!ok) dpt_errorf(err, "writing %s failed: %s\nHINT: is the disk full?", af.tmp, strerror(errno));
     return dpt_atomic_file_close(&af, ok, err);
+}
+
+/* ---------------------------------------------------------------- Hugging Face's GPT-2 files */
+
+/* [model] init = hf:PATH (and --sample hf:PATH): the model.safetensors of Hugging Face's
+ * transformers GPT-2 (GPT2LMHeadModel or GPT2Model, names with or without "transformer."). Its
+ * tensors are ours by name (wte.weight and wpe.weight our wte and wpe), but for the four linear layers of a block, which are OpenAI's
+ * Conv1D, weights (in, out) where ours are (out, in) (transposed here, as nanoGPT's and llm.c's
+ * converters do), and wte, which has vocab_size rows (ours padded_vocab_size: the padding
+ * rows are zero, as in llm.c's file). The causal masks (attn.bias, attn.masked_bias) are not
+ * weights; lm_head.weight must be wte's (GPT-2 ties them). --export hf writes the same file. */
+static const char *const HF_CONV1D[] = {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight",
+                                        ".mlp.c_proj.weight"};
+
+static bool ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), m = strlen(tail);
+    return n >= m && !strcmp(s + n - m, tail);
+}
+
+static bool hf_conv1d(const char *name)
+{
+    for (int i = 0; i < 4; i++)
+        if (ends_with(name, HF_CONV1D[i])) return true;
+    return false;
+}
+
+typedef struct hf_load_state {
+    gpt *g;
+    const char *path, *where;
+    dpt_tensor **list; /* the model's tensors (llmc_order) */
+    char *seen;
+    int count, masks;
+    float *buf, *lm_head; /* a tensor's values in our layout; lm_head's, compared with wte at the end */
+    int64_t lm_rows;
+} hf_load_state;
+
+static bool hf_tensor(void *user, const char *name, bool buffer, int ndim, const int64_t *dims, const float *data,
+                      int64_t numel, dpt_error *err)
+{
+    (void)buffer;
+    hf_load_state *s = user;
+    gpt *g = s->g;
+    const char *file_name = name; /* as the file names it, for messages */
+    if (!strncmp(name, "transformer.", 12)) name += 12;
+    if (!strcmp(name, "wte.weight") || !strcmp(name, "wpe.weight")) name = name[1] == 't' ? "wte" : "wpe"; /* nn.Embedding's */
+    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) { /* causal masks */
+        s->masks++;
+        return true;
+    }
+    if (!strcmp(name, "lm_head.weight")) { /* tied: checked against wte once both are read */
+        if (ndim != 2 || dims[0] != g->vocab || dims[1] != g->channels)
+            return dpt_errorf(err, "%s: %s: lm_head.weight is not [%lld, %lld], wte's shape\nHINT: GPT-2's output "
+                                   "layer is its token embedding; a model with another head is not GPT-2",
+                              s->where, s->path, (long long)g->vocab, (long long)g->channels);
+        free(s->lm_head);
+        s->lm_head = malloc((size_t)numel * sizeof *s->lm_head);
+        if (!s->lm_head) return dpt_errorf(err, "out of host memory reading %s", s->path);
+        memcpy(s->lm_head, data, (size_t)numel * sizeof *data);
+        s->lm_rows = dims[0];
+        return true;
+    }
+    int at = -1;
+    for (int i = 0; i < s->count && at < 0; i++)
+        if (!strcmp(dpt_tensor_name(s->list[i]), name)) at = i;
+    if (at < 0)
+        return dpt_errorf(err, "%s: %s holds %s, which this GPT-2 (%lld layers) has not\nHINT: a GPT-2 of Hugging "
+                               "Face's transformers (GPT2LMHeadModel, GPT2Model) with [model] n_layer, n_head, n_embd "
+                               "and block_size as its config.json's n_layer, n_head, n_embd and n_positions",
+                          s->where, s->path, file_name, (long long)g->layers);
+    dpt_tensor *t = s->list[at];
+    bool conv1d = hf_conv1d(name), wte = t == g->wte;
+    int64_t want[2] = {dpt_tensor_dim(t, 0), dpt_tensor_ndim(t) > 1 ? dpt_tensor_dim(t, 1) : 0};
+    if (conv1d) want[0] = dpt_tensor_dim(t, 1), want[1] = dpt_tensor_dim(t, 0);
+    if (wte) want[0] = g->vocab;
+    if (ndim != dpt_tensor_ndim(t) || dims[0] != want[0] || (ndim > 1 && dims[1] != want[1]))
+        return dpt_errorf(err, "%s: %s: %s is [%lld%s%lld] in the file; this config's GPT-2 needs [%lld%s%lld]%s\n"
+                               "HINT: [model] n_layer, n_head, n_embd and block_size as the file's config.json's "
+                               "n_layer, n_head, n_embd and n_positions, and the data's vocabulary its vocab_size "
+                               "(50257)",
+                          s->where, s->path, file_name, (long long)dims[0], ndim > 1 ? ", " : "",
+                          ndim > 1 ? (long long)dims[1] : 0LL, (long long)want[0], ndim > 1 ? ", " : "",
+                          ndim > 1 ? (long long)want[1] : 0LL, conv1d ? " (Conv1D's (in, out) layout)" : "");
+    if (ndim < 2) {
+        dpt_tensor_copy_from_host(t, data);
+    } else if (conv1d) { /* (in, out) -> (out, in) */
+        int64_t in = dims[0], out = dims[1];
+        for (int64_t i = 0; i < in; i++)
+            for (int64_t o = 0; o < out; o++)
+                s->buf[o * in + i] = data[i * out + o];
+        dpt_tensor_copy_from_host(t, s->buf);
+    } else if (wte) { /* vocab_size rows, then padded_vocab_size's zero rows */
+        memcpy(s->buf, data, (size_t)numel * sizeof *data);
+        memset(s->buf + numel, 0, (size_t)(dpt_tensor_numel(t) - numel) * sizeof *s->buf);
+        dpt_tensor_copy_from_host(t, s->buf);
+    } else {
+        dpt_tensor_copy_from_host(t, data);
+    }
+    s->seen[at] = 1;
+    return true;
+}
+
+static bool hf_load(dpt_model *model, gpt *g, const char *path, const char *where, dpt_error *err)
+{
+    (void)model;
+    if (!g->block[0].qkv_b && g->layers > 0)
+        return dpt_errorf(err, "%s: GPT-2 has biases; this config sets [model] bias = false\nHINT: leave bias at "
+                               "true to load %s", where, path);
+    hf_load_state s = {.g = g, .path = path, .where = where};
+    int64_t total;
+    size_t most;
+    s.list = llmc_order(g, &s.count, &total, &most);
+    s.seen = calloc((size_t)s.count + 1, 1);
+    s.buf = malloc(most * sizeof *s.buf);
+    if (!s.list || !s.seen || !s.buf) {
+        free(s.list), free(s.seen), free(s.buf);
+        return dpt_errorf(err, "out of host memory reading %s", path);
+    }
+    dpt_safetensors_skips ints;
+    bool ok = dpt_safetensors_tensors(path, hf_tensor, &s, &ints, err);
+    char missing[400] = "";
+    for (int i = 0; ok && i < s.count; i++)
+        if (!s.seen[i]) {
+            size_t at = strlen(missing);
+            if (at + 1 < sizeof missing)
+                snprintf(missing + at, sizeof missing - at, "%s%s", at ? ", " : "", dpt_tensor_name(s.list[i]));
+        }
+    if (ok && *missing)
+        ok = dpt_errorf(err, "%s: %s lacks GPT-2's %s\nHINT: a GPT-2 of Hugging Face's transformers with this "
+                             "config's n_layer (%lld)",
+                        where, path, missing, (long long)g->layers);
+    if (ok && s.lm_head) { /* tied: the output layer must be the embedding */
+        dpt_tensor_copy_to_host(g->wte, s.buf);
+        for (int64_t i = 0; ok && i < s.lm_rows * g->channels; i++)
+            if (s.lm_head[i] != s.buf[i])
+                ok = dpt_errorf(err, "%s: %s: lm_head.weight differs from wte.weight (element %lld: %g against %g): "
+                                     "an output layer of its own, which GPT-2 (and this model) ties to the token "
+                                     "embedding\nHINT: a GPT-2 whose lm_head is its wte (transformers' "
+                                     "tie_word_embeddings, the default)",
+                                where, path, (long long)i, (double)s.lm_head[i], (double)s.buf[i]);
+    }
+    free(s.list), free(s.seen), free(s.buf), free(s.lm_head);
+    return ok;
+}
+
+/* ./train CONFIG --export hf CKPT OUT: what hf_load reads, as transformers' GPT2LMHeadModel
+ * state_dict names it (transformer.h.0.attn.c_attn.weight ... and lm_head.weight, tied, which
+ * safetensors files leave out: from_pretrained ties it), with wte's vocab_size rows. */
+static bool gpt_export_hf(gpt *g, const char *dir, dpt_error *err)
+{
+    if (!g->block[0].qkv_b && g->layers > 0)
+        return dpt_errorf(err, "--export hf: GPT-2 has biases; this model has [model] bias = false");
+    struct stat st;
+    if (mkdir(dir, 0777) != 0 && !(errno == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)))
+        return dpt_errorf(err, "--export hf: %s: %s\nHINT: OUT is a folder for config.json and model.safetensors "
+                               "(made if missing; its parent must exist)",
+                          dir, errno == EEXIST ? "not a folder" : strerror(errno));
+    int count;
+    int64_t total;
+    size_t most;
+    dpt_tensor **list = llmc_order(g, &count, &total, &most);
+    float *buf = list ? malloc(most * sizeof *buf) : NULL, *out = buf ? malloc(most * sizeof *out) : NULL;
+    char *json = NULL, *path = out ? malloc(strlen(dir) + 32) : NULL;
+    size_t len = 0;
+    FILE *m = path ? open_memstream(&json, &len) : NULL;
+    if (!m) {
+        free(list), free(buf), free(out), free(path);
+        return dpt_errorf(err, "out of host memory writing %s", dir);
+    }
+    fputc('{', m);
+    uint64_t at = 0;
+    for (int i = 0; i < count; i++) { /* transformers' GPT2LMHeadModel names; Conv1D's (in, out) */
+        dpt_tensor *t = list[i];
+        int64_t d0 = t == g->wte ? g->vocab : dpt_tensor_dim(t, 0), d1 = dpt_tensor_ndim(t) > 1 ? dpt_tensor_dim(t, 1) : 0;
+        if (hf_conv1d(dpt_tensor_name(t))) d0 = dpt_tensor_dim(t, 1), d1 = dpt_tensor_dim(t, 0);
+        uint64_t bytes = (uint64_t)(d0 * (d1 ? d1 : 1)) * sizeof(float);
+        fprintf(m, "%s\"transformer.%s%s\":{\"dtype\":\"F32\",\"shape\":[%lld", i ? "," : "", dpt_tensor_name(t),
+                t == g->wte || t == g->wpe ? ".weight" : "", (long long)d0); /* nn.Embedding's wte.weight */
+        if (d1) fprintf(m, ",%lld", (long long)d1);
+        fprintf(m, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at, (unsigned long long)(at + bytes));
+        at += bytes;
+    }
+    fprintf(m, ",\"__metadata__\":{\"format\":\"pt\",\"producer\":\"dptrain %s\"}}", DPT_VERSION);
+    fclose(m);
+    size_t padded = (len + 7) / 8 * 8;
+    sprintf(path, "%s/model.safetensors", dir); /* strlen(dir) + 32 bytes */
+    dpt_atomic_file af;
+    bool ok = dpt_atomic_file_open(&af, path, err);
+    if (ok) {
+        unsigned char n8[8];
+        for (int i = 0; i < 8; i++)
+            n8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+        ok = fwrite(n8, 8, 1, af.f) == 1 && fwrite(json, 1, len, af.f) == len;
+        for (size_t i = len; ok && i < padded; i++)
+            ok = fputc(' ', af.f) != EOF;
+        for (int i = 0; ok && i < count; i++) {
+            dpt_tensor *t = list[i];
+            size_t n = (size_t)dpt_tensor_numel(t);
+            dpt_tensor_copy_to_host(t, buf);
+            const float *w = buf;
+            if (t == g->wte) {
+                n = (size_t)(g->vocab * g->channels); /* the padding rows stay ours */
+            } else if (hf_conv1d(dpt_tensor_name(t))) { /* (out, in) -> (in, out) */
+                int64_t o_n = dpt_tensor_dim(t, 0), i_n = dpt_tensor_dim(t, 1);
+                for (int64_t o = 0; o < o_n; o++)
+                    for (int64_t k = 0; k < i_n; k++)
+                        out[k * o_n + o] = buf[o * i_n + k];
+                w = out;
+            }
+            ok = fwrite(w, sizeof *w, n, af.f) == n;
+        }
+        if (!ok) dpt_errorf(err, "writing %s failed: %s\nHINT: is the disk full?", af.tmp, strerror(errno));
+        ok = dpt_atomic_file_close(&af, ok, err);
+    }
+    free(json), free(buf), free(out), free(list);
+    /* transformers' GPT2Config: GPT2LMHeadModel.from_pretrained(dir) reads both */
+    sprintf(path, "%s/config.json", dir);
+    ok = ok && dpt_atomic_file_open(&af, path, err);
+    if (ok) {
+        bool gpt2_vocab = g->vocab == 50257; /* <|endoftext|> is GPT-2's token 50256 */
+        fprintf(af.f,
+                "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                "  \"vocab_size\": %lld,\n  \"n_positions\": %lld,\n  \"n_ctx\": %lld,\n  \"n_embd\": %lld,\n"
+                "  \"n_layer\": %lld,\n  \"n_head\": %lld,\n  \"n_inner\": null,\n"
+                "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+                "  \"resid_pdrop\": %g,\n  \"embd_pdrop\": %g,\n  \"attn_pdrop\": 0.0,\n"
+                "  \"initializer_range\": 0.02,\n  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n"
+                "%s  \"torch_dtype\": \"float32\"\n}\n",
+                (long long)g->vocab, (long long)g->block_size, (long long)g->block_size, (long long)g->channels,
+                (long long)g->layers, (long long)g->heads, (double)g->dropout, (double)g->dropout,
+                gpt2_vocab ? "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n" : "");
+        ok = dpt_atomic_file_close(&af, !ferror(af.f), err);
+    }
+    free(path);
+    return ok;
 }
 
 static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dataset *data, dpt_error *err)
@@ -350,8 +588,9 @@ static dpt_model *gpt_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_datas
     dpt_model_set_decoder(model, &(dpt_decoder){.decode = gpt_decode, .layers = (int)L, .heads = (int)H,
                                                 .head_size = C / H, .positions = block});
     const char *init = dpt_config_str(cfg, "model", "init"); /* a dptrain checkpoint is the runtime's to load */
-    if (!strncmp(init, "llmc:", 5)) {
-        if (!llmc_load(g, init + 5, dpt_config_where(cfg, "model", "init"), err)) {
+    if (!strncmp(init, "llmc:", 5) || !strncmp(init, "hf:", 3)) {
+        const char *where = dpt_config_where(cfg, "model", "init");
+        if (init[0] == 'l' ? !llmc_load(g, init + 5, where, err) : !hf_load(model, g, init + 3, where, err)) {
             dpt_model_free(model);
             return NULL;
         }
@@ -377,7 +616,7 @@ static const dpt_config_key gpt_keys[] = {
      DPT_KEY_NOT_HASHED},
 };
 
-static const dpt_model_impl gpt_impl = {.build = gpt_build, .export_formats = "llmc", .export_weights = gpt_export};
+static const dpt_model_impl gpt_impl = {.build = gpt_build, .export_formats = "llmc,hf", .export_weights = gpt_export};
 DPT_BUILTIN(model_gpt) = {DPT_KIND_MODEL, "gpt",
                           "GPT-2-class decoder-only transformer on token sequences (pre-LN, causal attention, tied embeddings)",
                           gpt_keys, DPT_COUNT(gpt_keys), &gpt_impl};

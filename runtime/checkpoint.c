@@ -360,7 +360,7 @@ static bool parse(const char *path, reader *r, const char *skip, record **out, u
     if (!take(r, magic, 8) || memcmp(magic, CKPT_MAGIC, 8) != 0)
         return dpt_errorf(err,
                           "%s is not a dptrain checkpoint (bad magic)\nHINT: pass a ckpt-step*.dpt "
-                          "file or 'latest'",
+                          "file or 'latest' (weights alone, for --eval, --predict or [model] init: a .safetensors file)",
                           path);
     if (!take(r, &version, 4) || !take(r, &nrec, 4) || !take(r, &hcrc, 4))
         return dpt_errorf(err, "%s: truncated header\n" HINT_CORRUPT, path);
@@ -1433,6 +1433,13 @@ bool dpt_checkpoint_tensors(const char *path, dpt_ckpt_tensor_fn fn, void *user,
 
 bool dpt_checkpoint_tensors_of(const char *path, bool averages, dpt_ckpt_tensor_fn fn, void *user, dpt_error *err)
 {
+    if (dpt_safetensors_is(path)) { /* another program's weights (or an export of ours) */
+        if (averages)
+            return dpt_errorf(err, "%s is a safetensors file: it holds weights, not a run's weight averages\nHINT: "
+                                   "leave out --ema (ema: in [model] init) for this file",
+                              path);
+        return dpt_safetensors_tensors(path, fn, user, NULL, err);
+    }
     size_t size = 0;
     record *recs = NULL;
     uint32_t n = 0;
@@ -1465,8 +1472,52 @@ bool dpt_checkpoint_tensors_of(const char *path, bool averages, dpt_ckpt_tensor_
 
 /* ---------------------------------------------------------------- --inspect */
 
+/* --inspect of a safetensors file: its tensors in the order of their bytes, and the weights
+ * hash over them in that order (a file --export safetensors wrote: its checkpoint's). */
+typedef struct inspect_st {
+    FILE *out;
+    dpt_digest *d;
+    int count;
+    int64_t values;
+} inspect_st;
+
+static bool inspect_tensor(void *user, const char *name, bool buffer, int ndim, const int64_t *dims,
+                           const float *data, int64_t numel, dpt_error *err)
+{
+    (void)buffer, (void)err;
+    inspect_st *s = user;
+    char shape[128] = "";
+    size_t at = 0;
+    for (int j = 0; j < ndim && at < sizeof shape; j++)
+        at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", j ? ", " : "", (long long)dims[j]);
+    fprintf(s->out, "tensor %-40s [%s] %lld\n", name, shape, (long long)numel);
+    if (s->d) dpt_digest_tensor(s->d, name, ndim, dims, data, numel);
+    s->count++, s->values += numel;
+    return true;
+}
+
+static bool inspect_safetensors(const char *path, FILE *out, dpt_error *err)
+{
+    struct stat st;
+    const char *why = NULL;
+    inspect_st s = {.out = out, .d = dpt_digest_new(&why)};
+    dpt_safetensors_skips ints;
+    fprintf(out, "safetensors %s | %lld bytes\n", path, stat(path, &st) == 0 ? (long long)st.st_size : -1LL);
+    bool ok = dpt_safetensors_tensors(path, inspect_tensor, &s, &ints, err);
+    char hex[65];
+    if (s.d) dpt_digest_finish(s.d, hex);
+    if (!ok) return false;
+    fprintf(out, "%d tensors, %lld values", s.count, (long long)s.values);
+    if (ints.count) fprintf(out, "; %d integer tensors passed over (%s)", ints.count, ints.names);
+    fprintf(out, "\n");
+    if (s.d) fprintf(out, "weights sha256 %s\n", hex);
+    else fprintf(out, "weights sha256 unavailable: %s\n", why);
+    return true;
+}
+
 bool dpt_checkpoint_inspect(const char *path, FILE *out, dpt_error *err)
 {
+    if (dpt_safetensors_is(path)) return inspect_safetensors(path, out, err);
     size_t size = 0;
     record *recs = NULL;
     uint32_t n = 0;

@@ -85,7 +85,10 @@ static const dpt_config_key train_keys[] = {
     {"model", "init", DPT_KEY_STRING, "", 1, 0, NULL,
      "start from these weights instead of the model's initialisation (fine-tuning): a dptrain checkpoint (a file, "
      "or FOLDER/latest, FOLDER/best), its parameters and buffers by name, not its optimizer state or position; "
-     "ema:CKPT for its weight averages ([train] ema_decay) instead; or, for gpt, llmc:PATH, llm.c's fp32 GPT-2 checkpoint (gpt2_124M.bin; the shape keys must match the file's)",
+     "ema:CKPT for its weight averages ([train] ema_decay) instead; a safetensors file (PyTorch's state_dict, "
+     "timm's or the Hugging Face hub's model.safetensors, --export safetensors), by name (resnet's names are "
+     "torchvision's); or, for gpt, llmc:PATH, llm.c's fp32 GPT-2 checkpoint (gpt2_124M.bin; the shape keys must match the file's), or "
+     "hf:PATH, a Hugging Face GPT-2's model.safetensors (its Conv1D weights transposed, the vocabulary padded)",
      0},
     {"model", "init_exclude", DPT_KEY_STRING, "", 1, 0, NULL,
      "with init: GLOBs, comma separated, of tensors left at the model's initialisation (a new head: fc2.*), "

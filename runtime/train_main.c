@@ -605,21 +605,25 @@ static void usage(FILE *out)
         "                           op kinds and layers at the end, and a span per op in [log] timeline\n"
         "                           (on a GPU each op then waits for its kernels)\n"
         "  --eval CKPT              evaluate a checkpoint on the test set ([data] as configured, or --set\n"
-        "                           data.* for another set) instead of training; --expect and --junit apply\n"
+        "                           data.* for another set) instead of training; --expect and --junit apply.\n"
+        "                           CKPT may also be a .safetensors file of the model's weights (PyTorch's\n"
+        "                           state_dict names), for --predict, --sample, --inspect and --export too\n"
         "  --per-class              with --eval: each class's precision, recall, F1 and support, and their\n"
         "                           macro and weighted averages (scikit-learn's classification_report)\n"
         "  --ema                    with --eval, --predict, --sample or --export: the checkpoint's weight averages\n"
         "                           ([train] ema_decay) in place of its weights\n"
         "  --export FORMAT CKPT OUT write a checkpoint's weights for other programs and exit: safetensors\n"
         "                           or npz (no CONFIG needed; after one, `latest` is its [checkpoint] dir's),\n"
-        "                           or a model's own (llmc for gpt, after CONFIG)\n"
+        "                           or a model's own, after CONFIG: for gpt llmc (llm.c's file) or hf\n"
+        "                           (OUT a folder: Hugging Face's model.safetensors and config.json)\n"
         "  --dry-run                load everything, print the resolved config, and exit\n"
         "  --summary                print the ops one forward runs (layers, output shapes, parameters, FLOPs), and exit\n"
         "  --show-batch FILE.png    write this rank's first training batch as the model would get it\n"
         "                           (crops, flips, auto_augment, random erasing, mixup or cutmix done) as\n"
         "                           a PNG grid of up to 64 images, print their labels, and exit\n"
         "  --sample CKPT            generate from a language model's checkpoint (or llmc:PATH, llm.c's\n"
-        "                           GPT-2 file; text for byte-level models, token ids otherwise) and\n"
+        "                           GPT-2 file, hf:PATH, a Hugging Face GPT-2's model.safetensors; text\n"
+        "                           for byte-level models, token ids otherwise) and\n"
         "                           exit; with --prompt TEXT, --tokens N (200), --temperature T (1; 0 =\n"
         "                           the most likely), --top-k K (0 = all), --top-p P (1 = all; the\n"
         "                           nucleus: the most likely tokens holding P of the chance), --seed S,\n"
@@ -776,8 +780,8 @@ static int parse_cli(int argc, char **argv, cli *args)
                 if (!strcmp(flag, sample_only[f])) args->sample_flag = sample_only[f]; /* the first given */
             if (!strcmp(flag, "--top-k")) args->top_k_given = true;
             if (!strcmp(flag, "--sample")) {
-                /* llm.c's checkpoint file: the model starts from it ([model] init), no checkpoint of ours */
-                args->sample = v, args->resume = strncmp(v, "llmc:", 5) ? v : NULL;
+                /* llm.c's or Hugging Face's GPT-2 file: the model starts from it ([model] init), no checkpoint of ours */
+                args->sample = v, args->resume = strncmp(v, "llmc:", 5) && strncmp(v, "hf:", 3) ? v : NULL;
             } else if (!strcmp(flag, "--tokenizer")) {
                 args->tokenizer = v;
             } else if (!strcmp(flag, "--prompt")) {
@@ -959,8 +963,11 @@ static int parse_cli(int argc, char **argv, cli *args)
             fprintf(stderr, "error: --export %s %s\n", args->export_format, err.msg);
             return 1;
         }
-        printf("exported %s: %d tensors (%s, then buffers) to %s (%s)\n", path, count,
-               args->ema ? "the weight averages of the parameters" : "parameters", args->export_out, args->export_format);
+        printf("exported %s: %d tensors (%s) to %s (%s)\n", path, count,
+               dpt_safetensors_is(path) ? "the file's floating-point ones, in its order"
+               : args->ema              ? "the weight averages of the parameters, then buffers"
+                                        : "parameters, then buffers",
+               args->export_out, args->export_format);
         return 0;
     }
     if (args->export_format && !args->config_path) {
@@ -987,11 +994,14 @@ static dpt_config *load_config(const cli *args, dpt_error *err)
             cfg = NULL;
         }
     }
-    if (cfg && args->sample && !args->resume) { /* --sample llmc:PATH: the model starts from llm.c's file */
-        if (access(args->sample + 5, R_OK) != 0) {
-            dpt_errorf(err, "--sample %s: %s\nHINT: llm.c's train_gpt2.py writes gpt2_124M.bin; ./train CONFIG "
-                            "--export llmc CKPT FILE writes one from a checkpoint",
-                       args->sample, strerror(errno));
+    if (cfg && args->sample && !args->resume) { /* --sample llmc:PATH or hf:PATH: the model starts from the file */
+        bool hf = args->sample[0] == 'h';
+        if (access(args->sample + (hf ? 3 : 5), R_OK) != 0) {
+            dpt_errorf(err, "--sample %s: %s\nHINT: %s", args->sample, strerror(errno),
+                       hf ? "the model.safetensors of a GPT-2 of Hugging Face's transformers; ./train CONFIG --export "
+                            "hf CKPT DIR writes DIR/model.safetensors from a checkpoint"
+                          : "llm.c's train_gpt2.py writes gpt2_124M.bin; ./train CONFIG --export llmc CKPT FILE "
+                            "writes one from a checkpoint");
             dpt_config_free(cfg);
             return NULL;
         }

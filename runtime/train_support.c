@@ -407,6 +407,8 @@ typedef struct init_load {
     char *seen;          /* per parameter, then per buffer: loaded or excluded */
     int loaded, kept, skipped;
     char missing[600];   /* the checkpoint's tensors this model lacks, not excluded */
+    const char *source;  /* "checkpoint", "file" (safetensors) */
+    bool whole;          /* every tensor, none excluded (--eval, --predict, --sample of a safetensors file) */
 } init_load;
 
 static bool excluded(const char *globs, const char *name)
@@ -432,11 +434,12 @@ static bool init_tensor(void *user, const char *name, bool buffer, int ndim, con
                         int64_t numel, dpt_error *err)
 {
     init_load *l = user;
-    int np = dpt_model_num_params(l->model), n = buffer ? dpt_model_num_buffers(l->model) : np;
+    (void)buffer; /* names are unique over both (a safetensors file does not say which it is) */
+    int np = dpt_model_num_params(l->model), n = np + dpt_model_num_buffers(l->model);
     for (int i = 0; i < n; i++) {
-        dpt_tensor *t = buffer ? dpt_model_buffer_at(l->model, i) : dpt_model_param_at(l->model, i);
+        dpt_tensor *t = i < np ? dpt_model_param_at(l->model, i) : dpt_model_buffer_at(l->model, i - np);
         if (strcmp(t->name, name) != 0) continue;
-        l->seen[buffer ? np + i : i] = 1;
+        l->seen[i] = 1;
         if (excluded(l->exclude, name)) {
             l->kept++;
             return true;
@@ -447,9 +450,14 @@ static bool init_tensor(void *user, const char *name, bool buffer, int ndim, con
         if (!same) {
             char a[96], b[96];
             dims_text(a, sizeof a, ndim, dims), dims_text(b, sizeof b, t->ndim, t->shape);
-            return dpt_errorf(err, "%s is %s in the checkpoint and %s in this model\nHINT: [model] init_exclude = %s "
+            if (l->whole)
+                return dpt_errorf(err, "%s is %s in the %s and %s in this model\nHINT: the config's [model] keys "
+                                       "must build the model whose weights these are (./train CONFIG --summary, "
+                                       "./train --inspect FILE)",
+                                  name, a, l->source, b);
+            return dpt_errorf(err, "%s is %s in the %s and %s in this model\nHINT: [model] init_exclude = %s "
                                    "starts it from the model's initialisation (a new head)",
-                              name, a, b, name);
+                              name, a, l->source, b, name);
         }
         dpt_tensor_copy_from_host(t, data);
         l->loaded++;
@@ -466,6 +474,65 @@ static bool init_tensor(void *user, const char *name, bool buffer, int ndim, con
     return true;
 }
 
+/* "; N integer tensors passed over (names)" for a file that had some, else "". */
+const char *weights_loaded_ints(const weights_loaded *got, char *buf, size_t cap)
+{
+    if (!got->ints.count) return "";
+    snprintf(buf, cap, "; %d integer tensor%s passed over (%s)", got->ints.count, got->ints.count > 1 ? "s" : "",
+             got->ints.names);
+    return buf;
+}
+
+/* The parameters and buffers of a checkpoint (its weight averages with averages) or of a
+ * safetensors file, by name, into the model: every tensor of the file must be the model's and
+ * of its shape, and every tensor of the model must be in the file, but for exclude's globs. */
+bool load_weights_by_name(trainer *t, const char *path, bool averages, const char *exclude, weights_loaded *got,
+                          dpt_error *err)
+{
+    memset(got, 0, sizeof *got);
+    int total = dpt_model_num_params(t->model) + dpt_model_num_buffers(t->model);
+    init_load l = {.model = t->model, .exclude = exclude ? exclude : "", .whole = !exclude};
+    l.seen = calloc((size_t)total + 1, 1);
+    if (!l.seen) dpt_fatal("out of host memory");
+    got->safetensors = dpt_safetensors_is(path);
+    l.source = got->safetensors ? "file" : "checkpoint";
+    bool ok = got->safetensors && averages
+                  ? dpt_errorf(err, "%s is a safetensors file: it holds weights, not a run's weight averages\nHINT: "
+                                    "leave out ema: (--ema) for this file", path)
+              : got->safetensors ? dpt_safetensors_tensors(path, init_tensor, &l, &got->ints, err)
+                                 : dpt_checkpoint_tensors_of(path, averages, init_tensor, &l, err);
+    if (ok && *l.missing)
+        ok = dpt_errorf(err, "%s holds tensors this model (%s) does not have: %s\nHINT: %s%s", path,
+                        dpt_model_name(t->model), l.missing,
+                        !got->safetensors ? "[model] init_exclude = GLOB skips them (and starts this model's own new "
+                                            "tensors from its initialisation)"
+                                          : "the names must be this model's (./train CONFIG --summary lists them, "
+                                            "./train --inspect FILE the file's)",
+                        got->safetensors && exclude ? "; [model] init_exclude = GLOB skips the file's extra ones" : "");
+    char absent[600] = "";
+    for (int i = 0; ok && i < total; i++) {
+        if (l.seen[i]) continue;
+        int np = dpt_model_num_params(t->model);
+        const dpt_tensor *x = i < np ? dpt_model_param_at(t->model, i) : dpt_model_buffer_at(t->model, i - np);
+        if (excluded(l.exclude, x->name)) {
+            l.kept++;
+            continue;
+        }
+        size_t at = strlen(absent);
+        if (at + 1 < sizeof absent) snprintf(absent + at, sizeof absent - at, "%s%s", at ? ", " : "", x->name);
+    }
+    if (ok && *absent)
+        ok = dpt_errorf(err, "%s lacks tensors of this model (%s): %s\nHINT: %s", path, dpt_model_name(t->model),
+                        absent,
+                        exclude ? "[model] init_exclude = GLOB starts them from the model's initialisation"
+                                : "the file must hold every weight of this model (a file it was exported to, or "
+                                  "[model] init = FILE with init_exclude = GLOB to start the rest from the "
+                                  "model's initialisation, then train)");
+    free(l.seen);
+    got->loaded = l.loaded, got->kept = l.kept, got->skipped = l.skipped;
+    return ok;
+}
+
 /* [model] init = CKPT: the parameters and buffers of another run's checkpoint, by name, into
  * the model just built (every rank reads it: no broadcast needed before DDP's own). Names and
  * shapes must agree but for init_exclude's globs. */
@@ -480,49 +547,32 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
                                "checkpoint), or remove it",
                           exclude_where, dpt_config_str(cfg, "model", "init_exclude"));
     if (!*init) return true;
-    if (!strncmp(init, "llmc:", 5)) { /* llm.c's GPT-2 file: the gpt model reads it when it is built */
-        if (!strcmp(dpt_model_name(t->model), "gpt")) return true;
-        return dpt_errorf(err, "%s: [model] init = %s: llm.c's GPT-2 checkpoint is the gpt model's format; model %s "
+    bool hf = !strncmp(init, "hf:", 3);
+    if (hf || !strncmp(init, "llmc:", 5)) { /* llm.c's or Hugging Face's GPT-2: the gpt model reads it when built */
+        if (!strcmp(dpt_model_name(t->model), "gpt")) {
+            if (t->r->rank == 0) report_line("init from %s (%s's GPT-2)\n", init, hf ? "Hugging Face" : "llm.c");
+            return true;
+        }
+        return dpt_errorf(err, "%s: [model] init = %s: %s GPT-2 checkpoint is the gpt model's format; model %s "
                                "does not read it (it would start from its own initialisation)\nHINT: [model] name = "
-                               "gpt with the file's shape, or init = CKPT, a checkpoint of this model",
-                          where, init, dpt_model_name(t->model));
+                               "gpt with the file's shape, or init = CKPT, a checkpoint of this model%s",
+                          where, init, hf ? "a Hugging Face" : "llm.c's", dpt_model_name(t->model),
+                          hf ? ", or init = FILE.safetensors (without hf:) for weights named as this model's" : "");
     }
     bool averages = !strncmp(init, "ema:", 4); /* the checkpoint's weight averages ([train] ema_decay) */
     if (averages) init += 4;
     char path[PATH_MAX];
     if (!dpt_checkpoint_resolve(init, NULL, path, sizeof path, err))
         return dpt_error_prefix(err, "%s: [model] init = ", where);
-    int total = dpt_model_num_params(t->model) + dpt_model_num_buffers(t->model);
-    init_load l = {.model = t->model, .exclude = dpt_config_str(cfg, "model", "init_exclude")};
-    l.seen = calloc((size_t)total + 1, 1);
-    if (!l.seen) dpt_fatal("out of host memory");
-    bool ok = dpt_checkpoint_tensors_of(path, averages, init_tensor, &l, err);
-    if (ok && *l.missing)
-        ok = dpt_errorf(err, "%s holds tensors this model (%s) does not have: %s\nHINT: [model] init_exclude = GLOB "
-                             "skips them (and starts this model's own new tensors from its initialisation)",
-                        path, dpt_model_name(t->model), l.missing);
-    char absent[600] = "";
-    for (int i = 0; ok && i < total; i++) {
-        if (l.seen[i]) continue;
-        int np = dpt_model_num_params(t->model);
-        const dpt_tensor *x = i < np ? dpt_model_param_at(t->model, i) : dpt_model_buffer_at(t->model, i - np);
-        if (excluded(l.exclude, x->name)) {
-            l.kept++;
-            continue;
-        }
-        size_t at = strlen(absent);
-        if (at + 1 < sizeof absent) snprintf(absent + at, sizeof absent - at, "%s%s", at ? ", " : "", x->name);
-    }
-    if (ok && *absent)
-        ok = dpt_errorf(err, "%s lacks tensors of this model (%s): %s\nHINT: [model] init_exclude = GLOB starts them "
-                             "from the model's initialisation",
-                        path, dpt_model_name(t->model), absent);
-    free(l.seen);
-    if (!ok) return dpt_error_prefix(err, "%s: [model] init: ", where);
+    weights_loaded got;
+    if (!load_weights_by_name(t, path, averages, dpt_config_str(cfg, "model", "init_exclude"), &got, err))
+        return dpt_error_prefix(err, "%s: [model] init: ", where);
+    char ints[480];
     if (t->r->rank == 0)
-        report_line("init from %s%s: %d tensors loaded, %d at the model's initialisation, %d of the checkpoint's "
-                    "skipped ([model] init_exclude)\n",
-                    averages ? "the weight averages of " : "", path, l.loaded, l.kept, l.skipped);
+        report_line("init from %s%s: %d tensors loaded, %d at the model's initialisation, %d of the %s skipped "
+                    "([model] init_exclude)%s\n",
+                    averages ? "the weight averages of " : "", path, got.loaded, got.kept, got.skipped,
+                    got.safetensors ? "file's" : "checkpoint's", weights_loaded_ints(&got, ints, sizeof ints));
     return true;
 }
 

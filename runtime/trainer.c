@@ -421,6 +421,19 @@ static bool resume(trainer *t, dpt_error *err)
                                             : r->args->predict ? "--predict"
                                                                : "--resume");
     bool weights_only = cli_weights_only(r->args);
+    if (weights_only && dpt_safetensors_is(r->resumed)) { /* weights another program wrote: by name */
+        weights_loaded got;
+        if (!load_weights_by_name(t, r->resumed, r->args->ema, NULL, &got, err))
+            return dpt_error_prefix(err, "%s: ", r->args->eval      ? "--eval"
+                                                 : r->args->sample  ? "--sample"
+                                                 : r->args->predict ? "--predict"
+                                                                    : "--export");
+        char ints[480];
+        if (r->rank == 0 && r->args->eval)
+            printf("evaluating %s: safetensors, %d tensors by name%s\n", r->resumed, got.loaded,
+                   weights_loaded_ints(&got, ints, sizeof ints));
+        return true;
+    }
     if (weights_only && r->args->ema ? !dpt_checkpoint_load_averages(r->resumed, t->model, t->ctx, &t->state, err)
                                      : !dpt_checkpoint_load(r->resumed, t->model, t->optim, t->ctx,
                                                             weights_only ? NULL : t->run->ini, &t->state, r->size, err))
@@ -477,6 +490,7 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     const run_config *run = r->run;
     memset(t, 0, sizeof *t);
     t->r = r, t->run = run;
+    if (r->args->sample) report_to(stderr); /* the generated text alone on stdout */
     t->host_comm = r->comm; /* close puts it back (an NCCL communicator may take its place) */
     t->state = (dpt_train_state){.epoch = 1, .best_acc = -1.0, .best_loss = INFINITY, .stop_best = NAN};
     if (run->loss_scale) t->state.loss_scale = run->loss_scale_init;
@@ -628,7 +642,6 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
     int64_t all = run->epochs * t->steps_per_epoch;
     t->total_steps = run->max_steps > 0 && run->max_steps < all ? run->max_steps : all;
     if (!dpt_lr_schedule_build(run->ini, r->size, t->steps_per_epoch, t->total_steps, &t->schedule, err)) goto fail;
-    if (r->args->sample) report_to(stderr); /* the generated text alone on stdout */
     if (r->rank == 0) print_header(t);
     t->meter = dpt_tensor_new(t->ctx, 1, (int64_t[]){METER_SLOTS});
     dpt_tensor_fill_slice(t->ctx, t->meter, 0, METER_SLOTS, 0.0f);

@@ -291,6 +291,16 @@ void release_checkpoint_dir(replica *r);
 void save_checkpoint(trainer *t, const dpt_train_state *st);
 void save_best_checkpoint(trainer *t, const dpt_train_state *st);
 bool init_from_checkpoint(trainer *t, dpt_error *err);
+/* What load_weights_by_name read: tensors loaded, left at the model's initialisation
+ * (exclude), the file's skipped (exclude), and a safetensors file's integer tensors passed over. */
+typedef struct weights_loaded {
+    int loaded, kept, skipped;
+    bool safetensors;
+    dpt_safetensors_skips ints;
+} weights_loaded;
+bool load_weights_by_name(trainer *t, const char *path, bool averages, const char *exclude, weights_loaded *got,
+                          dpt_error *err);
+const char *weights_loaded_ints(const weights_loaded *got, char *buf, size_t cap);
 /* [distributed] zero (train_support.c): shard the optimizer state over the ranks; after a
  * step, every rank's ranges of the parameters gathered; a checkpoint's state gathered tensor by
  * tensor on rank 0 as it writes (zero_send_state: the other ranks' side). zero_clip: the gradient norm (unscaled, clipped) over what zero = 2 reduced. */

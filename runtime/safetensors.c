@@ -1,0 +1,571 @@
+/* safetensors.c: reading Hugging Face's safetensors files, the format PyTorch, timm, the
+ * Hugging Face hub and `./train --export safetensors` write weights in: an 8-byte little-endian
+ * header length N, N bytes of JSON ({"name": {"dtype": "F32", "shape": [64, 3, 7, 7],
+ * "data_offsets": [begin, end]}, ..., "__metadata__": {...}}, padded with spaces), then the
+ * tensors' bytes, row-major little-endian, offsets relative to the end of the header.
+ *
+ * Everything is checked before any tensor is handed on (a hostile or damaged file is refused
+ * naming the file and the tensor): the header's size against the file's, the JSON (strings,
+ * escapes, nesting), each dtype, shape and offsets (sizes in checked 64-bit, inside the data,
+ * not overlapping), names (not twice, no control bytes), and then each tensor's values
+ * (finite, in float32's range). Integer and boolean tensors are not weights of a float model
+ * (PyTorch's num_batches_tracked): passed over and counted. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dpt.h"
+#include "error.h"
+#include "half.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors.c reads little-endian bytes as the host's"
+#endif
+
+#define HEADER_MAX 100000000ULL /* the format's own limit on the JSON header */
+#define MAX_DIMS 8
+#define MAX_DEPTH 64 /* nesting of JSON skipped in __metadata__ and unknown fields */
+#define HINT_DAMAGED                                                                                              \
+    "HINT: the file is damaged or not a safetensors file: write it again (Python: "                               \
+    "safetensors.torch.save_file(model.state_dict(), PATH), or ./train --export safetensors CKPT PATH)"
+
+typedef enum { T_F64, T_F32, T_F16, T_BF16, T_INT, T_UNREAD } kind;
+
+static const struct {
+    const char *name;
+    int size;
+    kind kind;
+} dtypes[] = {
+    {"F64", 8, T_F64},      {"F32", 4, T_F32},      {"F16", 2, T_F16},  {"BF16", 2, T_BF16},
+    {"I64", 8, T_INT},      {"I32", 4, T_INT},      {"I16", 2, T_INT},  {"I8", 1, T_INT},
+    {"U64", 8, T_INT},      {"U32", 4, T_INT},      {"U16", 2, T_INT},  {"U8", 1, T_INT},
+    {"BOOL", 1, T_INT},     {"F8_E4M3", 1, T_UNREAD}, {"F8_E5M2", 1, T_UNREAD},
+};
+
+typedef struct entry {
+    char *name;
+    int dtype; /* index into dtypes */
+    int ndim;
+    int64_t dims[MAX_DIMS];
+    uint64_t begin, end; /* relative to the data */
+} entry;
+
+typedef struct parser {
+    const char *s, *end, *start;
+    const char *path;
+    dpt_error *err;
+    bool failed;
+} parser;
+
+static bool fail(parser *p, const char *what)
+{
+    if (!p->failed)
+        dpt_errorf(p->err, "%s: its JSON header %s at byte %lld of the header\n" HINT_DAMAGED, p->path, what,
+                   (long long)(p->s - p->start));
+    p->failed = true;
+    return false;
+}
+
+static void ws(parser *p)
+{
+    while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r'))
+        p->s++;
+}
+
+static bool expect(parser *p, char c)
+{
+    ws(p);
+    if (p->s >= p->end || *p->s != c) {
+        char what[48];
+        snprintf(what, sizeof what, "lacks a '%c'", c);
+        return fail(p, what);
+    }
+    p->s++;
+    return true;
+}
+
+static int hex4(const char *s)
+{
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        int c = s[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* A JSON string, its escapes decoded (\uXXXX as UTF-8, surrogate pairs joined), into a new
+ * allocation (out NULL: only checked). A NUL or other control byte, raw or escaped, is refused:
+ * these are tensor names that go into messages and into our own files. */
+static bool string(parser *p, char **out)
+{
+    ws(p);
+    if (p->s >= p->end || *p->s != '"') return fail(p, "lacks a '\"' opening a string");
+    p->s++;
+    size_t cap = 32, n = 0;
+    char *buf = out ? malloc(cap) : NULL;
+    if (out && !buf) dpt_fatal("out of host memory reading a safetensors header");
+    for (;;) {
+        if (p->s >= p->end) {
+            free(buf);
+            return fail(p, "ends inside a string");
+        }
+        unsigned char c = (unsigned char)*p->s++;
+        uint32_t cp = c;
+        if (c == '"') break;
+        if (c < 0x20) {
+            free(buf);
+            return fail(p, "has a control byte inside a string");
+        }
+        if (c == '\\') {
+            if (p->s >= p->end) {
+                free(buf);
+                return fail(p, "ends inside a string");
+            }
+            char e = *p->s++;
+            const char *simple = strchr("\"\\/bfnrt", e);
+            if (e && simple) {
+                cp = (uint32_t) "\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"];
+            } else if (e == 'u' && p->end - p->s >= 4 && hex4(p->s) >= 0) {
+                cp = (uint32_t)hex4(p->s);
+                p->s += 4;
+                if (cp >= 0xd800 && cp < 0xdc00 && p->end - p->s >= 6 && p->s[0] == '\\' && p->s[1] == 'u' &&
+                    hex4(p->s + 2) >= 0xdc00 && hex4(p->s + 2) < 0xe000) {
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (uint32_t)(hex4(p->s + 2) - 0xdc00);
+                    p->s += 6;
+                } else if (cp >= 0xd800 && cp < 0xe000) {
+                    free(buf);
+                    return fail(p, "has a lone UTF-16 surrogate in a string");
+                }
+            } else {
+                free(buf);
+                return fail(p, "has an unknown escape in a string");
+            }
+            if (cp < 0x20 || cp == 0x7f) {
+                free(buf);
+                return fail(p, "has a control character (escaped) inside a string");
+            }
+        }
+        if (!out) continue;
+        if (n + 5 >= cap) {
+            char *grown = realloc(buf, cap *= 2);
+            if (!grown) dpt_fatal("out of host memory reading a safetensors header");
+            buf = grown;
+        }
+        if (c == '\\' && cp >= 0x80) { /* an escaped code point, as UTF-8 */
+            if (cp < 0x800) {
+                buf[n++] = (char)(0xc0 | (cp >> 6));
+            } else if (cp < 0x10000) {
+                buf[n++] = (char)(0xe0 | (cp >> 12));
+                buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+            } else {
+                buf[n++] = (char)(0xf0 | (cp >> 18));
+                buf[n++] = (char)(0x80 | ((cp >> 12) & 0x3f));
+                buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+            }
+            buf[n++] = (char)(0x80 | (cp & 0x3f));
+        } else {
+            buf[n++] = (char)cp;
+        }
+    }
+    if (out) {
+        buf[n] = '\0';
+        *out = buf;
+    }
+    return true;
+}
+
+/* A JSON integer that is a size or an offset: digits only, no sign, fraction or exponent. */
+static bool unsigned_int(parser *p, uint64_t *v)
+{
+    ws(p);
+    if (p->s >= p->end || *p->s < '0' || *p->s > '9') return fail(p, "has a value that is not a non-negative integer");
+    uint64_t x = 0;
+    while (p->s < p->end && *p->s >= '0' && *p->s <= '9') {
+        if (x > (UINT64_MAX - 9) / 10) return fail(p, "has an integer too large for 64 bits");
+        x = x * 10 + (uint64_t)(*p->s++ - '0');
+    }
+    if (p->s < p->end && (*p->s == '.' || *p->s == 'e' || *p->s == 'E'))
+        return fail(p, "has a size or offset that is not an integer");
+    *v = x;
+    return true;
+}
+
+/* Any JSON value, checked and passed over (__metadata__, fields we do not read). */
+static bool skip_value(parser *p, int depth)
+{
+    if (depth > MAX_DEPTH) return fail(p, "nests deeper than 64 levels");
+    ws(p);
+    if (p->s >= p->end) return fail(p, "ends where a value should be");
+    char c = *p->s;
+    if (c == '"') return string(p, NULL);
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        p->s++;
+        ws(p);
+        if (p->s < p->end && *p->s == close) return p->s++, true;
+        for (;;) {
+            if (c == '{' && !(string(p, NULL) && expect(p, ':'))) return false;
+            if (!skip_value(p, depth + 1)) return false;
+            ws(p);
+            if (p->s < p->end && *p->s == ',') {
+                p->s++;
+                continue;
+            }
+            return expect(p, close);
+        }
+    }
+    static const char *const words[] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++)
+        if ((size_t)(p->end - p->s) >= strlen(words[i]) && !strncmp(p->s, words[i], strlen(words[i])))
+            return p->s += strlen(words[i]), true;
+    const char *from = p->s; /* a number: -?digits(.digits)?([eE][+-]?digits)? */
+    if (p->s < p->end && *p->s == '-') p->s++;
+    int digits = 0;
+    while (p->s < p->end && ((*p->s >= '0' && *p->s <= '9') || *p->s == '.' || *p->s == 'e' || *p->s == 'E' ||
+                             ((*p->s == '+' || *p->s == '-') && (p->s[-1] == 'e' || p->s[-1] == 'E'))))
+        digits += *p->s >= '0' && *p->s <= '9', p->s++;
+    if (!digits) {
+        p->s = from;
+        return fail(p, "has something that is not a JSON value");
+    }
+    return true;
+}
+
+/* One tensor's description: {"dtype": ..., "shape": [...], "data_offsets": [b, e]}. */
+static bool tensor_entry(parser *p, entry *e)
+{
+    if (!expect(p, '{')) return false;
+    bool have_dtype = false, have_shape = false, have_offsets = false;
+    ws(p);
+    if (p->s < p->end && *p->s == '}') return fail(p, "has a tensor without dtype, shape and data_offsets");
+    for (;;) {
+        char *key = NULL;
+        if (!string(p, &key) || !expect(p, ':')) return free(key), false;
+        bool ok = true;
+        if (!strcmp(key, "dtype")) {
+            char *dt = NULL;
+            ok = string(p, &dt);
+            e->dtype = -1;
+            for (size_t i = 0; ok && i < sizeof dtypes / sizeof dtypes[0]; i++)
+                if (!strcmp(dt, dtypes[i].name)) e->dtype = (int)i;
+            if (ok && e->dtype < 0) {
+                dpt_printable(dt);
+                dpt_errorf(p->err, "%s: tensor %s has dtype \"%.32s\", which is not one of safetensors' dtypes\n"
+                                   "HINT: dptrain reads F64, F32, F16 and BF16 weights (integer tensors are passed over)",
+                           p->path, e->name, dt);
+                p->failed = true, ok = false;
+            }
+            free(dt);
+            have_dtype = true;
+        } else if (!strcmp(key, "shape")) {
+            ok = expect(p, '[');
+            e->ndim = 0;
+            ws(p);
+            if (ok && p->s < p->end && *p->s == ']') {
+                p->s++;
+            } else {
+                for (; ok;) {
+                    uint64_t d;
+                    ok = unsigned_int(p, &d);
+                    if (ok && e->ndim == MAX_DIMS) ok = fail(p, "has a shape of more than 8 dimensions");
+                    if (ok && d > ((uint64_t)1 << 40)) ok = fail(p, "has a dimension larger than 2^40");
+                    if (ok) e->dims[e->ndim++] = (int64_t)d;
+                    ws(p);
+                    if (ok && p->s < p->end && *p->s == ',') {
+                        p->s++;
+                        continue;
+                    }
+                    ok = ok && expect(p, ']');
+                    break;
+                }
+            }
+            have_shape = true;
+        } else if (!strcmp(key, "data_offsets")) {
+            ok = expect(p, '[') && unsigned_int(p, &e->begin) && expect(p, ',') && unsigned_int(p, &e->end) &&
+                 expect(p, ']');
+            have_offsets = true;
+        } else {
+            ok = skip_value(p, 1);
+        }
+        free(key);
+        if (!ok) return false;
+        ws(p);
+        if (p->s < p->end && *p->s == ',') {
+            p->s++;
+            continue;
+        }
+        if (!expect(p, '}')) return false;
+        break;
+    }
+    if (!have_dtype || !have_shape || !have_offsets) {
+        dpt_errorf(p->err, "%s: tensor %s lacks its %s\n" HINT_DAMAGED, p->path, e->name,
+                   !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
+        p->failed = true;
+        return false;
+    }
+    return true;
+}
+
+static int by_begin(const void *a, const void *b)
+{
+    const entry *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp((*(const entry *const *)a)->name, (*(const entry *const *)b)->name);
+}
+
+static void free_entries(entry *es, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(es[i].name);
+    free(es);
+}
+
+static bool read_at(int fd, void *buf, size_t n, uint64_t at, const char *path, dpt_error *err)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(at + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return dpt_errorf(err, "%s: %s at byte %llu\n" HINT_DAMAGED, path,
+                              r < 0 ? strerror(errno) : "the file ended", (unsigned long long)(at + got));
+        got += (size_t)r;
+    }
+    return true;
+}
+
+bool dpt_safetensors_is(const char *path)
+{
+    size_t len = strlen(path);
+    if (len >= 12 && !strcmp(path + len - 12, ".safetensors")) return true; /* its reader says what is wrong */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    unsigned char head[9];
+    struct stat st;
+    bool is = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head;
+    uint64_t n = 0;
+    for (int i = 7; is && i >= 0; i--)
+        n = n << 8 | head[i];
+    close(fd);
+    /* a header length the format allows, then '{' (a dptrain checkpoint starts "DPTCKPT") */
+    return is && head[8] == '{' && n >= 2 && n <= HEADER_MAX;
+}
+
+/* The file's tensors, checked, in the order of their bytes. */
+static bool read_header(int fd, const char *path, uint64_t file_size, entry **out, int *count, uint64_t *data_at,
+                        dpt_error *err)
+{
+    unsigned char len8[8];
+    if (file_size < 10) return dpt_errorf(err, "%s: %llu bytes, too short for a safetensors file\n" HINT_DAMAGED, path,
+                                          (unsigned long long)file_size);
+    if (!read_at(fd, len8, 8, 0, path, err)) return false;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | len8[i];
+    if (n < 2 || n > HEADER_MAX || n > file_size - 8)
+        return dpt_errorf(err, "%s: its header length %llu does not fit the file (%llu bytes; the format allows up to "
+                               "100,000,000)\n" HINT_DAMAGED,
+                          path, (unsigned long long)n, (unsigned long long)file_size);
+    char *json = malloc(n);
+    if (!json) dpt_fatal("out of host memory reading %s's header (%llu bytes)", path, (unsigned long long)n);
+    if (!read_at(fd, json, n, 8, path, err)) return free(json), false;
+    parser p = {.s = json, .end = json + n, .start = json, .path = path, .err = err};
+    int cap = 64, k = 0;
+    entry *es = calloc((size_t)cap, sizeof *es);
+    if (!es) dpt_fatal("out of host memory");
+    bool ok = expect(&p, '{');
+    ws(&p);
+    if (ok && p.s < p.end && *p.s == '}') {
+        p.s++;
+    } else {
+        while (ok) {
+            char *name = NULL;
+            ok = string(&p, &name) && expect(&p, ':');
+            if (ok && !strcmp(name, "__metadata__")) {
+                ok = skip_value(&p, 1);
+                free(name);
+            } else if (ok) {
+                if (k == cap) {
+                    entry *grown = realloc(es, (size_t)(cap *= 2) * sizeof *es);
+                    if (!grown) dpt_fatal("out of host memory");
+                    es = grown;
+                }
+                memset(&es[k], 0, sizeof es[k]);
+                es[k].name = name;
+                ok = tensor_entry(&p, &es[k++]);
+            } else {
+                free(name);
+            }
+            ws(&p);
+            if (ok && p.s < p.end && *p.s == ',') {
+                p.s++;
+                continue;
+            }
+            ok = ok && expect(&p, '}');
+            break;
+        }
+    }
+    ws(&p);
+    if (ok && p.s != p.end) ok = fail(&p, "goes on after its closing '}'");
+    free(json);
+    uint64_t data = file_size - 8 - n;
+    for (int i = 0; ok && i < k; i++) { /* sizes in checked 64-bit, inside the data */
+        entry *e = &es[i];
+        uint64_t numel = 1, bytes;
+        bool over = false;
+        for (int d = 0; d < e->ndim; d++)
+            over |= __builtin_mul_overflow(numel, (uint64_t)e->dims[d], &numel);
+        over |= __builtin_mul_overflow(numel, (uint64_t)dtypes[e->dtype].size, &bytes);
+        if (over || e->begin > e->end || e->end > data || e->end - e->begin != bytes) {
+            char shape[160] = "";
+            size_t at = 0;
+            for (int d = 0; d < e->ndim && at < sizeof shape; d++)
+                at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", d ? ", " : "", (long long)e->dims[d]);
+            dpt_printable(e->name);
+            ok = dpt_errorf(err,
+                            "%s: tensor %.200s (%s, shape [%s]) has data_offsets [%llu, %llu], which %s (the data "
+                            "holds %llu bytes)\n" HINT_DAMAGED,
+                            path, e->name, dtypes[e->dtype].name, shape, (unsigned long long)e->begin,
+                            (unsigned long long)e->end,
+                            over || e->begin > e->end ? "cannot hold it"
+                            : e->end > data          ? "run past the end of the file"
+                                                     : "do not span its shape's bytes",
+                            (unsigned long long)data);
+        }
+    }
+    if (ok && k > 1) { /* no name twice */
+        entry **names = malloc((size_t)k * sizeof *names);
+        if (!names) dpt_fatal("out of host memory");
+        for (int i = 0; i < k; i++)
+            names[i] = &es[i];
+        qsort(names, (size_t)k, sizeof *names, by_name);
+        for (int i = 1; ok && i < k; i++)
+            if (!strcmp(names[i - 1]->name, names[i]->name)) {
+                dpt_printable(names[i]->name);
+                ok = dpt_errorf(err, "%s: tensor %.200s is described twice in its header\n" HINT_DAMAGED, path,
+                                names[i]->name);
+            }
+        free(names);
+    }
+    if (ok) qsort(es, (size_t)k, sizeof *es, by_begin);
+    for (int i = 1; ok && i < k; i++) /* and no two tensors' bytes overlap */
+        if (es[i].begin < es[i - 1].end && es[i].begin < es[i].end) {
+            dpt_printable(es[i - 1].name), dpt_printable(es[i].name);
+            ok = dpt_errorf(err, "%s: tensors %.200s and %.200s share bytes (data_offsets [%llu, %llu] and [%llu, %llu])\n" HINT_DAMAGED,
+                            path, es[i - 1].name, es[i].name, (unsigned long long)es[i - 1].begin,
+                            (unsigned long long)es[i - 1].end, (unsigned long long)es[i].begin,
+                            (unsigned long long)es[i].end);
+        }
+    if (!ok) {
+        free_entries(es, k);
+        return false;
+    }
+    *out = es, *count = k, *data_at = 8 + n;
+    return true;
+}
+
+bool dpt_safetensors_tensors(const char *path, dpt_ckpt_tensor_fn fn, void *user, dpt_safetensors_skips *skips,
+                             dpt_error *err)
+{
+    if (skips) memset(skips, 0, sizeof *skips);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dpt_errorf(err, "%s: %s\nHINT: the path of a .safetensors file", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return dpt_errorf(err, "%s is not a regular file\nHINT: the path of a .safetensors file", path);
+    }
+    entry *es = NULL;
+    int n = 0;
+    uint64_t data_at = 0;
+    if (!read_header(fd, path, (uint64_t)st.st_size, &es, &n, &data_at, err)) {
+        close(fd);
+        return false;
+    }
+    bool ok = true;
+    void *raw = NULL;
+    float *vals = NULL;
+    size_t raw_cap = 0, vals_cap = 0;
+    for (int i = 0; ok && i < n; i++) {
+        entry *e = &es[i];
+        dpt_printable(e->name);
+        kind k = dtypes[e->dtype].kind;
+        if (k == T_INT) {
+            if (skips) { /* the first two names (whole, while they fit), then " ..." */
+                size_t at = strlen(skips->names), len = strlen(e->name) + (at ? 2 : 0);
+                if (skips->count < 2 && at + len + 5 < sizeof skips->names)
+                    snprintf(skips->names + at, sizeof skips->names - at, "%s%s", at ? ", " : "", e->name);
+                else if (at + 5 <= sizeof skips->names && !strstr(skips->names, " ..."))
+                    snprintf(skips->names + at, sizeof skips->names - at, " ...");
+                skips->count++;
+            }
+            continue;
+        }
+        if (k == T_UNREAD) {
+            ok = dpt_errorf(err, "%s: tensor %s is %s (8-bit floats), which dptrain does not read\nHINT: write the "
+                                 "weights in F32, BF16 or F16 (PyTorch: tensor.float())",
+                            path, e->name, dtypes[e->dtype].name);
+            break;
+        }
+        uint64_t numel = 1;
+        for (int d = 0; d < e->ndim; d++)
+            numel *= (uint64_t)e->dims[d]; /* checked with the offsets */
+        size_t bytes = (size_t)(e->end - e->begin), need = (size_t)numel * sizeof(float);
+        if (bytes > raw_cap || need > vals_cap) { /* each buffer as large as the largest tensor's so far */
+            free(raw), free(vals);
+            raw_cap = bytes > raw_cap ? bytes : raw_cap, vals_cap = need > vals_cap ? need : vals_cap;
+            raw = malloc(raw_cap ? raw_cap : 1), vals = malloc(vals_cap ? vals_cap : 1);
+            if (!raw || !vals) dpt_fatal("out of host memory reading tensor %s of %s (%zu bytes)", e->name, path, need);
+        }
+        if (!read_at(fd, raw, bytes, data_at + e->begin, path, err)) {
+            ok = false;
+            break;
+        }
+        const unsigned char *b = raw;
+        for (uint64_t j = 0; j < numel; j++) {
+            double v;
+            switch (k) {
+            case T_F64: memcpy(&v, b + 8 * j, 8); break;
+            case T_F32: {
+                float f;
+                memcpy(&f, b + 4 * j, 4);
+                v = f;
+                break;
+            }
+            case T_F16:
+            case T_BF16: {
+                uint16_t h;
+                memcpy(&h, b + 2 * j, 2);
+                v = k == T_F16 ? dpt_f32_from_fp16(h) : dpt_f32_from_bf16(h);
+                break;
+            }
+            default: v = 0; break;
+            }
+            vals[j] = (float)v;
+            if (!isfinite(vals[j])) {
+                ok = dpt_errorf(err, "%s: tensor %s holds %g at element %llu%s\nHINT: weights must be finite: the run "
+                                     "that wrote them diverged, or the file is damaged",
+                                path, e->name, v, (unsigned long long)j,
+                                isfinite(v) ? ", beyond float32's range" : "");
+                break;
+            }
+        }
+        if (ok) ok = fn(user, e->name, false, e->ndim, e->dims, vals, (int64_t)numel, err);
+    }
+    free(raw), free(vals);
+    free_entries(es, n);
+    close(fd);
+    return ok;
+}
