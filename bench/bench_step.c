@@ -23,18 +23,20 @@
 
 typedef struct model_def {
     const char *name;
-    const char *sets[4];
+    const char *sets[6];
     int64_t c, hw;
     int classes;
 } model_def;
 
 /* The peer's models (peer_pytorch.py): MLP 784-256-256-10, the 2-stage CNN, CIFAR-style
- * ResNet-20 with projection shortcuts, ResNet-50 v1.5. */
+ * ResNet-20 with projection shortcuts, ResNet-50 v1.5, configs/vit_fmnist.ini's ViT (torchvision's). */
 static const model_def models[] = {
     {"mlp", {"model.name=mlp", "model.hidden=256,256"}, 1, 28, 10},
     {"cnn", {"model.name=cnn", "model.channels=32,64", "model.fc=128", "model.dropout=0.25"}, 1, 28, 10},
     {"resnet20", {"model.name=resnet", "model.depth=20"}, 3, 32, 10},
     {"resnet50", {"model.name=resnet", "model.depth=50"}, 3, 224, 1000},
+    {"vit", {"model.name=vit", "model.patch_size=7", "model.hidden_dim=64", "model.num_layers=4", "model.num_heads=4",
+             "model.mlp_dim=128"}, 1, 28, 10},
 };
 
 int main(int argc, char **argv)
@@ -48,7 +50,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         if (!strcmp(models[i].name, argv[1])) def = &models[i];
     if (!def) {
-        fprintf(stderr, "unknown model %s (mlp, cnn, resnet20, resnet50)\n", argv[1]);
+        fprintf(stderr, "unknown model %s (mlp, cnn, resnet20, resnet50, vit)\n", argv[1]);
         return 2;
     }
     int64_t batch = atoll(argv[2]);

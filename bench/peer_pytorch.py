@@ -48,11 +48,19 @@ def resnet(blocks, widths, bottleneck, cifar, cin, classes):
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, classes)]
     return nn.Sequential(*layers)
 
+def vit():  # configs/vit_fmnist.ini's: torchvision's VisionTransformer with a 1-channel patch convolution
+    import torchvision
+    m = torchvision.models.VisionTransformer(image_size=28, patch_size=7, num_layers=4, num_heads=4, hidden_dim=64,
+                                             mlp_dim=128, num_classes=10)
+    m.conv_proj = nn.Conv2d(1, 64, 7, 7)
+    return m
+
 MODELS = {  # name: (builder, input shape, classes, batch)
     "mlp": (mlp, (1, 28, 28), 10, 64),
     "cnn": (cnn, (1, 28, 28), 10, 32),
     "resnet20": (lambda: resnet([3, 3, 3], [16, 32, 64], False, True, 3, 10), (3, 32, 32), 10, 32),
     "resnet50": (lambda: resnet([3, 4, 6, 3], [64, 128, 256, 512], True, False, 3, 1000), (3, 224, 224), 1000, 32),
+    "vit": (vit, (1, 28, 28), 10, 64),
 }
 
 def img_s(name, steps, device, batch=None, bf16=False, channels_last=False):
@@ -202,8 +210,8 @@ def main():
         return
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    steps = {"mlp": 300, "cnn": 20, "resnet20": 5, "resnet50": 2}
-    if args.device == "cuda": steps = {"mlp": 300, "cnn": 100, "resnet20": 50, "resnet50": 20}
+    steps = {"mlp": 300, "cnn": 20, "resnet20": 5, "resnet50": 2, "vit": 20}
+    if args.device == "cuda": steps = {"mlp": 300, "cnn": 100, "resnet20": 50, "resnet50": 20, "vit": 100}
     if args.steps: steps = {k: args.steps for k in steps}
     ours = {}
     if args.ours:

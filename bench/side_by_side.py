@@ -17,7 +17,7 @@ MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none
 
 # (model, batch, steps, threads list): steps sized so one side takes a few seconds here
 CASES = [("mlp", 64, 300, [1, 2]), ("cnn", 64, 60, [1, 2]), ("resnet20", 128, 6, [1, 2]),
-         ("resnet50", 16, 3, [1, 2])]
+         ("resnet50", 16, 3, [1, 2]), ("vit", 64, 40, [1, 2])]
 DDP_CASES = [("cnn", 64, 60)]
 
 LAST_MEM = {}  # the last run's allocator peak (MiB) by who ran it; dptrain's only

@@ -19,7 +19,7 @@ common=(--set train.threads=1 --set data.test_limit=2000)
 
 out=$("${two[@]}" "${common[@]}" --set checkpoint.dir="$tmp/ranks" 2>&1); rc=$?
 ranks=$(sha <<<"$out")
-[ $rc -eq 0 ] && [ -n "$ranks" ] && grep -q "model vit" <<<"$out" && grep -q "pass  final_test_acc >= 70%" <<<"$out"
+[ $rc -eq 0 ] && [ -n "$ranks" ] && grep -q "model my_vit" <<<"$out" && grep -q "pass  final_test_acc >= 70%" <<<"$out"
 check "2 ranks train the doc's ViT and meet its [expect]" $? "exit $rc: $(tail -5 <<<"$out")"
 
 out=$(timeout 300 "$bin" "$ini" "${common[@]}" --set distributed.devices=cpu:0,cpu:1 \

@@ -228,6 +228,88 @@ done
 refused "[model] init of a damaged file: named" "$tmp/span.safetensors: tensor a (F32, shape [4])" \
     "${cnn[@]}" --set model.init="$tmp/span.safetensors" --dry-run
 
+# [model] name = vit is torchvision's VisionTransformer, named as torchvision names it: NumPy
+# writes a ViT (patch 7, hidden 32, 2 layers, 4 heads, MLP 64, 1 channel) under those names and
+# computes its forward in float64 from torchvision's definition (a stride-7 patch convolution,
+# the class token first, pos_embedding, pre-LN blocks with LayerNorm eps 1e-6, in_proj packing
+# q, k and v, the exact GELU, the class token's row into heads.head); --predict's probabilities
+# of 300 test images equal it.
+out=$($py - "$tmp" "$dir" <<'PY' 2>&1
+import gzip, json, math, struct, sys
+import numpy as np
+tmp, data = sys.argv[1], sys.argv[2]
+rng = np.random.default_rng(5)
+P, D, L, H, M, S = 7, 32, 2, 4, 64, 17
+r = lambda *s, scale=0.3: (rng.standard_normal(s) * scale).astype(np.float32)
+w = {"class_token": r(1, 1, D, scale=0.5), "conv_proj.weight": r(D, 1, P, P, scale=0.3), "conv_proj.bias": r(D, scale=0.1),
+     "encoder.pos_embedding": r(1, S, D, scale=0.3)}
+for l in range(L):
+    p = f"encoder.layers.encoder_layer_{l}."
+    w.update({p + "ln_1.weight": 1 + r(D, scale=0.2), p + "ln_1.bias": r(D, scale=0.1),
+              p + "self_attention.in_proj_weight": r(3 * D, D, scale=0.25), p + "self_attention.in_proj_bias": r(3 * D, scale=0.1),
+              p + "self_attention.out_proj.weight": r(D, D, scale=0.2), p + "self_attention.out_proj.bias": r(D, scale=0.1),
+              p + "ln_2.weight": 1 + r(D, scale=0.2), p + "ln_2.bias": r(D, scale=0.1),
+              p + "mlp.0.weight": r(M, D, scale=0.2), p + "mlp.0.bias": r(M, scale=0.1),
+              p + "mlp.3.weight": r(D, M, scale=0.15), p + "mlp.3.bias": r(D, scale=0.1)})
+w.update({"encoder.ln.weight": 1 + r(D, scale=0.2), "encoder.ln.bias": r(D, scale=0.1),
+          "heads.head.weight": r(10, D, scale=0.5), "heads.head.bias": r(10, scale=0.1)})
+header, blobs, at = {}, [], 0
+for k, a in w.items():
+    b = a.astype("<f4").tobytes()
+    header[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + len(b)]}
+    blobs.append(b); at += len(b)
+h = json.dumps(header).encode()
+open(f"{tmp}/vit.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+W = {k: v.astype(np.float64) for k, v in w.items()}
+x = np.frombuffer(gzip.open(f"{data}/t10k-images-idx3-ubyte.gz").read()[16:], np.uint8)[:300 * 784]
+x = ((x.reshape(300, 28, 28).astype(np.float64) / 255) - np.float32(0.2860)) / np.float32(0.3530)
+def ln(v, n):
+    m = v.mean(-1, keepdims=True); var = ((v - m) ** 2).mean(-1, keepdims=True)
+    return (v - m) / np.sqrt(var + 1e-6) * W[n + ".weight"] + W[n + ".bias"]
+patches = x.reshape(300, 4, P, 4, P).transpose(0, 1, 3, 2, 4).reshape(300, 16, P * P)  # row-major over the grid
+tok = patches @ W["conv_proj.weight"].reshape(D, P * P).T + W["conv_proj.bias"]
+h = np.concatenate([np.broadcast_to(W["class_token"], (300, 1, D)), tok], 1) + W["encoder.pos_embedding"]
+erf = np.vectorize(math.erf)
+for l in range(L):
+    p = f"encoder.layers.encoder_layer_{l}."
+    qkv = ln(h, p + "ln_1") @ W[p + "self_attention.in_proj_weight"].T + W[p + "self_attention.in_proj_bias"]
+    q, k, v = (qkv[..., i * D:(i + 1) * D].reshape(300, S, H, D // H).transpose(0, 2, 1, 3) for i in range(3))
+    a = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D // H)
+    a = np.exp(a - a.max(-1, keepdims=True)); a /= a.sum(-1, keepdims=True)
+    y = (a @ v).transpose(0, 2, 1, 3).reshape(300, S, D)
+    h = h + y @ W[p + "self_attention.out_proj.weight"].T + W[p + "self_attention.out_proj.bias"]
+    m = ln(h, p + "ln_2") @ W[p + "mlp.0.weight"].T + W[p + "mlp.0.bias"]
+    m = 0.5 * m * (1 + erf(m / math.sqrt(2)))
+    h = h + m @ W[p + "mlp.3.weight"].T + W[p + "mlp.3.bias"]
+z = ln(h, "encoder.ln")[:, 0] @ W["heads.head.weight"].T + W["heads.head.bias"]
+z -= z.max(1, keepdims=True)
+pr = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+np.save(f"{tmp}/vit_p.npy", pr)
+print(f"largest probability {pr.max():.3f}, mean top-1 {pr.max(1).mean():.3f}")
+PY
+)
+check "NumPy writes a torchvision ViT and its float64 forward ($out)" $? "$out"
+vit=("${cnn[@]}" --set model.name=vit --set model.patch_size=7 --set model.hidden_dim=32 --set model.num_layers=2
+     --set model.num_heads=4 --set model.mlp_dim=64)
+./train "${vit[@]}" --predict "$tmp/vit.safetensors" --top-k 0 --out "$tmp/vit.csv" > "$tmp/vit.log" 2>&1
+check "--predict of the ViT's file" $? "$(tail -3 "$tmp/vit.log")"
+out=$($py - "$tmp" <<'PY' 2>&1
+import sys
+import numpy as np
+tmp = sys.argv[1]
+want = np.load(f"{tmp}/vit_p.npy")
+rows = [line.split(",") for line in open(f"{tmp}/vit.csv").read().split("\n")[1:] if line]
+got = np.zeros_like(want)
+for row in rows:
+    for j in range(2, len(row), 2):
+        got[int(row[0]), int(row[j])] = float(row[j + 1])
+err = np.abs(got - want).max()
+assert len(rows) == 300 and err < 1e-4, (len(rows), err)  # the bound as the CNN's above
+print(f"largest difference {err:.1e}")
+PY
+)
+check "vit is torchvision's ViT: its probabilities are the float64 forward's ($out)" $? "$out"
+
 # Hugging Face's GPT-2 (transformers' GPT2LMHeadModel state_dict): NumPy writes one as
 # transformers names and lays it out (transformer. prefix, nn.Embedding's wte.weight with
 # vocab_size rows, OpenAI's Conv1D weights (in, out), the causal masks attn.bias and

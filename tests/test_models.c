@@ -41,6 +41,17 @@ static void test_param_counts(void **state)
         assert_int_equal(dpt_model_param_count(m), cases[i].params);
         dpt_model_free(m);
     }
+    /* torchvision.models.vit_b_16(): 86,567,656 parameters, 17.56 GFLOPS (torchvision's
+     * documented figure counts multiply-adds: 17.56 G of them a 224x224 image) */
+    dpt_ctx_skip_init(ctx, true);
+    const char *b16[] = {"model.name=vit", "model.patch_size=16", "model.hidden_dim=768", "model.num_layers=12",
+                         "model.num_heads=12", "model.mlp_dim=3072"};
+    dpt_model *vb = build(ctx, b16, 6, 3, 224, 224, 1000, &err);
+    if (!vb) fail_msg("%s", err.msg);
+    print_message("vit_b_16: %lld parameters\n", (long long)dpt_model_param_count(vb));
+    assert_int_equal(dpt_model_param_count(vb), 86567656);
+    dpt_model_free(vb);
+    dpt_ctx_skip_init(ctx, false);
     /* ResNet-50 forward: 4.09 GMAC per 224x224 image (torchvision's figure) */
     const char *r50[] = {"model.name=resnet", "model.depth=50"};
     dpt_model *m = build(ctx, r50, 2, 3, 224, 224, 1000, &err);
@@ -146,6 +157,9 @@ static void test_overfit(void **state)
     overfit(r18, 3, 3, 32, 40, 0.2);
     const char *r50[] = {"model.name=resnet", "model.depth=50", "model.width=2"};
     overfit(r50, 3, 3, 32, 60, 0.5);
+    const char *vit[] = {"model.name=vit", "model.patch_size=4", "model.hidden_dim=32", "model.num_layers=2",
+                         "model.num_heads=4", "model.mlp_dim=64"};
+    overfit(vit, 6, 3, 12, 60, 0.05);
 }
 
 /* One ResNet-20 training step (batch norm, residuals, SGD with momentum) on oneDNN and on the

@@ -1,0 +1,168 @@
+/* vit.c: the Vision Transformer (Dosovitskiy et al. 2021) as torchvision builds it
+ * (torchvision.models.VisionTransformer), [model] name = vit:
+ *
+ *   x = conv_proj(images)              a patch_size x patch_size convolution, stride patch_size:
+ *                                      (B, hidden_dim, H/p, W/p), flattened to (B, N, hidden_dim)
+ *   h = [class_token, x] + pos_embedding, dropout
+ *   per layer: h += dropout(out_proj(attention(in_proj(ln_1(h)))))   non-causal, num_heads
+ *              h += dropout(mlp.3(dropout(gelu(mlp.0(ln_2(h))))))     the exact (erf) GELU
+ *   logits = heads.head(ln(h)[:, 0])   the class token's row
+ *
+ * LayerNorm eps 1e-6; the attention's q, k and v are one (3 hidden_dim, hidden_dim) projection
+ * (in_proj_weight, as torch.nn.MultiheadAttention packs it). Tensors are named as torchvision
+ * names them (conv_proj.weight, encoder.layers.encoder_layer_0.self_attention.in_proj_weight,
+ * heads.head.weight ...), so a torchvision ViT's state_dict, saved as safetensors, is this
+ * model's [model] init or --eval file as it is. torchvision's initialisation: conv_proj
+ * N(0, 1/fan_in) (its truncation at +-2 never binds at these widths), the class token zero,
+ * pos_embedding N(0, 0.02), in_proj and the MLP's weights Xavier-uniform, the MLP's biases
+ * N(0, 1e-6), out_proj PyTorch's Linear default with a zero bias, the head zero.
+ * ViT-B/16: patch 16, hidden 768, 12 layers, 12 heads, MLP 3072 (86.6 M parameters at 224). */
+#include <math.h>
+#include <stdio.h>
+
+#include "dpt.h"
+#include "../runtime/registry.h"
+
+#define VIT_MAX_LAYERS 64
+
+typedef struct vit_layer {
+    dpt_layernorm *ln_1, *ln_2;
+    dpt_tensor *in_w, *in_b, *out_w, *out_b; /* self_attention */
+    dpt_linear *mlp0, *mlp3;
+} vit_layer;
+
+typedef struct vit {
+    int64_t patch, dim, layers, heads, mlp, seq;
+    float dropout;
+    dpt_conv2d *conv_proj;
+    dpt_tensor *class_token, *pos; /* (1, 1, D), (1, S, D) */
+    vit_layer layer[VIT_MAX_LAYERS];
+    dpt_layernorm *ln;
+    dpt_linear *head;
+} vit;
+
+/* images (B, C, H, W) -> logits (B, classes) */
+static dpt_tensor *vit_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
+{
+    vit *v = dpt_model_state(model);
+    bool training = dpt_model_training(model);
+    int64_t B = dpt_tensor_dim(x, 0), D = v->dim;
+    dpt_tensor *p = dpt_conv2d_forward(ctx, v->conv_proj, x); /* (B, D, H/p, W/p) */
+    p = dpt_permute(ctx, dpt_reshape(ctx, p, 3, (int64_t[]){B, D, v->seq - 1}), (int[]){0, 2, 1});
+    dpt_tensor *cls = dpt_expand(ctx, v->class_token, 3, (int64_t[]){B, 1, D});
+    dpt_tensor *h = dpt_add(ctx, dpt_concat(ctx, 2, (dpt_tensor *[]){cls, p}, 1), v->pos); /* (B, S, D) */
+    h = dpt_dropout(ctx, h, v->dropout, training);
+    for (int64_t l = 0; l < v->layers; l++) {
+        const vit_layer *e = &v->layer[l];
+        dpt_tape_mark mark = dpt_tape_mark_here(ctx); /* evaluation: the layer's intermediates go at its end */
+        dpt_tensor *a = dpt_affine(ctx, dpt_layernorm_forward(ctx, e->ln_1, h), e->in_w, e->in_b);
+        a = dpt_affine(ctx, dpt_attention(ctx, a, (int)v->heads, false), e->out_w, e->out_b);
+        dpt_tensor *y = dpt_add(ctx, h, dpt_dropout(ctx, a, v->dropout, training));
+        dpt_tensor *m = dpt_gelu_erf(ctx, dpt_linear_forward(ctx, e->mlp0, dpt_layernorm_forward(ctx, e->ln_2, y)));
+        m = dpt_linear_forward(ctx, e->mlp3, dpt_dropout(ctx, m, v->dropout, training));
+        h = dpt_tape_release(ctx, mark, dpt_add(ctx, y, dpt_dropout(ctx, m, v->dropout, training)));
+    }
+    h = dpt_narrow(ctx, dpt_layernorm_forward(ctx, v->ln, h), 1, 0, 1); /* the class token's row */
+    return dpt_linear_forward(ctx, v->head, dpt_reshape(ctx, dpt_contiguous(ctx, h), 2, (int64_t[]){B, D}));
+}
+
+static dpt_tensor *named(dpt_model *model, int64_t layer, const char *what, int ndim, int64_t d0, int64_t d1)
+{
+    char name[128];
+    snprintf(name, sizeof name, "encoder.layers.encoder_layer_%lld.%s", (long long)layer, what);
+    return dpt_model_param(model, name, ndim, (int64_t[]){d0, d1});
+}
+
+static dpt_model *vit_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w, int num_classes,
+                            dpt_error *err)
+{
+    vit s = {.patch = dpt_config_int(cfg, "model", "patch_size"), .dim = dpt_config_int(cfg, "model", "hidden_dim"),
+             .layers = dpt_config_int(cfg, "model", "num_layers"), .heads = dpt_config_int(cfg, "model", "num_heads"),
+             .mlp = dpt_config_int(cfg, "model", "mlp_dim"),
+             .dropout = (float)dpt_config_float(cfg, "model", "resid_dropout")};
+    if (h % s.patch || w % s.patch) {
+        dpt_errorf(err, "%s: [model] patch_size = %lld does not divide the %lldx%lld images\nHINT: a patch size that "
+                        "divides both sides (%s), or [data] image_size = a multiple of it",
+                   dpt_config_where(cfg, "model", "patch_size"), (long long)s.patch, (long long)h, (long long)w,
+                   h == w && h % 7 == 0 ? "7 or 14 for 28x28" : "16 for 224x224");
+        return NULL;
+    }
+    if (s.dim % s.heads) {
+        dpt_errorf(err, "%s: [model] num_heads = %lld does not divide hidden_dim = %lld\nHINT: each head takes "
+                        "hidden_dim / num_heads channels (ViT-B: 768 and 12)",
+                   dpt_config_where(cfg, "model", "num_heads"), (long long)s.heads, (long long)s.dim);
+        return NULL;
+    }
+    int64_t D = s.dim, M = s.mlp;
+    s.seq = 1 + (h / s.patch) * (w / s.patch);
+    dpt_model *model = dpt_model_new(ctx, "vit", vit_forward);
+    vit *v = dpt_model_alloc(model, sizeof *v);
+    *v = s;
+    dpt_model_set_state(model, v);
+    dpt_shape3 shape = {c, h, w};
+    v->conv_proj = dpt_conv2d_new(model, "conv_proj", &shape, D, s.patch, s.patch, 0, 1, 1, true);
+    /* the convolution's own initialisation is ResNet's: torchvision's ViT draws N(0, 1/fan_in), bias 0 */
+    int np = dpt_model_num_params(model);
+    dpt_init_normal(ctx, dpt_model_param_at(model, np - 2), sqrtf(1.0f / (float)(c * s.patch * s.patch)));
+    dpt_init_constant(dpt_model_param_at(model, np - 1), 0.0f);
+    v->class_token = dpt_model_param(model, "class_token", 3, (int64_t[]){1, 1, D});
+    v->pos = dpt_model_param(model, "encoder.pos_embedding", 3, (int64_t[]){1, s.seq, D});
+    dpt_init_constant(v->class_token, 0.0f);
+    dpt_init_normal(ctx, v->pos, 0.02f);
+    float xavier_in = sqrtf(6.0f / (float)(D + 3 * D)), xavier_mlp = sqrtf(6.0f / (float)(D + M));
+    for (int64_t l = 0; l < s.layers; l++) {
+        vit_layer *e = &v->layer[l];
+        char name[128];
+        snprintf(name, sizeof name, "encoder.layers.encoder_layer_%lld.ln_1", (long long)l);
+        e->ln_1 = dpt_layernorm_new(model, name, D, 1e-6f, true);
+        e->in_w = named(model, l, "self_attention.in_proj_weight", 2, 3 * D, D);
+        e->in_b = named(model, l, "self_attention.in_proj_bias", 1, 3 * D, 0);
+        e->out_w = named(model, l, "self_attention.out_proj.weight", 2, D, D);
+        e->out_b = named(model, l, "self_attention.out_proj.bias", 1, D, 0);
+        dpt_init_uniform(ctx, e->in_w, xavier_in);
+        dpt_init_constant(e->in_b, 0.0f);
+        dpt_init_uniform(ctx, e->out_w, 1.0f / sqrtf((float)D));
+        dpt_init_constant(e->out_b, 0.0f);
+        snprintf(name, sizeof name, "encoder.layers.encoder_layer_%lld.ln_2", (long long)l);
+        e->ln_2 = dpt_layernorm_new(model, name, D, 1e-6f, true);
+        snprintf(name, sizeof name, "encoder.layers.encoder_layer_%lld.mlp.0", (long long)l);
+        e->mlp0 = dpt_linear_new(model, name, D, M, true);
+        snprintf(name, sizeof name, "encoder.layers.encoder_layer_%lld.mlp.3", (long long)l);
+        e->mlp3 = dpt_linear_new(model, name, M, D, true);
+        np = dpt_model_num_params(model); /* mlp.0's weight and bias, then mlp.3's */
+        for (int k = 0; k < 4; k += 2) {
+            dpt_init_uniform(ctx, dpt_model_param_at(model, np - 4 + k), xavier_mlp);
+            dpt_init_normal(ctx, dpt_model_param_at(model, np - 3 + k), 1e-6f);
+        }
+    }
+    v->ln = dpt_layernorm_new(model, "encoder.ln", D, 1e-6f, true);
+    v->head = dpt_linear_new(model, "heads.head", D, num_classes, true);
+    np = dpt_model_num_params(model);
+    dpt_init_constant(dpt_model_param_at(model, np - 2), 0.0f);
+    dpt_init_constant(dpt_model_param_at(model, np - 1), 0.0f);
+    char summary[200];
+    snprintf(summary, sizeof summary, "patch %lld, %lld tokens, hidden %lld, %lld layers, %lld heads, MLP %lld",
+             (long long)s.patch, (long long)s.seq, (long long)D, (long long)s.layers, (long long)s.heads, (long long)M);
+    dpt_model_set_summary(model, summary);
+    return model;
+}
+
+/* torchvision's VisionTransformer arguments (ViT-B/16's defaults would not train on 2 cores:
+ * these are a small ViT for 28x28 images; the README's table gives the standard sizes) */
+static const dpt_config_key vit_keys[] = {
+    {NULL, "patch_size", DPT_KEY_INT, "7", 1, 1024, NULL,
+     "side of the square patches, each one token (ViT-B/16: 16); it divides the image's sides", 0},
+    {NULL, "hidden_dim", DPT_KEY_INT, "64", 1, 65536, NULL, "token width (ViT-Ti 192, S 384, B 768, L 1024, H 1280)", 0},
+    {NULL, "num_layers", DPT_KEY_INT, "4", 1, VIT_MAX_LAYERS, NULL, "encoder blocks (ViT-B: 12, L: 24, H: 32)", 0},
+    {NULL, "num_heads", DPT_KEY_INT, "4", 1, 1024, NULL,
+     "attention heads; hidden_dim / num_heads channels each (ViT-Ti 3, S 6, B 12, L 16, H 16)", 0},
+    {NULL, "mlp_dim", DPT_KEY_INT, "128", 1, 1 << 20, NULL, "the MLP's hidden width (ViT: 4 hidden_dim)", 0},
+    {NULL, "resid_dropout", DPT_KEY_FLOAT, "0", 0, 0.99, NULL,
+     "dropout on the embeddings and on each block's attention and MLP outputs (torchvision's dropout; 0)", 0},
+};
+
+static const dpt_model_impl vit_impl = {.build_image = vit_build};
+DPT_BUILTIN(model_vit) = {DPT_KIND_MODEL, "vit",
+                          "Vision Transformer as torchvision's (patch convolution, class token, pre-LN encoder, "
+                          "torchvision's tensor names)",
+                          vit_keys, DPT_COUNT(vit_keys), &vit_impl};
