@@ -81,14 +81,12 @@ PY
 check "NumPy writes PyTorch-named CNN weights in F32/F16/BF16/F64 and their float64 forward ($out)" $? "$out"
 cnn=(configs/fmnist_cnn.ini --set data.test_limit=300 --set train.threads=1)
 
-./train "${cnn[@]}" --predict "$tmp/cnn.safetensors" --top-k 0 --out "$tmp/p.csv" > "$tmp/pred.log" 2>&1
-check "--predict FILE.safetensors" $? "$(tail -3 "$tmp/pred.log")"
-out=$($py - "$tmp" <<'PY' 2>&1
+same_probabilities() { # WANT.npy PREDICT.csv: --predict --top-k 0's rows hold WANT's probabilities
+    $py - "$1" "$2" <<'PY' 2>&1
 import sys
 import numpy as np
-tmp = sys.argv[1]
-want = np.load(f"{tmp}/p.npy")
-rows = [line.split(",") for line in open(f"{tmp}/p.csv").read().split("\n")[1:] if line]
+want = np.load(sys.argv[1])
+rows = [line.split(",") for line in open(sys.argv[2]).read().split("\n")[1:] if line]
 got = np.zeros_like(want)
 for r in rows:
     for j in range(2, len(r), 2):
@@ -96,11 +94,15 @@ for r in rows:
 err = np.abs(got - want).max()
 # fp32 products and sums of at most 3,136 terms against float64, then 6 printed decimals: well
 # under 1e-4; a layout mistake (a transposed kernel, running_var for running_mean, the flatten's
-# order) moves probabilities by tenths
-assert len(rows) == 300 and err < 1e-4, (len(rows), err)
-print(f"300 rows, 10 classes each, largest difference {err:.1e}")
+# order, q and k swapped) moves probabilities by tenths
+assert len(rows) == len(want) and err < 1e-4, (len(rows), err)
+print(f"{len(rows)} rows, {want.shape[1]} classes each, largest difference {err:.1e}")
 PY
-)
+}
+
+./train "${cnn[@]}" --predict "$tmp/cnn.safetensors" --top-k 0 --out "$tmp/p.csv" > "$tmp/pred.log" 2>&1
+check "--predict FILE.safetensors" $? "$(tail -3 "$tmp/pred.log")"
+out=$(same_probabilities "$tmp/p.npy" "$tmp/p.csv")
 check "its probabilities are the float64 forward's ($out)" $? "$out"
 
 read -r loss acc < "$tmp/loss"
@@ -253,13 +255,9 @@ for l in range(L):
               p + "mlp.3.weight": r(D, M, scale=0.15), p + "mlp.3.bias": r(D, scale=0.1)})
 w.update({"encoder.ln.weight": 1 + r(D, scale=0.2), "encoder.ln.bias": r(D, scale=0.1),
           "heads.head.weight": r(10, D, scale=0.5), "heads.head.bias": r(10, scale=0.1)})
-header, blobs, at = {}, [], 0
-for k, a in w.items():
-    b = a.astype("<f4").tobytes()
-    header[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + len(b)]}
-    blobs.append(b); at += len(b)
-h = json.dumps(header).encode()
-open(f"{tmp}/vit.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+sys.path.insert(0, "tests")
+import safetensors_io
+safetensors_io.write(f"{tmp}/vit.safetensors", w)
 W = {k: v.astype(np.float64) for k, v in w.items()}
 x = np.frombuffer(gzip.open(f"{data}/t10k-images-idx3-ubyte.gz").read()[16:], np.uint8)[:300 * 784]
 x = ((x.reshape(300, 28, 28).astype(np.float64) / 255) - np.float32(0.2860)) / np.float32(0.3530)
@@ -293,21 +291,7 @@ vit=("${cnn[@]}" --set model.name=vit --set model.patch_size=7 --set model.hidde
      --set model.num_heads=4 --set model.mlp_dim=64)
 ./train "${vit[@]}" --predict "$tmp/vit.safetensors" --top-k 0 --out "$tmp/vit.csv" > "$tmp/vit.log" 2>&1
 check "--predict of the ViT's file" $? "$(tail -3 "$tmp/vit.log")"
-out=$($py - "$tmp" <<'PY' 2>&1
-import sys
-import numpy as np
-tmp = sys.argv[1]
-want = np.load(f"{tmp}/vit_p.npy")
-rows = [line.split(",") for line in open(f"{tmp}/vit.csv").read().split("\n")[1:] if line]
-got = np.zeros_like(want)
-for row in rows:
-    for j in range(2, len(row), 2):
-        got[int(row[0]), int(row[j])] = float(row[j + 1])
-err = np.abs(got - want).max()
-assert len(rows) == 300 and err < 1e-4, (len(rows), err)  # the bound as the CNN's above
-print(f"largest difference {err:.1e}")
-PY
-)
+out=$(same_probabilities "$tmp/vit_p.npy" "$tmp/vit.csv")
 check "vit is torchvision's ViT: its probabilities are the float64 forward's ($out)" $? "$out"
 
 # Hugging Face's GPT-2 (transformers' GPT2LMHeadModel state_dict): NumPy writes one as
@@ -344,13 +328,9 @@ for l in range(L):
 w["transformer.ln_f.weight"] = 1 + r(C, scale=0.1)
 w["transformer.ln_f.bias"] = r(C, scale=0.1)
 w["lm_head.weight"] = w["transformer.wte.weight"]
-header, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
-for k, a in w.items():
-    b = a.astype("<f4").tobytes()
-    header[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + len(b)]}
-    blobs.append(b); at += len(b)
-h = json.dumps(header).encode()
-open(f"{tmp}/gpt2.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+sys.path.insert(0, "tests")
+import safetensors_io
+safetensors_io.write(f"{tmp}/gpt2.safetensors", w)
 np.savez(f"{tmp}/gpt2.npz", **w)
 W = {k: v.astype(np.float64) for k, v in w.items()}
 def ln(x, n):
@@ -431,18 +411,11 @@ import json, struct, sys
 import numpy as np
 tmp = sys.argv[1]
 w = dict(np.load(f"{tmp}/gpt2.npz"))
-def write(name, d):
-    header, blobs, at = {}, [], 0
-    for k, a in d.items():
-        b = a.astype("<f4").tobytes()
-        header[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + len(b)]}
-        blobs.append(b); at += len(b)
-    h = json.dumps(header).encode()
-    open(f"{tmp}/{name}.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+sys.path.insert(0, "tests")
+import safetensors_io
 untied = dict(w); untied["lm_head.weight"] = w["lm_head.weight"] + 1
-write("untied", untied)
-short = {k: v for k, v in w.items() if ".h.1." not in k}
-write("one_layer", short)
+safetensors_io.write(f"{tmp}/untied.safetensors", untied)
+safetensors_io.write(f"{tmp}/one_layer.safetensors", {k: v for k, v in w.items() if ".h.1." not in k})
 PY
 refused "hf: a head of its own (not tied): refused" "lm_head.weight differs from wte.weight" \
     "${gpt[@]}" --set model.init="hf:$tmp/untied.safetensors" --dry-run
