@@ -532,6 +532,14 @@ void *dpt_model_alloc(dpt_model *model, size_t bytes);
  * dpt_tensor_new, files, handles), which would otherwise leak (a context reports tensors never
  * freed when it is freed). */
 void dpt_model_set_destructor(dpt_model *model, void (*destroy)(dpt_model *model, void *state));
+/* Another program's names for this model's tensors (a safetensors file of another library's
+ * layout, read by [model] init, --eval, --predict): rename writes the model's name for the
+ * file's `name` into out (cap bytes) and returns true, or returns false for a name it does not
+ * know. Asked only for names the model does not have itself; the shapes must still agree. vit
+ * maps timm's names (blocks.0.attn.qkv.weight) onto torchvision's. */
+typedef bool (*dpt_rename_fn)(const char *name, char *out, size_t cap);
+void dpt_model_set_renamer(dpt_model *model, dpt_rename_fn rename);
+dpt_rename_fn dpt_model_renamer(const dpt_model *model);
 /* The model's own state pointer (set once by the builder). */
 void dpt_model_set_state(dpt_model *model, void *state);
 void *dpt_model_state(const dpt_model *model);

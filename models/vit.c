@@ -12,13 +12,15 @@
  * (in_proj_weight, as torch.nn.MultiheadAttention packs it). Tensors are named as torchvision
  * names them (conv_proj.weight, encoder.layers.encoder_layer_0.self_attention.in_proj_weight,
  * heads.head.weight ...), so a torchvision ViT's state_dict, saved as safetensors, is this
- * model's [model] init or --eval file as it is. torchvision's initialisation: conv_proj
+ * model's [model] init or --eval file as it is; timm's names (DeiT's checkpoints) are mapped
+ * onto them (vit_rename). torchvision's initialisation: conv_proj
  * N(0, 1/fan_in) (its truncation at +-2 never binds at these widths), the class token zero,
  * pos_embedding N(0, 0.02), in_proj and the MLP's weights Xavier-uniform, the MLP's biases
  * N(0, 1e-6), out_proj PyTorch's Linear default with a zero bias, the head zero.
  * ViT-B/16: patch 16, hidden 768, 12 layers, 12 heads, MLP 3072 (86.6 M parameters at 224). */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "dpt.h"
 #include "../runtime/registry.h"
@@ -73,6 +75,40 @@ static dpt_tensor *named(dpt_model *model, int64_t layer, const char *what, int 
     return dpt_model_param(model, name, ndim, (int64_t[]){d0, d1});
 }
 
+/* timm's names (its VisionTransformer, DeiT's checkpoints, the Hugging Face hub's timm/vit_*
+ * files) for torchvision's: the same tensors, the same shapes (timm's qkv packs q, k and v as
+ * in_proj does, heads contiguous within each). */
+static bool vit_rename(const char *name, char *out, size_t cap)
+{
+    static const char *const whole[][2] = {{"patch_embed.proj.weight", "conv_proj.weight"},
+                                           {"patch_embed.proj.bias", "conv_proj.bias"},
+                                           {"cls_token", "class_token"},
+                                           {"pos_embed", "encoder.pos_embedding"},
+                                           {"norm.weight", "encoder.ln.weight"},
+                                           {"norm.bias", "encoder.ln.bias"},
+                                           {"head.weight", "heads.head.weight"},
+                                           {"head.bias", "heads.head.bias"}};
+    for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++)
+        if (!strcmp(name, whole[i][0])) return snprintf(out, cap, "%s", whole[i][1]) < (int)cap;
+    static const char *const part[][2] = {{"norm1.", "ln_1."},
+                                          {"norm2.", "ln_2."},
+                                          {"attn.qkv.weight", "self_attention.in_proj_weight"},
+                                          {"attn.qkv.bias", "self_attention.in_proj_bias"},
+                                          {"attn.proj.", "self_attention.out_proj."},
+                                          {"mlp.fc1.", "mlp.0."},
+                                          {"mlp.fc2.", "mlp.3."}};
+    long long layer;
+    int at = 0;
+    if (sscanf(name, "blocks.%lld.%n", &layer, &at) != 1 || at == 0 || layer < 0) return false;
+    const char *rest = name + at;
+    for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
+        size_t n = strlen(part[i][0]);
+        if (!strncmp(rest, part[i][0], n))
+            return snprintf(out, cap, "encoder.layers.encoder_layer_%lld.%s%s", layer, part[i][1], rest + n) < (int)cap;
+    }
+    return false;
+}
+
 static dpt_model *vit_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w, int num_classes,
                             dpt_error *err)
 {
@@ -99,6 +135,7 @@ static dpt_model *vit_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int6
     vit *v = dpt_model_alloc(model, sizeof *v);
     *v = s;
     dpt_model_set_state(model, v);
+    dpt_model_set_renamer(model, vit_rename);
     dpt_shape3 shape = {c, h, w};
     v->conv_proj = dpt_conv2d_new(model, "conv_proj", &shape, D, s.patch, s.patch, 0, 1, 1, true);
     /* the convolution's own initialisation is ResNet's: torchvision's ViT draws N(0, 1/fan_in), bias 0 */

@@ -15,6 +15,7 @@ struct dpt_model {
     dpt_batch_forward_fn batch_forward;
     dpt_decoder decoder; /* decode NULL: none */
     void (*destroy)(dpt_model *model, void *state); /* dpt_model_set_destructor; NULL: none */
+    dpt_rename_fn rename; /* dpt_model_set_renamer; NULL: none */
     dpt_task task; /* what the model declared (zero: the data's) */
     void *state;
     bool training;
@@ -70,6 +71,16 @@ dpt_model *dpt_model_new(dpt_ctx *ctx, const char *name, dpt_forward_fn forward)
 void dpt_model_set_destructor(dpt_model *m, void (*destroy)(dpt_model *model, void *state))
 {
     m->destroy = destroy;
+}
+
+void dpt_model_set_renamer(dpt_model *m, dpt_rename_fn rename)
+{
+    m->rename = rename;
+}
+
+dpt_rename_fn dpt_model_renamer(const dpt_model *m)
+{
+    return m->rename;
 }
 
 void dpt_model_free(dpt_model *m)

@@ -430,38 +430,52 @@ static void dims_text(char *buf, size_t cap, int ndim, const int64_t *dims)
     if (at < cap) snprintf(buf + at, cap - at, "]");
 }
 
+/* The file's tensor `name` is the model's tensor t (index i over parameters, then buffers). With
+ * exclude's globs matching the model's name, it stays at the model's initialisation. */
+static bool init_one(init_load *l, dpt_tensor *t, int i, const char *name, int ndim, const int64_t *dims,
+                     const float *data, dpt_error *err)
+{
+    l->seen[i] = 1;
+    if (excluded(l->exclude, t->name)) {
+        l->kept++;
+        return true;
+    }
+    bool same = t->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++)
+        same = t->shape[d] == dims[d];
+    if (!same) {
+        char a[96], b[96], as[sizeof t->name + 16] = "";
+        dims_text(a, sizeof a, ndim, dims), dims_text(b, sizeof b, t->ndim, t->shape);
+        if (strcmp(name, t->name) != 0) snprintf(as, sizeof as, " (this model's %s)", t->name);
+        if (l->whole)
+            return dpt_errorf(err, "%s%s is %s in the %s and %s in this model\nHINT: the config's [model] keys "
+                                   "must build the model whose weights these are (./train CONFIG --summary, "
+                                   "./train --inspect FILE)",
+                              name, as, a, l->source, b);
+        return dpt_errorf(err, "%s%s is %s in the %s and %s in this model\nHINT: [model] init_exclude = %s "
+                               "starts it from the model's initialisation (a new head)",
+                          name, as, a, l->source, b, t->name);
+    }
+    dpt_tensor_copy_from_host(t, data);
+    l->loaded++;
+    return true;
+}
+
 static bool init_tensor(void *user, const char *name, bool buffer, int ndim, const int64_t *dims, const float *data,
                         int64_t numel, dpt_error *err)
 {
     init_load *l = user;
     (void)buffer; /* names are unique over both (a safetensors file does not say which it is) */
     int np = dpt_model_num_params(l->model), n = np + dpt_model_num_buffers(l->model);
-    for (int i = 0; i < n; i++) {
-        dpt_tensor *t = i < np ? dpt_model_param_at(l->model, i) : dpt_model_buffer_at(l->model, i - np);
-        if (strcmp(t->name, name) != 0) continue;
-        l->seen[i] = 1;
-        if (excluded(l->exclude, name)) {
-            l->kept++;
-            return true;
+    char renamed[DPT_NAME_MAX + 1];
+    dpt_rename_fn rename = dpt_model_renamer(l->model);
+    for (int pass = 0; pass < 2; pass++) { /* the model's own name, else its name for the file's */
+        if (pass == 1 && !(rename && l->source[0] == 'f' && rename(name, renamed, sizeof renamed))) break;
+        const char *want = pass ? renamed : name;
+        for (int i = 0; i < n; i++) {
+            dpt_tensor *t = i < np ? dpt_model_param_at(l->model, i) : dpt_model_buffer_at(l->model, i - np);
+            if (!strcmp(t->name, want)) return init_one(l, t, i, name, ndim, dims, data, err);
         }
-        bool same = t->ndim == ndim;
-        for (int d = 0; same && d < ndim; d++)
-            same = t->shape[d] == dims[d];
-        if (!same) {
-            char a[96], b[96];
-            dims_text(a, sizeof a, ndim, dims), dims_text(b, sizeof b, t->ndim, t->shape);
-            if (l->whole)
-                return dpt_errorf(err, "%s is %s in the %s and %s in this model\nHINT: the config's [model] keys "
-                                       "must build the model whose weights these are (./train CONFIG --summary, "
-                                       "./train --inspect FILE)",
-                                  name, a, l->source, b);
-            return dpt_errorf(err, "%s is %s in the %s and %s in this model\nHINT: [model] init_exclude = %s "
-                                   "starts it from the model's initialisation (a new head)",
-                              name, a, l->source, b, name);
-        }
-        dpt_tensor_copy_from_host(t, data);
-        l->loaded++;
-        return true;
     }
     (void)numel;
     if (excluded(l->exclude, name)) {

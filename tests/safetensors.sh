@@ -293,6 +293,33 @@ vit=("${cnn[@]}" --set model.name=vit --set model.patch_size=7 --set model.hidde
 check "--predict of the ViT's file" $? "$(tail -3 "$tmp/vit.log")"
 out=$(same_probabilities "$tmp/vit_p.npy" "$tmp/vit.csv")
 check "vit is torchvision's ViT: its probabilities are the float64 forward's ($out)" $? "$out"
+# the same weights under timm's names (DeiT's checkpoints, the hub's timm/vit_* files): the same rows
+$py - "$tmp" <<'PY'
+import json, re, struct, sys
+tmp = sys.argv[1]
+raw = open(f"{tmp}/vit.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+names = {"conv_proj.weight": "patch_embed.proj.weight", "conv_proj.bias": "patch_embed.proj.bias",
+         "class_token": "cls_token", "encoder.pos_embedding": "pos_embed", "encoder.ln.weight": "norm.weight",
+         "encoder.ln.bias": "norm.bias", "heads.head.weight": "head.weight", "heads.head.bias": "head.bias"}
+def timm(k):
+    if k in names: return names[k]
+    k = re.sub(r"^encoder\.layers\.encoder_layer_(\d+)\.", r"blocks.\1.", k)
+    for a, b in (("ln_1.", "norm1."), ("ln_2.", "norm2."), ("self_attention.in_proj_weight", "attn.qkv.weight"),
+                 ("self_attention.in_proj_bias", "attn.qkv.bias"), ("self_attention.out_proj.", "attn.proj."),
+                 ("mlp.0.", "mlp.fc1."), ("mlp.3.", "mlp.fc2.")):
+        k = k.replace(a, b)
+    return k
+h = json.dumps({timm(k): v for k, v in header.items()}).encode()
+open(f"{tmp}/vit_timm.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+PY
+./train "${vit[@]}" --predict "$tmp/vit_timm.safetensors" --top-k 0 --out "$tmp/vit_timm.csv" > "$tmp/vit_timm.log" 2>&1 &&
+    cmp -s "$tmp/vit.csv" "$tmp/vit_timm.csv"
+check "vit reads timm's names for the same tensors: the same predictions" $? "$(tail -3 "$tmp/vit_timm.log")"
+refused "a timm file of another width: named with this model's name" \
+    "cls_token (this model's class_token) is [1, 1, 32] in the file and [1, 1, 64] in this model" \
+    "${vit[@]}" --set model.hidden_dim=64 --eval "$tmp/vit_timm.safetensors"
 
 # Hugging Face's GPT-2 (transformers' GPT2LMHeadModel state_dict): NumPy writes one as
 # transformers names and lays it out (transformer. prefix, nn.Embedding's wte.weight with
