@@ -29,7 +29,8 @@ typedef struct model_def {
 } model_def;
 
 /* The peer's models (peer_pytorch.py): MLP 784-256-256-10, the 2-stage CNN, CIFAR-style
- * ResNet-20 with projection shortcuts, ResNet-50 v1.5, configs/vit_fmnist.ini's ViT (torchvision's). */
+ * ResNet-20 with projection shortcuts, ResNet-50 v1.5, configs/vit_fmnist.ini's ViT (torchvision's), and
+ * ViT-Ti/16 at 224 (DeiT-tiny's shape). */
 static const model_def models[] = {
     {"mlp", {"model.name=mlp", "model.hidden=256,256"}, 1, 28, 10},
     {"cnn", {"model.name=cnn", "model.channels=32,64", "model.fc=128", "model.dropout=0.25"}, 1, 28, 10},
@@ -37,6 +38,8 @@ static const model_def models[] = {
     {"resnet50", {"model.name=resnet", "model.depth=50"}, 3, 224, 1000},
     {"vit", {"model.name=vit", "model.patch_size=7", "model.hidden_dim=64", "model.num_layers=4", "model.num_heads=4",
              "model.mlp_dim=128"}, 1, 28, 10},
+    {"vit_ti", {"model.name=vit", "model.patch_size=16", "model.hidden_dim=192", "model.num_layers=12",
+                "model.num_heads=3", "model.mlp_dim=768"}, 3, 224, 1000},
 };
 
 int main(int argc, char **argv)
@@ -50,7 +53,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         if (!strcmp(models[i].name, argv[1])) def = &models[i];
     if (!def) {
-        fprintf(stderr, "unknown model %s (mlp, cnn, resnet20, resnet50, vit)\n", argv[1]);
+        fprintf(stderr, "unknown model %s (mlp, cnn, resnet20, resnet50, vit, vit_ti)\n", argv[1]);
         return 2;
     }
     int64_t batch = atoll(argv[2]);

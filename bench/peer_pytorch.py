@@ -61,6 +61,9 @@ MODELS = {  # name: (builder, input shape, classes, batch)
     "resnet20": (lambda: resnet([3, 3, 3], [16, 32, 64], False, True, 3, 10), (3, 32, 32), 10, 32),
     "resnet50": (lambda: resnet([3, 4, 6, 3], [64, 128, 256, 512], True, False, 3, 1000), (3, 224, 224), 1000, 32),
     "vit": (vit, (1, 28, 28), 10, 64),
+    "vit_ti": (lambda: __import__("torchvision").models.VisionTransformer(
+        image_size=224, patch_size=16, num_layers=12, num_heads=3, hidden_dim=192, mlp_dim=768, num_classes=1000),
+        (3, 224, 224), 1000, 8),
 }
 
 def img_s(name, steps, device, batch=None, bf16=False, channels_last=False):
@@ -210,8 +213,8 @@ def main():
         return
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    steps = {"mlp": 300, "cnn": 20, "resnet20": 5, "resnet50": 2, "vit": 20}
-    if args.device == "cuda": steps = {"mlp": 300, "cnn": 100, "resnet20": 50, "resnet50": 20, "vit": 100}
+    steps = {"mlp": 300, "cnn": 20, "resnet20": 5, "resnet50": 2, "vit": 20, "vit_ti": 2}
+    if args.device == "cuda": steps = {"mlp": 300, "cnn": 100, "resnet20": 50, "resnet50": 20, "vit": 100, "vit_ti": 20}
     if args.steps: steps = {k: args.steps for k in steps}
     ours = {}
     if args.ours:

@@ -17,7 +17,8 @@ MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none
 
 # (model, batch, steps, threads list): steps sized so one side takes a few seconds here
 CASES = [("mlp", 64, 300, [1, 2]), ("cnn", 64, 60, [1, 2]), ("resnet20", 128, 6, [1, 2]),
-         ("resnet50", 16, 3, [1, 2]), ("vit", 64, 40, [1, 2])]
+         ("resnet50", 16, 3, [1, 2]), ("vit", 64, 40, [1, 2]),
+         ("vit_ti", 8, 3, [1, 2])]
 DDP_CASES = [("cnn", 64, 60)]
 
 LAST_MEM = {}  # the last run's allocator peak (MiB) by who ran it; dptrain's only
@@ -104,7 +105,7 @@ def main():
     only = set(args.only.split(",")) if args.only else None
     for model, batch, steps, threads_list in CASES:
         if only and model not in only: continue
-        if args.quick and model == "resnet50": continue
+        if args.quick and model in ("resnet50", "vit_ti"): continue
         for threads in ([1] if args.quick else threads_list):
             r = measure(model, batch, threads, steps, args.pairs, args.native)
             results.append(r)
