@@ -21,6 +21,16 @@
 
 #define ATTN_TILE 64 /* the fp32 kernel's tile: the same rows per softmax */
 
+/* Query rows a tile: T in equal tiles of at most 64 rows where the keys a row sees grow with it
+ * (causal: a tile reads only the keys up to its last row), else of at most 256 (every row sees
+ * all T keys: fewer, larger products; a ViT's 197 tokens are one tile, not 64, 64, 64 and 5).
+ * The scores held stay (B H) x 256 x T floats at most: linear in T. */
+static int64_t attn_tile(int64_t T, bool causal)
+{
+    int64_t most = causal ? ATTN_TILE : 4 * ATTN_TILE, tiles = (T + most - 1) / most;
+    return (T + tiles - 1) / tiles;
+}
+
 static bool same_mm(const attn_mm *a, const attn_mm *b)
 {
     return a->kind == b->kind && a->bh == b->bh && a->M == b->M && a->N == b->N && a->K == b->K &&
@@ -161,7 +171,7 @@ void dnnl_attention_fwd(dpt_ctx *ctx, const float *qkv, int64_t B, int64_t T, in
                         float *y, float *lse)
 {
     attn_dt dt = pass_type(ctx);
-    int64_t C = H * hs, BH = B * H, N = BH * T * hs, tile = T < ATTN_TILE ? T : ATTN_TILE;
+    int64_t C = H * hs, BH = B * H, N = BH * T * hs, tile = attn_tile(T, causal);
     float scale = 1.0f / sqrtf((float)hs);
     dnnl_block qkv_b = {0}, s_b = {0}, p_b = {0}, o_b = {0};
     void *q = dnnl_block_get(ctx, &qkv_b, 3 * (size_t)N * dt.es, "attention's q, k, v by head");
@@ -172,8 +182,8 @@ void dnnl_attention_fwd(dpt_ctx *ctx, const float *qkv, int64_t B, int64_t T, in
     float *O = dnnl_block_get(ctx, &o_b, (size_t)N * sizeof *O, "attention output by head");
     for (int part = 0; part < 3; part++)
         heads_move(ctx, dt, ATTN_TO_HEADS, B, H, T, hs, 3 * C, false, qkv + part * C, el(dt, q, part * N));
-    for (int64_t i0 = 0; i0 < T; i0 += ATTN_TILE) {
-        int64_t rows = T - i0 < ATTN_TILE ? T - i0 : ATTN_TILE, n = causal ? i0 + rows : T;
+    for (int64_t i0 = 0; i0 < T; i0 += tile) {
+        int64_t rows = T - i0 < tile ? T - i0 : tile, n = causal ? i0 + rows : T;
         tile_probs(ctx, dt, q, k, BH, T, hs, i0, rows, n, causal, scale, S, P16, lse, true);
         attn_mm pv = {.bh = BH, .M = rows, .N = hs, .K = n, .as = {rows * n, n, 1}, .bs = {T * hs, hs, 1},
                       .cs = {T * hs, hs, 1}, .alpha = 1.0f};
@@ -197,7 +207,7 @@ void dnnl_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, const fl
                         int64_t T, int64_t H, int64_t hs, bool causal, float *scratch, float *dqkv, bool accumulate)
 {
     attn_dt dt = pass_type(ctx);
-    int64_t C = H * hs, BH = B * H, N = BH * T * hs, tile = T < ATTN_TILE ? T : ATTN_TILE;
+    int64_t C = H * hs, BH = B * H, N = BH * T * hs, tile = attn_tile(T, causal);
     float scale = 1.0f / sqrtf((float)hs);
     dnnl_block in_b = {0}, acc_b = {0}, s_b = {0}, p_b = {0};
     void *q = dnnl_block_get(ctx, &in_b, 4 * (size_t)N * dt.es, "attention's q, k, v, dy by head");
@@ -226,8 +236,8 @@ void dnnl_attention_bwd(dpt_ctx *ctx, const float *qkv, const float *y, const fl
                     s += a[e] * c[e];
                 D[(b * H + h) * T + t] = s;
             }
-    for (int64_t i0 = 0; i0 < T; i0 += ATTN_TILE) {
-        int64_t rows = T - i0 < ATTN_TILE ? T - i0 : ATTN_TILE, n = causal ? i0 + rows : T;
+    for (int64_t i0 = 0; i0 < T; i0 += tile) {
+        int64_t rows = T - i0 < tile ? T - i0 : tile, n = causal ? i0 + rows : T;
         tile_probs(ctx, dt, q, k, BH, T, hs, i0, rows, n, causal, scale, S, P16, (float *)lse, false);
         /* dV[:n] += P^T dO */
         mm_run(ctx, dt,

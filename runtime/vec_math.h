@@ -58,6 +58,7 @@ static inline void dpt_attn_softmax_row(float *s, int64_t n, int64_t seen, float
 {
     if (forward) {
         float m = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : m) /* the same maximum in any order; scalar it was a third of the row's time */
         for (int64_t j = 0; j < seen; j++)
             m = s[j] > m ? s[j] : m;
 #pragma omp simd reduction(+ : sum)

@@ -576,7 +576,7 @@ static void attn_ref(const double *const *in, double *out, void *u)
 {
     attn_case *c = u;
     int64_t C = c->H * c->hs, C3 = 3 * C;
-    double p[160];
+    double p[320];
     for (int64_t b = 0; b < c->B; b++)
         for (int64_t h = 0; h < c->H; h++)
             for (int64_t i = 0; i < c->T; i++) {
@@ -604,9 +604,10 @@ static void attn_ref(const double *const *in, double *out, void *u)
 static void test_attention(void **state)
 {
     (void)state;
-    /* T = 150: three of the kernel's 64-row tiles, the last one partial */
+    /* causal T = 150: three 50-row tiles (the kernels' tiles of at most 64, equal); T = 70 without
+     * the mask: one tile (at most 256 rows when every row sees all keys); T = 300: two of 150 */
     attn_case cases[] = {{2, 5, 2, 4, true}, {2, 5, 2, 4, false}, {1, 7, 3, 2, true}, {3, 1, 1, 8, true},
-                         {1, 150, 1, 3, true}, {1, 70, 2, 2, false}};
+                         {1, 150, 1, 3, true}, {1, 70, 2, 2, false}, {1, 300, 1, 2, false}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int threads = 1; threads <= 2; threads++) {
             attn_case *c = &cases[i];
@@ -870,8 +871,9 @@ static void test_attention_bf16(void **state)
     (void)state;
     dpt_ctx *ctx = bf16_ctx_or_skip();
     dpt_ctx *f32 = test_ctx(2, 3);
-    /* T = 150: three 64-row tiles, the last partial; T = 70 without the mask; hs 8 and 64 */
-    attn_case cases[] = {{2, 150, 2, 8, true}, {1, 70, 3, 8, false}, {2, 5, 2, 4, true}, {1, 130, 2, 64, true}};
+    /* T = 150: three 50-row tiles; T = 70 and 300 without the mask (one tile, two); hs 8 and 64 */
+    attn_case cases[] = {{2, 150, 2, 8, true}, {1, 70, 3, 8, false}, {2, 5, 2, 4, true}, {1, 130, 2, 64, true},
+                         {1, 300, 2, 8, false}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t B = cases[c].B, T = cases[c].T, H = cases[c].H, hs = cases[c].hs, n = B * T * H * hs;
         bool causal = cases[c].causal;
