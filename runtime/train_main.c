@@ -607,7 +607,8 @@ static void usage(FILE *out)
         "  --eval CKPT              evaluate a checkpoint on the test set ([data] as configured, or --set\n"
         "                           data.* for another set) instead of training; --expect and --junit apply.\n"
         "                           CKPT may also be a .safetensors file of the model's weights (PyTorch's\n"
-        "                           state_dict names), for --predict, --sample, --inspect and --export too\n"
+        "                           state_dict names), for --predict, --sample, --inspect and --export too,\n"
+        "                           or for gpt llmc:PATH or hf:PATH (llm.c's, Hugging Face's GPT-2 files)\n"
         "  --per-class              with --eval: each class's precision, recall, F1 and support, and their\n"
         "                           macro and weighted averages (scikit-learn's classification_report)\n"
         "  --ema                    with --eval, --predict, --sample or --export: the checkpoint's weight averages\n"
@@ -659,6 +660,13 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag)
     size_t n = strlen(flag);
     if (argv[*i][n] == '=') return argv[*i] + n + 1;
     return *i + 1 < argc ? argv[++*i] : NULL;
+}
+
+/* llm.c's (llmc:PATH) or Hugging Face's (hf:PATH) GPT-2 file: the gpt model's [model] init, not
+ * a checkpoint of ours to resume from */
+static bool foreign_weights(const char *v)
+{
+    return !strncmp(v, "llmc:", 5) || !strncmp(v, "hf:", 3);
 }
 
 static bool is_flag(const char *a, const char *flag)
@@ -738,7 +746,7 @@ static int parse_cli(int argc, char **argv, cli *args)
                                 "folder's newest, a step number, or latest)\n");
                 return 2;
             }
-            args->eval = args->resume = v;
+            args->eval = v, args->resume = foreign_weights(v) ? NULL : v; /* llmc:/hf: a gpt's init, below */
         } else if (is_flag(a, "--predict") || is_flag(a, "--out") || is_flag(a, "--input")) {
             const char *flag = is_flag(a, "--predict") ? "--predict" : is_flag(a, "--out") ? "--out" : "--input";
             const char *v = flag_value(argc, argv, &i, flag);
@@ -748,7 +756,7 @@ static int parse_cli(int argc, char **argv, cli *args)
                 return 2;
             }
             if (flag[2] == 'p')
-                args->predict = args->resume = v;
+                args->predict = v, args->resume = foreign_weights(v) ? NULL : v;
             else if (flag[2] == 'o')
                 args->predict_out = v, args->out_given = true;
             else
@@ -781,7 +789,7 @@ static int parse_cli(int argc, char **argv, cli *args)
             if (!strcmp(flag, "--top-k")) args->top_k_given = true;
             if (!strcmp(flag, "--sample")) {
                 /* llm.c's or Hugging Face's GPT-2 file: the model starts from it ([model] init), no checkpoint of ours */
-                args->sample = v, args->resume = strncmp(v, "llmc:", 5) && strncmp(v, "hf:", 3) ? v : NULL;
+                args->sample = v, args->resume = foreign_weights(v) ? NULL : v;
             } else if (!strcmp(flag, "--tokenizer")) {
                 args->tokenizer = v;
             } else if (!strcmp(flag, "--prompt")) {
@@ -869,10 +877,12 @@ static int parse_cli(int argc, char **argv, cli *args)
             args->config_path = a;
         }
     }
-    if (args->ema && args->sample && !args->resume) {
-        fprintf(stderr, "error: --ema reads a checkpoint's weight averages; --sample %s reads llm.c's file, which "
-                        "has none\nHINT: --sample CKPT --ema with a checkpoint of a run that kept them\n",
-                args->sample);
+    const char *foreign = args->sample ? args->sample : args->eval ? args->eval : args->predict;
+    if (args->ema && foreign && foreign_weights(foreign)) {
+        const char *flag = args->sample ? "--sample" : args->eval ? "--eval" : "--predict";
+        fprintf(stderr, "error: --ema reads a checkpoint's weight averages; %s %s reads %s GPT-2 file, which has "
+                        "none\nHINT: %s CKPT --ema with a checkpoint of a run that kept them\n",
+                flag, foreign, foreign[0] == 'h' ? "a Hugging Face" : "llm.c's", flag);
         return 2;
     }
     /* a flag of a mode the command line does not ask for would change nothing: a training run
@@ -994,10 +1004,13 @@ static dpt_config *load_config(const cli *args, dpt_error *err)
             cfg = NULL;
         }
     }
-    if (cfg && args->sample && !args->resume) { /* --sample llmc:PATH or hf:PATH: the model starts from the file */
-        bool hf = args->sample[0] == 'h';
-        if (access(args->sample + (hf ? 3 : 5), R_OK) != 0) {
-            dpt_errorf(err, "--sample %s: %s\nHINT: %s", args->sample, strerror(errno),
+    /* --sample, --eval or --predict llmc:PATH or hf:PATH: the model starts from the file */
+    const char *flag = args->sample ? "--sample" : args->eval ? "--eval" : "--predict";
+    const char *foreign = args->sample ? args->sample : args->eval ? args->eval : args->predict;
+    if (cfg && foreign && foreign_weights(foreign)) {
+        bool hf = foreign[0] == 'h';
+        if (access(foreign + (hf ? 3 : 5), R_OK) != 0) {
+            dpt_errorf(err, "%s %s: %s\nHINT: %s", flag, foreign, strerror(errno),
                        hf ? "the model.safetensors of a GPT-2 of Hugging Face's transformers; ./train CONFIG --export "
                             "hf CKPT DIR writes DIR/model.safetensors from a checkpoint"
                           : "llm.c's train_gpt2.py writes gpt2_124M.bin; ./train CONFIG --export llmc CKPT FILE "
@@ -1005,7 +1018,7 @@ static dpt_config *load_config(const cli *args, dpt_error *err)
             dpt_config_free(cfg);
             return NULL;
         }
-        char *set = dpt_strf("model.init=%s", args->sample);
+        char *set = dpt_strf("model.init=%s", foreign);
         bool ok = dpt_config_set(cfg, set, err);
         free(set);
         if (!ok) dpt_config_free(cfg), cfg = NULL;

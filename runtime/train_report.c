@@ -162,7 +162,8 @@ void print_eval(const trainer *t)
 {
     char metric[48], top5[32];
     metric_str(t, " | ", t->test.loss, t->test.accuracy, 0, 2, metric, sizeof metric);
-    report_line("eval | %s%s | test loss %.4f%s%s | %lld %s\n", t->r->resumed,
+    report_line("eval | %s%s | test loss %.4f%s%s | %lld %s\n",
+                *t->r->resumed ? t->r->resumed : t->r->args->eval, /* llmc:/hf: files are the model's init */
                 t->r->args->ema ? " (weight averages)" : "", t->test.loss, metric, top5_str(&t->test, top5, sizeof top5),
                 (long long)t->test.terms, unit_noun(t->task.unit));
 }

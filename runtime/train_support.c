@@ -562,6 +562,9 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
                           exclude_where, dpt_config_str(cfg, "model", "init_exclude"));
     if (!*init) return true;
     bool hf = !strncmp(init, "hf:", 3);
+    const cli *a = t->r->args; /* --sample, --eval, --predict llmc:/hf:PATH set init themselves */
+    if ((hf || !strncmp(init, "llmc:", 5)) && !a->resume && (a->sample || a->eval || a->predict))
+        where = a->sample ? "--sample" : a->eval ? "--eval" : "--predict";
     if (hf || !strncmp(init, "llmc:", 5)) { /* llm.c's or Hugging Face's GPT-2: the gpt model reads it when built */
         if (!strcmp(dpt_model_name(t->model), "gpt")) {
             if (t->r->rank == 0) report_line("init from %s (%s's GPT-2)\n", init, hf ? "Hugging Face" : "llm.c");

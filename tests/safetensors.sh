@@ -432,6 +432,15 @@ PY
 [ $? -eq 0 ] && [ $ok -eq 0 ]
 check "init = hf:FILE, then --export hf ($out)" $? "$(tail -2 "$tmp/ginit.log") $(cat "$tmp/gexp.log") $out"
 
+# --eval hf:FILE: the file's weights on the validation tokens, as the checkpoint holding them
+a=$(./train "${gpt[@]}" --eval "hf:$tmp/gpt2.safetensors" 2>&1 | grep '^eval |')
+b=$(./train "${gpt[@]}" --eval "$tmp/gck" 2>&1 | grep '^eval |')
+[ -n "$a" ] && [ "${a#*| test loss}" = "${b#*| test loss}" ] && grep -q "^eval | hf:$tmp/gpt2.safetensors | test loss" <<<"$a"
+check "--eval hf:FILE: the checkpoint's loss and perplexity, the file named" $? "$a / $b"
+o=$(./train "${gpt[@]}" --eval "hf:$tmp/gpt2.safetensors" --ema 2>&1)
+[ $? -eq 2 ] && grep -q "reads a Hugging Face GPT-2 file, which has none" <<<"$o"
+check "--eval hf:FILE --ema: refused (no averages in it), exit 2" $? "$o"
+
 # a file that is not this GPT-2: named
 $py - "$tmp" <<'PY'
 import json, struct, sys
