@@ -35,12 +35,12 @@
     "HINT: the file is damaged or not a safetensors file: write it again (Python: "                               \
     "safetensors.torch.save_file(model.state_dict(), PATH), or ./train --export safetensors CKPT PATH)"
 
-typedef enum { T_F64, T_F32, T_F16, T_BF16, T_INT, T_UNREAD } kind;
+typedef enum { T_F64, T_F32, T_F16, T_BF16, T_INT, T_UNREAD } value_kind;
 
 static const struct {
     const char *name;
     int size;
-    kind kind;
+    value_kind kind;
 } dtypes[] = {
     {"F64", 8, T_F64},      {"F32", 4, T_F32},      {"F16", 2, T_F16},  {"BF16", 2, T_BF16},
     {"I64", 8, T_INT},      {"I32", 4, T_INT},      {"I16", 2, T_INT},  {"I8", 1, T_INT},
@@ -63,7 +63,7 @@ typedef struct parser {
     bool failed;
 } parser;
 
-static bool fail(parser *p, const char *what)
+static bool json_fail(parser *p, const char *what)
 {
     if (!p->failed)
         dpt_errorf(p->err, "%s: its JSON header %s at byte %lld of the header\n" HINT_DAMAGED, p->path, what,
@@ -84,7 +84,7 @@ static bool expect(parser *p, char c)
     if (p->s >= p->end || *p->s != c) {
         char what[48];
         snprintf(what, sizeof what, "lacks a '%c'", c);
-        return fail(p, what);
+        return json_fail(p, what);
     }
     p->s++;
     return true;
@@ -107,7 +107,7 @@ static int hex4(const char *s)
 static bool string(parser *p, char **out)
 {
     ws(p);
-    if (p->s >= p->end || *p->s != '"') return fail(p, "lacks a '\"' opening a string");
+    if (p->s >= p->end || *p->s != '"') return json_fail(p, "lacks a '\"' opening a string");
     p->s++;
     size_t cap = 32, n = 0;
     char *buf = out ? malloc(cap) : NULL;
@@ -115,19 +115,19 @@ static bool string(parser *p, char **out)
     for (;;) {
         if (p->s >= p->end) {
             free(buf);
-            return fail(p, "ends inside a string");
+            return json_fail(p, "ends inside a string");
         }
         unsigned char c = (unsigned char)*p->s++;
         uint32_t cp = c;
         if (c == '"') break;
         if (c < 0x20) {
             free(buf);
-            return fail(p, "has a control byte inside a string");
+            return json_fail(p, "has a control byte inside a string");
         }
         if (c == '\\') {
             if (p->s >= p->end) {
                 free(buf);
-                return fail(p, "ends inside a string");
+                return json_fail(p, "ends inside a string");
             }
             char e = *p->s++;
             const char *simple = strchr("\"\\/bfnrt", e);
@@ -142,15 +142,15 @@ static bool string(parser *p, char **out)
                     p->s += 6;
                 } else if (cp >= 0xd800 && cp < 0xe000) {
                     free(buf);
-                    return fail(p, "has a lone UTF-16 surrogate in a string");
+                    return json_fail(p, "has a lone UTF-16 surrogate in a string");
                 }
             } else {
                 free(buf);
-                return fail(p, "has an unknown escape in a string");
+                return json_fail(p, "has an unknown escape in a string");
             }
             if (cp < 0x20 || cp == 0x7f) {
                 free(buf);
-                return fail(p, "has a control character (escaped) inside a string");
+                return json_fail(p, "has a control character (escaped) inside a string");
             }
         }
         if (!out) continue;
@@ -186,14 +186,14 @@ static bool string(parser *p, char **out)
 static bool unsigned_int(parser *p, uint64_t *v)
 {
     ws(p);
-    if (p->s >= p->end || *p->s < '0' || *p->s > '9') return fail(p, "has a value that is not a non-negative integer");
+    if (p->s >= p->end || *p->s < '0' || *p->s > '9') return json_fail(p, "has a value that is not a non-negative integer");
     uint64_t x = 0;
     while (p->s < p->end && *p->s >= '0' && *p->s <= '9') {
-        if (x > (UINT64_MAX - 9) / 10) return fail(p, "has an integer too large for 64 bits");
+        if (x > (UINT64_MAX - 9) / 10) return json_fail(p, "has an integer too large for 64 bits");
         x = x * 10 + (uint64_t)(*p->s++ - '0');
     }
     if (p->s < p->end && (*p->s == '.' || *p->s == 'e' || *p->s == 'E'))
-        return fail(p, "has a size or offset that is not an integer");
+        return json_fail(p, "has a size or offset that is not an integer");
     *v = x;
     return true;
 }
@@ -201,9 +201,9 @@ static bool unsigned_int(parser *p, uint64_t *v)
 /* Any JSON value, checked and passed over (__metadata__, fields we do not read). */
 static bool skip_value(parser *p, int depth)
 {
-    if (depth > MAX_DEPTH) return fail(p, "nests deeper than 64 levels");
+    if (depth > MAX_DEPTH) return json_fail(p, "nests deeper than 64 levels");
     ws(p);
-    if (p->s >= p->end) return fail(p, "ends where a value should be");
+    if (p->s >= p->end) return json_fail(p, "ends where a value should be");
     char c = *p->s;
     if (c == '"') return string(p, NULL);
     if (c == '{' || c == '[') {
@@ -234,7 +234,7 @@ static bool skip_value(parser *p, int depth)
         digits += *p->s >= '0' && *p->s <= '9', p->s++;
     if (!digits) {
         p->s = from;
-        return fail(p, "has something that is not a JSON value");
+        return json_fail(p, "has something that is not a JSON value");
     }
     return true;
 }
@@ -245,7 +245,7 @@ static bool tensor_entry(parser *p, entry *e)
     if (!expect(p, '{')) return false;
     bool have_dtype = false, have_shape = false, have_offsets = false;
     ws(p);
-    if (p->s < p->end && *p->s == '}') return fail(p, "has a tensor without dtype, shape and data_offsets");
+    if (p->s < p->end && *p->s == '}') return json_fail(p, "has a tensor without dtype, shape and data_offsets");
     for (;;) {
         char *key = NULL;
         if (!string(p, &key) || !expect(p, ':')) return free(key), false;
@@ -275,8 +275,8 @@ static bool tensor_entry(parser *p, entry *e)
                 for (; ok;) {
                     uint64_t d;
                     ok = unsigned_int(p, &d);
-                    if (ok && e->ndim == MAX_DIMS) ok = fail(p, "has a shape of more than 8 dimensions");
-                    if (ok && d > ((uint64_t)1 << 40)) ok = fail(p, "has a dimension larger than 2^40");
+                    if (ok && e->ndim == MAX_DIMS) ok = json_fail(p, "has a shape of more than 8 dimensions");
+                    if (ok && d > ((uint64_t)1 << 40)) ok = json_fail(p, "has a dimension larger than 2^40");
                     if (ok) e->dims[e->ndim++] = (int64_t)d;
                     ws(p);
                     if (ok && p->s < p->end && *p->s == ',') {
@@ -418,7 +418,7 @@ static bool read_header(int fd, const char *path, uint64_t file_size, entry **ou
         }
     }
     ws(&p);
-    if (ok && p.s != p.end) ok = fail(&p, "goes on after its closing '}'");
+    if (ok && p.s != p.end) ok = json_fail(&p, "goes on after its closing '}'");
     free(json);
     uint64_t data = file_size - 8 - n;
     for (int i = 0; ok && i < k; i++) { /* sizes in checked 64-bit, inside the data */
@@ -501,7 +501,7 @@ bool dpt_safetensors_tensors(const char *path, dpt_ckpt_tensor_fn fn, void *user
     for (int i = 0; ok && i < n; i++) {
         entry *e = &es[i];
         dpt_printable(e->name);
-        kind k = dtypes[e->dtype].kind;
+        value_kind k = dtypes[e->dtype].kind;
         if (k == T_INT) {
             if (skips) { /* the first two names (whole, while they fit), then " ..." */
                 size_t at = strlen(skips->names), len = strlen(e->name) + (at ? 2 : 0);
