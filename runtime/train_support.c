@@ -18,6 +18,7 @@
 #include "autograd.h"
 #include "ctx.h"
 #include "trainer.h"
+#include "../data/data.h"
 #include "zero.h"
 #include "reducer.h"
 #include "error.h"
@@ -397,6 +398,28 @@ void save_checkpoint(trainer *t, const dpt_train_state *state)
     snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", path);
     report_line("checkpoint %s (epoch %d, step %lld)\n", path, st->epoch, (long long)st->step);
     free(path);
+}
+
+/* ---------------------------------------------------------------- batch augmentations */
+
+/* [data] mixup / cutmix: mix this batch's input in place as its draw says; returns each
+ * sample's partner's labels, or NULL when the draw leaves the batch as it is. */
+static dpt_tensor *mix_batch(trainer *t, dpt_batch *b, dpt_tensor *target, dpt_mix *mix)
+{
+    dpt_tensor *x = dpt_batch_get(b, t->task.input);
+    int64_t h, w;
+    dpt_mix_image_size(x, &h, &w);
+    dpt_mix_draw(&t->run->mix, b->key, h, w, mix);
+    if (!mix->on) return NULL;
+    dpt_mix_apply(t->ctx, x, mix);
+    return dpt_mix_partner_labels(t->ctx, target, t->mix_labels);
+}
+
+dpt_tensor *augment_batch(trainer *t, dpt_batch *b, dpt_tensor *target, dpt_mix *mix)
+{
+    *mix = (dpt_mix){.lambda = 1.0};
+    if (t->erase) dpt_erase_apply(t->ctx, dpt_batch_get(b, t->task.input), &t->run->erase, b->key);
+    return t->mix_labels ? mix_batch(t, b, target, mix) : NULL;
 }
 
 /* ---------------------------------------------------------------- [model] init (fine-tuning) */

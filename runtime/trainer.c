@@ -718,26 +718,6 @@ static void epoch_begin(trainer *t)
     }
 }
 
-/* [data] mixup / cutmix: mix this batch's input in place as its draw says; returns each
- * sample's partner's labels, or NULL when the draw leaves the batch as it is. */
-static dpt_tensor *mix_batch(trainer *t, dpt_batch *b, dpt_tensor *target, dpt_mix *mix)
-{
-    dpt_tensor *x = dpt_batch_get(b, t->task.input);
-    int64_t h, w;
-    dpt_mix_image_size(x, &h, &w);
-    dpt_mix_draw(&t->run->mix, b->key, h, w, mix);
-    if (!mix->on) return NULL;
-    dpt_mix_apply(t->ctx, x, mix);
-    return dpt_mix_partner_labels(t->ctx, target, t->mix_labels);
-}
-
-dpt_tensor *augment_batch(trainer *t, dpt_batch *b, dpt_tensor *target, dpt_mix *mix)
-{
-    *mix = (dpt_mix){.lambda = 1.0};
-    if (t->erase) dpt_erase_apply(t->ctx, dpt_batch_get(b, t->task.input), &t->run->erase, b->key);
-    return t->mix_labels ? mix_batch(t, b, target, mix) : NULL;
-}
-
 /* One micro-batch: forward, loss, backward (DDP's AllReduces start as buckets fill), and the
  * loss and correct counts added up on the device. */
 static void micro_batch(trainer *t, bool last)
