@@ -95,7 +95,7 @@ void dpt_dataset_free(dpt_dataset *ds)
     if (!ds) return;
     free(ds->images);
     free(ds->labels);
-    dpt_image_files_free(ds->files);
+    if (ds->free_files) ds->free_files(ds->files); /* the folder source's list */
     if (ds->free_source) ds->free_source(ds->source);
     free(ds);
 }
@@ -111,6 +111,31 @@ const char *dpt_dataset_class_name(const dpt_dataset *ds, int label)
     if (ds->class_names && label >= 0 && label < ds->num_classes) return ds->class_names[label];
     if (!ds->files || label < 0 || label >= ds->files->nclasses) return NULL;
     return ds->files->classes[label];
+}
+
+int dpt_dataset_fields(const dpt_dataset *ds, dpt_field *out)
+{
+    if (ds->nfields > 0) {
+        memcpy(out, ds->fields, (size_t)ds->nfields * sizeof *out);
+        return ds->nfields;
+    }
+    out[0] = (dpt_field){.name = "image", .dtype = DPT_F32, .ndim = 3, .shape = {ds->c, ds->h, ds->w}};
+    out[1] = (dpt_field){.name = "label", .dtype = DPT_I32, .ndim = 0, .target = true};
+    return 2;
+}
+
+const dpt_field *dpt_field_first(const dpt_field *fields, int n, bool target)
+{
+    for (int f = 0; f < n; f++)
+        if (fields[f].target == target) return &fields[f];
+    return NULL;
+}
+
+const dpt_field *dpt_field_named(const dpt_field *fields, int n, const char *name)
+{
+    for (int f = 0; f < n; f++)
+        if (!strcmp(fields[f].name, name)) return &fields[f];
+    return NULL;
 }
 
 void dpt_dataset_describe_classes(const dpt_dataset *ds, char *buf, size_t size)

@@ -441,7 +441,7 @@ static dpt_dataset *make_set(const char *root, listing *l, char **classes, int n
     snprintf(f->list_note, sizeof f->list_note, "%s", note);
     ds->n = l->n, ds->c = 3, ds->h = ds->w = view->size, ds->num_classes = nclasses;
     ds->class_counts = f->class_count;
-    ds->files = f;
+    ds->files = f, ds->free_files = dpt_image_files_free;
     ds->content_hash = f->list_hash, ds->origin = f->root;
     snprintf(ds->name, sizeof ds->name, "folder");
     return ds;

@@ -746,31 +746,6 @@ const dpt_dataset *dpt_loader_dataset(const dpt_loader *l)
     return l->ds;
 }
 
-int dpt_dataset_fields(const dpt_dataset *ds, dpt_field *out)
-{
-    if (ds->nfields > 0) {
-        memcpy(out, ds->fields, (size_t)ds->nfields * sizeof *out);
-        return ds->nfields;
-    }
-    out[0] = (dpt_field){.name = "image", .dtype = DPT_F32, .ndim = 3, .shape = {ds->c, ds->h, ds->w}};
-    out[1] = (dpt_field){.name = "label", .dtype = DPT_I32, .ndim = 0, .target = true};
-    return 2;
-}
-
-const dpt_field *dpt_field_first(const dpt_field *fields, int n, bool target)
-{
-    for (int f = 0; f < n; f++)
-        if (fields[f].target == target) return &fields[f];
-    return NULL;
-}
-
-const dpt_field *dpt_field_named(const dpt_field *fields, int n, const char *name)
-{
-    for (int f = 0; f < n; f++)
-        if (!strcmp(fields[f].name, name)) return &fields[f];
-    return NULL;
-}
-
 dpt_tensor *dpt_batch_get(const dpt_batch *b, const char *name)
 {
     for (int f = 0; f < b->nfields; f++)

@@ -855,6 +855,7 @@ typedef struct dpt_dataset {
     int num_classes; /* classification: labels (or token ids) in [0, num_classes); 0 otherwise */
     char name[64];
     struct dpt_image_files *files; /* data/folder.h; NULL for images in memory */
+    void (*free_files)(struct dpt_image_files *files); /* set with files: dpt_dataset_free calls it */
     /* What the samples are read from (a folder's file list and labels): a resume on another one
      * warns. 0: not tracked. `origin` names it in messages (a folder's path; NULL: nothing). */
     uint64_t content_hash;
