@@ -540,6 +540,15 @@ void dpt_model_set_destructor(dpt_model *model, void (*destroy)(dpt_model *model
 typedef bool (*dpt_rename_fn)(const char *name, char *out, size_t cap);
 void dpt_model_set_renamer(dpt_model *model, dpt_rename_fn rename);
 dpt_rename_fn dpt_model_renamer(const dpt_model *model);
+/* A loaded tensor of another shape than the model's `into` (same name): adapt writes into's
+ * values made from the file's (data, ndim, dims) into out (dpt_tensor_numel(into) floats) and a
+ * short account into how (cap bytes), returning true; false leaves the shapes' mismatch an
+ * error. vit resamples its position embeddings to another image size (torchvision's
+ * interpolate_embeddings: bicubic over the patch grid, the class token's row kept). */
+typedef bool (*dpt_adapt_fn)(const dpt_model *model, const dpt_tensor *into, int ndim, const int64_t *dims,
+                             const float *data, float *out, char *how, size_t cap);
+void dpt_model_set_adapter(dpt_model *model, dpt_adapt_fn adapt);
+dpt_adapt_fn dpt_model_adapter(const dpt_model *model);
 /* The model's own state pointer (set once by the builder). */
 void dpt_model_set_state(dpt_model *model, void *state);
 void *dpt_model_state(const dpt_model *model);

@@ -34,7 +34,7 @@ typedef struct vit_layer {
 } vit_layer;
 
 typedef struct vit {
-    int64_t patch, dim, layers, heads, mlp, seq;
+    int64_t patch, dim, layers, heads, mlp, seq, grid_h, grid_w;
     float dropout;
     dpt_conv2d *conv_proj;
     dpt_tensor *class_token, *pos; /* (1, 1, D), (1, S, D) */
@@ -109,6 +109,60 @@ static bool vit_rename(const char *name, char *out, size_t cap)
     return false;
 }
 
+/* PyTorch's bicubic convolution (A = -0.75): the weights of the 4 neighbours of a point t past
+ * the second of them, as upsample_bicubic2d computes them. */
+static void cubic_weights(double t, double w[4])
+{
+    const double A = -0.75;
+    double x = t + 1, y = 1 - t, z = 2 - t;
+    w[0] = ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+    w[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+    w[2] = ((A + 2) * y - (A + 3)) * y * y + 1;
+    w[3] = ((A * z - 5 * A) * z + 8 * A) * z - 4 * A;
+}
+
+/* A file's position embeddings for another image size (a ViT fine-tuned at 384 from 224's
+ * weights, or at 28 from any): torchvision's interpolate_embeddings. The class token's row is
+ * kept; the patch rows, a square grid of g x g, are resampled bicubically with the corners
+ * aligned (align_corners=True, borders clamped) to this model's grid (gh x gw). */
+static bool vit_adapt(const dpt_model *model, const dpt_tensor *into, int ndim, const int64_t *dims, const float *data,
+                      float *out, char *how, size_t cap)
+{
+    const vit *v = dpt_model_state(model);
+    if (strcmp(dpt_tensor_name(into), "encoder.pos_embedding") != 0 || ndim != 3 || dims[0] != 1 ||
+        dims[2] != v->dim || dims[1] < 2)
+        return false;
+    int64_t D = v->dim, S0 = dims[1] - 1, g = (int64_t)llround(sqrt((double)S0)), gh = v->grid_h, gw = v->grid_w;
+    if (g * g != S0) return false; /* torchvision's files hold square grids */
+    memcpy(out, data, (size_t)D * sizeof *out); /* the class token's */
+    for (int64_t oy = 0; oy < gh; oy++)
+        for (int64_t ox = 0; ox < gw; ox++) {
+            double ry = gh > 1 ? (double)oy * (double)(g - 1) / (double)(gh - 1) : 0.0;
+            double rx = gw > 1 ? (double)ox * (double)(g - 1) / (double)(gw - 1) : 0.0;
+            int64_t iy = (int64_t)floor(ry), ix = (int64_t)floor(rx);
+            double wy[4], wx[4];
+            cubic_weights(ry - (double)iy, wy);
+            cubic_weights(rx - (double)ix, wx);
+            float *o = out + (1 + oy * gw + ox) * D;
+            for (int64_t c = 0; c < D; c++) {
+                double acc = 0;
+                for (int a = 0; a < 4; a++) {
+                    int64_t y = iy - 1 + a < 0 ? 0 : iy - 1 + a >= g ? g - 1 : iy - 1 + a;
+                    double row = 0;
+                    for (int b = 0; b < 4; b++) {
+                        int64_t x = ix - 1 + b < 0 ? 0 : ix - 1 + b >= g ? g - 1 : ix - 1 + b;
+                        row += wx[b] * data[(1 + y * g + x) * D + c];
+                    }
+                    acc += wy[a] * row;
+                }
+                o[c] = (float)acc;
+            }
+        }
+    snprintf(how, cap, "resampled from a %lldx%lld patch grid to %lldx%lld (bicubic, torchvision's "
+                       "interpolate_embeddings)", (long long)g, (long long)g, (long long)gh, (long long)gw);
+    return true;
+}
+
 static dpt_model *vit_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int64_t h, int64_t w, int num_classes,
                             dpt_error *err)
 {
@@ -130,12 +184,14 @@ static dpt_model *vit_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int6
         return NULL;
     }
     int64_t D = s.dim, M = s.mlp;
-    s.seq = 1 + (h / s.patch) * (w / s.patch);
+    s.grid_h = h / s.patch, s.grid_w = w / s.patch;
+    s.seq = 1 + s.grid_h * s.grid_w;
     dpt_model *model = dpt_model_new(ctx, "vit", vit_forward);
     vit *v = dpt_model_alloc(model, sizeof *v);
     *v = s;
     dpt_model_set_state(model, v);
     dpt_model_set_renamer(model, vit_rename);
+    dpt_model_set_adapter(model, vit_adapt);
     dpt_shape3 shape = {c, h, w};
     v->conv_proj = dpt_conv2d_new(model, "conv_proj", &shape, D, s.patch, s.patch, 0, 1, 1, true);
     /* the convolution's own initialisation is ResNet's: torchvision's ViT draws N(0, 1/fan_in), bias 0 */

@@ -16,6 +16,7 @@ struct dpt_model {
     dpt_decoder decoder; /* decode NULL: none */
     void (*destroy)(dpt_model *model, void *state); /* dpt_model_set_destructor; NULL: none */
     dpt_rename_fn rename; /* dpt_model_set_renamer; NULL: none */
+    dpt_adapt_fn adapt;   /* dpt_model_set_adapter; NULL: none */
     dpt_task task; /* what the model declared (zero: the data's) */
     void *state;
     bool training;
@@ -81,6 +82,16 @@ void dpt_model_set_renamer(dpt_model *m, dpt_rename_fn rename)
 dpt_rename_fn dpt_model_renamer(const dpt_model *m)
 {
     return m->rename;
+}
+
+void dpt_model_set_adapter(dpt_model *m, dpt_adapt_fn adapt)
+{
+    m->adapt = adapt;
+}
+
+dpt_adapt_fn dpt_model_adapter(const dpt_model *m)
+{
+    return m->adapt;
 }
 
 void dpt_model_free(dpt_model *m)

@@ -431,6 +431,7 @@ typedef struct init_load {
     int loaded, kept, skipped;
     char missing[600];   /* the checkpoint's tensors this model lacks, not excluded */
     const char *source;  /* "checkpoint", "file" (safetensors) */
+    char adapted[400];   /* the model's adapt: what it made of which tensors */
     bool whole;          /* every tensor, none excluded (--eval, --predict, --sample of a safetensors file) */
 } init_load;
 
@@ -466,6 +467,22 @@ static bool init_one(init_load *l, dpt_tensor *t, int i, const char *name, int n
     bool same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++)
         same = t->shape[d] == dims[d];
+    dpt_adapt_fn adapt = dpt_model_adapter(l->model);
+    if (!same && adapt) { /* the model may make its tensor from the file's (a ViT's positions at another size) */
+        float *out = malloc((size_t)dpt_tensor_numel(t) * sizeof *out);
+        if (!out) dpt_fatal("out of host memory adapting %s", t->name);
+        size_t at = strlen(l->adapted);
+        char how[200] = "";
+        if (adapt(l->model, t, ndim, dims, data, out, how, sizeof how)) {
+            dpt_tensor_copy_from_host(t, out);
+            free(out);
+            if (at + 1 < sizeof l->adapted)
+                snprintf(l->adapted + at, sizeof l->adapted - at, "%s%s %s", at ? "; " : "", t->name, how);
+            l->loaded++;
+            return true;
+        }
+        free(out);
+    }
     if (!same) {
         char a[96], b[96], as[sizeof t->name + 16] = "";
         dims_text(a, sizeof a, ndim, dims), dims_text(b, sizeof b, t->ndim, t->shape);
@@ -567,6 +584,7 @@ bool load_weights_by_name(trainer *t, const char *path, bool averages, const cha
                                   "model's initialisation, then train)");
     free(l.seen);
     got->loaded = l.loaded, got->kept = l.kept, got->skipped = l.skipped;
+    snprintf(got->adapted, sizeof got->adapted, "%s", l.adapted);
     return ok;
 }
 
@@ -613,6 +631,7 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
                     "([model] init_exclude)%s\n",
                     averages ? "the weight averages of " : "", path, got.loaded, got.kept, got.skipped,
                     got.safetensors ? "file's" : "checkpoint's", weights_loaded_ints(&got, ints, sizeof ints));
+    if (t->r->rank == 0 && *got.adapted) report_line("init: %s\n", got.adapted);
     return true;
 }
 

@@ -430,8 +430,8 @@ static bool resume(trainer *t, dpt_error *err)
                                                                     : "--export");
         char ints[480];
         if (r->rank == 0 && r->args->eval)
-            printf("evaluating %s: safetensors, %d tensors by name%s\n", r->resumed, got.loaded,
-                   weights_loaded_ints(&got, ints, sizeof ints));
+            printf("evaluating %s: safetensors, %d tensors by name%s%s%s\n", r->resumed, got.loaded,
+                   weights_loaded_ints(&got, ints, sizeof ints), *got.adapted ? "; " : "", got.adapted);
         return true;
     }
     if (weights_only && r->args->ema ? !dpt_checkpoint_load_averages(r->resumed, t->model, t->ctx, &t->state, err)

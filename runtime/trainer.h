@@ -297,6 +297,7 @@ typedef struct weights_loaded {
     int loaded, kept, skipped;
     bool safetensors;
     dpt_safetensors_skips ints;
+    char adapted[400]; /* the model's adapter's account ("" when it made nothing) */
 } weights_loaded;
 bool load_weights_by_name(trainer *t, const char *path, bool averages, const char *exclude, weights_loaded *got,
                           dpt_error *err);
