@@ -642,6 +642,49 @@ static void attention_on(int threads, float *y_out, float *g_out, int64_t *temp_
     dpt_ctx_free(ctx);
 }
 
+/* oneDNN's attention (batched products over every (b, h), tiles of 150 rows without the mask
+ * and of 60 with it at T 300) against the native kernel's own code (one CBLAS tile of 64 rows
+ * per task): the output and the gradient agree within fp32 summation-order error. */
+static void attention_with(dpt_cpu_kernels kernels, bool causal, float *y_out, float *g_out, int64_t n)
+{
+    dpt_cpu_kernels saved = test_kernels;
+    test_kernels = kernels;
+    dpt_ctx *ctx = test_ctx(2, 9);
+    test_kernels = saved;
+    dpt_rng rng;
+    dpt_rng_seed(&rng, 77);
+    dpt_tensor *qkv = test_input(ctx, &rng, 3, (int64_t[]){4, 300, 3 * 4 * 8}, -1, 1);
+    dpt_tensor *y = dpt_attention(ctx, qkv, 4, causal);
+    dpt_backward(ctx, dpt_sum(ctx, dpt_mul(ctx, y, y)));
+    memcpy(y_out, y->data, (size_t)n * sizeof(float));
+    memcpy(g_out, qkv->grad->data, 3 * (size_t)n * sizeof(float));
+    dpt_tape_clear(ctx);
+    dpt_tensor_free(qkv);
+    dpt_ctx_free(ctx);
+}
+
+static void test_attention_onednn_native(void **state)
+{
+    (void)state;
+    enum { N = 4 * 300 * 4 * 8 };
+    static float y[2][N], g[2][3 * N];
+    for (int causal = 0; causal <= 1; causal++) {
+        attention_with(DPT_CPU_KERNELS_ONEDNN, causal, y[0], g[0], N);
+        attention_with(DPT_CPU_KERNELS_NATIVE, causal, y[1], g[1], N);
+        double ey = 0, eg = 0, gmax = 0;
+        for (int i = 0; i < N; i++)
+            ey = fmax(ey, fabs((double)y[0][i] - y[1][i]));
+        for (int i = 0; i < 3 * N; i++)
+            eg = fmax(eg, fabs((double)g[0][i] - g[1][i])), gmax = fmax(gmax, fabs((double)g[1][i]));
+        print_message("attention, oneDNN against native, causal %d: |y| %.2e apart, |dqkv| %.2e of %.2e\n", causal,
+                      ey, eg, gmax);
+        /* outputs are convex combinations of values in [-1, 1] (300 terms: ~1e-6 apart); the
+         * gradient sums 300 products of those */
+        assert_true(ey < 1e-5);
+        assert_true(eg < 1e-4 * (1.0 + gmax));
+    }
+}
+
 static void test_attention_threads_and_memory(void **state)
 {
     (void)state;
@@ -1437,6 +1480,7 @@ int main(void)
         cmocka_unit_test(test_layer_norm),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_threads_and_memory),
+        cmocka_unit_test(test_attention_onednn_native),
         cmocka_unit_test(test_attention_chunked),
         cmocka_unit_test(test_bmm),
         cmocka_unit_test(test_bmm_bf16),
