@@ -1300,6 +1300,17 @@ typedef struct dpt_safetensors_skips {
 bool dpt_safetensors_is(const char *path);
 bool dpt_safetensors_tensors(const char *path, dpt_ckpt_tensor_fn fn, void *user, dpt_safetensors_skips *skips,
                              dpt_error *err);
+/* Writing one: the 8-byte length and the JSON header of n F32 tensors (names, shapes; their
+ * float32 values to follow in this order, row-major), padded with spaces to 8 bytes;
+ * __metadata__ holds format "pt", the producer (dptrain's version) and source when not NULL.
+ * false on a write error, err naming path. */
+typedef struct dpt_safetensors_entry {
+    const char *name;
+    int ndim;
+    const int64_t *dims;
+} dpt_safetensors_entry;
+bool dpt_safetensors_write_header(FILE *f, const char *path, const dpt_safetensors_entry *e, int n,
+                                  const char *source, dpt_error *err);
 
 /* ---------------------------------------------------------------- the trainer, with your own models */
 

@@ -274,6 +274,14 @@ static bool ends_with(const char *s, const char *tail)
     return n >= m && !strcmp(s + n - m, tail);
 }
 
+/* dst (cols, rows) = src (rows, cols) transposed: a Conv1D weight to a linear layer's and back */
+static void transpose(const float *src, int64_t rows, int64_t cols, float *dst)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[c * rows + r] = src[r * cols + c];
+}
+
 static bool hf_conv1d(const char *name)
 {
     for (int i = 0; i < 4; i++)
@@ -340,10 +348,7 @@ static bool hf_tensor(void *user, const char *name, bool buffer, int ndim, const
     if (ndim < 2) {
         dpt_tensor_copy_from_host(t, data);
     } else if (conv1d) { /* (in, out) -> (out, in) */
-        int64_t in = dims[0], out = dims[1];
-        for (int64_t i = 0; i < in; i++)
-            for (int64_t o = 0; o < out; o++)
-                s->buf[o * in + i] = data[i * out + o];
+        transpose(data, dims[0], dims[1], s->buf);
         dpt_tensor_copy_from_host(t, s->buf);
     } else if (wte) { /* vocab_size rows, then padded_vocab_size's zero rows */
         memcpy(s->buf, data, (size_t)numel * sizeof *data);
@@ -416,39 +421,27 @@ static bool gpt_export_hf(gpt *g, const char *dir, dpt_error *err)
     size_t most;
     dpt_tensor **list = llmc_order(g, &count, &total, &most);
     float *buf = list ? malloc(most * sizeof *buf) : NULL, *out = buf ? malloc(most * sizeof *out) : NULL;
-    char *json = NULL, *path = out ? malloc(strlen(dir) + 32) : NULL;
-    size_t len = 0;
-    FILE *m = path ? open_memstream(&json, &len) : NULL;
-    if (!m) {
-        free(list), free(buf), free(out), free(path);
+    char *path = out ? malloc(strlen(dir) + 32) : NULL, (*names)[160] = path ? malloc((size_t)count * sizeof *names) : NULL;
+    int64_t (*dims)[2] = names ? malloc((size_t)count * sizeof *dims) : NULL;
+    dpt_safetensors_entry *se = dims ? malloc((size_t)count * sizeof *se) : NULL;
+    if (!se) {
+        free(list), free(buf), free(out), free(path), free(names), free(dims);
         return dpt_errorf(err, "out of host memory writing %s", dir);
     }
-    fputc('{', m);
-    uint64_t at = 0;
     for (int i = 0; i < count; i++) { /* transformers' GPT2LMHeadModel names; Conv1D's (in, out) */
         dpt_tensor *t = list[i];
-        int64_t d0 = t == g->wte ? g->vocab : dpt_tensor_dim(t, 0), d1 = dpt_tensor_ndim(t) > 1 ? dpt_tensor_dim(t, 1) : 0;
-        if (hf_conv1d(dpt_tensor_name(t))) d0 = dpt_tensor_dim(t, 1), d1 = dpt_tensor_dim(t, 0);
-        uint64_t bytes = (uint64_t)(d0 * (d1 ? d1 : 1)) * sizeof(float);
-        fprintf(m, "%s\"transformer.%s%s\":{\"dtype\":\"F32\",\"shape\":[%lld", i ? "," : "", dpt_tensor_name(t),
-                t == g->wte || t == g->wpe ? ".weight" : "", (long long)d0); /* nn.Embedding's wte.weight */
-        if (d1) fprintf(m, ",%lld", (long long)d1);
-        fprintf(m, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at, (unsigned long long)(at + bytes));
-        at += bytes;
+        int nd = dpt_tensor_ndim(t);
+        dims[i][0] = t == g->wte ? g->vocab : dpt_tensor_dim(t, 0), dims[i][1] = nd > 1 ? dpt_tensor_dim(t, 1) : 0;
+        if (hf_conv1d(dpt_tensor_name(t))) dims[i][0] = dpt_tensor_dim(t, 1), dims[i][1] = dpt_tensor_dim(t, 0);
+        snprintf(names[i], sizeof names[i], "transformer.%s%s", dpt_tensor_name(t),
+                 t == g->wte || t == g->wpe ? ".weight" : ""); /* nn.Embedding's wte.weight */
+        se[i] = (dpt_safetensors_entry){.name = names[i], .ndim = nd, .dims = dims[i]};
     }
-    fprintf(m, ",\"__metadata__\":{\"format\":\"pt\",\"producer\":\"dptrain %s\"}}", DPT_VERSION);
-    fclose(m);
-    size_t padded = (len + 7) / 8 * 8;
     sprintf(path, "%s/model.safetensors", dir); /* strlen(dir) + 32 bytes */
     dpt_atomic_file af;
     bool ok = dpt_atomic_file_open(&af, path, err);
     if (ok) {
-        unsigned char n8[8];
-        for (int i = 0; i < 8; i++)
-            n8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-        ok = fwrite(n8, 8, 1, af.f) == 1 && fwrite(json, 1, len, af.f) == len;
-        for (size_t i = len; ok && i < padded; i++)
-            ok = fputc(' ', af.f) != EOF;
+        ok = dpt_safetensors_write_header(af.f, af.tmp, se, count, NULL, err);
         for (int i = 0; ok && i < count; i++) {
             dpt_tensor *t = list[i];
             size_t n = (size_t)dpt_tensor_numel(t);
@@ -457,18 +450,15 @@ static bool gpt_export_hf(gpt *g, const char *dir, dpt_error *err)
             if (t == g->wte) {
                 n = (size_t)(g->vocab * g->channels); /* the padding rows stay ours */
             } else if (hf_conv1d(dpt_tensor_name(t))) { /* (out, in) -> (in, out) */
-                int64_t o_n = dpt_tensor_dim(t, 0), i_n = dpt_tensor_dim(t, 1);
-                for (int64_t o = 0; o < o_n; o++)
-                    for (int64_t k = 0; k < i_n; k++)
-                        out[k * o_n + o] = buf[o * i_n + k];
+                transpose(buf, dpt_tensor_dim(t, 0), dpt_tensor_dim(t, 1), out);
                 w = out;
             }
-            ok = fwrite(w, sizeof *w, n, af.f) == n;
+            ok = fwrite(w, sizeof *w, n, af.f) == n ||
+                 dpt_errorf(err, "writing %s failed: %s\nHINT: is the disk full?", af.tmp, strerror(errno));
         }
-        if (!ok) dpt_errorf(err, "writing %s failed: %s\nHINT: is the disk full?", af.tmp, strerror(errno));
         ok = dpt_atomic_file_close(&af, ok, err);
     }
-    free(json), free(buf), free(out), free(list);
+    free(buf), free(out), free(list), free(names), free(dims), free(se);
     /* transformers' GPT2Config: GPT2LMHeadModel.from_pretrained(dir) reads both */
     sprintf(path, "%s/config.json", dir);
     ok = ok && dpt_atomic_file_open(&af, path, err);

@@ -90,21 +90,6 @@ static bool put_floats(exporter *x, const float *data, int64_t numel, dpt_error 
 
 /* ---------------------------------------------------------------- safetensors */
 
-static void json_string(FILE *m, const char *s)
-{
-    fputc('"', m);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(m, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(m, "\\u%04x", c);
-        else
-            fputc(c, m);
-    }
-    fputc('"', m);
-}
-
 static bool safetensors_data(void *user, const char *name, bool buffer, int ndim, const int64_t *dims,
                              const float *data, int64_t numel, dpt_error *err)
 {
@@ -114,31 +99,12 @@ static bool safetensors_data(void *user, const char *name, bool buffer, int ndim
 
 static bool write_safetensors(exporter *x, const char *ckpt, dpt_error *err)
 {
-    char *json = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&json, &len);
-    if (!m) dpt_fatal("out of host memory");
-    fputc('{', m);
-    uint64_t at = 0;
-    for (int i = 0; i < x->n; i++) {
-        const entry *e = &x->e[i];
-        json_string(m, e->name);
-        fprintf(m, ":{\"dtype\":\"F32\",\"shape\":[");
-        for (int d = 0; d < e->ndim; d++)
-            fprintf(m, "%s%lld", d ? "," : "", (long long)e->dims[d]);
-        uint64_t bytes = (uint64_t)e->numel * sizeof(float);
-        fprintf(m, "],\"data_offsets\":[%llu,%llu]},", (unsigned long long)at, (unsigned long long)(at + bytes));
-        at += bytes;
-    }
-    fprintf(m, "\"__metadata__\":{\"format\":\"pt\",\"producer\":\"dptrain %s\",\"source\":", DPT_VERSION);
-    json_string(m, ckpt);
-    fprintf(m, "}}");
-    fclose(m);
-    size_t padded = (len + 7) / 8 * 8; /* the data 8-byte aligned, as the reference writer pads */
-    bool ok = put_le(x, padded, 8, err) && put(x, json, len, err);
-    for (size_t i = len; ok && i < padded; i++)
-        ok = put(x, " ", 1, err);
-    free(json);
+    dpt_safetensors_entry *se = calloc((size_t)x->n + 1, sizeof *se);
+    if (!se) dpt_fatal("out of host memory");
+    for (int i = 0; i < x->n; i++)
+        se[i] = (dpt_safetensors_entry){.name = x->e[i].name, .ndim = x->e[i].ndim, .dims = x->e[i].dims};
+    bool ok = dpt_safetensors_write_header(x->f, x->out, se, x->n, ckpt, err);
+    free(se);
     return ok && dpt_checkpoint_tensors_of(ckpt, x->averages, safetensors_data, x, err);
 }
 

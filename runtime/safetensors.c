@@ -569,3 +569,58 @@ bool dpt_safetensors_tensors(const char *path, dpt_ckpt_tensor_fn fn, void *user
     close(fd);
     return ok;
 }
+
+/* ---------------------------------------------------------------- writing */
+
+static void json_string(FILE *m, const char *s)
+{
+    fputc('"', m);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(m, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(m, "\\u%04x", c);
+        else
+            fputc(c, m);
+    }
+    fputc('"', m);
+}
+
+bool dpt_safetensors_write_header(FILE *f, const char *path, const dpt_safetensors_entry *e, int n,
+                                  const char *source, dpt_error *err)
+{
+    char *json = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&json, &len);
+    if (!m) dpt_fatal("out of host memory");
+    fputc('{', m);
+    uint64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        json_string(m, e[i].name);
+        fprintf(m, ":{\"dtype\":\"F32\",\"shape\":[");
+        uint64_t bytes = sizeof(float);
+        for (int d = 0; d < e[i].ndim; d++) {
+            fprintf(m, "%s%lld", d ? "," : "", (long long)e[i].dims[d]);
+            bytes *= (uint64_t)e[i].dims[d];
+        }
+        fprintf(m, "],\"data_offsets\":[%llu,%llu]},", (unsigned long long)at, (unsigned long long)(at + bytes));
+        at += bytes;
+    }
+    fprintf(m, "\"__metadata__\":{\"format\":\"pt\",\"producer\":\"dptrain %s\"", DPT_VERSION);
+    if (source) {
+        fprintf(m, ",\"source\":");
+        json_string(m, source);
+    }
+    fprintf(m, "}}");
+    fclose(m);
+    uint64_t padded = (len + 7) / 8 * 8; /* the data 8-byte aligned, as the reference writer pads */
+    unsigned char n8[8];
+    for (int i = 0; i < 8; i++)
+        n8[i] = (unsigned char)(padded >> (8 * i));
+    bool ok = fwrite(n8, 8, 1, f) == 1 && fwrite(json, 1, len, f) == len;
+    for (size_t i = len; ok && i < padded; i++)
+        ok = fputc(' ', f) != EOF;
+    free(json);
+    return ok || dpt_errorf(err, "writing %s failed: %s\nHINT: is the disk full?", path, strerror(errno));
+}
