@@ -669,6 +669,12 @@ static bool foreign_weights(const char *v)
     return !strncmp(v, "llmc:", 5) || !strncmp(v, "hf:", 3);
 }
 
+/* What --sample, --eval or --predict was given (the flag cli_weights_flag names), or NULL */
+static const char *weights_arg(const cli *args)
+{
+    return args->sample ? args->sample : args->eval ? args->eval : args->predict;
+}
+
 static bool is_flag(const char *a, const char *flag)
 {
     size_t n = strlen(flag);
@@ -877,9 +883,9 @@ static int parse_cli(int argc, char **argv, cli *args)
             args->config_path = a;
         }
     }
-    const char *foreign = args->sample ? args->sample : args->eval ? args->eval : args->predict;
+    const char *foreign = weights_arg(args);
     if (args->ema && foreign && foreign_weights(foreign)) {
-        const char *flag = args->sample ? "--sample" : args->eval ? "--eval" : "--predict";
+        const char *flag = cli_weights_flag(args);
         fprintf(stderr, "error: --ema reads a checkpoint's weight averages; %s %s reads %s GPT-2 file, which has "
                         "none\nHINT: %s CKPT --ema with a checkpoint of a run that kept them\n",
                 flag, foreign, foreign[0] == 'h' ? "a Hugging Face" : "llm.c's", flag);
@@ -1005,8 +1011,7 @@ static dpt_config *load_config(const cli *args, dpt_error *err)
         }
     }
     /* --sample, --eval or --predict llmc:PATH or hf:PATH: the model starts from the file */
-    const char *flag = args->sample ? "--sample" : args->eval ? "--eval" : "--predict";
-    const char *foreign = args->sample ? args->sample : args->eval ? args->eval : args->predict;
+    const char *flag = cli_weights_flag(args), *foreign = weights_arg(args);
     if (cfg && foreign && foreign_weights(foreign)) {
         bool hf = foreign[0] == 'h';
         if (access(foreign + (hf ? 3 : 5), R_OK) != 0) {

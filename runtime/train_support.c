@@ -550,11 +550,9 @@ bool load_weights_by_name(trainer *t, const char *path, bool averages, const cha
     if (!l.seen) dpt_fatal("out of host memory");
     got->safetensors = dpt_safetensors_is(path);
     l.source = got->safetensors ? "file" : "checkpoint";
-    bool ok = got->safetensors && averages
-                  ? dpt_errorf(err, "%s is a safetensors file: it holds weights, not a run's weight averages\nHINT: "
-                                    "leave out ema: (--ema) for this file", path)
-              : got->safetensors ? dpt_safetensors_tensors(path, init_tensor, &l, &got->ints, err)
-                                 : dpt_checkpoint_tensors_of(path, averages, init_tensor, &l, err);
+    /* a checkpoint, or a safetensors file's averages (refused there, saying why) */
+    bool ok = got->safetensors && !averages ? dpt_safetensors_tensors(path, init_tensor, &l, &got->ints, err)
+                                            : dpt_checkpoint_tensors_of(path, averages, init_tensor, &l, err);
     if (ok && *l.missing)
         ok = dpt_errorf(err, "%s holds tensors this model (%s) does not have: %s\nHINT: %s%s", path,
                         dpt_model_name(t->model), l.missing,
@@ -604,8 +602,7 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
     if (!*init) return true;
     bool hf = !strncmp(init, "hf:", 3);
     const cli *a = t->r->args; /* --sample, --eval, --predict llmc:/hf:PATH set init themselves */
-    if ((hf || !strncmp(init, "llmc:", 5)) && !a->resume && (a->sample || a->eval || a->predict))
-        where = a->sample ? "--sample" : a->eval ? "--eval" : "--predict";
+    if ((hf || !strncmp(init, "llmc:", 5)) && !a->resume && cli_weights_flag(a)) where = cli_weights_flag(a);
     if (hf || !strncmp(init, "llmc:", 5)) { /* llm.c's or Hugging Face's GPT-2: the gpt model reads it when built */
         if (!strcmp(dpt_model_name(t->model), "gpt")) {
             if (t->r->rank == 0) report_line("init from %s (%s's GPT-2)\n", init, hf ? "Hugging Face" : "llm.c");

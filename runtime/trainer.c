@@ -416,18 +416,12 @@ static bool resume(trainer *t, dpt_error *err)
         which = "latest";
     }
     if (!dpt_checkpoint_resolve(which, t->run->ckpt_dir, r->resumed, sizeof r->resumed, err))
-        return dpt_error_prefix(err, "%s ", r->args->eval      ? "--eval"
-                                            : r->args->sample  ? "--sample"
-                                            : r->args->predict ? "--predict"
-                                                               : "--resume");
+        return dpt_error_prefix(err, "%s ", cli_weights_flag(r->args) ? cli_weights_flag(r->args) : "--resume");
     bool weights_only = cli_weights_only(r->args);
     if (weights_only && dpt_safetensors_is(r->resumed)) { /* weights another program wrote: by name */
         weights_loaded got;
         if (!load_weights_by_name(t, r->resumed, r->args->ema, NULL, &got, err))
-            return dpt_error_prefix(err, "%s: ", r->args->eval      ? "--eval"
-                                                 : r->args->sample  ? "--sample"
-                                                 : r->args->predict ? "--predict"
-                                                                    : "--export");
+            return dpt_error_prefix(err, "%s: ", cli_weights_flag(r->args));
         char ints[480];
         if (r->rank == 0 && r->args->eval)
             printf("evaluating %s: safetensors, %d tensors by name%s%s%s\n", r->resumed, got.loaded,

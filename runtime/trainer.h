@@ -55,9 +55,16 @@ typedef struct cli {
 
 /* --sample, --eval, --predict, --export: a checkpoint's weights are read, nothing is trained
  * (no optimizer, no training loader, no random initialisation, no training memory). */
+/* The command that reads a checkpoint's weights only (--sample, --eval, --predict, --export),
+ * or NULL: names the flag in its messages. */
+static inline const char *cli_weights_flag(const cli *a)
+{
+    return a->sample ? "--sample" : a->eval ? "--eval" : a->predict ? "--predict" : a->export_format ? "--export" : NULL;
+}
+
 static inline bool cli_weights_only(const cli *a)
 {
-    return a->sample || a->eval || a->predict || a->export_format;
+    return cli_weights_flag(a) != NULL;
 }
 
 typedef enum fault_kind { FAULT_NONE, FAULT_EXIT, FAULT_HANG, FAULT_NAN } fault_kind;
@@ -325,7 +332,7 @@ void signals_training(void);
 bool signal_agreed(const replica *r, int *signal_seen);
 /* The augmentations of a whole training batch, in place: random erasing, then mixup or cutmix
  * (*mix says which; lambda 1 for none). Returns the partners' labels of a mixed batch, else
- * NULL (trainer.c). */
+ * NULL (train_support.c). */
 dpt_tensor *augment_batch(trainer *t, dpt_batch *b, dpt_tensor *target, dpt_mix *mix);
 /* --show-batch PATH: the first training batch of the run's first epoch, augmented as training
  * takes it, as a PNG grid, its labels printed (show_batch.c). */
