@@ -68,11 +68,17 @@ static dpt_tensor *vit_forward(dpt_model *model, dpt_ctx *ctx, dpt_tensor *x)
     return dpt_linear_forward(ctx, v->head, dpt_reshape(ctx, dpt_contiguous(ctx, h), 2, (int64_t[]){B, D}));
 }
 
+/* torchvision's name of a block's tensor or layer: encoder.layers.encoder_layer_L.WHAT */
+static const char *layer_name(char *buf, size_t cap, int64_t layer, const char *what)
+{
+    snprintf(buf, cap, "encoder.layers.encoder_layer_%lld.%s", (long long)layer, what);
+    return buf;
+}
+
 static dpt_tensor *named(dpt_model *model, int64_t layer, const char *what, int ndim, int64_t d0, int64_t d1)
 {
     char name[128];
-    snprintf(name, sizeof name, "encoder.layers.encoder_layer_%lld.%s", (long long)layer, what);
-    return dpt_model_param(model, name, ndim, (int64_t[]){d0, d1});
+    return dpt_model_param(model, layer_name(name, sizeof name, layer, what), ndim, (int64_t[]){d0, d1});
 }
 
 /* timm's names (its VisionTransformer, DeiT's checkpoints, the Hugging Face hub's timm/vit_*
@@ -206,8 +212,7 @@ static dpt_model *vit_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int6
     for (int64_t l = 0; l < s.layers; l++) {
         vit_layer *e = &v->layer[l];
         char name[128];
-        snprintf(name, sizeof name, "encoder.layers.encoder_layer_%lld.ln_1", (long long)l);
-        e->ln_1 = dpt_layernorm_new(model, name, D, 1e-6f, true);
+        e->ln_1 = dpt_layernorm_new(model, layer_name(name, sizeof name, l, "ln_1"), D, 1e-6f, true);
         e->in_w = named(model, l, "self_attention.in_proj_weight", 2, 3 * D, D);
         e->in_b = named(model, l, "self_attention.in_proj_bias", 1, 3 * D, 0);
         e->out_w = named(model, l, "self_attention.out_proj.weight", 2, D, D);
@@ -216,12 +221,9 @@ static dpt_model *vit_build(dpt_ctx *ctx, const dpt_config *cfg, int64_t c, int6
         dpt_init_constant(e->in_b, 0.0f);
         dpt_init_uniform(ctx, e->out_w, 1.0f / sqrtf((float)D));
         dpt_init_constant(e->out_b, 0.0f);
-        snprintf(name, sizeof name, "encoder.layers.encoder_layer_%lld.ln_2", (long long)l);
-        e->ln_2 = dpt_layernorm_new(model, name, D, 1e-6f, true);
-        snprintf(name, sizeof name, "encoder.layers.encoder_layer_%lld.mlp.0", (long long)l);
-        e->mlp0 = dpt_linear_new(model, name, D, M, true);
-        snprintf(name, sizeof name, "encoder.layers.encoder_layer_%lld.mlp.3", (long long)l);
-        e->mlp3 = dpt_linear_new(model, name, M, D, true);
+        e->ln_2 = dpt_layernorm_new(model, layer_name(name, sizeof name, l, "ln_2"), D, 1e-6f, true);
+        e->mlp0 = dpt_linear_new(model, layer_name(name, sizeof name, l, "mlp.0"), D, M, true);
+        e->mlp3 = dpt_linear_new(model, layer_name(name, sizeof name, l, "mlp.3"), M, D, true);
         np = dpt_model_num_params(model); /* mlp.0's weight and bias, then mlp.3's */
         for (int k = 0; k < 4; k += 2) {
             dpt_init_uniform(ctx, dpt_model_param_at(model, np - 4 + k), xavier_mlp);

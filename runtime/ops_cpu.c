@@ -7,13 +7,12 @@
 #include <string.h>
 
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include "backend.h"
 #include "ctx.h"
 #include "error.h"
 #include "vec_math.h"
-#include <sys/mman.h>
-
 #include "half.h"
 #include "registry.h"
 
