@@ -23,6 +23,7 @@
 #include "dpt.h"
 #include "error.h"
 #include "half.h"
+#include "json.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c reads little-endian bytes as the host's"
@@ -30,7 +31,6 @@
 
 #define HEADER_MAX 100000000ULL /* the format's own limit on the JSON header */
 #define MAX_DIMS 8
-#define MAX_DEPTH 64 /* nesting of JSON skipped in __metadata__ and unknown fields */
 #define HINT_DAMAGED                                                                                              \
     "HINT: the file is damaged or not a safetensors file: write it again (Python: "                               \
     "safetensors.torch.save_file(model.state_dict(), PATH), or ./train --export safetensors CKPT PATH)"
@@ -56,203 +56,20 @@ typedef struct entry {
     uint64_t begin, end; /* relative to the data */
 } entry;
 
-typedef struct parser {
-    const char *s, *end, *start;
-    const char *path;
-    dpt_error *err;
-    bool failed;
-} parser;
-
-static bool json_fail(parser *p, const char *what)
-{
-    if (!p->failed)
-        dpt_errorf(p->err, "%s: its JSON header %s at byte %lld of the header\n" HINT_DAMAGED, p->path, what,
-                   (long long)(p->s - p->start));
-    p->failed = true;
-    return false;
-}
-
-static void ws(parser *p)
-{
-    while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r'))
-        p->s++;
-}
-
-static bool expect(parser *p, char c)
-{
-    ws(p);
-    if (p->s >= p->end || *p->s != c) {
-        char what[48];
-        snprintf(what, sizeof what, "lacks a '%c'", c);
-        return json_fail(p, what);
-    }
-    p->s++;
-    return true;
-}
-
-static int hex4(const char *s)
-{
-    int v = 0;
-    for (int i = 0; i < 4; i++) {
-        int c = s[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        v = v * 16 + d;
-    }
-    return v;
-}
-
-/* A JSON string, its escapes decoded (\uXXXX as UTF-8, surrogate pairs joined), into a new
- * allocation (out NULL: only checked). A NUL or other control byte, raw or escaped, is refused:
- * these are tensor names that go into messages and into our own files. */
-static bool string(parser *p, char **out)
-{
-    ws(p);
-    if (p->s >= p->end || *p->s != '"') return json_fail(p, "lacks a '\"' opening a string");
-    p->s++;
-    size_t cap = 32, n = 0;
-    char *buf = out ? malloc(cap) : NULL;
-    if (out && !buf) dpt_fatal("out of host memory reading a safetensors header");
-    for (;;) {
-        if (p->s >= p->end) {
-            free(buf);
-            return json_fail(p, "ends inside a string");
-        }
-        unsigned char c = (unsigned char)*p->s++;
-        uint32_t cp = c;
-        if (c == '"') break;
-        if (c < 0x20) {
-            free(buf);
-            return json_fail(p, "has a control byte inside a string");
-        }
-        if (c == '\\') {
-            if (p->s >= p->end) {
-                free(buf);
-                return json_fail(p, "ends inside a string");
-            }
-            char e = *p->s++;
-            const char *simple = strchr("\"\\/bfnrt", e);
-            if (e && simple) {
-                cp = (uint32_t) "\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"];
-            } else if (e == 'u' && p->end - p->s >= 4 && hex4(p->s) >= 0) {
-                cp = (uint32_t)hex4(p->s);
-                p->s += 4;
-                if (cp >= 0xd800 && cp < 0xdc00 && p->end - p->s >= 6 && p->s[0] == '\\' && p->s[1] == 'u' &&
-                    hex4(p->s + 2) >= 0xdc00 && hex4(p->s + 2) < 0xe000) {
-                    cp = 0x10000 + ((cp - 0xd800) << 10) + (uint32_t)(hex4(p->s + 2) - 0xdc00);
-                    p->s += 6;
-                } else if (cp >= 0xd800 && cp < 0xe000) {
-                    free(buf);
-                    return json_fail(p, "has a lone UTF-16 surrogate in a string");
-                }
-            } else {
-                free(buf);
-                return json_fail(p, "has an unknown escape in a string");
-            }
-            if (cp < 0x20 || cp == 0x7f) {
-                free(buf);
-                return json_fail(p, "has a control character (escaped) inside a string");
-            }
-        }
-        if (!out) continue;
-        if (n + 5 >= cap) {
-            char *grown = realloc(buf, cap *= 2);
-            if (!grown) dpt_fatal("out of host memory reading a safetensors header");
-            buf = grown;
-        }
-        if (c == '\\' && cp >= 0x80) { /* an escaped code point, as UTF-8 */
-            if (cp < 0x800) {
-                buf[n++] = (char)(0xc0 | (cp >> 6));
-            } else if (cp < 0x10000) {
-                buf[n++] = (char)(0xe0 | (cp >> 12));
-                buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-            } else {
-                buf[n++] = (char)(0xf0 | (cp >> 18));
-                buf[n++] = (char)(0x80 | ((cp >> 12) & 0x3f));
-                buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-            }
-            buf[n++] = (char)(0x80 | (cp & 0x3f));
-        } else {
-            buf[n++] = (char)cp;
-        }
-    }
-    if (out) {
-        buf[n] = '\0';
-        *out = buf;
-    }
-    return true;
-}
-
-/* A JSON integer that is a size or an offset: digits only, no sign, fraction or exponent. */
-static bool unsigned_int(parser *p, uint64_t *v)
-{
-    ws(p);
-    if (p->s >= p->end || *p->s < '0' || *p->s > '9') return json_fail(p, "has a value that is not a non-negative integer");
-    uint64_t x = 0;
-    while (p->s < p->end && *p->s >= '0' && *p->s <= '9') {
-        if (x > (UINT64_MAX - 9) / 10) return json_fail(p, "has an integer too large for 64 bits");
-        x = x * 10 + (uint64_t)(*p->s++ - '0');
-    }
-    if (p->s < p->end && (*p->s == '.' || *p->s == 'e' || *p->s == 'E'))
-        return json_fail(p, "has a size or offset that is not an integer");
-    *v = x;
-    return true;
-}
-
-/* Any JSON value, checked and passed over (__metadata__, fields we do not read). */
-static bool skip_value(parser *p, int depth)
-{
-    if (depth > MAX_DEPTH) return json_fail(p, "nests deeper than 64 levels");
-    ws(p);
-    if (p->s >= p->end) return json_fail(p, "ends where a value should be");
-    char c = *p->s;
-    if (c == '"') return string(p, NULL);
-    if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        p->s++;
-        ws(p);
-        if (p->s < p->end && *p->s == close) return p->s++, true;
-        for (;;) {
-            if (c == '{' && !(string(p, NULL) && expect(p, ':'))) return false;
-            if (!skip_value(p, depth + 1)) return false;
-            ws(p);
-            if (p->s < p->end && *p->s == ',') {
-                p->s++;
-                continue;
-            }
-            return expect(p, close);
-        }
-    }
-    static const char *const words[] = {"true", "false", "null"};
-    for (int i = 0; i < 3; i++)
-        if ((size_t)(p->end - p->s) >= strlen(words[i]) && !strncmp(p->s, words[i], strlen(words[i])))
-            return p->s += strlen(words[i]), true;
-    const char *from = p->s; /* a number: -?digits(.digits)?([eE][+-]?digits)? */
-    if (p->s < p->end && *p->s == '-') p->s++;
-    int digits = 0;
-    while (p->s < p->end && ((*p->s >= '0' && *p->s <= '9') || *p->s == '.' || *p->s == 'e' || *p->s == 'E' ||
-                             ((*p->s == '+' || *p->s == '-') && (p->s[-1] == 'e' || p->s[-1] == 'E'))))
-        digits += *p->s >= '0' && *p->s <= '9', p->s++;
-    if (!digits) {
-        p->s = from;
-        return json_fail(p, "has something that is not a JSON value");
-    }
-    return true;
-}
-
 /* One tensor's description: {"dtype": ..., "shape": [...], "data_offsets": [b, e]}. */
-static bool tensor_entry(parser *p, entry *e)
+static bool tensor_entry(dpt_json *p, entry *e)
 {
-    if (!expect(p, '{')) return false;
+    if (!dpt_json_expect(p, '{')) return false;
     bool have_dtype = false, have_shape = false, have_offsets = false;
-    ws(p);
-    if (p->s < p->end && *p->s == '}') return json_fail(p, "has a tensor without dtype, shape and data_offsets");
+    dpt_json_ws(p);
+    if (p->s < p->end && *p->s == '}') return dpt_json_fail(p, "has a tensor without dtype, shape and data_offsets");
     for (;;) {
         char *key = NULL;
-        if (!string(p, &key) || !expect(p, ':')) return free(key), false;
+        if (!dpt_json_string(p, &key, NULL) || !dpt_json_expect(p, ':')) return free(key), false;
         bool ok = true;
         if (!strcmp(key, "dtype")) {
             char *dt = NULL;
-            ok = string(p, &dt);
+            ok = dpt_json_string(p, &dt, NULL);
             e->dtype = -1;
             for (size_t i = 0; ok && i < sizeof dtypes / sizeof dtypes[0]; i++)
                 if (!strcmp(dt, dtypes[i].name)) e->dtype = (int)i;
@@ -266,43 +83,43 @@ static bool tensor_entry(parser *p, entry *e)
             free(dt);
             have_dtype = true;
         } else if (!strcmp(key, "shape")) {
-            ok = expect(p, '[');
+            ok = dpt_json_expect(p, '[');
             e->ndim = 0;
-            ws(p);
+            dpt_json_ws(p);
             if (ok && p->s < p->end && *p->s == ']') {
                 p->s++;
             } else {
                 for (; ok;) {
                     uint64_t d;
-                    ok = unsigned_int(p, &d);
-                    if (ok && e->ndim == MAX_DIMS) ok = json_fail(p, "has a shape of more than 8 dimensions");
-                    if (ok && d > ((uint64_t)1 << 40)) ok = json_fail(p, "has a dimension larger than 2^40");
+                    ok = dpt_json_uint(p, &d);
+                    if (ok && e->ndim == MAX_DIMS) ok = dpt_json_fail(p, "has a shape of more than 8 dimensions");
+                    if (ok && d > ((uint64_t)1 << 40)) ok = dpt_json_fail(p, "has a dimension larger than 2^40");
                     if (ok) e->dims[e->ndim++] = (int64_t)d;
-                    ws(p);
+                    dpt_json_ws(p);
                     if (ok && p->s < p->end && *p->s == ',') {
                         p->s++;
                         continue;
                     }
-                    ok = ok && expect(p, ']');
+                    ok = ok && dpt_json_expect(p, ']');
                     break;
                 }
             }
             have_shape = true;
         } else if (!strcmp(key, "data_offsets")) {
-            ok = expect(p, '[') && unsigned_int(p, &e->begin) && expect(p, ',') && unsigned_int(p, &e->end) &&
-                 expect(p, ']');
+            ok = dpt_json_expect(p, '[') && dpt_json_uint(p, &e->begin) && dpt_json_expect(p, ',') && dpt_json_uint(p, &e->end) &&
+                 dpt_json_expect(p, ']');
             have_offsets = true;
         } else {
-            ok = skip_value(p, 1);
+            ok = dpt_json_skip(p, 1);
         }
         free(key);
         if (!ok) return false;
-        ws(p);
+        dpt_json_ws(p);
         if (p->s < p->end && *p->s == ',') {
             p->s++;
             continue;
         }
-        if (!expect(p, '}')) return false;
+        if (!dpt_json_expect(p, '}')) return false;
         break;
     }
     if (!have_dtype || !have_shape || !have_offsets) {
@@ -381,20 +198,21 @@ static bool read_header(int fd, const char *path, uint64_t file_size, entry **ou
     char *json = malloc(n);
     if (!json) dpt_fatal("out of host memory reading %s's header (%llu bytes)", path, (unsigned long long)n);
     if (!read_at(fd, json, n, 8, path, err)) return free(json), false;
-    parser p = {.s = json, .end = json + n, .start = json, .path = path, .err = err};
+    dpt_json p = {.s = json, .end = json + n, .start = json, .path = path, .where = "its JSON header",
+                  .unit = " of the header", .hint = HINT_DAMAGED, .err = err};
     int cap = 64, k = 0;
     entry *es = calloc((size_t)cap, sizeof *es);
     if (!es) dpt_fatal("out of host memory");
-    bool ok = expect(&p, '{');
-    ws(&p);
+    bool ok = dpt_json_expect(&p, '{');
+    dpt_json_ws(&p);
     if (ok && p.s < p.end && *p.s == '}') {
         p.s++;
     } else {
         while (ok) {
             char *name = NULL;
-            ok = string(&p, &name) && expect(&p, ':');
+            ok = dpt_json_string(&p, &name, NULL) && dpt_json_expect(&p, ':');
             if (ok && !strcmp(name, "__metadata__")) {
-                ok = skip_value(&p, 1);
+                ok = dpt_json_skip(&p, 1);
                 free(name);
             } else if (ok) {
                 if (k == cap) {
@@ -408,17 +226,17 @@ static bool read_header(int fd, const char *path, uint64_t file_size, entry **ou
             } else {
                 free(name);
             }
-            ws(&p);
+            dpt_json_ws(&p);
             if (ok && p.s < p.end && *p.s == ',') {
                 p.s++;
                 continue;
             }
-            ok = ok && expect(&p, '}');
+            ok = ok && dpt_json_expect(&p, '}');
             break;
         }
     }
-    ws(&p);
-    if (ok && p.s != p.end) ok = json_fail(&p, "goes on after its closing '}'");
+    dpt_json_ws(&p);
+    if (ok && p.s != p.end) ok = dpt_json_fail(&p, "goes on after its closing '}'");
     free(json);
     uint64_t data = file_size - 8 - n;
     for (int i = 0; ok && i < k; i++) { /* sizes in checked 64-bit, inside the data */
