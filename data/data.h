@@ -23,15 +23,9 @@ bool dpt_csv_open_input(const char *path, const dpt_dataset *like, dpt_dataset *
  * seq_len tokens (the last one the input's last seq_len). */
 bool dpt_tokens_open_input(const char *path, const dpt_dataset *like, dpt_dataset **out, dpt_error *err);
 
-/* llm.c's tokenizer file (tokenizer.c): each token id's bytes, for printing a model's samples.
- * NULL with err naming the file (and the token or byte offset) when it is not one. */
-typedef struct dpt_tokenizer dpt_tokenizer;
-dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err);
-void dpt_tokenizer_free(dpt_tokenizer *t);
-int32_t dpt_tokenizer_vocab(const dpt_tokenizer *t);
-int32_t dpt_tokenizer_eot(const dpt_tokenizer *t); /* <|endoftext|>: llm.c starts its samples with it */
-/* The bytes of token id (len of them; NULL and 0 outside the vocabulary). */
-const unsigned char *dpt_tokenizer_bytes(const dpt_tokenizer *t, int32_t id, size_t *len);
+/* Hugging Face's GPT-2 tokenizer files by their paths (dpt_tokenizer_load finds them in a folder;
+ * the fuzz harness names them as it likes). */
+dpt_tokenizer *dpt_tokenizer_load_hf(const char *vocab_json, const char *merges_txt, dpt_error *err);
 
 /* Random erasing ([data] random_erase: torchvision's RandomErasing with value 0, the channel's
  * mean once normalised): each sample of a training batch, with probability `prob`, gets a box

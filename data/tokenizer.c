@@ -1,27 +1,45 @@
-/* tokenizer.c: llm.c's tokenizer file (gpt2_tokenizer.bin, written by its train_gpt2.py): the
- * bytes of each token id, for --sample --tokenizer to print a GPT-2 model's text. The format: a
- * header of 256 little-endian uint32 (magic 20240328, version 1 or 2, the vocabulary size, and
- * in version 2 the <|endoftext|> id; version 1 is GPT-2's 50257 tokens with 50256 as that id),
- * then per token one byte of length (1-255) and that many bytes. Read whole and checked as
- * hostile input: every count against what the file holds, the file and the offset named. Only
- * decoding: GPT-2's merges, which encoding needs, are not in the file (llm.c decodes only). */
+/* tokenizer.c: GPT-2's tokenizer from the files people have it in, for --sample (prompts as
+ * text, samples printed as text), tools/text_tokens (GPT-2 token shards from any text) and
+ * programs of their own (dpt.h):
+ *
+ * - llm.c's tokenizer file (gpt2_tokenizer.bin, written by its train_gpt2.py): a header of 256
+ *   little-endian uint32 (magic 20240328, version 1 or 2, the vocabulary size, and in version 2
+ *   the <|endoftext|> id; version 1 is GPT-2's 50257 tokens with 50256 as that id), then per
+ *   token one byte of length (1-255) and that many bytes. It holds no merges: a token's merge
+ *   rank is its id, as in tiktoken's GPT-2 encoding (whose ranks are GPT-2's ids), so the
+ *   pairs of tokens whose bytes join into a token are that token's merges.
+ * - Hugging Face's (and OpenAI's) GPT-2 files: vocab.json (encoder.json), {"token": id}, and
+ *   merges.txt (vocab.bpe), a "#version" line then "left right" per merge, lowest rank first;
+ *   tokens written in GPT-2's byte-to-character alphabet (bytes_to_unicode in encoder.py:
+ *   printable bytes as themselves, the other 68 as U+0100 on).
+ *
+ * Every file is read whole and checked as hostile input (counts against what it holds, ids
+ * dense and in range, every merge's tokens in the vocabulary), refused naming the file and the
+ * token, line or byte. Encoding itself is bpe.c's. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "bpe.h"
 #include "data.h"
 #include "../runtime/error.h"
+#include "../runtime/json.h"
 
 #define TOK_MAGIC 20240328u
 #define TOK_MAX_VOCAB (1 << 24)
-#define TOK_HINT "HINT: llm.c's train_gpt2.py (or its dev/download_starter_pack.sh) writes gpt2_tokenizer.bin"
+#define TOK_HINT                                                                                                  \
+    "HINT: llm.c's train_gpt2.py (or its dev/download_starter_pack.sh) writes gpt2_tokenizer.bin; a folder with "  \
+    "Hugging Face's vocab.json and merges.txt is read too"
 
 struct dpt_tokenizer {
     int32_t vocab, eot;
-    unsigned char *file; /* the file as read: token i's length at at[i] - 1, its bytes from at[i] */
+    unsigned char *file; /* token i's length (1-255) at file[at[i] - 1], its bytes from at[i] */
     size_t *at;
+    dpt_bpe *bpe; /* NULL: the file cannot encode (a byte has no token of its own) */
 };
 
 static uint32_t le32(const unsigned char *p)
@@ -29,7 +47,9 @@ static uint32_t le32(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err)
+static void merges_from_ids(dpt_tokenizer *t);
+
+static dpt_tokenizer *load_llmc(const char *path, dpt_error *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -92,6 +112,7 @@ dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err)
     }
     if (whole && at == size) { /* every token read, nothing after them */
         t->file = all, all = NULL;
+        merges_from_ids(t);
     } else {
         if (whole)
             dpt_errorf(err, "--tokenizer %s: %zu bytes after its %u tokens (not llm.c's layout, or another file "
@@ -105,9 +126,361 @@ done:
     return t;
 }
 
+/* ---------------------------------------------------------------- tokens by their bytes */
+
+typedef struct by_bytes {
+    int32_t *slot; /* token ids, -1 empty */
+    uint64_t mask;
+} by_bytes;
+
+static uint64_t bytes_hash(const unsigned char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h ^ (h >> 31);
+}
+
+static int32_t *slot_of(const dpt_tokenizer *t, const by_bytes *ix, const unsigned char *p, size_t n)
+{
+    for (uint64_t i = bytes_hash(p, n) & ix->mask;; i = (i + 1) & ix->mask) {
+        int32_t id = ix->slot[i];
+        if (id < 0) return &ix->slot[i];
+        size_t len;
+        const unsigned char *b = dpt_tokenizer_bytes(t, id, &len);
+        if (len == n && !memcmp(b, p, n)) return &ix->slot[i];
+    }
+}
+
+/* Every token by its bytes (of two with the same bytes, the lower id). */
+static void index_tokens(const dpt_tokenizer *t, by_bytes *ix)
+{
+    uint64_t n = 1;
+    while (n < 2 * (uint64_t)t->vocab)
+        n *= 2;
+    ix->mask = n - 1;
+    ix->slot = malloc(n * sizeof *ix->slot);
+    if (!ix->slot) dpt_fatal("out of host memory indexing a tokenizer of %d tokens", t->vocab);
+    memset(ix->slot, 0xff, n * sizeof *ix->slot);
+    for (int32_t id = 0; id < t->vocab; id++) {
+        size_t len;
+        const unsigned char *b = dpt_tokenizer_bytes(t, id, &len);
+        int32_t *s = slot_of(t, ix, b, len);
+        if (*s < 0) *s = id;
+    }
+}
+
+static int32_t find_bytes(const dpt_tokenizer *t, const by_bytes *ix, const unsigned char *p, size_t n)
+{
+    return *slot_of(t, ix, p, n);
+}
+
+/* The encoder over the single bytes' tokens; false (t->bpe stays NULL) when a byte has none. */
+static bool start_bpe(dpt_tokenizer *t, const by_bytes *ix)
+{
+    int32_t byte_id[256];
+    for (int b = 0; b < 256; b++) {
+        unsigned char c = (unsigned char)b;
+        if ((byte_id[b] = find_bytes(t, ix, &c, 1)) < 0) return false;
+    }
+    t->bpe = dpt_bpe_new(byte_id);
+    return true;
+}
+
+/* llm.c's file: token id's merges are the splits of its bytes into two tokens, of rank id (the
+ * end-of-text token is no merge: text that spells it is encoded as ordinary text, as
+ * tiktoken's encode_ordinary does). */
+static void merges_from_ids(dpt_tokenizer *t)
+{
+    by_bytes ix;
+    index_tokens(t, &ix);
+    if (start_bpe(t, &ix))
+        for (int32_t id = 0; id < t->vocab; id++) {
+            size_t len;
+            const unsigned char *b = dpt_tokenizer_bytes(t, id, &len);
+            for (size_t cut = 1; cut < len && id != t->eot; cut++) {
+                int32_t l = find_bytes(t, &ix, b, cut), r = l < 0 ? -1 : find_bytes(t, &ix, b + cut, len - cut);
+                if (r >= 0) dpt_bpe_add(t->bpe, l, r, id, id);
+            }
+        }
+    free(ix.slot);
+}
+
+/* ---------------------------------------------------------------- Hugging Face's files */
+
+#define HF_HINT                                                                                                   \
+    "HINT: GPT-2's tokenizer files are vocab.json and merges.txt of a Hugging Face GPT-2 (huggingface-cli "       \
+    "download gpt2 vocab.json merges.txt), OpenAI's encoder.json and vocab.bpe, or llm.c's gpt2_tokenizer.bin"
+#define HF_MAX_FILE ((off_t)1 << 28)
+
+/* GPT-2's alphabet: byte b is written as the character byte_char[b]. */
+static void byte_chars(uint32_t byte_char[256])
+{
+    uint32_t next = 256;
+    for (int b = 0; b < 256; b++)
+        byte_char[b] = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || b >= 0xae ? (uint32_t)b : next++;
+}
+
+/* A token as written in the files -> its bytes (out holds len; returns the count), or -1 when a
+ * character is outside the alphabet (added tokens such as "<|endoftext|>" are inside it). */
+static int from_alphabet(const char *s, size_t len, const int16_t *char_byte, unsigned char *out)
+{
+    int n = 0;
+    for (size_t i = 0; i < len;) {
+        unsigned c = (unsigned char)s[i];
+        uint32_t cp;
+        size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : 0;
+        if (k == 0 || len - i < k) return -1; /* the alphabet stops at U+0143: one or two bytes */
+        cp = k == 1 ? c : ((c & 0x1f) << 6) | ((unsigned char)s[i + 1] & 0x3f);
+        if (k == 2 && ((unsigned char)s[i + 1] & 0xc0) != 0x80) return -1;
+        if (cp >= 512 || char_byte[cp] < 0) return -1;
+        out[n++] = (unsigned char)char_byte[cp];
+        i += k;
+    }
+    return n;
+}
+
+static char *read_whole(const char *path, size_t *size, dpt_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO is refused, not waited on */
+    struct stat st;
+    const char *why = fd < 0                                   ? strerror(errno)
+                      : fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ? "not a regular file"
+                      : st.st_size > HF_MAX_FILE                    ? "larger than 256 MiB, more than any tokenizer's"
+                                                                    : NULL;
+    if (why) {
+        if (fd >= 0) close(fd);
+        dpt_errorf(err, "%s: %s\n" HF_HINT, path, why);
+        return NULL;
+    }
+    char *buf = malloc((size_t)st.st_size + 1);
+    if (!buf) dpt_fatal("out of host memory reading %s", path);
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != (size_t)st.st_size) {
+        free(buf);
+        dpt_errorf(err, "%s: read %zu of its %lld bytes\n" HF_HINT, path, got, (long long)st.st_size);
+        return NULL;
+    }
+    buf[got] = '\0';
+    *size = got;
+    return buf;
+}
+
+typedef struct vocab_entry {
+    char *text;
+    size_t len;
+    uint64_t id;
+} vocab_entry;
+
+static int by_id(const void *a, const void *b)
+{
+    const vocab_entry *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* vocab.json -> the tokens' bytes in t (file/at as llm.c's layout) and the end-of-text id. */
+static bool read_vocab(dpt_tokenizer *t, const char *path, const int16_t *char_byte, dpt_error *err)
+{
+    size_t size;
+    char *json = read_whole(path, &size, err);
+    if (!json) return false;
+    dpt_json p = {.s = json, .end = json + size, .start = json, .path = path, .where = "its JSON", .unit = "",
+                  .hint = HF_HINT, .err = err, .controls = true};
+    vocab_entry *es = NULL;
+    size_t n = 0, cap = 0;
+    bool first = true, ok = dpt_json_expect(&p, '{');
+    while (ok && dpt_json_more(&p, '}', &first)) {
+        if (n == cap) {
+            es = realloc(es, (cap = cap ? 2 * cap : 1024) * sizeof *es);
+            if (!es) dpt_fatal("out of host memory reading %s", path);
+        }
+        vocab_entry *e = &es[n];
+        e->text = NULL;
+        ok = dpt_json_string(&p, &e->text, &e->len) && dpt_json_expect(&p, ':') && dpt_json_uint(&p, &e->id);
+        if (e->text) n++;
+        if (ok && e->id >= TOK_MAX_VOCAB) ok = dpt_json_fail(&p, "has a token id of 2^24 or more");
+    }
+    ok = ok && dpt_json_end(&p);
+    free(json);
+    if (ok && n) qsort(es, n, sizeof *es, by_id);
+    for (size_t i = 0; ok && i < n; i++)
+        if (es[i].id != i) {
+            bool twice = i > 0 && es[i].id == es[i - 1].id;
+            ok = dpt_errorf(err, "%s: token id %llu %s (ids are 0 to the vocabulary's size - 1, each once)\n" HF_HINT,
+                            path, twice ? (unsigned long long)es[i].id : (unsigned long long)i,
+                            twice ? "is given twice" : "is missing");
+        }
+    if (ok && n == 0) ok = dpt_errorf(err, "%s: no tokens\n" HF_HINT, path);
+    size_t total = 0;
+    for (size_t i = 0; ok && i < n; i++)
+        total += 1 + es[i].len;
+    if (ok) {
+        t->vocab = (int32_t)n, t->eot = (int32_t)n - 1;
+        t->file = malloc(total), t->at = malloc(n * sizeof *t->at);
+        if (!t->file || !t->at) dpt_fatal("out of host memory for a tokenizer of %zu tokens", n);
+    }
+    size_t at = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        /* room for es[i].len bytes at t->file + at + 1: a character is at least one byte */
+        int len = es[i].len <= INT32_MAX ? from_alphabet(es[i].text, es[i].len, char_byte, t->file + at + 1) : -1;
+        if (len < 0) { /* outside GPT-2's alphabet: an added token, kept as written */
+            memcpy(t->file + at + 1, es[i].text, es[i].len);
+            len = es[i].len <= 255 ? (int)es[i].len : 256;
+        }
+        if (len < 1 || len > 255) {
+            dpt_printable(es[i].text);
+            ok = dpt_errorf(err, "%s: token %zu (\"%.60s\") is %s\n" HF_HINT, path, i, es[i].text,
+                            es[i].len ? "longer than 255 bytes" : "empty");
+            break;
+        }
+        t->file[at] = (unsigned char)len;
+        t->at[i] = at + 1;
+        at += 1 + (size_t)len;
+        if (!strcmp(es[i].text, "<|endoftext|>")) t->eot = (int32_t)i;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(es[i].text);
+    free(es);
+    return ok;
+}
+
+/* merges.txt: each line's two tokens and the token they make, rank the line's order. */
+static bool read_merges(dpt_tokenizer *t, const char *path, const int16_t *char_byte, dpt_error *err)
+{
+    size_t size;
+    char *text = read_whole(path, &size, err);
+    if (!text) return false;
+    by_bytes ix;
+    index_tokens(t, &ix);
+    bool ok = start_bpe(t, &ix) || dpt_errorf(err, "%s: a byte has no token of its own in the vocabulary beside it "
+                                                   "(not a byte-level BPE like GPT-2's)\n" HF_HINT, path);
+    unsigned char *bytes = malloc(2 * size + 2);
+    if (!bytes) dpt_fatal("out of host memory reading %s", path);
+    int32_t rank = 0;
+    long line = 0;
+    for (char *at = text; ok && at < text + size; line++) {
+        char *end = memchr(at, '\n', (size_t)(text + size - at));
+        if (!end) end = text + size;
+        char *s = at;
+        size_t len = (size_t)(end - at);
+        at = end + 1;
+        if (len && s[len - 1] == '\r') len--;
+        if (len == 0 || (line == 0 && len >= 8 && !memcmp(s, "#version", 8))) continue;
+        char *space = memchr(s, ' ', len);
+        int l = -1, r = -1;
+        if (space && space > s && space < s + len - 1 && !memchr(space + 1, ' ', (size_t)(s + len - space - 1))) {
+            l = from_alphabet(s, (size_t)(space - s), char_byte, bytes);
+            r = l < 0 ? -1 : from_alphabet(space + 1, (size_t)(s + len - space - 1), char_byte, bytes + l);
+        }
+        int32_t a = l > 0 && r > 0 ? find_bytes(t, &ix, bytes, (size_t)l) : -1;
+        int32_t b = a >= 0 ? find_bytes(t, &ix, bytes + l, (size_t)r) : -1;
+        int32_t m = b >= 0 ? find_bytes(t, &ix, bytes, (size_t)(l + r)) : -1;
+        if (m < 0 || !dpt_bpe_add(t->bpe, a, b, rank++, m)) {
+            char shown[80];
+            snprintf(shown, sizeof shown, "%.*s", (int)(len < 60 ? len : 60), s);
+            dpt_printable(shown);
+            ok = dpt_errorf(err, "%s:%ld: \"%s\" is not a merge of this vocabulary (%s)\n" HF_HINT, path, line + 1, shown,
+                            l <= 0 || r <= 0 ? "two tokens of GPT-2's alphabet separated by one space expected"
+                            : a < 0          ? "its left token is not in the vocabulary"
+                            : b < 0          ? "its right token is not in the vocabulary"
+                            : m < 0          ? "the token they make is not in the vocabulary"
+                                             : "the same pair is merged on an earlier line");
+        }
+    }
+    free(bytes), free(ix.slot), free(text);
+    return ok;
+}
+
+dpt_tokenizer *dpt_tokenizer_load_hf(const char *vocab, const char *merges, dpt_error *err)
+{
+    uint32_t byte_char[256];
+    int16_t char_byte[512];
+    byte_chars(byte_char);
+    memset(char_byte, 0xff, sizeof char_byte);
+    for (int b = 0; b < 256; b++)
+        char_byte[byte_char[b]] = (int16_t)b;
+    dpt_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) dpt_fatal("out of host memory");
+    if (!read_vocab(t, vocab, char_byte, err) || !read_merges(t, merges, char_byte, err)) {
+        dpt_tokenizer_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* There, and not a folder (what else it is, read_whole says). */
+static bool is_there(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
+}
+
+/* PATH: a folder with vocab.json and merges.txt (or encoder.json and vocab.bpe), one of those
+ * JSON files (the merges beside it), or llm.c's file. */
+dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err)
+{
+    static const char *const pairs[][2] = {{"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}};
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        dpt_errorf(err, "tokenizer %s: %s\n" HF_HINT, path, strerror(errno));
+        return NULL;
+    }
+    char *dir = NULL;
+    int pair = -1;
+    if (S_ISDIR(st.st_mode)) {
+        dir = dpt_strf("%s", path);
+    } else {
+        const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+        for (int i = 0; i < 2; i++)
+            if (!strcmp(base, pairs[i][0])) pair = i;
+        if (!strcmp(base, "tokenizer.json")) {
+            dpt_errorf(err, "tokenizer %s: Hugging Face's tokenizer.json is not read; its folder's vocab.json and "
+                            "merges.txt are (every GPT-2 on the hub has them)\n" HF_HINT, path);
+            return NULL;
+        }
+        if (pair < 0) return load_llmc(path, err);
+        dir = dpt_strf("%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    }
+    dpt_tokenizer *t = NULL;
+    for (int i = 0; i < 2 && !t; i++) {
+        if (pair >= 0 && i != pair) continue;
+        char *v = dpt_strf("%s/%s", dir, pairs[i][0]), *m = dpt_strf("%s/%s", dir, pairs[i][1]);
+        if (is_there(v) && is_there(m)) {
+            t = dpt_tokenizer_load_hf(v, m, err);
+            free(v), free(m), free(dir);
+            return t;
+        }
+        free(v), free(m);
+    }
+    dpt_errorf(err, "tokenizer %s: %s\n" HF_HINT, path,
+               pair >= 0   ? (pair ? "no vocab.bpe beside it" : "no merges.txt beside it")
+                           : "a folder without vocab.json and merges.txt (or encoder.json and vocab.bpe)");
+    free(dir);
+    return NULL;
+}
+
+bool dpt_tokenizer_can_encode(const dpt_tokenizer *t)
+{
+    return t->bpe != NULL;
+}
+
+int32_t *dpt_tokenizer_encode(const dpt_tokenizer *t, const char *text, size_t len, size_t *n)
+{
+    if (!t->bpe) return *n = 0, NULL;
+    return dpt_bpe_encode(t->bpe, (const unsigned char *)text, len, n);
+}
+
 void dpt_tokenizer_free(dpt_tokenizer *t)
 {
     if (!t) return;
+    dpt_bpe_free(t->bpe);
     free(t->at), free(t->file), free(t);
 }
 

@@ -584,6 +584,22 @@ typedef struct dpt_decoder {
 } dpt_decoder;
 void dpt_model_set_decoder(dpt_model *model, const dpt_decoder *decoder);
 const dpt_decoder *dpt_model_decoder(const dpt_model *model); /* NULL: the model has none */
+/* GPT-2's tokenizer (data/tokenizer.c, data/bpe.c): from a folder of Hugging Face's vocab.json
+ * and merges.txt (or OpenAI's encoder.json and vocab.bpe), one of those JSON files, or llm.c's
+ * gpt2_tokenizer.bin. NULL with err naming the file (and the line, token or byte) when it is not
+ * one. Encoding is GPT-2's byte-level BPE with its pre-tokenizing pattern (tiktoken's "gpt2"
+ * gives the same ids); text that spells <|endoftext|> is encoded as ordinary text. */
+typedef struct dpt_tokenizer dpt_tokenizer;
+dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err);
+void dpt_tokenizer_free(dpt_tokenizer *t);
+int32_t dpt_tokenizer_vocab(const dpt_tokenizer *t);
+int32_t dpt_tokenizer_eot(const dpt_tokenizer *t); /* <|endoftext|>: llm.c starts its samples with it */
+/* The bytes of token id (len of them; NULL and 0 outside the vocabulary). */
+const unsigned char *dpt_tokenizer_bytes(const dpt_tokenizer *t, int32_t id, size_t *len);
+/* Whether it can encode: every byte has a token of its own (GPT-2's files: always). */
+bool dpt_tokenizer_can_encode(const dpt_tokenizer *t);
+/* The ids of text[0, len): a new array of *n (free it); NULL when it cannot encode. */
+int32_t *dpt_tokenizer_encode(const dpt_tokenizer *t, const char *text, size_t len, size_t *n);
 /* What the model trains for (loss, metrics, unit, fields); what it leaves 0 or NULL comes from
  * the data set (dpt_task_resolve). */
 void dpt_model_set_task(dpt_model *model, const dpt_task *task);

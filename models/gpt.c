@@ -258,7 +258,8 @@ static bool gpt_export(dpt_model *model, const char *format, const char *path, d
 
 /* ---------------------------------------------------------------- Hugging Face's GPT-2 files */
 
-/* [model] init = hf:PATH (and --sample hf:PATH): the model.safetensors of Hugging Face's
+/* [model] init = hf:PATH (and --sample hf:PATH): the model.safetensors (PATH, or PATH/model.safetensors
+ * when PATH is a folder) of Hugging Face's
  * transformers GPT-2 (GPT2LMHeadModel or GPT2Model, names with or without "transformer."). Its
  * tensors are ours by name (wte.weight and wpe.weight our wte and wpe), but for the four linear layers of a block, which are OpenAI's
  * Conv1D, weights (in, out) where ours are (out, in) (transposed here, as nanoGPT's and llm.c's
@@ -367,6 +368,15 @@ static bool hf_load(dpt_model *model, gpt *g, const char *path, const char *wher
     if (!g->block[0].qkv_b && g->layers > 0)
         return dpt_errorf(err, "%s: GPT-2 has biases; this config sets [model] bias = false\nHINT: leave bias at "
                                "true to load %s", where, path);
+    char *file = NULL; /* hf:DIR: the folder a GPT-2 of the hub downloads to */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        size_t n = strlen(path) + sizeof "/model.safetensors";
+        file = malloc(n);
+        if (!file) return dpt_errorf(err, "out of host memory");
+        snprintf(file, n, "%s/model.safetensors", path);
+        path = file;
+    }
     hf_load_state s = {.g = g, .path = path, .where = where};
     int64_t total;
     size_t most;
@@ -374,7 +384,7 @@ static bool hf_load(dpt_model *model, gpt *g, const char *path, const char *wher
     s.seen = calloc((size_t)s.count + 1, 1);
     s.buf = malloc(most * sizeof *s.buf);
     if (!s.list || !s.seen || !s.buf) {
-        free(s.list), free(s.seen), free(s.buf);
+        free(s.list), free(s.seen), free(s.buf), free(file);
         return dpt_errorf(err, "out of host memory reading %s", path);
     }
     dpt_safetensors_skips ints;
@@ -400,7 +410,7 @@ static bool hf_load(dpt_model *model, gpt *g, const char *path, const char *wher
                                      "tie_word_embeddings, the default)",
                                 where, path, (long long)i, (double)s.lm_head[i], (double)s.buf[i]);
     }
-    free(s.list), free(s.seen), free(s.buf), free(s.lm_head);
+    free(s.list), free(s.seen), free(s.buf), free(s.lm_head), free(file);
     return ok;
 }
 

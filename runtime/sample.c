@@ -3,7 +3,8 @@
  * named); then, from the prompt, each next token is drawn from softmax(logits / temperature) over
  * the k most likely (top-k; temperature 0 takes the most likely), with the context cut to the
  * data's sequence length. A byte-level model (vocabulary 256) reads and prints text; others
- * read and print token ids, or with --tokenizer (llm.c's file) print each token's bytes. A
+ * read and print token ids, or with --tokenizer (GPT-2's: Hugging Face's files or llm.c's,
+ * data/tokenizer.c) read the prompt as text and print each token's bytes. A
  * model with a decoder (dpt_model_set_decoder: gpt) keeps every layer's keys and values
  * (kv_cache.c), so a new token costs one position's forward; others run the full forward of the
  * context for each token. */
@@ -20,10 +21,21 @@
 #include "rng.h"
 #include "sample.h"
 
-/* The prompt as token ids: its bytes for a byte-level model, else whitespace-separated ids. */
-static int64_t prompt_tokens(const char *prompt, int vocab, int32_t *out, int64_t cap, dpt_error *err)
+/* The prompt as token ids: text through a tokenizer that encodes (its last `cap` tokens), its
+ * bytes for a byte-level model, else whitespace-separated ids. */
+static int64_t prompt_tokens(const char *prompt, int vocab, const dpt_tokenizer *tok, int32_t *out, int64_t cap,
+                             dpt_error *err)
 {
     int64_t n = 0;
+    if (tok && dpt_tokenizer_can_encode(tok)) {
+        size_t count;
+        int32_t *ids = dpt_tokenizer_encode(tok, prompt, strlen(prompt), &count);
+        size_t from = count > (size_t)cap ? count - (size_t)cap : 0;
+        for (size_t i = from; i < count; i++)
+            out[n++] = ids[i];
+        free(ids);
+        return n;
+    }
     if (vocab == 256) {
         for (const unsigned char *p = (const unsigned char *)prompt; *p && n < cap; p++)
             out[n++] = *p;
@@ -38,9 +50,9 @@ static int64_t prompt_tokens(const char *prompt, int vocab, int32_t *out, int64_
                 continue;
             }
             dpt_errorf(err, "--prompt '%s': a model of %d tokens takes token ids (numbers) as its prompt; '%c' is not "
-                            "one\nHINT: byte-level models (vocabulary 256) take text; for GPT-2's, ids from its "
-                            "tokenizer (python3 -c 'import tiktoken; print(*tiktoken.get_encoding(\"gpt2\").encode("
-                            "\"Hello\"))'): llm.c's tokenizer file holds the tokens' bytes, not the merges that make them",
+                            "one\nHINT: byte-level models (vocabulary 256) take text, and so does a GPT-2 given its tokenizer: "
+                            "--tokenizer DIR (Hugging Face's vocab.json and merges.txt, found beside hf:PATH's "
+                            "weights) or llm.c's gpt2_tokenizer.bin",
                        prompt, vocab, *p);
             return -1;
         }
@@ -197,7 +209,7 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
                                      "vocab_size)\nHINT: the tokenizer the model's tokens were made with (GPT-2's: 50257)",
                                 o->tokenizer, dpt_tokenizer_vocab(tok), vocab));
     }
-    int64_t n = ok ? prompt_tokens(o->prompt ? o->prompt : "", vocab, ids, 4096, err) : -1;
+    int64_t n = ok ? prompt_tokens(o->prompt ? o->prompt : "", vocab, tok, ids, 4096, err) : -1;
     ok = n >= 0;
     if (ok && n == 0) /* a line start, or the end of a text (llm.c's start: GPT-2's <|endoftext|>, 50256) */
         ids[n++] = vocab == 256 ? '\n' : tok ? dpt_tokenizer_eot(tok) : vocab - 1;

@@ -16,8 +16,8 @@ typedef struct dpt_sample_options {
                          * top_p: a token goes when those more likely hold top_p already); 1: every token */
     uint64_t seed;
     bool no_cache;      /* the full forward of the context for every token, even with a decoder */
-    const char *tokenizer; /* llm.c's tokenizer file: tokens printed as its bytes (NULL: as the model's
-                              vocabulary reads, bytes or ids) */
+    const char *tokenizer; /* GPT-2's tokenizer (dpt_tokenizer_load): the prompt read as text and the tokens
+                              printed as their bytes (NULL: as the model's vocabulary reads, bytes or ids) */
 } dpt_sample_options;
 
 /* Generate o->tokens tokens after the prompt from a language model's forward ((1, T) ids ->

@@ -18,6 +18,7 @@
 
 static void usage(FILE *out);
 static int parse_cli(int argc, char **argv, cli *args);
+static char *found_tokenizer; /* --sample hf:'s folder as the tokenizer (parse_cli), freed at the end */
 static dpt_config *load_config(const cli *args, dpt_error *err);
 static bool report_config_errors(const dpt_world *world, bool ok, const dpt_error *err);
 static int print_env(const dpt_world *world, const run_config *run);
@@ -112,6 +113,7 @@ int dpt_train_main(int argc, char **argv)
         rc = check_expectations(&world, &args, run, rc, &result);
     dpt_config_free(cfg);
     free(run);
+    free(found_tokenizer);
     dpt_world_finalize(&world);
     return rc;
 }
@@ -623,14 +625,17 @@ static void usage(FILE *out)
         "                           (crops, flips, auto_augment, random erasing, mixup or cutmix done) as\n"
         "                           a PNG grid of up to 64 images, print their labels, and exit\n"
         "  --sample CKPT            generate from a language model's checkpoint (or llmc:PATH, llm.c's\n"
-        "                           GPT-2 file, hf:PATH, a Hugging Face GPT-2's model.safetensors; text\n"
+        "                           GPT-2 file, hf:PATH, a Hugging Face GPT-2's model.safetensors or its\n"
+        "                           folder; text\n"
         "                           for byte-level models, token ids otherwise) and\n"
         "                           exit; with --prompt TEXT, --tokens N (200), --temperature T (1; 0 =\n"
         "                           the most likely), --top-k K (0 = all), --top-p P (1 = all; the\n"
         "                           nucleus: the most likely tokens holding P of the chance), --seed S,\n"
         "                           --no-kv-cache (the whole context's forward for every token instead\n"
         "                           of one position's),\n"
-        "                           --tokenizer PATH (llm.c's gpt2_tokenizer.bin: the tokens as text)\n"
+        "                           --tokenizer PATH (GPT-2's: a folder of Hugging Face's vocab.json and\n"
+        "                           merges.txt, found beside hf:PATH's weights, or llm.c's\n"
+        "                           gpt2_tokenizer.bin: the prompt read and the tokens printed as text)\n"
         "  --predict CKPT           write the checkpoint's predictions over the test set (--set data.*\n"
         "                           for another) as CSV and exit: per sample its index, name, label and\n"
         "                           the --top-k K (5; 0 = all) most likely classes with their\n"
@@ -960,6 +965,20 @@ static int parse_cli(int argc, char **argv, cli *args)
         if (!folder) fprintf(stderr, "error: --junit %s: the folder %s does not exist\nHINT: create it first\n", args->junit, dir);
         free(dir);
         if (!folder) return 2;
+    }
+    /* --sample hf:DIR (or hf:DIR/model.safetensors): the tokenizer beside the weights, when there is
+     * one and no --tokenizer names another (Hugging Face's GPT-2 folders hold vocab.json and
+     * merges.txt), so the prompt is read and the sample printed as text */
+    if (args->sample && !args->tokenizer && !strncmp(args->sample, "hf:", 3)) {
+        const char *w = args->sample + 3, *slash = strrchr(w, '/');
+        struct stat st;
+        char *dir = stat(w, &st) == 0 && S_ISDIR(st.st_mode) ? dpt_strf("%s", w)
+                    : slash                                   ? dpt_strf("%.*s", (int)(slash - w), w)
+                                                              : dpt_strf(".");
+        char *v = dpt_strf("%s/vocab.json", dir), *m = dpt_strf("%s/merges.txt", dir);
+        if (access(v, R_OK) == 0 && access(m, R_OK) == 0) args->tokenizer = found_tokenizer = dir;
+        else free(dir);
+        free(v), free(m);
     }
     if (args->export_format && dpt_export_is_file_format(args->export_format)) { /* the checkpoint alone */
         dpt_error err;

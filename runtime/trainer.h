@@ -40,7 +40,7 @@ typedef struct cli {
     float top_p; /* --top-p (1: every token) */
     uint64_t sample_seed;
     bool sample_no_cache; /* --no-kv-cache */
-    const char *tokenizer; /* --tokenizer PATH: llm.c's tokenizer file, --sample prints text with it */
+    const char *tokenizer; /* --tokenizer PATH: GPT-2's tokenizer, --sample reads and prints text with it */
     const char *sample_flag; /* the first of --sample's own flags given (--prompt, --seed, ...), or NULL */
     bool top_k_given, out_given;
     const char *predict;     /* --predict CKPT: the test set's predictions as CSV (resume is CKPT too) */

@@ -4,10 +4,10 @@ set -euo pipefail
 packages=(build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin zlib1g-dev libcmocka-dev
           libdnnl-dev libssl-dev libjpeg62-turbo-dev libpng-dev dataset-fashion-mnist fortunes gnuplot-nox clang libclang-rt-14-dev)
 # make test also runs what its scripts call (checks in Python and NumPy, PIL as the reference of
-# the image augmentations, pgrep, valgrind, the network lab's ip, tc and bc: a fresh Debian 12
-# has none of them); make bench needs the peer it
+# the image augmentations, Python's regex module as the GPT-2 tokenizer's, pgrep, valgrind, the
+# network lab's ip, tc and bc: a fresh Debian 12 has none of them); make bench needs the peer it
 # is measured against (and iproute2 for scripts/netlab.sh); make gpu-selftest a Debian chroot
-[ "${1:-}" = test ] && packages+=(python3 python3-numpy python3-pil procps valgrind iproute2 bc)
+[ "${1:-}" = test ] && packages+=(python3 python3-numpy python3-pil python3-regex procps valgrind iproute2 bc)
 [ "${1:-}" = bench ] && packages+=(python3-torch python3-torchvision iproute2)
 [ "${1:-}" = selftest ] && packages+=(debootstrap)
 missing=()

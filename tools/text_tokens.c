@@ -1,7 +1,10 @@
-/* text_tokens: text files -> byte-level token shards in llm.c's format, for [data] source = tokens
- * with vocab_size = 256 (every byte one token, no tokenizer needed).
+/* text_tokens: text files -> token shards in llm.c's format, for [data] source = tokens: byte-level
+ * (vocab_size = 256, every byte one token, no tokenizer needed), or GPT-2's tokens with
+ * --tokenizer (a folder of Hugging Face's vocab.json and merges.txt, or llm.c's
+ * gpt2_tokenizer.bin; vocab_size = 50257), each file's text then preceded by <|endoftext|>, the
+ * documents' separator in llm.c's and GPT-2's data.
  *
- *   build/tools/text_tokens [--val-fraction F] [--shard-tokens N] OUTDIR FILE...
+ *   build/tools/text_tokens [--tokenizer PATH] [--val-fraction F] [--shard-tokens N] OUTDIR FILE...
  *
  * Each file's last F of bytes (default 0.05, at a line start where there is one) go to the
  * validation set, the rest to training, so both sets sample every file; the files are read in
@@ -58,12 +61,28 @@ static void flush_shard(writer *w)
     w->count = 0;
 }
 
-static void put(writer *w, const unsigned char *bytes, int64_t n)
+static void put_id(writer *w, int32_t id)
 {
-    for (int64_t i = 0; i < n; i++) {
-        w->buf[w->count++] = bytes[i];
-        if (w->count == w->max_tokens) flush_shard(w);
+    w->buf[w->count++] = (uint16_t)id;
+    if (w->count == w->max_tokens) flush_shard(w);
+}
+
+/* text's tokens: its bytes, or the tokenizer's ids after <|endoftext|> (first: this file's text
+ * starts a document). */
+static void put(writer *w, const dpt_tokenizer *tok, const unsigned char *text, size_t n, bool first)
+{
+    if (!tok) {
+        for (size_t i = 0; i < n; i++)
+            put_id(w, text[i]);
+        return;
     }
+    if (n == 0) return;
+    if (first) put_id(w, dpt_tokenizer_eot(tok));
+    size_t count;
+    int32_t *ids = dpt_tokenizer_encode(tok, (const char *)text, n, &count);
+    for (size_t i = 0; i < count; i++)
+        put_id(w, ids[i]);
+    free(ids);
 }
 
 int main(int argc, char **argv)
@@ -71,19 +90,27 @@ int main(int argc, char **argv)
     double val_fraction = 0.05;
     int64_t shard_tokens = 100000000;
     int a = 1;
+    dpt_tokenizer *tok = NULL;
     for (; a < argc && !strncmp(argv[a], "--", 2); a++) {
         char *end = NULL;
-        if (!strcmp(argv[a], "--val-fraction") && a + 1 < argc) {
+        if (!strcmp(argv[a], "--tokenizer") && a + 1 < argc && !tok) {
+            dpt_error err;
+            if (!(tok = dpt_tokenizer_load(argv[++a], &err))) die("%s%s", err.msg, "");
+            if (!dpt_tokenizer_can_encode(tok))
+                die("--tokenizer %s: a byte has no token of its own, so text cannot be encoded with it%s", argv[a], "");
+            if (dpt_tokenizer_vocab(tok) > 65536)
+                die("--tokenizer %s: more than 65,536 tokens, more than a shard's uint16 holds%s", argv[a], "");
+        } else if (!strcmp(argv[a], "--val-fraction") && a + 1 < argc) {
             val_fraction = strtod(argv[++a], &end);
             if (*end || !(val_fraction >= 0 && val_fraction < 1)) die("--val-fraction %s: %s", argv[a], "not in [0, 1)");
         } else if (!strcmp(argv[a], "--shard-tokens") && a + 1 < argc) {
             shard_tokens = strtoll(argv[++a], &end, 10);
             if (*end || shard_tokens < 2 || shard_tokens > INT32_MAX) die("--shard-tokens %s: %s", argv[a], "not in [2, 2^31)");
         } else {
-            die("unknown option %s%s", argv[a], "\nusage: text_tokens [--val-fraction F] [--shard-tokens N] OUTDIR FILE...");
+            die("unknown option %s%s", argv[a], "\nusage: text_tokens [--tokenizer PATH] [--val-fraction F] [--shard-tokens N] OUTDIR FILE...");
         }
     }
-    if (argc - a < 2) die("usage: %s%s", "text_tokens [--val-fraction F] [--shard-tokens N] OUTDIR FILE...", "");
+    if (argc - a < 2) die("usage: %s%s", "text_tokens [--tokenizer PATH] [--val-fraction F] [--shard-tokens N] OUTDIR FILE...", "");
     const char *dir = argv[a++];
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) die("cannot make %s: %s", dir, strerror(errno));
     writer train = {dir, "train", shard_tokens, 0, 0, 0, malloc((size_t)shard_tokens * 2)};
@@ -107,15 +134,17 @@ int main(int argc, char **argv)
         while (line > 0 && line < n && text[line - 1] != '\n')
             line--;
         if (line > 0) cut = line; /* the validation part starts at a line */
-        put(&train, text, (int64_t)cut);
-        put(&val, text + cut, (int64_t)(n - cut));
+        put(&train, tok, text, cut, true);
+        put(&val, tok, text + cut, n - cut, true);
         free(text);
     }
     flush_shard(&train);
     flush_shard(&val);
     if (train.total == 0) die("no training text in the files given%s%s", "", "");
-    printf("text_tokens: %lld training and %lld validation tokens (bytes) in %s\n", (long long)train.total,
-           (long long)val.total, dir);
+    printf("text_tokens: %lld training and %lld validation tokens (%s, [data] vocab_size = %d) in %s\n",
+           (long long)train.total, (long long)val.total, tok ? "the tokenizer's" : "bytes", tok ? dpt_tokenizer_vocab(tok) : 256,
+           dir);
     free(train.buf), free(val.buf);
+    dpt_tokenizer_free(tok);
     return 0;
 }
