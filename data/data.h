@@ -26,6 +26,7 @@ bool dpt_tokens_open_input(const char *path, const dpt_dataset *like, dpt_datase
 /* Hugging Face's GPT-2 tokenizer files by their paths (dpt_tokenizer_load finds them in a folder;
  * the fuzz harness names them as it likes). */
 dpt_tokenizer *dpt_tokenizer_load_hf(const char *vocab_json, const char *merges_txt, dpt_error *err);
+dpt_tokenizer *dpt_tokenizer_load_hf_json(const char *tokenizer_json, dpt_error *err);
 
 /* Random erasing ([data] random_erase: torchvision's RandomErasing with value 0, the channel's
  * mean once normalised): each sample of a training batch, with probability `prob`, gets a box

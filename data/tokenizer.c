@@ -12,6 +12,10 @@
  *   merges.txt (vocab.bpe), a "#version" line then "left right" per merge, lowest rank first;
  *   tokens written in GPT-2's byte-to-character alphabet (bytes_to_unicode in encoder.py:
  *   printable bytes as themselves, the other 68 as U+0100 on).
+ * - Hugging Face's tokenizer.json, when it is that kind of tokenizer (a BPE model, a ByteLevel
+ *   pre-tokenizer with GPT-2's pattern, no normalizer): its model's vocab and merges (as "a b"
+ *   strings or ["a", "b"] pairs) and its added tokens. Another kind (SentencePiece, another
+ *   pattern) is refused naming what differs, not encoded differently from its own library.
  *
  * Every file is read whole and checked as hostile input (counts against what it holds, ids
  * dense and in range, every merge's tokens in the vocabulary), refused naming the file and the
@@ -209,8 +213,9 @@ static void merges_from_ids(dpt_tokenizer *t)
 /* ---------------------------------------------------------------- Hugging Face's files */
 
 #define HF_HINT                                                                                                   \
-    "HINT: GPT-2's tokenizer files are vocab.json and merges.txt of a Hugging Face GPT-2 (huggingface-cli "       \
-    "download gpt2 vocab.json merges.txt), OpenAI's encoder.json and vocab.bpe, or llm.c's gpt2_tokenizer.bin"
+    "HINT: GPT-2's tokenizer files are vocab.json and merges.txt (or tokenizer.json) of a Hugging Face GPT-2 "    \
+    "(huggingface-cli download gpt2 vocab.json merges.txt; make gpt2-tokenizer fetches GPT-2's own), OpenAI's "   \
+    "encoder.json and vocab.bpe, or llm.c's gpt2_tokenizer.bin"
 #define HF_MAX_FILE ((off_t)1 << 28)
 
 /* GPT-2's alphabet: byte b is written as the character byte_char[b]. */
@@ -279,37 +284,68 @@ typedef struct vocab_entry {
     uint64_t id;
 } vocab_entry;
 
+typedef struct vocab_list {
+    vocab_entry *es;
+    size_t n, cap;
+} vocab_list;
+
+static void vocab_add(vocab_list *v, char *text, size_t len, uint64_t id)
+{
+    if (v->n == v->cap) {
+        v->es = realloc(v->es, (v->cap = v->cap ? 2 * v->cap : 1024) * sizeof *v->es);
+        if (!v->es) dpt_fatal("out of host memory reading a tokenizer's vocabulary");
+    }
+    v->es[v->n++] = (vocab_entry){.text = text, .len = len, .id = id};
+}
+
+static void vocab_free(vocab_list *v)
+{
+    for (size_t i = 0; i < v->n; i++)
+        free(v->es[i].text);
+    free(v->es);
+    *v = (vocab_list){0};
+}
+
+/* {"token": id, ...} (vocab.json, tokenizer.json's model.vocab) appended to v. */
+static bool vocab_object(dpt_json *p, vocab_list *v)
+{
+    bool first = true, ok = dpt_json_expect(p, '{');
+    while (ok && dpt_json_more(p, '}', &first)) {
+        char *text = NULL;
+        size_t len = 0;
+        uint64_t id = 0;
+        ok = dpt_json_string(p, &text, &len) && dpt_json_expect(p, ':') && dpt_json_uint(p, &id);
+        if (text) vocab_add(v, text, len, id);
+        if (ok && id >= TOK_MAX_VOCAB) ok = dpt_json_fail(p, "has a token id of 2^24 or more");
+    }
+    return ok && !p->failed;
+}
+
 static int by_id(const void *a, const void *b)
 {
     const vocab_entry *x = a, *y = b;
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* vocab.json -> the tokens' bytes in t (file/at as llm.c's layout) and the end-of-text id. */
-static bool read_vocab(dpt_tokenizer *t, const char *path, const int16_t *char_byte, dpt_error *err)
+/* The tokens' bytes into t (file/at as llm.c's layout) and the end-of-text id; v freed. The same
+ * token listed twice under one id (tokenizer.json's added tokens repeat the vocabulary's) is
+ * one token. */
+static bool vocab_build(dpt_tokenizer *t, vocab_list *v, const char *path, const int16_t *char_byte, dpt_error *err)
 {
-    size_t size;
-    char *json = read_whole(path, &size, err);
-    if (!json) return false;
-    dpt_json p = {.s = json, .end = json + size, .start = json, .path = path, .where = "its JSON", .unit = "",
-                  .hint = HF_HINT, .err = err, .controls = true};
-    vocab_entry *es = NULL;
-    size_t n = 0, cap = 0;
-    bool first = true, ok = dpt_json_expect(&p, '{');
-    while (ok && dpt_json_more(&p, '}', &first)) {
-        if (n == cap) {
-            es = realloc(es, (cap = cap ? 2 * cap : 1024) * sizeof *es);
-            if (!es) dpt_fatal("out of host memory reading %s", path);
+    vocab_entry *es = v->es;
+    size_t n = v->n;
+    if (n) qsort(es, n, sizeof *es, by_id);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (kept && es[kept - 1].id == es[i].id && es[kept - 1].len == es[i].len &&
+            !memcmp(es[kept - 1].text, es[i].text, es[i].len)) {
+            free(es[i].text);
+            continue;
         }
-        vocab_entry *e = &es[n];
-        e->text = NULL;
-        ok = dpt_json_string(&p, &e->text, &e->len) && dpt_json_expect(&p, ':') && dpt_json_uint(&p, &e->id);
-        if (e->text) n++;
-        if (ok && e->id >= TOK_MAX_VOCAB) ok = dpt_json_fail(&p, "has a token id of 2^24 or more");
+        es[kept++] = es[i];
     }
-    ok = ok && dpt_json_end(&p);
-    free(json);
-    if (ok && n) qsort(es, n, sizeof *es, by_id);
+    v->n = n = kept;
+    bool ok = true;
     for (size_t i = 0; ok && i < n; i++)
         if (es[i].id != i) {
             bool twice = i > 0 && es[i].id == es[i - 1].id;
@@ -345,23 +381,61 @@ static bool read_vocab(dpt_tokenizer *t, const char *path, const int16_t *char_b
         at += 1 + (size_t)len;
         if (!strcmp(es[i].text, "<|endoftext|>")) t->eot = (int32_t)i;
     }
-    for (size_t i = 0; i < n; i++)
-        free(es[i].text);
-    free(es);
+    vocab_free(v);
     return ok;
 }
 
-/* merges.txt: each line's two tokens and the token they make, rank the line's order. */
+/* vocab.json. */
+static bool read_vocab(dpt_tokenizer *t, const char *path, const int16_t *char_byte, dpt_error *err)
+{
+    size_t size;
+    char *json = read_whole(path, &size, err);
+    if (!json) return false;
+    dpt_json p = {.s = json, .end = json + size, .start = json, .path = path, .where = "its JSON", .unit = "",
+                  .hint = HF_HINT, .err = err, .controls = true};
+    vocab_list v = {0};
+    bool ok = vocab_object(&p, &v) && dpt_json_end(&p);
+    free(json);
+    if (!ok) {
+        vocab_free(&v);
+        return false;
+    }
+    return vocab_build(t, &v, path, char_byte, err);
+}
+
+/* The merge of tokens l and r (as written in the files), of rank `rank`: NULL, or what is wrong.
+ * scratch holds ln + rn bytes. */
+static const char *merge_pair(dpt_tokenizer *t, const by_bytes *ix, const char *l, size_t ln, const char *r, size_t rn,
+                              int32_t rank, const int16_t *char_byte, unsigned char *scratch)
+{
+    int a = ln ? from_alphabet(l, ln, char_byte, scratch) : -1;
+    int b = a > 0 && rn ? from_alphabet(r, rn, char_byte, scratch + a) : -1;
+    if (a <= 0 || b <= 0) return "two tokens of GPT-2's alphabet expected";
+    int32_t left = find_bytes(t, ix, scratch, (size_t)a);
+    if (left < 0) return "its left token is not in the vocabulary";
+    int32_t right = find_bytes(t, ix, scratch + a, (size_t)b);
+    if (right < 0) return "its right token is not in the vocabulary";
+    int32_t made = find_bytes(t, ix, scratch, (size_t)(a + b));
+    if (made < 0) return "the token they make is not in the vocabulary";
+    return dpt_bpe_add(t->bpe, left, right, rank, made) ? NULL : "the same pair is merged earlier";
+}
+
+static bool start_merges(dpt_tokenizer *t, by_bytes *ix, const char *path, dpt_error *err)
+{
+    index_tokens(t, ix);
+    return start_bpe(t, ix) || dpt_errorf(err, "%s: a byte has no token of its own in the vocabulary (not a "
+                                               "byte-level BPE like GPT-2's)\n" HF_HINT, path);
+}
+
+/* merges.txt: each line's two tokens, one space between them, rank the line's order. */
 static bool read_merges(dpt_tokenizer *t, const char *path, const int16_t *char_byte, dpt_error *err)
 {
     size_t size;
     char *text = read_whole(path, &size, err);
     if (!text) return false;
     by_bytes ix;
-    index_tokens(t, &ix);
-    bool ok = start_bpe(t, &ix) || dpt_errorf(err, "%s: a byte has no token of its own in the vocabulary beside it "
-                                                   "(not a byte-level BPE like GPT-2's)\n" HF_HINT, path);
-    unsigned char *bytes = malloc(2 * size + 2);
+    bool ok = start_merges(t, &ix, path, err);
+    unsigned char *bytes = malloc(size + 1);
     if (!bytes) dpt_fatal("out of host memory reading %s", path);
     int32_t rank = 0;
     long line = 0;
@@ -374,38 +448,249 @@ static bool read_merges(dpt_tokenizer *t, const char *path, const int16_t *char_
         if (len && s[len - 1] == '\r') len--;
         if (len == 0 || (line == 0 && len >= 8 && !memcmp(s, "#version", 8))) continue;
         char *space = memchr(s, ' ', len);
-        int l = -1, r = -1;
-        if (space && space > s && space < s + len - 1 && !memchr(space + 1, ' ', (size_t)(s + len - space - 1))) {
-            l = from_alphabet(s, (size_t)(space - s), char_byte, bytes);
-            r = l < 0 ? -1 : from_alphabet(space + 1, (size_t)(s + len - space - 1), char_byte, bytes + l);
-        }
-        int32_t a = l > 0 && r > 0 ? find_bytes(t, &ix, bytes, (size_t)l) : -1;
-        int32_t b = a >= 0 ? find_bytes(t, &ix, bytes + l, (size_t)r) : -1;
-        int32_t m = b >= 0 ? find_bytes(t, &ix, bytes, (size_t)(l + r)) : -1;
-        if (m < 0 || !dpt_bpe_add(t->bpe, a, b, rank++, m)) {
+        const char *why = "two tokens of GPT-2's alphabet separated by one space expected";
+        if (space && !memchr(space + 1, ' ', (size_t)(s + len - space - 1)))
+            why = merge_pair(t, &ix, s, (size_t)(space - s), space + 1, (size_t)(s + len - space - 1), rank++,
+                             char_byte, bytes);
+        if (why) {
             char shown[80];
             snprintf(shown, sizeof shown, "%.*s", (int)(len < 60 ? len : 60), s);
             dpt_printable(shown);
-            ok = dpt_errorf(err, "%s:%ld: \"%s\" is not a merge of this vocabulary (%s)\n" HF_HINT, path, line + 1, shown,
-                            l <= 0 || r <= 0 ? "two tokens of GPT-2's alphabet separated by one space expected"
-                            : a < 0          ? "its left token is not in the vocabulary"
-                            : b < 0          ? "its right token is not in the vocabulary"
-                            : m < 0          ? "the token they make is not in the vocabulary"
-                                             : "the same pair is merged on an earlier line");
+            ok = dpt_errorf(err, "%s:%ld: \"%s\" is not a merge of this vocabulary (%s)\n" HF_HINT, path, line + 1,
+                            shown, why);
         }
     }
     free(bytes), free(ix.slot), free(text);
     return ok;
 }
 
-dpt_tokenizer *dpt_tokenizer_load_hf(const char *vocab, const char *merges, dpt_error *err)
+static void alphabet(int16_t char_byte[512])
 {
     uint32_t byte_char[256];
-    int16_t char_byte[512];
     byte_chars(byte_char);
-    memset(char_byte, 0xff, sizeof char_byte);
+    memset(char_byte, 0xff, 512 * sizeof *char_byte);
     for (int b = 0; b < 256; b++)
         char_byte[byte_char[b]] = (int16_t)b;
+}
+
+/* ---------------------------------------------------------------- tokenizer.json */
+
+typedef struct hf_json {
+    vocab_list vocab;
+    char **merges; /* 2 per merge: left, right (as written) */
+    size_t *merge_len;
+    size_t nmerges, cap;
+    const char *refuse; /* what of the file says it is not GPT-2's kind of tokenizer */
+    char *what;         /* ... and the value (a type's name) */
+} hf_json;
+
+static void merge_add(hf_json *h, char *l, size_t ln, char *r, size_t rn)
+{
+    if (h->nmerges == h->cap) {
+        h->cap = h->cap ? 2 * h->cap : 1024;
+        h->merges = realloc(h->merges, 2 * h->cap * sizeof *h->merges);
+        h->merge_len = realloc(h->merge_len, 2 * h->cap * sizeof *h->merge_len);
+        if (!h->merges || !h->merge_len) dpt_fatal("out of host memory reading a tokenizer's merges");
+    }
+    h->merges[2 * h->nmerges] = l, h->merge_len[2 * h->nmerges] = ln;
+    h->merges[2 * h->nmerges + 1] = r, h->merge_len[2 * h->nmerges + 1] = rn;
+    h->nmerges++;
+}
+
+static void refuse(hf_json *h, const char *why, const char *value)
+{
+    if (h->refuse) return;
+    h->refuse = why;
+    h->what = value ? strdup(value) : NULL;
+}
+
+/* "merges": ["a b", ...] (tokenizers before 0.20) or [["a", "b"], ...] */
+static bool merges_array(dpt_json *p, hf_json *h)
+{
+    bool first = true, ok = dpt_json_expect(p, '[');
+    while (ok && dpt_json_more(p, ']', &first)) {
+        dpt_json_ws(p);
+        char *l = NULL, *r = NULL;
+        size_t ln = 0, rn = 0;
+        if (p->s < p->end && *p->s == '[') {
+            p->s++;
+            ok = dpt_json_string(p, &l, &ln) && dpt_json_expect(p, ',') && dpt_json_string(p, &r, &rn) &&
+                 dpt_json_expect(p, ']');
+        } else if ((ok = dpt_json_string(p, &l, &ln))) {
+            char *space = memchr(l, ' ', ln);
+            if (!space || memchr(space + 1, ' ', ln - (size_t)(space - l) - 1)) {
+                ok = dpt_json_fail(p, "has a merge that is not two tokens with one space between them");
+            } else {
+                rn = ln - (size_t)(space - l) - 1;
+                r = malloc(rn + 1);
+                if (!r) dpt_fatal("out of host memory");
+                memcpy(r, space + 1, rn + 1);
+                ln = (size_t)(space - l);
+                l[ln] = '\0';
+            }
+        }
+        if (ok) merge_add(h, l, ln, r, rn);
+        else free(l), free(r);
+    }
+    return ok && !p->failed;
+}
+
+/* "model": {"type": "BPE", "vocab": {...}, "merges": [...], ...} */
+static bool model_object(dpt_json *p, hf_json *h)
+{
+    bool first = true, ok = dpt_json_expect(p, '{');
+    while (ok && dpt_json_more(p, '}', &first)) {
+        char *key = NULL;
+        ok = dpt_json_string(p, &key, NULL) && dpt_json_expect(p, ':');
+        if (ok && !strcmp(key, "type")) {
+            char *type = NULL;
+            ok = dpt_json_string(p, &type, NULL);
+            if (ok && strcmp(type, "BPE")) refuse(h, "its model is not a BPE", type);
+            free(type);
+        } else if (ok && !strcmp(key, "vocab")) {
+            ok = vocab_object(p, &h->vocab);
+        } else if (ok && !strcmp(key, "merges")) {
+            ok = merges_array(p, h);
+        } else if (ok && (!strcmp(key, "ignore_merges") || !strcmp(key, "byte_fallback"))) {
+            bool on = false;
+            ok = dpt_json_null(p) || dpt_json_bool(p, &on);
+            if (ok && on) refuse(h, "its model sets one of ignore_merges and byte_fallback, which GPT-2's does not", key);
+        } else if (ok) {
+            ok = dpt_json_skip(p, 2);
+        }
+        free(key);
+    }
+    return ok && !p->failed;
+}
+
+/* "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true} */
+static bool pre_tokenizer_object(dpt_json *p, hf_json *h)
+{
+    if (dpt_json_null(p)) return refuse(h, "it has no pre_tokenizer (GPT-2's is ByteLevel)", NULL), true;
+    bool first = true, ok = dpt_json_expect(p, '{'), prefix = false, regex = true;
+    char *type = NULL;
+    while (ok && dpt_json_more(p, '}', &first)) {
+        char *key = NULL;
+        ok = dpt_json_string(p, &key, NULL) && dpt_json_expect(p, ':');
+        if (ok && !strcmp(key, "type") && !type) ok = dpt_json_string(p, &type, NULL);
+        else if (ok && !strcmp(key, "add_prefix_space")) ok = dpt_json_bool(p, &prefix);
+        else if (ok && !strcmp(key, "use_regex")) ok = dpt_json_bool(p, &regex);
+        else if (ok) ok = dpt_json_skip(p, 2);
+        free(key);
+    }
+    if (ok && (!type || strcmp(type, "ByteLevel")))
+        refuse(h, "its pre_tokenizer is not GPT-2's ByteLevel", type ? type : "(no type)");
+    else if (ok && (prefix || !regex))
+        refuse(h, "its ByteLevel pre_tokenizer is not GPT-2's (add_prefix_space false, use_regex true)",
+               prefix ? "add_prefix_space" : "use_regex");
+    free(type);
+    return ok && !p->failed;
+}
+
+/* "added_tokens": [{"id": 50256, "content": "<|endoftext|>", ...}, ...] */
+static bool added_tokens_array(dpt_json *p, hf_json *h)
+{
+    bool first = true, ok = dpt_json_expect(p, '[');
+    while (ok && dpt_json_more(p, ']', &first)) {
+        bool inner = true, have_id = false;
+        uint64_t id = 0;
+        char *content = NULL;
+        size_t len = 0;
+        ok = dpt_json_expect(p, '{');
+        while (ok && dpt_json_more(p, '}', &inner)) {
+            char *key = NULL;
+            ok = dpt_json_string(p, &key, NULL) && dpt_json_expect(p, ':');
+            if (ok && !strcmp(key, "id")) ok = dpt_json_uint(p, &id), have_id = true;
+            else if (ok && !strcmp(key, "content") && !content) ok = dpt_json_string(p, &content, &len);
+            else if (ok) ok = dpt_json_skip(p, 3);
+            free(key);
+        }
+        if (ok && (!have_id || !content)) ok = dpt_json_fail(p, "has an added token without its id or content");
+        if (ok && id >= TOK_MAX_VOCAB) ok = dpt_json_fail(p, "has a token id of 2^24 or more");
+        if (ok) vocab_add(&h->vocab, content, len, id);
+        else free(content);
+    }
+    return ok && !p->failed;
+}
+
+/* Hugging Face's tokenizer.json of a GPT-2-like byte-level BPE: the model's vocab and merges,
+ * its added tokens; refused (naming what) when its pre-tokenizer, normalizer or model is
+ * another kind, which would cut or change text otherwise than GPT-2's. */
+dpt_tokenizer *dpt_tokenizer_load_hf_json(const char *path, dpt_error *err)
+{
+    size_t size;
+    char *json = read_whole(path, &size, err);
+    if (!json) return NULL;
+    dpt_json p = {.s = json, .end = json + size, .start = json, .path = path, .where = "its JSON", .unit = "",
+                  .hint = HF_HINT, .err = err, .controls = true};
+    hf_json h = {0};
+    bool first = true, ok = dpt_json_expect(&p, '{'), have_model = false, have_pre = false;
+    while (ok && dpt_json_more(&p, '}', &first)) {
+        char *key = NULL;
+        ok = dpt_json_string(&p, &key, NULL) && dpt_json_expect(&p, ':');
+        if (ok && !strcmp(key, "model")) {
+            ok = model_object(&p, &h), have_model = true;
+        } else if (ok && !strcmp(key, "pre_tokenizer")) {
+            ok = pre_tokenizer_object(&p, &h), have_pre = true;
+        } else if (ok && !strcmp(key, "normalizer")) {
+            if (!dpt_json_null(&p)) {
+                refuse(&h, "it has a normalizer (GPT-2's has none), which changes text first", NULL);
+                ok = dpt_json_skip(&p, 1);
+            }
+        } else if (ok && !strcmp(key, "added_tokens")) {
+            ok = added_tokens_array(&p, &h);
+        } else if (ok) {
+            ok = dpt_json_skip(&p, 1);
+        }
+        free(key);
+    }
+    ok = ok && dpt_json_end(&p);
+    free(json);
+    if (ok && (!have_model || !have_pre))
+        ok = dpt_errorf(err, "%s: no %s: not a tokenizer.json of Hugging Face's tokenizers\n" HF_HINT, path,
+                        have_model ? "pre_tokenizer" : "model");
+    if (ok && h.refuse)
+        ok = dpt_errorf(err, "%s: %s%s%s%s: only GPT-2's kind of tokenizer is read (a byte-level BPE cut by "
+                             "GPT-2's pattern)\n" HF_HINT,
+                        path, h.refuse, h.what ? " (" : "", h.what ? h.what : "", h.what ? ")" : "");
+    int16_t char_byte[512];
+    alphabet(char_byte);
+    dpt_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) dpt_fatal("out of host memory");
+    by_bytes ix = {0};
+    if (ok) ok = vocab_build(t, &h.vocab, path, char_byte, err) && start_merges(t, &ix, path, err);
+    size_t most = 0;
+    for (size_t i = 0; i < 2 * h.nmerges; i++)
+        most = h.merge_len[i] > most ? h.merge_len[i] : most;
+    unsigned char *scratch = malloc(2 * most + 1);
+    if (!scratch) dpt_fatal("out of host memory");
+    for (size_t i = 0; ok && i < h.nmerges; i++) {
+        const char *why = merge_pair(t, &ix, h.merges[2 * i], h.merge_len[2 * i], h.merges[2 * i + 1],
+                                     h.merge_len[2 * i + 1], (int32_t)i, char_byte, scratch);
+        if (why) {
+            char shown[80];
+            snprintf(shown, sizeof shown, "%.30s %.30s", h.merges[2 * i], h.merges[2 * i + 1]);
+            dpt_printable(shown);
+            ok = dpt_errorf(err, "%s: model.merges[%zu] \"%s\" is not a merge of its vocabulary (%s)\n" HF_HINT, path, i,
+                            shown, why);
+        }
+    }
+    free(scratch), free(ix.slot);
+    for (size_t i = 0; i < 2 * h.nmerges; i++)
+        free(h.merges[i]);
+    free(h.merges), free(h.merge_len), free(h.what);
+    vocab_free(&h.vocab);
+    if (!ok) {
+        dpt_tokenizer_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+dpt_tokenizer *dpt_tokenizer_load_hf(const char *vocab, const char *merges, dpt_error *err)
+{
+    int16_t char_byte[512];
+    alphabet(char_byte);
     dpt_tokenizer *t = calloc(1, sizeof *t);
     if (!t) dpt_fatal("out of host memory");
     if (!read_vocab(t, vocab, char_byte, err) || !read_merges(t, merges, char_byte, err)) {
@@ -422,8 +707,15 @@ static bool is_there(const char *path)
     return stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
-/* PATH: a folder with vocab.json and merges.txt (or encoder.json and vocab.bpe), one of those
- * JSON files (the merges beside it), or llm.c's file. */
+static bool ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), m = strlen(tail);
+    return n >= m && !strcmp(s + n - m, tail);
+}
+
+/* PATH: a folder with vocab.json and merges.txt (or encoder.json and vocab.bpe, or
+ * tokenizer.json), one of those JSON files (the merges beside vocab.json or encoder.json), or
+ * llm.c's file. */
 dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err)
 {
     static const char *const pairs[][2] = {{"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}};
@@ -440,30 +732,28 @@ dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err)
         const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
         for (int i = 0; i < 2; i++)
             if (!strcmp(base, pairs[i][0])) pair = i;
-        if (!strcmp(base, "tokenizer.json")) {
-            dpt_errorf(err, "tokenizer %s: Hugging Face's tokenizer.json is not read; its folder's vocab.json and "
-                            "merges.txt are (every GPT-2 on the hub has them)\n" HF_HINT, path);
-            return NULL;
-        }
-        if (pair < 0) return load_llmc(path, err);
+        if (pair < 0) return ends_with(base, ".json") ? dpt_tokenizer_load_hf_json(path, err) : load_llmc(path, err);
         dir = dpt_strf("%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
     }
     dpt_tokenizer *t = NULL;
-    for (int i = 0; i < 2 && !t; i++) {
+    bool found = false;
+    for (int i = 0; i < 2 && !found; i++) {
         if (pair >= 0 && i != pair) continue;
         char *v = dpt_strf("%s/%s", dir, pairs[i][0]), *m = dpt_strf("%s/%s", dir, pairs[i][1]);
-        if (is_there(v) && is_there(m)) {
-            t = dpt_tokenizer_load_hf(v, m, err);
-            free(v), free(m), free(dir);
-            return t;
-        }
+        if ((found = is_there(v) && is_there(m))) t = dpt_tokenizer_load_hf(v, m, err);
         free(v), free(m);
     }
-    dpt_errorf(err, "tokenizer %s: %s\n" HF_HINT, path,
-               pair >= 0   ? (pair ? "no vocab.bpe beside it" : "no merges.txt beside it")
-                           : "a folder without vocab.json and merges.txt (or encoder.json and vocab.bpe)");
+    if (!found && pair < 0) {
+        char *j = dpt_strf("%s/tokenizer.json", dir);
+        if ((found = is_there(j))) t = dpt_tokenizer_load_hf_json(j, err);
+        free(j);
+    }
+    if (!found)
+        dpt_errorf(err, "tokenizer %s: %s\n" HF_HINT, path,
+                   pair >= 0 ? (pair ? "no vocab.bpe beside it" : "no merges.txt beside it")
+                             : "a folder without vocab.json and merges.txt, encoder.json and vocab.bpe, or tokenizer.json");
     free(dir);
-    return NULL;
+    return t;
 }
 
 bool dpt_tokenizer_can_encode(const dpt_tokenizer *t)

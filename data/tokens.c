@@ -27,7 +27,8 @@ enum { TOKENS_MAGIC = 20240520, TOKENS_VERSION = 1, TOKENS_HEADER_INTS = 256, LL
 
 #define TOKENS_HINT                                                                                          \
     "HINT: token shards are llm.c's format (its data scripts write them); tools/text_tokens turns any text " \
-    "into byte-level shards, and 'make fortunes' writes build/fortunes/ from Debian's fortunes"
+    "into byte-level shards (GPT-2's tokens with --tokenizer), and 'make fortunes' writes build/fortunes/ "    \
+    "from Debian's fortunes"
 
 typedef struct shard {
     const uint16_t *tokens;

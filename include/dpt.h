@@ -585,8 +585,8 @@ typedef struct dpt_decoder {
 void dpt_model_set_decoder(dpt_model *model, const dpt_decoder *decoder);
 const dpt_decoder *dpt_model_decoder(const dpt_model *model); /* NULL: the model has none */
 /* GPT-2's tokenizer (data/tokenizer.c, data/bpe.c): from a folder of Hugging Face's vocab.json
- * and merges.txt (or OpenAI's encoder.json and vocab.bpe), one of those JSON files, or llm.c's
- * gpt2_tokenizer.bin. NULL with err naming the file (and the line, token or byte) when it is not
+ * and merges.txt (or OpenAI's encoder.json and vocab.bpe, or a tokenizer.json of GPT-2's kind),
+ * one of those JSON files, or llm.c's gpt2_tokenizer.bin. NULL with err naming the file (and the line, token or byte) when it is not
  * one. Encoding is GPT-2's byte-level BPE with its pre-tokenizing pattern (tiktoken's "gpt2"
  * gives the same ids); text that spells <|endoftext|> is encoded as ordinary text. */
 typedef struct dpt_tokenizer dpt_tokenizer;

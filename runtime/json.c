@@ -161,6 +161,27 @@ bool dpt_json_uint(dpt_json *p, uint64_t *v)
     return true;
 }
 
+static bool word(dpt_json *p, const char *w)
+{
+    dpt_json_ws(p);
+    size_t n = strlen(w);
+    if ((size_t)(p->end - p->s) < n || strncmp(p->s, w, n)) return false;
+    p->s += n;
+    return true;
+}
+
+bool dpt_json_bool(dpt_json *p, bool *v)
+{
+    if (word(p, "true")) return *v = true, true;
+    if (word(p, "false")) return *v = false, true;
+    return dpt_json_fail(p, "has a value that is not true or false");
+}
+
+bool dpt_json_null(dpt_json *p)
+{
+    return word(p, "null");
+}
+
 bool dpt_json_skip(dpt_json *p, int depth)
 {
     if (depth > MAX_DEPTH) return dpt_json_fail(p, "nests deeper than 64 levels");

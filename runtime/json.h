@@ -37,6 +37,10 @@ bool dpt_json_more(dpt_json *p, char close, bool *first);
 bool dpt_json_string(dpt_json *p, char **out, size_t *len);
 /* A non-negative integer without fraction or exponent (a size, an offset, an id). */
 bool dpt_json_uint(dpt_json *p, uint64_t *v);
+/* true or false. */
+bool dpt_json_bool(dpt_json *p, bool *v);
+/* Whether the next value is null (then consumed; else nothing is). */
+bool dpt_json_null(dpt_json *p);
 /* Any value, checked and passed over; depth is the caller's nesting (the bound is 64). */
 bool dpt_json_skip(dpt_json *p, int depth);
 /* After the document: nothing but white space may follow. */

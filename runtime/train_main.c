@@ -634,8 +634,8 @@ static void usage(FILE *out)
         "                           --no-kv-cache (the whole context's forward for every token instead\n"
         "                           of one position's),\n"
         "                           --tokenizer PATH (GPT-2's: a folder of Hugging Face's vocab.json and\n"
-        "                           merges.txt, found beside hf:PATH's weights, or llm.c's\n"
-        "                           gpt2_tokenizer.bin: the prompt read and the tokens printed as text)\n"
+        "                           merges.txt or tokenizer.json, found beside hf:PATH's weights, or\n"
+        "                           llm.c's gpt2_tokenizer.bin: the prompt read and the tokens printed as text)\n"
         "  --predict CKPT           write the checkpoint's predictions over the test set (--set data.*\n"
         "                           for another) as CSV and exit: per sample its index, name, label and\n"
         "                           the --top-k K (5; 0 = all) most likely classes with their\n"
@@ -967,18 +967,18 @@ static int parse_cli(int argc, char **argv, cli *args)
         if (!folder) return 2;
     }
     /* --sample hf:DIR (or hf:DIR/model.safetensors): the tokenizer beside the weights, when there is
-     * one and no --tokenizer names another (Hugging Face's GPT-2 folders hold vocab.json and
-     * merges.txt), so the prompt is read and the sample printed as text */
+     * one and no --tokenizer names another (Hugging Face's GPT-2 folders hold vocab.json,
+     * merges.txt and tokenizer.json), so the prompt is read and the sample printed as text */
     if (args->sample && !args->tokenizer && !strncmp(args->sample, "hf:", 3)) {
         const char *w = args->sample + 3, *slash = strrchr(w, '/');
         struct stat st;
         char *dir = stat(w, &st) == 0 && S_ISDIR(st.st_mode) ? dpt_strf("%s", w)
                     : slash                                   ? dpt_strf("%.*s", (int)(slash - w), w)
                                                               : dpt_strf(".");
-        char *v = dpt_strf("%s/vocab.json", dir), *m = dpt_strf("%s/merges.txt", dir);
-        if (access(v, R_OK) == 0 && access(m, R_OK) == 0) args->tokenizer = found_tokenizer = dir;
+        char *v = dpt_strf("%s/vocab.json", dir), *m = dpt_strf("%s/merges.txt", dir), *j = dpt_strf("%s/tokenizer.json", dir);
+        if ((access(v, R_OK) == 0 && access(m, R_OK) == 0) || access(j, R_OK) == 0) args->tokenizer = found_tokenizer = dir;
         else free(dir);
-        free(v), free(m);
+        free(v), free(m), free(j);
     }
     if (args->export_format && dpt_export_is_file_format(args->export_format)) { /* the checkpoint alone */
         dpt_error err;

