@@ -249,9 +249,20 @@ static bool check_normalisation(const dpt_config *cfg, const dpt_dataset *ds, dp
 
 bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err)
 {
+    return dpt_data_open_for(cfg, DPT_DATA_ALL, train, test, err);
+}
+
+bool dpt_data_open_for(const dpt_config *cfg, dpt_data_need need, dpt_dataset **train, dpt_dataset **test,
+                       dpt_error *err)
+{
     *train = *test = NULL;
     const dpt_data_impl *impl = dpt_config_choice(cfg, "data", "source")->impl;
-    if (!impl->open(cfg, train, test, err)) {
+    bool described = need != DPT_DATA_ALL && impl->describe && (need == DPT_DATA_NONE || impl->open_test);
+    bool ok = described ? (*train = impl->describe(cfg, err)) != NULL &&
+                              (need == DPT_DATA_NONE ? (*test = impl->describe(cfg, err)) != NULL
+                                                     : impl->open_test(cfg, test, err))
+                        : impl->open(cfg, train, test, err);
+    if (!ok) {
         dpt_dataset_free(*train);
         dpt_dataset_free(*test);
         *train = *test = NULL;

@@ -7,6 +7,12 @@
 /* Load [data]'s train and test sets from the source [data] source names; false with err
  * naming the file and a HINT. */
 bool dpt_data_open(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err);
+/* The same for a command that trains nothing: with DPT_DATA_TEST the training set may be only a
+ * description (no samples) and with DPT_DATA_NONE the test set too, where the source offers
+ * describe and open_test (dpt_data_impl); otherwise both sets are opened as always. */
+typedef enum { DPT_DATA_ALL, DPT_DATA_TEST, DPT_DATA_NONE } dpt_data_need;
+bool dpt_data_open_for(const dpt_config *cfg, dpt_data_need need, dpt_dataset **train, dpt_dataset **test,
+                       dpt_error *err);
 
 /* ./train CONFIG --predict CKPT --input PATH: samples without labels made as `like`'s (the
  * config's test set): a folder set's images under PATH (a folder, recursively, or one file), an

@@ -131,6 +131,49 @@ static bool map_shard(const char *path, int64_t seq_len, int64_t vocab, shard *o
     return true;
 }
 
+/* The folder glob could not read, and why (glob's error callback; opening data is one thread's). */
+static char *glob_failed_at;
+static int glob_failed_errno;
+
+static int glob_failed(const char *path, int errnum)
+{
+    free(glob_failed_at);
+    glob_failed_at = dpt_strf("%s", path);
+    glob_failed_errno = errnum;
+    return 1; /* stop: GLOB_ERR */
+}
+
+/* A set's fields and task, from [data] seq_len and vocab_size. */
+static dpt_dataset *new_set(const dpt_config *cfg)
+{
+    int64_t seq_len = dpt_config_int(cfg, "data", "seq_len"), vocab = dpt_config_int(cfg, "data", "vocab_size");
+    dpt_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) dpt_fatal("out of host memory");
+    ds->num_classes = (int)vocab;
+    ds->nfields = 2;
+    ds->fields[0] = (dpt_field){.name = "tokens", .dtype = DPT_I32, .ndim = 1, .shape = {seq_len}};
+    ds->fields[1] = (dpt_field){.name = "targets", .dtype = DPT_I32, .ndim = 1, .shape = {seq_len}, .target = true};
+    ds->task = (dpt_task){.loss = "cross_entropy", .metrics = DPT_METRIC_PERPLEXITY, .unit = "tok"};
+    return ds;
+}
+
+/* --sample and --export need no tokens, --eval and --predict only val's: the set as the config
+ * describes it, no shard read (a corpus of billions of tokens is not mapped and scanned). */
+static void no_samples(const dpt_dataset *ds, int64_t index, void *const *dst)
+{
+    (void)dst;
+    dpt_fatal("internal error: sample %lld of %s, which holds none", (long long)index, ds->name);
+}
+
+static dpt_dataset *tokens_describe(const dpt_config *cfg, dpt_error *err)
+{
+    (void)err;
+    dpt_dataset *ds = new_set(cfg);
+    ds->get = no_samples; /* a set of fields (get NULL would be an image set's bytes) */
+    snprintf(ds->name, sizeof ds->name, "tokens, not read (this command trains nothing)");
+    return ds;
+}
+
 static dpt_dataset *open_set(const dpt_config *cfg, const char *key, const char *name, dpt_error *err)
 {
     const char *pattern = dpt_config_str(cfg, "data", key);
@@ -141,16 +184,21 @@ static dpt_dataset *open_set(const dpt_config *cfg, const char *key, const char 
         return NULL;
     }
     glob_t g;
-    int rc = glob(pattern, GLOB_ERR, NULL, &g);
+    int rc = glob(pattern, GLOB_ERR, glob_failed, &g);
     if (rc != 0) {
-        dpt_errorf(err, "%s: [data] %s = %s: %s\n" TOKENS_HINT, dpt_config_where(cfg, "data", key), key, pattern,
-                   rc == GLOB_NOMATCH ? "no file matches" : "cannot read a folder of the pattern");
+        char *why = rc == GLOB_NOMATCH ? dpt_strf("no file matches")
+                    : glob_failed_at
+                        ? dpt_strf("cannot read the folder %s (%s)", glob_failed_at, strerror(glob_failed_errno))
+                        : dpt_strf("cannot read a folder of the pattern");
+        dpt_errorf(err, "%s: [data] %s = %s: %s\n" TOKENS_HINT, dpt_config_where(cfg, "data", key), key, pattern, why);
+        free(why), free(glob_failed_at);
+        glob_failed_at = NULL;
         if (rc != GLOB_NOMATCH) globfree(&g);
         return NULL;
     }
     token_set *s = calloc(1, sizeof *s);
-    dpt_dataset *ds = calloc(1, sizeof *ds);
-    if (!s || !ds || !(s->shards = calloc(g.gl_pathc, sizeof *s->shards))) dpt_fatal("out of host memory");
+    dpt_dataset *ds = new_set(cfg);
+    if (!s || !(s->shards = calloc(g.gl_pathc, sizeof *s->shards))) dpt_fatal("out of host memory");
     s->seq_len = seq_len;
     int64_t n = 0, ntok = 0;
     for (size_t i = 0; i < g.gl_pathc; i++) {
@@ -169,14 +217,9 @@ static dpt_dataset *open_set(const dpt_config *cfg, const char *key, const char 
     snprintf(ds->name, sizeof ds->name, "tokens %s (%zu shard%s, %lld tokens)", name, g.gl_pathc,
              g.gl_pathc == 1 ? "" : "s", (long long)ntok);
     globfree(&g);
-    ds->num_classes = (int)vocab;
-    ds->nfields = 2;
-    ds->fields[0] = (dpt_field){.name = "tokens", .dtype = DPT_I32, .ndim = 1, .shape = {seq_len}};
-    ds->fields[1] = (dpt_field){.name = "targets", .dtype = DPT_I32, .ndim = 1, .shape = {seq_len}, .target = true};
     ds->get = tokens_get;
     ds->source = s;
     ds->free_source = token_set_free;
-    ds->task = (dpt_task){.loss = "cross_entropy", .metrics = DPT_METRIC_PERPLEXITY, .unit = "tok"};
     return ds;
 }
 
@@ -290,7 +333,12 @@ bool dpt_tokens_open_input(const char *path, const dpt_dataset *like, dpt_datase
     return true;
 }
 
-static const dpt_data_impl tokens_impl = {.open = tokens_open};
+static bool tokens_open_test(const dpt_config *cfg, dpt_dataset **test, dpt_error *err)
+{
+    return (*test = open_set(cfg, "val", "val", err)) != NULL;
+}
+
+static const dpt_data_impl tokens_impl = {.open = tokens_open, .describe = tokens_describe, .open_test = tokens_open_test};
 
 static const dpt_config_key tokens_keys[] = {
     {NULL, "train", DPT_KEY_STRING, "", 0, 0, NULL, "glob of the training token shards (llm.c's format), e.g. data/*_train_*.bin", 0},

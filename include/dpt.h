@@ -923,6 +923,13 @@ void dpt_dataset_describe_classes(const dpt_dataset *ds, char *buf, size_t size)
  * sets its [data] keys describe; false with err naming the file or key and a HINT. */
 typedef struct dpt_data_impl {
     bool (*open)(const dpt_config *cfg, dpt_dataset **train, dpt_dataset **test, dpt_error *err);
+    /* Optional, for the commands that train nothing (--sample, --export, --eval, --predict), so
+     * that they neither need nor read a large training corpus:
+     * describe: a set with the fields, task and classes open's sets have but no samples (n = 0,
+     *   no get), from the config alone; NULL where the source cannot say without its files.
+     * open_test: the test set alone (what open gives as *test). */
+    dpt_dataset *(*describe)(const dpt_config *cfg, dpt_error *err);
+    bool (*open_test)(const dpt_config *cfg, dpt_dataset **test, dpt_error *err);
 } dpt_data_impl;
 
 /* Read an IDX image file and its label file (gzip or raw; decided by content, not name).

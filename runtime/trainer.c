@@ -518,7 +518,13 @@ static bool trainer_open(trainer *t, replica *r, dpt_error *err)
         if (!t->nccl) goto fail;
         r->comm = t->nccl;
     }
-    if (!dpt_data_open(run->ini, &t->train_set, &t->test_set, err)) goto fail;
+    /* what trains nothing reads no training corpus: --sample and --export need no data at all,
+     * --eval and --predict the test set (where the source can describe its sets without them) */
+    const cli *a = r->args;
+    dpt_data_need need = !cli_weights_only(a)                  ? DPT_DATA_ALL
+                         : a->sample || a->export_format        ? DPT_DATA_NONE
+                                                                : DPT_DATA_TEST;
+    if (!dpt_data_open_for(run->ini, need, &t->train_set, &t->test_set, err)) goto fail;
     /* the crop and flip work on images (bytes, files), and so do mean and std: a source's fields
      * would pass unaugmented and unnormalised */
     const char *norm = !t->train_set->get ? NULL : !data_list_default(run->ini, "mean") ? "mean"

@@ -196,6 +196,23 @@ out2=$(./train $lm --sample latest --tokenizer "$tmp/trained.bin" --prompt "Don'
 [ -n "$out" ] && [ "$out" = "$out2" ]
 check "--sample: the same text through llm.c's file of the same vocabulary" $? "$(head -c 200 <<<"$out2")"
 
+# 4b. what trains nothing reads no training corpus: --sample and --export with no shards at all,
+#     --eval with only the validation shards, the same text and numbers as with them
+none="--set data.train=$tmp/none/train_*.bin"
+out3=$(./train $lm $none --set "data.val=$tmp/none/val_*.bin" --sample latest --tokenizer "$tmp/trained" \
+    --prompt "Don't panic, it's 42." --tokens 20 --seed 1 2> "$tmp/nodata.err")
+[ -n "$out" ] && [ "$out" = "$out3" ]
+check "--sample with no token shards at all: the same text" $? "$(head -c 200 <<<"$out3") $(tail -2 "$tmp/nodata.err")"
+e1=$(./train $lm --eval latest 2>&1 | grep "^eval |")
+e2=$(./train $lm $none --eval latest 2>&1 | grep "^eval |")
+[ -n "$e1" ] && [ "$e1" = "$e2" ]
+check "--eval without the training shards: the same loss ($e1)" $? "with them '$e1', without '$e2'"
+./train $lm $none --set "data.val=$tmp/none/val_*.bin" --export llmc latest "$tmp/exp.bin" > /dev/null 2>&1 && [ -s "$tmp/exp.bin" ]
+check "--export llmc with no token shards at all" $? "$(./train $lm $none --export llmc latest "$tmp/exp.bin" 2>&1 | tail -2)"
+msg=$(./train $lm $none 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "cannot read the folder $tmp/none (No such file or directory)" <<<"$msg"
+check "training without its shards is still refused" $? "rc $rc: $msg"
+
 # 5. files that are not a tokenizer: refused naming the file and what is wrong (exit 1, no crash)
 bad_case() { # NAME WANT: a folder $tmp/b with vocab.json and merges.txt as the caller wrote them
     local msg rc
