@@ -268,19 +268,32 @@ static void encode_piece(const dpt_bpe *b, scratch *s, const unsigned char *t, s
     }
 }
 
-int32_t *dpt_bpe_encode(const dpt_bpe *b, const unsigned char *text, size_t len, size_t *n)
+int32_t *dpt_bpe_encode_some(const dpt_bpe *b, const unsigned char *text, size_t len, bool final, size_t *used,
+                             size_t *n)
 {
     scratch s = {0};
     size_t cap = len / 3 + 16;
     int32_t *out = malloc(cap * sizeof *out);
     if (!out) dpt_fatal("out of host memory encoding text");
     *n = 0;
-    for (size_t at = 0; at < len;) {
+    size_t at = 0;
+    while (at < len) {
         size_t end = dpt_bpe_piece_end(text, len, at);
-        if (end - at > MAX_PIECE) end = at + MAX_PIECE; /* positions are int32_t */
+        if (end - at > MAX_PIECE && (final || len - at >= MAX_PIECE + 8)) {
+            end = at + MAX_PIECE; /* positions are int32_t; as long in the whole text */
+        } else if (!final && end + 4 > len) {
+            break; /* the piece may go on, or its end depend on, what follows the text */
+        }
         encode_piece(b, &s, text + at, end - at, &out, n, &cap);
         at = end;
     }
     free(s.id), free(s.next), free(s.prev), free(s.heap);
+    *used = at;
     return out;
+}
+
+int32_t *dpt_bpe_encode(const dpt_bpe *b, const unsigned char *text, size_t len, size_t *n)
+{
+    size_t used;
+    return dpt_bpe_encode_some(b, text, len, true, &used, n);
 }

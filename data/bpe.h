@@ -7,7 +7,8 @@
  * none of the classes (so they go with punctuation) rather than an error. Each piece starts as
  * its bytes' tokens and is merged pair by pair, the pair of lowest rank first (the leftmost of
  * equal ranks), until no pair of it has a rank: encoder.py's loop, in O(n log n) with a heap
- * so that a hostile piece (a megabyte without a space) costs no more than ordinary text. */
+ * so that a hostile piece (a megabyte without a space) costs no more than ordinary text; a
+ * piece longer than 256 MiB is merged in parts of that many bytes. */
 #ifndef DPT_BPE_H
 #define DPT_BPE_H
 
@@ -26,6 +27,12 @@ bool dpt_bpe_add(dpt_bpe *b, int32_t left, int32_t right, int32_t rank, int32_t 
 int64_t dpt_bpe_merges(const dpt_bpe *b);
 /* The tokens of text[0, len): a new array of *n ids (never NULL). */
 int32_t *dpt_bpe_encode(const dpt_bpe *b, const unsigned char *text, size_t len, size_t *n);
+/* The same for text that goes on after len (final false: a stream read in parts): only the
+ * pieces whose end cannot depend on what follows (4 bytes of it: a UTF-8 character, a
+ * contraction's letters) are encoded, *used bytes of them; the caller passes the rest again with
+ * the next part. final true: all of it (dpt_bpe_encode). The ids are those of the whole text. */
+int32_t *dpt_bpe_encode_some(const dpt_bpe *b, const unsigned char *text, size_t len, bool final, size_t *used,
+                             size_t *n);
 /* The end of the piece that starts at text[at] (at < len): GPT-2's pattern's next match. */
 size_t dpt_bpe_piece_end(const unsigned char *text, size_t len, size_t at);
 

@@ -767,6 +767,13 @@ int32_t *dpt_tokenizer_encode(const dpt_tokenizer *t, const char *text, size_t l
     return dpt_bpe_encode(t->bpe, (const unsigned char *)text, len, n);
 }
 
+int32_t *dpt_tokenizer_encode_some(const dpt_tokenizer *t, const char *text, size_t len, bool final, size_t *used,
+                                   size_t *n)
+{
+    if (!t->bpe) return *n = 0, *used = 0, NULL;
+    return dpt_bpe_encode_some(t->bpe, (const unsigned char *)text, len, final, used, n);
+}
+
 void dpt_tokenizer_free(dpt_tokenizer *t)
 {
     if (!t) return;

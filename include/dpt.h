@@ -600,6 +600,12 @@ const unsigned char *dpt_tokenizer_bytes(const dpt_tokenizer *t, int32_t id, siz
 bool dpt_tokenizer_can_encode(const dpt_tokenizer *t);
 /* The ids of text[0, len): a new array of *n (free it); NULL when it cannot encode. */
 int32_t *dpt_tokenizer_encode(const dpt_tokenizer *t, const char *text, size_t len, size_t *n);
+/* A text read in parts (a corpus larger than memory): with final false only the leading *used
+ * bytes are encoded, those whose tokens cannot depend on what follows; pass the rest again with
+ * the next part, and the last part with final true. The ids are dpt_tokenizer_encode's of the
+ * whole text. */
+int32_t *dpt_tokenizer_encode_some(const dpt_tokenizer *t, const char *text, size_t len, bool final, size_t *used,
+                                   size_t *n);
 /* What the model trains for (loss, metrics, unit, fields); what it leaves 0 or NULL comes from
  * the data set (dpt_task_resolve). */
 void dpt_model_set_task(dpt_model *model, const dpt_task *task);

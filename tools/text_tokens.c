@@ -14,11 +14,13 @@
  * (a temporary name no one can predict or plant a link at, renamed), so a reader never sees half
  * a shard. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dpt.h"
 
@@ -67,28 +69,108 @@ static void put_id(writer *w, int32_t id)
     if (w->count == w->max_tokens) flush_shard(w);
 }
 
-/* text's tokens: its bytes, or the tokenizer's ids after <|endoftext|> (first: this file's text
- * starts a document). */
-static void put(writer *w, const dpt_tokenizer *tok, const unsigned char *text, size_t n, bool first)
+/* Where a file's bytes come from: the file itself (read in parts, at any offset), or, for a pipe,
+ * all of it read first. */
+typedef struct text_source {
+    const char *path;
+    int fd;
+    unsigned char *mem; /* a pipe's bytes (NULL: read fd at the offset) */
+    size_t size;
+} text_source;
+
+static void read_at(const text_source *s, unsigned char *dst, size_t n, size_t at)
 {
-    if (!tok) {
-        for (size_t i = 0; i < n; i++)
-            put_id(w, text[i]);
+    if (s->mem) {
+        memcpy(dst, s->mem + at, n);
         return;
     }
-    if (n == 0) return;
-    if (first) put_id(w, dpt_tokenizer_eot(tok));
-    size_t count;
-    int32_t *ids = dpt_tokenizer_encode(tok, (const char *)text, n, &count);
-    for (size_t i = 0; i < count; i++)
-        put_id(w, ids[i]);
-    free(ids);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(s->fd, dst + got, n - got, (off_t)(at + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) die("cannot read %s: %s", s->path, r < 0 ? strerror(errno) : "it got shorter while being read");
+        got += (size_t)r;
+    }
+}
+
+static text_source open_source(const char *path)
+{
+    text_source s = {.path = path, .fd = open(path, O_RDONLY | O_CLOEXEC)};
+    struct stat st;
+    if (s.fd < 0 || fstat(s.fd, &st) != 0) die("cannot read %s: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode)) {
+        s.size = (size_t)st.st_size;
+        return s;
+    }
+    size_t cap = 0; /* a pipe (<(command), /dev/stdin): its size is known once it is read */
+    for (;;) {
+        if (s.size == cap && !(s.mem = realloc(s.mem, cap = cap ? 2 * cap : 1 << 16))) die("out of memory reading %s%s", path, "");
+        ssize_t r = read(s.fd, s.mem + s.size, cap - s.size);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) die("cannot read %s: %s", path, strerror(errno));
+        if (r == 0) break;
+        s.size += (size_t)r;
+    }
+    return s;
+}
+
+/* The validation part starts at the line start at or before size - size * fraction (none
+ * before it: there). */
+static size_t val_start(const text_source *s, double fraction)
+{
+    size_t cut = s->size - (size_t)((double)s->size * fraction), line = cut;
+    if (cut == 0 || cut >= s->size) return cut;
+    unsigned char block[65536];
+    while (line > 0) {
+        size_t n = line < sizeof block ? line : sizeof block;
+        read_at(s, block, n, line - n);
+        for (size_t i = n; i > 0; i--)
+            if (block[i - 1] == '\n') return line - n + i;
+        line -= n;
+    }
+    return cut;
+}
+
+/* Bytes [from, to) of the source as tokens: each byte, or the tokenizer's ids after
+ * <|endoftext|> (the part starts a document), read and encoded `chunk` bytes at a time so that
+ * a file larger than memory is written in memory of its largest piece; the ids are those of the
+ * whole part (dpt_tokenizer_encode_some). */
+static void put(writer *w, const dpt_tokenizer *tok, const text_source *s, size_t from, size_t to, size_t chunk)
+{
+    if (from == to) return;
+    if (tok) put_id(w, dpt_tokenizer_eot(tok));
+    unsigned char *buf = NULL;
+    size_t have = 0, cap = 0;
+    while (from < to || have) {
+        /* at least as much again as is held: a piece longer than a part (a megabyte without a
+         * space) is scanned again only as often as its length doubles */
+        size_t want = chunk > have ? chunk : have, n = to - from < want ? to - from : want;
+        if (have + n > cap && !(buf = realloc(buf, cap = have + n + 1))) die("out of memory reading %s%s", s->path, "");
+        read_at(s, buf + have, n, from);
+        from += n, have += n;
+        if (!tok) {
+            for (size_t i = 0; i < have; i++)
+                put_id(w, buf[i]);
+            have = 0;
+            continue;
+        }
+        size_t used, count;
+        int32_t *ids = dpt_tokenizer_encode_some(tok, (const char *)buf, have, from == to, &used, &count);
+        for (size_t i = 0; i < count; i++)
+            put_id(w, ids[i]);
+        free(ids);
+        memmove(buf, buf + used, have - used);
+        have -= used;
+        if (from == to && have) die("internal error: %s: bytes left after the last part%s", s->path, "");
+    }
+    free(buf);
 }
 
 int main(int argc, char **argv)
 {
     double val_fraction = 0.05;
     int64_t shard_tokens = 100000000;
+    size_t chunk = (size_t)1 << 24;
     int a = 1;
     dpt_tokenizer *tok = NULL;
     for (; a < argc && !strncmp(argv[a], "--", 2); a++) {
@@ -103,6 +185,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[a], "--val-fraction") && a + 1 < argc) {
             val_fraction = strtod(argv[++a], &end);
             if (*end || !(val_fraction >= 0 && val_fraction < 1)) die("--val-fraction %s: %s", argv[a], "not in [0, 1)");
+        } else if (!strcmp(argv[a], "--chunk-bytes") && a + 1 < argc) { /* read at once (tests: small) */
+            long long c = strtoll(argv[++a], &end, 10);
+            if (*end || c < 1 || c > (1LL << 34)) die("--chunk-bytes %s: %s", argv[a], "not in [1, 2^34]");
+            chunk = (size_t)c;
         } else if (!strcmp(argv[a], "--shard-tokens") && a + 1 < argc) {
             shard_tokens = strtoll(argv[++a], &end, 10);
             if (*end || shard_tokens < 2 || shard_tokens > INT32_MAX) die("--shard-tokens %s: %s", argv[a], "not in [2, 2^31)");
@@ -117,26 +203,12 @@ int main(int argc, char **argv)
     writer val = {dir, "val", shard_tokens, 0, 0, 0, malloc((size_t)shard_tokens * 2)};
     if (!train.buf || !val.buf) die("out of memory for %s %s", "a shard", "buffer");
     for (; a < argc; a++) {
-        FILE *f = fopen(argv[a], "rb");
-        if (!f) die("cannot read %s: %s", argv[a], strerror(errno));
-        unsigned char *text = NULL;
-        size_t n = 0, cap = 0;
-        for (;;) {
-            if (n == cap && !(text = realloc(text, cap = cap ? 2 * cap : 1 << 16))) die("out of memory reading %s%s", argv[a], "");
-            size_t got = fread(text + n, 1, cap - n, f);
-            if (got == 0) break;
-            n += got;
-        }
-        if (ferror(f)) die("cannot read %s: %s", argv[a], strerror(errno));
-        fclose(f);
-        size_t cut = n - (size_t)((double)n * val_fraction);
-        size_t line = cut;
-        while (line > 0 && line < n && text[line - 1] != '\n')
-            line--;
-        if (line > 0) cut = line; /* the validation part starts at a line */
-        put(&train, tok, text, cut, true);
-        put(&val, tok, text + cut, n - cut, true);
-        free(text);
+        text_source src = open_source(argv[a]);
+        size_t cut = val_start(&src, val_fraction);
+        put(&train, tok, &src, 0, cut, chunk);
+        put(&val, tok, &src, cut, src.size, chunk);
+        close(src.fd);
+        free(src.mem);
     }
     flush_shard(&train);
     flush_shard(&val);

@@ -1,8 +1,9 @@
 /* fuzz_bpe.c: GPT-2's tokenizer (data/tokenizer.c, data/bpe.c): Hugging Face's vocab.json and
  * merges.txt as hostile files, and the encoder on any bytes. The first input byte chooses:
  * - even: the rest is text for a fixed tokenizer (the 256 bytes and merges of common English
- *   pairs): every piece must end past its start and within the text, and the tokens' bytes
- *   must be the text again, whatever the text (UTF-8 or not, one huge piece or many);
+ *   pairs): every piece must end past its start and within the text, the tokens' bytes must be
+ *   the text again, and the text read in parts of 1-16 bytes must give the same ids, whatever
+ *   the text (UTF-8 or not, one huge piece or many);
  * - 1 mod 4: the rest, cut at its first 0x00 byte (or in the middle), is vocab.json then
  *   merges.txt; 3 mod 4: the rest is a tokenizer.json. Either refused with a file named, or
  *   loaded with every token 1-255 bytes, and then (when it encodes) a text's tokens inside the
@@ -61,6 +62,26 @@ static void encode_fixed(const uint8_t *text, size_t len)
         at += k;
     }
     if (at != len) abort();
+    /* read in parts of 1-16 bytes (dpt_bpe_encode_some, as tools/text_tokens reads a corpus): the
+     * same ids */
+    size_t part = len ? 1 + text[0] % 16 : 1, from = 0, have = 0, k = 0;
+    uint8_t *buf = malloc(len + 1);
+    if (!buf) abort();
+    while (from < len || have) {
+        size_t take = len - from < part ? len - from : part;
+        memcpy(buf + have, text + from, take);
+        from += take, have += take;
+        size_t used, m;
+        int32_t *some = dpt_bpe_encode_some(fixed, buf, have, from == len, &used, &m);
+        if (used > have || k + m > n || memcmp(some, ids + k, m * sizeof *ids)) abort();
+        k += m;
+        memmove(buf, buf + used, have - used);
+        have -= used;
+        free(some);
+        if (from == len && have) abort();
+    }
+    if (k != n) abort();
+    free(buf);
     free(ids);
 }
 
