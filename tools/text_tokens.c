@@ -1,14 +1,16 @@
 /* text_tokens: text files -> token shards in llm.c's format, for [data] source = tokens: byte-level
  * (vocab_size = 256, every byte one token, no tokenizer needed), or GPT-2's tokens with
- * --tokenizer (a folder of Hugging Face's vocab.json and merges.txt, or llm.c's
+ * --tokenizer (a folder of Hugging Face's vocab.json and merges.txt or tokenizer.json, or llm.c's
  * gpt2_tokenizer.bin; vocab_size = 50257), each file's text then preceded by <|endoftext|>, the
  * documents' separator in llm.c's and GPT-2's data.
  *
- *   build/tools/text_tokens [--tokenizer PATH] [--val-fraction F] [--shard-tokens N] OUTDIR FILE...
+ *   build/tools/text_tokens [--tokenizer PATH] [--val-fraction F] [--shard-tokens N] [--chunk-bytes N]
+ *                           OUTDIR FILE...
  *
  * Each file's last F of bytes (default 0.05, at a line start where there is one) go to the
  * validation set, the rest to training, so both sets sample every file; the files are read in
- * the order given. Writes OUTDIR/train_NNNNNN.bin and OUTDIR/val_NNNNNN.bin, each at most N
+ * the order given, --chunk-bytes at a time (default 16 MiB: a corpus larger than memory is
+ * fine). Writes OUTDIR/train_NNNNNN.bin and OUTDIR/val_NNNNNN.bin, each at most N
  * tokens (default 100,000,000): a 256 x int32 little-endian header (magic 20240520, version
  * 1, the token count) and the tokens as uint16. Files are written as dptrain writes its own
  * (a temporary name no one can predict or plant a link at, renamed), so a reader never sees half
@@ -193,10 +195,10 @@ int main(int argc, char **argv)
             shard_tokens = strtoll(argv[++a], &end, 10);
             if (*end || shard_tokens < 2 || shard_tokens > INT32_MAX) die("--shard-tokens %s: %s", argv[a], "not in [2, 2^31)");
         } else {
-            die("unknown option %s%s", argv[a], "\nusage: text_tokens [--tokenizer PATH] [--val-fraction F] [--shard-tokens N] OUTDIR FILE...");
+            die("unknown option %s%s", argv[a], "\nusage: text_tokens [--tokenizer PATH] [--val-fraction F] [--shard-tokens N] [--chunk-bytes N] OUTDIR FILE...");
         }
     }
-    if (argc - a < 2) die("usage: %s%s", "text_tokens [--tokenizer PATH] [--val-fraction F] [--shard-tokens N] OUTDIR FILE...", "");
+    if (argc - a < 2) die("usage: %s%s", "text_tokens [--tokenizer PATH] [--val-fraction F] [--shard-tokens N] [--chunk-bytes N] OUTDIR FILE...", "");
     const char *dir = argv[a++];
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) die("cannot make %s: %s", dir, strerror(errno));
     writer train = {dir, "train", shard_tokens, 0, 0, 0, malloc((size_t)shard_tokens * 2)};
