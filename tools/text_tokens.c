@@ -177,7 +177,8 @@ int main(int argc, char **argv)
     dpt_tokenizer *tok = NULL;
     for (; a < argc && !strncmp(argv[a], "--", 2); a++) {
         char *end = NULL;
-        if (!strcmp(argv[a], "--tokenizer") && a + 1 < argc && !tok) {
+        if (!strcmp(argv[a], "--tokenizer") && a + 1 < argc) {
+            if (tok) die("--tokenizer %s: given twice (the shards hold one tokenizer's ids)%s", argv[a + 1], "");
             dpt_error err;
             if (!(tok = dpt_tokenizer_load(argv[++a], &err))) die("%s%s", err.msg, "");
             if (!dpt_tokenizer_can_encode(tok))
