@@ -199,10 +199,7 @@ bool dpt_json_skip(dpt_json *p, int depth)
         }
         return !p->failed;
     }
-    static const char *const words[] = {"true", "false", "null"};
-    for (int i = 0; i < 3; i++)
-        if ((size_t)(p->end - p->s) >= strlen(words[i]) && !strncmp(p->s, words[i], strlen(words[i])))
-            return p->s += strlen(words[i]), true;
+    if (word(p, "true") || word(p, "false") || word(p, "null")) return true;
     const char *from = p->s; /* a number: -?digits(.digits)?([eE][+-]?digits)? */
     if (p->s < p->end && *p->s == '-') p->s++;
     int digits = 0;

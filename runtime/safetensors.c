@@ -63,7 +63,8 @@ static bool tensor_entry(dpt_json *p, entry *e)
     bool have_dtype = false, have_shape = false, have_offsets = false;
     dpt_json_ws(p);
     if (p->s < p->end && *p->s == '}') return dpt_json_fail(p, "has a tensor without dtype, shape and data_offsets");
-    for (;;) {
+    bool first = true;
+    while (dpt_json_more(p, '}', &first)) {
         char *key = NULL;
         if (!dpt_json_string(p, &key, NULL) || !dpt_json_expect(p, ':')) return free(key), false;
         bool ok = true;
@@ -83,27 +84,17 @@ static bool tensor_entry(dpt_json *p, entry *e)
             free(dt);
             have_dtype = true;
         } else if (!strcmp(key, "shape")) {
+            bool dims_first = true;
             ok = dpt_json_expect(p, '[');
             e->ndim = 0;
-            dpt_json_ws(p);
-            if (ok && p->s < p->end && *p->s == ']') {
-                p->s++;
-            } else {
-                for (; ok;) {
-                    uint64_t d;
-                    ok = dpt_json_uint(p, &d);
-                    if (ok && e->ndim == MAX_DIMS) ok = dpt_json_fail(p, "has a shape of more than 8 dimensions");
-                    if (ok && d > ((uint64_t)1 << 40)) ok = dpt_json_fail(p, "has a dimension larger than 2^40");
-                    if (ok) e->dims[e->ndim++] = (int64_t)d;
-                    dpt_json_ws(p);
-                    if (ok && p->s < p->end && *p->s == ',') {
-                        p->s++;
-                        continue;
-                    }
-                    ok = ok && dpt_json_expect(p, ']');
-                    break;
-                }
+            while (ok && dpt_json_more(p, ']', &dims_first)) {
+                uint64_t d;
+                ok = dpt_json_uint(p, &d);
+                if (ok && e->ndim == MAX_DIMS) ok = dpt_json_fail(p, "has a shape of more than 8 dimensions");
+                if (ok && d > ((uint64_t)1 << 40)) ok = dpt_json_fail(p, "has a dimension larger than 2^40");
+                if (ok) e->dims[e->ndim++] = (int64_t)d;
             }
+            ok = ok && !p->failed;
             have_shape = true;
         } else if (!strcmp(key, "data_offsets")) {
             ok = dpt_json_expect(p, '[') && dpt_json_uint(p, &e->begin) && dpt_json_expect(p, ',') && dpt_json_uint(p, &e->end) &&
@@ -114,14 +105,8 @@ static bool tensor_entry(dpt_json *p, entry *e)
         }
         free(key);
         if (!ok) return false;
-        dpt_json_ws(p);
-        if (p->s < p->end && *p->s == ',') {
-            p->s++;
-            continue;
-        }
-        if (!dpt_json_expect(p, '}')) return false;
-        break;
     }
+    if (p->failed) return false;
     if (!have_dtype || !have_shape || !have_offsets) {
         dpt_errorf(p->err, "%s: tensor %s lacks its %s\n" HINT_DAMAGED, p->path, e->name,
                    !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
@@ -203,40 +188,27 @@ static bool read_header(int fd, const char *path, uint64_t file_size, entry **ou
     int cap = 64, k = 0;
     entry *es = calloc((size_t)cap, sizeof *es);
     if (!es) dpt_fatal("out of host memory");
-    bool ok = dpt_json_expect(&p, '{');
-    dpt_json_ws(&p);
-    if (ok && p.s < p.end && *p.s == '}') {
-        p.s++;
-    } else {
-        while (ok) {
-            char *name = NULL;
-            ok = dpt_json_string(&p, &name, NULL) && dpt_json_expect(&p, ':');
-            if (ok && !strcmp(name, "__metadata__")) {
-                ok = dpt_json_skip(&p, 1);
-                free(name);
-            } else if (ok) {
-                if (k == cap) {
-                    entry *grown = realloc(es, (size_t)(cap *= 2) * sizeof *es);
-                    if (!grown) dpt_fatal("out of host memory");
-                    es = grown;
-                }
-                memset(&es[k], 0, sizeof es[k]);
-                es[k].name = name;
-                ok = tensor_entry(&p, &es[k++]);
-            } else {
-                free(name);
+    bool ok = dpt_json_expect(&p, '{'), first = true;
+    while (ok && dpt_json_more(&p, '}', &first)) {
+        char *name = NULL;
+        ok = dpt_json_string(&p, &name, NULL) && dpt_json_expect(&p, ':');
+        if (ok && !strcmp(name, "__metadata__")) {
+            ok = dpt_json_skip(&p, 1);
+            free(name);
+        } else if (ok) {
+            if (k == cap) {
+                entry *grown = realloc(es, (size_t)(cap *= 2) * sizeof *es);
+                if (!grown) dpt_fatal("out of host memory");
+                es = grown;
             }
-            dpt_json_ws(&p);
-            if (ok && p.s < p.end && *p.s == ',') {
-                p.s++;
-                continue;
-            }
-            ok = ok && dpt_json_expect(&p, '}');
-            break;
+            memset(&es[k], 0, sizeof es[k]);
+            es[k].name = name;
+            ok = tensor_entry(&p, &es[k++]);
+        } else {
+            free(name);
         }
     }
-    dpt_json_ws(&p);
-    if (ok && p.s != p.end) ok = dpt_json_fail(&p, "goes on after its closing '}'");
+    ok = ok && dpt_json_end(&p);
     free(json);
     uint64_t data = file_size - 8 - n;
     for (int i = 0; ok && i < k; i++) { /* sizes in checked 64-bit, inside the data */
