@@ -253,13 +253,7 @@ static bool read_file(const char *path, int64_t max_pixels, dpt_image_scratch *s
                false;
     }
     s->file = grow(s->file, &s->file_cap, (size_t)st.st_size);
-    *len = 0;
-    while (*len < (size_t)st.st_size) {
-        ssize_t n = read(fd, s->file + *len, (size_t)st.st_size - *len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        *len += (size_t)n;
-    }
+    dpt_read_at(fd, s->file, (size_t)st.st_size, 0, len);
     bool ok = *len == (size_t)st.st_size;
     if (!ok) snprintf(msg, msg_size, "read %zu of %lld bytes: %s", *len, (long long)st.st_size, strerror(errno));
     close(fd);

@@ -260,13 +260,8 @@ static char *read_whole(const char *path, size_t *size, dpt_error *err)
     }
     char *buf = malloc((size_t)st.st_size + 1);
     if (!buf) dpt_fatal("out of host memory reading %s", path);
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
+    size_t got;
+    dpt_read_at(fd, buf, (size_t)st.st_size, 0, &got);
     close(fd);
     if (got != (size_t)st.st_size) {
         free(buf);

@@ -1380,6 +1380,9 @@ bool dpt_atomic_file_close(dpt_atomic_file *a, bool ok, dpt_error *err);
  * link, a FIFO, a device, a hard link, another user's file or a file this run reads at path
  * is refused (err names what, the path and the config key to change); never blocks. */
 FILE *dpt_stream_file_open(const char *path, const char *what, const char *key, dpt_error *err);
+/* The reading side: n bytes of fd from offset `at` (pread, interrupted calls retried) into buf,
+ * *got of them; fewer only at the end of the file (true) or on an error (false, errno set). */
+bool dpt_read_at(int fd, void *buf, size_t n, uint64_t at, size_t *got);
 /* Make an image classifier trainable as [model] name = NAME by dpt_train_main (and ./train's
  * code path): mpirun, DataParallel, checkpoints, schedules, logs, --expect. The short form of
  * dpt_register with a dpt_model_impl {.build_image = build}; call before dpt_train_main; false

@@ -258,3 +258,16 @@ FILE *dpt_stream_file_open(const char *path, const char *what, const char *key, 
     if (!f) dpt_fatal("out of host memory");
     return f;
 }
+
+bool dpt_read_at(int fd, void *buf, size_t n, uint64_t at, size_t *got)
+{
+    *got = 0;
+    while (*got < n) {
+        ssize_t r = pread(fd, (char *)buf + *got, n - *got, (off_t)(at + *got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return false;
+        if (r == 0) return true;
+        *got += (size_t)r;
+    }
+    return true;
+}

@@ -537,13 +537,8 @@ static uint8_t *read_whole_file(const char *path, size_t *size, dpt_error *err)
     }
     uint8_t *buf = malloc((size_t)st.st_size + 1);
     if (!buf) dpt_fatal("out of host memory reading checkpoint %s (%lld bytes)", path, (long long)st.st_size);
-    size_t done = 0;
-    while (done < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + done, (size_t)st.st_size - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        done += (size_t)n;
-    }
+    size_t done;
+    dpt_read_at(fd, buf, (size_t)st.st_size, 0, &done);
     close(fd);
     if (done != (size_t)st.st_size) {
         free(buf);

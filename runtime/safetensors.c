@@ -136,15 +136,11 @@ static void free_entries(entry *es, int n)
 
 static bool read_at(int fd, void *buf, size_t n, uint64_t at, const char *path, dpt_error *err)
 {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(at + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-            return dpt_errorf(err, "%s: %s at byte %llu\n" HINT_DAMAGED, path,
-                              r < 0 ? strerror(errno) : "the file ended", (unsigned long long)(at + got));
-        got += (size_t)r;
-    }
+    size_t got;
+    bool read = dpt_read_at(fd, buf, n, at, &got);
+    if (got < n)
+        return dpt_errorf(err, "%s: %s at byte %llu\n" HINT_DAMAGED, path, read ? "the file ended" : strerror(errno),
+                          (unsigned long long)(at + got));
     return true;
 }
 

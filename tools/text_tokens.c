@@ -86,13 +86,9 @@ static void read_at(const text_source *s, unsigned char *dst, size_t n, size_t a
         memcpy(dst, s->mem + at, n);
         return;
     }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(s->fd, dst + got, n - got, (off_t)(at + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) die("cannot read %s: %s", s->path, r < 0 ? strerror(errno) : "it got shorter while being read");
-        got += (size_t)r;
-    }
+    size_t got;
+    bool read = dpt_read_at(s->fd, dst, n, at, &got);
+    if (got < n) die("cannot read %s: %s", s->path, read ? "it got shorter while being read" : strerror(errno));
 }
 
 static text_source open_source(const char *path)
