@@ -708,12 +708,40 @@ static bool ends_with(const char *s, const char *tail)
     return n >= m && !strcmp(s + n - m, tail);
 }
 
+static const char *const PAIRS[][2] = {{"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}};
+
+/* The tokenizer files dir holds: a vocabulary and its merges (*vocab, *merges; only PAIRS[only]
+ * when only >= 0), else a tokenizer.json (*json; when only < 0). false: none. The caller frees
+ * the paths. */
+static bool folder_files(const char *dir, int only, char **vocab, char **merges, char **json)
+{
+    *vocab = *merges = *json = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (only >= 0 && i != only) continue;
+        char *v = dpt_strf("%s/%s", dir, PAIRS[i][0]), *m = dpt_strf("%s/%s", dir, PAIRS[i][1]);
+        if (is_there(v) && is_there(m)) return *vocab = v, *merges = m, true;
+        free(v), free(m);
+    }
+    if (only >= 0) return false;
+    char *j = dpt_strf("%s/tokenizer.json", dir);
+    if (is_there(j)) return *json = j, true;
+    free(j);
+    return false;
+}
+
+bool dpt_tokenizer_in(const char *dir)
+{
+    char *v, *m, *j;
+    bool found = folder_files(dir, -1, &v, &m, &j);
+    free(v), free(m), free(j);
+    return found;
+}
+
 /* PATH: a folder with vocab.json and merges.txt (or encoder.json and vocab.bpe, or
  * tokenizer.json), one of those JSON files (the merges beside vocab.json or encoder.json), or
  * llm.c's file. */
 dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err)
 {
-    static const char *const pairs[][2] = {{"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}};
     struct stat st;
     if (stat(path, &st) != 0) {
         dpt_errorf(err, "tokenizer %s: %s\n" HF_HINT, path, strerror(errno));
@@ -726,28 +754,19 @@ dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err)
     } else {
         const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
         for (int i = 0; i < 2; i++)
-            if (!strcmp(base, pairs[i][0])) pair = i;
+            if (!strcmp(base, PAIRS[i][0])) pair = i;
         if (pair < 0) return ends_with(base, ".json") ? dpt_tokenizer_load_hf_json(path, err) : load_llmc(path, err);
         dir = dpt_strf("%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
     }
+    char *v, *m, *j;
     dpt_tokenizer *t = NULL;
-    bool found = false;
-    for (int i = 0; i < 2 && !found; i++) {
-        if (pair >= 0 && i != pair) continue;
-        char *v = dpt_strf("%s/%s", dir, pairs[i][0]), *m = dpt_strf("%s/%s", dir, pairs[i][1]);
-        if ((found = is_there(v) && is_there(m))) t = dpt_tokenizer_load_hf(v, m, err);
-        free(v), free(m);
-    }
-    if (!found && pair < 0) {
-        char *j = dpt_strf("%s/tokenizer.json", dir);
-        if ((found = is_there(j))) t = dpt_tokenizer_load_hf_json(j, err);
-        free(j);
-    }
-    if (!found)
+    if (!folder_files(dir, pair, &v, &m, &j))
         dpt_errorf(err, "tokenizer %s: %s\n" HF_HINT, path,
                    pair >= 0 ? (pair ? "no vocab.bpe beside it" : "no merges.txt beside it")
                              : "a folder without vocab.json and merges.txt, encoder.json and vocab.bpe, or tokenizer.json");
-    free(dir);
+    else
+        t = j ? dpt_tokenizer_load_hf_json(j, err) : dpt_tokenizer_load_hf(v, m, err);
+    free(v), free(m), free(j), free(dir);
     return t;
 }
 

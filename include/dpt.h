@@ -591,6 +591,8 @@ const dpt_decoder *dpt_model_decoder(const dpt_model *model); /* NULL: the model
  * gives the same ids); text that spells <|endoftext|> is encoded as ordinary text. */
 typedef struct dpt_tokenizer dpt_tokenizer;
 dpt_tokenizer *dpt_tokenizer_load(const char *path, dpt_error *err);
+/* Whether the folder holds files dpt_tokenizer_load reads as a folder's. */
+bool dpt_tokenizer_in(const char *dir);
 void dpt_tokenizer_free(dpt_tokenizer *t);
 int32_t dpt_tokenizer_vocab(const dpt_tokenizer *t);
 int32_t dpt_tokenizer_eot(const dpt_tokenizer *t); /* <|endoftext|>: llm.c starts its samples with it */

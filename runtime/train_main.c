@@ -975,10 +975,8 @@ static int parse_cli(int argc, char **argv, cli *args)
         char *dir = stat(w, &st) == 0 && S_ISDIR(st.st_mode) ? dpt_strf("%s", w)
                     : slash                                   ? dpt_strf("%.*s", (int)(slash - w), w)
                                                               : dpt_strf(".");
-        char *v = dpt_strf("%s/vocab.json", dir), *m = dpt_strf("%s/merges.txt", dir), *j = dpt_strf("%s/tokenizer.json", dir);
-        if ((access(v, R_OK) == 0 && access(m, R_OK) == 0) || access(j, R_OK) == 0) args->tokenizer = found_tokenizer = dir;
+        if (dpt_tokenizer_in(dir)) args->tokenizer = found_tokenizer = dir;
         else free(dir);
-        free(v), free(m), free(j);
     }
     if (args->export_format && dpt_export_is_file_format(args->export_format)) { /* the checkpoint alone */
         dpt_error err;
