@@ -40,6 +40,19 @@ def pieces(text):
         yield "".join(CHARS[b] for b in piece.encode("utf-8", "surrogateescape"))
 
 
+def merge_all(word, pair):
+    """Every occurrence of pair in word merged, left to right (encoder.py's step)."""
+    out, i = [], 0
+    while i < len(word):
+        if i + 1 < len(word) and (word[i], word[i + 1]) == pair:
+            out.append(word[i] + word[i + 1])
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return out
+
+
 def merge_pairs(word, ranks):
     word = list(word)
     while len(word) > 1:
@@ -47,15 +60,7 @@ def merge_pairs(word, ranks):
         best = min(pairs, key=lambda p: ranks.get(p, float("inf")))
         if best not in ranks:
             break
-        out, i = [], 0
-        while i < len(word):
-            if i + 1 < len(word) and (word[i], word[i + 1]) == best:
-                out.append(word[i] + word[i + 1])
-                i += 2
-            else:
-                out.append(word[i])
-                i += 1
-        word = out
+        word = merge_all(word, best)
     return word
 
 
@@ -124,15 +129,8 @@ def train(vocab_path, merges_path, llmc_path, n_merges, paths):
         known.add(best[0] + best[1])
         joined = {}
         for w, c in words.items():
-            out, i = [], 0
-            while i < len(w):
-                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
-                    out.append(w[i] + w[i + 1])
-                    i += 2
-                else:
-                    out.append(w[i])
-                    i += 1
-            joined[tuple(out)] = joined.get(tuple(out), 0) + c
+            out = tuple(merge_all(w, best))
+            joined[out] = joined.get(out, 0) + c
         words = joined
     tokens.append("<|endoftext|>")
     with open(vocab_path, "w", encoding="utf-8") as f:
