@@ -381,13 +381,22 @@ static bool vocab_build(dpt_tokenizer *t, vocab_list *v, const char *path, const
 }
 
 /* vocab.json. */
-static bool read_vocab(dpt_tokenizer *t, const char *path, const int16_t *char_byte, dpt_error *err)
+/* A tokenizer's JSON file read whole (NULL with err), and p a cursor over it. */
+static char *json_file(const char *path, dpt_json *p, dpt_error *err)
 {
     size_t size;
     char *json = read_whole(path, &size, err);
+    if (json)
+        *p = (dpt_json){.s = json, .end = json + size, .start = json, .path = path, .where = "its JSON", .unit = "",
+                        .hint = HF_HINT, .err = err, .controls = true};
+    return json;
+}
+
+static bool read_vocab(dpt_tokenizer *t, const char *path, const int16_t *char_byte, dpt_error *err)
+{
+    dpt_json p;
+    char *json = json_file(path, &p, err);
     if (!json) return false;
-    dpt_json p = {.s = json, .end = json + size, .start = json, .path = path, .where = "its JSON", .unit = "",
-                  .hint = HF_HINT, .err = err, .controls = true};
     vocab_list v = {0};
     bool ok = vocab_object(&p, &v) && dpt_json_end(&p);
     free(json);
@@ -613,11 +622,9 @@ static bool added_tokens_array(dpt_json *p, hf_json *h)
  * another kind, which would cut or change text otherwise than GPT-2's. */
 dpt_tokenizer *dpt_tokenizer_load_hf_json(const char *path, dpt_error *err)
 {
-    size_t size;
-    char *json = read_whole(path, &size, err);
+    dpt_json p;
+    char *json = json_file(path, &p, err);
     if (!json) return NULL;
-    dpt_json p = {.s = json, .end = json + size, .start = json, .path = path, .where = "its JSON", .unit = "",
-                  .hint = HF_HINT, .err = err, .controls = true};
     hf_json h = {0};
     bool first = true, ok = dpt_json_expect(&p, '{'), have_model = false, have_pre = false;
     while (ok && dpt_json_more(&p, '}', &first)) {
