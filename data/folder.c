@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,17 +275,13 @@ static void cache_paths(const char *root, const char *cache_dir, char own[4200],
     }
 }
 
-static bool write_cache(const char *path, const char *root, const listing *l)
+/* false with err's first line saying why (a read-only folder, a FIFO or link at the name) */
+static bool write_cache(const char *path, const char *root, const listing *l, dpt_error *err)
 {
-    for (int64_t i = 0; i < l->n; i++)
-        if (strchr(l->files[i], '\n')) return false; /* a name the line format cannot hold */
-    for (int i = 0; i < l->nclasses; i++)
-        if (strchr(l->classes[i], '\n')) return false;
     dpt_atomic_file af;
-    dpt_error err;
     /* ranks and DataParallel replicas may write at once: each its own unpredictable file
      * (mkstemp, never through a link planted in a shared data folder), renamed over */
-    if (!dpt_atomic_file_open(&af, path, &err)) return false;
+    if (!dpt_atomic_file_open(&af, path, err)) return false;
     FILE *f = af.f;
     fprintf(f, "%s\nroot %s\ndirs %d\n", LIST_MAGIC, root, l->ndirs);
     for (int i = 0; i < l->ndirs; i++)
@@ -295,7 +292,7 @@ static bool write_cache(const char *path, const char *root, const listing *l)
     fprintf(f, "files %lld ignored %lld\n", (long long)l->n, (long long)l->ignored);
     for (int64_t i = 0; i < l->n; i++)
         fprintf(f, "%d %s\n", l->cls[i], l->files[i]);
-    return dpt_atomic_file_close(&af, true, &err);
+    return dpt_atomic_file_close(&af, true, err);
 }
 
 static bool read_line(FILE *f, char *buf, size_t size)
@@ -328,8 +325,14 @@ static bool inside_root(const char *rel)
 static bool read_cache(const char *path, const char *root, listing *l)
 {
     memset(l, 0, sizeof *l);
-    FILE *f = fopen(path, "r");
-    if (!f) return false;
+    /* a FIFO or device planted where the cache goes is no cache: not opened blocking, not read */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat fst;
+    FILE *f = fd >= 0 && fstat(fd, &fst) == 0 && S_ISREG(fst.st_mode) ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        return false;
+    }
     char line[8400], sub[8400];
     long long a, b;
     int nd = 0, nc = 0;
@@ -392,15 +395,19 @@ static bool list_files(const char *root, const char *cache_dir, listing *l, char
     for (int i = 0; i < l->nclasses && !newline; i++)
         newline = strchr(l->classes[i], '\n') != NULL;
     size_t at;
+    dpt_error why_own = {{0}}, why_other = {{0}};
     if (newline)
         at = (size_t)snprintf(note, note_size, "walked (file list not cached: a file or folder name holds a newline)");
-    else if (write_cache(own, root, l))
+    else if (write_cache(own, root, l, &why_own))
         at = (size_t)snprintf(note, note_size, "walked, file list cached in %s", own);
-    else if (*other && write_cache(other, root, l))
+    else if (*other && write_cache(other, root, l, &why_other))
         at = (size_t)snprintf(note, note_size, "walked, file list cached in %s", other);
-    else
-        at = (size_t)snprintf(note, note_size, "walked (file list not cached: %s is read-only%s)", root,
-                              *other ? " and so is the checkpoint folder" : "");
+    else { /* the real reasons (a read-only folder, a FIFO or a link at the name), their first lines */
+        why_own.msg[strcspn(why_own.msg, "\n")] = '\0';
+        why_other.msg[strcspn(why_other.msg, "\n")] = '\0';
+        at = (size_t)snprintf(note, note_size, "walked (file list not cached: %s%s%s)", why_own.msg,
+                              *other ? "; " : "", why_other.msg);
+    }
     if (l->odd && at < note_size)
         snprintf(note + at, note_size - at,
                  "; %lld named like an image but not a regular file (a FIFO, a device, a link to nothing or to "

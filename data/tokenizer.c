@@ -55,28 +55,29 @@ static void merges_from_ids(dpt_tokenizer *t);
 
 static dpt_tokenizer *load_llmc(const char *path, dpt_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO is refused, not waited on */
+    if (fd < 0) {
         dpt_errorf(err, "--tokenizer %s: %s\n" TOK_HINT, path, strerror(errno));
         return NULL;
     }
     struct stat st;
     /* the largest a valid file can be: the header and 2^24 tokens of 256 bytes */
     const long long most = 1024LL + (long long)TOK_MAX_VOCAB * 256;
-    const char *not_one = fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) ? "not a regular file"
-                          : st.st_size < 1024                                ? "shorter than its 1024-byte header"
-                          : st.st_size > most                                ? "larger than any vocabulary's"
-                                                                             : NULL;
+    const char *not_one = fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ? "not a regular file"
+                          : st.st_size < 1024                        ? "shorter than its 1024-byte header"
+                          : st.st_size > most                        ? "larger than any vocabulary's"
+                                                                     : NULL;
     if (not_one) {
         dpt_errorf(err, "--tokenizer %s: not a tokenizer file (%s)\n" TOK_HINT, path, not_one);
-        fclose(f);
+        close(fd);
         return NULL;
     }
     size_t size = (size_t)st.st_size;
     unsigned char *all = malloc(size);
     if (!all) dpt_fatal("out of host memory reading %s (%zu bytes)", path, size);
-    size_t got = fread(all, 1, size, f);
-    fclose(f);
+    size_t got;
+    dpt_read_at(fd, all, size, 0, &got);
+    close(fd);
     dpt_tokenizer *t = NULL;
     if (got != size) {
         dpt_errorf(err, "--tokenizer %s: read %zu of its %zu bytes\n" TOK_HINT, path, got, size);

@@ -14,11 +14,13 @@
  * order within each kind. GPT-2 small (12 layers, 12 heads, 768 channels, 1024 positions,
  * vocab 50257 padded to 50304) has 124,475,904 parameters. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dpt.h"
 #include "../runtime/registry.h"
@@ -154,8 +156,15 @@ static dpt_tensor **llmc_order(gpt *g, int *count, int64_t *all, size_t *most)
 
 static bool llmc_load(gpt *g, const char *path, const char *where, dpt_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dpt_errorf(err, "%s: [model] init = llmc:%s: %s", where, path, strerror(errno));
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO is refused, not waited on */
+    struct stat st;
+    if (fd < 0) return dpt_errorf(err, "%s: [model] init = llmc:%s: %s", where, path, strerror(errno));
+    FILE *f = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        close(fd);
+        return dpt_errorf(err, "%s: [model] init = llmc:%s: not a regular file (a folder, FIFO or device)\nHINT: "
+                               "give llm.c's checkpoint file (gpt2_124M.bin)", where, path);
+    }
     int32_t h[256];
     bool ok = fread(h, sizeof h, 1, f) == 1;
     if (!ok || h[0] != LLMC_MAGIC || (h[1] != LLMC_FP32 && h[1] != LLMC_BF16)) {
@@ -196,8 +205,7 @@ static bool llmc_load(gpt *g, const char *path, const char *where, dpt_error *er
         fclose(f);
         return dpt_errorf(err, "out of host memory reading %s", path);
     }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || (int64_t)st.st_size != 1024 + 4 * total) {
+    if ((int64_t)st.st_size != 1024 + 4 * total) {
         free(buf), free(list);
         fclose(f);
         return dpt_errorf(err, "%s: %s has %lld bytes; its header describes %lld parameters (%lld bytes with the "

@@ -267,7 +267,15 @@ printf '{"": 0}' > "$tmp/b/vocab.json"; bad_case "an empty token" "is empty"
 printf '{"a": 0, "b": 1}' > "$tmp/b/vocab.json"; bad_case "bytes without a token of their own" "no token of its own"
 $py -c "print('{\"' + 'Ġ' * 256 + '\": 0}')" > "$tmp/b/vocab.json"; bad_case "a token of 256 bytes" "longer than 255 bytes"
 rm "$tmp/b/vocab.json"; mkfifo "$tmp/b/vocab.json"; bad_case "a FIFO named vocab.json" "not a regular file"
-rm -f "$tmp/b/vocab.json"; good_vocab; rm "$tmp/b/merges.txt"
+rm -f "$tmp/b/vocab.json"; good_vocab
+# llm.c's file as a FIFO: refused at once, not waited on (fopen blocked here until 2026-12-07)
+mkfifo "$tmp/fifo.bin"
+msg=$(timeout 20 "$tt" --tokenizer "$tmp/fifo.bin" "$tmp/bo" "$tmp/fort.txt" 2>&1); rc=$?
+msg2=$(timeout 20 ./train $lm --sample latest --tokenizer "$tmp/fifo.bin" --prompt "x" --tokens 2 2>&1); rc2=$?
+[ $rc -eq 1 ] && [ $rc2 -eq 1 ] && grep -q "$tmp/fifo.bin: not a tokenizer file (not a regular file)" <<<"$msg" &&
+    grep -q "$tmp/fifo.bin: not a tokenizer file (not a regular file)" <<<"$msg2"
+check "refused: a FIFO as llm.c's tokenizer file (text_tokens and --sample, neither waits)" $? "rc $rc/$rc2: $msg / $msg2"
+rm "$tmp/b/merges.txt"
 msg=$("$tt" --tokenizer "$tmp/b" "$tmp/bo" "$tmp/fort.txt" 2>&1)
 [ $? -eq 1 ] && grep -q "without vocab.json and merges.txt, encoder.json and vocab.bpe, or tokenizer.json" <<<"$msg"
 check "refused: a folder without merges.txt" $? "$msg"

@@ -84,6 +84,10 @@ got=$(./train "${gpt[@]}" --set model.init="llmc:$tmp/w.bin" --set optim.lr=0 --
       --set checkpoint.every_epochs=0 2>&1 | sha)
 check "init = llmc:the export, learning rate 0: the checkpoint's weights hash" \
     $([ -n "$got" ] && [ "$got" = "$want" ]; echo $?) "got $got, want $want"
+mkfifo "$tmp/fifo.bin"
+msg=$(timeout 30 ./train "${gpt[@]}" --set model.init="llmc:$tmp/fifo.bin" --set train.max_steps=1 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "init = llmc:$tmp/fifo.bin: not a regular file" <<<"$msg"
+check "init = llmc:a FIFO: refused at once, not waited on" $? "exit $rc: $(tail -3 <<<"$msg")"
 
 # the other way round: a file written in llm.c's layout by NumPy (every tensor random, so no two
 # of one shape can be swapped unseen), loaded (init = llmc:), checkpointed untouched (lr 0) and

@@ -58,6 +58,13 @@ grep -q '/etc/passwd' "$tmp/esc/.dptrain-files-train" 2>/dev/null; planted=$?
 [ $rc -eq 0 ] && [ $planted -ne 0 ] && grep -q "train: walked, file list cached in $tmp/esc/.dptrain-files-train" <<<"$e"
 check "a cache naming ../../etc/passwd: refused, the folder walked and cached again" $? \
     "exit $rc, planted still there: $((1 - planted)): $(grep '^images\|error' <<<"$e")"
+# a FIFO planted where the cache goes: no cache (not opened blocking, not read), walked; it is
+# not replaced (what is not dptrain's own file is refused, not mended) and the note says why
+cp -r "$tmp/img" "$tmp/pipe" && rm -f "$tmp/pipe"/.dptrain-files-* && mkfifo "$tmp/pipe/.dptrain-files-train"
+e=$(timeout 60 ./train "${run[@]}" --set data.dir="$tmp/pipe" --set checkpoint.dir="$tmp/pipe_a" --set train.max_steps=1 2>&1); rc=$?
+[ $rc -eq 0 ] && [ -p "$tmp/pipe/.dptrain-files-train" ] && grep -q "train: walked (file list not cached: cannot write $tmp/pipe/.dptrain-files-train: something that is not a regular file (a FIFO, a device or a socket) stands at its name; " <<<"$e"
+check "a FIFO where the file-list cache goes: walked, not waited on, not replaced, and the note says why" $? \
+    "exit $rc: $(grep '^images\|error' <<<"$e")"
 
 # interrupted at step 20 (mid epoch 2 of 15 steps), resumed: the uninterrupted weights
 ./train "${run[@]}" --set checkpoint.dir="$tmp/c" --set checkpoint.every_steps=5 --set distributed.fault=exit \
