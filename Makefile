@@ -146,7 +146,7 @@ endif
 endif
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/builtins.o
-PLUGIN_OBJS := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o) $(BUILD)/runtime/comm_nccl.pic.o
+PLUGIN_OBJS := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o) $(BUILD)/runtime/comm_nccl.pic.o $(BUILD)/runtime/watchdog.pic.o
 LIB      := $(BUILD)/libdpt.a
 TEST_SRCS  := $(wildcard tests/test_*.c)
 MPI_TEST_SRCS := $(if $(filter 1,$(MPI)),$(wildcard tests/mpi_*.c))
@@ -184,7 +184,7 @@ bench:
 
 # The unit tests once more under AddressSanitizer and UBSan, in their own build folder, without
 # nvcc: they run on the CPU, and the main build already compiles the CUDA code.
-ASAN_TESTS := test_ops test_autograd test_conv test_data test_batch_aug test_sample test_augment test_csv test_config test_checkpoint test_schedule test_optim test_registry test_half test_image
+ASAN_TESTS := test_ops test_autograd test_conv test_data test_batch_aug test_sample test_augment test_csv test_config test_checkpoint test_schedule test_optim test_registry test_half test_image test_watchdog
 asan-build:
 	@$(MAKE) --no-print-directory BUILD=build-asan NVCC= OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" \
 	    $(ASAN_TESTS:%=build-asan/tests/%)

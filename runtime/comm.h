@@ -51,11 +51,13 @@ typedef struct dpt_comm_ops {
      * reduce_avg_async: average buf over ranks on the communication stream, ordered after
      * the compute stream's work so far (the gradients in buf are final).
      * join: the compute stream's later work waits for every reduction enqueued since the
-     * last join. The host waits too, polling for asynchronous errors; after timeout_s it
-     * aborts the communicator and returns false. *comm_s gets the time the reductions took
-     * on the communication stream. */
+     * last join; the host does not wait. The communicator watches them on a thread of its own
+     * and ends the job, naming `what`, on an asynchronous error or when nothing finishes for
+     * its timeout. *comm_s and *exposed_s (either may be NULL) get the reductions' time on the
+     * communication stream and the compute stream's wait for them, of the latest join whose
+     * work has finished (a step or more late; 0 before the first). */
     void (*reduce_avg_async)(dpt_comm *comm, float *buf, int64_t n);
-    bool (*join)(dpt_comm *comm, double timeout_s, double *comm_s);
+    void (*join)(dpt_comm *comm, const char *what, double *comm_s, double *exposed_s);
 } dpt_comm_ops;
 
 struct dpt_comm {

@@ -1,9 +1,11 @@
 /* comm_nccl.c: the communicator for device buffers: NCCL on the context's communication
  * stream. An AllReduce waits for an event recorded on the compute stream when its bucket
- * became ready, runs while backward continues, and join() makes the compute stream (the
- * optimizer) wait for the last one. The host polls an event instead of blocking in CUDA, so
- * a peer that died or hangs is seen: ncclCommGetAsyncError, or the timeout, after which
- * the communicator is aborted and the job stopped with a report. Part of libdpt_cuda.so: the
+ * became ready and runs while backward continues; join() makes the compute stream (the
+ * optimizer) wait for the last one and returns at once: the host never waits for the
+ * reductions. A watchdog thread (watchdog.c) polls what was enqueued, in order, and ends the
+ * job when NCCL reports an asynchronous error (a peer died) or when nothing finishes for the
+ * job's timeout (a peer hangs): the communicator is aborted, which frees the GPU from kernels
+ * waiting for a peer, and the report names the collective. Part of libdpt_cuda.so: the
  * library's dpt_comm_nccl_new (cuda_plugin.c) loads the plugin and calls
  * dpt_cuda_plugin_nccl_new. */
 #include "comm.h"
@@ -17,11 +19,32 @@ dpt_comm *dpt_cuda_plugin_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)
 
 #if DPT_CUDA && DPT_NCCL
 
+#include <pthread.h>
+#include <stdio.h>
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include "cuda_check.h"
 #include "cuda_util.h"
+#include "watchdog.h"
+
+/* Records the host may have enqueued and the watchdog not yet seen finish: beyond that the
+ * host waits for the oldest (the host runs at most a few steps ahead of the device). */
+enum { WATCH_RECORDS = 8 };
+
+/* One watched stretch of the communication stream: the collectives enqueued since the record
+ * before, ending at `done`. A join's record also holds its AllReduces' timing and the compute
+ * stream's wait for them (between waited_from and resumed). */
+typedef struct watch_rec {
+    cudaEvent_t done;                 /* communication stream: this record's collectives finished */
+    cudaEvent_t waited_from, resumed; /* compute stream, a join's: before and after its wait on done */
+    cudaEvent_t *start, *end;         /* per AllReduce of a join's record (timing) */
+    int nlaunch, cap;
+    bool join;
+    char what[160]; /* the collective(s), for the report */
+    struct watch_rec *next_free;
+} watch_rec;
 
 typedef struct nccl_impl {
     ncclComm_t nccl;
@@ -29,13 +52,20 @@ typedef struct nccl_impl {
     dpt_ctx *ctx;
     int device;
     cudaStream_t compute, stream;
-    cudaEvent_t ready;        /* compute -> communication: the bucket's gradients are final */
-    cudaEvent_t done;         /* communication -> compute: every reduction so far has finished */
-    cudaEvent_t *start, *end; /* per reduction since the last join (timing) */
-    int nlaunch, cap;
-    uint16_t *wire; /* wire16: the largest bucket in 16 bits, on the device (NULL: fp32) */
+    cudaEvent_t ready; /* compute -> communication: the bucket's gradients are final */
+    uint16_t *wire;    /* wire16: the largest bucket in 16 bits, on the device (NULL: fp32) */
     bool bf16;
     double timeout_s; /* the host communicator's, kept for the end (it may be gone by then) */
+    /* NCCL calls on this communicator: the host thread's, and the watchdog's error polls
+     * (NCCL lets one thread at a time operate a communicator) */
+    pthread_mutex_t lock;
+    dpt_watchdog *watchdog;
+    watch_rec recs[WATCH_RECORDS];
+    watch_rec *cur; /* collecting this step's AllReduces (host thread), NULL: none yet */
+    /* the free records and the latest finished join's times, shared with the watchdog */
+    pthread_mutex_t pool_mu;
+    watch_rec *free_recs;
+    double last_comm_s, last_exposed_s;
 } nccl_impl;
 
 static nccl_impl *impl_of(dpt_comm *comm)
@@ -56,12 +86,13 @@ static ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, double timeout_s)
     return rc;
 }
 
-/* A call on the communicator: its ncclInProgress waited out, then NCCL's name for the
- * result and its last-error detail for this communicator (cuda_check.h's family). */
+/* A call on the communicator, under its lock: its ncclInProgress waited out, then NCCL's name
+ * for the result and its last-error detail for this communicator (cuda_check.h's family). */
 #define CHECK_NCCL_COMM(im, call)                                                                            \
     do {                                                                                                     \
-        ncclResult_t nccl_rc_ =                                                                              \
-            settle((im)->nccl, (call), (im)->host->timeout_s > 0 ? (im)->host->timeout_s : 300);             \
+        pthread_mutex_lock(&(im)->lock);                                                                     \
+        ncclResult_t nccl_rc_ = settle((im)->nccl, (call), (im)->timeout_s);                                 \
+        pthread_mutex_unlock(&(im)->lock);                                                                   \
         if (nccl_rc_ != ncclSuccess)                                                                         \
             dpt_library_failed_at(__FILE__, __LINE__, "%s failed: NCCL %s (%s)" DPT_NCCL_HINT, #call,        \
                                   nccl_rc_ == ncclInProgress                                                 \
@@ -69,6 +100,107 @@ static ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, double timeout_s)
                                       : ncclGetErrorString(nccl_rc_),                                        \
                                   ncclGetLastError((im)->nccl));                                             \
     } while (0)
+
+/* ---------------------------------------------------------------- the watchdog's side */
+
+static void watch_start(void *user)
+{
+    nccl_impl *im = user;
+    cudaSetDevice(im->device); /* events are queried on the device they belong to */
+}
+
+static dpt_watch_state watch_poll(void *user, void *item, char *why, size_t why_size)
+{
+    nccl_impl *im = user;
+    watch_rec *rec = item;
+    /* a join's record is over when the compute stream has passed its wait (its times are then
+     * readable), which implies done */
+    cudaError_t q = cudaEventQuery(rec->join ? rec->resumed : rec->done);
+    if (q == cudaSuccess) return DPT_WATCH_DONE;
+    if (q != cudaErrorNotReady) {
+        snprintf(why, why_size, "CUDA: %s", cudaGetErrorString(q));
+        return DPT_WATCH_FAILED;
+    }
+    ncclResult_t async = ncclSuccess;
+    if (pthread_mutex_trylock(&im->lock) == 0) { /* the host thread is not in an NCCL call */
+        if (ncclCommGetAsyncError(im->nccl, &async) != ncclSuccess) async = ncclSuccess;
+        pthread_mutex_unlock(&im->lock);
+    }
+    if (async != ncclSuccess && async != ncclInProgress) {
+        snprintf(why, why_size, "NCCL reported an asynchronous error: %s", ncclGetErrorString(async));
+        return DPT_WATCH_FAILED;
+    }
+    return DPT_WATCH_PENDING;
+}
+
+static void watch_finished(void *user, void *item)
+{
+    nccl_impl *im = user;
+    watch_rec *rec = item;
+    double comm_ms = 0.0;
+    float exposed_ms = 0.0f;
+    for (int i = 0; i < rec->nlaunch; i++) {
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, rec->start[i], rec->end[i]) == cudaSuccess) comm_ms += ms;
+    }
+    if (rec->join && cudaEventElapsedTime(&exposed_ms, rec->waited_from, rec->resumed) != cudaSuccess) exposed_ms = 0;
+    pthread_mutex_lock(&im->pool_mu);
+    if (rec->join) im->last_comm_s = comm_ms / 1e3, im->last_exposed_s = (double)exposed_ms / 1e3;
+    rec->nlaunch = 0;
+    rec->join = false;
+    rec->next_free = im->free_recs;
+    im->free_recs = rec;
+    pthread_mutex_unlock(&im->pool_mu);
+}
+
+static void watch_stuck(void *user, void *item, const char *why, double waited_s)
+{
+    nccl_impl *im = user;
+    watch_rec *rec = item;
+    ncclCommAbort(im->nccl); /* frees the GPU from kernels waiting for a peer */
+    if (why)
+        dpt_abort_job("rank %d of %d: waiting for %s: %s\nHINT: another rank may have stopped; NCCL_DEBUG=INFO "
+                      "shows more",
+                      im->host->rank, im->host->size, rec->what, why);
+    dpt_abort_job("rank %d of %d: collective timed out after %.0f s: %s ([distributed] comm_timeout_s = %.0f s); "
+                  "the NCCL communicator was aborted\nHINT: another rank stopped or is much slower; raise "
+                  "[distributed] comm_timeout_s if steps are legitimately this slow; NCCL_DEBUG=INFO shows where "
+                  "NCCL waits",
+                  im->host->rank, im->host->size, waited_s, rec->what, im->timeout_s);
+}
+
+static const dpt_watchdog_ops watch_ops = {
+    .start = watch_start, .poll = watch_poll, .finished = watch_finished, .stuck = watch_stuck};
+
+/* ---------------------------------------------------------------- the host's side */
+
+/* A free record; with none free, the host waits for the watchdog to hand one back. */
+static watch_rec *take_rec(nccl_impl *im)
+{
+    for (;;) {
+        pthread_mutex_lock(&im->pool_mu);
+        watch_rec *rec = im->free_recs;
+        if (rec) im->free_recs = rec->next_free;
+        pthread_mutex_unlock(&im->pool_mu);
+        if (rec) return rec;
+        /* every record but the host's own is queued: wait until one comes back */
+        int queued = dpt_watchdog_queued(im->watchdog);
+        if (queued == 0) dpt_fatal("no NCCL watch record is free and none is queued");
+        if (!dpt_watchdog_wait(im->watchdog, queued - 1)) dpt_fatal("the NCCL watchdog stopped");
+    }
+}
+
+/* After the collectives of rec on the communication stream: rec ends there, and the compute
+ * stream's later work waits for it. */
+static void end_record(nccl_impl *im, watch_rec *rec, const char *what)
+{
+    snprintf(rec->what, sizeof rec->what, "%s", what);
+    CHECK_CUDA(cudaEventRecord(rec->done, im->stream));
+    if (rec->join) CHECK_CUDA(cudaEventRecord(rec->waited_from, im->compute));
+    CHECK_CUDA(cudaStreamWaitEvent(im->compute, rec->done, 0));
+    if (rec->join) CHECK_CUDA(cudaEventRecord(rec->resumed, im->compute));
+    dpt_watchdog_watch(im->watchdog, rec);
+}
 
 /* The bucket's writer is the compute stream: order the communication stream after it. */
 static void after_compute(nccl_impl *im)
@@ -78,28 +210,24 @@ static void after_compute(nccl_impl *im)
     CHECK_CUDA(cudaStreamWaitEvent(im->stream, im->ready, 0));
 }
 
-static void before_compute(nccl_impl *im)
-{
-    CHECK_CUDA(cudaEventRecord(im->done, im->stream));
-    CHECK_CUDA(cudaStreamWaitEvent(im->compute, im->done, 0));
-}
-
 static void nccl_reduce_avg_async(dpt_comm *comm, float *buf, int64_t n)
 {
     nccl_impl *im = impl_of(comm);
-    if (im->nlaunch == im->cap) {
-        int cap = im->cap ? 2 * im->cap : 16;
-        im->start = realloc(im->start, (size_t)cap * sizeof *im->start);
-        im->end = realloc(im->end, (size_t)cap * sizeof *im->end);
-        if (!im->start || !im->end) dpt_fatal("out of host memory for NCCL events");
-        for (int i = im->cap; i < cap; i++) {
-            CHECK_CUDA(cudaEventCreate(&im->start[i]));
-            CHECK_CUDA(cudaEventCreate(&im->end[i]));
+    if (!im->cur) im->cur = take_rec(im);
+    watch_rec *rec = im->cur;
+    if (rec->nlaunch == rec->cap) {
+        int cap = rec->cap ? 2 * rec->cap : 16;
+        rec->start = realloc(rec->start, (size_t)cap * sizeof *rec->start);
+        rec->end = realloc(rec->end, (size_t)cap * sizeof *rec->end);
+        if (!rec->start || !rec->end) dpt_fatal("out of host memory for NCCL events");
+        for (int i = rec->cap; i < cap; i++) {
+            CHECK_CUDA(cudaEventCreate(&rec->start[i]));
+            CHECK_CUDA(cudaEventCreate(&rec->end[i]));
         }
-        im->cap = cap;
+        rec->cap = cap;
     }
     after_compute(im);
-    CHECK_CUDA(cudaEventRecord(im->start[im->nlaunch], im->stream));
+    CHECK_CUDA(cudaEventRecord(rec->start[rec->nlaunch], im->stream));
     if (im->wire) { /* one staging buffer: the stream runs the buckets one after another */
         dpt_cuda_f32_to_h16(im->stream, im->wire, buf, n, im->bf16);
         CHECK_NCCL_COMM(im, ncclAllReduce(im->wire, im->wire, (size_t)n, im->bf16 ? ncclBfloat16 : ncclFloat16,
@@ -108,45 +236,22 @@ static void nccl_reduce_avg_async(dpt_comm *comm, float *buf, int64_t n)
     } else {
         CHECK_NCCL_COMM(im, ncclAllReduce(buf, buf, (size_t)n, ncclFloat, ncclAvg, im->nccl, im->stream));
     }
-    CHECK_CUDA(cudaEventRecord(im->end[im->nlaunch], im->stream));
-    im->nlaunch++;
+    CHECK_CUDA(cudaEventRecord(rec->end[rec->nlaunch], im->stream));
+    rec->nlaunch++;
 }
 
-static bool nccl_join(dpt_comm *comm, double timeout_s, double *comm_s)
+static void nccl_join(dpt_comm *comm, const char *what, double *comm_s, double *exposed_s)
 {
     nccl_impl *im = impl_of(comm);
     CHECK_CUDA(cudaSetDevice(im->device));
-    before_compute(im);
-    double deadline = dpt_now_s() + timeout_s;
-    for (;;) {
-        cudaError_t q = cudaEventQuery(im->done);
-        if (q == cudaSuccess) break;
-        if (q != cudaErrorNotReady)
-            dpt_abort_job("rank %d: waiting for NCCL: %s", comm->rank, cudaGetErrorString(q));
-        ncclResult_t async = ncclSuccess;
-        CHECK_NCCL_COMM(im, ncclCommGetAsyncError(im->nccl, &async));
-        if (async != ncclSuccess && async != ncclInProgress) {
-            ncclCommAbort(im->nccl);
-            dpt_abort_job("rank %d: NCCL reported an asynchronous error: %s\n"
-                          "HINT: another rank may have stopped; NCCL_DEBUG=INFO shows more",
-                          comm->rank, ncclGetErrorString(async));
-        }
-        if (dpt_now_s() > deadline) {
-            ncclCommAbort(im->nccl); /* frees the GPU from kernels waiting for a peer */
-            im->nccl = NULL;
-            return false;
-        }
-        dpt_sleep_ms(0.02);
-    }
-    double total_ms = 0.0;
-    for (int i = 0; i < im->nlaunch; i++) {
-        float ms = 0.0f;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, im->start[i], im->end[i]));
-        total_ms += ms;
-    }
-    im->nlaunch = 0;
-    if (comm_s) *comm_s = total_ms / 1e3;
-    return true;
+    watch_rec *rec = im->cur ? im->cur : take_rec(im);
+    im->cur = NULL;
+    rec->join = true;
+    end_record(im, rec, what);
+    pthread_mutex_lock(&im->pool_mu);
+    if (comm_s) *comm_s = im->last_comm_s;
+    if (exposed_s) *exposed_s = im->last_exposed_s;
+    pthread_mutex_unlock(&im->pool_mu);
 }
 
 /* The blocking calls keep the same stream order: the caller's later kernels see the result. */
@@ -155,7 +260,7 @@ static void nccl_allreduce_f32(dpt_comm *comm, float *buf, int64_t n, const char
     nccl_impl *im = impl_of(comm);
     after_compute(im);
     CHECK_NCCL_COMM(im, ncclAllReduce(buf, buf, (size_t)n, ncclFloat, ncclSum, im->nccl, im->stream));
-    before_compute(im);
+    end_record(im, take_rec(im), what ? what : "an AllReduce");
 }
 
 static void nccl_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, const char *what)
@@ -163,7 +268,7 @@ static void nccl_broadcast(dpt_comm *comm, void *buf, size_t bytes, int root, co
     nccl_impl *im = impl_of(comm);
     after_compute(im);
     CHECK_NCCL_COMM(im, ncclBroadcast(buf, buf, bytes, ncclInt8, root, im->nccl, im->stream));
-    before_compute(im);
+    end_record(im, take_rec(im), what ? what : "a broadcast");
     CHECK_CUDA(cudaStreamSynchronize(im->compute));
 }
 
@@ -199,6 +304,14 @@ static void nccl_free(dpt_comm *comm)
 {
     nccl_impl *im = impl_of(comm);
     cudaSetDevice(im->device);
+    /* AllReduces enqueued and never joined (a run ending mid-step) are watched like the rest:
+     * the watchdog is freed once every record has finished, or ends the job when one does not */
+    if (im->cur && im->cur->nlaunch) {
+        im->cur->join = true;
+        end_record(im, im->cur, "the last step's AllReduces");
+        im->cur = NULL;
+    }
+    dpt_watchdog_free(im->watchdog);
     cudaStreamSynchronize(im->stream);
     if (im->wire) cudaFree(im->wire);
     /* A non-blocking communicator is finalized first (its operations flushed, every rank
@@ -211,14 +324,21 @@ static void nccl_free(dpt_comm *comm)
         else
             ncclCommAbort(im->nccl);
     }
-    for (int i = 0; i < im->cap; i++) {
-        cudaEventDestroy(im->start[i]);
-        cudaEventDestroy(im->end[i]);
+    for (int r = 0; r < WATCH_RECORDS; r++) {
+        watch_rec *rec = &im->recs[r];
+        for (int i = 0; i < rec->cap; i++) {
+            cudaEventDestroy(rec->start[i]);
+            cudaEventDestroy(rec->end[i]);
+        }
+        free(rec->start);
+        free(rec->end);
+        cudaEventDestroy(rec->done);
+        cudaEventDestroy(rec->waited_from);
+        cudaEventDestroy(rec->resumed);
     }
     cudaEventDestroy(im->ready);
-    cudaEventDestroy(im->done);
-    free(im->start);
-    free(im->end);
+    pthread_mutex_destroy(&im->lock);
+    pthread_mutex_destroy(&im->pool_mu);
     free(im);
     free(comm);
 }
@@ -290,7 +410,19 @@ dpt_comm *dpt_cuda_plugin_nccl_new(dpt_ctx *ctx, dpt_comm *host, dpt_error *err)
         return NULL;
     }
     CHECK_CUDA(cudaEventCreateWithFlags(&im->ready, cudaEventDisableTiming));
-    CHECK_CUDA(cudaEventCreateWithFlags(&im->done, cudaEventDisableTiming));
+    pthread_mutex_init(&im->lock, NULL);
+    pthread_mutex_init(&im->pool_mu, NULL);
+    for (int r = WATCH_RECORDS - 1; r >= 0; r--) {
+        watch_rec *rec = &im->recs[r];
+        CHECK_CUDA(cudaEventCreateWithFlags(&rec->done, cudaEventDisableTiming));
+        CHECK_CUDA(cudaEventCreate(&rec->waited_from)); /* timed: the compute stream's wait */
+        CHECK_CUDA(cudaEventCreate(&rec->resumed));
+        rec->next_free = im->free_recs;
+        im->free_recs = rec;
+    }
+    /* polls every 0.2 ms while something is enqueued: a step's collectives take milliseconds,
+     * and the thread sleeps on a condition variable between steps' records */
+    im->watchdog = dpt_watchdog_new(&watch_ops, im, timeout_s, 0.2);
     comm->ops = &nccl_ops;
     comm->rank = host->rank;
     comm->size = host->size;

@@ -791,7 +791,7 @@ void dpt_ddp_free(dpt_ddp *d)
         pthread_cond_destroy(&d->done_cv);
     }
     if (d->hooked) {
-        if (d->async && d->launched) d->comm->ops->join(d->comm, d->opt.timeout_s, NULL);
+        if (d->async && d->launched) d->comm->ops->join(d->comm, "the AllReduces of the last step", NULL, NULL);
         dpt_set_grad_ready_hook(d->ctx, NULL, NULL);
         if (d->lazy) dpt_set_grad_needed_hook(d->ctx, NULL, NULL);
         rehome_grads(d, false);
@@ -862,21 +862,26 @@ static void end_step(dpt_ddp *d)
     d->step++;
 }
 
-/* The AllReduces run on the device's communication stream: the host sees only their total
- * time, so "hidden" is the part of it the host did not spend waiting here. */
+/* The AllReduces run on the device's communication stream and the host does not wait for
+ * them: the optimizer's kernels queue behind them on the device. Their time and the compute
+ * stream's wait for them (exposed communication) are measured on the device, by events, and
+ * come back with a later step's join: the stats are the latest finished step's. */
 static void finish_async(dpt_ddp *d, double backward_end)
 {
-    double comm_s = 0.0;
-    if (!d->comm->ops->join(d->comm, d->opt.timeout_s, &comm_s)) report_timeout(d);
-    double now = dpt_now_s(), waited = now - backward_end;
+    double comm_s = 0.0, exposed_s = 0.0;
+    char what[128];
+    snprintf(what, sizeof what, "the AllReduces of step %lld (%d of %d buckets)", (long long)step_label(d, d->step),
+             d->launched, d->nbuckets);
+    d->comm->ops->join(d->comm, what, &comm_s, &exposed_s);
+    double now = dpt_now_s();
     for (int i = 0; i < RING; i++)
         if (d->ring[i].step == d->step && d->ring[i].end_s == 0) d->ring[i].end_s = now;
-    if (d->timeline) dpt_timeline_span(d->timeline, "allreduce (device stream, wait)", 1, backward_end, now);
+    if (d->timeline) dpt_timeline_span(d->timeline, "allreduce (device stream, enqueued)", 1, backward_end, now);
     d->stats = (dpt_ddp_stats){.step = d->step,
                                .buckets = d->nbuckets,
-                               .wait_s = waited,
+                               .wait_s = exposed_s,
                                .comm_s = comm_s,
-                               .hidden_s = comm_s > waited ? comm_s - waited : 0.0};
+                               .hidden_s = comm_s > exposed_s ? comm_s - exposed_s : 0.0};
     d->launched = d->reduced = 0;
     end_step(d);
 }
