@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../runtime/error.h"
+#include "../runtime/openmp.h"
 #include "unicode_classes.h"
 
 typedef struct pair_slot {
@@ -268,10 +269,95 @@ static void encode_piece(const dpt_bpe *b, scratch *s, const unsigned char *t, s
     }
 }
 
-int32_t *dpt_bpe_encode_some(const dpt_bpe *b, const unsigned char *text, size_t len, bool final, size_t *used,
-                             size_t *n)
+/* ---------------------------------------------------------------- the pieces seen before */
+
+/* Text repeats its words: a piece's tokens are looked up by its bytes before they are merged
+ * again (Hugging Face's tokenizers keep such a cache too). Short pieces only, in a table per
+ * call sized by the text (at most 2^18 slots), emptied when 3/4 full (a corpus's words change
+ * along it); a hit compares the bytes, so the tokens are always the merges' own. */
+enum { CACHE_MAX_PIECE = 48, CACHE_SLOTS = 1 << 18 };
+
+typedef struct cache_slot {
+    uint64_t hash;
+    uint32_t text_at, ids_at; /* into the arenas */
+    uint16_t len, nids;       /* len 0: empty */
+} cache_slot;
+
+typedef struct piece_cache {
+    cache_slot *slots;
+    uint64_t mask; /* slots - 1 */
+    size_t used;
+    unsigned char *text;
+    int32_t *ids;
+    size_t text_n, text_cap, ids_n, ids_cap;
+} piece_cache;
+
+/* For a text of len bytes: about a slot per 8 of its bytes, 256 to 2^18 */
+static piece_cache cache_new(size_t len)
+{
+    uint64_t slots = 256;
+    while (slots < CACHE_SLOTS && slots * 8 < len)
+        slots *= 2;
+    piece_cache c = {.slots = calloc(slots, sizeof(cache_slot)), .mask = slots - 1};
+    if (!c.slots) dpt_fatal("out of host memory encoding text");
+    return c;
+}
+
+static void cache_free(piece_cache *c)
+{
+    free(c->slots), free(c->text), free(c->ids);
+}
+
+static uint64_t piece_hash(const unsigned char *t, size_t m)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ m;
+    for (size_t i = 0; i < m; i++)
+        h = (h ^ t[i]) * 0x100000001b3ULL;
+    return h ^ (h >> 29);
+}
+
+static cache_slot *cache_find(const piece_cache *c, const unsigned char *t, size_t m, uint64_t h)
+{
+    for (uint64_t i = h & c->mask;; i = (i + 1) & c->mask) {
+        cache_slot *e = &c->slots[i];
+        if (!e->len || (e->hash == h && e->len == m && !memcmp(c->text + e->text_at, t, m))) return e;
+    }
+}
+
+static void *grow_to(void *p, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap) return p;
+    while (*cap < need)
+        *cap = *cap ? 2 * *cap : 1 << 16;
+    p = realloc(p, *cap * size);
+    if (!p) dpt_fatal("out of host memory encoding text");
+    return p;
+}
+
+static void cache_put(piece_cache *c, cache_slot *e, uint64_t h, const unsigned char *t, size_t m,
+                      const int32_t *ids, size_t nids)
+{
+    if (nids > UINT16_MAX) return;
+    if (c->used >= (c->mask + 1) / 4 * 3) { /* full: start again (the text's words change with it) */
+        memset(c->slots, 0, (c->mask + 1) * sizeof *c->slots);
+        c->used = c->text_n = c->ids_n = 0;
+        e = cache_find(c, t, m, h);
+    }
+    c->text = grow_to(c->text, &c->text_cap, c->text_n + m, 1);
+    c->ids = grow_to(c->ids, &c->ids_cap, c->ids_n + nids, sizeof *c->ids);
+    memcpy(c->text + c->text_n, t, m);
+    memcpy(c->ids + c->ids_n, ids, nids * sizeof *ids);
+    *e = (cache_slot){.hash = h, .text_at = (uint32_t)c->text_n, .ids_at = (uint32_t)c->ids_n,
+                      .len = (uint16_t)m, .nids = (uint16_t)nids};
+    c->text_n += m, c->ids_n += nids;
+    c->used++;
+}
+
+static int32_t *encode_run(const dpt_bpe *b, const unsigned char *text, size_t len, bool final, size_t *used,
+                           size_t *n)
 {
     scratch s = {0};
+    piece_cache cache_of_text = cache_new(len), *cache = &cache_of_text;
     size_t cap = len / 3 + 16;
     int32_t *out = malloc(cap * sizeof *out);
     if (!out) dpt_fatal("out of host memory encoding text");
@@ -284,12 +370,96 @@ int32_t *dpt_bpe_encode_some(const dpt_bpe *b, const unsigned char *text, size_t
         } else if (!final && end + 4 > len) {
             break; /* the piece may go on, or its end depend on, what follows the text */
         }
-        encode_piece(b, &s, text + at, end - at, &out, n, &cap);
+        size_t m = end - at;
+        if (m > CACHE_MAX_PIECE) {
+            encode_piece(b, &s, text + at, m, &out, n, &cap);
+        } else {
+            uint64_t h = piece_hash(text + at, m);
+            cache_slot *e = cache_find(cache, text + at, m, h);
+            if (e->len) { /* seen: its tokens */
+                out = grow_to(out, &cap, *n + e->nids, sizeof *out);
+                memcpy(out + *n, cache->ids + e->ids_at, e->nids * sizeof *out);
+                *n += e->nids;
+            } else {
+                size_t first = *n;
+                encode_piece(b, &s, text + at, m, &out, n, &cap);
+                cache_put(cache, e, h, text + at, m, out + first, *n - first);
+            }
+        }
         at = end;
     }
     free(s.id), free(s.next), free(s.prev), free(s.heap);
+    cache_free(cache);
     *used = at;
     return out;
+}
+
+/* ---------------------------------------------------------------- long texts on several threads */
+
+static bool plain(unsigned char c) /* printable ASCII, not a space */
+{
+    return c > 0x20 && c < 0x7f;
+}
+
+/* A place where every piece ends whatever comes before or after it: "X\nY" with X and Y
+ * printable ASCII, between \n and Y. X's piece cannot take in the newline (no branch of the
+ * pattern mixes white space with anything but a leading ' '), the newline alone is a piece
+ * both when Y follows (\s+) and at the end of a text (\s+(?!\S)), and Y starts the next one.
+ * (A run of white space before the newline would not do: "  \n" at the end of a text is one
+ * piece, before Y two.) The first such place in [from, to), or 0. */
+static size_t safe_cut(const unsigned char *t, size_t from, size_t to)
+{
+    for (size_t i = from < 2 ? 2 : from; i < to; i++)
+        if (t[i - 1] == '\n' && plain(t[i]) && plain(t[i - 2])) return i;
+    return 0;
+}
+
+int32_t *dpt_bpe_encode_segments(const dpt_bpe *b, const unsigned char *text, size_t len, bool final, size_t *used,
+                                 size_t *n, size_t min_segment, int threads)
+{
+    enum { MOST = 64 };
+    size_t cuts[MOST + 1];
+    int nseg = 0;
+    cuts[0] = 0;
+    if (threads > MOST) threads = MOST;
+    if (min_segment < 1) min_segment = 1;
+    for (int k = 1; k < threads; k++) { /* near len * k / threads, each at least min_segment */
+        size_t want = len / (size_t)threads * (size_t)k;
+        if (want < cuts[nseg] + min_segment) want = cuts[nseg] + min_segment;
+        if (want >= len || len - want < min_segment) break;
+        size_t cut = safe_cut(text, want, want + min_segment < len ? want + min_segment : len);
+        if (cut) cuts[++nseg] = cut;
+    }
+    cuts[++nseg] = len;
+    if (nseg == 1) return encode_run(b, text, len, final, used, n);
+    int32_t *outs[MOST];
+    size_t counts[MOST], useds[MOST];
+    /* every segment but the last ends at a safe place: encoded whole, as if the text ended there */
+#pragma omp parallel for num_threads(nseg) schedule(static, 1)
+    for (int i = 0; i < nseg; i++)
+        outs[i] = encode_run(b, text + cuts[i], cuts[i + 1] - cuts[i], i == nseg - 1 ? final : true, &useds[i],
+                             &counts[i]);
+    size_t total = 0;
+    for (int i = 0; i < nseg; i++)
+        total += counts[i];
+    int32_t *out = malloc((total ? total : 1) * sizeof *out);
+    if (!out) dpt_fatal("out of host memory encoding text");
+    *n = 0;
+    for (int i = 0; i < nseg; i++) {
+        memcpy(out + *n, outs[i], counts[i] * sizeof *out);
+        *n += counts[i];
+        free(outs[i]);
+    }
+    *used = cuts[nseg - 1] + useds[nseg - 1];
+    return out;
+}
+
+int32_t *dpt_bpe_encode_some(const dpt_bpe *b, const unsigned char *text, size_t len, bool final, size_t *used,
+                             size_t *n)
+{
+    /* segments of at least 1 MiB: below that a thread's start and a cache of its own cost more
+     * than they save */
+    return dpt_bpe_encode_segments(b, text, len, final, used, n, (size_t)1 << 20, omp_get_max_threads());
 }
 
 int32_t *dpt_bpe_encode(const dpt_bpe *b, const unsigned char *text, size_t len, size_t *n)

@@ -33,6 +33,12 @@ int32_t *dpt_bpe_encode(const dpt_bpe *b, const unsigned char *text, size_t len,
  * the next part. final true: all of it (dpt_bpe_encode). The ids are those of the whole text. */
 int32_t *dpt_bpe_encode_some(const dpt_bpe *b, const unsigned char *text, size_t len, bool final, size_t *used,
                              size_t *n);
+/* dpt_bpe_encode_some on up to `threads` threads: the text is cut only where every piece ends
+ * whatever surrounds it ("X\nY", X and Y printable ASCII), into segments of at least
+ * min_segment bytes, each encoded on its own and the ids put together: the same ids as one
+ * thread's. dpt_bpe_encode_some uses OpenMP's threads and 1 MiB. */
+int32_t *dpt_bpe_encode_segments(const dpt_bpe *b, const unsigned char *text, size_t len, bool final, size_t *used,
+                                 size_t *n, size_t min_segment, int threads);
 /* The end of the piece that starts at text[at] (at < len): GPT-2's pattern's next match. */
 size_t dpt_bpe_piece_end(const unsigned char *text, size_t len, size_t at);
 

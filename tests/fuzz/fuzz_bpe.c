@@ -1,9 +1,10 @@
 /* fuzz_bpe.c: GPT-2's tokenizer (data/tokenizer.c, data/bpe.c): Hugging Face's vocab.json and
  * merges.txt as hostile files, and the encoder on any bytes. The first input byte chooses:
  * - even: the rest is text for a fixed tokenizer (the 256 bytes and merges of common English
- *   pairs): every piece must end past its start and within the text, the tokens' bytes must be
- *   the text again, and the text read in parts of 1-16 bytes must give the same ids, whatever
- *   the text (UTF-8 or not, one huge piece or many);
+ *   pairs and of white space): every piece must end past its start and within the text, the tokens' bytes must be
+ *   the text again, and the text read in parts of 1-16 bytes, or cut into segments for threads
+ *   at every place the cutting rule allows, must give the same ids, whatever the text (UTF-8 or
+ *   not, one huge piece or many);
  * - 1 mod 4: the rest, cut at its first 0x00 byte (or in the middle), is vocab.json then
  *   merges.txt; 3 mod 4: the rest is a tokenizer.json. Either refused with a file named, or
  *   loaded with every token 1-255 bytes, and then (when it encodes) a text's tokens inside the
@@ -15,7 +16,10 @@
 
 static const char *const MERGES[][2] = {{"t", "h"}, {"th", "e"}, {" ", "t"}, {" t", "h"}, {" th", "e"}, {"i", "n"},
                                         {"e", "r"}, {"a", "n"}, {"in", "g"}, {" ", "a"}, {"o", "n"},
-                                        {"r", "e"}, {" a", "n"}, {" an", "d"}, {"a", "a"}, {"aa", "aa"}};
+                                        {"r", "e"}, {" a", "n"}, {" an", "d"}, {"a", "a"}, {"aa", "aa"},
+                                        /* white space merges as GPT-2's: where pieces of white
+                                         * space end changes the ids */
+                                        {" ", "\n"}, {" ", " "}, {"\n", "\n"}};
 enum { NMERGES = sizeof MERGES / sizeof MERGES[0] };
 
 static dpt_bpe *fixed;
@@ -62,6 +66,22 @@ static void encode_fixed(const uint8_t *text, size_t len)
         at += k;
     }
     if (at != len) abort();
+    /* cut into segments for threads (as a long text is), anywhere the rule allows: the whole
+     * text's ids; not final, the whole text's first ids, for as many bytes as they say, and at
+     * least as many as one thread's run takes (the segments before the last end where every
+     * piece ends, so they are taken whole) */
+    size_t min_segment = 1 + (len ? text[len / 2] % 8 : 0), used_seg, m_seg, used_one, m_one;
+    int threads = 2 + (len ? text[len - 1] % 7 : 0);
+    int32_t *seg = dpt_bpe_encode_segments(fixed, text, len, true, &used_seg, &m_seg, min_segment, threads);
+    if (used_seg != len || m_seg != n || memcmp(seg, ids, n * sizeof *ids)) abort();
+    free(seg);
+    free(dpt_bpe_encode_segments(fixed, text, len, false, &used_one, &m_one, len + 1, 1));
+    seg = dpt_bpe_encode_segments(fixed, text, len, false, &used_seg, &m_seg, min_segment, threads);
+    size_t bytes = 0;
+    for (size_t i = 0; i < m_seg; i++)
+        bytes += token_len(seg[i]);
+    if (m_seg > n || memcmp(seg, ids, m_seg * sizeof *ids) || bytes != used_seg || used_seg < used_one) abort();
+    free(seg);
     /* read in parts of 1-16 bytes (dpt_bpe_encode_some, as tools/text_tokens reads a corpus): the
      * same ids */
     size_t part = len ? 1 + text[0] % 16 : 1, from = 0, have = 0, k = 0;
