@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer.h"
+#include "train.h"
 #include "error.h"
 #include "../data/image.h"
 

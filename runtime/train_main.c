@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "trainer.h"
+#include "train.h"
 #include "schema.h"
 #include "export.h"
 #include "error.h"

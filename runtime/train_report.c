@@ -13,7 +13,7 @@
 #include <omp.h>
 #endif
 
-#include "trainer.h"
+#include "train.h"
 #include "profile.h"
 #include "../data/folder.h"
 #include "digest.h"

@@ -17,7 +17,7 @@
 
 #include "autograd.h"
 #include "ctx.h"
-#include "trainer.h"
+#include "train.h"
 #include "../data/data.h"
 #include "zero.h"
 #include "reducer.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "trainer.h"
+#include "train.h"
 #include "zero.h"
 #include "profile.h"
 #include "error.h"

@@ -1,11 +1,13 @@
-/* trainer.h: the training program behind ./train and dpt_train_main, in four files:
+/* train.h: the training program behind ./train and dpt_train_main, in five files (their shared
+ * types and the functions they call in each other; named for none of them):
  *   train_main.c    the command line, the config (typed once), mpirun or DataParallel, --expect
  *   trainer.c       one replica: open, the loop (train_step, after_step), close
  *   train_report.c  what a run prints and logs: header, progress, windows, evaluations
  *   train_support.c device choice, the memory check, checkpoints, signals, the timeline
+ *   show_batch.c    --show-batch: a batch as the model sees it, written as images
  * Internal to the library; the public entry points are dpt_train_main and dpt_register_model. */
-#ifndef DPT_TRAINER_H
-#define DPT_TRAINER_H
+#ifndef DPT_TRAIN_H
+#define DPT_TRAIN_H
 
 #include <limits.h>
 
