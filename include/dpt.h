@@ -432,6 +432,14 @@ dpt_tensor *dpt_embedding(dpt_ctx *ctx, dpt_tensor *weight, dpt_tensor *ids);
 /* Layer normalization over the last dim: (x - mean) / sqrt(var + eps) * weight + bias (var
  * biased, as torch.nn.LayerNorm; weight and bias of the last dim's size, or NULL). */
 dpt_tensor *dpt_layer_norm(dpt_ctx *ctx, dpt_tensor *x, dpt_tensor *weight, dpt_tensor *bias, float eps);
+/* RMS normalization over the last dimension (LLaMA's RMSNorm): x / sqrt(mean(x^2) + eps) * weight
+ * (weight (last dim) or NULL). */
+dpt_tensor *dpt_rms_norm(dpt_ctx *ctx, dpt_tensor *x, dpt_tensor *weight, float eps);
+/* Rotary position embeddings (RoPE, transformers' rotate_half form) of x (B, T, heads hs) at
+ * positions [pos, pos + T): in each head, elements i and i + hs/2 turned by the angle of
+ * position t and pair i, whose cos and sin are the tables' row t (cos, sin: (positions, hs / 2),
+ * e.g. t theta^(-2i/hs)). */
+dpt_tensor *dpt_rotary(dpt_ctx *ctx, dpt_tensor *x, int heads, dpt_tensor *cos, dpt_tensor *sin, int64_t pos);
 /* Multi-head scaled-dot-product self-attention of fused projections qkv (B, T, 3C): the rows
  * hold q, k and v side by side, head h the slice [h hs, (h + 1) hs) of each (hs = C / heads);
  * returns (B, T, C), head h's output in its slice: softmax(q k^T / sqrt(hs)) v, with a causal
@@ -1362,6 +1370,9 @@ typedef struct dpt_model_impl {
      * dpt_atomic_file_close below make the file safely). */
     const char *export_formats;
     bool (*export_weights)(dpt_model *model, const char *format, const char *path, dpt_error *err);
+    /* Optional: the prefixes of [model] init = PREFIX:PATH that build reads itself (another
+     * program's files, comma separated: "llmc,hf"); the runtime loads every other init. */
+    const char *init_formats;
 } dpt_model_impl;
 /* A file written beside OUT under an unpredictable name (mkstemp: never through a planted
  * link), put in OUT's place only when whole (flushed, fsync'ed, renamed, the folder fsync'ed);

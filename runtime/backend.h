@@ -321,6 +321,19 @@ typedef struct dpt_backend {
                           float eps, float *y, float *mean, float *rstd);
     void (*layernorm_bwd)(dpt_ctx *ctx, const float *x, const float *dy, int64_t rows, int64_t dim, const float *w,
                           const float *mean, const float *rstd, float *dx, float *dw, float *db);
+    /* RMS normalization over the last dim (dpt_rms_norm): y = x rstd w, rstd = 1 / sqrt(mean(x^2)
+     * + eps) kept for backward, which adds into dx and dw (each may be NULL). NULL: not offered
+     * (dpt_rms_norm then composes it from elementwise ops). */
+    void (*rmsnorm_fwd)(dpt_ctx *ctx, const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *y,
+                        float *rstd);
+    void (*rmsnorm_bwd)(dpt_ctx *ctx, const float *x, const float *dy, int64_t rows, int64_t dim, const float *w,
+                        const float *rstd, float *dx, float *dw);
+    /* Rotary position embeddings (dpt_rotary) of x (B, T, H hs) at positions [pos, pos + T):
+     * head pairs (i, i + hs/2) turned by the angle whose cos and sin are cos[t][i], sin[t][i]
+     * (tables (positions, hs/2)); inverse: by minus the angle (backward). out (B, T, H hs) is
+     * written, or added to when accumulate. NULL: not offered (dpt_rotary composes it). */
+    void (*rotary)(dpt_ctx *ctx, const float *x, int64_t B, int64_t T, int64_t H, int64_t hs, const float *cos,
+                   const float *sin, int64_t pos, bool inverse, float *out, bool accumulate);
     /* Self-attention over fused qkv (B, T, 3 H hs) -> y (B, T, H hs) (dpt_attention), keeping each
      * query row's log-sum-exp of its scaled scores in lse (B, H, T). Backward adds into dqkv from
      * dy (writes it when !accumulate: a fresh gradient), recomputing the scores; scratch (B, H, T)

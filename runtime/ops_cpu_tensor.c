@@ -148,6 +148,44 @@ static void cpu_reduce_into(dpt_ctx *ctx, int ndim, const int64_t *shape, const 
         kept *= kept_shape[d];
     for (int d = 0; d < nr; d++)
         reduced *= red_shape[d];
+    /* The innermost axis kept and contiguous on both sides (GQA's repeat_kv, a bias over rows):
+     * runs of it summed together, the reduced axes' offsets decoded once; each element still sums
+     * its sources in index order from 0, so the bits are the loop's below. */
+    if (nk > 0 && kept_src[nk - 1] == 1 && kept_dst[nk - 1] == 1 && kept_shape[nk - 1] >= 8 && reduced > 1 &&
+        reduced <= (1 << 16)) {
+        enum { RUN = 256 };
+        int64_t inner = kept_shape[nk - 1], outer = kept / inner, chunks = (inner + RUN - 1) / RUN;
+        int64_t *roff = malloc((size_t)reduced * sizeof *roff);
+        if (!roff) dpt_fatal("out of host memory");
+        for (int64_t j = 0; j < reduced; j++) {
+            int64_t off = 0, q = j;
+            for (int d = nr - 1; d >= 0; d--)
+                off += (q % red_shape[d]) * red_src[d], q /= red_shape[d];
+            roff[j] = off;
+        }
+#pragma omp parallel for num_threads(ctx->threads) if (kept * reduced > PAR_MIN && outer * chunks > 1)
+        for (int64_t u = 0; u < outer * chunks; u++) {
+            int64_t k = u / chunks, i0 = (u % chunks) * RUN, n = inner - i0 < RUN ? inner - i0 : RUN;
+            int64_t so = i0, dof = i0, rest = k;
+            for (int d = nk - 2; d >= 0; d--) {
+                int64_t i = rest % kept_shape[d];
+                rest /= kept_shape[d];
+                so += i * kept_src[d], dof += i * kept_dst[d];
+            }
+            float acc[RUN] = {0};
+            for (int64_t j = 0; j < reduced; j++) {
+                const float *sj = src + so + roff[j];
+#pragma omp simd
+                for (int64_t i = 0; i < n; i++)
+                    acc[i] += sj[i];
+            }
+            float *dj = dst + dof;
+            for (int64_t i = 0; i < n; i++)
+                dj[i] = accumulate ? dj[i] + alpha * acc[i] : alpha * acc[i];
+        }
+        free(roff);
+        return;
+    }
 #pragma omp parallel for num_threads(ctx->threads) if (kept * reduced > PAR_MIN && kept > 1)
     for (int64_t k = 0; k < kept; k++) {
         int64_t so = 0, dof = 0, rest = k;
@@ -436,6 +474,105 @@ static void cpu_layernorm_bwd(dpt_ctx *ctx, const float *x, const float *dy, int
         layernorm_wgrad_block(x, dy, rows, dim, c0, dim - c0 < 16 ? dim - c0 : 16, mean, rstd, dw, db);
 }
 
+/* ---------------------------------------------------------------- RMS norm */
+
+/* y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps): the sum of squares in float64 lanes, as layer
+ * norm's. */
+DPT_CLONES static void rmsnorm_row_fwd(const float *restrict xr, int64_t dim, const float *restrict w, float eps,
+                                       float *restrict yr, float *rstd)
+{
+    double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t c = 0; c < dim; c++)
+        ss += (double)xr[c] * (double)xr[c];
+    float rs = (float)(1.0 / sqrt(ss / (double)dim + eps));
+    *rstd = rs;
+    if (w)
+#pragma omp simd
+        for (int64_t c = 0; c < dim; c++)
+            yr[c] = xr[c] * rs * w[c];
+    else
+#pragma omp simd
+        for (int64_t c = 0; c < dim; c++)
+            yr[c] = xr[c] * rs;
+}
+
+static void cpu_rmsnorm_fwd(dpt_ctx *ctx, const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *y,
+                            float *rstd)
+{
+#pragma omp parallel for num_threads(ctx->threads) if (rows * dim > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++)
+        rmsnorm_row_fwd(x + r * dim, dim, w, eps, y + r * dim, rstd + r);
+}
+
+/* dx (+)= rstd (g - xhat mean(g xhat)) of one row, g = dy w, xhat = x rstd (layer norm's without
+ * the mean's term) */
+DPT_CLONES static void rmsnorm_row_dx(const float *restrict xr, const float *restrict dyr, int64_t dim,
+                                      const float *restrict w, float rs, float *restrict dxr)
+{
+    double sum_gx = 0.0;
+#pragma omp simd reduction(+ : sum_gx)
+    for (int64_t c = 0; c < dim; c++)
+        sum_gx += (double)(dyr[c] * (w ? w[c] : 1.0f)) * (xr[c] * rs);
+    float mgx = (float)(sum_gx / (double)dim);
+#pragma omp simd
+    for (int64_t c = 0; c < dim; c++)
+        dxr[c] += rs * (dyr[c] * (w ? w[c] : 1.0f) - xr[c] * rs * mgx);
+}
+
+/* dw (+)= the sums over rows, in row order, of dy xhat for columns c0 .. c0 + n (n <= 16) */
+DPT_CLONES static void rmsnorm_wgrad_block(const float *x, const float *dy, int64_t rows, int64_t dim, int64_t c0,
+                                           int64_t n, const float *rstd, float *dw)
+{
+    float gw[16] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+        const float *d = dy + r * dim + c0, *xr = x + r * dim + c0;
+        float rs = rstd[r];
+#pragma omp simd
+        for (int64_t k = 0; k < n; k++)
+            gw[k] += d[k] * xr[k] * rs;
+    }
+    for (int64_t k = 0; k < n; k++)
+        dw[c0 + k] += gw[k];
+}
+
+static void cpu_rmsnorm_bwd(dpt_ctx *ctx, const float *x, const float *dy, int64_t rows, int64_t dim, const float *w,
+                            const float *rstd, float *dx, float *dw)
+{
+    if (dx) {
+#pragma omp parallel for num_threads(ctx->threads) if (rows * dim > PAR_MIN)
+        for (int64_t r = 0; r < rows; r++)
+            rmsnorm_row_dx(x + r * dim, dy + r * dim, dim, w, rstd[r], dx + r * dim);
+    }
+    if (!dw) return;
+#pragma omp parallel for num_threads(ctx->threads) if (rows * dim > PAR_MIN)
+    for (int64_t c0 = 0; c0 < dim; c0 += 16)
+        rmsnorm_wgrad_block(x, dy, rows, dim, c0, dim - c0 < 16 ? dim - c0 : 16, rstd, dw);
+}
+
+/* ---------------------------------------------------------------- rotary embeddings */
+
+static void cpu_rotary(dpt_ctx *ctx, const float *x, int64_t B, int64_t T, int64_t H, int64_t hs, const float *cos,
+                       const float *sin, int64_t pos, bool inverse, float *out, bool accumulate)
+{
+    int64_t half = hs / 2;
+    float sign = inverse ? -1.0f : 1.0f;
+#pragma omp parallel for num_threads(ctx->threads) if (B * T * H * hs > PAR_MIN)
+    for (int64_t bt = 0; bt < B * T; bt++) {
+        const float *c = cos + (pos + bt % T) * half, *sn = sin + (pos + bt % T) * half;
+        for (int64_t h = 0; h < H; h++) {
+            const float *xa = x + (bt * H + h) * hs, *xb = xa + half;
+            float *ya = out + (bt * H + h) * hs, *yb = ya + half;
+#pragma omp simd
+            for (int64_t i = 0; i < half; i++) {
+                float s = sign * sn[i], a = xa[i] * c[i] - xb[i] * s, b = xb[i] * c[i] + xa[i] * s;
+                ya[i] = accumulate ? ya[i] + a : a;
+                yb[i] = accumulate ? yb[i] + b : b;
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- attention */
 
 /* Query row i of head h of sequence b sees keys 0..i (causal) or all T. The forward keeps each
@@ -594,6 +731,9 @@ void dpt_cpu_tensor_entries(dpt_backend *be)
     be->embedding_bwd = cpu_embedding_bwd;
     be->layernorm_fwd = cpu_layernorm_fwd;
     be->layernorm_bwd = cpu_layernorm_bwd;
+    be->rmsnorm_fwd = cpu_rmsnorm_fwd;
+    be->rmsnorm_bwd = cpu_rmsnorm_bwd;
+    be->rotary = cpu_rotary;
     be->attention_fwd = cpu_attention_fwd;
     be->attention_bwd = cpu_attention_bwd;
     be->gemm_batched = cpu_gemm_batched;

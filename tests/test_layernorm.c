@@ -3,7 +3,8 @@
  * (B, T, D) input against a float64 re-computation of torch's formula and central differences,
  * with and without affine parameters (set off 1 and 0, so a swapped weight and bias would show).
  * The GroupNorm layer (layers/groupnorm.c) likewise on (N, C, H, W), over the CPU kernels' three
- * variants, and nearest-neighbour upsampling (the decoders' other pieces). */
+ * variants, nearest-neighbour upsampling (the decoders' other pieces), and dpt_rms_norm (LLaMA's
+ * RMSNorm) with and without a weight against float64 and central differences. */
 #include "tests/testutil.h"
 
 typedef struct ln_layer_case {
@@ -70,6 +71,39 @@ static void test_layernorm_layer(void **state)
                         .hi = 2, .setup = layer_setup, .teardown = layer_teardown, .build = layer_build,
                         .reference = layer_ref, .user = &c, .fwd_rtol = 1e-5, .grad_rtol = 1e-3, .grad_atol = 1e-5};
         run_gradcheck(affine ? "LayerNorm layer (affine)" : "LayerNorm layer", &gc, 990 + (uint64_t)affine);
+    }
+}
+
+/* ---------------------------------------------------------------- RMSNorm (dpt_rms_norm) */
+
+static dpt_tensor *rms_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    return dpt_rms_norm(ctx, in[0], *(bool *)u ? in[1] : NULL, 1e-5f);
+}
+
+/* LLaMA's RMSNorm in float64: x / sqrt(mean(x^2) + eps) * w */
+static void rms_ref(const double *const *in, double *out, void *u)
+{
+    bool weighted = *(bool *)u;
+    for (int r = 0; r < 2 * 3; r++) {
+        const double *x = in[0] + r * 12;
+        double ms = 0;
+        for (int k = 0; k < 12; k++)
+            ms += x[k] * x[k] / 12.0;
+        for (int k = 0; k < 12; k++)
+            out[r * 12 + k] = x[k] / sqrt(ms + 1e-5) * (weighted ? in[1][k] : 1.0);
+    }
+}
+
+static void test_rms_norm(void **state)
+{
+    (void)state;
+    for (int weighted = 0; weighted < 2; weighted++) {
+        bool w = weighted;
+        gradcheck gc = {.n_in = weighted ? 2 : 1, .ndim = {3, 1}, .shape = {{2, 3, 12}, {12}}, .lo = -2, .hi = 2,
+                        .build = rms_build, .reference = rms_ref, .user = &w, .fwd_rtol = 1e-5, .grad_rtol = 1e-3,
+                        .grad_atol = 1e-5};
+        run_gradcheck(weighted ? "RMSNorm (weighted)" : "RMSNorm", &gc, 995 + (uint64_t)weighted);
     }
 }
 
@@ -209,6 +243,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm_layer),
+        cmocka_unit_test(test_rms_norm),
         cmocka_unit_test(test_groupnorm_layer),
         cmocka_unit_test(test_upsample_nearest),
         cmocka_unit_test(test_bad_settings),

@@ -464,6 +464,46 @@ static void test_add_scalar_rmsnorm(void **state)
     }
 }
 
+/* dpt_rotary of x (2, 3, 2 heads x 8) at positions 2..4 of (5, 4) tables, fused (the CPU's kernel)
+ * and composed (a backend without one: the swap of the backend's entry tests it here): against
+ * float64 (y_a = a c - b s, y_b = b c + a s per head's halves a, b) and central differences. The
+ * tables are any numbers (the op is linear in x), not differentiated. */
+static dpt_tensor *rotary_build(dpt_ctx *ctx, dpt_tensor **in, void *u)
+{
+    if (!*(int *)u) return dpt_rotary(ctx, in[0], 2, in[1], in[2], 2);
+    dpt_backend saved = *ctx->be, *be = (dpt_backend *)ctx->be; /* the composed form */
+    be->rotary = NULL;
+    dpt_tensor *y = dpt_rotary(ctx, in[0], 2, in[1], in[2], 2);
+    *be = saved;
+    return y;
+}
+
+static void rotary_ref(const double *const *in, double *out, void *u)
+{
+    (void)u;
+    for (int b = 0; b < 2; b++)
+        for (int t = 0; t < 3; t++)
+            for (int h = 0; h < 2; h++)
+                for (int i = 0; i < 4; i++) {
+                    int at = ((b * 3 + t) * 2 + h) * 8;
+                    double xa = in[0][at + i], xb = in[0][at + 4 + i], c = in[1][(2 + t) * 4 + i],
+                           sn = in[2][(2 + t) * 4 + i];
+                    out[at + i] = xa * c - xb * sn;
+                    out[at + 4 + i] = xb * c + xa * sn;
+                }
+}
+
+static void test_rotary(void **state)
+{
+    (void)state;
+    for (int composed = 0; composed < 2; composed++) {
+        gradcheck gc = {.n_in = 3, .ndim = {3, 2, 2}, .shape = {{2, 3, 16}, {5, 4}, {5, 4}}, .lo = -1, .hi = 1,
+                        .no_grad = {false, true, true}, .build = rotary_build, .reference = rotary_ref,
+                        .user = &composed, .fwd_rtol = 1e-6, .grad_rtol = 1e-4, .grad_atol = 1e-6};
+        run_gradcheck(composed ? "rotary (composed)" : "rotary", &gc, 1300 + (uint64_t)composed);
+    }
+}
+
 /* ---------------------------------------------------------------- embedding */
 
 typedef struct emb_case {
@@ -1474,6 +1514,7 @@ int main(void)
         cmocka_unit_test(test_permute_large),
         cmocka_unit_test(test_slices_and_concat),
         cmocka_unit_test(test_broadcasting),
+        cmocka_unit_test(test_rotary),
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_unary),
         cmocka_unit_test(test_embedding),
