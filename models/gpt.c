@@ -624,7 +624,8 @@ static const dpt_config_key gpt_keys[] = {
      DPT_KEY_NOT_HASHED},
 };
 
-static const dpt_model_impl gpt_impl = {.build = gpt_build, .export_formats = "llmc,hf", .export_weights = gpt_export};
+static const dpt_model_impl gpt_impl = {
+    .build = gpt_build, .export_formats = "llmc,hf", .export_weights = gpt_export, .init_formats = "llmc,hf"};
 DPT_BUILTIN(model_gpt) = {DPT_KIND_MODEL, "gpt",
                           "GPT-2-class decoder-only transformer on token sequences (pre-LN, causal attention, tied embeddings)",
                           gpt_keys, DPT_COUNT(gpt_keys), &gpt_impl};

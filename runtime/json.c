@@ -1,6 +1,8 @@
 /* json.c: the checked JSON reader of json.h (safetensors headers, tokenizer files). */
 #include "json.h"
 
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +160,40 @@ bool dpt_json_uint(dpt_json *p, uint64_t *v)
     if (p->s < p->end && (*p->s == '.' || *p->s == 'e' || *p->s == 'E'))
         return dpt_json_fail(p, "has a size or offset that is not an integer");
     *v = x;
+    return true;
+}
+
+bool dpt_json_number(dpt_json *p, double *v)
+{
+    dpt_json_ws(p);
+    const char *at = p->s;
+    /* JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+    if (at < p->end && *at == '-') at++;
+    const char *digits = at;
+    while (at < p->end && *at >= '0' && *at <= '9')
+        at++;
+    bool ok = at > digits && !(*digits == '0' && at - digits > 1);
+    if (ok && at < p->end && *at == '.') {
+        const char *frac = ++at;
+        while (at < p->end && *at >= '0' && *at <= '9')
+            at++;
+        ok = at > frac;
+    }
+    if (ok && at < p->end && (*at == 'e' || *at == 'E')) {
+        at++;
+        if (at < p->end && (*at == '+' || *at == '-')) at++;
+        const char *exp = at;
+        while (at < p->end && *at >= '0' && *at <= '9')
+            at++;
+        ok = at > exp;
+    }
+    char text[64];
+    if (!ok || at - p->s >= (ptrdiff_t)sizeof text) return dpt_json_fail(p, "has a value that is not a number");
+    memcpy(text, p->s, (size_t)(at - p->s));
+    text[at - p->s] = '\0';
+    *v = strtod(text, NULL);
+    if (!isfinite(*v)) return dpt_json_fail(p, "has a number out of range");
+    p->s = at;
     return true;
 }
 

@@ -37,6 +37,8 @@ bool dpt_json_more(dpt_json *p, char close, bool *first);
 bool dpt_json_string(dpt_json *p, char **out, size_t *len);
 /* A non-negative integer without fraction or exponent (a size, an offset, an id). */
 bool dpt_json_uint(dpt_json *p, uint64_t *v);
+/* A number (JSON's grammar, finite as a double). */
+bool dpt_json_number(dpt_json *p, double *v);
 /* true or false. */
 bool dpt_json_bool(dpt_json *p, bool *v);
 /* Whether the next value is null (then consumed; else nothing is). */

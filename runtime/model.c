@@ -455,7 +455,7 @@ void dpt_init_constant(dpt_tensor *t, float value)
 
 static const dpt_config_key model_keys[] = {
     {"model", "name", DPT_KEY_ENUM, "mlp", 1, 0, "@model",
-     "model to build: a registered model (built in: cnn, gpt, mlp, resnet, vit; a program adds its own with dpt_register "
+     "model to build: a registered model (built in: cnn, gpt, llama, mlp, resnet, vit; a program adds its own with dpt_register "
      "or dpt_register_model)", 0},
 };
 DPT_BUILTIN(settings_model) = {DPT_KIND_SETTINGS, "model", "the model to train", model_keys, DPT_COUNT(model_keys), NULL};

@@ -88,7 +88,9 @@ static const dpt_config_key train_keys[] = {
      "ema:CKPT for its weight averages ([train] ema_decay) instead; a safetensors file (PyTorch's state_dict, "
      "timm's or the Hugging Face hub's model.safetensors, --export safetensors), by name (resnet's names are "
      "torchvision's); or, for gpt, llmc:PATH, llm.c's fp32 GPT-2 checkpoint (gpt2_124M.bin; the shape keys must match the file's), or "
-     "hf:PATH, a Hugging Face GPT-2's model.safetensors (its Conv1D weights transposed, the vocabulary padded)",
+     "hf:PATH, a Hugging Face GPT-2's model.safetensors (its Conv1D weights transposed, the vocabulary padded); "
+     "for llama, hf:DIR, a Hugging Face LLaMA's folder (config.json checked against the keys, then "
+     "model.safetensors)",
      0},
     {"model", "init_exclude", DPT_KEY_STRING, "", 1, 0, NULL,
      "with init: GLOBs, comma separated, of tensors left at the model's initialisation (a new head: fc2.*), "

@@ -603,15 +603,24 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
     bool hf = !strncmp(init, "hf:", 3);
     const cli *a = t->r->args; /* --sample, --eval, --predict llmc:/hf:PATH set init themselves */
     if ((hf || !strncmp(init, "llmc:", 5)) && !a->resume && cli_weights_flag(a)) where = cli_weights_flag(a);
-    if (hf || !strncmp(init, "llmc:", 5)) { /* llm.c's or Hugging Face's GPT-2: the gpt model reads it when built */
-        if (!strcmp(dpt_model_name(t->model), "gpt")) {
-            if (t->r->rank == 0) report_line("init from %s (%s's GPT-2)\n", init, hf ? "Hugging Face" : "llm.c");
+    if (hf || !strncmp(init, "llmc:", 5)) { /* llm.c's or Hugging Face's files: models that read them did when built */
+        const dpt_registration *reg = dpt_registry_find(DPT_KIND_MODEL, dpt_model_name(t->model));
+        const dpt_model_impl *impl = reg ? reg->impl : NULL;
+        const char *own = impl && impl->init_formats ? impl->init_formats : "", *prefix = hf ? "hf" : "llmc";
+        bool reads = false;
+        for (const char *p = own; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ','))
+            reads |= !strncmp(p, prefix, strlen(prefix)) && (p[strlen(prefix)] == ',' || !p[strlen(prefix)]);
+        if (reads) {
+            if (t->r->rank == 0)
+                report_line("init from %s (%s's files, read by model %s)\n", init, hf ? "Hugging Face" : "llm.c",
+                            dpt_model_name(t->model));
             return true;
         }
-        return dpt_errorf(err, "%s: [model] init = %s: %s GPT-2 checkpoint is the gpt model's format; model %s "
-                               "does not read it (it would start from its own initialisation)\nHINT: [model] name = "
-                               "gpt with the file's shape, or init = CKPT, a checkpoint of this model%s",
-                          where, init, hf ? "a Hugging Face" : "llm.c's", dpt_model_name(t->model),
+        return dpt_errorf(err, "%s: [model] init = %s: model %s does not read %s files (it would start from its own "
+                               "initialisation)\nHINT: [model] name = gpt (GPT-2)%s with the file's shape, or init = "
+                               "CKPT, a checkpoint of this model%s",
+                          where, init, dpt_model_name(t->model), hf ? "Hugging Face's" : "llm.c's",
+                          hf ? " or llama (LLaMA)" : "",
                           hf ? ", or init = FILE.safetensors (without hf:) for weights named as this model's" : "");
     }
     bool averages = !strncmp(init, "ema:", 4); /* the checkpoint's weight averages ([train] ema_decay) */

@@ -22,7 +22,7 @@ out=$("${two[@]}" "${common[@]}" --set checkpoint.dir="$tmp/ranks" --set checkpo
 ranks=$(sha <<<"$out")
 first=$(grep -o 'step  *1/[0-9]* | loss [0-9.]*' <<<"$out" | grep -o '[0-9.]*$')
 final=$(grep -o 'final test loss [0-9.]*' <<<"$out" | grep -o '[0-9.]*$')
-[ $rc -eq 0 ] && [ -n "$ranks" ] && grep -q "model llama" <<<"$out" && [ -n "$first" ] && [ -n "$final" ] &&
+[ $rc -eq 0 ] && [ -n "$ranks" ] && grep -q "model mini_llama" <<<"$out" && [ -n "$first" ] && [ -n "$final" ] &&
     awk -v a="$first" -v b="$final" 'BEGIN { exit !(b < 0.6 * a) }'
 ok=$?
 check "2 ranks train the doc's LLaMA-style model: validation loss ${final:-?} after 40 steps, from ${first:-?}" $ok \

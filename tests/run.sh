@@ -129,7 +129,7 @@ rm -f "$side_log" "$side_counts"
 
 # Shell tests print one "ok"/"FAIL" line per case. The fuzz harnesses replay their kept crash
 # inputs and fuzz for 5 s each from their corpus, two at once (make fuzz FUZZ_S=600 for a real run).
-for script in tests/lint.sh tests/mpi_failures.sh tests/netlab.sh tests/buckets.sh tests/threads.sh tests/export.sh tests/safetensors.sh tests/bpe.sh tests/predict.sh tests/csv.sh tests/ema.sh tests/finetune.sh tests/zero.sh tests/resume.sh tests/tools.sh tests/folder.sh tests/loss_scale.sh "env BUILD=${dir%/tests} tests/doc_trainer.sh" "env BUILD=${dir%/tests} tests/doc_vit.sh" "env BUILD=${dir%/tests} tests/doc_llama.sh" "env BUILD=${dir%/tests} tests/doc_ae.sh" "env BUILD=${dir%/tests} tests/extending.sh" tests/expect.sh tests/dptrun.sh tests/deterministic.sh "env FUZZ_JOBS=2 scripts/fuzz.sh 5"; do
+for script in tests/lint.sh tests/mpi_failures.sh tests/netlab.sh tests/buckets.sh tests/threads.sh tests/export.sh tests/safetensors.sh tests/llama.sh tests/bpe.sh tests/predict.sh tests/csv.sh tests/ema.sh tests/finetune.sh tests/zero.sh tests/resume.sh tests/tools.sh tests/folder.sh tests/loss_scale.sh "env BUILD=${dir%/tests} tests/doc_trainer.sh" "env BUILD=${dir%/tests} tests/doc_vit.sh" "env BUILD=${dir%/tests} tests/doc_llama.sh" "env BUILD=${dir%/tests} tests/doc_ae.sh" "env BUILD=${dir%/tests} tests/extending.sh" tests/expect.sh tests/dptrun.sh tests/deterministic.sh "env FUZZ_JOBS=2 scripts/fuzz.sh 5"; do
     echo "=== $script"
     start=$(date +%s)
     out=$(timeout 900 $script 2>&1); rc=$?

@@ -445,7 +445,7 @@ check "NumPy writes a Hugging Face GPT-2 and decodes it greedily in float64 ($ou
 got=$(./train "${gpt[@]}" --sample "hf:$tmp/gpt2.safetensors" --prompt "116 104 101 32" --tokens 24 --temperature 0 2> "$tmp/s.log" |
       tr -s ' \n' ' ' | sed 's/ $//')
 want=$(cat "$tmp/greedy")
-[ -n "$got" ] && [ "$got" = "$want" ] && grep -q "init from hf:$tmp/gpt2.safetensors (Hugging Face's GPT-2)" "$tmp/s.log"
+[ -n "$got" ] && [ "$got" = "$want" ] && grep -q "init from hf:$tmp/gpt2.safetensors (Hugging Face's files, read by model gpt)" "$tmp/s.log"
 check "--sample hf:FILE draws the float64 greedy tokens" $? "got '$got', want '$want': $(tail -2 "$tmp/s.log")"
 
 ./train "${gpt[@]}" --set model.init="hf:$tmp/gpt2.safetensors" --set optim.lr=0 --set train.max_steps=1 \
@@ -453,7 +453,7 @@ check "--sample hf:FILE draws the float64 greedy tokens" $? "got '$got', want '$
     ./train --export npz "$tmp/gck" "$tmp/gck.npz" > /dev/null 2>&1 &&
     ./train "${gpt[@]}" --export hf "$tmp/gck" "$tmp/hf_out" > "$tmp/gexp.log" 2>&1
 ok=$?
-grep -q "init from hf:$tmp/gpt2.safetensors (Hugging Face's GPT-2)" "$tmp/ginit.log" || ok=1
+grep -q "init from hf:$tmp/gpt2.safetensors (Hugging Face's files, read by model gpt)" "$tmp/ginit.log" || ok=1
 out=$($py - "$tmp" <<'PY' 2>&1
 import json, struct, sys
 import numpy as np
@@ -513,6 +513,6 @@ refused "hf: fewer layers than the config: named" "lacks GPT-2's h.1.ln_1.weight
     "${gpt[@]}" --set model.init="hf:$tmp/one_layer.safetensors" --dry-run
 refused "hf: another width: named, with the keys to set" "transformer.wte.weight is [300, 32] in the file; this config's GPT-2 needs [300, 64]" \
     "${gpt[@]}" --set model.n_embd=64 --set model.init="hf:$tmp/gpt2.safetensors" --dry-run
-refused "hf: a model that is not gpt: refused" "a Hugging Face GPT-2 checkpoint is the gpt model's format" \
+refused "hf: a model that reads no Hugging Face files: refused" "model cnn does not read Hugging Face's files" \
     "${cnn[@]}" --set model.init="hf:$tmp/gpt2.safetensors" --dry-run
 [ $failed -eq 0 ]

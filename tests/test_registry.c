@@ -143,7 +143,7 @@ static void test_registered_model_and_keys(void **state)
     /* an unknown model lists the registered ones: the built-in ones by name, then the program's */
     assert_false(dpt_config_set(cfg, "model.name=toys", &err));
     assert_contains(err.msg, "[model] name = toys: not a registered model");
-    assert_contains(err.msg, "known models are cnn, gpt, mlp, resnet, vit, toy");
+    assert_contains(err.msg, "known models are cnn, gpt, llama, mlp, resnet, vit, toy");
     dpt_config_free(cfg);
     dpt_ctx_free(ctx);
     /* the reference: the model's keys under [model], a shared key with both owners, its section */
