@@ -12,8 +12,8 @@
  * for num_attention_heads / num_key_value_heads query heads (repeat_kv); no biases. The keys
  * are config.json's names, and parameters are named as the hub's model.safetensors names them
  * (model.layers.0.self_attn.q_proj.weight, ...), so `[model] init = hf:DIR` reads a LLaMA,
- * TinyLlama or SmolLM folder as it is (config.json checked against the keys) and --export
- * safetensors writes what from_pretrained reads. Weights N(0, 0.02) (initializer_range), norms 1. */
+ * TinyLlama or SmolLM folder as it is (config.json checked against the keys) and --export hf
+ * writes one (config.json and model.safetensors) for from_pretrained. Weights N(0, 0.02) (initializer_range), norms 1. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -37,7 +37,7 @@ typedef struct llama_block {
 typedef struct llama {
     int64_t layers, heads, kv_heads, channels, head_size, hidden, vocab, positions;
     float eps;
-    double theta;
+    double eps_key, theta; /* eps as the config gives it (config.json's value) */
     bool tied;
     dpt_tensor *embed, *norm, *lm_head; /* lm_head NULL when tied */
     dpt_tensor *cos, *sin;              /* (positions, head size / 2) buffers */
@@ -230,7 +230,7 @@ static bool check_hf_config(const llama *m, const dpt_config *cfg, const char *p
             off += snprintf(fix + off, sizeof fix - (size_t)off, " --set model.%s=%s", same[i].key,
                             same[i].file ? "true" : "false");
         else
-            off += snprintf(fix + off, sizeof fix - (size_t)off, " --set model.%s=%.17g", same[i].key, same[i].file);
+            off += snprintf(fix + off, sizeof fix - (size_t)off, " --set model.%s=%.15g", same[i].key, same[i].file);
     }
     if (*fix)
         return dpt_errorf(err, "%s: %s describes another model than this config's [model] keys\nHINT: as the "
@@ -315,6 +315,68 @@ static bool hf_load(dpt_model *model, const llama *m, const dpt_config *cfg, con
     return ok;
 }
 
+/* ./train CONFIG --export hf CKPT DIR: what hf_load reads and transformers' from_pretrained
+ * loads: DIR/model.safetensors (the parameters by their names, without the rotary tables,
+ * which transformers derives; lm_head left out when tied, as save_pretrained leaves it) and
+ * DIR/config.json (LlamaForCausalLM's, with this model's keys). */
+static bool llama_export(dpt_model *model, const char *format, const char *dir, dpt_error *err)
+{
+    const llama *m = dpt_model_state(model);
+    if (strcmp(format, "hf") != 0) return dpt_errorf(err, "llama writes hf, not %s", format);
+    struct stat st;
+    if (mkdir(dir, 0777) != 0 && !(errno == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)))
+        return dpt_errorf(err, "--export hf: %s: %s\nHINT: OUT is a folder for config.json and model.safetensors "
+                               "(made if missing; its parent must exist)",
+                          dir, errno == EEXIST ? "not a folder" : strerror(errno));
+    int n = dpt_model_num_params(model);
+    size_t most = 0;
+    dpt_safetensors_entry *se = malloc((size_t)(n ? n : 1) * sizeof *se);
+    int64_t(*dims)[2] = malloc((size_t)(n ? n : 1) * sizeof *dims);
+    if (!se || !dims) dpt_fatal("out of host memory");
+    for (int i = 0; i < n; i++) {
+        dpt_tensor *t = dpt_model_param_at(model, i);
+        dims[i][0] = dpt_tensor_dim(t, 0), dims[i][1] = dpt_tensor_ndim(t) > 1 ? dpt_tensor_dim(t, 1) : 0;
+        se[i] = (dpt_safetensors_entry){.name = dpt_tensor_name(t), .ndim = dpt_tensor_ndim(t), .dims = dims[i]};
+        if ((size_t)dpt_tensor_numel(t) > most) most = (size_t)dpt_tensor_numel(t);
+    }
+    char *path = dpt_strf("%s/model.safetensors", dir);
+    float *buf = malloc((most ? most : 1) * sizeof *buf);
+    if (!buf) dpt_fatal("out of host memory");
+    dpt_atomic_file af;
+    bool ok = dpt_atomic_file_open(&af, path, err);
+    if (ok) {
+        ok = dpt_safetensors_write_header(af.f, path, se, n, "dptrain llama", err);
+        for (int i = 0; ok && i < n; i++) {
+            dpt_tensor *t = dpt_model_param_at(model, i);
+            size_t k = (size_t)dpt_tensor_numel(t);
+            dpt_tensor_copy_to_host(t, buf);
+            if (fwrite(buf, sizeof *buf, k, af.f) != k)
+                ok = dpt_errorf(err, "writing %s failed: %s\nHINT: is the disk full?", af.tmp, strerror(errno));
+        }
+        ok = dpt_atomic_file_close(&af, ok, err);
+    }
+    free(path), free(buf), free(se), free(dims);
+    if (!ok) return false;
+    path = dpt_strf("%s/config.json", dir);
+    ok = dpt_atomic_file_open(&af, path, err);
+    if (ok) {
+        fprintf(af.f,
+                "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+                "  \"hidden_act\": \"silu\",\n  \"hidden_size\": %lld,\n  \"intermediate_size\": %lld,\n"
+                "  \"num_hidden_layers\": %lld,\n  \"num_attention_heads\": %lld,\n  \"num_key_value_heads\": %lld,\n"
+                "  \"max_position_embeddings\": %lld,\n  \"rms_norm_eps\": %.17g,\n  \"rope_theta\": %.17g,\n"
+                "  \"rope_scaling\": null,\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+                "  \"tie_word_embeddings\": %s,\n  \"vocab_size\": %lld,\n  \"initializer_range\": 0.02,\n"
+                "  \"torch_dtype\": \"float32\"\n}\n",
+                (long long)m->channels, (long long)m->hidden, (long long)m->layers, (long long)m->heads,
+                (long long)m->kv_heads, (long long)m->positions, m->eps_key, m->theta, m->tied ? "true" : "false",
+                (long long)m->vocab);
+        ok = dpt_atomic_file_close(&af, !ferror(af.f), err);
+    }
+    free(path);
+    return ok;
+}
+
 /* ---------------------------------------------------------------- building */
 
 static dpt_tensor *weight(dpt_model *model, dpt_ctx *ctx, int64_t layer, const char *what, int64_t rows, int64_t cols)
@@ -365,6 +427,7 @@ static dpt_model *llama_build(dpt_ctx *ctx, const dpt_config *cfg, const dpt_dat
                .hidden = dpt_config_int(cfg, "model", "intermediate_size"),
                .positions = dpt_config_int(cfg, "model", "max_position_embeddings"),
                .eps = (float)dpt_config_float(cfg, "model", "rms_norm_eps"),
+               .eps_key = dpt_config_float(cfg, "model", "rms_norm_eps"),
                .theta = dpt_config_float(cfg, "model", "rope_theta"),
                .tied = dpt_config_bool(cfg, "model", "tie_word_embeddings"),
                .vocab = data->num_classes};
@@ -452,7 +515,8 @@ static const dpt_config_key llama_keys[] = {
      "the output layer is the token embedding (SmolLM: true; LLaMA: false)", 0},
 };
 
-static const dpt_model_impl llama_impl = {.build = llama_build, .init_formats = "hf"};
+static const dpt_model_impl llama_impl = {
+    .build = llama_build, .init_formats = "hf", .export_formats = "hf", .export_weights = llama_export};
 DPT_BUILTIN(model_llama) = {DPT_KIND_MODEL, "llama",
                             "LLaMA-family decoder on token sequences (RMSNorm, rotary embeddings, SwiGLU, "
                             "grouped-query attention), named as Hugging Face's LlamaForCausalLM",

@@ -59,6 +59,26 @@ for c in "${cases[@]}"; do
         "want $want_ids, got $got, without the cache $nocache"
 done
 
+# trained from hf:DIR, written back with --export hf: the reference's loss on the exported folder
+# is the checkpoint's --eval loss, and --eval hf:OUT gives it too (the round trip a fine-tuning
+# run makes: the hub's folder in, a folder from_pretrained reads out)
+g=(./train configs/llama_fortunes.ini --set model.num_hidden_layers=2 --set model.hidden_size=64
+   --set model.num_attention_heads=4 --set model.num_key_value_heads=2 --set model.intermediate_size=160
+   --set data.train="$val" --set data.val="$val" --set data.seq_len=32 --set data.shuffle=false --set train.threads=1
+   --set data.test_limit=8 --set train.eval_batch=4 --set checkpoint.dir="$tmp/ck_rt")
+"${g[@]}" --set model.init="hf:$tmp/gqa" --set train.batch=4 --set train.max_steps=5 --set optim.lr=1e-2 > "$tmp/rt.log" 2>&1
+"${g[@]}" --export hf latest "$tmp/out" > "$tmp/ex.log" 2>&1; rc=$?
+want=$($py $ref loss "$tmp/out" "$val" --seq 32 --batch 4 --batches 2 | grep -o '[0-9.]*}' | tr -d '}')
+a=$("${g[@]}" --eval latest 2>&1 | grep -o 'test loss [0-9.]*' | grep -o '[0-9.]*$')
+b=$("${g[@]}" --eval "hf:$tmp/out" 2>&1 | grep -o 'test loss [0-9.]*' | grep -o '[0-9.]*$')
+before=$($py $ref loss "$tmp/gqa" "$val" --seq 32 --batch 4 --batches 2 | grep -o '[0-9.]*}' | tr -d '}')
+names=$($py -c "import json,sys; sys.path.insert(0,'tests'); from llama_reference import read_safetensors as r; \
+print(len(r(sys.argv[1])), any(k.startswith('rope') for k in r(sys.argv[1])))" "$tmp/out/model.safetensors")
+[ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] && [ "$names" = "21 False" ] &&
+    awk -v w="$want" -v a="$a" -v z="$before" 'BEGIN { d = w - a; exit !(d < 1e-4 && d > -1e-4 && (w - z > 1e-3 || z - w > 1e-3)) }'
+check "5 steps from hf:DIR, --export hf: float64 loss $want of the folder = --eval's $a = --eval hf:OUT's $b (before training $before; 21 tensors, no rotary tables)" $? \
+    "exit $rc: $(tail -2 "$tmp/ex.log"), $names"
+
 # config.json against the keys: each difference named with the --set that fixes it
 msg=$(./train configs/llama_fortunes.ini --set model.num_hidden_layers=2 --set model.hidden_size=64 \
       --set model.num_attention_heads=4 --set model.intermediate_size=160 --set model.num_key_value_heads=4 \
