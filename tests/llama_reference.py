@@ -223,17 +223,15 @@ def main():
     w.add_argument("--theta", type=float, default=10000.0)
     w.add_argument("--std", type=float, default=0.02)
     w.add_argument("--eps", type=float, default=1e-5)
-    t = sub.add_parser("train")
-    t.add_argument("dir")
-    t.add_argument("tokens")
-    for k, d in (("seq", 32), ("batch", 4), ("steps", 10)):
-        t.add_argument("--" + k, type=int, default=d)
-    t.add_argument("--lr", type=float, default=1e-3)
-    lo = sub.add_parser("loss")
-    lo.add_argument("dir")
-    lo.add_argument("tokens")
-    for k, d in (("seq", 32), ("batch", 4), ("batches", 2)):
-        lo.add_argument("--" + k, type=int, default=d)
+    def on_tokens(name, count, default):  # DIR TOKENS --seq --batch and how many batches
+        q = sub.add_parser(name)
+        q.add_argument("dir")
+        q.add_argument("tokens")
+        for k, d in (("seq", 32), ("batch", 4), (count, default)):
+            q.add_argument("--" + k, type=int, default=d)
+        return q
+    on_tokens("train", "steps", 10).add_argument("--lr", type=float, default=1e-3)
+    on_tokens("loss", "batches", 2)
     g = sub.add_parser("greedy")
     g.add_argument("dir")
     g.add_argument("--prompt", required=True)
