@@ -143,13 +143,16 @@ static bool read_hf_config(const char *path, hf_config *c, const char *where, dp
     dpt_read_at(fd, text, (size_t)st.st_size, 0, &got);
     close(fd);
     text[got] = '\0';
-    dpt_json p = {.s = text, .end = text + got, .start = text, .path = path, .where = "", .unit = "",
+    char value_of[96]; /* "KEY's value", what a message about a value names */
+    dpt_json p = {.s = text, .end = text + got, .start = text, .path = path, .where = "the JSON", .unit = "",
                   .hint = "HINT: transformers writes config.json with save_pretrained", .err = err};
     *c = (hf_config){.rms_norm_eps = 1e-6, .rope_theta = 10000.0, .tie = false};
     bool first = true, ok = dpt_json_expect(&p, '{');
     while (ok && dpt_json_more(&p, '}', &first)) {
         char *key = NULL;
+        p.where = "the JSON";
         ok = dpt_json_string(&p, &key, NULL) && dpt_json_expect(&p, ':');
+        if (ok) snprintf(value_of, sizeof value_of, "\"%.80s\"", key), p.where = value_of;
         struct {
             const char *name;
             double *v;

@@ -7,9 +7,12 @@
 # key/value head, tied embeddings, rope_theta 500000, eps 1e-6). --eval hf:DIR's loss equals
 # the reference's within 1e-4 (fp32: sums of at most 256 terms, a few 1e-6 off; a head rotated
 # the other way or grouped in the other order moves it by more than 1e-2); --sample's greedy
-# tokens are the reference's, with and without the KV cache; a config.json that disagrees with
-# the [model] keys is refused naming the --set lines that make it agree. Where PyTorch is
-# installed (make bench's peers), 8 AdamW steps give PyTorch's per-step losses within 1e-4.
+# tokens are the reference's, with and without the KV cache; 5 steps from hf:DIR and --export hf
+# give a folder whose reference loss is the checkpoint's; a config.json that disagrees with the
+# [model] keys is refused naming the --set lines that make it agree, and damaged folders
+# (truncated or mistyped config.json, a FIFO, split or truncated weights) are refused naming the
+# file. Where PyTorch is installed (make bench's peers), 8 AdamW steps give PyTorch's per-step
+# losses within 1e-4.
 cd "$(dirname "$0")/.."
 . tests/common.sh
 py=/usr/bin/python3
@@ -96,6 +99,28 @@ msg=$(./train configs/llama_fortunes.ini --set model.init="hf:$tmp/mqa" --set da
       --dry-run 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q 'model_type "qwen2"' <<<"$msg"
 check "another model_type: refused naming it" $? "exit $rc: $msg"
+
+# damaged folders: each refused naming the file and what is wrong (exit 1), none waited on
+bad() { # NAME WANT: $tmp/bad as the caller left it
+    local msg rc
+    msg=$(timeout 30 ./train configs/llama_fortunes.ini --set model.num_hidden_layers=2 --set model.hidden_size=64 \
+          --set model.num_attention_heads=4 --set model.num_key_value_heads=2 --set model.intermediate_size=160 \
+          --set data.train="$val" --set data.val="$val" --set data.seq_len=32 --set model.init="hf:$tmp/bad" \
+          --dry-run 2>&1); rc=$?
+    [ $rc -eq 1 ] && grep -q -- "$2" <<<"$msg"
+    check "refused: $1" $? "exit $rc: $msg"
+}
+cp -r "$tmp/gqa" "$tmp/bad"
+head -c 100 "$tmp/gqa/config.json" > "$tmp/bad/config.json"; bad "a truncated config.json" "$tmp/bad/config.json"
+sed 's/"hidden_size": 64/"hidden_size": "64"/' "$tmp/gqa/config.json" > "$tmp/bad/config.json"
+bad "hidden_size as a string" "not a number"
+sed 's/"rope_theta": 10000.0/"rope_theta": 1e999/' "$tmp/gqa/config.json" > "$tmp/bad/config.json"
+bad "rope_theta out of range" "out of range"
+rm "$tmp/bad/config.json"; mkfifo "$tmp/bad/config.json"; bad "a FIFO named config.json" "not a regular file"
+rm "$tmp/bad/config.json"; cp "$tmp/gqa/config.json" "$tmp/bad/"
+mv "$tmp/bad/model.safetensors" "$tmp/bad/model-00001-of-00002.safetensors"; echo '{}' > "$tmp/bad/model.safetensors.index.json"
+bad "weights split over several files" "split over several files"
+head -c 5000 "$tmp/gqa/model.safetensors" > "$tmp/bad/model.safetensors"; bad "a truncated model.safetensors" "$tmp/bad/model.safetensors"
 
 # training against PyTorch's autograd and AdamW, where PyTorch is installed
 if $py -c "import torch" 2>/dev/null; then
