@@ -204,10 +204,18 @@ bool dpt_sample_run(dpt_ctx *ctx, dpt_model *model, int vocab, int64_t context, 
     bool ok = true;
     if (o->tokenizer) {
         tok = dpt_tokenizer_load(o->tokenizer, err);
-        ok = tok && (dpt_tokenizer_vocab(tok) == vocab ||
+        if (!tok && o->tokenizer_found) { /* e.g. a LLaMA's SentencePiece tokenizer.json beside hf:DIR */
+            char *nl = strchr(err->msg, '\n');
+            if (nl) *nl = '\0';
+            fprintf(stderr, "note: the tokenizer beside the weights is not read (%s): the prompt is token ids and the "
+                            "sample is printed as ids\nHINT: --tokenizer PATH names one to read\n",
+                    err->msg);
+            err->msg[0] = '\0';
+        }
+        ok = (!tok && o->tokenizer_found) || (tok && (dpt_tokenizer_vocab(tok) == vocab ||dpt_tokenizer_vocab(tok) == vocab ||
                      dpt_errorf(err, "--tokenizer %s holds %d tokens; this model draws from a vocabulary of %d ([data] "
                                      "vocab_size)\nHINT: the tokenizer the model's tokens were made with (GPT-2's: 50257)",
-                                o->tokenizer, dpt_tokenizer_vocab(tok), vocab));
+                                o->tokenizer, dpt_tokenizer_vocab(tok), vocab)));
     }
     int64_t n = ok ? prompt_tokens(o->prompt ? o->prompt : "", vocab, tok, ids, 4096, err) : -1;
     ok = n >= 0;

@@ -18,6 +18,8 @@ typedef struct dpt_sample_options {
     bool no_cache;      /* the full forward of the context for every token, even with a decoder */
     const char *tokenizer; /* GPT-2's tokenizer (dpt_tokenizer_load): the prompt read as text and the tokens
                               printed as their bytes (NULL: as the model's vocabulary reads, bytes or ids) */
+    bool tokenizer_found; /* the tokenizer was found beside the weights, not asked for: one that cannot be
+                             read (another kind than GPT-2's) is passed over with a note, not an error */
 } dpt_sample_options;
 
 /* Generate o->tokens tokens after the prompt from a language model's forward ((1, T) ids ->

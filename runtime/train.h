@@ -43,6 +43,7 @@ typedef struct cli {
     uint64_t sample_seed;
     bool sample_no_cache; /* --no-kv-cache */
     const char *tokenizer; /* --tokenizer PATH: GPT-2's tokenizer, --sample reads and prints text with it */
+    bool tokenizer_found; /* tokenizer is the folder beside --sample hf:DIR's weights, not --tokenizer's */
     const char *sample_flag; /* the first of --sample's own flags given (--prompt, --seed, ...), or NULL */
     bool top_k_given, out_given;
     const char *predict;     /* --predict CKPT: the test set's predictions as CSV (resume is CKPT too) */

@@ -977,7 +977,7 @@ static int parse_cli(int argc, char **argv, cli *args)
         char *dir = stat(w, &st) == 0 && S_ISDIR(st.st_mode) ? dpt_strf("%s", w)
                     : slash                                   ? dpt_strf("%.*s", (int)(slash - w), w)
                                                               : dpt_strf(".");
-        if (dpt_tokenizer_in(dir)) args->tokenizer = found_tokenizer = dir;
+        if (dpt_tokenizer_in(dir)) args->tokenizer = found_tokenizer = dir, args->tokenizer_found = true;
         else free(dir);
     }
     if (args->export_format && dpt_export_is_file_format(args->export_format)) { /* the checkpoint alone */

@@ -123,7 +123,8 @@ void *train_replica(void *arg)
         const cli *a = r->args;
         dpt_sample_options o = {.prompt = a->prompt, .tokens = a->sample_tokens, .temperature = a->temperature,
                                 .top_k = a->top_k < 0 ? 0 : a->top_k, .top_p = a->top_p, .seed = a->sample_seed,
-                                .no_cache = a->sample_no_cache, .tokenizer = a->tokenizer};
+                                .no_cache = a->sample_no_cache, .tokenizer = a->tokenizer,
+                                .tokenizer_found = a->tokenizer_found};
         bool ok = sequence_length(&t) > 0 ||
                   dpt_errorf(&err, "--sample generates from a language model; the data set %s has no sequence of token "
                                    "ids as its input\nHINT: [data] source = tokens, [model] name = gpt", t.train_set->name);

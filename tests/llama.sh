@@ -62,6 +62,21 @@ for c in "${cases[@]}"; do
         "want $want_ids, got $got, without the cache $nocache"
 done
 
+# a tokenizer beside the weights that is not GPT-2's kind (a LLaMA's SentencePiece tokenizer.json):
+# --sample says so and goes on as the model's vocabulary reads (here bytes), the same tokens
+printf '{"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"}}' \
+    > "$tmp/gqa/tokenizer.json"
+g1=(./train configs/llama_fortunes.ini --set model.num_hidden_layers=2 --set model.hidden_size=64
+    --set model.num_attention_heads=4 --set model.num_key_value_heads=2 --set model.intermediate_size=160
+    --set data.train="$val" --set data.val="$val" --set data.seq_len=32 --set train.threads=1 --set checkpoint.dir="$tmp/ck_tk")
+want_ids=$($py $ref greedy "$tmp/gqa" --prompt 72,101 --tokens 12 | grep -o '\[.*\]' | tr -d '[] ')
+got=$("${g1[@]}" --sample "hf:$tmp/gqa" --temperature 0 --tokens 12 --prompt He 2> "$tmp/tk.err" |
+      $py -c "import sys; print(','.join(str(b) for b in sys.stdin.buffer.read()[:14]))")
+[ "$got" = "$want_ids" ] && grep -q "note: the tokenizer beside the weights is not read (.*Metaspace" "$tmp/tk.err"
+check "an unreadable tokenizer.json beside hf:DIR: a note, and the sample as the vocabulary reads" $? \
+    "$got vs $want_ids: $(cat "$tmp/tk.err" | tail -3)"
+rm "$tmp/gqa/tokenizer.json"
+
 # trained from hf:DIR, written back with --export hf: the reference's loss on the exported folder
 # is the checkpoint's --eval loss, and --eval hf:OUT gives it too (the round trip a fine-tuning
 # run makes: the hub's folder in, a folder from_pretrained reads out)
