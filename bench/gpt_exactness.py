@@ -54,11 +54,11 @@ def write_tokens(path, count, text):
         f.write(data.tobytes())
 
 
-def run_train(sets, metrics):
-    """./train on configs/gpt_fortunes.ini with these --set values; its JSONL train records."""
+def run_train(sets, metrics, config="configs/gpt_fortunes.ini"):
+    """./train on config (gpt_fortunes.ini) with these --set values; its JSONL train records."""
     if os.path.exists(metrics):
         os.unlink(metrics)
-    cmd = [os.path.join(ROOT, "train"), os.path.join(ROOT, "configs/gpt_fortunes.ini")]
+    cmd = [os.path.join(ROOT, "train"), os.path.join(ROOT, config)]
     for k, v in dict(sets, **{"log.interval": 1, "log.metrics": metrics}).items():
         cmd += ["--set", f"{k}={v}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

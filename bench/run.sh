@@ -25,6 +25,8 @@ if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import torch" 2>/dev/null; th
     /usr/bin/python3 bench/images_side_by_side.py --pairs 3
     echo "=== ae_side_by_side.py (the docs' convolutional autoencoder, transposed convolutions, vs torch.nn)"
     /usr/bin/python3 bench/ae_side_by_side.py --pairs 3
+    echo "=== llama_side_by_side.py (the built-in llama vs LlamaForCausalLM in torch.nn, fp32 AdamW)"
+    /usr/bin/python3 bench/llama_side_by_side.py --pairs 3
     echo "=== contention.py (dptrain and PyTorch alone and beside one busy process, 2 threads; dptrain with 1 thread too)"
     /usr/bin/python3 bench/contention.py --pairs 3 --only cnn$([ -n "${BENCH_FULL:-}" ] && echo ,mlp,resnet20)
     echo "=== contention.py --adapt (./train's CNN with [train] adapt_threads on and off, alone and beside one busy process)"
