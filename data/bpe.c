@@ -229,6 +229,17 @@ static void offer(const dpt_bpe *b, scratch *s, int32_t pos)
     if (p->rank >= 0) push(s, (candidate){.rank = p->rank, .pos = pos, .left = s->id[pos], .right = s->id[nx]});
 }
 
+/* p, an array of *cap elements of `size` bytes, grown (doubling) to hold at least need */
+static void *grow_to(void *p, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap) return p;
+    while (*cap < need)
+        *cap = *cap ? 2 * *cap : 1 << 16;
+    p = realloc(p, *cap * size);
+    if (!p) dpt_fatal("out of host memory encoding text");
+    return p;
+}
+
 /* One piece's tokens appended to out[*n...]. */
 static void encode_piece(const dpt_bpe *b, scratch *s, const unsigned char *t, size_t m, int32_t **out, size_t *n,
                          size_t *cap)
@@ -260,11 +271,7 @@ static void encode_piece(const dpt_bpe *b, scratch *s, const unsigned char *t, s
         offer(b, s, c.pos);
     }
     for (int32_t i = 0; i >= 0; i = s->next[i]) {
-        if (*n == *cap) {
-            *cap = *cap ? 2 * *cap : 1024;
-            *out = realloc(*out, *cap * sizeof **out);
-            if (!*out) dpt_fatal("out of host memory encoding text");
-        }
+        *out = grow_to(*out, cap, *n + 1, sizeof **out);
         (*out)[(*n)++] = s->id[i];
     }
 }
@@ -322,16 +329,6 @@ static cache_slot *cache_find(const piece_cache *c, const unsigned char *t, size
         cache_slot *e = &c->slots[i];
         if (!e->len || (e->hash == h && e->len == m && !memcmp(c->text + e->text_at, t, m))) return e;
     }
-}
-
-static void *grow_to(void *p, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap) return p;
-    while (*cap < need)
-        *cap = *cap ? 2 * *cap : 1 << 16;
-    p = realloc(p, *cap * size);
-    if (!p) dpt_fatal("out of host memory encoding text");
-    return p;
 }
 
 static void cache_put(piece_cache *c, cache_slot *e, uint64_t h, const unsigned char *t, size_t m,

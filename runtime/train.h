@@ -300,6 +300,9 @@ bool prepare_checkpoint_dir(replica *r, bool at_start, dpt_error *err);
 void release_checkpoint_dir(replica *r);
 void save_checkpoint(trainer *t, const dpt_train_state *st);
 void save_best_checkpoint(trainer *t, const dpt_train_state *st);
+/* Whether name is one of list's comma-separated entries (a model's export_formats or
+ * init_formats: "llmc,hf"). */
+bool format_listed(const char *list, const char *name);
 bool init_from_checkpoint(trainer *t, dpt_error *err);
 /* What load_weights_by_name read: tensors loaded, left at the model's initialisation
  * (exclude), the file's skipped (exclude), and a safetensors file's integer tensors passed over. */

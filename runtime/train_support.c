@@ -589,6 +589,17 @@ bool load_weights_by_name(trainer *t, const char *path, bool averages, const cha
 /* [model] init = CKPT: the parameters and buffers of another run's checkpoint, by name, into
  * the model just built (every rank reads it: no broadcast needed before DDP's own). Names and
  * shapes must agree but for init_exclude's globs. */
+bool format_listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        while (*p == ' ')
+            p++;
+        if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == '\0' || p[n] == ' ')) return true;
+    }
+    return false;
+}
+
 bool init_from_checkpoint(trainer *t, dpt_error *err)
 {
     const dpt_config *cfg = t->run->ini;
@@ -607,10 +618,7 @@ bool init_from_checkpoint(trainer *t, dpt_error *err)
         const dpt_registration *reg = dpt_registry_find(DPT_KIND_MODEL, dpt_model_name(t->model));
         const dpt_model_impl *impl = reg ? reg->impl : NULL;
         const char *own = impl && impl->init_formats ? impl->init_formats : "", *prefix = hf ? "hf" : "llmc";
-        bool reads = false;
-        for (const char *p = own; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ','))
-            reads |= !strncmp(p, prefix, strlen(prefix)) && (p[strlen(prefix)] == ',' || !p[strlen(prefix)]);
-        if (reads) {
+        if (format_listed(own, prefix)) {
             if (t->r->rank == 0)
                 report_line("init from %s (%s's files, read by model %s)\n", init, hf ? "Hugging Face" : "llm.c",
                             dpt_model_name(t->model));

@@ -54,14 +54,7 @@ static const dpt_model_impl *exporter_for(const trainer *t, dpt_error *err)
     const dpt_registration *reg = dpt_registry_find(DPT_KIND_MODEL, name);
     const dpt_model_impl *impl = reg ? reg->impl : NULL;
     const char *have = impl && impl->export_formats ? impl->export_formats : "";
-    size_t n = strlen(fmt);
-    bool listed = false;
-    for (const char *p = have; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
-        while (*p == ' ')
-            p++;
-        listed |= !strncmp(p, fmt, n) && (p[n] == ',' || p[n] == '\0' || p[n] == ' ');
-    }
-    if (!listed || !impl->export_weights)
+    if (!format_listed(have, fmt) || !impl->export_weights)
         return dpt_errorf(err, "--export %s: not a format of model %s (its own: %s; any checkpoint: safetensors, npz)",
                           fmt, name, *have ? have : "none"), NULL;
     return impl;
